@@ -1,0 +1,38 @@
+"""``scrapy_fleet.Addon``: one line in ``ADDONS`` turns a Scrapy project into a fleet worker."""
+
+from __future__ import annotations
+
+from scrapy.settings import BaseSettings
+from scrapy.utils.misc import load_object
+
+#: component -> order, added to the project's component dicts
+SPIDER_MIDDLEWARES = {"scrapy_fleet.middlewares.FleetStartMiddleware": 0}
+ITEM_PIPELINES = {
+    # each disables itself (NotConfigured) unless its setting is given
+    "scrapy_fleet.pipelines.mongo.MongoPipeline": 300,
+    "scrapy_fleet.pipelines.jsonlines.JsonLinesPipeline": 800,
+}
+
+
+class Addon:
+    """Sets the fleet's scheduler, dupefilter, start-request middleware and item pipelines.
+
+    Usage in ``settings.py``::
+
+        ADDONS = {"scrapy_fleet.Addon": 500}
+        FLEET_REDIS_URL = "redis://user:password@redis-host:6379/0"
+
+    ``SCHEDULER`` and ``DUPEFILTER_CLASS`` are set at the add-on priority, so a value given in
+    the project's settings or on the command line wins (and then the fleet is not used).
+    No ``SCHEDULER_*`` setting is read or redefined.
+    """
+
+    def update_settings(self, settings: BaseSettings) -> None:
+        settings.set("SCHEDULER", "scrapy_fleet.scheduler.FleetScheduler", "addon")
+        settings.set("DUPEFILTER_CLASS", "scrapy_fleet.dupefilter.RedisBloomDupeFilter", "addon")
+        for name, components in (("SPIDER_MIDDLEWARES", SPIDER_MIDDLEWARES),
+                                 ("ITEM_PIPELINES", ITEM_PIPELINES)):
+            current = settings.getdict(name)
+            for path, order in components.items():
+                if path not in current and load_object(path) not in current:
+                    settings.set_in_component_priority_dict(name, load_object(path), order)

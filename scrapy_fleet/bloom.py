@@ -1,0 +1,52 @@
+"""Parameters of the fleet's scalable Bloom filter (the filter itself runs in scripts/bloom.lua).
+
+Slice ``i`` holds ``n0 * 2**i`` fingerprints at false-positive rate ``p * 2**-i``, with
+``m = ceil(-n ln p / ln(2)**2)`` bits and ``k = ceil(-log2 p)`` hash functions (Almeida et al.,
+"Scalable Bloom Filters", 2007).  For n0 = 1,000,000 and p = 0.001 slice 0 takes
+14,377,588 bits = 1.80 MB, about a tenth of a Redis SET of 20-byte fingerprints.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+from scrapy_fleet.keys import BLOOM_MAX_SLICES
+
+FINGERPRINT_BYTES = 12
+
+
+def bloom_key(fingerprint: bytes) -> bytes:
+    """12 uniform bytes for the Bloom filter from a Scrapy request fingerprint (any length).
+
+    BLAKE2b spreads any fingerprinter's output (even a non-uniform custom one) evenly; its two
+    48-bit halves seed the double hashing in scripts/bloom.lua.
+    """
+    return hashlib.blake2b(fingerprint, digest_size=FINGERPRINT_BYTES).digest()
+
+
+@dataclass(frozen=True)
+class SliceParams:
+    capacity: int  #: fingerprints the slice takes before the next slice opens
+    error_rate: float  #: false-positive rate of the slice when full
+    bits: int  #: m, size of the slice in bits
+    hashes: int  #: k
+
+    @property
+    def bytes(self) -> int:
+        return (self.bits + 7) // 8
+
+
+def slice_params(capacity: int, error_rate: float, index: int) -> SliceParams:
+    """Parameters of slice *index*, computed exactly as scripts/bloom.lua does."""
+    n = capacity * 2**index
+    p = error_rate * 0.5**index
+    m = math.ceil(-n * math.log(p) / (math.log(2) ** 2))
+    k = math.ceil(-math.log(p) / math.log(2))
+    return SliceParams(n, p, m, k)
+
+
+def total_capacity(capacity: int) -> int:
+    """Fingerprints the filter holds before its last slice is full."""
+    return sum(capacity * 2**i for i in range(BLOOM_MAX_SLICES))

@@ -1,0 +1,184 @@
+"""``scrapy-fleet``: the fleet's commands outside a Scrapy project.
+
+    scrapy-fleet --redis URL push CRAWL_ID [URL ...] [-f FILE | -] [--dont-filter] [--priority N]
+    scrapy-fleet --redis URL status CRAWL_ID [--json]
+    scrapy-fleet --redis URL dead CRAWL_ID [--limit N] [--json]
+    scrapy-fleet --redis URL purge CRAWL_ID [--yes]
+
+Inside a project, ``scrapy fleet push|status|dead|purge SPIDER ...`` does the same with the
+project's settings (commands/fleet.py).  Exit statuses: 0 success, 1 some push lines
+rejected (or purge declined), 2 usage error or Redis unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from contextlib import ExitStack
+from typing import Any
+
+from scrapy import Request
+
+from scrapy_fleet import codec, push
+from scrapy_fleet.config import DEFAULTS, validate_crawl_id, validate_redis_url
+from scrapy_fleet.errors import FleetConfigError, RedisUnavailableError, RequestDecodeError
+from scrapy_fleet.frontier import FrontierAdmin, FrontierParams
+
+
+def add_action_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options shared by ``scrapy-fleet`` and ``scrapy fleet``."""
+    parser.add_argument("-f", "--file", action="append", default=[], metavar="FILE",
+                        help="push: read URL / JSON lines from FILE ('-' for standard input)")
+    parser.add_argument("--dont-filter", action="store_true",
+                        help="push: bypass the dupefilter (entries are always new)")
+    parser.add_argument("--priority", type=int, default=0,
+                        help="push: priority of plain URL lines (default 0)")
+    parser.add_argument("--max-url-length", type=int, default=push.DEFAULT_MAX_URL_LENGTH,
+                        help="push: longest URL accepted (default %(default)s)")
+    parser.add_argument("--json", action="store_true", help="status/dead: print JSON")
+    parser.add_argument("--limit", type=int, default=20, help="dead: how many to show")
+    parser.add_argument("--yes", action="store_true", help="purge: do not ask for confirmation")
+
+
+def run_action(action: str, admin: FrontierAdmin, urls: list[str], opts: Any,
+               fingerprint: Callable[[Request], bytes], label: str,
+               confirm: Callable[[str], str] = input) -> int:
+    """Run one fleet action against *admin*; returns the exit status."""
+    try:
+        admin.ping()
+        if action == "push":
+            return _push(admin, urls, opts, fingerprint)
+        if urls:
+            print(f"error: {action} takes no URL arguments", file=sys.stderr)
+            return push.EXIT_ERROR
+        if action == "status":
+            return _status(admin, opts, label)
+        if action == "dead":
+            return _dead(admin, opts)
+        if action == "purge":
+            return _purge(admin, opts, label, confirm)
+    except RedisUnavailableError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return push.EXIT_ERROR
+    print(f"error: unknown action {action!r} (push, status, dead, purge)", file=sys.stderr)
+    return push.EXIT_ERROR
+
+
+def _push(admin: FrontierAdmin, urls: list[str], opts: Any,
+          fingerprint: Callable[[Request], bytes]) -> int:
+    if not urls and not opts.file:
+        print("error: push needs URLs or -f FILE (or -f - for standard input)", file=sys.stderr)
+        return push.EXIT_ERROR
+    with ExitStack() as stack:
+        files = []
+        for name in opts.file:
+            if name == "-":
+                files.append(sys.stdin)
+            else:
+                try:
+                    files.append(stack.enter_context(open(name, encoding="utf-8")))
+                except OSError as exc:
+                    print(f"error: cannot read {name}: {exc}", file=sys.stderr)
+                    return push.EXIT_ERROR
+        report = push.push_lines(admin, push.read_lines(urls, files), fingerprint,
+                                 max_url_length=opts.max_url_length,
+                                 dont_filter=opts.dont_filter, priority=opts.priority,
+                                 on_error=push.print_error)
+    print(f"pushed {report.pushed}, duplicates {report.duplicates}, "
+          f"rejected {report.rejected} (crawl {admin.keys.crawl_id!r})")
+    return report.exit_status
+
+
+def _status(admin: FrontierAdmin, opts: Any, label: str) -> int:
+    status = admin.status()
+    if opts.json:
+        print(json.dumps(status, indent=2, sort_keys=True))
+        return push.EXIT_OK
+    print(f"crawl {status['crawl_id']!r} ({label})")
+    for name in ("queued", "leased", "dead", "seen"):
+        print(f"  {name:<8} {status[name]}")
+    idle = status["idle_seconds"]
+    print(f"  idle     {'-' if idle is None else f'{idle} s'}")
+    counters = status["counters"]
+    if counters:
+        print("  totals   " + ", ".join(f"{k} {v}" for k, v in sorted(counters.items())))
+    workers = status["workers"]
+    print(f"  workers  {len(workers)}")
+    for worker, age in sorted(workers.items()):
+        print(f"    {worker}  last seen {age} s ago")
+    return push.EXIT_OK
+
+
+def _dead(admin: FrontierAdmin, opts: Any) -> int:
+    rows = []
+    for letter in admin.dead_letters(limit=opts.limit):
+        try:
+            url = codec.decode_dict(letter["data"])["url"]
+        except RequestDecodeError:
+            url = None
+        rows.append({"entry_id": letter["entry_id"], "reason": letter["reason"], "url": url,
+                     "at_ms": letter["at"]})
+    if opts.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for row in rows:
+            print(f"{row['entry_id']}  {row['url'] or '<undecodable>'}  {row['reason']}")
+        print(f"{len(rows)} dead letter(s) shown")
+    return push.EXIT_OK
+
+
+def _purge(admin: FrontierAdmin, opts: Any, label: str, confirm: Callable[[str], str]) -> int:
+    keys = admin.crawl_keys()
+    if not keys:
+        print(f"nothing to purge for crawl {admin.keys.crawl_id!r}")
+        return push.EXIT_OK
+    if not opts.yes:
+        try:
+            answer = confirm(f"Delete {len(keys)} keys of crawl {admin.keys.crawl_id!r} "
+                             f"({label}): queue, leases, dupefilter, stats? [y/N] ")
+        except EOFError:
+            answer = ""
+        if answer.strip().lower() not in ("y", "yes"):
+            print("purge cancelled")
+            return push.EXIT_REJECTED
+    deleted = admin.purge()
+    print(f"purged {deleted} keys of crawl {admin.keys.crawl_id!r}")
+    return push.EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scrapy-fleet", description="Push URLs into a scrapy_fleet crawl and inspect it.")
+    parser.add_argument("--redis", default=os.environ.get("FLEET_REDIS_URL",
+                                                          DEFAULTS["FLEET_REDIS_URL"]),
+                        help="Redis URL (default: $FLEET_REDIS_URL or %(default)s)")
+    parser.add_argument("--prefix", default=DEFAULTS["FLEET_KEY_PREFIX"],
+                        help="key prefix, FLEET_KEY_PREFIX (default %(default)s)")
+    parser.add_argument("action", choices=["push", "status", "dead", "purge"])
+    parser.add_argument("crawl_id", help="FLEET_CRAWL_ID of the crawl (default: spider name)")
+    parser.add_argument("urls", nargs="*", help="push: URLs or JSON request lines")
+    add_action_arguments(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    opts = parser.parse_args(argv)
+    try:
+        url = validate_redis_url(opts.redis, "--redis")
+        crawl_id = validate_crawl_id(opts.crawl_id, "CRAWL_ID")
+    except FleetConfigError as exc:
+        parser.error(str(exc))
+    admin = FrontierAdmin(url, crawl_id, prefix=opts.prefix, params=FrontierParams())
+    try:
+        return run_action(opts.action, admin, opts.urls, opts, push.default_fingerprinter(),
+                          label="no project")
+    finally:
+        admin.close()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""Safe, versioned, compact encoding of Scrapy requests for the frontier.  Never pickle.
+
+Format version 1: one byte ``0x01`` followed by a msgpack map of the fields of
+``Request.to_dict()`` under short keys, with fields at their default value left out::
+
+    u url   m method   h headers   b body   c cookies   e encoding   f flags   p priority
+    d dont_filter   cb callback name   eb errback name   k cb_kwargs   M meta
+    C request class import path (absent for scrapy.Request)   x other class attributes
+
+Callbacks and errbacks travel by spider method name (``Request.to_dict`` refuses anything
+else); request classes by import path, rebuilt only when listed in ``FLEET_REQUEST_CLASSES``.
+Values in meta, cb_kwargs and cookies may be None, bool, int (64-bit), float, str, bytes,
+list, tuple (kept as tuple, msgpack extension 1) and dicts of those.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import msgpack
+from scrapy import Request, Spider
+from scrapy.utils.misc import load_object
+from scrapy.utils.request import request_from_dict
+
+from scrapy_fleet.errors import RequestDecodeError, RequestEncodeError
+
+VERSION = 1
+_HEADER = bytes([VERSION])
+_EXT_TUPLE = 1
+
+#: to_dict field -> (short key, default value)
+_FIELDS: dict[str, tuple[str, Any]] = {
+    "url": ("u", None),
+    "method": ("m", "GET"),
+    "headers": ("h", {}),
+    "body": ("b", b""),
+    "cookies": ("c", {}),
+    "encoding": ("e", "utf-8"),
+    "flags": ("f", []),
+    "priority": ("p", 0),
+    "dont_filter": ("d", False),
+    "callback": ("cb", None),
+    "errback": ("eb", None),
+    "cb_kwargs": ("k", {}),
+    "meta": ("M", {}),
+}
+_SHORT = {short: name for name, (short, _) in _FIELDS.items()}
+_PLAIN_REQUEST = "scrapy.http.request.Request"
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, tuple):
+        return msgpack.ExtType(_EXT_TUPLE, _pack(list(obj)))
+    raise TypeError(f"cannot encode object of type {type(obj).__qualname__}")
+
+
+def _pack(obj: Any) -> bytes:
+    return msgpack.packb(obj, default=_default, strict_types=True, use_bin_type=True)
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == _EXT_TUPLE:
+        return tuple(_unpack(data))
+    raise RequestDecodeError(f"unknown msgpack extension type {code}")
+
+
+def _unpack(data: bytes) -> Any:
+    return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_ext_hook)
+
+
+def _find_unsupported(value: Any, path: str) -> str | None:
+    """Path and type of the first value msgpack cannot take (for error messages)."""
+    if value is None or isinstance(value, (bool, str, bytes, float)):
+        return None
+    if isinstance(value, int):
+        return None if -(2**63) <= value < 2**64 else f"{path} (integer out of 64-bit range)"
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            found = _find_unsupported(item, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, (str, bytes, int)):
+                return f"{path} (key of type {type(key).__qualname__})"
+            found = _find_unsupported(item, f"{path}[{key!r}]")
+            if found:
+                return found
+        return None
+    return f"{path} (type {type(value).__module__}.{type(value).__qualname__})"
+
+
+def class_path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def encode_dict(d: Mapping[str, Any]) -> bytes:
+    """Encode a ``Request.to_dict()``-shaped mapping.
+
+    Raises:
+        RequestEncodeError: a value has a type the format cannot carry; the message gives its
+            path (for example ``meta['sel'] (type parsel.selector.Selector)``).
+    """
+    out: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for name, value in d.items():
+        if name == "_class":
+            if value != _PLAIN_REQUEST:
+                out["C"] = value
+            continue
+        spec = _FIELDS.get(name)
+        if spec is None:
+            extra[name] = value
+            continue
+        short, default = spec
+        if name == "url" or value != default:
+            if name == "headers":
+                value = [[k, list(v)] for k, v in value.items()]
+            out[short] = value
+    if extra:
+        out["x"] = extra
+    try:
+        return _HEADER + _pack(out)
+    except (TypeError, ValueError, OverflowError) as exc:
+        where = _find_unsupported(out.get("M", {}), "meta") or _find_unsupported(
+            out.get("k", {}), "cb_kwargs") or _find_unsupported(out, "request")
+        raise RequestEncodeError(
+            f"cannot store request {d.get('url')!r} in the frontier: unsupported value at "
+            f"{where or '?'} ({exc})") from exc
+
+
+def encode(request: Request, spider: Spider | None = None) -> bytes:
+    """Encode *request*; callbacks must be methods of *spider* (or None).
+
+    Raises:
+        RequestEncodeError: the callback/errback is not a spider method (a lambda, a
+            function), or a value in meta/cb_kwargs/cookies cannot be encoded.
+    """
+    try:
+        d = request.to_dict(spider=spider)
+    except ValueError as exc:
+        raise RequestEncodeError(
+            f"cannot store request {request.url!r} in the frontier: {exc}") from exc
+    d["_class"] = class_path(type(request))
+    return encode_dict(d)
+
+
+def decode_dict(data: bytes) -> dict[str, Any]:
+    """Decode an entry into a ``Request.to_dict()``-shaped dict (callbacks as names).
+
+    Raises:
+        RequestDecodeError: empty, unknown format version, or corrupt msgpack.
+    """
+    if not data:
+        raise RequestDecodeError("empty entry")
+    if data[0] != VERSION:
+        raise RequestDecodeError(f"unknown format version {data[0]}")
+    try:
+        raw = _unpack(data[1:])
+    except RequestDecodeError:
+        raise
+    except Exception as exc:
+        raise RequestDecodeError(f"corrupt entry: {exc}") from exc
+    if not isinstance(raw, dict) or not isinstance(raw.get("u"), str):
+        raise RequestDecodeError("corrupt entry: no url")
+    d: dict[str, Any] = {}
+    for short, value in raw.items():
+        if short == "C":
+            d["_class"] = value
+        elif short == "x":
+            if not isinstance(value, dict):
+                raise RequestDecodeError("corrupt entry: bad extra attributes")
+            d.update(value)
+        elif short in _SHORT:
+            d[_SHORT[short]] = value
+        else:
+            raise RequestDecodeError(f"corrupt entry: unknown field {short!r}")
+    if "headers" in d:
+        try:
+            d["headers"] = {k: v for k, v in d["headers"]}
+        except (TypeError, ValueError) as exc:
+            raise RequestDecodeError("corrupt entry: bad headers") from exc
+    return d
+
+
+def decode(data: bytes, spider: Spider | None, allowed_classes: Iterable[str]) -> Request:
+    """Rebuild a Request from an entry.
+
+    Raises:
+        RequestDecodeError: corrupt entry, class not in *allowed_classes*, callback not a
+            method of *spider*, or arguments the Request class refuses.
+    """
+    d = decode_dict(data)
+    cls_path = d.get("_class", _PLAIN_REQUEST)
+    if cls_path not in set(allowed_classes):
+        raise RequestDecodeError(
+            f"request class {cls_path!r} is not in FLEET_REQUEST_CLASSES")
+    try:
+        load_object(cls_path)
+    except (ImportError, NameError, ValueError, AttributeError) as exc:
+        raise RequestDecodeError(f"cannot import request class {cls_path!r}: {exc}") from exc
+    if cls_path == _PLAIN_REQUEST:
+        d.pop("_class", None)
+    try:
+        return request_from_dict(d, spider=spider)
+    except Exception as exc:
+        raise RequestDecodeError(f"cannot rebuild request {d.get('url')!r}: {exc}") from exc

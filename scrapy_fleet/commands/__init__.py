@@ -1,0 +1,1 @@
+"""Scrapy commands of scrapy_fleet (registered through the ``scrapy.commands`` entry point)."""

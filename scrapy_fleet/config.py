@@ -1,0 +1,235 @@
+"""All ``FLEET_*`` settings, read once into one validated :class:`FleetConfig`.
+
+Every component of the fleet gets its configuration from :func:`FleetConfig.from_settings`
+(cached per settings object), never by reading ``settings`` itself, so that a wrong value
+fails at start with an error naming the setting and the value.  docs/settings.md lists each
+setting with its type, default and meaning.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from scrapy.settings import BaseSettings
+
+from scrapy_fleet.errors import FleetConfigError
+
+T = TypeVar("T")
+
+#: Import paths of the Request classes that may be rebuilt from the frontier (see codec).
+DEFAULT_REQUEST_CLASSES = (
+    "scrapy.http.request.Request",
+    "scrapy.http.request.form.FormRequest",
+    "scrapy.http.request.json_request.JsonRequest",
+    "scrapy.http.request.rpc.XmlRpcRequest",
+)
+
+_CRAWL_ID_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+_START_MODES = ("once", "always", "never")
+
+#: name -> default.  The single list of every setting this package reads.
+DEFAULTS: dict[str, Any] = {
+    "FLEET_REDIS_URL": "redis://127.0.0.1:6379/0",
+    "FLEET_REDIS_TIMEOUT": 10.0,
+    "FLEET_REDIS_RETRIES": 3,
+    "FLEET_CRAWL_ID": None,
+    "FLEET_KEY_PREFIX": "fleet",
+    "FLEET_WORKER_ID": None,
+    "FLEET_LEASE_TIMEOUT": 60.0,
+    "FLEET_MAX_LEASES": 3,
+    "FLEET_PREFETCH": 8,
+    "FLEET_POLL_INTERVAL": 0.5,
+    "FLEET_FLUSH_INTERVAL": 0.05,
+    "FLEET_IDLE_TIMEOUT": None,
+    "FLEET_START_REQUESTS": "once",
+    "FLEET_REQUEST_CLASSES": list(DEFAULT_REQUEST_CLASSES),
+    "FLEET_DUPEFILTER_CAPACITY": 1_000_000,
+    "FLEET_DUPEFILTER_ERROR_RATE": 0.001,
+    "FLEET_JSONL_PATH": None,
+    "FLEET_JSONL_FSYNC": False,
+}
+
+
+def _get(settings: BaseSettings | Mapping[str, Any], name: str) -> Any:
+    value = settings.get(name, DEFAULTS.get(name))
+    return DEFAULTS.get(name) if value is None and name in DEFAULTS else value
+
+
+def _check(name: str, value: Any, ok: bool, expected: str) -> None:
+    if not ok:
+        raise FleetConfigError(f"{name}={value!r} is invalid: expected {expected}")
+
+
+def _number(name: str, value: Any, cast: Callable[[Any], T], minimum: float,
+            expected: str, exclusive: bool = False) -> T:
+    if isinstance(value, bool):
+        raise FleetConfigError(f"{name}={value!r} is invalid: expected {expected}")
+    try:
+        number = cast(value)
+    except (TypeError, ValueError):
+        raise FleetConfigError(f"{name}={value!r} is invalid: expected {expected}") from None
+    if cast is int and isinstance(value, float) and not float(value).is_integer():
+        raise FleetConfigError(f"{name}={value!r} is invalid: expected {expected}")
+    below = number <= minimum if exclusive else number < minimum  # type: ignore[operator]
+    if below:
+        raise FleetConfigError(f"{name}={value!r} is invalid: expected {expected}")
+    return number
+
+
+def _bool(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("1", "0", "true", "false", "yes",
+                                                             "no", "on", "off"):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    raise FleetConfigError(f"{name}={value!r} is invalid: expected a boolean")
+
+
+def validate_redis_url(url: Any, name: str = "FLEET_REDIS_URL") -> str:
+    """Return *url* if it is a redis://, rediss:// or unix:// URL; raise FleetConfigError."""
+    _check(name, url, isinstance(url, str) and bool(url), "a redis://, rediss:// or unix:// URL")
+    parts = urlsplit(url)
+    _check(name, url, parts.scheme in ("redis", "rediss", "unix"),
+           "a redis://, rediss:// or unix:// URL")
+    if parts.scheme in ("redis", "rediss"):
+        _check(name, url, bool(parts.hostname), "a host in the URL")
+        try:
+            parts.port  # noqa: B018 - raises ValueError on a bad port
+        except ValueError:
+            raise FleetConfigError(f"{name}={url!r} is invalid: bad port") from None
+    else:
+        _check(name, url, bool(parts.path), "a socket path in the unix:// URL")
+    return str(url)
+
+
+def validate_crawl_id(value: Any, name: str = "FLEET_CRAWL_ID") -> str:
+    """A crawl id is 1-100 characters of letters, digits, ``_ . -``."""
+    _check(name, value, isinstance(value, str) and bool(_CRAWL_ID_RE.match(value)),
+           "1-100 characters of letters, digits, '_', '.', '-'")
+    return str(value)
+
+
+def default_worker_id() -> str:
+    """``host:pid``: unique per process on a machine, readable in ``scrapy fleet status``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """Validated fleet settings.  Times are seconds; see docs/settings.md.
+
+    Raises:
+        FleetConfigError: from :meth:`from_settings` when a value is wrong; the message names
+            the setting and the value.
+    """
+
+    redis_url: str
+    redis_timeout: float
+    redis_retries: int
+    crawl_id: str | None
+    key_prefix: str
+    worker_id: str
+    lease_timeout: float
+    max_leases: int
+    prefetch: int
+    poll_interval: float
+    flush_interval: float
+    idle_timeout: float | None
+    start_requests: str
+    request_classes: tuple[str, ...]
+    dupefilter_capacity: int
+    dupefilter_error_rate: float
+    jsonl_path: str | None
+    jsonl_fsync: bool
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings | Mapping[str, Any]) -> FleetConfig:
+        """Read and validate every ``FLEET_*`` setting of the fleet core.
+
+        Raises:
+            FleetConfigError: naming the first wrong setting and its value.
+        """
+        if isinstance(settings, BaseSettings):
+            cached = getattr(settings, "_fleet_config", None)
+            frozen = getattr(settings, "frozen", False)
+            if cached is not None and frozen:
+                return cached  # type: ignore[no-any-return]
+        g = lambda name: _get(settings, name)  # noqa: E731
+        crawl_id = g("FLEET_CRAWL_ID")
+        if crawl_id is not None:
+            validate_crawl_id(crawl_id)
+        prefix = g("FLEET_KEY_PREFIX")
+        _check("FLEET_KEY_PREFIX", prefix,
+               isinstance(prefix, str) and bool(re.match(r"^[A-Za-z0-9_.\-:]{1,50}$", prefix))
+               and "{" not in prefix, "1-50 characters of letters, digits, '_.-:'")
+        worker_id = g("FLEET_WORKER_ID") or default_worker_id()
+        _check("FLEET_WORKER_ID", worker_id, isinstance(worker_id, str) and len(worker_id) <= 200,
+               "a string of at most 200 characters")
+        idle = g("FLEET_IDLE_TIMEOUT")
+        if isinstance(idle, str) and idle.strip().lower() in ("", "none", "null"):
+            idle = None
+        start_mode = g("FLEET_START_REQUESTS")
+        _check("FLEET_START_REQUESTS", start_mode, start_mode in _START_MODES,
+               f"one of {', '.join(_START_MODES)}")
+        classes = g("FLEET_REQUEST_CLASSES")
+        if isinstance(classes, str):
+            classes = [c.strip() for c in classes.split(",") if c.strip()]
+        _check("FLEET_REQUEST_CLASSES", classes,
+               isinstance(classes, (list, tuple)) and all(isinstance(c, str) for c in classes),
+               "a list of import paths")
+        error_rate = _number("FLEET_DUPEFILTER_ERROR_RATE", g("FLEET_DUPEFILTER_ERROR_RATE"),
+                             float, 0.0, "a probability between 0 and 0.5", exclusive=True)
+        _check("FLEET_DUPEFILTER_ERROR_RATE", error_rate, error_rate <= 0.5,
+               "a probability between 0 and 0.5")
+        jsonl = g("FLEET_JSONL_PATH")
+        _check("FLEET_JSONL_PATH", jsonl, jsonl is None or (isinstance(jsonl, str) and jsonl != ""),
+               "a file path or None")
+        config = cls(
+            redis_url=validate_redis_url(g("FLEET_REDIS_URL")),
+            redis_timeout=_number("FLEET_REDIS_TIMEOUT", g("FLEET_REDIS_TIMEOUT"), float, 0.0,
+                                  "seconds > 0", exclusive=True),
+            redis_retries=_number("FLEET_REDIS_RETRIES", g("FLEET_REDIS_RETRIES"), int, 0,
+                                  "an integer >= 0"),
+            crawl_id=crawl_id,
+            key_prefix=prefix,
+            worker_id=worker_id,
+            lease_timeout=_number("FLEET_LEASE_TIMEOUT", g("FLEET_LEASE_TIMEOUT"), float, 1.0,
+                                  "seconds >= 1"),
+            max_leases=_number("FLEET_MAX_LEASES", g("FLEET_MAX_LEASES"), int, 1,
+                               "an integer >= 1"),
+            prefetch=_number("FLEET_PREFETCH", g("FLEET_PREFETCH"), int, 1, "an integer >= 1"),
+            poll_interval=_number("FLEET_POLL_INTERVAL", g("FLEET_POLL_INTERVAL"), float, 0.0,
+                                  "seconds > 0", exclusive=True),
+            flush_interval=_number("FLEET_FLUSH_INTERVAL", g("FLEET_FLUSH_INTERVAL"), float, 0.0,
+                                   "seconds >= 0"),
+            idle_timeout=None if idle is None else _number(
+                "FLEET_IDLE_TIMEOUT", idle, float, 0.0, "seconds >= 0 or None"),
+            start_requests=start_mode,
+            request_classes=tuple(classes),
+            dupefilter_capacity=_number("FLEET_DUPEFILTER_CAPACITY",
+                                        g("FLEET_DUPEFILTER_CAPACITY"), int, 1,
+                                        "an integer >= 1"),
+            dupefilter_error_rate=error_rate,
+            jsonl_path=jsonl,
+            jsonl_fsync=_bool("FLEET_JSONL_FSYNC", g("FLEET_JSONL_FSYNC")),
+        )
+        if isinstance(settings, BaseSettings) and getattr(settings, "frozen", False):
+            try:
+                settings._fleet_config = config  # type: ignore[attr-defined]
+            except AttributeError:
+                pass
+        return config
+
+    def resolve_crawl_id(self, spider_name: str) -> str:
+        """The crawl's namespace: ``FLEET_CRAWL_ID`` or else the spider's name."""
+        return validate_crawl_id(self.crawl_id or spider_name,
+                                 "FLEET_CRAWL_ID" if self.crawl_id else "spider name")

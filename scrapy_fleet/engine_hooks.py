@@ -1,0 +1,72 @@
+"""The only place that touches Scrapy engine internals (checked against Scrapy 2.13-2.19).
+
+Scrapy has no signal for "this request's callback output is fully handled".  The engine
+keeps every request it got from the scheduler in ``engine._slot.inprogress`` until its
+download, its callback, the scheduling of the requests it yielded (``engine.crawl`` is
+synchronous into ``Scheduler.enqueue_request``) and the item pipelines of the items it yielded
+are all done, and then calls ``engine._slot.remove_request(request)``.  That call is the
+fleet's acknowledgement point.  Redirects and other requests returned by downloader
+middlewares go through ``engine.crawl`` before the original is removed, too.
+
+The second hook wakes the engine when leases arrive, instead of waiting for its 5 s heartbeat.
+tests/test_engine_hooks.py fails if a Scrapy release changes either behaviour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from scrapy.crawler import Crawler
+
+from scrapy_fleet.errors import FleetError
+
+
+class UnsupportedScrapyError(FleetError, RuntimeError):
+    """This Scrapy's engine lacks the internals the fleet hooks into."""
+
+
+def _engine_slot(crawler: Crawler) -> Any:
+    engine = crawler.engine
+    slot = getattr(engine, "_slot", None)
+    if slot is None or not callable(getattr(slot, "remove_request", None)) or not hasattr(
+            slot, "nextcall"):
+        raise UnsupportedScrapyError(
+            "scrapy_fleet cannot hook into this Scrapy's engine (no _slot.remove_request); "
+            "supported: Scrapy 2.13 to 2.19")
+    return slot
+
+
+def on_request_done(crawler: Crawler, callback: Callable[[Any], None]) -> Callable[[], None]:
+    """Call ``callback(request)`` each time the engine has finished with a request.
+
+    Must be called while the engine slot exists (from ``Scheduler.open``).  Returns a
+    function that removes the hook.
+
+    Raises:
+        UnsupportedScrapyError: the engine has no slot with ``remove_request``.
+    """
+    slot = _engine_slot(crawler)
+    original = slot.remove_request
+
+    def remove_request(request: Any) -> None:
+        try:
+            callback(request)
+        finally:
+            original(request)
+
+    slot.remove_request = remove_request
+
+    def uninstall() -> None:
+        if slot.remove_request is remove_request:
+            slot.remove_request = original
+
+    return uninstall
+
+
+def wake_engine(crawler: Crawler) -> None:
+    """Ask the engine to call ``next_request()`` soon (no-op once the engine is closing)."""
+    engine = crawler.engine
+    slot = getattr(engine, "_slot", None)
+    if slot is not None and getattr(slot, "closing", None) is None:
+        slot.nextcall.schedule()

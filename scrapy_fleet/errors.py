@@ -1,0 +1,27 @@
+"""Exceptions raised by scrapy_fleet.  All derive from :class:`FleetError`."""
+
+from __future__ import annotations
+
+
+class FleetError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class FleetConfigError(FleetError, ValueError):
+    """A ``FLEET_*`` setting has a wrong value; the message names the setting and the value."""
+
+
+class RedisUnavailableError(FleetError, ConnectionError):
+    """Redis could not be reached at ``FLEET_REDIS_URL`` (message gives the URL, without password)."""
+
+
+class RequestEncodeError(FleetError, ValueError):
+    """A request cannot be stored in the frontier (unsupported type in ``meta``, lambda callback...)."""
+
+
+class RequestDecodeError(FleetError, ValueError):
+    """A frontier entry is corrupt, of an unknown format version, or names a forbidden class."""
+
+
+class PushLineError(FleetError, ValueError):
+    """A line given to the push helper is not a valid URL or request spec."""

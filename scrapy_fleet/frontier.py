@@ -1,0 +1,326 @@
+"""The Redis URL frontier: batches of pushes, leases, acknowledgements in one round trip.
+
+:class:`SyncBatch` is what a worker sends (scripts/frontier.lua documents each field),
+:class:`SyncResult` what it gets back.  :class:`AsyncFrontier` runs batches from the reactor
+(redis.asyncio); :class:`FrontierAdmin` runs them and the read-only queries from commands.
+
+Lease life cycle of an entry (docs/architecture.md has the picture)::
+
+    pushed -> queued --lease(token)--> leased --ack(token)--> gone
+                 ^                       |  \\--release(token)--> queued (no penalty)
+                 |                       |   \\--dead(token)----> dead letter (corrupt entry)
+                 +---- expiry (< max) ---+--- expiry (= FLEET_MAX_LEASES) --> dead letter
+
+Each call carries a fresh operation id; a call repeated after a lost reply (same op id) gets
+the first reply back instead of running twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+import redis
+import redis.asyncio
+
+from scrapy_fleet import redis_client, scripts
+from scrapy_fleet.errors import RedisUnavailableError
+from scrapy_fleet.keys import CrawlKeys
+
+logger = logging.getLogger(__name__)
+
+OP_TTL_MS = 300_000
+RECLAIM_LIMIT = 100
+_RETRYABLE = (redis.ConnectionError, redis.TimeoutError, ConnectionError, TimeoutError, OSError)
+
+
+@dataclass
+class SyncBatch:
+    """One worker call.  Ids are entry ids (str), tokens fencing tokens (int), priorities ints.
+
+    ``pushes`` holds ``(bloom_key, priority, payload)``: bloom_key is 12 bytes, or ``b""`` for
+    a ``dont_filter`` request (never checked, always a new entry).
+    """
+
+    acks: list[tuple[str, int]] = field(default_factory=list)
+    releases: list[tuple[str, int]] = field(default_factory=list)
+    dead: list[tuple[str, int, str]] = field(default_factory=list)
+    extends: list[tuple[str, int]] = field(default_factory=list)
+    pushes: list[tuple[bytes, int, bytes]] = field(default_factory=list)
+    take: int = 0
+
+    def is_empty(self) -> bool:
+        return not (self.acks or self.releases or self.dead or self.extends or self.pushes
+                    or self.take)
+
+
+@dataclass(frozen=True)
+class LeasedEntry:
+    entry_id: str
+    token: int
+    payload: bytes
+    expiries: int  #: how many leases of this entry expired before
+
+
+@dataclass
+class SyncResult:
+    leased: list[LeasedEntry]
+    lost: list[str]  #: entries whose ack/extend carried a stale token
+    push_flags: list[int]  #: per push, 1 new entry / 0 duplicate
+    pushed: int
+    duplicates: int
+    acked: int
+    released: int
+    reclaimed: int
+    dead_lettered: int
+    queued: int  #: entries waiting, after this call
+    inflight: int  #: entries leased fleet-wide, after this call
+    idle_ms: int  #: how long the fleet has been idle (nothing queued or leased), -1 if busy
+    now_ms: int  #: Redis server time
+    bloom_full: bool
+
+    @classmethod
+    def from_reply(cls, reply: bytes) -> SyncResult:
+        # Redis's cmsgpack packs every string as msgpack "raw": read them as bytes.
+        d = {k.decode(): v for k, v in msgpack.unpackb(reply, raw=True).items()}
+        leased = [LeasedEntry(e[0].decode(), int(e[1]), e[2], int(e[3]))
+                  for e in d.get("leased", [])]
+        return cls(
+            leased=leased,
+            lost=[x.decode() for x in d.get("lost", [])],
+            push_flags=[int(x) for x in d.get("pf", [])],
+            pushed=int(d.get("new", 0)), duplicates=int(d.get("dup", 0)),
+            acked=int(d.get("acked", 0)), released=int(d.get("released", 0)),
+            reclaimed=int(d.get("reclaimed", 0)), dead_lettered=int(d.get("dead", 0)),
+            queued=int(d.get("queued", 0)), inflight=int(d.get("inflight", 0)),
+            idle_ms=int(d.get("idle", -1)), now_ms=int(d.get("now", 0)),
+            bloom_full=bool(d.get("full", False)),
+        )
+
+
+@dataclass(frozen=True)
+class FrontierParams:
+    """Per-crawl constants sent with every call.  Times in seconds."""
+
+    lease_timeout: float = 30.0
+    max_leases: int = 3
+    bloom_capacity: int = 1_000_000
+    bloom_error_rate: float = 0.001
+
+
+def _arg(batch: SyncBatch, worker: str, params: FrontierParams) -> bytes:
+    return msgpack.packb({
+        "w": worker,
+        "lm": int(params.lease_timeout * 1000),
+        "ml": params.max_leases,
+        "ot": OP_TTL_MS,
+        "a": [list(a) for a in batch.acks],
+        "r": [list(r) for r in batch.releases],
+        "d": [list(d) for d in batch.dead],
+        "x": [list(x) for x in batch.extends],
+        "p": [[k, int(p), v] for k, p, v in batch.pushes],
+        "t": batch.take,
+        "bn": params.bloom_capacity,
+        "bp": params.bloom_error_rate,
+        "rc": RECLAIM_LIMIT,
+    }, use_bin_type=False)  # Redis's cmsgpack cannot read msgpack "bin"
+
+
+def _needs_payloads(result: SyncResult) -> list[str]:
+    """Entry ids whose payload is missing: the reply was a cached replay (see frontier.lua)."""
+    return [e.entry_id for e in result.leased if not e.payload]
+
+
+def _fill_payloads(result: SyncResult, payloads: list[bytes | None]) -> SyncResult:
+    filled = []
+    it = iter(payloads)
+    for e in result.leased:
+        if e.payload:
+            filled.append(e)
+        else:
+            filled.append(LeasedEntry(e.entry_id, e.token, next(it) or b"", e.expiries))
+    result.leased = filled
+    return result
+
+
+class AsyncFrontier:
+    """Frontier client for a worker, on the reactor's asyncio loop.
+
+    Raises:
+        RedisUnavailableError: from :meth:`connect` when Redis cannot be reached, and from
+            :meth:`sync` when it stays unreachable through ``retries`` retries.
+    """
+
+    def __init__(self, url: str, keys: CrawlKeys, worker: str, params: FrontierParams,
+                 timeout: float = 10.0, retries: int = 3) -> None:
+        self.url = url
+        self.keys = keys
+        self.worker = worker
+        self.params = params
+        self.retries = retries
+        self.client: redis.asyncio.Redis = redis_client.async_client(url, timeout)
+        self._script = scripts.load(self.client, "frontier.lua")
+        self._prev_op = "-"
+        self.roundtrips = 0
+
+    async def connect(self) -> None:
+        await redis_client.ping_async(self.client, self.url)
+
+    async def sync(self, batch: SyncBatch) -> SyncResult:
+        """Run one batch atomically; retried with the same op id on connection errors."""
+        op = uuid.uuid4().hex
+        keys = self.keys.frontier_keys(op, self._prev_op)
+        arg = _arg(batch, self.worker, self.params)
+        delay = 0.1
+        for attempt in range(self.retries + 1):
+            try:
+                self.roundtrips += 1
+                reply = await self._script(keys=keys, args=[arg])
+                break
+            except _RETRYABLE as exc:
+                if attempt == self.retries:
+                    raise RedisUnavailableError(
+                        f"Redis at {redis_client.redact(self.url)} unreachable: {exc}") from exc
+                logger.warning("Redis call failed (%s), retrying in %.1f s", exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        self._prev_op = op
+        result = SyncResult.from_reply(reply)
+        missing = _needs_payloads(result)
+        if missing:
+            self.roundtrips += 1
+            result = _fill_payloads(result, await self.client.hmget(self.keys.data, missing))
+        return result
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+class FrontierAdmin:
+    """Blocking frontier access for commands and scripts: push, status, purge, dead letters.
+
+    Raises:
+        RedisUnavailableError: when Redis cannot be reached (message names the URL).
+    """
+
+    def __init__(self, url: str, crawl_id: str, prefix: str = "fleet",
+                 params: FrontierParams | None = None, timeout: float = 10.0,
+                 retries: int = 3) -> None:
+        self.url = url
+        self.keys = CrawlKeys(prefix, crawl_id)
+        self.params = params or FrontierParams()
+        self.retries = retries
+        self.client: redis.Redis = redis_client.sync_client(url, timeout)
+        self._script: Any = None
+        self._prev_op = "-"
+
+    def ping(self) -> None:
+        redis_client.ping_sync(self.client, self.url)
+
+    def sync(self, batch: SyncBatch, worker: str = "") -> SyncResult:
+        """Run one batch (see :class:`AsyncFrontier.sync`), blocking."""
+        if self._script is None:
+            self._script = scripts.load(self.client, "frontier.lua")
+        op = uuid.uuid4().hex
+        keys = self.keys.frontier_keys(op, self._prev_op)
+        arg = _arg(batch, worker, self.params)
+        delay = 0.1
+        for attempt in range(self.retries + 1):
+            try:
+                reply = self._script(keys=keys, args=[arg])
+                break
+            except _RETRYABLE as exc:
+                if attempt == self.retries:
+                    raise RedisUnavailableError(
+                        f"Redis at {redis_client.redact(self.url)} unreachable: {exc}") from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        self._prev_op = op
+        result = SyncResult.from_reply(reply)
+        missing = _needs_payloads(result)
+        if missing:
+            result = _fill_payloads(result, self.client.hmget(self.keys.data, missing))
+        return result
+
+    def push(self, pushes: list[tuple[bytes, int, bytes]]) -> SyncResult:
+        """Push ``(bloom_key or b"", priority, payload)`` entries; flags say new/duplicate."""
+        return self.sync(SyncBatch(pushes=pushes))
+
+    def status(self) -> dict[str, Any]:
+        """Counts of the crawl: queued, leased, dead, seen (Bloom), workers, idle seconds, and
+        the fleet-wide counters of the stats hash (pushed, duplicates, leased, acked, ...)."""
+        k = self.keys
+        now = time.time()
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.zcard(k.queue)
+            pipe.zcard(k.leases)
+            pipe.hlen(k.dead)
+            pipe.hgetall(k.bloom_meta)
+            pipe.hgetall(k.stats)
+            pipe.zrange(k.workers, 0, -1, withscores=True)
+            pipe.get(k.idle_since)
+            pipe.time()
+            pipe.get(k.seeded)
+            queued, leased, dead, meta, stats, workers, idle, srv_time, seeded = pipe.execute()
+        server_ms = srv_time[0] * 1000 + srv_time[1] // 1000 if srv_time else now * 1000
+        meta = {a.decode(): b.decode() for a, b in meta.items()}
+        seen = sum(int(v) for name, v in meta.items() if name.startswith("c"))
+        return {
+            "crawl_id": k.crawl_id,
+            "queued": queued,
+            "leased": leased,
+            "dead": dead,
+            "seen": seen,
+            "bloom_slices": int(meta.get("slices", 0)),
+            "counters": {a.decode(): int(b) for a, b in stats.items()},
+            "workers": {w.decode(): round((server_ms - score) / 1000, 1) for w, score in workers},
+            "idle_seconds": None if idle is None else round((server_ms - int(idle)) / 1000, 1),
+            "seeded_by": seeded.decode() if seeded else None,
+        }
+
+    def dead_letters(self, limit: int = 100) -> Iterator[dict[str, Any]]:
+        """Dead letters as dicts {entry_id, reason, at (ms), data (bytes)}, up to *limit*."""
+        n = 0
+        for entry_id, raw in self.client.hscan_iter(self.keys.dead, count=100):
+            if n >= limit:
+                return
+            d = {k.decode(): v for k, v in msgpack.unpackb(raw, raw=True).items()}
+            yield {"entry_id": entry_id.decode(), "reason": d.get("reason", b"").decode(),
+                   "at": d.get("at"), "data": d.get("data", b"")}
+            n += 1
+
+    def crawl_keys(self) -> list[bytes]:
+        return list(self.client.scan_iter(match=self.keys.pattern, count=1000))
+
+    def purge(self) -> int:
+        """Delete every key of the crawl (queue, leases, dupefilter, stats...); returns how many."""
+        deleted = 0
+        batch: list[bytes] = []
+        for key in self.client.scan_iter(match=self.keys.pattern, count=1000):
+            batch.append(key)
+            if len(batch) >= 500:
+                deleted += self.client.unlink(*batch)
+                batch = []
+        if batch:
+            deleted += self.client.unlink(*batch)
+        return deleted
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def chunked(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    chunk: list[Any] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

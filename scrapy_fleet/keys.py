@@ -1,0 +1,137 @@
+"""Every Redis key name of a crawl is built here, and only here.
+
+All keys of one crawl share the hash tag ``{<crawl id>}`` so that the multi-key Lua scripts can
+run on Redis Cluster (every key of a script must live in one slot).  Layout, with the default
+prefix ``fleet`` and crawl id ``docs``::
+
+    fleet:{docs}:queue        ZSET  entry id -> -priority     ready requests (lowest score first,
+                                                              ties in member order = FIFO)
+    fleet:{docs}:data         HASH  entry id -> bytes         encoded request (codec.py)
+    fleet:{docs}:leases       ZSET  entry id -> expiry (ms)   leased requests, by server time
+    fleet:{docs}:lease        HASH  entry id -> "token|worker"  current lease of each entry
+    fleet:{docs}:expiries     HASH  entry id -> count         lease expiries of an entry so far
+    fleet:{docs}:dead         HASH  entry id -> msgpack       dead letters {reason, at, data}
+    fleet:{docs}:seq          STRING  counter                 entry ids
+    fleet:{docs}:token        STRING  counter                 fencing tokens
+    fleet:{docs}:bloom:meta   HASH    Bloom filter parameters and per-slice counts
+    fleet:{docs}:bloom:N      STRING  bits of Bloom slice N (N = 0 .. BLOOM_MAX_SLICES-1)
+    fleet:{docs}:stats        HASH    fleet-wide counters (pushed, leased, acked, ...)
+    fleet:{docs}:idle_since   STRING  server time (ms) the fleet became idle
+    fleet:{docs}:seeded       STRING  worker that consumed the spider's start requests
+    fleet:{docs}:workers      ZSET    worker id -> last heartbeat (ms)
+    fleet:{docs}:op:<op id>   STRING  cached reply of a mutating script (safe retries), short TTL
+
+Entry ids are the 15-digit, zero-padded value of ``seq``: lexicographic order is push order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scrapy_fleet.config import validate_crawl_id
+
+#: Slices a scalable Bloom filter may grow to (slice N holds capacity * 2**N fingerprints, so
+#: 12 slices hold 4095 times FLEET_DUPEFILTER_CAPACITY).
+BLOOM_MAX_SLICES = 12
+
+
+@dataclass(frozen=True)
+class CrawlKeys:
+    """Key names of one crawl (see module docstring).  ``all_static`` lists the fixed ones."""
+
+    prefix: str
+    crawl_id: str
+
+    def __post_init__(self) -> None:
+        validate_crawl_id(self.crawl_id)
+
+    @property
+    def base(self) -> str:
+        return f"{self.prefix}:{{{self.crawl_id}}}"
+
+    def _k(self, name: str) -> str:
+        return f"{self.base}:{name}"
+
+    @property
+    def queue(self) -> str:
+        return self._k("queue")
+
+    @property
+    def data(self) -> str:
+        return self._k("data")
+
+    @property
+    def leases(self) -> str:
+        return self._k("leases")
+
+    @property
+    def lease(self) -> str:
+        return self._k("lease")
+
+    @property
+    def expiries(self) -> str:
+        return self._k("expiries")
+
+    @property
+    def dead(self) -> str:
+        return self._k("dead")
+
+    @property
+    def seq(self) -> str:
+        return self._k("seq")
+
+    @property
+    def token(self) -> str:
+        return self._k("token")
+
+    @property
+    def bloom_meta(self) -> str:
+        return self._k("bloom:meta")
+
+    @property
+    def bloom_prefix(self) -> str:
+        """Slice N of the Bloom filter is ``bloom_prefix + str(N)``."""
+        return self._k("bloom:")
+
+    @property
+    def stats(self) -> str:
+        return self._k("stats")
+
+    @property
+    def idle_since(self) -> str:
+        return self._k("idle_since")
+
+    @property
+    def seeded(self) -> str:
+        return self._k("seeded")
+
+    @property
+    def workers(self) -> str:
+        return self._k("workers")
+
+    @property
+    def op_prefix(self) -> str:
+        return self._k("op:")
+
+    def op(self, op_id: str) -> str:
+        return self.op_prefix + op_id
+
+    @property
+    def pattern(self) -> str:
+        """SCAN pattern matching every key of this crawl (used by purge)."""
+        escaped = self.base.replace("[", "\\[").replace("]", "\\]").replace("*", "\\*")
+        escaped = escaped.replace("?", "\\?")
+        return escaped + ":*"
+
+    def bloom_slice(self, n: int) -> str:
+        return f"{self.bloom_prefix}{n}"
+
+    def frontier_keys(self, op_id: str, prev_op_id: str) -> list[str]:
+        """KEYS of scripts/frontier.lua, in the order its header lists them.
+
+        The Bloom slices are passed as keys too (``BLOOM_MAX_SLICES`` of them), so that no
+        script ever builds a key name itself.
+        """
+        return [self.queue, self.data, self.leases, self.lease, self.expiries, self.dead,
+                self.seq, self.token, self.stats, self.idle_since, self.workers, self.op(op_id),
+                self.op(prev_op_id), self.bloom_meta] + [self.bloom_slice(n) for n in range(BLOOM_MAX_SLICES)]

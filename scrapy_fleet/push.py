@@ -1,0 +1,225 @@
+"""The push helper: validate URL / JSON request lines and push them into a crawl's frontier.
+
+A line is either a plain URL or a JSON object with the request spec::
+
+    {"url": "https://example.com/", "method": "POST", "headers": {"X-A": "1"},
+     "body": "text", "cookies": {"k": "v"}, "meta": {...}, "cb_kwargs": {...},
+     "callback": "parse_item", "errback": "on_error", "priority": 10, "dont_filter": false}
+
+Empty lines and lines starting with ``#`` are skipped.  A bad line is reported with its line
+number and reason and skipped; the good lines around it are pushed.  Input is read lazily and
+pushed in batches, so a file of any size takes constant memory.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+from urllib.parse import urlsplit
+
+from scrapy import Request
+
+from scrapy_fleet import codec
+from scrapy_fleet.bloom import bloom_key
+from scrapy_fleet.errors import PushLineError, RequestEncodeError
+from scrapy_fleet.frontier import FrontierAdmin, chunked
+
+#: exit statuses of the push commands
+EXIT_OK = 0
+EXIT_REJECTED = 1
+EXIT_ERROR = 2
+
+DEFAULT_MAX_URL_LENGTH = 2083  # Scrapy's URLLENGTH_LIMIT default
+BATCH = 500
+_SPEC_KEYS = {"url", "method", "headers", "body", "cookies", "meta", "cb_kwargs", "callback",
+              "errback", "priority", "dont_filter"}
+_METHOD_RE = re.compile(r"^[A-Z][A-Z0-9_-]{0,19}$")
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass
+class PushReport:
+    """Counts of one push run; ``errors`` holds ``(line number, reason)`` of rejected lines."""
+
+    pushed: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    errors: list[tuple[int, str]] = field(default_factory=list)
+
+    @property
+    def exit_status(self) -> int:
+        return EXIT_REJECTED if self.rejected else EXIT_OK
+
+
+def _validate_url(url: Any, max_length: int) -> str:
+    if not isinstance(url, str) or not url.strip():
+        raise PushLineError("url must be a non-empty string")
+    url = url.strip()
+    if len(url) > max_length:
+        raise PushLineError(f"url is {len(url)} characters long (limit {max_length})")
+    if any(c.isspace() for c in url):
+        raise PushLineError("url contains whitespace")
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https"):
+        raise PushLineError(f"url scheme must be http or https, not {parts.scheme or 'none'!r}")
+    try:
+        host = parts.hostname
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as exc:
+        raise PushLineError(f"url is malformed: {exc}") from None
+    if not host:
+        raise PushLineError("url has no host")
+    return url
+
+
+def _check_str_dict(name: str, value: Any, multi: bool = False) -> None:
+    if not isinstance(value, dict):
+        raise PushLineError(f"{name} must be an object")
+    for k, v in value.items():
+        ok = isinstance(v, str) or (multi and isinstance(v, list)
+                                    and all(isinstance(x, str) for x in v))
+        if not ok:
+            raise PushLineError(f"{name}[{k!r}] must be a string" + (" or list of strings"
+                                                                        if multi else ""))
+
+
+def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
+               dont_filter: bool = False, priority: int = 0) -> tuple[Request, dict[str, Any]]:
+    """Parse one input line into a Request and its ``to_dict()`` form (callbacks as names).
+
+    Raises:
+        PushLineError: the reason, ready to print after the line number.
+    """
+    text = line.strip()
+    if text.startswith("{"):
+        try:
+            spec = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise PushLineError(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+        if not isinstance(spec, dict):
+            raise PushLineError("JSON line must be an object")
+    elif text.startswith("["):
+        raise PushLineError("JSON line must be an object, not an array")
+    else:
+        spec = {"url": text}
+    unknown = set(spec) - _SPEC_KEYS
+    if unknown:
+        raise PushLineError(f"unknown field(s): {', '.join(sorted(unknown))}")
+    url = _validate_url(spec.get("url"), max_url_length)
+    kwargs: dict[str, Any] = {"url": url, "priority": priority, "dont_filter": dont_filter}
+    if "method" in spec:
+        if not isinstance(spec["method"], str) or not _METHOD_RE.match(spec["method"].upper()):
+            raise PushLineError("method must be an HTTP method name")
+        kwargs["method"] = spec["method"].upper()
+    if "headers" in spec:
+        _check_str_dict("headers", spec["headers"], multi=True)
+        kwargs["headers"] = spec["headers"]
+    if "body" in spec:
+        if not isinstance(spec["body"], str):
+            raise PushLineError("body must be a string")
+        kwargs["body"] = spec["body"].encode("utf-8")
+    if "cookies" in spec:
+        cookies = spec["cookies"]
+        if isinstance(cookies, list):
+            if not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in cookies):
+                raise PushLineError("cookies list items must be objects with a name")
+        else:
+            _check_str_dict("cookies", cookies)
+        kwargs["cookies"] = cookies
+    for name in ("meta", "cb_kwargs"):
+        if name in spec:
+            if not isinstance(spec[name], dict):
+                raise PushLineError(f"{name} must be an object")
+            kwargs[name] = spec[name]
+    if "priority" in spec:
+        if isinstance(spec["priority"], bool) or not isinstance(spec["priority"], int):
+            raise PushLineError("priority must be an integer")
+        if abs(spec["priority"]) > 2**31:
+            raise PushLineError("priority must be within +-2**31")
+        kwargs["priority"] = spec["priority"]
+    if "dont_filter" in spec:
+        if not isinstance(spec["dont_filter"], bool):
+            raise PushLineError("dont_filter must be true or false")
+        kwargs["dont_filter"] = spec["dont_filter"]
+    names = {}
+    for name in ("callback", "errback"):
+        value = spec.get(name)
+        if value is not None:
+            if not isinstance(value, str) or not _NAME_RE.match(value):
+                raise PushLineError(f"{name} must be the name of a spider method")
+            names[name] = value
+    try:
+        request = Request(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise PushLineError(f"invalid request: {exc}") from None
+    d = request.to_dict()
+    d.update(names)
+    return request, d
+
+
+def read_lines(sources: Iterable[str], files: Iterable[TextIO]) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of the URL arguments then of each file, lazily; blank lines and
+    ``#`` comments skipped.  Line numbers count across the inputs, from 1."""
+    n = 0
+    for text in sources:
+        n += 1
+        if text.strip() and not text.lstrip().startswith("#"):
+            yield n, text
+    for handle in files:
+        for text in handle:
+            n += 1
+            if text.strip() and not text.lstrip().startswith("#"):
+                yield n, text
+
+
+def push_lines(admin: FrontierAdmin, lines: Iterable[tuple[int, str]],
+               fingerprint: Callable[[Request], bytes],
+               max_url_length: int = DEFAULT_MAX_URL_LENGTH, dont_filter: bool = False,
+               priority: int = 0, batch: int = BATCH,
+               on_error: Callable[[int, str], None] | None = None,
+               on_batch: Callable[[PushReport], None] | None = None) -> PushReport:
+    """Validate and push *lines* in batches; returns the counts.
+
+    Raises:
+        RedisUnavailableError: Redis unreachable (batches already pushed stay pushed).
+    """
+    report = PushReport()
+
+    def entries() -> Iterator[tuple[bytes, int, bytes]]:
+        for lineno, text in lines:
+            try:
+                request, d = parse_line(text, max_url_length, dont_filter, priority)
+                payload = codec.encode_dict(d)
+            except (PushLineError, RequestEncodeError) as exc:
+                report.rejected += 1
+                if len(report.errors) < 1000:
+                    report.errors.append((lineno, str(exc)))
+                if on_error:
+                    on_error(lineno, str(exc))
+                continue
+            key = b"" if request.dont_filter else bloom_key(fingerprint(request))
+            yield key, request.priority, payload
+
+    for chunk in chunked(entries(), batch):
+        result = admin.push(chunk)
+        report.pushed += result.pushed
+        report.duplicates += result.duplicates
+        if on_batch:
+            on_batch(report)
+    return report
+
+
+def default_fingerprinter() -> Callable[[Request], bytes]:
+    """Scrapy's default request fingerprinter (what a project uses unless it sets
+    ``REQUEST_FINGERPRINTER_CLASS``)."""
+    from scrapy.utils.request import RequestFingerprinter
+
+    return RequestFingerprinter().fingerprint
+
+
+def print_error(lineno: int, reason: str) -> None:
+    print(f"line {lineno}: rejected: {reason}", file=sys.stderr)

@@ -1,0 +1,75 @@
+"""Every Redis client of the fleet is built here, with explicit retry settings.
+
+redis-py retries differently depending on how a client is built (``Redis(host=, port=)``
+retries 10 times, ``from_url`` 0 times), and a retried EVALSHA after a lost reply runs twice
+on the server.  So clients here never retry by themselves (``Retry(NoBackoff(), 0)``); the
+callers that mutate (frontier.py, dupefilter.py) retry explicitly with the same operation id,
+which their scripts turn into a no-op replay.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+import redis.asyncio
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from scrapy_fleet.errors import RedisUnavailableError
+
+
+def redact(url: str) -> str:
+    """*url* with its password replaced by ``***`` (for logs and error messages)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+def _options(timeout: float) -> dict[str, Any]:
+    return {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "retry": Retry(NoBackoff(), 0),
+        "retry_on_timeout": False,
+        "health_check_interval": 30,
+        "client_name": "scrapy_fleet",
+    }
+
+
+def sync_client(url: str, timeout: float = 10.0) -> redis.Redis:
+    """A blocking client for commands and the push helper (never in the reactor's path)."""
+    return redis.Redis.from_url(url, **_options(timeout))
+
+
+def async_client(url: str, timeout: float = 10.0) -> redis.asyncio.Redis:
+    """An asyncio client, used by workers inside Scrapy's asyncio reactor."""
+    return redis.asyncio.Redis.from_url(url, **_options(timeout))
+
+
+def ping_sync(client: redis.Redis, url: str) -> None:
+    """PING or raise :class:`RedisUnavailableError` naming the (redacted) URL."""
+    try:
+        client.ping()
+    except redis.AuthenticationError as exc:
+        raise RedisUnavailableError(
+            f"Redis at {redact(url)} refused the credentials (FLEET_REDIS_URL): {exc}") from exc
+    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        raise RedisUnavailableError(
+            f"cannot reach Redis at {redact(url)} (FLEET_REDIS_URL): {exc}") from exc
+
+
+async def ping_async(client: redis.asyncio.Redis, url: str) -> None:
+    """PING or raise :class:`RedisUnavailableError` naming the (redacted) URL."""
+    try:
+        await client.ping()
+    except redis.AuthenticationError as exc:
+        raise RedisUnavailableError(
+            f"Redis at {redact(url)} refused the credentials (FLEET_REDIS_URL): {exc}") from exc
+    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+        raise RedisUnavailableError(
+            f"cannot reach Redis at {redact(url)} (FLEET_REDIS_URL): {exc}") from exc

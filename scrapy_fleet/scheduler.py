@@ -1,0 +1,381 @@
+"""FleetScheduler: Scrapy's scheduler interface on top of the shared Redis frontier.
+
+Data flow in one worker (docs/architecture.md)::
+
+    spider output --enqueue_request--> outbox --+
+    engine done with a request --------> done --+--> pump: one frontier.lua call --> Redis
+    next_request <-- prefetch (decoded) <-------+        (push + ack + extend + lease)
+
+* ``enqueue_request`` encodes the request and buffers it; it never touches the network.
+* ``next_request`` pops the local prefetch; it never touches the network.
+* A background task (the pump) sends everything buffered in one round trip: new requests
+  (through the Bloom filter), acknowledgements of finished requests, lease extensions, and a
+  request for more leases when the prefetch runs low.  The requests a response yielded are in
+  the outbox before the engine reports that response done, so they reach the frontier in the
+  same atomic call as the parent's acknowledgement, or in an earlier one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from scrapy.core.scheduler import BaseScheduler
+from scrapy.utils.defer import deferred_from_coro
+from scrapy.utils.reactor import is_asyncio_reactor_installed
+
+from scrapy_fleet import codec, engine_hooks
+from scrapy_fleet.config import FleetConfig
+from scrapy_fleet.dupefilter import RedisBloomDupeFilter
+from scrapy_fleet.errors import FleetConfigError, RedisUnavailableError, RequestEncodeError
+from scrapy_fleet.frontier import AsyncFrontier, FrontierParams, SyncBatch, SyncResult
+from scrapy_fleet.keys import CrawlKeys
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from scrapy.dupefilters import BaseDupeFilter
+    from twisted.internet.defer import Deferred
+
+logger = logging.getLogger(__name__)
+
+#: pushes sent in one frontier call at most
+PUSH_CHUNK = 500
+
+
+class _Lease:
+    __slots__ = ("entry_id", "lost", "token")
+
+    def __init__(self, entry_id: str, token: int) -> None:
+        self.entry_id = entry_id
+        self.token = token
+        self.lost = False
+
+
+class FleetScheduler(BaseScheduler):
+    """Scheduler whose queue is the fleet's Redis frontier (enabled by ``scrapy_fleet.Addon``).
+
+    Settings: ``FLEET_*`` (docs/settings.md).  Stats: ``scheduler/enqueued/redis``,
+    ``scheduler/dequeued/redis`` and ``fleet/frontier/*``, ``fleet/redis/*``,
+    ``fleet/codec/*`` (docs/stats.md).
+
+    Raises:
+        FleetConfigError: from ``from_crawler`` on a wrong ``FLEET_*`` setting, or from
+            ``open`` when the reactor is not Twisted's asyncio reactor.
+        RedisUnavailableError: from ``open`` when Redis cannot be reached.
+    """
+
+    def __init__(self, crawler: Crawler, config: FleetConfig, dupefilter: BaseDupeFilter) -> None:
+        self.crawler = crawler
+        self.config = config
+        self.df = dupefilter
+        self.stats = crawler.stats
+        self.spider: Spider | None = None
+        self.frontier: AsyncFrontier | None = None
+        self._prefetch: deque[tuple[Request, _Lease]] = deque()
+        self._inflight: dict[int, tuple[Request, _Lease]] = {}
+        self._done: list[_Lease] = []
+        self._outbox: list[tuple[str, bytes, int, bytes]] = []
+        self._dead: list[tuple[_Lease, str]] = []
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._fleet_done = False
+        self._frontier_empty = False
+        self._last_extend = 0.0
+        self._uninstall_hook: Any = None
+        self._logged_dupe = False
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> FleetScheduler:
+        from scrapy.utils.misc import build_from_crawler, load_object
+
+        config = FleetConfig.from_settings(crawler.settings)
+        df_cls = load_object(crawler.settings["DUPEFILTER_CLASS"])
+        return cls(crawler, config, build_from_crawler(df_cls, crawler))
+
+    # -- Scrapy scheduler interface -------------------------------------------------------
+
+    def open(self, spider: Spider) -> Deferred[None]:
+        return deferred_from_coro(self._open(spider))
+
+    async def _open(self, spider: Spider) -> None:
+        if not is_asyncio_reactor_installed():
+            raise FleetConfigError(
+                "TWISTED_REACTOR must be the asyncio reactor "
+                "(twisted.internet.asyncioreactor.AsyncioSelectorReactor) for scrapy_fleet")
+        self.spider = spider
+        if hasattr(self.df, "open"):
+            self.df.open()
+        crawl_id = self.config.resolve_crawl_id(spider.name)
+        keys = CrawlKeys(self.config.key_prefix, crawl_id)
+        params = FrontierParams(self.config.lease_timeout, self.config.max_leases,
+                                self.config.dupefilter_capacity,
+                                self.config.dupefilter_error_rate)
+        self.frontier = AsyncFrontier(self.config.redis_url, keys, self.config.worker_id,
+                                      params, self.config.redis_timeout,
+                                      self.config.redis_retries)
+        await self.frontier.connect()
+        self._uninstall_hook = engine_hooks.on_request_done(self.crawler, self._request_done)
+        self._wake = asyncio.Event()
+        self._task = asyncio.ensure_future(self._pump())
+        self._wake.set()
+        logger.info("Fleet worker %s joined crawl %r at %s", self.config.worker_id, crawl_id,
+                    self._redacted_url(), extra={"spider": spider})
+
+    def close(self, reason: str) -> Deferred[None]:
+        return deferred_from_coro(self._close(reason))
+
+    async def _close(self, reason: str) -> None:
+        self._closing = True
+        if self._uninstall_hook is not None:
+            self._uninstall_hook()
+        if self._task is not None and self._wake is not None:
+            self._wake.set()
+            try:
+                await self._task
+            except Exception:
+                logger.exception("Fleet pump failed")
+        if self.frontier is not None:
+            await self._final_flush(reason)
+            try:
+                await self.frontier.client.zrem(self.frontier.keys.workers, self.config.worker_id)
+            except Exception:  # noqa: BLE001 - leaving the worker list is best effort
+                pass
+            await self.frontier.close()
+        if hasattr(self.df, "close"):
+            self.df.close(reason)
+
+    def has_pending_requests(self) -> bool:
+        return bool(self._prefetch or self._outbox or self._inflight or self._done
+                    or not self._fleet_done)
+
+    def enqueue_request(self, request: Request) -> bool:
+        if not isinstance(self.df, RedisBloomDupeFilter) and not request.dont_filter:
+            if self.df.request_seen(request):
+                self.df.log(request, self.spider)  # type: ignore[arg-type]
+                return False
+        try:
+            payload = codec.encode(request, self.spider)
+        except RequestEncodeError as exc:
+            logger.error("%s; request dropped", exc, extra={"spider": self.spider})
+            self._inc("fleet/codec/encode_error")
+            self._inc(f"fleet/codec/encode_error/{type(exc.__cause__ or exc).__name__}")
+            return False
+        key = b"" if request.dont_filter or not isinstance(self.df, RedisBloomDupeFilter) \
+            else self.df.bloom_key(request)
+        self._outbox.append((request.url, key, request.priority, payload))
+        self._inc("scheduler/enqueued/redis")
+        self._inc("scheduler/enqueued")
+        self._poke()
+        return True
+
+    def next_request(self) -> Request | None:
+        if not self._prefetch:
+            return None
+        request, lease = self._prefetch.popleft()
+        self._inflight[id(request)] = (request, lease)
+        self._inc("scheduler/dequeued/redis")
+        self._inc("scheduler/dequeued")
+        if len(self._prefetch) <= self.config.prefetch // 2:
+            self._poke()
+        return request
+
+    def __len__(self) -> int:
+        return len(self._prefetch) + len(self._outbox)
+
+    # -- completion ------------------------------------------------------------------------
+
+    def _request_done(self, request: Request) -> None:
+        entry = self._inflight.pop(id(request), None)
+        if entry is None:
+            return
+        lease = entry[1]
+        if lease.lost:
+            self._inc("fleet/frontier/lease_lost")
+            return
+        self._done.append(lease)
+        self._poke()
+
+    # -- the pump --------------------------------------------------------------------------
+
+    def _poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def _held_leases(self) -> list[_Lease]:
+        held = [lease for _, lease in self._prefetch]
+        held += [lease for _, lease in self._inflight.values() if not lease.lost]
+        return held
+
+    def _wait_time(self) -> float:
+        heartbeat = self.config.lease_timeout / 3
+        until_extend = max(0.0, self._last_extend + heartbeat - time.monotonic())
+        if len(self._prefetch) < self.config.prefetch and not self._fleet_done:
+            return min(self.config.poll_interval, until_extend)
+        return until_extend
+
+    async def _pump(self) -> None:
+        assert self._wake is not None
+        backoff = 0.1
+        while not self._closing:
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self._wait_time())
+            except asyncio.TimeoutError:
+                pass
+            if self._closing:
+                return
+            self._wake.clear()
+            if self.config.flush_interval and (self._outbox or self._done):
+                await asyncio.sleep(self.config.flush_interval)  # coalesce a burst
+            try:
+                await self._sync_once(final=False)
+                backoff = 0.1
+            except RedisUnavailableError as exc:
+                self._inc("fleet/redis/errors")
+                logger.error("Fleet frontier unreachable, retrying in %.1f s: %s", backoff, exc,
+                             extra={"spider": self.spider})
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+            except Exception:
+                self._inc("fleet/redis/errors")
+                logger.exception("Fleet frontier call failed", extra={"spider": self.spider})
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
+
+    def _build_batch(self, final: bool) -> tuple[SyncBatch, int, int, int]:
+        outbox = self._outbox[:PUSH_CHUNK]
+        done = list(self._done)
+        dead = list(self._dead)
+        batch = SyncBatch(
+            acks=[(lease.entry_id, lease.token) for lease in done],
+            dead=[(lease.entry_id, lease.token, reason) for lease, reason in dead],
+            pushes=[(key, prio, payload) for _, key, prio, payload in outbox],
+        )
+        now = time.monotonic()
+        if final:
+            held = self._held_leases()
+            batch.releases = [(lease.entry_id, lease.token) for lease in held]
+        else:
+            if now - self._last_extend >= self.config.lease_timeout / 3:
+                batch.extends = [(lease.entry_id, lease.token) for lease in self._held_leases()]
+            want = self.config.prefetch - len(self._prefetch)
+            if want > 0 and not self._fleet_done:
+                batch.take = want
+        return batch, len(outbox), len(done), len(dead)
+
+    async def _sync_once(self, final: bool) -> SyncResult | None:
+        assert self.frontier is not None
+        batch, n_out, n_done, n_dead = self._build_batch(final)
+        if batch.is_empty():
+            return None
+        outbox = self._outbox[:n_out]
+        result = await self.frontier.sync(batch)
+        # the call succeeded: drop what it carried from the local buffers
+        del self._outbox[:n_out]
+        del self._done[:n_done]
+        del self._dead[:n_dead]
+        if batch.extends:
+            self._last_extend = time.monotonic()
+        self._account(result, batch, outbox)
+        if not final:
+            self._receive(result)
+        return result
+
+    def _account(self, result: SyncResult, batch: SyncBatch,
+                 outbox: list[tuple[str, bytes, int, bytes]]) -> None:
+        self._inc("fleet/redis/roundtrips")
+        if result.pushed:
+            self._inc("fleet/frontier/pushed", result.pushed)
+        if result.duplicates:
+            self._inc("dupefilter/filtered", result.duplicates)
+            self._inc("fleet/dupefilter/filtered", result.duplicates)
+            if not self._logged_dupe:
+                first = next(url for (url, *_), flag in zip(outbox, result.push_flags)
+                             if not flag)
+                logger.debug("Filtered duplicate request: <GET %s> - no more duplicates will be "
+                             "shown", first, extra={"spider": self.spider})
+                self._logged_dupe = True
+        if result.acked:
+            self._inc("fleet/frontier/acked", result.acked)
+        if result.released:
+            self._inc("fleet/frontier/released", result.released)
+        if result.reclaimed:
+            self._inc("fleet/frontier/reclaimed", result.reclaimed)
+        if result.bloom_full:
+            logger.warning("The fleet's Bloom filter is at its last slice; its false-positive "
+                           "rate grows from here. Raise FLEET_DUPEFILTER_CAPACITY and purge.",
+                           extra={"spider": self.spider})
+        lost = set(result.lost)
+        if lost:
+            self._inc("fleet/frontier/lease_lost", len(lost))
+            self._prefetch = deque((r, lease) for r, lease in self._prefetch
+                                   if lease.entry_id not in lost)
+            for _, lease in self._inflight.values():
+                if lease.entry_id in lost:
+                    lease.lost = True
+
+    def _receive(self, result: SyncResult) -> None:
+        got = 0
+        for entry in result.leased:
+            lease = _Lease(entry.entry_id, entry.token)
+            try:
+                request = codec.decode(entry.payload, self.spider, self.config.request_classes)
+            except Exception as exc:  # RequestDecodeError, or anything a Request class raises
+                logger.error("Frontier entry %s cannot be used (%s); moved to dead letters",
+                             entry.entry_id, exc, extra={"spider": self.spider})
+                self._dead.append((lease, f"{type(exc).__name__}: {exc}"[:500]))
+                self._inc("fleet/frontier/dead_letter")
+                self._poke()
+                continue
+            if entry.expiries:
+                self._inc("fleet/frontier/redelivered")
+            self._prefetch.append((request, lease))
+            got += 1
+        if got:
+            self._inc("fleet/frontier/leased", got)
+        self._frontier_empty = result.queued == 0
+        idle_timeout = self.config.idle_timeout
+        if (idle_timeout is not None and result.idle_ms >= idle_timeout * 1000
+                and not (self._prefetch or self._inflight or self._done or self._outbox)):
+            if not self._fleet_done:
+                logger.info("Fleet idle for %.1f s (FLEET_IDLE_TIMEOUT=%s): closing",
+                            result.idle_ms / 1000, idle_timeout, extra={"spider": self.spider})
+            self._fleet_done = True
+        if got or self._fleet_done:
+            engine_hooks.wake_engine(self.crawler)
+
+    async def _final_flush(self, reason: str) -> None:
+        """Acknowledge what is done, push what is buffered, release every other lease."""
+        assert self.frontier is not None
+        try:
+            while True:
+                result = await self._sync_once(final=True)
+                if result is not None:
+                    self._prefetch.clear()
+                    self._inflight.clear()
+                if result is None or not self._outbox:
+                    break
+        except RedisUnavailableError as exc:
+            logger.error("Fleet worker closing (%s) without reaching Redis: %d requests not "
+                         "pushed, %d not acknowledged; their parents' leases will expire and "
+                         "be fetched again. %s", reason, len(self._outbox), len(self._done),
+                         exc, extra={"spider": self.spider})
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _inc(self, key: str, count: int = 1) -> None:
+        if self.stats is not None:
+            self.stats.inc_value(key, count)
+
+    def _set_stat(self, key: str, value: Any) -> None:
+        if self.stats is not None:
+            self.stats.set_value(key, value)
+
+    def _redacted_url(self) -> str:
+        from scrapy_fleet.redis_client import redact
+
+        return redact(self.config.redis_url)
