@@ -223,11 +223,12 @@ class FrontierAdmin:
     def ping(self) -> None:
         redis_client.ping_sync(self.client, self.url)
 
-    def sync(self, batch: SyncBatch, worker: str = "") -> SyncResult:
-        """Run one batch (see :class:`AsyncFrontier.sync`), blocking."""
+    def sync(self, batch: SyncBatch, worker: str = "", op_id: str | None = None) -> SyncResult:
+        """Run one batch (see :class:`AsyncFrontier.sync`), blocking.  *op_id* (default: a
+        fresh one) names the call: the same id again replays the first reply."""
         if self._script is None:
             self._script = scripts.load(self.client, "frontier.lua")
-        op = uuid.uuid4().hex
+        op = op_id or uuid.uuid4().hex
         keys = self.keys.frontier_keys(op, self._prev_op)
         arg = _arg(batch, worker, self.params)
         delay = 0.1

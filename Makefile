@@ -1,0 +1,55 @@
+# scrapy-fleet: `make demo` (a real multi-worker crawl) and `make test` (the whole suite).
+# Works on a fresh Debian 12 machine: missing system packages are installed with apt-get
+# (as root, else with sudo), Python packages into ./.venv.
+
+PYTHON  ?= python3
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# make demo SITE=../shared/sites/docs.python.org START=/3/ [WORKERS=3]
+SITE    ?=
+START   ?=
+WORKERS ?= 3
+PYTEST_ARGS ?=
+
+.PHONY: venv redis demo test lint clean distclean
+
+venv: $(VENV)/.installed
+
+# Re-installed when the package metadata changes.
+$(VENV)/.installed: setup.cfg pyproject.toml
+	@if ! $(PYTHON) -c 'import ensurepip, venv' >/dev/null 2>&1; then \
+	    echo "python3-venv is missing: installing it"; \
+	    $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends python3-venv; \
+	fi
+	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $@
+
+redis:
+	@if ! command -v redis-server >/dev/null 2>&1; then \
+	    echo "redis-server is missing: installing it from Debian"; \
+	    $(SUDO) apt-get update && $(SUDO) apt-get install -y --no-install-recommends redis-server; \
+	fi
+	@redis-server --version
+
+demo: venv redis
+	$(PY) example_project/run_demo.py --workers $(WORKERS) \
+	    $(if $(SITE),--site $(SITE)) $(if $(START),--start $(START))
+
+# An empty suite must not look green: pytest's exit code 5 ("no tests collected") fails.
+test: venv redis
+	@$(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+clean:
+	rm -rf .demo .pytest_cache .mypy_cache .ruff_cache build dist
+	find . -name __pycache__ -type d -not -path './$(VENV)/*' -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV) *.egg-info

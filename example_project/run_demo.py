@@ -1,0 +1,352 @@
+"""The main job, end to end: a real multi-worker fleet crawl of a local static site.
+
+    .venv/bin/python example_project/run_demo.py                      # generated 200-page site
+    .venv/bin/python example_project/run_demo.py --site ../shared/sites/docs.python.org --start /3/
+
+Steps: start a private redis-server on a free port (data under ./.demo/, no persistence);
+serve the site on 127.0.0.1 (by default a site generated into .demo/site); push the start URL
+with ``scrapy fleet push docs URL``; start N workers ``scrapy crawl docs`` with
+``FLEET_IDLE_TIMEOUT=5`` and one JSON-lines output each (.demo/out-N.jsonl, logs in
+.demo/worker-N.log); print progress once a second; wait for the workers to close by
+themselves; print a summary. Exit status 1 if a worker failed, nothing was crawled, or (on the
+generated site) a page is missing. Redis and the site server are stopped at the end, also on
+Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from contextlib import ExitStack
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+PROJECT_DIR = Path(__file__).resolve().parent
+REPO_ROOT = PROJECT_DIR.parent
+DEMO_DIR = REPO_ROOT / ".demo"
+SPIDER = "docs"
+
+
+def log(msg: str) -> None:
+    print(f"[demo] {msg}", flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def stop(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
+    """SIGTERM, SIGKILL after ``timeout`` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def stop_all(procs: list[subprocess.Popen[Any]]) -> None:
+    for proc in procs:
+        stop(proc)
+
+
+def start_redis(stack: ExitStack) -> str:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        sys.exit("redis-server not found: run `make redis` (apt-get install -y redis-server)")
+    workdir = DEMO_DIR / "redis"
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    args = [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(workdir),
+        "--logfile",
+        str(workdir / "redis.log"),
+    ]
+    proc = subprocess.Popen(args, start_new_session=True)
+    stack.callback(stop, proc)
+    url = f"redis://127.0.0.1:{port}/0"
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=1)
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                sys.exit(f"redis-server did not start; see {workdir / 'redis.log'}")
+            time.sleep(0.05)
+    client.close()
+    log(f"redis-server {url} (pid {proc.pid})")
+    return url
+
+
+def serve_site(stack: ExitStack, root: Path) -> str:
+    args = [
+        sys.executable,
+        "-m",
+        "scrapy_fleet.testsite",
+        "serve",
+        str(root),
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--log",
+        str(DEMO_DIR / "site-requests.jsonl"),
+    ]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    stack.callback(stop, proc)
+    assert proc.stdout is not None
+    base = proc.stdout.readline().strip()
+    if not base.startswith("http://"):
+        sys.exit(f"the site server did not start (exit {proc.poll()})")
+    log(f"serving {root} at {base} (pid {proc.pid})")
+    return base
+
+
+def worker_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("SCRAPY_SETTINGS_MODULE", None)
+    # Scrapy's RemoteControl extension keeps a token file under $XDG_STATE_HOME/scrapy.
+    env["XDG_STATE_HOME"] = str(DEMO_DIR / "state")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class Progress:
+    """Counts items in the workers' outputs (incrementally) and reads the frontier status."""
+
+    def __init__(self, outputs: list[Path], redis_url: str) -> None:
+        self.outputs = outputs
+        self.offsets = dict.fromkeys(outputs, 0)
+        self.lines = dict.fromkeys(outputs, 0)
+        self.admin: Any = None
+        try:
+            from scrapy_fleet.frontier import FrontierAdmin
+
+            self.admin = FrontierAdmin(redis_url, SPIDER)
+        except Exception as exc:  # the status is a nicety; line counts always work
+            log(f"frontier status unavailable ({exc}); showing item counts only")
+
+    def items(self) -> int:
+        for path in self.outputs:
+            if path.exists():
+                with open(path, "rb") as fh:
+                    fh.seek(self.offsets[path])
+                    chunk = fh.read()
+                complete = chunk[: chunk.rfind(b"\n") + 1]
+                self.offsets[path] += len(complete)
+                self.lines[path] += complete.count(b"\n")
+        return sum(self.lines.values())
+
+    def status(self) -> dict[str, Any] | None:
+        if self.admin is None:
+            return None
+        try:
+            return dict(self.admin.status())
+        except Exception:
+            return None
+
+
+def read_items(paths: list[Path]) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    for path in paths:
+        if path.exists():
+            with open(path, encoding="utf-8") as fh:
+                items.extend(json.loads(line) for line in fh if line.strip())
+    return items
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--site", type=Path, help="static folder to serve (default: generate one)")
+    parser.add_argument("--start", help="start path or URL (default /site/, or / with --site)")
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--pages", type=int, default=200, help="size of the generated site")
+    parser.add_argument("--links", type=int, default=8, help="links per generated page")
+    parser.add_argument("--idle-timeout", type=float, default=5, help="FLEET_IDLE_TIMEOUT (s)")
+    parser.add_argument("--timeout", type=float, default=1800, help="give up after (s)")
+    args = parser.parse_args()
+
+    DEMO_DIR.mkdir(exist_ok=True)
+    for old in [*DEMO_DIR.glob("out-*.jsonl"), *DEMO_DIR.glob("worker-*.log")]:
+        old.unlink()
+    (DEMO_DIR / "site-requests.jsonl").unlink(missing_ok=True)
+
+    expected: set[str] | None = None
+    if args.site is None:
+        from scrapy_fleet.testsite import generate_site
+
+        site_dir = DEMO_DIR / "site"
+        shutil.rmtree(site_dir, ignore_errors=True)
+        paths = generate_site(site_dir, args.pages, args.links)
+        log(f"generated a {args.pages}-page site in {site_dir}")
+        start = args.start or "/site/"
+    else:
+        site_dir = args.site.resolve()
+        if not site_dir.is_dir():
+            sys.exit(f"--site: not a directory: {args.site}")
+        start = args.start or "/"
+
+    workers: list[subprocess.Popen[bytes]] = []
+    with ExitStack() as stack:
+        redis_url = start_redis(stack)
+        base = serve_site(stack, site_dir)
+        stack.callback(stop_all, workers)  # LIFO: workers stop before the site and redis
+        start_url = start if "://" in start else base.rstrip("/") + "/" + start.lstrip("/")
+        if args.site is None:
+            expected = {base.rstrip("/") + p for p in paths}
+        env = worker_env()
+        push = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "scrapy",
+                "fleet",
+                "push",
+                SPIDER,
+                start_url,
+                "-s",
+                f"FLEET_REDIS_URL={redis_url}",
+            ],
+            cwd=PROJECT_DIR,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        if push.returncode != 0:
+            print(push.stdout + push.stderr, file=sys.stderr)
+            log(f"`scrapy fleet push` failed (exit {push.returncode})")
+            return 1
+        log(f"pushed {start_url}: {push.stdout.strip() or push.stderr.strip()[-200:]}")
+
+        outputs = [DEMO_DIR / f"out-{n}.jsonl" for n in range(1, args.workers + 1)]
+        started = time.monotonic()
+        for n, out in enumerate(outputs, 1):
+            with open(DEMO_DIR / f"worker-{n}.log", "wb") as wlog:
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "scrapy",
+                    "crawl",
+                    SPIDER,
+                    "-s",
+                    f"FLEET_REDIS_URL={redis_url}",
+                    "-s",
+                    f"FLEET_IDLE_TIMEOUT={args.idle_timeout:g}",
+                    "-s",
+                    f"FLEET_JSONL_PATH={out}",
+                ]
+                workers.append(
+                    subprocess.Popen(
+                        cmd,
+                        cwd=PROJECT_DIR,
+                        env=env,
+                        stdout=wlog,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+        log(f"started {args.workers} workers (logs: .demo/worker-N.log); waiting for them to close")
+
+        progress = Progress(outputs, redis_url)
+        tty = sys.stdout.isatty()
+        while any(w.poll() is None for w in workers):
+            elapsed = time.monotonic() - started
+            if elapsed > args.timeout:
+                log(f"timeout after {args.timeout:g} s: stopping the workers")
+                break
+            running = sum(w.poll() is None for w in workers)
+            line = f"{elapsed:6.1f}s  items {progress.items():6d}"
+            st = progress.status()
+            if st is not None:
+                line += (
+                    f"  queued {st['queued']:6d}  leased {st['leased']:4d}"
+                    f"  dead {st['dead']:3d}  seen {st['seen']:6d}"
+                )
+            line += f"  workers {running}/{len(workers)}"
+            print(("\r" if tty else "") + line, end="" if tty else "\n", flush=True)
+            time.sleep(1)
+        if tty:
+            print()
+        seconds = time.monotonic() - started
+        for w in workers:
+            stop(w)
+        codes = [w.returncode for w in workers]
+        final = progress.status()
+
+    items = read_items(outputs)
+    per_url = Counter(item["url"] for item in items)
+    duplicates = sum(c - 1 for c in per_url.values())
+    stamps = sorted(datetime.fromisoformat(i["fetched_at"]) for i in items if i.get("fetched_at"))
+    crawl_span = (stamps[-1] - stamps[0]).total_seconds() if stamps else 0.0
+    dead = final["dead"] if final else "?"
+    print()
+    print("== summary ==")
+    print(f"start URL        {start_url}")
+    print(f"workers          {len(workers)}, exit codes {codes}")
+    print(f"items per worker {[progress.lines[o] for o in outputs]}")
+    print(f"pages            {len(per_url)} unique URLs")
+    print(f"items            {len(items)}")
+    print(f"duplicates       {duplicates}")
+    print(f"dead letters     {dead}")
+    print(
+        f"seconds          {seconds:.1f} until every worker closed "
+        f"(first to last item: {crawl_span:.1f}, idle timeout {args.idle_timeout:g})"
+    )
+    print("outputs          " + " ".join(str(o.relative_to(REPO_ROOT)) for o in outputs))
+
+    ok = True
+    if any(code != 0 for code in codes):
+        log("FAILED: a worker exited with an error; see .demo/worker-N.log")
+        ok = False
+    if not items:
+        log("FAILED: nothing was crawled")
+        ok = False
+    if expected is not None:
+        missing = expected - set(per_url)
+        if missing or duplicates:
+            log(f"FAILED: {len(missing)} of {len(expected)} pages missing, {duplicates} duplicates")
+            ok = False
+        else:
+            log(f"OK: all {len(expected)} pages of the generated site, each exactly once")
+    return 0 if ok else 1
+
+
+def interrupted(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    # Ctrl-C and SIGTERM both unwind main(), whose ExitStack stops workers, site and redis.
+    signal.signal(signal.SIGINT, interrupted)
+    signal.signal(signal.SIGTERM, interrupted)
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        log("interrupted; workers, site server and redis were stopped")
+        sys.exit(130)

@@ -1,0 +1,298 @@
+"""A small static-file HTTP server for tests: observable and programmable.
+
+:class:`SiteServer` serves one directory with Twisted Web on one or more loopback addresses
+(``127.0.0.1``, ``127.0.0.2``, ...; on Linux the whole ``127.0.0.0/8`` is local), all on the
+same port, so that several addresses look like several hosts to a crawler.
+
+Serving: ``/x/`` answers ``x/index.html``; ``/x`` for a directory redirects (301) to ``/x/``;
+the query string is ignored; unknown paths answer 404.
+
+Observing: every request is appended to the log file as one JSON line::
+
+    {"t": 1712345678.123, "host": "127.0.0.2:8000", "addr": "127.0.0.2", "path": "/site/",
+     "status": 200, "concurrent": 3}
+
+``t`` is the server's ``time.time()`` (seconds) when the request arrived, ``host`` the
+``Host`` header, ``addr`` the local address that accepted the connection, ``concurrent``
+the number of requests to the same host name (``Host`` without port) in flight at arrival,
+this one included. The server is single-threaded: a request answered at once is finished
+before the next one is read, so only held (delayed) responses overlap. The server also
+keeps the maximum of ``concurrent`` per host name; ``GET /_testsite/stats`` returns
+``{"requests": N, "max_concurrent": {host: n}}`` (control paths are neither logged nor
+counted).
+
+Programming (:class:`Behaviour`, from ``--config FILE.json`` or ``PUT /_testsite/config``
+with the same JSON)::
+
+    {"delays":   [{"prefix": "/slow/", "seconds": 2.0, "host": null}],
+     "failures": [{"prefix": "/busy/", "status": 429, "retry_after": 5, "first": 3,
+                   "host": "127.0.0.2"}],
+     "robots":   {"127.0.0.2": "User-agent: *\\nDisallow: /private/\\n"},
+     "robots_status": {"127.0.0.3": 503}}
+
+* a delay holds the response for ``seconds`` without blocking the server (``callLater``);
+* a failure answers ``status`` (429, 503, ...) with ``Retry-After: retry_after`` (seconds or
+  an HTTP date; omitted when null) to matching requests: all of them, or only the ``first``
+  K matching ones;
+* ``robots`` gives the body of ``/robots.txt`` per host name (otherwise the file from the
+  served directory, or 404); ``robots_status`` makes ``/robots.txt`` answer that status.
+
+``host`` null or absent matches every host. Delays also apply to failures.
+"""
+
+from __future__ import annotations
+
+import json
+import mimetypes
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+from urllib.parse import unquote
+
+from twisted.internet import reactor as _reactor
+from twisted.web import resource, server
+
+CONTROL_PREFIX = "/_testsite/"
+
+
+def host_name(host_header: str) -> str:
+    """``"127.0.0.2:8000"`` -> ``"127.0.0.2"``; lower case; IPv6 brackets kept."""
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        return host.split("]", 1)[0] + "]"
+    return host.rsplit(":", 1)[0] if ":" in host else host
+
+
+@dataclass
+class Delay:
+    """Hold responses to paths starting with ``prefix`` for ``seconds`` (float, s)."""
+
+    prefix: str
+    seconds: float
+    host: str | None = None
+
+
+@dataclass
+class Failure:
+    """Answer ``status`` to paths starting with ``prefix``; only the ``first`` K if set.
+
+    ``retry_after``: value of the ``Retry-After`` header (int seconds or an HTTP date).
+    """
+
+    prefix: str
+    status: int = 429
+    retry_after: int | str | None = None
+    first: int | None = None
+    host: str | None = None
+    hits: int = 0  # matching requests seen so far
+
+
+@dataclass
+class Behaviour:
+    """Everything the server does besides serving files. See the module docstring."""
+
+    delays: list[Delay] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    robots: dict[str, str] = field(default_factory=dict)
+    robots_status: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Behaviour:
+        unknown = set(data) - {"delays", "failures", "robots", "robots_status"}
+        if unknown:
+            raise ValueError(f"unknown behaviour keys: {sorted(unknown)}")
+        return cls(
+            delays=[Delay(**d) for d in data.get("delays", [])],
+            failures=[Failure(**f) for f in data.get("failures", [])],
+            robots={host_name(h): str(b) for h, b in data.get("robots", {}).items()},
+            robots_status={host_name(h): int(s) for h, s in data.get("robots_status", {}).items()},
+        )
+
+    def delay_for(self, host: str, path: str) -> float:
+        """Seconds to hold a response (the largest matching delay, 0.0 if none)."""
+        return max(
+            (d.seconds for d in self.delays if _matches(d.prefix, d.host, host, path)),
+            default=0.0,
+        )
+
+    def failure_for(self, host: str, path: str) -> Failure | None:
+        """The failure rule that applies to this request, counting it as a hit."""
+        for rule in self.failures:
+            if _matches(rule.prefix, rule.host, host, path):
+                rule.hits += 1
+                if rule.first is None or rule.hits <= rule.first:
+                    return rule
+        return None
+
+
+def _matches(prefix: str, rule_host: str | None, host: str, path: str) -> bool:
+    return path.startswith(prefix) and (rule_host is None or host_name(rule_host) == host)
+
+
+class _Root(resource.Resource):
+    isLeaf = True
+
+    def __init__(self, owner: SiteServer) -> None:
+        super().__init__()
+        self.owner = owner
+
+    def render(self, request: server.Request) -> bytes | int:
+        return self.owner.handle(request)
+
+
+class _QuietSite(server.Site):
+    def log(self, request: Any) -> None:  # Twisted's access log: not wanted
+        pass
+
+
+class SiteServer:
+    """Serve ``root`` on ``port`` of every address in ``binds``; see the module docstring.
+
+    :param root: directory to serve
+    :param binds: local addresses to listen on, e.g. ``["127.0.0.1", "127.0.0.2"]``
+    :param port: TCP port; 0 picks a free one (the same for every address)
+    :param log_path: JSON-lines request log (appended, flushed per line); None: no log
+    :param behaviour: initial :class:`Behaviour`
+    :param reactor: Twisted reactor (default: the global one)
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        binds: list[str] | None = None,
+        port: int = 0,
+        log_path: Path | None = None,
+        behaviour: Behaviour | None = None,
+        reactor: Any = None,
+    ) -> None:
+        self.root = Path(root).resolve()
+        self.binds = binds or ["127.0.0.1"]
+        self.port = port
+        self.behaviour = behaviour or Behaviour()
+        self.reactor: Any = reactor or _reactor
+        self.in_flight: dict[str, int] = {}
+        self.max_concurrent: dict[str, int] = {}
+        self.requests = 0
+        self._log: TextIO | None = None
+        if log_path:
+            self._log = open(log_path, "a", encoding="utf-8")  # closed in stop()
+        self._ports: list[Any] = []
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> list[str]:
+        """Listen on every address; return the base URLs (``http://ADDR:PORT/``)."""
+        tcp = self.reactor
+        site = _QuietSite(_Root(self))
+        for addr in self.binds:
+            listening: Any = tcp.listenTCP(self.port, site, interface=addr)
+            self.port = listening.getHost().port  # port 0: reuse the picked one for the rest
+            self._ports.append(listening)
+        return [f"http://{addr}:{self.port}/" for addr in self.binds]
+
+    def stop(self) -> None:
+        for listening in self._ports:
+            listening.stopListening()
+        self._ports.clear()
+        if self._log:
+            self._log.close()
+            self._log = None
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def handle(self, request: server.Request) -> bytes | int:
+        path = request.path.decode("utf-8", "replace")
+        if path.startswith(CONTROL_PREFIX):
+            return self._control(request, path)
+        host_header = (request.getHeader("host") or "").strip()
+        host = host_name(host_header)
+        arrived = time.time()
+        self.requests += 1
+        concurrent = self.in_flight.get(host, 0) + 1
+        self.in_flight[host] = concurrent
+        self.max_concurrent[host] = max(self.max_concurrent.get(host, 0), concurrent)
+
+        def finished(_: object) -> None:
+            self.in_flight[host] -= 1
+
+        request.notifyFinish().addBoth(finished)
+        status, headers, body = self._respond(host, path)
+        self._write_log(
+            {
+                "t": round(arrived, 6),
+                "host": host_header,
+                "addr": request.getHost().host,
+                "path": path,
+                "status": status,
+                "concurrent": concurrent,
+            }
+        )
+        delay = self.behaviour.delay_for(host, path)
+        if delay <= 0:
+            return self._send(request, status, headers, body)
+        self.reactor.callLater(delay, self._send_later, request, status, headers, body)
+        return server.NOT_DONE_YET
+
+    def _respond(self, host: str, path: str) -> tuple[int, dict[str, str], bytes]:
+        """Decide the answer: (status, headers, body)."""
+        rule = self.behaviour.failure_for(host, path)
+        if rule is not None:
+            headers = {"Content-Type": "text/plain; charset=utf-8"}
+            if rule.retry_after is not None:
+                headers["Retry-After"] = str(rule.retry_after)
+            return rule.status, headers, f"{rule.status} from the test site\n".encode()
+        if path == "/robots.txt":
+            if host in self.behaviour.robots_status:
+                status = self.behaviour.robots_status[host]
+                return status, {"Content-Type": "text/plain"}, b"robots.txt unavailable\n"
+            if host in self.behaviour.robots:
+                body = self.behaviour.robots[host].encode()
+                return 200, {"Content-Type": "text/plain; charset=utf-8"}, body
+        target = (self.root / unquote(path).lstrip("/")).resolve()
+        if not target.is_relative_to(self.root):
+            return 404, {"Content-Type": "text/plain"}, b"not found\n"
+        if target.is_dir():
+            if not path.endswith("/"):
+                return 301, {"Location": path + "/"}, b""
+            target = target / "index.html"
+        if not target.is_file():
+            return 404, {"Content-Type": "text/plain"}, b"not found\n"
+        ctype = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
+        if ctype.startswith("text/"):
+            ctype += "; charset=utf-8"
+        return 200, {"Content-Type": ctype}, target.read_bytes()
+
+    def _send(self, request: server.Request, status: int, headers: dict[str, str], body: bytes):
+        request.setResponseCode(status)
+        for name, value in headers.items():
+            request.setHeader(name, value)
+        return body
+
+    def _send_later(self, request: server.Request, status, headers, body) -> None:
+        if request.finished or request.channel is None:  # client went away meanwhile
+            return
+        request.write(self._send(request, status, headers, body))
+        request.finish()
+
+    def _control(self, request: server.Request, path: str) -> bytes:
+        request.setHeader("Content-Type", "application/json")
+        if path == CONTROL_PREFIX + "stats":
+            return json.dumps(
+                {"requests": self.requests, "max_concurrent": self.max_concurrent}
+            ).encode()
+        if path == CONTROL_PREFIX + "config" and request.method in (b"PUT", b"POST"):
+            raw = request.content.read() if request.content else b""
+            try:
+                self.behaviour = Behaviour.from_dict(json.loads(raw or b"{}"))
+            except (ValueError, TypeError) as exc:
+                request.setResponseCode(400)
+                return json.dumps({"error": str(exc)}).encode()
+            return b'{"ok": true}'
+        request.setResponseCode(404)
+        return b'{"error": "unknown control path"}'
+
+    def _write_log(self, record: dict[str, Any]) -> None:
+        if self._log:
+            self._log.write(json.dumps(record) + "\n")
+            self._log.flush()

@@ -1,0 +1,106 @@
+"""Fixtures: a real redis-server, the generated test site and the docs.python.org mirror.
+
+* ``redis_server`` (session): :class:`tests.support.RedisServer` with ``.url``, ``.port``,
+  ``.client()``, ``.restart()``.
+* ``redis_url`` (function): FLUSHALL, then the URL.
+* ``site_server`` (session): a generated 60-page site served in a subprocess;
+  ``.start_url`` is ``http://127.0.0.1:PORT/site/``, ``.expected_urls`` the pages a crawl
+  scoped to it must yield. Shared by the session: its request log accumulates, so a test
+  that inspects the log should start its own server with ``site_factory``.
+* ``site_factory`` (function): ``site_factory(root, binds=..., behaviour=...)`` serves any
+  directory with its own log, stopped after the test.
+* ``pydocs_site`` (session): the mirror ``../shared/sites/docs.python.org`` (skip when
+  absent; fail instead when the environment variable CI is set).
+* ``worker_env`` (function): :func:`tests.support.isolated_env` for ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import (  # tests/ is on sys.path (pytest's rootdir-relative "prepend" import)
+    PYDOCS_DIR,
+    RedisServer,
+    SiteProcess,
+    isolated_env,
+    start_site,
+)
+
+from scrapy_fleet.testsite import generate_site
+
+SITE_PAGES = 60
+SITE_LINKS = 5
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    try:
+        server = RedisServer(tmp_path_factory.mktemp("redis"))
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    if redis_server.proc is None or redis_server.proc.poll() is not None:
+        redis_server.restart()  # a test may have stopped it
+    client = redis_server.client()
+    client.flushall()
+    client.close()
+    return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def site_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SiteProcess]:
+    root = tmp_path_factory.mktemp("site")
+    paths = generate_site(root / "www", SITE_PAGES, SITE_LINKS)
+    site = start_site(root / "www", root / "requests.jsonl")
+    site.expected_paths = paths
+    site.start_path = "/site/"
+    yield site
+    site.stop()
+
+
+@pytest.fixture
+def site_factory(tmp_path: Path) -> Iterator[Callable[..., SiteProcess]]:
+    started: list[SiteProcess] = []
+
+    def factory(root: Path, **kwargs: Any) -> SiteProcess:
+        log = tmp_path / f"site-requests-{len(started)}.jsonl"
+        site = start_site(root, log, **kwargs)
+        started.append(site)
+        return site
+
+    yield factory
+    for site in started:
+        site.stop()
+
+
+@pytest.fixture(scope="session")
+def pydocs_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SiteProcess]:
+    if not (PYDOCS_DIR / "3" / "index.html").is_file():
+        message = f"docs.python.org mirror not found at {PYDOCS_DIR}"
+        if os.environ.get("CI"):
+            pytest.fail(message + " (CI is set: the mirror is required)", pytrace=False)
+        pytest.skip(message)
+    site = start_site(PYDOCS_DIR, tmp_path_factory.mktemp("pydocs") / "requests.jsonl")
+    site.start_path = "/3/"
+    yield site
+    site.stop()
+
+
+@pytest.fixture
+def worker_env(tmp_path: Path) -> dict[str, str]:
+    return isolated_env(tmp_path)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    mirror = "present" if PYDOCS_DIR.is_dir() else "absent"
+    return f"docs.python.org mirror: {mirror} ({PYDOCS_DIR})"

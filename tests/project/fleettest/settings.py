@@ -1,0 +1,10 @@
+"""A Scrapy project for the fleet's tests: special spiders the example project has no use for."""
+
+BOT_NAME = "fleettest"
+SPIDER_MODULES = ["fleettest.spiders"]
+ADDONS = {"scrapy_fleet.Addon": 500}
+ROBOTSTXT_OBEY = False
+TELNETCONSOLE_ENABLED = False
+LOG_LEVEL = "INFO"
+CONCURRENT_REQUESTS_PER_DOMAIN = 16
+DOWNLOAD_DELAY = 0

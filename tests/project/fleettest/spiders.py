@@ -1,0 +1,66 @@
+"""Spiders for tests/test_crawl.py and tests/test_scheduler.py."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import redis
+import scrapy
+from parsel import Selector
+
+
+class CodecTroubleSpider(scrapy.Spider):
+    """Yields requests the frontier cannot store next to one it can."""
+
+    name = "codec_trouble"
+
+    def parse(self, response: Any) -> Any:
+        yield {"url": response.url}
+        if response.meta.get("second"):
+            return
+        yield scrapy.Request(response.urljoin("p/1.html"), callback=lambda r: None)
+        yield scrapy.Request(response.urljoin("p/2.html"), meta={"sel": Selector(text="<a/>")})
+        yield scrapy.Request(response.urljoin("p/3.html"), meta={"lock": threading.Lock()})
+        yield scrapy.Request(response.urljoin("p/4.html"), meta={"second": True})
+
+
+class AckProbePipeline:
+    """Records, while an item is in the pipeline, whether its request is still leased."""
+
+    def __init__(self, url: str) -> None:
+        self.client = redis.Redis.from_url(url)
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> AckProbePipeline:
+        return cls(crawler.settings["FLEET_REDIS_URL"])
+
+    async def process_item(self, item: Any) -> Any:
+        import asyncio
+
+        await asyncio.sleep(0.5)  # an item pipeline that takes its time
+        item["leased_in_pipeline"] = self.client.zcard("fleet:{ack_probe}:leases")
+        item["acked_in_pipeline"] = int(self.client.hget("fleet:{ack_probe}:stats", "acked") or 0)
+        return item
+
+
+class AckProbeSpider(scrapy.Spider):
+    name = "ack_probe"
+    custom_settings = {"ITEM_PIPELINES": {"fleettest.spiders.AckProbePipeline": 100},
+                       "FLEET_PREFETCH": 1, "CONCURRENT_REQUESTS": 1}
+
+    def parse(self, response: Any) -> Any:
+        yield {"url": response.url}
+
+
+class StartsSpider(scrapy.Spider):
+    """A plain spider with start_urls (given with -a start=URL)."""
+
+    name = "starts"
+
+    def __init__(self, start: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.start_urls = [start]
+
+    def parse(self, response: Any) -> Any:
+        yield {"url": response.url}

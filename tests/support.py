@@ -1,0 +1,317 @@
+"""Helpers shared by the tests: real processes (redis-server, the test site, Scrapy workers).
+
+Nothing here fakes a service: Redis is a real ``redis-server``, the site is served over TCP by
+``python -m scrapy_fleet.testsite serve`` in a subprocess (the Twisted reactor of the test
+process stays untouched), and workers are real ``scrapy crawl`` processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE_PROJECT = REPO_ROOT / "example_project"
+PYDOCS_DIR = REPO_ROOT.parent / "shared" / "sites" / "docs.python.org"
+PYDOCS_PAGES = 516
+"""URLs answering 200 that a crawl of the mirror from /3/ must yield (shared/sites/SOURCES.md)."""
+
+STARTUP_TIMEOUT = 20.0
+"""Seconds to wait for a helper process (redis-server, site server) to become ready."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free on ``host`` a moment ago."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after ``timeout`` seconds; reaps the process."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# -- Redis ---------------------------------------------------------------------------------------
+
+
+class RedisServer:
+    """A real ``redis-server`` on 127.0.0.1:``port`` without persistence, data in ``workdir``."""
+
+    def __init__(self, workdir: Path, port: int | None = None) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError(
+                "redis-server is not installed: run `make redis` "
+                "(apt-get install -y redis-server) or `make test`, which installs it"
+            )
+        self.binary = binary
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port = port or free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        return redis.Redis.from_url(self.url, **kwargs)
+
+    def start(self) -> RedisServer:
+        args = [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", str(self.workdir),
+            "--logfile", str(self.workdir / "redis.log"),
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        client = self.client(socket_connect_timeout=1)
+        while True:
+            if self.proc.poll() is not None:
+                log = (self.workdir / "redis.log").read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"redis-server exited ({self.proc.returncode}):\n{log}")
+            try:
+                if client.ping():
+                    break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        client.close()
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_process(self.proc)
+            self.proc = None
+
+    def restart(self) -> None:
+        """Stop and start on the same port; the data is gone (no persistence)."""
+        self.stop()
+        self.start()
+
+
+# -- Test site -----------------------------------------------------------------------------------
+
+
+@dataclass
+class SiteProcess:
+    """``python -m scrapy_fleet.testsite serve`` running in a subprocess."""
+
+    root: Path
+    proc: subprocess.Popen[str]
+    urls: list[str]  # base URLs, one per bound address: "http://127.0.0.1:PORT/"
+    log_path: Path
+    expected_paths: list[str] = field(default_factory=list)  # set by generated-site fixtures
+    start_path: str = "/"
+
+    @property
+    def url(self) -> str:
+        """Base URL of the first address, ending with "/"."""
+        return self.urls[0]
+
+    @property
+    def start_url(self) -> str:
+        """Where a crawl starts: ``url`` + ``start_path`` (e.g. http://127.0.0.1:P/site/)."""
+        return self.url.rstrip("/") + self.start_path
+
+    @property
+    def expected_urls(self) -> set[str]:
+        """Absolute URLs of ``expected_paths`` on the first address."""
+        return {self.url.rstrip("/") + path for path in self.expected_paths}
+
+    def requests(self) -> list[dict[str, Any]]:
+        """Every request logged so far (one dict per line of the log)."""
+        if not self.log_path.exists():
+            return []
+        lines = self.log_path.read_text(encoding="utf-8").splitlines()
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def stats(self) -> dict[str, Any]:
+        """``GET /_testsite/stats``: {"requests": N, "max_concurrent": {host: n}}."""
+        with urllib.request.urlopen(self.url + "_testsite/stats", timeout=10) as resp:
+            return dict(json.load(resp))
+
+    def configure(self, behaviour: Mapping[str, Any]) -> None:
+        """Replace the server's behaviour (delays, failures, robots; see testsite.server)."""
+        req = urllib.request.Request(
+            self.url + "_testsite/config", data=json.dumps(behaviour).encode(), method="PUT"
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            resp.read()
+
+    def stop(self) -> None:
+        stop_process(self.proc)
+
+
+def start_site(
+    root: Path,
+    log_path: Path,
+    binds: Iterable[str] = ("127.0.0.1",),
+    port: int = 0,
+    behaviour: Mapping[str, Any] | None = None,
+) -> SiteProcess:
+    """Serve ``root`` in a subprocess; returns once it prints its base URLs."""
+    binds = list(binds)
+    args = [sys.executable, "-m", "scrapy_fleet.testsite", "serve", str(root), "--port", str(port)]
+    args += ["--log", str(log_path)]
+    for addr in binds:
+        args += ["--bind", addr]
+    if behaviour is not None:
+        config = Path(tempfile.mkstemp(prefix="testsite-", suffix=".json", dir=log_path.parent)[1])
+        config.write_text(json.dumps(behaviour), encoding="utf-8")
+        args += ["--config", str(config)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    urls = []
+    assert proc.stdout is not None
+    for _ in binds:
+        line = proc.stdout.readline().strip()  # the server prints one URL per address, at once
+        if not line.startswith("http://"):
+            stop_process(proc)
+            err = proc.stderr.read() if proc.stderr else ""
+            raise RuntimeError(f"test site server did not start: {line!r}\n{err}")
+        urls.append(line)
+    return SiteProcess(root=Path(root), proc=proc, urls=urls, log_path=log_path)
+
+
+# -- Scrapy workers ------------------------------------------------------------------------------
+
+
+def isolated_env(tmp_path: Path) -> dict[str, str]:
+    """Environment for a worker whose home and XDG dirs live in ``tmp_path``.
+
+    Scrapy's RemoteControl extension writes a token file under ~/.local/state/scrapy and a
+    killed worker leaves it behind; this keeps such files out of the real home.
+    """
+    env = dict(os.environ)
+    env.pop("SCRAPY_SETTINGS_MODULE", None)
+    env.pop("SCRAPY_PROJECT", None)
+    home = Path(tmp_path) / "home"
+    dirs = {
+        "HOME": home,
+        "XDG_STATE_HOME": home / ".local" / "state",
+        "XDG_CONFIG_HOME": home / ".config",
+        "XDG_CACHE_HOME": home / ".cache",
+        "XDG_DATA_HOME": home / ".local" / "share",
+    }
+    for name, path in dirs.items():
+        path.mkdir(parents=True, exist_ok=True)
+        env[name] = str(path)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def scrapy_command(*args: str) -> list[str]:
+    """``python -m scrapy ARGS`` with the interpreter running the tests (the venv's)."""
+    return [sys.executable, "-m", "scrapy", *args]
+
+
+def setting_args(settings: Mapping[str, Any]) -> list[str]:
+    """``{"K": V}`` -> ``["-s", "K=V"]``; None -> "None", other values str()."""
+    args: list[str] = []
+    for key, value in settings.items():
+        args += ["-s", f"{key}={value}"]
+    return args
+
+
+def start_worker(
+    project_dir: Path,
+    spider: str,
+    settings: Mapping[str, Any],
+    env: Mapping[str, str],
+    log_path: Path,
+) -> subprocess.Popen[bytes]:
+    """Start ``scrapy crawl SPIDER -s K=V ...`` in ``project_dir``; output goes to ``log_path``."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            scrapy_command("crawl", spider, *setting_args(settings)),
+            cwd=project_dir,
+            env=dict(env),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a SIGINT to the test run does not reach the workers
+        )
+
+
+def run_scrapy(
+    project_dir: Path, args: Iterable[str], env: Mapping[str, str], timeout: float = 120.0
+) -> subprocess.CompletedProcess[str]:
+    """Run a short ``scrapy`` command (``fleet push``, ``fleet status``...) to completion."""
+    return subprocess.run(
+        scrapy_command(*args),
+        cwd=project_dir,
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def wait_all(procs: Iterable[subprocess.Popen[Any]], timeout: float) -> list[int]:
+    """Wait until every process has exited; return their exit codes in order.
+
+    If they are not all done within ``timeout`` seconds, kill the rest and raise
+    ``TimeoutError`` (a fleet that does not close by itself is a failure).
+    """
+    procs = list(procs)
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            alive = [p.pid for p in procs if p.poll() is None]
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            raise TimeoutError(f"processes {alive} still running after {timeout} s") from None
+    return [int(p.returncode) for p in procs]
+
+
+def kill_worker(proc: subprocess.Popen[Any]) -> None:
+    """SIGKILL (no cleanup at all, like a machine dying) and reap."""
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def read_items(paths: Iterable[Path]) -> list[dict[str, Any]]:
+    """All items of JSON-lines files (missing files count as empty)."""
+    items: list[dict[str, Any]] = []
+    for path in paths:
+        if Path(path).exists():
+            with open(path, encoding="utf-8") as fh:
+                items.extend(json.loads(line) for line in fh if line.strip())
+    return items
+
+
+def tail(path: Path, chars: int = 3000) -> str:
+    """The end of a log file, for assertion messages."""
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")[-chars:]
+    except FileNotFoundError:
+        return f"<no file {path}>"

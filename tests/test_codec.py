@@ -1,0 +1,133 @@
+"""Request codec: round trips, refusals, corrupt entries, never pickle."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+
+import msgpack
+import pytest
+from parsel import Selector
+from scrapy import Request, Spider
+from scrapy.http import FormRequest, JsonRequest
+
+from scrapy_fleet import codec
+from scrapy_fleet.config import DEFAULT_REQUEST_CLASSES
+from scrapy_fleet.errors import RequestDecodeError, RequestEncodeError
+
+ALLOWED = DEFAULT_REQUEST_CLASSES
+
+
+class DemoSpider(Spider):
+    name = "demo"
+
+    def parse_page(self, response):
+        pass
+
+    def on_error(self, failure):
+        pass
+
+
+SPIDER = DemoSpider()
+
+
+def roundtrip(request: Request) -> Request:
+    return codec.decode(codec.encode(request, SPIDER), SPIDER, ALLOWED)
+
+
+def test_full_request_round_trip():
+    req = Request("https://example.com/a?b=1", method="POST", body=b"\x00\xffdata",
+                  headers={"X-One": "1", "Accept": ["a", "b"]}, cookies={"c": "v"},
+                  meta={"depth": 2, "t": (1, "x", b"y"), "nested": {"k": [1.5, None, True]}},
+                  cb_kwargs={"page": 3}, callback=SPIDER.parse_page, errback=SPIDER.on_error,
+                  priority=-7, dont_filter=True, flags=["f1"], encoding="latin-1")
+    back = roundtrip(req)
+    assert back.url == req.url
+    assert back.method == "POST"
+    assert back.body == b"\x00\xffdata"
+    assert back.headers.getlist("Accept") == [b"a", b"b"]
+    assert back.headers["X-One"] == b"1"
+    assert back.cookies == {"c": "v"}
+    assert back.meta == {"depth": 2, "t": (1, "x", b"y"), "nested": {"k": [1.5, None, True]}}
+    assert isinstance(back.meta["t"], tuple)
+    assert back.cb_kwargs == {"page": 3}
+    assert back.callback == SPIDER.parse_page
+    assert back.errback == SPIDER.on_error
+    assert (back.priority, back.dont_filter, back.flags, back.encoding) == (-7, True, ["f1"],
+                                                                            "latin-1")
+
+
+def test_defaults_round_trip_and_are_left_out():
+    req = Request("http://example.com/")
+    data = codec.encode(req, SPIDER)
+    assert msgpack.unpackb(data[1:]) == {"u": "http://example.com/"}
+    back = codec.decode(data, SPIDER, ALLOWED)
+    assert (back.method, back.priority, back.dont_filter, back.callback) == ("GET", 0, False,
+                                                                             None)
+
+
+@pytest.mark.parametrize("cls,kwargs,check", [
+    (FormRequest, {"formdata": {"q": "x y"}}, lambda r: r.body == b"q=x+y"),
+    (JsonRequest, {"data": {"a": 1}}, lambda r: r.body == b'{"a": 1}'),
+])
+def test_request_subclasses_by_import_path(cls, kwargs, check):
+    back = roundtrip(cls("http://example.com/form", **kwargs))
+    assert type(back) is cls
+    assert check(back)
+
+
+def test_class_outside_allow_list_is_refused():
+    class MyRequest(Request):
+        pass
+
+    data = codec.encode(MyRequest("http://example.com/"), SPIDER)
+    with pytest.raises(RequestDecodeError, match="not in FLEET_REQUEST_CLASSES"):
+        codec.decode(data, SPIDER, ALLOWED)
+
+
+def test_lambda_callback_is_refused_with_url():
+    req = Request("http://example.com/x", callback=lambda r: None)
+    with pytest.raises(RequestEncodeError, match="http://example.com/x"):
+        codec.encode(req, SPIDER)
+
+
+@pytest.mark.parametrize("value,where", [
+    (Selector(text="<p>x</p>"), "meta['bad'] (type parsel.selector.Selector)"),
+    (threading.Lock(), "meta['bad'] (type _thread.lock)"),
+    ({1, 2}, "meta['bad'] (type builtins.set)"),
+    (2**70, "meta['bad'] (integer out of 64-bit range)"),
+])
+def test_unencodable_meta_names_the_path(value, where):
+    req = Request("http://example.com/y", meta={"ok": 1, "bad": value})
+    with pytest.raises(RequestEncodeError) as info:
+        codec.encode(req, SPIDER)
+    assert where in str(info.value)
+    assert "http://example.com/y" in str(info.value)
+
+
+@pytest.mark.parametrize("data,reason", [
+    (b"", "empty entry"),
+    (b"\x07" + msgpack.packb({"u": "http://x/"}), "unknown format version 7"),
+    (b"\x01\xc1\xc1", "corrupt entry"),
+    (b"\x01" + msgpack.packb({"m": "GET"}), "no url"),
+    (b"\x01" + msgpack.packb({"u": "http://x/", "zz": 1}), "unknown field 'zz'"),
+    (pickle.dumps({"url": "http://x/"}), "unknown format version 128"),
+])
+def test_corrupt_entries_raise_decode_error(data, reason):
+    with pytest.raises(RequestDecodeError, match=reason):
+        codec.decode(data, SPIDER, ALLOWED)
+
+
+def test_unknown_callback_is_a_decode_error():
+    data = codec.encode_dict({"url": "http://x/", "callback": "no_such_method"})
+    with pytest.raises(RequestDecodeError, match="no_such_method"):
+        codec.decode(data, SPIDER, ALLOWED)
+
+
+def test_typical_request_is_at_most_half_of_pickle():
+    req = Request("https://docs.python.org/3/library/os.html", callback=SPIDER.parse_page,
+                  headers={"Referer": "https://docs.python.org/3/library/index.html"},
+                  meta={"depth": 3, "scope": "https://docs.python.org/3/"}, priority=-3)
+    ours = len(codec.encode(req, SPIDER))
+    pickled = len(pickle.dumps(req.to_dict(spider=SPIDER), protocol=pickle.HIGHEST_PROTOCOL))
+    assert ours * 2 <= pickled, (ours, pickled)
