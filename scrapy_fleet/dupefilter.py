@@ -61,7 +61,8 @@ class RedisBloomDupeFilter(BaseDupeFilter):
 
     def keys_for(self, spider_name: str) -> CrawlKeys:
         if self._keys is None:
-            self._keys = CrawlKeys(self.config.key_prefix, self.config.resolve_crawl_id(spider_name))
+            crawl_id = self.config.resolve_crawl_id(spider_name)
+            self._keys = CrawlKeys(self.config.key_prefix, crawl_id)
         return self._keys
 
     def request_seen(self, request: Request) -> bool:

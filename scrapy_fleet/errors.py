@@ -12,11 +12,11 @@ class FleetConfigError(FleetError, ValueError):
 
 
 class RedisUnavailableError(FleetError, ConnectionError):
-    """Redis could not be reached at ``FLEET_REDIS_URL`` (message gives the URL, without password)."""
+    """Redis cannot be reached at ``FLEET_REDIS_URL``; the message gives the URL (no password)."""
 
 
 class RequestEncodeError(FleetError, ValueError):
-    """A request cannot be stored in the frontier (unsupported type in ``meta``, lambda callback...)."""
+    """A request cannot be stored in the frontier (a lambda callback, a Selector in meta...)."""
 
 
 class RequestDecodeError(FleetError, ValueError):

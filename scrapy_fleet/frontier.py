@@ -137,7 +137,7 @@ def _needs_payloads(result: SyncResult) -> list[str]:
     return [e.entry_id for e in result.leased if not e.payload]
 
 
-def _fill_payloads(result: SyncResult, payloads: list[bytes | None]) -> SyncResult:
+def _fill_payloads(result: SyncResult, payloads: list[Any]) -> SyncResult:
     filled = []
     it = iter(payloads)
     for e in result.leased:

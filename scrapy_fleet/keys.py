@@ -134,4 +134,5 @@ class CrawlKeys:
         """
         return [self.queue, self.data, self.leases, self.lease, self.expiries, self.dead,
                 self.seq, self.token, self.stats, self.idle_since, self.workers, self.op(op_id),
-                self.op(prev_op_id), self.bloom_meta] + [self.bloom_slice(n) for n in range(BLOOM_MAX_SLICES)]
+                self.op(prev_op_id), self.bloom_meta,
+                *(self.bloom_slice(n) for n in range(BLOOM_MAX_SLICES))]

@@ -50,7 +50,8 @@ class FleetStartMiddleware:
             holder = await client.get(keys.seeded)
             logger.info("Start requests already consumed by worker %s; this worker skips them "
                         "(FLEET_START_REQUESTS='once')",
-                        holder.decode() if holder else "?", extra={"spider": spider})
+                        holder.decode() if isinstance(holder, bytes) else holder or "?",
+                        extra={"spider": spider})
             return False
         finally:
             await client.aclose()

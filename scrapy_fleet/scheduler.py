@@ -143,7 +143,7 @@ class FleetScheduler(BaseScheduler):
             await self._final_flush(reason)
             try:
                 await self.frontier.client.zrem(self.frontier.keys.workers, self.config.worker_id)
-            except Exception:  # noqa: BLE001 - leaving the worker list is best effort
+            except Exception:  # leaving the worker list is best effort
                 pass
             await self.frontier.close()
         if hasattr(self.df, "close"):
@@ -294,7 +294,7 @@ class FleetScheduler(BaseScheduler):
             self._inc("dupefilter/filtered", result.duplicates)
             self._inc("fleet/dupefilter/filtered", result.duplicates)
             if not self._logged_dupe:
-                first = next(url for (url, *_), flag in zip(outbox, result.push_flags)
+                first = next(url for (url, *_), flag in zip(outbox, result.push_flags, strict=True)
                              if not flag)
                 logger.debug("Filtered duplicate request: <GET %s> - no more duplicates will be "
                              "shown", first, extra={"spider": self.spider})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 import threading
 
 import msgpack
@@ -87,7 +88,7 @@ def test_class_outside_allow_list_is_refused():
 
 def test_lambda_callback_is_refused_with_url():
     req = Request("http://example.com/x", callback=lambda r: None)
-    with pytest.raises(RequestEncodeError, match="http://example.com/x"):
+    with pytest.raises(RequestEncodeError, match=re.escape("http://example.com/x")):
         codec.encode(req, SPIDER)
 
 
@@ -110,7 +111,7 @@ def test_unencodable_meta_names_the_path(value, where):
     (b"\x07" + msgpack.packb({"u": "http://x/"}), "unknown format version 7"),
     (b"\x01\xc1\xc1", "corrupt entry"),
     (b"\x01" + msgpack.packb({"m": "GET"}), "no url"),
-    (b"\x01" + msgpack.packb({"u": "http://x/", "zz": 1}), "unknown field 'zz'"),
+    (b"\x01" + msgpack.packb({"u": "http://x/", "zz": 1}), r"unknown field 'zz'"),
     (pickle.dumps({"url": "http://x/"}), "unknown format version 128"),
 ])
 def test_corrupt_entries_raise_decode_error(data, reason):

@@ -66,7 +66,7 @@ def run_fleet(tmp_path: Path, redis_url: str, env: dict[str, str], workers: int 
                 break
             time.sleep(0.05)
         assert killed, "worker 0 finished before it could be killed:\n" + tail(logs[0])
-        codes = [-9] + wait_all(procs[1:], timeout)
+        codes = [-9, *wait_all(procs[1:], timeout)]
     else:
         codes = wait_all(procs, timeout)
     for n, code in enumerate(codes):
@@ -114,8 +114,8 @@ def test_sigkilled_worker_loses_no_page(redis_url, site_factory, worker_env, tmp
     site = _slow_site(tmp_path, site_factory)
     push(EXAMPLE, "docs", site.start_url, redis_url, worker_env)
     extra = {"FLEET_LEASE_TIMEOUT": 3, "CONCURRENT_REQUESTS": 4}
-    _, outs, logs, killed = run_fleet(tmp_path, redis_url, worker_env, extra=extra,
-                                      kill_after_items=8)
+    _, outs, _, killed = run_fleet(tmp_path, redis_url, worker_env, extra=extra,
+                                   kill_after_items=8)
     assert killed
     urls = [item["url"] for item in read_items(outs)]
     assert set(urls) == site.expected_urls  # every page despite the crash

@@ -26,7 +26,7 @@ def _pusher(url: str, seed: int, out: multiprocessing.Queue) -> None:
         chunk = order[start:start + 7]
         result = admin.push([(bloom_key(u.encode()), 0, codec.encode(Request(u)))
                              for u in chunk])
-        new += [u for u, flag in zip(chunk, result.push_flags) if flag]
+        new += [u for u, flag in zip(chunk, result.push_flags, strict=True) if flag]
     out.put(new)
 
 
@@ -72,7 +72,8 @@ def test_filter_grows_by_slices_and_keeps_its_error_rate(redis_url):
     fresh = [f"http://fresh/{i}".encode() for i in range(4000)]
     false_pos = 0
     for start in range(0, 4000, 500):
-        res = admin.push([(bloom_key(u), 0, b"\x01\x81\xa1u\xa1x") for u in fresh[start:start + 500]])
+        res = admin.push([(bloom_key(u), 0, b"\x01\x81\xa1u\xa1x")
+                          for u in fresh[start:start + 500]])
         false_pos += res.duplicates  # fresh keys get added too: an upper bound of the rate
     assert false_pos / 4000 < 0.03  # the compound bound is 2 * 0.01
 
