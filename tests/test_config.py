@@ -1,0 +1,81 @@
+"""FleetConfig: every FLEET_* setting validated once, errors name the setting and value."""
+
+from __future__ import annotations
+
+import pytest
+from scrapy.settings import Settings
+
+from scrapy_fleet.addon import Addon
+from scrapy_fleet.config import DEFAULTS, FleetConfig
+from scrapy_fleet.errors import FleetConfigError
+
+
+def test_defaults():
+    config = FleetConfig.from_settings(Settings())
+    assert config.redis_url == DEFAULTS["FLEET_REDIS_URL"]
+    assert (config.lease_timeout, config.max_leases, config.prefetch) == (30.0, 3, 16)
+    assert config.idle_timeout is None
+    assert (config.dupefilter_capacity, config.dupefilter_error_rate) == (1_000_000, 0.001)
+    assert config.resolve_crawl_id("docs") == "docs"
+
+
+def test_command_line_strings_are_converted():
+    config = FleetConfig.from_settings(Settings({
+        "FLEET_IDLE_TIMEOUT": "5", "FLEET_LEASE_TIMEOUT": "12.5", "FLEET_MAX_LEASES": "4",
+        "FLEET_JSONL_FSYNC": "true", "FLEET_CRAWL_ID": "my-crawl.1",
+        "FLEET_REDIS_URL": "rediss://user:secret@redis.example:6380/2",
+        "FLEET_REQUEST_CLASSES": "scrapy.http.request.Request"}))
+    assert (config.idle_timeout, config.lease_timeout, config.max_leases) == (5.0, 12.5, 4)
+    assert config.jsonl_fsync is True
+    assert config.resolve_crawl_id("ignored") == "my-crawl.1"
+    assert config.request_classes == ("scrapy.http.request.Request",)
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:6379/0", "unix:///run/redis.sock?db=1",
+                                 "rediss://:pw@h:1/0"])
+def test_redis_url_schemes(url):
+    assert FleetConfig.from_settings(Settings({"FLEET_REDIS_URL": url})).redis_url == url
+
+
+@pytest.mark.parametrize("name,value,fragment", [
+    ("FLEET_REDIS_URL", "http://localhost:6379", "redis://, rediss:// or unix://"),
+    ("FLEET_REDIS_URL", "redis://:6379", "a host in the URL"),
+    ("FLEET_REDIS_URL", "redis://h:notaport/0", "bad port"),
+    ("FLEET_LEASE_TIMEOUT", "soon", "seconds >= 1"),
+    ("FLEET_LEASE_TIMEOUT", 0.5, "seconds >= 1"),
+    ("FLEET_MAX_LEASES", 0, "an integer >= 1"),
+    ("FLEET_MAX_LEASES", 2.5, "an integer >= 1"),
+    ("FLEET_PREFETCH", True, "an integer >= 1"),
+    ("FLEET_IDLE_TIMEOUT", -1, "seconds >= 0 or None"),
+    ("FLEET_DUPEFILTER_ERROR_RATE", 0, "a probability between 0 and 0.5"),
+    ("FLEET_DUPEFILTER_ERROR_RATE", 0.9, "a probability between 0 and 0.5"),
+    ("FLEET_DUPEFILTER_CAPACITY", "many", "an integer >= 1"),
+    ("FLEET_CRAWL_ID", "bad id{", "letters, digits"),
+    ("FLEET_START_REQUESTS", "sometimes", "one of once, always, never"),
+    ("FLEET_JSONL_FSYNC", "maybe", "a boolean"),
+    ("FLEET_KEY_PREFIX", "a{b}", "letters, digits"),
+])
+def test_wrong_values_name_the_setting_and_value(name, value, fragment):
+    with pytest.raises(FleetConfigError) as info:
+        FleetConfig.from_settings(Settings({name: value}))
+    message = str(info.value)
+    assert message.startswith(f"{name}={value!r} is invalid")
+    assert fragment in message
+
+
+def test_addon_sets_components_at_addon_priority_and_keeps_user_values():
+    settings = Settings({"SCHEDULER": "my.Scheduler"}, priority="project")
+    Addon().update_settings(settings)
+    assert settings["SCHEDULER"] == "my.Scheduler"  # the project's choice wins
+    assert settings["DUPEFILTER_CLASS"] == "scrapy_fleet.dupefilter.RedisBloomDupeFilter"
+    pipelines = {getattr(k, "__name__", k): v
+                 for k, v in settings.getdict("ITEM_PIPELINES").items()}
+    assert pipelines == {"MongoPipeline": 300, "JsonLinesPipeline": 800}
+    middlewares = {getattr(k, "__name__", k): v
+                   for k, v in settings.getdict("SPIDER_MIDDLEWARES").items()}
+    assert middlewares == {"FleetStartMiddleware": 0}
+    fresh = Settings()
+    Addon().update_settings(fresh)
+    assert fresh["SCHEDULER"] == "scrapy_fleet.scheduler.FleetScheduler"
+    assert not any(k.startswith("SCHEDULER_") and fresh.getpriority(k) == 15
+                   for k in fresh.attributes)

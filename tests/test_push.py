@@ -1,0 +1,132 @@
+"""The push helper: line validation, exit statuses, both command forms, status and purge."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import EXAMPLE_PROJECT, free_port, run_scrapy
+
+from scrapy_fleet import codec
+from scrapy_fleet.errors import PushLineError
+from scrapy_fleet.frontier import FrontierAdmin
+from scrapy_fleet.push import parse_line
+
+CLI = [sys.executable, "-m", "scrapy_fleet.cli"]
+
+
+def test_full_json_spec_becomes_a_request_dict():
+    line = json.dumps({
+        "url": "https://example.com/api", "method": "post", "headers": {"X-A": ["1", "2"]},
+        "body": "héllo", "cookies": {"s": "1"}, "meta": {"depth": 1}, "cb_kwargs": {"n": 2},
+        "callback": "parse_api", "errback": "on_error", "priority": 7, "dont_filter": True})
+    request, d = parse_line(line)
+    assert (request.method, request.priority, request.dont_filter) == ("POST", 7, True)
+    back = codec.decode_dict(codec.encode_dict(d))
+    assert back["callback"] == "parse_api" and back["errback"] == "on_error"
+    assert back["body"] == "héllo".encode()
+    assert back["headers"] == {b"X-A": [b"1", b"2"]}
+    assert (back["meta"], back["cb_kwargs"], back["cookies"]) == ({"depth": 1}, {"n": 2},
+                                                                  {"s": "1"})
+
+
+@pytest.mark.parametrize("line,reason", [
+    ("ftp://example.com/f", "url scheme must be http or https, not 'ftp'"),
+    ("example.com/page", "url scheme must be http or https, not 'none'"),
+    ("http:///nohost", "url has no host"),
+    ("http://exa mple.com/", "url contains whitespace"),
+    ("http://example.com:99999/", "url is malformed"),
+    ("http://example.com/" + "a" * 2100, "characters long (limit 2083)"),
+    ('{"url": "http://e.com/", "priority": "high"}', "priority must be an integer"),
+    ('{"url": "http://e.com/", "priority": true}', "priority must be an integer"),
+    ('{"url": "http://e.com/", "dont_filter": "yes"}', "dont_filter must be true or false"),
+    ('{"url": "http://e.com/", "headers": {"A": 1}}', "headers['A'] must be a string"),
+    ('{"url": "http://e.com/", "callback": "not a name"}', "callback must be the name"),
+    ('{"url": "http://e.com/", "meta": []}', "meta must be an object"),
+    ('{"url": "http://e.com/", "colour": "red"}', "unknown field(s): colour"),
+    ('{"url": "http://e.com/", ', "invalid JSON"),
+    ('["http://e.com/"]', "JSON line must be an object"),
+    ('{"method": "GET"}', "url must be a non-empty string"),
+])
+def test_bad_lines_are_refused_with_a_reason(line, reason):
+    with pytest.raises(PushLineError) as info:
+        parse_line(line)
+    assert reason in str(info.value)
+
+
+def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_console_script_pushes_good_lines_around_bad_ones(redis_url, tmp_path: Path):
+    urls = tmp_path / "urls.txt"
+    urls.write_text("\n".join([
+        "http://h.test/1",
+        "# a comment",
+        "not-a-url",
+        '{"url": "http://h.test/2", "priority": 5}',
+        "",
+        '{"url": "http://h.test/3", "bogus": 1}',
+        "http://h.test/1",
+    ]) + "\n")
+    result = cli("--redis", redis_url, "push", "crawl1", "http://h.test/0", "-f", str(urls))
+    assert result.returncode == 1
+    assert "line 4: rejected: url scheme must be http or https" in result.stderr
+    assert "line 7: rejected: unknown field(s): bogus" in result.stderr
+    assert "pushed 3, duplicates 1, rejected 2" in result.stdout
+    status = FrontierAdmin(redis_url, "crawl1").status()
+    assert status["queued"] == 3
+
+
+def test_console_script_reads_stdin_and_exits_0_when_all_good(redis_url):
+    result = cli("--redis", redis_url, "push", "crawl2", "-f", "-",
+                 stdin="http://h.test/a\nhttp://h.test/b\n")
+    assert result.returncode == 0, result.stderr
+    assert "pushed 2, duplicates 0, rejected 0" in result.stdout
+    status = cli("--redis", redis_url, "status", "crawl2", "--json")
+    data = json.loads(status.stdout)
+    assert (data["queued"], data["leased"], data["dead"], data["seen"]) == (2, 0, 0, 2)
+
+
+def test_missing_redis_is_a_clear_error():
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    result = cli("--redis", url, "push", "c", "http://h.test/")
+    assert result.returncode == 2
+    assert f"cannot reach Redis at {url}" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_redis_url_is_a_usage_error():
+    result = cli("--redis", "http://nope", "status", "c")
+    assert result.returncode == 2
+    assert "--redis='http://nope' is invalid" in result.stderr
+
+
+def test_project_command_push_status_purge(redis_url, worker_env):
+    args = ["-s", f"FLEET_REDIS_URL={redis_url}"]
+    pushed = run_scrapy(EXAMPLE_PROJECT, ["fleet", "push", "docs", "http://h.test/x",
+                                          "http://h.test/y", *args], worker_env)
+    assert pushed.returncode == 0, pushed.stderr
+    assert "pushed 2, duplicates 0, rejected 0 (crawl 'docs')" in pushed.stdout
+    status = run_scrapy(EXAMPLE_PROJECT, ["fleet", "status", "docs", *args], worker_env)
+    assert "queued   2" in status.stdout and "seen     2" in status.stdout
+    declined = run_scrapy(EXAMPLE_PROJECT, ["fleet", "purge", "docs", *args], worker_env)
+    assert declined.returncode == 1 and "purge cancelled" in declined.stdout
+    assert FrontierAdmin(redis_url, "docs").status()["queued"] == 2
+    purged = run_scrapy(EXAMPLE_PROJECT, ["fleet", "purge", "docs", "--yes", *args], worker_env)
+    assert purged.returncode == 0 and "purged" in purged.stdout
+    assert FrontierAdmin(redis_url, "docs").status()["queued"] == 0
+    unknown = run_scrapy(EXAMPLE_PROJECT, ["fleet", "push", "nope", "http://h.test/", *args],
+                         worker_env)
+    assert unknown.returncode == 2 and "no spider named 'nope'" in unknown.stderr
+
+
+def test_project_command_uses_the_crawl_id_setting(redis_url, worker_env):
+    args = ["-s", f"FLEET_REDIS_URL={redis_url}", "-s", "FLEET_CRAWL_ID=docs-2026"]
+    run_scrapy(EXAMPLE_PROJECT, ["fleet", "push", "docs", "http://h.test/z", *args], worker_env)
+    assert FrontierAdmin(redis_url, "docs-2026").status()["queued"] == 1
+    assert FrontierAdmin(redis_url, "docs").status()["queued"] == 0
