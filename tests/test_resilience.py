@@ -1,0 +1,79 @@
+"""Redis trouble: lost scripts, a frozen server whose late replies make clients retry."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import time
+
+import pytest
+from support import (
+    EXAMPLE_PROJECT,
+    RedisServer,
+    read_items,
+    run_scrapy,
+    start_worker,
+    tail,
+    wait_all,
+)
+
+from scrapy_fleet.frontier import FrontierAdmin, SyncBatch
+from scrapy_fleet.testsite import generate_site
+
+
+def test_script_cache_flush_is_survived(redis_url):
+    admin = FrontierAdmin(redis_url, "flush")
+    admin.push([(b"", 0, b"\x01\x81\xa1u\xa8http://x/")])
+    admin.client.script_flush()  # what a restarted Redis looks like to a client
+    result = admin.sync(SyncBatch(take=1), worker="w")
+    assert len(result.leased) == 1
+
+
+@pytest.mark.slow
+def test_frozen_redis_mid_crawl_loses_and_repeats_nothing(tmp_path, site_factory, worker_env):
+    """SIGSTOP the Redis server for 3 s while 2 workers crawl with a 0.5 s socket timeout.
+
+    Calls time out and are retried with the same operation id; when the server wakes up it
+    runs the first attempts too (their bytes are in its socket buffers).  A retry must then
+    replay the first reply instead of leasing or pushing again: no lease may be orphaned
+    (which would show as a reclaimed lease) and no page fetched twice.
+    """
+    server = RedisServer(tmp_path / "redis").start()
+    try:
+        paths = generate_site(tmp_path / "www", 80, 5, seed=5)
+        site = site_factory(tmp_path / "www",
+                            behaviour={"delays": [{"prefix": "/site/p/", "seconds": 0.1}]})
+        site.expected_paths = paths
+        site.start_path = "/site/"
+        pushed = run_scrapy(EXAMPLE_PROJECT, ["fleet", "push", "docs", site.start_url, "-s",
+                                              f"FLEET_REDIS_URL={server.url}"], worker_env)
+        assert pushed.returncode == 0, pushed.stderr
+        outs = [tmp_path / f"out-{n}.jsonl" for n in range(2)]
+        logs = [tmp_path / f"w-{n}.log" for n in range(2)]
+        procs = [start_worker(EXAMPLE_PROJECT, "docs", {
+            "FLEET_REDIS_URL": server.url, "FLEET_IDLE_TIMEOUT": 3, "FLEET_JSONL_PATH": outs[n],
+            "FLEET_REDIS_TIMEOUT": 0.5, "FLEET_REDIS_RETRIES": 20, "CONCURRENT_REQUESTS": 2,
+        }, worker_env, logs[n]) for n in range(2)]
+        deadline = time.monotonic() + 60
+        while len(read_items(outs)) < 10:
+            assert time.monotonic() < deadline, tail(logs[0])
+            time.sleep(0.05)
+        assert server.proc is not None
+        os.kill(server.proc.pid, signal.SIGSTOP)
+        time.sleep(3)
+        os.kill(server.proc.pid, signal.SIGCONT)
+        codes = wait_all(procs, 180)
+        assert codes == [0, 0], tail(logs[0]) + tail(logs[1])
+        urls = [i["url"] for i in read_items(outs)]
+        assert set(urls) == site.expected_urls
+        assert collections.Counter(urls).most_common(1)[0][1] == 1
+        status = FrontierAdmin(server.url, "docs").status()
+        assert (status["queued"], status["leased"], status["dead"]) == (0, 0, 0)
+        assert status["counters"].get("reclaimed", 0) == 0  # no orphaned lease
+        retried = sum("retrying in" in tail(log, 200000) for log in logs)
+        assert retried >= 1  # the freeze really hit the workers
+    finally:
+        if server.proc is not None:
+            os.kill(server.proc.pid, signal.SIGCONT)
+        server.stop()
