@@ -1,0 +1,671 @@
+"""MongoDB item pipeline: idempotent bulk upserts, each item done only once it is written.
+
+Every item becomes one upsert keyed by a stable document id::
+
+    UpdateOne({"_id": <stable id>},
+              {"$set": {<item fields>..., "updated_at": <now>},
+               "$setOnInsert": {"first_seen_at": <now>}},
+              upsert=True)
+
+so a page fetched twice (the fleet delivers at least once) overwrites its document instead of
+adding a copy.  Upserts are grouped per collection and sent with ``bulk_write(ordered=False)``
+when a batch holds ``FLEET_MONGO_BATCH_SIZE`` items, when its oldest item is
+``FLEET_MONGO_FLUSH_INTERVAL`` seconds old, and on close.  pymongo runs in a small thread pool
+of this pipeline's own; the reactor never waits on MongoDB.
+
+Delivery contract (see docs/mongo.md): :meth:`MongoPipeline.process_item` returns only when the
+item's write has been acknowledged by MongoDB (with the write concern of the URI).  Transient
+failures are retried with exponential back-off for as long as it takes, so while MongoDB is down
+the item stays in progress, Scrapy's scraper keeps the response in progress, and the fleet
+scheduler does not acknowledge the request: if the worker dies, the lease expires and the page
+is fetched again.  A document MongoDB rejects for good (validation, code 121, and other
+non-transient write errors) is logged with its id, counted in ``fleet/mongo/write_errors/<code>``
+and dropped with :class:`~scrapy.exceptions.DropItem`; the rest of its batch is unaffected.
+
+The pipeline needs Scrapy's asyncio reactor (the default since Scrapy 2.13).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import random
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import bson
+from itemadapter import ItemAdapter
+from pymongo import ASCENDING, MongoClient, UpdateOne
+from pymongo.errors import (
+    BulkWriteError,
+    DocumentTooLarge,
+    OperationFailure,
+    PyMongoError,
+)
+from scrapy.exceptions import DropItem, NotConfigured
+from scrapy.utils.misc import load_object
+
+from scrapy_fleet.config import _check, _number
+from scrapy_fleet.errors import FleetConfigError
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+    from scrapy.statscollectors import StatsCollector
+
+logger = logging.getLogger(__name__)
+
+#: Every setting this pipeline reads, with its default (docs/mongo.md describes each one).
+MONGO_DEFAULTS: dict[str, Any] = {
+    "FLEET_MONGO_URI": None,
+    "FLEET_MONGO_DATABASE": "scrapy",
+    "FLEET_MONGO_COLLECTION": None,
+    "FLEET_MONGO_ID_FIELDS": ["url"],
+    "FLEET_MONGO_ID_FUNCTION": None,
+    "FLEET_MONGO_BATCH_SIZE": 100,
+    "FLEET_MONGO_FLUSH_INTERVAL": 1.0,
+    "FLEET_MONGO_MAX_PENDING": 10_000,
+    "FLEET_MONGO_CONCURRENCY": 2,
+    "FLEET_MONGO_RETRY_BACKOFF": 0.5,
+    "FLEET_MONGO_RETRY_MAX_BACKOFF": 30.0,
+    "FLEET_MONGO_UPDATED_FIELD": "updated_at",
+    "FLEET_MONGO_FIRST_SEEN_FIELD": "first_seen_at",
+    "FLEET_MONGO_TTL": None,
+    "FLEET_MONGO_UNIQUE_FIELDS": [],
+    "FLEET_MONGO_CLIENT_FACTORY": None,
+}
+
+#: Server error codes after which the same write may succeed later (network, elections,
+#: shutdown, timeouts).  Mirrors pymongo's retryable-write codes.
+TRANSIENT_CODES = frozenset({
+    6, 7, 89, 91, 134, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436, 64, 50,
+})
+#: Duplicate key: with upserts on ``_id`` only a race between two upserts of the same new
+#: document, which succeeds when retried.  Against a unique secondary index it is permanent, so
+#: an op is retried at most this many times for it before being rejected.
+DUPLICATE_KEY = 11000
+DUPLICATE_KEY_RETRIES = 3
+#: Largest document MongoDB accepts (bytes).
+MAX_BSON_SIZE = 16 * 1024 * 1024
+
+_STAT = "fleet/mongo/"
+
+
+def _default_client_factory(uri: str) -> Any:
+    return MongoClient(uri, appname="scrapy-fleet")
+
+
+def _callable_setting(name: str, value: Any) -> Callable[..., Any] | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            value = load_object(value)
+        except (ImportError, AttributeError, ValueError, NameError) as exc:
+            raise FleetConfigError(
+                f"{name}={value!r} is invalid: cannot import it ({exc})") from None
+    _check(name, value, callable(value), "a callable or the import path of one")
+    return value  # type: ignore[no-any-return]
+
+
+def _field_list(name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    _check(name, value, isinstance(value, (list, tuple))
+           and all(isinstance(v, str) and v and not v.startswith("$") for v in value),
+           "a list of field names")
+    return tuple(value)
+
+
+def _field_name(name: str, value: Any) -> str:
+    _check(name, value, isinstance(value, str) and bool(value) and not value.startswith("$")
+           and "." not in value and value != "_id", "a field name (no '$', no '.', not _id)")
+    return str(value)
+
+
+@dataclass(frozen=True)
+class MongoConfig:
+    """Validated ``FLEET_MONGO_*`` settings.  Times are seconds; see docs/mongo.md.
+
+    Raises:
+        FleetConfigError: from :meth:`from_settings` when a value is wrong; the message names
+            the setting and the value.
+    """
+
+    uri: str
+    database: str = "scrapy"
+    #: ``None``: the spider's name.  Otherwise a ``%``-template with the keys ``spider`` and
+    #: ``item_class`` (class name of the item, ``dict`` for dicts).
+    collection: str | None = None
+    id_fields: tuple[str, ...] = ("url",)
+    id_function: Callable[[ItemAdapter], Any] | None = None
+    batch_size: int = 100
+    flush_interval: float = 1.0
+    max_pending: int = 10_000
+    concurrency: int = 2
+    retry_backoff: float = 0.5
+    retry_max_backoff: float = 30.0
+    updated_field: str = "updated_at"
+    first_seen_field: str = "first_seen_at"
+    ttl: int | None = None
+    unique_fields: tuple[str, ...] = ()
+    client_factory: Callable[[str], Any] = field(default=_default_client_factory)
+
+    @classmethod
+    def from_settings(cls, settings: BaseSettings | Mapping[str, Any]) -> MongoConfig:
+        """Read and validate every ``FLEET_MONGO_*`` setting.
+
+        Raises:
+            NotConfigured: ``FLEET_MONGO_URI`` is unset or empty.
+            FleetConfigError: naming the first wrong setting and its value.
+        """
+
+        def g(name: str) -> Any:
+            value = settings.get(name)
+            return MONGO_DEFAULTS[name] if value is None else value
+
+        uri = g("FLEET_MONGO_URI")
+        if not uri:
+            raise NotConfigured("FLEET_MONGO_URI is not set")
+        _check("FLEET_MONGO_URI", uri, isinstance(uri, str)
+               and uri.startswith(("mongodb://", "mongodb+srv://")),
+               "a mongodb:// or mongodb+srv:// URI")
+        database = g("FLEET_MONGO_DATABASE")
+        _check("FLEET_MONGO_DATABASE", database, isinstance(database, str) and 0 < len(database)
+               < 64 and not any(c in database for c in '/\\. "$\x00'),
+               "a database name (1-63 characters, none of / \\ . \" $ or space)")
+        collection = g("FLEET_MONGO_COLLECTION") or None
+        if collection is not None:
+            try:
+                sample = collection % {"spider": "spider", "item_class": "Item"}
+            except (TypeError, KeyError, ValueError):
+                sample = None
+            _check("FLEET_MONGO_COLLECTION", collection, isinstance(sample, str)
+                   and bool(sample) and "$" not in sample and "\x00" not in sample
+                   and not sample.startswith("system."),
+                   "a collection name, optionally with %(spider)s and %(item_class)s")
+        id_function = _callable_setting("FLEET_MONGO_ID_FUNCTION", g("FLEET_MONGO_ID_FUNCTION"))
+        id_fields = _field_list("FLEET_MONGO_ID_FIELDS", g("FLEET_MONGO_ID_FIELDS"))
+        _check("FLEET_MONGO_ID_FIELDS", g("FLEET_MONGO_ID_FIELDS"),
+               bool(id_fields) or id_function is not None,
+               "at least one field name (or set FLEET_MONGO_ID_FUNCTION)")
+        batch_size = _number("FLEET_MONGO_BATCH_SIZE", g("FLEET_MONGO_BATCH_SIZE"), int, 1,
+                             "an integer between 1 and 100000")
+        _check("FLEET_MONGO_BATCH_SIZE", batch_size, batch_size <= 100_000,
+               "an integer between 1 and 100000")
+        backoff = _number("FLEET_MONGO_RETRY_BACKOFF", g("FLEET_MONGO_RETRY_BACKOFF"), float,
+                          0.0, "seconds > 0", exclusive=True)
+        max_backoff = _number("FLEET_MONGO_RETRY_MAX_BACKOFF", g("FLEET_MONGO_RETRY_MAX_BACKOFF"),
+                              float, backoff, "seconds >= FLEET_MONGO_RETRY_BACKOFF")
+        ttl = g("FLEET_MONGO_TTL")
+        if isinstance(ttl, str) and ttl.strip().lower() in ("", "none", "null"):
+            ttl = None
+        updated_field = _field_name("FLEET_MONGO_UPDATED_FIELD", g("FLEET_MONGO_UPDATED_FIELD"))
+        first_seen = _field_name("FLEET_MONGO_FIRST_SEEN_FIELD", g("FLEET_MONGO_FIRST_SEEN_FIELD"))
+        _check("FLEET_MONGO_FIRST_SEEN_FIELD", first_seen, first_seen != updated_field,
+               "a field name other than FLEET_MONGO_UPDATED_FIELD")
+        factory = _callable_setting("FLEET_MONGO_CLIENT_FACTORY", g("FLEET_MONGO_CLIENT_FACTORY"))
+        return cls(
+            uri=uri,
+            database=database,
+            collection=collection,
+            id_fields=id_fields,
+            id_function=id_function,
+            batch_size=batch_size,
+            flush_interval=_number("FLEET_MONGO_FLUSH_INTERVAL", g("FLEET_MONGO_FLUSH_INTERVAL"),
+                                   float, 0.0, "seconds >= 0"),
+            max_pending=_number("FLEET_MONGO_MAX_PENDING", g("FLEET_MONGO_MAX_PENDING"), int, 1,
+                                "an integer >= 1"),
+            concurrency=_number("FLEET_MONGO_CONCURRENCY", g("FLEET_MONGO_CONCURRENCY"), int, 1,
+                                "an integer >= 1"),
+            retry_backoff=backoff,
+            retry_max_backoff=max_backoff,
+            updated_field=updated_field,
+            first_seen_field=first_seen,
+            ttl=None if ttl is None else _number("FLEET_MONGO_TTL", ttl, int, 1,
+                                                  "whole seconds >= 1 or None"),
+            unique_fields=_field_list("FLEET_MONGO_UNIQUE_FIELDS", g("FLEET_MONGO_UNIQUE_FIELDS")),
+            client_factory=factory or _default_client_factory,
+        )
+
+
+def default_document_id(values: Sequence[Any]) -> str:
+    """Stable ``_id`` of an item from the values of its id fields.
+
+    Returns:
+        the 40-character hex SHA-1 of the compact JSON array of *values* (keys sorted,
+        non-JSON values such as datetimes by their ``str()``): the same values always give the
+        same id, on any worker.
+    """
+    payload = json.dumps(list(values), sort_keys=True, separators=(",", ":"),
+                         ensure_ascii=False, default=str)
+    return hashlib.sha1(payload.encode("utf-8")).hexdigest()
+
+
+_SCALARS = (str, int, float, bool, bytes, datetime, type(None))
+
+
+def _plain(value: Any) -> Any:
+    """*value* with nested items (of any ItemAdapter type) turned into dicts, for BSON.
+
+    Same result as ``ItemAdapter.asdict`` but scalars, the bulk of item fields, are returned
+    without the per-value adapter lookups (a several-fold speed-up on typical items).
+    """
+    if isinstance(value, _SCALARS):
+        return value
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if ItemAdapter.is_item(value):
+        return {k: _plain(v) for k, v in ItemAdapter(value).items()}
+    return value
+
+
+class _Op:
+    """One item's pending upsert, and the future completed when it is settled."""
+
+    __slots__ = ("collection", "doc_id", "dup_retries", "future", "update")
+
+    def __init__(self, collection: str, doc_id: Any, update: dict[str, Any],
+                 future: asyncio.Future[None]) -> None:
+        self.collection = collection
+        self.doc_id = doc_id
+        self.update = update
+        self.future = future
+        self.dup_retries = 0
+
+
+@dataclass
+class _Outcome:
+    """What one ``bulk_write`` attempt did with a batch (indices into the batch)."""
+
+    written: list[int] = field(default_factory=list)
+    rejected: list[tuple[int, str, str]] = field(default_factory=list)  # index, code, message
+    retry: list[int] = field(default_factory=list)
+    upserted: int = 0
+    modified: int = 0
+    error: BaseException | None = None  # why `retry` is not empty (back-off applies)
+    retry_now: bool = False  # retry without back-off (bad documents were taken out)
+    fatal: BaseException | None = None  # not a MongoDB error: fail the items
+
+
+def _isolate_bad_documents(ops: Sequence[_Op], exc: BaseException) -> _Outcome:
+    """A batch that pymongo refused to encode: find which documents are at fault."""
+    out = _Outcome()
+    for i, op in enumerate(ops):
+        try:
+            size = len(bson.encode({"q": {"_id": op.doc_id}, "u": op.update}))
+        except Exception as err:  # any encoding error rejects the document
+            out.rejected.append((i, "invalid_document", f"{type(err).__name__}: {err}"))
+            continue
+        if size > MAX_BSON_SIZE:
+            out.rejected.append((i, "document_too_large", f"{size} bytes"))
+        else:
+            out.retry.append(i)
+    if not out.rejected:  # could not pin it on a document: do not loop on it
+        return _Outcome(fatal=exc)
+    out.retry_now = True
+    return out
+
+
+def write_batch(collection: Any, ops: Sequence[_Op]) -> _Outcome:
+    """Send *ops* as one ``bulk_write(ordered=False)``, once, and classify the result.
+
+    Runs in a worker thread (blocking I/O).  Never raises: the outcome says which ops were
+    written, which MongoDB rejected for good (with the error code), and which must be retried.
+    """
+    requests = [UpdateOne({"_id": op.doc_id}, op.update, upsert=True) for op in ops]
+    try:
+        result = collection.bulk_write(requests, ordered=False)
+    except BulkWriteError as exc:
+        return _classify_bulk_error(ops, exc)
+    except (bson.errors.InvalidDocument, DocumentTooLarge) as exc:
+        return _isolate_bad_documents(ops, exc)
+    except PyMongoError as exc:  # network, elections, timeouts, auth...: all retried
+        return _Outcome(retry=list(range(len(ops))), error=exc)
+    except Exception as exc:  # a bug, not an outage: surface it
+        return _Outcome(fatal=exc)
+    return _Outcome(written=list(range(len(ops))), upserted=result.upserted_count,
+                    modified=result.modified_count)
+
+
+def _classify_bulk_error(ops: Sequence[_Op], exc: BulkWriteError) -> _Outcome:
+    details = exc.details or {}
+    out = _Outcome(upserted=int(details.get("nUpserted", 0)),
+                   modified=int(details.get("nModified", 0)), error=exc)
+    failed: set[int] = set()
+    for err in details.get("writeErrors") or []:
+        index = int(err.get("index", -1))
+        if not 0 <= index < len(ops):
+            continue
+        failed.add(index)
+        code = err.get("code")
+        if code in TRANSIENT_CODES:
+            out.retry.append(index)
+        elif code == DUPLICATE_KEY and ops[index].dup_retries < DUPLICATE_KEY_RETRIES:
+            ops[index].dup_retries += 1
+            out.retry.append(index)
+        else:
+            out.rejected.append((index, str(code), str(err.get("errmsg", ""))))
+    others = [i for i in range(len(ops)) if i not in failed]
+    if details.get("writeConcernErrors"):
+        # Applied on the primary but not acknowledged as the URI's write concern asks:
+        # not durable yet.  Upserts are idempotent, so sending them again is harmless.
+        out.retry.extend(others)
+        out.upserted = out.modified = 0
+    else:
+        out.written.extend(others)
+    out.retry.sort()
+    return out
+
+
+class MongoPipeline:
+    """Scrapy item pipeline writing items to MongoDB as idempotent upserts.
+
+    Enabled by the fleet add-on at order 300 and inactive (``NotConfigured``) unless
+    ``FLEET_MONGO_URI`` is set.  Settings, stats and the delivery guarantee: docs/mongo.md.
+
+    ``process_item`` is a coroutine that finishes when the item is settled:
+
+    * returns the item once MongoDB acknowledged its upsert;
+    * raises :class:`~scrapy.exceptions.DropItem` when the item has no stable id (missing id
+      fields) or MongoDB rejected its document for good (stats ``fleet/mongo/dropped/...``,
+      ``fleet/mongo/write_errors/<code>``);
+    * does not finish while MongoDB is unreachable (retried with back-off, stat
+      ``fleet/mongo/retries``), so the request that produced the item is not acknowledged;
+    * raises the exception of a non-MongoDB failure (a bug), which Scrapy reports as an item
+      error.
+
+    Args:
+        config: validated settings.
+        crawler: gives the stats collector and the spider (name of the default collection).
+        stats: stats collector to use instead of the crawler's.
+    """
+
+    def __init__(self, config: MongoConfig, crawler: Crawler | None = None,
+                 stats: StatsCollector | None = None) -> None:
+        self.config = config
+        self.crawler = crawler
+        self.stats = stats if stats is not None else (crawler.stats if crawler else None)
+        self.client: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._writers: asyncio.Semaphore | None = None
+        self._room: asyncio.Semaphore | None = None
+        self._buffers: dict[str, list[_Op]] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._indexed: set[str] = set()
+        self._collection_names: dict[type, str] = {}
+        self._spider_name = "items"
+        self._active = 0  # items inside process_item
+        self._idle: asyncio.Future[None] | None = None
+        self._closing = False
+        self._closed = False
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> MongoPipeline:
+        """Build the pipeline from ``crawler.settings``.
+
+        Raises:
+            NotConfigured: ``FLEET_MONGO_URI`` is not set (the pipeline is then skipped).
+            FleetConfigError: a ``FLEET_MONGO_*`` setting has a wrong value.
+        """
+        return cls(MongoConfig.from_settings(crawler.settings), crawler=crawler)
+
+    # -- Scrapy hooks -------------------------------------------------------------------------
+
+    async def open_spider(self) -> None:
+        """Create the client and thread pool and the indexes of the spider's collection.
+
+        Index creation failing (MongoDB down) is logged and tried again before the first
+        write to that collection; it does not stop the crawl.
+
+        Raises:
+            RuntimeError: Scrapy does not run the asyncio reactor.
+        """
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                "MongoPipeline needs Scrapy's asyncio reactor (TWISTED_REACTOR = "
+                "'twisted.internet.asyncioreactor.AsyncioSelectorReactor')") from None
+        spider = getattr(self.crawler, "spider", None)
+        if spider is not None and getattr(spider, "name", None):
+            self._spider_name = spider.name
+        self._executor = ThreadPoolExecutor(self.config.concurrency,
+                                            thread_name_prefix="fleet-mongo")
+        self._writers = asyncio.Semaphore(self.config.concurrency)
+        self._room = asyncio.Semaphore(self.config.max_pending)
+        self.client = await self._loop.run_in_executor(self._executor, self.config.client_factory,
+                                                       self.config.uri)
+        if self.config.collection is None or "%(item_class)" not in self.config.collection:
+            name = self.collection_name(None)
+            await self._loop.run_in_executor(self._executor, self._ensure_indexes, name)
+
+    async def process_item(self, item: Any) -> Any:
+        """Queue the item's upsert and wait until it is written (see the class docstring).
+
+        Returns:
+            the item, unchanged, once MongoDB acknowledged its upsert.
+
+        Raises:
+            DropItem: no stable id, or a document MongoDB rejects for good.
+            RuntimeError: called before :meth:`open_spider` or after :meth:`close_spider`.
+        """
+        if self._loop is None or self._room is None or self._closed:
+            raise RuntimeError("MongoPipeline.process_item called while the pipeline is closed")
+        op = self.build_op(item)
+        self._active += 1
+        try:
+            await self._room.acquire()
+            try:
+                self._enqueue(op)
+                # shield: a cancelled caller must not cancel the write other items share.
+                await asyncio.shield(op.future)
+            finally:
+                self._room.release()
+        finally:
+            self._active -= 1
+            if not self._active and self._idle is not None and not self._idle.done():
+                self._idle.set_result(None)
+        return item
+
+    async def close_spider(self) -> None:
+        """Flush every batch, wait until all are settled, then close the client.
+
+        While MongoDB is unreachable this waits (and retries) until it comes back: stopping a
+        worker is never a reason to drop items.
+        """
+        if self._loop is None or self._closed:
+            return
+        self._closing = True  # from now on every item is flushed at once
+        for name in list(self._buffers):
+            self._flush(name)
+        while self._active:
+            self._idle = self._loop.create_future()
+            await self._idle
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        self._closed = True
+        if self.client is not None and self._executor is not None:
+            await self._loop.run_in_executor(self._executor, self.client.close)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+
+    # -- building writes ----------------------------------------------------------------------
+
+    def collection_name(self, item: Any) -> str:
+        """Name of the collection *item* goes to (*item* ``None``: the per-spider default)."""
+        template = self.config.collection
+        if template is None:
+            return self._spider_name
+        cls = type(item)
+        name = self._collection_names.get(cls)
+        if name is None:
+            name = template % {"spider": self._spider_name, "item_class": cls.__name__}
+            self._collection_names[cls] = name
+        return name
+
+    def document_id(self, adapter: ItemAdapter) -> Any:
+        """Stable ``_id`` of an item, or ``None`` when it has none.
+
+        ``FLEET_MONGO_ID_FUNCTION(adapter)`` when set (its return value as is), otherwise
+        :func:`default_document_id` of the ``FLEET_MONGO_ID_FIELDS`` values; ``None`` when one
+        of them is missing, ``None`` or ``""``.
+        """
+        if self.config.id_function is not None:
+            return self.config.id_function(adapter)
+        values = []
+        for name in self.config.id_fields:
+            value = adapter.get(name)
+            if value is None or value == "":
+                return None
+            values.append(value)
+        return default_document_id(values)
+
+    def build_op(self, item: Any) -> _Op:
+        """The pending upsert of *item* (the ``$set``/``$setOnInsert`` document of the docs).
+
+        Raises:
+            DropItem: the item has no stable id (stat ``fleet/mongo/dropped/missing_id``).
+        """
+        adapter = ItemAdapter(item)
+        doc_id = self.document_id(adapter)
+        if doc_id is None:
+            self._inc("dropped/missing_id")
+            fields = ", ".join(self.config.id_fields) or "FLEET_MONGO_ID_FUNCTION"
+            raise DropItem(f"MongoPipeline: item has no stable id (from {fields})")
+        fields_doc = {name: _plain(value) for name, value in adapter.items()}
+        fields_doc.pop("_id", None)
+        fields_doc.pop(self.config.first_seen_field, None)
+        now = datetime.now(timezone.utc)
+        fields_doc[self.config.updated_field] = now
+        update = {"$set": fields_doc, "$setOnInsert": {self.config.first_seen_field: now}}
+        assert self._loop is not None
+        return _Op(self.collection_name(item), doc_id, update, self._loop.create_future())
+
+    # -- batching -----------------------------------------------------------------------------
+
+    def _enqueue(self, op: _Op) -> None:
+        assert self._loop is not None
+        buffer = self._buffers.setdefault(op.collection, [])
+        buffer.append(op)
+        if len(buffer) >= self.config.batch_size or self._closing:
+            self._flush(op.collection)
+        elif op.collection not in self._timers:
+            self._timers[op.collection] = self._loop.call_later(
+                self.config.flush_interval, self._flush, op.collection)
+
+    def _flush(self, name: str) -> None:
+        timer = self._timers.pop(name, None)
+        if timer is not None:
+            timer.cancel()
+        ops = self._buffers.pop(name, None)
+        if not ops:
+            return
+        assert self._loop is not None
+        task = self._loop.create_task(self._write(name, ops))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _write(self, name: str, ops: list[_Op]) -> None:
+        """Write *ops* to collection *name* until each one is written or rejected."""
+        assert self._loop is not None and self._writers is not None
+        attempt = 0
+        try:
+            while ops:
+                async with self._writers:
+                    outcome = await self._loop.run_in_executor(self._executor, self._attempt,
+                                                               name, ops)
+                ops = self._settle(name, ops, outcome)
+                if not ops:
+                    return
+                if outcome.retry_now:
+                    continue
+                attempt += 1
+                self._inc("retries")
+                delay = min(self.config.retry_max_backoff,
+                            self.config.retry_backoff * 2 ** (attempt - 1))
+                delay *= 0.5 + random.random() / 2  # jitter, not crypto
+                logger.warning("MongoDB write of %d item(s) to %s failed (%s: %s); retry %d in "
+                               "%.2fs", len(ops), name, type(outcome.error).__name__,
+                               outcome.error, attempt, delay)
+                await asyncio.sleep(delay)
+        except BaseException as exc:  # cancelled loop or a bug: never leave a future hanging
+            for op in ops:
+                if not op.future.done():
+                    op.future.set_exception(exc if isinstance(exc, Exception)
+                                            else RuntimeError("MongoDB write cancelled"))
+            raise
+
+    def _attempt(self, name: str, ops: Sequence[_Op]) -> _Outcome:
+        """One write attempt, in a worker thread."""
+        if name not in self._indexed:
+            self._ensure_indexes(name)
+        return write_batch(self.client[self.config.database][name], ops)
+
+    def _settle(self, name: str, ops: list[_Op], outcome: _Outcome) -> list[_Op]:
+        """Complete the futures of settled ops, update stats; return the ops to retry."""
+        self._inc("batches")
+        if outcome.fatal is not None:
+            logger.error("MongoDB write of %d item(s) to %s failed", len(ops), name,
+                         exc_info=outcome.fatal)
+            for op in ops:
+                if not op.future.done():
+                    op.future.set_exception(outcome.fatal)
+            return []
+        self._inc("upserted", outcome.upserted)
+        self._inc("modified", outcome.modified)
+        self._inc("written", len(outcome.written))
+        for i in outcome.written:
+            if not ops[i].future.done():
+                ops[i].future.set_result(None)
+        for i, code, message in outcome.rejected:
+            op = ops[i]
+            self._inc(f"write_errors/{code}")
+            logger.error("MongoDB rejected document _id=%r in %s.%s (code %s): %s", op.doc_id,
+                         self.config.database, name, code, message)
+            if not op.future.done():
+                op.future.set_exception(DropItem(
+                    f"MongoDB rejected document _id={op.doc_id!r} (code {code}): {message}"))
+        return [ops[i] for i in outcome.retry]
+
+    def _ensure_indexes(self, name: str) -> None:
+        """Create this pipeline's indexes on collection *name* (idempotent), in a thread."""
+        coll = self.client[self.config.database][name]
+        cfg = self.config
+        try:
+            if cfg.ttl is None:
+                coll.create_index([(cfg.updated_field, ASCENDING)], name="fleet_updated")
+            else:
+                coll.create_index([(cfg.updated_field, ASCENDING)], name="fleet_updated",
+                                  expireAfterSeconds=cfg.ttl)
+            if cfg.unique_fields:
+                coll.create_index([(f, ASCENDING) for f in cfg.unique_fields],
+                                  name="fleet_unique", unique=True)
+        except OperationFailure as exc:
+            if exc.code in (85, 86):  # IndexOptionsConflict / IndexKeySpecsConflict
+                logger.error("MongoDB index on %s.%s differs from the settings (%s); drop it to "
+                             "apply FLEET_MONGO_TTL / FLEET_MONGO_UNIQUE_FIELDS", cfg.database,
+                             name, exc)
+                self._indexed.add(name)
+                return
+            logger.warning("Could not create MongoDB indexes on %s.%s yet: %s", cfg.database,
+                           name, exc)
+            return
+        except PyMongoError as exc:
+            logger.warning("Could not create MongoDB indexes on %s.%s yet: %s", cfg.database,
+                           name, exc)
+            return
+        self._indexed.add(name)
+
+    def _inc(self, key: str, count: int = 1) -> None:
+        if self.stats is not None and count:
+            self.stats.inc_value(_STAT + key, count)
