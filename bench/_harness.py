@@ -1,0 +1,222 @@
+"""Shared helpers of the fleet benchmarks: a private redis-server, the test site server,
+Scrapy worker processes with an isolated HOME, and small statistics helpers.
+
+Everything runs on 127.0.0.1 in a temporary directory that is removed at the end.
+Not a test module: benchmarks print figures, they do not assert.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import redis
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+EXAMPLE_PROJECT = REPO_ROOT / "example_project"
+PYTHON = sys.executable
+REDIS_BINARY = shutil.which("redis-server") or "/usr/bin/redis-server"
+
+for _path in (REPO_ROOT, EXAMPLE_PROJECT):  # scrapy_fleet, example_project (the spider)
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def stop(proc: subprocess.Popen[Any] | None, timeout: float = 10.0) -> None:
+    """SIGTERM, SIGKILL after *timeout* s; reaps.  Only ever called on our own children."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@contextmanager
+def workdir(prefix: str = "fleet-bench-") -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class Redis:
+    """``redis-server --save '' --appendonly no`` on a free loopback port, data in *root*."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root / "redis"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self, **kw: Any) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, **kw)
+
+    def __enter__(self) -> Redis:
+        self.proc = subprocess.Popen(
+            [REDIS_BINARY, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.root),
+             "--logfile", str(self.root / "redis.log")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        client = self.client(socket_connect_timeout=1)
+        deadline = time.monotonic() + 20
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"redis-server exited {self.proc.returncode}")
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        client.close()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        stop(self.proc)
+
+
+class Site:
+    """``python -m scrapy_fleet.testsite serve DIR --port P --log FILE`` in a subprocess."""
+
+    def __init__(self, root: Path, log: Path) -> None:
+        self.root = root
+        self.log = log
+        self.port = free_port()
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+
+    def __enter__(self) -> Site:
+        self.proc = subprocess.Popen(
+            [PYTHON, "-m", "scrapy_fleet.testsite", "serve", str(self.root),
+             "--port", str(self.port), "--log", str(self.log)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        if not line.startswith("http://"):
+            stop(self.proc)
+            raise RuntimeError(f"site server did not start: {line!r}")
+        self.url = line.rstrip("/") + "/"
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        stop(self.proc)
+
+    def records(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(x) for x in self.log.read_text().splitlines() if x.strip()]
+
+
+def worker_env(root: Path) -> dict[str, str]:
+    """Environment of a worker: HOME and XDG_* in *root*, the bench dir on PYTHONPATH (for
+    the stats extension ``benchext``)."""
+    env = dict(os.environ)
+    env.pop("SCRAPY_SETTINGS_MODULE", None)
+    env.pop("SCRAPY_PROJECT", None)
+    home = root / "home"
+    for name, sub in (("HOME", ""), ("XDG_STATE_HOME", ".local/state"),
+                      ("XDG_CONFIG_HOME", ".config"), ("XDG_CACHE_HOME", ".cache"),
+                      ("XDG_DATA_HOME", ".local/share")):
+        path = home / sub if sub else home
+        path.mkdir(parents=True, exist_ok=True)
+        env[name] = str(path)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(BENCH_DIR), str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def setting_args(settings: Mapping[str, Any]) -> list[str]:
+    args: list[str] = []
+    for key, value in settings.items():
+        if isinstance(value, (dict, list)):
+            value = json.dumps(value)
+        args += ["-s", f"{key}={value}"]
+    return args
+
+
+def scrapy(args: Sequence[str], env: Mapping[str, str], log: Path | None = None,
+           cwd: Path = EXAMPLE_PROJECT) -> subprocess.Popen[bytes]:
+    """Start ``python -m scrapy ARGS`` in the example project; output to *log*."""
+    out = open(log, "ab") if log else subprocess.DEVNULL
+    try:
+        return subprocess.Popen([PYTHON, "-m", "scrapy", *args], cwd=cwd, env=dict(env),
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    finally:
+        if log:
+            out.close()  # type: ignore[union-attr]
+
+
+def scrapy_run(args: Sequence[str], env: Mapping[str, str], timeout: float = 60.0,
+               cwd: Path = EXAMPLE_PROJECT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PYTHON, "-m", "scrapy", *args], cwd=cwd, env=dict(env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def wait(proc: subprocess.Popen[Any], timeout: float, log: Path | None = None) -> int:
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        stop(proc)
+        tail = log.read_text(errors="replace")[-3000:] if log and log.exists() else ""
+        raise TimeoutError(f"process {proc.pid} still running after {timeout} s\n{tail}") from None
+
+
+def wait_for_text(path: Path, text: str, timeout: float,
+                  proc: subprocess.Popen[Any] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text(errors="replace"):
+            return
+        if proc is not None and proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    tail = path.read_text(errors="replace")[-3000:] if path.exists() else "<no log>"
+    raise TimeoutError(f"{text!r} not in {path} after {timeout} s\n{tail}")
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def fmt_list(values: Sequence[float], digits: int = 1) -> str:
+    return "[" + ", ".join(f"{v:.{digits}f}" for v in values) + "]"
+
+
+def machine() -> dict[str, Any]:
+    import platform
+
+    return {"date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(),
+            "python": platform.python_version()}
+
+
+def emit_json(figures: Mapping[str, Any]) -> None:
+    """The final line of every benchmark: its figures as one JSON object."""
+    print(json.dumps(figures, sort_keys=True))

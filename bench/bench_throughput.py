@@ -1,0 +1,374 @@
+"""Pages/s of ONE fleet worker vs plain Scrapy (in-memory scheduler) on the same site.
+
+Both sides run the example project's ``docs`` parse code against the same generated site
+(``--pages`` x ``--links``, default 2000 x 10) served by ``python -m scrapy_fleet.testsite``:
+
+* plain: ``scrapy runspider bench/plain_docs.py -a start=URL`` with ``ADDONS={}``,
+  ``SCHEDULER=scrapy.core.scheduler.Scheduler``, ``DUPEFILTER_CLASS=RFPDupeFilter`` (checked:
+  the run must report ``scheduler/enqueued/memory`` and no ``scheduler/enqueued/redis``);
+* fleet: ``scrapy fleet push docs URL`` then ``scrapy crawl docs -s FLEET_REDIS_URL=...
+  -s FLEET_IDLE_TIMEOUT=1``.
+
+Both write items with the fleet's JsonLinesPipeline (``FLEET_JSONL_PATH``), so the item sink
+is the same.  Rounds alternate the order (plain/fleet, fleet/plain, ...); each figure is
+the median over the rounds, and the ratio is fleet / plain of the medians.
+
+Rate = items / (time of the last item - engine start), both taken inside the worker by
+``benchext.BenchStats``: process start-up and imports are excluded on both sides, and so is
+the fleet's idle wait at the end (FLEET_IDLE_TIMEOUT); the fleet's ramp-up (first lease)
+is included.  Wall time of the whole process is reported too.
+
+Round trips: one more fleet run (not timed) with a MONITOR connection on the bench's Redis
+counts the commands every client sent (commands run inside Lua scripts are told apart by
+MONITOR's ``lua`` tag), divided by pages.  The worker's ``fleet/redis/roundtrips`` stat and
+Redis's total executed commands per page (INFO commandstats, script-internal included)
+come from the timed runs.
+
+Usage: ``.venv/bin/python bench/bench_throughput.py [--pages 2000] [--links 10]
+[--rounds 3] [--no-monitor]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import resource
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import _harness as h
+
+from scrapy_fleet.testsite import generate_site
+
+EXT = {"benchext.BenchStats": 0}
+PIPELINE = {"scrapy_fleet.pipelines.jsonlines.JsonLinesPipeline": 800}
+
+
+def child_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of a running process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU seconds used by the site server and redis-server during one run."""
+
+    def __init__(self, site: h.Site, redis: h.Redis) -> None:
+        assert site.proc is not None and redis.proc is not None
+        self.pids = {"site": site.proc.pid, "redis": redis.proc.pid}
+        self.start = {k: proc_cpu(p) for k, p in self.pids.items()}
+
+    def used(self) -> dict[str, float]:
+        return {k: proc_cpu(p) - self.start[k] for k, p in self.pids.items()}
+
+
+def summarize(run: dict[str, Any], stats_file: Path, wall: float, cpu: float) -> dict[str, Any]:
+    data = json.loads(stats_file.read_text())
+    items = data["items"]
+    run["roundtrips_crawl"] = data.get("roundtrips_at_last_item", 0)
+    run["last_item_time"] = data["last_item"]
+    span = data["last_item"] - data["engine_started"]
+    steady = data["last_item"] - data["first_item"]
+    run.update(items=items, span=span, rate=items / span,
+               steady_rate=(items - 1) / steady if steady > 0 else 0.0,
+               wall=wall, cpu=cpu, cpu_ms_per_page=1000 * cpu / max(items, 1),
+               stats=data["stats"])
+    return run
+
+
+def run_plain(root: Path, env: dict[str, str], redis: h.Redis, site: h.Site, start: str,
+              n: int) -> dict[str, Any]:
+    out, stats, log = (root / f"plain-{n}.jsonl", root / f"plain-{n}.json",
+                       root / f"plain-{n}.log")
+    settings = {
+        "ADDONS": {},
+        "SCHEDULER": "scrapy.core.scheduler.Scheduler",
+        "DUPEFILTER_CLASS": "scrapy.dupefilters.RFPDupeFilter",
+        "ITEM_PIPELINES": PIPELINE,
+        "FLEET_JSONL_PATH": out,
+        "EXTENSIONS": EXT,
+        "BENCH_STATS_PATH": stats,
+    }
+    meter = CpuMeter(site, redis)
+    cpu0, t0 = child_cpu(), time.monotonic()
+    proc = h.scrapy(["runspider", str(h.BENCH_DIR / "plain_docs.py"), "-a", f"start={start}",
+                     *h.setting_args(settings)], env, log)
+    code = h.wait(proc, 150, log)
+    wall, cpu = time.monotonic() - t0, child_cpu() - cpu0
+    if code != 0 or not stats.exists():
+        raise RuntimeError(f"plain run exited {code}:\n{log.read_text()[-3000:]}")
+    run = summarize({"mode": "plain"}, stats, wall, cpu)
+    run.update({f"{k}_cpu_ms_per_page": 1000 * v / run["items"]
+                for k, v in meter.used().items()})
+    st = run["stats"]
+    if not st.get("scheduler/enqueued/memory") or "scheduler/enqueued/redis" in st:
+        raise RuntimeError("plain run did not use Scrapy's in-memory scheduler: "
+                           f"{ {k: v for k, v in st.items() if k.startswith('scheduler')} }")
+    return run
+
+
+class Monitor:
+    """Counts commands sent by clients (not by Lua scripts) with Redis MONITOR."""
+
+    IGNORED = {"info", "config", "flushall", "monitor"}
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.sendall(b"MONITOR\r\n")
+        self.client_cmds: list[tuple[float, str]] = []  # (Redis time, command)
+        self.lua_cmds: list[float] = []
+        self._buf = b""
+        self._stop = False
+        self._ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        self._ready.wait(5)
+
+    def _line(self, line: bytes) -> None:
+        if line == b"+OK":
+            self._ready.set()
+            return
+        try:
+            head, rest = line.split(b"] ", 1)
+            stamp = float(head.split(b" ", 1)[0].lstrip(b"+"))
+        except ValueError:
+            return
+        cmd = rest.split(b'"', 2)[1].decode(errors="replace").lower() if b'"' in rest else "?"
+        if head.endswith(b" lua"):
+            self.lua_cmds.append(stamp)
+        elif cmd not in self.IGNORED:
+            self.client_cmds.append((stamp, cmd))
+
+    def counts(self, until: float | None = None) -> collections.Counter[str]:
+        return collections.Counter(c for t, c in self.client_cmds if until is None or t <= until)
+
+    def _run(self) -> None:
+        while not self._stop:
+            try:
+                chunk = self.sock.recv(1 << 16)
+            except OSError:
+                return
+            if not chunk:
+                return
+            self._buf += chunk
+            *lines, self._buf = self._buf.split(b"\r\n")
+            for line in lines:
+                self._line(line)
+
+    def close(self) -> None:
+        time.sleep(0.3)  # let the last lines arrive
+        self._stop = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        self.thread.join(5)
+
+
+def run_fleet(root: Path, env: dict[str, str], redis: h.Redis, site: h.Site, start: str,
+              n: int | str, monitor: bool = False) -> dict[str, Any]:
+    out, stats, log = (root / f"fleet-{n}.jsonl", root / f"fleet-{n}.json",
+                       root / f"fleet-{n}.log")
+    client = redis.client()
+    client.flushall()
+    push = h.scrapy_run(["fleet", "push", "docs", start, "-s", f"FLEET_REDIS_URL={redis.url}"],
+                        env)
+    if push.returncode != 0 or "pushed 1," not in push.stdout:
+        raise RuntimeError(f"push failed: {push.stdout}{push.stderr}")
+    client.config_resetstat()
+    mon = Monitor(redis.port) if monitor else None
+    meter = CpuMeter(site, redis)
+    settings = {
+        "FLEET_REDIS_URL": redis.url,
+        "FLEET_IDLE_TIMEOUT": 1,
+        "FLEET_JSONL_PATH": out,
+        "EXTENSIONS": EXT,
+        "BENCH_STATS_PATH": stats,
+    }
+    cpu0, t0 = child_cpu(), time.monotonic()
+    proc = h.scrapy(["crawl", "docs", *h.setting_args(settings)], env, log)
+    code = h.wait(proc, 150, log)
+    wall, cpu = time.monotonic() - t0, child_cpu() - cpu0
+    used = meter.used()
+    if mon:
+        mon.close()
+    if code != 0 or not stats.exists():
+        raise RuntimeError(f"fleet run exited {code}:\n{log.read_text()[-3000:]}")
+    run = summarize({"mode": "fleet"}, stats, wall, cpu)
+    run.update({f"{k}_cpu_ms_per_page": 1000 * v / run["items"] for k, v in used.items()})
+    cmdstats = client.info("commandstats")
+    client.close()
+    calls = {k.removeprefix("cmdstat_"): v["calls"] for k, v in cmdstats.items()}
+    for ignored in ("info", "config|resetstat"):
+        calls.pop(ignored, None)
+    run["redis_calls"] = calls
+    run["evalsha_usec_per_page"] = sum(
+        v["usec"] for k, v in cmdstats.items() if k in ("cmdstat_evalsha", "cmdstat_eval")
+    ) / run["items"]
+    run["redis_commands_per_page"] = sum(calls.values()) / run["items"]
+    run["evalsha_per_page"] = (calls.get("evalsha", 0) + calls.get("eval", 0)) / run["items"]
+    run["worker_roundtrips_per_page"] = (
+        run["stats"].get("fleet/redis/roundtrips", 0) / run["items"])
+    run["crawl_roundtrips_per_page"] = run["roundtrips_crawl"] / run["items"]
+    if mon:
+        crawl = mon.counts(until=run["last_item_time"])
+        total = mon.counts()
+        run["client_cmds_crawl"] = dict(crawl)
+        run["client_cmds_total"] = dict(total)
+        run["client_cmds_per_page"] = sum(crawl.values()) / run["items"]
+        run["client_cmds_total_per_page"] = sum(total.values()) / run["items"]
+        run["lua_cmds_per_page"] = sum(
+            1 for t in mon.lua_cmds if t <= run["last_item_time"]) / run["items"]
+    st = run["stats"]
+    if not st.get("scheduler/enqueued/redis"):
+        raise RuntimeError("fleet run did not use the FleetScheduler")
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pages", type=int, default=2000)
+    parser.add_argument("--links", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-monitor", action="store_true",
+                        help="skip the extra MONITOR run that counts client round trips")
+    args = parser.parse_args(argv)
+
+    with h.workdir() as root:
+        paths = generate_site(root / "www", args.pages, args.links, seed=1)
+        figures = measure(root, args, paths)
+    return report(args, paths, *figures)
+
+
+def measure(root: Path, args: argparse.Namespace,
+            paths: list[str]) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any] | None]:
+    with h.Redis(root) as redis, h.Site(root / "www", root / "site.log") as site:
+        start = site.url + "site/"
+        env = h.worker_env(root)
+        print(f"site: {len(paths)} pages x {args.links} links at {start}; redis {redis.url}")
+        runs: dict[str, list[dict[str, Any]]] = {"plain": [], "fleet": []}
+        for rnd in range(args.rounds):
+            order = ("plain", "fleet") if rnd % 2 == 0 else ("fleet", "plain")
+            for mode in order:
+                if mode == "plain":
+                    run = run_plain(root, env, redis, site, start, rnd)
+                else:
+                    run = run_fleet(root, env, redis, site, start, rnd)
+                runs[mode].append(run)
+                print(f"  round {rnd + 1} {mode:5}: {run['items']} items, "
+                      f"{run['rate']:.0f} pages/s (steady {run['steady_rate']:.0f}), "
+                      f"crawl {run['span']:.2f} s, wall {run['wall']:.2f} s, "
+                      f"worker CPU {run['cpu_ms_per_page']:.2f} ms/page", flush=True)
+                if run["items"] != len(paths):
+                    print(f"  WARNING: expected {len(paths)} items, got {run['items']}")
+        mon_run = None
+        if not args.no_monitor:
+            mon_run = run_fleet(root, env, redis, site, start, "monitor", monitor=True)
+    return runs, mon_run
+
+
+def report(args: argparse.Namespace, paths: list[str], runs: dict[str, list[dict[str, Any]]],
+           mon_run: dict[str, Any] | None) -> int:
+
+    def med(mode: str, key: str) -> float:
+        return h.median([r[key] for r in runs[mode]])
+
+    def ratio(key: str) -> float:
+        return round(med("fleet", key) / med("plain", key), 3)
+
+    plain_rate, fleet_rate = med("plain", "rate"), med("fleet", "rate")
+    fig: dict[str, Any] = {
+        "bench": "throughput", **h.machine(), "pages": len(paths), "links": args.links,
+        "rounds": args.rounds,
+        "plain_pages_per_s": round(plain_rate, 1),
+        "fleet_pages_per_s": round(fleet_rate, 1),
+        "ratio": round(fleet_rate / plain_rate, 3),
+        # ratio of each round's fleet run to the plain run next to it, then the median
+        "paired_ratio": round(h.median([f["rate"] / p["rate"] for p, f in
+                                        zip(runs["plain"], runs["fleet"], strict=True)]), 3),
+        "plain_steady_pages_per_s": round(med("plain", "steady_rate"), 1),
+        "fleet_steady_pages_per_s": round(med("fleet", "steady_rate"), 1),
+        "steady_ratio": ratio("steady_rate"),
+        "plain_wall_s": round(med("plain", "wall"), 2),
+        "fleet_wall_s": round(med("fleet", "wall"), 2),
+        "plain_worker_cpu_ms_per_page": round(med("plain", "cpu_ms_per_page"), 3),
+        "fleet_worker_cpu_ms_per_page": round(med("fleet", "cpu_ms_per_page"), 3),
+        "plain_site_cpu_ms_per_page": round(med("plain", "site_cpu_ms_per_page"), 3),
+        "fleet_site_cpu_ms_per_page": round(med("fleet", "site_cpu_ms_per_page"), 3),
+        "fleet_redis_cpu_ms_per_page": round(med("fleet", "redis_cpu_ms_per_page"), 3),
+        "roundtrips_per_page_crawl": round(med("fleet", "crawl_roundtrips_per_page"), 4),
+        "roundtrips_per_page_total": round(med("fleet", "worker_roundtrips_per_page"), 4),
+        "redis_evalsha_per_page_total": round(med("fleet", "evalsha_per_page"), 4),
+        "redis_commands_per_page_incl_lua": round(med("fleet", "redis_commands_per_page"), 2),
+        "redis_script_usec_per_page": round(med("fleet", "evalsha_usec_per_page"), 1),
+        "plain_rates": [round(r["rate"], 1) for r in runs["plain"]],
+        "fleet_rates": [round(r["rate"], 1) for r in runs["fleet"]],
+        "fleet_roundtrips_per_page_total_runs": [
+            round(r["worker_roundtrips_per_page"], 3) for r in runs["fleet"]],
+    }
+    if mon_run:
+        fig["client_commands_per_page_crawl"] = round(mon_run["client_cmds_per_page"], 4)
+        fig["client_commands_per_page_total"] = round(mon_run["client_cmds_total_per_page"], 4)
+        fig["client_commands_crawl"] = mon_run["client_cmds_crawl"]
+        fig["client_commands_total"] = mon_run["client_cmds_total"]
+        fig["lua_commands_per_page"] = round(mon_run["lua_cmds_per_page"], 2)
+
+    p, f = "plain", "fleet"
+    print()
+    print(f"Throughput of one worker, {len(paths)} pages x {args.links} links, "
+          f"{args.rounds} rounds alternating, medians")
+    print("  rate = items / (last item - engine start), timed inside the worker: excludes "
+          "process start-up and the fleet's idle wait (FLEET_IDLE_TIMEOUT=1)")
+    print(f"  plain Scrapy (memory scheduler): {plain_rate:7.1f} pages/s  "
+          f"{h.fmt_list(fig['plain_rates'])}")
+    print(f"  fleet worker (Redis frontier)  : {fleet_rate:7.1f} pages/s  "
+          f"{h.fmt_list(fig['fleet_rates'])}")
+    print(f"  ratio fleet/plain              : {fig['ratio']:.3f} of medians, "
+          f"{fig['paired_ratio']:.3f} median of paired runs (goal >= 0.9); "
+          f"first->last item only: {fig['steady_ratio']:.3f}")
+    print(f"  whole process wall time        : {p} {fig['plain_wall_s']:.2f} s, "
+          f"{f} {fig['fleet_wall_s']:.2f} s (fleet: + 1 s idle timeout)")
+    print(f"  CPU per page, worker (process) : {p} {fig['plain_worker_cpu_ms_per_page']:.2f} ms, "
+          f"{f} {fig['fleet_worker_cpu_ms_per_page']:.2f} ms (incl. start-up; fleet incl. idle "
+          "wait)")
+    print(f"  CPU per page, site server      : {p} {fig['plain_site_cpu_ms_per_page']:.2f} ms, "
+          f"{f} {fig['fleet_site_cpu_ms_per_page']:.2f} ms; redis-server (fleet): "
+          f"{fig['fleet_redis_cpu_ms_per_page']:.2f} ms")
+    print(f"  frontier calls per page        : {fig['roundtrips_per_page_crawl']:.3f} until the "
+          f"last item, {fig['roundtrips_per_page_total']:.3f} until exit "
+          f"(fleet/redis/roundtrips; per run {fig['fleet_roundtrips_per_page_total_runs']}); "
+          f"EVALSHA seen by Redis: {fig['redis_evalsha_per_page_total']:.3f}")
+    print(f"  Redis commands per page incl. those run inside Lua: "
+          f"{fig['redis_commands_per_page_incl_lua']:.1f} (Redis time in scripts: "
+          f"{fig['redis_script_usec_per_page']:.0f} us/page)")
+    if mon_run:
+        print(f"  client commands per page (MONITOR run): "
+              f"{fig['client_commands_per_page_crawl']:.3f} until the last item "
+              f"{json.dumps(fig['client_commands_crawl'], sort_keys=True)}, "
+              f"{fig['client_commands_per_page_total']:.3f} until exit "
+              f"{json.dumps(fig['client_commands_total'], sort_keys=True)}")
+    spun = [r for r in runs["fleet"]
+            if r["worker_roundtrips_per_page"] > 2 * r["crawl_roundtrips_per_page"] + 0.05]
+    if spun:
+        print(f"  NOTE: in {len(spun)} of {len(runs['fleet'])} fleet runs most frontier calls "
+              "came after the last item, during the 1 s idle wait: the idle worker polled "
+              "Redis in a tight loop (see bench/README.md, 'idle busy-poll')")
+    print()
+    h.emit_json(fig)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
