@@ -6,7 +6,7 @@ from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
 #: component -> order, added to the project's component dicts
-SPIDER_MIDDLEWARES = {"scrapy_fleet.middlewares.FleetStartMiddleware": 0}
+SPIDER_MIDDLEWARES = {"scrapy_fleet.middlewares.FleetSpiderMiddleware": 0}
 ITEM_PIPELINES = {
     # each disables itself (NotConfigured) unless its setting is given
     "scrapy_fleet.pipelines.mongo.MongoPipeline": 300,

@@ -3,7 +3,8 @@
 Slice ``i`` holds ``n0 * 2**i`` fingerprints at false-positive rate ``p * 2**-i``, with
 ``m = ceil(-n ln p / ln(2)**2)`` bits and ``k = ceil(-log2 p)`` hash functions (Almeida et al.,
 "Scalable Bloom Filters", 2007).  For n0 = 1,000,000 and p = 0.001 slice 0 takes
-14,377,588 bits = 1.80 MB, about a tenth of a Redis SET of 20-byte fingerprints.
+14,377,588 bits = 1.80 MB; a Redis SET of the same fingerprints takes about 64 MB
+(bench/bench_bloom.py).  Slices are created at full size (see scripts/bloom.lua).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 from scrapy_fleet.keys import BLOOM_MAX_SLICES
 
 FINGERPRINT_BYTES = 12
+#: Redis's largest bit offset + 1: no slice may be larger (scripts/bloom.lua, MAX_BITS)
+MAX_SLICE_BITS = 2**32
 
 
 def bloom_key(fingerprint: bytes) -> bytes:

@@ -1,13 +1,15 @@
 """``scrapy-fleet``: the fleet's commands outside a Scrapy project.
 
     scrapy-fleet --redis URL push CRAWL_ID [URL ...] [-f FILE | -] [--dont-filter] [--priority N]
+                 [--no-wait] [--timeout S] [--queue-max N] [--low-watermark F]
     scrapy-fleet --redis URL status CRAWL_ID [--json]
     scrapy-fleet --redis URL dead CRAWL_ID [--limit N] [--json]
     scrapy-fleet --redis URL purge CRAWL_ID [--yes]
 
 Inside a project, ``scrapy fleet push|status|dead|purge SPIDER ...`` does the same with the
 project's settings (commands/fleet.py).  Exit statuses: 0 success, 1 some push lines
-rejected (or purge declined), 2 usage error or Redis unreachable.
+rejected (or purge declined), 2 usage error or Redis unreachable, 3 the frontier stayed full
+(``--no-wait``, or ``--timeout`` expired): the lines from the one reported on were not pushed.
 """
 
 from __future__ import annotations
@@ -38,6 +40,12 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
                         help="push: priority of plain URL lines (default 0)")
     parser.add_argument("--max-url-length", type=int, default=push.DEFAULT_MAX_URL_LENGTH,
                         help="push: longest URL accepted (default %(default)s)")
+    parser.add_argument("--no-wait", action="store_true",
+                        help="push: exit with status 3 instead of waiting when the frontier is "
+                             "full")
+    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                        help="push: wait at most this long for room in a full frontier, then "
+                             "exit with status 3 (default: wait forever)")
     parser.add_argument("--json", action="store_true", help="status/dead: print JSON")
     parser.add_argument("--limit", type=int, default=20, help="dead: how many to show")
     parser.add_argument("--yes", action="store_true", help="purge: do not ask for confirmation")
@@ -45,17 +53,18 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_action(action: str, admin: FrontierAdmin, urls: list[str], opts: Any,
                fingerprint: Callable[[Request], bytes], label: str,
-               confirm: Callable[[str], str] = input) -> int:
-    """Run one fleet action against *admin*; returns the exit status."""
+               confirm: Callable[[str], str] = input, low_watermark: int | None = None) -> int:
+    """Run one fleet action against *admin*; returns the exit status.  *low_watermark*
+    (entries): where a push waiting for room resumes."""
     try:
         admin.ping()
         if action == "push":
-            return _push(admin, urls, opts, fingerprint)
+            return _push(admin, urls, opts, fingerprint, low_watermark)
         if urls:
             print(f"error: {action} takes no URL arguments", file=sys.stderr)
             return push.EXIT_ERROR
         if action == "status":
-            return _status(admin, opts, label)
+            return _status(admin, opts, label, low_watermark)
         if action == "dead":
             return _dead(admin, opts)
         if action == "purge":
@@ -67,8 +76,33 @@ def run_action(action: str, admin: FrontierAdmin, urls: list[str], opts: Any,
     return push.EXIT_ERROR
 
 
+class _WaitDisplay:
+    """Shows that the push waits: a progress line on a terminal, a log line otherwise."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.last_line = -1.0
+
+    def __call__(self, size: int, waited: float) -> None:
+        if size < 0:
+            print("Redis is out of memory (OOM): waiting before pushing again", file=sys.stderr,
+                  flush=True)
+            return
+        if self.tty:
+            print(f"\rfrontier full ({size} entries): waiting {waited:.0f} s ...", end="",
+                  file=sys.stderr, flush=True)
+        elif waited - self.last_line >= 10 or self.last_line < 0:
+            print(f"frontier full ({size} entries): waiting for room ({waited:.0f} s)",
+                  file=sys.stderr, flush=True)
+            self.last_line = waited
+
+    def done(self) -> None:
+        if self.tty and self.last_line != -1.0:
+            print(file=sys.stderr)
+
+
 def _push(admin: FrontierAdmin, urls: list[str], opts: Any,
-          fingerprint: Callable[[Request], bytes]) -> int:
+          fingerprint: Callable[[Request], bytes], low_watermark: int | None) -> int:
     if not urls and not opts.file:
         print("error: push needs URLs or -f FILE (or -f - for standard input)", file=sys.stderr)
         return push.EXIT_ERROR
@@ -83,23 +117,37 @@ def _push(admin: FrontierAdmin, urls: list[str], opts: Any,
                 except OSError as exc:
                     print(f"error: cannot read {name}: {exc}", file=sys.stderr)
                     return push.EXIT_ERROR
+        display = _WaitDisplay()
         report = push.push_lines(admin, push.read_lines(urls, files), fingerprint,
                                  max_url_length=opts.max_url_length,
                                  dont_filter=opts.dont_filter, priority=opts.priority,
-                                 on_error=push.print_error)
+                                 on_error=push.print_error, low_watermark=low_watermark,
+                                 no_wait=opts.no_wait, timeout=opts.timeout,
+                                 on_wait=display)
+        display.done()
     print(f"pushed {report.pushed}, duplicates {report.duplicates}, "
           f"rejected {report.rejected} (crawl {admin.keys.crawl_id!r})")
+    if report.waited:
+        print(f"waited {report.waited:.1f} s for room in the frontier")
+    if report.stopped_full:
+        print(f"error: the frontier is full (FLEET_QUEUE_MAX={admin.params.queue_max}); "
+              f"not pushed from line {report.first_unpushed_line} on", file=sys.stderr)
     return report.exit_status
 
 
-def _status(admin: FrontierAdmin, opts: Any, label: str) -> int:
+def _status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int | None) -> int:
     status = admin.status()
+    status["queue_max"] = admin.params.queue_max
+    status["low_watermark"] = low_watermark
     if opts.json:
         print(json.dumps(status, indent=2, sort_keys=True))
         return push.EXIT_OK
     print(f"crawl {status['crawl_id']!r} ({label})")
-    for name in ("queued", "leased", "dead", "seen"):
+    for name in ("queued", "leased", "delayed", "parked", "dead", "seen"):
         print(f"  {name:<8} {status[name]}")
+    cap = status["queue_max"]
+    print(f"  size     {status['size']} / {cap if cap else 'unbounded'}"
+          + (f" (producers resume below {low_watermark})" if cap and low_watermark else ""))
     idle = status["idle_seconds"]
     print(f"  idle     {'-' if idle is None else f'{idle} s'}")
     counters = status["counters"]
@@ -157,6 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Redis URL (default: $FLEET_REDIS_URL or %(default)s)")
     parser.add_argument("--prefix", default=DEFAULTS["FLEET_KEY_PREFIX"],
                         help="key prefix, FLEET_KEY_PREFIX (default %(default)s)")
+    parser.add_argument("--queue-max", type=int, default=DEFAULTS["FLEET_QUEUE_MAX"],
+                        help="FLEET_QUEUE_MAX of the crawl (default %(default)s; 0: unbounded)")
+    parser.add_argument("--low-watermark", type=float,
+                        default=DEFAULTS["FLEET_QUEUE_LOW_WATERMARK"],
+                        help="FLEET_QUEUE_LOW_WATERMARK (default %(default)s)")
     parser.add_argument("action", choices=["push", "status", "dead", "purge"])
     parser.add_argument("crawl_id", help="FLEET_CRAWL_ID of the crawl (default: spider name)")
     parser.add_argument("urls", nargs="*", help="push: URLs or JSON request lines")
@@ -172,10 +225,15 @@ def main(argv: list[str] | None = None) -> int:
         crawl_id = validate_crawl_id(opts.crawl_id, "CRAWL_ID")
     except FleetConfigError as exc:
         parser.error(str(exc))
-    admin = FrontierAdmin(url, crawl_id, prefix=opts.prefix, params=FrontierParams())
+    if opts.queue_max < 0 or not 0 < opts.low_watermark < 1:
+        parser.error("--queue-max must be >= 0 and --low-watermark between 0 and 1")
+    queue_max = opts.queue_max or None
+    admin = FrontierAdmin(url, crawl_id, prefix=opts.prefix,
+                          params=FrontierParams(queue_max=queue_max))
+    low = int(queue_max * opts.low_watermark) if queue_max else None
     try:
         return run_action(opts.action, admin, opts.urls, opts, push.default_fingerprinter(),
-                          label="no project")
+                          label="no project", low_watermark=low)
     finally:
         admin.close()
 

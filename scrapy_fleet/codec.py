@@ -47,6 +47,8 @@ _FIELDS: dict[str, tuple[str, Any]] = {
 }
 _SHORT = {short: name for name, (short, _) in _FIELDS.items()}
 _PLAIN_REQUEST = "scrapy.http.request.Request"
+#: meta keys the fleet sets on requests in flight; never stored in the frontier
+PRIVATE_META_PREFIX = "_fleet_"
 
 
 def _default(obj: Any) -> Any:
@@ -144,6 +146,10 @@ def encode(request: Request, spider: Spider | None = None) -> bytes:
         raise RequestEncodeError(
             f"cannot store request {request.url!r} in the frontier: {exc}") from exc
     d["_class"] = class_path(type(request))
+    meta = d.get("meta")
+    if meta and any(isinstance(k, str) and k.startswith(PRIVATE_META_PREFIX) for k in meta):
+        d["meta"] = {k: v for k, v in meta.items()
+                     if not (isinstance(k, str) and k.startswith(PRIVATE_META_PREFIX))}
     return encode_dict(d)
 
 

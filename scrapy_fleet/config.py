@@ -51,6 +51,10 @@ DEFAULTS: dict[str, Any] = {
     "FLEET_REQUEST_CLASSES": list(DEFAULT_REQUEST_CLASSES),
     "FLEET_DUPEFILTER_CAPACITY": 1_000_000,
     "FLEET_DUPEFILTER_ERROR_RATE": 0.001,
+    "FLEET_QUEUE_MAX": 1_000_000,
+    "FLEET_QUEUE_LOW_WATERMARK": 0.9,
+    "FLEET_HOST_QUEUE_MAX": None,
+    "FLEET_BACKPRESSURE_DELAY": 10.0,
     "FLEET_JSONL_PATH": None,
     "FLEET_JSONL_FSYNC": False,
 }
@@ -91,6 +95,12 @@ def _bool(name: str, value: Any) -> bool:
                                                              "no", "on", "off"):
         return value.strip().lower() in ("1", "true", "yes", "on")
     raise FleetConfigError(f"{name}={value!r} is invalid: expected a boolean")
+
+
+def _optional_int(name: str, value: Any) -> int | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
+        return None
+    return _number(name, value, int, 1, "an integer >= 1 or None")
 
 
 def validate_redis_url(url: Any, name: str = "FLEET_REDIS_URL") -> str:
@@ -147,6 +157,10 @@ class FleetConfig:
     request_classes: tuple[str, ...]
     dupefilter_capacity: int
     dupefilter_error_rate: float
+    queue_max: int | None
+    queue_low_watermark: float
+    host_queue_max: int | None
+    backpressure_delay: float
     jsonl_path: str | None
     jsonl_fsync: bool
     extra: dict[str, Any] = field(default_factory=dict)
@@ -190,6 +204,17 @@ class FleetConfig:
                              float, 0.0, "a probability between 0 and 0.5", exclusive=True)
         _check("FLEET_DUPEFILTER_ERROR_RATE", error_rate, error_rate <= 0.5,
                "a probability between 0 and 0.5")
+        low = _number("FLEET_QUEUE_LOW_WATERMARK", g("FLEET_QUEUE_LOW_WATERMARK"), float, 0.0,
+                      "a fraction of FLEET_QUEUE_MAX between 0 and 1", exclusive=True)
+        _check("FLEET_QUEUE_LOW_WATERMARK", low, low < 1.0,
+               "a fraction of FLEET_QUEUE_MAX between 0 and 1")
+        capacity = _number("FLEET_DUPEFILTER_CAPACITY", g("FLEET_DUPEFILTER_CAPACITY"), int, 1,
+                           "an integer >= 1")
+        from scrapy_fleet.bloom import MAX_SLICE_BITS, slice_params
+
+        _check("FLEET_DUPEFILTER_CAPACITY", capacity,
+               slice_params(capacity, error_rate, 0).bits <= MAX_SLICE_BITS,
+               "a capacity whose first Bloom slice fits in one Redis string (512 MB)")
         jsonl = g("FLEET_JSONL_PATH")
         _check("FLEET_JSONL_PATH", jsonl, jsonl is None or (isinstance(jsonl, str) and jsonl != ""),
                "a file path or None")
@@ -215,10 +240,14 @@ class FleetConfig:
                 "FLEET_IDLE_TIMEOUT", idle, float, 0.0, "seconds >= 0 or None"),
             start_requests=start_mode,
             request_classes=tuple(classes),
-            dupefilter_capacity=_number("FLEET_DUPEFILTER_CAPACITY",
-                                        g("FLEET_DUPEFILTER_CAPACITY"), int, 1,
-                                        "an integer >= 1"),
+            dupefilter_capacity=capacity,
             dupefilter_error_rate=error_rate,
+            queue_max=_optional_int("FLEET_QUEUE_MAX", g("FLEET_QUEUE_MAX")),
+            queue_low_watermark=low,
+            host_queue_max=_optional_int("FLEET_HOST_QUEUE_MAX", g("FLEET_HOST_QUEUE_MAX")),
+            backpressure_delay=_number("FLEET_BACKPRESSURE_DELAY",
+                                       g("FLEET_BACKPRESSURE_DELAY"), float, 0.0,
+                                       "seconds >= 0"),
             jsonl_path=jsonl,
             jsonl_fsync=_bool("FLEET_JSONL_FSYNC", g("FLEET_JSONL_FSYNC")),
         )
@@ -228,6 +257,21 @@ class FleetConfig:
             except AttributeError:
                 pass
         return config
+
+    def frontier_params(self) -> Any:
+        """The per-call constants of scripts/frontier.lua (a ``frontier.FrontierParams``)."""
+        from scrapy_fleet.frontier import FrontierParams
+
+        return FrontierParams(self.lease_timeout, self.max_leases, self.dupefilter_capacity,
+                              self.dupefilter_error_rate, self.queue_max, self.host_queue_max,
+                              self.backpressure_delay)
+
+    @property
+    def queue_low(self) -> int | None:
+        """Size under which paused producers resume (FLEET_QUEUE_LOW_WATERMARK of the max)."""
+        if self.queue_max is None:
+            return None
+        return max(int(self.queue_max * self.queue_low_watermark), 0)
 
     def resolve_crawl_id(self, spider_name: str) -> str:
         """The crawl's namespace: ``FLEET_CRAWL_ID`` or else the spider's name."""

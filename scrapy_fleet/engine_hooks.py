@@ -64,6 +64,12 @@ def on_request_done(crawler: Crawler, callback: Callable[[Any], None]) -> Callab
     return uninstall
 
 
+def scheduler_of(crawler: Crawler) -> Any:
+    """The scheduler of the crawler's running engine, or None."""
+    slot = getattr(crawler.engine, "_slot", None)
+    return getattr(slot, "scheduler", None)
+
+
 def wake_engine(crawler: Crawler) -> None:
     """Ask the engine to call ``next_request()`` soon (no-op once the engine is closing)."""
     engine = crawler.engine

@@ -44,15 +44,18 @@ _RETRYABLE = (redis.ConnectionError, redis.TimeoutError, ConnectionError, Timeou
 class SyncBatch:
     """One worker call.  Ids are entry ids (str), tokens fencing tokens (int), priorities ints.
 
-    ``pushes`` holds ``(bloom_key, priority, payload)``: bloom_key is 12 bytes, or ``b""`` for
-    a ``dont_filter`` request (never checked, always a new entry).
+    ``pushes`` holds ``(bloom_key, priority, payload[, group, host])``: bloom_key is 12 bytes,
+    or ``b""`` for a ``dont_filter`` request (never checked, always a new entry); group 0 (the
+    default) is a push without a parent, group k (1-based) a link found by the request of the
+    k-th acknowledgement, pushed or not with it (see scripts/frontier.lua); host (default
+    ``""``: not counted per host) is the host name the per-host bound applies to.
     """
 
     acks: list[tuple[str, int]] = field(default_factory=list)
     releases: list[tuple[str, int]] = field(default_factory=list)
     dead: list[tuple[str, int, str]] = field(default_factory=list)
     extends: list[tuple[str, int]] = field(default_factory=list)
-    pushes: list[tuple[bytes, int, bytes]] = field(default_factory=list)
+    pushes: list[tuple[Any, ...]] = field(default_factory=list)
     take: int = 0
 
     def is_empty(self) -> bool:
@@ -72,15 +75,21 @@ class LeasedEntry:
 class SyncResult:
     leased: list[LeasedEntry]
     lost: list[str]  #: entries whose ack/extend carried a stale token
-    push_flags: list[int]  #: per push, 1 new entry / 0 duplicate
+    push_flags: list[int]  #: per push, 1 new entry / 0 duplicate, refused or not pushed
+    refused: list[int]  #: indexes of pushes without a parent refused because of the bounds
     pushed: int
     duplicates: int
     acked: int
     released: int
     reclaimed: int
     dead_lettered: int
+    parked: int  #: acknowledgements turned into parkings (links left over)
+    deferred: int  #: acknowledgements turned into deferrals (no link could be pushed)
+    resumed: int  #: parked requests returned to the queue by this call
     queued: int  #: entries waiting, after this call
     inflight: int  #: entries leased fleet-wide, after this call
+    delayed: int  #: deferred entries, after this call
+    size: int  #: queued + inflight + delayed: what FLEET_QUEUE_MAX bounds
     idle_ms: int  #: how long the fleet has been idle (nothing queued or leased), -1 if busy
     now_ms: int  #: Redis server time
     bloom_full: bool
@@ -95,6 +104,10 @@ class SyncResult:
             leased=leased,
             lost=[x.decode() for x in d.get("lost", [])],
             push_flags=[int(x) for x in d.get("pf", [])],
+            refused=[int(x) for x in d.get("rf", [])],
+            parked=int(d.get("parked", 0)), deferred=int(d.get("deferred", 0)),
+            resumed=int(d.get("resumed", 0)), delayed=int(d.get("delayed", 0)),
+            size=int(d.get("size", 0)),
             pushed=int(d.get("new", 0)), duplicates=int(d.get("dup", 0)),
             acked=int(d.get("acked", 0)), released=int(d.get("released", 0)),
             reclaimed=int(d.get("reclaimed", 0)), dead_lettered=int(d.get("dead", 0)),
@@ -112,6 +125,9 @@ class FrontierParams:
     max_leases: int = 3
     bloom_capacity: int = 1_000_000
     bloom_error_rate: float = 0.001
+    queue_max: int | None = None  #: FLEET_QUEUE_MAX
+    host_queue_max: int | None = None  #: FLEET_HOST_QUEUE_MAX
+    defer_delay: float = 10.0  #: FLEET_BACKPRESSURE_DELAY
 
 
 def _arg(batch: SyncBatch, worker: str, params: FrontierParams) -> bytes:
@@ -124,11 +140,15 @@ def _arg(batch: SyncBatch, worker: str, params: FrontierParams) -> bytes:
         "r": [list(r) for r in batch.releases],
         "d": [list(d) for d in batch.dead],
         "x": [list(x) for x in batch.extends],
-        "p": [[k, int(p), v] for k, p, v in batch.pushes],
+        "p": [[p[0], int(p[1]), p[2], int(p[3]) if len(p) > 3 else 0,
+               p[4] if len(p) > 4 else ""] for p in batch.pushes],
         "t": batch.take,
         "bn": params.bloom_capacity,
         "bp": params.bloom_error_rate,
         "rc": RECLAIM_LIMIT,
+        "qm": params.queue_max or 0,
+        "hm": params.host_queue_max or 0,
+        "dd": int(params.defer_delay * 1000),
     }, use_bin_type=False)  # Redis's cmsgpack cannot read msgpack "bin"
 
 
@@ -198,6 +218,15 @@ class AsyncFrontier:
             result = _fill_payloads(result, await self.client.hmget(self.keys.data, missing))
         return result
 
+    async def size(self) -> int:
+        """Entries held against FLEET_QUEUE_MAX (queued + leased + deferred); read-only."""
+        k = self.keys
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.zcard(k.queue)
+            pipe.zcard(k.leases)
+            pipe.zcard(k.delayed)
+            return int(sum(await pipe.execute()))
+
     async def close(self) -> None:
         await self.client.aclose()
 
@@ -249,9 +278,19 @@ class FrontierAdmin:
             result = _fill_payloads(result, self.client.hmget(self.keys.data, missing))
         return result
 
-    def push(self, pushes: list[tuple[bytes, int, bytes]]) -> SyncResult:
-        """Push ``(bloom_key or b"", priority, payload)`` entries; flags say new/duplicate."""
+    def push(self, pushes: list[tuple[Any, ...]]) -> SyncResult:
+        """Push ``(bloom_key or b"", priority, payload[, 0, host])`` entries without parent;
+        ``push_flags`` say new/duplicate, ``refused`` which ones the bounds refused."""
         return self.sync(SyncBatch(pushes=pushes))
+
+    def size(self) -> int:
+        """Entries the frontier holds against FLEET_QUEUE_MAX: queued + leased + deferred."""
+        k = self.keys
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.zcard(k.queue)
+            pipe.zcard(k.leases)
+            pipe.zcard(k.delayed)
+            return int(sum(pipe.execute()))
 
     def status(self) -> dict[str, Any]:
         """Counts of the crawl: queued, leased, dead, seen (Bloom), workers, idle seconds, and
@@ -268,7 +307,10 @@ class FrontierAdmin:
             pipe.get(k.idle_since)
             pipe.time()
             pipe.get(k.seeded)
-            queued, leased, dead, meta, stats, workers, idle, srv_time, seeded = pipe.execute()
+            pipe.zcard(k.delayed)
+            pipe.hlen(k.cont)
+            (queued, leased, dead, meta, stats, workers, idle, srv_time, seeded, delayed,
+             parked) = pipe.execute()
         server_ms = srv_time[0] * 1000 + srv_time[1] // 1000 if srv_time else now * 1000
         meta = {a.decode(): b.decode() for a, b in meta.items()}
         seen = sum(int(v) for name, v in meta.items() if name.startswith("c"))
@@ -277,6 +319,9 @@ class FrontierAdmin:
             "queued": queued,
             "leased": leased,
             "dead": dead,
+            "delayed": delayed,
+            "parked": parked,
+            "size": queued + leased + delayed,
             "seen": seen,
             "bloom_slices": int(meta.get("slices", 0)),
             "counters": {a.decode(): int(b) for a, b in stats.items()},

@@ -11,6 +11,10 @@ prefix ``fleet`` and crawl id ``docs``::
     fleet:{docs}:lease        HASH  entry id -> "token|worker"  current lease of each entry
     fleet:{docs}:expiries     HASH  entry id -> count         lease expiries of an entry so far
     fleet:{docs}:dead         HASH  entry id -> msgpack       dead letters {reason, at, data}
+    fleet:{docs}:delayed      ZSET  "id|score" -> ready (ms)  deferred requests (back pressure)
+    fleet:{docs}:cont         HASH  entry id -> "id|score"    request parked behind this entry
+    fleet:{docs}:hostq        HASH  host -> count             entries per host in the frontier
+    fleet:{docs}:ehost        HASH  entry id -> host          host of each entry
     fleet:{docs}:seq          STRING  counter                 entry ids
     fleet:{docs}:token        STRING  counter                 fencing tokens
     fleet:{docs}:bloom:meta   HASH    Bloom filter parameters and per-slice counts
@@ -77,6 +81,22 @@ class CrawlKeys:
         return self._k("dead")
 
     @property
+    def delayed(self) -> str:
+        return self._k("delayed")
+
+    @property
+    def cont(self) -> str:
+        return self._k("cont")
+
+    @property
+    def hostq(self) -> str:
+        return self._k("hostq")
+
+    @property
+    def ehost(self) -> str:
+        return self._k("ehost")
+
+    @property
     def seq(self) -> str:
         return self._k("seq")
 
@@ -134,5 +154,6 @@ class CrawlKeys:
         """
         return [self.queue, self.data, self.leases, self.lease, self.expiries, self.dead,
                 self.seq, self.token, self.stats, self.idle_since, self.workers, self.op(op_id),
-                self.op(prev_op_id), self.bloom_meta,
+                self.op(prev_op_id), self.delayed, self.cont, self.hostq, self.ehost,
+                self.bloom_meta,
                 *(self.bloom_slice(n) for n in range(BLOOM_MAX_SLICES))]

@@ -9,6 +9,12 @@ A line is either a plain URL or a JSON object with the request spec::
 Empty lines and lines starting with ``#`` are skipped.  A bad line is reported with its line
 number and reason and skipped; the good lines around it are pushed.  Input is read lazily and
 pushed in batches, so a file of any size takes constant memory.
+
+Back pressure: when the frontier holds ``FLEET_QUEUE_MAX`` entries, the frontier script
+refuses further pushes; the helper then waits until the frontier is below the low watermark
+(``FLEET_QUEUE_LOW_WATERMARK`` of the max) and pushes the refused lines again, showing that it
+waits.  With ``no_wait`` it stops instead (exit status 3), as it does when ``timeout``
+seconds of waiting have passed.  Nothing is ever pushed past the cap.
 """
 
 from __future__ import annotations
@@ -16,22 +22,26 @@ from __future__ import annotations
 import json
 import re
 import sys
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
+import redis
 from scrapy import Request
 
 from scrapy_fleet import codec
 from scrapy_fleet.bloom import bloom_key
 from scrapy_fleet.errors import PushLineError, RequestEncodeError
-from scrapy_fleet.frontier import FrontierAdmin, chunked
+from scrapy_fleet.frontier import FrontierAdmin
+from scrapy_fleet.redis_client import is_oom
 
 #: exit statuses of the push commands
 EXIT_OK = 0
-EXIT_REJECTED = 1
-EXIT_ERROR = 2
+EXIT_REJECTED = 1  #: some lines were invalid (the valid ones were pushed)
+EXIT_ERROR = 2  #: usage error, or Redis unreachable
+EXIT_FULL = 3  #: the frontier stayed full (--no-wait, or --timeout expired); rest not pushed
 
 DEFAULT_MAX_URL_LENGTH = 2083  # Scrapy's URLLENGTH_LIMIT default
 BATCH = 500
@@ -49,9 +59,14 @@ class PushReport:
     duplicates: int = 0
     rejected: int = 0
     errors: list[tuple[int, str]] = field(default_factory=list)
+    waited: float = 0.0  #: seconds spent waiting for room in the frontier
+    stopped_full: bool = False  #: gave up on a full frontier (no_wait or timeout)
+    first_unpushed_line: int | None = None  #: where to resume after stopped_full
 
     @property
     def exit_status(self) -> int:
+        if self.stopped_full:
+            return EXIT_FULL
         return EXIT_REJECTED if self.rejected else EXIT_OK
 
 
@@ -176,20 +191,54 @@ def read_lines(sources: Iterable[str], files: Iterable[TextIO]) -> Iterator[tupl
                 yield n, text
 
 
+class FrontierFull(Exception):
+    """The frontier stayed full: ``no_wait`` was set or the ``timeout`` expired."""
+
+
+def wait_for_room(admin: FrontierAdmin, low: int, timeout: float | None,
+                  on_wait: Callable[[int, float], None] | None = None,
+                  poll: float = 0.5) -> float:
+    """Block until the frontier's size is below *low*; returns the seconds waited.
+
+    Raises:
+        FrontierFull: *timeout* seconds (total, None = forever) passed first.
+    """
+    started = time.monotonic()
+    while True:
+        size = admin.size()
+        waited = time.monotonic() - started
+        if size < low:
+            return waited
+        if timeout is not None and waited >= timeout:
+            raise FrontierFull(f"frontier still holds {size} entries after {waited:.0f} s")
+        if on_wait:
+            on_wait(size, waited)
+        time.sleep(poll)
+
+
 def push_lines(admin: FrontierAdmin, lines: Iterable[tuple[int, str]],
                fingerprint: Callable[[Request], bytes],
                max_url_length: int = DEFAULT_MAX_URL_LENGTH, dont_filter: bool = False,
                priority: int = 0, batch: int = BATCH,
                on_error: Callable[[int, str], None] | None = None,
-               on_batch: Callable[[PushReport], None] | None = None) -> PushReport:
-    """Validate and push *lines* in batches; returns the counts.
+               on_batch: Callable[[PushReport], None] | None = None,
+               low_watermark: int | None = None, no_wait: bool = False,
+               timeout: float | None = None,
+               on_wait: Callable[[int, float], None] | None = None) -> PushReport:
+    """Validate and push *lines* in batches, waiting while the frontier is full.
+
+    *low_watermark* (entries) is where a wait ends; None = the admin's ``queue_max``.
+    Returns the counts; ``stopped_full`` tells that the frontier stayed full.
 
     Raises:
         RedisUnavailableError: Redis unreachable (batches already pushed stay pushed).
     """
     report = PushReport()
+    queue_max = admin.params.queue_max
+    low = low_watermark if low_watermark is not None else (queue_max or 0)
+    deadline_left = timeout
 
-    def entries() -> Iterator[tuple[bytes, int, bytes]]:
+    def entries() -> Iterator[tuple[int, tuple[bytes, int, bytes, int, str]]]:
         for lineno, text in lines:
             try:
                 request, d = parse_line(text, max_url_length, dont_filter, priority)
@@ -202,15 +251,58 @@ def push_lines(admin: FrontierAdmin, lines: Iterable[tuple[int, str]],
                     on_error(lineno, str(exc))
                 continue
             key = b"" if request.dont_filter else bloom_key(fingerprint(request))
-            yield key, request.priority, payload
+            host = urlsplit(request.url).hostname or ""
+            yield lineno, (key, request.priority, payload, 0, host)
 
-    for chunk in chunked(entries(), batch):
-        result = admin.push(chunk)
+    pending: list[tuple[int, tuple[bytes, int, bytes, int, str]]] = []
+    source = entries()
+    exhausted = False
+    while True:
+        while not exhausted and len(pending) < batch:
+            try:
+                pending.append(next(source))
+            except StopIteration:
+                exhausted = True
+        if not pending:
+            return report
+        try:
+            result = admin.push([entry for _, entry in pending])
+        except redis.ResponseError as exc:
+            if not is_oom(exc):
+                raise
+            # Redis is out of memory: the call changed nothing; wait like for a full frontier
+            if no_wait or (deadline_left is not None and deadline_left <= 0):
+                report.stopped_full = True
+                report.first_unpushed_line = pending[0][0]
+                return report
+            if on_wait:
+                on_wait(-1, report.waited)
+            time.sleep(1.0)
+            report.waited += 1.0
+            if deadline_left is not None:
+                deadline_left -= 1.0
+            continue
         report.pushed += result.pushed
         report.duplicates += result.duplicates
+        refused = set(result.refused)
+        pending = [p for i, p in enumerate(pending) if i in refused]
         if on_batch:
             on_batch(report)
-    return report
+        if not pending:
+            continue
+        if no_wait or (deadline_left is not None and deadline_left <= 0):
+            report.stopped_full = True
+            report.first_unpushed_line = pending[0][0]
+            return report
+        try:
+            waited = wait_for_room(admin, max(low, 1), deadline_left, on_wait)
+        except FrontierFull:
+            report.stopped_full = True
+            report.first_unpushed_line = pending[0][0]
+            return report
+        report.waited += waited
+        if deadline_left is not None:
+            deadline_left -= waited
 
 
 def default_fingerprinter() -> Callable[[Request], bytes]:

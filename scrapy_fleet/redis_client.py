@@ -73,3 +73,13 @@ async def ping_async(client: redis.asyncio.Redis, url: str) -> None:
     except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
         raise RedisUnavailableError(
             f"cannot reach Redis at {redact(url)} (FLEET_REDIS_URL): {exc}") from exc
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True for Redis's "command not allowed when used memory > 'maxmemory'" answer (OOM).
+
+    A script that gets it has not written anything: Redis checks memory before a script's
+    first write only.
+    """
+    return isinstance(exc, redis.exceptions.OutOfMemoryError) or (
+        isinstance(exc, redis.ResponseError) and str(exc).startswith("OOM"))

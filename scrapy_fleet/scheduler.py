@@ -7,6 +7,10 @@ Data flow in one worker (docs/architecture.md)::
     next_request <-- prefetch (decoded) <-------+        (push + ack + extend + lease)
 
 * ``enqueue_request`` encodes the request and buffers it; it never touches the network.
+  A request found by another one in flight (a link its callback yielded, noted by
+  ``FleetSpiderMiddleware``; a redirect or retry made from it, recognised by the private meta
+  key ``_fleet_lease``) is buffered with its parent and sent with the parent's
+  acknowledgement, so the frontier can apply its bounds to the pair (docs/backpressure.md).
 * ``next_request`` pops the local prefetch; it never touches the network.
 * A background task (the pump) sends everything buffered in one round trip: new requests
   (through the Bloom filter), acknowledgements of finished requests, lease extensions, and a
@@ -23,16 +27,19 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+import redis
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.utils.defer import deferred_from_coro
+from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.reactor import is_asyncio_reactor_installed
 
-from scrapy_fleet import codec, engine_hooks
+from scrapy_fleet import codec, engine_hooks, memory
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.dupefilter import RedisBloomDupeFilter
 from scrapy_fleet.errors import FleetConfigError, RedisUnavailableError, RequestEncodeError
-from scrapy_fleet.frontier import AsyncFrontier, FrontierParams, SyncBatch, SyncResult
+from scrapy_fleet.frontier import AsyncFrontier, SyncBatch, SyncResult
 from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.redis_client import is_oom
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -42,17 +49,23 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: pushes sent in one frontier call at most
+#: pushes sent in one frontier call at most (a request's links all go in one call)
 PUSH_CHUNK = 500
+#: meta key naming the lease of the request a redirect/retry copy was made from
+LEASE_META_KEY = codec.PRIVATE_META_PREFIX + "lease"
+
+#: (url, bloom key, priority, payload, host) of a buffered request
+_Out = tuple[str, bytes, int, bytes, str]
 
 
 class _Lease:
-    __slots__ = ("entry_id", "lost", "token")
+    __slots__ = ("children", "entry_id", "lost", "token")
 
     def __init__(self, entry_id: str, token: int) -> None:
         self.entry_id = entry_id
         self.token = token
         self.lost = False
+        self.children: list[_Out] = []  #: links found by this request, sent with its ack
 
 
 class FleetScheduler(BaseScheduler):
@@ -78,7 +91,10 @@ class FleetScheduler(BaseScheduler):
         self._prefetch: deque[tuple[Request, _Lease]] = deque()
         self._inflight: dict[int, tuple[Request, _Lease]] = {}
         self._done: list[_Lease] = []
-        self._outbox: list[tuple[str, bytes, int, bytes]] = []
+        self._outbox: list[_Out] = []  # requests without a parent in flight
+        self._outbox_hold_until = 0.0  # the frontier refused them: retry after this time
+        self._parents: dict[int, tuple[Request, _Lease]] = {}  # id(child) -> (child, lease)
+        self._by_entry: dict[str, _Lease] = {}  # entry id -> lease, for requests in flight
         self._dead: list[tuple[_Lease, str]] = []
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -112,13 +128,13 @@ class FleetScheduler(BaseScheduler):
             self.df.open()
         crawl_id = self.config.resolve_crawl_id(spider.name)
         keys = CrawlKeys(self.config.key_prefix, crawl_id)
-        params = FrontierParams(self.config.lease_timeout, self.config.max_leases,
-                                self.config.dupefilter_capacity,
-                                self.config.dupefilter_error_rate)
         self.frontier = AsyncFrontier(self.config.redis_url, keys, self.config.worker_id,
-                                      params, self.config.redis_timeout,
-                                      self.config.redis_retries)
+                                      self.config.frontier_params(),
+                                      self.config.redis_timeout, self.config.redis_retries)
         await self.frontier.connect()
+        for warning in await memory.check_redis_memory(self.frontier.client, self.config):
+            logger.warning(warning, extra={"spider": spider})
+            self._inc("fleet/backpressure/memory_warnings")
         self._uninstall_hook = engine_hooks.on_request_done(self.crawler, self._request_done)
         self._wake = asyncio.Event()
         self._task = asyncio.ensure_future(self._pump())
@@ -153,6 +169,26 @@ class FleetScheduler(BaseScheduler):
         return bool(self._prefetch or self._outbox or self._inflight or self._done
                     or not self._fleet_done)
 
+    def note_parent(self, child: Request, parent: Request | None) -> None:
+        """Record that *child* was yielded by the callback of *parent* (a request this
+        worker leased), so that it is pushed with *parent*'s acknowledgement."""
+        if parent is None:
+            return
+        entry = self._inflight.get(id(parent))
+        if entry is not None:
+            self._parents[id(child)] = (child, entry[1])
+
+    def _parent_lease(self, request: Request) -> _Lease | None:
+        noted = self._parents.pop(id(request), None)
+        if noted is not None and noted[0] is request:
+            return noted[1]
+        entry_id = request.meta.get(LEASE_META_KEY)
+        if isinstance(entry_id, str):
+            lease = self._by_entry.get(entry_id)
+            if lease is not None and request not in (r for r, _ in self._inflight.values()):
+                return lease
+        return None
+
     def enqueue_request(self, request: Request) -> bool:
         if not isinstance(self.df, RedisBloomDupeFilter) and not request.dont_filter:
             if self.df.request_seen(request):
@@ -167,7 +203,13 @@ class FleetScheduler(BaseScheduler):
             return False
         key = b"" if request.dont_filter or not isinstance(self.df, RedisBloomDupeFilter) \
             else self.df.bloom_key(request)
-        self._outbox.append((request.url, key, request.priority, payload))
+        out: _Out = (request.url, key, request.priority, payload,
+                     urlparse_cached(request).hostname or "")
+        parent = self._parent_lease(request)
+        if parent is not None:
+            parent.children.append(out)
+        else:
+            self._outbox.append(out)
         self._inc("scheduler/enqueued/redis")
         self._inc("scheduler/enqueued")
         self._poke()
@@ -178,6 +220,8 @@ class FleetScheduler(BaseScheduler):
             return None
         request, lease = self._prefetch.popleft()
         self._inflight[id(request)] = (request, lease)
+        self._by_entry[lease.entry_id] = lease
+        request.meta[LEASE_META_KEY] = lease.entry_id
         self._inc("scheduler/dequeued/redis")
         self._inc("scheduler/dequeued")
         if len(self._prefetch) <= self.config.prefetch // 2:
@@ -187,6 +231,11 @@ class FleetScheduler(BaseScheduler):
     def __len__(self) -> int:
         return len(self._prefetch) + len(self._outbox)
 
+    @property
+    def outbox_size(self) -> int:
+        """Requests buffered locally, waiting to be pushed (with or without a parent)."""
+        return len(self._outbox) + sum(len(lease.children) for lease in self._done)
+
     # -- completion ------------------------------------------------------------------------
 
     def _request_done(self, request: Request) -> None:
@@ -194,7 +243,9 @@ class FleetScheduler(BaseScheduler):
         if entry is None:
             return
         lease = entry[1]
+        self._by_entry.pop(lease.entry_id, None)
         if lease.lost:
+            # another worker fetches this request again and will push its links
             self._inc("fleet/frontier/lease_lost")
             return
         self._done.append(lease)
@@ -247,25 +298,37 @@ class FleetScheduler(BaseScheduler):
                 backoff = min(backoff * 2, 10.0)
 
     def _build_batch(self, final: bool) -> tuple[SyncBatch, int, int, int]:
-        outbox = self._outbox[:PUSH_CHUNK]
-        done = list(self._done)
+        """The next call: finished requests with their links (all of a request's links in
+        one call), requests without a parent, dead letters, heartbeats, a lease request."""
+        batch = SyncBatch()
+        n_done = 0
+        for lease in self._done:
+            if n_done and len(batch.pushes) + len(lease.children) > PUSH_CHUNK:
+                break
+            n_done += 1
+            batch.acks.append((lease.entry_id, lease.token))
+            batch.pushes += [(key, prio, payload, n_done, host)
+                             for _, key, prio, payload, host in lease.children]
+        n_out = 0
+        if final or time.monotonic() >= self._outbox_hold_until:
+            n_out = max(0, min(len(self._outbox), PUSH_CHUNK - len(batch.pushes)))
+            batch.pushes += [(key, prio, payload, 0, host)
+                             for _, key, prio, payload, host in self._outbox[:n_out]]
         dead = list(self._dead)
-        batch = SyncBatch(
-            acks=[(lease.entry_id, lease.token) for lease in done],
-            dead=[(lease.entry_id, lease.token, reason) for lease, reason in dead],
-            pushes=[(key, prio, payload) for _, key, prio, payload in outbox],
-        )
+        batch.dead = [(lease.entry_id, lease.token, reason) for lease, reason in dead]
         now = time.monotonic()
         if final:
-            held = self._held_leases()
-            batch.releases = [(lease.entry_id, lease.token) for lease in held]
+            batch.releases = [(lease.entry_id, lease.token) for lease in self._held_leases()]
         else:
             if now - self._last_extend >= self.config.lease_timeout / 3:
+                # the heartbeat is due (with or without leases to extend: an idle worker
+                # must not see it due again at once, or it would poll in a tight loop)
+                self._last_extend = now
                 batch.extends = [(lease.entry_id, lease.token) for lease in self._held_leases()]
             want = self.config.prefetch - len(self._prefetch)
             if want > 0 and not self._fleet_done:
                 batch.take = want
-        return batch, len(outbox), len(done), len(dead)
+        return batch, n_out, n_done, len(dead)
 
     async def _sync_once(self, final: bool) -> SyncResult | None:
         assert self.frontier is not None
@@ -273,20 +336,37 @@ class FleetScheduler(BaseScheduler):
         if batch.is_empty():
             return None
         outbox = self._outbox[:n_out]
-        result = await self.frontier.sync(batch)
+        done = self._done[:n_done]
+        try:
+            result = await self.frontier.sync(batch)
+        except redis.ResponseError as exc:
+            if not is_oom(exc):
+                raise
+            # Redis refused the call before its first write: nothing changed; keep it all
+            self._inc("fleet/backpressure/oom")
+            logger.warning("Redis is out of memory (maxmemory): pausing pushes and "
+                           "acknowledgements until it has room", extra={"spider": self.spider})
+            await asyncio.sleep(self.config.poll_interval * 4)
+            return None
         # the call succeeded: drop what it carried from the local buffers
-        del self._outbox[:n_out]
         del self._done[:n_done]
         del self._dead[:n_dead]
-        if batch.extends:
-            self._last_extend = time.monotonic()
-        self._account(result, batch, outbox)
+        if result.refused:
+            refused = set(result.refused)
+            base = len(batch.pushes) - n_out
+            kept = [o for i, o in enumerate(outbox) if base + i in refused]
+            self._outbox[:n_out] = kept
+            self._outbox_hold_until = time.monotonic() + self.config.poll_interval
+            self._inc("fleet/backpressure/refused", len(kept))
+        else:
+            del self._outbox[:n_out]
+        children = [c for lease in done for c in lease.children]
+        self._account(result, batch, children + outbox)
         if not final:
             self._receive(result)
         return result
 
-    def _account(self, result: SyncResult, batch: SyncBatch,
-                 outbox: list[tuple[str, bytes, int, bytes]]) -> None:
+    def _account(self, result: SyncResult, batch: SyncBatch, sent: list[_Out]) -> None:
         self._inc("fleet/redis/roundtrips")
         if result.pushed:
             self._inc("fleet/frontier/pushed", result.pushed)
@@ -294,13 +374,21 @@ class FleetScheduler(BaseScheduler):
             self._inc("dupefilter/filtered", result.duplicates)
             self._inc("fleet/dupefilter/filtered", result.duplicates)
             if not self._logged_dupe:
-                first = next(url for (url, *_), flag in zip(outbox, result.push_flags, strict=True)
-                             if not flag)
+                first = next((url for (url, *_), flag in zip(sent, result.push_flags,
+                                                              strict=False) if not flag), "?")
                 logger.debug("Filtered duplicate request: <GET %s> - no more duplicates will be "
                              "shown", first, extra={"spider": self.spider})
                 self._logged_dupe = True
         if result.acked:
             self._inc("fleet/frontier/acked", result.acked)
+        if result.parked:
+            self._inc("fleet/backpressure/parked", result.parked)
+            logger.debug("Frontier full: %d request(s) parked until their pushed links are "
+                         "done", result.parked, extra={"spider": self.spider})
+        if result.deferred:
+            self._inc("fleet/backpressure/deferred", result.deferred)
+        if result.resumed:
+            self._inc("fleet/backpressure/resumed", result.resumed)
         if result.released:
             self._inc("fleet/frontier/released", result.released)
         if result.reclaimed:
@@ -352,13 +440,22 @@ class FleetScheduler(BaseScheduler):
         """Acknowledge what is done, push what is buffered, release every other lease."""
         assert self.frontier is not None
         try:
-            while True:
+            for _ in range(1000):
+                before = (len(self._outbox), len(self._done))
                 result = await self._sync_once(final=True)
                 if result is not None:
                     self._prefetch.clear()
                     self._inflight.clear()
-                if result is None or not self._outbox:
+                if result is None or not (self._outbox or self._done):
                     break
+                if (len(self._outbox), len(self._done)) == before:
+                    break  # the frontier refuses them: it is full
+            if self._outbox:
+                self._inc("fleet/backpressure/lost_at_close", len(self._outbox))
+                logger.warning("Fleet worker closing (%s) with %d request(s) the full frontier "
+                               "refused (start requests or links from errbacks); they are "
+                               "dropped", reason, len(self._outbox),
+                               extra={"spider": self.spider})
         except RedisUnavailableError as exc:
             logger.error("Fleet worker closing (%s) without reaching Redis: %d requests not "
                          "pushed, %d not acknowledged; their parents' leases will expire and "

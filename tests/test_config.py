@@ -73,7 +73,7 @@ def test_addon_sets_components_at_addon_priority_and_keeps_user_values():
     assert pipelines == {"MongoPipeline": 300, "JsonLinesPipeline": 800}
     middlewares = {getattr(k, "__name__", k): v
                    for k, v in settings.getdict("SPIDER_MIDDLEWARES").items()}
-    assert middlewares == {"FleetStartMiddleware": 0}
+    assert middlewares == {"FleetSpiderMiddleware": 0}
     fresh = Settings()
     Addon().update_settings(fresh)
     assert fresh["SCHEDULER"] == "scrapy_fleet.scheduler.FleetScheduler"

@@ -121,7 +121,7 @@ def test_sigkilled_worker_loses_no_page(redis_url, site_factory, worker_env, tmp
     assert set(urls) == site.expected_urls  # every page despite the crash
     repeats = sum(n - 1 for n in collections.Counter(urls).values())
     # only requests leased by the killed worker (in flight + prefetch) may come twice
-    assert repeats <= 4 + 8
+    assert repeats <= 4 + 16
     status = assert_frontier_drained(redis_url, "docs")
     assert status["counters"].get("reclaimed", 0) >= 1  # its leases expired and came back
 
@@ -140,12 +140,15 @@ def test_main_job_on_the_python_docs_mirror(redis_url, pydocs_site, worker_env, 
 def test_main_job_on_the_mirror_survives_a_sigkill(redis_url, pydocs_site, worker_env,
                                                    tmp_path):
     push(EXAMPLE, "docs", pydocs_site.start_url, redis_url, worker_env)
+    # the lease timeout must outlast the longest stall of a busy worker's event loop
+    # (parsing the largest pages on a loaded 2-core machine), or live leases expire too
     _, outs, _, killed = run_fleet(tmp_path, redis_url, worker_env,
-                                   extra={"FLEET_LEASE_TIMEOUT": 5}, kill_after_items=40)
+                                   extra={"FLEET_LEASE_TIMEOUT": 15}, kill_after_items=40)
     assert killed
     urls = [item["url"] for item in read_items(outs)]
     assert len(set(urls)) == 516
-    assert len(urls) - 516 <= 16 + 8  # at most what the killed worker held
+    # at most what the killed worker held: CONCURRENT_REQUESTS (16) + FLEET_PREFETCH (16)
+    assert len(urls) - 516 <= 16 + 16
     assert_frontier_drained(redis_url, "docs")
 
 

@@ -20,7 +20,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy_fleet import cli
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import FleetConfigError
-from scrapy_fleet.frontier import FrontierAdmin, FrontierParams
+from scrapy_fleet.frontier import FrontierAdmin
 
 
 class Command(ScrapyCommand):
@@ -64,13 +64,12 @@ class Command(ScrapyCommand):
         crawler = Crawler(spidercls, settings)
         fingerprinter = build_from_crawler(
             load_object(settings["REQUEST_FINGERPRINTER_CLASS"]), crawler)
-        params = FrontierParams(config.lease_timeout, config.max_leases,
-                                config.dupefilter_capacity, config.dupefilter_error_rate)
         admin = FrontierAdmin(config.redis_url, crawl_id, prefix=config.key_prefix,
-                              params=params, timeout=config.redis_timeout,
+                              params=config.frontier_params(), timeout=config.redis_timeout,
                               retries=config.redis_retries)
         try:
             self.exitcode = cli.run_action(action, admin, urls, opts, fingerprinter.fingerprint,
-                                           label=f"spider {spidercls.name!r}")
+                                           label=f"spider {spidercls.name!r}",
+                                           low_watermark=config.queue_low)
         finally:
             admin.close()

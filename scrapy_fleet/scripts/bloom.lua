@@ -80,6 +80,21 @@ local function bloom_contains(state, fp)
   return false
 end
 
+-- Slices are created at their full size: growing a string bit by bit makes Redis
+-- over-allocate (up to +1 MB, or x2 below 1 MB).  Larger slices than PREALLOC_MAX bytes are
+-- left to grow (building the zero string would cost the script that much memory), and no
+-- slice may pass Redis's largest bit offset, 2^32 - 1.
+local PREALLOC_MAX = 64 * 1024 * 1024
+local MAX_BITS = 4294967296
+
+local function bloom_create_slice(state, s)
+  local _, m = bloom_slice_params(state.n0, state.p, s)
+  local bytes = math.ceil(m / 8)
+  if bytes <= PREALLOC_MAX and redis.call('EXISTS', state.keys[s + 1]) == 0 then
+    redis.call('SET', state.keys[s + 1], string.rep('\0', bytes))
+  end
+end
+
 -- Check-and-add.  Returns 1 when fp was new (and is now added), 0 when it was (probably)
 -- seen, and as a second value true when the filter has reached its last slice.
 local function bloom_add(state, fp)
@@ -89,6 +104,7 @@ local function bloom_add(state, fp)
   if state.count == 0 then
     state.count = 1
     redis.call('HSET', state.meta, 'n0', state.n0, 'p', state.p, 'slices', 1)
+    bloom_create_slice(state, 0)
   end
   local s = state.count - 1
   local n, m, k = bloom_slice_params(state.n0, state.p, s)
@@ -98,9 +114,11 @@ local function bloom_add(state, fp)
   local c = redis.call('HINCRBY', state.meta, 'c' .. s, 1)
   local full = false
   if c >= n then
-    if state.count < #state.keys then
+    local _, next_m = bloom_slice_params(state.n0, state.p, state.count)
+    if state.count < #state.keys and next_m <= MAX_BITS then
       state.count = state.count + 1
       redis.call('HSET', state.meta, 'slices', state.count)
+      bloom_create_slice(state, state.count - 1)
     else
       full = true
     end

@@ -1,21 +1,34 @@
 -- frontier.lua: one round trip of a worker (or of the push helper) with the frontier.
 --
--- In one atomic step it: returns the cached reply of a repeated call (op id), reclaims
--- expired leases (back to the queue, or to the dead letters after max_leases expiries),
--- acknowledges finished requests, releases unstarted ones, dead-letters corrupt ones,
--- extends live leases (heartbeat), pushes new requests through the Bloom filter, leases up
--- to `take` requests with fresh fencing tokens, and tracks fleet idleness.
--- All times are the Redis server's clock (TIME), in milliseconds.
+-- In one atomic step it: returns the cached reply of a repeated call (op id), moves due
+-- deferred entries back to the queue, reclaims expired leases (back to the queue, or to the
+-- dead letters after max_leases expiries), releases unstarted requests, dead-letters corrupt
+-- ones, extends live leases (heartbeat), pushes new requests through the Bloom filter within
+-- the frontier's bounds, acknowledges finished requests (or parks / defers them when their
+-- links do not fit), leases up to `take` requests with fresh fencing tokens, and tracks
+-- fleet idleness.  All times are the Redis server's clock (TIME), in milliseconds.
+--
+-- Bounds (docs/backpressure.md): the frontier's size is queued + leased + deferred entries.
+-- A push without a parent (push helper, start requests, redirects) is refused when the size
+-- has reached `qm` or its host has `hm` entries.  The links of a finished request are pushed
+-- with its acknowledgement, at most max(room + 1, 1) of them: when some new links are left
+-- over, the request is *parked* (kept out of the count, not fetchable) and chained to the
+-- last link pushed; when that link is acknowledged, the parked request returns to the queue
+-- and is fetched again to push its remaining links.  Every fetch thus either completes its
+-- request or discovers at least one new page, so a bounded crawl always ends.
 --
 -- KEYS (built by keys.CrawlKeys.frontier_keys, never here):
 --   1 queue  2 data  3 leases  4 lease  5 expiries  6 dead  7 seq  8 token  9 stats
 --   10 idle_since  11 workers  12 op (this call)  13 op (previous call of this client)
---   14 bloom meta  15.. bloom slices
--- ARGV[1]: msgpack map (see frontier.py, SyncBatch.to_arg):
+--   14 delayed  15 cont  16 hostq  17 ehost  18 bloom meta  19.. bloom slices
+-- ARGV[1]: msgpack map (see frontier.py, _arg):
 --   w worker id ("" for the push helper), lm lease ms, ml max leases, ot op ttl ms,
 --   a acks [[id, token]...], r releases [[id, token]...], d dead [[id, token, reason]...],
---   x extends [[id, token]...], p pushes [[fp12 or "", priority, payload]...], t take,
---   bn bloom capacity, bp bloom error rate, rc reclaim limit
+--   x extends [[id, token]...], t take, bn bloom capacity, bp bloom error rate,
+--   rc reclaim limit, qm frontier size limit (0 none), hm per-host limit (0 none),
+--   dd defer delay ms,
+--   p pushes [[fp12 or "", priority, payload, group, host]...]: group 0 = no parent,
+--     group k = a link of the k-th acknowledgement
 -- Reply: msgpack map (see frontier.py, SyncResult.from_reply).
 
 local cached = redis.call('GET', KEYS[12])
@@ -25,6 +38,7 @@ end
 
 local Q, DATA, LEASES, LEASE, EXPIRIES, DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local SEQ, TOKEN, STATS, IDLE, WORKERS = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
+local DELAYED, CONT, HOSTQ, EHOST = KEYS[14], KEYS[15], KEYS[16], KEYS[17]
 
 local ok, req = pcall(cmsgpack.unpack, ARGV[1])
 if not ok or type(req) ~= 'table' then
@@ -38,22 +52,28 @@ for _, name in ipairs({'a', 'r', 'd', 'x', 'p'}) do
     return redis.error_reply('ERR fleet: field ' .. name .. ' must be a list')
   end
 end
+local n_acks = #req.a
 for _, p in ipairs(req.p) do
   if type(p) ~= 'table' or type(p[1]) ~= 'string' or type(p[2]) ~= 'number'
-      or type(p[3]) ~= 'string' or (p[1] ~= '' and #p[1] ~= 12) then
+      or type(p[3]) ~= 'string' or (p[1] ~= '' and #p[1] ~= 12)
+      or type(p[4]) ~= 'number' or p[4] < 0 or p[4] > n_acks or type(p[5]) ~= 'string' then
     return redis.error_reply('ERR fleet: bad push entry')
   end
 end
 local take = tonumber(req.t) or 0
 local lease_ms = tonumber(req.lm) or 30000
 local max_leases = tonumber(req.ml) or 3
+local queue_max = tonumber(req.qm) or 0
+local host_max = tonumber(req.hm) or 0
+local defer_ms = tonumber(req.dd) or 10000
 local worker = req.w or ''
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local out = {leased = {}, lost = {}, pf = {}, new = 0, dup = 0, acked = 0, released = 0,
-             reclaimed = 0, dead = 0, full = false, now = now}
+local out = {leased = {}, lost = {}, pf = {}, rf = {}, new = 0, dup = 0, acked = 0,
+             released = 0, reclaimed = 0, dead = 0, parked = 0, deferred = 0, resumed = 0,
+             refused = 0, full = false, now = now}
 local counters = {}
 local function count(name, n)
   counters[name] = (counters[name] or 0) + n
@@ -65,11 +85,32 @@ local function parse_lease(v)
   return tok, score, who
 end
 
+-- An entry that leaves the frontier for good (acknowledged or dead-lettered): forget its
+-- host count, and return the request parked behind it (if any) to the queue.
+local function forget(id)
+  local host = redis.call('HGET', EHOST, id)
+  if host then
+    if redis.call('HINCRBY', HOSTQ, host, -1) <= 0 then redis.call('HDEL', HOSTQ, host) end
+    redis.call('HDEL', EHOST, id)
+  end
+  local parked = redis.call('HGET', CONT, id)
+  local resumed = 0
+  if parked then
+    local pid, score = string.match(parked, '^([^|]*)|(.*)$')
+    redis.call('ZADD', Q, tonumber(score) or 0, pid)
+    redis.call('HDEL', CONT, id)
+    out.resumed = out.resumed + 1
+    resumed = 1
+  end
+  redis.call('HDEL', DATA, id)
+  redis.call('HDEL', EXPIRIES, id)
+  return resumed
+end
+
 local function to_dead(id, reason)
   local data = redis.call('HGET', DATA, id)
   redis.call('HSET', DEAD, id, cmsgpack.pack({reason = reason, at = now, data = data or ''}))
-  redis.call('HDEL', DATA, id)
-  redis.call('HDEL', EXPIRIES, id)
+  forget(id)
   out.dead = out.dead + 1
   count('dead_lettered', 1)
 end
@@ -88,7 +129,15 @@ local function drop_lease(id)
   redis.call('HDEL', LEASE, id)
 end
 
--- 1. reclaim expired leases (of any worker), a bounded number per call
+-- 1. deferred entries whose delay is over go back to the queue
+local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', now, 'LIMIT', 0, 100)
+for _, member in ipairs(due) do
+  local id, score = string.match(member, '^([^|]*)|(.*)$')
+  redis.call('ZREM', DELAYED, member)
+  redis.call('ZADD', Q, tonumber(score) or 0, id)
+end
+
+-- 2. reclaim expired leases (of any worker), a bounded number per call
 local expired = redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, tonumber(req.rc) or 100)
 for _, id in ipairs(expired) do
   local _, score = parse_lease(redis.call('HGET', LEASE, id))
@@ -102,20 +151,6 @@ for _, id in ipairs(expired) do
   end
 end
 count('reclaimed', out.reclaimed)
-
--- 2. acknowledgements: the request and its output are done
-for _, a in ipairs(req.a) do
-  if holds(a[1], a[2]) then
-    drop_lease(a[1])
-    redis.call('HDEL', DATA, a[1])
-    redis.call('HDEL', EXPIRIES, a[1])
-    out.acked = out.acked + 1
-  else
-    out.lost[#out.lost + 1] = a[1]
-    count('stale_acks', 1)
-  end
-end
-count('acked', out.acked)
 
 -- 3. releases: leased but never started (worker closing); no expiry is counted
 for _, r in ipairs(req.r) do
@@ -145,34 +180,128 @@ for _, x in ipairs(req.x) do
   end
 end
 
--- 6. pushes, through the Bloom filter unless the fingerprint is "" (dont_filter)
-if #req.p > 0 then
-  local slice_keys = {}
-  for i = 15, #KEYS do slice_keys[#slice_keys + 1] = KEYS[i] end
-  local bloom = nil
-  for _, p in ipairs(req.p) do
-    local is_new = 1
-    if p[1] ~= '' then
-      if bloom == nil then
-        bloom = bloom_open(KEYS[14], slice_keys, tonumber(req.bn), tonumber(req.bp))
-      end
-      local full
-      is_new, full = bloom_add(bloom, p[1])
-      if full then out.full = true end
-    end
-    if is_new == 1 then
-      local id = string.format('%015d', redis.call('INCR', SEQ))
-      redis.call('HSET', DATA, id, p[3])
-      redis.call('ZADD', Q, -p[2], id)
-      out.new = out.new + 1
-    else
-      out.dup = out.dup + 1
-    end
-    out.pf[#out.pf + 1] = is_new
+-- 6. pushes and acknowledgements, within the bounds
+local size = redis.call('ZCARD', Q) + redis.call('ZCARD', LEASES) + redis.call('ZCARD', DELAYED)
+local bloom = nil
+local function get_bloom()
+  if bloom == nil then
+    local slice_keys = {}
+    for i = 19, #KEYS do slice_keys[#slice_keys + 1] = KEYS[i] end
+    bloom = bloom_open(KEYS[18], slice_keys, tonumber(req.bn), tonumber(req.bp))
   end
-  count('pushed', out.new)
-  count('duplicates', out.dup)
+  return bloom
 end
+local host_counts = {}
+local function host_count(host)
+  if host_counts[host] == nil then
+    host_counts[host] = tonumber(redis.call('HGET', HOSTQ, host)) or 0
+  end
+  return host_counts[host]
+end
+local function host_full(host)
+  return host_max > 0 and host ~= '' and host_count(host) >= host_max
+end
+local function seen_before(p)
+  return p[1] ~= '' and bloom_contains(get_bloom(), p[1])
+end
+-- Check-and-add p; when new, store it as a queued entry.  Returns its id or nil (seen).
+local function push(p, index)
+  if p[1] ~= '' then
+    local is_new, full = bloom_add(get_bloom(), p[1])
+    if full then out.full = true end
+    if is_new == 0 then
+      out.dup = out.dup + 1
+      out.pf[index] = 0
+      return nil
+    end
+  end
+  local id = string.format('%015d', redis.call('INCR', SEQ))
+  redis.call('HSET', DATA, id, p[3])
+  redis.call('ZADD', Q, -p[2], id)
+  if p[5] ~= '' then
+    redis.call('HSET', EHOST, id, p[5])
+    redis.call('HINCRBY', HOSTQ, p[5], 1)
+    host_counts[p[5]] = host_count(p[5]) + 1
+  end
+  size = size + 1
+  out.new = out.new + 1
+  out.pf[index] = 1
+  return id
+end
+
+local groups = {}
+for i = 1, n_acks do groups[i] = {} end
+for i, p in ipairs(req.p) do
+  out.pf[i] = 0
+  if p[4] == 0 then
+    -- 6a. no parent: refused (not even checked) when the frontier or the host is full
+    if (queue_max > 0 and size >= queue_max) or host_full(p[5]) then
+      out.rf[#out.rf + 1] = i - 1
+      out.refused = out.refused + 1
+    else
+      push(p, i)
+    end
+  else
+    local g = groups[p[4]]
+    g[#g + 1] = i
+  end
+end
+
+-- 6b. each acknowledgement with its links
+for k, a in ipairs(req.a) do
+  local score = holds(a[1], a[2])
+  if not score then
+    -- the lease was lost: another worker fetches this request again and pushes its links
+    out.lost[#out.lost + 1] = a[1]
+    count('stale_acks', 1)
+  else
+    -- a request parked behind this one takes this one's slot back when it is done
+    local carried = redis.call('HGET', CONT, a[1])
+    local allowed = 1e15
+    if queue_max > 0 then
+      allowed = math.max(queue_max - size + 1 - (carried and 1 or 0), 1)
+    end
+    local pushed, last, left_over = 0, nil, false
+    for _, i in ipairs(groups[k]) do
+      local p = req.p[i]
+      if pushed >= allowed or host_full(p[5]) then
+        if not left_over and not seen_before(p) then left_over = true end
+      else
+        local id = push(p, i)
+        if id then
+          pushed = pushed + 1
+          last = id
+        end
+      end
+    end
+    drop_lease(a[1])
+    if not left_over then
+      if carried and last and queue_max > 0 and size > queue_max then
+        -- no slot for the parked request yet: hand it on to the last link pushed
+        redis.call('HSET', CONT, last, carried)
+        redis.call('HDEL', CONT, a[1])
+      end
+      size = size - 1 + forget(a[1])
+      out.acked = out.acked + 1
+    elseif last then
+      -- park: out of the count, back in the queue when `last` is acknowledged
+      redis.call('HSET', CONT, last, a[1] .. '|' .. score)
+      out.parked = out.parked + 1
+      size = size - 1
+    else
+      -- nothing could be pushed (every link's host is full): fetch it again later
+      redis.call('ZADD', DELAYED, now + defer_ms, a[1] .. '|' .. score)
+      out.deferred = out.deferred + 1
+    end
+  end
+end
+count('acked', out.acked)
+count('pushed', out.new)
+count('duplicates', out.dup)
+count('parked', out.parked)
+count('deferred', out.deferred)
+count('resumed', out.resumed)
+count('refused', out.refused)
 
 -- 7. lease up to `take` requests: highest priority first, FIFO among equals
 if take > 0 then
@@ -193,10 +322,12 @@ if take > 0 then
   count('leased', #out.leased)
 end
 
--- 8. fleet idleness: nothing queued and nothing leased, since when?
+-- 8. fleet idleness: nothing queued, leased, deferred or parked, since when?
 out.queued = redis.call('ZCARD', Q)
 out.inflight = redis.call('ZCARD', LEASES)
-if out.queued == 0 and out.inflight == 0 then
+out.delayed = redis.call('ZCARD', DELAYED)
+out.size = out.queued + out.inflight + out.delayed
+if out.size == 0 and redis.call('HLEN', CONT) == 0 then
   local since = tonumber(redis.call('GET', IDLE))
   if not since then
     redis.call('SET', IDLE, now)
@@ -221,8 +352,7 @@ local reply = cmsgpack.pack(out)
 local light = {}
 for i, e in ipairs(out.leased) do light[i] = {e[1], e[2], '', e[4]} end
 out.leased = light
-local cached_reply = cmsgpack.pack(out)
-redis.call('SET', KEYS[12], cached_reply, 'PX', tonumber(req.ot) or 300000)
+redis.call('SET', KEYS[12], cmsgpack.pack(out), 'PX', tonumber(req.ot) or 300000)
 if KEYS[13] ~= KEYS[12] then
   redis.call('DEL', KEYS[13])
 end

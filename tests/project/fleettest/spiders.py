@@ -64,3 +64,21 @@ class StartsSpider(scrapy.Spider):
 
     def parse(self, response: Any) -> Any:
         yield {"url": response.url}
+
+
+class ManyStartsSpider(scrapy.Spider):
+    """Yields ``n`` start requests to pages of ``base`` (given with -a)."""
+
+    name = "many_starts"
+
+    def __init__(self, base: str = "", n: str = "100", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.base = base
+        self.n = int(n)
+
+    async def start(self) -> Any:
+        for i in range(self.n):
+            yield scrapy.Request(f"{self.base}site/p/{i}.html")
+
+    def parse(self, response: Any) -> Any:
+        yield {"url": response.url}

@@ -1,0 +1,324 @@
+"""Bounded frontier: refusals, parking, deferral, the push helper's waits, memory warnings."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from scrapy import Request
+from support import (
+    EXAMPLE_PROJECT,
+    read_items,
+    run_scrapy,
+    scrapy_command,
+    setting_args,
+    start_worker,
+    tail,
+    wait_all,
+)
+
+from scrapy_fleet import codec
+from scrapy_fleet.bloom import bloom_key
+from scrapy_fleet.config import DEFAULT_REQUEST_CLASSES, FleetConfig
+from scrapy_fleet.frontier import FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.memory import memory_warnings
+from scrapy_fleet.testsite import generate_site
+
+CLI = [sys.executable, "-m", "scrapy_fleet.cli"]
+
+
+def admin_for(url: str, crawl: str = "bp", queue_max: int | None = 10,
+              host_max: int | None = None, defer: float = 0.3) -> FrontierAdmin:
+    return FrontierAdmin(url, crawl, params=FrontierParams(
+        queue_max=queue_max, host_queue_max=host_max, defer_delay=defer))
+
+
+def link(url: str, group: int = 0):
+    host = url.split("/")[2]
+    return bloom_key(url.encode()), 0, codec.encode(Request(url)), group, host
+
+
+def url_of(entry) -> str:
+    return codec.decode(entry.payload, None, DEFAULT_REQUEST_CLASSES).url
+
+
+def test_pushes_without_parent_stop_at_the_cap(redis_url):
+    admin = admin_for(redis_url, queue_max=5)
+    result = admin.push([link(f"http://a.test/{i}") for i in range(8)])
+    assert (result.pushed, result.refused) == (5, [5, 6, 7])
+    assert admin.size() == 5
+    # a refused URL was not added to the Bloom filter: it is new once there is room
+    admin.sync(SyncBatch(take=2), worker="w")  # leased entries still count
+    assert admin.push([link("http://a.test/7")]).refused == [0]
+    lease = admin.sync(SyncBatch(take=1), worker="w").leased[0]
+    admin.sync(SyncBatch(acks=[(lease.entry_id, lease.token)]), worker="w")
+    again = admin.push([link("http://a.test/7")])
+    assert (again.pushed, again.refused) == (1, [])
+
+
+def test_links_that_fit_are_pushed_with_the_acknowledgement(redis_url):
+    admin = admin_for(redis_url, queue_max=10)
+    admin.push([link("http://a.test/")])
+    parent = admin.sync(SyncBatch(take=1), worker="w").leased[0]
+    links = [link(f"http://a.test/{i}", group=1) for i in range(4)]
+    result = admin.sync(SyncBatch(acks=[(parent.entry_id, parent.token)], pushes=links),
+                        worker="w")
+    assert (result.acked, result.pushed, result.parked) == (1, 4, 0)
+    assert admin.size() == 4
+
+
+def test_leftover_links_park_the_parent_behind_its_last_pushed_link(redis_url):
+    admin = admin_for(redis_url, queue_max=4)
+    admin.push([link("http://a.test/"), link("http://b.test/x"), link("http://b.test/y")])
+    parent = admin.sync(SyncBatch(take=1), worker="w").leased[0]
+    assert url_of(parent) == "http://a.test/"
+    links = [link(f"http://a.test/{i}", group=1) for i in range(5)]
+    result = admin.sync(SyncBatch(acks=[(parent.entry_id, parent.token)], pushes=links),
+                        worker="w")
+    # size 3 with the parent leased: room 1, +1 for the parent's own slot = 2 links
+    assert (result.acked, result.pushed, result.parked) == (0, 2, 1)
+    assert result.push_flags == [1, 1, 0, 0, 0]
+    status = admin.status()
+    assert (status["size"], status["parked"]) == (4, 1)
+    # drain: b/x, b/y, a/0, then a/1 carries the parked parent
+    order = []
+    for _ in range(4):
+        e = admin.sync(SyncBatch(take=1), worker="w").leased[0]
+        order.append(url_of(e))
+        res = admin.sync(SyncBatch(acks=[(e.entry_id, e.token)]), worker="w")
+        if url_of(e) == "http://a.test/1":
+            assert res.resumed == 1
+    assert order == ["http://b.test/x", "http://b.test/y", "http://a.test/0",
+                     "http://a.test/1"]
+    again = admin.sync(SyncBatch(take=1), worker="w").leased[0]
+    assert (again.entry_id, url_of(again)) == (parent.entry_id, "http://a.test/")
+    # fetched again, it finds the same links: two are known, three are pushed now
+    result = admin.sync(SyncBatch(acks=[(again.entry_id, again.token)], pushes=links),
+                        worker="w")
+    assert (result.acked, result.pushed, result.duplicates) == (1, 3, 2)
+    assert admin.status()["parked"] == 0
+
+
+def test_parent_is_deferred_when_no_link_host_has_room(redis_url):
+    admin = admin_for(redis_url, queue_max=None, host_max=2, defer=0.3)
+    admin.push([link("http://full.test/1"), link("http://full.test/2"),
+                link("http://other.test/")])
+    assert admin.push([link("http://full.test/3")]).refused == [0]  # per-host bound
+    parent = admin.sync(SyncBatch(take=3), worker="w").leased
+    p = next(e for e in parent if url_of(e) == "http://other.test/")
+    res = admin.sync(SyncBatch(acks=[(p.entry_id, p.token)],
+                               pushes=[link("http://full.test/4", group=1)]), worker="w")
+    assert (res.acked, res.deferred, res.pushed) == (0, 1, 0)
+    assert admin.status()["delayed"] == 1
+    time.sleep(0.4)
+    back = admin.sync(SyncBatch(take=1), worker="w")
+    assert [url_of(e) for e in back.leased] == ["http://other.test/"]
+
+
+def test_a_bounded_crawl_of_a_random_site_fetches_every_page(redis_url):
+    """Drive the frontier like 3 workers would, on a 400-page random graph, cap 20."""
+    rng = random.Random(7)
+    pages = 400
+    graph = {n: rng.sample(range(pages), 6) for n in range(pages)}
+    for n in range(1, pages):  # make every page reachable from page 0
+        graph[rng.randrange(n)].append(n)
+    cap = 20
+    admin = admin_for(redis_url, queue_max=cap)
+    admin.push([link("http://g.test/0")])
+    fetched: dict[str, int] = {}
+    peak = 0
+    held: list = []
+    for _ in range(100_000):
+        res = admin.sync(SyncBatch(take=3 - len(held)), worker="w")
+        held += res.leased
+        peak = max(peak, res.size)
+        if not held:
+            assert res.size == 0 and admin.status()["parked"] == 0
+            break
+        e = held.pop(rng.randrange(len(held)))  # finish them in any order
+        url = url_of(e)
+        fetched[url] = fetched.get(url, 0) + 1
+        n = int(url.rsplit("/", 1)[1])
+        links = [link(f"http://g.test/{m}", group=1) for m in graph[n]]
+        res = admin.sync(SyncBatch(acks=[(e.entry_id, e.token)], pushes=links), worker="w")
+        peak = max(peak, res.size)
+    assert set(fetched) == {f"http://g.test/{n}" for n in range(pages)}
+    assert peak <= cap
+    # every fetch completes its page or discovers a new one: at most 2 fetches per page
+    assert sum(fetched.values()) <= 2 * pages
+
+
+def test_push_helper_no_wait_exits_3_and_pushes_nothing_past_the_cap(redis_url, tmp_path):
+    urls = tmp_path / "urls.txt"
+    urls.write_text("".join(f"http://a.test/{i}\n" for i in range(30)))
+    result = subprocess.run([*CLI, "--redis", redis_url, "--queue-max", "12", "push", "nw",
+                             "-f", str(urls), "--no-wait"], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 3
+    assert "pushed 12, duplicates 0, rejected 0" in result.stdout
+    assert "not pushed from line 13 on" in result.stderr
+    assert FrontierAdmin(redis_url, "nw").size() == 12
+
+
+def test_push_helper_waits_for_the_low_watermark_then_finishes(redis_url, tmp_path):
+    urls = tmp_path / "urls.txt"
+    urls.write_text("".join(f"http://a.test/{i}\n" for i in range(60)))
+    admin = admin_for(redis_url, crawl="wait", queue_max=20)
+    drained = []
+
+    def drain() -> None:  # a slow consumer, acknowledging 5 entries every 0.2 s
+        deadline = time.monotonic() + 50
+        while len(drained) < 60 and time.monotonic() < deadline:
+            res = admin.sync(SyncBatch(take=5), worker="drain")
+            for e in res.leased:
+                admin.sync(SyncBatch(acks=[(e.entry_id, e.token)]), worker="drain")
+                drained.append(url_of(e))
+            time.sleep(0.2)
+
+    proc = subprocess.Popen([*CLI, "--redis", redis_url, "--queue-max", "20",
+                             "--low-watermark", "0.5", "push", "wait", "-f", str(urls)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    assert proc.poll() is None  # blocked on the full frontier
+    assert admin.size() == 20
+    thread = threading.Thread(target=drain)
+    thread.start()
+    out, err = proc.communicate(timeout=60)
+    thread.join()
+    assert proc.returncode == 0, err
+    assert "pushed 60, duplicates 0, rejected 0" in out
+    assert "frontier full (20 entries): waiting for room" in err
+    assert sorted(drained) == sorted(f"http://a.test/{i}" for i in range(60))
+
+
+def test_push_helper_timeout_exits_3(redis_url):
+    admin_for(redis_url, crawl="to", queue_max=1).push([link("http://a.test/x")])
+    result = subprocess.run([*CLI, "--redis", redis_url, "--queue-max", "1", "push", "to",
+                             "http://a.test/y", "--timeout", "1"], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 3
+    assert "pushed 0," in result.stdout
+
+
+@pytest.mark.parametrize("policy,maxmemory,used,expected", [
+    ("noeviction", 0, 10**6, []),
+    ("volatile-lru", 0, 10**6, []),
+    ("allkeys-lru", 0, 10**6, ["maxmemory-policy is 'allkeys-lru'"]),
+    ("noeviction", 50 * 10**6, 10**6, ["may need about"]),
+])
+def test_memory_warnings(policy, maxmemory, used, expected):
+    config = FleetConfig.from_settings({"FLEET_QUEUE_MAX": 1_000_000})
+    warnings = memory_warnings(policy, maxmemory, used, config)
+    assert len(warnings) == len(expected)
+    for warning, fragment in zip(warnings, expected, strict=True):
+        assert fragment in warning
+
+
+def test_oom_makes_the_push_helper_wait_then_finish(redis_server, tmp_path):
+    client = redis_server.client()
+    client.flushall()
+    used = int(client.info("memory")["used_memory"])
+    client.config_set("maxmemory", used + 200_000)
+    client.config_set("maxmemory-policy", "noeviction")
+    try:
+        urls = tmp_path / "urls.txt"
+        urls.write_text("".join(f"http://a.test/{i}/{'x' * 300}\n" for i in range(3000)))
+        proc = subprocess.Popen([*CLI, "--redis", redis_server.url, "--queue-max", "0", "push",
+                                 "oom", "-f", str(urls)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        time.sleep(3)
+        assert proc.poll() is None  # waiting on OOM, not crashed
+        client.config_set("maxmemory", 0)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        assert "Redis is out of memory (OOM)" in err
+        assert "pushed 3000, duplicates 0, rejected 0" in out
+    finally:
+        client.config_set("maxmemory", 0)
+        client.flushall()
+
+
+# -- real crawls -------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+TEST_PROJECT = ROOT / "tests" / "project"
+
+
+class SizeSampler(threading.Thread):
+    """Samples the frontier's size every 20 ms while a crawl runs."""
+
+    def __init__(self, url: str, crawl: str) -> None:
+        super().__init__(daemon=True)
+        self.admin = FrontierAdmin(url, crawl)
+        self.samples: list[int] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.samples.append(self.admin.size())
+            time.sleep(0.02)
+
+
+@pytest.mark.slow
+def test_bounded_crawl_fetches_every_page_within_the_cap(redis_url, site_factory, worker_env,
+                                                         tmp_path):
+    paths = generate_site(tmp_path / "www", 1500, 8, seed=11)
+    site = site_factory(tmp_path / "www")
+    site.expected_paths = paths
+    pushed = run_scrapy(EXAMPLE_PROJECT, ["fleet", "push", "docs", site.url + "site/", "-s",
+                                          f"FLEET_REDIS_URL={redis_url}"], worker_env)
+    assert pushed.returncode == 0, pushed.stderr
+    sampler = SizeSampler(redis_url, "docs")
+    sampler.start()
+    outs = [tmp_path / f"out-{n}.jsonl" for n in range(3)]
+    logs = [tmp_path / f"w-{n}.log" for n in range(3)]
+    procs = [start_worker(EXAMPLE_PROJECT, "docs", {
+        "FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 3, "FLEET_JSONL_PATH": outs[n],
+        "FLEET_QUEUE_MAX": 60}, worker_env, logs[n]) for n in range(3)]
+    try:
+        codes = wait_all(procs, 400)
+    finally:
+        sampler.stop.set()
+        sampler.join()
+    assert codes == [0, 0, 0], tail(logs[0])
+    urls = {i["url"] for i in read_items(outs)}
+    assert urls == site.expected_urls  # every page, although links had to wait
+    assert len(sampler.samples) > 50
+    assert max(sampler.samples) <= 60
+    status = FrontierAdmin(redis_url, "docs").status()
+    assert (status["size"], status["parked"], status["dead"]) == (0, 0, 0)
+    assert status["counters"]["parked"] > 0  # the bound was really hit
+
+
+@pytest.mark.slow
+def test_start_requests_pause_while_the_frontier_is_full(redis_url, site_factory, worker_env,
+                                                         tmp_path):
+    paths = generate_site(tmp_path / "www", 400, 2, seed=2)
+    site = site_factory(tmp_path / "www")
+    sampler = SizeSampler(redis_url, "many_starts")
+    sampler.start()
+    out = tmp_path / "out.jsonl"
+    log = tmp_path / "w.log"
+    settings = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 3, "FLEET_JSONL_PATH": out,
+                "FLEET_QUEUE_MAX": 50, "CONCURRENT_REQUESTS": 4}
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen(
+            scrapy_command("crawl", "many_starts", "-a", f"base={site.url}", "-a", "n=400",
+                           *setting_args(settings)),
+            cwd=TEST_PROJECT, env=worker_env, stdout=fh, stderr=subprocess.STDOUT)
+    try:
+        assert wait_all([proc], 300) == [0], tail(log)
+    finally:
+        sampler.stop.set()
+        sampler.join()
+    assert len({i["url"] for i in read_items([out])}) == 400
+    assert max(sampler.samples) <= 50
+    text = tail(log, 200000)
+    assert "start requests paused" in text
+    assert "'fleet/backpressure/start_paused'" in text
+    assert len(paths) == 401
