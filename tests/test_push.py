@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,38 @@ def test_project_command_uses_the_crawl_id_setting(redis_url, worker_env):
     run_scrapy(EXAMPLE_PROJECT, ["fleet", "push", "docs", "http://h.test/z", *args], worker_env)
     assert FrontierAdmin(redis_url, "docs-2026").status()["queued"] == 1
     assert FrontierAdmin(redis_url, "docs").status()["queued"] == 0
+
+
+def test_acl_user_password_and_unix_socket_urls(redis_server, tmp_path):
+    """redis:// with user and password (ACL) and unix:// sockets reach the same frontier."""
+    client = redis_server.client()
+    client.execute_command("ACL", "SETUSER", "fleetuser", "on", ">s3cret", "~*", "&*", "+@all")
+    try:
+        url = f"redis://fleetuser:s3cret@127.0.0.1:{redis_server.port}/0"
+        ok = cli("--redis", url, "push", "acl", "http://h.test/1")
+        assert ok.returncode == 0, ok.stderr
+        assert FrontierAdmin(redis_server.url, "acl").status()["queued"] == 1
+        bad = cli("--redis", f"redis://fleetuser:wrong@127.0.0.1:{redis_server.port}/0",
+                  "status", "acl")
+        assert bad.returncode == 2
+        assert "refused the credentials" in bad.stderr
+        assert "wrong" not in bad.stderr  # the password never appears
+        assert "fleetuser:***@" in bad.stderr
+    finally:
+        client.execute_command("ACL", "DELUSER", "fleetuser")
+        client.delete(*client.keys("fleet:{acl}:*"))
+    sock = tmp_path / "redis.sock"
+    proc = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", str(sock),
+                             "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            if sock.exists():
+                break
+            time.sleep(0.05)
+        result = cli("--redis", f"unix://{sock}?db=0", "push", "sock", "http://h.test/u")
+        assert result.returncode == 0, result.stderr
+        status = json.loads(cli("--redis", f"unix://{sock}", "status", "sock", "--json").stdout)
+        assert status["queued"] == 1
+    finally:
+        proc.terminate()
+        proc.wait(10)
