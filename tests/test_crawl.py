@@ -113,7 +113,7 @@ def _slow_site(tmp_path: Path, site_factory, pages: int = 150):
 def test_sigkilled_worker_loses_no_page(redis_url, site_factory, worker_env, tmp_path):
     site = _slow_site(tmp_path, site_factory)
     push(EXAMPLE, "docs", site.start_url, redis_url, worker_env)
-    extra = {"FLEET_LEASE_TIMEOUT": 3, "CONCURRENT_REQUESTS": 4}
+    extra = {"FLEET_LEASE_TIMEOUT": 5, "CONCURRENT_REQUESTS": 4}
     _, outs, _, killed = run_fleet(tmp_path, redis_url, worker_env, extra=extra,
                                    kill_after_items=8)
     assert killed
@@ -156,18 +156,18 @@ def test_long_request_keeps_the_fleet_open_and_its_lease_alive(redis_url, site_f
                                                                worker_env, tmp_path):
     paths = generate_site(tmp_path / "www", 3, 1, seed=1)
     site = site_factory(tmp_path / "www",
-                        behaviour={"delays": [{"prefix": "/site/", "seconds": 6.0}]})
+                        behaviour={"delays": [{"prefix": "/site/", "seconds": 9.0}]})
     site.expected_paths = paths
     push(EXAMPLE, "docs", site.url + "site/p/0.html", redis_url, worker_env)
-    # lease timeout 2 s < 6 s response: only heartbeats keep the lease; idle timeout 1 s:
+    # lease timeout 4 s < 9 s response: only heartbeats keep the lease; idle timeout 1 s:
     # the other worker, with nothing to do, must still wait for the slow request
-    extra = {"FLEET_LEASE_TIMEOUT": 2, "FLEET_IDLE_TIMEOUT": 1}
+    extra = {"FLEET_LEASE_TIMEOUT": 4, "FLEET_IDLE_TIMEOUT": 1}
     started = time.time()
     _, outs, logs, _ = run_fleet(tmp_path, redis_url, worker_env, workers=2, extra=extra)
     ended = time.time()
     first_hit = [r for r in site.requests() if r["path"] == "/site/p/0.html"]
     assert len(first_hit) == 1  # fetched once: the lease was extended, not re-delivered
-    assert ended - started >= 6.0
+    assert ended - started >= 9.0
     items = read_items(outs)
     assert site.url + "site/p/0.html" in {i["url"] for i in items}
     for log in logs:
