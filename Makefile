@@ -6,10 +6,12 @@ PYTHON  ?= python3
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-# make demo SITE=../shared/sites/docs.python.org START=/3/ [WORKERS=3]
+# make demo SITE=../shared/sites/docs.python.org START=/3/ [WORKERS=3] [MONGO_URI=mongodb://...]
 SITE    ?=
 START   ?=
 WORKERS ?= 3
+# With a MongoDB URI the demo's workers also write items through MongoPipeline.
+MONGO_URI ?=
 PYTEST_ARGS ?=
 
 .PHONY: venv redis demo test lint clean distclean
@@ -36,7 +38,8 @@ redis:
 
 demo: venv redis
 	$(PY) example_project/run_demo.py --workers $(WORKERS) \
-	    $(if $(SITE),--site $(SITE)) $(if $(START),--start $(START))
+	    $(if $(SITE),--site $(SITE)) $(if $(START),--start $(START)) \
+	    $(if $(MONGO_URI),--mongo-uri '$(MONGO_URI)')
 
 # An empty suite must not look green: pytest's exit code 5 ("no tests collected") fails.
 test: venv redis

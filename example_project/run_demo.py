@@ -11,6 +11,13 @@ with ``scrapy fleet push docs URL``; start N workers ``scrapy crawl docs`` with
 themselves; print a summary. Exit status 1 if a worker failed, nothing was crawled, or (on the
 generated site) a page is missing. Redis and the site server are stopped at the end, also on
 Ctrl-C.
+
+With ``--mongo-uri URI`` (default: the environment variable ``MONGO_URI``; ``make demo
+MONGO_URI=mongodb://...``) each worker also gets ``-s FLEET_MONGO_URI=URI``: items are upserted
+into MongoDB (database ``scrapy``, collection ``docs``, the pipeline's defaults) and still
+written to the JSON-lines files, which the progress line and the duplicate count read. The
+summary then adds the documents in the collection (``count_documents`` via pymongo), and on
+the generated site checks that this run left exactly one document per page.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -26,7 +34,7 @@ import sys
 import time
 from collections import Counter
 from contextlib import ExitStack
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +42,9 @@ PROJECT_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PROJECT_DIR.parent
 DEMO_DIR = REPO_ROOT / ".demo"
 SPIDER = "docs"
+# Where MongoPipeline writes with its defaults (FLEET_MONGO_DATABASE, collection = spider name).
+MONGO_DATABASE = "scrapy"
+MONGO_COLLECTION = SPIDER
 
 
 def log(msg: str) -> None:
@@ -181,6 +192,27 @@ def read_items(paths: list[Path]) -> list[dict[str, Any]]:
     return items
 
 
+def count_mongo_documents(uri: str, since: datetime) -> tuple[int, int] | None:
+    """(documents in the demo's collection, documents written since *since*), or None."""
+    try:
+        from pymongo import MongoClient
+        from pymongo.errors import PyMongoError
+    except ImportError as exc:
+        log(f"cannot count MongoDB documents: {exc}")
+        return None
+    client: Any = MongoClient(uri, serverSelectionTimeoutMS=10000, appname="scrapy-fleet-demo")
+    try:
+        coll = client[MONGO_DATABASE][MONGO_COLLECTION]
+        total = coll.count_documents({})
+        this_run = coll.count_documents({"updated_at": {"$gte": since}})
+        return int(total), int(this_run)
+    except PyMongoError as exc:
+        log(f"cannot count MongoDB documents: {type(exc).__name__}: {exc}")
+        return None
+    finally:
+        client.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--site", type=Path, help="static folder to serve (default: generate one)")
@@ -190,6 +222,11 @@ def main() -> int:
     parser.add_argument("--links", type=int, default=8, help="links per generated page")
     parser.add_argument("--idle-timeout", type=float, default=5, help="FLEET_IDLE_TIMEOUT (s)")
     parser.add_argument("--timeout", type=float, default=1800, help="give up after (s)")
+    parser.add_argument(
+        "--mongo-uri",
+        default=os.environ.get("MONGO_URI") or None,
+        help="also write items to MongoDB with FLEET_MONGO_URI (default: $MONGO_URI)",
+    )
     args = parser.parse_args()
 
     DEMO_DIR.mkdir(exist_ok=True)
@@ -245,6 +282,14 @@ def main() -> int:
         log(f"pushed {start_url}: {push.stdout.strip() or push.stderr.strip()[-200:]}")
 
         outputs = [DEMO_DIR / f"out-{n}.jsonl" for n in range(1, args.workers + 1)]
+        mongo_args = ["-s", f"FLEET_MONGO_URI={args.mongo_uri}"] if args.mongo_uri else []
+        if args.mongo_uri:
+            where = re.sub(r"//[^@/]*@", "//***@", args.mongo_uri)  # no password in the log
+            log(f"items also go to MongoDB {where}, {MONGO_DATABASE}.{MONGO_COLLECTION}")
+        # BSON datetimes have millisecond precision: documents this run writes have
+        # updated_at >= run_start.
+        now = datetime.now(timezone.utc)
+        run_start = now.replace(microsecond=now.microsecond // 1000 * 1000)
         started = time.monotonic()
         for n, out in enumerate(outputs, 1):
             with open(DEMO_DIR / f"worker-{n}.log", "wb") as wlog:
@@ -260,6 +305,7 @@ def main() -> int:
                     f"FLEET_IDLE_TIMEOUT={args.idle_timeout:g}",
                     "-s",
                     f"FLEET_JSONL_PATH={out}",
+                    *mongo_args,
                 ]
                 workers.append(
                     subprocess.Popen(
@@ -319,6 +365,16 @@ def main() -> int:
         f"(first to last item: {crawl_span:.1f}, idle timeout {args.idle_timeout:g})"
     )
     print("outputs          " + " ".join(str(o.relative_to(REPO_ROOT)) for o in outputs))
+    mongo: tuple[int, int] | None = None
+    if args.mongo_uri:
+        mongo = count_mongo_documents(args.mongo_uri, run_start)
+        if mongo is None:
+            print(f"mongo documents  ? (could not count {MONGO_DATABASE}.{MONGO_COLLECTION})")
+        else:
+            print(
+                f"mongo documents  {mongo[1]} written by this run, "
+                f"{mongo[0]} in {MONGO_DATABASE}.{MONGO_COLLECTION}"
+            )
 
     ok = True
     if any(code != 0 for code in codes):
@@ -326,6 +382,10 @@ def main() -> int:
         ok = False
     if not items:
         log("FAILED: nothing was crawled")
+        ok = False
+    if args.mongo_uri and (mongo is None or (items and mongo[1] != len(per_url))):
+        got = "?" if mongo is None else mongo[1]
+        log(f"FAILED: {got} MongoDB documents written by this run for {len(per_url)} pages")
         ok = False
     if expected is not None:
         missing = expected - set(per_url)
