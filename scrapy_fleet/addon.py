@@ -14,6 +14,12 @@ ITEM_PIPELINES = {
 }
 
 
+DOWNLOADER_MIDDLEWARES = {
+    "scrapy_fleet.downloadermiddlewares.FleetRobotsTxtMiddleware": 100,
+    "scrapy_fleet.downloadermiddlewares.FleetPolitenessMiddleware": 560,
+}
+
+
 class Addon:
     """Sets the fleet's scheduler, dupefilter, start-request middleware and item pipelines.
 
@@ -28,11 +34,34 @@ class Addon:
     """
 
     def update_settings(self, settings: BaseSettings) -> None:
+        self._politeness_settings(settings)
         settings.set("SCHEDULER", "scrapy_fleet.scheduler.FleetScheduler", "addon")
         settings.set("DUPEFILTER_CLASS", "scrapy_fleet.dupefilter.RedisBloomDupeFilter", "addon")
         for name, components in (("SPIDER_MIDDLEWARES", SPIDER_MIDDLEWARES),
-                                 ("ITEM_PIPELINES", ITEM_PIPELINES)):
+                                 ("ITEM_PIPELINES", ITEM_PIPELINES),
+                                 ("DOWNLOADER_MIDDLEWARES", DOWNLOADER_MIDDLEWARES)):
             current = settings.getdict(name)
             for path, order in components.items():
                 if path not in current and load_object(path) not in current:
                     settings.set_in_component_priority_dict(name, load_object(path), order)
+
+    @staticmethod
+    def _politeness_settings(settings: BaseSettings) -> None:
+        """Toward one host the fleet behaves like one Scrapy process with the project's
+        settings: ``DOWNLOAD_DELAY`` becomes the fleet-wide interval (``FLEET_HOST_DELAY``)
+        and is set to 0 in each worker, so that per-process delays do not stack on it;
+        ``CONCURRENT_REQUESTS_PER_DOMAIN`` is the fleet-wide cap unless
+        ``FLEET_HOST_CONCURRENCY`` is set (config.py).  Scrapy's own RobotsTxtMiddleware is
+        replaced by the fleet's shared one."""
+        if settings.get("FLEET_HOST_DELAY") is None:
+            settings.set("FLEET_HOST_DELAY", settings.getfloat("DOWNLOAD_DELAY"),
+                         settings.getpriority("DOWNLOAD_DELAY") or 0)
+        priority = max(settings.getpriority("DOWNLOAD_DELAY") or 0, 15)
+        settings.set("DOWNLOAD_DELAY", 0, priority)
+        settings.set("RANDOMIZE_DOWNLOAD_DELAY", False, max(
+            settings.getpriority("RANDOMIZE_DOWNLOAD_DELAY") or 0, 15))
+        current = settings.getdict("DOWNLOADER_MIDDLEWARES")
+        robots = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
+        if robots not in current:
+            settings.set_in_component_priority_dict("DOWNLOADER_MIDDLEWARES",
+                                                    load_object(robots), None)

@@ -47,7 +47,10 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
                         help="push: wait at most this long for room in a full frontier, then "
                              "exit with status 3 (default: wait forever)")
     parser.add_argument("--json", action="store_true", help="status/dead: print JSON")
-    parser.add_argument("--limit", type=int, default=20, help="dead: how many to show")
+    parser.add_argument("--limit", type=int, default=20,
+                        help="dead, status --hosts: how many to show")
+    parser.add_argument("--hosts", action="store_true",
+                        help="status: also show each host's politeness state")
     parser.add_argument("--yes", action="store_true", help="purge: do not ask for confirmation")
 
 
@@ -139,6 +142,8 @@ def _status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int | No
     status = admin.status()
     status["queue_max"] = admin.params.queue_max
     status["low_watermark"] = low_watermark
+    if getattr(opts, "hosts", False):
+        status["hosts"] = admin.hosts(limit=opts.limit)
     if opts.json:
         print(json.dumps(status, indent=2, sort_keys=True))
         return push.EXIT_OK
@@ -157,6 +162,15 @@ def _status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int | No
     print(f"  workers  {len(workers)}")
     for worker, age in sorted(workers.items()):
         print(f"    {worker}  last seen {age} s ago")
+    if "hosts" in status:
+        print(f"  hosts    {'host':<32} {'entries':>8} {'flight':>6} {'next':>8} {'hold':>7} "
+              f"{'delay':>6} {'fails':>5}")
+        for row in status["hosts"]:
+            nxt = "slot" if row["waits_for_slot"] else (
+                "-" if row["next_in"] is None else f"{row['next_in']:.1f}s")
+            delay = "-" if row["crawl_delay"] is None else f"{row['crawl_delay']:.1f}s"
+            print(f"           {row['host'][:32]:<32} {row['entries']:>8} {row['in_flight']:>6} "
+                  f"{nxt:>8} {row['hold_left']:>6.1f}s {delay:>6} {row['failures']:>5}")
     return push.EXIT_OK
 
 

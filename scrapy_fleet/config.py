@@ -55,6 +55,17 @@ DEFAULTS: dict[str, Any] = {
     "FLEET_QUEUE_LOW_WATERMARK": 0.9,
     "FLEET_HOST_QUEUE_MAX": None,
     "FLEET_BACKPRESSURE_DELAY": 10.0,
+    "FLEET_HOST_RATE": None,
+    "FLEET_HOST_BURST": 1,
+    "FLEET_HOST_DELAY": None,
+    "FLEET_HOST_CONCURRENCY": None,
+    "FLEET_HOST_OVERRIDES": {},
+    "FLEET_HOST_KEY": "host",
+    "FLEET_ROBOTSTXT_TTL": 3600.0,
+    "FLEET_ROBOTSTXT_HOLD": 60.0,
+    "FLEET_MAX_CRAWL_DELAY": 60.0,
+    "FLEET_BACKOFF_BASE": 1.0,
+    "FLEET_BACKOFF_MAX": 300.0,
     "FLEET_JSONL_PATH": None,
     "FLEET_JSONL_FSYNC": False,
 }
@@ -101,6 +112,41 @@ def _optional_int(name: str, value: Any) -> int | None:
     if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
         return None
     return _number(name, value, int, 1, "an integer >= 1 or None")
+
+
+def _host_overrides(value: Any) -> dict[str, tuple[float | None, int | None, int | None]]:
+    """``{"example.com": {"rate": 0.5, "burst": 2, "concurrency": 1, "delay": 3}}`` ->
+    host -> (interval seconds or None, burst or None, concurrency or None)."""
+    name = "FLEET_HOST_OVERRIDES"
+    if isinstance(value, str):
+        import json
+
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except ValueError:
+            raise FleetConfigError(f"{name}={value!r} is invalid: expected a dict "
+                                   "(JSON on the command line)") from None
+    _check(name, value, isinstance(value, dict), "a dict of host -> {rate, burst, "
+           "concurrency, delay}")
+    out: dict[str, tuple[float | None, int | None, int | None]] = {}
+    for host, spec in value.items():
+        where = f"{name}[{host!r}]"
+        _check(where, spec, isinstance(host, str) and isinstance(spec, dict)
+               and set(spec) <= {"rate", "burst", "concurrency", "delay"},
+               "a dict with keys among rate, burst, concurrency, delay")
+        interval = None
+        if spec.get("rate") is not None:
+            interval = 1.0 / _number(f"{where}['rate']", spec["rate"], float, 0.0,
+                                     "requests per second > 0", exclusive=True)
+        if spec.get("delay") is not None:
+            d = _number(f"{where}['delay']", spec["delay"], float, 0.0, "seconds >= 0")
+            interval = max(interval or 0.0, d)
+        burst = None if spec.get("burst") is None else _number(
+            f"{where}['burst']", spec["burst"], int, 1, "an integer >= 1")
+        conc = None if spec.get("concurrency") is None else _number(
+            f"{where}['concurrency']", spec["concurrency"], int, 0, "an integer >= 0")
+        out[host.lower()] = (interval, burst, conc)
+    return out
 
 
 def validate_redis_url(url: Any, name: str = "FLEET_REDIS_URL") -> str:
@@ -161,6 +207,18 @@ class FleetConfig:
     queue_low_watermark: float
     host_queue_max: int | None
     backpressure_delay: float
+    host_rate: float | None
+    host_burst: int
+    host_delay: float
+    host_concurrency: int
+    host_overrides: dict[str, tuple[float | None, int | None, int | None]]
+    host_key: str
+    robots_obey: bool
+    robotstxt_ttl: float
+    robotstxt_hold: float
+    max_crawl_delay: float
+    backoff_base: float
+    backoff_max: float
     jsonl_path: str | None
     jsonl_fsync: bool
     extra: dict[str, Any] = field(default_factory=dict)
@@ -215,6 +273,22 @@ class FleetConfig:
         _check("FLEET_DUPEFILTER_CAPACITY", capacity,
                slice_params(capacity, error_rate, 0).bits <= MAX_SLICE_BITS,
                "a capacity whose first Bloom slice fits in one Redis string (512 MB)")
+        host_key = g("FLEET_HOST_KEY")
+        _check("FLEET_HOST_KEY", host_key, host_key in ("host", "domain", "ip"),
+               "one of host, domain, ip")
+        rate = g("FLEET_HOST_RATE")
+        if isinstance(rate, str) and rate.strip().lower() in ("", "none"):
+            rate = None
+        if rate is not None:
+            rate = _number("FLEET_HOST_RATE", rate, float, 0.0,
+                           "requests per second > 0 or None", exclusive=True)
+        delay = g("FLEET_HOST_DELAY")
+        if delay is None:  # the add-on moves the project's DOWNLOAD_DELAY here
+            delay = settings.get("DOWNLOAD_DELAY", 0) if hasattr(settings, "get") else 0
+        concurrency = g("FLEET_HOST_CONCURRENCY")
+        if concurrency is None:
+            concurrency = settings.get("CONCURRENT_REQUESTS_PER_DOMAIN", 8)
+        overrides = _host_overrides(g("FLEET_HOST_OVERRIDES"))
         jsonl = g("FLEET_JSONL_PATH")
         _check("FLEET_JSONL_PATH", jsonl, jsonl is None or (isinstance(jsonl, str) and jsonl != ""),
                "a file path or None")
@@ -248,6 +322,25 @@ class FleetConfig:
             backpressure_delay=_number("FLEET_BACKPRESSURE_DELAY",
                                        g("FLEET_BACKPRESSURE_DELAY"), float, 0.0,
                                        "seconds >= 0"),
+            host_rate=rate,
+            host_burst=_number("FLEET_HOST_BURST", g("FLEET_HOST_BURST"), int, 1,
+                               "an integer >= 1"),
+            host_delay=_number("FLEET_HOST_DELAY", delay, float, 0.0, "seconds >= 0"),
+            host_concurrency=_number("FLEET_HOST_CONCURRENCY", concurrency, int, 0,
+                                     "an integer >= 0 (0: no cap)"),
+            host_overrides=overrides,
+            host_key=host_key,
+            robots_obey=_bool("ROBOTSTXT_OBEY", settings.get("ROBOTSTXT_OBEY", False) or False),
+            robotstxt_ttl=_number("FLEET_ROBOTSTXT_TTL", g("FLEET_ROBOTSTXT_TTL"), float, 1.0,
+                                  "seconds >= 1"),
+            robotstxt_hold=_number("FLEET_ROBOTSTXT_HOLD", g("FLEET_ROBOTSTXT_HOLD"), float,
+                                   0.0, "seconds >= 0"),
+            max_crawl_delay=_number("FLEET_MAX_CRAWL_DELAY", g("FLEET_MAX_CRAWL_DELAY"), float,
+                                    0.0, "seconds >= 0"),
+            backoff_base=_number("FLEET_BACKOFF_BASE", g("FLEET_BACKOFF_BASE"), float, 0.0,
+                                 "seconds > 0", exclusive=True),
+            backoff_max=_number("FLEET_BACKOFF_MAX", g("FLEET_BACKOFF_MAX"), float, 0.0,
+                                "seconds > 0", exclusive=True),
             jsonl_path=jsonl,
             jsonl_fsync=_bool("FLEET_JSONL_FSYNC", g("FLEET_JSONL_FSYNC")),
         )
@@ -264,7 +357,15 @@ class FleetConfig:
 
         return FrontierParams(self.lease_timeout, self.max_leases, self.dupefilter_capacity,
                               self.dupefilter_error_rate, self.queue_max, self.host_queue_max,
-                              self.backpressure_delay)
+                              self.backpressure_delay, self.host_interval,
+                              self.host_burst if self.host_rate else 1, self.host_concurrency,
+                              self.robots_obey)
+
+    @property
+    def host_interval(self) -> float:
+        """Seconds between two requests to one host, fleet-wide: the longer of
+        FLEET_HOST_DELAY (the project's DOWNLOAD_DELAY by default) and 1 / FLEET_HOST_RATE."""
+        return max(self.host_delay, 1.0 / self.host_rate if self.host_rate else 0.0)
 
     @property
     def queue_low(self) -> int | None:

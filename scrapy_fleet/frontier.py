@@ -128,6 +128,10 @@ class FrontierParams:
     queue_max: int | None = None  #: FLEET_QUEUE_MAX
     host_queue_max: int | None = None  #: FLEET_HOST_QUEUE_MAX
     defer_delay: float = 10.0  #: FLEET_BACKPRESSURE_DELAY
+    host_interval: float = 0.0  #: seconds between two requests to one host, fleet-wide
+    host_burst: int = 1  #: GCRA burst of a host
+    host_concurrency: int = 0  #: requests in flight to one host, fleet-wide (0: no cap)
+    robots: bool = False  #: ROBOTSTXT_OBEY: one scout per host until its robots.txt is known
 
 
 def _arg(batch: SyncBatch, worker: str, params: FrontierParams) -> bytes:
@@ -149,6 +153,10 @@ def _arg(batch: SyncBatch, worker: str, params: FrontierParams) -> bytes:
         "qm": params.queue_max or 0,
         "hm": params.host_queue_max or 0,
         "dd": int(params.defer_delay * 1000),
+        "pt": int(params.host_interval * 1000),
+        "pb": params.host_burst,
+        "pc": params.host_concurrency,
+        "ro": 1 if params.robots else 0,
     }, use_bin_type=False)  # Redis's cmsgpack cannot read msgpack "bin"
 
 
@@ -329,6 +337,41 @@ class FrontierAdmin:
             "idle_seconds": None if idle is None else round((server_ms - int(idle)) / 1000, 1),
             "seeded_by": seeded.decode() if seeded else None,
         }
+
+    def hosts(self, limit: int = 50) -> list[dict[str, Any]]:
+        """Per-host politeness state, busiest hosts first (up to *limit*): entries in the
+        frontier, requests in flight, seconds until the host may be fetched, hold left,
+        Crawl-delay, consecutive failures, override."""
+        k = self.keys
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.hgetall(k.hostq)
+            pipe.hgetall(k.hostlive)
+            pipe.zrange(k.ready, 0, -1, withscores=True)
+            pipe.hgetall(k.hold)
+            pipe.hgetall(k.crawldelay)
+            pipe.hgetall(k.fails)
+            pipe.hgetall(k.hostconf)
+            pipe.time()
+            queued, live, ready, hold, delay, fails, conf, srv = pipe.execute()
+        now = srv[0] * 1000 + srv[1] // 1000
+        ready_at = {h: score for h, score in ready}
+        names = set(queued) | set(live) | set(hold) | set(ready_at)
+        rows = []
+        for h in names:
+            at = ready_at.get(h)
+            rows.append({
+                "host": h.decode(),
+                "entries": int(queued.get(h, 0)),
+                "in_flight": int(live.get(h, 0)),
+                "next_in": None if at is None or at >= 9e15 else max(0.0, (at - now) / 1000),
+                "waits_for_slot": at is not None and at >= 9e15,
+                "hold_left": max(0.0, (int(hold.get(h, 0)) - now) / 1000),
+                "crawl_delay": int(delay[h]) / 1000 if h in delay else None,
+                "failures": int(fails.get(h, 0)),
+                "override": conf[h].decode() if h in conf else None,
+            })
+        rows.sort(key=lambda r: (-r["entries"], -r["in_flight"], r["host"]))
+        return rows[:limit]
 
     def dead_letters(self, limit: int = 100) -> Iterator[dict[str, Any]]:
         """Dead letters as dicts {entry_id, reason, at (ms), data (bytes)}, up to *limit*."""

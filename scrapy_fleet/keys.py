@@ -15,6 +15,17 @@ prefix ``fleet`` and crawl id ``docs``::
     fleet:{docs}:cont         HASH  entry id -> "id|score"    request parked behind this entry
     fleet:{docs}:hostq        HASH  host -> count             entries per host in the frontier
     fleet:{docs}:ehost        HASH  entry id -> host          host of each entry
+    fleet:{docs}:ready        ZSET  host -> time (ms)         hosts with queued entries, by the
+                                                              time they may be fetched again
+    fleet:{docs}:tat          HASH  host -> ms                GCRA theoretical arrival time
+    fleet:{docs}:hold         HASH  host -> ms                back-off: no request before then
+    fleet:{docs}:hostlive     HASH  host -> count             requests in flight (leased)
+    fleet:{docs}:hostconf     HASH  host -> "T|burst|cap"     per-host overrides
+    fleet:{docs}:crawldelay   HASH  host -> ms                robots.txt Crawl-delay
+    fleet:{docs}:wlive        HASH  "worker|host" -> count    leases of a worker for a host
+    fleet:{docs}:fails        HASH  host -> count             consecutive failures (back-off)
+    fleet:{docs}:robots       HASH  host -> msgpack           shared robots.txt {status, body, at}
+    fleet:{docs}:robots_lock  HASH  host -> "worker|until"    who fetches a host's robots.txt
     fleet:{docs}:seq          STRING  counter                 entry ids
     fleet:{docs}:token        STRING  counter                 fencing tokens
     fleet:{docs}:bloom:meta   HASH    Bloom filter parameters and per-slice counts
@@ -97,6 +108,51 @@ class CrawlKeys:
         return self._k("ehost")
 
     @property
+    def ready(self) -> str:
+        return self._k("ready")
+
+    @property
+    def tat(self) -> str:
+        return self._k("tat")
+
+    @property
+    def hold(self) -> str:
+        return self._k("hold")
+
+    @property
+    def hostlive(self) -> str:
+        return self._k("hostlive")
+
+    @property
+    def hostconf(self) -> str:
+        return self._k("hostconf")
+
+    @property
+    def crawldelay(self) -> str:
+        return self._k("crawldelay")
+
+    @property
+    def wlive(self) -> str:
+        return self._k("wlive")
+
+    @property
+    def fails(self) -> str:
+        return self._k("fails")
+
+    @property
+    def robots(self) -> str:
+        return self._k("robots")
+
+    @property
+    def robots_lock(self) -> str:
+        return self._k("robots_lock")
+
+    def host_keys(self) -> list[str]:
+        """Per-host politeness state, in the order scripts/hosts.lua's callers pass it."""
+        return [self.ready, self.tat, self.hold, self.hostlive, self.hostconf, self.crawldelay,
+                self.wlive, self.robots]
+
+    @property
     def seq(self) -> str:
         return self._k("seq")
 
@@ -155,5 +211,5 @@ class CrawlKeys:
         return [self.queue, self.data, self.leases, self.lease, self.expiries, self.dead,
                 self.seq, self.token, self.stats, self.idle_since, self.workers, self.op(op_id),
                 self.op(prev_op_id), self.delayed, self.cont, self.hostq, self.ehost,
-                self.bloom_meta,
+                *self.host_keys(), self.bloom_meta,
                 *(self.bloom_slice(n) for n in range(BLOOM_MAX_SLICES))]

@@ -30,10 +30,9 @@ from typing import TYPE_CHECKING, Any
 import redis
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.utils.defer import deferred_from_coro
-from scrapy.utils.httpobj import urlparse_cached
 from scrapy.utils.reactor import is_asyncio_reactor_installed
 
-from scrapy_fleet import codec, engine_hooks, memory
+from scrapy_fleet import codec, engine_hooks, memory, politeness
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.dupefilter import RedisBloomDupeFilter
 from scrapy_fleet.errors import FleetConfigError, RedisUnavailableError, RequestEncodeError
@@ -104,6 +103,9 @@ class FleetScheduler(BaseScheduler):
         self._last_extend = 0.0
         self._uninstall_hook: Any = None
         self._logged_dupe = False
+        concurrency = crawler.settings.getint("CONCURRENT_REQUESTS")
+        #: leases this worker holds at most: its downloader's concurrency and a quarter more
+        self._max_held = concurrency + max(1, concurrency // 4)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FleetScheduler:
@@ -132,6 +134,8 @@ class FleetScheduler(BaseScheduler):
                                       self.config.frontier_params(),
                                       self.config.redis_timeout, self.config.redis_retries)
         await self.frontier.connect()
+        await politeness.Politeness(self.frontier.client, keys, self.config,
+                                    self.config.worker_id).write_overrides()
         for warning in await memory.check_redis_memory(self.frontier.client, self.config):
             logger.warning(warning, extra={"spider": spider})
             self._inc("fleet/backpressure/memory_warnings")
@@ -204,7 +208,7 @@ class FleetScheduler(BaseScheduler):
         key = b"" if request.dont_filter or not isinstance(self.df, RedisBloomDupeFilter) \
             else self.df.bloom_key(request)
         out: _Out = (request.url, key, request.priority, payload,
-                     urlparse_cached(request).hostname or "")
+                     politeness.host_key(request.url, self.config.host_key))
         parent = self._parent_lease(request)
         if parent is not None:
             parent.children.append(out)
@@ -325,7 +329,10 @@ class FleetScheduler(BaseScheduler):
                 # must not see it due again at once, or it would poll in a tight loop)
                 self._last_extend = now
                 batch.extends = [(lease.entry_id, lease.token) for lease in self._held_leases()]
-            want = self.config.prefetch - len(self._prefetch)
+            # a lease holds its host's concurrency slot (FLEET_HOST_CONCURRENCY counts leases),
+            # so a worker holds little more than it can download at once
+            held = len(self._prefetch) + len(self._inflight)
+            want = min(self.config.prefetch - len(self._prefetch), self._max_held - held)
             if want > 0 and not self._fleet_done:
                 batch.take = want
         return batch, n_out, n_done, len(dead)

@@ -13,7 +13,8 @@ from typing import Any
 
 #: entry script -> library files it needs (prepended in this order)
 _LIBRARIES: dict[str, tuple[str, ...]] = {
-    "frontier.lua": ("bloom.lua",),
+    "frontier.lua": ("bloom.lua", "hosts.lua"),
+    "politeness.lua": ("hosts.lua",),
     "bloom_add.lua": ("bloom.lua",),
 }
 

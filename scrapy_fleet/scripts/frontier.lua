@@ -20,13 +20,16 @@
 -- KEYS (built by keys.CrawlKeys.frontier_keys, never here):
 --   1 queue  2 data  3 leases  4 lease  5 expiries  6 dead  7 seq  8 token  9 stats
 --   10 idle_since  11 workers  12 op (this call)  13 op (previous call of this client)
---   14 delayed  15 cont  16 hostq  17 ehost  18 bloom meta  19.. bloom slices
+--   14 delayed  15 cont  16 hostq  17 ehost  18 ready  19 tat  20 hold  21 hostlive
+--   22 hostconf  23 crawldelay  24 wlive  25 robots  26 bloom meta  27.. bloom slices
 -- ARGV[1]: msgpack map (see frontier.py, _arg):
 --   w worker id ("" for the push helper), lm lease ms, ml max leases, ot op ttl ms,
 --   a acks [[id, token]...], r releases [[id, token]...], d dead [[id, token, reason]...],
 --   x extends [[id, token]...], t take, bn bloom capacity, bp bloom error rate,
 --   rc reclaim limit, qm frontier size limit (0 none), hm per-host limit (0 none),
---   dd defer delay ms,
+--   dd defer delay ms, pt default host interval ms, pb default burst, pc default host
+--   concurrency (0 none), ro 1 when robots.txt is obeyed (a host whose robots.txt is not
+--   known yet gets one request in flight, the scout, until it is),
 --   p pushes [[fp12 or "", priority, payload, group, host]...]: group 0 = no parent,
 --     group k = a link of the k-th acknowledgement
 -- Reply: msgpack map (see frontier.py, SyncResult.from_reply).
@@ -39,6 +42,8 @@ end
 local Q, DATA, LEASES, LEASE, EXPIRIES, DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local SEQ, TOKEN, STATS, IDLE, WORKERS = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
 local DELAYED, CONT, HOSTQ, EHOST = KEYS[14], KEYS[15], KEYS[16], KEYS[17]
+local READY, TAT, HOLD, HOSTLIVE = KEYS[18], KEYS[19], KEYS[20], KEYS[21]
+local HOSTCONF, CRAWLDELAY, WLIVE, ROBOTS = KEYS[22], KEYS[23], KEYS[24], KEYS[25]
 
 local ok, req = pcall(cmsgpack.unpack, ARGV[1])
 if not ok or type(req) ~= 'table' then
@@ -71,6 +76,15 @@ local worker = req.w or ''
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
+local ctx = {now = now, tat = TAT, hold = HOLD, hostlive = HOSTLIVE, hostconf = HOSTCONF,
+             crawldelay = CRAWLDELAY,
+             defaults = {tonumber(req.pt) or 0, tonumber(req.pb) or 1, tonumber(req.pc) or 0}}
+local function host_policy(h) return host_policy_ctx(ctx, h) end
+local function host_blocked_until(h, T, tau, cap)
+  return host_blocked_until_ctx(ctx, h, T, tau, cap, true)
+end
+local function host_take_token(h, T) return host_take_token_ctx(ctx, h, T) end
+
 local out = {leased = {}, lost = {}, pf = {}, rf = {}, new = 0, dup = 0, acked = 0,
              released = 0, reclaimed = 0, dead = 0, parked = 0, deferred = 0, resumed = 0,
              refused = 0, full = false, now = now}
@@ -85,6 +99,32 @@ local function parse_lease(v)
   return tok, score, who
 end
 
+-- A leased entry leaves its lease: its host gets the concurrency slot back.
+local function drop_lease(id)
+  local _, _, who = parse_lease(redis.call('HGET', LEASE, id))
+  redis.call('ZREM', LEASES, id)
+  redis.call('HDEL', LEASE, id)
+  local host = redis.call('HGET', EHOST, id) or ''
+  if redis.call('HINCRBY', HOSTLIVE, host, -1) <= 0 then
+    redis.call('HDEL', HOSTLIVE, host)
+  end
+  if who then
+    local field = who .. '|' .. host
+    if redis.call('HINCRBY', WLIVE, field, -1) <= 0 then redis.call('HDEL', WLIVE, field) end
+  end
+  local ready_at = tonumber(redis.call('ZSCORE', READY, host))
+  if ready_at and ready_at >= FAR then
+    redis.call('ZADD', READY, now, host)  -- it was waiting for a slot
+  end
+end
+
+-- Queue an entry (new, or back from a lease, a deferral or a parking) under its host.
+local function enqueue(id, score, host)
+  if host == nil then host = redis.call('HGET', EHOST, id) or '' end
+  redis.call('ZADD', Q, 0, queue_member(host, score, id))
+  redis.call('ZADD', READY, 'NX', now, host)
+end
+
 -- An entry that leaves the frontier for good (acknowledged or dead-lettered): forget its
 -- host count, and return the request parked behind it (if any) to the queue.
 local function forget(id)
@@ -97,8 +137,8 @@ local function forget(id)
   local resumed = 0
   if parked then
     local pid, score = string.match(parked, '^([^|]*)|(.*)$')
-    redis.call('ZADD', Q, tonumber(score) or 0, pid)
     redis.call('HDEL', CONT, id)
+    enqueue(pid, tonumber(score) or 0)
     out.resumed = out.resumed + 1
     resumed = 1
   end
@@ -124,17 +164,12 @@ local function holds(id, token)
   return nil
 end
 
-local function drop_lease(id)
-  redis.call('ZREM', LEASES, id)
-  redis.call('HDEL', LEASE, id)
-end
-
 -- 1. deferred entries whose delay is over go back to the queue
 local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', now, 'LIMIT', 0, 100)
 for _, member in ipairs(due) do
   local id, score = string.match(member, '^([^|]*)|(.*)$')
   redis.call('ZREM', DELAYED, member)
-  redis.call('ZADD', Q, tonumber(score) or 0, id)
+  enqueue(id, tonumber(score) or 0)
 end
 
 -- 2. reclaim expired leases (of any worker), a bounded number per call
@@ -146,7 +181,7 @@ for _, id in ipairs(expired) do
   if n >= max_leases then
     to_dead(id, 'lease expired ' .. n .. ' times')
   else
-    redis.call('ZADD', Q, tonumber(score) or 0, id)
+    enqueue(id, tonumber(score) or 0)
     out.reclaimed = out.reclaimed + 1
   end
 end
@@ -157,7 +192,7 @@ for _, r in ipairs(req.r) do
   local score = holds(r[1], r[2])
   if score then
     drop_lease(r[1])
-    redis.call('ZADD', Q, tonumber(score) or 0, r[1])
+    enqueue(r[1], tonumber(score) or 0)
     out.released = out.released + 1
   end
 end
@@ -186,8 +221,8 @@ local bloom = nil
 local function get_bloom()
   if bloom == nil then
     local slice_keys = {}
-    for i = 19, #KEYS do slice_keys[#slice_keys + 1] = KEYS[i] end
-    bloom = bloom_open(KEYS[18], slice_keys, tonumber(req.bn), tonumber(req.bp))
+    for i = 27, #KEYS do slice_keys[#slice_keys + 1] = KEYS[i] end
+    bloom = bloom_open(KEYS[26], slice_keys, tonumber(req.bn), tonumber(req.bp))
   end
   return bloom
 end
@@ -217,12 +252,12 @@ local function push(p, index)
   end
   local id = string.format('%015d', redis.call('INCR', SEQ))
   redis.call('HSET', DATA, id, p[3])
-  redis.call('ZADD', Q, -p[2], id)
   if p[5] ~= '' then
     redis.call('HSET', EHOST, id, p[5])
     redis.call('HINCRBY', HOSTQ, p[5], 1)
     host_counts[p[5]] = host_count(p[5]) + 1
   end
+  enqueue(id, -p[2], p[5])
   size = size + 1
   out.new = out.new + 1
   out.pf[index] = 1
@@ -303,20 +338,75 @@ count('deferred', out.deferred)
 count('resumed', out.resumed)
 count('refused', out.refused)
 
--- 7. lease up to `take` requests: highest priority first, FIFO among equals
+-- 7. lease up to `take` requests, host-aware (docs/politeness.md): among the hosts that may
+-- be fetched now (not on hold, under their concurrency cap, and with a GCRA token), take the
+-- best head (highest priority, then FIFO) each time; a host that may not be fetched is
+-- re-marked with the time it may, and never blocks the others.
 if take > 0 then
-  local popped = redis.call('ZPOPMIN', Q, take)
-  for i = 1, #popped, 2 do
-    local id, score = popped[i], popped[i + 1]
-    local data = redis.call('HGET', DATA, id)
-    if not data then
-      to_dead(id, 'entry has no data')
+  local cands = redis.call('ZRANGEBYSCORE', READY, '-inf', now, 'LIMIT', 0, 64)
+  local list, heads = {}, {}
+  local function head_of(h)
+    return redis.call('ZRANGEBYLEX', Q, '[' .. h .. '\t', '[' .. h .. '\t\255', 'LIMIT', 0, 1)[1]
+  end
+  for _, h in ipairs(cands) do
+    local m = head_of(h)
+    if m then
+      list[#list + 1] = h
+      heads[h] = m
     else
-      local tok = redis.call('INCR', TOKEN)
-      redis.call('HSET', LEASE, id, tok .. '|' .. score .. '|' .. worker)
-      redis.call('ZADD', LEASES, now + lease_ms, id)
-      local n = tonumber(redis.call('HGET', EXPIRIES, id)) or 0
-      out.leased[#out.leased + 1] = {id, tok, data, n}
+      redis.call('ZREM', READY, h)
+    end
+  end
+  -- a capped host's slots are shared among the live workers (seen in the last 10 s), so
+  -- that the worker which frees a slot does not always take it back itself
+  local active = math.max(1, redis.call('ZCOUNT', WORKERS, now - 10000, '+inf'))
+  if worker ~= '' and not redis.call('ZSCORE', WORKERS, worker) then active = active + 1 end
+  local taken = 0
+  while taken < take and #list > 0 do
+    local bi, bkey = 1, nil
+    for i, h in ipairs(list) do
+      local key = string.sub(heads[h], #h + 2)
+      if bkey == nil or key < bkey then bi, bkey = i, key end
+    end
+    local h = list[bi]
+    local interval, tau, cap = host_policy(h)
+    local wait_until = host_blocked_until(h, interval, tau, cap)
+    if not wait_until and req.ro == 1 and redis.call('HEXISTS', ROBOTS, h) == 0
+        and (tonumber(redis.call('HGET', HOSTLIVE, h)) or 0) >= 1 then
+      wait_until = now + 250  -- robots.txt (and its Crawl-delay) not known yet: one scout
+    end
+    local my_share_used = cap > 0 and worker ~= '' and
+      (tonumber(redis.call('HGET', WLIVE, worker .. '|' .. h)) or 0) >= math.ceil(cap / active)
+    if my_share_used and not wait_until then
+      table.remove(list, bi)  -- this worker has its share of the host: others may have it
+    elseif wait_until then
+      redis.call('ZADD', READY, wait_until, h)
+      table.remove(list, bi)
+    else
+      local m = heads[h]
+      redis.call('ZREM', Q, m)
+      local score, id = member_parts(h, m)
+      local data = redis.call('HGET', DATA, id)
+      if not data then
+        to_dead(id, 'entry has no data')
+      else
+        local tok = redis.call('INCR', TOKEN)
+        redis.call('HSET', LEASE, id, tok .. '|' .. score .. '|' .. worker)
+        redis.call('ZADD', LEASES, now + lease_ms, id)
+        redis.call('HINCRBY', HOSTLIVE, h, 1)
+        if worker ~= '' then redis.call('HINCRBY', WLIVE, worker .. '|' .. h, 1) end
+        host_take_token(h, interval)
+        local n = tonumber(redis.call('HGET', EXPIRIES, id)) or 0
+        out.leased[#out.leased + 1] = {id, tok, data, n}
+        taken = taken + 1
+      end
+      local nxt = head_of(h)
+      if nxt then
+        heads[h] = nxt
+      else
+        redis.call('ZREM', READY, h)
+        table.remove(list, bi)
+      end
     end
   end
   count('leased', #out.leased)

@@ -82,3 +82,12 @@ class ManyStartsSpider(scrapy.Spider):
 
     def parse(self, response: Any) -> Any:
         yield {"url": response.url}
+
+
+class FetchSpider(scrapy.Spider):
+    """Fetches what is pushed, follows nothing: one item per response."""
+
+    name = "fetch"
+
+    def parse(self, response: Any) -> Any:
+        yield {"url": response.url, "status": response.status}

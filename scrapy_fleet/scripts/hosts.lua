@@ -1,0 +1,74 @@
+-- Per-host politeness state, shared by frontier.lua and politeness.lua (library part:
+-- scripts.py prepends it; it defines locals only).  docs/politeness.md describes the model.
+--
+-- Queue members are "<host>\t<priority key>\t<entry id>" in one ZSET with score 0, so that
+-- ZRANGEBYLEX gives one host's best entry: highest Request.priority first (the key is
+-- -priority + 10^15, zero-padded), then FIFO (entry ids are zero-padded sequence numbers).
+--
+-- Rate: GCRA, the Generic Cell Rate Algorithm (ATM Forum Traffic Management 4.1; ITU-T
+-- I.371 "virtual scheduling"): with emission interval T (ms between requests) and burst b,
+-- tolerance tau = T * (b - 1); a request may go at time t when TAT - tau <= t, and then
+-- TAT = max(TAT, t) + T.  TAT (theoretical arrival time) is kept per host, t is always the
+-- Redis server's TIME, never a worker's clock.
+--
+-- ctx: {now, tat, hold, hostlive, hostconf, crawldelay (key names), defaults = {T, b, cap}}
+
+local FAR = 9e15
+local PRIO_OFFSET = 1e15
+
+local function queue_member(host, score, id)
+  return host .. '\t' .. string.format('%016d', score + PRIO_OFFSET) .. '\t' .. id
+end
+
+-- (score, id) of a member of host's queue
+local function member_parts(host, member)
+  local key, id = string.match(string.sub(member, #host + 2), '^(%d+)\t(.*)$')
+  return tonumber(key) - PRIO_OFFSET, id
+end
+
+-- Interval T (ms), tolerance tau (ms) and concurrency cap (0: none) of a host: the fleet's
+-- defaults, a per-host override ("T|b|cap", empty parts keep the default), and the host's
+-- robots.txt Crawl-delay (ms) as a lower bound of T.
+local function host_policy_ctx(ctx, host)
+  local T, b, cap = ctx.defaults[1], ctx.defaults[2], ctx.defaults[3]
+  local conf = redis.call('HGET', ctx.hostconf, host)
+  if conf then
+    local ct, cb, cc = string.match(conf, '^([^|]*)|([^|]*)|([^|]*)$')
+    T = tonumber(ct) or T
+    b = tonumber(cb) or b
+    cap = tonumber(cc) or cap
+  end
+  local delay = tonumber(redis.call('HGET', ctx.crawldelay, host))
+  if delay and delay > T then
+    T = delay
+    b = 1
+  end
+  if b < 1 then b = 1 end
+  return T, T * (b - 1), cap
+end
+
+-- nil when host may be fetched now; else the server time (ms) from which it may be tried
+-- again (FAR: when one of its requests in flight is done).
+local function host_blocked_until_ctx(ctx, host, T, tau, cap, check_cap)
+  local hold = tonumber(redis.call('HGET', ctx.hold, host)) or 0
+  if hold > ctx.now then
+    return hold
+  end
+  if check_cap and cap > 0 and (tonumber(redis.call('HGET', ctx.hostlive, host)) or 0) >= cap then
+    return FAR
+  end
+  if T > 0 then
+    local tat = tonumber(redis.call('HGET', ctx.tat, host)) or 0
+    if tat - tau > ctx.now then
+      return tat - tau
+    end
+  end
+  return nil
+end
+
+local function host_take_token_ctx(ctx, host, T)
+  if T > 0 then
+    local tat = tonumber(redis.call('HGET', ctx.tat, host)) or 0
+    redis.call('HSET', ctx.tat, host, math.max(tat, ctx.now) + T)
+  end
+end
