@@ -183,7 +183,10 @@ def test_push_helper_waits_for_the_low_watermark_then_finishes(redis_url, tmp_pa
     proc = subprocess.Popen([*CLI, "--redis", redis_url, "--queue-max", "20",
                              "--low-watermark", "0.5", "push", "wait", "-f", str(urls)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.0)
+    deadline = time.monotonic() + 30
+    while admin.size() < 20 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
     assert proc.poll() is None  # blocked on the full frontier
     assert admin.size() == 20
     thread = threading.Thread(target=drain)
@@ -231,7 +234,13 @@ def test_oom_makes_the_push_helper_wait_then_finish(redis_server, tmp_path):
         proc = subprocess.Popen([*CLI, "--redis", redis_server.url, "--queue-max", "0", "push",
                                  "oom", "-f", str(urls)], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
-        time.sleep(3)
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            if "out of memory" in client.info("memory").get("maxmemory_human", "") or \
+                    int(client.info("stats").get("total_error_replies", 0)) > 0:
+                break
+            time.sleep(0.1)
+        time.sleep(1)
         assert proc.poll() is None  # waiting on OOM, not crashed
         client.config_set("maxmemory", 0)
         out, err = proc.communicate(timeout=60)
