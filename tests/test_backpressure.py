@@ -236,9 +236,8 @@ def test_oom_makes_the_push_helper_wait_then_finish(redis_server, tmp_path):
                                 stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 30
         while proc.poll() is None and time.monotonic() < deadline:
-            if "out of memory" in client.info("memory").get("maxmemory_human", "") or \
-                    int(client.info("stats").get("total_error_replies", 0)) > 0:
-                break
+            if int(client.info("stats").get("total_error_replies", 0)) > 0:
+                break  # Redis has refused a push with OOM
             time.sleep(0.1)
         time.sleep(1)
         assert proc.poll() is None  # waiting on OOM, not crashed
