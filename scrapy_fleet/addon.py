@@ -8,9 +8,16 @@ from scrapy.utils.misc import load_object
 #: component -> order, added to the project's component dicts
 SPIDER_MIDDLEWARES = {"scrapy_fleet.middlewares.FleetSpiderMiddleware": 0}
 ITEM_PIPELINES = {
-    # each disables itself (NotConfigured) unless its setting is given
+    # listed when their setting is given; each also disables itself (NotConfigured) without
     "scrapy_fleet.pipelines.mongo.MongoPipeline": 300,
     "scrapy_fleet.pipelines.jsonlines.JsonLinesPipeline": 800,
+}
+
+
+#: components listed only when their setting is given
+_ENABLED_BY = {
+    "scrapy_fleet.pipelines.mongo.MongoPipeline": "FLEET_MONGO_URI",
+    "scrapy_fleet.pipelines.jsonlines.JsonLinesPipeline": "FLEET_JSONL_PATH",
 }
 
 
@@ -34,5 +41,8 @@ class Addon:
                                  ("ITEM_PIPELINES", ITEM_PIPELINES)):
             current = settings.getdict(name)
             for path, order in components.items():
+                setting = _ENABLED_BY.get(path)
+                if setting and not settings.get(setting):
+                    continue  # not configured: not listed (no "Disabled ..." warning)
                 if path not in current and load_object(path) not in current:
                     settings.set_in_component_priority_dict(name, load_object(path), order)

@@ -103,6 +103,9 @@ class _WaitDisplay:
 
 def _push(admin: FrontierAdmin, urls: list[str], opts: Any,
           fingerprint: Callable[[Request], bytes], low_watermark: int | None) -> int:
+    if opts.max_url_length < 1:
+        print("error: --max-url-length must be >= 1", file=sys.stderr)
+        return push.EXIT_ERROR
     if not urls and not opts.file:
         print("error: push needs URLs or -f FILE (or -f - for standard input)", file=sys.stderr)
         return push.EXIT_ERROR
@@ -110,10 +113,10 @@ def _push(admin: FrontierAdmin, urls: list[str], opts: Any,
         files = []
         for name in opts.file:
             if name == "-":
-                files.append(sys.stdin)
+                files.append(sys.stdin.buffer)
             else:
                 try:
-                    files.append(stack.enter_context(open(name, encoding="utf-8")))
+                    files.append(stack.enter_context(open(name, "rb")))
                 except OSError as exc:
                     print(f"error: cannot read {name}: {exc}", file=sys.stderr)
                     return push.EXIT_ERROR
@@ -183,6 +186,11 @@ def _purge(admin: FrontierAdmin, opts: Any, label: str, confirm: Callable[[str],
     if not keys:
         print(f"nothing to purge for crawl {admin.keys.crawl_id!r}")
         return push.EXIT_OK
+    live = [w for w, age in admin.status()["workers"].items() if age < 60]
+    if live:
+        print(f"warning: {len(live)} worker(s) called this crawl in the last 60 s "
+              f"({', '.join(sorted(live)[:5])}); purging under them loses their leases and "
+              f"makes them finish early", file=sys.stderr)
     if not opts.yes:
         try:
             answer = confirm(f"Delete {len(keys)} keys of crawl {admin.keys.crawl_id!r} "

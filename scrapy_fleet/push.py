@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 from urllib.parse import urlsplit
 
 import redis
@@ -110,6 +110,10 @@ def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
         PushLineError: the reason, ready to print after the line number.
     """
     text = line.strip()
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PushLineError("line is not valid UTF-8") from None
     if text.startswith("{"):
         try:
             spec = json.loads(text)
@@ -176,17 +180,21 @@ def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
     return request, d
 
 
-def read_lines(sources: Iterable[str], files: Iterable[TextIO]) -> Iterator[tuple[int, str]]:
+def read_lines(sources: Iterable[str],
+               files: Iterable[BinaryIO | TextIO]) -> Iterator[tuple[int, str]]:
     """``(line number, text)`` of the URL arguments then of each file, lazily; blank lines and
-    ``#`` comments skipped.  Line numbers count across the inputs, from 1."""
+    ``#`` comments skipped.  Line numbers count across the inputs, from 1.  Files are read as
+    bytes: a line that is not UTF-8 keeps its bad bytes as surrogates, which
+    :func:`parse_line` rejects, so one bad line never stops the others."""
     n = 0
     for text in sources:
         n += 1
         if text.strip() and not text.lstrip().startswith("#"):
             yield n, text
     for handle in files:
-        for text in handle:
+        for raw in handle:
             n += 1
+            text = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
             if text.strip() and not text.lstrip().startswith("#"):
                 yield n, text
 
