@@ -131,6 +131,11 @@ def test_project_command_push_status_purge(redis_url, worker_env):
     purged = run_scrapy(EXAMPLE_PROJECT, ["fleet", "purge", "docs", "--yes", *args], worker_env)
     assert purged.returncode == 0 and "purged" in purged.stdout
     assert FrontierAdmin(redis_url, "docs").status()["queued"] == 0
+    bad_cb = run_scrapy(EXAMPLE_PROJECT, ["fleet", "push", "docs",
+                                          '{"url": "http://h.test/cb", "callback": "nope"}',
+                                          *args], worker_env)
+    assert bad_cb.returncode == 1
+    assert "callback 'nope': the spider has no such method" in bad_cb.stderr
     unknown = run_scrapy(EXAMPLE_PROJECT, ["fleet", "push", "nope", "http://h.test/", *args],
                          worker_env)
     assert unknown.returncode == 2 and "no spider named 'nope'" in unknown.stderr
