@@ -8,7 +8,7 @@ from scrapy.utils.misc import load_object
 #: component -> order, added to the project's component dicts
 SPIDER_MIDDLEWARES = {"scrapy_fleet.middlewares.FleetSpiderMiddleware": 0}
 ITEM_PIPELINES = {
-    # each disables itself (NotConfigured) unless its setting is given
+    # listed when their setting is given; each also disables itself (NotConfigured) without
     "scrapy_fleet.pipelines.mongo.MongoPipeline": 300,
     "scrapy_fleet.pipelines.jsonlines.JsonLinesPipeline": 800,
 }
@@ -17,6 +17,12 @@ ITEM_PIPELINES = {
 DOWNLOADER_MIDDLEWARES = {
     "scrapy_fleet.downloadermiddlewares.FleetRobotsTxtMiddleware": 100,
     "scrapy_fleet.downloadermiddlewares.FleetPolitenessMiddleware": 560,
+}
+
+#: components listed only when their setting is given
+_ENABLED_BY = {
+    "scrapy_fleet.pipelines.mongo.MongoPipeline": "FLEET_MONGO_URI",
+    "scrapy_fleet.pipelines.jsonlines.JsonLinesPipeline": "FLEET_JSONL_PATH",
 }
 
 
@@ -42,6 +48,9 @@ class Addon:
                                  ("DOWNLOADER_MIDDLEWARES", DOWNLOADER_MIDDLEWARES)):
             current = settings.getdict(name)
             for path, order in components.items():
+                setting = _ENABLED_BY.get(path)
+                if setting and not settings.get(setting):
+                    continue  # not configured: not listed (no "Disabled ..." warning)
                 if path not in current and load_object(path) not in current:
                     settings.set_in_component_priority_dict(name, load_object(path), order)
 

@@ -56,13 +56,15 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_action(action: str, admin: FrontierAdmin, urls: list[str], opts: Any,
                fingerprint: Callable[[Request], bytes], label: str,
-               confirm: Callable[[str], str] = input, low_watermark: int | None = None) -> int:
+               confirm: Callable[[str], str] = input, low_watermark: int | None = None,
+               has_method: Callable[[str], bool] | None = None) -> int:
     """Run one fleet action against *admin*; returns the exit status.  *low_watermark*
-    (entries): where a push waiting for room resumes."""
+    (entries): where a push waiting for room resumes; *has_method*: checks pushed callback
+    names against the spider (inside a project)."""
     try:
         admin.ping()
         if action == "push":
-            return _push(admin, urls, opts, fingerprint, low_watermark)
+            return _push(admin, urls, opts, fingerprint, low_watermark, has_method)
         if urls:
             print(f"error: {action} takes no URL arguments", file=sys.stderr)
             return push.EXIT_ERROR
@@ -75,6 +77,9 @@ def run_action(action: str, admin: FrontierAdmin, urls: list[str], opts: Any,
     except RedisUnavailableError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return push.EXIT_ERROR
+    except KeyboardInterrupt:
+        print("\ninterrupted: lines already pushed stay pushed", file=sys.stderr)
+        return 130
     print(f"error: unknown action {action!r} (push, status, dead, purge)", file=sys.stderr)
     return push.EXIT_ERROR
 
@@ -105,7 +110,11 @@ class _WaitDisplay:
 
 
 def _push(admin: FrontierAdmin, urls: list[str], opts: Any,
-          fingerprint: Callable[[Request], bytes], low_watermark: int | None) -> int:
+          fingerprint: Callable[[Request], bytes], low_watermark: int | None,
+          has_method: Callable[[str], bool] | None = None) -> int:
+    if opts.max_url_length < 1:
+        print("error: --max-url-length must be >= 1", file=sys.stderr)
+        return push.EXIT_ERROR
     if not urls and not opts.file:
         print("error: push needs URLs or -f FILE (or -f - for standard input)", file=sys.stderr)
         return push.EXIT_ERROR
@@ -113,10 +122,10 @@ def _push(admin: FrontierAdmin, urls: list[str], opts: Any,
         files = []
         for name in opts.file:
             if name == "-":
-                files.append(sys.stdin)
+                files.append(sys.stdin.buffer)
             else:
                 try:
-                    files.append(stack.enter_context(open(name, encoding="utf-8")))
+                    files.append(stack.enter_context(open(name, "rb")))
                 except OSError as exc:
                     print(f"error: cannot read {name}: {exc}", file=sys.stderr)
                     return push.EXIT_ERROR
@@ -126,7 +135,7 @@ def _push(admin: FrontierAdmin, urls: list[str], opts: Any,
                                  dont_filter=opts.dont_filter, priority=opts.priority,
                                  on_error=push.print_error, low_watermark=low_watermark,
                                  no_wait=opts.no_wait, timeout=opts.timeout,
-                                 on_wait=display)
+                                 on_wait=display, has_method=has_method)
         display.done()
     print(f"pushed {report.pushed}, duplicates {report.duplicates}, "
           f"rejected {report.rejected} (crawl {admin.keys.crawl_id!r})")
@@ -197,6 +206,11 @@ def _purge(admin: FrontierAdmin, opts: Any, label: str, confirm: Callable[[str],
     if not keys:
         print(f"nothing to purge for crawl {admin.keys.crawl_id!r}")
         return push.EXIT_OK
+    live = [w for w, age in admin.status()["workers"].items() if age < 60]
+    if live:
+        print(f"warning: {len(live)} worker(s) called this crawl in the last 60 s "
+              f"({', '.join(sorted(live)[:5])}); purging under them loses their leases and "
+              f"makes them finish early", file=sys.stderr)
     if not opts.yes:
         try:
             answer = confirm(f"Delete {len(keys)} keys of crawl {admin.keys.crawl_id!r} "

@@ -8,6 +8,7 @@ setting with its type, default and meaning.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
@@ -91,6 +92,9 @@ def _number(name: str, value: Any, cast: Callable[[Any], T], minimum: float,
         raise FleetConfigError(f"{name}={value!r} is invalid: expected {expected}") from None
     if cast is int and isinstance(value, float) and not float(value).is_integer():
         raise FleetConfigError(f"{name}={value!r} is invalid: expected {expected}")
+    if not math.isfinite(number):  # type: ignore[arg-type]
+        raise FleetConfigError(f"{name}={value!r} is invalid: expected a finite number, "
+                               f"{expected}")
     below = number <= minimum if exclusive else number < minimum  # type: ignore[operator]
     if below:
         raise FleetConfigError(f"{name}={value!r} is invalid: expected {expected}")
@@ -292,6 +296,26 @@ class FleetConfig:
         jsonl = g("FLEET_JSONL_PATH")
         _check("FLEET_JSONL_PATH", jsonl, jsonl is None or (isinstance(jsonl, str) and jsonl != ""),
                "a file path or None")
+        if jsonl is not None:
+            try:
+                jsonl % {"worker": "w", "pid": 1, "spider": "s", "crawl_id": "c"}
+            except (KeyError, ValueError, TypeError) as exc:
+                raise FleetConfigError(
+                    f"FLEET_JSONL_PATH={jsonl!r} is invalid: placeholders may be %(worker)s, "
+                    f"%(pid)s, %(spider)s, %(crawl_id)s; write %% for a % ({exc!r})") from None
+        classes_ok = True
+        for path in classes:
+            try:
+                from scrapy import Request
+                from scrapy.utils.misc import load_object
+
+                loaded = load_object(path)
+                classes_ok = classes_ok and isinstance(loaded, type) and issubclass(loaded,
+                                                                                   Request)
+            except (ImportError, NameError, ValueError, AttributeError):
+                classes_ok = False
+        _check("FLEET_REQUEST_CLASSES", classes, classes_ok,
+               "import paths of scrapy.Request subclasses")
         config = cls(
             redis_url=validate_redis_url(g("FLEET_REDIS_URL")),
             redis_timeout=_number("FLEET_REDIS_TIMEOUT", g("FLEET_REDIS_TIMEOUT"), float, 0.0,

@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 from urllib.parse import urlsplit
 
 import redis
@@ -103,13 +103,20 @@ def _check_str_dict(name: str, value: Any, multi: bool = False) -> None:
 
 
 def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
-               dont_filter: bool = False, priority: int = 0) -> tuple[Request, dict[str, Any]]:
+               dont_filter: bool = False, priority: int = 0,
+               has_method: Callable[[str], bool] | None = None,
+               ) -> tuple[Request, dict[str, Any]]:
     """Parse one input line into a Request and its ``to_dict()`` form (callbacks as names).
+    *has_method*, when given, tells whether the spider has a method of that name.
 
     Raises:
         PushLineError: the reason, ready to print after the line number.
     """
     text = line.strip()
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PushLineError("line is not valid UTF-8") from None
     if text.startswith("{"):
         try:
             spec = json.loads(text)
@@ -166,6 +173,8 @@ def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
         if value is not None:
             if not isinstance(value, str) or not _NAME_RE.match(value):
                 raise PushLineError(f"{name} must be the name of a spider method")
+            if has_method is not None and not has_method(value):
+                raise PushLineError(f"{name} {value!r}: the spider has no such method")
             names[name] = value
     try:
         request = Request(**kwargs)
@@ -176,17 +185,21 @@ def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
     return request, d
 
 
-def read_lines(sources: Iterable[str], files: Iterable[TextIO]) -> Iterator[tuple[int, str]]:
+def read_lines(sources: Iterable[str],
+               files: Iterable[BinaryIO | TextIO]) -> Iterator[tuple[int, str]]:
     """``(line number, text)`` of the URL arguments then of each file, lazily; blank lines and
-    ``#`` comments skipped.  Line numbers count across the inputs, from 1."""
+    ``#`` comments skipped.  Line numbers count across the inputs, from 1.  Files are read as
+    bytes: a line that is not UTF-8 keeps its bad bytes as surrogates, which
+    :func:`parse_line` rejects, so one bad line never stops the others."""
     n = 0
     for text in sources:
         n += 1
         if text.strip() and not text.lstrip().startswith("#"):
             yield n, text
     for handle in files:
-        for text in handle:
+        for raw in handle:
             n += 1
+            text = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
             if text.strip() and not text.lstrip().startswith("#"):
                 yield n, text
 
@@ -224,7 +237,8 @@ def push_lines(admin: FrontierAdmin, lines: Iterable[tuple[int, str]],
                on_batch: Callable[[PushReport], None] | None = None,
                low_watermark: int | None = None, no_wait: bool = False,
                timeout: float | None = None,
-               on_wait: Callable[[int, float], None] | None = None) -> PushReport:
+               on_wait: Callable[[int, float], None] | None = None,
+               has_method: Callable[[str], bool] | None = None) -> PushReport:
     """Validate and push *lines* in batches, waiting while the frontier is full.
 
     *low_watermark* (entries) is where a wait ends; None = the admin's ``queue_max``.
@@ -241,7 +255,7 @@ def push_lines(admin: FrontierAdmin, lines: Iterable[tuple[int, str]],
     def entries() -> Iterator[tuple[int, tuple[bytes, int, bytes, int, str]]]:
         for lineno, text in lines:
             try:
-                request, d = parse_line(text, max_url_length, dont_filter, priority)
+                request, d = parse_line(text, max_url_length, dont_filter, priority, has_method)
                 payload = codec.encode_dict(d)
             except (PushLineError, RequestEncodeError) as exc:
                 report.rejected += 1

@@ -103,6 +103,7 @@ class FleetScheduler(BaseScheduler):
         self._last_extend = 0.0
         self._uninstall_hook: Any = None
         self._logged_dupe = False
+        self._lost_total = 0
         concurrency = crawler.settings.getint("CONCURRENT_REQUESTS")
         #: leases this worker holds at most: its downloader's concurrency and a quarter more
         self._max_held = concurrency + max(1, concurrency // 4)
@@ -407,6 +408,14 @@ class FleetScheduler(BaseScheduler):
         lost = set(result.lost)
         if lost:
             self._inc("fleet/frontier/lease_lost", len(lost))
+            self._lost_total += len(lost)
+            if self._lost_total <= 5 or self._lost_total % 100 < len(lost):
+                logger.warning(
+                    "%d lease(s) lost (%d so far): their requests were leased again elsewhere "
+                    "(this worker stalled longer than FLEET_LEASE_TIMEOUT=%s s?), or the crawl "
+                    "was purged / Redis lost its data; those pages may be fetched again and "
+                    "their links are left to the new holder", len(lost), self._lost_total,
+                    self.config.lease_timeout, extra={"spider": self.spider})
             self._prefetch = deque((r, lease) for r, lease in self._prefetch
                                    if lease.entry_id not in lost)
             for _, lease in self._inflight.values():

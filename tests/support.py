@@ -26,7 +26,8 @@ import redis
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_PROJECT = REPO_ROOT / "example_project"
-PYDOCS_DIR = REPO_ROOT.parent / "shared" / "sites" / "docs.python.org"
+PYDOCS_DIR = Path(os.environ.get("FLEET_PYDOCS_DIR")
+                  or REPO_ROOT.parent / "shared" / "sites" / "docs.python.org")
 PYDOCS_PAGES = 516
 """URLs answering 200 that a crawl of the mirror from /3/ must yield (shared/sites/SOURCES.md)."""
 

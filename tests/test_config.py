@@ -53,6 +53,11 @@ def test_redis_url_schemes(url):
     ("FLEET_CRAWL_ID", "bad id{", "letters, digits"),
     ("FLEET_START_REQUESTS", "sometimes", "one of once, always, never"),
     ("FLEET_JSONL_FSYNC", "maybe", "a boolean"),
+    ("FLEET_LEASE_TIMEOUT", "nan", "a finite number"),
+    ("FLEET_POLL_INTERVAL", "inf", "a finite number"),
+    ("FLEET_JSONL_PATH", "out-%(bogus)s.jsonl", "placeholders may be"),
+    ("FLEET_JSONL_PATH", "out-%d.jsonl", "placeholders may be"),
+    ("FLEET_REQUEST_CLASSES", ["os.system"], "scrapy.Request subclasses"),
     ("FLEET_KEY_PREFIX", "a{b}", "letters, digits"),
 ])
 def test_wrong_values_name_the_setting_and_value(name, value, fragment):
@@ -64,7 +69,8 @@ def test_wrong_values_name_the_setting_and_value(name, value, fragment):
 
 
 def test_addon_sets_components_at_addon_priority_and_keeps_user_values():
-    settings = Settings({"SCHEDULER": "my.Scheduler"}, priority="project")
+    settings = Settings({"SCHEDULER": "my.Scheduler", "FLEET_MONGO_URI": "mongodb://m/",
+                         "FLEET_JSONL_PATH": "out.jsonl"}, priority="project")
     Addon().update_settings(settings)
     assert settings["SCHEDULER"] == "my.Scheduler"  # the project's choice wins
     assert settings["DUPEFILTER_CLASS"] == "scrapy_fleet.dupefilter.RedisBloomDupeFilter"
@@ -77,5 +83,6 @@ def test_addon_sets_components_at_addon_priority_and_keeps_user_values():
     fresh = Settings()
     Addon().update_settings(fresh)
     assert fresh["SCHEDULER"] == "scrapy_fleet.scheduler.FleetScheduler"
+    assert fresh.getdict("ITEM_PIPELINES") == {}  # sinks only when configured
     assert not any(k.startswith("SCHEDULER_") and fresh.getpriority(k) == 15
                    for k in fresh.attributes)

@@ -83,6 +83,16 @@ def test_console_script_pushes_good_lines_around_bad_ones(redis_url, tmp_path: P
     assert status["queued"] == 3
 
 
+def test_lines_that_are_not_utf8_are_rejected_alone(redis_url, tmp_path: Path):
+    data = tmp_path / "mixed.txt"
+    data.write_bytes(b"http://h.test/ok1\nhttp://h.test/\xfb\xfe\xff\nhttp://h.test/ok2\n")
+    result = cli("--redis", redis_url, "push", "bytes", "-f", str(data))
+    assert result.returncode == 1
+    assert "line 2: rejected: line is not valid UTF-8" in result.stderr
+    assert "pushed 2, duplicates 0, rejected 1" in result.stdout
+    assert "Traceback" not in result.stderr
+
+
 def test_console_script_reads_stdin_and_exits_0_when_all_good(redis_url):
     result = cli("--redis", redis_url, "push", "crawl2", "-f", "-",
                  stdin="http://h.test/a\nhttp://h.test/b\n")
@@ -121,6 +131,11 @@ def test_project_command_push_status_purge(redis_url, worker_env):
     purged = run_scrapy(EXAMPLE_PROJECT, ["fleet", "purge", "docs", "--yes", *args], worker_env)
     assert purged.returncode == 0 and "purged" in purged.stdout
     assert FrontierAdmin(redis_url, "docs").status()["queued"] == 0
+    bad_cb = run_scrapy(EXAMPLE_PROJECT, ["fleet", "push", "docs",
+                                          '{"url": "http://h.test/cb", "callback": "nope"}',
+                                          *args], worker_env)
+    assert bad_cb.returncode == 1
+    assert "callback 'nope': the spider has no such method" in bad_cb.stderr
     unknown = run_scrapy(EXAMPLE_PROJECT, ["fleet", "push", "nope", "http://h.test/", *args],
                          worker_env)
     assert unknown.returncode == 2 and "no spider named 'nope'" in unknown.stderr

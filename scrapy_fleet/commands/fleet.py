@@ -70,6 +70,8 @@ class Command(ScrapyCommand):
         try:
             self.exitcode = cli.run_action(action, admin, urls, opts, fingerprinter.fingerprint,
                                            label=f"spider {spidercls.name!r}",
-                                           low_watermark=config.queue_low)
+                                           low_watermark=config.queue_low,
+                                           has_method=lambda name: callable(
+                                               getattr(spidercls, name, None)))
         finally:
             admin.close()

@@ -22,6 +22,7 @@ from itemadapter import ItemAdapter
 from scrapy.exceptions import NotConfigured
 
 from scrapy_fleet.config import FleetConfig
+from scrapy_fleet.errors import FleetConfigError
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -76,6 +77,9 @@ class JsonLinesPipeline:
         }
         assert self.config.jsonl_path
         self.path = self.config.jsonl_path % values
+        if os.path.isdir(self.path):
+            raise FleetConfigError(f"FLEET_JSONL_PATH={self.config.jsonl_path!r} is invalid: "
+                                   f"{self.path!r} is a directory")
         folder = os.path.dirname(self.path)
         if folder:
             os.makedirs(folder, exist_ok=True)

@@ -431,6 +431,7 @@ end
 
 if worker ~= '' then
   redis.call('ZADD', WORKERS, now, worker)
+  redis.call('ZREMRANGEBYSCORE', WORKERS, '-inf', now - 600000)  -- gone for 10 minutes
 end
 for name, n in pairs(counters) do
   if n > 0 then redis.call('HINCRBY', STATS, name, n) end
