@@ -1,0 +1,144 @@
+"""Per-host politeness state in Redis: GCRA, caps, holds, back-off, host keys, settings."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import msgpack
+import pytest
+import redis
+from scrapy import Request
+from scrapy.settings import Settings
+
+from scrapy_fleet import codec, scripts
+from scrapy_fleet.addon import Addon
+from scrapy_fleet.bloom import bloom_key
+from scrapy_fleet.config import DEFAULT_REQUEST_CLASSES, FleetConfig
+from scrapy_fleet.frontier import FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.politeness import host_key
+
+
+def entry(url: str):
+    host = url.split("/")[2]
+    return bloom_key(url.encode()), 0, codec.encode(Request(url)), 0, host
+
+
+def url_of(e) -> str:
+    return codec.decode(e.payload, None, DEFAULT_REQUEST_CLASSES).url
+
+
+def politeness_call(url: str, op: str, host: str, **args):
+    """One call of scripts/politeness.lua, as the downloader middlewares make it."""
+    client = redis.Redis.from_url(url)
+    keys = CrawlKeys("fleet", "hosts")
+    script = scripts.load(client, "politeness.lua")
+    reply = script(keys=[keys.ready, keys.tat, keys.hold, keys.hostlive, keys.hostconf,
+                         keys.crawldelay, keys.fails, keys.robots, keys.robots_lock],
+                   args=[msgpack.packb({"op": op, "h": host, **args})])
+    decoded = msgpack.unpackb(reply, raw=False)
+    return decoded if isinstance(decoded, dict) else {}
+
+
+def test_gcra_spaces_leases_by_the_servers_clock(redis_url):
+    admin = FrontierAdmin(redis_url, "hosts", params=FrontierParams(host_interval=0.4))
+    admin.push([entry(f"http://a.test/{i}") for i in range(3)])
+    got = [len(admin.sync(SyncBatch(take=3), worker="w").leased)]
+    started = time.monotonic()
+    while sum(got) < 3:
+        got.append(len(admin.sync(SyncBatch(take=3), worker="w").leased))
+        time.sleep(0.02)
+    assert got[0] == 1  # one per interval, even when three are asked for
+    assert time.monotonic() - started >= 0.75  # the third waited two intervals
+
+
+def test_burst_lets_that_many_go_at_once(redis_url):
+    admin = FrontierAdmin(redis_url, "hosts", params=FrontierParams(host_interval=10,
+                                                                    host_burst=3))
+    admin.push([entry(f"http://a.test/{i}") for i in range(5)])
+    assert len(admin.sync(SyncBatch(take=5), worker="w").leased) == 3
+
+
+def test_concurrency_slot_comes_back_when_a_lease_expires(redis_url):
+    admin = FrontierAdmin(redis_url, "hosts", params=FrontierParams(lease_timeout=1,
+                                                                    host_concurrency=1))
+    admin.push([entry("http://a.test/1"), entry("http://a.test/2"), entry("http://b.test/1")])
+    first = admin.sync(SyncBatch(take=3), worker="dies")
+    assert sorted(url_of(e) for e in first.leased) == ["http://a.test/1", "http://b.test/1"]
+    assert admin.sync(SyncBatch(take=3), worker="w2").leased == []  # a.test is at its cap
+    time.sleep(1.2)
+    again = admin.sync(SyncBatch(take=3), worker="w2")  # the dead worker's leases expire
+    assert {url_of(e) for e in again.leased} >= {"http://a.test/1"}
+    assert len([e for e in again.leased if "a.test" in url_of(e)]) == 1  # still one at a time
+
+
+def test_hold_blocks_a_host_and_not_the_others(redis_url):
+    admin = FrontierAdmin(redis_url, "hosts")
+    admin.push([entry("http://a.test/1"), entry("http://b.test/1")])
+    reply = politeness_call(redis_url, "backoff", "a.test", ra=0.6)
+    assert reply["delay"] == 600
+    assert [url_of(e) for e in admin.sync(SyncBatch(take=2), worker="w").leased] == [
+        "http://b.test/1"]
+    assert politeness_call(redis_url, "hold", "a.test")["wait"] > 0
+    time.sleep(0.7)
+    assert [url_of(e) for e in admin.sync(SyncBatch(take=2), worker="w").leased] == [
+        "http://a.test/1"]
+    assert politeness_call(redis_url, "hold", "a.test")["wait"] == 0
+
+
+def test_backoff_without_retry_after_doubles_and_success_resets(redis_url):
+    delays = [politeness_call(redis_url, "backoff", "dead.test", ra=-1, base=1000,
+                              max=3000, jit=1.0)["delay"] for _ in range(4)]
+    assert delays == [1000, 2000, 3000, 3000]  # base * 2^(n-1), capped
+    politeness_call(redis_url, "success", "dead.test")
+    assert politeness_call(redis_url, "backoff", "dead.test", ra=-1, base=1000, max=3000,
+                           jit=1.0)["delay"] == 1000
+
+
+def test_guard_token_shares_the_frontiers_limiter(redis_url):
+    admin = FrontierAdmin(redis_url, "hosts", params=FrontierParams(host_interval=1.0))
+    admin.push([entry("http://a.test/1")])
+    assert len(admin.sync(SyncBatch(take=1), worker="w").leased) == 1  # token taken
+    wait = politeness_call(redis_url, "take", "a.test", pt=1000, pb=1, pc=0)["wait"]
+    assert 800 < wait <= 1000  # the guard must wait for the same host's next turn
+    assert politeness_call(redis_url, "take", "b.test", pt=1000, pb=1, pc=0)["wait"] == 0
+
+
+@pytest.mark.parametrize("url,mode,expected", [
+    ("http://Sub.Example.co.uk:8080/x", "host", "sub.example.co.uk"),
+    ("http://a.example.co.uk/x", "domain", "example.co.uk"),
+    ("http://b.example.co.uk/y", "domain", "example.co.uk"),
+    ("http://127.0.0.2:9000/", "ip", "127.0.0.2"),
+    ("http://localhost/", "ip", "127.0.0.1"),
+])
+def test_host_keys(url, mode, expected):
+    assert host_key(url, mode) == expected
+
+
+def test_addon_turns_per_process_settings_into_fleet_wide_ones():
+    settings = Settings({"DOWNLOAD_DELAY": 2.5, "CONCURRENT_REQUESTS_PER_DOMAIN": 3},
+                        priority="project")
+    Addon().update_settings(settings)
+    assert settings.getfloat("DOWNLOAD_DELAY") == 0  # no per-process delay stacks on top
+    config = FleetConfig.from_settings(settings)
+    assert (config.host_interval, config.host_concurrency) == (2.5, 3)
+    middlewares = {getattr(k, "__qualname__", k): v
+                   for k, v in settings.getdict("DOWNLOADER_MIDDLEWARES").items()}
+    assert middlewares["RobotsTxtMiddleware"] is None  # replaced by the fleet's shared one
+    assert middlewares["FleetRobotsTxtMiddleware"] == 100
+    rated = FleetConfig.from_settings({"FLEET_HOST_RATE": 4, "FLEET_HOST_DELAY": 0.1,
+                                       "FLEET_HOST_OVERRIDES": '{"x.test": {"rate": 0.5}}'})
+    assert rated.host_interval == 0.25 and rated.host_overrides == {"x.test": (2.0, None, None)}
+
+
+def test_status_hosts_shows_per_host_state(redis_url):
+    admin = FrontierAdmin(redis_url, "hostview")
+    admin.push([entry("http://a.test/1"), entry("http://a.test/2"), entry("http://b.test/1")])
+    result = subprocess.run([sys.executable, "-m", "scrapy_fleet.cli", "--redis", redis_url,
+                             "status", "hostview", "--hosts", "--json"],
+                            capture_output=True, text=True, timeout=60)
+    rows = {r["host"]: r for r in json.loads(result.stdout)["hosts"]}
+    assert (rows["a.test"]["entries"], rows["b.test"]["entries"]) == (2, 1)
