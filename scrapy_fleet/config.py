@@ -118,9 +118,10 @@ def _optional_int(name: str, value: Any) -> int | None:
     return _number(name, value, int, 1, "an integer >= 1 or None")
 
 
-def _host_overrides(value: Any) -> dict[str, tuple[float | None, int | None, int | None]]:
+def _host_overrides(value: Any) -> dict[str, tuple[float | None, int | None, int | None, bool]]:
     """``{"example.com": {"rate": 0.5, "burst": 2, "concurrency": 1, "delay": 3}}`` ->
-    host -> (interval seconds or None, burst or None, concurrency or None)."""
+    host -> (interval seconds or None, burst or None, concurrency or None, interval from a
+    rate?)."""
     name = "FLEET_HOST_OVERRIDES"
     if isinstance(value, str):
         import json
@@ -132,24 +133,27 @@ def _host_overrides(value: Any) -> dict[str, tuple[float | None, int | None, int
                                    "(JSON on the command line)") from None
     _check(name, value, isinstance(value, dict), "a dict of host -> {rate, burst, "
            "concurrency, delay}")
-    out: dict[str, tuple[float | None, int | None, int | None]] = {}
+    out: dict[str, tuple[float | None, int | None, int | None, bool]] = {}
     for host, spec in value.items():
         where = f"{name}[{host!r}]"
         _check(where, spec, isinstance(host, str) and isinstance(spec, dict)
                and set(spec) <= {"rate", "burst", "concurrency", "delay"},
                "a dict with keys among rate, burst, concurrency, delay")
         interval = None
+        is_rate = False
         if spec.get("rate") is not None:
             interval = 1.0 / _number(f"{where}['rate']", spec["rate"], float, 0.0,
                                      "requests per second > 0", exclusive=True)
+            is_rate = True
         if spec.get("delay") is not None:
             d = _number(f"{where}['delay']", spec["delay"], float, 0.0, "seconds >= 0")
-            interval = max(interval or 0.0, d)
+            if d >= (interval or 0.0):
+                interval, is_rate = d, False
         burst = None if spec.get("burst") is None else _number(
             f"{where}['burst']", spec["burst"], int, 1, "an integer >= 1")
         conc = None if spec.get("concurrency") is None else _number(
             f"{where}['concurrency']", spec["concurrency"], int, 0, "an integer >= 0")
-        out[host.lower()] = (interval, burst, conc)
+        out[host.lower()] = (interval, burst, conc, is_rate)
     return out
 
 
@@ -215,7 +219,7 @@ class FleetConfig:
     host_burst: int
     host_delay: float
     host_concurrency: int
-    host_overrides: dict[str, tuple[float | None, int | None, int | None]]
+    host_overrides: dict[str, tuple[float | None, int | None, int | None, bool]]
     host_key: str
     robots_obey: bool
     robotstxt_ttl: float
@@ -383,7 +387,9 @@ class FleetConfig:
                               self.dupefilter_error_rate, self.queue_max, self.host_queue_max,
                               self.backpressure_delay, self.host_interval,
                               self.host_burst if self.host_rate else 1, self.host_concurrency,
-                              self.robots_obey)
+                              self.robots_obey,
+                              self.host_rate is not None
+                              and 1.0 / self.host_rate > self.host_delay)
 
     @property
     def host_interval(self) -> float:

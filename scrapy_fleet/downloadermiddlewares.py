@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,13 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _REDIS_ERRORS = (redis.RedisError, ConnectionError, TimeoutError, OSError)
+#: the robots middleware of each crawler, for the scheduler's early check
+_ROBOTS: weakref.WeakKeyDictionary[Any, FleetRobotsTxtMiddleware] = weakref.WeakKeyDictionary()
+
+
+def robots_of(crawler: Any) -> FleetRobotsTxtMiddleware | None:
+    """The crawler's FleetRobotsTxtMiddleware, if ROBOTSTXT_OBEY enabled it."""
+    return _ROBOTS.get(crawler)
 #: statuses that put a host on hold (fleet-wide back-off)
 BACKOFF_STATUSES = (429, 503)
 _STAT = "fleet/politeness/"
@@ -186,6 +194,7 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
         if not crawler.settings.getbool("ROBOTSTXT_OBEY"):
             raise NotConfigured("ROBOTSTXT_OBEY is False")
         super().__init__(crawler, config)
+        _ROBOTS[crawler] = self
         self._parsers: dict[str, tuple[Any, float]] = {}  # host -> (parser or None, expiry)
         self._useragent = crawler.settings.get("ROBOTSTXT_USER_AGENT") or \
             crawler.settings.get("USER_AGENT")
@@ -215,6 +224,11 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
             if not parser.can_fetch(request.url, useragent):
                 self._inc(_STAT + "robots_disallowed")
                 self._inc("robotstxt/forbidden")
+                if request.meta.get(LEASE_META_KEY):
+                    try:  # its lease took the host's turn: give it back
+                        await self.politeness().refund(host)
+                    except _REDIS_ERRORS:
+                        pass
                 raise IgnoreRequest("Forbidden by robots.txt")
         return None
 
@@ -278,7 +292,21 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
         await self.politeness().robots_store(host, status, body, delay, hold)
         entry, now_ms = await self.politeness().robots_get(host)
         assert entry is not None
-        return self._remember(host, entry, now_ms)
+        parser = self._remember(host, entry, now_ms)
+        if delay:
+            await asyncio.sleep(delay)  # robots.txt itself was this host's last request
+        return parser
+
+    def disallows(self, request: Request) -> bool:
+        """True when this worker already knows *request*'s host forbids it (local cache
+        only, no I/O): the scheduler drops such links before they reach the frontier."""
+        cached = self._parsers.get(self.host(request))
+        if cached is None or cached[0] is None or cached[1] <= time.monotonic():
+            return False
+        useragent = self._useragent or request.headers.get(b"User-Agent", b"")
+        if isinstance(useragent, bytes):
+            useragent = useragent.decode("latin-1")
+        return not cached[0].can_fetch(request.url, useragent)
 
 
 async def _download(crawler: Crawler, request: Request) -> Response:

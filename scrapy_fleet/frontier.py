@@ -132,6 +132,7 @@ class FrontierParams:
     host_burst: int = 1  #: GCRA burst of a host
     host_concurrency: int = 0  #: requests in flight to one host, fleet-wide (0: no cap)
     robots: bool = False  #: ROBOTSTXT_OBEY: one scout per host until its robots.txt is known
+    host_interval_is_rate: bool = False  #: host_interval comes from a rate (may catch up)
 
 
 def _arg(batch: SyncBatch, worker: str, params: FrontierParams) -> bytes:
@@ -157,6 +158,7 @@ def _arg(batch: SyncBatch, worker: str, params: FrontierParams) -> bytes:
         "pb": params.host_burst,
         "pc": params.host_concurrency,
         "ro": 1 if params.robots else 0,
+        "pr": 1 if params.host_interval_is_rate else 0,
     }, use_bin_type=False)  # Redis's cmsgpack cannot read msgpack "bin"
 
 

@@ -60,11 +60,13 @@ def host_key(url: str, mode: str = "host") -> str:
 
 
 def overrides_to_hostconf(config: FleetConfig) -> dict[str, str]:
-    """``FLEET_HOST_OVERRIDES`` as the ``hostconf`` hash: host -> "T ms|burst|cap"."""
+    """``FLEET_HOST_OVERRIDES`` as the ``hostconf`` hash: host -> "T ms|burst|cap|rate"
+    (rate 1: T comes from a rate and may catch up on a late turn)."""
     out = {}
-    for host, (interval, burst, cap) in config.host_overrides.items():
+    for host, (interval, burst, cap, is_rate) in config.host_overrides.items():
         out[host] = "|".join("" if v is None else str(v) for v in (
-            None if interval is None else int(interval * 1000), burst, cap))
+            None if interval is None else int(interval * 1000), burst, cap,
+            1 if is_rate else 0))
     return out
 
 
@@ -84,7 +86,8 @@ class Politeness:
         self._script = scripts.load(client, "politeness.lua")
         params = config.frontier_params()
         self._defaults = {"pt": int(params.host_interval * 1000), "pb": params.host_burst,
-                          "pc": params.host_concurrency}
+                          "pc": params.host_concurrency,
+                          "pr": 1 if params.host_interval_is_rate else 0}
         self._keys = [keys.ready, keys.tat, keys.hold, keys.hostlive, keys.hostconf,
                       keys.crawldelay, keys.fails, keys.robots, keys.robots_lock]
 
@@ -107,6 +110,10 @@ class Politeness:
         """Take a token for *host*; returns 0.0, or the seconds to wait before trying again."""
         reply = await self._call("take", host)
         return max(0.0, float(reply["wait"]) / 1000)
+
+    async def refund(self, host: str) -> None:
+        """Give back *host*'s turn taken by a leased request that was not sent."""
+        await self._call("refund", host)
 
     async def hold_left(self, host: str) -> float:
         """Seconds *host* stays on hold (0.0: not on hold), by Redis's clock."""

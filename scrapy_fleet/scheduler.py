@@ -194,11 +194,25 @@ class FleetScheduler(BaseScheduler):
                 return lease
         return None
 
+    def _robots_disallow(self, request: Request) -> bool:
+        from scrapy_fleet.downloadermiddlewares import robots_of
+
+        robots = robots_of(self.crawler)
+        if robots is None or request.meta.get("dont_obey_robotstxt"):
+            return False
+        if robots.disallows(request):
+            self._inc("fleet/politeness/robots_disallowed")
+            self._inc("robotstxt/forbidden")
+            return True
+        return False
+
     def enqueue_request(self, request: Request) -> bool:
         if not isinstance(self.df, RedisBloomDupeFilter) and not request.dont_filter:
             if self.df.request_seen(request):
                 self.df.log(request, self.spider)  # type: ignore[arg-type]
                 return False
+        if self._robots_disallow(request):
+            return False  # never leased: it would cost its host a turn for nothing
         try:
             payload = codec.encode(request, self.spider)
         except RequestEncodeError as exc:

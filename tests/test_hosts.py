@@ -131,7 +131,8 @@ def test_addon_turns_per_process_settings_into_fleet_wide_ones():
     assert middlewares["FleetRobotsTxtMiddleware"] == 100
     rated = FleetConfig.from_settings({"FLEET_HOST_RATE": 4, "FLEET_HOST_DELAY": 0.1,
                                        "FLEET_HOST_OVERRIDES": '{"x.test": {"rate": 0.5}}'})
-    assert rated.host_interval == 0.25 and rated.host_overrides == {"x.test": (2.0, None, None)}
+    assert rated.host_interval == 0.25
+    assert rated.host_overrides == {"x.test": (2.0, None, None, True)}
 
 
 def test_status_hosts_shows_per_host_state(redis_url):

@@ -65,9 +65,10 @@ def test_rate_limit_holds_across_four_workers(redis_url, three_hosts, worker_env
     times = hits(site, "127.0.0.2")
     assert len(times) == 20
     gaps = [b - a for a, b in itertools.pairwise(times)]
-    # GCRA at 2/s, burst 1: one request every 0.5 s by Redis's clock; the server sees the
-    # same spacing give or take the network and the workers' scheduling
-    assert min(gaps) > 0.3, gaps
+    # GCRA at 2/s, burst 1: one turn every 0.5 s by Redis's clock; a turn taken late keeps
+    # the schedule, so one gap may be short after a long one, but any two gaps in a row
+    # span about a second, and no 1-second window holds more than 3
+    assert min(a + b for a, b in itertools.pairwise(gaps)) > 0.8, gaps
     assert max(sum(1 for t in times if s <= t < s + 1.0) for s in times) <= 3
     assert (len(times) - 1) / (times[-1] - times[0]) <= 2.1
 

@@ -78,7 +78,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local ctx = {now = now, tat = TAT, hold = HOLD, hostlive = HOSTLIVE, hostconf = HOSTCONF,
              crawldelay = CRAWLDELAY,
-             defaults = {tonumber(req.pt) or 0, tonumber(req.pb) or 1, tonumber(req.pc) or 0}}
+             defaults = {tonumber(req.pt) or 0, tonumber(req.pb) or 1, tonumber(req.pc) or 0,
+                         tonumber(req.pr) or 0}}
 local function host_policy(h) return host_policy_ctx(ctx, h) end
 local function host_blocked_until(h, T, tau, cap)
   return host_blocked_until_ctx(ctx, h, T, tau, cap, true)

@@ -11,7 +11,9 @@
 -- TAT = max(TAT, t) + T.  TAT (theoretical arrival time) is kept per host, t is always the
 -- Redis server's TIME, never a worker's clock.
 --
--- ctx: {now, tat, hold, hostlive, hostconf, crawldelay (key names), defaults = {T, b, cap}}
+-- ctx: {now, tat, hold, hostlive, hostconf, crawldelay (key names),
+--       defaults = {T, b, cap, rate}}: rate 1 when T comes from a rate (requests per
+--       second, which may catch up on a late turn), 0 when from a delay (a minimum gap)
 
 local FAR = 9e15
 local PRIO_OFFSET = 1e15
@@ -30,20 +32,25 @@ end
 -- defaults, a per-host override ("T|b|cap", empty parts keep the default), and the host's
 -- robots.txt Crawl-delay (ms) as a lower bound of T.
 local function host_policy_ctx(ctx, host)
-  local T, b, cap = ctx.defaults[1], ctx.defaults[2], ctx.defaults[3]
+  local T, b, cap, rate = ctx.defaults[1], ctx.defaults[2], ctx.defaults[3], ctx.defaults[4]
   local conf = redis.call('HGET', ctx.hostconf, host)
   if conf then
-    local ct, cb, cc = string.match(conf, '^([^|]*)|([^|]*)|([^|]*)$')
-    T = tonumber(ct) or T
+    local ct, cb, cc, cr = string.match(conf, '^([^|]*)|([^|]*)|([^|]*)|?([^|]*)$')
+    if tonumber(ct) then
+      T = tonumber(ct)
+      rate = tonumber(cr) or 0
+    end
     b = tonumber(cb) or b
     cap = tonumber(cc) or cap
   end
   local delay = tonumber(redis.call('HGET', ctx.crawldelay, host))
-  if delay and delay > T then
+  if delay and delay >= T then
     T = delay
     b = 1
+    rate = 0
   end
   if b < 1 then b = 1 end
+  ctx.catchup = (rate == 1)
   return T, T * (b - 1), cap
 end
 
@@ -66,9 +73,18 @@ local function host_blocked_until_ctx(ctx, host, T, tau, cap, check_cap)
   return nil
 end
 
+-- A rate's token taken less than one interval late keeps the schedule (TAT + T) instead of
+-- restarting it from now (max(TAT, now) + T): the workers' reaction time (tens of ms) is
+-- then not lost on every request, and the long-run rate is exact.  After a longer pause the
+-- schedule restarts from now, so an idle host gains no extra burst.  A delay (DOWNLOAD_DELAY,
+-- Crawl-delay) is a minimum gap and never catches up.
 local function host_take_token_ctx(ctx, host, T)
   if T > 0 then
     local tat = tonumber(redis.call('HGET', ctx.tat, host)) or 0
-    redis.call('HSET', ctx.tat, host, math.max(tat, ctx.now) + T)
+    local base = math.max(tat, ctx.now)
+    if ctx.catchup and tat < ctx.now and ctx.now - tat < T then
+      base = tat
+    end
+    redis.call('HSET', ctx.tat, host, base + T)
   end
 end

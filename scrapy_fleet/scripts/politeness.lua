@@ -5,6 +5,7 @@
 -- ARGV[1]: msgpack map {op, h (host), pt, pb, pc (fleet defaults, as in frontier.lua), ...}
 --   take         the guard: a GCRA token for a request that did not come from the frontier;
 --                reply {wait = ms} (0: taken)
+--   refund       give back the turn of a leased request that was not sent
 --   hold         reply {wait = ms}: how long the host is still on hold (0: not), for a
 --                request leased before a 429/503 put its host on hold
 --   backoff      ra = Retry-After seconds (-1: none), base / max = back-off ms, jit = jitter
@@ -29,7 +30,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ctx = {now = now, tat = TAT, hold = HOLD, hostlive = HOSTLIVE, hostconf = HOSTCONF,
              crawldelay = CRAWLDELAY,
-             defaults = {tonumber(req.pt) or 0, tonumber(req.pb) or 1, tonumber(req.pc) or 0}}
+             defaults = {tonumber(req.pt) or 0, tonumber(req.pb) or 1, tonumber(req.pc) or 0,
+                         tonumber(req.pr) or 0}}
 
 local function hold_until(until_ms)
   local current = tonumber(redis.call('HGET', HOLD, h)) or 0
@@ -50,6 +52,16 @@ if req.op == 'take' then
   end
   host_take_token_ctx(ctx, h, T)
   return cmsgpack.pack({wait = 0})
+elseif req.op == 'refund' then
+  -- a leased request that was not sent (disallowed by robots.txt) gives its turn back
+  local T = host_policy_ctx(ctx, h)
+  local tat = tonumber(redis.call('HGET', TAT, h)) or 0
+  if T > 0 and tat > now then
+    redis.call('HSET', TAT, h, math.max(now, tat - T))
+    local ready_at = tonumber(redis.call('ZSCORE', READY, h))
+    if ready_at and ready_at < 9e15 and ready_at > now then redis.call('ZADD', READY, now, h) end
+  end
+  return cmsgpack.pack({ok = 1})
 elseif req.op == 'hold' then
   local hold = tonumber(redis.call('HGET', HOLD, h)) or 0
   return cmsgpack.pack({wait = math.max(0, hold - now)})
@@ -87,9 +99,10 @@ elseif req.op == 'robots_store' then
   local cd = tonumber(req.cd) or -1
   if cd >= 0 then
     redis.call('HSET', CRAWLDELAY, h, cd)
-    -- the scout that made this fetch goes next: the following request waits a Crawl-delay
+    -- robots.txt was a request too: the scout that made this fetch waits a Crawl-delay
+    -- (in the worker), and the following request one more
     local tat = tonumber(redis.call('HGET', TAT, h)) or 0
-    if tat < now + cd then redis.call('HSET', TAT, h, now + cd) end
+    if tat < now + 2 * cd then redis.call('HSET', TAT, h, now + 2 * cd) end
   else
     redis.call('HDEL', CRAWLDELAY, h)
   end
