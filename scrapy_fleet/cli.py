@@ -233,11 +233,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Redis URL (default: $FLEET_REDIS_URL or %(default)s)")
     parser.add_argument("--prefix", default=DEFAULTS["FLEET_KEY_PREFIX"],
                         help="key prefix, FLEET_KEY_PREFIX (default %(default)s)")
-    parser.add_argument("--queue-max", type=int, default=DEFAULTS["FLEET_QUEUE_MAX"],
-                        help="FLEET_QUEUE_MAX of the crawl (default %(default)s; 0: unbounded)")
-    parser.add_argument("--low-watermark", type=float,
-                        default=DEFAULTS["FLEET_QUEUE_LOW_WATERMARK"],
-                        help="FLEET_QUEUE_LOW_WATERMARK (default %(default)s)")
+    parser.add_argument("--queue-max", type=int, default=None,
+                        help="FLEET_QUEUE_MAX of the crawl (0: unbounded; default: the value "
+                             f"its workers stored in Redis, else {DEFAULTS['FLEET_QUEUE_MAX']})")
+    parser.add_argument("--low-watermark", type=float, default=None,
+                        help="FLEET_QUEUE_LOW_WATERMARK (default: the workers' value, else "
+                             f"{DEFAULTS['FLEET_QUEUE_LOW_WATERMARK']})")
     parser.add_argument("action", choices=["push", "status", "dead", "purge"])
     parser.add_argument("crawl_id", help="FLEET_CRAWL_ID of the crawl (default: spider name)")
     parser.add_argument("urls", nargs="*", help="push: URLs or JSON request lines")
@@ -245,20 +246,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stored_bounds(url: str, crawl_id: str, prefix: str) -> dict[str, Any]:
+    """The bounds the crawl's workers stored (empty when none ran yet or Redis is down)."""
+    from scrapy_fleet import redis_client
+    from scrapy_fleet.keys import CrawlKeys
+
+    client = redis_client.sync_client(url, 5.0)
+    try:
+        raw = client.hgetall(CrawlKeys(prefix, crawl_id).config)
+    except Exception:  # reported by the action itself, with a clear message
+        return {}
+    finally:
+        client.close()
+    out: dict[str, Any] = {}
+    try:
+        if b"queue_max" in raw:
+            out["queue_max"] = int(raw[b"queue_max"])
+        if b"low_watermark" in raw:
+            out["low_watermark"] = float(raw[b"low_watermark"])
+    except ValueError:
+        return {}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    opts = parser.parse_args(argv)
+    opts = parser.parse_intermixed_args(argv)
     try:
         url = validate_redis_url(opts.redis, "--redis")
         crawl_id = validate_crawl_id(opts.crawl_id, "CRAWL_ID")
     except FleetConfigError as exc:
         parser.error(str(exc))
-    if opts.queue_max < 0 or not 0 < opts.low_watermark < 1:
+    stored = _stored_bounds(url, crawl_id, opts.prefix)
+    queue_max = opts.queue_max if opts.queue_max is not None else stored.get(
+        "queue_max", DEFAULTS["FLEET_QUEUE_MAX"])
+    low_mark = opts.low_watermark if opts.low_watermark is not None else stored.get(
+        "low_watermark", DEFAULTS["FLEET_QUEUE_LOW_WATERMARK"])
+    if queue_max < 0 or not 0 < low_mark < 1:
         parser.error("--queue-max must be >= 0 and --low-watermark between 0 and 1")
-    queue_max = opts.queue_max or None
+    queue_max = queue_max or None
     admin = FrontierAdmin(url, crawl_id, prefix=opts.prefix,
                           params=FrontierParams(queue_max=queue_max))
-    low = int(queue_max * opts.low_watermark) if queue_max else None
+    low = int(queue_max * low_mark) if queue_max else None
     try:
         return run_action(opts.action, admin, opts.urls, opts, push.default_fingerprinter(),
                           label="no project", low_watermark=low)

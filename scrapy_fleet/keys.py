@@ -26,6 +26,7 @@ prefix ``fleet`` and crawl id ``docs``::
     fleet:{docs}:fails        HASH  host -> count             consecutive failures (back-off)
     fleet:{docs}:robots       HASH  host -> msgpack           shared robots.txt {status, body, at}
     fleet:{docs}:robots_lock  HASH  host -> "worker|until"    who fetches a host's robots.txt
+    fleet:{docs}:config       HASH    the workers' bounds     queue_max, low_watermark
     fleet:{docs}:seq          STRING  counter                 entry ids
     fleet:{docs}:token        STRING  counter                 fencing tokens
     fleet:{docs}:bloom:meta   HASH    Bloom filter parameters and per-slice counts
@@ -151,6 +152,11 @@ class CrawlKeys:
         """Per-host politeness state, in the order scripts/hosts.lua's callers pass it."""
         return [self.ready, self.tat, self.hold, self.hostlive, self.hostconf, self.crawldelay,
                 self.wlive, self.robots]
+
+    @property
+    def config(self) -> str:
+        """HASH of the crawl's bounds as its workers run them (queue_max, low_watermark)."""
+        return self._k("config")
 
     @property
     def seq(self) -> str:

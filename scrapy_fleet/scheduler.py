@@ -137,6 +137,10 @@ class FleetScheduler(BaseScheduler):
         await self.frontier.connect()
         await politeness.Politeness(self.frontier.client, keys, self.config,
                                     self.config.worker_id).write_overrides()
+        # the bounds the workers run with, for pushes from outside the project
+        await self.frontier.client.hset(keys.config, mapping={
+            "queue_max": self.config.queue_max or 0,
+            "low_watermark": self.config.queue_low_watermark})
         for warning in await memory.check_redis_memory(self.frontier.client, self.config):
             logger.warning(warning, extra={"spider": spider})
             self._inc("fleet/backpressure/memory_warnings")

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 from scrapy import Request
 from support import (
     EXAMPLE_PROJECT,
@@ -197,6 +198,17 @@ def test_push_helper_waits_for_the_low_watermark_then_finishes(redis_url, tmp_pa
     assert "pushed 60, duplicates 0, rejected 0" in out
     assert "frontier full (20 entries): waiting for room" in err
     assert sorted(drained) == sorted(f"http://a.test/{i}" for i in range(60))
+
+
+def test_console_push_uses_the_bound_the_workers_stored(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    client.hset("fleet:{stored}:config", mapping={"queue_max": 3, "low_watermark": 0.5})
+    result = subprocess.run([*CLI, "--redis", redis_url, "push", "stored", "--no-wait",
+                             *(f"http://a.test/{i}" for i in range(5))],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 3
+    assert "pushed 3," in result.stdout
+    assert FrontierAdmin(redis_url, "stored").size() == 3
 
 
 def test_push_helper_timeout_exits_3(redis_url):
