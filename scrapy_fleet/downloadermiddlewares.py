@@ -26,7 +26,7 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
 
-from scrapy_fleet import politeness, redis_client
+from scrapy_fleet import engine_hooks, politeness, redis_client
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.scheduler import LEASE_META_KEY
@@ -121,8 +121,11 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
         host = self.host(request)
         if request.meta.get(LEASE_META_KEY):
             # leased from the frontier: its token was taken then, but a 429/503 seen by any
-            # worker since may have put the host on hold
-            while (hold := await self.politeness().hold_left(host)) > 0:
+            # worker since may have put the host on hold; every frontier call brings the
+            # fleet's holds, so this check needs no round trip of its own
+            scheduler = engine_hooks.scheduler_of(self.crawler)
+            hold_left = getattr(scheduler, "hold_left", None)
+            while hold_left is not None and (hold := hold_left(host)) > 0:
                 self._inc(_STAT + "hold_waits")
                 await asyncio.sleep(min(hold, 60.0))
             return None
@@ -132,6 +135,13 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
                 return None
             self._inc(_STAT + "guard_waits")
             await asyncio.sleep(min(wait, 60.0))
+
+    def _note_hold(self, host: str, seconds: float) -> None:
+        """Tell this worker's scheduler at once (others learn it at their next call)."""
+        scheduler = engine_hooks.scheduler_of(self.crawler)
+        holds = getattr(scheduler, "holds", None)
+        if isinstance(holds, dict):
+            holds[host] = max(holds.get(host, 0.0), time.monotonic() + seconds)
 
     async def process_response(self, request: Request, response: Response,
                                spider: Any = None) -> Response:
@@ -148,6 +158,7 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
         if response.status in BACKOFF_STATUSES:
             retry_after = retry_after_seconds(response)
             hold = await self.politeness().backoff(host, retry_after)
+            self._note_hold(host, hold)
             self._failing.add(host)
             self._inc(f"{_STAT}backoff/{response.status}")
             logger.info("%s answered %d: host on hold for %.1f s fleet-wide%s", host,
@@ -165,6 +176,7 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
         host = self.host(request)
         try:
             hold = await self.politeness().backoff(host, None)
+            self._note_hold(host, hold)
         except _REDIS_ERRORS as exc:
             self._inc(_STAT + "redis_errors")
             logger.warning("Back-off bookkeeping for %s failed (%s)", request.url, exc,

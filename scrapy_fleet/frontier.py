@@ -93,6 +93,7 @@ class SyncResult:
     idle_ms: int  #: how long the fleet has been idle (nothing queued or leased), -1 if busy
     now_ms: int  #: Redis server time
     bloom_full: bool
+    holds: dict[str, float] = field(default_factory=dict)  #: host -> seconds of hold left
 
     @classmethod
     def from_reply(cls, reply: bytes) -> SyncResult:
@@ -114,6 +115,7 @@ class SyncResult:
             queued=int(d.get("queued", 0)), inflight=int(d.get("inflight", 0)),
             idle_ms=int(d.get("idle", -1)), now_ms=int(d.get("now", 0)),
             bloom_full=bool(d.get("full", False)),
+            holds={h.decode(): float(left) / 1000 for h, left in d.get("holds", [])},
         )
 
 

@@ -104,6 +104,8 @@ class FleetScheduler(BaseScheduler):
         self._uninstall_hook: Any = None
         self._logged_dupe = False
         self._lost_total = 0
+        #: host -> time.monotonic() until which it is on hold, from the last frontier call
+        self.holds: dict[str, float] = {}
         concurrency = crawler.settings.getint("CONCURRENT_REQUESTS")
         #: leases this worker holds at most: its downloader's concurrency and a quarter more
         self._max_held = concurrency + max(1, concurrency // 4)
@@ -440,7 +442,13 @@ class FleetScheduler(BaseScheduler):
                 if lease.entry_id in lost:
                     lease.lost = True
 
+    def hold_left(self, host: str) -> float:
+        """Seconds *host* is still on hold as of the last frontier call (no I/O)."""
+        return max(0.0, self.holds.get(host, 0.0) - time.monotonic())
+
     def _receive(self, result: SyncResult) -> None:
+        now = time.monotonic()
+        self.holds = {h: now + left for h, left in result.holds.items()}
         got = 0
         for entry in result.leased:
             lease = _Lease(entry.entry_id, entry.token)

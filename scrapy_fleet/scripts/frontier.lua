@@ -430,6 +430,17 @@ else
   out.idle = -1
 end
 
+-- hosts on hold now (429/503/failures), with the ms left: workers check them locally before
+-- each download of a request leased earlier
+out.holds = {}
+if worker ~= '' and redis.call('HLEN', HOLD) <= 1000 then
+  local all = redis.call('HGETALL', HOLD)
+  for i = 1, #all, 2 do
+    local left = (tonumber(all[i + 1]) or 0) - now
+    if left > 0 then out.holds[#out.holds + 1] = {all[i], left} end
+  end
+end
+
 if worker ~= '' then
   redis.call('ZADD', WORKERS, now, worker)
   redis.call('ZREMRANGEBYSCORE', WORKERS, '-inf', now - 600000)  -- gone for 10 minutes
