@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -21,35 +20,25 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import redis
-
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 EXAMPLE_PROJECT = REPO_ROOT / "example_project"
 PYTHON = sys.executable
-REDIS_BINARY = shutil.which("redis-server") or "/usr/bin/redis-server"
 
 for _path in (REPO_ROOT, EXAMPLE_PROJECT):  # scrapy_fleet, example_project (the spider)
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from scrapy_fleet.testsite.processes import (  # noqa: E402 - after the path set-up above
+    RedisServer,
+    free_port,
+    stop_process,
+)
 
 
 def stop(proc: subprocess.Popen[Any] | None, timeout: float = 10.0) -> None:
     """SIGTERM, SIGKILL after *timeout* s; reaps.  Only ever called on our own children."""
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_process(proc, timeout)
 
 
 @contextmanager
@@ -61,45 +50,12 @@ def workdir(prefix: str = "fleet-bench-") -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-class Redis:
-    """``redis-server --save '' --appendonly no`` on a free loopback port, data in *root*."""
+class Redis(RedisServer):
+    """``redis-server --save '' --appendonly no`` on a free loopback port, data in *root*/redis
+    (the launcher of scrapy_fleet.testsite.processes, as a context manager)."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root / "redis"
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def client(self, **kw: Any) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, **kw)
-
-    def __enter__(self) -> Redis:
-        self.proc = subprocess.Popen(
-            [REDIS_BINARY, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.root),
-             "--logfile", str(self.root / "redis.log")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        client = self.client(socket_connect_timeout=1)
-        deadline = time.monotonic() + 20
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited {self.proc.returncode}")
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        client.close()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        stop(self.proc)
+        super().__init__(root / "redis")
 
 
 class Site:

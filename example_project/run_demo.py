@@ -28,7 +28,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +36,8 @@ from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from scrapy_fleet.testsite.processes import RedisServer, stop_process
 
 PROJECT_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PROJECT_DIR.parent
@@ -51,21 +52,9 @@ def log(msg: str) -> None:
     print(f"[demo] {msg}", flush=True)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def stop(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
     """SIGTERM, SIGKILL after ``timeout`` seconds."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop_process(proc, timeout)
 
 
 def stop_all(procs: list[subprocess.Popen[Any]]) -> None:
@@ -74,45 +63,14 @@ def stop_all(procs: list[subprocess.Popen[Any]]) -> None:
 
 
 def start_redis(stack: ExitStack) -> str:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        sys.exit("redis-server not found: run `make redis` (apt-get install -y redis-server)")
-    workdir = DEMO_DIR / "redis"
-    workdir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    args = [
-        binary,
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--dir",
-        str(workdir),
-        "--logfile",
-        str(workdir / "redis.log"),
-    ]
-    proc = subprocess.Popen(args, start_new_session=True)
-    stack.callback(stop, proc)
-    url = f"redis://127.0.0.1:{port}/0"
-    import redis
-
-    client = redis.Redis.from_url(url, socket_connect_timeout=1)
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                sys.exit(f"redis-server did not start; see {workdir / 'redis.log'}")
-            time.sleep(0.05)
-    client.close()
-    log(f"redis-server {url} (pid {proc.pid})")
-    return url
+    try:
+        server = RedisServer(DEMO_DIR / "redis", new_session=True).start()
+    except RuntimeError as exc:
+        sys.exit(str(exc))
+    stack.callback(server.stop)
+    assert server.proc is not None
+    log(f"redis-server {server.url} (pid {server.proc.pid})")
+    return server.url
 
 
 def serve_site(stack: ExitStack, root: Path) -> str:

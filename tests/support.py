@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,7 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import redis
+# one launcher for the tests, the benchmarks and the demo (re-exported for the tests)
+from scrapy_fleet.testsite.processes import RedisServer as RedisServer
+from scrapy_fleet.testsite.processes import free_port as free_port
+from scrapy_fleet.testsite.processes import stop_process as stop_process
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_PROJECT = REPO_ROOT / "example_project"
@@ -33,88 +34,6 @@ PYDOCS_PAGES = 516
 
 STARTUP_TIMEOUT = 20.0
 """Seconds to wait for a helper process (redis-server, site server) to become ready."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free on ``host`` a moment ago."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
-    """SIGTERM, then SIGKILL after ``timeout`` seconds; reaps the process."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-# -- Redis ---------------------------------------------------------------------------------------
-
-
-class RedisServer:
-    """A real ``redis-server`` on 127.0.0.1:``port`` without persistence, data in ``workdir``."""
-
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise RuntimeError(
-                "redis-server is not installed: run `make redis` "
-                "(apt-get install -y redis-server) or `make test`, which installs it"
-            )
-        self.binary = binary
-        self.workdir = Path(workdir)
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.port = port or free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def client(self, **kwargs: Any) -> redis.Redis:
-        return redis.Redis.from_url(self.url, **kwargs)
-
-    def start(self) -> RedisServer:
-        args = [
-            self.binary,
-            "--port", str(self.port),
-            "--bind", "127.0.0.1",
-            "--save", "",
-            "--appendonly", "no",
-            "--dir", str(self.workdir),
-            "--logfile", str(self.workdir / "redis.log"),
-        ]  # fmt: skip
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + STARTUP_TIMEOUT
-        client = self.client(socket_connect_timeout=1)
-        while True:
-            if self.proc.poll() is not None:
-                log = (self.workdir / "redis.log").read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"redis-server exited ({self.proc.returncode}):\n{log}")
-            try:
-                if client.ping():
-                    break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        client.close()
-        return self
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            stop_process(self.proc)
-            self.proc = None
-
-    def restart(self) -> None:
-        """Stop and start on the same port; the data is gone (no persistence)."""
-        self.stop()
-        self.start()
 
 
 # -- Test site -----------------------------------------------------------------------------------
