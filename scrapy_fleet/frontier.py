@@ -21,7 +21,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -406,14 +406,3 @@ class FrontierAdmin:
 
     def close(self) -> None:
         self.client.close()
-
-
-def chunked(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
-    chunk: list[Any] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk

@@ -99,7 +99,6 @@ class FleetScheduler(BaseScheduler):
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._fleet_done = False
-        self._frontier_empty = False
         self._last_extend = 0.0
         self._uninstall_hook: Any = None
         self._logged_dupe = False
@@ -467,7 +466,6 @@ class FleetScheduler(BaseScheduler):
             got += 1
         if got:
             self._inc("fleet/frontier/leased", got)
-        self._frontier_empty = result.queued == 0
         idle_timeout = self.config.idle_timeout
         if (idle_timeout is not None and result.idle_ms >= idle_timeout * 1000
                 and not (self._prefetch or self._inflight or self._done or self._outbox)):
@@ -509,10 +507,6 @@ class FleetScheduler(BaseScheduler):
     def _inc(self, key: str, count: int = 1) -> None:
         if self.stats is not None:
             self.stats.inc_value(key, count)
-
-    def _set_stat(self, key: str, value: Any) -> None:
-        if self.stats is not None:
-            self.stats.set_value(key, value)
 
     def _redacted_url(self) -> str:
         from scrapy_fleet.redis_client import redact
