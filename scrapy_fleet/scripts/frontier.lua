@@ -73,13 +73,8 @@ local host_max = tonumber(req.hm) or 0
 local defer_ms = tonumber(req.dd) or 10000
 local worker = req.w or ''
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-
-local ctx = {now = now, tat = TAT, hold = HOLD, hostlive = HOSTLIVE, hostconf = HOSTCONF,
-             crawldelay = CRAWLDELAY,
-             defaults = {tonumber(req.pt) or 0, tonumber(req.pb) or 1, tonumber(req.pc) or 0,
-                         tonumber(req.pr) or 0}}
+local now = server_now_ms()
+local ctx = new_host_ctx(now, TAT, HOLD, HOSTLIVE, HOSTCONF, CRAWLDELAY, req)
 local function host_policy(h) return host_policy_ctx(ctx, h) end
 local function host_blocked_until(h, T, tau, cap)
   return host_blocked_until_ctx(ctx, h, T, tau, cap, true)

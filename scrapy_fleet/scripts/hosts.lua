@@ -18,6 +18,21 @@
 local FAR = 9e15
 local PRIO_OFFSET = 1e15
 
+-- The Redis server's clock, in ms: the only clock the fleet's limits use.
+local function server_now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- ctx of one call: the per-host key names and the fleet defaults the client sent
+-- (pt interval ms, pb burst, pc concurrency cap, pr 1 when the interval comes from a rate).
+local function new_host_ctx(now, tat, hold, hostlive, hostconf, crawldelay, req)
+  return {now = now, tat = tat, hold = hold, hostlive = hostlive, hostconf = hostconf,
+          crawldelay = crawldelay,
+          defaults = {tonumber(req.pt) or 0, tonumber(req.pb) or 1, tonumber(req.pc) or 0,
+                      tonumber(req.pr) or 0}}
+end
+
 local function queue_member(host, score, id)
   return host .. '\t' .. string.format('%016d', score + PRIO_OFFSET) .. '\t' .. id
 end

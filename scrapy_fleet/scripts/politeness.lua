@@ -26,12 +26,8 @@ if not ok or type(req) ~= 'table' or type(req.op) ~= 'string' or type(req.h) ~= 
   return redis.error_reply('ERR fleet: bad politeness call argument')
 end
 local h = req.h
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ctx = {now = now, tat = TAT, hold = HOLD, hostlive = HOSTLIVE, hostconf = HOSTCONF,
-             crawldelay = CRAWLDELAY,
-             defaults = {tonumber(req.pt) or 0, tonumber(req.pb) or 1, tonumber(req.pc) or 0,
-                         tonumber(req.pr) or 0}}
+local now = server_now_ms()
+local ctx = new_host_ctx(now, TAT, HOLD, HOSTLIVE, HOSTCONF, CRAWLDELAY, req)
 
 local function hold_until(until_ms)
   local current = tonumber(redis.call('HGET', HOLD, h)) or 0
