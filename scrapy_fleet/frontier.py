@@ -181,6 +181,14 @@ def _fill_payloads(result: SyncResult, payloads: list[Any]) -> SyncResult:
     return result
 
 
+async def frontier_size(client: redis.asyncio.Redis, keys: CrawlKeys) -> int:
+    """Entries held against FLEET_QUEUE_MAX (queued + leased + deferred), one round trip."""
+    async with client.pipeline(transaction=False) as pipe:
+        for key in keys.size_keys:
+            pipe.zcard(key)
+        return int(sum(await pipe.execute()))
+
+
 class AsyncFrontier:
     """Frontier client for a worker, on the reactor's asyncio loop.
 
@@ -229,15 +237,6 @@ class AsyncFrontier:
             self.roundtrips += 1
             result = _fill_payloads(result, await self.client.hmget(self.keys.data, missing))
         return result
-
-    async def size(self) -> int:
-        """Entries held against FLEET_QUEUE_MAX (queued + leased + deferred); read-only."""
-        k = self.keys
-        async with self.client.pipeline(transaction=False) as pipe:
-            pipe.zcard(k.queue)
-            pipe.zcard(k.leases)
-            pipe.zcard(k.delayed)
-            return int(sum(await pipe.execute()))
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -297,11 +296,9 @@ class FrontierAdmin:
 
     def size(self) -> int:
         """Entries the frontier holds against FLEET_QUEUE_MAX: queued + leased + deferred."""
-        k = self.keys
         with self.client.pipeline(transaction=False) as pipe:
-            pipe.zcard(k.queue)
-            pipe.zcard(k.leases)
-            pipe.zcard(k.delayed)
+            for key in self.keys.size_keys:
+                pipe.zcard(key)
             return int(sum(pipe.execute()))
 
     def status(self) -> dict[str, Any]:

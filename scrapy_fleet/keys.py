@@ -148,6 +148,12 @@ class CrawlKeys:
     def robots_lock(self) -> str:
         return self._k("robots_lock")
 
+    @property
+    def size_keys(self) -> tuple[str, str, str]:
+        """The ZSETs whose sizes add up to the frontier's size, which FLEET_QUEUE_MAX bounds:
+        queued, leased, deferred (scripts/frontier.lua counts the same)."""
+        return self.queue, self.leases, self.delayed
+
     def host_keys(self) -> list[str]:
         """Per-host politeness state, in the order scripts/hosts.lua's callers pass it."""
         return [self.ready, self.tat, self.hold, self.hostlive, self.hostconf, self.crawldelay,

@@ -31,6 +31,7 @@ from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 
 from scrapy_fleet import engine_hooks, redis_client
 from scrapy_fleet.config import FleetConfig
+from scrapy_fleet.frontier import frontier_size
 from scrapy_fleet.keys import CrawlKeys
 
 if TYPE_CHECKING:
@@ -81,14 +82,6 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
                     extra={"spider": self.crawler.spider})
         return False
 
-    async def _size(self, client: Any) -> int:
-        keys = self._keys()
-        async with client.pipeline(transaction=False) as pipe:
-            pipe.zcard(keys.queue)
-            pipe.zcard(keys.leases)
-            pipe.zcard(keys.delayed)
-            return int(sum(await pipe.execute()))
-
     def _local(self) -> int:
         """Requests this worker buffered but has not pushed yet."""
         scheduler = engine_hooks.scheduler_of(self.crawler)
@@ -101,7 +94,7 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
 
         queue_max, low = self.config.queue_max, self.config.queue_low
         assert queue_max is not None and low is not None
-        size = await self._size(client) + self._local()
+        size = await frontier_size(client, self._keys()) + self._local()
         if size < queue_max:
             return size
         if self.crawler.stats is not None:
@@ -110,7 +103,7 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
                     "is below %d", size, queue_max, low, extra={"spider": self.crawler.spider})
         while size >= low:
             await asyncio.sleep(self.config.poll_interval)
-            size = await self._size(client) + self._local()
+            size = await frontier_size(client, self._keys()) + self._local()
         logger.info("Frontier at %d: start requests resumed", size,
                     extra={"spider": self.crawler.spider})
         return size
