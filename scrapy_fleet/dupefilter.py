@@ -13,7 +13,6 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import msgpack
-import redis
 from scrapy.dupefilters import BaseDupeFilter
 
 from scrapy_fleet import redis_client, scripts
@@ -78,16 +77,8 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                 self.bloom_key(request)]
         ks = [keys.op(op), keys.op(self._prev_op), keys.bloom_meta] + [
             keys.bloom_slice(i) for i in range(BLOOM_MAX_SLICES)]
-        last_exc: Exception | None = None
-        for _ in range(self.config.redis_retries + 1):
-            try:
-                reply = self._script(keys=ks, args=args)
-                break
-            except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-                last_exc = exc
-        else:
-            assert last_exc is not None
-            raise last_exc
+        reply = redis_client.call_retrying(lambda: self._script(keys=ks, args=args),
+                                           self.config.redis_url, self.config.redis_retries)
         self._prev_op = op
         return not msgpack.unpackb(reply, raw=True)[0]
 

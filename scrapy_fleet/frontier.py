@@ -17,7 +17,6 @@ the first reply back instead of running twice.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
@@ -30,14 +29,12 @@ import redis
 import redis.asyncio
 
 from scrapy_fleet import redis_client, scripts
-from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.keys import CrawlKeys
 
 logger = logging.getLogger(__name__)
 
 OP_TTL_MS = 300_000
 RECLAIM_LIMIT = 100
-_RETRYABLE = (redis.ConnectionError, redis.TimeoutError, ConnectionError, TimeoutError, OSError)
 
 
 @dataclass
@@ -217,19 +214,12 @@ class AsyncFrontier:
         op = uuid.uuid4().hex
         keys = self.keys.frontier_keys(op, self._prev_op)
         arg = _arg(batch, self.worker, self.params)
-        delay = 0.1
-        for attempt in range(self.retries + 1):
-            try:
-                self.roundtrips += 1
-                reply = await self._script(keys=keys, args=[arg])
-                break
-            except _RETRYABLE as exc:
-                if attempt == self.retries:
-                    raise RedisUnavailableError(
-                        f"Redis at {redis_client.redact(self.url)} unreachable: {exc}") from exc
-                logger.warning("Redis call failed (%s), retrying in %.1f s", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+
+        async def attempt() -> bytes:
+            self.roundtrips += 1
+            return await self._script(keys=keys, args=[arg])  # type: ignore[no-any-return]
+
+        reply = await redis_client.call_retrying_async(attempt, self.url, self.retries)
         self._prev_op = op
         result = SyncResult.from_reply(reply)
         missing = _needs_payloads(result)
@@ -271,17 +261,8 @@ class FrontierAdmin:
         op = op_id or uuid.uuid4().hex
         keys = self.keys.frontier_keys(op, self._prev_op)
         arg = _arg(batch, worker, self.params)
-        delay = 0.1
-        for attempt in range(self.retries + 1):
-            try:
-                reply = self._script(keys=keys, args=[arg])
-                break
-            except _RETRYABLE as exc:
-                if attempt == self.retries:
-                    raise RedisUnavailableError(
-                        f"Redis at {redis_client.redact(self.url)} unreachable: {exc}") from exc
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        reply = redis_client.call_retrying(lambda: self._script(keys=keys, args=[arg]),
+                                           self.url, self.retries)
         self._prev_op = op
         result = SyncResult.from_reply(reply)
         missing = _needs_payloads(result)

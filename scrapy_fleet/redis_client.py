@@ -3,13 +3,17 @@
 redis-py retries differently depending on how a client is built (``Redis(host=, port=)``
 retries 10 times, ``from_url`` 0 times), and a retried EVALSHA after a lost reply runs twice
 on the server.  So clients here never retry by themselves (``Retry(NoBackoff(), 0)``); the
-callers that mutate (frontier.py, dupefilter.py) retry explicitly with the same operation id,
-which their scripts turn into a no-op replay.
+callers that mutate (frontier.py, dupefilter.py) retry explicitly, with :func:`call_retrying`
+and the same operation id, which their scripts turn into a no-op replay.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -18,6 +22,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from scrapy_fleet.errors import RedisUnavailableError
+
+T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 
 def redact(url: str) -> str:
@@ -51,28 +58,67 @@ def async_client(url: str, timeout: float = 10.0) -> redis.asyncio.Redis:
     return redis.asyncio.Redis.from_url(url, **_options(timeout))
 
 
+#: errors after which a call may succeed when sent again (with the same operation id)
+RETRYABLE = (redis.ConnectionError, redis.TimeoutError, ConnectionError, TimeoutError, OSError)
+_FIRST_BACKOFF, _MAX_BACKOFF = 0.1, 5.0  # seconds, doubling
+
+
+def _unreachable(exc: BaseException, url: str) -> RedisUnavailableError:
+    if isinstance(exc, redis.AuthenticationError):
+        return RedisUnavailableError(
+            f"Redis at {redact(url)} refused the credentials (FLEET_REDIS_URL): {exc}")
+    return RedisUnavailableError(f"cannot reach Redis at {redact(url)} (FLEET_REDIS_URL): {exc}")
+
+
 def ping_sync(client: redis.Redis, url: str) -> None:
     """PING or raise :class:`RedisUnavailableError` naming the (redacted) URL."""
     try:
         client.ping()
-    except redis.AuthenticationError as exc:
-        raise RedisUnavailableError(
-            f"Redis at {redact(url)} refused the credentials (FLEET_REDIS_URL): {exc}") from exc
-    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-        raise RedisUnavailableError(
-            f"cannot reach Redis at {redact(url)} (FLEET_REDIS_URL): {exc}") from exc
+    except RETRYABLE as exc:
+        raise _unreachable(exc, url) from exc
 
 
 async def ping_async(client: redis.asyncio.Redis, url: str) -> None:
     """PING or raise :class:`RedisUnavailableError` naming the (redacted) URL."""
     try:
         await client.ping()
-    except redis.AuthenticationError as exc:
-        raise RedisUnavailableError(
-            f"Redis at {redact(url)} refused the credentials (FLEET_REDIS_URL): {exc}") from exc
-    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
-        raise RedisUnavailableError(
-            f"cannot reach Redis at {redact(url)} (FLEET_REDIS_URL): {exc}") from exc
+    except RETRYABLE as exc:
+        raise _unreachable(exc, url) from exc
+
+
+def call_retrying(call: Callable[[], T], url: str, retries: int) -> T:
+    """``call()``, sent again up to *retries* times after a connection error or timeout
+    (back-off 0.1 s doubling to 5 s).  Only for calls that are safe to repeat (operation ids).
+
+    Raises:
+        RedisUnavailableError: still failing after the retries.
+    """
+    delay = _FIRST_BACKOFF
+    for attempt in range(retries + 1):
+        try:
+            return call()
+        except RETRYABLE as exc:
+            if attempt == retries:
+                raise _unreachable(exc, url) from exc
+            logger.warning("Redis call failed (%s), retrying in %.1f s", exc, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, _MAX_BACKOFF)
+    raise AssertionError("unreachable")
+
+
+async def call_retrying_async(call: Callable[[], Awaitable[T]], url: str, retries: int) -> T:
+    """The asyncio twin of :func:`call_retrying` (sleeps without blocking the loop)."""
+    delay = _FIRST_BACKOFF
+    for attempt in range(retries + 1):
+        try:
+            return await call()
+        except RETRYABLE as exc:
+            if attempt == retries:
+                raise _unreachable(exc, url) from exc
+            logger.warning("Redis call failed (%s), retrying in %.1f s", exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _MAX_BACKOFF)
+    raise AssertionError("unreachable")
 
 
 def is_oom(exc: BaseException) -> bool:
