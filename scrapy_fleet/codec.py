@@ -49,6 +49,9 @@ _SHORT = {short: name for name, (short, _) in _FIELDS.items()}
 _PLAIN_REQUEST = "scrapy.http.request.Request"
 #: meta keys the fleet sets on requests in flight; never stored in the frontier
 PRIVATE_META_PREFIX = "_fleet_"
+#: meta key naming the frontier entry of the leased request a request is, or was copied from
+#: (set by the scheduler when it hands the request to the engine)
+LEASE_META_KEY = PRIVATE_META_PREFIX + "lease"
 
 
 def _default(obj: Any) -> Any:

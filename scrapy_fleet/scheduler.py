@@ -34,6 +34,7 @@ from scrapy.utils.reactor import is_asyncio_reactor_installed
 
 from scrapy_fleet import codec, engine_hooks, memory, politeness
 from scrapy_fleet.config import FleetConfig
+from scrapy_fleet.downloadermiddlewares import robots_of
 from scrapy_fleet.dupefilter import RedisBloomDupeFilter
 from scrapy_fleet.errors import FleetConfigError, RedisUnavailableError, RequestEncodeError
 from scrapy_fleet.frontier import AsyncFrontier, SyncBatch, SyncResult
@@ -50,8 +51,7 @@ logger = logging.getLogger(__name__)
 
 #: pushes sent in one frontier call at most (a request's links all go in one call)
 PUSH_CHUNK = 500
-#: meta key naming the lease of the request a redirect/retry copy was made from
-LEASE_META_KEY = codec.PRIVATE_META_PREFIX + "lease"
+LEASE_META_KEY = codec.LEASE_META_KEY
 
 #: (url, bloom key, priority, payload, host) of a buffered request
 _Out = tuple[str, bytes, int, bytes, str]
@@ -195,13 +195,11 @@ class FleetScheduler(BaseScheduler):
         entry_id = request.meta.get(LEASE_META_KEY)
         if isinstance(entry_id, str):
             lease = self._by_entry.get(entry_id)
-            if lease is not None and request not in (r for r, _ in self._inflight.values()):
+            if lease is not None and id(request) not in self._inflight:
                 return lease
         return None
 
     def _robots_disallow(self, request: Request) -> bool:
-        from scrapy_fleet.downloadermiddlewares import robots_of
-
         robots = robots_of(self.crawler)
         if robots is None or request.meta.get("dont_obey_robotstxt"):
             return False
