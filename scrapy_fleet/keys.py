@@ -154,6 +154,11 @@ class CrawlKeys:
         queued, leased, deferred (scripts/frontier.lua counts the same)."""
         return self.queue, self.leases, self.delayed
 
+    def politeness_keys(self) -> list[str]:
+        """KEYS of scripts/politeness.lua, in the order its header lists them."""
+        return [self.ready, self.tat, self.hold, self.hostlive, self.hostconf, self.crawldelay,
+                self.fails, self.robots, self.robots_lock]
+
     def host_keys(self) -> list[str]:
         """Per-host politeness state, in the order scripts/hosts.lua's callers pass it."""
         return [self.ready, self.tat, self.hold, self.hostlive, self.hostconf, self.crawldelay,

@@ -88,8 +88,7 @@ class Politeness:
         self._defaults = {"pt": int(params.host_interval * 1000), "pb": params.host_burst,
                           "pc": params.host_concurrency,
                           "pr": 1 if params.host_interval_is_rate else 0}
-        self._keys = [keys.ready, keys.tat, keys.hold, keys.hostlive, keys.hostconf,
-                      keys.crawldelay, keys.fails, keys.robots, keys.robots_lock]
+        self._keys = keys.politeness_keys()
 
     async def _call(self, op: str, host: str, **args: Any) -> dict[str, Any]:
         arg = msgpack.packb({"op": op, "h": host, **self._defaults, **args},

@@ -36,8 +36,7 @@ def politeness_call(url: str, op: str, host: str, **args):
     client = redis.Redis.from_url(url)
     keys = CrawlKeys("fleet", "hosts")
     script = scripts.load(client, "politeness.lua")
-    reply = script(keys=[keys.ready, keys.tat, keys.hold, keys.hostlive, keys.hostconf,
-                         keys.crawldelay, keys.fails, keys.robots, keys.robots_lock],
+    reply = script(keys=keys.politeness_keys(),
                    args=[msgpack.packb({"op": op, "h": host, **args})])
     decoded = msgpack.unpackb(reply, raw=False)
     return decoded if isinstance(decoded, dict) else {}
