@@ -88,7 +88,7 @@ class Sampler(threading.Thread):
                 raw = self.client.hgetall(self.admin.keys.stats) if self.counters else {}
                 counters = {(k.decode() if isinstance(k, bytes) else k): int(v)
                             for k, v in raw.items()}
-                parked = int(self.client.hlen(self.admin.keys.cont))
+                parked = int(self.client.llen(self.admin.keys.parked))
                 self.samples.append((time.time(), size, mem, self.rss_kb(), counters, parked))
             except Exception:  # a sampling hiccup must not end the bench
                 self.errors += 1

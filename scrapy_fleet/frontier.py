@@ -298,7 +298,7 @@ class FrontierAdmin:
             pipe.time()
             pipe.get(k.seeded)
             pipe.zcard(k.delayed)
-            pipe.hlen(k.cont)
+            pipe.llen(k.parked)
             (queued, leased, dead, meta, stats, workers, idle, srv_time, seeded, delayed,
              parked) = pipe.execute()
         server_ms = srv_time[0] * 1000 + srv_time[1] // 1000 if srv_time else now * 1000

@@ -12,7 +12,8 @@ prefix ``fleet`` and crawl id ``docs``::
     fleet:{docs}:expiries     HASH  entry id -> count         lease expiries of an entry so far
     fleet:{docs}:dead         HASH  entry id -> msgpack       dead letters {reason, at, data}
     fleet:{docs}:delayed      ZSET  "id|score" -> ready (ms)  deferred requests (back pressure)
-    fleet:{docs}:cont         HASH  entry id -> "id|score"    request parked behind this entry
+    fleet:{docs}:parked       LIST  msgpack [id, score, host, data]  parked requests (outside the
+                                                              size), oldest first
     fleet:{docs}:hostq        HASH  host -> count             entries per host in the frontier
     fleet:{docs}:ehost        HASH  entry id -> host          host of each entry
     fleet:{docs}:ready        ZSET  host -> time (ms)         hosts with queued entries, by the
@@ -97,8 +98,8 @@ class CrawlKeys:
         return self._k("delayed")
 
     @property
-    def cont(self) -> str:
-        return self._k("cont")
+    def parked(self) -> str:
+        return self._k("parked")
 
     @property
     def hostq(self) -> str:
@@ -227,6 +228,6 @@ class CrawlKeys:
         """
         return [self.queue, self.data, self.leases, self.lease, self.expiries, self.dead,
                 self.seq, self.token, self.stats, self.idle_since, self.workers, self.op(op_id),
-                self.op(prev_op_id), self.delayed, self.cont, self.hostq, self.ehost,
+                self.op(prev_op_id), self.delayed, self.parked, self.hostq, self.ehost,
                 *self.host_keys(), self.bloom_meta,
                 *(self.bloom_slice(n) for n in range(BLOOM_MAX_SLICES))]

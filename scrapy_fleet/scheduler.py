@@ -408,8 +408,9 @@ class FleetScheduler(BaseScheduler):
             self._inc("fleet/frontier/acked", result.acked)
         if result.parked:
             self._inc("fleet/backpressure/parked", result.parked)
-            logger.debug("Frontier full: %d request(s) parked until their pushed links are "
-                         "done", result.parked, extra={"spider": self.spider})
+            logger.debug("Frontier full: %d request(s) parked until the frontier has room "
+                         "for the rest of their links", result.parked,
+                         extra={"spider": self.spider})
         if result.deferred:
             self._inc("fleet/backpressure/deferred", result.deferred)
         if result.resumed:

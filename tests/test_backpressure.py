@@ -73,7 +73,7 @@ def test_links_that_fit_are_pushed_with_the_acknowledgement(redis_url):
     assert admin.size() == 4
 
 
-def test_leftover_links_park_the_parent_behind_its_last_pushed_link(redis_url):
+def test_leftover_links_park_the_parent_until_there_is_room(redis_url):
     admin = admin_for(redis_url, queue_max=4)
     admin.push([link("http://a.test/"), link("http://b.test/x"), link("http://b.test/y")])
     parent = admin.sync(SyncBatch(take=1), worker="w").leased[0]
@@ -86,23 +86,71 @@ def test_leftover_links_park_the_parent_behind_its_last_pushed_link(redis_url):
     assert result.push_flags == [1, 1, 0, 0, 0]
     status = admin.status()
     assert (status["size"], status["parked"]) == (4, 1)
-    # drain: b/x, b/y, a/0, then a/1 carries the parked parent
-    order = []
-    for _ in range(4):
-        e = admin.sync(SyncBatch(take=1), worker="w").leased[0]
-        order.append(url_of(e))
-        res = admin.sync(SyncBatch(acks=[(e.entry_id, e.token)]), worker="w")
-        if url_of(e) == "http://a.test/1":
-            assert res.resumed == 1
-    assert order == ["http://b.test/x", "http://b.test/y", "http://a.test/0",
-                     "http://a.test/1"]
+    # parked compactly: one list record, no hash field or host count of its own any more
+    client = redis.Redis.from_url(redis_url)
+    keys = admin.keys
+    assert client.hget(keys.data, parent.entry_id) is None
+    assert client.hget(keys.ehost, parent.entry_id) is None
+    assert int(client.hget(keys.hostq, "a.test")) == 2  # a/0 and a/1
+    # the first slot freed goes to the parked parent, which keeps its entry id
+    first = admin.sync(SyncBatch(take=1), worker="w").leased[0]
+    assert url_of(first) == "http://b.test/x"
+    res = admin.sync(SyncBatch(acks=[(first.entry_id, first.token)]), worker="w")
+    assert (res.resumed, res.size) == (1, 4)
+    assert admin.status()["parked"] == 0
     again = admin.sync(SyncBatch(take=1), worker="w").leased[0]
     assert (again.entry_id, url_of(again)) == (parent.entry_id, "http://a.test/")
-    # fetched again, it finds the same links: two are known, three are pushed now
+    # fetched again, it finds the same links: two are known, one more fits, it parks again
     result = admin.sync(SyncBatch(acks=[(again.entry_id, again.token)], pushes=links),
                         worker="w")
-    assert (result.acked, result.pushed, result.duplicates) == (1, 3, 2)
+    assert (result.acked, result.pushed, result.duplicates, result.parked) == (0, 1, 2, 1)
+    # drain to the end, re-fetching the parent whenever it comes back
+    fetched = {"http://a.test/": 2, "http://b.test/x": 1}
+    for _ in range(50):
+        res = admin.sync(SyncBatch(take=1), worker="w")
+        assert res.size <= 4
+        if not res.leased:
+            break
+        e = res.leased[0]
+        url = url_of(e)
+        fetched[url] = fetched.get(url, 0) + 1
+        pushes = links if url == "http://a.test/" else []
+        res = admin.sync(SyncBatch(acks=[(e.entry_id, e.token)], pushes=pushes), worker="w")
+        assert res.size <= 4
+    assert set(fetched) == {"http://a.test/", "http://b.test/x", "http://b.test/y",
+                            *(f"http://a.test/{i}" for i in range(5))}
+    assert all(n == 1 for url, n in fetched.items() if url != "http://a.test/")
+    # 3 new links to push after the first fetch, at least one per fetch
+    assert 2 <= fetched["http://a.test/"] <= 4
+    status = admin.status()
+    assert (status["size"], status["parked"], status["counters"]["pushed"]) == (0, 0, 8)
+    assert client.hlen(keys.hostq) == 0 and client.hlen(keys.data) == 0
+
+
+def test_a_corrupt_parked_record_is_dead_lettered(redis_url):
+    admin = admin_for(redis_url, queue_max=4)
+    client = redis.Redis.from_url(redis_url)
+    client.rpush(admin.keys.parked, b"\xc1 not msgpack")
+    res = admin.sync(SyncBatch(take=1), worker="w")
+    assert (res.dead_lettered, res.leased) == (1, [])
+    dead = list(admin.dead_letters())
+    assert [d["reason"] for d in dead] == ["corrupt parked record"]
     assert admin.status()["parked"] == 0
+
+
+def test_links_of_a_full_host_take_the_parent_s_own_place(redis_url):
+    """A per-host bound on a one-host site: each page may put one link in its own place."""
+    admin = admin_for(redis_url, queue_max=None, host_max=2)
+    admin.push([link("http://h.test/0"), link("http://h.test/1")])
+    assert admin.push([link("http://h.test/x")]).refused == [0]
+    e = admin.sync(SyncBatch(take=1), worker="w").leased[0]
+    res = admin.sync(SyncBatch(acks=[(e.entry_id, e.token)],
+                               pushes=[link(f"http://h.test/{i}", group=1)
+                                       for i in (2, 3, 4)]), worker="w")
+    # h.test has 2 entries, the parent's place takes one link; the parent parks, the host
+    # stays at its bound
+    assert (res.pushed, res.parked, res.deferred) == (1, 1, 0)
+    assert int(redis.Redis.from_url(redis_url).hget(admin.keys.hostq, "h.test")) == 2
 
 
 def test_parent_is_deferred_when_no_link_host_has_room(redis_url):

@@ -11,16 +11,18 @@
 -- Bounds (docs/backpressure.md): the frontier's size is queued + leased + deferred entries.
 -- A push without a parent (push helper, start requests, redirects) is refused when the size
 -- has reached `qm` or its host has `hm` entries.  The links of a finished request are pushed
--- with its acknowledgement, at most max(room + 1, 1) of them: when some new links are left
--- over, the request is *parked* (kept out of the count, not fetchable) and chained to the
--- last link pushed; when that link is acknowledged, the parked request returns to the queue
--- and is fetched again to push its remaining links.  Every fetch thus either completes its
--- request or discovers at least one new page, so a bounded crawl always ends.
+-- with its acknowledgement, at most max(room + 1, 1) of them (the + 1 is the request's own
+-- slot, which it gives up when it is done; the same holds for its host's count).  When some
+-- new links are left over, the request is *parked*: it leaves the size and its host's count,
+-- and waits in the compact `parked` list (one msgpack record per request, no other key)
+-- until there is room; then it returns to the queue, is fetched again, and pushes the rest of
+-- its links.  Every fetch thus either completes its request or discovers at least one new
+-- page, so a bounded crawl always ends, with at most twice the fetches of an unbounded one.
 --
 -- KEYS (built by keys.CrawlKeys.frontier_keys, never here):
 --   1 queue  2 data  3 leases  4 lease  5 expiries  6 dead  7 seq  8 token  9 stats
 --   10 idle_since  11 workers  12 op (this call)  13 op (previous call of this client)
---   14 delayed  15 cont  16 hostq  17 ehost  18 ready  19 tat  20 hold  21 hostlive
+--   14 delayed  15 parked  16 hostq  17 ehost  18 ready  19 tat  20 hold  21 hostlive
 --   22 hostconf  23 crawldelay  24 wlive  25 robots  26 bloom meta  27.. bloom slices
 -- ARGV[1]: msgpack map (see frontier.py, _arg):
 --   w worker id ("" for the push helper), lm lease ms, ml max leases, ot op ttl ms,
@@ -41,7 +43,7 @@ end
 
 local Q, DATA, LEASES, LEASE, EXPIRIES, DEAD = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local SEQ, TOKEN, STATS, IDLE, WORKERS = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11]
-local DELAYED, CONT, HOSTQ, EHOST = KEYS[14], KEYS[15], KEYS[16], KEYS[17]
+local DELAYED, PARKED, HOSTQ, EHOST = KEYS[14], KEYS[15], KEYS[16], KEYS[17]
 local READY, TAT, HOLD, HOSTLIVE = KEYS[18], KEYS[19], KEYS[20], KEYS[21]
 local HOSTCONF, CRAWLDELAY, WLIVE, ROBOTS = KEYS[22], KEYS[23], KEYS[24], KEYS[25]
 
@@ -121,32 +123,37 @@ local function enqueue(id, score, host)
   redis.call('ZADD', READY, 'NX', now, host)
 end
 
--- An entry that leaves the frontier for good (acknowledged or dead-lettered): forget its
--- host count, and return the request parked behind it (if any) to the queue.
+-- Entries per host (FLEET_HOST_QUEUE_MAX), read once per call and kept up to date here.
+local host_counts = {}
+local function host_count(host)
+  if host_counts[host] == nil then
+    host_counts[host] = tonumber(redis.call('HGET', HOSTQ, host)) or 0
+  end
+  return host_counts[host]
+end
+local function host_add(host, n)
+  if host == '' then return end
+  local left = redis.call('HINCRBY', HOSTQ, host, n)
+  if left <= 0 then redis.call('HDEL', HOSTQ, host) end
+  host_counts[host] = math.max(left, 0)
+end
+
+-- An entry that leaves the frontier for good (acknowledged or dead-lettered) or for the
+-- parked list: forget its data and its place in its host's count.
 local function forget(id)
   local host = redis.call('HGET', EHOST, id)
   if host then
-    if redis.call('HINCRBY', HOSTQ, host, -1) <= 0 then redis.call('HDEL', HOSTQ, host) end
+    host_add(host, -1)
     redis.call('HDEL', EHOST, id)
   end
-  local parked = redis.call('HGET', CONT, id)
-  local resumed = 0
-  if parked then
-    local pid, score = string.match(parked, '^([^|]*)|(.*)$')
-    redis.call('HDEL', CONT, id)
-    enqueue(pid, tonumber(score) or 0)
-    out.resumed = out.resumed + 1
-    resumed = 1
-  end
   redis.call('HDEL', DATA, id)
-  redis.call('HDEL', EXPIRIES, id)
-  return resumed
 end
 
 local function to_dead(id, reason)
   local data = redis.call('HGET', DATA, id)
   redis.call('HSET', DEAD, id, cmsgpack.pack({reason = reason, at = now, data = data or ''}))
   forget(id)
+  redis.call('HDEL', EXPIRIES, id)
   out.dead = out.dead + 1
   count('dead_lettered', 1)
 end
@@ -222,13 +229,6 @@ local function get_bloom()
   end
   return bloom
 end
-local host_counts = {}
-local function host_count(host)
-  if host_counts[host] == nil then
-    host_counts[host] = tonumber(redis.call('HGET', HOSTQ, host)) or 0
-  end
-  return host_counts[host]
-end
 local function host_full(host)
   return host_max > 0 and host ~= '' and host_count(host) >= host_max
 end
@@ -250,8 +250,7 @@ local function push(p, index)
   redis.call('HSET', DATA, id, p[3])
   if p[5] ~= '' then
     redis.call('HSET', EHOST, id, p[5])
-    redis.call('HINCRBY', HOSTQ, p[5], 1)
-    host_counts[p[5]] = host_count(p[5]) + 1
+    host_add(p[5], 1)
   end
   enqueue(id, -p[2], p[5])
   size = size + 1
@@ -260,21 +259,63 @@ local function push(p, index)
   return id
 end
 
+-- Parked requests go back to the queue, oldest first, while the frontier (and the request's
+-- host) has room; at most `limit` records are looked at per call.  A record that cannot be
+-- read is dead-lettered, never dropped.
+local function resume_parked(limit)
+  local n = math.min(limit, redis.call('LLEN', PARKED))
+  for _ = 1, n do
+    if queue_max > 0 and size >= queue_max then return end
+    local raw = redis.call('LPOP', PARKED)
+    if not raw then return end
+    local ok, rec = pcall(cmsgpack.unpack, raw)
+    if not ok or type(rec) ~= 'table' or type(rec[1]) ~= 'string' or type(rec[2]) ~= 'number'
+        or type(rec[3]) ~= 'string' or type(rec[4]) ~= 'string' then
+      local id = string.format('%015d', redis.call('INCR', SEQ))
+      redis.call('HSET', DEAD, id, cmsgpack.pack({reason = 'corrupt parked record', at = now,
+                                                   data = raw}))
+      out.dead = out.dead + 1
+      count('dead_lettered', 1)
+    elseif host_full(rec[3]) then
+      redis.call('RPUSH', PARKED, raw)  -- its host is full: the next one may go
+    else
+      local id, host = rec[1], rec[3]
+      redis.call('HSET', DATA, id, rec[4])
+      if host ~= '' then
+        redis.call('HSET', EHOST, id, host)
+        host_add(host, 1)
+      end
+      enqueue(id, rec[2], host)
+      size = size + 1
+      out.resumed = out.resumed + 1
+    end
+  end
+end
+
 local groups = {}
+local orphans = false
 for i = 1, n_acks do groups[i] = {} end
 for i, p in ipairs(req.p) do
   out.pf[i] = 0
   if p[4] == 0 then
-    -- 6a. no parent: refused (not even checked) when the frontier or the host is full
+    orphans = true
+  else
+    local g = groups[p[4]]
+    g[#g + 1] = i
+  end
+end
+
+-- 6a. pushes without a parent: refused (not even checked) when the frontier or the host is
+-- full; parked requests, which wait for room already, come first
+if orphans then resume_parked(100) end
+for i, p in ipairs(req.p) do
+  if p[4] == 0 then
     if (queue_max > 0 and size >= queue_max) or host_full(p[5]) then
       out.rf[#out.rf + 1] = i - 1
       out.refused = out.refused + 1
     else
       push(p, i)
     end
-  else
-    local g = groups[p[4]]
-    g[#g + 1] = i
   end
 end
 
@@ -286,37 +327,38 @@ for k, a in ipairs(req.a) do
     out.lost[#out.lost + 1] = a[1]
     count('stale_acks', 1)
   else
-    -- a request parked behind this one takes this one's slot back when it is done
-    local carried = redis.call('HGET', CONT, a[1])
     local allowed = 1e15
     if queue_max > 0 then
-      allowed = math.max(queue_max - size + 1 - (carried and 1 or 0), 1)
+      allowed = math.max(queue_max - size + 1, 1)
     end
-    local pushed, last, left_over = 0, nil, false
+    -- the request's place in its own host's count is given up too: one link of that host
+    -- may take it even when the host is full
+    local own_host = redis.call('HGET', EHOST, a[1]) or ''
+    local own_slot = own_host ~= ''
+    local pushed, left_over = 0, false
     for _, i in ipairs(groups[k]) do
       local p = req.p[i]
-      if pushed >= allowed or host_full(p[5]) then
+      local use_own = own_slot and p[5] == own_host and host_full(p[5])
+      if pushed >= allowed or (host_full(p[5]) and not use_own) then
         if not left_over and not seen_before(p) then left_over = true end
       else
-        local id = push(p, i)
-        if id then
+        if push(p, i) then
           pushed = pushed + 1
-          last = id
+          if use_own then own_slot = false end
         end
       end
     end
     drop_lease(a[1])
     if not left_over then
-      if carried and last and queue_max > 0 and size > queue_max then
-        -- no slot for the parked request yet: hand it on to the last link pushed
-        redis.call('HSET', CONT, last, carried)
-        redis.call('HDEL', CONT, a[1])
-      end
-      size = size - 1 + forget(a[1])
+      forget(a[1])
+      redis.call('HDEL', EXPIRIES, a[1])
+      size = size - 1
       out.acked = out.acked + 1
-    elseif last then
-      -- park: out of the count, back in the queue when `last` is acknowledged
-      redis.call('HSET', CONT, last, a[1] .. '|' .. score)
+    elseif pushed > 0 then
+      -- park: out of the size and of its host's count, back in the queue when there is room
+      local data = redis.call('HGET', DATA, a[1]) or ''
+      redis.call('RPUSH', PARKED, cmsgpack.pack({a[1], tonumber(score) or 0, own_host, data}))
+      forget(a[1])
       out.parked = out.parked + 1
       size = size - 1
     else
@@ -326,6 +368,7 @@ for k, a in ipairs(req.a) do
     end
   end
 end
+resume_parked(100)  -- the slots freed above (and any room found now) go to parked requests first
 count('acked', out.acked)
 count('pushed', out.new)
 count('duplicates', out.dup)
@@ -413,7 +456,7 @@ out.queued = redis.call('ZCARD', Q)
 out.inflight = redis.call('ZCARD', LEASES)
 out.delayed = redis.call('ZCARD', DELAYED)
 out.size = out.queued + out.inflight + out.delayed
-if out.size == 0 and redis.call('HLEN', CONT) == 0 then
+if out.size == 0 and redis.call('LLEN', PARKED) == 0 then
   local since = tonumber(redis.call('GET', IDLE))
   if not since then
     redis.call('SET', IDLE, now)
