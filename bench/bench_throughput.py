@@ -178,7 +178,8 @@ class Monitor:
 
 
 def run_fleet(root: Path, env: dict[str, str], redis: h.Redis, site: h.Site, start: str,
-              n: int | str, monitor: bool = False) -> dict[str, Any]:
+              n: int | str, monitor: bool = False,
+              extra: dict[str, str] | None = None) -> dict[str, Any]:
     out, stats, log = (root / f"fleet-{n}.jsonl", root / f"fleet-{n}.json",
                        root / f"fleet-{n}.log")
     client = redis.client()
@@ -196,6 +197,7 @@ def run_fleet(root: Path, env: dict[str, str], redis: h.Redis, site: h.Site, sta
         "FLEET_JSONL_PATH": out,
         "EXTENSIONS": EXT,
         "BENCH_STATS_PATH": stats,
+        **(extra or {}),
     }
     cpu0, t0 = child_cpu(), time.monotonic()
     proc = h.scrapy(["crawl", "docs", *h.setting_args(settings)], env, log)
@@ -244,7 +246,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-monitor", action="store_true",
                         help="skip the extra MONITOR run that counts client round trips")
+    parser.add_argument("--fleet-setting", action="append", default=[], metavar="NAME=VALUE",
+                        help="an extra setting for the fleet worker (repeatable), e.g. "
+                             "FLEET_HOST_CONCURRENCY=0 to take the fleet-wide host cap away")
     args = parser.parse_args(argv)
+    args.fleet_extra = dict(s.split("=", 1) for s in args.fleet_setting)
 
     with h.workdir() as root:
         paths = generate_site(root / "www", args.pages, args.links, seed=1)
@@ -265,7 +271,7 @@ def measure(root: Path, args: argparse.Namespace,
                 if mode == "plain":
                     run = run_plain(root, env, redis, site, start, rnd)
                 else:
-                    run = run_fleet(root, env, redis, site, start, rnd)
+                    run = run_fleet(root, env, redis, site, start, rnd, extra=args.fleet_extra)
                 runs[mode].append(run)
                 print(f"  round {rnd + 1} {mode:5}: {run['items']} items, "
                       f"{run['rate']:.0f} pages/s (steady {run['steady_rate']:.0f}), "
@@ -275,7 +281,8 @@ def measure(root: Path, args: argparse.Namespace,
                     print(f"  WARNING: expected {len(paths)} items, got {run['items']}")
         mon_run = None
         if not args.no_monitor:
-            mon_run = run_fleet(root, env, redis, site, start, "monitor", monitor=True)
+            mon_run = run_fleet(root, env, redis, site, start, "monitor", monitor=True,
+                               extra=args.fleet_extra)
     return runs, mon_run
 
 
@@ -292,6 +299,7 @@ def report(args: argparse.Namespace, paths: list[str], runs: dict[str, list[dict
     fig: dict[str, Any] = {
         "bench": "throughput", **h.machine(), "pages": len(paths), "links": args.links,
         "rounds": args.rounds,
+        "fleet_settings": args.fleet_extra,
         "plain_pages_per_s": round(plain_rate, 1),
         "fleet_pages_per_s": round(fleet_rate, 1),
         "ratio": round(fleet_rate / plain_rate, 3),
