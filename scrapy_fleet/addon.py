@@ -19,6 +19,10 @@ DOWNLOADER_MIDDLEWARES = {
     "scrapy_fleet.downloadermiddlewares.FleetPolitenessMiddleware": 560,
 }
 
+#: first of all extensions: checks the settings and Redis before Scrapy builds its engine,
+#: so a worker that cannot start stops with one clear line (startup.py)
+EXTENSIONS = {"scrapy_fleet.startup.FleetStartupCheck": -1000}
+
 #: components listed only when their setting is given
 _ENABLED_BY = {
     "scrapy_fleet.pipelines.mongo.MongoPipeline": "FLEET_MONGO_URI",
@@ -37,6 +41,10 @@ class Addon:
     ``SCHEDULER`` and ``DUPEFILTER_CLASS`` are set at the add-on priority, so a value given in
     the project's settings or on the command line wins (and then the fleet is not used).
     No ``SCHEDULER_*`` setting is read or redefined.
+
+    Before Scrapy builds its engine, the extension ``scrapy_fleet.startup.FleetStartupCheck``
+    validates every ``FLEET_*`` setting and PINGs Redis: a worker that cannot start logs one
+    ERROR line (what is wrong, how to fix it) and ``scrapy crawl`` exits with status 1.
     """
 
     def update_settings(self, settings: BaseSettings) -> None:
@@ -45,7 +53,8 @@ class Addon:
         settings.set("DUPEFILTER_CLASS", "scrapy_fleet.dupefilter.RedisBloomDupeFilter", "addon")
         for name, components in (("SPIDER_MIDDLEWARES", SPIDER_MIDDLEWARES),
                                  ("ITEM_PIPELINES", ITEM_PIPELINES),
-                                 ("DOWNLOADER_MIDDLEWARES", DOWNLOADER_MIDDLEWARES)):
+                                 ("DOWNLOADER_MIDDLEWARES", DOWNLOADER_MIDDLEWARES),
+                                 ("EXTENSIONS", EXTENSIONS)):
             current = settings.getdict(name)
             for path, order in components.items():
                 setting = _ENABLED_BY.get(path)

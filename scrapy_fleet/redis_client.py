@@ -63,10 +63,18 @@ RETRYABLE = (redis.ConnectionError, redis.TimeoutError, ConnectionError, Timeout
 _FIRST_BACKOFF, _MAX_BACKOFF = 0.1, 5.0  # seconds, doubling
 
 
+#: errors of a PING on a new connection: also the answers to the connection's set-up commands
+#: (SELECT of a database out of range, an ACL user without the rights for PING or CLIENT...)
+_PING_ERRORS = (*RETRYABLE, redis.ResponseError)
+
+
 def _unreachable(exc: BaseException, url: str) -> RedisUnavailableError:
     if isinstance(exc, redis.AuthenticationError):
         return RedisUnavailableError(
             f"Redis at {redact(url)} refused the credentials (FLEET_REDIS_URL): {exc}")
+    if isinstance(exc, redis.ResponseError):
+        return RedisUnavailableError(
+            f"Redis at {redact(url)} refused the connection (FLEET_REDIS_URL): {exc}")
     return RedisUnavailableError(f"cannot reach Redis at {redact(url)} (FLEET_REDIS_URL): {exc}")
 
 
@@ -74,7 +82,7 @@ def ping_sync(client: redis.Redis, url: str) -> None:
     """PING or raise :class:`RedisUnavailableError` naming the (redacted) URL."""
     try:
         client.ping()
-    except RETRYABLE as exc:
+    except _PING_ERRORS as exc:
         raise _unreachable(exc, url) from exc
 
 
@@ -82,7 +90,7 @@ async def ping_async(client: redis.asyncio.Redis, url: str) -> None:
     """PING or raise :class:`RedisUnavailableError` naming the (redacted) URL."""
     try:
         await client.ping()
-    except RETRYABLE as exc:
+    except _PING_ERRORS as exc:
         raise _unreachable(exc, url) from exc
 
 

@@ -1,0 +1,164 @@
+"""The checks a fleet worker makes before Scrapy builds its engine.
+
+A worker that cannot work (a wrong ``FLEET_*`` value, Redis down, a wrong password) must stop
+with one clear line, not with the cascade of tracebacks Scrapy prints when a component fails
+in ``Scheduler.open``: there the engine has opened half of the crawl, and closing the other
+half fails too ("Scraper close failure", CoreStats' assertion...).
+
+So the add-on lists :class:`FleetStartupCheck` as the first extension.  Scrapy builds the
+extensions after every add-on has updated the settings and before it builds the engine
+(downloader, scraper, scheduler); an exception raised there stops the crawl before anything
+has started: nothing is fetched, nothing has to be closed, and ``scrapy crawl`` exits with
+status 1 (Scrapy's "bootstrap failed").
+
+On a failure the check logs one ERROR line naming the problem and its fix (with the
+traceback when ``LOG_LEVEL`` is ``DEBUG``), then raises the :class:`~scrapy_fleet.errors.FleetError`
+so that Scrapy marks the crawl failed.  Scrapy hands that exception on to asyncio, which would
+log it a second time with its traceback ("Task exception was never retrieved"); a logging
+filter drops that one record, and only for an exception this module has already reported.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import redis
+from scrapy.exceptions import NotConfigured
+from scrapy.utils.misc import load_object
+from scrapy.utils.reactor import is_asyncio_reactor_installed
+
+from scrapy_fleet import redis_client
+from scrapy_fleet.config import FleetConfig
+from scrapy_fleet.errors import FleetConfigError, FleetError, RedisUnavailableError
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+    from scrapy.settings import BaseSettings
+
+logger = logging.getLogger(__name__)
+
+#: attribute set on an exception :func:`report` has logged
+_REPORTED = "_fleet_startup_reported"
+#: loggers that log a failed crawl's exception again (asyncio: AsyncCrawlerProcess, the
+#: default; twisted: CrawlerProcess, with FORCE_CRAWLER_PROCESS)
+_RELOGGING = ("asyncio", "twisted")
+
+
+class FleetStartupCheck:
+    """Extension listed by :class:`scrapy_fleet.Addon`: runs :func:`check_worker` when Scrapy
+    builds its extensions, then disables itself (it has nothing to do during the crawl).
+
+    Raises:
+        FleetConfigError: a ``FLEET_*`` setting has a wrong value, or the reactor is not the
+            asyncio one.
+        RedisUnavailableError: Redis at ``FLEET_REDIS_URL`` does not answer PING, or refuses
+            the credentials.
+    """
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> FleetStartupCheck:
+        try:
+            check_worker(crawler)
+        except FleetError as exc:
+            report(crawler, exc)
+            raise
+        raise NotConfigured  # no message: not listed among the disabled components either
+
+
+def check_worker(crawler: Crawler) -> FleetConfig:
+    """Validate every fleet setting and, when the fleet's scheduler or dupefilter is used,
+    the reactor and one PING to Redis (blocking, at most ``FLEET_REDIS_TIMEOUT`` seconds).
+
+    Raises:
+        FleetConfigError: naming the wrong setting and its value.
+        RedisUnavailableError: naming the URL, password redacted.
+    """
+    settings = crawler.settings
+    config = FleetConfig.from_settings(settings)
+    spider = getattr(crawler, "spider", None)
+    if spider is not None and getattr(spider, "name", None):
+        config.resolve_crawl_id(spider.name)
+    if settings.get("FLEET_MONGO_URI"):
+        try:
+            from scrapy_fleet.pipelines.mongo import MongoConfig
+        except ImportError:  # pymongo missing: the pipeline itself reports it
+            pass
+        else:
+            MongoConfig.from_settings(settings)
+    from scrapy_fleet.dupefilter import RedisBloomDupeFilter
+    from scrapy_fleet.scheduler import FleetScheduler
+
+    fleet_scheduler = _is_subclass(settings, "SCHEDULER", FleetScheduler)
+    if fleet_scheduler and not is_asyncio_reactor_installed():
+        raise FleetConfigError(
+            "TWISTED_REACTOR must be the asyncio reactor "
+            "(twisted.internet.asyncioreactor.AsyncioSelectorReactor) for scrapy_fleet")
+    if fleet_scheduler or _is_subclass(settings, "DUPEFILTER_CLASS", RedisBloomDupeFilter):
+        client = redis_client.sync_client(config.redis_url, config.redis_timeout)
+        try:
+            redis_client.ping_sync(client, config.redis_url)
+        finally:
+            client.close()
+    return config
+
+
+def _is_subclass(settings: BaseSettings, name: str, cls: type) -> bool:
+    value = settings.get(name)
+    try:
+        obj = load_object(value) if isinstance(value, str) else value
+    except Exception:  # a wrong path: Scrapy reports it when it builds the component
+        return False
+    return isinstance(obj, type) and issubclass(obj, cls)
+
+
+def hint(exc: FleetError) -> str:
+    """How to fix *exc*, for a user who did not write the code."""
+    if isinstance(exc, RedisUnavailableError):
+        cause = exc.__cause__
+        if isinstance(cause, redis.AuthenticationError):
+            return ("Check the user name and password in FLEET_REDIS_URL "
+                    "(redis://USER:PASSWORD@HOST:PORT/DB)")
+        if isinstance(cause, redis.ResponseError):
+            return ("Check FLEET_REDIS_URL (the database number) and the permissions of its "
+                    "Redis user")
+        return "Start Redis there, or set FLEET_REDIS_URL to the address of a running Redis"
+    if isinstance(exc, FleetConfigError):
+        doc = "docs/mongo.md" if str(exc).startswith("FLEET_MONGO_") else "docs/settings.md"
+        return ("Fix it in settings.py, in the spider's custom_settings or on the command line "
+                f"(-s NAME=VALUE); {doc} lists the valid values")
+    return ""
+
+
+def report(crawler: Crawler, exc: FleetError) -> None:
+    """Log *exc* as one ERROR line with its fix (its traceback too at ``LOG_LEVEL=DEBUG``),
+    and keep asyncio and Twisted from logging it again when Scrapy re-raises it."""
+    debug = _log_level(crawler.settings) <= logging.DEBUG
+    fix = hint(exc)
+    logger.error("Fleet worker cannot start: %s%s", str(exc).rstrip(". "),
+                 f". {fix}." if fix else "", exc_info=exc if debug else None,
+                 extra={"crawler": crawler})
+    setattr(exc, _REPORTED, True)
+    for name in _RELOGGING:
+        target = logging.getLogger(name)
+        if _DROP_REPORTED not in target.filters:
+            target.addFilter(_DROP_REPORTED)
+
+
+def _log_level(settings: BaseSettings) -> int:
+    level: Any = settings.get("LOG_LEVEL", "DEBUG")
+    if isinstance(level, int):
+        return level
+    number = logging.getLevelName(str(level).strip().upper())
+    return number if isinstance(number, int) else logging.INFO
+
+
+class _DropReported(logging.Filter):
+    """Drops records about an exception :func:`report` has already logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not getattr(exc, _REPORTED, False)
+
+
+_DROP_REPORTED = _DropReported()
