@@ -143,6 +143,12 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
         if isinstance(holds, dict):
             holds[host] = max(holds.get(host, 0.0), time.monotonic() + seconds)
 
+    def _download_over(self, request: Request) -> None:
+        """The host's concurrency slot of a leased request can go (after any hold is set)."""
+        download_over = getattr(engine_hooks.scheduler_of(self.crawler), "download_over", None)
+        if download_over is not None and request.meta.get(LEASE_META_KEY):
+            download_over(request)
+
     async def process_response(self, request: Request, response: Response,
                                spider: Any = None) -> Response:
         try:
@@ -151,6 +157,8 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
             self._inc(_STAT + "redis_errors")
             logger.warning("Back-off bookkeeping for %s failed (%s)", request.url, exc,
                            extra={"spider": self.crawler.spider})
+        finally:
+            self._download_over(request)
         return response
 
     async def _after_response(self, request: Request, response: Response) -> None:
@@ -171,6 +179,12 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
 
     async def process_exception(self, request: Request, exception: BaseException,
                                 spider: Any = None) -> None:
+        try:
+            await self._after_exception(request, exception)
+        finally:
+            self._download_over(request)
+
+    async def _after_exception(self, request: Request, exception: BaseException) -> None:
         if isinstance(exception, IgnoreRequest):
             return None
         host = self.host(request)

@@ -54,10 +54,13 @@ class SyncBatch:
     extends: list[tuple[str, int]] = field(default_factory=list)
     pushes: list[tuple[Any, ...]] = field(default_factory=list)
     take: int = 0
+    #: leases whose download is over: their host's concurrency slot is free (the lease
+    #: itself lasts until its acknowledgement)
+    downloaded: list[tuple[str, int]] = field(default_factory=list)
 
     def is_empty(self) -> bool:
         return not (self.acks or self.releases or self.dead or self.extends or self.pushes
-                    or self.take)
+                    or self.take or self.downloaded)
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,7 @@ def _arg(batch: SyncBatch, worker: str, params: FrontierParams) -> bytes:
         "r": [list(r) for r in batch.releases],
         "d": [list(d) for d in batch.dead],
         "x": [list(x) for x in batch.extends],
+        "s": [list(x) for x in batch.downloaded],
         "p": [[p[0], int(p[1]), p[2], int(p[3]) if len(p) > 3 else 0,
                p[4] if len(p) > 4 else ""] for p in batch.pushes],
         "t": batch.take,

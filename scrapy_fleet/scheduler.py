@@ -58,12 +58,13 @@ _Out = tuple[str, bytes, int, bytes, str]
 
 
 class _Lease:
-    __slots__ = ("children", "entry_id", "lost", "token")
+    __slots__ = ("children", "downloaded", "entry_id", "lost", "token")
 
     def __init__(self, entry_id: str, token: int) -> None:
         self.entry_id = entry_id
         self.token = token
         self.lost = False
+        self.downloaded = False  #: its download is over (its host's slot is given back)
         self.children: list[_Out] = []  #: links found by this request, sent with its ack
 
 
@@ -90,6 +91,7 @@ class FleetScheduler(BaseScheduler):
         self._prefetch: deque[tuple[Request, _Lease]] = deque()
         self._inflight: dict[int, tuple[Request, _Lease]] = {}
         self._done: list[_Lease] = []
+        self._downloaded: list[_Lease] = []  # downloads over, not yet told to the frontier
         self._outbox: list[_Out] = []  # requests without a parent in flight
         self._outbox_hold_until = 0.0  # the frontier refused them: retry after this time
         self._parents: dict[int, tuple[Request, _Lease]] = {}  # id(child) -> (child, lease)
@@ -273,6 +275,20 @@ class FleetScheduler(BaseScheduler):
         self._done.append(lease)
         self._poke()
 
+    def download_over(self, request: Request) -> None:
+        """A leased request's download is over (response or failure): its host's concurrency
+        slot goes back to the fleet with the next frontier call, while the response is still
+        being parsed, as Scrapy's CONCURRENT_REQUESTS_PER_DOMAIN counts downloads only.
+        ``FleetPolitenessMiddleware`` calls it once it has put the host on hold if the answer
+        asks for that, so that no slot is handed on before the hold.  Redirects and retries
+        of the request carry the same entry id; only the first download counts."""
+        lease = self._by_entry.get(request.meta.get(LEASE_META_KEY, ""))
+        if lease is None or lease.downloaded or lease.lost:
+            return
+        lease.downloaded = True
+        self._downloaded.append(lease)
+        self._poke()
+
     # -- the pump --------------------------------------------------------------------------
 
     def _poke(self) -> None:
@@ -302,7 +318,7 @@ class FleetScheduler(BaseScheduler):
             if self._closing:
                 return
             self._wake.clear()
-            if self.config.flush_interval and (self._outbox or self._done):
+            if self.config.flush_interval and (self._outbox or self._done or self._downloaded):
                 await asyncio.sleep(self.config.flush_interval)  # coalesce a burst
             try:
                 await self._sync_once(final=False)
@@ -338,6 +354,7 @@ class FleetScheduler(BaseScheduler):
                              for _, key, prio, payload, host in self._outbox[:n_out]]
         dead = list(self._dead)
         batch.dead = [(lease.entry_id, lease.token, reason) for lease, reason in dead]
+        batch.downloaded = [(lease.entry_id, lease.token) for lease in self._downloaded]
         now = time.monotonic()
         if final:
             batch.releases = [(lease.entry_id, lease.token) for lease in self._held_leases()]
@@ -347,13 +364,14 @@ class FleetScheduler(BaseScheduler):
                 # must not see it due again at once, or it would poll in a tight loop)
                 self._last_extend = now
                 batch.extends = [(lease.entry_id, lease.token) for lease in self._held_leases()]
-            # a lease holds its host's concurrency slot (FLEET_HOST_CONCURRENCY counts leases),
-            # so a worker holds little more than it can download at once
+            # a lease holds its host's concurrency slot until its download is over
+            # (FLEET_HOST_CONCURRENCY counts them), so a worker holds little more than it can
+            # download at once
             held = len(self._prefetch) + len(self._inflight)
             want = min(self.config.prefetch - len(self._prefetch), self._max_held - held)
             if want > 0 and not self._fleet_done:
                 batch.take = want
-        return batch, n_out, n_done, len(dead)
+        return batch, n_out, n_done, len(dead)  # (every download notice goes with it)
 
     async def _sync_once(self, final: bool) -> SyncResult | None:
         assert self.frontier is not None
@@ -376,6 +394,7 @@ class FleetScheduler(BaseScheduler):
         # the call succeeded: drop what it carried from the local buffers
         del self._done[:n_done]
         del self._dead[:n_dead]
+        del self._downloaded[:len(batch.downloaded)]
         if result.refused:
             refused = set(result.refused)
             base = len(batch.pushes) - n_out

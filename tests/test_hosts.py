@@ -74,6 +74,29 @@ def test_concurrency_slot_comes_back_when_a_lease_expires(redis_url):
     assert len([e for e in again.leased if "a.test" in url_of(e)]) == 1  # still one at a time
 
 
+def test_concurrency_slot_comes_back_when_the_download_is_over(redis_url):
+    admin = FrontierAdmin(redis_url, "hosts", params=FrontierParams(host_concurrency=1))
+    admin.push([entry(f"http://a.test/{i}") for i in range(3)])
+    first = admin.sync(SyncBatch(take=3), worker="w").leased
+    assert [url_of(e) for e in first] == ["http://a.test/0"]
+    lease = (first[0].entry_id, first[0].token)
+    live = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("fleet", "hosts")
+    # a notice with a stale token changes nothing
+    stale = admin.sync(SyncBatch(downloaded=[(lease[0], lease[1] + 1)], take=3), worker="w")
+    assert stale.leased == []
+    # the download is over: the next request of the host may go while this one is parsed
+    second = admin.sync(SyncBatch(downloaded=[lease], take=3), worker="w").leased
+    assert [url_of(e) for e in second] == ["http://a.test/1"]
+    assert int(live.hget(keys.hostlive, "a.test")) == 1
+    # the same notice again, then the ack: the slot is not given back twice
+    admin.sync(SyncBatch(downloaded=[lease]), worker="w")
+    res = admin.sync(SyncBatch(acks=[lease], take=3), worker="w")
+    assert (res.acked, res.leased) == (1, [])
+    assert int(live.hget(keys.hostlive, "a.test")) == 1
+    assert live.hget(keys.wlive, "w|a.test") == b"1"
+
+
 def test_hold_blocks_a_host_and_not_the_others(redis_url):
     admin = FrontierAdmin(redis_url, "hosts")
     admin.push([entry("http://a.test/1"), entry("http://b.test/1")])

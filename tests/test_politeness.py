@@ -134,10 +134,10 @@ def test_retry_after_pauses_one_host_for_every_worker(redis_url, three_hosts, wo
     busy_reqs = sorted((r["t"], r["status"]) for r in site.requests()
                        if r["addr"] == "127.0.0.2" and r["path"].startswith("/site/p/"))
     first_429 = next(t for t, status in busy_reqs if status == 429)
-    # requests already on their way when the 429 was answered (the cap allows 2 in flight)
-    # cannot be called back; after that, nobody asks during the 5 s
+    # requests leased before the hold was stored (at most the cap of 2: leased and not yet
+    # downloaded) cannot be called back; after that, nobody asks during the 5 s
     in_flight = [t for t, _ in busy_reqs if first_429 < t < first_429 + 0.2]
-    assert len(in_flight) <= 1
+    assert len(in_flight) <= 2
     after = [t for t, _ in busy_reqs if t >= first_429 + 0.2]
     assert after and min(after) - first_429 >= 4.9
     others_during = [t for t in hits(site, "127.0.0.3") if first_429 < t < first_429 + 4.5]

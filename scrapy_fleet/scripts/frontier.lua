@@ -27,7 +27,8 @@
 -- ARGV[1]: msgpack map (see frontier.py, _arg):
 --   w worker id ("" for the push helper), lm lease ms, ml max leases, ot op ttl ms,
 --   a acks [[id, token]...], r releases [[id, token]...], d dead [[id, token, reason]...],
---   x extends [[id, token]...], t take, bn bloom capacity, bp bloom error rate,
+--   x extends [[id, token]...], s downloads over [[id, token]...] (their host's slot is
+--   free), t take, bn bloom capacity, bp bloom error rate,
 --   rc reclaim limit, qm frontier size limit (0 none), hm per-host limit (0 none),
 --   dd defer delay ms, pt default host interval ms, pb default burst, pc default host
 --   concurrency (0 none), ro 1 when robots.txt is obeyed (a host whose robots.txt is not
@@ -53,7 +54,7 @@ if not ok or type(req) ~= 'table' then
 end
 -- Validate every list before the first write (a runtime error after a write keeps the
 -- earlier writes; OOM is only checked before the first write).
-for _, name in ipairs({'a', 'r', 'd', 'x', 'p'}) do
+for _, name in ipairs({'a', 'r', 'd', 'x', 'p', 's'}) do
   if req[name] == nil then req[name] = {} end
   if type(req[name]) ~= 'table' then
     return redis.error_reply('ERR fleet: field ' .. name .. ' must be a list')
@@ -97,22 +98,31 @@ local function parse_lease(v)
   return tok, score, who
 end
 
--- A leased entry leaves its lease: its host gets the concurrency slot back.
-local function drop_lease(id)
-  local _, _, who = parse_lease(redis.call('HGET', LEASE, id))
-  redis.call('ZREM', LEASES, id)
-  redis.call('HDEL', LEASE, id)
+-- A lease holds its host's concurrency slot from the lease until its download is over
+-- (the worker says so: `s`) or, when it never says, until the lease ends.  A lease whose slot
+-- is free has its worker written "!worker".
+local function free_slot(id, who)
   local host = redis.call('HGET', EHOST, id) or ''
   if redis.call('HINCRBY', HOSTLIVE, host, -1) <= 0 then
     redis.call('HDEL', HOSTLIVE, host)
   end
-  if who then
+  if who and who ~= '' then
     local field = who .. '|' .. host
     if redis.call('HINCRBY', WLIVE, field, -1) <= 0 then redis.call('HDEL', WLIVE, field) end
   end
   local ready_at = tonumber(redis.call('ZSCORE', READY, host))
   if ready_at and ready_at >= FAR then
     redis.call('ZADD', READY, now, host)  -- it was waiting for a slot
+  end
+end
+
+-- A leased entry leaves its lease (and its host's slot, unless it was freed already).
+local function drop_lease(id)
+  local _, _, who = parse_lease(redis.call('HGET', LEASE, id))
+  redis.call('ZREM', LEASES, id)
+  redis.call('HDEL', LEASE, id)
+  if not (who and string.sub(who, 1, 1) == '!') then
+    free_slot(id, who)
   end
 end
 
@@ -215,6 +225,18 @@ for _, x in ipairs(req.x) do
     redis.call('ZADD', LEASES, 'XX', now + lease_ms, x[1])
   else
     out.lost[#out.lost + 1] = x[1]
+  end
+end
+
+-- 5b. downloads over: their host's slot is free for the next request at once, while the
+-- worker still parses the response (Scrapy's CONCURRENT_REQUESTS_PER_DOMAIN also counts
+-- downloads only); the lease itself lasts until the acknowledgement
+for _, sv in ipairs(req.s) do
+  local v = redis.call('HGET', LEASE, sv[1])
+  local tok, score, who = parse_lease(v)
+  if tok and tok == tostring(sv[2]) and string.sub(who, 1, 1) ~= '!' then
+    redis.call('HSET', LEASE, sv[1], tok .. '|' .. score .. '|!' .. who)
+    free_slot(sv[1], who)
   end
 end
 
