@@ -8,7 +8,8 @@ prefix ``fleet`` and crawl id ``docs``::
                                                               ties in member order = FIFO)
     fleet:{docs}:data         HASH  entry id -> bytes         encoded request (codec.py)
     fleet:{docs}:leases       ZSET  entry id -> expiry (ms)   leased requests, by server time
-    fleet:{docs}:lease        HASH  entry id -> "token|worker"  current lease of each entry
+    fleet:{docs}:lease        HASH  entry id -> "token|score|worker"  current lease of each
+                                                              entry ("!worker": download over)
     fleet:{docs}:expiries     HASH  entry id -> count         lease expiries of an entry so far
     fleet:{docs}:dead         HASH  entry id -> msgpack       dead letters {reason, at, data}
     fleet:{docs}:delayed      ZSET  "id|score" -> ready (ms)  deferred requests (back pressure)
@@ -20,7 +21,7 @@ prefix ``fleet`` and crawl id ``docs``::
                                                               time they may be fetched again
     fleet:{docs}:tat          HASH  host -> ms                GCRA theoretical arrival time
     fleet:{docs}:hold         HASH  host -> ms                back-off: no request before then
-    fleet:{docs}:hostlive     HASH  host -> count             requests in flight (leased)
+    fleet:{docs}:hostlive     HASH  host -> count             leased, download not over
     fleet:{docs}:hostconf     HASH  host -> "T|burst|cap"     per-host overrides
     fleet:{docs}:crawldelay   HASH  host -> ms                robots.txt Crawl-delay
     fleet:{docs}:wlive        HASH  "worker|host" -> count    leases of a worker for a host
