@@ -124,10 +124,16 @@ def redis_memory(redis: h.Redis) -> dict[str, int]:
 # -- a: bounded vs unbounded crawl of a large site ---------------------------------------------
 
 def crawl_once(root: Path, www: Path, paths: list[str], queue_max: int | None, workers: int,
-               timeout: float, label: str) -> dict[str, Any]:
+               timeout: float, label: str,
+               redis_config: dict[str, str] | None = None) -> dict[str, Any]:
     run_dir = root / label
     run_dir.mkdir()
     with h.Redis(run_dir) as redis, h.Site(www, run_dir / "site.log") as site:
+        if redis_config:
+            config_client = redis.client()
+            for name, value in redis_config.items():
+                config_client.config_set(name, value)
+            config_client.close()
         env = h.worker_env(run_dir)
         start = site.url + "site/"
         expected = {site.url.rstrip("/") + p for p in paths}
@@ -178,7 +184,8 @@ def crawl_once(root: Path, www: Path, paths: list[str], queue_max: int | None, w
     mems = [s[2] for s in sampler.samples]
     c = status["counters"]
     return {
-        "label": label, "queue_max": queue_max, "finished": finished, "exit_codes": codes,
+        "label": label, "queue_max": queue_max, "redis_config": redis_config or {},
+        "finished": finished, "exit_codes": codes,
         "expected_pages": len(expected), "pages_with_item": len(urls & expected),
         "missing": len(expected - urls), "extra_urls": len(urls - expected),
         "all_pages": urls == expected, "fetches": len(items),
@@ -192,6 +199,7 @@ def crawl_once(root: Path, www: Path, paths: list[str], queue_max: int | None, w
         "used_memory_start": mem0["used_memory"],
         "used_memory_max_sampled": max(mems, default=0),
         "used_memory_peak": mem["used_memory_peak"], "used_memory_end": mem["used_memory"],
+        "used_memory_peak_above_start": mem["used_memory_peak"] - mem0["used_memory"],
         "parked": c.get("parked", 0), "resumed": c.get("resumed", 0),
         "deferred": c.get("deferred", 0), "refused": c.get("refused", 0),
         "pushed": c.get("pushed", 0), "acked": c.get("acked", 0),
@@ -217,17 +225,25 @@ def part_a(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     print(f"a. crawl of {len(paths)} pages x {args.links} links by {args.workers} workers, "
           f"FLEET_QUEUE_MAX={args.cap} vs None", flush=True)
     runs = {}
-    for label, cap in (("bounded", args.cap), ("unbounded", None)):
-        run = crawl_once(root, www, paths, cap, args.workers, args.crawl_timeout, label)
+    plan: list[tuple[str, int | None, dict[str, str] | None]] = [
+        ("bounded", args.cap, None), ("unbounded", None, None)]
+    if not args.no_lzf_run:
+        plan.append(("bounded_lzf", args.cap, {"list-compress-depth": "1"}))
+    for label, cap, config in plan:
+        run = crawl_once(root, www, paths, cap, args.workers, args.crawl_timeout, label, config)
         runs[label] = run
-        print(f"  {label:9} (max {cap}): {run['pages_with_item']}/{run['expected_pages']} pages "
-              f"with an item ({'all' if run['all_pages'] else 'NOT ALL'}), {run['fetches']} "
+        extra = f", {config}" if config else ""
+        print(f"  {label:9} (max {cap}{extra}): {run['pages_with_item']}/"
+              f"{run['expected_pages']} pages with an item "
+              f"({'all' if run['all_pages'] else 'NOT ALL'}), {run['fetches']} "
               f"fetches ({run['refetches']} re-fetches), max size {run['max_size']} "
               f"({run['samples']} samples), max parked {run['max_parked']} (max size + parked "
               f"{run['max_size_plus_parked']}), used_memory peak "
               f"{run['used_memory_peak'] / 1e6:.2f} MB (sampled max "
               f"{run['used_memory_max_sampled'] / 1e6:.2f} MB, start "
-              f"{run['used_memory_start'] / 1e6:.2f} MB), parked {run['parked']}, resumed "
+              f"{run['used_memory_start'] / 1e6:.2f} MB, peak above start "
+              f"{run['used_memory_peak_above_start'] / 1e6:.2f} MB), parked {run['parked']}, "
+              f"resumed "
               f"{run['resumed']}, wall {run['wall_s']} s, crawl {run['span_s']} s, "
               f"{run['pages_per_s']} pages/s ({run['fetches_per_s']} fetches/s), exit "
               f"{run['exit_codes']}{'' if run['finished'] else ' (STOPPED: timeout)'}",
@@ -237,8 +253,22 @@ def part_a(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     print(f"  throughput bounded/unbounded (unique pages/s): {ratio}; fetches per page "
           f"{b['fetches'] / max(b['pages_with_item'], 1):.2f} vs "
           f"{u['fetches'] / max(u['pages_with_item'], 1):.2f}", flush=True)
-    return {"pages": len(paths), "links": args.links, "workers": args.workers,
-            "cap": args.cap, "bounded": b, "unbounded": u, "throughput_ratio": ratio}
+    mem_ratio = round(b["used_memory_peak"] / u["used_memory_peak"], 3)
+    above_ratio = round(b["used_memory_peak_above_start"] / u["used_memory_peak_above_start"], 3)
+    print(f"  used_memory peak bounded/unbounded: {mem_ratio} (above the start: {above_ratio})",
+          flush=True)
+    out = {"pages": len(paths), "links": args.links, "workers": args.workers,
+           "cap": args.cap, "bounded": b, "unbounded": u, "throughput_ratio": ratio,
+           "memory_peak_ratio": mem_ratio, "memory_above_start_ratio": above_ratio}
+    if "bounded_lzf" in runs:
+        lz = runs["bounded_lzf"]
+        out["bounded_lzf"] = lz
+        out["memory_peak_ratio_lzf"] = round(lz["used_memory_peak"] / u["used_memory_peak"], 3)
+        out["memory_above_start_ratio_lzf"] = round(
+            lz["used_memory_peak_above_start"] / u["used_memory_peak_above_start"], 3)
+        print(f"  with list-compress-depth 1: {out['memory_peak_ratio_lzf']} (above the start: "
+              f"{out['memory_above_start_ratio_lzf']})", flush=True)
+    return out
 
 
 # -- b: one million URLs into a capped frontier ------------------------------------------------
@@ -434,6 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--links", type=int, default=10)
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--cap", type=int, default=500)
+    parser.add_argument("--no-lzf-run", action="store_true",
+                        help="part a: skip the third, bounded run on a Redis with "
+                             "list-compress-depth 1")
     parser.add_argument("--crawl-timeout", type=float, default=480,
                         help="a: stop a crawl that has not finished after this many seconds")
     parser.add_argument("--push-lines", type=int, default=1_000_000)
