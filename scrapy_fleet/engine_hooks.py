@@ -9,7 +9,8 @@ fleet's acknowledgement point.  Redirects and other requests returned by downloa
 middlewares go through ``engine.crawl`` before the original is removed, too.
 
 The second hook wakes the engine when leases arrive, instead of waiting for its 5 s heartbeat.
-tests/test_engine_hooks.py fails if a Scrapy release changes either behaviour.
+The crawl tests (tests/test_crawl.py: every page acknowledged once, children before their
+parent's ack, the idle worker woken at once) fail if a Scrapy release changes either one.
 """
 
 from __future__ import annotations

@@ -105,6 +105,7 @@ class FleetScheduler(BaseScheduler):
         self._uninstall_hook: Any = None
         self._logged_dupe = False
         self._lost_total = 0
+        self._withheld: str | None = None  # why finished requests are no longer acknowledged
         #: host -> time.monotonic() until which it is on hold, from the last frontier call
         self.holds: dict[str, float] = {}
         concurrency = crawler.settings.getint("CONCURRENT_REQUESTS")
@@ -262,7 +263,24 @@ class FleetScheduler(BaseScheduler):
 
     # -- completion ------------------------------------------------------------------------
 
+    def withhold_acknowledgements(self, reason: str) -> None:
+        """Acknowledge no request from now on, and lease no more: the requests this worker
+        finishes stay leased by it and are released when it closes (back to the queue, no
+        expiry counted), so another worker fetches them again.  For a component that learns
+        that their output was not handed on: ``MongoPipeline`` after a failure no retry heals
+        (*reason*: its close reason).  Stat ``fleet/frontier/withheld``: requests finished
+        and not acknowledged."""
+        if self._withheld is None:
+            self._withheld = reason
+            logger.warning("Fleet worker stops acknowledging requests (%s): the requests it "
+                           "still finishes go back to the frontier when it closes", reason,
+                           extra={"spider": self.spider})
+
     def _request_done(self, request: Request) -> None:
+        if self._withheld is not None:
+            if id(request) in self._inflight:  # stays held: released by the final flush
+                self._inc("fleet/frontier/withheld")
+            return
         entry = self._inflight.pop(id(request), None)
         if entry is None:
             return
@@ -369,7 +387,7 @@ class FleetScheduler(BaseScheduler):
             # download at once
             held = len(self._prefetch) + len(self._inflight)
             want = min(self.config.prefetch - len(self._prefetch), self._max_held - held)
-            if want > 0 and not self._fleet_done:
+            if want > 0 and not self._fleet_done and self._withheld is None:
                 batch.take = want
         return batch, n_out, n_done, len(dead)  # (every download notice goes with it)
 

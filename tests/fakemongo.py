@@ -17,7 +17,9 @@ operations.  What this fake does the way a server + pymongo would:
   duplicate with code 11000; ``$set`` and ``$setOnInsert`` of one path give code 40.
 * Fault injection: ``fail_next`` (exceptions raised by the next calls, in order), ``down``
   (every call raises ``AutoReconnect``), ``write_concern_errors`` (next calls apply the writes
-  but report a write concern error).
+  but report a write concern error), ``index_fail_next`` (raised by the next ``create_index``
+  calls), and ``client.admin.fail_next`` (raised by the next ``client.admin.command`` calls,
+  e.g. the pipeline's ``ping`` at open).
 
 Every ``bulk_write`` call is recorded in ``calls`` as ``(ordered, [(filter, update, upsert)])``.
 """
@@ -46,6 +48,7 @@ class FakeMongoClient:
     def __init__(self, uri: str | None = None, **_: Any) -> None:
         self.uri = uri
         self.databases: dict[str, FakeDatabase] = {}
+        self.admin = FakeAdmin()
         self.closed = False
         self._lock = threading.Lock()
 
@@ -55,6 +58,22 @@ class FakeMongoClient:
 
     def close(self) -> None:
         self.closed = True
+
+
+class FakeAdmin:
+    """``client.admin``: ``command("ping")`` only; records the commands in ``commands``."""
+
+    def __init__(self) -> None:
+        self.commands: list[str] = []
+        self.fail_next: list[BaseException] = []
+
+    def command(self, name: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self.commands.append(name)
+        if self.fail_next:
+            raise self.fail_next.pop(0)
+        if name != "ping":
+            raise NotImplementedError(f"fake admin supports ping only, not {name}")
+        return {"ok": 1.0}
 
 
 class FakeDatabase:
@@ -86,6 +105,7 @@ class FakeCollection:
         self.fail_next: list[BaseException] = []
         self.down = False
         self.write_concern_errors = 0
+        self.index_fail_next: list[BaseException] = []
         self.calls: list[tuple[bool, list[tuple[Any, Any, Any]]]] = []
         self._lock = threading.RLock()
 
@@ -212,6 +232,8 @@ class FakeCollection:
         self, keys: list[tuple[str, int]], name: str | None = None, **options: Any
     ) -> str:
         with self._lock:
+            if self.index_fail_next:
+                raise self.index_fail_next.pop(0)
             name = name or "_".join(f"{k}_{d}" for k, d in keys)
             spec = {"key": list(keys), **options}
             old = self.indexes.get(name)

@@ -10,17 +10,27 @@ the handshake (``hello``/``isMaster``, maxWireVersion 17 = MongoDB 6.0), ``ping`
 the ``aggregate`` that pymongo's ``count_documents`` sends (filters: equality, ``$gt``,
 ``$gte``, ``$lt``, ``$lte``, ``$in``); any other command fails with code 59.
 
+Access control, when ``users`` (name -> password) is given, as mongod with ``--auth``: a
+connection authenticates with SASL PLAIN (``authMechanism=PLAIN`` in the URI: one
+``saslStart``, no SCRAM to emulate); wrong credentials get code 18 AuthenticationFailed; any
+command but the handshake, ``ping``, ``buildInfo``, ``saslStart`` and ``endSessions`` on a
+connection that did not authenticate, and ``update`` / ``createIndexes`` of a user listed in
+``read_only``, get code 13 Unauthorized.
+
 For the tests:
 
 * ``writes[(db, collection, _id)]``: how many upserts of each document were applied;
 * ``updates``: every ``update`` command received, as ``(listener index, command document)``;
 * ``on_update(listener, ids) -> bool``: called (under the server lock) after an ``update``
   command was applied; returning True hangs up instead of replying, i.e. the write is in the
-  store but the client never learns it (as when the client dies right after sending it).
+  store but the client never learns it (as when the client dies right after sending it);
+* ``auth_failures``: ``(listener, user)`` of every refused ``saslStart``;
+* ``refused``: ``(listener, user or None, command document)`` of every command answered
+  with code 13 (``updates`` does not list refused ``update`` commands).
 
 By hand (for ``make demo MONGO_URI=...``)::
 
-    .venv/bin/python tests/mongowire.py --port 27017
+    .venv/bin/python tests/mongowire.py --port 27017 [--user NAME:PASSWORD] [--read-only NAME]
 """
 
 from __future__ import annotations
@@ -31,7 +41,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from fakemongo import FakeCollection, FakeMongoClient
@@ -57,6 +67,12 @@ _COMPARE: dict[str, Callable[[Any, Any], bool]] = {
     "$eq": lambda a, b: a == b,
 }
 
+#: Commands a connection may send before it authenticated (lower case).
+_PUBLIC = frozenset({"ismaster", "hello", "ping", "buildinfo", "saslstart", "saslcontinue",
+                     "endsessions"})
+#: Commands a read-only user may not send.
+_WRITES = frozenset({"update", "createIndexes"})
+
 
 def matches(doc: Mapping[str, Any], filt: Mapping[str, Any]) -> bool:
     """Whether *doc* matches a filter of equalities and ``$gt/$gte/$lt/$lte/$in/$eq``."""
@@ -74,14 +90,24 @@ def matches(doc: Mapping[str, Any], filt: Mapping[str, Any]) -> bool:
 
 
 class MongoWireServer:
-    """Stateful wire server on ``listeners`` loopback ports sharing one store."""
+    """Stateful wire server on ``listeners`` loopback ports sharing one store.
 
-    def __init__(self, listeners: int = 1, port: int = 0) -> None:
+    ``users`` (name -> password) turns access control on, ``read_only`` names users that may
+    not write (see the module docstring).
+    """
+
+    def __init__(self, listeners: int = 1, port: int = 0,
+                 users: Mapping[str, str] | None = None, read_only: Iterable[str] = ()) -> None:
         self.store = FakeMongoClient()
         self.writes: Counter[tuple[str, str, Any]] = Counter()
         self.updates: list[tuple[int, dict[str, Any]]] = []
         self.commands: Counter[str] = Counter()
         self.on_update: Callable[[int, list[Any]], bool] | None = None
+        self.users = dict(users or {})
+        self.read_only = set(read_only)
+        self.auth_failures: list[tuple[int, str]] = []
+        self.refused: list[tuple[int, str | None, dict[str, Any]]] = []
+        self._sessions: dict[tuple[int, int], str] = {}  # (listener, client port) -> user
         self._lock = threading.RLock()
         self._servers: list[MockupDB] = []
         for index in range(listeners):
@@ -106,11 +132,23 @@ class MongoWireServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def reset(self) -> None:
+        """Forget the store and everything recorded (not the authenticated connections)."""
+        with self._lock:
+            self.store = FakeMongoClient()
+            self.writes.clear()
+            self.commands.clear()
+            self.updates, self.auth_failures, self.refused = [], [], []
+
     def port(self, listener: int = 0) -> int:
         return int(self._servers[listener].port)
 
-    def uri(self, listener: int = 0) -> str:
-        return f"mongodb://127.0.0.1:{self.port(listener)}/?directConnection=true"
+    def uri(self, listener: int = 0, user: str | None = None, password: str = "") -> str:
+        """URI of a listener; with *user*, authenticating with PLAIN as *user*/*password*."""
+        if user is None:
+            return f"mongodb://127.0.0.1:{self.port(listener)}/?directConnection=true"
+        return (f"mongodb://{user}:{password}@127.0.0.1:{self.port(listener)}/"
+                "?directConnection=true&authMechanism=PLAIN")
 
     # -- reading the store --------------------------------------------------------------------
 
@@ -132,6 +170,13 @@ class MongoWireServer:
         with self._lock:
             self.commands[name] += 1
             try:
+                if name == "saslStart":
+                    return self._sasl_start(listener, request, doc)
+                if self.users and name.lower() not in _PUBLIC:
+                    denied = self._denied(listener, request, name, database)
+                    if denied:
+                        self.refused.append((listener, self._user(listener, request), doc))
+                        return self._error(request, 13, "Unauthorized", denied)
                 if name.lower() in ("ismaster", "hello"):
                     return self._reply(request, **HELLO, localTime=time.time())
                 if name in ("ping", "endSessions", "killCursors"):
@@ -167,6 +212,42 @@ class MongoWireServer:
             except NotImplementedError as exc:
                 return bool(request.command_err(code=59, errmsg=str(exc)))
             return bool(request.command_err(code=59, errmsg=f"no such command: '{name}'"))
+
+    def _user(self, listener: int, request: Any) -> str | None:
+        try:
+            return self._sessions.get((listener, request.client_port))
+        except OSError:  # the client is gone
+            return None
+
+    def _sasl_start(self, listener: int, request: Any, doc: dict[str, Any]) -> bool:
+        if doc.get("mechanism") != "PLAIN":
+            return self._error(request, 334, "MechanismUnavailable",
+                               f"mongowire: only PLAIN, not {doc.get('mechanism')}")
+        _, user, password = bytes(doc.get("payload") or b"\0\0").decode().split("\0", 2)
+        if user not in self.users or self.users[user] != password:
+            self.auth_failures.append((listener, user))
+            return self._error(request, 18, "AuthenticationFailed", "Authentication failed.")
+        try:
+            self._sessions[(listener, request.client_port)] = user
+        except OSError:
+            return True
+        return self._reply(request, conversationId=1, done=True, payload=b"")
+
+    def _denied(self, listener: int, request: Any, name: str, database: str) -> str | None:
+        """Why the connection may not run command *name*, or None."""
+        user = self._user(listener, request)
+        if user is None:
+            return f"command {name} requires authentication"
+        if name in _WRITES and user in self.read_only:
+            return f"not authorized on {database} to execute command {{ {name}: ... }}"
+        return None
+
+    def _error(self, request: Any, code: int, code_name: str, errmsg: str) -> bool:
+        try:
+            request.command_err(code=code, errmsg=errmsg, codeName=code_name)
+        except OSError:  # the client is gone
+            pass
+        return True
 
     def _reply(self, request: Any, **fields: Any) -> bool:
         try:
@@ -228,9 +309,14 @@ class MongoWireServer:
 def main() -> None:
     parser = argparse.ArgumentParser(description="Serve a stateful MongoDB wire test server.")
     parser.add_argument("--port", type=int, default=27017)
+    parser.add_argument("--user", action="append", default=[], metavar="NAME:PASSWORD",
+                        help="turn access control on (PLAIN); repeatable")
+    parser.add_argument("--read-only", action="append", default=[], metavar="NAME",
+                        help="a user that may not write; repeatable")
     args = parser.parse_args()
+    users = dict(spec.split(":", 1) for spec in args.user)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    with MongoWireServer(port=args.port) as server:
+    with MongoWireServer(port=args.port, users=users, read_only=args.read_only) as server:
         print(server.uri(), flush=True)
         try:
             while True:

@@ -15,13 +15,27 @@ from typing import Any
 import pytest
 import scrapy
 from fakemongo import FakeMongoClient, page_id
-from pymongo.errors import AutoReconnect, NetworkTimeout, NotPrimaryError
-from scrapy.exceptions import DropItem, NotConfigured
+from pymongo.errors import (
+    AutoReconnect,
+    BulkWriteError,
+    ConfigurationError,
+    NetworkTimeout,
+    NotPrimaryError,
+    OperationFailure,
+    ServerSelectionTimeoutError,
+)
+from scrapy.exceptions import CloseSpider, DropItem, NotConfigured
 from scrapy.utils.test import get_crawler
 
+from scrapy_fleet import engine_hooks
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.pipelines import MongoPipeline
-from scrapy_fleet.pipelines.mongo import MongoConfig, default_document_id
+from scrapy_fleet.pipelines.mongo import (
+    MongoConfig,
+    default_document_id,
+    fatal_error,
+    redact_uri,
+)
 
 FAST = {"FLEET_MONGO_RETRY_BACKOFF": 0.001, "FLEET_MONGO_RETRY_MAX_BACKOFF": 0.005}
 
@@ -491,6 +505,269 @@ def test_non_mongodb_error_fails_the_items() -> None:
 
     run(main())
     assert "fleet/mongo/retries" not in mongo_stats(crawler)
+
+
+# -- failures waiting cannot heal -------------------------------------------------------------
+
+SECRET_URI = "mongodb://bob:s3cr%23t-pw@db.example:27017/?authSource=admin"
+SECRETS = ("s3cr", "#t-pw", "%23t-pw")
+
+
+def server_error(code: int, code_name: str, errmsg: str) -> OperationFailure:
+    """An OperationFailure as pymongo raises it for a command error reply."""
+    return OperationFailure(errmsg, code, {"ok": 0.0, "errmsg": errmsg, "code": code,
+                                           "codeName": code_name})
+
+
+AUTH_FAILED = server_error(18, "AuthenticationFailed", "Authentication failed.")
+UNAUTHORIZED = server_error(13, "Unauthorized",
+                            "not authorized on scrapy to execute command { update: ... }")
+
+
+@pytest.mark.parametrize(("exc", "expected"), [
+    (AUTH_FAILED, ("mongo_auth_failed", "18")),
+    (UNAUTHORIZED, ("mongo_unauthorized", "13")),
+    (server_error(8000, "AtlasError", "bad auth : Authentication failed."),
+     ("mongo_auth_failed", "8000")),
+    (server_error(8000, "AtlasError", "user is not allowed to do action [update] on [s.b]"),
+     ("mongo_unauthorized", "8000")),
+    (ConfigurationError("Server reports wire version 6, but PyMongo requires at least 8"),
+     ("mongo_config_error", "ConfigurationError")),
+    # everything else is retried, as before
+    (server_error(8000, "AtlasError", "you are over your space quota"), None),
+    (server_error(11600, "InterruptedAtShutdown", "interrupted at shutdown"), None),
+    (AutoReconnect("connection reset"), None),
+    (ServerSelectionTimeoutError("db.example:27017: timed out"), None),
+    (BulkWriteError({"writeErrors": [{"index": 0, "code": 13, "errmsg": "x"}]}), None),
+])
+def test_which_errors_are_fatal(exc: Exception, expected: tuple[str, str] | None) -> None:
+    fatal = fatal_error(exc)
+    assert (fatal and (fatal.reason, fatal.key)) == expected
+
+
+@pytest.mark.parametrize(("uri", "redacted"), [
+    ("mongodb://bob:s3cret@h1:27017,h2:27017/db?replicaSet=rs0",
+     "mongodb://bob:***@h1:27017,h2:27017/db?replicaSet=rs0"),
+    ("mongodb+srv://bob:p%40ss@cluster0.example.net/?retryWrites=true",
+     "mongodb+srv://bob:***@cluster0.example.net/?retryWrites=true"),
+    # not escaped (pymongo refuses it: InvalidURI), still hidden
+    ("mongodb://bob:p@ss/w?rd@h1/", "mongodb://bob:***@h1/"),
+    ("mongodb://h1/?directConnection=true", "mongodb://h1/?directConnection=true"),
+    ("mongodb://bob@h1/?authMechanism=MONGODB-X509", "mongodb://bob@h1/?authMechanism=MONGODB-X509"),
+    ("mongodb://h1/?tls=true&tlsCertificateKeyFilePassword=hunter2&authMechanism=MONGODB-AWS"
+     "&authMechanismProperties=AWS_SESSION_TOKEN:tok",
+     "mongodb://h1/?tls=true&tlsCertificateKeyFilePassword=***&authMechanism=MONGODB-AWS"
+     "&authMechanismProperties=***"),
+])
+def test_redact_uri(uri: str, redacted: str) -> None:
+    assert redact_uri(uri) == redacted
+
+
+def errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_wrong_credentials_close_the_spider_at_open(caplog: pytest.LogCaptureFixture) -> None:
+    pipe, client, crawler = build(FLEET_MONGO_URI=SECRET_URI)
+    client.admin.fail_next = [AUTH_FAILED]
+
+    async def main() -> None:
+        with pytest.raises(CloseSpider) as info:
+            await pipe.open_spider()
+        assert info.value.reason == "mongo_auth_failed"
+        await pipe.close_spider()  # Scrapy closes the components that opened
+
+    with caplog.at_level(logging.DEBUG):
+        run(main())
+    assert client.admin.commands == ["ping"]
+    coll = client["scrapy"]["books"]
+    assert coll.calls == [] and list(coll.index_information()) == ["_id_"]
+    assert client.closed
+    assert mongo_stats(crawler) == {"fleet/mongo/fatal/18": 1}
+    (record,) = errors(caplog)
+    assert record.name == "scrapy_fleet.pipelines.mongo"
+    message = record.getMessage()
+    assert "mongodb://bob:***@db.example:27017/?authSource=admin" in message
+    assert "OperationFailure 18 AuthenticationFailed: Authentication failed." in message
+    assert "mongo_auth_failed" in message and "before any page is fetched" in message
+    assert not any(secret in caplog.text for secret in SECRETS)
+
+
+def test_invalid_uri_closes_the_spider_at_open(caplog: pytest.LogCaptureFixture) -> None:
+    # the default client factory (a real MongoClient): the '@' of the password is not escaped
+    crawler = get_crawler(settings_dict={"FLEET_MONGO_URI": "mongodb://bob:p@ss@db.example/"})
+    crawler.spider = crawler._create_spider("books")
+    pipe = MongoPipeline.from_crawler(crawler)
+
+    async def main() -> None:
+        with pytest.raises(CloseSpider) as info:
+            await pipe.open_spider()
+        assert info.value.reason == "mongo_config_error"
+        await pipe.close_spider()
+
+    with caplog.at_level(logging.DEBUG):
+        run(main())
+    assert mongo_stats(crawler) == {"fleet/mongo/fatal/InvalidURI": 1}
+    (record,) = errors(caplog)
+    assert "FLEET_MONGO_URI=mongodb://bob:***@db.example/ cannot be used (InvalidURI:" in \
+        record.getMessage()
+    assert "p@ss" not in caplog.text
+
+
+def test_unreachable_at_open_is_not_fatal(caplog: pytest.LogCaptureFixture) -> None:
+    pipe, client, crawler = build(FLEET_MONGO_URI=SECRET_URI)
+    client.admin.fail_next = [ServerSelectionTimeoutError("db.example:27017: timed out")]
+    coll = client["scrapy"]["books"]
+
+    async def main() -> None:
+        await pipe.open_spider()
+        assert list(coll.index_information()) == ["_id_"]  # not tried while unreachable
+        await pipe.process_item({"url": "a"})
+        await pipe.close_spider()
+
+    with caplog.at_level(logging.WARNING, logger="scrapy_fleet.pipelines.mongo"):
+        run(main())
+    assert "fleet_updated" in coll.index_information()  # created before the first write
+    assert coll.count_documents({}) == 1
+    assert errors(caplog) == []
+    (warning,) = caplog.records
+    assert "mongodb://bob:***@db.example:27017/?authSource=admin cannot be reached yet" in \
+        warning.getMessage()
+    assert not any(k.startswith("fleet/mongo/fatal") for k in mongo_stats(crawler))
+
+
+def test_no_right_to_create_indexes_is_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    pipe, client, crawler = build()
+    coll = client["scrapy"]["books"]
+    coll.index_fail_next = [server_error(13, "Unauthorized", "not authorized on scrapy to "
+                                         "execute command { createIndexes: ... }")]
+
+    async def main() -> None:
+        await pipe.open_spider()
+        await pipe.process_item({"url": "a"})
+        await pipe.process_item({"url": "b"})
+        await pipe.close_spider()
+
+    with caplog.at_level(logging.WARNING, logger="scrapy_fleet.pipelines.mongo"):
+        run(main())
+    assert coll.count_documents({}) == 2
+    assert list(coll.index_information()) == ["_id_"]  # not tried again before each write
+    assert errors(caplog) == []
+    assert "may not create indexes on scrapy.books" in caplog.records[0].getMessage()
+    assert mongo_stats(crawler)["fleet/mongo/written"] == 2
+
+
+class FakeScheduler:
+    """What the pipeline asks of the fleet scheduler: acknowledge, until told to withhold."""
+
+    def __init__(self) -> None:
+        self.acked: list[scrapy.Request] = []
+        self.withheld: list[str] = []
+
+    def withhold_acknowledgements(self, reason: str) -> None:
+        self.withheld.append(reason)
+
+    def request_done(self, request: scrapy.Request) -> None:
+        if not self.withheld:
+            self.acked.append(request)
+
+
+class FakeSlot:
+    """The part of Scrapy's engine slot that the fleet scheduler hooks into."""
+
+    def __init__(self) -> None:
+        self.inprogress: set[scrapy.Request] = set()
+        self.nextcall = None
+        self.scheduler = FakeScheduler()
+
+    def remove_request(self, request: scrapy.Request) -> None:
+        self.inprogress.remove(request)
+
+
+class FakeEngine:
+    def __init__(self, spider: scrapy.Spider) -> None:
+        self._slot = FakeSlot()
+        self.spider = spider
+        self.closed_with: list[str] = []
+
+    async def close_spider_async(self, *, reason: str) -> None:
+        self.closed_with.append(reason)
+
+
+def test_fatal_write_error_drops_everything_acks_nothing_closes_the_spider(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Unauthorized (13) on a write: one error, no retry, every pending item dropped (the
+    batch in back-off of another collection too), later items dropped at once, no request
+    acknowledged from then on, the spider closed with mongo_unauthorized."""
+    pipe, client, crawler = build(FLEET_MONGO_URI=SECRET_URI, FLEET_MONGO_FLUSH_INTERVAL=0,
+                                  FLEET_MONGO_COLLECTION="%(item_class)s",
+                                  FLEET_MONGO_RETRY_BACKOFF=60, FLEET_MONGO_RETRY_MAX_BACKOFF=60)
+    engine = FakeEngine(crawler.spider)
+    crawler.engine = engine
+    slot = engine._slot
+    scheduler = slot.scheduler
+    engine_hooks.on_request_done(crawler, scheduler.request_done)  # as FleetScheduler.open
+    done, page_a, page_b = (scrapy.Request(f"http://site/{n}") for n in "0ab")
+    slot.inprogress |= {done, page_a, page_b}
+    products, dicts = client["scrapy"]["Product"], client["scrapy"]["dict"]
+
+    async def main() -> list[Any]:
+        await pipe.open_spider()
+        slot.remove_request(done)  # its items were written: acknowledged
+        products.down = True
+        product = asyncio.create_task(pipe.process_item(Product(url="p")))
+        await until(lambda: crawler.stats.get_value("fleet/mongo/retries") == 1)  # back-off
+        dicts.fail_next = [UNAUTHORIZED]
+        out = await settle(product, asyncio.create_task(pipe.process_item({"url": "a"})),
+                           asyncio.create_task(pipe.process_item({"url": "b"})))
+        with pytest.raises(DropItem):
+            await pipe.process_item({"url": "c"})
+        # the engine finishes the requests of the dropped items: no acknowledgement
+        slot.remove_request(page_a)
+        slot.remove_request(page_b)
+        await pipe.close_spider()
+        return out
+
+    with caplog.at_level(logging.DEBUG):
+        results = run(main())
+    assert all(isinstance(r, DropItem) and r.log_level == "DEBUG" for r in results)
+    assert "mongo_unauthorized" in str(results[1])
+    assert scheduler.acked == [done]
+    assert scheduler.withheld == ["mongo_unauthorized"]  # before page_a and page_b finished
+    assert slot.inprogress == set()
+    assert engine.closed_with == ["mongo_unauthorized"]
+    assert len(dicts.calls) == 1 and len(products.calls) == 1  # neither retried
+    assert dicts.count_documents({}) == 0
+    stats = mongo_stats(crawler)
+    assert stats == {"fleet/mongo/fatal/13": 1, "fleet/mongo/dropped/fatal": 4,
+                     "fleet/mongo/batches": 2, "fleet/mongo/retries": 1}
+    (record,) = errors(caplog)
+    message = record.getMessage()
+    assert message.startswith("The MongoDB user of FLEET_MONGO_URI=mongodb://bob:***@db.example"
+                              ":27017/?authSource=admin is not authorized to write to "
+                              "scrapy.dict (OperationFailure 13 Unauthorized: not authorized")
+    assert "3 item(s) not written" in message
+    assert message.endswith("Closing the spider (mongo_unauthorized).")
+    assert not any(secret in caplog.text for secret in SECRETS)
+    assert client.closed
+
+
+def test_authentication_failing_mid_crawl_after_a_transient_error() -> None:
+    """A password changed under a running crawl: the retried batch stops at the auth error."""
+    pipe, client, crawler = build(**FAST)
+    coll = client["scrapy"]["books"]
+    coll.fail_next = [AutoReconnect("reset"), AUTH_FAILED]
+
+    async def main() -> None:
+        await pipe.open_spider()
+        with pytest.raises(DropItem, match="mongo_auth_failed"):
+            await pipe.process_item({"url": "a"})
+        await pipe.close_spider()
+
+    run(main())
+    assert len(coll.calls) == 2
+    assert mongo_stats(crawler) == {"fleet/mongo/fatal/18": 1, "fleet/mongo/dropped/fatal": 1,
+                                    "fleet/mongo/batches": 2, "fleet/mongo/retries": 1}
 
 
 # -- indexes ----------------------------------------------------------------------------------

@@ -9,17 +9,25 @@ sizes, and the resend after a dropped connection.
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from mockupdb import MockupDB
-from scrapy.exceptions import DropItem
+from mongowire import MongoWireServer
+from scrapy.exceptions import CloseSpider, DropItem
 from scrapy.utils.test import get_crawler
+from support import read_items, run_scrapy, start_worker, tail, wait_all
 
+from scrapy_fleet.codec import decode_dict
+from scrapy_fleet.frontier import FrontierAdmin
 from scrapy_fleet.pipelines import MongoPipeline
 from scrapy_fleet.pipelines.mongo import default_document_id
+from scrapy_fleet.testsite import generate_site
 
 Action = Callable[[Any], bool] | str | None
 
@@ -60,7 +68,7 @@ class WireServer:
             with self._lock:
                 self.index_commands.append(dict(request.doc))
             return bool(request.ok(numIndexesBefore=1, numIndexesAfter=2))
-        if name == "endSessions":
+        if name in ("endSessions", "ping"):
             return bool(request.ok())
         return False
 
@@ -225,3 +233,211 @@ def test_write_concern_error_resends_whole_batch(wire: WireServer) -> None:
     assert len(wire.updates) == 2
     assert wire.updates[1]["updates"] == wire.updates[0]["updates"]
     assert crawler.stats.get_value("fleet/mongo/retries") == 1
+
+
+# -- access control: failures waiting cannot heal (tests/mongowire.py with users) -------------
+
+PASSWORD = "s3cret-pw"
+
+
+@pytest.fixture(scope="module")
+def secured_server() -> Iterator[MongoWireServer]:
+    server = MongoWireServer(users={"writer": PASSWORD, "reader": PASSWORD},
+                             read_only={"reader"}).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def secured(secured_server: MongoWireServer) -> MongoWireServer:
+    secured_server.reset()
+    return secured_server
+
+
+def build_for(server: MongoWireServer, user: str, password: str,
+              **settings: Any) -> tuple[MongoPipeline, Any]:
+    crawler = get_crawler(settings_dict={
+        "FLEET_MONGO_URI": server.uri(0, user, password) + "&serverSelectionTimeoutMS=5000",
+        "FLEET_MONGO_RETRY_BACKOFF": 0.001,
+        "FLEET_MONGO_RETRY_MAX_BACKOFF": 0.005,
+        **settings,
+    })
+    crawler.spider = crawler._create_spider("books")
+    return MongoPipeline.from_crawler(crawler), crawler
+
+
+def mongo_errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_authenticated_writer_writes(secured: MongoWireServer) -> None:
+    pipe, crawler = build_for(secured, "writer", PASSWORD, FLEET_MONGO_BATCH_SIZE=3)
+    run(feed(pipe, items(3)))
+    assert len(secured.documents("scrapy", "books")) == 3
+    assert secured.auth_failures == [] and secured.refused == []
+    assert secured.commands["saslStart"] >= 1
+    assert crawler.stats.get_value("fleet/mongo/written") == 3
+
+
+def test_wrong_password_closes_the_spider_at_open(secured: MongoWireServer,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    pipe, crawler = build_for(secured, "writer", "wrong-pw")
+
+    async def main() -> None:
+        with pytest.raises(CloseSpider) as info:
+            await pipe.open_spider()
+        assert info.value.reason == "mongo_auth_failed"
+        await pipe.close_spider()
+
+    with caplog.at_level(logging.DEBUG):
+        run(main())
+    assert secured.auth_failures == [(0, "writer")]  # one attempt, no retry
+    assert secured.commands["update"] == secured.commands["createIndexes"] == 0
+    stats = crawler.stats.get_stats()
+    assert {k: v for k, v in stats.items() if k.startswith("fleet/mongo/")} == {
+        "fleet/mongo/fatal/18": 1}
+    (record,) = mongo_errors(caplog)
+    assert record.name == "scrapy_fleet.pipelines.mongo"
+    message = record.getMessage()
+    assert f"writer:***@127.0.0.1:{secured.port()}/" in message
+    assert "AuthenticationFailed" in message and "(mongo_auth_failed)" in message
+    assert "wrong-pw" not in caplog.text and PASSWORD not in caplog.text
+
+
+def test_read_only_user_stops_at_the_first_write(secured: MongoWireServer,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    pipe, crawler = build_for(secured, "reader", PASSWORD, FLEET_MONGO_BATCH_SIZE=3,
+                              FLEET_MONGO_FLUSH_INTERVAL=600)
+
+    async def main() -> list[Any]:
+        results = await feed(pipe, items(3))
+        with pytest.raises(RuntimeError):  # closed
+            await pipe.process_item({"url": "late"})
+        return results
+
+    with caplog.at_level(logging.DEBUG):
+        results = run(main())
+    assert all(isinstance(r, DropItem) and "mongo_unauthorized" in str(r) for r in results)
+    # createIndexes at open (a warning: writing might be allowed), then ONE update: not retried
+    assert [(user, next(iter(cmd))) for _, user, cmd in secured.refused] == [
+        ("reader", "createIndexes"), ("reader", "update")]
+    assert len(secured.refused[1][2]["updates"]) == 3
+    assert secured.updates == [] and secured.documents("scrapy", "books") == []
+    stats = {k: v for k, v in crawler.stats.get_stats().items() if k.startswith("fleet/mongo/")}
+    assert stats == {"fleet/mongo/fatal/13": 1, "fleet/mongo/dropped/fatal": 3,
+                     "fleet/mongo/batches": 1}
+    (record,) = mongo_errors(caplog)
+    message = record.getMessage()
+    assert "is not authorized to write to scrapy.books (OperationFailure 13 Unauthorized" in \
+        message
+    assert "3 item(s) not written" in message
+    assert PASSWORD not in caplog.text
+
+
+# -- a real crawl: the pages of refused items are not acknowledged -----------------------------
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "example_project"
+
+
+def _stat(log: str, key: str) -> str | None:
+    """The value of *key* in the stats Scrapy dumps at close (as printed)."""
+    found = re.search(rf"'{re.escape(key)}': ([^,\n}}]+)", log)
+    return found.group(1) if found else None
+
+
+def _errors(log: str) -> list[str]:
+    return [line for line in log.splitlines() if "] ERROR: " in line]
+
+
+@pytest.mark.slow
+def test_crawl_with_bad_credentials_acknowledges_no_unwritten_page(
+        redis_url: str, site_factory: Any, worker_env: dict[str, str], tmp_path: Path) -> None:
+    """Three real ``scrapy crawl docs`` workers, one after the other, on a crawl of 31 pushed
+    pages: a wrong password (closes at open, fetches nothing), a read-only user (fetches
+    pages, its first write is refused: closes, acknowledges nothing, releases every lease),
+    then a user with the right to write, which crawls every page.  FLEET_LEASE_TIMEOUT is
+    long (60 s): a lease left to expire instead of being released would stall the last worker
+    past its timeout and show as ``leased`` in the frontier."""
+    paths = generate_site(tmp_path / "www", 30, 4, seed=5)
+    site = site_factory(tmp_path / "www",
+                        behaviour={"delays": [{"prefix": "/site/p/", "seconds": 0.05}]})
+    site.expected_paths = paths
+    urls = sorted(site.expected_urls)
+    pushed = run_scrapy(EXAMPLE, ["fleet", "push", "docs", *urls, "-s",
+                                  f"FLEET_REDIS_URL={redis_url}"], worker_env)
+    assert pushed.returncode == 0, pushed.stderr + pushed.stdout
+    assert f"pushed {len(urls)}," in pushed.stdout
+    admin = FrontierAdmin(redis_url, "docs")
+
+    def frontier_urls() -> list[str]:
+        """URLs of the entries still in the frontier (an acknowledged entry is deleted)."""
+        return sorted(decode_dict(p)["url"] for p in admin.client.hvals(admin.keys.data))
+
+    server = MongoWireServer(users={"writer": PASSWORD, "reader": PASSWORD},
+                             read_only={"reader"}).start()
+    common = {"FLEET_REDIS_URL": redis_url, "FLEET_MONGO_FLUSH_INTERVAL": 0.2,
+              "FLEET_IDLE_TIMEOUT": 3, "FLEET_LEASE_TIMEOUT": 60, "CONCURRENT_REQUESTS": 4}
+
+    def crawl(name: str, user: str, password: str, timeout: float) -> str:
+        log = tmp_path / f"{name}.log"
+        proc = start_worker(EXAMPLE, "docs", {
+            **common, "FLEET_MONGO_URI": server.uri(0, user, password),
+            "FLEET_JSONL_PATH": tmp_path / f"{name}.jsonl"}, worker_env, log)
+        assert wait_all([proc], timeout) == [0], tail(log)
+        return log.read_text(encoding="utf-8")
+
+    try:
+        # 1. wrong password: closed at open, before any page is fetched
+        log = crawl("wrong-password", "writer", "wrong-pw", 60)
+        assert "Spider closed (mongo_auth_failed)" in log, log[-3000:]
+        assert _stat(log, "fleet/mongo/fatal/18") == "1"
+        assert _stat(log, "finish_reason") == "'mongo_auth_failed'"
+        (error,) = _errors(log)
+        assert "[scrapy_fleet.pipelines.mongo] ERROR: MongoDB refused the credentials of " \
+               f"FLEET_MONGO_URI=mongodb://writer:***@127.0.0.1:{server.port()}/" in error
+        assert "wrong-pw" not in log
+        assert server.auth_failures == [(0, "writer")]
+        assert site.requests() == []
+        assert frontier_urls() == urls
+        status = admin.status()
+        assert (status["queued"], status["leased"], status["counters"].get("acked", 0)) == (
+            len(urls), 0, 0)
+
+        # 2. read-only user: pages fetched, first write refused, nothing acknowledged
+        log = crawl("read-only", "reader", PASSWORD, 60)
+        assert "Spider closed (mongo_unauthorized)" in log, log[-3000:]
+        assert _stat(log, "fleet/mongo/fatal/13") == "1"
+        (error,) = _errors(log)
+        assert "[scrapy_fleet.pipelines.mongo] ERROR: The MongoDB user of FLEET_MONGO_URI=" \
+               f"mongodb://reader:***@127.0.0.1:{server.port()}/" in error
+        assert "is not authorized to write to scrapy.docs" in error
+        assert PASSWORD not in log
+        refused = [u["u"]["$set"]["url"] for _, user, cmd in server.refused
+                   if user == "reader" and "update" in cmd for u in cmd["updates"]]
+        assert refused, server.refused
+        fetched = {site.url.rstrip("/") + r["path"] for r in site.requests()}
+        assert set(refused) <= fetched  # really processed by the worker...
+        assert frontier_urls() == urls  # ... and not acknowledged: every entry is still there
+        status = admin.status()
+        assert (status["queued"], status["leased"], status["dead"]) == (len(urls), 0, 0)
+        assert status["counters"].get("acked", 0) == 0
+        assert int(_stat(log, "fleet/frontier/released") or 0) >= len(set(refused))
+        dropped = int(_stat(log, "fleet/mongo/dropped/fatal") or 0)
+        assert dropped >= len(set(refused))
+        assert int(_stat(log, "item_dropped_count") or 0) == dropped  # DropItem, at DEBUG
+        assert read_items([tmp_path / "read-only.jsonl"]) == []  # nothing went past MongoDB
+        assert server.documents("scrapy", "docs") == []
+
+        # 3. a user that may write: every page, the refused ones included, is written once
+        log = crawl("writer", "writer", PASSWORD, 90)
+        assert "Spider closed (finished)" in log, log[-3000:]
+        assert _errors(log) == []
+    finally:
+        server.stop()
+    docs = server.documents("scrapy", "docs")
+    assert sorted(doc["url"] for doc in docs) == urls
+    assert set(refused) <= {doc["url"] for doc in docs}
+    status = admin.status()
+    assert (status["queued"], status["leased"], status["dead"]) == (0, 0, 0), status
+    assert status["counters"].get("reclaimed", 0) == 0  # no lease ever expired: all released
+    admin.close()

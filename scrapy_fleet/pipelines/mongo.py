@@ -22,6 +22,15 @@ is fetched again.  A document MongoDB rejects for good (validation, code 121, an
 non-transient write errors) is logged with its id, counted in ``fleet/mongo/write_errors/<code>``
 and dropped with :class:`~scrapy.exceptions.DropItem`; the rest of its batch is unaffected.
 
+Failures that waiting cannot heal stop the crawl instead of being retried forever: MongoDB
+refusing the URI's credentials (code 18, or Atlas's 8000 "bad auth"), its user lacking the right
+to write (code 13), or a URI / client configuration pymongo refuses (``ConfigurationError``).
+At open they close the spider before any page is fetched; during the crawl the pipeline logs one
+error, counts ``fleet/mongo/fatal/<code or name>``, drops the items it holds, makes the engine
+stop reporting finished requests to the fleet scheduler (so none of them is acknowledged: the
+scheduler releases their leases when it closes) and closes the spider with the reason
+``mongo_auth_failed``, ``mongo_unauthorized`` or ``mongo_config_error``.
+
 The pipeline needs Scrapy's asyncio reactor (the default since Scrapy 2.13).
 """
 
@@ -32,24 +41,29 @@ import hashlib
 import json
 import logging
 import random
+import re
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote_plus
 
 import bson
 from itemadapter import ItemAdapter
 from pymongo import ASCENDING, MongoClient, UpdateOne
 from pymongo.errors import (
     BulkWriteError,
+    ConfigurationError,
     DocumentTooLarge,
     OperationFailure,
     PyMongoError,
 )
-from scrapy.exceptions import DropItem, NotConfigured
+from scrapy.exceptions import CloseSpider, DropItem, NotConfigured
+from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.misc import load_object
 
+from scrapy_fleet import engine_hooks
 from scrapy_fleet.config import _check, _number
 from scrapy_fleet.errors import FleetConfigError
 
@@ -94,6 +108,138 @@ DUPLICATE_KEY_RETRIES = 3
 MAX_BSON_SIZE = 16 * 1024 * 1024
 
 _STAT = "fleet/mongo/"
+
+#: Server error codes that no retry heals: the URI's credentials, or its user's rights.
+AUTHENTICATION_FAILED = 18
+UNAUTHORIZED = 13
+#: MongoDB Atlas's proxy answers some authentication and authorization failures with this
+#: generic code ("bad auth : authentication failed", "user is not allowed to do action ...");
+#: other Atlas errors with it (quotas...) are retried like before.
+ATLAS_ERROR = 8000
+
+#: Close reasons of a crawl stopped by a MongoDB failure that waiting cannot heal.
+AUTH_FAILED_REASON = "mongo_auth_failed"
+UNAUTHORIZED_REASON = "mongo_unauthorized"
+CONFIG_ERROR_REASON = "mongo_config_error"
+
+#: URI options whose values may be secrets (hidden by :func:`redact_uri`).
+_SECRET_OPTIONS = re.compile(
+    r"(?i)\b((?:tlsCertificateKeyFilePassword|sslClientCertificateKeyPassword|sslPEMKeyPassword"
+    r"|authMechanismProperties)=)[^&#]*")
+
+
+@dataclass(frozen=True)
+class FatalError:
+    """A MongoDB failure that waiting cannot heal, and how the crawl is stopped for it."""
+
+    reason: str  #: close reason of the spider (``mongo_auth_failed``...)
+    key: str  #: ``fleet/mongo/fatal/<key>``: the server error code, or the exception class
+    exc: BaseException
+
+
+def _errmsg(exc: BaseException) -> str:
+    details = getattr(exc, "details", None)
+    if isinstance(details, Mapping) and details.get("errmsg"):
+        return str(details["errmsg"])
+    return str(exc)
+
+
+def fatal_error(exc: BaseException) -> FatalError | None:
+    """*exc* as a failure that no retry heals, or ``None`` (then it is retried as before).
+
+    Authentication failed (code 18; Atlas code 8000 saying "bad auth" / "authentication"),
+    not authorized (code 13; Atlas code 8000 saying "not allowed" / "not authorized"), and
+    ``pymongo.errors.ConfigurationError`` (invalid URI or options, a mongodb+srv name that does
+    not resolve, a missing dependency of the auth mechanism, an unsupported server version).
+    """
+    if isinstance(exc, ConfigurationError):
+        return FatalError(CONFIG_ERROR_REASON, type(exc).__name__, exc)
+    if not isinstance(exc, OperationFailure) or isinstance(exc, BulkWriteError):
+        return None
+    code = exc.code
+    if code == AUTHENTICATION_FAILED:
+        return FatalError(AUTH_FAILED_REASON, str(code), exc)
+    if code == UNAUTHORIZED:
+        return FatalError(UNAUTHORIZED_REASON, str(code), exc)
+    if code == ATLAS_ERROR:
+        message = _errmsg(exc).lower()
+        if "bad auth" in message or "authentication" in message:
+            return FatalError(AUTH_FAILED_REASON, str(code), exc)
+        if "not allowed" in message or "not authorized" in message:
+            return FatalError(UNAUTHORIZED_REASON, str(code), exc)
+    return None
+
+
+def _userinfo(uri: str) -> tuple[str, str, str | None, str]:
+    """``(scheme://, user, password or None, rest)`` of a MongoDB URI, leniently.
+
+    Everything up to the LAST ``@`` counts as user info, so that a password with unescaped
+    ``@``, ``/`` or ``?`` (which pymongo refuses, a common cause of InvalidURI) is still hidden;
+    when in doubt more is hidden, never less.
+    """
+    scheme, sep, rest = uri.partition("://")
+    if not sep or "@" not in rest:
+        return scheme + sep, "", None, rest
+    userinfo, _, rest = rest.rpartition("@")
+    user, colon, password = userinfo.partition(":")
+    return scheme + sep, user, password if colon else None, rest
+
+
+def redact_uri(uri: str) -> str:
+    """*uri* for logs: the password replaced by ``***``, and the values of the options that may
+    hold secrets (``tlsCertificateKeyFilePassword``, ``authMechanismProperties``...) too."""
+    scheme, user, password, rest = _userinfo(uri)
+    if password is not None:
+        rest = f"{user}:***@{rest}"
+    elif user:
+        rest = f"{user}@{rest}"
+    return _SECRET_OPTIONS.sub(r"\1***", scheme + rest)
+
+
+def _scrub(text: str, uri: str) -> str:
+    """*text* (an error message) without the URI's password, raw or percent-decoded."""
+    password = _userinfo(uri)[2]
+    for secret in {password, unquote_plus(password)} if password else ():
+        text = text.replace(secret, "***")
+    return text
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OperationFailure):
+        details = exc.details if isinstance(exc.details, Mapping) else {}
+        name = details.get("codeName")
+        return f"{type(exc).__name__} {exc.code}{f' {name}' if name else ''}: {_errmsg(exc)}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _running_engine(crawler: Crawler | None) -> Any:
+    if crawler is None:
+        return None
+    try:
+        return crawler.engine
+    except RuntimeError:  # Scrapy 2.19: not set before the crawl starts
+        return None
+
+
+def stop_acknowledging(crawler: Crawler | None, reason: str) -> bool:
+    """Tell the fleet scheduler to acknowledge no request from now on
+    (:meth:`~scrapy_fleet.scheduler.FleetScheduler.withhold_acknowledgements`).
+
+    After a fatal MongoDB failure the requests still in progress have items that were not
+    written: the scheduler keeps them leased and releases them when it closes (they go back to
+    the queue, without the penalty of an expiry).  With another scheduler this changes nothing.
+
+    Returns:
+        False when there is no running engine or its scheduler cannot withhold.
+    """
+    if _running_engine(crawler) is None:
+        return False
+    scheduler = engine_hooks.scheduler_of(crawler)  # type: ignore[arg-type]
+    withhold = getattr(scheduler, "withhold_acknowledgements", None)
+    if not callable(withhold):
+        return False
+    withhold(reason)
+    return True
 
 
 def _default_client_factory(uri: str) -> Any:
@@ -293,6 +439,7 @@ class _Outcome:
     error: BaseException | None = None  # why `retry` is not empty (back-off applies)
     retry_now: bool = False  # retry without back-off (bad documents were taken out)
     fatal: BaseException | None = None  # not a MongoDB error: fail the items
+    stop: FatalError | None = None  # credentials, rights, configuration: stop the crawl
 
 
 def _isolate_bad_documents(ops: Sequence[_Op], exc: BaseException) -> _Outcome:
@@ -327,7 +474,11 @@ def write_batch(collection: Any, ops: Sequence[_Op]) -> _Outcome:
         return _classify_bulk_error(ops, exc)
     except (bson.errors.InvalidDocument, DocumentTooLarge) as exc:
         return _isolate_bad_documents(ops, exc)
-    except PyMongoError as exc:  # network, elections, timeouts, auth...: all retried
+    except PyMongoError as exc:
+        stop = fatal_error(exc)
+        if stop is not None:  # credentials, rights, configuration: waiting does not help
+            return _Outcome(stop=stop)
+        # network, elections, timeouts...: retried
         return _Outcome(retry=list(range(len(ops))), error=exc)
     except Exception as exc:  # a bug, not an outage: surface it
         return _Outcome(fatal=exc)
@@ -379,6 +530,11 @@ class MongoPipeline:
       ``fleet/mongo/write_errors/<code>``);
     * does not finish while MongoDB is unreachable (retried with back-off, stat
       ``fleet/mongo/retries``), so the request that produced the item is not acknowledged;
+    * raises :class:`~scrapy.exceptions.DropItem` (logged at DEBUG, stat
+      ``fleet/mongo/dropped/fatal``) after a failure waiting cannot heal (see
+      :func:`fatal_error`): the pipeline has then logged one error, counted
+      ``fleet/mongo/fatal/<code or name>``, stopped the acknowledgements of the worker
+      (:func:`stop_acknowledging`) and asked the engine to close the spider;
     * raises the exception of a non-MongoDB failure (a bug), which Scrapy reports as an item
       error.
 
@@ -408,6 +564,9 @@ class MongoPipeline:
         self._idle: asyncio.Future[None] | None = None
         self._closing = False
         self._closed = False
+        self._fatal: FatalError | None = None  # set once, by _stop
+        self._unsettled: set[asyncio.Future[None]] = set()  # futures of queued or written ops
+        self._close_task: asyncio.Task[None] | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> MongoPipeline:
@@ -422,12 +581,17 @@ class MongoPipeline:
     # -- Scrapy hooks -------------------------------------------------------------------------
 
     async def open_spider(self) -> None:
-        """Create the client and thread pool and the indexes of the spider's collection.
+        """Create the client and thread pool, ``ping`` MongoDB (which authenticates), and
+        create the indexes of the spider's collection.
 
-        Index creation failing (MongoDB down) is logged and tried again before the first
-        write to that collection; it does not stop the crawl.
+        MongoDB being unreachable is logged and does not stop the crawl: index creation is
+        tried again before the first write to each collection.  A failure waiting cannot heal
+        (:func:`fatal_error`: wrong credentials, bad URI) is logged once, counted in
+        ``fleet/mongo/fatal/<code or name>``, and closes the spider before any page is fetched.
 
         Raises:
+            CloseSpider: reason ``mongo_auth_failed``, ``mongo_unauthorized`` or
+                ``mongo_config_error``.
             RuntimeError: Scrapy does not run the asyncio reactor.
         """
         try:
@@ -443,11 +607,21 @@ class MongoPipeline:
                                             thread_name_prefix="fleet-mongo")
         self._writers = asyncio.Semaphore(self.config.concurrency)
         self._room = asyncio.Semaphore(self.config.max_pending)
-        self.client = await self._loop.run_in_executor(self._executor, self.config.client_factory,
-                                                       self.config.uri)
-        if self.config.collection is None or "%(item_class)" not in self.config.collection:
-            name = self.collection_name(None)
-            await self._loop.run_in_executor(self._executor, self._ensure_indexes, name)
+        name: str | None = None
+        try:
+            self.client = await self._loop.run_in_executor(
+                self._executor, self.config.client_factory, self.config.uri)
+            reachable = await self._loop.run_in_executor(self._executor, self._ping)
+            if reachable and (self.config.collection is None
+                              or "%(item_class)" not in self.config.collection):
+                name = self.collection_name(None)
+                await self._loop.run_in_executor(self._executor, self._ensure_indexes, name)
+        except PyMongoError as exc:  # _ping and _ensure_indexes let only fatal errors out
+            fatal = fatal_error(exc)
+            if fatal is None:
+                raise
+            self._stop(fatal, name, opening=True)
+            raise CloseSpider(fatal.reason) from None
 
     async def process_item(self, item: Any) -> Any:
         """Queue the item's upsert and wait until it is written (see the class docstring).
@@ -461,11 +635,17 @@ class MongoPipeline:
         """
         if self._loop is None or self._room is None or self._closed:
             raise RuntimeError("MongoPipeline.process_item called while the pipeline is closed")
+        if self._fatal is not None:
+            raise self._not_written()
         op = self.build_op(item)
         self._active += 1
         try:
             await self._room.acquire()
             try:
+                if self._fatal is not None:
+                    raise self._not_written()
+                self._unsettled.add(op.future)
+                op.future.add_done_callback(self._unsettled.discard)
                 self._enqueue(op)
                 # shield: a cancelled caller must not cancel the write other items share.
                 await asyncio.shield(op.future)
@@ -481,7 +661,8 @@ class MongoPipeline:
         """Flush every batch, wait until all are settled, then close the client.
 
         While MongoDB is unreachable this waits (and retries) until it comes back: stopping a
-        worker is never a reason to drop items.
+        worker is never a reason to drop items.  After a fatal failure nothing is left to wait
+        for (every item was dropped).
         """
         if self._loop is None or self._closed:
             return
@@ -608,12 +789,21 @@ class MongoPipeline:
     def _attempt(self, name: str, ops: Sequence[_Op]) -> _Outcome:
         """One write attempt, in a worker thread."""
         if name not in self._indexed:
-            self._ensure_indexes(name)
+            try:
+                self._ensure_indexes(name)
+            except PyMongoError as exc:  # only the failures waiting cannot heal get here
+                stop = fatal_error(exc)
+                if stop is None:
+                    return _Outcome(retry=list(range(len(ops))), error=exc)
+                return _Outcome(stop=stop)
         return write_batch(self.client[self.config.database][name], ops)
 
     def _settle(self, name: str, ops: list[_Op], outcome: _Outcome) -> list[_Op]:
         """Complete the futures of settled ops, update stats; return the ops to retry."""
         self._inc("batches")
+        if outcome.stop is not None:
+            self._stop(outcome.stop, name)
+            return []
         if outcome.fatal is not None:
             logger.error("MongoDB write of %d item(s) to %s failed", len(ops), name,
                          exc_info=outcome.fatal)
@@ -637,8 +827,34 @@ class MongoPipeline:
                     f"MongoDB rejected document _id={op.doc_id!r} (code {code}): {message}"))
         return [ops[i] for i in outcome.retry]
 
+    def _ping(self) -> bool:
+        """``ping`` MongoDB, in a thread: False (logged) when it cannot be reached.
+
+        Raises:
+            PyMongoError: a failure waiting cannot heal (:func:`fatal_error`).
+        """
+        command = getattr(getattr(self.client, "admin", None), "command", None)
+        if command is None:  # a client of FLEET_MONGO_CLIENT_FACTORY without commands
+            return True
+        try:
+            command("ping")
+        except PyMongoError as exc:
+            if fatal_error(exc) is not None:
+                raise
+            logger.warning("MongoDB at %s cannot be reached yet (%s); the crawl starts anyway "
+                           "and items wait in the pipeline until it can be reached",
+                           redact_uri(self.config.uri), _scrub(_describe(exc), self.config.uri))
+            return False
+        return True
+
     def _ensure_indexes(self, name: str) -> None:
-        """Create this pipeline's indexes on collection *name* (idempotent), in a thread."""
+        """Create this pipeline's indexes on collection *name* (idempotent), in a thread.
+
+        A user without the right to create indexes (code 13) gets a warning and no indexes.
+
+        Raises:
+            PyMongoError: a failure waiting cannot heal (:func:`fatal_error`).
+        """
         coll = self.client[self.config.database][name]
         cfg = self.config
         try:
@@ -657,14 +873,106 @@ class MongoPipeline:
                              name, exc)
                 self._indexed.add(name)
                 return
+            fatal = fatal_error(exc)
+            if fatal is not None and fatal.reason == UNAUTHORIZED_REASON:
+                # writing may still be allowed (a custom role): the first write will tell
+                logger.warning("The MongoDB user may not create indexes on %s.%s (%s); going "
+                               "on without them: create them yourself or grant createIndex",
+                               cfg.database, name, _scrub(_describe(exc), cfg.uri))
+                self._indexed.add(name)
+                return
+            if fatal is not None:
+                raise
             logger.warning("Could not create MongoDB indexes on %s.%s yet: %s", cfg.database,
                            name, exc)
             return
         except PyMongoError as exc:
+            if fatal_error(exc) is not None:
+                raise
             logger.warning("Could not create MongoDB indexes on %s.%s yet: %s", cfg.database,
                            name, exc)
             return
         self._indexed.add(name)
+
+    # -- failures waiting cannot heal ---------------------------------------------------------
+
+    def _not_written(self) -> DropItem:
+        """The DropItem of an item not written because of the fatal failure (and its stat)."""
+        assert self._fatal is not None
+        self._inc("dropped/fatal")
+        return DropItem(f"MongoDB unusable ({self._fatal.reason}): item not written; its request "
+                        "is not acknowledged and will be fetched again", log_level="DEBUG")
+
+    def _stop(self, fatal: FatalError, collection: str | None, opening: bool = False) -> None:
+        """Stop for good after *fatal*: one error, the stat, no more acknowledgements, every
+        pending item dropped, other writes cancelled, the spider closed (at open: by the
+        caller, which raises CloseSpider)."""
+        if self._fatal is not None:
+            return
+        self._fatal = fatal
+        self._inc(f"fatal/{fatal.key}")
+        closing = False
+        if not opening:
+            stop_acknowledging(self.crawler, fatal.reason)
+            closing = self._request_close(fatal.reason)
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        self._buffers.clear()
+        pending = [future for future in self._unsettled if not future.done()]
+        logger.error("%s", self._fatal_message(fatal, collection, opening, closing, len(pending)))
+        for future in pending:
+            future.set_exception(self._not_written())
+        current = asyncio.current_task()
+        for task in list(self._tasks):
+            if task is not current:
+                task.cancel()  # a batch in back-off or in flight: its items are dropped above
+
+    def _fatal_message(self, fatal: FatalError, collection: str | None, opening: bool,
+                       closing: bool, pending: int) -> str:
+        cfg = self.config
+        uri = redact_uri(cfg.uri)
+        cause = _scrub(_describe(fatal.exc), cfg.uri)
+        if fatal.reason == AUTH_FAILED_REASON:
+            text = (f"MongoDB refused the credentials of FLEET_MONGO_URI={uri} ({cause}). "
+                    "Retrying cannot fix this: check the user name, the password and "
+                    "authSource / authMechanism.")
+        elif fatal.reason == UNAUTHORIZED_REASON:
+            target = f"{cfg.database}.{collection}" if collection else cfg.database
+            text = (f"The MongoDB user of FLEET_MONGO_URI={uri} is not authorized to write to "
+                    f"{target} ({cause}). Retrying cannot fix this: grant it readWrite on "
+                    f"{cfg.database} (or insert, update and createIndex on the collection).")
+        else:
+            text = (f"FLEET_MONGO_URI={uri} cannot be used ({cause}). Retrying cannot fix "
+                    "this: correct the URI or the client options.")
+        if opening:
+            return text + f" Closing the spider before any page is fetched ({fatal.reason})."
+        text += (f" {pending} item(s) not written: their requests are not acknowledged and go "
+                 "back to the frontier when the worker closes.")
+        if closing:
+            return text + f" Closing the spider ({fatal.reason})."
+        return text + " No running engine to close: every further item is dropped."
+
+    def _request_close(self, reason: str) -> bool:
+        """Ask the running engine to close the spider with *reason* (in a task)."""
+        engine = _running_engine(self.crawler)
+        spider = getattr(engine, "spider", None)
+        if engine is None or spider is None or self._loop is None:
+            return False
+        self._close_task = self._loop.create_task(self._close_spider_with(engine, spider,
+                                                                          reason))
+        return True
+
+    @staticmethod
+    async def _close_spider_with(engine: Any, spider: Any, reason: str) -> None:
+        try:
+            close = getattr(engine, "close_spider_async", None)  # Scrapy >= 2.14
+            if close is not None:
+                await close(reason=reason)
+            else:
+                await maybe_deferred_to_future(engine.close_spider(spider, reason))
+        except Exception:
+            logger.exception("Could not close the spider (%s)", reason)
 
     def _inc(self, key: str, count: int = 1) -> None:
         if self.stats is not None and count:
