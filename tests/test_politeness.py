@@ -65,11 +65,13 @@ def test_rate_limit_holds_across_four_workers(redis_url, three_hosts, worker_env
     times = hits(site, "127.0.0.2")
     assert len(times) == 20
     gaps = [b - a for a, b in itertools.pairwise(times)]
-    # GCRA at 2/s, burst 1: one turn every 0.5 s by Redis's clock; a turn taken late keeps
-    # the schedule, so one gap may be short after a long one, but any two gaps in a row
-    # span about a second, and no 1-second window holds more than 3
-    assert min(a + b for a, b in itertools.pairwise(gaps)) > 0.8, gaps
-    assert max(sum(1 for t in times if s <= t < s + 1.0) for s in times) <= 3
+    # GCRA at 2/s, burst 1: one turn every 0.5 s by Redis's clock (tests/test_hosts.py checks
+    # the turns themselves).  Here the times are arrivals at the site: a turn taken late keeps
+    # the schedule, and a request may leave its worker late after its turn, so one gap may be
+    # short after a long one; but no 1-second window holds more than 3, no 2-second window
+    # more than 5, and the whole run keeps the rate
+    assert max(sum(1 for t in times if s <= t < s + 1.0) for s in times) <= 3, gaps
+    assert max(sum(1 for t in times if s <= t < s + 2.0) for s in times) <= 5, gaps
     assert (len(times) - 1) / (times[-1] - times[0]) <= 2.1
 
 
@@ -95,8 +97,10 @@ def test_a_slow_host_does_not_block_a_fast_one(redis_url, three_hosts, worker_en
     assert len(slow_times) == 8 and len(fast_times) == 80
     # the fast host is done while the slow one still has most of its 8 s to go
     assert fast_times[-1] < slow_times[4]
+    # 1/s on the slow host (arrival times: a late turn may be followed by a short gap)
     gaps = [b - a for a, b in itertools.pairwise(slow_times)]
-    assert min(gaps) > 0.8
+    assert max(sum(1 for t in slow_times if s <= t < s + 1.0) for s in slow_times) <= 2, gaps
+    assert (len(slow_times) - 1) / (slow_times[-1] - slow_times[0]) <= 1.1, gaps
 
 
 def test_robots_txt_is_fetched_once_and_obeyed_fleet_wide(redis_url, three_hosts,
@@ -113,8 +117,11 @@ def test_robots_txt_is_fetched_once_and_obeyed_fleet_wide(redis_url, three_hosts
     assert not {"/site/p/1.html", "/site/p/10.html", "/site/p/11.html"} & paths
     assert len({i["url"] for i in read_items(outs)}) == 9
     times = hits(site, "127.0.0.2")
+    # Crawl-delay: 1 holds for the fleet, not per worker: turns at least 1 s apart by Redis's
+    # clock; at the site, a request that left its worker late may arrive closer to the next
     gaps = [b - a for a, b in itertools.pairwise(times)]
-    assert min(gaps) > 0.8  # Crawl-delay: 1 holds for the fleet, not per worker
+    assert max(sum(1 for t in times if s <= t < s + 1.0) for s in times) <= 2, gaps
+    assert (len(times) - 1) / (times[-1] - times[0]) <= 1.05, gaps
     status = FrontierAdmin(redis_url, "fetch").status()
     assert (status["queued"], status["leased"]) == (0, 0)
 
