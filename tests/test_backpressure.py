@@ -150,7 +150,22 @@ def test_links_of_a_full_host_take_the_parent_s_own_place(redis_url):
     # h.test has 2 entries, the parent's place takes one link; the parent parks, the host
     # stays at its bound
     assert (res.pushed, res.parked, res.deferred) == (1, 1, 0)
-    assert int(redis.Redis.from_url(redis_url).hget(admin.keys.hostq, "h.test")) == 2
+    client = redis.Redis.from_url(redis_url)
+    assert int(client.hget(admin.keys.hostq, "h.test")) == 2
+    # a link to the full host is not pushed: its parent is deferred, not parked
+    admin.push([link("http://o.test/")])
+    held = admin.sync(SyncBatch(take=5), worker="w").leased
+    o = next(x for x in held if url_of(x) == "http://o.test/")
+    res = admin.sync(SyncBatch(acks=[(o.entry_id, o.token)],
+                               pushes=[link("http://h.test/5", group=1)]), worker="w")
+    assert (res.deferred, res.parked) == (1, 0)
+    assert admin.status()["parked"] == 1
+    # a leased h.test entry is done: its place goes to the parked parent, back in the queue
+    first = next(x for x in held if url_of(x).startswith("http://h.test/"))
+    res = admin.sync(SyncBatch(acks=[(first.entry_id, first.token)]), worker="w")
+    assert (res.acked, res.resumed) == (1, 1)
+    assert admin.status()["parked"] == 0
+    assert int(client.hget(admin.keys.hostq, "h.test")) == 2
 
 
 def test_parent_is_deferred_when_no_link_host_has_room(redis_url):

@@ -282,11 +282,14 @@ local function push(p, index)
 end
 
 -- Parked requests go back to the queue, oldest first, while the frontier (and the request's
--- host) has room; at most `limit` records are looked at per call.  A record that cannot be
--- read is dead-lettered, never dropped.
+-- host) has room; at most `limit` records are looked at per call, and at most 16 of them
+-- (whose host is full) moved to the tail.  A record that cannot be read is dead-lettered,
+-- never dropped.
 local function resume_parked(limit)
   local n = math.min(limit, redis.call('LLEN', PARKED))
+  local rotated = 0
   for _ = 1, n do
+    if rotated >= 16 then return end
     if queue_max > 0 and size >= queue_max then return end
     local raw = redis.call('LPOP', PARKED)
     if not raw then return end
@@ -300,6 +303,7 @@ local function resume_parked(limit)
       count('dead_lettered', 1)
     elseif host_full(rec[3]) then
       redis.call('RPUSH', PARKED, raw)  -- its host is full: the next one may go
+      rotated = rotated + 1
     else
       local id, host = rec[1], rec[3]
       redis.call('HSET', DATA, id, rec[4])
