@@ -35,6 +35,15 @@ logger = logging.getLogger(__name__)
 
 OP_TTL_MS = 300_000
 RECLAIM_LIMIT = 100
+#: largest |Request.priority| the frontier orders by (scripts/hosts.lua checks it too): the
+#: scheduler clamps larger ones (the request itself keeps its priority), pushes refuse them
+PRIORITY_LIMIT = 2**31
+
+
+def clamp_priority(priority: int) -> int:
+    """*priority* within +-PRIORITY_LIMIT (the frontier's order of requests beyond it is
+    that of the limit)."""
+    return max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, int(priority)))
 
 
 @dataclass

@@ -37,7 +37,7 @@ from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.downloadermiddlewares import robots_of
 from scrapy_fleet.dupefilter import RedisBloomDupeFilter
 from scrapy_fleet.errors import FleetConfigError, RedisUnavailableError, RequestEncodeError
-from scrapy_fleet.frontier import AsyncFrontier, SyncBatch, SyncResult
+from scrapy_fleet.frontier import AsyncFrontier, SyncBatch, SyncResult, clamp_priority
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.redis_client import is_oom
 
@@ -104,6 +104,7 @@ class FleetScheduler(BaseScheduler):
         self._last_extend = 0.0
         self._uninstall_hook: Any = None
         self._logged_dupe = False
+        self._logged_clamp = False
         self._lost_total = 0
         self._withheld: str | None = None  # why finished requests are no longer acknowledged
         #: host -> time.monotonic() until which it is on hold, from the last frontier call
@@ -144,7 +145,9 @@ class FleetScheduler(BaseScheduler):
         # the bounds the workers run with, for pushes from outside the project
         await self.frontier.client.hset(keys.config, mapping={
             "queue_max": self.config.queue_max or 0,
-            "low_watermark": self.config.queue_low_watermark})
+            "low_watermark": self.config.queue_low_watermark,
+            "host_queue_max": self.config.host_queue_max or 0,
+            "host_key": self.config.host_key})
         for warning in await memory.check_redis_memory(self.frontier.client, self.config):
             logger.warning(warning, extra={"spider": spider})
             self._inc("fleet/backpressure/memory_warnings")
@@ -228,7 +231,15 @@ class FleetScheduler(BaseScheduler):
             return False
         key = b"" if request.dont_filter or not isinstance(self.df, RedisBloomDupeFilter) \
             else self.df.bloom_key(request)
-        out: _Out = (request.url, key, request.priority, payload,
+        priority = clamp_priority(request.priority)
+        if priority != request.priority:
+            self._inc("fleet/frontier/priority_clamped")
+            if not self._logged_clamp:
+                logger.warning("Request priority %d is beyond +-2**31: the frontier orders "
+                               "<%s %s> as %d (logged once)", request.priority, request.method,
+                               request.url, priority, extra={"spider": self.spider})
+                self._logged_clamp = True
+        out: _Out = (request.url, key, priority, payload,
                      politeness.host_key(request.url, self.config.host_key))
         parent = self._parent_lease(request)
         if parent is not None:

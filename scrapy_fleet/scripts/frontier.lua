@@ -63,6 +63,7 @@ end
 local n_acks = #req.a
 for _, p in ipairs(req.p) do
   if type(p) ~= 'table' or type(p[1]) ~= 'string' or type(p[2]) ~= 'number'
+      or p[2] ~= p[2] or math.abs(p[2]) > PRIORITY_LIMIT
       or type(p[3]) ~= 'string' or (p[1] ~= '' and #p[1] ~= 12)
       or type(p[4]) ~= 'number' or p[4] < 0 or p[4] > n_acks or type(p[5]) ~= 'string' then
     return redis.error_reply('ERR fleet: bad push entry')
@@ -451,8 +452,10 @@ if take > 0 then
       local m = heads[h]
       redis.call('ZREM', Q, m)
       local score, id = member_parts(h, m)
-      local data = redis.call('HGET', DATA, id)
-      if not data then
+      local data = id and redis.call('HGET', DATA, id)
+      if not id then
+        count('bad_queue_members', 1)  -- not written by this script: nothing to lease
+      elseif not data then
         to_dead(id, 'entry has no data')
       else
         local tok = redis.call('INCR', TOKEN)

@@ -17,6 +17,9 @@
 
 local FAR = 9e15
 local PRIO_OFFSET = 1e15
+-- |Request.priority| the frontier accepts (frontier.py PRIORITY_LIMIT): far inside the range
+-- the 16-digit queue key and Lua's doubles represent exactly
+local PRIORITY_LIMIT = 2147483648
 
 -- The Redis server's clock, in ms: the only clock the fleet's limits use.
 local function server_now_ms()
@@ -38,8 +41,10 @@ local function queue_member(host, score, id)
 end
 
 -- (score, id) of a member of host's queue
+-- (nil when the member is not of that form: it was not written by this script)
 local function member_parts(host, member)
-  local key, id = string.match(string.sub(member, #host + 2), '^(%d+)\t(.*)$')
+  local key, id = string.match(string.sub(member, #host + 2), '^(%d+)\t(.+)$')
+  if not key then return nil, nil end
   return tonumber(key) - PRIO_OFFSET, id
 end
 
