@@ -24,10 +24,10 @@ from typing import Any
 
 from scrapy import Request
 
-from scrapy_fleet import codec, push
+from scrapy_fleet import codec, politeness, push
 from scrapy_fleet.config import DEFAULTS, validate_crawl_id, validate_redis_url
 from scrapy_fleet.errors import FleetConfigError, RedisUnavailableError, RequestDecodeError
-from scrapy_fleet.frontier import FrontierAdmin, FrontierParams
+from scrapy_fleet.frontier import PRIORITY_LIMIT, FrontierAdmin, FrontierParams
 
 
 def add_action_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,14 +57,17 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
 def run_action(action: str, admin: FrontierAdmin, urls: list[str], opts: Any,
                fingerprint: Callable[[Request], bytes], label: str,
                confirm: Callable[[str], str] = input, low_watermark: int | None = None,
-               has_method: Callable[[str], bool] | None = None) -> int:
+               has_method: Callable[[str], bool] | None = None,
+               host_key_mode: str = "host") -> int:
     """Run one fleet action against *admin*; returns the exit status.  *low_watermark*
     (entries): where a push waiting for room resumes; *has_method*: checks pushed callback
-    names against the spider (inside a project)."""
+    names against the spider (inside a project); *host_key_mode*: the crawl's
+    ``FLEET_HOST_KEY`` (host, domain or ip), which pushed entries are counted under."""
     try:
         admin.ping()
         if action == "push":
-            return _push(admin, urls, opts, fingerprint, low_watermark, has_method)
+            return _push(admin, urls, opts, fingerprint, low_watermark, has_method,
+                         host_key_mode)
         if urls:
             print(f"error: {action} takes no URL arguments", file=sys.stderr)
             return push.EXIT_ERROR
@@ -111,9 +114,15 @@ class _WaitDisplay:
 
 def _push(admin: FrontierAdmin, urls: list[str], opts: Any,
           fingerprint: Callable[[Request], bytes], low_watermark: int | None,
-          has_method: Callable[[str], bool] | None = None) -> int:
+          has_method: Callable[[str], bool] | None = None, host_key_mode: str = "host") -> int:
     if opts.max_url_length < 1:
         print("error: --max-url-length must be >= 1", file=sys.stderr)
+        return push.EXIT_ERROR
+    if opts.timeout is not None and not 0 <= opts.timeout < float("inf"):
+        print("error: --timeout must be a number of seconds >= 0", file=sys.stderr)
+        return push.EXIT_ERROR
+    if abs(opts.priority) > PRIORITY_LIMIT:
+        print(f"error: --priority must be within +-{PRIORITY_LIMIT}", file=sys.stderr)
         return push.EXIT_ERROR
     if not urls and not opts.file:
         print("error: push needs URLs or -f FILE (or -f - for standard input)", file=sys.stderr)
@@ -135,15 +144,21 @@ def _push(admin: FrontierAdmin, urls: list[str], opts: Any,
                                  dont_filter=opts.dont_filter, priority=opts.priority,
                                  on_error=push.print_error, low_watermark=low_watermark,
                                  no_wait=opts.no_wait, timeout=opts.timeout,
-                                 on_wait=display, has_method=has_method)
+                                 on_wait=display, has_method=has_method,
+                                 host_key=lambda url: politeness.host_key(url, host_key_mode))
         display.done()
     print(f"pushed {report.pushed}, duplicates {report.duplicates}, "
           f"rejected {report.rejected} (crawl {admin.keys.crawl_id!r})")
     if report.waited:
         print(f"waited {report.waited:.1f} s for room in the frontier")
     if report.stopped_full:
-        print(f"error: the frontier is full (FLEET_QUEUE_MAX={admin.params.queue_max}); "
-              f"not pushed from line {report.first_unpushed_line} on", file=sys.stderr)
+        why = {"frontier": f"the frontier is full (FLEET_QUEUE_MAX={admin.params.queue_max})",
+               "host": "its host is at its bound (FLEET_HOST_QUEUE_MAX="
+                       f"{admin.params.host_queue_max})",
+               "memory": "Redis is out of memory (maxmemory)"}[report.full_reason]
+        print(f"error: not pushed from line {report.first_unpushed_line} on: {why} (to go "
+              "on, push again from that line: lines already pushed are duplicates then, "
+              "unless --dont-filter)", file=sys.stderr)
     return report.exit_status
 
 
@@ -264,6 +279,11 @@ def _stored_bounds(url: str, crawl_id: str, prefix: str) -> dict[str, Any]:
             out["queue_max"] = int(raw[b"queue_max"])
         if b"low_watermark" in raw:
             out["low_watermark"] = float(raw[b"low_watermark"])
+        if b"host_queue_max" in raw:
+            out["host_queue_max"] = int(raw[b"host_queue_max"]) or None
+        mode = raw.get(b"host_key")
+        if isinstance(mode, bytes) and mode in (b"host", b"domain", b"ip"):
+            out["host_key"] = mode.decode()
     except ValueError:
         return {}
     return out
@@ -286,11 +306,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--queue-max must be >= 0 and --low-watermark between 0 and 1")
     queue_max = queue_max or None
     admin = FrontierAdmin(url, crawl_id, prefix=opts.prefix,
-                          params=FrontierParams(queue_max=queue_max))
-    low = int(queue_max * low_mark) if queue_max else None
+                          params=FrontierParams(queue_max=queue_max,
+                                                host_queue_max=stored.get("host_queue_max")))
+    low = max(int(queue_max * low_mark), 1) if queue_max else None
     try:
         return run_action(opts.action, admin, opts.urls, opts, push.default_fingerprinter(),
-                          label="no project", low_watermark=low)
+                          label="no project", low_watermark=low,
+                          host_key_mode=stored.get("host_key", "host"))
     finally:
         admin.close()
 

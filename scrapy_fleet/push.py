@@ -62,6 +62,9 @@ class PushReport:
     waited: float = 0.0  #: seconds spent waiting for room in the frontier
     stopped_full: bool = False  #: gave up on a full frontier (no_wait or timeout)
     first_unpushed_line: int | None = None  #: where to resume after stopped_full
+    #: why it stopped: "frontier" (FLEET_QUEUE_MAX), "host" (FLEET_HOST_QUEUE_MAX of the
+    #: first line not pushed), "memory" (Redis answered OOM)
+    full_reason: str = ""
 
     @property
     def exit_status(self) -> int:
@@ -78,9 +81,14 @@ def _validate_url(url: Any, max_length: int) -> str:
         raise PushLineError(f"url is {len(url)} characters long (limit {max_length})")
     if any(c.isspace() for c in url):
         raise PushLineError("url contains whitespace")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # e.g. "Invalid IPv6 URL"
+        raise PushLineError(f"url is malformed: {exc}") from None
     if parts.scheme.lower() not in ("http", "https"):
         raise PushLineError(f"url scheme must be http or https, not {parts.scheme or 'none'!r}")
+    if "\x00" in url:
+        raise PushLineError("url contains a NUL character")
     try:
         host = parts.hostname
         parts.port  # noqa: B018 - raises ValueError on a bad port
@@ -238,10 +246,15 @@ def push_lines(admin: FrontierAdmin, lines: Iterable[tuple[int, str]],
                low_watermark: int | None = None, no_wait: bool = False,
                timeout: float | None = None,
                on_wait: Callable[[int, float], None] | None = None,
-               has_method: Callable[[str], bool] | None = None) -> PushReport:
+               has_method: Callable[[str], bool] | None = None,
+               host_key: Callable[[str], str] | None = None, poll: float = 0.5) -> PushReport:
     """Validate and push *lines* in batches, waiting while the frontier is full.
 
     *low_watermark* (entries) is where a wait ends; None = the admin's ``queue_max``.
+    *host_key* maps a URL to the key of its host (``politeness.host_key`` with the crawl's
+    ``FLEET_HOST_KEY``; default: the host name), which the per-host bound and politeness use.
+    A refused batch is tried again at most every *poll* seconds (a host at its bound can
+    refuse lines while the frontier has room).
     Returns the counts; ``stopped_full`` tells that the frontier stayed full.
 
     Raises:
@@ -265,7 +278,7 @@ def push_lines(admin: FrontierAdmin, lines: Iterable[tuple[int, str]],
                     on_error(lineno, str(exc))
                 continue
             key = b"" if request.dont_filter else bloom_key(fingerprint(request))
-            host = urlsplit(request.url).hostname or ""
+            host = host_key(request.url) if host_key else urlsplit(request.url).hostname or ""
             yield lineno, (key, request.priority, payload, 0, host)
 
     pending: list[tuple[int, tuple[bytes, int, bytes, int, str]]] = []
@@ -288,6 +301,7 @@ def push_lines(admin: FrontierAdmin, lines: Iterable[tuple[int, str]],
             if no_wait or (deadline_left is not None and deadline_left <= 0):
                 report.stopped_full = True
                 report.first_unpushed_line = pending[0][0]
+                report.full_reason = "memory"
                 return report
             if on_wait:
                 on_wait(-1, report.waited)
@@ -304,16 +318,22 @@ def push_lines(admin: FrontierAdmin, lines: Iterable[tuple[int, str]],
             on_batch(report)
         if not pending:
             continue
+        reason = "frontier" if queue_max and result.size >= queue_max else "host"
         if no_wait or (deadline_left is not None and deadline_left <= 0):
             report.stopped_full = True
             report.first_unpushed_line = pending[0][0]
+            report.full_reason = reason
             return report
         try:
-            waited = wait_for_room(admin, max(low, 1), deadline_left, on_wait)
+            waited = wait_for_room(admin, max(low, 1), deadline_left, on_wait, poll)
         except FrontierFull:
             report.stopped_full = True
             report.first_unpushed_line = pending[0][0]
+            report.full_reason = reason
             return report
+        if waited < poll:  # refused by a host's bound: the frontier has room, the host not
+            time.sleep(poll - waited)
+            waited = poll
         report.waited += waited
         if deadline_left is not None:
             deadline_left -= waited

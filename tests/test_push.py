@@ -9,12 +9,14 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 from support import EXAMPLE_PROJECT, free_port, run_scrapy
 
 from scrapy_fleet import codec
 from scrapy_fleet.errors import PushLineError
-from scrapy_fleet.frontier import FrontierAdmin
-from scrapy_fleet.push import parse_line
+from scrapy_fleet.frontier import FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.push import default_fingerprinter, parse_line, push_lines
 
 CLI = [sys.executable, "-m", "scrapy_fleet.cli"]
 
@@ -51,6 +53,10 @@ def test_full_json_spec_becomes_a_request_dict():
     ('{"url": "http://e.com/", ', "invalid JSON"),
     ('["http://e.com/"]', "JSON line must be an object"),
     ('{"method": "GET"}', "url must be a non-empty string"),
+    ("http://[::1/", "url is malformed: Invalid IPv6 URL"),
+    ("http://[x]/", "url is malformed"),
+    ('{"url": "http://e.com/a\\u0000b"}', "url contains a NUL character"),
+    ('{"url": "http://e.com/", "priority": 2147483649}', "priority must be within"),
 ])
 def test_bad_lines_are_refused_with_a_reason(line, reason):
     with pytest.raises(PushLineError) as info:
@@ -181,3 +187,65 @@ def test_acl_user_password_and_unix_socket_urls(redis_server, tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_priority_beyond_the_limit_is_a_usage_error_and_the_script_refuses_it(redis_url):
+    result = cli("--redis", redis_url, "push", "prio", "http://a.test/", "--priority",
+                 str(2**40))
+    assert result.returncode == 2 and "--priority must be within" in result.stderr
+    admin = FrontierAdmin(redis_url, "prio")
+    entry = (b"k" * 12, 2**40, codec.encode_dict({"url": "http://a.test/"}), 0, "a.test")
+    with pytest.raises(redis.ResponseError, match="bad push entry"):
+        admin.push([entry])
+    assert admin.size() == 0 and admin.status()["seen"] == 0  # checked before any write
+
+
+def test_a_queue_member_the_script_did_not_write_is_skipped_not_fatal(redis_url):
+    admin = FrontierAdmin(redis_url, "junk")
+    admin.push([(b"k" * 12, 0, codec.encode_dict({"url": "http://a.test/1"}), 0, "a.test")])
+    client = redis.Redis.from_url(redis_url)
+    client.zadd(admin.keys.queue, {"a.test\t-00000000000001\t000000000000009": 0})
+    got = []
+    for _ in range(3):
+        got += admin.sync(SyncBatch(take=5), worker="w").leased
+    assert [codec.decode_dict(e.payload)["url"] for e in got] == ["http://a.test/1"]
+    assert admin.status()["counters"]["bad_queue_members"] == 1
+
+
+def test_a_host_at_its_bound_makes_the_push_wait_politely_and_time_out(redis_url):
+    admin = FrontierAdmin(redis_url, "hostfull",
+                          params=FrontierParams(queue_max=100, host_queue_max=2))
+    lines = [(n, f"http://a.test/{n}") for n in range(1, 4)] + [(4, "http://b.test/")]
+    calls = []
+    real_push = admin.push
+    admin.push = lambda entries: calls.append(len(entries)) or real_push(entries)  # type: ignore
+    started = time.monotonic()
+    report = push_lines(admin, lines, default_fingerprinter(), timeout=1.0, poll=0.25)
+    assert time.monotonic() - started < 10  # it stopped (no endless retry)
+    assert (report.stopped_full, report.full_reason, report.first_unpushed_line) == (
+        True, "host", 3)
+    assert report.pushed == 3  # a.test/1, a.test/2 and b.test
+    assert len(calls) <= 8  # one try per poll, not a busy loop
+
+
+def test_pushed_entries_are_counted_under_the_crawls_host_key(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("fleet", "hk")
+    client.hset(keys.config, mapping={"queue_max": 0, "low_watermark": 0.9,
+                                      "host_queue_max": 0, "host_key": "domain"})
+    result = cli("--redis", redis_url, "push", "hk", "http://a.example.co.uk/",
+                 "http://b.example.co.uk/")
+    assert result.returncode == 0, result.stderr
+    assert client.hgetall(keys.hostq) == {b"example.co.uk": b"2"}
+
+
+def test_console_push_uses_the_host_bound_the_workers_stored(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    client.hset(CrawlKeys("fleet", "hb").config, mapping={
+        "queue_max": 0, "low_watermark": 0.9, "host_queue_max": 2, "host_key": "host"})
+    result = cli("--redis", redis_url, "push", "hb", "--no-wait",
+                 *(f"http://a.test/{n}" for n in range(4)))
+    assert result.returncode == 3
+    assert "not pushed from line 3 on: its host is at its bound (FLEET_HOST_QUEUE_MAX=2)" in \
+        result.stderr
+    assert FrontierAdmin(redis_url, "hb").size() == 2

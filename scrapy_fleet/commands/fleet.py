@@ -71,6 +71,7 @@ class Command(ScrapyCommand):
             self.exitcode = cli.run_action(action, admin, urls, opts, fingerprinter.fingerprint,
                                            label=f"spider {spidercls.name!r}",
                                            low_watermark=config.queue_low,
+                                           host_key_mode=config.host_key,
                                            has_method=lambda name: callable(
                                                getattr(spidercls, name, None)))
         finally:
