@@ -399,10 +399,11 @@ class FleetConfig:
 
     @property
     def queue_low(self) -> int | None:
-        """Size under which paused producers resume (FLEET_QUEUE_LOW_WATERMARK of the max)."""
+        """Size under which paused producers resume (FLEET_QUEUE_LOW_WATERMARK of the max,
+        at least 1: an empty frontier always lets them go on)."""
         if self.queue_max is None:
             return None
-        return max(int(self.queue_max * self.queue_low_watermark), 0)
+        return max(int(self.queue_max * self.queue_low_watermark), 1)
 
     def resolve_crawl_id(self, spider_name: str) -> str:
         """The crawl's namespace: ``FLEET_CRAWL_ID`` or else the spider's name."""

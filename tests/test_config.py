@@ -86,3 +86,11 @@ def test_addon_sets_components_at_addon_priority_and_keeps_user_values():
     assert fresh.getdict("ITEM_PIPELINES") == {}  # sinks only when configured
     assert not any(k.startswith("SCHEDULER_") and fresh.getpriority(k) == 15
                    for k in fresh.attributes)
+
+
+@pytest.mark.parametrize("queue_max,low,expected", [
+    (1, 0.9, 1), (5, 0.1, 1), (10, 0.9, 9), ("None", 0.9, None)])
+def test_producers_resume_at_least_when_the_frontier_is_empty(queue_max, low, expected):
+    config = FleetConfig.from_settings(Settings({"FLEET_QUEUE_MAX": queue_max,
+                                                 "FLEET_QUEUE_LOW_WATERMARK": low}))
+    assert config.queue_low == expected
