@@ -52,6 +52,8 @@ PRIVATE_META_PREFIX = "_fleet_"
 #: meta key naming the frontier entry of the leased request a request is, or was copied from
 #: (set by the scheduler when it hands the request to the engine)
 LEASE_META_KEY = PRIVATE_META_PREFIX + "lease"
+#: meta key numbering the spider's start requests (0, 1, ...) in the worker that consumes them
+START_META_KEY = PRIVATE_META_PREFIX + "start"
 
 
 def _default(obj: Any) -> Any:

@@ -174,6 +174,14 @@ def _arg(batch: SyncBatch, worker: str, params: FrontierParams) -> bytes:
     }, use_bin_type=False)  # Redis's cmsgpack cannot read msgpack "bin"
 
 
+def _seeding_state(fields: list[bytes | None]) -> str | None:
+    """"done", "in progress", or None (no worker consumed start requests yet)."""
+    holder, _, done = fields
+    if done == b"1":
+        return "done"
+    return "in progress" if holder else None
+
+
 def _needs_payloads(result: SyncResult) -> list[str]:
     """Entry ids whose payload is missing: the reply was a cached replay (see frontier.lua)."""
     return [e.entry_id for e in result.leased if not e.payload]
@@ -309,7 +317,7 @@ class FrontierAdmin:
             pipe.zrange(k.workers, 0, -1, withscores=True)
             pipe.get(k.idle_since)
             pipe.time()
-            pipe.get(k.seeded)
+            pipe.hmget(k.seeding, "holder", "progress", "done")
             pipe.zcard(k.delayed)
             pipe.llen(k.parked)
             (queued, leased, dead, meta, stats, workers, idle, srv_time, seeded, delayed,
@@ -330,7 +338,8 @@ class FrontierAdmin:
             "counters": {a.decode(): int(b) for a, b in stats.items()},
             "workers": {w.decode(): round((server_ms - score) / 1000, 1) for w, score in workers},
             "idle_seconds": None if idle is None else round((server_ms - int(idle)) / 1000, 1),
-            "seeded_by": seeded.decode() if seeded else None,
+            "seeded_by": seeded[0].decode(errors="replace") if seeded[0] else None,
+            "start_requests": _seeding_state(seeded),
         }
 
     def hosts(self, limit: int = 50) -> list[dict[str, Any]]:

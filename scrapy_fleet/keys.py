@@ -35,7 +35,8 @@ prefix ``fleet`` and crawl id ``docs``::
     fleet:{docs}:bloom:N      STRING  bits of Bloom slice N (N = 0 .. BLOOM_MAX_SLICES-1)
     fleet:{docs}:stats        HASH    fleet-wide counters (pushed, leased, acked, ...)
     fleet:{docs}:idle_since   STRING  server time (ms) the fleet became idle
-    fleet:{docs}:seeded       STRING  worker that consumed the spider's start requests
+    fleet:{docs}:seeding      HASH    who consumes the start requests: holder, until (ms),
+                                      progress (start requests handed on), done
     fleet:{docs}:workers      ZSET    worker id -> last heartbeat (ms)
     fleet:{docs}:op:<op id>   STRING  cached reply of a mutating script (safe retries), short TTL
 
@@ -197,8 +198,8 @@ class CrawlKeys:
         return self._k("idle_since")
 
     @property
-    def seeded(self) -> str:
-        return self._k("seeded")
+    def seeding(self) -> str:
+        return self._k("seeding")
 
     @property
     def workers(self) -> str:

@@ -5,8 +5,16 @@ Start requests.  Every worker runs the same spider, so by default each would sch
 spider's start requests (``start_urls``, ``start()``), which are ``dont_filter=True`` in Scrapy
 and so would be crawled once per worker.  ``FLEET_START_REQUESTS`` chooses:
 
-* ``"once"`` (default): the first worker of the crawl (``SET NX`` on the crawl's ``seeded``
-  key) consumes them; the others skip them.  The mark lasts until ``scrapy fleet purge``.
+* ``"once"`` (default): one worker at a time consumes them, holding a lease on the crawl's
+  ``seeding`` hash (scripts/seeding.lua) that it renews every ``FLEET_LEASE_TIMEOUT / 3``
+  seconds with its *progress*: how many start requests, in the order the spider yields them,
+  the frontier has accepted.  The other workers wait (and work on the frontier meanwhile);
+  when the holder stops renewing — killed, stopped, its Redis calls failing — for
+  ``FLEET_LEASE_TIMEOUT`` seconds, one of them takes the lease over, skips the first
+  *progress* start requests and consumes the rest.  When all are consumed the holder marks
+  them done, and workers that start later skip them, until ``scrapy fleet purge``.  This
+  assumes the spider yields the same start requests in the same order each time
+  (``start_urls`` does); a start request may be pushed twice around a takeover, never lost.
 * ``"always"``: every worker consumes them, as plain Scrapy would.
 * ``"never"``: no worker does; all work comes from ``scrapy fleet push``.
 
@@ -21,6 +29,7 @@ requests the other middlewares let through.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -29,7 +38,8 @@ from typing import TYPE_CHECKING, Any
 from scrapy import Request
 from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 
-from scrapy_fleet import engine_hooks, redis_client
+from scrapy_fleet import engine_hooks, redis_client, scripts
+from scrapy_fleet.codec import START_META_KEY
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.frontier import frontier_size
 from scrapy_fleet.keys import CrawlKeys
@@ -42,15 +52,21 @@ logger = logging.getLogger(__name__)
 
 #: seconds between two checks of the frontier's size while reading start requests, at most
 CHECK_PERIOD = 0.5
+#: seconds between two tries to take over the start requests, at most
+CLAIM_PERIOD = 2.0
 
 
 class FleetSpiderMiddleware(BaseSpiderMiddleware):
     """See module docstring.  Stats: ``fleet/start/skipped`` (1 when this worker skipped the
-    start requests), ``fleet/backpressure/start_paused`` (pauses of the start requests)."""
+    start requests), ``fleet/start/taken_over`` (1 when it took them over from a worker that
+    stopped), ``fleet/start/resumed_after`` (start requests it skipped then, pushed before),
+    ``fleet/backpressure/start_paused`` (pauses of the start requests)."""
 
     def __init__(self, crawler: Crawler, config: FleetConfig) -> None:
         super().__init__(crawler)
         self.config = config
+        self._seeding_script: Any = None
+        self._yielded = 0  # start requests this worker handed to the engine
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FleetSpiderMiddleware:
@@ -70,17 +86,70 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
         assert spider is not None
         return CrawlKeys(self.config.key_prefix, self.config.resolve_crawl_id(spider.name))
 
-    async def _won_seeding(self, client: Any) -> bool:
-        keys = self._keys()
-        won = await client.set(keys.seeded, self.config.worker_id, nx=True)
-        if won:
-            return True
-        holder = await client.get(keys.seeded)
-        logger.info("Start requests already consumed by worker %s; this worker skips them "
-                    "(FLEET_START_REQUESTS='once')",
-                    holder.decode() if isinstance(holder, bytes) else holder or "?",
-                    extra={"spider": self.crawler.spider})
-        return False
+    async def _seeding(self, client: Any, op: str, progress: int = 0) -> tuple[str, Any]:
+        if self._seeding_script is None:
+            self._seeding_script = scripts.load(client, "seeding.lua")
+        lease_ms = int(self.config.lease_timeout * 1000)
+        status, value = await redis_client.call_retrying_async(
+            lambda: self._seeding_script(keys=[self._keys().seeding],
+                                         args=[op, self.config.worker_id, lease_ms, progress]),
+            self.config.redis_url, self.config.redis_retries)
+        status = status.decode() if isinstance(status, bytes) else str(status)
+        return status, value.decode() if isinstance(value, bytes) else value
+
+    async def _claim_seeding(self, client: Any) -> int | None:
+        """Wait for the seeding lease; returns how many start requests to skip, or None when
+        the start requests are done (by this or another worker)."""
+        told = False
+        while True:
+            status, value = await self._seeding(client, "claim")
+            if status == "done":
+                logger.info("Start requests already consumed by another worker; this worker "
+                            "skips them (FLEET_START_REQUESTS='once')",
+                            extra={"spider": self.crawler.spider})
+                return None
+            if status == "won":
+                if int(value):
+                    self._set_stat("fleet/start/taken_over", 1)
+                    self._set_stat("fleet/start/resumed_after", int(value))
+                    logger.warning("Took over the start requests from a worker that stopped: "
+                                   "skipping the %d it had pushed", int(value),
+                                   extra={"spider": self.crawler.spider})
+                return int(value)
+            if not told:
+                logger.info("Start requests are being consumed by worker %s; this worker "
+                            "takes them over if it stops (FLEET_START_REQUESTS='once')", value,
+                            extra={"spider": self.crawler.spider})
+                told = True
+            await asyncio.sleep(min(self.config.lease_timeout / 3, CLAIM_PERIOD))
+
+    def _progress(self) -> int:
+        """Start requests (in yield order) the frontier accepted: all those yielded, up to the
+        first this worker still holds unpushed."""
+        scheduler = engine_hooks.scheduler_of(self.crawler)
+        first = getattr(scheduler, "first_unpushed_start", lambda: None)()
+        return self._yielded if first is None else min(first, self._yielded)
+
+    async def _renew_seeding(self, client: Any, lost: Any) -> None:
+        """Renew the seeding lease with the progress, until cancelled or lost."""
+        while True:
+            await asyncio.sleep(self.config.lease_timeout / 3)
+            try:
+                status, holder = await self._seeding(client, "renew", self._progress())
+            except Exception as exc:  # tried again at the next period
+                logger.warning("Could not renew the start requests' lease (%s)", exc,
+                               extra={"spider": self.crawler.spider})
+                continue
+            if status == "lost":
+                logger.warning("Worker %s took over the start requests (this one did not "
+                               "renew its lease in time): stopping them here", holder,
+                               extra={"spider": self.crawler.spider})
+                lost.set()
+                return
+
+    def _set_stat(self, key: str, value: int) -> None:
+        if self.crawler.stats is not None:
+            self.crawler.stats.set_value(key, value)
 
     def _local(self) -> int:
         """Requests this worker buffered but has not pushed yet."""
@@ -90,8 +159,6 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
     async def _wait_for_room(self, client: Any) -> int:
         """Return the frontier's size (with this worker's unpushed requests) at once when it
         is below FLEET_QUEUE_MAX, else once it is below the low watermark."""
-        import asyncio
-
         queue_max, low = self.config.queue_max, self.config.queue_low
         assert queue_max is not None and low is not None
         size = await frontier_size(client, self._keys()) + self._local()
@@ -114,23 +181,56 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
             self._skipped()
             return
         client = redis_client.async_client(self.config.redis_url, self.config.redis_timeout)
+        renewer: asyncio.Task[None] | None = None
+        scheduler = engine_hooks.scheduler_of(self.crawler)
+        if hasattr(scheduler, "start_active"):
+            scheduler.start_active = True  # no idle close while start requests may come
         try:
             await redis_client.ping_async(client, self.config.redis_url)
-            if mode == "once" and not await self._won_seeding(client):
-                self._skipped()
-                return
+            skip = 0
+            lost = asyncio.Event()
+            if mode == "once":
+                claimed = await self._claim_seeding(client)
+                if claimed is None:
+                    self._skipped()
+                    return
+                skip = claimed
+                renewer = asyncio.ensure_future(self._renew_seeding(client, lost))
             queue_max = self.config.queue_max
             estimate, checked_at = 0, 0.0
+            index = 0
             async for item_or_request in start:
-                if isinstance(item_or_request, Request) and queue_max is not None:
-                    # the size seen at the last check plus what was yielded since: check
-                    # Redis again before that estimate could pass the bound
-                    estimate += 1
-                    if estimate >= queue_max or time.monotonic() - checked_at > CHECK_PERIOD:
-                        estimate = await self._wait_for_room(client) + 1
-                        checked_at = time.monotonic()
+                if lost.is_set():
+                    return
+                if isinstance(item_or_request, Request):
+                    index += 1
+                    if index <= skip:
+                        continue  # pushed by the worker this one took over from
+                    item_or_request.meta[START_META_KEY] = index - 1
+                    if queue_max is not None:
+                        # the size seen at the last check plus what was yielded since:
+                        # check Redis again before that estimate could pass the bound
+                        estimate += 1
+                        if estimate >= queue_max or \
+                                time.monotonic() - checked_at > CHECK_PERIOD:
+                            estimate = await self._wait_for_room(client) + 1
+                            checked_at = time.monotonic()
+                    self._yielded = index
                 yield item_or_request
+            if mode == "once" and not lost.is_set():
+                self._yielded = max(self._yielded, skip)
+                while self._progress() < self._yielded:  # the last ones are being pushed
+                    if getattr(scheduler, "closing", False):
+                        return  # not all pushed: a later worker takes the rest over
+                    await asyncio.sleep(self.config.poll_interval)
+                await self._seeding(client, "done", self._progress())
+                logger.info("Start requests done: %d", self._yielded,
+                            extra={"spider": self.crawler.spider})
         finally:
+            if hasattr(scheduler, "start_active"):
+                scheduler.start_active = False
+            if renewer is not None:
+                renewer.cancel()
             await client.aclose()
 
     def _skipped(self) -> None:

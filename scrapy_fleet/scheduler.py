@@ -52,6 +52,7 @@ logger = logging.getLogger(__name__)
 #: pushes sent in one frontier call at most (a request's links all go in one call)
 PUSH_CHUNK = 500
 LEASE_META_KEY = codec.LEASE_META_KEY
+START_META_KEY = codec.START_META_KEY
 
 #: (url, bloom key, priority, payload, host) of a buffered request
 _Out = tuple[str, bytes, int, bytes, str]
@@ -93,6 +94,12 @@ class FleetScheduler(BaseScheduler):
         self._done: list[_Lease] = []
         self._downloaded: list[_Lease] = []  # downloads over, not yet told to the frontier
         self._outbox: list[_Out] = []  # requests without a parent in flight
+        #: id(outbox entry) -> index of a start request (middlewares.START_META_KEY) not yet
+        #: accepted by the frontier
+        self._start_pending: dict[int, int] = {}
+        #: FleetSpiderMiddleware is reading start requests, or waiting to take them over:
+        #: an idle frontier does not close this worker then (more may come)
+        self.start_active = False
         self._outbox_hold_until = 0.0  # the frontier refused them: retry after this time
         self._parents: dict[int, tuple[Request, _Lease]] = {}  # id(child) -> (child, lease)
         self._by_entry: dict[str, _Lease] = {}  # entry id -> lease, for requests in flight
@@ -246,6 +253,9 @@ class FleetScheduler(BaseScheduler):
             parent.children.append(out)
         else:
             self._outbox.append(out)
+            start_index = request.meta.get(START_META_KEY)
+            if isinstance(start_index, int):
+                self._start_pending[id(out)] = start_index
         self._inc("scheduler/enqueued/redis")
         self._inc("scheduler/enqueued")
         self._poke()
@@ -263,6 +273,17 @@ class FleetScheduler(BaseScheduler):
         if len(self._prefetch) <= self.config.prefetch // 2:
             self._poke()
         return request
+
+    @property
+    def closing(self) -> bool:
+        """The scheduler is closing (its last frontier call is under way or done)."""
+        return self._closing
+
+    def first_unpushed_start(self) -> int | None:
+        """Index of the first start request (``FleetSpiderMiddleware`` numbers them) that this
+        worker holds and the frontier has not accepted yet, or None.  Every start request
+        before it was pushed, found a duplicate, or dropped with an error."""
+        return min(self._start_pending.values(), default=None)
 
     def __len__(self) -> int:
         return len(self._prefetch) + len(self._outbox)
@@ -433,6 +454,11 @@ class FleetScheduler(BaseScheduler):
             self._inc("fleet/backpressure/refused", len(kept))
         else:
             del self._outbox[:n_out]
+        if self._start_pending:
+            refused_ids = {id(o) for o in self._outbox}
+            for o in outbox:
+                if id(o) not in refused_ids:
+                    self._start_pending.pop(id(o), None)
         children = [c for lease in done for c in lease.children]
         self._account(result, batch, children + outbox)
         if not final:
@@ -515,7 +541,8 @@ class FleetScheduler(BaseScheduler):
             self._inc("fleet/frontier/leased", got)
         idle_timeout = self.config.idle_timeout
         if (idle_timeout is not None and result.idle_ms >= idle_timeout * 1000
-                and not (self._prefetch or self._inflight or self._done or self._outbox)):
+                and not (self._prefetch or self._inflight or self._done or self._outbox
+                         or self.start_active)):
             if not self._fleet_done:
                 logger.info("Fleet idle for %.1f s (FLEET_IDLE_TIMEOUT=%s): closing",
                             result.idle_ms / 1000, idle_timeout, extra={"spider": self.spider})

@@ -16,6 +16,7 @@ _LIBRARIES: dict[str, tuple[str, ...]] = {
     "frontier.lua": ("bloom.lua", "hosts.lua"),
     "politeness.lua": ("hosts.lua",),
     "bloom_add.lua": ("bloom.lua",),
+    "seeding.lua": ("hosts.lua",),
 }
 
 

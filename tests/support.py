@@ -27,6 +27,8 @@ from scrapy_fleet.testsite.processes import stop_process as stop_process
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_PROJECT = REPO_ROOT / "example_project"
+#: the Scrapy project of the tests (tests/project: spiders codec_trouble, ack_probe, ...)
+TEST_PROJECT = REPO_ROOT / "tests" / "project"
 PYDOCS_DIR = Path(os.environ.get("FLEET_PYDOCS_DIR")
                   or REPO_ROOT.parent / "shared" / "sites" / "docs.python.org")
 PYDOCS_PAGES = 516
@@ -165,11 +167,14 @@ def start_worker(
     settings: Mapping[str, Any],
     env: Mapping[str, str],
     log_path: Path,
+    spider_args: Mapping[str, Any] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start ``scrapy crawl SPIDER -s K=V ...`` in ``project_dir``; output goes to ``log_path``."""
+    """Start ``scrapy crawl SPIDER -a K=V ... -s K=V ...`` in ``project_dir``; output goes to
+    ``log_path``."""
+    args = [arg for k, v in (spider_args or {}).items() for arg in ("-a", f"{k}={v}")]
     with open(log_path, "ab") as log:
         return subprocess.Popen(
-            scrapy_command("crawl", spider, *setting_args(settings)),
+            scrapy_command("crawl", spider, *args, *setting_args(settings)),
             cwd=project_dir,
             env=dict(env),
             stdout=log,

@@ -7,13 +7,13 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import redis
 from scrapy import Request
 from support import (
     EXAMPLE_PROJECT,
+    TEST_PROJECT,
     read_items,
     run_scrapy,
     scrapy_command,
@@ -329,8 +329,6 @@ def test_oom_makes_the_push_helper_wait_then_finish(redis_server, tmp_path):
 
 # -- real crawls -------------------------------------------------------------------------------
 
-ROOT = Path(__file__).resolve().parents[1]
-TEST_PROJECT = ROOT / "tests" / "project"
 
 
 class SizeSampler(threading.Thread):

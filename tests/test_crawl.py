@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from support import (
+    TEST_PROJECT,
     kill_worker,
     read_items,
     run_scrapy,
@@ -28,7 +29,6 @@ from scrapy_fleet.testsite import generate_site
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "example_project"
-TEST_PROJECT = ROOT / "tests" / "project"
 
 pytestmark = pytest.mark.slow
 

@@ -11,13 +11,11 @@ import itertools
 from pathlib import Path
 
 import pytest
-from support import read_items, run_scrapy, start_worker, tail, wait_all
+from support import TEST_PROJECT, read_items, run_scrapy, start_worker, tail, wait_all
 
 from scrapy_fleet.frontier import FrontierAdmin
 from scrapy_fleet.testsite import generate_site
 
-ROOT = Path(__file__).resolve().parents[1]
-TEST_PROJECT = ROOT / "tests" / "project"
 BINDS = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
 
 pytestmark = pytest.mark.slow

@@ -8,8 +8,10 @@ import signal
 import time
 
 import pytest
+import redis
 from support import (
     EXAMPLE_PROJECT,
+    TEST_PROJECT,
     RedisServer,
     read_items,
     run_scrapy,
@@ -77,3 +79,41 @@ def test_frozen_redis_mid_crawl_loses_and_repeats_nothing(tmp_path, site_factory
         if server.proc is not None:
             os.kill(server.proc.pid, signal.SIGCONT)
         server.stop()
+
+
+def test_start_requests_are_taken_over_when_their_worker_is_killed(redis_url, tmp_path,
+                                                                   site_factory, worker_env):
+    """FLEET_START_REQUESTS='once' with back pressure: the worker reading the start requests
+    is SIGKILLed midway; another takes its lease over, skips what was pushed, pushes the rest."""
+    n = 300
+    generate_site(tmp_path / "www", n, 2, seed=3)
+    site = site_factory(tmp_path / "www")
+    client = redis.Redis.from_url(redis_url)
+    seeding = FrontierAdmin(redis_url, "many_starts").keys.seeding
+    first = start_worker(TEST_PROJECT, "many_starts", {
+        "FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 3, "FLEET_QUEUE_MAX": 20,
+        "FLEET_LEASE_TIMEOUT": 3, "CONCURRENT_REQUESTS": 2,
+        "FLEET_JSONL_PATH": tmp_path / "out-0.jsonl"}, worker_env, tmp_path / "w-0.log",
+        spider_args={"base": site.url, "n": n})
+    deadline = time.monotonic() + 60
+    while int(client.hget(seeding, "progress") or 0) < 40:
+        assert time.monotonic() < deadline and first.poll() is None, tail(tmp_path / "w-0.log")
+        time.sleep(0.1)
+    others = [start_worker(TEST_PROJECT, "many_starts", {
+        "FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 3, "FLEET_QUEUE_MAX": 20,
+        "FLEET_LEASE_TIMEOUT": 3, "CONCURRENT_REQUESTS": 2,
+        "FLEET_JSONL_PATH": tmp_path / f"out-{k}.jsonl"}, worker_env, tmp_path / f"w-{k}.log",
+        spider_args={"base": site.url, "n": n}) for k in (1, 2)]
+    killed_holder = client.hget(seeding, "holder")
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(10)
+    pushed_at_kill = int(client.hget(seeding, "progress"))
+    assert 40 <= pushed_at_kill < n  # killed midway
+    assert wait_all(others, 180) == [0, 0], tail(tmp_path / "w-1.log")
+    urls = {i["url"] for i in read_items([tmp_path / f"out-{k}.jsonl" for k in range(3)])}
+    assert urls == {f"{site.url}site/p/{i}.html" for i in range(n)}
+    state = client.hgetall(seeding)
+    assert state[b"done"] == b"1" and state[b"holder"] != killed_holder
+    assert int(state[b"progress"]) == n
+    logs = [tail(tmp_path / f"w-{k}.log", 200000) for k in (1, 2)]
+    assert sum("Took over the start requests" in log for log in logs) == 1

@@ -16,11 +16,10 @@ from pathlib import Path
 
 import pytest
 import redis
-from support import free_port, run_scrapy, stop_process
+from support import TEST_PROJECT, free_port, run_scrapy, stop_process
 
 from scrapy_fleet.testsite import generate_site
 
-TEST_PROJECT = Path(__file__).resolve().parent / "project"
 PASSWORD = "pw-Zq81-secret"  # must never appear in the output
 TIMEOUT = 30.0  # seconds per scrapy process at most (each takes about one)
 
