@@ -75,9 +75,7 @@ class Addon:
             settings.set("FLEET_HOST_DELAY", settings.getfloat("DOWNLOAD_DELAY"),
                          settings.getpriority("DOWNLOAD_DELAY") or 0)
         priority = max(settings.getpriority("DOWNLOAD_DELAY") or 0, 15)
-        settings.set("DOWNLOAD_DELAY", 0, priority)
-        settings.set("RANDOMIZE_DOWNLOAD_DELAY", False, max(
-            settings.getpriority("RANDOMIZE_DOWNLOAD_DELAY") or 0, 15))
+        settings.set("DOWNLOAD_DELAY", 0, priority)  # (a 0 delay has no jitter to turn off)
         current = settings.getdict("DOWNLOADER_MIDDLEWARES")
         robots = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
         if robots not in current:
