@@ -25,7 +25,12 @@ from typing import Any
 from scrapy import Request
 
 from scrapy_fleet import codec, politeness, push
-from scrapy_fleet.config import DEFAULTS, validate_crawl_id, validate_redis_url
+from scrapy_fleet.config import (
+    DEFAULTS,
+    validate_crawl_id,
+    validate_key_prefix,
+    validate_redis_url,
+)
 from scrapy_fleet.errors import FleetConfigError, RedisUnavailableError, RequestDecodeError
 from scrapy_fleet.frontier import PRIORITY_LIMIT, FrontierAdmin, FrontierParams
 
@@ -295,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         url = validate_redis_url(opts.redis, "--redis")
         crawl_id = validate_crawl_id(opts.crawl_id, "CRAWL_ID")
+        validate_key_prefix(opts.prefix, "--prefix")
     except FleetConfigError as exc:
         parser.error(str(exc))
     stored = _stored_bounds(url, crawl_id, opts.prefix)
@@ -317,5 +323,15 @@ def main(argv: list[str] | None = None) -> int:
         admin.close()
 
 
+def console_main() -> int:
+    """Entry point of ``scrapy-fleet``: :func:`main`, quiet when its output is closed early
+    (``scrapy-fleet status ... | head``)."""
+    try:
+        return main()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    sys.exit(console_main())

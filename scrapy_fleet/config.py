@@ -174,6 +174,18 @@ def validate_redis_url(url: Any, name: str = "FLEET_REDIS_URL") -> str:
     return str(url)
 
 
+def validate_key_prefix(prefix: Any, name: str = "FLEET_KEY_PREFIX") -> str:
+    """*prefix* of every key of the crawl (no ``{``: the hash tag is the crawl id's).
+
+    Raises:
+        FleetConfigError: naming *name* and the value.
+    """
+    _check(name, prefix,
+           isinstance(prefix, str) and bool(re.match(r"^[A-Za-z0-9_.\-:]{1,50}$", prefix)),
+           "1-50 characters of letters, digits, '_.-:'")
+    return str(prefix)
+
+
 def validate_crawl_id(value: Any, name: str = "FLEET_CRAWL_ID") -> str:
     """A crawl id is 1-100 characters of letters, digits, ``_ . -``."""
     _check(name, value, isinstance(value, str) and bool(_CRAWL_ID_RE.match(value)),
@@ -247,10 +259,7 @@ class FleetConfig:
         crawl_id = g("FLEET_CRAWL_ID")
         if crawl_id is not None:
             validate_crawl_id(crawl_id)
-        prefix = g("FLEET_KEY_PREFIX")
-        _check("FLEET_KEY_PREFIX", prefix,
-               isinstance(prefix, str) and bool(re.match(r"^[A-Za-z0-9_.\-:]{1,50}$", prefix))
-               and "{" not in prefix, "1-50 characters of letters, digits, '_.-:'")
+        prefix = validate_key_prefix(g("FLEET_KEY_PREFIX"))
         worker_id = g("FLEET_WORKER_ID") or default_worker_id()
         _check("FLEET_WORKER_ID", worker_id, isinstance(worker_id, str) and len(worker_id) <= 200,
                "a string of at most 200 characters")

@@ -174,6 +174,15 @@ def _arg(batch: SyncBatch, worker: str, params: FrontierParams) -> bytes:
     }, use_bin_type=False)  # Redis's cmsgpack cannot read msgpack "bin"
 
 
+def _int(value: Any, default: Any = 0) -> Any:
+    """*value* (bytes or str from Redis) as an int; *default* when it is not one (a value not
+    written by the fleet must not stop ``status``)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
 def _seeding_state(fields: list[bytes | None]) -> str | None:
     """"done", "in progress", or None (no worker consumed start requests yet)."""
     holder, _, done = fields
@@ -323,8 +332,9 @@ class FrontierAdmin:
             (queued, leased, dead, meta, stats, workers, idle, srv_time, seeded, delayed,
              parked) = pipe.execute()
         server_ms = srv_time[0] * 1000 + srv_time[1] // 1000 if srv_time else now * 1000
-        meta = {a.decode(): b.decode() for a, b in meta.items()}
-        seen = sum(int(v) for name, v in meta.items() if name.startswith("c"))
+        meta = {a.decode(errors="replace"): b.decode(errors="replace") for a, b in meta.items()}
+        seen = sum(_int(v) for name, v in meta.items() if name.startswith("c"))
+        idle_ms = _int(idle, None) if idle is not None else None
         return {
             "crawl_id": k.crawl_id,
             "queued": queued,
@@ -334,10 +344,10 @@ class FrontierAdmin:
             "parked": parked,
             "size": queued + leased + delayed,
             "seen": seen,
-            "bloom_slices": int(meta.get("slices", 0)),
-            "counters": {a.decode(): int(b) for a, b in stats.items()},
+            "bloom_slices": _int(meta.get("slices", 0)),
+            "counters": {a.decode(errors="replace"): _int(b) for a, b in stats.items()},
             "workers": {w.decode(): round((server_ms - score) / 1000, 1) for w, score in workers},
-            "idle_seconds": None if idle is None else round((server_ms - int(idle)) / 1000, 1),
+            "idle_seconds": None if idle_ms is None else round((server_ms - idle_ms) / 1000, 1),
             "seeded_by": seeded[0].decode(errors="replace") if seeded[0] else None,
             "start_requests": _seeding_state(seeded),
         }
@@ -383,8 +393,14 @@ class FrontierAdmin:
         for entry_id, raw in self.client.hscan_iter(self.keys.dead, count=100):
             if n >= limit:
                 return
-            d = {k.decode(): v for k, v in msgpack.unpackb(raw, raw=True).items()}
-            yield {"entry_id": entry_id.decode(), "reason": d.get("reason", b"").decode(),
+            try:
+                d = {k.decode(): v for k, v in msgpack.unpackb(raw, raw=True).items()}
+                reason = d.get("reason", b"")
+                reason = reason.decode(errors="replace") if isinstance(reason, bytes) \
+                    else str(reason)
+            except Exception:  # not written by the fleet: show it, do not stop the listing
+                d, reason = {"data": raw}, "unreadable dead letter (not written by the fleet)"
+            yield {"entry_id": entry_id.decode(errors="replace"), "reason": reason,
                    "at": d.get("at"), "data": d.get("data", b"")}
             n += 1
 

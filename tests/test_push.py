@@ -249,3 +249,25 @@ def test_console_push_uses_the_host_bound_the_workers_stored(redis_url):
     assert "not pushed from line 3 on: its host is at its bound (FLEET_HOST_QUEUE_MAX=2)" in \
         result.stderr
     assert FrontierAdmin(redis_url, "hb").size() == 2
+
+
+def test_status_and_dead_letters_survive_values_not_written_by_the_fleet(redis_url):
+    admin = FrontierAdmin(redis_url, "garbage")
+    client = redis.Redis.from_url(redis_url)
+    keys = admin.keys
+    client.hset(keys.dead, "x1", b"\xc1 not msgpack")
+    client.hset(keys.stats, mapping={"acked": "many", "pushed": 3})
+    client.set(keys.idle_since, "yesterday")
+    dead = list(admin.dead_letters())
+    assert [(d["entry_id"], d["reason"]) for d in dead] == [
+        ("x1", "unreadable dead letter (not written by the fleet)")]
+    status = admin.status()
+    assert status["counters"] == {"acked": 0, "pushed": 3}
+    assert status["idle_seconds"] is None
+    assert cli("--redis", redis_url, "dead", "garbage").returncode == 0
+    assert cli("--redis", redis_url, "status", "garbage").returncode == 0
+
+
+def test_console_script_refuses_a_prefix_with_a_hash_tag(redis_url):
+    result = cli("--redis", redis_url, "--prefix", "{bad}", "status", "x")
+    assert result.returncode == 2 and "--prefix" in result.stderr
