@@ -32,8 +32,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from scrapy import Request
 from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
@@ -41,6 +41,7 @@ from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 from scrapy_fleet import engine_hooks, redis_client, scripts
 from scrapy_fleet.codec import START_META_KEY
 from scrapy_fleet.config import FleetConfig
+from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.frontier import frontier_size
 from scrapy_fleet.keys import CrawlKeys
 
@@ -52,6 +53,8 @@ logger = logging.getLogger(__name__)
 
 #: seconds between two checks of the frontier's size while reading start requests, at most
 CHECK_PERIOD = 0.5
+T = TypeVar("T")
+
 #: seconds between two tries to take over the start requests, at most
 CLAIM_PERIOD = 2.0
 
@@ -97,12 +100,29 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
         status = status.decode() if isinstance(status, bytes) else str(status)
         return status, value.decode() if isinstance(value, bytes) else value
 
+    async def _patiently(self, call: Callable[[], Awaitable[T]]) -> T:
+        """*call*, tried again (with back-off, up to 5 s apart) for as long as Redis is
+        unreachable: reading start requests must outlast a Redis restart, or the rest of
+        them would be lost with this worker's start iterator."""
+        delay, warned = 0.1, False
+        while True:
+            try:
+                return await call()
+            except (RedisUnavailableError, *redis_client.RETRYABLE) as exc:
+                if not warned:
+                    logger.warning("Redis unreachable while reading start requests (%s): "
+                                   "trying again until it answers", exc,
+                                   extra={"spider": self.crawler.spider})
+                    warned = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
     async def _claim_seeding(self, client: Any) -> int | None:
         """Wait for the seeding lease; returns how many start requests to skip, or None when
         the start requests are done (by this or another worker)."""
         told = False
         while True:
-            status, value = await self._seeding(client, "claim")
+            status, value = await self._patiently(lambda: self._seeding(client, "claim"))
             if status == "done":
                 logger.info("Start requests already consumed by another worker; this worker "
                             "skips them (FLEET_START_REQUESTS='once')",
@@ -161,7 +181,7 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
         is below FLEET_QUEUE_MAX, else once it is below the low watermark."""
         queue_max, low = self.config.queue_max, self.config.queue_low
         assert queue_max is not None and low is not None
-        size = await frontier_size(client, self._keys()) + self._local()
+        size = await self._patiently(lambda: frontier_size(client, self._keys())) + self._local()
         if size < queue_max:
             return size
         if self.crawler.stats is not None:
@@ -170,7 +190,8 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
                     "is below %d", size, queue_max, low, extra={"spider": self.crawler.spider})
         while size >= low:
             await asyncio.sleep(self.config.poll_interval)
-            size = await frontier_size(client, self._keys()) + self._local()
+            size = await self._patiently(
+                lambda: frontier_size(client, self._keys())) + self._local()
         logger.info("Frontier at %d: start requests resumed", size,
                     extra={"spider": self.crawler.spider})
         return size
@@ -186,7 +207,7 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
         if hasattr(scheduler, "start_active"):
             scheduler.start_active = True  # no idle close while start requests may come
         try:
-            await redis_client.ping_async(client, self.config.redis_url)
+            await self._patiently(lambda: redis_client.ping_async(client, self.config.redis_url))
             skip = 0
             lost = asyncio.Event()
             if mode == "once":
@@ -223,7 +244,7 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
                     if getattr(scheduler, "closing", False):
                         return  # not all pushed: a later worker takes the rest over
                     await asyncio.sleep(self.config.poll_interval)
-                await self._seeding(client, "done", self._progress())
+                await self._patiently(lambda: self._seeding(client, "done", self._progress()))
                 logger.info("Start requests done: %d", self._yielded,
                             extra={"spider": self.crawler.spider})
         finally:

@@ -540,13 +540,16 @@ class FleetScheduler(BaseScheduler):
         if got:
             self._inc("fleet/frontier/leased", got)
         idle_timeout = self.config.idle_timeout
-        if (idle_timeout is not None and result.idle_ms >= idle_timeout * 1000
+        idle = (idle_timeout is not None and result.idle_ms >= idle_timeout * 1000
                 and not (self._prefetch or self._inflight or self._done or self._outbox
-                         or self.start_active)):
-            if not self._fleet_done:
-                logger.info("Fleet idle for %.1f s (FLEET_IDLE_TIMEOUT=%s): closing",
-                            result.idle_ms / 1000, idle_timeout, extra={"spider": self.spider})
-            self._fleet_done = True
+                         or self.start_active))
+        if idle and not self._fleet_done:
+            logger.info("Fleet idle for %.1f s (FLEET_IDLE_TIMEOUT=%s): closing",
+                        result.idle_ms / 1000, idle_timeout, extra={"spider": self.spider})
+        # not sticky: work pushed since (start requests read after this worker's first call,
+        # another worker's pushes) makes it lease again; the engine closes only once the
+        # start requests are done and nothing is pending
+        self._fleet_done = idle
         if got or self._fleet_done:
             engine_hooks.wake_engine(self.crawler)
 

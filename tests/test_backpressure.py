@@ -404,3 +404,24 @@ def test_start_requests_pause_while_the_frontier_is_full(redis_url, site_factory
     assert "start requests paused" in text
     assert "'fleet/backpressure/start_paused'" in text
     assert len(paths) == 401
+
+
+def test_a_worker_joining_a_long_idle_crawl_still_reads_and_crawls_its_start_requests(
+        redis_url, site_factory, worker_env, tmp_path):
+    """The crawl was idle long ago (idle_since far in the past): the worker's first frontier
+    call reports the fleet idle, before its start requests are read.  It must not stop
+    leasing for good: its start requests fill the frontier, and it crawls them all."""
+    generate_site(tmp_path / "www", 60, 1, seed=4)
+    site = site_factory(tmp_path / "www")
+    client = redis.Redis.from_url(redis_url)
+    keys = FrontierAdmin(redis_url, "many_starts").keys
+    seconds, micros = client.time()
+    client.set(keys.idle_since, seconds * 1000 + micros // 1000 - 60_000)
+    out = tmp_path / "out.jsonl"
+    proc = start_worker(TEST_PROJECT, "many_starts", {
+        "FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 3, "FLEET_QUEUE_MAX": 20,
+        "FLEET_JSONL_PATH": out}, worker_env, tmp_path / "w.log",
+        spider_args={"base": site.url, "n": 60})
+    assert wait_all([proc], 120) == [0], tail(tmp_path / "w.log")
+    assert {i["url"] for i in read_items([out])} == {
+        f"{site.url}site/p/{i}.html" for i in range(60)}

@@ -117,3 +117,57 @@ def test_start_requests_are_taken_over_when_their_worker_is_killed(redis_url, tm
     assert int(state[b"progress"]) == n
     logs = [tail(tmp_path / f"w-{k}.log", 200000) for k in (1, 2)]
     assert sum("Took over the start requests" in log for log in logs) == 1
+
+
+def test_start_requests_outlast_a_redis_restart(tmp_path, site_factory, worker_env):
+    """Redis (append-only file) restarts while the start requests are being read: the worker
+    reading them, and the one waiting to take over, wait for Redis; none is lost."""
+    import subprocess
+
+    from scrapy_fleet.testsite.processes import free_port, stop_process
+
+    n = 200
+    generate_site(tmp_path / "www", n, 1, seed=5)
+    site = site_factory(tmp_path / "www")
+    port = free_port()
+    data = tmp_path / "redis"
+    data.mkdir()
+
+    def redis_server() -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                                 "--dir", str(data), "--appendonly", "yes", "--save", ""],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis(port=port)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                return proc
+            except redis.exceptions.RedisError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+
+    server = redis_server()
+    url = f"redis://127.0.0.1:{port}/0"
+    settings = {"FLEET_REDIS_URL": url, "FLEET_IDLE_TIMEOUT": 5, "FLEET_QUEUE_MAX": 20,
+                "FLEET_LEASE_TIMEOUT": 5}
+    workers = [start_worker(TEST_PROJECT, "many_starts", {
+        **settings, "FLEET_JSONL_PATH": tmp_path / f"out-{k}.jsonl"}, worker_env,
+        tmp_path / f"w-{k}.log", spider_args={"base": site.url, "n": n}) for k in range(2)]
+    try:
+        seeding = FrontierAdmin(url, "many_starts").keys.seeding
+        client = redis.Redis(port=port)
+        deadline = time.monotonic() + 60
+        while int(client.hget(seeding, "progress") or 0) < 30:
+            assert time.monotonic() < deadline, tail(tmp_path / "w-0.log")
+            time.sleep(0.1)
+        client.shutdown(nosave=False)  # writes and closes the AOF
+        stop_process(server)
+        time.sleep(1.0)
+        server = redis_server()
+        assert wait_all(workers, 180) == [0, 0], tail(tmp_path / "w-0.log")
+        urls = {i["url"] for i in read_items([tmp_path / f"out-{k}.jsonl" for k in range(2)])}
+        assert urls == {f"{site.url}site/p/{i}.html" for i in range(n)}
+        assert redis.Redis(port=port).hget(seeding, "done") == b"1"
+    finally:
+        stop_process(server)
