@@ -13,10 +13,10 @@ from typing import Any
 
 #: entry script -> library files it needs (prepended in this order)
 _LIBRARIES: dict[str, tuple[str, ...]] = {
-    "frontier.lua": ("bloom.lua", "hosts.lua"),
-    "politeness.lua": ("hosts.lua",),
-    "bloom_add.lua": ("bloom.lua",),
-    "seeding.lua": ("hosts.lua",),
+    "frontier.lua": ("common.lua", "bloom.lua", "hosts.lua"),
+    "politeness.lua": ("common.lua", "hosts.lua"),
+    "bloom_add.lua": ("common.lua", "bloom.lua"),
+    "seeding.lua": ("common.lua", "hosts.lua"),
 }
 
 

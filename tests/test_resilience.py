@@ -171,3 +171,22 @@ def test_start_requests_outlast_a_redis_restart(tmp_path, site_factory, worker_e
         assert redis.Redis(port=port).hget(seeding, "done") == b"1"
     finally:
         stop_process(server)
+
+
+def test_counters_not_written_by_the_fleet_do_not_break_frontier_calls(redis_url):
+    """A non-integer in the stats or per-host count hashes (HINCRBY would fail after the
+    script's earlier writes) is replaced, and the call goes on."""
+    import redis
+
+    admin = FrontierAdmin(redis_url, "corrupt")
+    client = redis.Redis.from_url(redis_url)
+    client.hset(admin.keys.stats, mapping={"leased": "1.5", "pushed": "abc"})
+    client.hset(admin.keys.hostq, "a.test", "many")
+    admin.push([(b"k" * 12, 0, b"\x01\x81\xa1u\xaehttp://a.test/", 0, "a.test")])
+    res = admin.sync(SyncBatch(take=1), worker="w")
+    assert len(res.leased) == 1
+    res = admin.sync(SyncBatch(acks=[(res.leased[0].entry_id, res.leased[0].token)]),
+                     worker="w")
+    assert res.acked == 1
+    counters = admin.status()["counters"]
+    assert (counters["pushed"], counters["leased"], counters["acked"]) == (1, 1, 1)

@@ -111,7 +111,7 @@ local function bloom_add(state, fp)
   for _, bit in ipairs(bloom_positions(fp, m, k)) do
     redis.call('SETBIT', state.keys[s + 1], bit, 1)
   end
-  local c = redis.call('HINCRBY', state.meta, 'c' .. s, 1)
+  local c = hincrby(state.meta, 'c' .. s, 1)
   local full = false
   if c >= n then
     local _, next_m = bloom_slice_params(state.n0, state.p, state.count)

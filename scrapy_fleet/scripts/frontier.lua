@@ -104,12 +104,12 @@ end
 -- is free has its worker written "!worker".
 local function free_slot(id, who)
   local host = redis.call('HGET', EHOST, id) or ''
-  if redis.call('HINCRBY', HOSTLIVE, host, -1) <= 0 then
+  if hincrby(HOSTLIVE, host, -1) <= 0 then
     redis.call('HDEL', HOSTLIVE, host)
   end
   if who and who ~= '' then
     local field = who .. '|' .. host
-    if redis.call('HINCRBY', WLIVE, field, -1) <= 0 then redis.call('HDEL', WLIVE, field) end
+    if hincrby(WLIVE, field, -1) <= 0 then redis.call('HDEL', WLIVE, field) end
   end
   local ready_at = tonumber(redis.call('ZSCORE', READY, host))
   if ready_at and ready_at >= FAR then
@@ -144,7 +144,7 @@ local function host_count(host)
 end
 local function host_add(host, n)
   if host == '' then return end
-  local left = redis.call('HINCRBY', HOSTQ, host, n)
+  local left = hincrby(HOSTQ, host, n)
   if left <= 0 then redis.call('HDEL', HOSTQ, host) end
   host_counts[host] = math.max(left, 0)
 end
@@ -191,7 +191,7 @@ local expired = redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, ton
 for _, id in ipairs(expired) do
   local _, score = parse_lease(redis.call('HGET', LEASE, id))
   drop_lease(id)
-  local n = redis.call('HINCRBY', EXPIRIES, id, 1)
+  local n = hincrby(EXPIRIES, id, 1)
   if n >= max_leases then
     to_dead(id, 'lease expired ' .. n .. ' times')
   else
@@ -461,8 +461,8 @@ if take > 0 then
         local tok = redis.call('INCR', TOKEN)
         redis.call('HSET', LEASE, id, tok .. '|' .. score .. '|' .. worker)
         redis.call('ZADD', LEASES, now + lease_ms, id)
-        redis.call('HINCRBY', HOSTLIVE, h, 1)
-        if worker ~= '' then redis.call('HINCRBY', WLIVE, worker .. '|' .. h, 1) end
+        hincrby(HOSTLIVE, h, 1)
+        if worker ~= '' then hincrby(WLIVE, worker .. '|' .. h, 1) end
         host_take_token(h, interval)
         local n = tonumber(redis.call('HGET', EXPIRIES, id)) or 0
         out.leased[#out.leased + 1] = {id, tok, data, n}
@@ -513,7 +513,7 @@ if worker ~= '' then
   redis.call('ZREMRANGEBYSCORE', WORKERS, '-inf', now - 600000)  -- gone for 10 minutes
 end
 for name, n in pairs(counters) do
-  if n > 0 then redis.call('HINCRBY', STATS, name, n) end
+  if n > 0 then hincrby(STATS, name, n) end
 end
 
 -- Cache a reply without payloads: a repeated call rebuilds them from DATA (the entries are

@@ -67,7 +67,7 @@ elseif req.op == 'backoff' then
   if ra >= 0 then
     delay = math.floor(ra * 1000)
   else
-    local n = redis.call('HINCRBY', FAILS, h, 1)
+    local n = hincrby(FAILS, h, 1)
     local base = tonumber(req.base) or 1000
     delay = math.min(tonumber(req.max) or 300000, base * (2 ^ (n - 1))) * (tonumber(req.jit) or 1)
     delay = math.floor(delay)
