@@ -14,7 +14,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
@@ -22,19 +21,10 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from scrapy_fleet.errors import RedisUnavailableError
+from scrapy_fleet.redact import redact
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
-
-
-def redact(url: str) -> str:
-    """*url* with its password replaced by ``***`` (for logs and error messages)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
 
 
 def _options(timeout: float) -> dict[str, Any]:

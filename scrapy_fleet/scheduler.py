@@ -586,6 +586,6 @@ class FleetScheduler(BaseScheduler):
             self.stats.inc_value(key, count)
 
     def _redacted_url(self) -> str:
-        from scrapy_fleet.redis_client import redact
+        from scrapy_fleet.redact import redact
 
         return redact(self.config.redis_url)

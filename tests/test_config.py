@@ -94,3 +94,16 @@ def test_producers_resume_at_least_when_the_frontier_is_empty(queue_max, low, ex
     config = FleetConfig.from_settings(Settings({"FLEET_QUEUE_MAX": queue_max,
                                                  "FLEET_QUEUE_LOW_WATERMARK": low}))
     assert config.queue_low == expected
+
+
+@pytest.mark.parametrize("url,expected", [
+    ("redis://fleet:s3cret@h:6379/0", "redis://fleet:***@h:6379/0"),
+    ("redis://:pa/ss@h:6379/0", "redis://:***@h:6379/0"),  # unescaped '/': still hidden
+    ("unix://fleet:s3cret@/tmp/r.sock?db=0", "unix://fleet:***@/tmp/r.sock?db=0"),
+    ("unix:///tmp/r.sock?db=0&password=s3cret", "unix:///tmp/r.sock?db=0&password=***"),
+    ("redis://h:6379/0", "redis://h:6379/0"),
+])
+def test_redis_urls_are_redacted_for_logs(url, expected):
+    from scrapy_fleet.redact import redact
+
+    assert redact(url) == expected

@@ -41,13 +41,11 @@ import hashlib
 import json
 import logging
 import random
-import re
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote_plus
 
 import bson
 from itemadapter import ItemAdapter
@@ -66,6 +64,8 @@ from scrapy.utils.misc import load_object
 from scrapy_fleet import engine_hooks
 from scrapy_fleet.config import _check, _number
 from scrapy_fleet.errors import FleetConfigError
+from scrapy_fleet.redact import redact as redact_uri
+from scrapy_fleet.redact import scrub as _scrub
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -122,11 +122,6 @@ AUTH_FAILED_REASON = "mongo_auth_failed"
 UNAUTHORIZED_REASON = "mongo_unauthorized"
 CONFIG_ERROR_REASON = "mongo_config_error"
 
-#: URI options whose values may be secrets (hidden by :func:`redact_uri`).
-_SECRET_OPTIONS = re.compile(
-    r"(?i)\b((?:tlsCertificateKeyFilePassword|sslClientCertificateKeyPassword|sslPEMKeyPassword"
-    r"|authMechanismProperties)=)[^&#]*")
-
 
 @dataclass(frozen=True)
 class FatalError:
@@ -168,40 +163,6 @@ def fatal_error(exc: BaseException) -> FatalError | None:
         if "not allowed" in message or "not authorized" in message:
             return FatalError(UNAUTHORIZED_REASON, str(code), exc)
     return None
-
-
-def _userinfo(uri: str) -> tuple[str, str, str | None, str]:
-    """``(scheme://, user, password or None, rest)`` of a MongoDB URI, leniently.
-
-    Everything up to the LAST ``@`` counts as user info, so that a password with unescaped
-    ``@``, ``/`` or ``?`` (which pymongo refuses, a common cause of InvalidURI) is still hidden;
-    when in doubt more is hidden, never less.
-    """
-    scheme, sep, rest = uri.partition("://")
-    if not sep or "@" not in rest:
-        return scheme + sep, "", None, rest
-    userinfo, _, rest = rest.rpartition("@")
-    user, colon, password = userinfo.partition(":")
-    return scheme + sep, user, password if colon else None, rest
-
-
-def redact_uri(uri: str) -> str:
-    """*uri* for logs: the password replaced by ``***``, and the values of the options that may
-    hold secrets (``tlsCertificateKeyFilePassword``, ``authMechanismProperties``...) too."""
-    scheme, user, password, rest = _userinfo(uri)
-    if password is not None:
-        rest = f"{user}:***@{rest}"
-    elif user:
-        rest = f"{user}@{rest}"
-    return _SECRET_OPTIONS.sub(r"\1***", scheme + rest)
-
-
-def _scrub(text: str, uri: str) -> str:
-    """*text* (an error message) without the URI's password, raw or percent-decoded."""
-    password = _userinfo(uri)[2]
-    for secret in {password, unquote_plus(password)} if password else ():
-        text = text.replace(secret, "***")
-    return text
 
 
 def _describe(exc: BaseException) -> str:
