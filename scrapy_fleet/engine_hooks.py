@@ -65,9 +65,20 @@ def on_request_done(crawler: Crawler, callback: Callable[[Any], None]) -> Callab
     return uninstall
 
 
-def scheduler_of(crawler: Crawler) -> Any:
+def running_engine(crawler: Crawler | None) -> Any:
+    """The crawler's engine, or None before it exists (Scrapy 2.19's ``Crawler.engine``
+    raises RuntimeError then)."""
+    if crawler is None:
+        return None
+    try:
+        return crawler.engine
+    except RuntimeError:
+        return None
+
+
+def scheduler_of(crawler: Crawler | None) -> Any:
     """The scheduler of the crawler's running engine, or None."""
-    slot = getattr(crawler.engine, "_slot", None)
+    slot = getattr(running_engine(crawler), "_slot", None)
     return getattr(slot, "scheduler", None)
 
 

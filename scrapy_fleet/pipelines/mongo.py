@@ -173,15 +173,6 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _running_engine(crawler: Crawler | None) -> Any:
-    if crawler is None:
-        return None
-    try:
-        return crawler.engine
-    except RuntimeError:  # Scrapy 2.19: not set before the crawl starts
-        return None
-
-
 def stop_acknowledging(crawler: Crawler | None, reason: str) -> bool:
     """Tell the fleet scheduler to acknowledge no request from now on
     (:meth:`~scrapy_fleet.scheduler.FleetScheduler.withhold_acknowledgements`).
@@ -193,9 +184,7 @@ def stop_acknowledging(crawler: Crawler | None, reason: str) -> bool:
     Returns:
         False when there is no running engine or its scheduler cannot withhold.
     """
-    if _running_engine(crawler) is None:
-        return False
-    scheduler = engine_hooks.scheduler_of(crawler)  # type: ignore[arg-type]
+    scheduler = engine_hooks.scheduler_of(crawler)
     withhold = getattr(scheduler, "withhold_acknowledgements", None)
     if not callable(withhold):
         return False
@@ -916,7 +905,7 @@ class MongoPipeline:
 
     def _request_close(self, reason: str) -> bool:
         """Ask the running engine to close the spider with *reason* (in a task)."""
-        engine = _running_engine(self.crawler)
+        engine = engine_hooks.running_engine(self.crawler)
         spider = getattr(engine, "spider", None)
         if engine is None or spider is None or self._loop is None:
             return False
