@@ -27,6 +27,7 @@ from scrapy import Request
 from scrapy_fleet import codec, politeness, push
 from scrapy_fleet.config import (
     DEFAULTS,
+    HOST_KEY_MODES,
     validate_crawl_id,
     validate_key_prefix,
     validate_redis_url,
@@ -287,7 +288,7 @@ def _stored_bounds(url: str, crawl_id: str, prefix: str) -> dict[str, Any]:
         if b"host_queue_max" in raw:
             out["host_queue_max"] = int(raw[b"host_queue_max"]) or None
         mode = raw.get(b"host_key")
-        if isinstance(mode, bytes) and mode in (b"host", b"domain", b"ip"):
+        if isinstance(mode, bytes) and mode.decode(errors="replace") in HOST_KEY_MODES:
             out["host_key"] = mode.decode()
     except ValueError:
         return {}

@@ -174,6 +174,10 @@ def validate_redis_url(url: Any, name: str = "FLEET_REDIS_URL") -> str:
     return str(url)
 
 
+#: values of FLEET_HOST_KEY (politeness.host_key)
+HOST_KEY_MODES = ("host", "domain", "ip")
+
+
 def validate_key_prefix(prefix: Any, name: str = "FLEET_KEY_PREFIX") -> str:
     """*prefix* of every key of the crawl (no ``{``: the hash tag is the crawl id's).
 
@@ -291,7 +295,7 @@ class FleetConfig:
                slice_params(capacity, error_rate, 0).bits <= MAX_SLICE_BITS,
                "a capacity whose first Bloom slice fits in one Redis string (512 MB)")
         host_key = g("FLEET_HOST_KEY")
-        _check("FLEET_HOST_KEY", host_key, host_key in ("host", "domain", "ip"),
+        _check("FLEET_HOST_KEY", host_key, host_key in HOST_KEY_MODES,
                "one of host, domain, ip")
         rate = g("FLEET_HOST_RATE")
         if isinstance(rate, str) and rate.strip().lower() in ("", "none"):
