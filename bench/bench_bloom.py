@@ -31,14 +31,14 @@ import _harness as h
 import msgpack
 import redis
 
-from scrapy_fleet import scripts
-from scrapy_fleet.bloom import bloom_key, slice_params
+from scrapy_fleet import lua
+from scrapy_fleet.frontier.bloom import bloom_key, slice_params
 from scrapy_fleet.keys import BLOOM_MAX_SLICES, CrawlKeys
 
 ERROR_RATE = 0.001
 OP_TTL_MS = 60_000
 
-#: Read-only check, appended to scrapy_fleet/scripts/bloom.lua (which defines locals only).
+#: Read-only check, appended to scrapy_fleet/lua/bloom.lua (which defines locals only).
 CHECK_LUA = """
 -- bench only: count how many fingerprints the filter reports as seen, without adding them
 -- KEYS: 1 bloom meta, 2.. slices   ARGV: 1 capacity, 2 error rate, 3.. fingerprints
@@ -66,7 +66,7 @@ class Filter:
         self.keys = CrawlKeys("fleet", crawl_id)
         self.capacity = capacity
         self.slices = [self.keys.bloom_slice(i) for i in range(BLOOM_MAX_SLICES)]
-        self._add = scripts.load(client, "bloom_add.lua")
+        self._add = lua.load(client, "bloom_add.lua")
         lib = (resources.files("scrapy_fleet") / "scripts" / "bloom.lua").read_text("utf-8")
         self._check = client.register_script(lib + "\n" + CHECK_LUA)
         self._prev = "-"

@@ -6,7 +6,7 @@ from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
 #: component -> order, added to the project's component dicts
-SPIDER_MIDDLEWARES = {"scrapy_fleet.middlewares.FleetSpiderMiddleware": 0}
+SPIDER_MIDDLEWARES = {"scrapy_fleet.frontier.spidermw.FleetSpiderMiddleware": 0}
 ITEM_PIPELINES = {
     # listed when their setting is given; each also disables itself (NotConfigured) without
     "scrapy_fleet.pipelines.mongo.MongoPipeline": 300,
@@ -15,8 +15,8 @@ ITEM_PIPELINES = {
 
 
 DOWNLOADER_MIDDLEWARES = {
-    "scrapy_fleet.downloadermiddlewares.FleetRobotsTxtMiddleware": 100,
-    "scrapy_fleet.downloadermiddlewares.FleetPolitenessMiddleware": 560,
+    "scrapy_fleet.politeness.middlewares.FleetRobotsTxtMiddleware": 100,
+    "scrapy_fleet.politeness.middlewares.FleetPolitenessMiddleware": 560,
 }
 
 #: first of all extensions: checks the settings and Redis before Scrapy builds its engine,
@@ -49,8 +49,9 @@ class Addon:
 
     def update_settings(self, settings: BaseSettings) -> None:
         self._politeness_settings(settings)
-        settings.set("SCHEDULER", "scrapy_fleet.scheduler.FleetScheduler", "addon")
-        settings.set("DUPEFILTER_CLASS", "scrapy_fleet.dupefilter.RedisBloomDupeFilter", "addon")
+        settings.set("SCHEDULER", "scrapy_fleet.frontier.scheduler.FleetScheduler", "addon")
+        settings.set("DUPEFILTER_CLASS",
+                     "scrapy_fleet.frontier.dupefilter.RedisBloomDupeFilter", "addon")
         for name, components in (("SPIDER_MIDDLEWARES", SPIDER_MIDDLEWARES),
                                  ("ITEM_PIPELINES", ITEM_PIPELINES),
                                  ("DOWNLOADER_MIDDLEWARES", DOWNLOADER_MIDDLEWARES),

@@ -289,7 +289,7 @@ class FleetConfig:
                "a fraction of FLEET_QUEUE_MAX between 0 and 1")
         capacity = _number("FLEET_DUPEFILTER_CAPACITY", g("FLEET_DUPEFILTER_CAPACITY"), int, 1,
                            "an integer >= 1")
-        from scrapy_fleet.bloom import MAX_SLICE_BITS, slice_params
+        from scrapy_fleet.frontier.bloom import MAX_SLICE_BITS, slice_params
 
         _check("FLEET_DUPEFILTER_CAPACITY", capacity,
                slice_params(capacity, error_rate, 0).bits <= MAX_SLICE_BITS,
@@ -393,8 +393,8 @@ class FleetConfig:
         return config
 
     def frontier_params(self) -> Any:
-        """The per-call constants of scripts/frontier.lua (a ``frontier.FrontierParams``)."""
-        from scrapy_fleet.frontier import FrontierParams
+        """The per-call constants of lua/frontier.lua (a ``frontier.FrontierParams``)."""
+        from scrapy_fleet.frontier.client import FrontierParams
 
         return FrontierParams(self.lease_timeout, self.max_leases, self.dupefilter_capacity,
                               self.dupefilter_error_rate, self.queue_max, self.host_queue_max,

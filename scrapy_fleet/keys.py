@@ -154,16 +154,16 @@ class CrawlKeys:
     @property
     def size_keys(self) -> tuple[str, str, str]:
         """The ZSETs whose sizes add up to the frontier's size, which FLEET_QUEUE_MAX bounds:
-        queued, leased, deferred (scripts/frontier.lua counts the same)."""
+        queued, leased, deferred (lua/frontier.lua counts the same)."""
         return self.queue, self.leases, self.delayed
 
     def politeness_keys(self) -> list[str]:
-        """KEYS of scripts/politeness.lua, in the order its header lists them."""
+        """KEYS of lua/politeness.lua, in the order its header lists them."""
         return [self.ready, self.tat, self.hold, self.hostlive, self.hostconf, self.crawldelay,
                 self.fails, self.robots, self.robots_lock]
 
     def host_keys(self) -> list[str]:
-        """Per-host politeness state, in the order scripts/hosts.lua's callers pass it."""
+        """Per-host politeness state, in the order lua/hosts.lua's callers pass it."""
         return [self.ready, self.tat, self.hold, self.hostlive, self.hostconf, self.crawldelay,
                 self.wlive, self.robots]
 
@@ -223,7 +223,7 @@ class CrawlKeys:
         return f"{self.bloom_prefix}{n}"
 
     def frontier_keys(self, op_id: str, prev_op_id: str) -> list[str]:
-        """KEYS of scripts/frontier.lua, in the order its header lists them.
+        """KEYS of lua/frontier.lua, in the order its header lists them.
 
         The Bloom slices are passed as keys too (``BLOOM_MAX_SLICES`` of them), so that no
         script ever builds a key name itself.

@@ -86,8 +86,8 @@ def check_worker(crawler: Crawler) -> FleetConfig:
             pass
         else:
             MongoConfig.from_settings(settings)
-    from scrapy_fleet.dupefilter import RedisBloomDupeFilter
-    from scrapy_fleet.scheduler import FleetScheduler
+    from scrapy_fleet.frontier.dupefilter import RedisBloomDupeFilter
+    from scrapy_fleet.frontier.scheduler import FleetScheduler
 
     fleet_scheduler = _is_subclass(settings, "SCHEDULER", FleetScheduler)
     if fleet_scheduler and not is_asyncio_reactor_installed():

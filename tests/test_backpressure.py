@@ -24,13 +24,13 @@ from support import (
 )
 
 from scrapy_fleet import codec
-from scrapy_fleet.bloom import bloom_key
 from scrapy_fleet.config import DEFAULT_REQUEST_CLASSES, FleetConfig
-from scrapy_fleet.frontier import FrontierAdmin, FrontierParams, SyncBatch
-from scrapy_fleet.memory import memory_warnings
+from scrapy_fleet.frontier.bloom import bloom_key
+from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.frontier.memory import memory_warnings
 from scrapy_fleet.testsite import generate_site
 
-CLI = [sys.executable, "-m", "scrapy_fleet.cli"]
+CLI = [sys.executable, "-m", "scrapy_fleet.commands.cli"]
 
 
 def admin_for(url: str, crawl: str = "bp", queue_max: int | None = 10,

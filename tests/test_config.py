@@ -73,7 +73,7 @@ def test_addon_sets_components_at_addon_priority_and_keeps_user_values():
                          "FLEET_JSONL_PATH": "out.jsonl"}, priority="project")
     Addon().update_settings(settings)
     assert settings["SCHEDULER"] == "my.Scheduler"  # the project's choice wins
-    assert settings["DUPEFILTER_CLASS"] == "scrapy_fleet.dupefilter.RedisBloomDupeFilter"
+    assert settings["DUPEFILTER_CLASS"] == "scrapy_fleet.frontier.dupefilter.RedisBloomDupeFilter"
     pipelines = {getattr(k, "__name__", k): v
                  for k, v in settings.getdict("ITEM_PIPELINES").items()}
     assert pipelines == {"MongoPipeline": 300, "JsonLinesPipeline": 800}
@@ -82,7 +82,7 @@ def test_addon_sets_components_at_addon_priority_and_keeps_user_values():
     assert middlewares == {"FleetSpiderMiddleware": 0}
     fresh = Settings()
     Addon().update_settings(fresh)
-    assert fresh["SCHEDULER"] == "scrapy_fleet.scheduler.FleetScheduler"
+    assert fresh["SCHEDULER"] == "scrapy_fleet.frontier.scheduler.FleetScheduler"
     assert fresh.getdict("ITEM_PIPELINES") == {}  # sinks only when configured
     assert not any(k.startswith("SCHEDULER_") and fresh.getpriority(k) == 15
                    for k in fresh.attributes)

@@ -9,9 +9,9 @@ import redis
 from scrapy import Request
 
 from scrapy_fleet import codec
-from scrapy_fleet.bloom import bloom_key
 from scrapy_fleet.config import DEFAULT_REQUEST_CLASSES
-from scrapy_fleet.frontier import FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.frontier.bloom import bloom_key
+from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
 
 
 def make_admin(url: str, crawl: str = "t", lease: float = 30.0, max_leases: int = 3):

@@ -13,13 +13,13 @@ import redis
 from scrapy import Request
 from scrapy.settings import Settings
 
-from scrapy_fleet import codec, scripts
+from scrapy_fleet import codec, lua
 from scrapy_fleet.addon import Addon
-from scrapy_fleet.bloom import bloom_key
 from scrapy_fleet.config import DEFAULT_REQUEST_CLASSES, FleetConfig
-from scrapy_fleet.frontier import FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.frontier.bloom import bloom_key
+from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
 from scrapy_fleet.keys import CrawlKeys
-from scrapy_fleet.politeness import host_key
+from scrapy_fleet.politeness.hosts import host_key
 
 
 def entry(url: str):
@@ -32,10 +32,10 @@ def url_of(e) -> str:
 
 
 def politeness_call(url: str, op: str, host: str, **args):
-    """One call of scripts/politeness.lua, as the downloader middlewares make it."""
+    """One call of lua/politeness.lua, as the downloader middlewares make it."""
     client = redis.Redis.from_url(url)
     keys = CrawlKeys("fleet", "hosts")
-    script = scripts.load(client, "politeness.lua")
+    script = lua.load(client, "politeness.lua")
     reply = script(keys=keys.politeness_keys(),
                    args=[msgpack.packb({"op": op, "h": host, **args})])
     decoded = msgpack.unpackb(reply, raw=False)
@@ -160,8 +160,8 @@ def test_addon_turns_per_process_settings_into_fleet_wide_ones():
 def test_status_hosts_shows_per_host_state(redis_url):
     admin = FrontierAdmin(redis_url, "hostview")
     admin.push([entry("http://a.test/1"), entry("http://a.test/2"), entry("http://b.test/1")])
-    result = subprocess.run([sys.executable, "-m", "scrapy_fleet.cli", "--redis", redis_url,
-                             "status", "hostview", "--hosts", "--json"],
+    result = subprocess.run([sys.executable, "-m", "scrapy_fleet.commands.cli", "--redis",
+                             redis_url, "status", "hostview", "--hosts", "--json"],
                             capture_output=True, text=True, timeout=60)
     rows = {r["host"]: r for r in json.loads(result.stdout)["hosts"]}
     assert (rows["a.test"]["entries"], rows["b.test"]["entries"]) == (2, 1)

@@ -25,7 +25,7 @@ import pytest
 from mongowire import MongoWireServer
 from support import read_items, run_scrapy, start_worker, tail, wait_all
 
-from scrapy_fleet.frontier import FrontierAdmin
+from scrapy_fleet.frontier.client import FrontierAdmin
 from scrapy_fleet.pipelines.mongo import default_document_id
 from scrapy_fleet.testsite import generate_site
 

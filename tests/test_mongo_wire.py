@@ -24,7 +24,7 @@ from scrapy.utils.test import get_crawler
 from support import read_items, run_scrapy, start_worker, tail, wait_all
 
 from scrapy_fleet.codec import decode_dict
-from scrapy_fleet.frontier import FrontierAdmin
+from scrapy_fleet.frontier.client import FrontierAdmin
 from scrapy_fleet.pipelines import MongoPipeline
 from scrapy_fleet.pipelines.mongo import default_document_id
 from scrapy_fleet.testsite import generate_site

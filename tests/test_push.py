@@ -13,12 +13,12 @@ import redis
 from support import EXAMPLE_PROJECT, free_port, run_scrapy
 
 from scrapy_fleet import codec
+from scrapy_fleet.commands.push import default_fingerprinter, parse_line, push_lines
 from scrapy_fleet.errors import PushLineError
-from scrapy_fleet.frontier import FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
 from scrapy_fleet.keys import CrawlKeys
-from scrapy_fleet.push import default_fingerprinter, parse_line, push_lines
 
-CLI = [sys.executable, "-m", "scrapy_fleet.cli"]
+CLI = [sys.executable, "-m", "scrapy_fleet.commands.cli"]
 
 
 def test_full_json_spec_becomes_a_request_dict():

@@ -20,7 +20,7 @@ from support import (
     wait_all,
 )
 
-from scrapy_fleet.frontier import FrontierAdmin, SyncBatch
+from scrapy_fleet.frontier.client import FrontierAdmin, SyncBatch
 from scrapy_fleet.testsite import generate_site
 
 

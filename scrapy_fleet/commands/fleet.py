@@ -17,10 +17,10 @@ from scrapy.crawler import Crawler
 from scrapy.exceptions import UsageError
 from scrapy.utils.misc import build_from_crawler, load_object
 
-from scrapy_fleet import cli
+from scrapy_fleet.commands import cli
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import FleetConfigError
-from scrapy_fleet.frontier import FrontierAdmin
+from scrapy_fleet.frontier.client import FrontierAdmin
 
 
 class Command(ScrapyCommand):

@@ -175,7 +175,7 @@ def _describe(exc: BaseException) -> str:
 
 def stop_acknowledging(crawler: Crawler | None, reason: str) -> bool:
     """Tell the fleet scheduler to acknowledge no request from now on
-    (:meth:`~scrapy_fleet.scheduler.FleetScheduler.withhold_acknowledgements`).
+    (:meth:`~scrapy_fleet.frontier.scheduler.FleetScheduler.withhold_acknowledgements`).
 
     After a fatal MongoDB failure the requests still in progress have items that were not
     written: the scheduler keeps them leased and releases them when it closes (they go back to

@@ -6,7 +6,7 @@ spider's start requests (``start_urls``, ``start()``), which are ``dont_filter=T
 and so would be crawled once per worker.  ``FLEET_START_REQUESTS`` chooses:
 
 * ``"once"`` (default): one worker at a time consumes them, holding a lease on the crawl's
-  ``seeding`` hash (scripts/seeding.lua) that it renews every ``FLEET_LEASE_TIMEOUT / 3``
+  ``seeding`` hash (lua/seeding.lua) that it renews every ``FLEET_LEASE_TIMEOUT / 3``
   seconds with its *progress*: how many start requests, in the order the spider yields them,
   the frontier has accepted.  The other workers wait (and work on the frontier meanwhile);
   when the holder stops renewing — killed, stopped, its Redis calls failing — for
@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from scrapy import Request
 from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 
-from scrapy_fleet import engine_hooks, redis_client, scripts
+from scrapy_fleet import engine_hooks, lua, redis_client
 from scrapy_fleet.codec import START_META_KEY
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import RedisUnavailableError
-from scrapy_fleet.frontier import frontier_size
+from scrapy_fleet.frontier.client import frontier_size
 from scrapy_fleet.keys import CrawlKeys
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
 
     async def _seeding(self, client: Any, op: str, progress: int = 0) -> tuple[str, Any]:
         if self._seeding_script is None:
-            self._seeding_script = scripts.load(client, "seeding.lua")
+            self._seeding_script = lua.load(client, "seeding.lua")
         lease_ms = int(self.config.lease_timeout * 1000)
         status, value = await redis_client.call_retrying_async(
             lambda: self._seeding_script(keys=[self._keys().seeding],

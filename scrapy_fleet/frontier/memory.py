@@ -32,7 +32,7 @@ def memory_warnings(policy: str | None, maxmemory: int, used: int,
             f"(or a volatile-* policy) for the fleet's Redis.")
     if maxmemory and config.queue_max:
         needed = config.queue_max * BYTES_PER_ENTRY
-        from scrapy_fleet.bloom import slice_params
+        from scrapy_fleet.frontier.bloom import slice_params
 
         needed += slice_params(config.dupefilter_capacity,
                                config.dupefilter_error_rate, 0).bytes

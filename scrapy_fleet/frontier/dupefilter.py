@@ -1,7 +1,7 @@
 """Fleet-wide duplicate filter: a scalable Bloom filter in Redis, shared by every worker.
 
-Inside :class:`~scrapy_fleet.scheduler.FleetScheduler` the check-and-add runs in the same Lua
-call that pushes the new requests (one round trip for a whole batch).  Used with any other
+Inside :class:`~scrapy_fleet.frontier.scheduler.FleetScheduler` the check-and-add runs in the
+same Lua call that pushes the new requests (one round trip for a whole batch).  Used with any other
 scheduler, :meth:`RedisBloomDupeFilter.request_seen` runs ``bloom_add.lua`` itself (one
 blocking round trip per request).
 """
@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 from scrapy.dupefilters import BaseDupeFilter
 
-from scrapy_fleet import redis_client, scripts
-from scrapy_fleet.bloom import bloom_key
+from scrapy_fleet import lua, redis_client
 from scrapy_fleet.config import FleetConfig
+from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.keys import BLOOM_MAX_SLICES, CrawlKeys
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         if self._client is None:
             self._client = redis_client.sync_client(self.config.redis_url,
                                                     self.config.redis_timeout)
-            self._script = scripts.load(self._client, "bloom_add.lua")
+            self._script = lua.load(self._client, "bloom_add.lua")
         op = uuid.uuid4().hex
         args = [self.config.dupefilter_capacity, self.config.dupefilter_error_rate, OP_TTL_MS,
                 self.bloom_key(request)]

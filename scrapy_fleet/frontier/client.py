@@ -1,6 +1,6 @@
 """The Redis URL frontier: batches of pushes, leases, acknowledgements in one round trip.
 
-:class:`SyncBatch` is what a worker sends (scripts/frontier.lua documents each field),
+:class:`SyncBatch` is what a worker sends (lua/frontier.lua documents each field),
 :class:`SyncResult` what it gets back.  :class:`AsyncFrontier` runs batches from the reactor
 (redis.asyncio); :class:`FrontierAdmin` runs them and the read-only queries from commands.
 
@@ -28,14 +28,14 @@ import msgpack
 import redis
 import redis.asyncio
 
-from scrapy_fleet import redis_client, scripts
+from scrapy_fleet import lua, redis_client
 from scrapy_fleet.keys import CrawlKeys
 
 logger = logging.getLogger(__name__)
 
 OP_TTL_MS = 300_000
 RECLAIM_LIMIT = 100
-#: largest |Request.priority| the frontier orders by (scripts/hosts.lua checks it too): the
+#: largest |Request.priority| the frontier orders by (lua/hosts.lua checks it too): the
 #: scheduler clamps larger ones (the request itself keeps its priority), pushes refuse them
 PRIORITY_LIMIT = 2**31
 
@@ -53,7 +53,7 @@ class SyncBatch:
     ``pushes`` holds ``(bloom_key, priority, payload[, group, host])``: bloom_key is 12 bytes,
     or ``b""`` for a ``dont_filter`` request (never checked, always a new entry); group 0 (the
     default) is a push without a parent, group k (1-based) a link found by the request of the
-    k-th acknowledgement, pushed or not with it (see scripts/frontier.lua); host (default
+    k-th acknowledgement, pushed or not with it (see lua/frontier.lua); host (default
     ``""``: not counted per host) is the host name the per-host bound applies to.
     """
 
@@ -232,7 +232,7 @@ class AsyncFrontier:
         self.params = params
         self.retries = retries
         self.client: redis.asyncio.Redis = redis_client.async_client(url, timeout)
-        self._script = scripts.load(self.client, "frontier.lua")
+        self._script = lua.load(self.client, "frontier.lua")
         self._prev_op = "-"
         self.roundtrips = 0
 
@@ -287,7 +287,7 @@ class FrontierAdmin:
         """Run one batch (see :class:`AsyncFrontier.sync`), blocking.  *op_id* (default: a
         fresh one) names the call: the same id again replays the first reply."""
         if self._script is None:
-            self._script = scripts.load(self.client, "frontier.lua")
+            self._script = lua.load(self.client, "frontier.lua")
         op = op_id or uuid.uuid4().hex
         keys = self.keys.frontier_keys(op, self._prev_op)
         arg = _arg(batch, worker, self.params)

@@ -1,6 +1,6 @@
 """Fleet-wide politeness: what counts as one host, and the per-host calls of the workers.
 
-The frontier's lease step (scripts/frontier.lua with scripts/hosts.lua) hands out a request
+The frontier's lease step (lua/frontier.lua with lua/hosts.lua) hands out a request
 only when its host may be fetched: not on hold, under its concurrency cap, and with a GCRA
 token.  This module holds the rest, used by the downloader middlewares: the guard for
 requests that did not come from the frontier, back-off, and the shared robots.txt.
@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import msgpack
 import redis.asyncio
 
-from scrapy_fleet import scripts
+from scrapy_fleet import lua
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.keys import CrawlKeys
 
@@ -73,7 +73,7 @@ def overrides_to_hostconf(config: FleetConfig) -> dict[str, str]:
 class Politeness:
     """Per-host politeness calls of one worker (asyncio).
 
-    Every call is one round trip of scripts/politeness.lua; times are the Redis server's.
+    Every call is one round trip of lua/politeness.lua; times are the Redis server's.
     Calls are not retried (see the script's header).
     """
 
@@ -83,7 +83,7 @@ class Politeness:
         self.keys = keys
         self.config = config
         self.worker = worker
-        self._script = scripts.load(client, "politeness.lua")
+        self._script = lua.load(client, "politeness.lua")
         params = config.frontier_params()
         self._defaults = {"pt": int(params.host_interval * 1000), "pb": params.host_burst,
                           "pc": params.host_concurrency,

@@ -24,7 +24,8 @@ from typing import Any
 
 from scrapy import Request
 
-from scrapy_fleet import codec, politeness, push
+from scrapy_fleet import codec
+from scrapy_fleet.commands import push
 from scrapy_fleet.config import (
     DEFAULTS,
     HOST_KEY_MODES,
@@ -33,7 +34,8 @@ from scrapy_fleet.config import (
     validate_redis_url,
 )
 from scrapy_fleet.errors import FleetConfigError, RedisUnavailableError, RequestDecodeError
-from scrapy_fleet.frontier import PRIORITY_LIMIT, FrontierAdmin, FrontierParams
+from scrapy_fleet.frontier.client import PRIORITY_LIMIT, FrontierAdmin, FrontierParams
+from scrapy_fleet.politeness import hosts as politeness
 
 
 def add_action_arguments(parser: argparse.ArgumentParser) -> None:

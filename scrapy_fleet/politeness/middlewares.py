@@ -26,10 +26,11 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
 
-from scrapy_fleet import engine_hooks, politeness, redis_client
+from scrapy_fleet import engine_hooks, redis_client
 from scrapy_fleet.codec import LEASE_META_KEY
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.politeness import hosts as politeness
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

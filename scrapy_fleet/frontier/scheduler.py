@@ -32,13 +32,15 @@ from scrapy.core.scheduler import BaseScheduler
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.reactor import is_asyncio_reactor_installed
 
-from scrapy_fleet import codec, engine_hooks, memory, politeness
+from scrapy_fleet import codec, engine_hooks
 from scrapy_fleet.config import FleetConfig
-from scrapy_fleet.downloadermiddlewares import robots_of
-from scrapy_fleet.dupefilter import RedisBloomDupeFilter
 from scrapy_fleet.errors import FleetConfigError, RedisUnavailableError, RequestEncodeError
-from scrapy_fleet.frontier import AsyncFrontier, SyncBatch, SyncResult, clamp_priority
+from scrapy_fleet.frontier import memory
+from scrapy_fleet.frontier.client import AsyncFrontier, SyncBatch, SyncResult, clamp_priority
+from scrapy_fleet.frontier.dupefilter import RedisBloomDupeFilter
 from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.politeness import hosts as politeness
+from scrapy_fleet.politeness.middlewares import robots_of
 from scrapy_fleet.redis_client import is_oom
 
 if TYPE_CHECKING:

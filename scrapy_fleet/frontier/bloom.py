@@ -1,10 +1,10 @@
-"""Parameters of the fleet's scalable Bloom filter (the filter itself runs in scripts/bloom.lua).
+"""Parameters of the fleet's scalable Bloom filter (the filter itself runs in lua/bloom.lua).
 
 Slice ``i`` holds ``n0 * 2**i`` fingerprints at false-positive rate ``p * 2**-i``, with
 ``m = ceil(-n ln p / ln(2)**2)`` bits and ``k = ceil(-log2 p)`` hash functions (Almeida et al.,
 "Scalable Bloom Filters", 2007).  For n0 = 1,000,000 and p = 0.001 slice 0 takes
 14,377,588 bits = 1.80 MB; a Redis SET of the same fingerprints takes about 64 MB
-(bench/bench_bloom.py).  Slices are created at full size (see scripts/bloom.lua).
+(bench/bench_bloom.py).  Slices are created at full size (see lua/bloom.lua).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from scrapy_fleet.keys import BLOOM_MAX_SLICES
 
 FINGERPRINT_BYTES = 12
-#: Redis's largest bit offset + 1: no slice may be larger (scripts/bloom.lua, MAX_BITS)
+#: Redis's largest bit offset + 1: no slice may be larger (lua/bloom.lua, MAX_BITS)
 MAX_SLICE_BITS = 2**32
 
 
@@ -24,7 +24,7 @@ def bloom_key(fingerprint: bytes) -> bytes:
     """12 uniform bytes for the Bloom filter from a Scrapy request fingerprint (any length).
 
     BLAKE2b spreads any fingerprinter's output (even a non-uniform custom one) evenly; its two
-    48-bit halves seed the double hashing in scripts/bloom.lua.
+    48-bit halves seed the double hashing in lua/bloom.lua.
     """
     return hashlib.blake2b(fingerprint, digest_size=FINGERPRINT_BYTES).digest()
 
@@ -42,7 +42,7 @@ class SliceParams:
 
 
 def slice_params(capacity: int, error_rate: float, index: int) -> SliceParams:
-    """Parameters of slice *index*, computed exactly as scripts/bloom.lua does."""
+    """Parameters of slice *index*, computed exactly as lua/bloom.lua does."""
     n = capacity * 2**index
     p = error_rate * 0.5**index
     m = math.ceil(-n * math.log(p) / (math.log(2) ** 2))

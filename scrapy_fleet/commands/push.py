@@ -32,9 +32,9 @@ import redis
 from scrapy import Request
 
 from scrapy_fleet import codec
-from scrapy_fleet.bloom import bloom_key
 from scrapy_fleet.errors import PushLineError, RequestEncodeError
-from scrapy_fleet.frontier import FrontierAdmin
+from scrapy_fleet.frontier.bloom import bloom_key
+from scrapy_fleet.frontier.client import FrontierAdmin
 from scrapy_fleet.redis_client import is_oom
 
 #: exit statuses of the push commands

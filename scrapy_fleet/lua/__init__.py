@@ -1,4 +1,4 @@
-"""Lua scripts of the fleet, kept as files in ``scrapy_fleet/scripts/`` and run by SHA.
+"""Lua scripts of the fleet, kept as files in this package (``scrapy_fleet/lua/``) and run by SHA.
 
 An entry script may start with ``-- uses: lib.lua, ...``; the named library files are
 prepended once, at load.  :func:`load` registers each script with a redis-py client, which
@@ -23,7 +23,7 @@ _LIBRARIES: dict[str, tuple[str, ...]] = {
 @cache
 def source(name: str) -> str:
     """Full Lua source of entry script *name* (libraries prepended)."""
-    folder = resources.files("scrapy_fleet") / "scripts"
+    folder = resources.files("scrapy_fleet") / "lua"
     parts = [(folder / lib).read_text("utf-8") for lib in _LIBRARIES.get(name, ())]
     parts.append((folder / name).read_text("utf-8"))
     return "\n".join(parts)
