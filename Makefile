@@ -14,7 +14,7 @@ WORKERS ?= 3
 MONGO_URI ?=
 PYTEST_ARGS ?=
 
-.PHONY: venv redis demo test lint clean distclean
+.PHONY: venv system redis demo test lint clean distclean
 
 venv: $(VENV)/.installed
 
@@ -29,6 +29,20 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	@touch $@
 
+# Debian packages the demo and the tests start for real: Redis (and its Sentinel), a forward
+# proxy for the proxy-pool tests, a browser for the dashboard and scrapy-playwright tests.
+SYSTEM_PACKAGES := redis-server redis-sentinel tinyproxy chromium openssl
+system:
+	@missing=""; \
+	for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	    echo "installing from Debian:$$missing"; \
+	    $(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive \
+	        apt-get install -y --no-install-recommends $$missing; \
+	fi
+	@redis-server --version
+
+# The demo needs Redis only.
 redis:
 	@if ! command -v redis-server >/dev/null 2>&1; then \
 	    echo "redis-server is missing: installing it from Debian"; \
@@ -42,7 +56,7 @@ demo: venv redis
 	    $(if $(MONGO_URI),--mongo-uri '$(MONGO_URI)')
 
 # An empty suite must not look green: pytest's exit code 5 ("no tests collected") fails.
-test: venv redis
+test: venv system
 	@$(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
