@@ -49,6 +49,7 @@ class Addon:
 
     def update_settings(self, settings: BaseSettings) -> None:
         self._politeness_settings(settings)
+        self._browser_settings(settings)
         settings.set("SCHEDULER", "scrapy_fleet.frontier.scheduler.FleetScheduler", "addon")
         settings.set("DUPEFILTER_CLASS",
                      "scrapy_fleet.frontier.dupefilter.RedisBloomDupeFilter", "addon")
@@ -63,6 +64,24 @@ class Addon:
                     continue  # not configured: not listed (no "Disabled ..." warning)
                 if path not in current and load_object(path) not in current:
                     settings.set_in_component_priority_dict(name, load_object(path), order)
+
+    @staticmethod
+    def _browser_settings(settings: BaseSettings) -> None:
+        """``FLEET_PLAYWRIGHT = True``: scrapy-playwright's download handlers, the asyncio
+        reactor and the abort rule for heavy resources (browser/handler.py).  Wrong values
+        are reported by the start-up check, which validates them again (config.py)."""
+        try:
+            enabled = settings.getbool("FLEET_PLAYWRIGHT")
+        except ValueError:
+            return  # the start-up check names the setting and the value
+        if not enabled:
+            return
+        from scrapy_fleet.browser.handler import DEFAULT_ABORT, install
+
+        abort = settings.get("FLEET_PLAYWRIGHT_ABORT", DEFAULT_ABORT)
+        if isinstance(abort, str):
+            abort = [part.strip() for part in abort.split(",") if part.strip()]
+        install(settings, abort if isinstance(abort, (list, tuple)) else DEFAULT_ABORT)
 
     @staticmethod
     def _politeness_settings(settings: BaseSettings) -> None:

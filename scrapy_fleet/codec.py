@@ -10,7 +10,9 @@ Format version 1: one byte ``0x01`` followed by a msgpack map of the fields of
 Callbacks and errbacks travel by spider method name (``Request.to_dict`` refuses anything
 else); request classes by import path, rebuilt only when listed in ``FLEET_REQUEST_CLASSES``.
 Values in meta, cb_kwargs and cookies may be None, bool, int (64-bit), float, str, bytes,
-list, tuple (kept as tuple, msgpack extension 1) and dicts of those.
+list, tuple (kept as tuple, msgpack extension 1) and dicts of those, and scrapy-playwright's
+``PageMethod`` (msgpack extension 2, see ``browser/pagemethods.py``: its name or import path,
+args and kwargs; never its result).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from scrapy import Request, Spider
 from scrapy.utils.misc import load_object
 from scrapy.utils.request import request_from_dict
 
+from scrapy_fleet.browser import pagemethods
 from scrapy_fleet.errors import RequestDecodeError, RequestEncodeError
 
 VERSION = 1
@@ -59,6 +62,9 @@ START_META_KEY = PRIVATE_META_PREFIX + "start"
 def _default(obj: Any) -> Any:
     if isinstance(obj, tuple):
         return msgpack.ExtType(_EXT_TUPLE, _pack(list(obj)))
+    page_method = pagemethods.page_method_class()
+    if page_method is not None and isinstance(obj, page_method):
+        return msgpack.ExtType(pagemethods.EXT_PAGE_METHOD, _pack(pagemethods.to_wire(obj)))
     raise TypeError(f"cannot encode object of type {type(obj).__qualname__}")
 
 
@@ -69,6 +75,8 @@ def _pack(obj: Any) -> bytes:
 def _ext_hook(code: int, data: bytes) -> Any:
     if code == _EXT_TUPLE:
         return tuple(_unpack(data))
+    if code == pagemethods.EXT_PAGE_METHOD:
+        return pagemethods.from_wire(_unpack(data))
     raise RequestDecodeError(f"unknown msgpack extension type {code}")
 
 
@@ -88,6 +96,9 @@ def _find_unsupported(value: Any, path: str) -> str | None:
             if found:
                 return found
         return None
+    page_method = pagemethods.page_method_class()
+    if page_method is not None and isinstance(value, page_method):
+        return _find_unsupported([value.args, value.kwargs], f"{path} (page method arguments)")
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, (str, bytes, int)):
@@ -130,6 +141,9 @@ def encode_dict(d: Mapping[str, Any]) -> bytes:
         out["x"] = extra
     try:
         return _HEADER + _pack(out)
+    except RequestEncodeError as exc:
+        raise RequestEncodeError(
+            f"cannot store request {d.get('url')!r} in the frontier: {exc}") from exc
     except (TypeError, ValueError, OverflowError) as exc:
         where = _find_unsupported(out.get("M", {}), "meta") or _find_unsupported(
             out.get("k", {}), "cb_kwargs") or _find_unsupported(out, "request")
@@ -152,6 +166,8 @@ def encode(request: Request, spider: Spider | None = None) -> bytes:
             f"cannot store request {request.url!r} in the frontier: {exc}") from exc
     d["_class"] = class_path(type(request))
     meta = d.get("meta")
+    if meta:
+        pagemethods.check_meta(meta, request.url)
     if meta and any(isinstance(k, str) and k.startswith(PRIVATE_META_PREFIX) for k in meta):
         d["meta"] = {k: v for k, v in meta.items()
                      if not (isinstance(k, str) and k.startswith(PRIVATE_META_PREFIX))}

@@ -69,7 +69,31 @@ DEFAULTS: dict[str, Any] = {
     "FLEET_BACKOFF_MAX": 300.0,
     "FLEET_JSONL_PATH": None,
     "FLEET_JSONL_FSYNC": False,
+    "FLEET_PLAYWRIGHT": False,
+    "FLEET_PLAYWRIGHT_ABORT": ["image", "media", "font"],
 }
+
+
+def _browser(g: Callable[[str], Any]) -> dict[str, Any]:
+    """FLEET_PLAYWRIGHT and FLEET_PLAYWRIGHT_ABORT (browser/handler.py)."""
+    from scrapy_fleet.browser.handler import RESOURCE_TYPES
+
+    enabled = _bool("FLEET_PLAYWRIGHT", g("FLEET_PLAYWRIGHT"))
+    abort = g("FLEET_PLAYWRIGHT_ABORT")
+    if isinstance(abort, str):
+        abort = [part.strip() for part in abort.split(",") if part.strip()]
+    _check("FLEET_PLAYWRIGHT_ABORT", abort,
+           isinstance(abort, (list, tuple)) and all(t in RESOURCE_TYPES for t in abort),
+           f"a list of Playwright resource types ({', '.join(sorted(RESOURCE_TYPES))})")
+    if enabled:
+        try:
+            import scrapy_playwright  # noqa: F401
+        except ImportError:
+            raise FleetConfigError(
+                "FLEET_PLAYWRIGHT=True needs scrapy-playwright: pip install scrapy-playwright "
+                "(and a browser: PLAYWRIGHT_LAUNCH_OPTIONS = {\"executable_path\": ...})"
+            ) from None
+    return {"playwright": enabled, "playwright_abort": tuple(abort)}
 
 
 def _get(settings: BaseSettings | Mapping[str, Any], name: str) -> Any:
@@ -245,6 +269,8 @@ class FleetConfig:
     backoff_max: float
     jsonl_path: str | None
     jsonl_fsync: bool
+    playwright: bool = False
+    playwright_abort: tuple[str, ...] = ("image", "media", "font")
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -384,6 +410,7 @@ class FleetConfig:
                                 "seconds > 0", exclusive=True),
             jsonl_path=jsonl,
             jsonl_fsync=_bool("FLEET_JSONL_FSYNC", g("FLEET_JSONL_FSYNC")),
+            **_browser(g),
         )
         if isinstance(settings, BaseSettings) and getattr(settings, "frozen", False):
             try:

@@ -6,6 +6,10 @@ A line is either a plain URL or a JSON object with the request spec::
      "body": "text", "cookies": {"k": "v"}, "meta": {...}, "cb_kwargs": {...},
      "callback": "parse_item", "errback": "on_error", "priority": 10, "dont_filter": false}
 
+A browser page (scrapy-playwright) is asked for in meta, its page methods as objects:
+``"meta": {"playwright": true, "playwright_page_methods": [{"method": "wait_for_selector",
+"args": ["#done"], "kwargs": {}}]}``.
+
 Empty lines and lines starting with ``#`` are skipped.  A bad line is reported with its line
 number and reason and skipped; the good lines around it are pushed.  Input is read lazily and
 pushed in batches, so a file of any size takes constant memory.
@@ -32,6 +36,7 @@ import redis
 from scrapy import Request
 
 from scrapy_fleet import codec
+from scrapy_fleet.browser import pagemethods
 from scrapy_fleet.errors import PushLineError, RequestEncodeError
 from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.client import FrontierAdmin
@@ -165,6 +170,13 @@ def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
             if not isinstance(spec[name], dict):
                 raise PushLineError(f"{name} must be an object")
             kwargs[name] = spec[name]
+    methods = kwargs.get("meta", {}).get(pagemethods.METHODS_META_KEY)
+    if methods is not None:
+        try:
+            kwargs["meta"] = {**kwargs["meta"],
+                              pagemethods.METHODS_META_KEY: pagemethods.from_json(methods)}
+        except ValueError as exc:
+            raise PushLineError(str(exc)) from None
     if "priority" in spec:
         if isinstance(spec["priority"], bool) or not isinstance(spec["priority"], int):
             raise PushLineError("priority must be an integer")

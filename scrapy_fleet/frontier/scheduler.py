@@ -33,6 +33,7 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.reactor import is_asyncio_reactor_installed
 
 from scrapy_fleet import codec, engine_hooks
+from scrapy_fleet.browser import pagemethods
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import FleetConfigError, RedisUnavailableError, RequestEncodeError
 from scrapy_fleet.frontier import memory
@@ -237,6 +238,8 @@ class FleetScheduler(BaseScheduler):
             logger.error("%s; request dropped", exc, extra={"spider": self.spider})
             self._inc("fleet/codec/encode_error")
             self._inc(f"fleet/codec/encode_error/{type(exc.__cause__ or exc).__name__}")
+            if pagemethods.close_page_of(request.meta):
+                self._inc("fleet/browser/page_closed")  # a dropped request leaks no page
             return False
         key = b"" if request.dont_filter or not isinstance(self.df, RedisBloomDupeFilter) \
             else self.df.bloom_key(request)
