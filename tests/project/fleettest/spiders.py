@@ -91,3 +91,41 @@ class FetchSpider(scrapy.Spider):
 
     def parse(self, response: Any) -> Any:
         yield {"url": response.url, "status": response.status}
+
+
+#: Debian's chromium, as root, on a closed network (never `playwright install`)
+CHROMIUM_LAUNCH = {
+    "executable_path": "/usr/bin/chromium",
+    "headless": True,
+    "args": ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--no-first-run", "--disable-sync"],
+}
+
+
+class BrowserPagesSpider(scrapy.Spider):
+    """Pages whose content JavaScript inserts, rendered by scrapy-playwright through the fleet:
+    links are followed with page methods (wait, click, wait), one link with meta=response.meta."""
+
+    name = "browser_pages"
+    custom_settings = {"FLEET_PLAYWRIGHT": True, "PLAYWRIGHT_BROWSER_TYPE": "chromium",
+                       "PLAYWRIGHT_LAUNCH_OPTIONS": CHROMIUM_LAUNCH,
+                       "PLAYWRIGHT_MAX_PAGES_PER_CONTEXT": 2, "CONCURRENT_REQUESTS": 2}
+
+    def parse(self, response: Any) -> Any:
+        from scrapy_playwright.page import PageMethod
+
+        methods = response.meta.get("playwright_page_methods") or []
+        yield {"url": response.url,
+               "inserted": response.css("#inserted::text").get(),
+               "revealed": response.css("#revealed::text").get(),
+               "methods": [pm.method for pm in methods],
+               "browser": "playwright" in response.flags}
+        for href in response.css("a.page::attr(href)").getall():
+            yield response.follow(href, meta={"playwright": True, "playwright_page_methods": [
+                PageMethod("wait_for_selector", "#inserted"),
+                PageMethod("click", "#reveal"),
+                PageMethod("wait_for_selector", "#revealed"),
+            ]})
+        for href in response.css("a.again::attr(href)").getall():
+            # the page methods in response.meta hold their results (live objects) by now
+            yield response.follow(href, meta=response.meta)

@@ -1,0 +1,185 @@
+"""Browser pages through the fleet: scrapy-playwright with Debian's chromium, real workers.
+
+The page methods of a request travel through the frontier as data (codec extension 2); a
+live page cannot; pushed JSON lines carry page methods as objects.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from scrapy import Request
+from support import TEST_PROJECT, read_items, run_scrapy, start_site, start_worker, tail, wait_all
+
+from scrapy_fleet import codec
+from scrapy_fleet.commands.push import parse_line
+from scrapy_fleet.config import FleetConfig
+from scrapy_fleet.errors import FleetConfigError, PushLineError, RequestEncodeError
+
+PageMethod = pytest.importorskip("scrapy_playwright.page").PageMethod
+CLASSES = ["scrapy.http.request.Request"]
+
+
+def roundtrip(request: Request) -> Request:
+    return codec.decode(codec.encode(request), None, CLASSES)
+
+
+def test_page_methods_travel_as_data_without_their_result() -> None:
+    pm = PageMethod("wait_for_selector", "#done", timeout=5000, state=("visible",))
+    pm.result = object()  # what scrapy-playwright leaves after running it
+    back = roundtrip(Request("http://a.test/", meta={
+        "playwright": True, "playwright_page_methods": [pm, PageMethod(json.dumps, 1)]}))
+    first, second = back.meta["playwright_page_methods"]
+    assert isinstance(first, PageMethod)
+    assert (first.method, first.args, first.kwargs, first.result) == (
+        "wait_for_selector", ("#done",), {"timeout": 5000, "state": ("visible",)}, None)
+    assert second.method is json.dumps and second.args == (1,)
+    assert back.meta["playwright"] is True
+
+
+def test_live_objects_are_refused_naming_the_key() -> None:
+    with pytest.raises(RequestEncodeError, match=r"meta\['playwright_page'\] is a live"):
+        codec.encode(Request("http://a.test/", meta={"playwright_page": object()}))
+    with pytest.raises(RequestEncodeError,
+                       match=r"meta\['playwright_page_methods'\].*not a module-level"):
+        codec.encode(Request("http://a.test/", meta={
+            "playwright_page_methods": [PageMethod(lambda page: None)]}))
+    with pytest.raises(RequestEncodeError, match=r"playwright_page_methods.*builtins.object"):
+        codec.encode(Request("http://a.test/", meta={
+            "playwright_page_methods": [PageMethod("click", object())]}))
+
+
+def test_corrupt_page_method_is_a_decode_error() -> None:
+    import msgpack
+
+    from scrapy_fleet.errors import RequestDecodeError
+
+    bad = bytes([codec.VERSION]) + msgpack.packb(
+        {"u": "http://a.test/", "M": {"m": msgpack.ExtType(2, msgpack.packb(["z", 1]))}})
+    with pytest.raises(RequestDecodeError, match="bad page method"):
+        codec.decode(bad, None, CLASSES)
+
+
+def test_pushed_line_page_methods() -> None:
+    line = json.dumps({"url": "http://a.test/", "meta": {"playwright": True,
+                       "playwright_page_methods": [
+                           {"method": "wait_for_selector", "args": ["#done"], "kwargs": {}},
+                           {"method": "click", "args": ["#b"]}]}})
+    request, d = parse_line(line)
+    methods = request.meta["playwright_page_methods"]
+    assert [(m.method, m.args) for m in methods] == [("wait_for_selector", ("#done",)),
+                                                      ("click", ("#b",))]
+    assert codec.encode_dict(d)  # storable as pushed
+    for bad, reason in (([{"args": []}], 'string "method"'), ("click", "must be a list"),
+                        ([{"method": "click", "kw": {}}], "unknown field"),
+                        ([{"method": "click", "args": "x"}], "args must be a list")):
+        with pytest.raises(PushLineError, match=reason):
+            parse_line(json.dumps({"url": "http://a.test/",
+                                   "meta": {"playwright_page_methods": bad}}))
+
+
+def test_settings() -> None:
+    config = FleetConfig.from_settings({"FLEET_PLAYWRIGHT": "true",
+                                        "FLEET_PLAYWRIGHT_ABORT": "image,font"})
+    assert (config.playwright, config.playwright_abort) == (True, ("image", "font"))
+    with pytest.raises(FleetConfigError, match=r"FLEET_PLAYWRIGHT_ABORT.*resource types"):
+        FleetConfig.from_settings({"FLEET_PLAYWRIGHT_ABORT": ["pictures"]})
+
+
+def test_addon_installs_scrapy_playwright_unless_the_project_did() -> None:
+    from scrapy.settings import Settings
+
+    from scrapy_fleet import Addon
+    from scrapy_fleet.browser.handler import HANDLER, AbortResources
+
+    settings = Settings({"FLEET_PLAYWRIGHT": True})
+    Addon().update_settings(settings)
+    assert settings.getdict("DOWNLOAD_HANDLERS") == {"http": HANDLER, "https": HANDLER}
+    abort = settings["PLAYWRIGHT_ABORT_REQUEST"]
+    assert isinstance(abort, AbortResources)
+    assert [abort(type("R", (), {"resource_type": t})()) for t in ("image", "font", "document",
+                                                                    "script")] == [
+        True, True, False, False]
+    own = Settings({"FLEET_PLAYWRIGHT": True, "DOWNLOAD_HANDLERS": {"https": "my.Handler"}},
+                   priority="project")
+    Addon().update_settings(own)
+    assert own.getdict("DOWNLOAD_HANDLERS")["https"] == "my.Handler"
+    plain = Settings()
+    Addon().update_settings(plain)
+    assert "PLAYWRIGHT_ABORT_REQUEST" not in plain
+
+
+PAGE = """<!doctype html><html><head><title>{name}</title></head><body>
+<img src="/pixel.png" alt=""><p>static {name}</p>{links}
+<button id="reveal" onclick="var p=document.createElement('p');p.id='revealed';
+p.textContent='clicked-{name}';document.body.appendChild(p)">reveal</button>
+<script>setTimeout(function(){{var d=document.createElement('div');d.id='inserted';
+d.textContent='js-{name}';document.body.appendChild(d);}}, 150);</script>
+</body></html>"""
+PIXEL = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082")
+
+
+def js_site(root: Path, pages: int) -> None:
+    links = "".join(f'<a class="page" href="/p{i}.html">p{i}</a>' for i in range(pages))
+    links += '<a class="again" href="/again.html">again</a>'
+    (root / "index.html").write_text(PAGE.format(name="index", links=links))
+    for i in range(pages):
+        (root / f"p{i}.html").write_text(PAGE.format(name=f"p{i}", links=""))
+    (root / "again.html").write_text(PAGE.format(name="again", links=""))
+    (root / "pixel.png").write_bytes(PIXEL)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
+def test_two_workers_crawl_javascript_pages(tmp_path: Path, redis_url: str,
+                                            worker_env: dict[str, str]) -> None:
+    site_root = tmp_path / "site"
+    site_root.mkdir()
+    js_site(site_root, pages=6)
+    site = start_site(site_root, tmp_path / "site.log")
+    try:
+        start = json.dumps({"url": site.url, "meta": {"playwright": True,
+                            "playwright_page_methods": [
+                                {"method": "wait_for_selector", "args": ["#inserted"]}]}})
+        (tmp_path / "start.jsonl").write_text(start + "\n")
+        pushed = run_scrapy(TEST_PROJECT, ["fleet", "push", "browser_pages",
+                                           "-f", str(tmp_path / "start.jsonl"),
+                                           "-s", f"FLEET_REDIS_URL={redis_url}"], worker_env)
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        outs = [tmp_path / f"out-{n}.jsonl" for n in range(2)]
+        logs = [tmp_path / f"worker-{n}.log" for n in range(2)]
+        procs = [start_worker(TEST_PROJECT, "browser_pages",
+                              {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 5,
+                               "FLEET_JSONL_PATH": outs[n]}, worker_env, logs[n])
+                 for n in range(2)]
+        codes = wait_all(procs, timeout=240)
+        assert codes == [0, 0], tail(logs[0]) + tail(logs[1])
+    finally:
+        site.stop()
+    found = read_items(outs)
+    items = {item["url"].rsplit("/", 1)[-1] or "index": item for item in found}
+    names = ["index", "again.html"] + [f"p{i}.html" for i in range(6)]
+    assert sorted(items) == sorted(names)
+    assert len(found) == len(names)  # each page once (no worker was killed)
+    for name, item in items.items():
+        bare = name.removesuffix(".html")
+        assert item["browser"] is True, item
+        assert item["inserted"] == f"js-{bare}", item  # text JavaScript inserted
+    for i in range(6):  # the click of a PageMethod that travelled through the frontier ran
+        item = items[f"p{i}.html"]
+        assert item["revealed"] == f"clicked-p{i}", item
+        assert item["methods"] == ["wait_for_selector", "click", "wait_for_selector"]
+    assert items["again.html"]["methods"] == ["wait_for_selector"]  # meta=response.meta
+    worker_logs = "".join(tail(path, 200_000) for path in logs)
+    aborted = sum(int(n) for n in re.findall(r"'playwright/request_count/aborted': (\d+)",
+                                             worker_logs))
+    assert aborted == len(names)  # every page's image, none fetched
+    fetched = [r["path"] for r in site.requests()]
+    assert "/pixel.png" not in fetched
+    assert "encode_error" not in worker_logs
