@@ -22,6 +22,8 @@ from scrapy.settings import BaseSettings
 from scrapy_fleet.errors import FleetConfigError
 
 T = TypeVar("T")
+#: the frontier's pseudo-host of stored responses (stages/records.py, lua/hosts.lua)
+STAGE_HOST = "~parse"
 
 #: Import paths of the Request classes that may be rebuilt from the frontier (see codec).
 DEFAULT_REQUEST_CLASSES = (
@@ -69,9 +71,28 @@ DEFAULTS: dict[str, Any] = {
     "FLEET_BACKOFF_MAX": 300.0,
     "FLEET_JSONL_PATH": None,
     "FLEET_JSONL_FSYNC": False,
+    "FLEET_ROLE": "all",
+    "FLEET_RESPONSE_QUEUE_MAX": 1000,
+    "FLEET_RESPONSE_QUEUE_BYTES": 256 * 1024 * 1024,
+    "FLEET_MAX_STORED_RESPONSE": 8 * 1024 * 1024,
+    "FLEET_LARGE_RESPONSE": "parse",
     "FLEET_PLAYWRIGHT": False,
     "FLEET_PLAYWRIGHT_ABORT": ["image", "media", "font"],
 }
+
+
+def _stages(g: Callable[[str], Any]) -> dict[str, Any]:
+    """FLEET_ROLE and the bounds of the response queue (stages/roles.py)."""
+    role = g("FLEET_ROLE")
+    _check("FLEET_ROLE", role, role in ("all", "fetch", "parse"), '"all", "fetch" or "parse"')
+    large = g("FLEET_LARGE_RESPONSE")
+    _check("FLEET_LARGE_RESPONSE", large, large in ("parse", "fail"), '"parse" or "fail"')
+    out: dict[str, Any] = {"role": role, "large_response": large}
+    for name, attr in (("FLEET_RESPONSE_QUEUE_MAX", "response_queue_max"),
+                       ("FLEET_RESPONSE_QUEUE_BYTES", "response_queue_bytes"),
+                       ("FLEET_MAX_STORED_RESPONSE", "max_stored_response")):
+        out[attr] = _number(name, g(name), int, 1, "an integer >= 1")
+    return out
 
 
 def _browser(g: Callable[[str], Any]) -> dict[str, Any]:
@@ -269,6 +290,11 @@ class FleetConfig:
     backoff_max: float
     jsonl_path: str | None
     jsonl_fsync: bool
+    role: str = "all"
+    response_queue_max: int = 1000
+    response_queue_bytes: int = 256 * 1024 * 1024
+    max_stored_response: int = 8 * 1024 * 1024
+    large_response: str = "parse"
     playwright: bool = False
     playwright_abort: tuple[str, ...] = ("image", "media", "font")
     extra: dict[str, Any] = field(default_factory=dict)
@@ -411,6 +437,7 @@ class FleetConfig:
             jsonl_path=jsonl,
             jsonl_fsync=_bool("FLEET_JSONL_FSYNC", g("FLEET_JSONL_FSYNC")),
             **_browser(g),
+            **_stages(g),
         )
         if isinstance(settings, BaseSettings) and getattr(settings, "frozen", False):
             try:
@@ -429,7 +456,9 @@ class FleetConfig:
                               self.host_burst if self.host_rate else 1, self.host_concurrency,
                               self.robots_obey,
                               self.host_rate is not None
-                              and 1.0 / self.host_rate > self.host_delay)
+                              and 1.0 / self.host_rate > self.host_delay,
+                              lease_only_host=STAGE_HOST if self.role == "parse" else "",
+                              lease_except_host=STAGE_HOST if self.role == "fetch" else "")
 
     @property
     def host_interval(self) -> float:

@@ -88,3 +88,33 @@ def wake_engine(crawler: Crawler) -> None:
     slot = getattr(engine, "_slot", None)
     if slot is not None and getattr(slot, "closing", None) is None:
         slot.nextcall.schedule()
+
+
+def wrap_fetch(crawler: Crawler, wrapper: Callable[..., Any]) -> Callable[[], None]:
+    """Route the engine's downloads through ``wrapper(fetch, request, *args)``, which returns
+    a Deferred like ``engine.downloader.fetch`` (the downloader middleware chain and the
+    download) does: the one place stages hook in (stages/roles.py).  The engine gives each
+    request it got from the scheduler to ``downloader.fetch`` (Scrapy 2.13 to 2.19).
+
+    Returns a function that undoes it.
+
+    Raises:
+        UnsupportedScrapyError: the engine has no ``downloader.fetch``.
+    """
+    downloader: Any = getattr(running_engine(crawler), "downloader", None)
+    original = getattr(downloader, "fetch", None)
+    if original is None:
+        raise UnsupportedScrapyError(
+            "scrapy_fleet cannot hook into this Scrapy's downloader (no engine.downloader."
+            "fetch); FLEET_ROLE needs Scrapy 2.13 or later")
+
+    def fetch(request: Any, *args: Any, **kwargs: Any) -> Any:
+        return wrapper(original, request, *args, **kwargs)
+
+    downloader.fetch = fetch
+
+    def uninstall() -> None:
+        if downloader.fetch is fetch:
+            downloader.fetch = original
+
+    return uninstall

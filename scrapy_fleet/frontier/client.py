@@ -103,6 +103,8 @@ class SyncResult:
     now_ms: int  #: Redis server time
     bloom_full: bool
     holds: dict[str, float] = field(default_factory=dict)  #: host -> seconds of hold left
+    #: stored responses waiting for a parse worker (stages): count and bytes
+    response_queue: tuple[int, int] = (0, 0)
 
     @classmethod
     def from_reply(cls, reply: bytes) -> SyncResult:
@@ -125,7 +127,15 @@ class SyncResult:
             idle_ms=int(d.get("idle", -1)), now_ms=int(d.get("now", 0)),
             bloom_full=bool(d.get("full", False)),
             holds={h.decode(): float(left) / 1000 for h, left in d.get("holds", [])},
+            response_queue=_pair(d.get("rq")),
         )
+
+
+def _pair(value: Any) -> tuple[int, int]:
+    """``[count, bytes]`` of the reply's ``rq`` (0, 0 when absent)."""
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        return int(value[0]), int(value[1])
+    return 0, 0
 
 
 @dataclass(frozen=True)
@@ -144,6 +154,9 @@ class FrontierParams:
     host_concurrency: int = 0  #: requests in flight to one host, fleet-wide (0: no cap)
     robots: bool = False  #: ROBOTSTXT_OBEY: one scout per host until its robots.txt is known
     host_interval_is_rate: bool = False  #: host_interval comes from a rate (may catch up)
+    #: stages (FLEET_ROLE): lease only from this host key ("" any), or never from this one
+    lease_only_host: str = ""
+    lease_except_host: str = ""
 
 
 def _arg(batch: SyncBatch, worker: str, params: FrontierParams) -> bytes:
@@ -171,6 +184,8 @@ def _arg(batch: SyncBatch, worker: str, params: FrontierParams) -> bytes:
         "pc": params.host_concurrency,
         "ro": 1 if params.robots else 0,
         "pr": 1 if params.host_interval_is_rate else 0,
+        "ho": params.lease_only_host,
+        "hx": params.lease_except_host,
     }, use_bin_type=False)  # Redis's cmsgpack cannot read msgpack "bin"
 
 

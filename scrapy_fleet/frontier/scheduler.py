@@ -43,6 +43,8 @@ from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.politeness import hosts as politeness
 from scrapy_fleet.politeness.middlewares import robots_of
 from scrapy_fleet.redis_client import is_oom
+from scrapy_fleet.stages import records as stored_responses
+from scrapy_fleet.stages.roles import STORED_META_KEY, StageRole
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -57,6 +59,8 @@ PUSH_CHUNK = 500
 LEASE_META_KEY = codec.LEASE_META_KEY
 START_META_KEY = codec.START_META_KEY
 
+#: stored responses a parse worker (FLEET_ROLE = "parse") holds leased at most
+PARSE_HELD = 2
 #: (url, bloom key, priority, payload, host) of a buffered request
 _Out = tuple[str, bytes, int, bytes, str]
 
@@ -119,9 +123,15 @@ class FleetScheduler(BaseScheduler):
         self._withheld: str | None = None  # why finished requests are no longer acknowledged
         #: host -> time.monotonic() until which it is on hold, from the last frontier call
         self.holds: dict[str, float] = {}
+        #: stages (FLEET_ROLE): the download hook, and the response queue as last seen
+        self.stage: StageRole | None = None
         concurrency = crawler.settings.getint("CONCURRENT_REQUESTS")
         #: leases this worker holds at most: its downloader's concurrency and a quarter more
         self._max_held = concurrency + max(1, concurrency // 4)
+        if config.role == "parse":
+            # parsing is processor-bound and one callback at a time: a parse worker holds
+            # few stored responses, so one that dies leaves few to parse again
+            self._max_held = PARSE_HELD
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FleetScheduler:
@@ -162,6 +172,8 @@ class FleetScheduler(BaseScheduler):
             logger.warning(warning, extra={"spider": spider})
             self._inc("fleet/backpressure/memory_warnings")
         self._uninstall_hook = engine_hooks.on_request_done(self.crawler, self._request_done)
+        self.stage = StageRole(self)
+        self.stage.install()
         self._wake = asyncio.Event()
         self._task = asyncio.ensure_future(self._pump())
         self._wake.set()
@@ -175,6 +187,8 @@ class FleetScheduler(BaseScheduler):
         self._closing = True
         if self._uninstall_hook is not None:
             self._uninstall_hook()
+        if self.stage is not None:
+            self.stage.uninstall()
         if self._task is not None and self._wake is not None:
             self._wake.set()
             try:
@@ -424,7 +438,8 @@ class FleetScheduler(BaseScheduler):
             # download at once
             held = len(self._prefetch) + len(self._inflight)
             want = min(self.config.prefetch - len(self._prefetch), self._max_held - held)
-            if want > 0 and not self._fleet_done and self._withheld is None:
+            if (want > 0 and not self._fleet_done and self._withheld is None
+                    and not (self.stage is not None and self.stage.queue_full)):
                 batch.take = want
         return batch, n_out, n_done, len(dead)  # (every download notice goes with it)
 
@@ -526,11 +541,19 @@ class FleetScheduler(BaseScheduler):
     def _receive(self, result: SyncResult) -> None:
         now = time.monotonic()
         self.holds = {h: now + left for h, left in result.holds.items()}
+        if self.stage is not None:
+            self.stage.note_response_queue(result.response_queue)
         got = 0
         for entry in result.leased:
             lease = _Lease(entry.entry_id, entry.token)
             try:
-                request = codec.decode(entry.payload, self.spider, self.config.request_classes)
+                if stored_responses.is_stored(entry.payload):
+                    request, stored = stored_responses.decode(
+                        entry.payload, self.spider, self.config.request_classes)
+                    request.meta[STORED_META_KEY] = stored
+                else:
+                    request = codec.decode(entry.payload, self.spider,
+                                           self.config.request_classes)
             except Exception as exc:  # RequestDecodeError, or anything a Request class raises
                 logger.error("Frontier entry %s cannot be used (%s); moved to dead letters",
                              entry.entry_id, exc, extra={"spider": self.spider})
@@ -584,7 +607,26 @@ class FleetScheduler(BaseScheduler):
                          "be fetched again. %s", reason, len(self._outbox), len(self._done),
                          exc, extra={"spider": self.spider})
 
+    # -- stages (FLEET_ROLE, stages/roles.py) ------------------------------------------------
+
+    def holds_lease(self, request: Request) -> bool:
+        """Is *request* (or a redirect/retry made from it) a request this worker leased and
+        still holds?"""
+        lease = self._by_entry.get(request.meta.get(LEASE_META_KEY, ""))
+        return lease is not None and not lease.lost
+
+    def attach_stored(self, request: Request, payload: bytes) -> None:
+        """Send the stored response *payload* of *request* with its acknowledgement (one
+        atomic frontier call: the request is done exactly when its response is stored)."""
+        lease = self._by_entry[request.meta[LEASE_META_KEY]]
+        lease.children.append((request.url, b"", clamp_priority(request.priority), payload,
+                               stored_responses.STAGE_HOST))
+
     # -- helpers ---------------------------------------------------------------------------
+
+    def inc(self, key: str, count: int = 1) -> None:
+        """Add *count* to this worker's Scrapy stat *key*."""
+        self._inc(key, count)
 
     def _inc(self, key: str, count: int = 1) -> None:
         if self.stats is not None:

@@ -34,7 +34,9 @@
 --   concurrency (0 none), ro 1 when robots.txt is obeyed (a host whose robots.txt is not
 --   known yet gets one request in flight, the scout, until it is),
 --   p pushes [[fp12 or "", priority, payload, group, host]...]: group 0 = no parent,
---     group k = a link of the k-th acknowledgement
+--     group k = a link of the k-th acknowledgement,
+--   ho lease only from this host, hx never lease from this host (stages: fetch workers
+--     send hx = "~parse", parse workers ho = "~parse"; docs/stages.md)
 -- Reply: msgpack map (see frontier.py, SyncResult.from_reply).
 
 local cached = redis.call('GET', KEYS[12])
@@ -156,6 +158,9 @@ local function forget(id)
   if host then
     host_add(host, -1)
     redis.call('HDEL', EHOST, id)
+    if host == STAGE_HOST then
+      hincrby(STATS, 'response_queue_bytes', -redis.call('HSTRLEN', DATA, id))
+    end
   end
   redis.call('HDEL', DATA, id)
 end
@@ -253,7 +258,7 @@ local function get_bloom()
   return bloom
 end
 local function host_full(host)
-  return host_max > 0 and host ~= '' and host_count(host) >= host_max
+  return host_max > 0 and host ~= '' and host ~= STAGE_HOST and host_count(host) >= host_max
 end
 local function seen_before(p)
   return p[1] ~= '' and bloom_contains(get_bloom(), p[1])
@@ -274,6 +279,7 @@ local function push(p, index)
   if p[5] ~= '' then
     redis.call('HSET', EHOST, id, p[5])
     host_add(p[5], 1)
+    if p[5] == STAGE_HOST then hincrby(STATS, 'response_queue_bytes', #p[3]) end
   end
   enqueue(id, -p[2], p[5])
   size = size + 1
@@ -311,6 +317,7 @@ local function resume_parked(limit)
       if host ~= '' then
         redis.call('HSET', EHOST, id, host)
         host_add(host, 1)
+        if host == STAGE_HOST then hincrby(STATS, 'response_queue_bytes', #rec[4]) end
       end
       enqueue(id, rec[2], host)
       size = size + 1
@@ -409,18 +416,27 @@ count('refused', out.refused)
 -- best head (highest priority, then FIFO) each time; a host that may not be fetched is
 -- re-marked with the time it may, and never blocks the others.
 if take > 0 then
-  local cands = redis.call('ZRANGEBYSCORE', READY, '-inf', now, 'LIMIT', 0, 64)
+  local except_host = (type(req.hx) == 'string' and req.hx ~= '') and req.hx or nil
+  local cands
+  if type(req.ho) == 'string' and req.ho ~= '' then
+    local at = tonumber(redis.call('ZSCORE', READY, req.ho))
+    cands = (at and at <= now) and {req.ho} or {}
+  else
+    cands = redis.call('ZRANGEBYSCORE', READY, '-inf', now, 'LIMIT', 0, 64)
+  end
   local list, heads = {}, {}
   local function head_of(h)
     return redis.call('ZRANGEBYLEX', Q, '[' .. h .. '\t', '[' .. h .. '\t\255', 'LIMIT', 0, 1)[1]
   end
   for _, h in ipairs(cands) do
-    local m = head_of(h)
-    if m then
-      list[#list + 1] = h
-      heads[h] = m
-    else
-      redis.call('ZREM', READY, h)
+    if h ~= except_host then  -- not for this worker (stored responses go to parse workers)
+      local m = head_of(h)
+      if m then
+        list[#list + 1] = h
+        heads[h] = m
+      else
+        redis.call('ZREM', READY, h)
+      end
     end
   end
   -- a capped host's slots are shared among the live workers (seen in the last 10 s), so
@@ -435,9 +451,10 @@ if take > 0 then
       if bkey == nil or key < bkey then bi, bkey = i, key end
     end
     local h = list[bi]
-    local interval, tau, cap = host_policy(h)
-    local wait_until = host_blocked_until(h, interval, tau, cap)
-    if not wait_until and req.ro == 1 and redis.call('HEXISTS', ROBOTS, h) == 0
+    local interval, tau, cap = 0, 0, 0  -- stored responses: no politeness (not a site)
+    if h ~= STAGE_HOST then interval, tau, cap = host_policy(h) end
+    local wait_until = h ~= STAGE_HOST and host_blocked_until(h, interval, tau, cap) or nil
+    if not wait_until and req.ro == 1 and h ~= STAGE_HOST and redis.call('HEXISTS', ROBOTS, h) == 0
         and (tonumber(redis.call('HGET', HOSTLIVE, h)) or 0) >= 1 then
       wait_until = now + 250  -- robots.txt (and its Crawl-delay) not known yet: one scout
     end
@@ -496,6 +513,10 @@ else
   if redis.call('EXISTS', IDLE) == 1 then redis.call('DEL', IDLE) end
   out.idle = -1
 end
+
+-- stored responses waiting for a parse worker: count and bytes (fetch workers stop leasing
+-- when the response queue is full)
+out.rq = {host_count(STAGE_HOST), tonumber(redis.call('HGET', STATS, 'response_queue_bytes')) or 0}
 
 -- hosts on hold now (429/503/failures), with the ms left: workers check them locally before
 -- each download of a request leased earlier

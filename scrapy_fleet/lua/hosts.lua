@@ -16,6 +16,9 @@
 --       second, which may catch up on a late turn), 0 when from a delay (a minimum gap)
 
 local FAR = 9e15
+-- The pseudo-host of stored responses waiting for a parse worker (FLEET_ROLE, docs/stages.md):
+-- no URL's host key can start with "~".  It has no rate, no cap, no robots.txt.
+local STAGE_HOST = '~parse'
 local PRIO_OFFSET = 1e15
 -- |Request.priority| the frontier accepts (frontier.py PRIORITY_LIMIT): far inside the range
 -- the 16-digit queue key and Lua's doubles represent exactly

@@ -129,3 +129,31 @@ class BrowserPagesSpider(scrapy.Spider):
         for href in response.css("a.again::attr(href)").getall():
             # the page methods in response.meta hold their results (live objects) by now
             yield response.follow(href, meta=response.meta)
+
+
+class StagedSpider(scrapy.Spider):
+    """A generated site (testsite.generate_site) crawled with a callback that burns CPU
+    (``-a burn=MS``): for fetch/parse stages.  Items hold what the page says, never who
+    parsed it, so crawls in different roles yield identical items; ``pid`` tells who."""
+
+    name = "staged"
+    burn = "0"
+
+    def parse(self, response: Any) -> Any:
+        import os
+        import time
+
+        deadline = time.process_time() + float(self.burn) / 1000
+        while time.process_time() < deadline:
+            pass
+        if "/site/" not in response.url:
+            return
+        links = sorted(set(response.css("a::attr(href)").getall()))
+        yield {"url": response.url, "status": response.status,
+               "title": response.css("title::text").get(),
+               "links": links, "class": type(response).__name__,
+               "stored": "fleet-stored" in response.flags, "pid": os.getpid()}
+        for href in links:
+            url = response.urljoin(href)
+            if "/site/" in url:
+                yield scrapy.Request(url)

@@ -1,0 +1,192 @@
+"""Fetch and parse stages (FLEET_ROLE) joined by the response queue in the frontier.
+
+Real workers, real Redis, a generated site; parse workers killed with SIGKILL mid-crawl.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scrapy import Request
+from scrapy.http import HtmlResponse, Response, TextResponse, XmlResponse
+from support import (
+    TEST_PROJECT,
+    kill_worker,
+    read_items,
+    run_scrapy,
+    start_site,
+    start_worker,
+    tail,
+    wait_all,
+)
+
+from scrapy_fleet.errors import RequestDecodeError
+from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.stages import records
+from scrapy_fleet.testsite import generate_site
+
+CLASSES = ["scrapy.http.request.Request"]
+
+
+@pytest.mark.parametrize("cls, body", [
+    (HtmlResponse, b"<html><title>t</title>" + b"<p>x</p>" * 500 + b"</html>"),
+    (XmlResponse, b"<?xml version='1.0'?><a/>"),
+    (TextResponse, b"plain"),
+    (Response, bytes(range(256)) * 8),
+])
+def test_stored_response_round_trip(cls: type[Response], body: bytes) -> None:
+    request = Request("http://a.test/p", meta={"depth": 2, "k": [1, "x"]}, priority=3)
+    response = cls(url="http://a.test/p?r=1", status=203, body=body, request=request,
+                   headers={"Content-Type": "text/html; charset=utf-8", "X-Two": ["a", "b"]},
+                   flags=["cached"], protocol="HTTP/1.1")
+    payload = records.encode(response, None)
+    assert records.is_stored(payload)
+    if len(body) >= records.MIN_COMPRESS:
+        assert len(payload) < len(body)  # compressed (zstd)
+    back_request, stored = records.decode(payload, None, CLASSES)
+    back = stored.response(back_request)
+    assert type(back) is cls
+    assert (back.url, back.status, back.body, back.protocol) == (
+        response.url, 203, body, "HTTP/1.1")
+    assert back.headers.getlist("X-Two") == [b"a", b"b"]
+    assert back.flags == ["cached", "fleet-stored"]
+    assert back.request is back_request
+    assert back_request.meta == {"depth": 2, "k": [1, "x"]}
+    assert back_request.priority == 3
+
+
+def test_corrupt_or_foreign_records_are_decode_errors() -> None:
+    import msgpack
+
+    def record(**fields: Any) -> bytes:
+        base: dict[str, Any] = {"q": b"\x01" + msgpack.packb({"u": "http://a.test/"}),
+                                "u": "http://a.test/", "s": 200, "h": [], "b": b"",
+                                "z": "", "c": "scrapy.http.response.Response"}
+        base.update(fields)
+        return b"\x02" + msgpack.packb(base, use_bin_type=True)
+
+    assert records.decode(record(), None, CLASSES)[1].status == 200
+    for bad, reason in ((record(c="os.system"), "not one of scrapy.http"),
+                        (record(c="scrapy.http.request.Request"), "not a Response class"),
+                        (record(z="gzip"), "unknown body compression"),
+                        (record(z="zstd", b=b"not zstd"), "corrupt stored response body"),
+                        (record(s="x"), "corrupt stored response"),
+                        (b"\x02\xc1", "corrupt stored response")):
+        with pytest.raises(RequestDecodeError, match=reason):
+            records.decode(bad, None, CLASSES)
+
+
+def site_with(tmp_path: Path, pages: int) -> tuple[Any, set[str]]:
+    paths = generate_site(tmp_path / "www", pages, 4, seed=5)
+    site = start_site(tmp_path / "www", tmp_path / "site.log")
+    expected = {site.url.rstrip("/") + p for p in paths} | {site.url + "site/files/notes.txt"}
+    return site, expected
+
+
+def push_start(site: Any, redis_url: str, env: dict[str, str]) -> None:
+    result = run_scrapy(TEST_PROJECT, ["fleet", "push", "staged", site.url + "site/",
+                                       "-s", f"FLEET_REDIS_URL={redis_url}"], env)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def worker(tmp_path: Path, name: str, redis_url: str, env: dict[str, str],
+           **settings: Any) -> tuple[Any, Path, Path]:
+    out, log = tmp_path / f"out-{name}.jsonl", tmp_path / f"{name}.log"
+    base = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 4, "FLEET_JSONL_PATH": out,
+            "FLEET_LEASE_TIMEOUT": 3}
+    base.update(settings)
+    burn = base.pop("burn", 0)
+    return start_worker(TEST_PROJECT, "staged", base, env, log, {"burn": burn}), out, log
+
+
+def content(items: list[dict[str, Any]]) -> dict[str, tuple[Any, ...]]:
+    return {i["url"]: (i["status"], i["title"], tuple(i["links"]), i["class"]) for i in items}
+
+
+@pytest.mark.slow
+def test_fetch_and_parse_workers_with_parse_kills(tmp_path: Path, redis_url: str,
+                                                  worker_env: dict[str, str]) -> None:
+    site, expected = site_with(tmp_path, 60)
+    try:
+        # baseline: two all-role workers
+        push_start(site, redis_url, worker_env)
+        base = [worker(tmp_path, f"all-{n}", redis_url, worker_env) for n in range(2)]
+        assert wait_all([p for p, _, _ in base], 180) == [0, 0]
+        baseline = read_items([o for _, o, _ in base])
+        assert {i["url"] for i in baseline} == expected
+        assert not any(i["stored"] for i in baseline)
+        FrontierAdmin(redis_url, "staged").purge()
+        before = len(site.requests())
+
+        push_start(site, redis_url, worker_env)
+        fetchers = [worker(tmp_path, f"fetch-{n}", redis_url, worker_env, FLEET_ROLE="fetch")
+                    for n in range(2)]
+        outs, logs, kills = [], [o for _, _, o in fetchers], 0
+        while True:
+            proc, out, log = worker(tmp_path, f"parse-{kills}", redis_url, worker_env,
+                                    FLEET_ROLE="parse", burn=100)
+            outs.append(out)
+            logs.append(log)
+            if kills == 3:
+                break
+            deadline = time.monotonic() + 120
+            while len(read_items([out])) < 4 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            kill_worker(proc)  # mid-crawl, most likely mid-callback
+            kills += 1
+        codes = wait_all([proc] + [p for p, _, _ in fetchers], 240)
+        assert codes == [0, 0, 0], "".join(tail(log) for log in logs)
+    finally:
+        site.stop()
+    items = read_items(outs)
+    assert {i["url"] for i in items} == expected  # nothing lost
+    assert all(i["stored"] for i in items)  # every page parsed from its stored response
+    assert content(items) == content(baseline)  # the same items as in one role
+    # never re-fetched: each URL downloaded once by the fetch workers (robots off)
+    fetched = collections.Counter(r["path"] for r in site.requests()[before:])
+    assert max(fetched.values()) == 1, fetched.most_common(3)
+    assert len(items) >= len(expected)  # killed parse workers may have written some twice
+    parse_pids = {i["pid"] for i in items}
+    assert len(parse_pids) >= 2  # several parse workers did the parsing
+
+
+@pytest.mark.slow
+def test_response_queue_is_bounded_and_a_killed_fetch_worker_loses_nothing(
+        tmp_path: Path, redis_url: str, worker_env: dict[str, str]) -> None:
+    site, expected = site_with(tmp_path, 40)
+    keys = CrawlKeys("fleet", "staged")
+    client = FrontierAdmin(redis_url, "staged").client
+    try:
+        (tmp_path / "urls.txt").write_text("\n".join(sorted(expected)) + "\n")
+        pushed = run_scrapy(TEST_PROJECT, ["fleet", "push", "staged", "-f",
+                                           str(tmp_path / "urls.txt"),
+                                           "-s", f"FLEET_REDIS_URL={redis_url}"], worker_env)
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        fetch, _, flog = worker(tmp_path, "fetch-0", redis_url, worker_env, FLEET_ROLE="fetch",
+                                FLEET_RESPONSE_QUEUE_MAX=5, CONCURRENT_REQUESTS=2)
+        peak, deadline = 0, time.monotonic() + 60
+        while time.monotonic() < deadline:
+            stored = int(client.hget(keys.hostq, records.STAGE_HOST) or 0)
+            peak = max(peak, stored)
+            if stored >= 5:
+                break
+            time.sleep(0.05)
+        time.sleep(2)  # it must stop leasing: the queue stays bounded
+        stored = int(client.hget(keys.hostq, records.STAGE_HOST) or 0)
+        assert 5 <= stored <= 5 + 2 + 3, stored  # bound + in flight (cap 2 + a quarter)
+        assert "Response queue full" in tail(flog)
+        kill_worker(fetch)  # its leases return as usual
+        procs = [worker(tmp_path, "fetch-1", redis_url, worker_env, FLEET_ROLE="fetch"),
+                 worker(tmp_path, "parse-0", redis_url, worker_env, FLEET_ROLE="parse")]
+        assert wait_all([p for p, _, _ in procs], 180) == [0, 0], tail(procs[1][2])
+    finally:
+        site.stop()
+    items = read_items([tmp_path / "out-parse-0.jsonl"])
+    assert {i["url"] for i in items} == expected
+    assert client.hget(keys.stats, "response_queue_bytes") in (b"0", None)
+    assert int(client.hget(keys.hostq, records.STAGE_HOST) or 0) == 0
