@@ -185,6 +185,9 @@ def _status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int | No
     cap = status["queue_max"]
     print(f"  size     {status['size']} / {cap if cap else 'unbounded'}"
           + (f" (producers resume below {low_watermark})" if cap and low_watermark else ""))
+    if status["stored_responses"]:  # stages: fetch workers' responses for parse workers
+        print(f"  stored   {status['stored_responses']} responses "
+              f"({status['stored_bytes']} bytes) for parse workers")
     idle = status["idle_seconds"]
     print(f"  idle     {'-' if idle is None else f'{idle} s'}")
     counters = status["counters"]

@@ -29,6 +29,7 @@ import redis
 import redis.asyncio
 
 from scrapy_fleet import lua, redis_client
+from scrapy_fleet.config import STAGE_HOST
 from scrapy_fleet.keys import CrawlKeys
 
 logger = logging.getLogger(__name__)
@@ -344,8 +345,9 @@ class FrontierAdmin:
             pipe.hmget(k.seeding, "holder", "progress", "done")
             pipe.zcard(k.delayed)
             pipe.llen(k.parked)
+            pipe.hget(k.hostq, STAGE_HOST)
             (queued, leased, dead, meta, stats, workers, idle, srv_time, seeded, delayed,
-             parked) = pipe.execute()
+             parked, stored) = pipe.execute()
         server_ms = srv_time[0] * 1000 + srv_time[1] // 1000 if srv_time else now * 1000
         meta = {a.decode(errors="replace"): b.decode(errors="replace") for a, b in meta.items()}
         seen = sum(_int(v) for name, v in meta.items() if name.startswith("c"))
@@ -365,6 +367,9 @@ class FrontierAdmin:
             "idle_seconds": None if idle_ms is None else round((server_ms - idle_ms) / 1000, 1),
             "seeded_by": seeded[0].decode(errors="replace") if seeded[0] else None,
             "start_requests": _seeding_state(seeded),
+            # stages (FLEET_ROLE): stored responses waiting for or in a parse worker
+            "stored_responses": _int(stored),
+            "stored_bytes": _int(stats.get(b"response_queue_bytes", 0)),
         }
 
     def hosts(self, limit: int = 50) -> list[dict[str, Any]]:
