@@ -135,10 +135,18 @@ def js_site(root: Path, pages: int) -> None:
     (root / "pixel.png").write_bytes(PIXEL)
 
 
+ROLES = {
+    "all": [{}, {}],
+    # a browser fetch pool: the fetch worker renders, the parse worker has no browser
+    "stages": [{"FLEET_ROLE": "fetch"}, {"FLEET_ROLE": "parse", "FLEET_PLAYWRIGHT": False}],
+}
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
+@pytest.mark.parametrize("roles", sorted(ROLES))
 def test_two_workers_crawl_javascript_pages(tmp_path: Path, redis_url: str,
-                                            worker_env: dict[str, str]) -> None:
+                                            worker_env: dict[str, str], roles: str) -> None:
     site_root = tmp_path / "site"
     site_root.mkdir()
     js_site(site_root, pages=6)
@@ -156,7 +164,8 @@ def test_two_workers_crawl_javascript_pages(tmp_path: Path, redis_url: str,
         logs = [tmp_path / f"worker-{n}.log" for n in range(2)]
         procs = [start_worker(TEST_PROJECT, "browser_pages",
                               {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 5,
-                               "FLEET_JSONL_PATH": outs[n]}, worker_env, logs[n])
+                               "FLEET_JSONL_PATH": outs[n], **ROLES[roles][n]},
+                              worker_env, logs[n])
                  for n in range(2)]
         codes = wait_all(procs, timeout=240)
         assert codes == [0, 0], tail(logs[0]) + tail(logs[1])
@@ -183,3 +192,7 @@ def test_two_workers_crawl_javascript_pages(tmp_path: Path, redis_url: str,
     fetched = [r["path"] for r in site.requests()]
     assert "/pixel.png" not in fetched
     assert "encode_error" not in worker_logs
+    if roles == "stages":  # every page rendered by the fetch worker, parsed by the other
+        assert {item["stored"] for item in found} == {True}
+        assert "Launching browser" in tail(logs[0], 200_000)
+        assert "Launching browser" not in tail(logs[1], 200_000)  # no browser to parse

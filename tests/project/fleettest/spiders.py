@@ -119,7 +119,8 @@ class BrowserPagesSpider(scrapy.Spider):
                "inserted": response.css("#inserted::text").get(),
                "revealed": response.css("#revealed::text").get(),
                "methods": [pm.method for pm in methods],
-               "browser": "playwright" in response.flags}
+               "browser": "playwright" in response.flags,
+               "stored": "fleet-stored" in response.flags}
         for href in response.css("a.page::attr(href)").getall():
             yield response.follow(href, meta={"playwright": True, "playwright_page_methods": [
                 PageMethod("wait_for_selector", "#inserted"),
