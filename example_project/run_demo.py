@@ -269,6 +269,7 @@ def count_mongo_documents(uri: str, since: datetime) -> tuple[int, int] | None:
 
 
 def main() -> int:
+    global DEMO_DIR
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--site", type=Path, help="static folder to serve (default: generate one)")
     parser.add_argument("--start", help="start path or URL (default /site/, or / with --site)")
@@ -282,8 +283,11 @@ def main() -> int:
         default=os.environ.get("MONGO_URI") or None,
         help="also write items to MongoDB with FLEET_MONGO_URI (default: $MONGO_URI)",
     )
+    parser.add_argument("--dir", type=Path, default=DEMO_DIR,
+                        help="working folder: Redis data, site, outputs, logs (default .demo)")
     args = parser.parse_args()
 
+    DEMO_DIR = args.dir.resolve()
     DEMO_DIR.mkdir(exist_ok=True)
     for old in [*DEMO_DIR.glob("out-*.jsonl"), *DEMO_DIR.glob("worker-*.log")]:
         old.unlink()
@@ -419,14 +423,15 @@ def main() -> int:
     print(f"duplicates       {duplicates}")
     print(f"dead letters     {dead}")
     print(f"responses        {by_status(statuses)} (the site should answer "
-          f"{by_status(should.statuses)}); paths fetched more than once: {refetched}")
+          f"{by_status(should.statuses)})")
     for path in not_found:
         print(f"  404            {path}")
+    print(f"fetched again    {refetched} paths (a lease expired, or a worker was killed)")
     print(
         f"seconds          {seconds:.1f} until every worker closed "
         f"(first to last item: {crawl_span:.1f}, idle timeout {args.idle_timeout:g})"
     )
-    print("outputs          " + " ".join(str(o.relative_to(REPO_ROOT)) for o in outputs))
+    print("outputs          " + " ".join(os.path.relpath(o) for o in outputs))
     mongo: tuple[int, int] | None = None
     if args.mongo_uri:
         mongo = count_mongo_documents(args.mongo_uri, run_start)
@@ -466,9 +471,9 @@ def main() -> int:
     if problems:
         print(f"FAILED: {'; '.join(problems)}")
         return 1
+    broken = f"{len(not_found)} link{'s' if len(not_found) != 1 else ''}"
     print(f"OK: {len(per_url)} pages, each once"
-          + (f" ({len(not_found)} links answered 404, as the site has them)" if not_found
-             else ""))
+          + (f" ({broken} answered 404, as the site has them)" if not_found else ""))
     return 0
 
 

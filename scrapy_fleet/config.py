@@ -177,7 +177,7 @@ assert len(DEFAULTS) == len(SETTINGS), "a setting is listed twice"
 def unknown_settings(names: Any) -> list[tuple[str, str | None]]:
     """``(name, closest known setting or None)`` for each ``FLEET_*`` name among *names*
     (a settings object or any iterable of names) that no row of :data:`SETTINGS` knows: a
-    typo such as ``FLEET_QUEUE_MAXX`` would otherwise be ignored silently.  The closest name
+    typo (one letter too many, say) would otherwise be ignored silently.  The closest name
     is :func:`difflib.get_close_matches`' best (ratio >= 0.6)."""
     import difflib
 

@@ -108,7 +108,7 @@ def check_worker(crawler: Crawler) -> FleetConfig:
 def warn_unknown_settings(settings: Any, warn: Callable[..., Any]) -> int:
     """Call *warn* (``logger.warning`` or a printer, %-style) once for each ``FLEET_*``
     setting that scrapy_fleet does not know, naming the closest known one; returns how many.
-    A typo (``FLEET_QUEUE_MAXX``) is otherwise ignored without a word."""
+    A typo is otherwise ignored without a word."""
     unknown = unknown_settings(settings)
     for name, close in unknown:
         warn("Unknown setting %s ignored%s (%s lists every FLEET_* setting)", name,
