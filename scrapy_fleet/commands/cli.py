@@ -87,6 +87,8 @@ class Action:
     takes_urls: bool = False  #: positional arguments after the crawl are allowed
     #: False: runs without a crawl and without Redis (``settings``)
     needs_redis: bool = True
+    #: True: a crawl of which Redis holds nothing is an error (exit status 4), not zeros
+    needs_state: bool = False
 
 
 def _settings_action(ctx: ActionContext) -> int:
@@ -106,16 +108,14 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            lambda c: _push(c.crawl, c.urls, c.opts, c.fingerprint, c.low_watermark,
                            c.has_method, c.host_key_mode), takes_urls=True),
     Action("status", "show the crawl's counts, workers and bounds", "[--json] [--hosts]",
-           lambda c: _status(c.crawl, c.opts, c.label, c.low_watermark)),
+           lambda c: _status(c.crawl, c.opts, c.label, c.low_watermark), needs_state=True),
     Action("dead", "list the crawl's dead letters", "[--limit N] [--json]",
-           lambda c: _dead(c.crawl, c.opts)),
+           lambda c: _dead(c.crawl, c.opts), needs_state=True),
     Action("purge", "delete every key of the crawl (asks first)", "[--yes]",
            lambda c: _purge(c.crawl, c.opts, c.label, c.confirm)),
     Action("settings", "list every FLEET_* setting with its type, default and meaning",
            "[--json]", _settings_action, needs_redis=False),
 )}
-#: actions that report EXIT_NO_CRAWL for a crawl of which Redis holds nothing
-_NEEDS_STATE = ("status", "dead")
 
 
 _WIDTH = 79  # columns of the help texts
@@ -198,7 +198,7 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
     try:
         if spec.needs_redis:
             ctx.crawl.ping()
-            if action in _NEEDS_STATE and not ctx.crawl.has_state():
+            if spec.needs_state and not ctx.crawl.has_state():
                 print(f"error: Redis holds no state of crawl {ctx.crawl.keys.crawl_id!r} "
                       f"(key prefix {ctx.crawl.keys.prefix!r}): nothing was pushed and no "
                       "worker ran; check the crawl id and the key prefix", file=sys.stderr)
