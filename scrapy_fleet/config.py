@@ -8,6 +8,7 @@ setting with its type, default and meaning.
 
 from __future__ import annotations
 
+import codecs
 import math
 import os
 import re
@@ -15,8 +16,9 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
+import redis
 from scrapy.settings import BaseSettings
 
 from scrapy_fleet.errors import FleetConfigError
@@ -319,14 +321,9 @@ _REPLY_OPTIONS = {
 def _check_url_options(url: str, name: str) -> None:
     """Refuse the URL options that break the fleet's replies, and those redis-py does not
     know (which would fail at the first command with a TypeError)."""
-    import codecs
-    from urllib.parse import parse_qs
-
-    import redis
-
     for option, values in parse_qs(urlsplit(url).query).items():
         why = _REPLY_OPTIONS.get(option)
-        if option == "encoding" and values and _is_utf8(values[0], codecs):
+        if option == "encoding" and values and _is_utf8(values[0]):
             continue
         if why:
             raise FleetConfigError(f"{name}={redact(url)!r} is invalid: the URL option "
@@ -342,9 +339,9 @@ def _check_url_options(url: str, name: str) -> None:
                                "connection options only)") from None
 
 
-def _is_utf8(encoding: str, codecs: Any) -> bool:
+def _is_utf8(encoding: str) -> bool:
     try:
-        return bool(codecs.lookup(encoding).name == "utf-8")
+        return codecs.lookup(encoding).name == "utf-8"
     except LookupError:
         return False
 
