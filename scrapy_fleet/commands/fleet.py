@@ -69,6 +69,7 @@ class Command(ScrapyCommand):
         if not spec.needs_redis:
             if len(args) > 1:
                 raise UsageError(f"{spec.name} takes no arguments")
+            warn_unknown_settings(self.settings, _print_warning)
             self.exitcode = cli.run_action(spec.name, None, [], opts, lambda r: b"",
                                            label="project")
             return
