@@ -8,9 +8,12 @@ serve the site on 127.0.0.1 (by default a site generated into .demo/site); push 
 with ``scrapy fleet push docs URL``; start N workers ``scrapy crawl docs`` with
 ``FLEET_IDLE_TIMEOUT=5`` and one JSON-lines output each (.demo/out-N.jsonl, logs in
 .demo/worker-N.log); print progress once a second; wait for the workers to close by
-themselves; print a summary. Exit status 1 if a worker failed, nothing was crawled, or (on the
-generated site) a page is missing. Redis and the site server are stopped at the end, also on
-Ctrl-C.
+themselves; print a summary with the site's responses by status (and each path that answered
+404) and one final verdict line, ``OK: N pages, each once`` or ``FAILED: ...``.  What the site
+should yield is found by walking the served folder with the demo's spider, without a
+crawler (:func:`site_should_yield`); exit status 1 if a worker failed, nothing was crawled,
+a page is missing or twice, or the 404s differ.  Redis and the site server are stopped at
+the end, also on Ctrl-C.
 
 With ``--mongo-uri URI`` (default: the environment variable ``MONGO_URI``; ``make demo
 MONGO_URI=mongodb://...``) each worker also gets ``-s FLEET_MONGO_URI=URI``: items are upserted
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import mimetypes
 import os
 import re
 import shutil
@@ -31,11 +35,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
+from collections import Counter, deque
 from contextlib import ExitStack
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from scrapy_fleet.testsite.processes import RedisServer, stop_process
 
@@ -141,6 +147,97 @@ class Progress:
             return None
 
 
+@dataclass
+class SiteYield:
+    """What a crawl of a served folder from one start URL must give, found without a crawler:
+    the demo's spider (example_project/spiders) run on every page read from disk, with the
+    site server's rules (``/x/`` is ``x/index.html``, ``/x`` of a directory redirects to
+    ``/x/``, the query is ignored, anything else is 404)."""
+
+    pages: set[str] = field(default_factory=set)  #: URLs that must give one item each
+    statuses: Counter[int] = field(default_factory=Counter)  #: URLs requested, by status
+    not_found: list[str] = field(default_factory=list)  #: URLs that must answer 404
+
+
+def _serve(root: Path, path: str) -> tuple[int, Path | None]:
+    """The site server's answer to *path*: (status, file) (scrapy_fleet/testsite/server.py)."""
+    target = (root / unquote(path).lstrip("/")).resolve()
+    if not target.is_relative_to(root):
+        return 404, None
+    if target.is_dir():
+        if not path.endswith("/"):
+            return 301, None
+        target = target / "index.html"
+    return (200, target) if target.is_file() else (404, None)
+
+
+def site_should_yield(root: Path, start_url: str) -> SiteYield:
+    """Walk the site from *start_url* as the fleet would, one request per canonical URL."""
+    from scrapy import Request
+    from scrapy.http import HtmlResponse, Response
+    from w3lib.url import canonicalize_url
+
+    sys.path.insert(0, str(PROJECT_DIR))
+    from example_project.spiders.docs import DocsSpider
+
+    spider = DocsSpider()
+    root = root.resolve()
+    result = SiteYield()
+    seen = {canonicalize_url(start_url)}
+    todo = deque([Request(start_url)])
+    while todo:
+        request = todo.popleft()
+        parts = urlsplit(request.url)
+        status, target = _serve(root, parts.path or "/")
+        result.statuses[status] += 1
+        follow: list[Request] = []
+        if status == 301:
+            follow.append(request.replace(url=urlunsplit(parts._replace(path=parts.path + "/"))))
+        elif status == 404:
+            result.not_found.append(request.url)
+        elif target is not None:
+            ctype = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
+            if ctype.startswith("text/"):
+                ctype += "; charset=utf-8"
+            cls = HtmlResponse if ctype.startswith("text/html") else Response
+            response = cls(request.url, body=target.read_bytes(), request=request,
+                           headers={"Content-Type": ctype})
+            for out in spider.parse(response) or ():
+                if isinstance(out, Request):
+                    follow.append(out)
+                else:
+                    result.pages.add(out["url"])
+        for new in follow:
+            key = canonicalize_url(new.url)
+            if key not in seen:
+                seen.add(key)
+                todo.append(new)
+    return result
+
+
+def site_statuses(log_path: Path) -> tuple[Counter[int], list[str], int]:
+    """From the site server's request log: requests by status, the paths that answered 404,
+    and how many paths were requested more than once."""
+    statuses: Counter[int] = Counter()
+    per_path: Counter[str] = Counter()
+    not_found: list[str] = []
+    if log_path.exists():
+        with open(log_path, encoding="utf-8") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                record = json.loads(line)
+                statuses[record["status"]] += 1
+                per_path[record["path"]] += 1
+                if record["status"] == 404 and per_path[record["path"]] == 1:
+                    not_found.append(record["path"])
+    return statuses, not_found, sum(1 for n in per_path.values() if n > 1)
+
+
+def by_status(counts: Counter[int]) -> str:
+    return ", ".join(f"{status}: {n}" for status, n in sorted(counts.items())) or "none"
+
+
 def read_items(paths: list[Path]) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     for path in paths:
@@ -172,6 +269,7 @@ def count_mongo_documents(uri: str, since: datetime) -> tuple[int, int] | None:
 
 
 def main() -> int:
+    global DEMO_DIR
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--site", type=Path, help="static folder to serve (default: generate one)")
     parser.add_argument("--start", help="start path or URL (default /site/, or / with --site)")
@@ -185,8 +283,11 @@ def main() -> int:
         default=os.environ.get("MONGO_URI") or None,
         help="also write items to MongoDB with FLEET_MONGO_URI (default: $MONGO_URI)",
     )
+    parser.add_argument("--dir", type=Path, default=DEMO_DIR,
+                        help="working folder: Redis data, site, outputs, logs (default .demo)")
     args = parser.parse_args()
 
+    DEMO_DIR = args.dir.resolve()
     DEMO_DIR.mkdir(exist_ok=True)
     for old in [*DEMO_DIR.glob("out-*.jsonl"), *DEMO_DIR.glob("worker-*.log")]:
         old.unlink()
@@ -309,20 +410,28 @@ def main() -> int:
     stamps = sorted(datetime.fromisoformat(i["fetched_at"]) for i in items if i.get("fetched_at"))
     crawl_span = (stamps[-1] - stamps[0]).total_seconds() if stamps else 0.0
     dead = final["dead"] if final else "?"
+    statuses, not_found, refetched = site_statuses(DEMO_DIR / "site-requests.jsonl")
+    should = site_should_yield(site_dir, start_url)
     print()
     print("== summary ==")
     print(f"start URL        {start_url}")
     print(f"workers          {len(workers)}, exit codes {codes}")
     print(f"items per worker {[progress.lines[o] for o in outputs]}")
-    print(f"pages            {len(per_url)} unique URLs")
+    print(f"pages            {len(per_url)} unique URLs "
+          f"(the site should yield {len(should.pages)})")
     print(f"items            {len(items)}")
     print(f"duplicates       {duplicates}")
     print(f"dead letters     {dead}")
+    print(f"responses        {by_status(statuses)} (the site should answer "
+          f"{by_status(should.statuses)})")
+    for path in not_found:
+        print(f"  404            {path}")
+    print(f"fetched again    {refetched} paths (a lease expired, or a worker was killed)")
     print(
         f"seconds          {seconds:.1f} until every worker closed "
         f"(first to last item: {crawl_span:.1f}, idle timeout {args.idle_timeout:g})"
     )
-    print("outputs          " + " ".join(str(o.relative_to(REPO_ROOT)) for o in outputs))
+    print("outputs          " + " ".join(os.path.relpath(o) for o in outputs))
     mongo: tuple[int, int] | None = None
     if args.mongo_uri:
         mongo = count_mongo_documents(args.mongo_uri, run_start)
@@ -333,26 +442,39 @@ def main() -> int:
                 f"mongo documents  {mongo[1]} written by this run, "
                 f"{mongo[0]} in {MONGO_DATABASE}.{MONGO_COLLECTION}"
             )
+    if expected is not None and expected != should.pages:  # the walk and the generator agree
+        log(f"note: the generated site lists {len(expected)} pages, the walk found "
+            f"{len(should.pages)}")
+        should.pages = expected
 
-    ok = True
+    problems = []
     if any(code != 0 for code in codes):
-        log("FAILED: a worker exited with an error; see .demo/worker-N.log")
-        ok = False
+        problems.append("a worker exited with an error (see .demo/worker-N.log)")
     if not items:
-        log("FAILED: nothing was crawled")
-        ok = False
+        problems.append("nothing was crawled")
+    missing = should.pages - set(per_url)
+    unexpected = set(per_url) - should.pages
+    if missing:
+        problems.append(f"{len(missing)} of {len(should.pages)} pages missing")
+    if duplicates:
+        problems.append(f"{duplicates} duplicate items")
+    if unexpected:
+        problems.append(f"{len(unexpected)} pages the site should not yield")
+    base = start_url[: start_url.index("/", start_url.index("//") + 2)]
+    expected_404 = {urlsplit(u).path for u in should.not_found}
+    if set(not_found) != expected_404:
+        problems.append(f"{len(not_found)} paths answered 404, the site has {len(expected_404)} "
+                        f"such links under {base}")
     if args.mongo_uri and (mongo is None or (items and mongo[1] != len(per_url))):
         got = "?" if mongo is None else mongo[1]
-        log(f"FAILED: {got} MongoDB documents written by this run for {len(per_url)} pages")
-        ok = False
-    if expected is not None:
-        missing = expected - set(per_url)
-        if missing or duplicates:
-            log(f"FAILED: {len(missing)} of {len(expected)} pages missing, {duplicates} duplicates")
-            ok = False
-        else:
-            log(f"OK: all {len(expected)} pages of the generated site, each exactly once")
-    return 0 if ok else 1
+        problems.append(f"{got} MongoDB documents written by this run for {len(per_url)} pages")
+    if problems:
+        print(f"FAILED: {'; '.join(problems)}")
+        return 1
+    broken = f"{len(not_found)} link{'s' if len(not_found) != 1 else ''}"
+    print(f"OK: {len(per_url)} pages, each once"
+          + (f" ({broken} answered 404, as the site has them)" if not_found else ""))
+    return 0
 
 
 def interrupted(signum: int, frame: Any) -> None:

@@ -8,6 +8,7 @@ setting with its type, default and meaning.
 
 from __future__ import annotations
 
+import codecs
 import math
 import os
 import re
@@ -15,11 +16,13 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
+import redis
 from scrapy.settings import BaseSettings
 
 from scrapy_fleet.errors import FleetConfigError
+from scrapy_fleet.redact import redact
 
 T = TypeVar("T")
 #: the frontier's pseudo-host of stored responses (stages/records.py, lua/hosts.lua)
@@ -36,49 +39,199 @@ DEFAULT_REQUEST_CLASSES = (
 _CRAWL_ID_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
 _START_MODES = ("once", "always", "never")
 
-#: name -> default.  The single list of every setting this package reads.
-DEFAULTS: dict[str, Any] = {
-    "FLEET_REDIS_URL": "redis://127.0.0.1:6379/0",
-    "FLEET_REDIS_TIMEOUT": 10.0,
-    "FLEET_REDIS_RETRIES": 3,
-    "FLEET_CRAWL_ID": None,
-    "FLEET_KEY_PREFIX": "fleet",
-    "FLEET_WORKER_ID": None,
-    "FLEET_LEASE_TIMEOUT": 30.0,
-    "FLEET_MAX_LEASES": 3,
-    "FLEET_PREFETCH": 16,
-    "FLEET_POLL_INTERVAL": 0.5,
-    "FLEET_FLUSH_INTERVAL": 0.005,
-    "FLEET_IDLE_TIMEOUT": None,
-    "FLEET_START_REQUESTS": "once",
-    "FLEET_REQUEST_CLASSES": list(DEFAULT_REQUEST_CLASSES),
-    "FLEET_DUPEFILTER_CAPACITY": 1_000_000,
-    "FLEET_DUPEFILTER_ERROR_RATE": 0.001,
-    "FLEET_QUEUE_MAX": 1_000_000,
-    "FLEET_QUEUE_LOW_WATERMARK": 0.9,
-    "FLEET_HOST_QUEUE_MAX": None,
-    "FLEET_BACKPRESSURE_DELAY": 10.0,
-    "FLEET_HOST_RATE": None,
-    "FLEET_HOST_BURST": 1,
-    "FLEET_HOST_DELAY": None,
-    "FLEET_HOST_CONCURRENCY": None,
-    "FLEET_HOST_OVERRIDES": {},
-    "FLEET_HOST_KEY": "host",
-    "FLEET_ROBOTSTXT_TTL": 3600.0,
-    "FLEET_ROBOTSTXT_HOLD": 60.0,
-    "FLEET_MAX_CRAWL_DELAY": 60.0,
-    "FLEET_BACKOFF_BASE": 1.0,
-    "FLEET_BACKOFF_MAX": 300.0,
-    "FLEET_JSONL_PATH": None,
-    "FLEET_JSONL_FSYNC": False,
-    "FLEET_ROLE": "all",
-    "FLEET_RESPONSE_QUEUE_MAX": 1000,
-    "FLEET_RESPONSE_QUEUE_BYTES": 256 * 1024 * 1024,
-    "FLEET_MAX_STORED_RESPONSE": 8 * 1024 * 1024,
-    "FLEET_LARGE_RESPONSE": "parse",
-    "FLEET_PLAYWRIGHT": False,
-    "FLEET_PLAYWRIGHT_ABORT": ["image", "media", "font"],
-}
+#: What error messages point at for the valid values: a listing every installation has
+#: (docs/settings.md is only in the source tree).
+SETTINGS_HELP = "`scrapy fleet settings` or `scrapy-fleet settings`"
+
+#: Setting sections, in the order ``scrapy fleet settings`` lists them.
+SECTIONS = ("connection", "identity", "frontier", "dupefilter", "bounds", "politeness",
+            "sinks", "mongo", "stages", "browser")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One ``FLEET_*`` setting: its default, the type and range :meth:`FleetConfig.from_settings`
+    (or ``MongoConfig``) accepts, one line of meaning, and the page documenting it."""
+
+    name: str
+    default: Any
+    type: str
+    meaning: str
+    section: str
+    #: the doc page with the full description (docs/settings.md links to it)
+    doc: str = "docs/settings.md"
+
+
+_BP, _POL, _MONGO = "docs/backpressure.md", "docs/politeness.md", "docs/mongo.md"
+_STAGES, _BROWSER = "docs/stages.md", "docs/browser.md"
+
+#: Every ``FLEET_*`` setting this package reads: the one source of the defaults
+#: (:data:`DEFAULTS`), of ``scrapy fleet settings`` and of the unknown-setting warning.
+#: A setting read without a row here is a programming error (:func:`_get` raises KeyError).
+SETTINGS: tuple[Setting, ...] = (
+    Setting("FLEET_REDIS_URL", "redis://127.0.0.1:6379/0", "redis://, rediss:// or unix:// URL",
+            "Redis of the fleet; the password never appears in logs", "connection"),
+    Setting("FLEET_REDIS_TIMEOUT", 10.0, "float > 0",
+            "socket connect and read timeout of every Redis call, seconds", "connection"),
+    Setting("FLEET_REDIS_RETRIES", 3, "int >= 0",
+            "retries of a frontier call after a connection error or timeout", "connection"),
+    Setting("FLEET_CRAWL_ID", None, "str or None (the spider's name)",
+            "namespace of the crawl in Redis (1-100 of A-Za-z0-9_.-)", "identity"),
+    Setting("FLEET_KEY_PREFIX", "fleet", "str",
+            "first part of every key name (1-50 of A-Za-z0-9_.-:)", "identity"),
+    Setting("FLEET_WORKER_ID", None, "str or None (<hostname>:<pid>)",
+            "name of this worker in leases and status", "identity"),
+    Setting("FLEET_LEASE_TIMEOUT", 30.0, "float >= 1",
+            "seconds a leased request stays with a worker without a heartbeat", "frontier"),
+    Setting("FLEET_MAX_LEASES", 3, "int >= 1",
+            "lease expiries after which a request goes to the dead letters", "frontier"),
+    Setting("FLEET_PREFETCH", 16, "int >= 1",
+            "requests a worker keeps leased and decoded locally", "frontier"),
+    Setting("FLEET_POLL_INTERVAL", 0.5, "float > 0",
+            "seconds between polls of an empty frontier", "frontier"),
+    Setting("FLEET_FLUSH_INTERVAL", 0.005, "float >= 0",
+            "seconds the pump gathers acknowledgements and pushes into one call", "frontier"),
+    Setting("FLEET_IDLE_TIMEOUT", None, "float >= 0 or None",
+            "close every worker once the fleet is idle this long; None: wait forever",
+            "frontier"),
+    Setting("FLEET_START_REQUESTS", "once", "once, always or never",
+            "who consumes the spider's start requests", "frontier"),
+    Setting("FLEET_REQUEST_CLASSES", list(DEFAULT_REQUEST_CLASSES), "list of import paths",
+            "Request classes that may be rebuilt from the frontier", "frontier"),
+    Setting("FLEET_DUPEFILTER_CAPACITY", 1_000_000, "int >= 1",
+            "fingerprints the first Bloom slice holds", "dupefilter"),
+    Setting("FLEET_DUPEFILTER_ERROR_RATE", 0.001, "float in (0, 0.5]",
+            "false-positive rate of the first Bloom slice", "dupefilter"),
+    Setting("FLEET_QUEUE_MAX", 1_000_000, "int >= 0 or None",
+            "bound on the frontier's size, fleet-wide; 0 or None: unbounded", "bounds", _BP),
+    Setting("FLEET_QUEUE_LOW_WATERMARK", 0.9, "float in (0, 1)",
+            "fraction of FLEET_QUEUE_MAX below which waiting producers resume", "bounds", _BP),
+    Setting("FLEET_HOST_QUEUE_MAX", None, "int >= 0 or None",
+            "bound on the entries of one host; 0 or None: unbounded", "bounds", _BP),
+    Setting("FLEET_BACKPRESSURE_DELAY", 10.0, "float >= 0",
+            "seconds a deferred request waits before it is fetched again", "bounds", _BP),
+    Setting("FLEET_HOST_RATE", None, "float > 0 or None",
+            "requests per second per host, fleet-wide (GCRA)", "politeness", _POL),
+    Setting("FLEET_HOST_BURST", 1, "int >= 1", "GCRA burst with FLEET_HOST_RATE",
+            "politeness", _POL),
+    Setting("FLEET_HOST_DELAY", None, "float >= 0 (the project's DOWNLOAD_DELAY)",
+            "minimum seconds between two requests to one host, fleet-wide", "politeness",
+            _POL),
+    Setting("FLEET_HOST_CONCURRENCY", None,
+            "int >= 0 (the project's CONCURRENT_REQUESTS_PER_DOMAIN)",
+            "requests in flight to one host, fleet-wide; 0: no cap", "politeness", _POL),
+    Setting("FLEET_HOST_OVERRIDES", {}, "dict (JSON on the command line)",
+            "per host key: {rate, burst, concurrency, delay}", "politeness", _POL),
+    Setting("FLEET_HOST_KEY", "host", "host, domain or ip", "what counts as one host",
+            "politeness", _POL),
+    Setting("FLEET_ROBOTSTXT_TTL", 3600.0, "float >= 1",
+            "seconds a fetched robots.txt is used by the fleet", "politeness", _POL),
+    Setting("FLEET_ROBOTSTXT_HOLD", 60.0, "float >= 0",
+            "seconds a host is held when its robots.txt answers 5xx/429 or fails",
+            "politeness", _POL),
+    Setting("FLEET_MAX_CRAWL_DELAY", 60.0, "float >= 0", "cap on a robots.txt Crawl-delay",
+            "politeness", _POL),
+    Setting("FLEET_BACKOFF_BASE", 1.0, "float > 0",
+            "first back-off (seconds) of a failing host without Retry-After", "politeness",
+            _POL),
+    Setting("FLEET_BACKOFF_MAX", 300.0, "float > 0", "longest back-off (seconds)",
+            "politeness", _POL),
+    Setting("FLEET_JSONL_PATH", None, "str or None",
+            "append one JSON line per item to this file (placeholders %(worker)s...)",
+            "sinks"),
+    Setting("FLEET_JSONL_FSYNC", False, "bool", "also fsync each JSON line", "sinks"),
+    Setting("FLEET_MONGO_URI", None, "str or None",
+            "mongodb:// URI; unset: the MongoDB pipeline is disabled", "mongo", _MONGO),
+    Setting("FLEET_MONGO_DATABASE", "scrapy", "str", "database name", "mongo", _MONGO),
+    Setting("FLEET_MONGO_COLLECTION", None, "str or None (the spider's name)",
+            "collection name, a %-template with spider and item_class", "mongo", _MONGO),
+    Setting("FLEET_MONGO_ID_FIELDS", ["url"], "list of str",
+            "item fields whose values make the stable _id", "mongo", _MONGO),
+    Setting("FLEET_MONGO_ID_FUNCTION", None, "callable or import path",
+            "f(adapter) -> _id, instead of FLEET_MONGO_ID_FIELDS", "mongo", _MONGO),
+    Setting("FLEET_MONGO_BATCH_SIZE", 100, "int, 1-100000",
+            "a collection's batch is sent when it holds this many items", "mongo", _MONGO),
+    Setting("FLEET_MONGO_FLUSH_INTERVAL", 1.0, "float >= 0",
+            "... or when its oldest item waited this long (seconds)", "mongo", _MONGO),
+    Setting("FLEET_MONGO_MAX_PENDING", 10_000, "int >= 1",
+            "items held by the pipeline at most; more wait (back pressure)", "mongo", _MONGO),
+    Setting("FLEET_MONGO_CONCURRENCY", 2, "int >= 1",
+            "threads (and batches in flight) running pymongo", "mongo", _MONGO),
+    Setting("FLEET_MONGO_RETRY_BACKOFF", 0.5, "float > 0",
+            "first delay before retrying a failed batch (seconds)", "mongo", _MONGO),
+    Setting("FLEET_MONGO_RETRY_MAX_BACKOFF", 30.0, "float >= FLEET_MONGO_RETRY_BACKOFF",
+            "cap of that delay (seconds)", "mongo", _MONGO),
+    Setting("FLEET_MONGO_UPDATED_FIELD", "updated_at", "str",
+            "field set to the write time on every write", "mongo", _MONGO),
+    Setting("FLEET_MONGO_FIRST_SEEN_FIELD", "first_seen_at", "str",
+            "field set to the write time when the document is created", "mongo", _MONGO),
+    Setting("FLEET_MONGO_TTL", None, "int >= 1 or None",
+            "documents not re-written for this many seconds are deleted", "mongo", _MONGO),
+    Setting("FLEET_MONGO_UNIQUE_FIELDS", [], "list of str",
+            "a unique index on these fields (a secondary key)", "mongo", _MONGO),
+    Setting("FLEET_MONGO_CLIENT_FACTORY", None, "callable or import path",
+            "f(uri) -> client (default MongoClient(uri, appname='scrapy-fleet'))", "mongo",
+            _MONGO),
+    Setting("FLEET_ROLE", "all", "all, fetch or parse",
+            "fetch: store responses for parse workers; parse: parse stored responses",
+            "stages", _STAGES),
+    Setting("FLEET_RESPONSE_QUEUE_MAX", 1000, "int >= 1",
+            "stored responses above which fetch workers lease no more", "stages", _STAGES),
+    Setting("FLEET_RESPONSE_QUEUE_BYTES", 256 * 1024 * 1024, "int >= 1",
+            "bytes of stored responses above which fetch workers lease no more", "stages",
+            _STAGES),
+    Setting("FLEET_MAX_STORED_RESPONSE", 8 * 1024 * 1024, "int >= 1",
+            "largest stored response (bytes, compressed)", "stages", _STAGES),
+    Setting("FLEET_LARGE_RESPONSE", "parse", "parse or fail",
+            "a bigger one: parsed by the fetch worker, or failed", "stages", _STAGES),
+    Setting("FLEET_PLAYWRIGHT", False, "bool",
+            "install scrapy-playwright's download handlers and the asyncio reactor",
+            "browser", _BROWSER),
+    Setting("FLEET_PLAYWRIGHT_ABORT", ["image", "media", "font"], "list of resource types",
+            "browser sub-requests not loaded (they bypass the fleet's politeness)", "browser",
+            _BROWSER),
+)
+
+#: name -> default of every setting (from :data:`SETTINGS`)
+DEFAULTS: dict[str, Any] = {s.name: s.default for s in SETTINGS}
+assert len(DEFAULTS) == len(SETTINGS), "a setting is listed twice"
+
+
+def unknown_settings(names: Any) -> list[tuple[str, str | None]]:
+    """``(name, closest known setting or None)`` for each ``FLEET_*`` name among *names*
+    (a settings object or any iterable of names) that no row of :data:`SETTINGS` knows: a
+    typo (one letter too many, say) would otherwise be ignored silently.  The closest name
+    is :func:`difflib.get_close_matches`' best (ratio >= 0.6)."""
+    import difflib
+
+    out = []
+    for name in sorted({str(n) for n in names}):
+        if name.startswith("FLEET_") and name not in DEFAULTS:
+            close = difflib.get_close_matches(name, DEFAULTS, n=1)
+            out.append((name, close[0] if close else None))
+    return out
+
+
+def format_default(value: Any) -> str:
+    """*value* as one would write it in settings.py (``None``, ``10.0``, ``"once"``...)."""
+    return repr(value).replace("'", '"')
+
+
+def settings_listing() -> str:
+    """Plain-text table of every setting (``scrapy fleet settings``): name, type, default and
+    one line of meaning, by section, from :data:`SETTINGS`."""
+    width = max(len(s.name) for s in SETTINGS)
+    lines = []
+    for section in SECTIONS:
+        rows = [s for s in SETTINGS if s.section == section]
+        if not rows:
+            continue
+        lines.append(f"{section} (details: {rows[0].doc})")
+        for s in rows:
+            lines.append(f"  {s.name:<{width}}  {s.type}; default {format_default(s.default)}")
+            lines.append(f"  {'':<{width}}  {s.meaning}")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def _stages(g: Callable[[str], Any]) -> dict[str, Any]:
@@ -118,8 +271,14 @@ def _browser(g: Callable[[str], Any]) -> dict[str, Any]:
 
 
 def _get(settings: BaseSettings | Mapping[str, Any], name: str) -> Any:
-    value = settings.get(name, DEFAULTS.get(name))
-    return DEFAULTS.get(name) if value is None and name in DEFAULTS else value
+    """The value of *name*, or its default when unset or None.
+
+    Raises:
+        KeyError: *name* has no row in :data:`SETTINGS` (a programming error).
+    """
+    default = DEFAULTS[name]
+    value = settings.get(name, default)
+    return default if value is None else value
 
 
 def _check(name: str, value: Any, ok: bool, expected: str) -> None:
@@ -157,10 +316,14 @@ def _bool(name: str, value: Any) -> bool:
     raise FleetConfigError(f"{name}={value!r} is invalid: expected a boolean")
 
 
-def _optional_int(name: str, value: Any) -> int | None:
+def _bound(name: str, value: Any) -> int | None:
+    """A size bound: an integer >= 1, or None for unbounded; 0 (and "0", "", "None" on the
+    command line) also means unbounded, as in ``scrapy-fleet --queue-max 0`` and the bounds
+    the workers store in Redis."""
     if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
         return None
-    return _number(name, value, int, 1, "an integer >= 1 or None")
+    number = _number(name, value, int, 0, "an integer >= 0 or None (0 or None: unbounded)")
+    return number or None
 
 
 def _host_overrides(value: Any) -> dict[str, tuple[float | None, int | None, int | None, bool]]:
@@ -202,8 +365,51 @@ def _host_overrides(value: Any) -> dict[str, tuple[float | None, int | None, int
     return out
 
 
+#: redis-py URL options that change what the client returns: the fleet reads every reply as
+#: bytes (msgpack from its scripts, raw payloads) and builds key names as UTF-8, so these
+#: would make every frontier call fail (decode_responses: UnicodeDecodeError, also with
+#: "False", which redis-py takes as a true string) or silently name other keys (encoding).
+_REPLY_OPTIONS = {
+    "decode_responses": "the fleet reads Redis replies as bytes; remove it from the URL",
+    "encoding": "key names and arguments are sent as UTF-8; remove it from the URL",
+}
+
+
+def _check_url_options(url: str, name: str) -> None:
+    """Refuse the URL options that break the fleet's replies, and those redis-py does not
+    know (which would fail at the first command with a TypeError)."""
+    for option, values in parse_qs(urlsplit(url).query).items():
+        why = _REPLY_OPTIONS.get(option)
+        if option == "encoding" and values and _is_utf8(values[0]):
+            continue
+        if why:
+            raise FleetConfigError(f"{name}={redact(url)!r} is invalid: the URL option "
+                                   f"{option!r} is not supported ({why})")
+    try:
+        pool = redis.ConnectionPool.from_url(url)
+        pool.make_connection()  # builds the connection object only: no I/O
+    except (TypeError, ValueError, redis.RedisError) as exc:  # RedisError: "protocol must be..."
+        found = re.search(r"argument '(\w+)'|for '(\w+)'", str(exc))
+        named = next((g for g in found.groups() if g), None) if found else None
+        what = f"the URL option {named!r} is unknown or has a bad value" if named else str(exc)
+        raise FleetConfigError(f"{name}={redact(url)!r} is invalid: {what} (redis-py "
+                               "connection options only)") from None
+
+
+def _is_utf8(encoding: str) -> bool:
+    try:
+        return codecs.lookup(encoding).name == "utf-8"
+    except LookupError:
+        return False
+
+
 def validate_redis_url(url: Any, name: str = "FLEET_REDIS_URL") -> str:
-    """Return *url* if it is a redis://, rediss:// or unix:// URL; raise FleetConfigError."""
+    """Return *url* if it is a redis://, rediss:// or unix:// URL whose options redis-py knows
+    and that keep replies as bytes (no ``decode_responses``, ``encoding`` only UTF-8).
+
+    Raises:
+        FleetConfigError: naming *name*, the URL (password hidden) and the wrong part.
+    """
     _check(name, url, isinstance(url, str) and bool(url), "a redis://, rediss:// or unix:// URL")
     parts = urlsplit(url)
     _check(name, url, parts.scheme in ("redis", "rediss", "unix"),
@@ -216,6 +422,7 @@ def validate_redis_url(url: Any, name: str = "FLEET_REDIS_URL") -> str:
             raise FleetConfigError(f"{name}={url!r} is invalid: bad port") from None
     else:
         _check(name, url, bool(parts.path), "a socket path in the unix:// URL")
+    _check_url_options(url, name)
     return str(url)
 
 
@@ -409,9 +616,9 @@ class FleetConfig:
             request_classes=tuple(classes),
             dupefilter_capacity=capacity,
             dupefilter_error_rate=error_rate,
-            queue_max=_optional_int("FLEET_QUEUE_MAX", g("FLEET_QUEUE_MAX")),
+            queue_max=_bound("FLEET_QUEUE_MAX", g("FLEET_QUEUE_MAX")),
             queue_low_watermark=low,
-            host_queue_max=_optional_int("FLEET_HOST_QUEUE_MAX", g("FLEET_HOST_QUEUE_MAX")),
+            host_queue_max=_bound("FLEET_HOST_QUEUE_MAX", g("FLEET_HOST_QUEUE_MAX")),
             backpressure_delay=_number("FLEET_BACKPRESSURE_DELAY",
                                        g("FLEET_BACKPRESSURE_DELAY"), float, 0.0,
                                        "seconds >= 0"),

@@ -55,10 +55,15 @@ _FIRST_BACKOFF, _MAX_BACKOFF = 0.1, 5.0  # seconds, doubling
 
 #: errors of a PING on a new connection: also the answers to the connection's set-up commands
 #: (SELECT of a database out of range, an ACL user without the rights for PING or CLIENT...)
-_PING_ERRORS = (*RETRYABLE, redis.ResponseError)
+_PING_ERRORS = (*RETRYABLE, redis.ResponseError, redis.exceptions.InvalidResponse)
 
 
 def _unreachable(exc: BaseException, url: str) -> RedisUnavailableError:
+    if isinstance(exc, redis.exceptions.InvalidResponse):
+        # something answered, but not in RESP: an HTTP server, SSH, another protocol
+        return RedisUnavailableError(
+            f"{redact(url)} is not a Redis server (FLEET_REDIS_URL): it answered in another "
+            f"protocol ({exc})")
     if isinstance(exc, redis.AuthenticationError):
         return RedisUnavailableError(
             f"Redis at {redact(url)} refused the credentials (FLEET_REDIS_URL): {exc}")

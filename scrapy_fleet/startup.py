@@ -21,6 +21,7 @@ filter drops that one record, and only for an exception this module has already 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -29,7 +30,7 @@ from scrapy.utils.misc import load_object
 from scrapy.utils.reactor import is_asyncio_reactor_installed
 
 from scrapy_fleet import redis_client
-from scrapy_fleet.config import FleetConfig
+from scrapy_fleet.config import SETTINGS_HELP, FleetConfig, unknown_settings
 from scrapy_fleet.errors import FleetConfigError, FleetError, RedisUnavailableError
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ def check_worker(crawler: Crawler) -> FleetConfig:
     """
     settings = crawler.settings
     config = FleetConfig.from_settings(settings)
+    warn_unknown_settings(settings, logger.warning)
     spider = getattr(crawler, "spider", None)
     if spider is not None and getattr(spider, "name", None):
         config.resolve_crawl_id(spider.name)
@@ -103,6 +105,17 @@ def check_worker(crawler: Crawler) -> FleetConfig:
     return config
 
 
+def warn_unknown_settings(settings: Any, warn: Callable[..., Any]) -> int:
+    """Call *warn* (``logger.warning`` or a printer, %-style) once for each ``FLEET_*``
+    setting that scrapy_fleet does not know, naming the closest known one; returns how many.
+    A typo is otherwise ignored without a word."""
+    unknown = unknown_settings(settings)
+    for name, close in unknown:
+        warn("Unknown setting %s ignored%s (%s lists every FLEET_* setting)", name,
+             f": did you mean {close}?" if close else "", SETTINGS_HELP)
+    return len(unknown)
+
+
 def _is_subclass(settings: BaseSettings, name: str, cls: type) -> bool:
     value = settings.get(name)
     try:
@@ -116,6 +129,9 @@ def hint(exc: FleetError) -> str:
     """How to fix *exc*, for a user who did not write the code."""
     if isinstance(exc, RedisUnavailableError):
         cause = exc.__cause__
+        if isinstance(cause, redis.exceptions.InvalidResponse):
+            return ("Set FLEET_REDIS_URL to the address of a Redis server (redis://HOST:PORT/DB, "
+                    "Redis listens on port 6379 by default)")
         if isinstance(cause, redis.AuthenticationError):
             return ("Check the user name and password in FLEET_REDIS_URL "
                     "(redis://USER:PASSWORD@HOST:PORT/DB)")
@@ -124,9 +140,8 @@ def hint(exc: FleetError) -> str:
                     "Redis user")
         return "Start Redis there, or set FLEET_REDIS_URL to the address of a running Redis"
     if isinstance(exc, FleetConfigError):
-        doc = "docs/mongo.md" if str(exc).startswith("FLEET_MONGO_") else "docs/settings.md"
         return ("Fix it in settings.py, in the spider's custom_settings or on the command line "
-                f"(-s NAME=VALUE); {doc} lists the valid values")
+                f"(-s NAME=VALUE); {SETTINGS_HELP} lists the valid values")
     return ""
 
 

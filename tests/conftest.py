@@ -12,6 +12,7 @@
 * ``pydocs_site`` (session): the mirror ``../shared/sites/docs.python.org`` (skip when
   absent; fail instead when the environment variable CI is set).
 * ``worker_env`` (function): :func:`tests.support.isolated_env` for ``tmp_path``.
+* ``not_redis`` (function): the port of a real HTTP server (a TCP peer that is not Redis).
 """
 
 from __future__ import annotations
@@ -104,3 +105,21 @@ def worker_env(tmp_path: Path) -> dict[str, str]:
 def pytest_report_header(config: pytest.Config) -> str:
     mirror = "present" if PYDOCS_DIR.is_dir() else "absent"
     return f"docs.python.org mirror: {mirror} ({PYDOCS_DIR})"
+
+
+@pytest.fixture
+def not_redis() -> Iterator[int]:
+    """A real HTTP server on a free loopback port (Python's http.server in a thread): a TCP
+    peer that answers, but not in Redis's protocol.  Yields its port."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             http.server.BaseHTTPRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()

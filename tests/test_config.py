@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from scrapy.settings import Settings
 
 from scrapy_fleet.addon import Addon
-from scrapy_fleet.config import DEFAULTS, FleetConfig
+from scrapy_fleet.config import (
+    DEFAULTS,
+    SETTINGS,
+    FleetConfig,
+    _get,
+    format_default,
+    unknown_settings,
+)
 from scrapy_fleet.errors import FleetConfigError
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1] / "scrapy_fleet"
+DOCS_DIR = PACKAGE_DIR.parent / "docs"
 
 
 def test_defaults():
@@ -107,3 +120,84 @@ def test_redis_urls_are_redacted_for_logs(url, expected):
     from scrapy_fleet.redact import redact
 
     assert redact(url) == expected
+
+
+@pytest.mark.parametrize("value", [0, "0"])
+def test_a_bound_of_0_means_unbounded(value):
+    config = FleetConfig.from_settings(Settings({"FLEET_QUEUE_MAX": value,
+                                                 "FLEET_HOST_QUEUE_MAX": value}))
+    assert (config.queue_max, config.host_queue_max, config.queue_low) == (None, None, None)
+    assert config.frontier_params().queue_max is None
+    with pytest.raises(FleetConfigError, match=r"FLEET_QUEUE_MAX=-1 is invalid: expected an "
+                                               r"integer >= 0 or None \(0 or None: unbounded\)"):
+        FleetConfig.from_settings(Settings({"FLEET_QUEUE_MAX": -1}))
+
+
+@pytest.mark.parametrize("query,fragment", [
+    ("decode_responses=True", "the URL option 'decode_responses' is not supported"),
+    # redis-py takes the string "False" as true: refused too
+    ("decode_responses=False", "the URL option 'decode_responses' is not supported"),
+    ("encoding=utf-16", "the URL option 'encoding' is not supported"),
+    ("encoding=latin-1", "the URL option 'encoding' is not supported"),
+    ("bogus=1", "the URL option 'bogus' is unknown or has a bad value"),
+    ("socket_timeout=soon", "the URL option 'socket_timeout' is unknown or has a bad value"),
+    ("protocol=4", "protocol must be either 2 or 3"),
+])
+def test_redis_url_options_that_break_replies_are_refused_by_name(query, fragment):
+    url = f"redis://user:pw-secret@127.0.0.1:6379/0?{query}"
+    with pytest.raises(FleetConfigError) as info:
+        FleetConfig.from_settings(Settings({"FLEET_REDIS_URL": url}))
+    message = str(info.value)
+    assert message.startswith("FLEET_REDIS_URL='redis://user:***@127.0.0.1:6379/0?")
+    assert fragment in message
+    assert "pw-secret" not in message
+
+
+@pytest.mark.parametrize("query", ["encoding=utf-8", "encoding=UTF8", "protocol=3",
+                                   "socket_timeout=5&health_check_interval=10", "db=2",
+                                   "client_name=me"])
+def test_redis_url_options_that_keep_replies_are_accepted(query):
+    url = f"redis://127.0.0.1:6379/0?{query}"
+    assert FleetConfig.from_settings(Settings({"FLEET_REDIS_URL": url})).redis_url == url
+
+
+def test_unknown_fleet_settings_are_found_with_the_closest_name():
+    settings = Settings({"FLEET_QUEUE_MAXX": 5, "FLEET_REDIS_URL": "redis://h:1/0",
+                         "FLEET_MONGO_URI": "mongodb://h/", "FLEET_ZQXJKVWYPBNMQZXQWJKV": 1,
+                         "DOWNLOAD_DELAY": 2, "FLEET_MONGO_BATCHSIZE": 3})
+    assert unknown_settings(settings) == [("FLEET_MONGO_BATCHSIZE", "FLEET_MONGO_BATCH_SIZE"),
+                                          ("FLEET_QUEUE_MAXX", "FLEET_QUEUE_MAX"),
+                                          ("FLEET_ZQXJKVWYPBNMQZXQWJKV", None)]
+
+
+def test_a_setting_without_a_row_in_the_table_cannot_be_read():
+    with pytest.raises(KeyError):
+        _get(Settings(), "FLEET_NOT_IN_THE_TABLE")
+
+
+def _source_setting_names() -> set[str]:
+    """Every FLEET_* name written in the package's code (not prefixes such as FLEET_MONGO_)."""
+    names: set[str] = set()
+    for path in PACKAGE_DIR.rglob("*.py"):
+        names.update(re.findall(r"\bFLEET_[A-Z0-9_]*[A-Z0-9]\b", path.read_text("utf-8")))
+    return names
+
+
+def test_every_setting_the_code_names_has_a_row_in_the_table():
+    assert _source_setting_names() - set(DEFAULTS) == set()
+
+
+def test_every_setting_is_documented_with_its_default():
+    """docs/settings.md names every setting (or its page does), and where a doc table gives
+    a default as one literal, it is the table's."""
+    docs = {path.name: path.read_text("utf-8") for path in DOCS_DIR.glob("*.md")}
+    row = re.compile(r"^\| `(FLEET_[A-Z0-9_]+)` \| [^|]* \| ([^|]*) \|", re.M)
+    documented = {name: default.strip() for text in docs.values()
+                  for name, default in row.findall(text)}
+    for setting in SETTINGS:
+        assert setting.name in docs["settings.md"], setting.name
+        assert setting.name in documented, f"{setting.name}: no row in {setting.doc}"
+        shown = documented[setting.name].strip("`")
+        literal = format_default(setting.default)
+        if re.fullmatch(r"[-\d.]+|None|True|False|\"[^\"<]*\"|\{\}|\[\]", shown):
+            assert shown == literal, (setting.name, shown, literal)

@@ -18,6 +18,8 @@ import pytest
 import redis
 from support import TEST_PROJECT, free_port, run_scrapy, stop_process
 
+from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.testsite import generate_site
 
 PASSWORD = "pw-Zq81-secret"  # must never appear in the output
@@ -96,14 +98,17 @@ def test_redis_unreachable(site, worker_env):
 
 
 @pytest.mark.parametrize(("setting", "fragment"), [
-    ("FLEET_QUEUE_MAX=-5", "FLEET_QUEUE_MAX='-5' is invalid: expected an integer >= 1"),
+    ("FLEET_QUEUE_MAX=-5", "FLEET_QUEUE_MAX='-5' is invalid: expected an integer >= 0 or "
+                           "None (0 or None: unbounded)"),
     ("FLEET_REDIS_URL=http://127.0.0.1:6379/0", "FLEET_REDIS_URL='http://127.0.0.1:6379/0' is "
                                                 "invalid"),
     ("FLEET_CRAWL_ID=two words", "FLEET_CRAWL_ID='two words' is invalid"),
 ])
 def test_invalid_setting(site, worker_env, setting, fragment):
     result = crawl(site, worker_env, setting)
-    assert_clean_failure(result, site, fragment, "-s NAME=VALUE", "docs/settings.md")
+    assert_clean_failure(result, site, fragment, "-s NAME=VALUE",
+                         "`scrapy fleet settings` or `scrapy-fleet settings` lists the valid "
+                         "values")
 
 
 def test_wrong_password(site, worker_env, redis_with_password):
@@ -151,4 +156,57 @@ def test_valid_settings_pass_the_check_silently(site, worker_env, redis_url):
     assert result.returncode == 0, out
     assert "Fleet worker cannot start" not in out and "FleetStartupCheck" not in out
     assert "Spider opened" in out
+    assert site.requests(), out
+
+
+def test_a_url_that_is_not_redis(site, worker_env, not_redis):
+    url = f"redis://:{PASSWORD}@127.0.0.1:{not_redis}/0"  # an HTTP server listens there
+    result = crawl(site, worker_env, f"FLEET_REDIS_URL={url}")
+    line = assert_clean_failure(
+        result, site, f"redis://:***@127.0.0.1:{not_redis}/0 is not a Redis server "
+                      "(FLEET_REDIS_URL): it answered in another protocol",
+        "Set FLEET_REDIS_URL to the address of a Redis server")
+    assert "Task exception was never retrieved" not in result.stderr + result.stdout, line
+
+
+@pytest.mark.parametrize(("query", "option"), [("decode_responses=True", "decode_responses"),
+                                               ("encoding=utf-16", "encoding")])
+def test_url_options_that_change_replies_are_refused(site, worker_env, redis_url, query,
+                                                     option):
+    result = crawl(site, worker_env, f"FLEET_REDIS_URL={redis_url}?{query}")
+    assert_clean_failure(result, site, f"the URL option {option!r} is not supported")
+
+
+@pytest.mark.parametrize("setting", ["FLEET_REDIS_URL={url}?protocol=3", "FLEET_QUEUE_MAX=0",
+                                     "FLEET_HOST_QUEUE_MAX=0"])
+def test_settings_that_must_work(site, worker_env, redis_url, setting):
+    """RESP3 (the fleet's replies are the same) and a bound of 0 (unbounded) crawl."""
+    settings = [f"FLEET_REDIS_URL={redis_url}", setting.format(url=redis_url),
+                "FLEET_IDLE_TIMEOUT=1", "FLEET_START_REQUESTS=always"]
+    result = crawl(site, worker_env, *settings)
+    out = result.stderr + result.stdout
+    assert result.returncode == 0, out
+    assert " ERROR: " not in out, out
+    assert [r["path"] for r in site.requests()] == ["/site/"]
+    assert "'item_scraped_count': 1" in out, out
+    status = FrontierAdmin(redis_url, "starts").status()  # it went through the frontier
+    assert (status["counters"].get("acked"), status["queued"], status["leased"]) == (1, 0, 0)
+    stored = redis.Redis.from_url(redis_url).hgetall(CrawlKeys("fleet", "starts").config)
+    name = setting.split("=")[0]
+    for field, value in (("queue_max", b"1000000"), ("host_queue_max", b"0")):
+        zero = name == f"FLEET_{field.upper()}"  # 0 stored: unbounded
+        assert stored[field.encode()] == (b"0" if zero else value), (field, stored)
+
+
+def test_an_unknown_setting_is_one_warning_with_the_closest_name(site, worker_env, redis_url):
+    result = crawl(site, worker_env, f"FLEET_REDIS_URL={redis_url}", "FLEET_IDLE_TIMEOUT=1",
+                   "FLEET_START_REQUESTS=always", "FLEET_QUEUE_MAXX=5")
+    out = result.stderr + result.stdout
+    assert result.returncode == 0, out
+    warnings = [line for line in out.splitlines() if "Unknown setting" in line]
+    assert len(warnings) == 1, out
+    assert warnings[0].endswith(
+        "[scrapy_fleet.startup] WARNING: Unknown setting FLEET_QUEUE_MAXX ignored: did you "
+        "mean FLEET_QUEUE_MAX? (`scrapy fleet settings` or `scrapy-fleet settings` lists "
+        "every FLEET_* setting)"), warnings[0]
     assert site.requests(), out

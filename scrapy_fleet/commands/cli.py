@@ -1,15 +1,10 @@
 """``scrapy-fleet``: the fleet's commands outside a Scrapy project.
 
-    scrapy-fleet --redis URL push CRAWL_ID [URL ...] [-f FILE | -] [--dont-filter] [--priority N]
-                 [--no-wait] [--timeout S] [--queue-max N] [--low-watermark F]
-    scrapy-fleet --redis URL status CRAWL_ID [--json]
-    scrapy-fleet --redis URL dead CRAWL_ID [--limit N] [--json]
-    scrapy-fleet --redis URL purge CRAWL_ID [--yes]
-
-Inside a project, ``scrapy fleet push|status|dead|purge SPIDER ...`` does the same with the
-project's settings (commands/fleet.py).  Exit statuses: 0 success, 1 some push lines
-rejected (or purge declined), 2 usage error or Redis unreachable, 3 the frontier stayed full
-(``--no-wait``, or ``--timeout`` expired): the lines from the one reported on were not pushed.
+The actions are rows of :data:`ACTIONS` (name, one-line summary, arguments, handler): the
+parser's choices, both commands' help texts and Scrapy's command list are built from it, so
+a new action is one handler plus one row.  Inside a project, ``scrapy fleet ACTION SPIDER
+...`` runs the same actions with the project's settings (commands/fleet.py).  Exit statuses:
+:data:`EXIT_STATUSES`.
 """
 
 from __future__ import annotations
@@ -17,9 +12,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
+import textwrap
 from collections.abc import Callable
 from contextlib import ExitStack
+from dataclasses import dataclass
 from typing import Any
 
 from scrapy import Request
@@ -29,6 +27,9 @@ from scrapy_fleet.commands import push
 from scrapy_fleet.config import (
     DEFAULTS,
     HOST_KEY_MODES,
+    SETTINGS,
+    format_default,
+    settings_listing,
     validate_crawl_id,
     validate_key_prefix,
     validate_redis_url,
@@ -37,11 +38,127 @@ from scrapy_fleet.errors import FleetConfigError, RedisUnavailableError, Request
 from scrapy_fleet.frontier.client import PRIORITY_LIMIT, FrontierAdmin, FrontierParams
 from scrapy_fleet.politeness import hosts as politeness
 
+#: ``(status, meaning)`` of both commands' exit statuses (shown by ``--help``)
+EXIT_STATUSES: tuple[tuple[int, str], ...] = (
+    (push.EXIT_OK, "success"),
+    (push.EXIT_REJECTED, "push: some lines were rejected (the valid ones were pushed); "
+                         "purge: declined"),
+    (push.EXIT_ERROR, "usage error, or Redis unreachable, refusing the credentials, or not "
+                      "a Redis server"),
+    (push.EXIT_FULL, "push: the frontier stayed full (--no-wait, or --timeout expired); the "
+                     "lines from the one reported on were not pushed"),
+    (push.EXIT_NO_CRAWL, "status, dead: Redis holds no state of that crawl (check the crawl "
+                         "id and the key prefix)"),
+    (130, "interrupted (Ctrl-C); lines already pushed stay pushed"),
+)
+
+
+@dataclass
+class ActionContext:
+    """What an action's handler gets.  *admin* is None for an action without Redis;
+    *low_watermark* (entries): where a push waiting for room resumes; *has_method*: checks
+    pushed callback names against the spider (inside a project); *host_key_mode*: the
+    crawl's ``FLEET_HOST_KEY``, which pushed entries are counted under."""
+
+    admin: FrontierAdmin | None
+    urls: list[str]
+    opts: Any
+    fingerprint: Callable[[Request], bytes]
+    label: str
+    confirm: Callable[[str], str] = input
+    low_watermark: int | None = None
+    has_method: Callable[[str], bool] | None = None
+    host_key_mode: str = "host"
+
+    @property
+    def crawl(self) -> FrontierAdmin:
+        assert self.admin is not None, "an action with needs_redis=True"
+        return self.admin
+
+
+@dataclass(frozen=True)
+class Action:
+    """One action of ``scrapy-fleet`` and ``scrapy fleet``."""
+
+    name: str
+    summary: str  #: one line, for the help texts
+    args: str  #: its arguments after the crawl (usage line)
+    run: Callable[[ActionContext], int]
+    takes_urls: bool = False  #: positional arguments after the crawl are allowed
+    #: False: runs without a crawl and without Redis (``settings``)
+    needs_redis: bool = True
+    #: True: a crawl of which Redis holds nothing is an error (exit status 4), not zeros
+    needs_state: bool = False
+
+
+def _settings_action(ctx: ActionContext) -> int:
+    if getattr(ctx.opts, "json", False):
+        print(json.dumps([{"name": s.name, "type": s.type, "default": s.default,
+                           "meaning": s.meaning, "section": s.section, "doc": s.doc}
+                          for s in SETTINGS], indent=2, default=format_default))
+    else:
+        print(settings_listing(), end="")
+    return push.EXIT_OK
+
+
+#: The actions, in the order the help texts list them.
+ACTIONS: dict[str, Action] = {a.name: a for a in (
+    Action("push", "push URLs or JSON request lines into the crawl's frontier",
+           "[URL ...] [-f FILE | -] [--dont-filter] [--priority N] [--no-wait] [--timeout S]",
+           lambda c: _push(c.crawl, c.urls, c.opts, c.fingerprint, c.low_watermark,
+                           c.has_method, c.host_key_mode), takes_urls=True),
+    Action("status", "show the crawl's counts, workers and bounds", "[--json] [--hosts]",
+           lambda c: _status(c.crawl, c.opts, c.label, c.low_watermark), needs_state=True),
+    Action("dead", "list the crawl's dead letters", "[--limit N] [--json]",
+           lambda c: _dead(c.crawl, c.opts), needs_state=True),
+    Action("purge", "delete every key of the crawl (asks first)", "[--yes]",
+           lambda c: _purge(c.crawl, c.opts, c.label, c.confirm)),
+    Action("settings", "list every FLEET_* setting with its type, default and meaning",
+           "[--json]", _settings_action, needs_redis=False),
+)}
+
+
+_WIDTH = 79  # columns of the help texts
+
+
+def _hanging(head: str, text: str, indent: int) -> str:
+    """*text* wrapped after *head*, never inside a ``[...]`` group."""
+    groups = [g.replace(" ", "\0") for g in re.findall(r"\[[^\]]*\]|\S+", text)]
+    return textwrap.fill(" ".join(groups), _WIDTH, initial_indent=head,
+                         subsequent_indent=" " * indent, break_on_hyphens=False,
+                         break_long_words=False).replace("\0", " ")
+
+
+def usage_lines(prog: str, crawl: str) -> str:
+    """One usage entry per action, ``PROG ACTION CRAWL ARGS``, wrapped under its action."""
+    out = []
+    for a in ACTIONS.values():
+        head = f"  {prog} {a.name}{f' {crawl}' if a.needs_redis else ''} "
+        out.append(_hanging(head, a.args, len(head)) if a.args else head.rstrip())
+    return "\n".join(out)
+
+
+def help_epilog() -> str:
+    """The actions and exit statuses, for the end of both commands' ``--help``."""
+    width = max(len(name) for name in ACTIONS)
+    lines = ["actions:"]
+    lines += [_hanging(f"  {a.name:<{width}}  ", a.summary, width + 4)
+              for a in ACTIONS.values()]
+    lines += ["", "exit statuses:"]
+    lines += [_hanging(f"  {status:>3}  ", meaning, 7) for status, meaning in EXIT_STATUSES]
+    return "\n".join(lines)
+
+
+def help_description(prog: str, crawl: str, intro: str) -> str:
+    """*intro* wrapped, then the usage entries of every action."""
+    return textwrap.fill(intro, _WIDTH) + "\n\n" + usage_lines(prog, crawl)
+
 
 def add_action_arguments(parser: argparse.ArgumentParser) -> None:
     """Options shared by ``scrapy-fleet`` and ``scrapy fleet``."""
     parser.add_argument("-f", "--file", action="append", default=[], metavar="FILE",
-                        help="push: read URL / JSON lines from FILE ('-' for standard input)")
+                        help="push: read URL / JSON lines from FILE ('-' for standard input; "
+                             "a bare '-' argument too)")
     parser.add_argument("--dont-filter", action="store_true",
                         help="push: bypass the dupefilter (entries are always new)")
     parser.add_argument("--priority", type=int, default=0,
@@ -54,7 +171,7 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                         help="push: wait at most this long for room in a full frontier, then "
                              "exit with status 3 (default: wait forever)")
-    parser.add_argument("--json", action="store_true", help="status/dead: print JSON")
+    parser.add_argument("--json", action="store_true", help="status/dead/settings: print JSON")
     parser.add_argument("--limit", type=int, default=20,
                         help="dead, status --hosts: how many to show")
     parser.add_argument("--hosts", action="store_true",
@@ -62,37 +179,37 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--yes", action="store_true", help="purge: do not ask for confirmation")
 
 
-def run_action(action: str, admin: FrontierAdmin, urls: list[str], opts: Any,
+def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: Any,
                fingerprint: Callable[[Request], bytes], label: str,
                confirm: Callable[[str], str] = input, low_watermark: int | None = None,
                has_method: Callable[[str], bool] | None = None,
                host_key_mode: str = "host") -> int:
-    """Run one fleet action against *admin*; returns the exit status.  *low_watermark*
-    (entries): where a push waiting for room resumes; *has_method*: checks pushed callback
-    names against the spider (inside a project); *host_key_mode*: the crawl's
-    ``FLEET_HOST_KEY`` (host, domain or ip), which pushed entries are counted under."""
+    """Run the action named *action* (a key of :data:`ACTIONS`) against *admin*; returns the
+    exit status (:data:`EXIT_STATUSES`).  See :class:`ActionContext` for the arguments."""
+    spec = ACTIONS.get(action)
+    if spec is None:
+        print(f"error: unknown action {action!r} ({', '.join(ACTIONS)})", file=sys.stderr)
+        return push.EXIT_ERROR
+    if urls and not spec.takes_urls:
+        print(f"error: {action} takes no URL arguments", file=sys.stderr)
+        return push.EXIT_ERROR
+    ctx = ActionContext(admin, urls, opts, fingerprint, label, confirm, low_watermark,
+                        has_method, host_key_mode)
     try:
-        admin.ping()
-        if action == "push":
-            return _push(admin, urls, opts, fingerprint, low_watermark, has_method,
-                         host_key_mode)
-        if urls:
-            print(f"error: {action} takes no URL arguments", file=sys.stderr)
-            return push.EXIT_ERROR
-        if action == "status":
-            return _status(admin, opts, label, low_watermark)
-        if action == "dead":
-            return _dead(admin, opts)
-        if action == "purge":
-            return _purge(admin, opts, label, confirm)
+        if spec.needs_redis:
+            ctx.crawl.ping()
+            if spec.needs_state and not ctx.crawl.has_state():
+                print(f"error: Redis holds no state of crawl {ctx.crawl.keys.crawl_id!r} "
+                      f"(key prefix {ctx.crawl.keys.prefix!r}): nothing was pushed and no "
+                      "worker ran; check the crawl id and the key prefix", file=sys.stderr)
+                return push.EXIT_NO_CRAWL
+        return spec.run(ctx)
     except RedisUnavailableError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return push.EXIT_ERROR
     except KeyboardInterrupt:
         print("\ninterrupted: lines already pushed stay pushed", file=sys.stderr)
         return 130
-    print(f"error: unknown action {action!r} (push, status, dead, purge)", file=sys.stderr)
-    return push.EXIT_ERROR
 
 
 class _WaitDisplay:
@@ -132,12 +249,21 @@ def _push(admin: FrontierAdmin, urls: list[str], opts: Any,
     if abs(opts.priority) > PRIORITY_LIMIT:
         print(f"error: --priority must be within +-{PRIORITY_LIMIT}", file=sys.stderr)
         return push.EXIT_ERROR
-    if not urls and not opts.file:
-        print("error: push needs URLs or -f FILE (or -f - for standard input)", file=sys.stderr)
+    # a bare "-" among the arguments is standard input, as "-f -" (read once, after the URLs)
+    names = list(opts.file)
+    if any(url.strip() == "-" for url in urls):
+        urls = [url for url in urls if url.strip() != "-"]
+        if "-" not in names:
+            names.append("-")
+    if not urls and not names:
+        print("error: push needs URLs, -f FILE or - (standard input)", file=sys.stderr)
         return push.EXIT_ERROR
+    if "-" in names and sys.stdin.isatty():
+        print("reading URL / JSON lines from standard input (end with Ctrl-D)",
+              file=sys.stderr)
     with ExitStack() as stack:
         files = []
-        for name in opts.file:
+        for name in names:
             if name == "-":
                 files.append(sys.stdin.buffer)
             else:
@@ -251,10 +377,31 @@ def _purge(admin: FrontierAdmin, opts: Any, label: str, confirm: Callable[[str],
     return push.EXIT_OK
 
 
+def package_version() -> str:
+    """The installed distribution's version (``scrapy_fleet.__version__`` when run from a
+    tree that is not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("scrapy-fleet")
+    except metadata.PackageNotFoundError:
+        from scrapy_fleet import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="scrapy-fleet", description="Push URLs into a scrapy_fleet crawl and inspect it.")
-    parser.add_argument("--redis", default=os.environ.get("FLEET_REDIS_URL",
+        prog="scrapy-fleet",
+        usage="scrapy-fleet [--redis URL] [--prefix PREFIX] ACTION [CRAWL_ID] [ARGS]",
+        description=help_description(
+            "scrapy-fleet", "CRAWL_ID", "Push URLs into a scrapy_fleet crawl and inspect it, "
+            "outside a Scrapy project (inside one, `scrapy fleet` does the same with the "
+            "project's settings)."),
+        epilog=help_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version",
+                        version=f"%(prog)s {package_version()}")
+    parser.add_argument("--redis", metavar="URL", default=os.environ.get("FLEET_REDIS_URL",
                                                           DEFAULTS["FLEET_REDIS_URL"]),
                         help="Redis URL (default: $FLEET_REDIS_URL or %(default)s)")
     parser.add_argument("--prefix", default=DEFAULTS["FLEET_KEY_PREFIX"],
@@ -265,9 +412,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--low-watermark", type=float, default=None,
                         help="FLEET_QUEUE_LOW_WATERMARK (default: the workers' value, else "
                              f"{DEFAULTS['FLEET_QUEUE_LOW_WATERMARK']})")
-    parser.add_argument("action", choices=["push", "status", "dead", "purge"])
-    parser.add_argument("crawl_id", help="FLEET_CRAWL_ID of the crawl (default: spider name)")
-    parser.add_argument("urls", nargs="*", help="push: URLs or JSON request lines")
+    parser.add_argument("action", choices=list(ACTIONS), metavar="ACTION",
+                        help=f"one of {', '.join(ACTIONS)}")
+    parser.add_argument("crawl_id", nargs="?", metavar="CRAWL_ID",
+                        help="FLEET_CRAWL_ID of the crawl (default: spider name)")
+    parser.add_argument("urls", nargs="*", metavar="URL",
+                        help="push: URLs or JSON request lines ('-': standard input)")
     add_action_arguments(parser)
     return parser
 
@@ -303,6 +453,15 @@ def _stored_bounds(url: str, crawl_id: str, prefix: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     opts = parser.parse_intermixed_args(argv)
+    spec = ACTIONS[opts.action]
+    if not spec.needs_redis:
+        extra = [a for a in (opts.crawl_id, *opts.urls) if a is not None]
+        if extra:
+            parser.error(f"{spec.name} takes no arguments (got {' '.join(extra)})")
+        return run_action(spec.name, None, [], opts, push.default_fingerprinter(),
+                          label="no project")
+    if opts.crawl_id is None:
+        parser.error(f"{spec.name} needs a CRAWL_ID")
     try:
         url = validate_redis_url(opts.redis, "--redis")
         crawl_id = validate_crawl_id(opts.crawl_id, "CRAWL_ID")

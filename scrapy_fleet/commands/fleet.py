@@ -1,9 +1,9 @@
-"""``scrapy fleet push|status|dead|purge SPIDER ...`` inside a Scrapy project.
+"""``scrapy fleet ACTION SPIDER ...`` inside a Scrapy project.
 
 Uses the project's settings (with the spider's ``custom_settings`` and ``-s`` options), so
 ``FLEET_REDIS_URL``, ``FLEET_CRAWL_ID``, ``FLEET_KEY_PREFIX``, the dupefilter parameters and
-``REQUEST_FINGERPRINTER_CLASS`` are those the workers use.  See cli.py for the actions and
-exit statuses.
+``REQUEST_FINGERPRINTER_CLASS`` are those the workers use.  The actions, their help and the
+exit statuses come from the table in cli.py (``cli.ACTIONS``, ``cli.EXIT_STATUSES``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Any
 
-from scrapy.commands import ScrapyCommand
+from scrapy.commands import ScrapyCommand, ScrapyHelpFormatter
 from scrapy.crawler import Crawler
 from scrapy.exceptions import UsageError
 from scrapy.utils.misc import build_from_crawler, load_object
@@ -21,6 +21,16 @@ from scrapy_fleet.commands import cli
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.startup import warn_unknown_settings
+
+
+def _print_warning(message: str, *args: Any) -> None:
+    print("warning: " + message % args, file=sys.stderr)
+
+
+class FleetHelpFormatter(argparse.RawDescriptionHelpFormatter, ScrapyHelpFormatter):
+    """Scrapy's help layout (titled sections) that keeps the line breaks of the description
+    and epilog: the usage entries, actions and exit statuses stay one per line."""
 
 
 class Command(ScrapyCommand):
@@ -28,23 +38,44 @@ class Command(ScrapyCommand):
     default_settings = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return "push|status|dead|purge SPIDER [URL ...] [-f FILE | -] [options]"
+        return f"{'|'.join(cli.ACTIONS)} [SPIDER] [ARGS] (see below)"
 
     def short_desc(self) -> str:
-        return "Push URLs into the fleet's frontier, show its status, or purge it"
+        return f"Fleet actions: {', '.join(cli.ACTIONS)} (scrapy fleet -h)"
 
     def long_desc(self) -> str:
-        return (__doc__ or "") + "\n" + (cli.__doc__ or "")
+        return cli.help_description(
+            "scrapy fleet", "SPIDER",
+            "The fleet's actions inside a Scrapy project, with the project's settings (and "
+            "the spider's custom_settings and -s options): FLEET_REDIS_URL, FLEET_CRAWL_ID "
+            "(default: the spider's name), FLEET_KEY_PREFIX, the dupefilter parameters and "
+            "REQUEST_FINGERPRINTER_CLASS are those the workers use.  Outside a project, "
+            "scrapy-fleet does the same.")
 
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
+        parser.formatter_class = FleetHelpFormatter
+        parser.epilog = cli.help_epilog()
         cli.add_action_arguments(parser)
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
-        if len(args) < 2:
-            raise UsageError("expected an action (push, status, dead, purge) and a spider name")
-        action, spider_name, urls = args[0], args[1], args[2:]
+        actions = ", ".join(cli.ACTIONS)
+        if not args:
+            raise UsageError(f"expected an action ({actions})")
+        spec = cli.ACTIONS.get(args[0])
+        if spec is None:
+            raise UsageError(f"unknown action {args[0]!r} (one of {actions})")
         assert self.settings is not None
+        if not spec.needs_redis:
+            if len(args) > 1:
+                raise UsageError(f"{spec.name} takes no arguments")
+            warn_unknown_settings(self.settings, _print_warning)
+            self.exitcode = cli.run_action(spec.name, None, [], opts, lambda r: b"",
+                                           label="project")
+            return
+        if len(args) < 2:
+            raise UsageError(f"{spec.name} needs a spider name")
+        action, spider_name, urls = args[0], args[1], args[2:]
         settings = self.settings.copy()
         assert self.crawler_process is not None
         try:
@@ -54,6 +85,7 @@ class Command(ScrapyCommand):
             self.exitcode = 2
             return
         spidercls.update_settings(settings)
+        warn_unknown_settings(settings, _print_warning)
         try:
             config = FleetConfig.from_settings(settings)
             crawl_id = config.resolve_crawl_id(spidercls.name)

@@ -424,6 +424,13 @@ class FrontierAdmin:
                    "at": d.get("at"), "data": d.get("data", b"")}
             n += 1
 
+    def has_state(self) -> bool:
+        """Whether Redis holds anything of this crawl (one EXISTS): a push writes the entry
+        counter, a worker its bounds and heartbeat, every call the counters."""
+        k = self.keys
+        return bool(self.client.exists(k.seq, k.stats, k.config, k.workers, k.bloom_meta,
+                                       k.queue, k.dead))
+
     def crawl_keys(self) -> list[bytes]:
         return list(self.client.scan_iter(match=self.keys.pattern, count=1000))
 

@@ -62,7 +62,7 @@ from scrapy.utils.defer import maybe_deferred_to_future
 from scrapy.utils.misc import load_object
 
 from scrapy_fleet import engine_hooks
-from scrapy_fleet.config import _check, _number
+from scrapy_fleet.config import SETTINGS, _check, _number
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.redact import redact as redact_uri
 from scrapy_fleet.redact import scrub as _scrub
@@ -74,25 +74,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Every setting this pipeline reads, with its default (docs/mongo.md describes each one).
-MONGO_DEFAULTS: dict[str, Any] = {
-    "FLEET_MONGO_URI": None,
-    "FLEET_MONGO_DATABASE": "scrapy",
-    "FLEET_MONGO_COLLECTION": None,
-    "FLEET_MONGO_ID_FIELDS": ["url"],
-    "FLEET_MONGO_ID_FUNCTION": None,
-    "FLEET_MONGO_BATCH_SIZE": 100,
-    "FLEET_MONGO_FLUSH_INTERVAL": 1.0,
-    "FLEET_MONGO_MAX_PENDING": 10_000,
-    "FLEET_MONGO_CONCURRENCY": 2,
-    "FLEET_MONGO_RETRY_BACKOFF": 0.5,
-    "FLEET_MONGO_RETRY_MAX_BACKOFF": 30.0,
-    "FLEET_MONGO_UPDATED_FIELD": "updated_at",
-    "FLEET_MONGO_FIRST_SEEN_FIELD": "first_seen_at",
-    "FLEET_MONGO_TTL": None,
-    "FLEET_MONGO_UNIQUE_FIELDS": [],
-    "FLEET_MONGO_CLIENT_FACTORY": None,
-}
+#: Every setting this pipeline reads, with its default: the ``mongo`` rows of
+#: :data:`scrapy_fleet.config.SETTINGS` (docs/mongo.md describes each one).
+MONGO_DEFAULTS: dict[str, Any] = {s.name: s.default for s in SETTINGS if s.section == "mongo"}
 
 #: Server error codes after which the same write may succeed later (network, elections,
 #: shutdown, timeouts).  Mirrors pymongo's retryable-write codes.

@@ -1,0 +1,242 @@
+"""The two command forms as a user meets them: help texts, --version, the settings listing,
+standard input as ``-``, a crawl id with no state, a URL that is not Redis (issue 9).
+
+Real processes: ``python -m scrapy_fleet.commands.cli`` (the ``scrapy-fleet`` console
+script) and ``scrapy fleet`` in the example project, against a real redis-server and, for
+"not Redis", a real HTTP server (the ``not_redis`` fixture).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import EXAMPLE_PROJECT, run_scrapy, scrapy_command
+
+from scrapy_fleet.commands import cli as cli_module
+from scrapy_fleet.config import SETTINGS, format_default
+from scrapy_fleet.frontier.client import FrontierAdmin
+
+CLI = [sys.executable, "-m", "scrapy_fleet.commands.cli"]
+PASSWORD = "pw-9k2-secret"  # must never appear in the output
+
+
+def cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], input=stdin, capture_output=True, text=True,
+                          timeout=60)
+
+
+def scrapy(env: dict[str, str], *args: str,
+           stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``scrapy ARGS`` in the example project, with *stdin* as standard input."""
+    return subprocess.run(scrapy_command(*args), cwd=EXAMPLE_PROJECT, env=env, input=stdin,
+                          capture_output=True, text=True, timeout=120)
+
+
+# -- standard input as "-" -------------------------------------------------------------------
+
+
+def test_a_bare_dash_is_standard_input_for_the_console_script(redis_url):
+    result = cli("--redis", redis_url, "push", "dash", "http://h.test/arg", "-",
+                 stdin="http://h.test/in1\n# comment\nhttp://h.test/in2\n")
+    assert result.returncode == 0, result.stderr
+    assert "pushed 3, duplicates 0, rejected 0 (crawl 'dash')" in result.stdout
+    assert "rejected" not in result.stderr
+    assert FrontierAdmin(redis_url, "dash").status()["queued"] == 3
+
+
+def test_a_bare_dash_is_standard_input_for_the_project_command(redis_url, worker_env):
+    result = scrapy(worker_env, "fleet", "push", "docs", "-", "-s",
+                    f"FLEET_REDIS_URL={redis_url}", stdin="http://h.test/a\nhttp://h.test/b\n")
+    assert result.returncode == 0, result.stderr
+    assert "pushed 2, duplicates 0, rejected 0 (crawl 'docs')" in result.stdout
+    assert FrontierAdmin(redis_url, "docs").status()["queued"] == 2
+
+
+def test_dash_twice_reads_standard_input_once(redis_url):
+    result = cli("--redis", redis_url, "push", "dash2", "-", "-f", "-",
+                 stdin="http://h.test/1\nhttp://h.test/2\n")
+    assert result.returncode == 0, result.stderr
+    assert "pushed 2, duplicates 0, rejected 0" in result.stdout
+
+
+# -- a crawl Redis knows nothing of ----------------------------------------------------------
+
+
+def test_status_of_a_crawl_without_state_says_so_and_exits_4(redis_url):
+    result = cli("--redis", redis_url, "status", "no-such-crawl")
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert result.stdout == ""
+    assert result.stderr.strip() == (
+        "error: Redis holds no state of crawl 'no-such-crawl' (key prefix 'fleet'): nothing "
+        "was pushed and no worker ran; check the crawl id and the key prefix")
+    assert cli("--redis", redis_url, "dead", "no-such-crawl").returncode == 4
+    assert cli("--redis", redis_url, "status", "no-such-crawl", "--json").returncode == 4
+    assert cli("--redis", redis_url, "push", "now-known", "http://h.test/").returncode == 0
+    known = cli("--redis", redis_url, "status", "now-known")
+    assert known.returncode == 0 and "queued   1" in known.stdout
+    other_prefix = cli("--redis", redis_url, "--prefix", "other", "status", "now-known")
+    assert other_prefix.returncode == 4 and "key prefix 'other'" in other_prefix.stderr
+
+
+def test_project_status_of_a_crawl_without_state_exits_4(redis_url, worker_env):
+    result = run_scrapy(EXAMPLE_PROJECT, ["fleet", "status", "docs", "-s",
+                                          f"FLEET_REDIS_URL={redis_url}"], worker_env)
+    assert result.returncode == 4, result.stderr
+    assert "Redis holds no state of crawl 'docs'" in result.stderr
+
+
+# -- something that is not Redis -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("action", [["status", "c"], ["push", "c", "http://h.test/"],
+                                    ["dead", "c"], ["purge", "c", "--yes"]])
+def test_a_url_that_is_not_redis_is_one_clear_line_and_exit_2(not_redis, action):
+    url = f"redis://fleet:{PASSWORD}@127.0.0.1:{not_redis}/0"
+    result = cli("--redis", url, *action)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"error: redis://fleet:***@127.0.0.1:{not_redis}/0 is not a "
+                               "Redis server (FLEET_REDIS_URL): it answered in another "
+                               "protocol (Protocol error"), lines[0]
+    assert PASSWORD not in result.stderr + result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_project_command_with_a_url_that_is_not_redis(not_redis, worker_env):
+    url = f"redis://:{PASSWORD}@127.0.0.1:{not_redis}/0"
+    result = run_scrapy(EXAMPLE_PROJECT, ["fleet", "push", "docs", "http://h.test/", "-s",
+                                          f"FLEET_REDIS_URL={url}"], worker_env)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"error: redis://:***@127.0.0.1:{not_redis}/0 is not a Redis "
+                               "server (FLEET_REDIS_URL): it answered in another protocol")
+    assert PASSWORD not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize("query,option", [("decode_responses=True", "decode_responses"),
+                                          ("encoding=utf-16", "encoding"),
+                                          ("bogus=1", "bogus")])
+def test_url_options_that_break_replies_are_a_usage_error(redis_url, query, option):
+    result = cli("--redis", f"{redis_url}?{query}", "push", "opts", "http://h.test/")
+    assert result.returncode == 2
+    assert f"the URL option {option!r}" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert FrontierAdmin(redis_url, "opts").status()["queued"] == 0
+
+
+def test_protocol_3_in_the_url_works(redis_url):
+    pushed = cli("--redis", f"{redis_url}?protocol=3", "push", "resp3", "http://h.test/1")
+    assert pushed.returncode == 0, pushed.stderr
+    status = cli("--redis", f"{redis_url}?protocol=3", "status", "resp3", "--json", "--hosts")
+    assert status.returncode == 0, status.stderr
+    data = json.loads(status.stdout)
+    assert (data["queued"], data["seen"], data["hosts"][0]["host"]) == (1, 1, "h.test")
+
+
+# -- FLEET_QUEUE_MAX=0 and unknown settings --------------------------------------------------
+
+
+def test_queue_max_0_is_unbounded_for_the_project_push(redis_url, worker_env):
+    urls = "".join(f"http://h.test/{n}\n" for n in range(5))
+    result = scrapy(worker_env, "fleet", "push", "docs", "-", "--no-wait", "-s",
+                    f"FLEET_REDIS_URL={redis_url}", "-s", "FLEET_QUEUE_MAX=0", stdin=urls)
+    assert result.returncode == 0, result.stderr
+    assert "pushed 5, duplicates 0, rejected 0" in result.stdout
+    status = scrapy(worker_env, "fleet", "status", "docs", "-s", f"FLEET_REDIS_URL={redis_url}",
+                    "-s", "FLEET_QUEUE_MAX=0")
+    assert "size     5 / unbounded" in status.stdout
+
+
+def test_an_unknown_setting_is_a_warning_naming_the_closest(redis_url, worker_env):
+    result = scrapy(worker_env, "fleet", "push", "docs", "http://h.test/", "-s",
+                    f"FLEET_REDIS_URL={redis_url}", "-s", "FLEET_QUEUE_MAXX=5")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "warning: Unknown setting FLEET_QUEUE_MAXX ignored: did you mean FLEET_QUEUE_MAX? "
+        "(`scrapy fleet settings` or `scrapy-fleet settings` lists every FLEET_* setting)"]
+
+
+# -- help, version, settings -----------------------------------------------------------------
+
+
+def test_version_prints_the_package_version():
+    from importlib.metadata import version
+
+    result = cli("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"scrapy-fleet {version('scrapy-fleet')}"
+
+
+def test_console_help_lists_actions_and_exit_statuses():
+    result = cli("--help")
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
+    for name, action in cli_module.ACTIONS.items():
+        assert any(re.match(rf"  {name} +{re.escape(action.summary[:30])}", line)
+                   for line in lines), name
+        assert any(line.startswith(f"  scrapy-fleet {name}") for line in lines), name
+    assert "exit statuses:" in lines
+    for status, _ in cli_module.EXIT_STATUSES:
+        assert any(re.match(rf" +{status}  \S", line) for line in lines), status
+    assert max(len(line) for line in lines) <= 80
+
+
+@pytest.mark.parametrize("args", [["fleet", "--help"], ["fleet", "status", "--help"]])
+def test_project_help_keeps_one_usage_per_line(worker_env, args):
+    result = run_scrapy(EXAMPLE_PROJECT, args, worker_env)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "  scrapy fleet status SPIDER [--json] [--hosts]" in lines
+    assert "  scrapy fleet dead SPIDER [--limit N] [--json]" in lines
+    assert "  scrapy fleet settings [--json]" in lines
+    assert "exit statuses:" in lines
+    assert any(re.match(r" +4  status, dead: Redis holds no state", line) for line in lines)
+    assert max(len(line) for line in lines) <= 80
+
+
+def test_scrapy_command_list_names_every_action(worker_env):
+    result = run_scrapy(EXAMPLE_PROJECT, [], worker_env)
+    line = next(line for line in result.stdout.splitlines() if line.startswith("  fleet "))
+    for name in cli_module.ACTIONS:
+        assert re.search(rf"\b{name}\b", line), (name, line)
+
+
+def _listed(text: str) -> dict[str, str]:
+    """name -> "type; default X" line of a settings listing."""
+    found = re.findall(r"^  (FLEET_[A-Z0-9_]+) +(.+)$", text, re.M)
+    return dict(found)
+
+
+def test_settings_listing_has_every_setting_with_type_and_default(worker_env):
+    console = cli("settings")
+    project = run_scrapy(EXAMPLE_PROJECT, ["fleet", "settings"], worker_env)
+    assert console.returncode == 0 and project.returncode == 0, project.stderr
+    assert console.stdout == project.stdout
+    listed = _listed(console.stdout)
+    assert list(listed) == [s.name for s in SETTINGS]
+    for setting in SETTINGS:
+        assert listed[setting.name] == f"{setting.type}; default {format_default(setting.default)}"
+    assert setting.meaning in console.stdout
+    as_json = json.loads(cli("settings", "--json").stdout)
+    assert [row["name"] for row in as_json] == [s.name for s in SETTINGS]
+    assert as_json[0]["default"] == SETTINGS[0].default
+
+
+def test_settings_takes_no_crawl():
+    result = cli("settings", "crawl")
+    assert result.returncode == 2 and "settings takes no arguments" in result.stderr
+    assert cli("status").returncode == 2 and "status needs a CRAWL_ID" in cli("status").stderr
+
+
+def test_readme_lists_every_exit_status():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text("utf-8")
+    section = readme.split("Exit statuses of `scrapy fleet ...`", 1)[1].split("\n\n", 1)[0]
+    for status, _ in cli_module.EXIT_STATUSES:
+        assert re.search(rf"(^|[;:] ){status} ", section, re.M), status
