@@ -69,6 +69,7 @@ DEFAULTS: dict[str, Any] = {
     "FLEET_BACKOFF_MAX": 300.0,
     "FLEET_JSONL_PATH": None,
     "FLEET_JSONL_FSYNC": False,
+    "FLEET_FAILED_MAX": 10_000,
 }
 
 
@@ -246,6 +247,7 @@ class FleetConfig:
     jsonl_path: str | None
     jsonl_fsync: bool
     extra: dict[str, Any] = field(default_factory=dict)
+    failed_max: int = 10_000  #: FLEET_FAILED_MAX (docs/failures.md)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings | Mapping[str, Any]) -> FleetConfig:
@@ -384,6 +386,8 @@ class FleetConfig:
                                 "seconds > 0", exclusive=True),
             jsonl_path=jsonl,
             jsonl_fsync=_bool("FLEET_JSONL_FSYNC", g("FLEET_JSONL_FSYNC")),
+            failed_max=_number("FLEET_FAILED_MAX", g("FLEET_FAILED_MAX"), int, 1,
+                               "an integer >= 1"),
         )
         if isinstance(settings, BaseSettings) and getattr(settings, "frozen", False):
             try:
@@ -402,7 +406,8 @@ class FleetConfig:
                               self.host_burst if self.host_rate else 1, self.host_concurrency,
                               self.robots_obey,
                               self.host_rate is not None
-                              and 1.0 / self.host_rate > self.host_delay)
+                              and 1.0 / self.host_rate > self.host_delay,
+                              failed_max=self.failed_max)
 
     @property
     def host_interval(self) -> float:

@@ -88,3 +88,41 @@ def wake_engine(crawler: Crawler) -> None:
     slot = getattr(engine, "_slot", None)
     if slot is not None and getattr(slot, "closing", None) is None:
         slot.nextcall.schedule()
+
+
+def on_scrape(crawler: Crawler, callback: Callable[[Any, Any], None]) -> Callable[[], None]:
+    """Call ``callback(result, request)`` each time the downloader hands a final result to the
+    scraper: a Response, or the Failure of a download that failed for good (after the
+    downloader middlewares, retries included, and whichever middleware raised it).
+
+    Scrapy has no signal for a failed download; the engine hands every final result to
+    ``engine.scraper.enqueue_scrape(result, request)`` (Scrapy 2.13-2.19), which this wraps.
+    Must be called while the engine exists (``spider_opened``).  Returns a function that
+    removes the hook.  *callback* must not raise (its exceptions are logged and ignored).
+
+    Raises:
+        UnsupportedScrapyError: the engine has no scraper with ``enqueue_scrape``.
+    """
+    scraper: Any = getattr(running_engine(crawler), "scraper", None)
+    original = getattr(scraper, "enqueue_scrape", None)
+    if not callable(original):
+        raise UnsupportedScrapyError(
+            "scrapy_fleet cannot hook into this Scrapy's scraper (no enqueue_scrape); "
+            "supported: Scrapy 2.13 to 2.19")
+
+    def enqueue_scrape(result: Any, request: Any) -> Any:
+        try:
+            callback(result, request)
+        except Exception:  # never lose a response to the bookkeeping of failures
+            import logging
+
+            logging.getLogger(__name__).exception("Fleet failure bookkeeping failed")
+        return original(result, request)
+
+    scraper.enqueue_scrape = enqueue_scrape
+
+    def uninstall() -> None:
+        if scraper.enqueue_scrape is enqueue_scrape:
+            del scraper.enqueue_scrape
+
+    return uninstall

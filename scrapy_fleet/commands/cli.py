@@ -4,12 +4,17 @@
                  [--no-wait] [--timeout S] [--queue-max N] [--low-watermark F]
     scrapy-fleet --redis URL status CRAWL_ID [--json]
     scrapy-fleet --redis URL dead CRAWL_ID [--limit N] [--json]
+    scrapy-fleet --redis URL failed CRAWL_ID [--reason R] [--limit N] [--json]
+    scrapy-fleet --redis URL retry CRAWL_ID (--reason R | --all) [--dead]
     scrapy-fleet --redis URL purge CRAWL_ID [--yes]
 
-Inside a project, ``scrapy fleet push|status|dead|purge SPIDER ...`` does the same with the
-project's settings (commands/fleet.py).  Exit statuses: 0 success, 1 some push lines
-rejected (or purge declined), 2 usage error or Redis unreachable, 3 the frontier stayed full
-(``--no-wait``, or ``--timeout`` expired): the lines from the one reported on were not pushed.
+Inside a project, ``scrapy fleet push|status|dead|failed|retry|purge SPIDER ...`` does the
+same with the project's settings (commands/fleet.py).  ``failed`` lists the requests that
+failed for good (docs/failures.md); ``retry`` puts them (``--dead``: the dead letters) back
+into the frontier, once each.  Exit statuses: 0 success, 1 some push lines rejected (or purge
+declined), 2 usage error or Redis unreachable, 3 the frontier stayed full (``--no-wait``, or
+``--timeout`` expired): the lines from the one reported on were not pushed (``retry``: some
+records were left, the frontier being full).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from scrapy_fleet.config import (
     validate_redis_url,
 )
 from scrapy_fleet.errors import FleetConfigError, RedisUnavailableError, RequestDecodeError
+from scrapy_fleet.failures import admin as failures
 from scrapy_fleet.frontier.client import PRIORITY_LIMIT, FrontierAdmin, FrontierParams
 from scrapy_fleet.politeness import hosts as politeness
 
@@ -60,6 +66,11 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hosts", action="store_true",
                         help="status: also show each host's politeness state")
     parser.add_argument("--yes", action="store_true", help="purge: do not ask for confirmation")
+    parser.add_argument("--reason", default=None, metavar="REASON",
+                        help="failed, retry: only the records with this reason (e.g. http/500)")
+    parser.add_argument("--all", action="store_true", help="retry: every record")
+    parser.add_argument("--dead", action="store_true",
+                        help="retry: the dead letters instead of the failed requests")
 
 
 def run_action(action: str, admin: FrontierAdmin, urls: list[str], opts: Any,
@@ -83,6 +94,10 @@ def run_action(action: str, admin: FrontierAdmin, urls: list[str], opts: Any,
             return _status(admin, opts, label, low_watermark)
         if action == "dead":
             return _dead(admin, opts)
+        if action == "failed":
+            return _failed(admin, opts)
+        if action == "retry":
+            return _retry(admin, opts, host_key_mode)
         if action == "purge":
             return _purge(admin, opts, label, confirm)
     except RedisUnavailableError as exc:
@@ -91,7 +106,8 @@ def run_action(action: str, admin: FrontierAdmin, urls: list[str], opts: Any,
     except KeyboardInterrupt:
         print("\ninterrupted: lines already pushed stay pushed", file=sys.stderr)
         return 130
-    print(f"error: unknown action {action!r} (push, status, dead, purge)", file=sys.stderr)
+    print(f"error: unknown action {action!r} (push, status, dead, failed, retry, purge)",
+          file=sys.stderr)
     return push.EXIT_ERROR
 
 
@@ -174,6 +190,7 @@ def _status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int | No
     status = admin.status()
     status["queue_max"] = admin.params.queue_max
     status["low_watermark"] = low_watermark
+    status["failed"] = failures.failed_counts(admin.client, admin.keys)
     if getattr(opts, "hosts", False):
         status["hosts"] = admin.hosts(limit=opts.limit)
     if opts.json:
@@ -185,6 +202,7 @@ def _status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int | No
     cap = status["queue_max"]
     print(f"  size     {status['size']} / {cap if cap else 'unbounded'}"
           + (f" (producers resume below {low_watermark})" if cap and low_watermark else ""))
+    print(failures.failed_status_line(status["failed"], status["counters"]))
     idle = status["idle_seconds"]
     print(f"  idle     {'-' if idle is None else f'{idle} s'}")
     counters = status["counters"]
@@ -221,6 +239,44 @@ def _dead(admin: FrontierAdmin, opts: Any) -> int:
         for row in rows:
             print(f"{row['entry_id']}  {row['url'] or '<undecodable>'}  {row['reason']}")
         print(f"{len(rows)} dead letter(s) shown")
+    return push.EXIT_OK
+
+
+def _failed(admin: FrontierAdmin, opts: Any) -> int:
+    rows = [dict(rec.to_json(), id=rid)
+            for rid, rec in failures.failed_records(admin.client, admin.keys, opts.reason)]
+    shown = rows[-opts.limit:] if opts.limit > 0 else rows  # the most recent ones
+    if opts.json:
+        print(json.dumps(shown, indent=2))
+        return push.EXIT_OK
+    for row in shown:
+        status = row["status"] or "-"
+        print(f"{row['id']}  {row['method']} {row['url']}  {row['reason']}  status {status}  "
+              f"attempts {row['attempts']}  worker {row['worker']}  at {row['at']}")
+    what = f" with reason {opts.reason!r}" if opts.reason else ""
+    print(f"{len(shown)} of {len(rows)} failed request(s){what} shown")
+    return push.EXIT_OK
+
+
+def _retry(admin: FrontierAdmin, opts: Any, host_key_mode: str) -> int:
+    if not opts.all and opts.reason is None:
+        print("error: retry needs --reason R or --all", file=sys.stderr)
+        return push.EXIT_ERROR
+    if opts.all and opts.reason is not None:
+        print("error: retry takes --reason R or --all, not both", file=sys.stderr)
+        return push.EXIT_ERROR
+    report = failures.retry(admin.client, admin.keys, admin.url, dead=opts.dead,
+                            reason=opts.reason, queue_max=admin.params.queue_max,
+                            host_key=lambda url: politeness.host_key(url, host_key_mode),
+                            retries=admin.retries)
+    what = "dead letter(s)" if opts.dead else "failed request(s)"
+    print(f"retried {report.retried} {what} (crawl {admin.keys.crawl_id!r})"
+          + (f"; {report.gone} already retried by another run" if report.gone else "")
+          + (f"; {report.unreadable} unreadable, left" if report.unreadable else ""))
+    if report.full:
+        print(f"error: {report.full} left: the frontier is full (FLEET_QUEUE_MAX="
+              f"{admin.params.queue_max}); run retry again when it has room", file=sys.stderr)
+        return push.EXIT_FULL
     return push.EXIT_OK
 
 
@@ -262,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--low-watermark", type=float, default=None,
                         help="FLEET_QUEUE_LOW_WATERMARK (default: the workers' value, else "
                              f"{DEFAULTS['FLEET_QUEUE_LOW_WATERMARK']})")
-    parser.add_argument("action", choices=["push", "status", "dead", "purge"])
+    parser.add_argument("action", choices=["push", "status", "dead", "failed", "retry", "purge"])
     parser.add_argument("crawl_id", help="FLEET_CRAWL_ID of the crawl (default: spider name)")
     parser.add_argument("urls", nargs="*", help="push: URLs or JSON request lines")
     add_action_arguments(parser)

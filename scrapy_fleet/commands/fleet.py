@@ -1,4 +1,4 @@
-"""``scrapy fleet push|status|dead|purge SPIDER ...`` inside a Scrapy project.
+"""``scrapy fleet push|status|dead|failed|retry|purge SPIDER ...`` inside a Scrapy project.
 
 Uses the project's settings (with the spider's ``custom_settings`` and ``-s`` options), so
 ``FLEET_REDIS_URL``, ``FLEET_CRAWL_ID``, ``FLEET_KEY_PREFIX``, the dupefilter parameters and
@@ -28,7 +28,7 @@ class Command(ScrapyCommand):
     default_settings = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return "push|status|dead|purge SPIDER [URL ...] [-f FILE | -] [options]"
+        return "push|status|dead|failed|retry|purge SPIDER [URL ...] [-f FILE | -] [options]"
 
     def short_desc(self) -> str:
         return "Push URLs into the fleet's frontier, show its status, or purge it"
@@ -42,7 +42,8 @@ class Command(ScrapyCommand):
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if len(args) < 2:
-            raise UsageError("expected an action (push, status, dead, purge) and a spider name")
+            raise UsageError("expected an action (push, status, dead, failed, retry, purge) and "
+                             "a spider name")
         action, spider_name, urls = args[0], args[1], args[2:]
         assert self.settings is not None
         settings = self.settings.copy()

@@ -61,7 +61,7 @@ _Out = tuple[str, bytes, int, bytes, str]
 
 
 class _Lease:
-    __slots__ = ("children", "downloaded", "entry_id", "lost", "token")
+    __slots__ = ("children", "downloaded", "entry_id", "failure", "lost", "token")
 
     def __init__(self, entry_id: str, token: int) -> None:
         self.entry_id = entry_id
@@ -69,6 +69,7 @@ class _Lease:
         self.lost = False
         self.downloaded = False  #: its download is over (its host's slot is given back)
         self.children: list[_Out] = []  #: links found by this request, sent with its ack
+        self.failure: bytes | None = None  #: its failure record, sent with its ack
 
 
 class FleetScheduler(BaseScheduler):
@@ -327,6 +328,19 @@ class FleetScheduler(BaseScheduler):
         self._done.append(lease)
         self._poke()
 
+    def note_failure(self, request: Request, record: bytes) -> bool:
+        """*request* (leased by this worker, in flight) failed for good: *record* (an encoded
+        ``failures.record.FailureRecord``) goes to Redis with its acknowledgement, atomically.
+        The first record of a request is kept.  Returns False when the request is not one of
+        this worker's leases in flight, or has a record already."""
+        entry = self._inflight.get(id(request))
+        lease = entry[1] if entry is not None else self._by_entry.get(
+            request.meta.get(LEASE_META_KEY, ""))
+        if lease is None or lease.failure is not None:
+            return False
+        lease.failure = record
+        return True
+
     def download_over(self, request: Request) -> None:
         """A leased request's download is over (response or failure): its host's concurrency
         slot goes back to the fleet with the next frontier call, while the response is still
@@ -396,7 +410,8 @@ class FleetScheduler(BaseScheduler):
             if n_done and len(batch.pushes) + len(lease.children) > PUSH_CHUNK:
                 break
             n_done += 1
-            batch.acks.append((lease.entry_id, lease.token))
+            batch.acks.append((lease.entry_id, lease.token) if lease.failure is None
+                              else (lease.entry_id, lease.token, lease.failure))
             batch.pushes += [(key, prio, payload, n_done, host)
                              for _, key, prio, payload, host in lease.children]
         n_out = 0

@@ -91,3 +91,14 @@ class FetchSpider(scrapy.Spider):
 
     def parse(self, response: Any) -> Any:
         yield {"url": response.url, "status": response.status}
+
+
+class FailsSpider(scrapy.Spider):
+    """Fetches what is pushed, follows nothing; its callback raises on URLs with "boom"."""
+
+    name = "fails"
+
+    def parse(self, response: Any) -> Any:
+        if "boom" in response.url:
+            raise ValueError(f"callback gave up on {response.url}")
+        yield {"url": response.url, "status": response.status}
