@@ -172,8 +172,8 @@ def test_failed_requests_of_a_real_crawl_are_listed_and_retried(redis_url, tmp_p
     assert "1 of 1 failed request(s) with reason 'http/500' shown" in only.stdout
 
     status = run_scrapy(TEST_PROJECT, ["fleet", "status", "fails", *args], worker_env)
-    assert ("failed   3 (download/DownloadConnectionRefusedError 1, http/500 1, spider/ValueError 1)"
-            in status.stdout), status.stdout
+    assert ("failed   3 (download/DownloadConnectionRefusedError 1, http/500 1, "
+            "spider/ValueError 1)" in status.stdout), status.stdout
     as_json = json.loads(run_scrapy(TEST_PROJECT, ["fleet", "status", "fails", "--json", *args],
                                     worker_env).stdout)
     assert as_json["failed"] == {"download/DownloadConnectionRefusedError": 1, "http/500": 1,
