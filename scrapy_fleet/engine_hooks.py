@@ -126,3 +126,61 @@ def on_scrape(crawler: Crawler, callback: Callable[[Any, Any], None]) -> Callabl
             del scraper.enqueue_scrape
 
     return uninstall
+
+
+#: crawler attribute: why its process must exit with a non-zero status
+_FAILED_ATTR = "_fleet_exit_failure"
+
+
+def fail_exit_status(crawler: Crawler, reason: str) -> None:
+    """Make ``scrapy crawl`` exit with status 1 once this crawl is over (*reason*: why, kept
+    as ``crawler._fleet_exit_failure``; the first reason is kept).
+
+    Scrapy sets a non-zero exit status only when a crawl "failed to bootstrap", which it
+    decides after the crawl by ``not crawler.spider`` (``CrawlerProcess._crawl`` and
+    ``AsyncCrawlerProcess._done``, Scrapy 2.13-2.19).  So once the spider is closed (its
+    ``spider_closed`` handlers have been called, the stats dumped) the crawler's spider is
+    dropped, on the next turn of the event loop.  In a process that runs crawls otherwise
+    (``CrawlerRunner``, tests) nothing else changes.
+    """
+    import asyncio
+
+    from scrapy import signals
+
+    if getattr(crawler, _FAILED_ATTR, None):
+        return
+    setattr(crawler, _FAILED_ATTR, reason)
+
+    def drop_spider() -> None:
+        crawler.spider = None
+
+    def spider_closed() -> None:
+        asyncio.get_event_loop().call_soon(drop_spider)
+
+    crawler.signals.connect(spider_closed, signal=signals.spider_closed, weak=False)
+
+
+def close_spider(crawler: Crawler, reason: str) -> Any:
+    """Ask the running engine to close the spider with *reason*; returns the asyncio task
+    (None when no engine runs or it is closing already)."""
+    import asyncio
+
+    engine = running_engine(crawler)
+    if engine is None or getattr(engine, "spider", None) is None:
+        return None
+
+    async def close() -> None:
+        try:
+            closer = getattr(engine, "close_spider_async", None)  # Scrapy >= 2.14
+            if closer is not None:
+                await closer(reason=reason)
+            else:
+                from scrapy.utils.defer import maybe_deferred_to_future
+
+                await maybe_deferred_to_future(engine.close_spider(engine.spider, reason))
+        except Exception:
+            import logging
+
+            logging.getLogger(__name__).exception("Could not close the spider (%s)", reason)
+
+    return asyncio.ensure_future(close())

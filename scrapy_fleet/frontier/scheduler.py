@@ -32,9 +32,14 @@ from scrapy.core.scheduler import BaseScheduler
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.reactor import is_asyncio_reactor_installed
 
-from scrapy_fleet import codec, engine_hooks
+from scrapy_fleet import codec, engine_hooks, outage
 from scrapy_fleet.config import FleetConfig
-from scrapy_fleet.errors import FleetConfigError, RedisUnavailableError, RequestEncodeError
+from scrapy_fleet.errors import (
+    CrawlStateLostError,
+    FleetConfigError,
+    RedisUnavailableError,
+    RequestEncodeError,
+)
 from scrapy_fleet.frontier import memory
 from scrapy_fleet.frontier.client import AsyncFrontier, SyncBatch, SyncResult, clamp_priority
 from scrapy_fleet.frontier.dupefilter import RedisBloomDupeFilter
@@ -117,6 +122,7 @@ class FleetScheduler(BaseScheduler):
         self._logged_clamp = False
         self._lost_total = 0
         self._withheld: str | None = None  # why finished requests are no longer acknowledged
+        self._state_lost = False  # Redis lost the crawl's state: write nothing more there
         #: host -> time.monotonic() until which it is on hold, from the last frontier call
         self.holds: dict[str, float] = {}
         concurrency = crawler.settings.getint("CONCURRENT_REQUESTS")
@@ -184,7 +190,9 @@ class FleetScheduler(BaseScheduler):
         if self.frontier is not None:
             await self._final_flush(reason)
             try:
-                await self.frontier.client.zrem(self.frontier.keys.workers, self.config.worker_id)
+                if not self._state_lost:
+                    await self.frontier.client.zrem(self.frontier.keys.workers,
+                                                    self.config.worker_id)
             except Exception:  # leaving the worker list is best effort
                 pass
             await self.frontier.close()
@@ -389,9 +397,14 @@ class FleetScheduler(BaseScheduler):
             try:
                 await self._sync_once(final=False)
                 backoff = 0.1
+            except CrawlStateLostError as exc:
+                self._lose_state(exc)
+                return
             except RedisUnavailableError as exc:
                 self._inc("fleet/redis/errors")
-                logger.error("Fleet frontier unreachable, retrying in %.1f s: %s", backoff, exc,
+                if outage.tracker(self.config.redis_url).failed(exc, backoff):
+                    self._inc("fleet/redis/outages")
+                logger.debug("Fleet frontier unreachable, retrying in %.1f s: %s", backoff, exc,
                              extra={"spider": self.spider})
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
@@ -400,6 +413,20 @@ class FleetScheduler(BaseScheduler):
                 logger.exception("Fleet frontier call failed", extra={"spider": self.spider})
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
+
+    def _lose_state(self, exc: CrawlStateLostError) -> None:
+        """Redis no longer holds the crawl (restarted without its data, purged): stop with a
+        clear error and a non-zero exit status instead of finishing early as if the crawl
+        were done; nothing more is written to Redis (it would seed a partial crawl)."""
+        self._state_lost = True
+        self._inc("fleet/frontier/state_lost")
+        logger.error("Fleet worker stops: %s. The pages this crawl had queued are not in Redis "
+                     "any more: restore Redis's data (appendonly) or push the crawl again; "
+                     "%d request(s) this worker holds are dropped", exc,
+                     len(self._prefetch) + len(self._inflight) + len(self._done),
+                     extra={"spider": self.spider})
+        engine_hooks.fail_exit_status(self.crawler, "fleet_state_lost")
+        engine_hooks.close_spider(self.crawler, "fleet_state_lost")
 
     def _build_batch(self, final: bool) -> tuple[SyncBatch, int, int, int]:
         """The next call: finished requests with their links (all of a request's links in
@@ -573,6 +600,8 @@ class FleetScheduler(BaseScheduler):
     async def _final_flush(self, reason: str) -> None:
         """Acknowledge what is done, push what is buffered, release every other lease."""
         assert self.frontier is not None
+        if self._state_lost:
+            return
         try:
             for _ in range(1000):
                 before = (len(self._outbox), len(self._done))
@@ -590,6 +619,8 @@ class FleetScheduler(BaseScheduler):
                                "refused (start requests or links from errbacks); they are "
                                "dropped", reason, len(self._outbox),
                                extra={"spider": self.spider})
+        except CrawlStateLostError as exc:
+            self._lose_state(exc)
         except RedisUnavailableError as exc:
             logger.error("Fleet worker closing (%s) without reaching Redis: %d requests not "
                          "pushed, %d not acknowledged; their parents' leases will expire and "
