@@ -397,13 +397,15 @@ class FleetScheduler(BaseScheduler):
             try:
                 await self._sync_once(final=False)
                 backoff = 0.1
+                outages = outage.tracker(self.config.redis_url).outages
+                if outages and self.stats is not None:
+                    self.stats.set_value("fleet/redis/outages", outages)
             except CrawlStateLostError as exc:
                 self._lose_state(exc)
                 return
             except RedisUnavailableError as exc:
                 self._inc("fleet/redis/errors")
-                if outage.tracker(self.config.redis_url).failed(exc, backoff):
-                    self._inc("fleet/redis/outages")
+                outage.tracker(self.config.redis_url).failed(exc, backoff)
                 logger.debug("Fleet frontier unreachable, retrying in %.1f s: %s", backoff, exc,
                              extra={"spider": self.spider})
                 await asyncio.sleep(backoff)
