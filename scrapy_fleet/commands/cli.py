@@ -178,7 +178,7 @@ def _push(admin: FrontierAdmin, urls: list[str], opts: Any,
     if report.stopped_full:
         why = {"frontier": f"the frontier is full (FLEET_QUEUE_MAX={admin.params.queue_max})",
                "host": "its host is at its bound (FLEET_HOST_QUEUE_MAX="
-                       f"{admin.params.host_queue_max})",
+                       f"{admin.params.host_queue_max}): host {report.full_host!r}",
                "memory": "Redis is out of memory (maxmemory)"}[report.full_reason]
         print(f"error: not pushed from line {report.first_unpushed_line} on: {why} (to go "
               "on, push again from that line: lines already pushed are duplicates then, "

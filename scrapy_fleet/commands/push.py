@@ -65,6 +65,8 @@ class PushReport:
     #: why it stopped: "frontier" (FLEET_QUEUE_MAX), "host" (FLEET_HOST_QUEUE_MAX of the
     #: first line not pushed), "memory" (Redis answered OOM)
     full_reason: str = ""
+    #: the host key of the first line not pushed, when full_reason is "host"
+    full_host: str = ""
 
     @property
     def exit_status(self) -> int:
@@ -319,18 +321,20 @@ def push_lines(admin: FrontierAdmin, lines: Iterable[tuple[int, str]],
         if not pending:
             continue
         reason = "frontier" if queue_max and result.size >= queue_max else "host"
-        if no_wait or (deadline_left is not None and deadline_left <= 0):
+
+        def stop() -> PushReport:
             report.stopped_full = True
             report.first_unpushed_line = pending[0][0]
             report.full_reason = reason
+            report.full_host = pending[0][1][4] if reason == "host" else ""
             return report
+
+        if no_wait or (deadline_left is not None and deadline_left <= 0):
+            return stop()
         try:
             waited = wait_for_room(admin, max(low, 1), deadline_left, on_wait, poll)
         except FrontierFull:
-            report.stopped_full = True
-            report.first_unpushed_line = pending[0][0]
-            report.full_reason = reason
-            return report
+            return stop()
         if waited < poll:  # refused by a host's bound: the frontier has room, the host not
             time.sleep(poll - waited)
             waited = poll
