@@ -103,7 +103,7 @@ def test_retry_pushes_each_record_once_at_the_head_of_its_priority(redis_url):
     assert [codec.decode_dict(e.payload)["url"] for e in leased] == [
         "http://h.test/bad", "http://h.test/x", "http://h.test/y"]
     counters = admin.status()["counters"]
-    assert (counters["failed"], counters["retried"]) == (1, 1)
+    assert (counters["failed"], counters["retried"], counters["pushed"]) == (1, 1, 4)
 
 
 def test_retry_of_dead_letters(redis_url):

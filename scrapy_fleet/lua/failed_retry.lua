@@ -59,5 +59,8 @@ for _, e in ipairs(req.e) do
     out.retried = out.retried + 1
   end
 end
-if out.retried > 0 then hincrby(STATS, 'retried', out.retried) end
+if out.retried > 0 then
+  hincrby(STATS, 'retried', out.retried)
+  hincrby(STATS, 'pushed', out.retried)  -- new entries: pushed == acked + dead_lettered holds
+end
 return cmsgpack.pack(out)
