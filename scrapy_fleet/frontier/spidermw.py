@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from scrapy import Request, signals
 from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 
-from scrapy_fleet import engine_hooks, lua, redis_client
+from scrapy_fleet import engine_hooks, lua, outage, redis_client
 from scrapy_fleet.codec import START_META_KEY
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import RedisUnavailableError
@@ -116,10 +116,11 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
             try:
                 return await call()
             except (RedisUnavailableError, *redis_client.RETRYABLE) as exc:
-                if not warned:
-                    logger.warning("Redis unreachable while reading start requests (%s): "
-                                   "trying again until it answers", exc,
-                                   extra={"spider": self.crawler.spider})
+                if not warned:  # the outage itself is logged once per worker (outage.py)
+                    outage.tracker(self.config.redis_url).failed(exc, delay)
+                    logger.debug("Redis unreachable while reading start requests (%s): "
+                                 "trying again until it answers", exc,
+                                 extra={"spider": self.crawler.spider})
                     warned = True
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
