@@ -289,7 +289,7 @@ def _purge(admin: FrontierAdmin, opts: Any, label: str, confirm: Callable[[str],
     if live:
         print(f"warning: {len(live)} worker(s) called this crawl in the last 60 s "
               f"({', '.join(sorted(live)[:5])}); purging under them loses their leases and "
-              f"makes them finish early", file=sys.stderr)
+              f"makes them stop with an error (crawl state lost)", file=sys.stderr)
     if not opts.yes:
         try:
             answer = confirm(f"Delete {len(keys)} keys of crawl {admin.keys.crawl_id!r} "
