@@ -127,19 +127,22 @@ def test_retry_of_dead_letters(redis_url):
 def test_failed_requests_of_a_real_crawl_are_listed_and_retried(redis_url, tmp_path,
                                                                  site_factory, worker_env):
     """A real crawl: one URL answers 500 (retried RETRY_TIMES times by Scrapy), one is on a
-    closed port, one makes the callback raise.  ``failed`` lists each with its reason and
-    attempts; ``retry`` fetches the 500 URL again (the server counts its hits), once."""
+    closed port, one makes the callback raise, one is "banned" (an IgnoreRequest with a
+    fleet_reason, raised by a downloader middleware's process_response).  ``failed`` lists
+    each with its reason and attempts; ``retry`` fetches the 500 URL again (the server counts
+    its hits), once."""
     generate_site(tmp_path / "www", 6, 1, seed=2)
     site = site_factory(tmp_path / "www", behaviour={
         "failures": [{"prefix": "/site/p/3.html", "status": 500}]})
     bad = site.url + "site/p/3.html"
     boom = site.url + "site/p/4.html?boom"
+    banned = site.url + "site/p/5.html?banned"
     refused = f"http://127.0.0.1:{free_port()}/nothing"
     good = [site.url + f"site/p/{i}.html" for i in (0, 1, 2)]
     args = ["-s", f"FLEET_REDIS_URL={redis_url}"]
     pushed = run_scrapy(TEST_PROJECT, ["fleet", "push", "fails", *good, bad, boom, refused,
-                                       *args], worker_env)
-    assert pushed.returncode == 0 and "pushed 6," in pushed.stdout, pushed.stderr
+                                       banned, *args], worker_env)
+    assert pushed.returncode == 0 and "pushed 7," in pushed.stdout, pushed.stderr
 
     def crawl(name: str) -> str:
         log = tmp_path / f"{name}.log"
@@ -157,13 +160,14 @@ def test_failed_requests_of_a_real_crawl_are_listed_and_retried(redis_url, tmp_p
     listed = run_scrapy(TEST_PROJECT, ["fleet", "failed", "fails", "--json", *args], worker_env)
     assert listed.returncode == 0, listed.stderr
     rows = {row["url"]: row for row in json.loads(listed.stdout)}
-    assert set(rows) == {bad, boom, refused}
+    assert set(rows) == {bad, boom, refused, banned}
     assert (rows[bad]["reason"], rows[bad]["status"], rows[bad]["attempts"]) == (
         "http/500", 500, 3)
     assert (rows[refused]["reason"], rows[refused]["status"], rows[refused]["attempts"]) == (
         "download/DownloadConnectionRefusedError", 0, 3)
     assert (rows[boom]["reason"], rows[boom]["status"], rows[boom]["attempts"]) == (
         "spider/ValueError", 200, 1)
+    assert (rows[banned]["reason"], rows[banned]["status"]) == ("proxy/banned", 200)
     assert all(row["method"] == "GET" and row["worker"] and row["at"] > 0
                for row in rows.values())
     only = run_scrapy(TEST_PROJECT, ["fleet", "failed", "fails", "--reason", "http/500", *args],
@@ -172,13 +176,13 @@ def test_failed_requests_of_a_real_crawl_are_listed_and_retried(redis_url, tmp_p
     assert "1 of 1 failed request(s) with reason 'http/500' shown" in only.stdout
 
     status = run_scrapy(TEST_PROJECT, ["fleet", "status", "fails", *args], worker_env)
-    assert ("failed   3 (download/DownloadConnectionRefusedError 1, http/500 1, "
-            "spider/ValueError 1)" in status.stdout), status.stdout
+    assert ("failed   4 (download/DownloadConnectionRefusedError 1, http/500 1, "
+            "proxy/banned 1, spider/ValueError 1)" in status.stdout), status.stdout
     as_json = json.loads(run_scrapy(TEST_PROJECT, ["fleet", "status", "fails", "--json", *args],
                                     worker_env).stdout)
     assert as_json["failed"] == {"download/DownloadConnectionRefusedError": 1, "http/500": 1,
-                                 "spider/ValueError": 1}
-    assert as_json["counters"]["failed"] == 3 and as_json["queued"] == 0
+                                 "proxy/banned": 1, "spider/ValueError": 1}
+    assert as_json["counters"]["failed"] == 4 and as_json["queued"] == 0
 
     site.configure({})  # the server is fixed: the URL answers 200 now
     retried = run_scrapy(TEST_PROJECT, ["fleet", "retry", "fails", "--reason", "http/500",
@@ -195,7 +199,7 @@ def test_failed_requests_of_a_real_crawl_are_listed_and_retried(redis_url, tmp_p
     assert bad in {i["url"] for i in read_items([tmp_path / "second.jsonl"])}
     admin = FrontierAdmin(redis_url, "fails")
     assert failures.failed_counts(admin.client, admin.keys) == {
-        "download/DownloadConnectionRefusedError": 1, "spider/ValueError": 1}
+        "download/DownloadConnectionRefusedError": 1, "proxy/banned": 1, "spider/ValueError": 1}
     counters = admin.status()["counters"]
-    assert (counters["failed"], counters["retried"]) == (3, 1)
+    assert (counters["failed"], counters["retried"]) == (4, 1)
     admin.close()
