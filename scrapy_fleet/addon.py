@@ -21,7 +21,9 @@ DOWNLOADER_MIDDLEWARES = {
 
 #: first of all extensions: checks the settings and Redis before Scrapy builds its engine,
 #: so a worker that cannot start stops with one clear line (startup.py)
-EXTENSIONS = {"scrapy_fleet.startup.FleetStartupCheck": -1000}
+EXTENSIONS = {"scrapy_fleet.startup.FleetStartupCheck": -1000,
+              # requests that fail for good: recorded with their acknowledgement (failures/)
+              "scrapy_fleet.failures.watch.FleetFailureWatch": 0}
 
 #: components listed only when their setting is given
 _ENABLED_BY = {

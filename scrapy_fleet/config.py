@@ -45,7 +45,7 @@ SETTINGS_HELP = "`scrapy fleet settings` or `scrapy-fleet settings`"
 
 #: Setting sections, in the order ``scrapy fleet settings`` lists them.
 SECTIONS = ("connection", "identity", "frontier", "dupefilter", "bounds", "politeness",
-            "sinks", "mongo", "stages", "browser")
+            "sinks", "mongo", "failures", "stages", "browser")
 
 
 @dataclass(frozen=True)
@@ -172,6 +172,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FLEET_MONGO_CLIENT_FACTORY", None, "callable or import path",
             "f(uri) -> client (default MongoClient(uri, appname='scrapy-fleet'))", "mongo",
             _MONGO),
+    Setting("FLEET_FAILED_MAX", 10_000, "int >= 1",
+            "failed requests kept for `failed` and `retry`; the oldest are trimmed past it",
+            "failures", "docs/failures.md"),
     Setting("FLEET_ROLE", "all", "all, fetch or parse",
             "fetch: store responses for parse workers; parse: parse stored responses",
             "stages", _STAGES),
@@ -505,6 +508,7 @@ class FleetConfig:
     playwright: bool = False
     playwright_abort: tuple[str, ...] = ("image", "media", "font")
     extra: dict[str, Any] = field(default_factory=dict)
+    failed_max: int = 10_000  #: FLEET_FAILED_MAX (docs/failures.md)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings | Mapping[str, Any]) -> FleetConfig:
@@ -643,6 +647,8 @@ class FleetConfig:
                                 "seconds > 0", exclusive=True),
             jsonl_path=jsonl,
             jsonl_fsync=_bool("FLEET_JSONL_FSYNC", g("FLEET_JSONL_FSYNC")),
+            failed_max=_number("FLEET_FAILED_MAX", g("FLEET_FAILED_MAX"), int, 1,
+                               "an integer >= 1"),
             **_browser(g),
             **_stages(g),
         )
@@ -665,7 +671,8 @@ class FleetConfig:
                               self.host_rate is not None
                               and 1.0 / self.host_rate > self.host_delay,
                               lease_only_host=STAGE_HOST if self.role == "parse" else "",
-                              lease_except_host=STAGE_HOST if self.role == "fetch" else "")
+                              lease_except_host=STAGE_HOST if self.role == "fetch" else "",
+                              failed_max=self.failed_max)
 
     @property
     def host_interval(self) -> float:

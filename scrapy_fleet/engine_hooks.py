@@ -118,3 +118,99 @@ def wrap_fetch(crawler: Crawler, wrapper: Callable[..., Any]) -> Callable[[], No
             downloader.fetch = original
 
     return uninstall
+
+
+def on_scrape(crawler: Crawler, callback: Callable[[Any, Any], None]) -> Callable[[], None]:
+    """Call ``callback(result, request)`` each time the downloader hands a final result to the
+    scraper: a Response, or the Failure of a download that failed for good (after the
+    downloader middlewares, retries included, and whichever middleware raised it).
+
+    Scrapy has no signal for a failed download; the engine hands every final result to
+    ``engine.scraper.enqueue_scrape(result, request)`` (Scrapy 2.13-2.19), which this wraps.
+    Must be called while the engine exists (``spider_opened``).  Returns a function that
+    removes the hook.  *callback* must not raise (its exceptions are logged and ignored).
+
+    Raises:
+        UnsupportedScrapyError: the engine has no scraper with ``enqueue_scrape``.
+    """
+    scraper: Any = getattr(running_engine(crawler), "scraper", None)
+    original = getattr(scraper, "enqueue_scrape", None)
+    if not callable(original):
+        raise UnsupportedScrapyError(
+            "scrapy_fleet cannot hook into this Scrapy's scraper (no enqueue_scrape); "
+            "supported: Scrapy 2.13 to 2.19")
+
+    def enqueue_scrape(result: Any, request: Any) -> Any:
+        try:
+            callback(result, request)
+        except Exception:  # never lose a response to the bookkeeping of failures
+            import logging
+
+            logging.getLogger(__name__).exception("Fleet failure bookkeeping failed")
+        return original(result, request)
+
+    scraper.enqueue_scrape = enqueue_scrape
+
+    def uninstall() -> None:
+        if scraper.enqueue_scrape is enqueue_scrape:
+            del scraper.enqueue_scrape
+
+    return uninstall
+
+
+#: crawler attribute: why its process must exit with a non-zero status
+_FAILED_ATTR = "_fleet_exit_failure"
+
+
+def fail_exit_status(crawler: Crawler, reason: str) -> None:
+    """Make ``scrapy crawl`` exit with status 1 once this crawl is over (*reason*: why, kept
+    as ``crawler._fleet_exit_failure``; the first reason is kept).
+
+    Scrapy sets a non-zero exit status only when a crawl "failed to bootstrap", which it
+    decides after the crawl by ``not crawler.spider`` (``CrawlerProcess._crawl`` and
+    ``AsyncCrawlerProcess._done``, Scrapy 2.13-2.19).  So once the spider is closed (its
+    ``spider_closed`` handlers have been called, the stats dumped) the crawler's spider is
+    dropped, on the next turn of the event loop.  In a process that runs crawls otherwise
+    (``CrawlerRunner``, tests) nothing else changes.
+    """
+    import asyncio
+
+    from scrapy import signals
+
+    if getattr(crawler, _FAILED_ATTR, None):
+        return
+    setattr(crawler, _FAILED_ATTR, reason)
+
+    def drop_spider() -> None:
+        crawler.spider = None
+
+    def spider_closed() -> None:
+        asyncio.get_event_loop().call_soon(drop_spider)
+
+    crawler.signals.connect(spider_closed, signal=signals.spider_closed, weak=False)
+
+
+def close_spider(crawler: Crawler, reason: str) -> Any:
+    """Ask the running engine to close the spider with *reason*; returns the asyncio task
+    (None when no engine runs or it is closing already)."""
+    import asyncio
+
+    engine = running_engine(crawler)
+    if engine is None or getattr(engine, "spider", None) is None:
+        return None
+
+    async def close() -> None:
+        try:
+            closer = getattr(engine, "close_spider_async", None)  # Scrapy >= 2.14
+            if closer is not None:
+                await closer(reason=reason)
+            else:
+                from scrapy.utils.defer import maybe_deferred_to_future
+
+                await maybe_deferred_to_future(engine.close_spider(engine.spider, reason))
+        except Exception:
+            import logging
+
+            logging.getLogger(__name__).exception("Could not close the spider (%s)", reason)
+
+    return asyncio.ensure_future(close())

@@ -25,3 +25,9 @@ class RequestDecodeError(FleetError, ValueError):
 
 class PushLineError(FleetError, ValueError):
     """A line given to the push helper is not a valid URL or request spec."""
+
+
+class CrawlStateLostError(FleetError, RuntimeError):
+    """Redis no longer holds the crawl's state (its crawl marker is gone): it restarted without
+    its data, or the crawl was purged under the worker.  Going on would finish early as if the
+    crawl were done, so the worker stops with this error."""

@@ -38,6 +38,12 @@ prefix ``fleet`` and crawl id ``docs``::
     fleet:{docs}:seeding      HASH    who consumes the start requests: holder, until (ms),
                                       progress (start requests handed on), done
     fleet:{docs}:workers      ZSET    worker id -> last heartbeat (ms)
+    fleet:{docs}:failed       HASH  entry id -> msgpack       failed requests {url, method, reason,
+                                                              status, attempts, worker, at, data}
+    fleet:{docs}:failed_at    ZSET  entry id -> time (ms)     failed requests, oldest first (cap)
+    fleet:{docs}:failed_by    HASH  reason -> count           failed requests kept, per reason
+    fleet:{docs}:marker       STRING  crawl marker (random id) written by the first frontier
+                                      call; its loss means Redis lost the crawl's state
     fleet:{docs}:op:<op id>   STRING  cached reply of a mutating script (safe retries), short TTL
 
 Entry ids are the 15-digit, zero-padded value of ``seq``: lexicographic order is push order.
@@ -206,6 +212,37 @@ class CrawlKeys:
         return self._k("workers")
 
     @property
+    def failed(self) -> str:
+        """HASH entry id -> msgpack record of a request that failed for good (failures/)."""
+        return self._k("failed")
+
+    @property
+    def failed_at(self) -> str:
+        """ZSET entry id -> server time (ms) of its failure: the oldest are trimmed first."""
+        return self._k("failed_at")
+
+    @property
+    def failed_by(self) -> str:
+        """HASH reason -> failed requests kept with that reason."""
+        return self._k("failed_by")
+
+    @property
+    def marker(self) -> str:
+        """STRING: the crawl marker, a random id written by the crawl's first frontier call."""
+        return self._k("marker")
+
+    def failed_keys(self) -> list[str]:
+        """KEYS of lua/failed.lua's functions inside lua/frontier.lua: failed, failed_at,
+        failed_by, marker."""
+        return [self.failed, self.failed_at, self.failed_by, self.marker]
+
+    def retry_keys(self) -> list[str]:
+        """KEYS of lua/failed_retry.lua, in the order its header lists them."""
+        return [self.failed, self.failed_at, self.failed_by, self.dead, self.queue, self.data,
+                self.ehost, self.hostq, self.ready, self.stats, self.seq, self.leases,
+                self.delayed]
+
+    @property
     def op_prefix(self) -> str:
         return self._k("op:")
 
@@ -231,5 +268,5 @@ class CrawlKeys:
         return [self.queue, self.data, self.leases, self.lease, self.expiries, self.dead,
                 self.seq, self.token, self.stats, self.idle_since, self.workers, self.op(op_id),
                 self.op(prev_op_id), self.delayed, self.parked, self.hostq, self.ehost,
-                *self.host_keys(), self.bloom_meta,
+                *self.host_keys(), *self.failed_keys(), self.bloom_meta,
                 *(self.bloom_slice(n) for n in range(BLOOM_MAX_SLICES))]

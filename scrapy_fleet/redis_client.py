@@ -20,6 +20,7 @@ import redis.asyncio
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from scrapy_fleet import outage
 from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.redact import redact
 
@@ -99,11 +100,13 @@ def call_retrying(call: Callable[[], T], url: str, retries: int) -> T:
     delay = _FIRST_BACKOFF
     for attempt in range(retries + 1):
         try:
-            return call()
+            result = call()
+            outage.tracker(url).recovered()
+            return result
         except RETRYABLE as exc:
             if attempt == retries:
                 raise _unreachable(exc, url) from exc
-            logger.warning("Redis call failed (%s), retrying in %.1f s", exc, delay)
+            outage.tracker(url).failed(exc, delay)  # one line per outage (outage.py)
             time.sleep(delay)
             delay = min(delay * 2, _MAX_BACKOFF)
     raise AssertionError("unreachable")
@@ -114,11 +117,13 @@ async def call_retrying_async(call: Callable[[], Awaitable[T]], url: str, retrie
     delay = _FIRST_BACKOFF
     for attempt in range(retries + 1):
         try:
-            return await call()
+            result = await call()
+            outage.tracker(url).recovered()
+            return result
         except RETRYABLE as exc:
             if attempt == retries:
                 raise _unreachable(exc, url) from exc
-            logger.warning("Redis call failed (%s), retrying in %.1f s", exc, delay)
+            outage.tracker(url).failed(exc, delay)  # one line per outage (outage.py)
             await asyncio.sleep(delay)
             delay = min(delay * 2, _MAX_BACKOFF)
     raise AssertionError("unreachable")

@@ -378,17 +378,17 @@ def test_crawl_with_bad_credentials_acknowledges_no_unwritten_page(
     common = {"FLEET_REDIS_URL": redis_url, "FLEET_MONGO_FLUSH_INTERVAL": 0.2,
               "FLEET_IDLE_TIMEOUT": 3, "FLEET_LEASE_TIMEOUT": 60, "CONCURRENT_REQUESTS": 4}
 
-    def crawl(name: str, user: str, password: str, timeout: float) -> str:
+    def crawl(name: str, user: str, password: str, timeout: float, code: int = 0) -> str:
         log = tmp_path / f"{name}.log"
         proc = start_worker(EXAMPLE, "docs", {
             **common, "FLEET_MONGO_URI": server.uri(0, user, password),
             "FLEET_JSONL_PATH": tmp_path / f"{name}.jsonl"}, worker_env, log)
-        assert wait_all([proc], timeout) == [0], tail(log)
+        assert wait_all([proc], timeout) == [code], tail(log)
         return log.read_text(encoding="utf-8")
 
     try:
         # 1. wrong password: closed at open, before any page is fetched
-        log = crawl("wrong-password", "writer", "wrong-pw", 60)
+        log = crawl("wrong-password", "writer", "wrong-pw", 60, code=1)  # fatal: exit 1
         assert "Spider closed (mongo_auth_failed)" in log, log[-3000:]
         assert _stat(log, "fleet/mongo/fatal/18") == "1"
         assert _stat(log, "finish_reason") == "'mongo_auth_failed'"
@@ -404,7 +404,7 @@ def test_crawl_with_bad_credentials_acknowledges_no_unwritten_page(
             len(urls), 0, 0)
 
         # 2. read-only user: pages fetched, first write refused, nothing acknowledged
-        log = crawl("read-only", "reader", PASSWORD, 60)
+        log = crawl("read-only", "reader", PASSWORD, 60, code=1)  # fatal: exit 1
         assert "Spider closed (mongo_unauthorized)" in log, log[-3000:]
         assert _stat(log, "fleet/mongo/fatal/13") == "1"
         (error,) = _errors(log)

@@ -224,6 +224,7 @@ def test_a_host_at_its_bound_makes_the_push_wait_politely_and_time_out(redis_url
     assert time.monotonic() - started < 10  # it stopped (no endless retry)
     assert (report.stopped_full, report.full_reason, report.first_unpushed_line) == (
         True, "host", 3)
+    assert report.full_host == "a.test"
     assert report.pushed == 3  # a.test/1, a.test/2 and b.test
     assert len(calls) <= 8  # one try per poll, not a busy loop
 
@@ -271,3 +272,14 @@ def test_status_and_dead_letters_survive_values_not_written_by_the_fleet(redis_u
 def test_console_script_refuses_a_prefix_with_a_hash_tag(redis_url):
     result = cli("--redis", redis_url, "--prefix", "{bad}", "status", "x")
     assert result.returncode == 2 and "--prefix" in result.stderr
+
+
+def test_the_host_bound_message_names_the_host(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    client.hset(CrawlKeys("fleet", "hn").config, mapping={
+        "queue_max": 0, "low_watermark": 0.9, "host_queue_max": 1, "host_key": "host"})
+    result = cli("--redis", redis_url, "push", "hn", "--no-wait", "http://b.test/",
+                 "http://a.test/1", "http://a.test/2", "http://c.test/")
+    assert result.returncode == 3
+    assert ("not pushed from line 3 on: its host is at its bound (FLEET_HOST_QUEUE_MAX=1): "
+            "host 'a.test'") in result.stderr

@@ -35,6 +35,7 @@ from scrapy_fleet.config import (
     validate_redis_url,
 )
 from scrapy_fleet.errors import FleetConfigError, RedisUnavailableError, RequestDecodeError
+from scrapy_fleet.failures import admin as failures
 from scrapy_fleet.frontier.client import PRIORITY_LIMIT, FrontierAdmin, FrontierParams
 from scrapy_fleet.politeness import hosts as politeness
 
@@ -111,6 +112,12 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            lambda c: _status(c.crawl, c.opts, c.label, c.low_watermark), needs_state=True),
     Action("dead", "list the crawl's dead letters", "[--limit N] [--json]",
            lambda c: _dead(c.crawl, c.opts), needs_state=True),
+    Action("failed", "list the requests that failed for good",
+           "[--reason R] [--limit N] [--json]", lambda c: _failed(c.crawl, c.opts),
+           needs_state=True),
+    Action("retry", "push failed requests (--dead: dead letters) again, once each",
+           "(--reason R | --all) [--dead]",
+           lambda c: _retry(c.crawl, c.opts, c.host_key_mode), needs_state=True),
     Action("purge", "delete every key of the crawl (asks first)", "[--yes]",
            lambda c: _purge(c.crawl, c.opts, c.label, c.confirm)),
     Action("settings", "list every FLEET_* setting with its type, default and meaning",
@@ -177,6 +184,11 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hosts", action="store_true",
                         help="status: also show each host's politeness state")
     parser.add_argument("--yes", action="store_true", help="purge: do not ask for confirmation")
+    parser.add_argument("--reason", default=None, metavar="REASON",
+                        help="failed, retry: only the records with this reason (e.g. http/500)")
+    parser.add_argument("--all", action="store_true", help="retry: every record")
+    parser.add_argument("--dead", action="store_true",
+                        help="retry: the dead letters instead of the failed requests")
 
 
 def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: Any,
@@ -288,7 +300,7 @@ def _push(admin: FrontierAdmin, urls: list[str], opts: Any,
     if report.stopped_full:
         why = {"frontier": f"the frontier is full (FLEET_QUEUE_MAX={admin.params.queue_max})",
                "host": "its host is at its bound (FLEET_HOST_QUEUE_MAX="
-                       f"{admin.params.host_queue_max})",
+                       f"{admin.params.host_queue_max}): host {report.full_host!r}",
                "memory": "Redis is out of memory (maxmemory)"}[report.full_reason]
         print(f"error: not pushed from line {report.first_unpushed_line} on: {why} (to go "
               "on, push again from that line: lines already pushed are duplicates then, "
@@ -300,6 +312,7 @@ def _status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int | No
     status = admin.status()
     status["queue_max"] = admin.params.queue_max
     status["low_watermark"] = low_watermark
+    status["failed"] = failures.failed_counts(admin.client, admin.keys)
     if getattr(opts, "hosts", False):
         status["hosts"] = admin.hosts(limit=opts.limit)
     if opts.json:
@@ -314,6 +327,7 @@ def _status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int | No
     if status["stored_responses"]:  # stages: fetch workers' responses for parse workers
         print(f"  stored   {status['stored_responses']} responses "
               f"({status['stored_bytes']} bytes) for parse workers")
+    print(failures.failed_status_line(status["failed"], status["counters"]))
     idle = status["idle_seconds"]
     print(f"  idle     {'-' if idle is None else f'{idle} s'}")
     counters = status["counters"]
@@ -353,6 +367,44 @@ def _dead(admin: FrontierAdmin, opts: Any) -> int:
     return push.EXIT_OK
 
 
+def _failed(admin: FrontierAdmin, opts: Any) -> int:
+    rows = [dict(rec.to_json(), id=rid)
+            for rid, rec in failures.failed_records(admin.client, admin.keys, opts.reason)]
+    shown = rows[-opts.limit:] if opts.limit > 0 else rows  # the most recent ones
+    if opts.json:
+        print(json.dumps(shown, indent=2))
+        return push.EXIT_OK
+    for row in shown:
+        status = row["status"] or "-"
+        print(f"{row['id']}  {row['method']} {row['url']}  {row['reason']}  status {status}  "
+              f"attempts {row['attempts']}  worker {row['worker']}  at {row['at']}")
+    what = f" with reason {opts.reason!r}" if opts.reason else ""
+    print(f"{len(shown)} of {len(rows)} failed request(s){what} shown")
+    return push.EXIT_OK
+
+
+def _retry(admin: FrontierAdmin, opts: Any, host_key_mode: str) -> int:
+    if not opts.all and opts.reason is None:
+        print("error: retry needs --reason R or --all", file=sys.stderr)
+        return push.EXIT_ERROR
+    if opts.all and opts.reason is not None:
+        print("error: retry takes --reason R or --all, not both", file=sys.stderr)
+        return push.EXIT_ERROR
+    report = failures.retry(admin.client, admin.keys, admin.url, dead=opts.dead,
+                            reason=opts.reason, queue_max=admin.params.queue_max,
+                            host_key=lambda url: politeness.host_key(url, host_key_mode),
+                            retries=admin.retries)
+    what = "dead letter(s)" if opts.dead else "failed request(s)"
+    print(f"retried {report.retried} {what} (crawl {admin.keys.crawl_id!r})"
+          + (f"; {report.gone} already retried by another run" if report.gone else "")
+          + (f"; {report.unreadable} unreadable, left" if report.unreadable else ""))
+    if report.full:
+        print(f"error: {report.full} left: the frontier is full (FLEET_QUEUE_MAX="
+              f"{admin.params.queue_max}); run retry again when it has room", file=sys.stderr)
+        return push.EXIT_FULL
+    return push.EXIT_OK
+
+
 def _purge(admin: FrontierAdmin, opts: Any, label: str, confirm: Callable[[str], str]) -> int:
     keys = admin.crawl_keys()
     if not keys:
@@ -362,7 +414,7 @@ def _purge(admin: FrontierAdmin, opts: Any, label: str, confirm: Callable[[str],
     if live:
         print(f"warning: {len(live)} worker(s) called this crawl in the last 60 s "
               f"({', '.join(sorted(live)[:5])}); purging under them loses their leases and "
-              f"makes them finish early", file=sys.stderr)
+              f"makes them stop with an error (crawl state lost)", file=sys.stderr)
     if not opts.yes:
         try:
             answer = confirm(f"Delete {len(keys)} keys of crawl {admin.keys.crawl_id!r} "

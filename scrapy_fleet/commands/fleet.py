@@ -38,7 +38,7 @@ class Command(ScrapyCommand):
     default_settings = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return f"{'|'.join(cli.ACTIONS)} [SPIDER] [ARGS] (see below)"
+        return "ACTION [SPIDER] [ARGS] (the actions are listed below)"
 
     def short_desc(self) -> str:
         return f"Fleet actions: {', '.join(cli.ACTIONS)} (scrapy fleet -h)"

@@ -71,6 +71,8 @@ class PushReport:
     #: why it stopped: "frontier" (FLEET_QUEUE_MAX), "host" (FLEET_HOST_QUEUE_MAX of the
     #: first line not pushed), "memory" (Redis answered OOM)
     full_reason: str = ""
+    #: the host key of the first line not pushed, when full_reason is "host"
+    full_host: str = ""
 
     @property
     def exit_status(self) -> int:
@@ -333,23 +335,28 @@ def push_lines(admin: FrontierAdmin, lines: Iterable[tuple[int, str]],
             continue
         reason = "frontier" if queue_max and result.size >= queue_max else "host"
         if no_wait or (deadline_left is not None and deadline_left <= 0):
-            report.stopped_full = True
-            report.first_unpushed_line = pending[0][0]
-            report.full_reason = reason
-            return report
+            return _stopped_full(report, pending, reason)
         try:
             waited = wait_for_room(admin, max(low, 1), deadline_left, on_wait, poll)
         except FrontierFull:
-            report.stopped_full = True
-            report.first_unpushed_line = pending[0][0]
-            report.full_reason = reason
-            return report
+            return _stopped_full(report, pending, reason)
         if waited < poll:  # refused by a host's bound: the frontier has room, the host not
             time.sleep(poll - waited)
             waited = poll
         report.waited += waited
         if deadline_left is not None:
             deadline_left -= waited
+
+
+def _stopped_full(report: PushReport, pending: list[tuple[int, tuple[Any, ...]]],
+                  reason: str) -> PushReport:
+    """*report* for a push that gave up on a full frontier (*reason* "frontier" or "host")
+    with the lines *pending* not pushed; names the host of the first one when it is full."""
+    report.stopped_full = True
+    report.first_unpushed_line = pending[0][0]
+    report.full_reason = reason
+    report.full_host = pending[0][1][4] if reason == "host" else ""
+    return report
 
 
 def default_fingerprinter() -> Callable[[Request], bytes]:

@@ -30,6 +30,7 @@ import redis.asyncio
 
 from scrapy_fleet import lua, redis_client
 from scrapy_fleet.config import STAGE_HOST
+from scrapy_fleet.errors import CrawlStateLostError
 from scrapy_fleet.keys import CrawlKeys
 
 logger = logging.getLogger(__name__)
@@ -56,9 +57,13 @@ class SyncBatch:
     default) is a push without a parent, group k (1-based) a link found by the request of the
     k-th acknowledgement, pushed or not with it (see lua/frontier.lua); host (default
     ``""``: not counted per host) is the host name the per-host bound applies to.
+
+    ``acks`` holds ``(entry id, token[, failure record])``: the record (msgpack bytes,
+    ``failures.record.FailureRecord.encode``) of a request that failed for good is stored
+    with its acknowledgement, in the same atomic call (lua/failed.lua).
     """
 
-    acks: list[tuple[str, int]] = field(default_factory=list)
+    acks: list[tuple[Any, ...]] = field(default_factory=list)
     releases: list[tuple[str, int]] = field(default_factory=list)
     dead: list[tuple[str, int, str]] = field(default_factory=list)
     extends: list[tuple[str, int]] = field(default_factory=list)
@@ -106,6 +111,7 @@ class SyncResult:
     holds: dict[str, float] = field(default_factory=dict)  #: host -> seconds of hold left
     #: stored responses waiting for a parse worker (stages): count and bytes
     response_queue: tuple[int, int] = (0, 0)
+    marker: str = ""  #: the crawl marker (lua/failed.lua), "" when none was written
 
     @classmethod
     def from_reply(cls, reply: bytes) -> SyncResult:
@@ -129,6 +135,7 @@ class SyncResult:
             bloom_full=bool(d.get("full", False)),
             holds={h.decode(): float(left) / 1000 for h, left in d.get("holds", [])},
             response_queue=_pair(d.get("rq")),
+            marker=(d.get("mk") or b"").decode(errors="replace"),
         )
 
 
@@ -158,9 +165,12 @@ class FrontierParams:
     #: stages (FLEET_ROLE): lease only from this host key ("" any), or never from this one
     lease_only_host: str = ""
     lease_except_host: str = ""
+    failed_max: int = 10_000  #: FLEET_FAILED_MAX: failed requests kept, the oldest trimmed
 
 
-def _arg(batch: SyncBatch, worker: str, params: FrontierParams) -> bytes:
+def _arg(batch: SyncBatch, worker: str, params: FrontierParams, marker: str = "") -> bytes:
+    """ARGV[1] of lua/frontier.lua.  *marker*: the crawl marker the client saw ("" before
+    its first call, or for a client that must not require one, like the push helper)."""
     return msgpack.packb({
         "w": worker,
         "lm": int(params.lease_timeout * 1000),
@@ -187,6 +197,9 @@ def _arg(batch: SyncBatch, worker: str, params: FrontierParams) -> bytes:
         "pr": 1 if params.host_interval_is_rate else 0,
         "ho": params.lease_only_host,
         "hx": params.lease_except_host,
+        "fm": params.failed_max,
+        "mk": marker,
+        "mc": uuid.uuid4().hex,
     }, use_bin_type=False)  # Redis's cmsgpack cannot read msgpack "bin"
 
 
@@ -205,6 +218,17 @@ def _seeding_state(fields: list[bytes | None]) -> str | None:
     if done == b"1":
         return "done"
     return "in progress" if holder else None
+
+
+def _state_lost(exc: redis.ResponseError, url: str) -> CrawlStateLostError | None:
+    """*exc* as a :class:`CrawlStateLostError` when frontier.lua found the crawl marker gone."""
+    text = str(exc)
+    if "fleet: crawl state lost" not in text:
+        return None
+    from scrapy_fleet.redact import redact
+
+    return CrawlStateLostError(f"Redis at {redact(url)} has lost this crawl's state: "
+                               f"{text.split('crawl state lost: ', 1)[-1]}")
 
 
 def _needs_payloads(result: SyncResult) -> list[str]:
@@ -251,23 +275,38 @@ class AsyncFrontier:
         self._script = lua.load(self.client, "frontier.lua")
         self._prev_op = "-"
         self.roundtrips = 0
+        #: the crawl marker seen by this worker's first call; every later call requires it
+        self.marker = ""
 
     async def connect(self) -> None:
         await redis_client.ping_async(self.client, self.url)
 
     async def sync(self, batch: SyncBatch) -> SyncResult:
-        """Run one batch atomically; retried with the same op id on connection errors."""
+        """Run one batch atomically; retried with the same op id on connection errors.
+
+        Raises:
+            CrawlStateLostError: the crawl marker this client saw at its first call is gone
+                (Redis restarted without its data, or the crawl was purged); nothing changed.
+        """
         op = uuid.uuid4().hex
         keys = self.keys.frontier_keys(op, self._prev_op)
-        arg = _arg(batch, self.worker, self.params)
+        arg = _arg(batch, self.worker, self.params, self.marker)
 
         async def attempt() -> bytes:
             self.roundtrips += 1
             return await self._script(keys=keys, args=[arg])  # type: ignore[no-any-return]
 
-        reply = await redis_client.call_retrying_async(attempt, self.url, self.retries)
+        try:
+            reply = await redis_client.call_retrying_async(attempt, self.url, self.retries)
+        except redis.ResponseError as exc:
+            lost = _state_lost(exc, self.url)
+            if lost is not None:
+                raise lost from None
+            raise
         self._prev_op = op
         result = SyncResult.from_reply(reply)
+        if not self.marker:
+            self.marker = result.marker
         missing = _needs_payloads(result)
         if missing:
             self.roundtrips += 1

@@ -32,10 +32,15 @@ from scrapy.core.scheduler import BaseScheduler
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.reactor import is_asyncio_reactor_installed
 
-from scrapy_fleet import codec, engine_hooks
+from scrapy_fleet import codec, engine_hooks, outage
 from scrapy_fleet.browser import pagemethods
 from scrapy_fleet.config import FleetConfig
-from scrapy_fleet.errors import FleetConfigError, RedisUnavailableError, RequestEncodeError
+from scrapy_fleet.errors import (
+    CrawlStateLostError,
+    FleetConfigError,
+    RedisUnavailableError,
+    RequestEncodeError,
+)
 from scrapy_fleet.frontier import memory
 from scrapy_fleet.frontier.client import AsyncFrontier, SyncBatch, SyncResult, clamp_priority
 from scrapy_fleet.frontier.dupefilter import RedisBloomDupeFilter
@@ -66,7 +71,7 @@ _Out = tuple[str, bytes, int, bytes, str]
 
 
 class _Lease:
-    __slots__ = ("children", "downloaded", "entry_id", "lost", "token")
+    __slots__ = ("children", "downloaded", "entry_id", "failure", "lost", "token")
 
     def __init__(self, entry_id: str, token: int) -> None:
         self.entry_id = entry_id
@@ -74,6 +79,7 @@ class _Lease:
         self.lost = False
         self.downloaded = False  #: its download is over (its host's slot is given back)
         self.children: list[_Out] = []  #: links found by this request, sent with its ack
+        self.failure: bytes | None = None  #: its failure record, sent with its ack
 
 
 class FleetScheduler(BaseScheduler):
@@ -121,6 +127,7 @@ class FleetScheduler(BaseScheduler):
         self._logged_clamp = False
         self._lost_total = 0
         self._withheld: str | None = None  # why finished requests are no longer acknowledged
+        self._state_lost = False  # Redis lost the crawl's state: write nothing more there
         #: host -> time.monotonic() until which it is on hold, from the last frontier call
         self.holds: dict[str, float] = {}
         #: stages (FLEET_ROLE): the download hook, and the response queue as last seen
@@ -198,7 +205,9 @@ class FleetScheduler(BaseScheduler):
         if self.frontier is not None:
             await self._final_flush(reason)
             try:
-                await self.frontier.client.zrem(self.frontier.keys.workers, self.config.worker_id)
+                if not self._state_lost:
+                    await self.frontier.client.zrem(self.frontier.keys.workers,
+                                                    self.config.worker_id)
             except Exception:  # leaving the worker list is best effort
                 pass
             await self.frontier.close()
@@ -344,6 +353,19 @@ class FleetScheduler(BaseScheduler):
         self._done.append(lease)
         self._poke()
 
+    def note_failure(self, request: Request, record: bytes) -> bool:
+        """*request* (leased by this worker, in flight) failed for good: *record* (an encoded
+        ``failures.record.FailureRecord``) goes to Redis with its acknowledgement, atomically.
+        The first record of a request is kept.  Returns False when the request is not one of
+        this worker's leases in flight, or has a record already."""
+        entry = self._inflight.get(id(request))
+        lease = entry[1] if entry is not None else self._by_entry.get(
+            request.meta.get(LEASE_META_KEY, ""))
+        if lease is None or lease.failure is not None:
+            return False
+        lease.failure = record
+        return True
+
     def download_over(self, request: Request) -> None:
         """A leased request's download is over (response or failure): its host's concurrency
         slot goes back to the fleet with the next frontier call, while the response is still
@@ -392,9 +414,16 @@ class FleetScheduler(BaseScheduler):
             try:
                 await self._sync_once(final=False)
                 backoff = 0.1
+                outages = outage.tracker(self.config.redis_url).outages
+                if outages and self.stats is not None:
+                    self.stats.set_value("fleet/redis/outages", outages)
+            except CrawlStateLostError as exc:
+                self._lose_state(exc)
+                return
             except RedisUnavailableError as exc:
                 self._inc("fleet/redis/errors")
-                logger.error("Fleet frontier unreachable, retrying in %.1f s: %s", backoff, exc,
+                outage.tracker(self.config.redis_url).failed(exc, backoff)
+                logger.debug("Fleet frontier unreachable, retrying in %.1f s: %s", backoff, exc,
                              extra={"spider": self.spider})
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
@@ -403,6 +432,20 @@ class FleetScheduler(BaseScheduler):
                 logger.exception("Fleet frontier call failed", extra={"spider": self.spider})
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
+
+    def _lose_state(self, exc: CrawlStateLostError) -> None:
+        """Redis no longer holds the crawl (restarted without its data, purged): stop with a
+        clear error and a non-zero exit status instead of finishing early as if the crawl
+        were done; nothing more is written to Redis (it would seed a partial crawl)."""
+        self._state_lost = True
+        self._inc("fleet/frontier/state_lost")
+        logger.error("Fleet worker stops: %s. The pages this crawl had queued are not in Redis "
+                     "any more: restore Redis's data (appendonly) or push the crawl again; "
+                     "%d request(s) this worker holds are dropped", exc,
+                     len(self._prefetch) + len(self._inflight) + len(self._done),
+                     extra={"spider": self.spider})
+        engine_hooks.fail_exit_status(self.crawler, "fleet_state_lost")
+        engine_hooks.close_spider(self.crawler, "fleet_state_lost")
 
     def _build_batch(self, final: bool) -> tuple[SyncBatch, int, int, int]:
         """The next call: finished requests with their links (all of a request's links in
@@ -413,7 +456,8 @@ class FleetScheduler(BaseScheduler):
             if n_done and len(batch.pushes) + len(lease.children) > PUSH_CHUNK:
                 break
             n_done += 1
-            batch.acks.append((lease.entry_id, lease.token))
+            batch.acks.append((lease.entry_id, lease.token) if lease.failure is None
+                              else (lease.entry_id, lease.token, lease.failure))
             batch.pushes += [(key, prio, payload, n_done, host)
                              for _, key, prio, payload, host in lease.children]
         n_out = 0
@@ -584,6 +628,8 @@ class FleetScheduler(BaseScheduler):
     async def _final_flush(self, reason: str) -> None:
         """Acknowledge what is done, push what is buffered, release every other lease."""
         assert self.frontier is not None
+        if self._state_lost:
+            return
         try:
             for _ in range(1000):
                 before = (len(self._outbox), len(self._done))
@@ -601,6 +647,8 @@ class FleetScheduler(BaseScheduler):
                                "refused (start requests or links from errbacks); they are "
                                "dropped", reason, len(self._outbox),
                                extra={"spider": self.spider})
+        except CrawlStateLostError as exc:
+            self._lose_state(exc)
         except RedisUnavailableError as exc:
             logger.error("Fleet worker closing (%s) without reaching Redis: %d requests not "
                          "pushed, %d not acknowledged; their parents' leases will expire and "

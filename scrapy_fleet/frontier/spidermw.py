@@ -35,10 +35,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from scrapy import Request
+from scrapy import Request, signals
 from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 
-from scrapy_fleet import engine_hooks, lua, redis_client
+from scrapy_fleet import engine_hooks, lua, outage, redis_client
 from scrapy_fleet.codec import START_META_KEY
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import RedisUnavailableError
@@ -70,6 +70,10 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
         self.config = config
         self._seeding_script: Any = None
         self._yielded = 0  # start requests this worker handed to the engine
+        #: this worker holds the seeding lease and has not marked the start requests done
+        self._holding = False
+        self._crawl_keys: CrawlKeys | None = None
+        crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FleetSpiderMiddleware:
@@ -85,9 +89,12 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
         return request
 
     def _keys(self) -> CrawlKeys:
-        spider = self.crawler.spider
-        assert spider is not None
-        return CrawlKeys(self.config.key_prefix, self.config.resolve_crawl_id(spider.name))
+        if self._crawl_keys is None:
+            spider = self.crawler.spider
+            assert spider is not None
+            self._crawl_keys = CrawlKeys(self.config.key_prefix,
+                                         self.config.resolve_crawl_id(spider.name))
+        return self._crawl_keys
 
     async def _seeding(self, client: Any, op: str, progress: int = 0) -> tuple[str, Any]:
         if self._seeding_script is None:
@@ -109,10 +116,11 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
             try:
                 return await call()
             except (RedisUnavailableError, *redis_client.RETRYABLE) as exc:
-                if not warned:
-                    logger.warning("Redis unreachable while reading start requests (%s): "
-                                   "trying again until it answers", exc,
-                                   extra={"spider": self.crawler.spider})
+                if not warned:  # the outage itself is logged once per worker (outage.py)
+                    outage.tracker(self.config.redis_url).failed(exc, delay)
+                    logger.debug("Redis unreachable while reading start requests (%s): "
+                                 "trying again until it answers", exc,
+                                 extra={"spider": self.crawler.spider})
                     warned = True
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
@@ -164,6 +172,7 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
                 logger.warning("Worker %s took over the start requests (this one did not "
                                "renew its lease in time): stopping them here", holder,
                                extra={"spider": self.crawler.spider})
+                self._holding = False
                 lost.set()
                 return
 
@@ -216,6 +225,7 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
                     self._skipped()
                     return
                 skip = claimed
+                self._holding = True
                 renewer = asyncio.ensure_future(self._renew_seeding(client, lost))
             queue_max = self.config.queue_max
             estimate, checked_at = 0, 0.0
@@ -245,6 +255,7 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
                         return  # not all pushed: a later worker takes the rest over
                     await asyncio.sleep(self.config.poll_interval)
                 await self._patiently(lambda: self._seeding(client, "done", self._progress()))
+                self._holding = False
                 logger.info("Start requests done: %d", self._yielded,
                             extra={"spider": self.crawler.spider})
         finally:
@@ -253,6 +264,30 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
             if renewer is not None:
                 renewer.cancel()
             await client.aclose()
+
+    async def _spider_closed(self, spider: Any, reason: str) -> None:
+        """A worker closing (Ctrl-C, SIGTERM, any close) before its start requests are done
+        writes its progress and gives the seeding lease up, so another worker takes the rest
+        over at once instead of after FLEET_LEASE_TIMEOUT.  It runs after the scheduler's
+        last frontier call, so the progress counts every start request that call pushed."""
+        if not self._holding:
+            return
+        self._holding = False
+        client = redis_client.async_client(self.config.redis_url, self.config.redis_timeout)
+        self._seeding_script = None  # registered with the client process_start closed
+        try:
+            status, value = await self._seeding(client, "release", self._progress())
+        except Exception as exc:  # the lease expires by itself then
+            logger.warning("Could not give the start requests' lease up (%s); another worker "
+                           "takes them over after FLEET_LEASE_TIMEOUT=%s s", exc,
+                           self.config.lease_timeout, extra={"spider": spider})
+            return
+        finally:
+            await client.aclose()
+        if status == "ok":
+            logger.info("Start requests interrupted (%s) after %s of them: lease given up, "
+                        "another worker takes the rest over", reason, value,
+                        extra={"spider": spider})
 
     def _skipped(self) -> None:
         if self.crawler.stats is not None:

@@ -23,7 +23,9 @@
 --   1 queue  2 data  3 leases  4 lease  5 expiries  6 dead  7 seq  8 token  9 stats
 --   10 idle_since  11 workers  12 op (this call)  13 op (previous call of this client)
 --   14 delayed  15 parked  16 hostq  17 ehost  18 ready  19 tat  20 hold  21 hostlive
---   22 hostconf  23 crawldelay  24 wlive  25 robots  26 bloom meta  27.. bloom slices
+--   22 hostconf  23 crawldelay  24 wlive  25 robots
+--   26 failed  27 failed_at  28 failed_by  29 marker  (lua/failed.lua)
+--   30 bloom meta  31.. bloom slices
 -- ARGV[1]: msgpack map (see frontier.py, _arg):
 --   w worker id ("" for the push helper), lm lease ms, ml max leases, ot op ttl ms,
 --   a acks [[id, token]...], r releases [[id, token]...], d dead [[id, token, reason]...],
@@ -37,7 +39,12 @@
 --     group k = a link of the k-th acknowledgement,
 --   ho lease only from this host, hx never lease from this host (stages: fetch workers
 --     send hx = "~parse", parse workers ho = "~parse"; docs/stages.md)
--- Reply: msgpack map (see frontier.py, SyncResult.from_reply).
+--   an acknowledgement may carry a third element, the failure record of a request that
+--     failed for good (lua/failed.lua): recorded with the acknowledgement, fm = their cap
+--   mk the crawl marker this client saw ("" before its first call): the call fails before
+--     any write when the marker is gone or another one; mc the marker to write when there is
+--     none (first push / first worker call)
+-- Reply: msgpack map (see frontier.py, SyncResult.from_reply); mk: the crawl marker.
 
 local cached = redis.call('GET', KEYS[12])
 if cached then
@@ -63,6 +70,11 @@ for _, name in ipairs({'a', 'r', 'd', 'x', 'p', 's'}) do
   end
 end
 local n_acks = #req.a
+local FK = {failed = KEYS[26], failed_at = KEYS[27], failed_by = KEYS[28], marker = KEYS[29]}
+local bad_failure = failed_check_acks(req.a)
+if bad_failure then return redis.error_reply('ERR fleet: ' .. bad_failure) end
+local marker_error, marker = failed_check_marker(FK.marker, req.mk)
+if marker_error then return redis.error_reply(marker_error) end
 for _, p in ipairs(req.p) do
   if type(p) ~= 'table' or type(p[1]) ~= 'string' or type(p[2]) ~= 'number'
       or p[2] ~= p[2] or math.abs(p[2]) > PRIORITY_LIMIT
@@ -80,6 +92,7 @@ local defer_ms = tonumber(req.dd) or 10000
 local worker = req.w or ''
 
 local now = server_now_ms()
+marker = failed_ensure_marker(FK.marker, marker, req.mc)
 local ctx = new_host_ctx(now, TAT, HOLD, HOSTLIVE, HOSTCONF, CRAWLDELAY, req)
 local function host_policy(h) return host_policy_ctx(ctx, h) end
 local function host_blocked_until(h, T, tau, cap)
@@ -89,7 +102,7 @@ local function host_take_token(h, T) return host_take_token_ctx(ctx, h, T) end
 
 local out = {leased = {}, lost = {}, pf = {}, rf = {}, new = 0, dup = 0, acked = 0,
              released = 0, reclaimed = 0, dead = 0, parked = 0, deferred = 0, resumed = 0,
-             refused = 0, full = false, now = now}
+             refused = 0, full = false, now = now, mk = marker or ''}
 local counters = {}
 local function count(name, n)
   counters[name] = (counters[name] or 0) + n
@@ -252,8 +265,8 @@ local bloom = nil
 local function get_bloom()
   if bloom == nil then
     local slice_keys = {}
-    for i = 27, #KEYS do slice_keys[#slice_keys + 1] = KEYS[i] end
-    bloom = bloom_open(KEYS[26], slice_keys, tonumber(req.bn), tonumber(req.bp))
+    for i = 31, #KEYS do slice_keys[#slice_keys + 1] = KEYS[i] end
+    bloom = bloom_open(KEYS[30], slice_keys, tonumber(req.bn), tonumber(req.bp))
   end
   return bloom
 end
@@ -384,6 +397,12 @@ for k, a in ipairs(req.a) do
     end
     drop_lease(a[1])
     if not left_over then
+      if a[3] then  -- failed for good: recorded with its acknowledgement (lua/failed.lua)
+        local _, trimmed = failed_record(FK, a[1], a[3], redis.call('HGET', DATA, a[1]), now,
+                                         tonumber(req.fm) or 0)
+        count('failed', 1)
+        count('failed_trimmed', trimmed)
+      end
       forget(a[1])
       redis.call('HDEL', EXPIRIES, a[1])
       size = size - 1

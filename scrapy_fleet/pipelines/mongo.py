@@ -845,6 +845,8 @@ class MongoPipeline:
             return
         self._fatal = fatal
         self._inc(f"fatal/{fatal.key}")
+        if self.crawler is not None:  # scrapy crawl exits with status 1
+            engine_hooks.fail_exit_status(self.crawler, fatal.reason)
         closing = False
         if not opening:
             stop_acknowledging(self.crawler, fatal.reason)

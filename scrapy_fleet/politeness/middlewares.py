@@ -26,7 +26,7 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
 
-from scrapy_fleet import engine_hooks, redis_client
+from scrapy_fleet import engine_hooks, outage, redis_client
 from scrapy_fleet.codec import LEASE_META_KEY
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.keys import CrawlKeys
@@ -100,6 +100,16 @@ class _FleetDownloaderMiddleware:
     def host(self, request: Request) -> str:
         return politeness.host_key(request.url, self.config.host_key)
 
+    def _redis_trouble(self, exc: BaseException, message: str, *args: Any) -> None:
+        """A politeness call to Redis failed: counted; a connection failure is an outage,
+        logged once for the worker (outage.py), so this line goes to DEBUG then."""
+        self._inc(_STAT + "redis_errors")
+        level = logging.WARNING
+        if isinstance(exc, redis_client.RETRYABLE):
+            outage.tracker(self.config.redis_url).failed(exc)
+            level = logging.DEBUG
+        logger.log(level, message, *args, extra={"spider": self.crawler.spider})
+
 
 class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
     """Guard and back-off.  Stats: ``fleet/politeness/guard_waits``,
@@ -114,9 +124,8 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
             await self._wait_turn(request)
         except _REDIS_ERRORS as exc:
             # never lose a request to a politeness call: go on without it, and say so
-            self._inc(_STAT + "redis_errors")
-            logger.warning("Politeness check for %s failed (%s); the request goes on",
-                           request.url, exc, extra={"spider": self.crawler.spider})
+            self._redis_trouble(exc, "Politeness check for %s failed (%s); the request goes on",
+                                request.url, exc)
 
     async def _wait_turn(self, request: Request) -> None:
         host = self.host(request)
@@ -155,9 +164,7 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
         try:
             await self._after_response(request, response)
         except _REDIS_ERRORS as exc:
-            self._inc(_STAT + "redis_errors")
-            logger.warning("Back-off bookkeeping for %s failed (%s)", request.url, exc,
-                           extra={"spider": self.crawler.spider})
+            self._redis_trouble(exc, "Back-off bookkeeping for %s failed (%s)", request.url, exc)
         finally:
             self._download_over(request)
         return response
@@ -193,9 +200,7 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
             hold = await self.politeness().backoff(host, None)
             self._note_hold(host, hold)
         except _REDIS_ERRORS as exc:
-            self._inc(_STAT + "redis_errors")
-            logger.warning("Back-off bookkeeping for %s failed (%s)", request.url, exc,
-                           extra={"spider": self.crawler.spider})
+            self._redis_trouble(exc, "Back-off bookkeeping for %s failed (%s)", request.url, exc)
             return None
         self._failing.add(host)
         self._inc(_STAT + "failures")
@@ -235,9 +240,8 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
         try:
             parser = await self._parser(request, host)
         except _REDIS_ERRORS as exc:
-            self._inc(_STAT + "redis_errors")
-            logger.warning("Shared robots.txt of %s unavailable (%s); the request goes back to "
-                           "the frontier", host, exc, extra={"spider": self.crawler.spider})
+            self._redis_trouble(exc, "Shared robots.txt of %s unavailable (%s); the request goes "
+                                "back to the frontier", host, exc)
             parser = "hold"
         if parser == "hold":
             self._inc(_STAT + "robots_hold")

@@ -7,6 +7,7 @@ from typing import Any
 
 import redis
 import scrapy
+import scrapy.exceptions
 from parsel import Selector
 
 
@@ -158,3 +159,36 @@ class StagedSpider(scrapy.Spider):
             url = response.urljoin(href)
             if "/site/" in url:
                 yield scrapy.Request(url)
+
+
+class BanError(scrapy.exceptions.IgnoreRequest):
+    """What a proxy pool raises after its retries (like scrapy_fleet.proxies.ProxyBanError)."""
+
+    fleet_reason = "proxy/banned"
+
+    def __init__(self, response: Any) -> None:
+        super().__init__(f"banned at {response.url}")
+        self.response = response
+
+
+class BanMiddleware:
+    """Downloader middleware: a response to a URL with "banned" in it raises BanError from
+    process_response (so no process_exception sees it)."""
+
+    def process_response(self, request: Any, response: Any, spider: Any = None) -> Any:
+        if "banned" in request.url:
+            raise BanError(response)
+        return response
+
+
+class FailsSpider(scrapy.Spider):
+    """Fetches what is pushed, follows nothing; its callback raises on URLs with "boom"; a URL
+    with "banned" is banned by BanMiddleware."""
+
+    name = "fails"
+    custom_settings = {"DOWNLOADER_MIDDLEWARES": {"fleettest.spiders.BanMiddleware": 590}}
+
+    def parse(self, response: Any) -> Any:
+        if "boom" in response.url:
+            raise ValueError(f"callback gave up on {response.url}")
+        yield {"url": response.url, "status": response.status}

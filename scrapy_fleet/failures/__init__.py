@@ -1,0 +1,1 @@
+"""Requests that failed for good: their records in Redis, listing and retry (docs/failures.md)."""

@@ -1,0 +1,74 @@
+"""One log line when Redis becomes unreachable, one when it answers again (with the outage's
+length), whatever number of calls fail in between.
+
+Every caller that retries a Redis call (``redis_client.call_retrying[_async]``, the worker's
+pump) reports here: :meth:`Outage.failed` after a call failed on the connection,
+:meth:`Outage.recovered` after one succeeded.  One tracker per Redis URL and process: a
+worker's frontier, politeness and start-request clients share it, so a worker logs an
+outage once, not once per client or per retry (the retries are logged at DEBUG).
+Stats are the callers' (``fleet/redis/errors``, ``fleet/redis/outages``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from scrapy_fleet.redact import redact
+
+logger = logging.getLogger(__name__)
+
+
+class Outage:
+    """The reachability of one Redis URL as this process last saw it.  Times are
+    ``time.monotonic()`` seconds."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.down_since: float | None = None
+        self.failed_calls = 0  #: calls failed in the current outage
+        self.outages = 0  #: outages seen by this process
+
+    @property
+    def down(self) -> bool:
+        return self.down_since is not None
+
+    def failed(self, exc: BaseException, retry_in: float | None = None) -> bool:
+        """A call failed on the connection.  Returns True when this starts an outage (the
+        one WARNING line is logged then; later failures only at DEBUG)."""
+        self.failed_calls += 1
+        if self.down_since is not None:
+            logger.debug("Redis at %s still unreachable (%s)", redact(self.url), exc)
+            return False
+        self.down_since = time.monotonic()
+        self.outages += 1
+        logger.warning("Redis at %s unreachable (%s): retrying in %s with back-off until it "
+                       "answers (logged once per outage)", redact(self.url), exc,
+                       "a moment" if retry_in is None else f"{retry_in:.1f} s")
+        return True
+
+    def recovered(self) -> float | None:
+        """A call succeeded.  Returns the outage's length in seconds when one just ended
+        (logged as one WARNING line), else None."""
+        if self.down_since is None:
+            return None
+        length = time.monotonic() - self.down_since
+        logger.warning("Redis at %s reachable again after %.1f s of outage (%d failed "
+                       "call(s))", redact(self.url), length, self.failed_calls)
+        self.down_since = None
+        self.failed_calls = 0
+        return length
+
+
+_TRACKERS: dict[str, Outage] = {}
+_LOCK = threading.Lock()
+
+
+def tracker(url: str) -> Outage:
+    """The process's :class:`Outage` of *url*."""
+    with _LOCK:
+        found = _TRACKERS.get(url)
+        if found is None:
+            found = _TRACKERS[url] = Outage(url)
+        return found

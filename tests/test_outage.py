@@ -1,0 +1,156 @@
+"""Redis outages mid-crawl: gone for 30 s and back with its data, or back without it.
+
+Real parts: a real redis-server (append-only file, fsync on every write) killed with SIGKILL
+and started again on the same port, the test site server, real ``scrapy crawl`` workers.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from support import EXAMPLE_PROJECT, free_port, read_items, run_scrapy, start_worker, tail, wait_all
+
+from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.testsite import generate_site
+
+pytestmark = pytest.mark.slow
+
+OUTAGE = 30.0  #: seconds Redis is gone
+
+
+class PersistentRedis:
+    """redis-server with ``appendonly yes`` and ``appendfsync always`` in *folder*: a
+    SIGKILL loses no acknowledged write; :meth:`start` again finds the data."""
+
+    def __init__(self, folder: Path, persistent: bool = True) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.persistent = persistent
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                "--dir", str(self.folder)]
+        args += ["--appendonly", "yes", "--appendfsync", "always"] if self.persistent else [
+            "--appendonly", "no"]
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = redis.Redis(port=self.port)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                client.ping()
+                return
+            except redis.exceptions.RedisError:
+                assert time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.05)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.kill()
+
+
+def _crawl_setup(tmp_path: Path, site_factory, worker_env, server: PersistentRedis,
+                 pages: int = 120):
+    paths = generate_site(tmp_path / "www", pages, 4, seed=9)
+    site = site_factory(tmp_path / "www",
+                        behaviour={"delays": [{"prefix": "/site/p/", "seconds": 0.15}]})
+    site.expected_paths = paths
+    site.start_path = "/site/"
+    pushed = run_scrapy(EXAMPLE_PROJECT, ["fleet", "push", "docs", site.start_url, "-s",
+                                          f"FLEET_REDIS_URL={server.url}"], worker_env)
+    assert pushed.returncode == 0, pushed.stderr
+    outs = [tmp_path / f"out-{n}.jsonl" for n in range(2)]
+    logs = [tmp_path / f"w-{n}.log" for n in range(2)]
+    procs = [start_worker(EXAMPLE_PROJECT, "docs", {
+        "FLEET_REDIS_URL": server.url, "FLEET_IDLE_TIMEOUT": 3, "FLEET_JSONL_PATH": outs[n],
+        "FLEET_REDIS_TIMEOUT": 1, "FLEET_LEASE_TIMEOUT": 120, "CONCURRENT_REQUESTS": 3,
+        "FLEET_PREFETCH": 8}, worker_env, logs[n]) for n in range(2)]
+    deadline = time.monotonic() + 90
+    while len(read_items(outs)) < 15:
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
+            tail(logs[0])
+        time.sleep(0.05)
+    return site, outs, logs, procs
+
+
+def test_redis_gone_for_30_s_is_logged_once_and_the_crawl_loses_nothing(
+        tmp_path, site_factory, worker_env):
+    server = PersistentRedis(tmp_path / "redis")
+    server.start()
+    procs = []
+    try:
+        site, outs, logs, procs = _crawl_setup(tmp_path, site_factory, worker_env, server)
+        server.kill()
+        at_kill = len(read_items(outs))
+        time.sleep(OUTAGE)
+        during = len(read_items(outs))
+        assert all(p.poll() is None for p in procs), tail(logs[0])  # waiting, not dead
+        server.start()
+        assert wait_all(procs, 240) == [0, 0], tail(logs[0]) + tail(logs[1])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        server.stop()
+    assert during > at_kill  # the downloads in flight completed while Redis was gone
+    urls = [i["url"] for i in read_items(outs)]
+    assert set(urls) == site.expected_urls  # nothing lost
+    assert collections.Counter(urls).most_common(1)[0][1] == 1  # nothing fetched twice
+    for log in logs:
+        text = log.read_text(encoding="utf-8", errors="replace")
+        gone = [line for line in text.splitlines() if "unreachable (" in line]
+        back = re.findall(r"reachable again after ([0-9.]+) s of outage", text)
+        assert len(gone) == 1, gone  # once per outage, not once per retry
+        assert "[scrapy_fleet.outage] WARNING" in gone[0] and "retrying in" in gone[0]
+        assert len(back) == 1 and OUTAGE - 5 <= float(back[0]) <= OUTAGE + 30, back
+        assert "Redis call failed" not in text and "Fleet frontier unreachable" not in text
+        assert "'fleet/redis/outages': 1" in text
+
+
+def test_redis_restarted_without_its_data_stops_the_workers_with_an_error(
+        tmp_path, site_factory, worker_env):
+    server = PersistentRedis(tmp_path / "redis", persistent=False)
+    server.start()
+    procs = []
+    try:
+        site, outs, logs, procs = _crawl_setup(tmp_path, site_factory, worker_env, server)
+        server.kill()
+        server.start()  # same port, empty
+        codes = wait_all(procs, 120)
+        keys = FrontierAdmin(server.url, "docs").keys
+        client = redis.Redis(port=server.port)
+        left = {k for k in (keys.queue, keys.data, keys.marker, keys.leases, keys.stats)
+                if client.exists(k)}
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        server.stop()
+    assert codes == [1, 1], tail(logs[0]) + tail(logs[1])
+    assert len(read_items(outs)) < len(site.expected_urls)  # it did not finish "done"
+    assert left == set()  # the workers wrote no partial crawl into the empty Redis
+    for log in logs:
+        text = log.read_text(encoding="utf-8", errors="replace")
+        assert "Fleet worker stops: Redis at redis://127.0.0.1:" in text
+        assert "has lost this crawl's state" in text and "is gone" in text
+        assert "Spider closed (fleet_state_lost)" in text
+        assert "Fleet idle" not in text
