@@ -64,6 +64,7 @@ DEFAULTS: dict[str, Any] = {
     "FLEET_HOST_KEY": "host",
     "FLEET_ROBOTSTXT_TTL": 3600.0,
     "FLEET_ROBOTSTXT_HOLD": 60.0,
+    "FLEET_ROBOTSTXT_MAX_ATTEMPTS": 4,
     "FLEET_MAX_CRAWL_DELAY": 60.0,
     "FLEET_BACKOFF_BASE": 1.0,
     "FLEET_BACKOFF_MAX": 300.0,
@@ -240,6 +241,7 @@ class FleetConfig:
     robots_obey: bool
     robotstxt_ttl: float
     robotstxt_hold: float
+    robotstxt_max_attempts: int
     max_crawl_delay: float
     backoff_base: float
     backoff_max: float
@@ -376,6 +378,9 @@ class FleetConfig:
                                   "seconds >= 1"),
             robotstxt_hold=_number("FLEET_ROBOTSTXT_HOLD", g("FLEET_ROBOTSTXT_HOLD"), float,
                                    0.0, "seconds >= 0"),
+            robotstxt_max_attempts=_number("FLEET_ROBOTSTXT_MAX_ATTEMPTS",
+                                           g("FLEET_ROBOTSTXT_MAX_ATTEMPTS"), int, 0,
+                                           "an integer >= 0 (0: no limit)"),
             max_crawl_delay=_number("FLEET_MAX_CRAWL_DELAY", g("FLEET_MAX_CRAWL_DELAY"), float,
                                     0.0, "seconds >= 0"),
             backoff_base=_number("FLEET_BACKOFF_BASE", g("FLEET_BACKOFF_BASE"), float, 0.0,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from scrapy.exceptions import IgnoreRequest
+
 
 class FleetError(Exception):
     """Base class of every error this package raises on purpose."""
@@ -25,3 +27,14 @@ class RequestDecodeError(FleetError, ValueError):
 
 class PushLineError(FleetError, ValueError):
     """A line given to the push helper is not a valid URL or request spec."""
+
+
+class RobotsTxtUnavailable(FleetError, IgnoreRequest):
+    """A request's origin gave no usable robots.txt in ``FLEET_ROBOTSTXT_MAX_ATTEMPTS``
+    attempts (no answer, 5xx or 429 each time): the request is not sent.  It reaches the
+    request's errback as this failure, and its frontier entry goes to the dead letters with
+    the same message (docs/politeness.md).  ``origin`` is ``scheme://host:port``."""
+
+    def __init__(self, message: str, origin: str = "") -> None:
+        super().__init__(message)
+        self.origin = origin

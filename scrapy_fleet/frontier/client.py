@@ -50,11 +50,13 @@ def clamp_priority(priority: int) -> int:
 class SyncBatch:
     """One worker call.  Ids are entry ids (str), tokens fencing tokens (int), priorities ints.
 
-    ``pushes`` holds ``(bloom_key, priority, payload[, group, host])``: bloom_key is 12 bytes,
-    or ``b""`` for a ``dont_filter`` request (never checked, always a new entry); group 0 (the
-    default) is a push without a parent, group k (1-based) a link found by the request of the
-    k-th acknowledgement, pushed or not with it (see lua/frontier.lua); host (default
-    ``""``: not counted per host) is the host name the per-host bound applies to.
+    ``pushes`` holds ``(bloom_key, priority, payload[, group, host, delay_ms])``: bloom_key
+    is 12 bytes, or ``b""`` for a ``dont_filter`` request (never checked, always a new
+    entry); group 0 (the default) is a push without a parent, group k (1-based) a link
+    found by the request of the k-th acknowledgement, pushed or not with it (see
+    lua/frontier.lua); host (default ``""``: not counted per host) is the host name the
+    per-host bound applies to; delay_ms (default 0) keeps the new entry among the deferred
+    ones that long before it is queued.
     """
 
     acks: list[tuple[str, int]] = field(default_factory=list)
@@ -158,7 +160,8 @@ def _arg(batch: SyncBatch, worker: str, params: FrontierParams) -> bytes:
         "x": [list(x) for x in batch.extends],
         "s": [list(x) for x in batch.downloaded],
         "p": [[p[0], int(p[1]), p[2], int(p[3]) if len(p) > 3 else 0,
-               p[4] if len(p) > 4 else ""] for p in batch.pushes],
+               p[4] if len(p) > 4 else "", int(p[5]) if len(p) > 5 else 0]
+              for p in batch.pushes],
         "t": batch.take,
         "bn": params.bloom_capacity,
         "bp": params.bloom_error_rate,

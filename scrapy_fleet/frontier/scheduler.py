@@ -56,8 +56,8 @@ PUSH_CHUNK = 500
 LEASE_META_KEY = codec.LEASE_META_KEY
 START_META_KEY = codec.START_META_KEY
 
-#: (url, bloom key, priority, payload, host) of a buffered request
-_Out = tuple[str, bytes, int, bytes, str]
+#: (url, bloom key, priority, payload, host, delay ms) of a buffered request
+_Out = tuple[str, bytes, int, bytes, str, int]
 
 
 class _Lease:
@@ -231,6 +231,8 @@ class FleetScheduler(BaseScheduler):
                 return False
         if self._robots_disallow(request):
             return False  # never leased: it would cost its host a turn for nothing
+        delay = request.meta.pop(codec.DEFER_META_KEY, None)
+        delay_ms = int(delay * 1000) if isinstance(delay, int | float) and delay > 0 else 0
         try:
             payload = codec.encode(request, self.spider)
         except RequestEncodeError as exc:
@@ -249,7 +251,7 @@ class FleetScheduler(BaseScheduler):
                                request.url, priority, extra={"spider": self.spider})
                 self._logged_clamp = True
         out: _Out = (request.url, key, priority, payload,
-                     politeness.host_key(request.url, self.config.host_key))
+                     politeness.host_key(request.url, self.config.host_key), delay_ms)
         parent = self._parent_lease(request)
         if parent is not None:
             parent.children.append(out)
@@ -327,6 +329,22 @@ class FleetScheduler(BaseScheduler):
         self._done.append(lease)
         self._poke()
 
+    def dead_letter(self, request: Request, reason: str) -> bool:
+        """Send the leased *request* (the object ``next_request`` returned, still in flight) to
+        the dead letters with *reason* at the next frontier call, instead of acknowledging it
+        when the engine is done with it; ``scrapy fleet dead`` lists it.  False when this
+        worker holds no lease for it.  Stat ``fleet/frontier/dead_letter``."""
+        entry = self._inflight.get(id(request))
+        if entry is None or entry[0] is not request or entry[1].lost:
+            return False
+        del self._inflight[id(request)]
+        lease = entry[1]
+        self._by_entry.pop(lease.entry_id, None)
+        self._dead.append((lease, reason[:500]))
+        self._inc("fleet/frontier/dead_letter")
+        self._poke()
+        return True
+
     def download_over(self, request: Request) -> None:
         """A leased request's download is over (response or failure): its host's concurrency
         slot goes back to the fleet with the next frontier call, while the response is still
@@ -397,13 +415,13 @@ class FleetScheduler(BaseScheduler):
                 break
             n_done += 1
             batch.acks.append((lease.entry_id, lease.token))
-            batch.pushes += [(key, prio, payload, n_done, host)
-                             for _, key, prio, payload, host in lease.children]
+            batch.pushes += [(key, prio, payload, n_done, host, delay)
+                             for _, key, prio, payload, host, delay in lease.children]
         n_out = 0
         if final or time.monotonic() >= self._outbox_hold_until:
             n_out = max(0, min(len(self._outbox), PUSH_CHUNK - len(batch.pushes)))
-            batch.pushes += [(key, prio, payload, 0, host)
-                             for _, key, prio, payload, host in self._outbox[:n_out]]
+            batch.pushes += [(key, prio, payload, 0, host, delay)
+                             for _, key, prio, payload, host, delay in self._outbox[:n_out]]
         dead = list(self._dead)
         batch.dead = [(lease.entry_id, lease.token, reason) for lease, reason in dead]
         batch.downloaded = [(lease.entry_id, lease.token) for lease in self._downloaded]

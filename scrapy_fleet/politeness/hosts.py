@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import socket
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
@@ -59,6 +60,30 @@ def host_key(url: str, mode: str = "host") -> str:
     return _resolve(hostname)
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def robots_origin(url: str) -> str:
+    """The origin a robots.txt applies to: ``scheme://host:port``, host lower case, the port
+    always written (80 / 443 when the URL has none).  RFC 9309 section 2.3: the rules of a
+    robots.txt apply to the scheme, host and port it was fetched from, whatever
+    ``FLEET_HOST_KEY`` groups for the politeness caps.  "" for a URL without a host."""
+    parts = urlsplit(url)
+    hostname = (parts.hostname or "").lower()
+    if not hostname:
+        return ""
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if port is None:
+        port = _DEFAULT_PORTS.get(scheme, 0)
+    if ":" in hostname:  # an IPv6 literal
+        hostname = f"[{hostname}]"
+    return f"{scheme}://{hostname}:{port}"
+
+
 def overrides_to_hostconf(config: FleetConfig) -> dict[str, str]:
     """``FLEET_HOST_OVERRIDES`` as the ``hostconf`` hash: host -> "T ms|burst|cap|rate"
     (rate 1: T comes from a rate and may catch up on a late turn)."""
@@ -78,8 +103,9 @@ class Politeness:
     """
 
     def __init__(self, client: redis.asyncio.Redis, keys: CrawlKeys, config: FleetConfig,
-                 worker: str) -> None:
+                 worker: str, on_call: Callable[[], None] | None = None) -> None:
         self.client = client
+        self._on_call = on_call  #: called once per round trip (a worker counts them)
         self.keys = keys
         self.config = config
         self.worker = worker
@@ -93,6 +119,8 @@ class Politeness:
     async def _call(self, op: str, host: str, **args: Any) -> dict[str, Any]:
         arg = msgpack.packb({"op": op, "h": host, **self._defaults, **args},
                             use_bin_type=False)
+        if self._on_call is not None:
+            self._on_call()
         reply = await self._script(keys=self._keys, args=[arg])
         decoded = msgpack.unpackb(reply, raw=True)
         if not isinstance(decoded, dict):  # cmsgpack packs an empty table as an array
@@ -132,21 +160,52 @@ class Politeness:
     async def success(self, host: str) -> None:
         await self._call("success", host)
 
-    async def robots_get(self, host: str) -> tuple[dict[str, Any] | None, int]:
-        """The shared robots.txt entry of *host* ({status, body, at}) and the server time."""
-        reply = await self._call("robots_get", host)
-        raw = reply["entry"]
-        entry = None
-        if raw:
-            entry = {k.decode(): v for k, v in msgpack.unpackb(raw, raw=True).items()}
-        return entry, int(reply["now"])
+    async def robots_get(self, origin: str) -> tuple[dict[str, Any] | None, int]:
+        """The shared robots.txt entry of *origin* (see :func:`robots_origin`) and the Redis
+        server time (ms).  The entry: {status (0: no answer), body, at (ms), fails
+        (consecutive failed attempts), next (ms: no new attempt before; 0 none), gone (1: the
+        fleet gave up, FLEET_ROBOTSTXT_MAX_ATTEMPTS), err (the last failure)}; None when the
+        fleet has none."""
+        reply = await self._call("robots_get", "", o=origin)
+        return _entry(reply["entry"]), int(reply["now"])
 
-    async def robots_lock(self, host: str, ttl: float = 30.0) -> bool:
-        reply = await self._call("robots_lock", host, w=self.worker, ttl=int(ttl * 1000))
+    async def robots_lock(self, origin: str, ttl: float = 30.0) -> bool:
+        """Take the right to fetch *origin*'s robots.txt for the fleet for *ttl* seconds."""
+        reply = await self._call("robots_lock", "", o=origin, w=self.worker,
+                                 ttl=int(ttl * 1000))
         return bool(reply["ok"])
 
-    async def robots_store(self, host: str, status: int, body: bytes,
-                           crawl_delay: float | None, hold: float) -> None:
-        await self._call("robots_store", host, status=status, body=body,
-                         cd=-1 if crawl_delay is None else int(crawl_delay * 1000),
-                         hold=int(hold * 1000), w=self.worker)
+    async def robots_store(self, origin: str, host: str, status: int, body: bytes,
+                           crawl_delay: float | None, error: str = "",
+                           retry_after: float | None = None) -> tuple[dict[str, Any], int]:
+        """Store the result of a robots.txt fetch of *origin* (whose host key is *host*) and
+        release the fetch lock; returns the stored entry and the server time (ms).
+
+        A failure (*status* 0: no answer, 5xx, 429) counts one more consecutive failed
+        attempt ``n``; the next attempt is not before now + max(Retry-After,
+        min(cap, FLEET_ROBOTSTXT_HOLD * 2^(n-1))), cap = the larger of FLEET_BACKOFF_MAX and
+        FLEET_ROBOTSTXT_HOLD; after FLEET_ROBOTSTXT_MAX_ATTEMPTS of them the entry is marked
+        gone.  A *crawl_delay* (s) becomes *host*'s minimum interval."""
+        hold_ms = int(self.config.robotstxt_hold * 1000)
+        reply = await self._call(
+            "robots_store", host, o=origin, status=status, body=body,
+            cd=-1 if crawl_delay is None else int(crawl_delay * 1000),
+            hold=hold_ms, cap=max(hold_ms, int(self.config.backoff_max * 1000)),
+            ma=self.config.robotstxt_max_attempts, err=error[:300],
+            ra=-1 if retry_after is None else int(retry_after * 1000), w=self.worker)
+        entry = _entry(reply["entry"])
+        assert entry is not None
+        return entry, int(reply["now"])
+
+
+def _entry(raw: Any) -> dict[str, Any] | None:
+    if not raw:
+        return None
+    try:
+        decoded = msgpack.unpackb(raw, raw=True)
+    except Exception:  # not written by the fleet: as if absent (it is fetched again)
+        return None
+    if not isinstance(decoded, dict):
+        return None
+    return {k.decode(errors="replace") if isinstance(k, bytes) else str(k): v
+            for k, v in decoded.items()}
