@@ -157,6 +157,9 @@ class FleetScheduler(BaseScheduler):
             "low_watermark": self.config.queue_low_watermark,
             "host_queue_max": self.config.host_queue_max or 0,
             "host_key": self.config.host_key})
+        # the per-host defaults they run with, for `scrapy fleet status --hosts`
+        await self.frontier.client.hset(keys.config, mapping=politeness.policy_fields(
+            self.config))  # type: ignore[arg-type]
         for warning in await memory.check_redis_memory(self.frontier.client, self.config):
             logger.warning(warning, extra={"spider": spider})
             self._inc("fleet/backpressure/memory_warnings")
@@ -166,6 +169,7 @@ class FleetScheduler(BaseScheduler):
         self._wake.set()
         logger.info("Fleet worker %s joined crawl %r at %s", self.config.worker_id, crawl_id,
                     self._redacted_url(), extra={"spider": spider})
+        logger.info(politeness.policy_log_line(self.config), extra={"spider": spider})
 
     def close(self, reason: str) -> Deferred[None]:
         return deferred_from_coro(self._close(reason))

@@ -95,6 +95,76 @@ def overrides_to_hostconf(config: FleetConfig) -> dict[str, str]:
     return out
 
 
+def policy_fields(config: FleetConfig) -> dict[str, Any]:
+    """The fleet-wide per-host defaults the workers run with, as written into the crawl's
+    ``config`` hash for ``scrapy fleet status --hosts``: host_interval_ms (0: no rate limit),
+    host_interval_is_rate (1: from FLEET_HOST_RATE), host_burst, host_concurrency (0: no
+    cap), host_key."""
+    params = config.frontier_params()
+    return {"host_interval_ms": int(params.host_interval * 1000),
+            "host_interval_is_rate": 1 if params.host_interval_is_rate else 0,
+            "host_burst": params.host_burst, "host_concurrency": params.host_concurrency,
+            "host_key": config.host_key}
+
+
+def describe_policy(interval: float, concurrency: int, burst: int = 1,
+                    is_rate: bool = False) -> str:
+    """"one request every 1.000 s (1.00/s), at most 1 in flight": a per-host policy
+    (*interval* seconds, 0: none; *concurrency* 0: no cap) in words."""
+    if interval > 0:
+        pace = f"one request every {interval:.3f} s ({1 / interval:.2f}/s"
+        pace += f", burst {burst})" if is_rate and burst > 1 else ")"
+    else:
+        pace = "no rate limit"
+    cap = f"at most {concurrency} in flight" if concurrency > 0 else "no cap on requests in flight"
+    return f"{pace}, {cap}"
+
+
+def policy_log_line(config: FleetConfig) -> str:
+    """The INFO line a worker logs at start: the per-host interval, rate and cap that hold
+    for the whole fleet, where they come from, and what to change for a faster crawl
+    (docs/politeness.md, "Scrapy's own delays and caps")."""
+    params = config.frontier_params()
+    line = (f"Fleet-wide politeness per host (FLEET_HOST_KEY={config.host_key!r}), whatever "
+            f"the number of workers: "
+            + describe_policy(params.host_interval, params.host_concurrency, params.host_burst,
+                              params.host_interval_is_rate)
+            + f" (FLEET_HOST_DELAY={config.host_delay:g} s, by default the project's "
+            f"DOWNLOAD_DELAY; FLEET_HOST_RATE={config.host_rate}; FLEET_HOST_CONCURRENCY="
+            f"{config.host_concurrency}, by default CONCURRENT_REQUESTS_PER_DOMAIN)")
+    if config.host_overrides:
+        line += f"; {len(config.host_overrides)} host(s) in FLEET_HOST_OVERRIDES"
+    if config.robots_obey:
+        line += "; a robots.txt Crawl-delay may slow a host down further"
+    if params.host_interval >= 0.5 or 0 < params.host_concurrency <= 2:
+        line += ("; for a faster crawl lower DOWNLOAD_DELAY (or set FLEET_HOST_RATE) and raise "
+                 "CONCURRENT_REQUESTS_PER_DOMAIN (or FLEET_HOST_CONCURRENCY)")
+    return line
+
+
+def effective_policy(defaults: dict[str, Any], override: str | None,
+                     crawl_delay_ms: int | None) -> tuple[float, int, int, bool]:
+    """(interval s, burst, concurrency cap, is_rate) of one host, as lua/hosts.lua's
+    host_policy_ctx computes it: the fleet's *defaults* (:func:`policy_fields`), its
+    ``hostconf`` *override* ("T ms|burst|cap|rate", empty parts keep the default), and its
+    robots.txt Crawl-delay as a lower bound of the interval (with burst 1)."""
+    interval = int(defaults.get("host_interval_ms", 0))
+    burst = int(defaults.get("host_burst", 1))
+    cap = int(defaults.get("host_concurrency", 0))
+    rate = bool(int(defaults.get("host_interval_is_rate", 0)))
+    if override:
+        parts = [*override.split("|"), "", "", "", ""][:4]
+        if parts[0].strip().isdigit():
+            interval, rate = int(parts[0]), parts[3].strip() == "1"
+        if parts[1].strip().isdigit():
+            burst = int(parts[1])
+        if parts[2].strip().isdigit():
+            cap = int(parts[2])
+    if crawl_delay_ms is not None and crawl_delay_ms >= interval:
+        interval, burst, rate = crawl_delay_ms, 1, False
+    return interval / 1000, max(burst, 1), cap, rate
+
+
 class Politeness:
     """Per-host politeness calls of one worker (asyncio).
 
@@ -169,9 +239,10 @@ class Politeness:
         reply = await self._call("robots_get", "", o=origin)
         return _entry(reply["entry"]), int(reply["now"])
 
-    async def robots_lock(self, origin: str, ttl: float = 30.0) -> bool:
-        """Take the right to fetch *origin*'s robots.txt for the fleet for *ttl* seconds."""
-        reply = await self._call("robots_lock", "", o=origin, w=self.worker,
+    async def robots_lock(self, origin: str, ttl: float = 30.0, owner: str = "") -> bool:
+        """Take the right to fetch *origin*'s robots.txt for the fleet for *ttl* seconds, as
+        *owner* (one fetch: this worker's id and a number); the same owner renews it."""
+        reply = await self._call("robots_lock", "", o=origin, w=owner or self.worker,
                                  ttl=int(ttl * 1000))
         return bool(reply["ok"])
 

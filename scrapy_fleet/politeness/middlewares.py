@@ -17,6 +17,7 @@ Both are enabled by ``scrapy_fleet.Addon`` (docs/politeness.md).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 import weakref
@@ -252,6 +253,9 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
         _ROBOTS[crawler] = self
         self._states: dict[str, _RobotsState] = {}  # origin -> what this worker knows
         self._gone_logged: set[str] = set()
+        #: origin -> this worker's fetch under way: its other requests wait for it, no I/O
+        self._fetching: dict[str, asyncio.Future[_RobotsState]] = {}
+        self._fetches = itertools.count(1)
         self._useragent = crawler.settings.get("ROBOTSTXT_USER_AGENT") or \
             crawler.settings.get("USER_AGENT")
 
@@ -316,6 +320,9 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
         state = self._states.get(origin)
         if state is not None and state.until > time.monotonic():
             return state
+        fetching = self._fetching.get(origin)
+        if fetching is not None:
+            return await asyncio.shield(fetching)
         p = self.politeness()
         deadline = time.monotonic() + self.WAIT_OTHER
         pause = 0.2
@@ -324,8 +331,21 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
             state = self._read(origin, entry, now_ms)
             if state is not None:
                 return state
-            if await p.robots_lock(origin, self.LOCK_TTL):
-                return await self._fetch(request, origin)
+            owner = f"{self.config.worker_id}/{next(self._fetches)}"
+            if await p.robots_lock(origin, self.LOCK_TTL, owner):
+                future: asyncio.Future[_RobotsState] = asyncio.get_running_loop().create_future()
+                self._fetching[origin] = future
+                try:
+                    state = await self._fetch(request, origin, owner)
+                except BaseException as exc:
+                    future.set_exception(exc)
+                    future.exception()  # retrieved: the waiters, if any, get it too
+                    raise
+                else:
+                    future.set_result(state)
+                    return state
+                finally:
+                    self._fetching.pop(origin, None)
             if time.monotonic() > deadline:
                 return _RobotsState("wait", None, time.monotonic() + self.RETRY_LATER)
             await asyncio.sleep(pause)  # another worker is fetching it
@@ -368,7 +388,7 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
         self._states[origin] = state
         return state
 
-    async def _fetch(self, request: Request, origin: str) -> _RobotsState:
+    async def _fetch(self, request: Request, origin: str, owner: str) -> _RobotsState:
         from protego import Protego
         from scrapy.http.request import NO_CALLBACK
 
@@ -376,7 +396,7 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
         robots = Request(f"{url.scheme}://{url.netloc}/robots.txt", priority=1000,
                          meta={"dont_obey_robotstxt": True}, callback=NO_CALLBACK)
         status, body, delay, error, retry_after = 0, b"", None, "", None
-        renew = asyncio.ensure_future(self._renew_lock(origin))
+        renew = asyncio.ensure_future(self._renew_lock(origin, owner))
         try:
             response = await _download(self.crawler, robots)
             status, body = response.status, response.body
@@ -412,14 +432,14 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
             await asyncio.sleep(delay)  # robots.txt itself was this host's last request
         return state
 
-    async def _renew_lock(self, origin: str) -> None:
+    async def _renew_lock(self, origin: str, owner: str) -> None:
         """Keep the fetch lock while the fetch lasts (the guard may wait out the host's
         back-off, Scrapy may retry): no second worker fetches meanwhile, and a worker that
         dies lets another one take over within ``LOCK_TTL``."""
         while True:
             await asyncio.sleep(self.LOCK_TTL / 3)
             try:
-                await self.politeness().robots_lock(origin, self.LOCK_TTL)
+                await self.politeness().robots_lock(origin, self.LOCK_TTL, owner)
             except _REDIS_ERRORS:
                 pass
 
