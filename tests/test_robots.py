@@ -41,7 +41,7 @@ def run_probe(n: int, urls: list[str], redis_url: str, env: dict[str, str], tmp_
     logs = [tmp_path / f"w-{i}.log" for i in range(n)]
     settings: dict[str, object] = {
         "FLEET_REDIS_URL": redis_url, "ROBOTSTXT_OBEY": True, "FLEET_IDLE_TIMEOUT": 3,
-        "RETRY_TIMES": 0, "FLEET_BACKOFF_BASE": 0.2, "FLEET_BACKOFF_MAX": 2}
+        "FLEET_BACKOFF_BASE": 0.2, "FLEET_BACKOFF_MAX": 2}
     settings.update(extra)
     procs = [start_worker(TEST_PROJECT, "robots_probe",
                           {**settings, "FLEET_JSONL_PATH": outs[i]}, env, logs[i],
@@ -77,6 +77,8 @@ def test_unfetchable_robots_txt_is_retried_then_its_requests_fail(
     # three attempts for the fleet, each by one worker, then the request failed: the crawl
     # ended by itself (idle close), with the reason in the errback and the dead letters
     assert total(logs, "fleet/politeness/robots_fetched") == 3
+    # one request each (Scrapy's RetryMiddleware does not multiply them), and no page
+    assert total(logs, "downloader/request_count") == 3
     assert total(logs, "fleet/politeness/robots_failed") == 3
     assert total(logs, "fleet/politeness/robots_hold") == 2  # sent back after attempts 1, 2
     assert total(logs, "fleet/politeness/robots_unreachable") == 1

@@ -393,8 +393,11 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
         from scrapy.http.request import NO_CALLBACK
 
         url = urlparse_cached(request)
+        # one attempt is one request: the fleet's growing waits between attempts take the
+        # place of Scrapy's retries (which would also lengthen the host's back-off 3-fold)
         robots = Request(f"{url.scheme}://{url.netloc}/robots.txt", priority=1000,
-                         meta={"dont_obey_robotstxt": True}, callback=NO_CALLBACK)
+                         meta={"dont_obey_robotstxt": True, "dont_retry": True},
+                         callback=NO_CALLBACK)
         status, body, delay, error, retry_after = 0, b"", None, "", None
         renew = asyncio.ensure_future(self._renew_lock(origin, owner))
         try:
