@@ -121,11 +121,11 @@ def test_robots_txt_is_per_origin_while_politeness_stays_per_host(
     urls = [f"{failing.url}site/p/{i}.html" for i in range(3)]
     urls += [f"{site.url}site/p/{i}.html" for site in (one, two) for i in range(10)]
     outs, logs = run_probe(2, urls, redis_url, worker_env, tmp_path,
-                           {"FLEET_ROBOTSTXT_HOLD": 4, "FLEET_ROBOTSTXT_MAX_ATTEMPTS": 2,
+                           {"FLEET_ROBOTSTXT_HOLD": 6, "FLEET_ROBOTSTXT_MAX_ATTEMPTS": 2,
                             "FLEET_HOST_KEY": "host"})
     failing_robots = sorted(r["t"] for r in failing.requests() if r["path"] == "/robots.txt")
     assert len(failing_robots) == 2  # two attempts, then given up
-    assert failing_robots[1] - failing_robots[0] >= 3.95
+    assert failing_robots[1] - failing_robots[0] >= 5.95
     assert not [r for r in failing.requests() if r["path"] != "/robots.txt"]
     # each origin's robots.txt fetched once and its own rules applied to its own pages
     for site, forbidden in ((one, "/site/p/1.html"), (two, "/site/p/2.html")):
