@@ -202,6 +202,17 @@ def test_robots_state_and_lock_are_per_origin(redis_url):
     store(redis_url, first, 503)
     assert call(redis_url, "robots_get", "", o=second)["entry"] == b""
     assert call(redis_url, "robots_lock", "", o=first, w="w2", ttl=30000)["ok"] == 1  # freed
+    # checked and taken in one step: a settled entry (usable, or failed with its next attempt
+    # still ahead) is returned instead of the lock, so no second fetch starts right after one
+    store(redis_url, second, 200)
+    settled = call(redis_url, "robots_lock", "", o=second, w="w3", ttl=30000, rt=3600000)
+    assert (settled["ok"], settled["entry"]["status"]) == (0, 200)
+    # (w2 holds first's lock since above)
+    assert call(redis_url, "robots_lock", "", o=first, w="w2", ttl=30000,
+                rt=3600000)["ok"] == 0  # failed, its next attempt 1 s ahead
+    time.sleep(1.05)
+    assert call(redis_url, "robots_lock", "", o=first, w="w2", ttl=30000,
+                rt=3600000)["ok"] == 1  # due
     # the failed robots.txt put no hold on the host: the other origins' pages go on
     keys = CrawlKeys("fleet", "robots")
     assert not redis.Redis.from_url(redis_url).hexists(keys.hold, "a.test")

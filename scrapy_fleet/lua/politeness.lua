@@ -18,8 +18,11 @@
 -- given up: until then the frontier leases one request of h at a time (the scout).
 --   robots_get   o; reply {now, entry = msgpack {status, body, at, fails, next, gone, err}
 --                or ''}
---   robots_lock  o, w = worker, ttl = ms: take (or, for its holder, renew) the right to fetch
---                o's robots.txt; {ok}
+--   robots_lock  o, w = owner, ttl = ms, rt = FLEET_ROBOTSTXT_TTL ms: unless o's entry is
+--                settled (younger than rt, and usable, given up, or failed with its next
+--                attempt still ahead), take (or, for its owner, renew) the right to fetch o's
+--                robots.txt; {ok, now, entry}: checked and taken in one step, so that no
+--                second fetch starts just after a first one stored its result
 --   robots_store o, h, status (0: no answer), body, cd = Crawl-delay ms (-1 none), err = last
 --                error, ra = Retry-After ms (-1 none), hold = first wait ms, cap = longest
 --                wait ms, ma = attempts before giving up (0: never), w; a failure (status 0,
@@ -92,15 +95,28 @@ elseif req.op == 'robots_get' then
   return cmsgpack.pack({now = now, entry = redis.call('HGET', ROBOTS, req.o or '') or ''})
 elseif req.op == 'robots_lock' then
   local o = req.o or ''
+  local raw = redis.call('HGET', ROBOTS, o) or ''
+  local rt = tonumber(req.rt)
+  if raw ~= '' and rt then
+    local okp, e = pcall(cmsgpack.unpack, raw)
+    if okp and type(e) == 'table' and now - (tonumber(e.at) or 0) < rt then
+      local st = tonumber(e.status) or 0
+      local failed = st == 0 or st >= 500 or st == 429
+      if not failed or (tonumber(e.gone) or 0) == 1 or (tonumber(e.next) or 0) > now then
+        return cmsgpack.pack({ok = 0, now = now, entry = raw})  -- settled: nothing to fetch
+      end
+    end
+  end
   local v = redis.call('HGET', ROBOTS_LOCK, o)
   if v then
     local who, until_ms = string.match(v, '^(.*)|(%d+)$')
     if (tonumber(until_ms) or 0) > now and who ~= (req.w or '') then
-      return cmsgpack.pack({ok = 0})  -- another worker fetches it (its own lock: renewed)
+      -- another worker fetches it (its own lock: renewed)
+      return cmsgpack.pack({ok = 0, now = now, entry = raw})
     end
   end
   redis.call('HSET', ROBOTS_LOCK, o, (req.w or '') .. '|' .. (now + (tonumber(req.ttl) or 30000)))
-  return cmsgpack.pack({ok = 1})
+  return cmsgpack.pack({ok = 1, now = now, entry = raw})
 elseif req.op == 'robots_store' then
   local o = req.o or ''
   local status = tonumber(req.status) or 0

@@ -239,12 +239,17 @@ class Politeness:
         reply = await self._call("robots_get", "", o=origin)
         return _entry(reply["entry"]), int(reply["now"])
 
-    async def robots_lock(self, origin: str, ttl: float = 30.0, owner: str = "") -> bool:
-        """Take the right to fetch *origin*'s robots.txt for the fleet for *ttl* seconds, as
-        *owner* (one fetch: this worker's id and a number); the same owner renews it."""
+    async def robots_lock(self, origin: str, ttl: float = 30.0,
+                          owner: str = "") -> tuple[bool, dict[str, Any] | None, int]:
+        """Unless *origin*'s entry is settled (younger than FLEET_ROBOTSTXT_TTL, and usable,
+        given up, or failed with its next attempt still ahead), take the right to fetch its
+        robots.txt for the fleet for *ttl* seconds, as *owner* (one fetch: this worker's id and
+        a number; the same owner renews it), in the same step.  Returns (taken, the entry as
+        :meth:`robots_get` gives it, server time ms)."""
         reply = await self._call("robots_lock", "", o=origin, w=owner or self.worker,
-                                 ttl=int(ttl * 1000))
-        return bool(reply["ok"])
+                                 ttl=int(ttl * 1000),
+                                 rt=int(self.config.robotstxt_ttl * 1000))
+        return bool(reply["ok"]), _entry(reply.get("entry")), int(reply.get("now", 0))
 
     async def robots_store(self, origin: str, host: str, status: int, body: bytes,
                            crawl_delay: float | None, error: str = "",

@@ -327,12 +327,16 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
         deadline = time.monotonic() + self.WAIT_OTHER
         pause = 0.2
         while True:
-            entry, now_ms = await p.robots_get(origin)
-            state = self._read(origin, entry, now_ms)
-            if state is not None:
-                return state
+            fetching = self._fetching.get(origin)
+            if fetching is not None:  # another request of this worker took the lock meanwhile
+                return await asyncio.shield(fetching)
             owner = f"{self.config.worker_id}/{next(self._fetches)}"
-            if await p.robots_lock(origin, self.LOCK_TTL, owner):
+            taken, entry, now_ms = await p.robots_lock(origin, self.LOCK_TTL, owner)
+            if not taken:
+                state = self._read(origin, entry, now_ms)
+                if state is not None:
+                    return state
+            else:
                 future: asyncio.Future[_RobotsState] = asyncio.get_running_loop().create_future()
                 self._fetching[origin] = future
                 try:
