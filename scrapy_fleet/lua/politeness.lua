@@ -16,8 +16,8 @@
 -- robots_* ops read and write the field o of robots / robots_lock, and robots_store writes
 -- the field h of robots (the origin) once one of the host's origins has usable rules or was
 -- given up: until then the frontier leases one request of h at a time (the scout).
---   robots_get   o; reply {now, entry = msgpack {status, body, at, fails, next, gone, err}
---                or ''}
+--   robots_get   o (for tools and tests; the worker uses robots_lock); reply {now, entry =
+--                msgpack {status, body, at, fails, next, gone, err} or ''}
 --   robots_lock  o, w = owner, ttl = ms, rt = FLEET_ROBOTSTXT_TTL ms: unless o's entry is
 --                settled (younger than rt, and usable, given up, or failed with its next
 --                attempt still ahead), take (or, for its owner, renew) the right to fetch o's

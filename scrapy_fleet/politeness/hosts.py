@@ -230,22 +230,16 @@ class Politeness:
     async def success(self, host: str) -> None:
         await self._call("success", host)
 
-    async def robots_get(self, origin: str) -> tuple[dict[str, Any] | None, int]:
-        """The shared robots.txt entry of *origin* (see :func:`robots_origin`) and the Redis
-        server time (ms).  The entry: {status (0: no answer), body, at (ms), fails
-        (consecutive failed attempts), next (ms: no new attempt before; 0 none), gone (1: the
-        fleet gave up, FLEET_ROBOTSTXT_MAX_ATTEMPTS), err (the last failure)}; None when the
-        fleet has none."""
-        reply = await self._call("robots_get", "", o=origin)
-        return _entry(reply["entry"]), int(reply["now"])
-
     async def robots_lock(self, origin: str, ttl: float = 30.0,
                           owner: str = "") -> tuple[bool, dict[str, Any] | None, int]:
         """Unless *origin*'s entry is settled (younger than FLEET_ROBOTSTXT_TTL, and usable,
         given up, or failed with its next attempt still ahead), take the right to fetch its
         robots.txt for the fleet for *ttl* seconds, as *owner* (one fetch: this worker's id and
-        a number; the same owner renews it), in the same step.  Returns (taken, the entry as
-        :meth:`robots_get` gives it, server time ms)."""
+        a number; the same owner renews it), in the same step.  Returns (taken, the entry,
+        the Redis server time in ms).  The entry (None: the fleet has none): {status (0: no
+        answer), body, at (ms), fails (consecutive failed attempts), next (ms: no new attempt
+        before; 0 none), gone (1: given up, FLEET_ROBOTSTXT_MAX_ATTEMPTS), err (the last
+        failure)}; *origin* as :func:`robots_origin` gives it."""
         reply = await self._call("robots_lock", "", o=origin, w=owner or self.worker,
                                  ttl=int(ttl * 1000),
                                  rt=int(self.config.robotstxt_ttl * 1000))
