@@ -16,6 +16,7 @@ import msgpack
 import pytest
 import redis
 from scrapy import Request
+from scrapy.settings import Settings
 from support import (
     TEST_PROJECT,
     free_port,
@@ -27,6 +28,8 @@ from support import (
 )
 
 from scrapy_fleet import codec, lua
+from scrapy_fleet.config import FleetConfig
+from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.client import FrontierAdmin, SyncBatch
 from scrapy_fleet.keys import CrawlKeys
@@ -235,3 +238,15 @@ def test_a_delayed_push_is_leased_only_after_its_delay(redis_url):
     time.sleep(0.7)
     leased = admin.sync(SyncBatch(take=5), worker="w").leased
     assert [codec.decode_dict(e.payload)["url"] for e in leased] == [url]
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, "many", True])
+def test_max_attempts_setting_is_validated(value):
+    with pytest.raises(FleetConfigError, match="FLEET_ROBOTSTXT_MAX_ATTEMPTS"):
+        FleetConfig.from_settings(Settings({"FLEET_ROBOTSTXT_MAX_ATTEMPTS": value}))
+
+
+def test_max_attempts_setting_default_and_zero():
+    assert FleetConfig.from_settings(Settings()).robotstxt_max_attempts == 4
+    assert FleetConfig.from_settings(
+        Settings({"FLEET_ROBOTSTXT_MAX_ATTEMPTS": "0"})).robotstxt_max_attempts == 0
