@@ -57,6 +57,9 @@ PRIVATE_META_PREFIX = "_fleet_"
 LEASE_META_KEY = PRIVATE_META_PREFIX + "lease"
 #: meta key numbering the spider's start requests (0, 1, ...) in the worker that consumes them
 START_META_KEY = PRIVATE_META_PREFIX + "start"
+#: meta key of a request sent back to the frontier to wait there (seconds) before it may be
+#: leased again (its origin's robots.txt could not be fetched yet); read once by the scheduler
+DEFER_META_KEY = PRIVATE_META_PREFIX + "defer"
 
 
 def _default(obj: Any) -> Any:

@@ -129,6 +129,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FLEET_ROBOTSTXT_HOLD", 60.0, "float >= 0",
             "seconds a host is held when its robots.txt answers 5xx/429 or fails",
             "politeness", _POL),
+    Setting("FLEET_ROBOTSTXT_MAX_ATTEMPTS", 4, "int >= 0",
+            "failed robots.txt fetches of an origin before its requests fail; 0: never",
+            "politeness", _POL),
     Setting("FLEET_MAX_CRAWL_DELAY", 60.0, "float >= 0", "cap on a robots.txt Crawl-delay",
             "politeness", _POL),
     Setting("FLEET_BACKOFF_BASE", 1.0, "float > 0",
@@ -495,6 +498,7 @@ class FleetConfig:
     robots_obey: bool
     robotstxt_ttl: float
     robotstxt_hold: float
+    robotstxt_max_attempts: int
     max_crawl_delay: float
     backoff_base: float
     backoff_max: float
@@ -639,6 +643,9 @@ class FleetConfig:
                                   "seconds >= 1"),
             robotstxt_hold=_number("FLEET_ROBOTSTXT_HOLD", g("FLEET_ROBOTSTXT_HOLD"), float,
                                    0.0, "seconds >= 0"),
+            robotstxt_max_attempts=_number("FLEET_ROBOTSTXT_MAX_ATTEMPTS",
+                                           g("FLEET_ROBOTSTXT_MAX_ATTEMPTS"), int, 0,
+                                           "an integer >= 0 (0: no limit)"),
             max_crawl_delay=_number("FLEET_MAX_CRAWL_DELAY", g("FLEET_MAX_CRAWL_DELAY"), float,
                                     0.0, "seconds >= 0"),
             backoff_base=_number("FLEET_BACKOFF_BASE", g("FLEET_BACKOFF_BASE"), float, 0.0,

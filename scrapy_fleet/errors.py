@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from scrapy.exceptions import IgnoreRequest
+
 
 class FleetError(Exception):
     """Base class of every error this package raises on purpose."""
@@ -31,3 +33,14 @@ class CrawlStateLostError(FleetError, RuntimeError):
     """Redis no longer holds the crawl's state (its crawl marker is gone): it restarted without
     its data, or the crawl was purged under the worker.  Going on would finish early as if the
     crawl were done, so the worker stops with this error."""
+
+
+class RobotsTxtUnavailable(FleetError, IgnoreRequest):
+    """A request's origin gave no usable robots.txt in ``FLEET_ROBOTSTXT_MAX_ATTEMPTS``
+    attempts (no answer, 5xx or 429 each time): the request is not sent.  It reaches the
+    request's errback as this failure, and its frontier entry goes to the dead letters with
+    the same message (docs/politeness.md).  ``origin`` is ``scheme://host:port``."""
+
+    def __init__(self, message: str, origin: str = "") -> None:
+        super().__init__(message)
+        self.origin = origin

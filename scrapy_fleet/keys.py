@@ -26,9 +26,13 @@ prefix ``fleet`` and crawl id ``docs``::
     fleet:{docs}:crawldelay   HASH  host -> ms                robots.txt Crawl-delay
     fleet:{docs}:wlive        HASH  "worker|host" -> count    leases of a worker for a host
     fleet:{docs}:fails        HASH  host -> count             consecutive failures (back-off)
-    fleet:{docs}:robots       HASH  host -> msgpack           shared robots.txt {status, body, at}
-    fleet:{docs}:robots_lock  HASH  host -> "worker|until"    who fetches a host's robots.txt
-    fleet:{docs}:config       HASH    the workers' bounds     queue_max, low_watermark
+    fleet:{docs}:robots       HASH  origin -> msgpack         shared robots.txt {status, body, at,
+                                                              fails, next, gone, err}; and
+                                    host -> origin            the host is known (no scouting)
+    fleet:{docs}:robots_lock  HASH  origin -> "owner|until"   who fetches an origin's robots.txt
+    fleet:{docs}:config       HASH    the workers' bounds     queue_max, low_watermark, ...,
+                                      and per-host defaults   host_interval_ms, host_burst,
+                                                              host_concurrency, ...
     fleet:{docs}:seq          STRING  counter                 entry ids
     fleet:{docs}:token        STRING  counter                 fencing tokens
     fleet:{docs}:bloom:meta   HASH    Bloom filter parameters and per-slice counts

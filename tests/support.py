@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -240,3 +241,14 @@ def tail(path: Path, chars: int = 3000) -> str:
         return Path(path).read_text(encoding="utf-8", errors="replace")[-chars:]
     except FileNotFoundError:
         return f"<no file {path}>"
+
+
+def worker_stats(log_path: Path) -> dict[str, float]:
+    """The numeric stats a worker dumped at its end ("Dumping Scrapy stats"), from its log."""
+    text = Path(log_path).read_text(encoding="utf-8", errors="replace")
+    start = text.rfind("Dumping Scrapy stats")
+    if start < 0:
+        return {}
+    block = text[start:text.find("}", start) + 1]
+    return {key: float(value) for key, value in
+            re.findall(r"'([^']+)': (-?\d+(?:\.\d+)?)[,}]", block)}

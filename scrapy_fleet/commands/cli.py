@@ -315,6 +315,7 @@ def _status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int | No
     status["failed"] = failures.failed_counts(admin.client, admin.keys)
     if getattr(opts, "hosts", False):
         status["hosts"] = admin.hosts(limit=opts.limit)
+        status["host_policy"] = admin.host_policy()
     if opts.json:
         print(json.dumps(status, indent=2, sort_keys=True))
         return push.EXIT_OK
@@ -338,14 +339,24 @@ def _status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int | No
     for worker, age in sorted(workers.items()):
         print(f"    {worker}  last seen {age} s ago")
     if "hosts" in status:
+        policy = status.get("host_policy")
+        if policy is None:
+            print("  per host (fleet-wide): not known yet (no worker has started)")
+        else:
+            print(f"  per host (fleet-wide, FLEET_HOST_KEY={policy['host_key']!r}): "
+                  + politeness.describe_policy(policy["interval"], policy["cap"],
+                                               policy["burst"], policy["is_rate"]))
         print(f"  hosts    {'host':<32} {'entries':>8} {'flight':>6} {'next':>8} {'hold':>7} "
-              f"{'delay':>6} {'fails':>5}")
+              f"{'delay':>6} {'fails':>5} {'interval':>9} {'cap':>4}")
         for row in status["hosts"]:
             nxt = "slot" if row["waits_for_slot"] else (
                 "-" if row["next_in"] is None else f"{row['next_in']:.1f}s")
             delay = "-" if row["crawl_delay"] is None else f"{row['crawl_delay']:.1f}s"
+            interval = f"{row['interval']:.3f}s" if row["interval"] else "-"
+            cap = row["cap"] or "-"
             print(f"           {row['host'][:32]:<32} {row['entries']:>8} {row['in_flight']:>6} "
-                  f"{nxt:>8} {row['hold_left']:>6.1f}s {delay:>6} {row['failures']:>5}")
+                  f"{nxt:>8} {row['hold_left']:>6.1f}s {delay:>6} {row['failures']:>5} "
+                  f"{interval:>9} {cap:>4}")
     return push.EXIT_OK
 
 

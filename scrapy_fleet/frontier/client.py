@@ -32,6 +32,7 @@ from scrapy_fleet import lua, redis_client
 from scrapy_fleet.config import STAGE_HOST
 from scrapy_fleet.errors import CrawlStateLostError
 from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.politeness.hosts import effective_policy
 
 logger = logging.getLogger(__name__)
 
@@ -52,11 +53,13 @@ def clamp_priority(priority: int) -> int:
 class SyncBatch:
     """One worker call.  Ids are entry ids (str), tokens fencing tokens (int), priorities ints.
 
-    ``pushes`` holds ``(bloom_key, priority, payload[, group, host])``: bloom_key is 12 bytes,
-    or ``b""`` for a ``dont_filter`` request (never checked, always a new entry); group 0 (the
-    default) is a push without a parent, group k (1-based) a link found by the request of the
-    k-th acknowledgement, pushed or not with it (see lua/frontier.lua); host (default
-    ``""``: not counted per host) is the host name the per-host bound applies to.
+    ``pushes`` holds ``(bloom_key, priority, payload[, group, host, delay_ms])``: bloom_key
+    is 12 bytes, or ``b""`` for a ``dont_filter`` request (never checked, always a new
+    entry); group 0 (the default) is a push without a parent, group k (1-based) a link
+    found by the request of the k-th acknowledgement, pushed or not with it (see
+    lua/frontier.lua); host (default ``""``: not counted per host) is the host name the
+    per-host bound applies to; delay_ms (default 0) keeps the new entry among the deferred
+    ones that long before it is queued.
 
     ``acks`` holds ``(entry id, token[, failure record])``: the record (msgpack bytes,
     ``failures.record.FailureRecord.encode``) of a request that failed for good is stored
@@ -182,7 +185,8 @@ def _arg(batch: SyncBatch, worker: str, params: FrontierParams, marker: str = ""
         "x": [list(x) for x in batch.extends],
         "s": [list(x) for x in batch.downloaded],
         "p": [[p[0], int(p[1]), p[2], int(p[3]) if len(p) > 3 else 0,
-               p[4] if len(p) > 4 else ""] for p in batch.pushes],
+               p[4] if len(p) > 4 else "", int(p[5]) if len(p) > 5 else 0]
+              for p in batch.pushes],
         "t": batch.take,
         "bn": params.bloom_capacity,
         "bp": params.bloom_error_rate,
@@ -210,6 +214,17 @@ def _int(value: Any, default: Any = 0) -> Any:
         return int(value)
     except (TypeError, ValueError):
         return default
+
+
+def _policy_defaults(config: Any) -> dict[str, Any]:
+    """The per-host defaults of the crawl's ``config`` hash (hosts.policy_fields), with
+    neutral values for the fields a worker has not written (or not as numbers)."""
+    text = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in config.items()}
+    out: dict[str, Any] = {"host_key": text.get("host_key", "host")}
+    for name, default in (("host_interval_ms", 0), ("host_interval_is_rate", 0),
+                          ("host_burst", 1), ("host_concurrency", 0)):
+        out[name] = _int(text.get(name), default)
+    return out
 
 
 def _seeding_state(fields: list[bytes | None]) -> str | None:
@@ -425,13 +440,18 @@ class FrontierAdmin:
             pipe.hgetall(k.fails)
             pipe.hgetall(k.hostconf)
             pipe.time()
-            queued, live, ready, hold, delay, fails, conf, srv = pipe.execute()
+            pipe.hgetall(k.config)
+            queued, live, ready, hold, delay, fails, conf, srv, config = pipe.execute()
         now = srv[0] * 1000 + srv[1] // 1000
+        defaults = _policy_defaults(config)
         ready_at = {h: score for h, score in ready}
         names = set(queued) | set(live) | set(hold) | set(ready_at)
         rows = []
         for h in names:
             at = ready_at.get(h)
+            interval, burst, cap, _ = effective_policy(
+                defaults, conf[h].decode(errors="replace") if h in conf else None,
+                _int(delay[h], None) if h in delay else None)
             rows.append({
                 "host": h.decode(),
                 "entries": int(queued.get(h, 0)),
@@ -442,9 +462,28 @@ class FrontierAdmin:
                 "crawl_delay": int(delay[h]) / 1000 if h in delay else None,
                 "failures": int(fails.get(h, 0)),
                 "override": conf[h].decode() if h in conf else None,
+                # its policy as the lease step applies it (defaults, override, Crawl-delay)
+                "interval": interval,
+                "rate": round(1 / interval, 3) if interval > 0 else None,
+                "burst": burst,
+                "cap": cap,
             })
         rows.sort(key=lambda r: (-r["entries"], -r["in_flight"], r["host"]))
         return rows[:limit]
+
+    def host_policy(self) -> dict[str, Any] | None:
+        """The fleet-wide per-host defaults the workers run with (written by each worker at
+        start): {host_key, interval (s, 0: none), rate (per s, or None), burst, cap (0:
+        none), is_rate}; None before any worker started."""
+        config = self.client.hgetall(self.keys.config)
+        if b"host_interval_ms" not in config:
+            return None
+        defaults = _policy_defaults(config)
+        interval = int(defaults["host_interval_ms"]) / 1000
+        return {"host_key": defaults.get("host_key", "host"), "interval": interval,
+                "rate": round(1 / interval, 3) if interval > 0 else None,
+                "burst": int(defaults["host_burst"]), "cap": int(defaults["host_concurrency"]),
+                "is_rate": bool(int(defaults["host_interval_is_rate"]))}
 
     def dead_letters(self, limit: int = 100) -> Iterator[dict[str, Any]]:
         """Dead letters as dicts {entry_id, reason, at (ms), data (bytes)}, up to *limit*."""

@@ -66,8 +66,8 @@ START_META_KEY = codec.START_META_KEY
 
 #: stored responses a parse worker (FLEET_ROLE = "parse") holds leased at most
 PARSE_HELD = 2
-#: (url, bloom key, priority, payload, host) of a buffered request
-_Out = tuple[str, bytes, int, bytes, str]
+#: (url, bloom key, priority, payload, host, delay ms) of a buffered request
+_Out = tuple[str, bytes, int, bytes, str, int]
 
 
 class _Lease:
@@ -175,6 +175,9 @@ class FleetScheduler(BaseScheduler):
             "low_watermark": self.config.queue_low_watermark,
             "host_queue_max": self.config.host_queue_max or 0,
             "host_key": self.config.host_key})
+        # the per-host defaults they run with, for `scrapy fleet status --hosts`
+        await self.frontier.client.hset(keys.config, mapping=politeness.policy_fields(
+            self.config))  # type: ignore[arg-type]
         for warning in await memory.check_redis_memory(self.frontier.client, self.config):
             logger.warning(warning, extra={"spider": spider})
             self._inc("fleet/backpressure/memory_warnings")
@@ -186,6 +189,7 @@ class FleetScheduler(BaseScheduler):
         self._wake.set()
         logger.info("Fleet worker %s joined crawl %r at %s", self.config.worker_id, crawl_id,
                     self._redacted_url(), extra={"spider": spider})
+        logger.info(politeness.policy_log_line(self.config), extra={"spider": spider})
 
     def close(self, reason: str) -> Deferred[None]:
         return deferred_from_coro(self._close(reason))
@@ -255,6 +259,8 @@ class FleetScheduler(BaseScheduler):
                 return False
         if self._robots_disallow(request):
             return False  # never leased: it would cost its host a turn for nothing
+        delay = request.meta.pop(codec.DEFER_META_KEY, None)
+        delay_ms = int(delay * 1000) if isinstance(delay, int | float) and delay > 0 else 0
         try:
             payload = codec.encode(request, self.spider)
         except RequestEncodeError as exc:
@@ -275,7 +281,7 @@ class FleetScheduler(BaseScheduler):
                                request.url, priority, extra={"spider": self.spider})
                 self._logged_clamp = True
         out: _Out = (request.url, key, priority, payload,
-                     politeness.host_key(request.url, self.config.host_key))
+                     politeness.host_key(request.url, self.config.host_key), delay_ms)
         parent = self._parent_lease(request)
         if parent is not None:
             parent.children.append(out)
@@ -364,6 +370,22 @@ class FleetScheduler(BaseScheduler):
         if lease is None or lease.failure is not None:
             return False
         lease.failure = record
+        return True
+
+    def dead_letter(self, request: Request, reason: str) -> bool:
+        """Send the leased *request* (the object ``next_request`` returned, still in flight) to
+        the dead letters with *reason* at the next frontier call, instead of acknowledging it
+        when the engine is done with it; ``scrapy fleet dead`` lists it.  False when this
+        worker holds no lease for it.  Stat ``fleet/frontier/dead_letter``."""
+        entry = self._inflight.get(id(request))
+        if entry is None or entry[0] is not request or entry[1].lost:
+            return False
+        del self._inflight[id(request)]
+        lease = entry[1]
+        self._by_entry.pop(lease.entry_id, None)
+        self._dead.append((lease, reason[:500]))
+        self._inc("fleet/frontier/dead_letter")
+        self._poke()
         return True
 
     def download_over(self, request: Request) -> None:
@@ -458,13 +480,13 @@ class FleetScheduler(BaseScheduler):
             n_done += 1
             batch.acks.append((lease.entry_id, lease.token) if lease.failure is None
                               else (lease.entry_id, lease.token, lease.failure))
-            batch.pushes += [(key, prio, payload, n_done, host)
-                             for _, key, prio, payload, host in lease.children]
+            batch.pushes += [(key, prio, payload, n_done, host, delay)
+                             for _, key, prio, payload, host, delay in lease.children]
         n_out = 0
         if final or time.monotonic() >= self._outbox_hold_until:
             n_out = max(0, min(len(self._outbox), PUSH_CHUNK - len(batch.pushes)))
-            batch.pushes += [(key, prio, payload, 0, host)
-                             for _, key, prio, payload, host in self._outbox[:n_out]]
+            batch.pushes += [(key, prio, payload, 0, host, delay)
+                             for _, key, prio, payload, host, delay in self._outbox[:n_out]]
         dead = list(self._dead)
         batch.dead = [(lease.entry_id, lease.token, reason) for lease, reason in dead]
         batch.downloaded = [(lease.entry_id, lease.token) for lease in self._downloaded]
@@ -668,7 +690,7 @@ class FleetScheduler(BaseScheduler):
         atomic frontier call: the request is done exactly when its response is stored)."""
         lease = self._by_entry[request.meta[LEASE_META_KEY]]
         lease.children.append((request.url, b"", clamp_priority(request.priority), payload,
-                               stored_responses.STAGE_HOST))
+                               stored_responses.STAGE_HOST, 0))
 
     # -- helpers ---------------------------------------------------------------------------
 

@@ -35,8 +35,10 @@
 --   dd defer delay ms, pt default host interval ms, pb default burst, pc default host
 --   concurrency (0 none), ro 1 when robots.txt is obeyed (a host whose robots.txt is not
 --   known yet gets one request in flight, the scout, until it is),
---   p pushes [[fp12 or "", priority, payload, group, host]...]: group 0 = no parent,
---     group k = a link of the k-th acknowledgement,
+--   p pushes [[fp12 or "", priority, payload, group, host, delay]...]: group 0 = no parent,
+--     group k = a link of the k-th acknowledgement; delay (optional, ms): the new entry waits
+--     in `delayed` that long before it is queued (a request whose origin's robots.txt could
+--     not be fetched yet, docs/politeness.md),
 --   ho lease only from this host, hx never lease from this host (stages: fetch workers
 --     send hx = "~parse", parse workers ho = "~parse"; docs/stages.md)
 --   an acknowledgement may carry a third element, the failure record of a request that
@@ -79,7 +81,8 @@ for _, p in ipairs(req.p) do
   if type(p) ~= 'table' or type(p[1]) ~= 'string' or type(p[2]) ~= 'number'
       or p[2] ~= p[2] or math.abs(p[2]) > PRIORITY_LIMIT
       or type(p[3]) ~= 'string' or (p[1] ~= '' and #p[1] ~= 12)
-      or type(p[4]) ~= 'number' or p[4] < 0 or p[4] > n_acks or type(p[5]) ~= 'string' then
+      or type(p[4]) ~= 'number' or p[4] < 0 or p[4] > n_acks or type(p[5]) ~= 'string'
+      or (p[6] ~= nil and (type(p[6]) ~= 'number' or p[6] ~= p[6] or p[6] < 0)) then
     return redis.error_reply('ERR fleet: bad push entry')
   end
 end
@@ -294,7 +297,11 @@ local function push(p, index)
     host_add(p[5], 1)
     if p[5] == STAGE_HOST then hincrby(STATS, 'response_queue_bytes', #p[3]) end
   end
-  enqueue(id, -p[2], p[5])
+  if p[6] and p[6] > 0 then
+    redis.call('ZADD', DELAYED, now + math.floor(p[6]), id .. '|' .. (-p[2]))
+  else
+    enqueue(id, -p[2], p[5])
+  end
   size = size + 1
   out.new = out.new + 1
   out.pf[index] = 1

@@ -12,9 +12,23 @@
 --                factor chosen by the client; hold the host until now + ra, or until now +
 --                min(max, base * 2^(failures-1)) * jit; reply {until, delay} (ms)
 --   success      forget the host's failures
---   robots_get   reply {now, entry = msgpack {status, body, at} or ''}
---   robots_lock  w = worker, ttl = ms: take the right to fetch the host's robots.txt; {ok}
---   robots_store status, body, cd = Crawl-delay ms (-1 none), hold = ms (0 none), w
+-- robots.txt is per origin (o = "scheme://host:port", RFC 9309), the caps per host (h): the
+-- robots_* ops read and write the field o of robots / robots_lock, and robots_store writes
+-- the field h of robots (the origin) once one of the host's origins has usable rules or was
+-- given up: until then the frontier leases one request of h at a time (the scout).
+--   robots_get   o (for tools and tests; the worker uses robots_lock); reply {now, entry =
+--                msgpack {status, body, at, fails, next, gone, err} or ''}
+--   robots_lock  o, w = owner, ttl = ms, rt = FLEET_ROBOTSTXT_TTL ms: unless o's entry is
+--                settled (younger than rt, and usable, given up, or failed with its next
+--                attempt still ahead), take (or, for its owner, renew) the right to fetch o's
+--                robots.txt; {ok, now, entry}: checked and taken in one step, so that no
+--                second fetch starts just after a first one stored its result
+--   robots_store o, h, status (0: no answer), body, cd = Crawl-delay ms (-1 none), err = last
+--                error, ra = Retry-After ms (-1 none), hold = first wait ms, cap = longest
+--                wait ms, ma = attempts before giving up (0: never), w; a failure (status 0,
+--                5xx, 429) is the fails-th in a row: next attempt not before now +
+--                max(ra, min(cap, hold * 2^(fails-1))), or gone = 1 when fails >= ma;
+--                releases the lock; reply {now, entry}
 -- None of these is retried by the client: a repeated token take only slows the host down,
 -- a repeated back-off only lengthens it.
 
@@ -78,20 +92,61 @@ elseif req.op == 'success' then
   redis.call('HDEL', FAILS, h)
   return cmsgpack.pack({})
 elseif req.op == 'robots_get' then
-  return cmsgpack.pack({now = now, entry = redis.call('HGET', ROBOTS, h) or ''})
+  return cmsgpack.pack({now = now, entry = redis.call('HGET', ROBOTS, req.o or '') or ''})
 elseif req.op == 'robots_lock' then
-  local v = redis.call('HGET', ROBOTS_LOCK, h)
-  if v then
-    local until_ms = tonumber(string.match(v, '|(%d+)$')) or 0
-    if until_ms > now then
-      return cmsgpack.pack({ok = 0})
+  local o = req.o or ''
+  local raw = redis.call('HGET', ROBOTS, o) or ''
+  local rt = tonumber(req.rt)
+  if raw ~= '' and rt then
+    local okp, e = pcall(cmsgpack.unpack, raw)
+    if okp and type(e) == 'table' and now - (tonumber(e.at) or 0) < rt then
+      local st = tonumber(e.status) or 0
+      local failed = st == 0 or st >= 500 or st == 429
+      if not failed or (tonumber(e.gone) or 0) == 1 or (tonumber(e.next) or 0) > now then
+        return cmsgpack.pack({ok = 0, now = now, entry = raw})  -- settled: nothing to fetch
+      end
     end
   end
-  redis.call('HSET', ROBOTS_LOCK, h, (req.w or '') .. '|' .. (now + (tonumber(req.ttl) or 30000)))
-  return cmsgpack.pack({ok = 1})
+  local v = redis.call('HGET', ROBOTS_LOCK, o)
+  if v then
+    local who, until_ms = string.match(v, '^(.*)|(%d+)$')
+    if (tonumber(until_ms) or 0) > now and who ~= (req.w or '') then
+      -- another worker fetches it (its own lock: renewed)
+      return cmsgpack.pack({ok = 0, now = now, entry = raw})
+    end
+  end
+  redis.call('HSET', ROBOTS_LOCK, o, (req.w or '') .. '|' .. (now + (tonumber(req.ttl) or 30000)))
+  return cmsgpack.pack({ok = 1, now = now, entry = raw})
 elseif req.op == 'robots_store' then
-  redis.call('HSET', ROBOTS, h, cmsgpack.pack({status = tonumber(req.status) or 0,
-                                              body = req.body or '', at = now}))
+  local o = req.o or ''
+  local status = tonumber(req.status) or 0
+  local failed = status == 0 or status >= 500 or status == 429
+  local fails, nxt, gone = 0, 0, 0
+  if failed then
+    local old = redis.call('HGET', ROBOTS, o)
+    if old then
+      local okp, e = pcall(cmsgpack.unpack, old)
+      if okp and type(e) == 'table' then fails = tonumber(e.fails) or 0 end
+    end
+    fails = fails + 1
+    local ma = tonumber(req.ma) or 0
+    if ma > 0 and fails >= ma then
+      gone = 1
+    else
+      local hold = tonumber(req.hold) or 60000
+      local delay = math.min(math.max(tonumber(req.cap) or hold, hold), hold * (2 ^ (fails - 1)))
+      local ra = tonumber(req.ra) or -1
+      if ra > delay then delay = ra end
+      nxt = now + math.floor(delay)
+    end
+  end
+  local entry = cmsgpack.pack({status = status, body = failed and '' or (req.body or ''),
+                               at = now, fails = fails, next = nxt, gone = gone,
+                               err = req.err or ''})
+  redis.call('HSET', ROBOTS, o, entry)
+  if (not failed or gone == 1) and h ~= '' then
+    redis.call('HSET', ROBOTS, h, o)  -- the host is known: no more scouting (frontier.lua)
+  end
   local cd = tonumber(req.cd) or -1
   if cd >= 0 then
     redis.call('HSET', CRAWLDELAY, h, cd)
@@ -99,14 +154,10 @@ elseif req.op == 'robots_store' then
     -- (in the worker), and the following request one more
     local tat = tonumber(redis.call('HGET', TAT, h)) or 0
     if tat < now + 2 * cd then redis.call('HSET', TAT, h, now + 2 * cd) end
-  else
+  elseif not failed then
     redis.call('HDEL', CRAWLDELAY, h)
   end
-  local hold = tonumber(req.hold) or 0
-  if hold > 0 then
-    hold_until(now + hold)
-  end
-  redis.call('HDEL', ROBOTS_LOCK, h)
-  return cmsgpack.pack({now = now})
+  redis.call('HDEL', ROBOTS_LOCK, o)
+  return cmsgpack.pack({now = now, entry = entry})
 end
 return redis.error_reply('ERR fleet: unknown politeness op ' .. req.op)

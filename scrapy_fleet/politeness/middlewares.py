@@ -7,13 +7,17 @@ Both are enabled by ``scrapy_fleet.Addon`` (docs/politeness.md).
   from the same per-host GCRA limiter as the frontier's leases, waiting if needed; 429 and
   503 answers and failures to connect put the host on hold for the whole fleet.
 * :class:`FleetRobotsTxtMiddleware` (order 100, in place of Scrapy's ``RobotsTxtMiddleware``
-  when ``ROBOTSTXT_OBEY`` is True): robots.txt is fetched once per host per
-  ``FLEET_ROBOTSTXT_TTL`` for the whole fleet, kept in Redis, and parsed with Protego.
+  when ``ROBOTSTXT_OBEY`` is True): robots.txt is fetched once per origin (scheme, host,
+  port; RFC 9309) per ``FLEET_ROBOTSTXT_TTL`` for the whole fleet, kept in Redis, and parsed
+  with Protego; an origin whose robots.txt fails is tried again by one worker after a
+  growing wait, its requests waiting in the frontier, and given up after
+  ``FLEET_ROBOTSTXT_MAX_ATTEMPTS``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 import weakref
@@ -27,8 +31,9 @@ from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_fleet import engine_hooks, outage, redis_client
-from scrapy_fleet.codec import LEASE_META_KEY
+from scrapy_fleet.codec import DEFER_META_KEY, LEASE_META_KEY
 from scrapy_fleet.config import FleetConfig
+from scrapy_fleet.errors import RobotsTxtUnavailable
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.politeness import hosts as politeness
 
@@ -93,8 +98,9 @@ class _FleetDownloaderMiddleware:
             assert spider is not None
             keys = CrawlKeys(self.config.key_prefix, self.config.resolve_crawl_id(spider.name))
             client = redis_client.async_client(self.config.redis_url, self.config.redis_timeout)
-            self._politeness = politeness.Politeness(client, keys, self.config,
-                                                     self.config.worker_id)
+            self._politeness = politeness.Politeness(
+                client, keys, self.config, self.config.worker_id,
+                on_call=lambda: self._inc(_STAT + "redis_calls"))
         return self._politeness
 
     def host(self, request: Request) -> str:
@@ -209,11 +215,29 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
         return None
 
 
+class _RobotsState:
+    """What this worker knows of one origin's robots.txt, until ``until`` (monotonic s):
+    ``kind`` "rules" (``value``: a Protego parser, or None: allow all), "wait" (its robots.txt
+    failed: no new attempt before ``until``) or "gone" (``value``: the failure message)."""
+
+    __slots__ = ("kind", "until", "value")
+
+    def __init__(self, kind: str, value: Any, until: float) -> None:
+        self.kind = kind
+        self.value = value
+        self.until = until
+
+
 class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
-    """Shared robots.txt.  Stats: ``fleet/politeness/robots_disallowed``,
-    ``fleet/politeness/robots_fetched``, ``fleet/politeness/robots_hold`` (requests sent back
-    to the frontier because their host's robots.txt answered 5xx/429), and Scrapy's
-    ``robotstxt/forbidden``.
+    """Shared robots.txt, per origin (``scheme://host:port``, RFC 9309).
+
+    Stats: ``fleet/politeness/robots_fetched`` (robots.txt fetches by this worker, for the
+    fleet), ``fleet/politeness/robots_failed`` (those that gave no usable answer: none, 5xx,
+    429), ``fleet/politeness/robots_hold`` (requests sent back to wait in the frontier until
+    their origin's next robots.txt attempt), ``fleet/politeness/robots_unreachable`` (requests
+    failed with :class:`~scrapy_fleet.errors.RobotsTxtUnavailable` after
+    ``FLEET_ROBOTSTXT_MAX_ATTEMPTS``), ``fleet/politeness/robots_disallowed`` and Scrapy's
+    ``robotstxt/forbidden``, ``fleet/politeness/redis_calls`` (politeness round trips).
 
     Raises:
         NotConfigured: when ``ROBOTSTXT_OBEY`` is False.
@@ -221,13 +245,22 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
 
     #: seconds to wait for another worker's robots.txt fetch before putting the request back
     WAIT_OTHER = 30.0
+    #: seconds a request waits in the frontier when robots.txt cannot be looked up (Redis
+    #: error, or another worker's fetch outlasted WAIT_OTHER)
+    RETRY_LATER = 2.0
+    #: seconds the fetch lock of an origin lasts unless its holder renews it
+    LOCK_TTL = 30.0
 
     def __init__(self, crawler: Crawler, config: FleetConfig) -> None:
         if not crawler.settings.getbool("ROBOTSTXT_OBEY"):
             raise NotConfigured("ROBOTSTXT_OBEY is False")
         super().__init__(crawler, config)
         _ROBOTS[crawler] = self
-        self._parsers: dict[str, tuple[Any, float]] = {}  # host -> (parser or None, expiry)
+        self._states: dict[str, _RobotsState] = {}  # origin -> what this worker knows
+        self._gone_logged: set[str] = set()
+        #: origin -> this worker's fetch under way: its other requests wait for it, no I/O
+        self._fetching: dict[str, asyncio.Future[_RobotsState]] = {}
+        self._fetches = itertools.count(1)
         self._useragent = crawler.settings.get("ROBOTSTXT_USER_AGENT") or \
             crawler.settings.get("USER_AGENT")
 
@@ -236,18 +269,20 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
             return None
         if urlparse_cached(request).scheme not in ("http", "https"):
             return None
-        host = self.host(request)
+        origin = politeness.robots_origin(request.url)
+        if not origin:
+            return None
         try:
-            parser = await self._parser(request, host)
+            state = await self._state(request, origin)
         except _REDIS_ERRORS as exc:
             self._redis_trouble(exc, "Shared robots.txt of %s unavailable (%s); the request goes "
-                                "back to the frontier", host, exc)
-            parser = "hold"
-        if parser == "hold":
-            self._inc(_STAT + "robots_hold")
-            # back to the frontier (pushed with this request's acknowledgement); the host is
-            # on hold there, so it is leased again only after the hold
-            return request.replace(dont_filter=True)
+                                "back to the frontier", origin, exc)
+            state = _RobotsState("wait", None, time.monotonic() + self.RETRY_LATER)
+        if state.kind == "wait":
+            return self._send_back(request, state.until - time.monotonic())
+        if state.kind == "gone":
+            return await self._give_up(request, origin, str(state.value))
+        parser = state.value
         if parser is not None:
             useragent = self._useragent or request.headers.get(b"User-Agent", b"")
             if isinstance(useragent, bytes):
@@ -257,87 +292,190 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
                 self._inc("robotstxt/forbidden")
                 if request.meta.get(LEASE_META_KEY):
                     try:  # its lease took the host's turn: give it back
-                        await self.politeness().refund(host)
+                        await self.politeness().refund(self.host(request))
                     except _REDIS_ERRORS:
                         pass
                 raise IgnoreRequest("Forbidden by robots.txt")
         return None
 
-    async def _parser(self, request: Request, host: str) -> Any:
-        cached = self._parsers.get(host)
-        if cached is not None and cached[1] > time.monotonic():
-            return cached[0]
-        p = self.politeness()
-        ttl_ms = self.config.robotstxt_ttl * 1000
-        deadline = time.monotonic() + self.WAIT_OTHER
-        while True:
-            entry, now_ms = await p.robots_get(host)
-            if entry is not None and now_ms - int(entry.get("at", 0)) < ttl_ms:
-                return self._remember(host, entry, now_ms)
-            if await p.robots_lock(host):
-                return await self._fetch(request, host)
-            if time.monotonic() > deadline:
-                return "hold"
-            await asyncio.sleep(0.2)  # another worker is fetching it
+    def _send_back(self, request: Request, seconds: float) -> Request:
+        """Back to the frontier (pushed with this request's acknowledgement), to wait there
+        *seconds* among the deferred entries: no worker holds it or spins on it meanwhile, and
+        its host's other requests (other origins) go on."""
+        self._inc(_STAT + "robots_hold")
+        again = request.replace(dont_filter=True)
+        again.meta[DEFER_META_KEY] = max(0.05, seconds + 0.05)  # due just after the attempt
+        return again
 
-    def _remember(self, host: str, entry: dict[str, Any], now_ms: int) -> Any:
+    async def _give_up(self, request: Request, origin: str, message: str) -> None:
+        self._inc(_STAT + "robots_unreachable")
+        if origin not in self._gone_logged:
+            self._gone_logged.add(origin)
+            logger.error("%s; its requests fail with RobotsTxtUnavailable (errback) and go to "
+                         "the dead letters (scrapy fleet dead) (logged once per origin)",
+                         message, extra={"spider": self.crawler.spider})
+        scheduler = engine_hooks.scheduler_of(self.crawler)
+        dead_letter = getattr(scheduler, "dead_letter", None)
+        if dead_letter is not None and request.meta.get(LEASE_META_KEY):
+            dead_letter(request, message)
+        raise RobotsTxtUnavailable(message, origin)
+
+    async def _state(self, request: Request, origin: str) -> _RobotsState:
+        state = self._states.get(origin)
+        if state is not None and state.until > time.monotonic():
+            return state
+        fetching = self._fetching.get(origin)
+        if fetching is not None:
+            return await asyncio.shield(fetching)
+        p = self.politeness()
+        deadline = time.monotonic() + self.WAIT_OTHER
+        pause = 0.2
+        while True:
+            fetching = self._fetching.get(origin)
+            if fetching is not None:  # another request of this worker took the lock meanwhile
+                return await asyncio.shield(fetching)
+            owner = f"{self.config.worker_id}/{next(self._fetches)}"
+            taken, entry, now_ms = await p.robots_lock(origin, self.LOCK_TTL, owner)
+            if not taken:
+                state = self._read(origin, entry, now_ms)
+                if state is not None:
+                    return state
+            else:
+                future: asyncio.Future[_RobotsState] = asyncio.get_running_loop().create_future()
+                self._fetching[origin] = future
+                try:
+                    state = await self._fetch(request, origin, owner)
+                except BaseException as exc:
+                    future.set_exception(exc)
+                    future.exception()  # retrieved: the waiters, if any, get it too
+                    raise
+                else:
+                    future.set_result(state)
+                    return state
+                finally:
+                    self._fetching.pop(origin, None)
+            if time.monotonic() > deadline:
+                return _RobotsState("wait", None, time.monotonic() + self.RETRY_LATER)
+            await asyncio.sleep(pause)  # another worker is fetching it
+            pause = min(pause * 1.5, 2.0)
+
+    def _read(self, origin: str, entry: dict[str, Any] | None,
+              now_ms: int) -> _RobotsState | None:
+        """The state an entry of the fleet gives (kept locally while it holds), or None: a
+        robots.txt attempt is due (no entry, expired, or a failed one whose wait is over)."""
         from protego import Protego
 
-        status = int(entry.get("status", 0))
-        expires = time.monotonic() + self.config.robotstxt_ttl - (
-            now_ms - int(entry.get("at", now_ms))) / 1000
-        if status >= 500 or status == 429 or status == 0:
-            # not cached: the hold expires before the TTL, and then it is fetched again
-            return "hold"
-        parser = None
-        if 200 <= status < 300:
-            body = entry.get("body", b"")
-            parser = Protego.parse(body.decode("utf-8", "replace") if isinstance(
-                body, bytes) else str(body))
-        self._parsers[host] = (parser, expires)
-        return parser
+        if entry is None:
+            return None
+        at = _int(entry.get("at"))
+        age_ms = now_ms - at
+        ttl_ms = self.config.robotstxt_ttl * 1000
+        if age_ms >= ttl_ms:
+            return None
+        now = time.monotonic()
+        expires = now + (ttl_ms - age_ms) / 1000
+        status = _int(entry.get("status"))
+        if _int(entry.get("gone")):
+            error = _text(entry.get("err")) or "no answer"
+            fails = _int(entry.get("fails"))
+            message = (f"robots.txt of {origin} could not be fetched in {fails} attempt(s) "
+                       f"(FLEET_ROBOTSTXT_MAX_ATTEMPTS; last: {error})")
+            state = _RobotsState("gone", message, expires)
+        elif status == 0 or status >= 500 or status == 429:
+            next_ms = _int(entry.get("next"))
+            if next_ms <= now_ms:
+                return None
+            state = _RobotsState("wait", None, now + (next_ms - now_ms) / 1000)
+        else:
+            parser = None
+            if 200 <= status < 300:
+                body = entry.get("body", b"")
+                parser = Protego.parse(body.decode("utf-8", "replace") if isinstance(
+                    body, bytes) else str(body))
+            state = _RobotsState("rules", parser, expires)
+        self._states[origin] = state
+        return state
 
-    async def _fetch(self, request: Request, host: str) -> Any:
+    async def _fetch(self, request: Request, origin: str, owner: str) -> _RobotsState:
         from protego import Protego
         from scrapy.http.request import NO_CALLBACK
 
         url = urlparse_cached(request)
+        # one attempt is one request: the fleet's growing waits between attempts take the
+        # place of Scrapy's retries (which would also lengthen the host's back-off 3-fold)
         robots = Request(f"{url.scheme}://{url.netloc}/robots.txt", priority=1000,
-                         meta={"dont_obey_robotstxt": True}, callback=NO_CALLBACK)
-        status, body, hold, delay = 0, b"", self.config.robotstxt_hold, None
+                         meta={"dont_obey_robotstxt": True, "dont_retry": True},
+                         callback=NO_CALLBACK)
+        status, body, delay, error, retry_after = 0, b"", None, "", None
+        renew = asyncio.ensure_future(self._renew_lock(origin, owner))
         try:
             response = await _download(self.crawler, robots)
             status, body = response.status, response.body
+            if status >= 500 or status == 429:
+                error = f"HTTP {status}"
+                retry_after = retry_after_seconds(response)
         except Exception as exc:
-            logger.warning("robots.txt of %s could not be fetched (%s): host on hold for "
-                           "%.0f s", host, exc, hold, extra={"spider": self.crawler.spider})
+            error = f"{type(exc).__name__}: {exc}"
+        finally:
+            renew.cancel()
         self._inc(_STAT + "robots_fetched")
-        if status and status < 500 and status != 429:
-            hold = 0.0
-            if 200 <= status < 300:
-                useragent = self._useragent or "*"
-                parsed = Protego.parse(body.decode("utf-8", "replace"))
-                cd = parsed.crawl_delay(useragent)
-                if cd is not None:
-                    delay = min(float(cd), self.config.max_crawl_delay)
-        await self.politeness().robots_store(host, status, body, delay, hold)
-        entry, now_ms = await self.politeness().robots_get(host)
-        assert entry is not None
-        parser = self._remember(host, entry, now_ms)
+        if 200 <= status < 300:
+            useragent = self._useragent or "*"
+            parsed = Protego.parse(body.decode("utf-8", "replace"))
+            cd = parsed.crawl_delay(useragent)
+            if cd is not None:
+                delay = min(float(cd), self.config.max_crawl_delay)
+        entry, now_ms = await self.politeness().robots_store(
+            origin, self.host(request), status, body, delay, error, retry_after)
+        state = self._read(origin, entry, now_ms)
+        if error:
+            self._inc(_STAT + "robots_failed")
+            if state is not None and state.kind == "wait":
+                limit = self.config.robotstxt_max_attempts
+                logger.warning("robots.txt of %s could not be fetched (%s; attempt %d%s): its "
+                               "requests wait %.1f s in the frontier, then one worker tries "
+                               "again", origin, error, _int(entry.get("fails")),
+                               f" of {limit}" if limit else "", state.until - time.monotonic(),
+                               extra={"spider": self.crawler.spider})
+        if state is None:  # FLEET_ROBOTSTXT_HOLD = 0: tried again at the next lease
+            state = _RobotsState("wait", None, time.monotonic())
         if delay:
             await asyncio.sleep(delay)  # robots.txt itself was this host's last request
-        return parser
+        return state
+
+    async def _renew_lock(self, origin: str, owner: str) -> None:
+        """Keep the fetch lock while the fetch lasts (the guard may wait out the host's
+        back-off, Scrapy may retry): no second worker fetches meanwhile, and a worker that
+        dies lets another one take over within ``LOCK_TTL``."""
+        while True:
+            await asyncio.sleep(self.LOCK_TTL / 3)
+            try:
+                await self.politeness().robots_lock(origin, self.LOCK_TTL, owner)
+            except _REDIS_ERRORS:
+                pass
 
     def disallows(self, request: Request) -> bool:
-        """True when this worker already knows *request*'s host forbids it (local cache
+        """True when this worker already knows *request*'s origin forbids it (local cache
         only, no I/O): the scheduler drops such links before they reach the frontier."""
-        cached = self._parsers.get(self.host(request))
-        if cached is None or cached[0] is None or cached[1] <= time.monotonic():
+        state = self._states.get(politeness.robots_origin(request.url))
+        if state is None or state.kind != "rules" or state.value is None \
+                or state.until <= time.monotonic():
             return False
         useragent = self._useragent or request.headers.get(b"User-Agent", b"")
         if isinstance(useragent, bytes):
             useragent = useragent.decode("latin-1")
-        return not cached[0].can_fetch(request.url, useragent)
+        return not state.value.can_fetch(request.url, useragent)
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value or "")
 
 
 async def _download(crawler: Crawler, request: Request) -> Response:

@@ -192,3 +192,26 @@ class FailsSpider(scrapy.Spider):
         if "boom" in response.url:
             raise ValueError(f"callback gave up on {response.url}")
         yield {"url": response.url, "status": response.status}
+
+
+class RobotsProbeSpider(scrapy.Spider):
+    """Start requests to the URLs given with ``-a urls=U1,U2,...``; one item per response
+    ({url, status}) and one per failure its errback sees ({url, error: the exception's class
+    name, message})."""
+
+    name = "robots_probe"
+
+    def __init__(self, urls: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.urls = [u for u in urls.split(",") if u]
+
+    async def start(self) -> Any:
+        for url in self.urls:
+            yield scrapy.Request(url, errback=self.failed)
+
+    def parse(self, response: Any) -> Any:
+        yield {"url": response.url, "status": response.status}
+
+    def failed(self, failure: Any) -> Any:
+        yield {"url": failure.request.url, "error": type(failure.value).__name__,
+               "message": str(failure.value)}
