@@ -50,6 +50,15 @@ def snapshot(redis_url: str, crawl: str, **kwargs: object) -> dict:
         client.close()
 
 
+def status_text(redis_url: str, crawl: str) -> str:
+    """``scrapy-fleet --redis URL status CRAWL``'s screen."""
+    result = subprocess.run([sys.executable, "-m", "scrapy_fleet.commands.cli", "--redis",
+                             redis_url, "status", crawl], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
 # -- counters: exact, atomic, once per op id -------------------------------------------------
 
 
@@ -191,9 +200,7 @@ def test_counts_after_a_crawl_with_a_known_share_of_403_are_exact(redis_url, sit
                             capture_output=True, text=True, timeout=60)
     data = json.loads(result.stdout)
     assert data["counters"] == c and data["schema"] == 1 and data["queued"] == 0
-    text = subprocess.run([sys.executable, "-m", "scrapy_fleet.commands.cli", "--redis",
-                           redis_url, "status", "many_starts"],
-                          capture_output=True, text=True, timeout=60).stdout
+    text = status_text(redis_url, "many_starts")
     assert f"4xx {len(banned)}" in text and f"403: {len(banned)}" in text, text
     assert f"bans {len(banned)}" in text
 
@@ -240,6 +247,7 @@ def test_a_sigkilled_worker_is_shown_dead_within_15_s_then_forgotten(redis_url, 
     snap = snapshot(redis_url, "fetch")
     assert snap["workers_alive"] == 0
     assert any(a["id"] == "worker_dead" for a in snap["alerts"])
+    assert f"{row['id']}  idle     dead" in status_text(redis_url, "fetch")
     # after FLEET_WORKER_FORGET_AFTER: no key and no entry left (issue 9, item 6)
     client = redis.Redis.from_url(redis_url)
     keys = CrawlKeys("fleet", "fetch")
@@ -247,6 +255,8 @@ def test_a_sigkilled_worker_is_shown_dead_within_15_s_then_forgotten(redis_url, 
     sample(client, keys, forget_after=25)
     assert snapshot(redis_url, "fetch")["workers"] == []
     assert client.zcard(keys.workers) == 0
+    text = status_text(redis_url, "fetch")
+    assert "workers    0 alive\n" in text and row["id"] not in text
 
 
 def test_churned_worker_ids_leave_no_keys_behind(redis_url):
