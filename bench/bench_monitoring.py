@@ -24,8 +24,9 @@ of its series, time of one ``read_snapshot`` with 100,000 hosts in the frontier.
 3. *Snapshot*: ``read_snapshot`` with 100,000 hosts (one queued entry each) in the frontier,
    median of 20 calls, and its round trips.
 4. *Worker CPU*: microseconds of ``WorkerMonitor.payload`` + ``confirmed`` per frontier call
-   (stats of 83 entries) and of ``on_response`` per response, in this process (the busy
-   windows' CPU per page moves too much with the machine's load to show a cost this small).
+   (stats of 83 entries) and of ``on_response`` with its host key per response, in this
+   process (the busy windows' CPU per page moves too much with the machine's load to show a
+   cost this small).
 
 Usage: ``.venv/bin/python bench/bench_monitoring.py [--idle 20] [--busy 15] [--no-main]``
 """
@@ -189,6 +190,7 @@ def worker_cost() -> dict[str, float]:
 
     from scrapy_fleet.config import FleetConfig
     from scrapy_fleet.monitoring.heartbeat import WorkerMonitor
+    from scrapy_fleet.politeness import hosts as politeness
 
     class Stats:
         def __init__(self) -> None:
@@ -210,7 +212,8 @@ def worker_cost() -> dict[str, float]:
     n = 20_000
     per_call = timeit.timeit(call, number=n) / n
     per_response = timeit.timeit(
-        lambda: mon.on_response("http://127.0.0.1:8000/site/p/1.html", 200), number=n) / n
+        lambda: mon.on_response(politeness.host_key("http://127.0.0.1:8000/site/p/1.html"),
+                                200), number=n) / n
     return {"payload_us_per_call": round(per_call * 1e6, 1),
             "on_response_us": round(per_response * 1e6, 2)}
 

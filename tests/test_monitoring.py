@@ -206,11 +206,17 @@ def test_counts_after_a_crawl_with_a_known_share_of_403_are_exact(redis_url, sit
     assert c["requests"]["pushed"] == c["requests"]["acked"] == pages
     assert c["response_bytes"] > 0
     assert snap["rates"]["block_rate"] == round(len(banned) / pages, 6)
-    host = site.url.split("//")[1].rstrip("/")
+    host = "127.0.0.1"  # the politeness host key (FLEET_HOST_KEY "host": ports ignored)
     client = redis.Redis.from_url(redis_url)
     keys = CrawlKeys("fleet", "many_starts")
     assert client.hmget(keys.hoststats, f"p|{host}", f"b|{host}") == [
         str(pages).encode(), str(len(banned)).encode()]
+    assert snap["alerts"] == []  # 18 % of bans is under the 20 % threshold
+    (alert,) = snapshot(redis_url, "many_starts",
+                        alerts_config=alerts.AlertConfig(block_rate=0.15))["alerts"]
+    assert (alert["id"], alert["where"]) == ("host_blocked", "host 127.0.0.1, crawl many_starts")
+    assert alert["what"].startswith(f"{len(banned)} of {pages} responses from 127.0.0.1 ")
+    assert snap["started_at"] <= alert["since"] <= snap["at"]
     # both workers left: no heartbeat key, not listed
     assert snap["workers"] == [] and client.keys(keys.worker_info("*")) == []
     # status --json and the screen show the same figures
