@@ -117,12 +117,13 @@ def _before(samples: list[series_mod.Sample], t: float) -> series_mod.Sample | N
 def _rates(samples: list[series_mod.Sample], now: float, pages: int, items: int,
            bans: int) -> dict[str, float | None]:
     """Pages and items per minute over the last 60 s, block rate over the last 5 min, from
-    the counters now and the 10 s sample nearest before the window's start."""
+    the counters now and the 10 s sample nearest before the window's start (the oldest one,
+    within the crawl's first minute: what came since, per minute)."""
     out: dict[str, float | None] = {"pages_per_min": None, "items_per_min": None,
                                     "block_rate": None}
     minute = _before(samples, now - 60)
-    if minute is not None and now - minute.t >= 5:
-        span = now - minute.t
+    if minute is not None:
+        span = max(now - minute.t, 60.0)
         out["pages_per_min"] = round(max(0, pages - minute.pages) * 60 / span, 3)
         out["items_per_min"] = round(max(0, items - minute.items) * 60 / span, 3)
     five = _before(samples, now - 300)
