@@ -284,6 +284,43 @@ def test_a_sigkilled_worker_is_shown_dead_within_15_s_then_forgotten(redis_url, 
     assert "workers    0 alive\n" in text and row["id"] not in text
 
 
+def _push_pages(crawl: str, redis_url: str, base: str, n: int) -> FrontierAdmin:
+    from scrapy import Request
+    from scrapy.utils.request import fingerprint
+
+    from scrapy_fleet import codec
+
+    admin = FrontierAdmin(redis_url, crawl)
+    urls = [f"{base}site/p/{i}.html" for i in range(n)]
+    admin.push([(fingerprint(Request(u))[:12], 0, codec.encode(Request(u), None), 0,
+                 "127.0.0.1") for u in urls])
+    return admin
+
+
+def test_a_worker_holding_leases_without_acknowledging_is_stalled(redis_url, site_factory,
+                                                                  worker_env, tmp_path):
+    generate_site(tmp_path / "www", 5, 1, seed=8)
+    site = site_factory(tmp_path / "www")
+    _push_pages("stuck", redis_url, site.url, 2)
+    log = tmp_path / "w.log"
+    proc = start_worker(TEST_PROJECT, "stuck", {"FLEET_REDIS_URL": redis_url,
+                                                "FLEET_STALL_AFTER": 3}, worker_env, log)
+    cfg = alerts.AlertConfig(stall_after=3)
+    try:
+        snap = _wait(lambda: (s := snapshot(redis_url, "stuck", alerts_config=cfg))["workers"]
+                     and s["workers"][0]["health"] == "stalled" and s, 60, "stalled")
+    finally:
+        proc.kill()
+        proc.wait()
+    (row,) = snap["workers"]
+    assert row["leases"] == 2 and row["state"] == "fetching" and row["pid"] == proc.pid
+    assert snap["counters"]["requests"]["acked"] == 0
+    ids = {a["id"]: a for a in snap["alerts"]}
+    assert {"fleet_stalled", "worker_stalled"} <= set(ids), (ids, tail(log))
+    assert "no request acknowledged for" in ids["fleet_stalled"]["what"]
+    assert ids["worker_stalled"]["where"] == f"worker {row['id']}, crawl stuck"
+
+
 def test_churned_worker_ids_leave_no_keys_behind(redis_url):
     params = FrontierParams(op_ttl=1.0)
     resident = FrontierAdmin(redis_url, "churn", params=params)
@@ -438,18 +475,10 @@ def test_sigterm_drains_within_the_drain_timeout_and_leaves_no_lease(redis_url, 
     generate_site(tmp_path / "www", 20, 1, seed=6)
     site = site_factory(tmp_path / "www",
                         behaviour={"delays": [{"prefix": "/site/p/", "seconds": 60}]})
-    admin = FrontierAdmin(redis_url, "fetch")
-    urls = [f"{site.url}site/p/{i}.html" for i in range(20)]
-    from scrapy import Request
-    from scrapy.utils.request import fingerprint
-
-    from scrapy_fleet import codec
-
-    admin.push([(fingerprint(Request(u))[:12], 0, codec.encode(Request(u), None), 0,
-                 site.url.split("//")[1].rstrip("/")) for u in urls])
+    admin = _push_pages("fetch", redis_url, site.url, 20)
     log = tmp_path / "w.log"
     proc = start_worker(TEST_PROJECT, "fetch", {
-        "FLEET_REDIS_URL": redis_url, "FLEET_DRAIN_TIMEOUT": 3, "CONCURRENT_REQUESTS": 4,
+        "FLEET_REDIS_URL": redis_url, "FLEET_DRAIN_TIMEOUT": 5, "CONCURRENT_REQUESTS": 4,
         "FLEET_PREFETCH": 4}, worker_env, log)
     client = redis.Redis.from_url(redis_url)
     try:
@@ -461,6 +490,10 @@ def test_sigterm_drains_within_the_drain_timeout_and_leaves_no_lease(redis_url, 
     assert client.zcard(admin.keys.leases) > 0
     os.kill(proc.pid, signal.SIGTERM)
     started = time.monotonic()
+    # the prefetched leases go back at once; the heartbeat says "draining"
+    _wait(lambda: [w for w in snapshot(redis_url, "fetch")["workers"]
+                   if w["state"] == "draining" and w["leases"] == w["downloads"]], 4.5,
+          "draining")
     assert wait_all([proc], 30) == [0], tail(log)
     assert time.monotonic() - started < 20  # the downloads would take 60 s
     assert client.zcard(admin.keys.leases) == 0

@@ -522,7 +522,8 @@ class FleetScheduler(BaseScheduler):
             return None
         outbox = self._outbox[:n_out]
         done = self._done[:n_done]
-        held = len(self._prefetch) + len(self._inflight)
+        # leases held once this call is done (what it releases is gone then)
+        held = max(0, len(self._held_leases()) - len(batch.releases))
         monitor = self.monitor.payload("closing" if final else self._state(), held,
                                        self._downloads())
         try:
