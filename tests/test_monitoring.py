@@ -230,6 +230,27 @@ def test_counts_after_a_crawl_with_a_known_share_of_403_are_exact(redis_url, sit
     assert f"bans {len(banned)}" in text
 
 
+def test_robots_denials_are_counted_once_fleet_wide(redis_url, site_factory, worker_env,
+                                                     tmp_path):
+    pages = 30
+    generate_site(tmp_path / "www", pages, 1, seed=9)
+    site = site_factory(tmp_path / "www", behaviour={
+        "robots": {"127.0.0.1": "User-agent: *\nDisallow: /site/p/1\n"}})
+    denied = {i for i in range(pages) if str(i).startswith("1")}
+    procs = [start_worker(TEST_PROJECT, "many_starts", {
+        "FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 3, "ROBOTSTXT_OBEY": True},
+        worker_env, tmp_path / f"w{n}.log", spider_args={"base": site.url, "n": pages})
+        for n in range(2)]
+    assert wait_all(procs, 180) == [0, 0], tail(tmp_path / "w0.log") + tail(tmp_path / "w1.log")
+    c = snapshot(redis_url, "many_starts")["counters"]
+    fetched = [r for r in site.requests() if r["path"].startswith("/site/p/")]
+    assert len(fetched) == pages - len(denied)
+    robots = [r for r in site.requests() if r["path"] == "/robots.txt"]
+    assert c["robots_denied"] == len(denied)
+    assert c["pages"] == len(fetched) + len(robots)
+    assert c["items_scraped"] == pages - len(denied)
+
+
 # -- heartbeats and health --------------------------------------------------------------------
 
 
