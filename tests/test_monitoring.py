@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -157,6 +158,25 @@ def test_worker_monitor_resends_an_unconfirmed_batch_unchanged():
     mon.confirmed()
     nxt = msgpack.unpackb(mon.payload("fetching", 2, 1))
     assert (nxt["cs"], nxt["c"]) == (2, {"resp/200": 5, "pages": 5})
+
+
+def test_monitoring_settings_are_checked_once_with_clear_errors():
+    from scrapy_fleet.config import FleetConfig
+    from scrapy_fleet.errors import FleetConfigError
+
+    config = FleetConfig.from_settings({"FLEET_BAN_STATUSES": "403, 451",
+                                        "FLEET_ALERT_BLOCK_RATE": "0.5"})
+    assert config.ban_statuses == (403, 451) and config.alert_block_rate == 0.5
+    assert alerts.AlertConfig.from_config(config).block_rate == 0.5
+    for settings, fragment in (
+            ({"FLEET_HEARTBEAT_INTERVAL": 20}, "FLEET_HEARTBEAT_INTERVAL=20 is invalid: "
+                                               "expected seconds < FLEET_WORKER_DEAD_AFTER"),
+            ({"FLEET_WORKER_FORGET_AFTER": 5}, "FLEET_WORKER_FORGET_AFTER=5 is invalid"),
+            ({"FLEET_BAN_STATUSES": [403, 999]}, "FLEET_BAN_STATUSES=[403, 999] is invalid"),
+            ({"FLEET_ALERT_BLOCK_RATE": 2}, "FLEET_ALERT_BLOCK_RATE=2 is invalid"),
+            ({"FLEET_DRAIN_TIMEOUT": -1}, "FLEET_DRAIN_TIMEOUT=-1 is invalid")):
+        with pytest.raises(FleetConfigError, match=re.escape(fragment)):
+            FleetConfig.from_settings(settings)
 
 
 def test_stats_map_to_fleet_counters():
