@@ -444,11 +444,10 @@ class FleetScheduler(BaseScheduler):
             if slot is not None and getattr(slot, "closing", None) is not None:
                 self._drain_started = time.monotonic()
                 log = logger.info if (self._prefetch or self._inflight) else logger.debug
-                log("Fleet worker draining: its %d prefetched lease(s) go back to the "
-                            "frontier now, the %d request(s) in progress have %.0f s "
-                            "(FLEET_DRAIN_TIMEOUT) to finish", len(self._prefetch),
-                            len(self._inflight), self.config.drain_timeout,
-                            extra={"spider": self.spider})
+                log("Fleet worker draining: its %d prefetched lease(s) go back to the frontier "
+                    "now, the %d request(s) in progress have %.0f s (FLEET_DRAIN_TIMEOUT) to "
+                    "finish", len(self._prefetch), len(self._inflight),
+                    self.config.drain_timeout, extra={"spider": self.spider})
                 self._poke()
             return False
         if time.monotonic() - self._drain_started < self.config.drain_timeout:
