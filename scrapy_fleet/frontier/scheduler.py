@@ -77,6 +77,12 @@ class _Lease:
 class FleetScheduler(BaseScheduler):
     """Scheduler whose queue is the fleet's Redis frontier (enabled by ``scrapy_fleet.Addon``).
 
+    Each frontier call also carries the worker's heartbeat and its deltas of the fleet-wide
+    counters (:class:`~scrapy_fleet.monitoring.heartbeat.WorkerMonitor`, docs/monitoring.md);
+    the pump calls at least every FLEET_HEARTBEAT_INTERVAL.  When the engine begins to close
+    (SIGTERM) the worker drains: prefetched leases go back at once, and past
+    FLEET_DRAIN_TIMEOUT with requests still in progress it releases every lease and exits 0.
+
     Settings: ``FLEET_*`` (docs/settings.md).  Stats: ``scheduler/enqueued/redis``,
     ``scheduler/dequeued/redis`` and ``fleet/frontier/*``, ``fleet/redis/*``,
     ``fleet/codec/*`` (docs/stats.md).
