@@ -13,6 +13,7 @@ import math
 import os
 import re
 import socket
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -45,7 +46,7 @@ SETTINGS_HELP = "`scrapy fleet settings` or `scrapy-fleet settings`"
 
 #: Setting sections, in the order ``scrapy fleet settings`` lists them.
 SECTIONS = ("connection", "identity", "frontier", "dupefilter", "bounds", "politeness",
-            "sinks", "mongo", "failures", "stages", "browser")
+            "sinks", "mongo", "failures", "monitoring", "stages", "browser")
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class Setting:
 
 
 _BP, _POL, _MONGO = "docs/backpressure.md", "docs/politeness.md", "docs/mongo.md"
-_STAGES, _BROWSER = "docs/stages.md", "docs/browser.md"
+_STAGES, _BROWSER, _MON = "docs/stages.md", "docs/browser.md", "docs/monitoring.md"
 
 #: Every ``FLEET_*`` setting this package reads: the one source of the defaults
 #: (:data:`DEFAULTS`), of ``scrapy fleet settings`` and of the unknown-setting warning.
@@ -79,7 +80,7 @@ SETTINGS: tuple[Setting, ...] = (
             "namespace of the crawl in Redis (1-100 of A-Za-z0-9_.-)", "identity"),
     Setting("FLEET_KEY_PREFIX", "fleet", "str",
             "first part of every key name (1-50 of A-Za-z0-9_.-:)", "identity"),
-    Setting("FLEET_WORKER_ID", None, "str or None (<hostname>:<pid>)",
+    Setting("FLEET_WORKER_ID", None, "str or None (<hostname>:<pid>:<start>)",
             "name of this worker in leases and status", "identity"),
     Setting("FLEET_LEASE_TIMEOUT", 30.0, "float >= 1",
             "seconds a leased request stays with a worker without a heartbeat", "frontier"),
@@ -178,6 +179,30 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FLEET_FAILED_MAX", 10_000, "int >= 1",
             "failed requests kept for `failed` and `retry`; the oldest are trimmed past it",
             "failures", "docs/failures.md"),
+    Setting("FLEET_HEARTBEAT_INTERVAL", 5.0, "float > 0",
+            "a worker calls Redis at least this often (seconds), with its heartbeat",
+            "monitoring", _MON),
+    Setting("FLEET_WORKER_DEAD_AFTER", 15.0, "float > 0",
+            "a worker silent this long (seconds) is shown dead", "monitoring", _MON),
+    Setting("FLEET_WORKER_FORGET_AFTER", 120.0, "float >= FLEET_WORKER_DEAD_AFTER",
+            "a worker silent this long (seconds) leaves the worker list and its keys",
+            "monitoring", _MON),
+    Setting("FLEET_STALL_AFTER", 120.0, "float > 0",
+            "a worker holding leases with no acknowledgement this long is stalled",
+            "monitoring", _MON),
+    Setting("FLEET_BAN_STATUSES", [403], "list of int",
+            "HTTP statuses counted as bans in the fleet-wide counters", "monitoring", _MON),
+    Setting("FLEET_DRAIN_TIMEOUT", 30.0, "float >= 0",
+            "seconds a SIGTERMed worker lets its requests finish before it releases them",
+            "monitoring", _MON),
+    Setting("FLEET_ALERT_DEPTH_MINUTES", 10, "int >= 1",
+            "alert when the due depth grew for this many minutes", "monitoring", _MON),
+    Setting("FLEET_ALERT_BLOCK_RATE", 0.2, "float in [0, 1]",
+            "alert when a host's block rate is above this", "monitoring", _MON),
+    Setting("FLEET_ALERT_BLOCK_MIN_PAGES", 20, "int >= 1",
+            "... once the host has this many responses", "monitoring", _MON),
+    Setting("FLEET_ALERT_MEMORY_RATIO", 0.9, "float in (0, 1]",
+            "alert when Redis used_memory / maxmemory is above this", "monitoring", _MON),
     Setting("FLEET_ROLE", "all", "all, fetch or parse",
             "fetch: store responses for parse workers; parse: parse stored responses",
             "stages", _STAGES),
@@ -309,6 +334,13 @@ def _number(name: str, value: Any, cast: Callable[[Any], T], minimum: float,
     if below:
         raise FleetConfigError(f"{name}={value!r} is invalid: expected {expected}")
     return number
+
+
+def _is_fraction(value: Any) -> bool:
+    try:
+        return 0.0 <= float(value) <= 1.0
+    except (TypeError, ValueError):
+        return False
 
 
 def _bool(name: str, value: Any) -> bool:
@@ -456,8 +488,22 @@ def validate_crawl_id(value: Any, name: str = "FLEET_CRAWL_ID") -> str:
 
 
 def default_worker_id() -> str:
-    """``host:pid``: unique per process on a machine, readable in ``scrapy fleet status``."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """``host:pid:start``: unique per process (a recycled pid has another start time, unix
+    seconds), readable in ``scrapy fleet status``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{int(_PROCESS_START)}"
+
+
+_PROCESS_START = time.time()
+
+
+def _ban_statuses(value: Any) -> tuple[int, ...]:
+    name = "FLEET_BAN_STATUSES"
+    if isinstance(value, str):
+        value = [v for v in value.replace(",", " ").split() if v]
+    ok = isinstance(value, (list, tuple)) and all(
+        not isinstance(v, bool) and str(v).isdigit() and 100 <= int(v) <= 599 for v in value)
+    _check(name, value, ok, "a list of HTTP status codes (100-599)")
+    return tuple(sorted({int(v) for v in value}))
 
 
 @dataclass(frozen=True)
@@ -511,6 +557,16 @@ class FleetConfig:
     large_response: str = "parse"
     playwright: bool = False
     playwright_abort: tuple[str, ...] = ("image", "media", "font")
+    heartbeat_interval: float = 5.0
+    worker_dead_after: float = 15.0
+    worker_forget_after: float = 120.0
+    stall_after: float = 120.0
+    ban_statuses: tuple[int, ...] = (403,)
+    drain_timeout: float = 30.0
+    alert_depth_minutes: int = 10
+    alert_block_rate: float = 0.2
+    alert_block_min_pages: int = 20
+    alert_memory_ratio: float = 0.9
     extra: dict[str, Any] = field(default_factory=dict)
     failed_max: int = 10_000  #: FLEET_FAILED_MAX (docs/failures.md)
 
@@ -600,6 +656,22 @@ class FleetConfig:
                 classes_ok = False
         _check("FLEET_REQUEST_CLASSES", classes, classes_ok,
                "import paths of scrapy.Request subclasses")
+        dead_after = _number("FLEET_WORKER_DEAD_AFTER", g("FLEET_WORKER_DEAD_AFTER"), float, 0.0,
+                             "seconds > 0", exclusive=True)
+        forget_after = _number("FLEET_WORKER_FORGET_AFTER", g("FLEET_WORKER_FORGET_AFTER"),
+                               float, 0.0, "seconds > 0", exclusive=True)
+        _check("FLEET_WORKER_FORGET_AFTER", g("FLEET_WORKER_FORGET_AFTER"),
+               forget_after >= dead_after,
+               "seconds >= FLEET_WORKER_DEAD_AFTER (a dead worker is shown until forgotten)")
+        heartbeat = _number("FLEET_HEARTBEAT_INTERVAL", g("FLEET_HEARTBEAT_INTERVAL"), float,
+                            0.0, "seconds > 0", exclusive=True)
+        _check("FLEET_HEARTBEAT_INTERVAL", g("FLEET_HEARTBEAT_INTERVAL"), heartbeat < dead_after,
+               f"seconds < FLEET_WORKER_DEAD_AFTER={dead_after!r} (else a live worker is "
+               "shown dead between two heartbeats)")
+        for name in ("FLEET_ALERT_BLOCK_RATE", "FLEET_ALERT_MEMORY_RATIO"):
+            value = g(name)
+            _check(name, value, not isinstance(value, bool) and isinstance(value, (int, float, str))
+                   and _is_fraction(value), "a fraction between 0 and 1")
         config = cls(
             redis_url=validate_redis_url(g("FLEET_REDIS_URL")),
             redis_timeout=_number("FLEET_REDIS_TIMEOUT", g("FLEET_REDIS_TIMEOUT"), float, 0.0,
@@ -656,6 +728,25 @@ class FleetConfig:
             jsonl_fsync=_bool("FLEET_JSONL_FSYNC", g("FLEET_JSONL_FSYNC")),
             failed_max=_number("FLEET_FAILED_MAX", g("FLEET_FAILED_MAX"), int, 1,
                                "an integer >= 1"),
+            heartbeat_interval=heartbeat,
+            worker_dead_after=dead_after,
+            worker_forget_after=forget_after,
+            stall_after=_number("FLEET_STALL_AFTER", g("FLEET_STALL_AFTER"), float, 0.0,
+                                "seconds > 0", exclusive=True),
+            ban_statuses=_ban_statuses(g("FLEET_BAN_STATUSES")),
+            drain_timeout=_number("FLEET_DRAIN_TIMEOUT", g("FLEET_DRAIN_TIMEOUT"), float, 0.0,
+                                  "seconds >= 0"),
+            alert_depth_minutes=_number("FLEET_ALERT_DEPTH_MINUTES",
+                                        g("FLEET_ALERT_DEPTH_MINUTES"), int, 1,
+                                        "an integer >= 1 (minutes)"),
+            alert_block_rate=_number("FLEET_ALERT_BLOCK_RATE", g("FLEET_ALERT_BLOCK_RATE"),
+                                     float, 0.0, "a fraction between 0 and 1"),
+            alert_block_min_pages=_number("FLEET_ALERT_BLOCK_MIN_PAGES",
+                                          g("FLEET_ALERT_BLOCK_MIN_PAGES"), int, 1,
+                                          "an integer >= 1"),
+            alert_memory_ratio=_number("FLEET_ALERT_MEMORY_RATIO", g("FLEET_ALERT_MEMORY_RATIO"),
+                                       float, 0.0, "a fraction between 0 and 1",
+                                       exclusive=True),
             **_browser(g),
             **_stages(g),
         )

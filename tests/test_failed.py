@@ -182,7 +182,7 @@ def test_failed_requests_of_a_real_crawl_are_listed_and_retried(redis_url, tmp_p
                                     worker_env).stdout)
     assert as_json["failed"] == {"download/DownloadConnectionRefusedError": 1, "http/500": 1,
                                  "proxy/banned": 1, "spider/ValueError": 1}
-    assert as_json["counters"]["failed"] == 4 and as_json["queued"] == 0
+    assert as_json["totals"]["failed"] == 4 and as_json["queued"] == 0
 
     site.configure({})  # the server is fixed: the URL answers 200 now
     retried = run_scrapy(TEST_PROJECT, ["fleet", "retry", "fails", "--reason", "http/500",

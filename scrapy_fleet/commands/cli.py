@@ -59,7 +59,8 @@ class ActionContext:
     """What an action's handler gets.  *admin* is None for an action without Redis;
     *low_watermark* (entries): where a push waiting for room resumes; *has_method*: checks
     pushed callback names against the spider (inside a project); *host_key_mode*: the
-    crawl's ``FLEET_HOST_KEY``, which pushed entries are counted under."""
+    crawl's ``FLEET_HOST_KEY``, which pushed entries are counted under; *alerts_config*:
+    thresholds of the status alerts (``monitoring.alerts.AlertConfig``, None: defaults)."""
 
     admin: FrontierAdmin | None
     urls: list[str]
@@ -70,6 +71,7 @@ class ActionContext:
     low_watermark: int | None = None
     has_method: Callable[[str], bool] | None = None
     host_key_mode: str = "host"
+    alerts_config: Any = None
 
     @property
     def crawl(self) -> FrontierAdmin:
@@ -109,7 +111,8 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            lambda c: _push(c.crawl, c.urls, c.opts, c.fingerprint, c.low_watermark,
                            c.has_method, c.host_key_mode), takes_urls=True),
     Action("status", "show the crawl's counts, workers and bounds", "[--json] [--hosts]",
-           lambda c: _status(c.crawl, c.opts, c.label, c.low_watermark), needs_state=True),
+           lambda c: _status(c.crawl, c.opts, c.label, c.low_watermark, c.alerts_config),
+           needs_state=True),
     Action("dead", "list the crawl's dead letters", "[--limit N] [--json]",
            lambda c: _dead(c.crawl, c.opts), needs_state=True),
     Action("failed", "list the requests that failed for good",
@@ -195,7 +198,7 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
                fingerprint: Callable[[Request], bytes], label: str,
                confirm: Callable[[str], str] = input, low_watermark: int | None = None,
                has_method: Callable[[str], bool] | None = None,
-               host_key_mode: str = "host") -> int:
+               host_key_mode: str = "host", alerts_config: Any = None) -> int:
     """Run the action named *action* (a key of :data:`ACTIONS`) against *admin*; returns the
     exit status (:data:`EXIT_STATUSES`).  See :class:`ActionContext` for the arguments."""
     spec = ACTIONS.get(action)
@@ -206,7 +209,7 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
         print(f"error: {action} takes no URL arguments", file=sys.stderr)
         return push.EXIT_ERROR
     ctx = ActionContext(admin, urls, opts, fingerprint, label, confirm, low_watermark,
-                        has_method, host_key_mode)
+                        has_method, host_key_mode, alerts_config)
     try:
         if spec.needs_redis:
             ctx.crawl.ping()
@@ -308,37 +311,43 @@ def _push(admin: FrontierAdmin, urls: list[str], opts: Any,
     return report.exit_status
 
 
-def _status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int | None) -> int:
-    status = admin.status()
+def _status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int | None,
+            alerts_config: Any = None) -> int:
+    from scrapy_fleet.monitoring import screen
+    from scrapy_fleet.monitoring.snapshot import read_snapshot
+
+    legacy = admin.status()
+    snap = read_snapshot(admin.client, admin.keys, hosts=opts.limit,
+                         alerts_config=alerts_config)
+    # the snapshot (the stable JSON, docs/monitoring.md) and the frontier counts of before,
+    # under the names they had (queued, size, idle_seconds, totals...)
+    status: dict[str, Any] = {**{k: v for k, v in legacy.items()
+                                 if k not in ("counters", "workers")}, **snap}
+    status["totals"] = legacy["counters"]
     status["queue_max"] = admin.params.queue_max
     status["low_watermark"] = low_watermark
     status["failed"] = failures.failed_counts(admin.client, admin.keys)
     if getattr(opts, "hosts", False):
-        status["hosts"] = admin.hosts(limit=opts.limit)
+        top = {row["host"]: row for row in snap["hosts"]}
+        rows = admin.hosts(limit=opts.limit)
+        for row in rows:  # the snapshot's per-host fields beside the politeness state
+            extra = top.get(row["host"], {})
+            row.setdefault("queued", row["entries"])
+            row.setdefault("leased", row["in_flight"])
+            for name in ("pages", "bans", "block_rate", "hold_until"):
+                row.setdefault(name, extra.get(name))
+        status["hosts"] = rows
         status["host_policy"] = admin.host_policy()
     if opts.json:
         print(json.dumps(status, indent=2, sort_keys=True))
         return push.EXIT_OK
-    print(f"crawl {status['crawl_id']!r} ({label})")
-    for name in ("queued", "leased", "delayed", "parked", "dead", "seen"):
-        print(f"  {name:<8} {status[name]}")
-    cap = status["queue_max"]
-    print(f"  size     {status['size']} / {cap if cap else 'unbounded'}"
-          + (f" (producers resume below {low_watermark})" if cap and low_watermark else ""))
-    if status["stored_responses"]:  # stages: fetch workers' responses for parse workers
-        print(f"  stored   {status['stored_responses']} responses "
-              f"({status['stored_bytes']} bytes) for parse workers")
-    print(failures.failed_status_line(status["failed"], status["counters"]))
-    idle = status["idle_seconds"]
-    print(f"  idle     {'-' if idle is None else f'{idle} s'}")
-    counters = status["counters"]
-    if counters:
-        print("  totals   " + ", ".join(f"{k} {v}" for k, v in sorted(counters.items())))
-    workers = status["workers"]
-    print(f"  workers  {len(workers)}")
-    for worker, age in sorted(workers.items()):
-        print(f"    {worker}  last seen {age} s ago")
-    if "hosts" in status:
+    print(screen.render(snap, label, admin.params.queue_max, low_watermark,
+                        legacy["idle_seconds"]))
+    if legacy["stored_responses"]:  # stages: fetch workers' responses for parse workers
+        print(f"  stored   {legacy['stored_responses']} responses "
+              f"({legacy['stored_bytes']} bytes) for parse workers")
+    print(failures.failed_status_line(status["failed"], legacy["counters"]))
+    if getattr(opts, "hosts", False):
         policy = status.get("host_policy")
         if policy is None:
             print("  per host (fleet-wide): not known yet (no worker has started)")

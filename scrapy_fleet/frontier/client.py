@@ -75,10 +75,12 @@ class SyncBatch:
     #: leases whose download is over: their host's concurrency slot is free (the lease
     #: itself lasts until its acknowledgement)
     downloaded: list[tuple[str, int]] = field(default_factory=list)
+    #: a heartbeat is due: the call is made even with nothing else to carry
+    beat: bool = False
 
     def is_empty(self) -> bool:
         return not (self.acks or self.releases or self.dead or self.extends or self.pushes
-                    or self.take or self.downloaded)
+                    or self.take or self.downloaded or self.beat)
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,7 @@ class FrontierParams:
     lease_only_host: str = ""
     lease_except_host: str = ""
     failed_max: int = 10_000  #: FLEET_FAILED_MAX: failed requests kept, the oldest trimmed
+    op_ttl: float = OP_TTL_MS / 1000  #: seconds a call's cached reply is kept (replays)
 
 
 def _arg(batch: SyncBatch, worker: str, params: FrontierParams, marker: str = "") -> bytes:
@@ -178,7 +181,7 @@ def _arg(batch: SyncBatch, worker: str, params: FrontierParams, marker: str = ""
         "w": worker,
         "lm": int(params.lease_timeout * 1000),
         "ml": params.max_leases,
-        "ot": OP_TTL_MS,
+        "ot": int(params.op_ttl * 1000),
         "a": [list(a) for a in batch.acks],
         "r": [list(r) for r in batch.releases],
         "d": [list(d) for d in batch.dead],
@@ -296,20 +299,23 @@ class AsyncFrontier:
     async def connect(self) -> None:
         await redis_client.ping_async(self.client, self.url)
 
-    async def sync(self, batch: SyncBatch) -> SyncResult:
+    async def sync(self, batch: SyncBatch, monitor: bytes = b"") -> SyncResult:
         """Run one batch atomically; retried with the same op id on connection errors.
+        *monitor*: ARGV[2] of lua/frontier.lua (heartbeat and counter deltas,
+        ``monitoring.heartbeat.WorkerMonitor.payload``).
 
         Raises:
             CrawlStateLostError: the crawl marker this client saw at its first call is gone
                 (Redis restarted without its data, or the crawl was purged); nothing changed.
         """
         op = uuid.uuid4().hex
-        keys = self.keys.frontier_keys(op, self._prev_op)
+        keys = self.keys.frontier_keys(op, self._prev_op, self.worker)
         arg = _arg(batch, self.worker, self.params, self.marker)
 
         async def attempt() -> bytes:
             self.roundtrips += 1
-            return await self._script(keys=keys, args=[arg])  # type: ignore[no-any-return]
+            return await self._script(  # type: ignore[no-any-return]
+                keys=keys, args=[arg, monitor])
 
         try:
             reply = await redis_client.call_retrying_async(attempt, self.url, self.retries)
@@ -353,15 +359,16 @@ class FrontierAdmin:
     def ping(self) -> None:
         redis_client.ping_sync(self.client, self.url)
 
-    def sync(self, batch: SyncBatch, worker: str = "", op_id: str | None = None) -> SyncResult:
+    def sync(self, batch: SyncBatch, worker: str = "", op_id: str | None = None,
+             monitor: bytes = b"") -> SyncResult:
         """Run one batch (see :class:`AsyncFrontier.sync`), blocking.  *op_id* (default: a
         fresh one) names the call: the same id again replays the first reply."""
         if self._script is None:
             self._script = lua.load(self.client, "frontier.lua")
         op = op_id or uuid.uuid4().hex
-        keys = self.keys.frontier_keys(op, self._prev_op)
+        keys = self.keys.frontier_keys(op, self._prev_op, worker)
         arg = _arg(batch, worker, self.params)
-        reply = redis_client.call_retrying(lambda: self._script(keys=keys, args=[arg]),
+        reply = redis_client.call_retrying(lambda: self._script(keys=keys, args=[arg, monitor]),
                                            self.url, self.retries)
         self._prev_op = op
         result = SyncResult.from_reply(reply)

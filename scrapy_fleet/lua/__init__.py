@@ -13,11 +13,12 @@ from typing import Any
 
 #: entry script -> library files it needs (prepended in this order)
 _LIBRARIES: dict[str, tuple[str, ...]] = {
-    "frontier.lua": ("common.lua", "bloom.lua", "hosts.lua", "failed.lua"),
+    "frontier.lua": ("common.lua", "bloom.lua", "hosts.lua", "failed.lua", "monitoring.lua"),
     "failed_retry.lua": ("common.lua", "hosts.lua", "failed.lua"),
     "politeness.lua": ("common.lua", "hosts.lua"),
     "bloom_add.lua": ("common.lua", "bloom.lua"),
     "seeding.lua": ("common.lua", "hosts.lua"),
+    "sample.lua": ("common.lua", "monitoring.lua"),
 }
 
 

@@ -25,7 +25,7 @@
 --   14 delayed  15 parked  16 hostq  17 ehost  18 ready  19 tat  20 hold  21 hostlive
 --   22 hostconf  23 crawldelay  24 wlive  25 robots
 --   26 failed  27 failed_at  28 failed_by  29 marker  (lua/failed.lua)
---   30 bloom meta  31.. bloom slices
+--   30 bloom meta  31.. bloom slices, then the MON_NKEYS keys of lua/monitoring.lua (last)
 -- ARGV[1]: msgpack map (see frontier.py, _arg):
 --   w worker id ("" for the push helper), lm lease ms, ml max leases, ot op ttl ms,
 --   a acks [[id, token]...], r releases [[id, token]...], d dead [[id, token, reason]...],
@@ -46,6 +46,7 @@
 --   mk the crawl marker this client saw ("" before its first call): the call fails before
 --     any write when the marker is gone or another one; mc the marker to write when there is
 --     none (first push / first worker call)
+-- ARGV[2] (optional): heartbeat, counter deltas and sampling of lua/monitoring.lua.
 -- Reply: msgpack map (see frontier.py, SyncResult.from_reply); mk: the crawl marker.
 
 local cached = redis.call('GET', KEYS[12])
@@ -71,6 +72,9 @@ for _, name in ipairs({'a', 'r', 'd', 'x', 'p', 's'}) do
     return redis.error_reply('ERR fleet: field ' .. name .. ' must be a list')
   end
 end
+-- monitoring (lua/monitoring.lua): checked here, applied at the end
+local mon, mon_err = monitor_parse(ARGV[2], #KEYS - MON_NKEYS + 1)
+if not mon then return redis.error_reply('ERR fleet: ' .. mon_err) end
 local n_acks = #req.a
 local FK = {failed = KEYS[26], failed_at = KEYS[27], failed_by = KEYS[28], marker = KEYS[29]}
 local bad_failure = failed_check_acks(req.a)
@@ -268,7 +272,7 @@ local bloom = nil
 local function get_bloom()
   if bloom == nil then
     local slice_keys = {}
-    for i = 31, #KEYS do slice_keys[#slice_keys + 1] = KEYS[i] end
+    for i = 31, #KEYS - MON_NKEYS do slice_keys[#slice_keys + 1] = KEYS[i] end
     bloom = bloom_open(KEYS[30], slice_keys, tonumber(req.bn), tonumber(req.bp))
   end
   return bloom
@@ -557,8 +561,11 @@ end
 
 if worker ~= '' then
   redis.call('ZADD', WORKERS, now, worker)
-  redis.call('ZREMRANGEBYSCORE', WORKERS, '-inf', now - 600000)  -- gone for 10 minutes
 end
+-- monitoring: heartbeat, counter deltas, forgetting departed workers, time series
+monitor_apply(mon, #KEYS - MON_NKEYS + 1, now, worker,
+              {stats = STATS, workers = WORKERS, q = Q, leases = LEASES, delayed = DELAYED,
+               parked = PARKED, dead = DEAD}, out.acked + out.parked + out.deferred)
 for name, n in pairs(counters) do
   if n > 0 then hincrby(STATS, name, n) end
 end

@@ -215,3 +215,23 @@ class RobotsProbeSpider(scrapy.Spider):
     def failed(self, failure: Any) -> Any:
         yield {"url": failure.request.url, "error": type(failure.value).__name__,
                "message": str(failure.value)}
+
+
+class StuckPipeline:
+    """An item pipeline that never finishes (awaits forever, the reactor stays free)."""
+
+    async def process_item(self, item: Any) -> Any:
+        import asyncio
+
+        await asyncio.sleep(3600)
+        return item
+
+
+class StuckSpider(scrapy.Spider):
+    """Fetches what is pushed; its items hang in StuckPipeline, so nothing is acknowledged."""
+
+    name = "stuck"
+    custom_settings = {"ITEM_PIPELINES": {"fleettest.spiders.StuckPipeline": 100}}
+
+    def parse(self, response: Any) -> Any:
+        yield {"url": response.url}
