@@ -5,6 +5,9 @@
     scrapy-fleet --redis URL status CRAWL_ID [--json]
     scrapy-fleet --redis URL dead CRAWL_ID [--limit N] [--json]
     scrapy-fleet --redis URL purge CRAWL_ID [--yes]
+    scrapy-fleet --redis URL top CRAWL_ID [--interval S] [--once]
+    scrapy-fleet --redis URL monitor CRAWL_ID --port P [--host H] [--interval S]
+                 [--host-metrics N]
 
 Inside a project, ``scrapy fleet push|status|dead|purge SPIDER ...`` does the same with the
 project's settings (commands/fleet.py).  Exit statuses: 0 success, 1 some push lines
@@ -35,6 +38,7 @@ from scrapy_fleet.config import (
 )
 from scrapy_fleet.errors import FleetConfigError, RedisUnavailableError, RequestDecodeError
 from scrapy_fleet.frontier.client import PRIORITY_LIMIT, FrontierAdmin, FrontierParams
+from scrapy_fleet.monitoring import cli as monitoring_cli
 from scrapy_fleet.politeness import hosts as politeness
 
 
@@ -60,6 +64,7 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hosts", action="store_true",
                         help="status: also show each host's politeness state")
     parser.add_argument("--yes", action="store_true", help="purge: do not ask for confirmation")
+    monitoring_cli.add_arguments(parser)
 
 
 def run_action(action: str, admin: FrontierAdmin, urls: list[str], opts: Any,
@@ -85,13 +90,16 @@ def run_action(action: str, admin: FrontierAdmin, urls: list[str], opts: Any,
             return _dead(admin, opts)
         if action == "purge":
             return _purge(admin, opts, label, confirm)
+        if action in monitoring_cli.ACTIONS:
+            return monitoring_cli.run(action, admin, opts)
     except RedisUnavailableError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return push.EXIT_ERROR
     except KeyboardInterrupt:
         print("\ninterrupted: lines already pushed stay pushed", file=sys.stderr)
         return 130
-    print(f"error: unknown action {action!r} (push, status, dead, purge)", file=sys.stderr)
+    print(f"error: unknown action {action!r} (push, status, dead, purge, top, monitor)",
+          file=sys.stderr)
     return push.EXIT_ERROR
 
 
@@ -262,7 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--low-watermark", type=float, default=None,
                         help="FLEET_QUEUE_LOW_WATERMARK (default: the workers' value, else "
                              f"{DEFAULTS['FLEET_QUEUE_LOW_WATERMARK']})")
-    parser.add_argument("action", choices=["push", "status", "dead", "purge"])
+    parser.add_argument("action", choices=["push", "status", "dead", "purge",
+                                           *monitoring_cli.ACTIONS])
     parser.add_argument("crawl_id", help="FLEET_CRAWL_ID of the crawl (default: spider name)")
     parser.add_argument("urls", nargs="*", help="push: URLs or JSON request lines")
     add_action_arguments(parser)

@@ -28,10 +28,10 @@ class Command(ScrapyCommand):
     default_settings = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return "push|status|dead|purge SPIDER [URL ...] [-f FILE | -] [options]"
+        return "push|status|dead|purge|top|monitor SPIDER [URL ...] [-f FILE | -] [options]"
 
     def short_desc(self) -> str:
-        return "Push URLs into the fleet's frontier, show its status, or purge it"
+        return "Push URLs into the fleet's frontier, show or watch its status, or purge it"
 
     def long_desc(self) -> str:
         return (__doc__ or "") + "\n" + (cli.__doc__ or "")
@@ -42,7 +42,8 @@ class Command(ScrapyCommand):
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
         if len(args) < 2:
-            raise UsageError("expected an action (push, status, dead, purge) and a spider name")
+            raise UsageError("expected an action (push, status, dead, purge, top, monitor) and "
+                             "a spider name")
         action, spider_name, urls = args[0], args[1], args[2:]
         assert self.settings is not None
         settings = self.settings.copy()

@@ -1,0 +1,1 @@
+"""The fleet cockpit: heartbeats, fleet-wide counters, time series and their views."""

@@ -1,0 +1,74 @@
+"""The ``top`` and ``monitor`` actions of ``scrapy fleet`` and ``scrapy-fleet``.
+
+    top CRAWL_ID [--interval S] [--once] [--limit N]
+    monitor CRAWL_ID --port P [--host H] [--interval S] [--host-metrics N]
+
+Both read the crawl through :class:`~scrapy_fleet.monitoring.source.FleetSource`.  Exit
+statuses: 0 (Ctrl-C or SIGTERM stop them cleanly), 2 usage error, Redis unreachable at start
+(one line, from commands/cli.py's ping) or the monitor's address cannot be bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import signal
+import sys
+from typing import Any
+
+from scrapy_fleet.monitoring.metrics import HOST_METRICS_MAX
+
+ACTIONS = ("top", "monitor")
+EXIT_USAGE = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
+                        help="top, monitor: seconds between refreshes of the view / the "
+                             "dashboard (default %(default)s)")
+    parser.add_argument("--once", action="store_true",
+                        help="top: print one frame and exit")
+    parser.add_argument("--port", type=int, default=None,
+                        help="monitor: TCP port to serve the dashboard and /metrics on")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="monitor: address to listen on (default %(default)s; 0.0.0.0 "
+                             "for every interface)")
+    parser.add_argument("--host-metrics", type=int, default=0, metavar="N",
+                        help="monitor: also export per-host series for the top N hosts "
+                             f"(default 0; at most {HOST_METRICS_MAX})")
+
+
+def _sigterm_stops(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def run(action: str, admin: Any, opts: Any) -> int:
+    """Run ``top`` or ``monitor`` for the crawl of *admin* (a FrontierAdmin already pinged)."""
+    from scrapy_fleet.monitoring.source import FleetSource
+
+    interval = opts.interval
+    if not (isinstance(interval, int | float) and math.isfinite(interval) and interval > 0):
+        print("error: --interval must be a number of seconds > 0", file=sys.stderr)
+        return EXIT_USAGE
+    if not 0 <= opts.host_metrics <= HOST_METRICS_MAX:
+        print(f"error: --host-metrics must be between 0 and {HOST_METRICS_MAX}",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if action == "top":
+        from scrapy_fleet.monitoring.top import run_top
+
+        hosts = max(1, min(opts.limit, 50))
+        source = FleetSource(admin.client, admin.keys, hosts=hosts)
+        return run_top(source, interval=interval, once=opts.once, hosts=hosts)
+    from scrapy_fleet.monitoring.server import run_monitor
+
+    if opts.port is None or not 0 <= opts.port <= 65535:
+        print("error: monitor needs --port P (0 to 65535; 0: any free port)", file=sys.stderr)
+        return EXIT_USAGE
+    source = FleetSource(admin.client, admin.keys, hosts=max(10, opts.host_metrics))
+    previous = signal.signal(signal.SIGTERM, _sigterm_stops)
+    try:
+        return run_monitor(source, admin.keys.crawl_id, opts.host, opts.port, interval,
+                           opts.host_metrics)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
