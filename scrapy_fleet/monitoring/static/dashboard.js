@@ -90,7 +90,7 @@
       const v = nice * i / 4;
       svg.appendChild(sv("line", {x1: L, x2: W - R, y1: y(v), y2: y(v), class: "grid"}));
       svg.appendChild(sv("text", {x: L - 6, y: y(v) + 4, "text-anchor": "end", class: "axis"},
-                         fmt(v, 0)));
+                         fmt(v, Number.isInteger(v) ? 0 : 1)));
     }
     for (let i = 0; i <= 3; i++) {
       const t = t0 + (t1 - t0) * i / 3;
@@ -121,7 +121,7 @@
   function niceMax(v) {
     if (v <= 0) return 1;
     const p = Math.pow(10, Math.floor(Math.log10(v)));
-    for (const m of [1, 2, 2.5, 5, 10]) if (v <= m * p) return m * p;
+    for (const m of [1, 2, 4, 6, 8, 10]) if (v <= m * p) return m * p;
     return 10 * p;
   }
 
