@@ -39,6 +39,15 @@ prefix ``fleet`` and crawl id ``docs``::
                                       progress (start requests handed on), done
     fleet:{docs}:workers      ZSET    worker id -> last heartbeat (ms)
     fleet:{docs}:op:<op id>   STRING  cached reply of a mutating script (safe retries), short TTL
+    fleet:{docs}:worker:<id>  HASH    heartbeat of one worker (state, leases, pages, versions,
+                                      last seen...), expires FLEET_WORKER_FORGET_AFTER after
+                                      its last call (docs/monitoring.md)
+    fleet:{docs}:mon          HASH    monitoring state: last sampled slot per tier (s1 s2 s3),
+                                      last acknowledgement (la), last worker call (lw), t0
+    fleet:{docs}:series:<tier> STRING ring buffer of samples of one tier (10s, 1m, 10m): fixed
+                                      size, slot (t / step) mod points (monitoring/series.py)
+    fleet:{docs}:hoststats    HASH    "p|host" responses, "b|host" bans, "f|host" first ban (ms)
+    fleet:{docs}:hostbans     ZSET    host -> bans (the most banned hosts, in O(log n))
 
 Entry ids are the 15-digit, zero-padded value of ``seq``: lexicographic order is push order.
 """
@@ -222,14 +231,44 @@ class CrawlKeys:
     def bloom_slice(self, n: int) -> str:
         return f"{self.bloom_prefix}{n}"
 
-    def frontier_keys(self, op_id: str, prev_op_id: str) -> list[str]:
+    def worker_info(self, worker_id: str) -> str:
+        """HASH of one worker's heartbeat (expires by itself once the worker is gone)."""
+        return self._k("worker:" + worker_id)
+
+    @property
+    def mon(self) -> str:
+        return self._k("mon")
+
+    def series(self, tier: str) -> str:
+        """STRING ring buffer of tier *tier* (``10s``, ``1m``, ``10m``)."""
+        return self._k("series:" + tier)
+
+    @property
+    def hoststats(self) -> str:
+        return self._k("hoststats")
+
+    @property
+    def hostbans(self) -> str:
+        return self._k("hostbans")
+
+    def monitor_keys(self, worker_id: str) -> list[str]:
+        """KEYS of lua/monitoring.lua, appended to those of lua/frontier.lua (its header lists
+        them; their number is its MON_NKEYS)."""
+        from scrapy_fleet.monitoring.series import TIERS
+
+        return [self.worker_info(worker_id), self.mon, *(self.series(t) for t in TIERS),
+                self.hoststats, self.hostbans]
+
+    def frontier_keys(self, op_id: str, prev_op_id: str, worker_id: str = "") -> list[str]:
         """KEYS of lua/frontier.lua, in the order its header lists them.
 
         The Bloom slices are passed as keys too (``BLOOM_MAX_SLICES`` of them), so that no
-        script ever builds a key name itself.
+        script ever builds a key name itself; the monitoring keys of *worker_id*
+        (:meth:`monitor_keys`) come last.
         """
         return [self.queue, self.data, self.leases, self.lease, self.expiries, self.dead,
                 self.seq, self.token, self.stats, self.idle_since, self.workers, self.op(op_id),
                 self.op(prev_op_id), self.delayed, self.parked, self.hostq, self.ehost,
                 *self.host_keys(), self.bloom_meta,
-                *(self.bloom_slice(n) for n in range(BLOOM_MAX_SLICES))]
+                *(self.bloom_slice(n) for n in range(BLOOM_MAX_SLICES)),
+                *self.monitor_keys(worker_id)]

@@ -66,10 +66,12 @@ class SyncBatch:
     #: leases whose download is over: their host's concurrency slot is free (the lease
     #: itself lasts until its acknowledgement)
     downloaded: list[tuple[str, int]] = field(default_factory=list)
+    #: a heartbeat is due: the call is made even with nothing else to carry
+    beat: bool = False
 
     def is_empty(self) -> bool:
         return not (self.acks or self.releases or self.dead or self.extends or self.pushes
-                    or self.take or self.downloaded)
+                    or self.take or self.downloaded or self.beat)
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,7 @@ class FrontierParams:
     host_concurrency: int = 0  #: requests in flight to one host, fleet-wide (0: no cap)
     robots: bool = False  #: ROBOTSTXT_OBEY: one scout per host until its robots.txt is known
     host_interval_is_rate: bool = False  #: host_interval comes from a rate (may catch up)
+    op_ttl: float = OP_TTL_MS / 1000  #: seconds a call's cached reply is kept (replays)
 
 
 def _arg(batch: SyncBatch, worker: str, params: FrontierParams) -> bytes:
@@ -151,7 +154,7 @@ def _arg(batch: SyncBatch, worker: str, params: FrontierParams) -> bytes:
         "w": worker,
         "lm": int(params.lease_timeout * 1000),
         "ml": params.max_leases,
-        "ot": OP_TTL_MS,
+        "ot": int(params.op_ttl * 1000),
         "a": [list(a) for a in batch.acks],
         "r": [list(r) for r in batch.releases],
         "d": [list(d) for d in batch.dead],
@@ -239,15 +242,18 @@ class AsyncFrontier:
     async def connect(self) -> None:
         await redis_client.ping_async(self.client, self.url)
 
-    async def sync(self, batch: SyncBatch) -> SyncResult:
-        """Run one batch atomically; retried with the same op id on connection errors."""
+    async def sync(self, batch: SyncBatch, monitor: bytes = b"") -> SyncResult:
+        """Run one batch atomically; retried with the same op id on connection errors.
+        *monitor*: ARGV[2] of lua/frontier.lua (heartbeat and counter deltas,
+        ``monitoring.heartbeat.WorkerMonitor.payload``)."""
         op = uuid.uuid4().hex
-        keys = self.keys.frontier_keys(op, self._prev_op)
+        keys = self.keys.frontier_keys(op, self._prev_op, self.worker)
         arg = _arg(batch, self.worker, self.params)
 
         async def attempt() -> bytes:
             self.roundtrips += 1
-            return await self._script(keys=keys, args=[arg])  # type: ignore[no-any-return]
+            return await self._script(  # type: ignore[no-any-return]
+                keys=keys, args=[arg, monitor])
 
         reply = await redis_client.call_retrying_async(attempt, self.url, self.retries)
         self._prev_op = op
@@ -283,15 +289,16 @@ class FrontierAdmin:
     def ping(self) -> None:
         redis_client.ping_sync(self.client, self.url)
 
-    def sync(self, batch: SyncBatch, worker: str = "", op_id: str | None = None) -> SyncResult:
+    def sync(self, batch: SyncBatch, worker: str = "", op_id: str | None = None,
+             monitor: bytes = b"") -> SyncResult:
         """Run one batch (see :class:`AsyncFrontier.sync`), blocking.  *op_id* (default: a
         fresh one) names the call: the same id again replays the first reply."""
         if self._script is None:
             self._script = lua.load(self.client, "frontier.lua")
         op = op_id or uuid.uuid4().hex
-        keys = self.keys.frontier_keys(op, self._prev_op)
+        keys = self.keys.frontier_keys(op, self._prev_op, worker)
         arg = _arg(batch, worker, self.params)
-        reply = redis_client.call_retrying(lambda: self._script(keys=keys, args=[arg]),
+        reply = redis_client.call_retrying(lambda: self._script(keys=keys, args=[arg, monitor]),
                                            self.url, self.retries)
         self._prev_op = op
         result = SyncResult.from_reply(reply)

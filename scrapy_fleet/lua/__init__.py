@@ -13,7 +13,7 @@ from typing import Any
 
 #: entry script -> library files it needs (prepended in this order)
 _LIBRARIES: dict[str, tuple[str, ...]] = {
-    "frontier.lua": ("common.lua", "bloom.lua", "hosts.lua"),
+    "frontier.lua": ("common.lua", "bloom.lua", "hosts.lua", "monitoring.lua"),
     "politeness.lua": ("common.lua", "hosts.lua"),
     "bloom_add.lua": ("common.lua", "bloom.lua"),
     "seeding.lua": ("common.lua", "hosts.lua"),

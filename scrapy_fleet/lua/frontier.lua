@@ -23,7 +23,8 @@
 --   1 queue  2 data  3 leases  4 lease  5 expiries  6 dead  7 seq  8 token  9 stats
 --   10 idle_since  11 workers  12 op (this call)  13 op (previous call of this client)
 --   14 delayed  15 parked  16 hostq  17 ehost  18 ready  19 tat  20 hold  21 hostlive
---   22 hostconf  23 crawldelay  24 wlive  25 robots  26 bloom meta  27.. bloom slices
+--   22 hostconf  23 crawldelay  24 wlive  25 robots  26 bloom meta  27.. bloom slices,
+--   then the MON_NKEYS keys of lua/monitoring.lua (last)
 -- ARGV[1]: msgpack map (see frontier.py, _arg):
 --   w worker id ("" for the push helper), lm lease ms, ml max leases, ot op ttl ms,
 --   a acks [[id, token]...], r releases [[id, token]...], d dead [[id, token, reason]...],
@@ -35,6 +36,7 @@
 --   known yet gets one request in flight, the scout, until it is),
 --   p pushes [[fp12 or "", priority, payload, group, host]...]: group 0 = no parent,
 --     group k = a link of the k-th acknowledgement
+-- ARGV[2] (optional): heartbeat, counter deltas and sampling of lua/monitoring.lua.
 -- Reply: msgpack map (see frontier.py, SyncResult.from_reply).
 
 local cached = redis.call('GET', KEYS[12])
@@ -60,6 +62,9 @@ for _, name in ipairs({'a', 'r', 'd', 'x', 'p', 's'}) do
     return redis.error_reply('ERR fleet: field ' .. name .. ' must be a list')
   end
 end
+-- monitoring (lua/monitoring.lua): checked here, applied at the end
+local mon, mon_err = monitor_parse(ARGV[2])
+if not mon then return redis.error_reply('ERR fleet: ' .. mon_err) end
 local n_acks = #req.a
 for _, p in ipairs(req.p) do
   if type(p) ~= 'table' or type(p[1]) ~= 'string' or type(p[2]) ~= 'number'
@@ -247,7 +252,7 @@ local bloom = nil
 local function get_bloom()
   if bloom == nil then
     local slice_keys = {}
-    for i = 27, #KEYS do slice_keys[#slice_keys + 1] = KEYS[i] end
+    for i = 27, #KEYS - MON_NKEYS do slice_keys[#slice_keys + 1] = KEYS[i] end
     bloom = bloom_open(KEYS[26], slice_keys, tonumber(req.bn), tonumber(req.bp))
   end
   return bloom
@@ -510,8 +515,11 @@ end
 
 if worker ~= '' then
   redis.call('ZADD', WORKERS, now, worker)
-  redis.call('ZREMRANGEBYSCORE', WORKERS, '-inf', now - 600000)  -- gone for 10 minutes
 end
+-- monitoring: heartbeat, counter deltas, forgetting departed workers, time series
+monitor_apply(mon, #KEYS - MON_NKEYS + 1, now, worker,
+              {stats = STATS, workers = WORKERS, q = Q, leases = LEASES, delayed = DELAYED,
+               parked = PARKED, dead = DEAD}, out.acked + out.parked + out.deferred)
 for name, n in pairs(counters) do
   if n > 0 then hincrby(STATS, name, n) end
 end

@@ -1,1 +1,3 @@
-"""The fleet cockpit: heartbeats, fleet-wide counters, time series and their views."""
+"""The fleet's cockpit data: worker heartbeats, exact fleet-wide counters, bounded time series
+(written by lua/monitoring.lua inside the frontier calls) and their one reader,
+:func:`snapshot.read_snapshot` (docs/monitoring.md)."""

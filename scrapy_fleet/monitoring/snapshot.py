@@ -1,0 +1,332 @@
+"""The one reader of the cockpit's data: :func:`read_snapshot` and :func:`read_series`.
+
+Both are blocking (a sync redis-py client), take a bounded number of pipelined round trips
+(3 for a snapshot, 2 for a series) and cost the same whatever the frontier's size: no scan of
+entries; hosts are read from the per-host counts, at most ``HOST_SAMPLE`` of them (an exact
+top list up to that many hosts in the frontier, a sample beyond, flagged ``hosts_sampled``).
+The snapshot's shape is the stable JSON of ``scrapy fleet status SPIDER --json``
+(/work/brief/cockpit-schema.md; docs/monitoring.md documents each field): keys are only ever
+added, and missing data reads 0 or None, never absent.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import redis
+
+from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.monitoring import alerts as alerts_mod
+from scrapy_fleet.monitoring import series as series_mod
+from scrapy_fleet.monitoring.alerts import AlertConfig
+from scrapy_fleet.monitoring.series import SERIES, TIERS
+
+__all__ = ["SCHEMA", "SERIES", "TIERS", "AlertConfig", "read_series", "read_snapshot"]
+
+SCHEMA = 1
+#: hosts read at most per snapshot (per-host counts, ready hosts for runnable_now)
+HOST_SAMPLE = 2000
+READY_SAMPLE = 1000
+FAR_MS = 9e15  # lua/hosts.lua: a host waiting for a free slot is re-marked at FAR
+STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
+ERROR_KINDS = ("timeout", "dns", "connection", "tls", "other")
+
+
+def _s(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _i(value: Any, default: int = 0) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        try:
+            return int(float(value))
+        except (TypeError, ValueError):
+            return default
+
+
+def _f(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _now(srv: Any) -> float:
+    return float(srv[0]) + float(srv[1]) / 1e6
+
+
+def counters_of(stats: dict[str, int]) -> dict[str, Any]:
+    """The ``counters`` section from the fleet's stats hash (field -> int)."""
+    responses = dict.fromkeys(STATUS_CLASSES, 0)
+    by_status: dict[str, int] = {}
+    for name, n in stats.items():
+        if name.startswith("resp/") and len(name) == 8 and name[5:].isdigit():
+            by_status[name[5:]] = n
+            cls = name[5] + "xx"
+            if cls in responses:
+                responses[cls] += n
+    errors = dict.fromkeys(ERROR_KINDS, 0)
+    for name, n in stats.items():
+        if name.startswith("errors/"):
+            kind = name[len("errors/"):]
+            errors[kind if kind in errors else "other"] += n
+    return {
+        "responses": responses,
+        "responses_by_status": dict(sorted(by_status.items())),
+        "pages": stats.get("pages", 0),
+        "items_scraped": stats.get("items_scraped", 0),
+        "items_dropped": stats.get("items_dropped", 0),
+        "download_errors": errors,
+        "requests": {
+            "pushed": stats.get("pushed", 0), "duplicate": stats.get("duplicates", 0),
+            "leased": stats.get("leased", 0), "acked": stats.get("acked", 0),
+            "reclaimed": stats.get("reclaimed", 0),
+            "dead_lettered": stats.get("dead_lettered", 0),
+            "released": stats.get("released", 0), "parked": stats.get("parked", 0),
+            "deferred": stats.get("deferred", 0), "refused": stats.get("refused", 0),
+        },
+        "bans": stats.get("bans", 0), "rate_limited": stats.get("rate_limited", 0),
+        "proxy_bans": stats.get("proxy_bans", 0),
+        "robots_denied": stats.get("robots_denied", 0),
+        "response_bytes": stats.get("response_bytes", 0),
+    }
+
+
+def _before(samples: list[series_mod.Sample], t: float) -> series_mod.Sample | None:
+    """The latest sample taken at or before *t*, else the earliest one (None: no sample)."""
+    best = None
+    for s in samples:
+        if s.t <= t:
+            best = s
+    return best or (samples[0] if samples else None)
+
+
+def _rates(samples: list[series_mod.Sample], now: float, pages: int, items: int,
+           bans: int) -> dict[str, float | None]:
+    """Pages and items per minute over the last 60 s, block rate over the last 5 min, from
+    the counters now and the 10 s sample nearest before the window's start."""
+    out: dict[str, float | None] = {"pages_per_min": None, "items_per_min": None,
+                                    "block_rate": None}
+    minute = _before(samples, now - 60)
+    if minute is not None and now - minute.t >= 5:
+        span = now - minute.t
+        out["pages_per_min"] = round(max(0, pages - minute.pages) * 60 / span, 3)
+        out["items_per_min"] = round(max(0, items - minute.items) * 60 / span, 3)
+    five = _before(samples, now - 300)
+    if five is not None and pages > five.pages:
+        out["block_rate"] = round(max(0, bans - five.bans) / (pages - five.pages), 6)
+    return out
+
+
+def _eta(samples: list[series_mod.Sample], now: float, depth: int) -> float | None:
+    """Seconds until the frontier is empty at the rate its depth fell over the last 5 min
+    (None while it does not fall); 0 when it is empty."""
+    if depth == 0:
+        return 0.0
+    then = _before(samples, now - 300)
+    if then is None or now - then.t < 10:
+        return None
+    before = then.due + then.scheduled + then.leased + then.parked
+    if before <= depth:
+        return None
+    return round(depth * (now - then.t) / (before - depth), 1)
+
+
+def _worker_row(worker_id: str, seen_ms: float, info: dict[str, str], now: float,
+                cfg: AlertConfig) -> dict[str, Any]:
+    parts = worker_id.rsplit(":", 2)
+    host = info.get("h") or (parts[0] if len(parts) == 3 else worker_id)
+    pid = _i(info.get("pid"), _i(parts[1]) if len(parts) == 3 else 0)
+    started = _f(info.get("sa")) or (_f(parts[2]) if len(parts) == 3 else None)
+    last_seen = max(seen_ms, _i(info.get("seen"))) / 1000
+    leases = _i(info.get("l"))
+    last_ack = _i(info.get("la")) / 1000 or None
+    if now - last_seen > cfg.dead_after:
+        health = "dead"
+    elif leases > 0 and last_ack is not None and now - last_ack > cfg.stall_after:
+        health = "stalled"
+    else:
+        health = "alive"
+    return {
+        "id": worker_id, "host": host, "pid": pid, "started_at": started,
+        "state": info.get("st") or "unknown", "health": health, "leases": leases,
+        "downloads": _i(info.get("dl")), "pages": _i(info.get("pg")),
+        "items": _i(info.get("it")), "errors": _i(info.get("er")),
+        "scrapy_version": info.get("sv"), "fleet_version": info.get("fv"),
+        "last_seen": round(last_seen, 3),
+        "last_ack": None if last_ack is None else round(last_ack, 3),
+    }
+
+
+def _host_cap(conf: Any, default: int) -> int:
+    """Concurrency cap of a host from its ``hostconf`` value "T|burst|cap" (0: none)."""
+    if conf:
+        parts = _s(conf).split("|")
+        if len(parts) >= 3 and parts[2] not in ("", "-"):
+            return _i(parts[2], default)
+    return default
+
+
+def read_snapshot(client: redis.Redis, keys: CrawlKeys, *, hosts: int = 10,
+                  alerts_config: AlertConfig | None = None) -> dict[str, Any]:
+    """The crawl's state now, as a JSON-safe dict (module docstring; docs/monitoring.md).
+
+    *hosts*: how many hosts to list (busiest by queued entries first).
+
+    Raises:
+        redis.RedisError: when Redis cannot be read (connection, authentication...).
+    """
+    cfg = alerts_config or AlertConfig()
+    k = keys
+    with client.pipeline(transaction=False) as pipe:
+        pipe.time()
+        pipe.zcard(k.queue)
+        pipe.zcard(k.delayed)
+        pipe.zcard(k.leases)
+        pipe.llen(k.parked)
+        pipe.hlen(k.dead)
+        pipe.hgetall(k.bloom_meta)
+        pipe.hgetall(k.stats)
+        pipe.zrange(k.workers, 0, -1, withscores=True)
+        pipe.hgetall(k.mon)
+        pipe.get(k.series("10s"))
+        pipe.get(k.series("1m"))
+        pipe.hlen(k.hostq)
+        pipe.hget(k.config, "host_concurrency")
+        pipe.info("memory")
+        pipe.zrevrange(k.hostbans, 0, max(hosts, 10) - 1, withscores=True)
+        (srv, due, scheduled, leased, parked, dead, meta, raw_stats, workers, mon, raw10, raw1m,
+         n_hosts, conf_cap, memory, top_banned) = pipe.execute()
+    now = _now(srv)
+    now_ms = int(now * 1000)
+    stats = {_s(a): _i(b) for a, b in raw_stats.items()}
+    meta_s = {_s(a): _s(b) for a, b in meta.items()}
+    seen = sum(_i(v) for name, v in meta_s.items() if name.startswith("c"))
+    default_cap = _i(conf_cap)
+    worker_ids = [(_s(w), float(score)) for w, score in workers]
+
+    with client.pipeline(transaction=False) as pipe:
+        for wid, _ in worker_ids:
+            pipe.hgetall(k.worker_info(wid))
+        if n_hosts <= HOST_SAMPLE:
+            pipe.hgetall(k.hostq)
+        else:
+            pipe.hscan(k.hostq, 0, count=HOST_SAMPLE)
+        pipe.zcount(k.ready, "-inf", now_ms)
+        pipe.zrangebyscore(k.ready, "-inf", now_ms, start=0, num=READY_SAMPLE)
+        replies = pipe.execute()
+    infos = replies[:len(worker_ids)]
+    raw_hostq, n_ready, ready_hosts = replies[len(worker_ids):]
+    if n_hosts > HOST_SAMPLE:
+        raw_hostq = raw_hostq[1]
+    hostq = {_s(h): _i(n) for h, n in raw_hostq.items()}
+    top = sorted(hostq.items(), key=lambda kv: (-kv[1], kv[0]))[:max(hosts, 0)]
+    banned = [(_s(h), int(score)) for h, score in top_banned]
+    names = list(dict.fromkeys([h for h, _ in top] + [h for h, _ in banned]))
+    ready = [_s(h) for h in ready_hosts]
+
+    with client.pipeline(transaction=False) as pipe:
+        for h in names:
+            pipe.hmget(k.hoststats, f"p|{h}", f"b|{h}", f"f|{h}")
+        pipe.hmget(k.hostlive, names) if names else pipe.ping()
+        pipe.hmget(k.hold, names) if names else pipe.ping()
+        pipe.hmget(k.hostq, ready) if ready else pipe.ping()
+        pipe.hmget(k.hostconf, ready) if ready else pipe.ping()
+        replies = pipe.execute()
+    host_stats = replies[:len(names)]
+    live, hold, ready_q, ready_conf = replies[len(names):]
+
+    # runnable_now: leases in flight plus, over the hosts that may be fetched now, each
+    # host's queue up to its concurrency cap (a sample of READY_SAMPLE hosts, scaled)
+    runnable_ready = 0
+    if ready:
+        for q, conf in zip(ready_q, ready_conf, strict=True):
+            n = _i(q)
+            cap = _host_cap(conf, default_cap)
+            runnable_ready += min(n, cap) if cap > 0 else n
+        if n_ready > len(ready):
+            runnable_ready = int(runnable_ready * n_ready / len(ready))
+    runnable_now = leased + min(due, runnable_ready)
+
+    host_rows = {}
+    for h, (p, b, first) in zip(names, host_stats, strict=True):
+        pages_h, bans_h = _i(p), _i(b)
+        host_rows[h] = {
+            "host": h, "queued": hostq.get(h, 0), "leased": 0, "pages": pages_h,
+            "bans": bans_h, "block_rate": round(bans_h / pages_h, 6) if pages_h else None,
+            "hold_until": None, "first_ban": _i(first) / 1000 or None,
+        }
+    if names:
+        for h, lv, hd in zip(names, live, hold, strict=True):
+            host_rows[h]["leased"] = _i(lv)
+            until = _i(hd)
+            host_rows[h]["hold_until"] = until / 1000 if until > now_ms else None
+
+    samples10 = series_mod.decode(raw10, "10s", now)
+    samples1m = series_mod.decode(raw1m, "1m", now)
+    counters = counters_of(stats)
+    rates = _rates(samples10, now, counters["pages"], counters["items_scraped"],
+                   counters["bans"])
+    depth = due + scheduled + leased + parked
+    rows = [_worker_row(wid, score, {_s(a): _s(b) for a, b in info.items()}, now, cfg)
+            for (wid, score), info in zip(worker_ids, infos, strict=True)]
+    rows.sort(key=lambda r: (r["health"] == "dead", r["id"]))
+    mem = {"used_memory": _i(memory.get("used_memory")),
+           "maxmemory": _i(memory.get("maxmemory"))}
+    mon_s = {_s(a): _s(b) for a, b in mon.items()}
+    snap: dict[str, Any] = {
+        "schema": SCHEMA,
+        "crawl": k.crawl_id,
+        "at": round(now, 3),
+        "frontier": {"due": due, "scheduled": scheduled, "leased": leased, "parked": parked,
+                     "dead": dead, "failed": 0, "seen": seen, "depth": depth},
+        "counters": counters,
+        "rates": rates,
+        "eta_seconds": _eta(samples10, now, depth),
+        "runnable_now": runnable_now,
+        "workers": rows,
+        "workers_alive": sum(1 for r in rows if r["health"] != "dead"),
+        "hosts": [host_rows[h] for h, _ in top],
+        "hosts_total": n_hosts,
+        "hosts_sampled": n_hosts > HOST_SAMPLE,
+        "hosts_ready": n_ready,
+        "alerts": [],
+        "redis": mem,
+        "started_at": _i(mon_s.get("t0")) / 1000 or None,
+        "last_ack_at": _i(mon_s.get("la")) / 1000 or None,
+        "last_worker_at": _i(mon_s.get("lw")) / 1000 or None,
+    }
+    snap["alerts"] = alerts_mod.evaluate(snap, samples1m, [host_rows[h] for h, _ in banned],
+                                         cfg)
+    return snap
+
+
+def read_series(client: redis.Redis, keys: CrawlKeys, name: str, tier: str = "10s",
+                since_s: float | None = None) -> list[tuple[float, float | None]]:
+    """Series *name* (one of :data:`SERIES`) of tier *tier* (one of :data:`TIERS`): one
+    ``(step start, value or None)`` per step from *since_s* (unix seconds; default: the
+    tier's whole span) to now, oldest first.
+
+    Raises:
+        ValueError: unknown *name* or *tier*.
+        redis.RedisError: when Redis cannot be read.
+    """
+    if tier not in TIERS:
+        raise ValueError(f"unknown tier {tier!r}: one of {', '.join(TIERS)}")
+    if name not in SERIES:
+        raise ValueError(f"unknown series {name!r}: one of {', '.join(SERIES)}")
+    with client.pipeline(transaction=False) as pipe:
+        pipe.time()
+        pipe.get(keys.series(tier))
+        srv, raw = pipe.execute()
+    now = _now(srv)
+    step, points = TIERS[tier]
+    earliest = now - step * (points - 1)
+    since = earliest if since_s is None else max(float(since_s), earliest)
+    samples = series_mod.decode(raw, tier, now)
+    values = series_mod.points_of(samples, name)
+    return series_mod.fill_steps(values, tier, since, now)
