@@ -65,6 +65,8 @@ SNAPSHOT: dict[str, Any] = {
                {"id": "no_worker", "severity": "critical", "what": "no worker alive",
                 "where": "crawl docs", "since": 1764581800.0, "next": "scrapy crawl docs"}],
     "redis": {"used_memory": 3400000, "maxmemory": 0},
+    "hosts_total": 7, "hosts_sampled": False, "hosts_ready": 5,
+    "started_at": 1764581000.0, "last_ack_at": 1764581999.5, "last_worker_at": 1764581999.0,
 }
 
 SERIES: dict[str, Points] = {
@@ -162,6 +164,8 @@ def test_metrics_carry_the_snapshot_exactly_with_prometheus_names():
     assert got[("scrapy_fleet_alerts", (("alert", "block_rate"), ("severity", "warning")))] == 2
     assert got[("scrapy_fleet_alerts", (("alert", "no_worker"), ("severity", "critical")))] == 1
     assert got[("scrapy_fleet_redis_used_memory_bytes", ())] == 3400000
+    assert got[("scrapy_fleet_hosts", ())] == 7 and got[("scrapy_fleet_hosts_ready", ())] == 5
+    assert got[("scrapy_fleet_last_ack_timestamp_seconds", ())] == 1764581999.5
     assert got[("scrapy_fleet_snapshot_timestamp_seconds", ())] == pytest.approx(1764582000.123)
     # bounded: nothing names a host or a worker unless asked for
     labels = {name for (_, ls) in got for name, _ in ls}
@@ -302,7 +306,7 @@ def get(url: str) -> tuple[int, str, bytes]:
 
 
 def test_http_routes(monitor):
-    base, source = monitor
+    base, _ = monitor
     status, ctype, body = get(base + "/metrics")
     assert status == 200 and ctype.startswith("text/plain")
     assert samples(body.decode())[("scrapy_fleet_frontier_requests", (("state", "due"),))] == 12

@@ -33,8 +33,9 @@ SERIES_PER_HOST = 5
 
 FRONTIER_STATES = ("due", "scheduled", "leased", "parked", "dead", "failed")
 STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
-ERROR_KINDS = ("timeout", "dns", "connection", "other")
-REQUEST_EVENTS = ("pushed", "duplicate", "leased", "acked", "reclaimed", "dead_lettered")
+ERROR_KINDS = ("timeout", "dns", "connection", "tls", "other")
+REQUEST_EVENTS = ("pushed", "duplicate", "leased", "acked", "reclaimed", "dead_lettered",
+                  "released", "parked", "deferred", "refused")
 HEALTHS = ("alive", "stalled", "dead")
 WORKER_STATES = ("fetching", "idle", "draining", "closing")
 SEVERITIES = ("critical", "warning")
@@ -101,10 +102,12 @@ def families(snap: Mapping[str, Any], host_metrics: int = 0) -> list[Metric]:
         labels=["kind"]), ERROR_KINDS, counters.get("download_errors")))
     out.append(_labelled(CounterMetricFamily(
         p + "requests", "Frontier events: pushed (new), duplicate (filtered), leased, acked, "
-        "reclaimed (lease expired), dead_lettered", labels=["event"]),
+        "reclaimed (lease expired), dead_lettered, released (lease given back), parked, "
+        "deferred, refused (frontier full)", labels=["event"]),
         REQUEST_EVENTS, counters.get("requests")))
     for name, key, doc in (
-            ("bans", "bans", "Responses counted as bans (blocked: 403 and the like)"),
+            ("bans", "bans", "Responses whose status is in FLEET_BAN_STATUSES (default 403)"),
+            ("proxy_bans", "proxy_bans", "Ban verdicts of the proxy pool"),
             ("rate_limited", "rate_limited", "Responses 429 (rate limited) and holds"),
             ("robots_denied", "robots_denied", "Requests refused by robots.txt"),
             ("response_bytes", "response_bytes", "Bytes of response bodies received")):
@@ -161,6 +164,17 @@ def families(snap: Mapping[str, Any], host_metrics: int = 0) -> list[Metric]:
                                  value=_num(redis_info.get("used_memory"))))
     out.append(GaugeMetricFamily(p + "redis_maxmemory_bytes", "Redis maxmemory (0: no limit)",
                                  value=_num(redis_info.get("maxmemory"))))
+    out.append(GaugeMetricFamily(p + "hosts", "Hosts with entries in the frontier",
+                                 value=_num(snap.get("hosts_total"))))
+    out.append(GaugeMetricFamily(p + "hosts_ready", "Hosts that may be fetched now "
+                                 "(politeness allows a request)",
+                                 value=_num(snap.get("hosts_ready"))))
+    last_ack = GaugeMetricFamily(p + "last_ack_timestamp_seconds", "When a request was last "
+                                 "acknowledged, fleet-wide (unix seconds; absent before the "
+                                 "first)")
+    if snap.get("last_ack_at") is not None:
+        last_ack.add_metric([], _num(snap.get("last_ack_at")))
+    out.append(last_ack)
     out.append(GaugeMetricFamily(p + "snapshot_timestamp_seconds", "Redis server time of "
                                  "the snapshot (unix seconds)", value=_num(snap.get("at"))))
 

@@ -17,6 +17,7 @@ import redis
 
 from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.monitoring import snapshot as snapshot_api
 
 #: what a failed read of Redis raises (connection refused, timeout, a script or type error...)
 READ_ERRORS = (redis.RedisError, OSError, RedisUnavailableError)
@@ -54,9 +55,7 @@ class FleetSource:
 
     def __init__(self, client: redis.Redis, keys: CrawlKeys, hosts: int = 10,
                  alerts_config: Any = None) -> None:
-        from scrapy_fleet.monitoring import snapshot as data
-
-        self._data = data
+        self._data = snapshot_api
         self.client = client
         self.keys = keys
         self.hosts = hosts
