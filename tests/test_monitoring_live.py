@@ -313,8 +313,9 @@ def test_dashboard_in_chromium_during_a_crawl(redis_url, site_factory, worker_en
 
         def fleet_running() -> bool:
             status, snap = get_json(monitor.url + "api/snapshot")
-            running = {w["pid"] for w in snap["workers"] if w["health"] == "alive"}
-            return status == 200 and pids <= running and snap["counters"]["pages"] > 0
+            alive = [w["id"] for w in snap["workers"] if w["health"] == "alive"]
+            return status == 200 and all(any(f":{pid}" in wid for wid in alive)
+                                         for pid in pids)
 
         wait_for(fleet_running, 60, "both workers in the snapshot")
         home = tmp_path / "browser-home"

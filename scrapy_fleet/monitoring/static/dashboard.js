@@ -60,13 +60,14 @@
   }
 
   // A line chart of several series [[t, v|null], ...] into an <svg viewBox="0 0 W H">.
-  function lineChart(svg, series, legend) {
+  // span: [t0, t1] shared by the charts (from the first point with data to the last step).
+  function lineChart(svg, series, legend, span) {
     const W = 640, H = 220, L = 48, R = 8, T = 8, B = 22;
     while (svg.firstChild) svg.removeChild(svg.firstChild);
-    let t0 = Infinity, t1 = -Infinity, vmax = 0, total = 0;
-    for (const s of series) for (const [t, v] of s.points) {
+    let [t0, t1] = span, vmax = 0, total = 0;
+    for (const s of series) for (const [, v] of s.points) {
       if (v === null) continue;
-      t0 = Math.min(t0, t); t1 = Math.max(t1, t); vmax = Math.max(vmax, v); total++;
+      vmax = Math.max(vmax, v); total++;
     }
     svg.dataset.points = String(total);
     legend.textContent = "";
@@ -82,7 +83,7 @@
                          "no data yet"));
       return;
     }
-    if (t1 === t0) { t0 -= 5; t1 += 5; }
+    if (!(t1 > t0)) { t0 -= 5; t1 += 5; }
     const nice = niceMax(vmax);
     const x = (t) => L + (W - L - R) * (t - t0) / (t1 - t0);
     const y = (v) => T + (H - T - B) * (1 - v / nice);
@@ -90,7 +91,7 @@
       const v = nice * i / 4;
       svg.appendChild(sv("line", {x1: L, x2: W - R, y1: y(v), y2: y(v), class: "grid"}));
       svg.appendChild(sv("text", {x: L - 6, y: y(v) + 4, "text-anchor": "end", class: "axis"},
-                         fmt(v, Number.isInteger(v) ? 0 : 1)));
+                         fmt(v, Number.isInteger(v) ? 0 : v < 10 ? 2 : 1)));
     }
     for (let i = 0; i <= 3; i++) {
       const t = t0 + (t1 - t0) * i / 3;
@@ -193,6 +194,16 @@
       return {name, label, color, points, last};
     });
   }
+  function timeSpan(data) {
+    let t0 = Infinity, t1 = -Infinity;
+    for (const points of Object.values(data.series || {})) {
+      for (const [t, v] of points) {
+        t1 = Math.max(t1, t);
+        if (v !== null) t0 = Math.min(t0, t);
+      }
+    }
+    return [t0 === Infinity ? t1 : t0, t1];
+  }
   function setError(message) {
     const banner = $("error");
     const up = $("up");
@@ -224,8 +235,9 @@
         render(snap.payload.last_snapshot);
       }
       if (series.ok) {
-        lineChart($("chart-depth"), chartSeries(DEPTH, series.payload), $("legend-depth"));
-        lineChart($("chart-pages"), chartSeries(PAGES, series.payload), $("legend-pages"));
+        const span = timeSpan(series.payload);
+        lineChart($("chart-depth"), chartSeries(DEPTH, series.payload), $("legend-depth"), span);
+        lineChart($("chart-pages"), chartSeries(PAGES, series.payload), $("legend-pages"), span);
       }
       const failed = !snap.ok ? snap : !series.ok ? series : null;
       if (failed) {
