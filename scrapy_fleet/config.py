@@ -12,6 +12,7 @@ import math
 import os
 import re
 import socket
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -69,6 +70,16 @@ DEFAULTS: dict[str, Any] = {
     "FLEET_BACKOFF_MAX": 300.0,
     "FLEET_JSONL_PATH": None,
     "FLEET_JSONL_FSYNC": False,
+    "FLEET_HEARTBEAT_INTERVAL": 5.0,
+    "FLEET_WORKER_DEAD_AFTER": 15.0,
+    "FLEET_WORKER_FORGET_AFTER": 120.0,
+    "FLEET_STALL_AFTER": 120.0,
+    "FLEET_BAN_STATUSES": [403],
+    "FLEET_DRAIN_TIMEOUT": 30.0,
+    "FLEET_ALERT_DEPTH_MINUTES": 10,
+    "FLEET_ALERT_BLOCK_RATE": 0.2,
+    "FLEET_ALERT_BLOCK_MIN_PAGES": 20,
+    "FLEET_ALERT_MEMORY_RATIO": 0.9,
 }
 
 
@@ -99,6 +110,13 @@ def _number(name: str, value: Any, cast: Callable[[Any], T], minimum: float,
     if below:
         raise FleetConfigError(f"{name}={value!r} is invalid: expected {expected}")
     return number
+
+
+def _is_fraction(value: Any) -> bool:
+    try:
+        return 0.0 <= float(value) <= 1.0
+    except (TypeError, ValueError):
+        return False
 
 
 def _bool(name: str, value: Any) -> bool:
@@ -198,8 +216,22 @@ def validate_crawl_id(value: Any, name: str = "FLEET_CRAWL_ID") -> str:
 
 
 def default_worker_id() -> str:
-    """``host:pid``: unique per process on a machine, readable in ``scrapy fleet status``."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """``host:pid:start``: unique per process (a recycled pid has another start time, unix
+    seconds), readable in ``scrapy fleet status``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{int(_PROCESS_START)}"
+
+
+_PROCESS_START = time.time()
+
+
+def _ban_statuses(value: Any) -> tuple[int, ...]:
+    name = "FLEET_BAN_STATUSES"
+    if isinstance(value, str):
+        value = [v for v in value.replace(",", " ").split() if v]
+    ok = isinstance(value, (list, tuple)) and all(
+        not isinstance(v, bool) and str(v).isdigit() and 100 <= int(v) <= 599 for v in value)
+    _check(name, value, ok, "a list of HTTP status codes (100-599)")
+    return tuple(sorted({int(v) for v in value}))
 
 
 @dataclass(frozen=True)
@@ -245,6 +277,16 @@ class FleetConfig:
     backoff_max: float
     jsonl_path: str | None
     jsonl_fsync: bool
+    heartbeat_interval: float = 5.0
+    worker_dead_after: float = 15.0
+    worker_forget_after: float = 120.0
+    stall_after: float = 120.0
+    ban_statuses: tuple[int, ...] = (403,)
+    drain_timeout: float = 30.0
+    alert_depth_minutes: int = 10
+    alert_block_rate: float = 0.2
+    alert_block_min_pages: int = 20
+    alert_memory_ratio: float = 0.9
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -333,6 +375,16 @@ class FleetConfig:
                 classes_ok = False
         _check("FLEET_REQUEST_CLASSES", classes, classes_ok,
                "import paths of scrapy.Request subclasses")
+        dead_after = _number("FLEET_WORKER_DEAD_AFTER", g("FLEET_WORKER_DEAD_AFTER"), float, 0.0,
+                             "seconds > 0", exclusive=True)
+        forget_after = _number("FLEET_WORKER_FORGET_AFTER", g("FLEET_WORKER_FORGET_AFTER"),
+                               float, 0.0, "seconds > 0", exclusive=True)
+        _check("FLEET_WORKER_FORGET_AFTER", forget_after, forget_after >= dead_after,
+               "seconds >= FLEET_WORKER_DEAD_AFTER (a dead worker is shown until forgotten)")
+        for name in ("FLEET_ALERT_BLOCK_RATE", "FLEET_ALERT_MEMORY_RATIO"):
+            value = g(name)
+            _check(name, value, not isinstance(value, bool) and isinstance(value, (int, float, str))
+                   and _is_fraction(value), "a fraction between 0 and 1")
         config = cls(
             redis_url=validate_redis_url(g("FLEET_REDIS_URL")),
             redis_timeout=_number("FLEET_REDIS_TIMEOUT", g("FLEET_REDIS_TIMEOUT"), float, 0.0,
@@ -384,6 +436,26 @@ class FleetConfig:
                                 "seconds > 0", exclusive=True),
             jsonl_path=jsonl,
             jsonl_fsync=_bool("FLEET_JSONL_FSYNC", g("FLEET_JSONL_FSYNC")),
+            heartbeat_interval=_number("FLEET_HEARTBEAT_INTERVAL", g("FLEET_HEARTBEAT_INTERVAL"),
+                                       float, 0.0, "seconds > 0", exclusive=True),
+            worker_dead_after=dead_after,
+            worker_forget_after=forget_after,
+            stall_after=_number("FLEET_STALL_AFTER", g("FLEET_STALL_AFTER"), float, 0.0,
+                                "seconds > 0", exclusive=True),
+            ban_statuses=_ban_statuses(g("FLEET_BAN_STATUSES")),
+            drain_timeout=_number("FLEET_DRAIN_TIMEOUT", g("FLEET_DRAIN_TIMEOUT"), float, 0.0,
+                                  "seconds >= 0"),
+            alert_depth_minutes=_number("FLEET_ALERT_DEPTH_MINUTES",
+                                        g("FLEET_ALERT_DEPTH_MINUTES"), int, 1,
+                                        "an integer >= 1 (minutes)"),
+            alert_block_rate=_number("FLEET_ALERT_BLOCK_RATE", g("FLEET_ALERT_BLOCK_RATE"),
+                                     float, 0.0, "a fraction between 0 and 1"),
+            alert_block_min_pages=_number("FLEET_ALERT_BLOCK_MIN_PAGES",
+                                          g("FLEET_ALERT_BLOCK_MIN_PAGES"), int, 1,
+                                          "an integer >= 1"),
+            alert_memory_ratio=_number("FLEET_ALERT_MEMORY_RATIO", g("FLEET_ALERT_MEMORY_RATIO"),
+                                       float, 0.0, "a fraction between 0 and 1",
+                                       exclusive=True),
         )
         if isinstance(settings, BaseSettings) and getattr(settings, "frozen", False):
             try:

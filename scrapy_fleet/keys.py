@@ -259,6 +259,11 @@ class CrawlKeys:
         return [self.worker_info(worker_id), self.mon, *(self.series(t) for t in TIERS),
                 self.hoststats, self.hostbans]
 
+    def sample_keys(self) -> list[str]:
+        """KEYS of lua/sample.lua, in the order its header lists them."""
+        return [self.stats, self.workers, self.queue, self.leases, self.delayed, self.parked,
+                self.dead, *self.monitor_keys("")]
+
     def frontier_keys(self, op_id: str, prev_op_id: str, worker_id: str = "") -> list[str]:
         """KEYS of lua/frontier.lua, in the order its header lists them.
 

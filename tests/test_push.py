@@ -130,7 +130,7 @@ def test_project_command_push_status_purge(redis_url, worker_env):
     assert pushed.returncode == 0, pushed.stderr
     assert "pushed 2, duplicates 0, rejected 0 (crawl 'docs')" in pushed.stdout
     status = run_scrapy(EXAMPLE_PROJECT, ["fleet", "status", "docs", *args], worker_env)
-    assert "queued   2" in status.stdout and "seen     2" in status.stdout
+    assert "due 2 " in status.stdout and "seen 2" in status.stdout, status.stdout
     declined = run_scrapy(EXAMPLE_PROJECT, ["fleet", "purge", "docs", *args], worker_env)
     assert declined.returncode == 1 and "purge cancelled" in declined.stdout
     assert FrontierAdmin(redis_url, "docs").status()["queued"] == 2

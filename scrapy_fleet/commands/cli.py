@@ -71,11 +71,12 @@ def run_action(action: str, admin: FrontierAdmin, urls: list[str], opts: Any,
                fingerprint: Callable[[Request], bytes], label: str,
                confirm: Callable[[str], str] = input, low_watermark: int | None = None,
                has_method: Callable[[str], bool] | None = None,
-               host_key_mode: str = "host") -> int:
+               host_key_mode: str = "host", alerts_config: Any = None) -> int:
     """Run one fleet action against *admin*; returns the exit status.  *low_watermark*
     (entries): where a push waiting for room resumes; *has_method*: checks pushed callback
     names against the spider (inside a project); *host_key_mode*: the crawl's
-    ``FLEET_HOST_KEY`` (host, domain or ip), which pushed entries are counted under."""
+    ``FLEET_HOST_KEY`` (host, domain or ip), which pushed entries are counted under;
+    *alerts_config*: thresholds of the status alerts (monitoring.alerts.AlertConfig)."""
     try:
         admin.ping()
         if action == "push":
@@ -85,7 +86,7 @@ def run_action(action: str, admin: FrontierAdmin, urls: list[str], opts: Any,
             print(f"error: {action} takes no URL arguments", file=sys.stderr)
             return push.EXIT_ERROR
         if action == "status":
-            return _status(admin, opts, label, low_watermark)
+            return _status(admin, opts, label, low_watermark, alerts_config)
         if action == "dead":
             return _dead(admin, opts)
         if action == "purge":
@@ -178,39 +179,36 @@ def _push(admin: FrontierAdmin, urls: list[str], opts: Any,
     return report.exit_status
 
 
-def _status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int | None) -> int:
-    status = admin.status()
+def _status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int | None,
+            alerts_config: Any = None) -> int:
+    from scrapy_fleet.monitoring import screen
+    from scrapy_fleet.monitoring.snapshot import read_snapshot
+
+    legacy = admin.status()
+    snap = read_snapshot(admin.client, admin.keys, hosts=opts.limit,
+                         alerts_config=alerts_config)
+    # the snapshot (the stable JSON, docs/monitoring.md) and the frontier counts of before,
+    # under the names they had (queued, size, idle_seconds, totals...)
+    status: dict[str, Any] = {**{k: v for k, v in legacy.items()
+                                 if k not in ("counters", "workers")}, **snap}
+    status["totals"] = legacy["counters"]
     status["queue_max"] = admin.params.queue_max
     status["low_watermark"] = low_watermark
     if getattr(opts, "hosts", False):
-        status["hosts"] = admin.hosts(limit=opts.limit)
+        top = {row["host"]: row for row in snap["hosts"]}
+        rows = admin.hosts(limit=opts.limit)
+        for row in rows:  # the snapshot's per-host fields beside the politeness state
+            extra = top.get(row["host"], {})
+            row.setdefault("queued", row["entries"])
+            row.setdefault("leased", row["in_flight"])
+            for name in ("pages", "bans", "block_rate", "hold_until"):
+                row.setdefault(name, extra.get(name))
+        status["hosts"] = rows
     if opts.json:
         print(json.dumps(status, indent=2, sort_keys=True))
         return push.EXIT_OK
-    print(f"crawl {status['crawl_id']!r} ({label})")
-    for name in ("queued", "leased", "delayed", "parked", "dead", "seen"):
-        print(f"  {name:<8} {status[name]}")
-    cap = status["queue_max"]
-    print(f"  size     {status['size']} / {cap if cap else 'unbounded'}"
-          + (f" (producers resume below {low_watermark})" if cap and low_watermark else ""))
-    idle = status["idle_seconds"]
-    print(f"  idle     {'-' if idle is None else f'{idle} s'}")
-    counters = status["counters"]
-    if counters:
-        print("  totals   " + ", ".join(f"{k} {v}" for k, v in sorted(counters.items())))
-    workers = status["workers"]
-    print(f"  workers  {len(workers)}")
-    for worker, age in sorted(workers.items()):
-        print(f"    {worker}  last seen {age} s ago")
-    if "hosts" in status:
-        print(f"  hosts    {'host':<32} {'entries':>8} {'flight':>6} {'next':>8} {'hold':>7} "
-              f"{'delay':>6} {'fails':>5}")
-        for row in status["hosts"]:
-            nxt = "slot" if row["waits_for_slot"] else (
-                "-" if row["next_in"] is None else f"{row['next_in']:.1f}s")
-            delay = "-" if row["crawl_delay"] is None else f"{row['crawl_delay']:.1f}s"
-            print(f"           {row['host'][:32]:<32} {row['entries']:>8} {row['in_flight']:>6} "
-                  f"{nxt:>8} {row['hold_left']:>6.1f}s {delay:>6} {row['failures']:>5}")
+    print(screen.render(snap, label, admin.params.queue_max, low_watermark,
+                        legacy["idle_seconds"]))
     return push.EXIT_OK
 
 

@@ -21,6 +21,7 @@ from scrapy_fleet.commands import cli
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.monitoring.alerts import AlertConfig
 
 
 class Command(ScrapyCommand):
@@ -73,6 +74,7 @@ class Command(ScrapyCommand):
                                            label=f"spider {spidercls.name!r}",
                                            low_watermark=config.queue_low,
                                            host_key_mode=config.host_key,
+                                           alerts_config=AlertConfig.from_config(config),
                                            has_method=lambda name: callable(
                                                getattr(spidercls, name, None)))
         finally:

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -39,6 +41,7 @@ from scrapy_fleet.frontier import memory
 from scrapy_fleet.frontier.client import AsyncFrontier, SyncBatch, SyncResult, clamp_priority
 from scrapy_fleet.frontier.dupefilter import RedisBloomDupeFilter
 from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.monitoring.heartbeat import WorkerMonitor
 from scrapy_fleet.politeness import hosts as politeness
 from scrapy_fleet.politeness.middlewares import robots_of
 from scrapy_fleet.redis_client import is_oom
@@ -118,6 +121,10 @@ class FleetScheduler(BaseScheduler):
         self._withheld: str | None = None  # why finished requests are no longer acknowledged
         #: host -> time.monotonic() until which it is on hold, from the last frontier call
         self.holds: dict[str, float] = {}
+        #: heartbeat and fleet-wide counter deltas, sent with each frontier call
+        self.monitor = WorkerMonitor(self.stats, config, time.time(), socket.gethostname(),
+                                     os.getpid())
+        self._drain_started: float | None = None  # monotonic time the engine began to close
         concurrency = crawler.settings.getint("CONCURRENT_REQUESTS")
         #: leases this worker holds at most: its downloader's concurrency and a quarter more
         self._max_held = concurrency + max(1, concurrency // 4)
@@ -156,7 +163,11 @@ class FleetScheduler(BaseScheduler):
             "queue_max": self.config.queue_max or 0,
             "low_watermark": self.config.queue_low_watermark,
             "host_queue_max": self.config.host_queue_max or 0,
-            "host_key": self.config.host_key})
+            "host_key": self.config.host_key,
+            "host_concurrency": self.config.host_concurrency})
+        from scrapy import signals
+
+        self.crawler.signals.connect(self._response_received, signal=signals.response_received)
         for warning in await memory.check_redis_memory(self.frontier.client, self.config):
             logger.warning(warning, extra={"spider": spider})
             self._inc("fleet/backpressure/memory_warnings")
@@ -166,6 +177,9 @@ class FleetScheduler(BaseScheduler):
         self._wake.set()
         logger.info("Fleet worker %s joined crawl %r at %s", self.config.worker_id, crawl_id,
                     self._redacted_url(), extra={"spider": spider})
+
+    def _response_received(self, response: Any, request: Any, spider: Any = None) -> None:
+        self.monitor.on_response(response.url, response.status)
 
     def close(self, reason: str) -> Deferred[None]:
         return deferred_from_coro(self._close(reason))
@@ -182,13 +196,23 @@ class FleetScheduler(BaseScheduler):
                 logger.exception("Fleet pump failed")
         if self.frontier is not None:
             await self._final_flush(reason)
-            try:
-                await self.frontier.client.zrem(self.frontier.keys.workers, self.config.worker_id)
-            except Exception:  # leaving the worker list is best effort
-                pass
+            await self._leave()
             await self.frontier.close()
         if hasattr(self.df, "close"):
             self.df.close(reason)
+
+    async def _leave(self) -> None:
+        """Leave the worker list and drop this worker's heartbeat (best effort: both expire
+        by themselves after FLEET_WORKER_FORGET_AFTER)."""
+        assert self.frontier is not None
+        keys = self.frontier.keys
+        try:
+            async with self.frontier.client.pipeline(transaction=False) as pipe:
+                pipe.zrem(keys.workers, self.config.worker_id)
+                pipe.delete(keys.worker_info(self.config.worker_id))
+                await pipe.execute()
+        except Exception:
+            pass
 
     def has_pending_requests(self) -> bool:
         return bool(self._prefetch or self._outbox or self._inflight or self._done
@@ -352,9 +376,16 @@ class FleetScheduler(BaseScheduler):
         held += [lease for _, lease in self._inflight.values() if not lease.lost]
         return held
 
+    @property
+    def _heartbeat(self) -> float:
+        """Seconds between two calls at most: lease extensions and the worker's heartbeat."""
+        return min(self.config.lease_timeout / 3, self.config.heartbeat_interval)
+
     def _wait_time(self) -> float:
-        heartbeat = self.config.lease_timeout / 3
-        until_extend = max(0.0, self._last_extend + heartbeat - time.monotonic())
+        until_extend = max(0.0, self._last_extend + self._heartbeat - time.monotonic())
+        if self._drain_started is not None:
+            left = self._drain_started + self.config.drain_timeout - time.monotonic()
+            until_extend = min(until_extend, max(0.05, left))
         if len(self._prefetch) < self.config.prefetch and not self._fleet_done:
             return min(self.config.poll_interval, until_extend)
         return until_extend
@@ -370,6 +401,9 @@ class FleetScheduler(BaseScheduler):
             if self._closing:
                 return
             self._wake.clear()
+            if self._check_drain():
+                await self._drain_exit()
+                return
             if self.config.flush_interval and (self._outbox or self._done or self._downloaded):
                 await asyncio.sleep(self.config.flush_interval)  # coalesce a burst
             try:
@@ -386,6 +420,53 @@ class FleetScheduler(BaseScheduler):
                 logger.exception("Fleet frontier call failed", extra={"spider": self.spider})
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
+
+    def _state(self) -> str:
+        if self._closing:
+            return "closing"
+        if self._drain_started is not None:
+            return "draining"
+        return "fetching" if (self._prefetch or self._inflight) else "idle"
+
+    def _downloads(self) -> int:
+        engine = engine_hooks.running_engine(self.crawler)
+        return len(getattr(getattr(engine, "downloader", None), "active", ()) or ())
+
+    def _check_drain(self) -> bool:
+        """Note when the engine begins to close (SIGTERM: Scrapy's graceful shutdown); once
+        FLEET_DRAIN_TIMEOUT has passed since with requests still in progress, release every
+        lease and end the process with status 0 (as a pod's grace period would, but with
+        nothing left leased).  Returns True when the pump must stop."""
+        engine = engine_hooks.running_engine(self.crawler)
+        slot = getattr(engine, "_slot", None)
+        if self._drain_started is None:
+            if slot is not None and getattr(slot, "closing", None) is not None:
+                self._drain_started = time.monotonic()
+                logger.info("Fleet worker draining: its %d prefetched lease(s) go back to the "
+                            "frontier now, the %d request(s) in progress have %.0f s "
+                            "(FLEET_DRAIN_TIMEOUT) to finish", len(self._prefetch),
+                            len(self._inflight), self.config.drain_timeout,
+                            extra={"spider": self.spider})
+                self._poke()
+            return False
+        if time.monotonic() - self._drain_started < self.config.drain_timeout:
+            return False
+        # only requests still in progress hold the exit up; a slow close of the pipelines
+        # (nothing leased any more) is left to finish
+        return bool(self._inflight or self._prefetch)
+
+    async def _drain_exit(self) -> None:
+        logger.warning("Fleet worker still busy %.0f s after the shutdown began "
+                       "(FLEET_DRAIN_TIMEOUT): releasing its %d lease(s) and exiting",
+                       self.config.drain_timeout, len(self._held_leases()),
+                       extra={"spider": self.spider})
+        self._closing = True
+        try:
+            await self._final_flush("drain timeout")
+            await self._leave()
+        finally:
+            logging.shutdown()
+            os._exit(0)
 
     def _build_batch(self, final: bool) -> tuple[SyncBatch, int, int, int]:
         """The next call: finished requests with their links (all of a request's links in
@@ -411,17 +492,24 @@ class FleetScheduler(BaseScheduler):
         if final:
             batch.releases = [(lease.entry_id, lease.token) for lease in self._held_leases()]
         else:
-            if now - self._last_extend >= self.config.lease_timeout / 3:
+            if self._drain_started is not None:
+                # draining: what was leased and not started goes back at once
+                batch.releases = [(lease.entry_id, lease.token) for _, lease in self._prefetch]
+            if now - self._last_extend >= self._heartbeat:
                 # the heartbeat is due (with or without leases to extend: an idle worker
                 # must not see it due again at once, or it would poll in a tight loop)
                 self._last_extend = now
-                batch.extends = [(lease.entry_id, lease.token) for lease in self._held_leases()]
+                batch.beat = True
+                batch.extends = [(lease.entry_id, lease.token) for lease in self._held_leases()
+                                 if not (self._drain_started is not None
+                                         and any(lease is p for _, p in self._prefetch))]
             # a lease holds its host's concurrency slot until its download is over
             # (FLEET_HOST_CONCURRENCY counts them), so a worker holds little more than it can
             # download at once
             held = len(self._prefetch) + len(self._inflight)
             want = min(self.config.prefetch - len(self._prefetch), self._max_held - held)
-            if want > 0 and not self._fleet_done and self._withheld is None:
+            if (want > 0 and not self._fleet_done and self._withheld is None
+                    and self._drain_started is None):
                 batch.take = want
         return batch, n_out, n_done, len(dead)  # (every download notice goes with it)
 
@@ -432,8 +520,11 @@ class FleetScheduler(BaseScheduler):
             return None
         outbox = self._outbox[:n_out]
         done = self._done[:n_done]
+        held = len(self._prefetch) + len(self._inflight)
+        monitor = self.monitor.payload("closing" if final else self._state(), held,
+                                       self._downloads())
         try:
-            result = await self.frontier.sync(batch)
+            result = await self.frontier.sync(batch, monitor)
         except redis.ResponseError as exc:
             if not is_oom(exc):
                 raise
@@ -444,6 +535,11 @@ class FleetScheduler(BaseScheduler):
             await asyncio.sleep(self.config.poll_interval * 4)
             return None
         # the call succeeded: drop what it carried from the local buffers
+        self.monitor.confirmed()
+        if batch.releases and not final:
+            released = {entry_id for entry_id, _ in batch.releases}
+            self._prefetch = deque((r, lease) for r, lease in self._prefetch
+                                   if lease.entry_id not in released)
         del self._done[:n_done]
         del self._dead[:n_dead]
         del self._downloaded[:len(batch.downloaded)]
