@@ -32,7 +32,7 @@ from scrapy_fleet.commands import push
 from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams
 from scrapy_fleet.monitoring import metrics, server
 from scrapy_fleet.monitoring.snapshot import read_snapshot
-from scrapy_fleet.monitoring.source import FleetSource, VIEW_SERIES
+from scrapy_fleet.monitoring.source import VIEW_SERIES, FleetSource
 
 CRAWL = "bench"
 

@@ -92,7 +92,7 @@ def run_action(action: str, admin: FrontierAdmin, urls: list[str], opts: Any,
         if action == "purge":
             return _purge(admin, opts, label, confirm)
         if action in monitoring_cli.ACTIONS:
-            return monitoring_cli.run(action, admin, opts)
+            return monitoring_cli.run(action, admin, opts, alerts_config)
     except RedisUnavailableError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return push.EXIT_ERROR

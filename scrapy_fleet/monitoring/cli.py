@@ -42,11 +42,14 @@ def _sigterm_stops(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def run(action: str, admin: Any, opts: Any) -> int:
-    """Run ``top`` or ``monitor`` for the crawl of *admin* (a FrontierAdmin already pinged)."""
-    from scrapy_fleet.monitoring.source import FleetSource
+def run(action: str, admin: Any, opts: Any, alerts_config: Any = None) -> int:
+    """Run ``top`` or ``monitor`` for the crawl of *admin* (a FrontierAdmin already pinged);
+    *alerts_config*: the alerts' thresholds (monitoring.alerts.AlertConfig; default ones
+    when None).  Both keep the series sampled while no worker runs (source.Sampling)."""
+    from scrapy_fleet.monitoring.source import FleetSource, Sampling
 
     interval = opts.interval
+    dead_after = float(getattr(alerts_config, "dead_after", 15.0))
     if not (isinstance(interval, int | float) and math.isfinite(interval) and interval > 0):
         print("error: --interval must be a number of seconds > 0", file=sys.stderr)
         return EXIT_USAGE
@@ -58,17 +61,26 @@ def run(action: str, admin: Any, opts: Any) -> int:
         from scrapy_fleet.monitoring.top import run_top
 
         hosts = max(1, min(opts.limit, 50))
-        source = FleetSource(admin.client, admin.keys, hosts=hosts)
-        return run_top(source, interval=interval, once=opts.once, hosts=hosts)
+        source = FleetSource(admin.client, admin.keys, hosts=hosts, alerts_config=alerts_config)
+        if opts.once:
+            return run_top(source, once=True, hosts=hosts)
+        sampling = Sampling(admin.client, admin.keys, dead_after=dead_after).start()
+        try:
+            return run_top(source, interval=interval, hosts=hosts)
+        finally:
+            sampling.stop()
     from scrapy_fleet.monitoring.server import run_monitor
 
     if opts.port is None or not 0 <= opts.port <= 65535:
         print("error: monitor needs --port P (0 to 65535; 0: any free port)", file=sys.stderr)
         return EXIT_USAGE
-    source = FleetSource(admin.client, admin.keys, hosts=max(10, opts.host_metrics))
+    source = FleetSource(admin.client, admin.keys, hosts=max(10, opts.host_metrics),
+                         alerts_config=alerts_config)
     previous = signal.signal(signal.SIGTERM, _sigterm_stops)
+    sampling = Sampling(admin.client, admin.keys, dead_after=dead_after).start()
     try:
         return run_monitor(source, admin.keys.crawl_id, opts.host, opts.port, interval,
                            opts.host_metrics)
     finally:
+        sampling.stop()
         signal.signal(signal.SIGTERM, previous)

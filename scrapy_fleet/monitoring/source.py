@@ -17,6 +17,7 @@ import redis
 
 from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.monitoring import sampler
 from scrapy_fleet.monitoring import snapshot as snapshot_api
 
 #: what a failed read of Redis raises (connection refused, timeout, a script or type error...)
@@ -118,3 +119,39 @@ class FleetSource:
             raise
         self._ok()
         return out
+
+
+class Sampling:
+    """A daemon thread that keeps the time series going while no worker runs: it calls the
+    data side's ``sampler.sample`` every *interval* seconds (a tier takes at most one sample
+    per step fleet-wide, whoever calls, so this never doubles a point; one EVALSHA per
+    call).  Failures (Redis down, OOM) are skipped: the views report Redis's state."""
+
+    def __init__(self, client: redis.Redis, keys: CrawlKeys, interval: float = 5.0,
+                 dead_after: float = 15.0) -> None:
+        self.client = client
+        self.keys = keys
+        self.interval = interval
+        self.dead_after = dead_after
+        self.samples = 0
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fleet-sampling", daemon=True)
+
+    def start(self) -> Sampling:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if sampler.sample(self.client, self.keys, self.dead_after):
+                    self.samples += 1
+            except READ_ERRORS:
+                self.failures += 1
+            self._stop.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
