@@ -363,3 +363,19 @@ def test_dashboard_in_chromium_during_a_crawl(redis_url, site_factory, worker_en
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def test_the_keda_example_reads_what_the_monitor_serves(redis_url, worker_env, monitors):
+    """docs/keda-scaledobject.yaml names a snapshot field and a metric: both must exist."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "keda-scaledobject.yaml").read_text()
+    field = re.search(r'valueLocation: "(\w+)"', text)
+    query = re.search(r"query: '(.+)'", text)
+    assert field and query
+    push(redis_url, worker_env, "http://127.0.0.1:9/a", "http://127.0.0.1:9/b")
+    monitor = Monitor(redis_url, "docs", worker_env)
+    monitors.append(monitor)
+    status, snap = get_json(monitor.url + "api/snapshot")
+    assert status == 200 and snap[field.group(1)] == 2  # 2 due on a host that may run now
+    names = {name for name, _ in monitor.metrics()}
+    for metric in re.findall(r"(scrapy_fleet_\w+)", query.group(1)):
+        assert metric in names, metric

@@ -11,7 +11,7 @@ exact fleet-wide counters of the crawl), labels for states.
 Series are bounded: no label takes a URL, a worker id or a host unless asked for; per-host
 series are opt-in (``host_metrics=N``, at most :data:`HOST_METRICS_MAX` hosts, the top N by
 queued entries), so the default exposition has a fixed number of series whatever the crawl's
-size (see :func:`series_count` and docs/monitoring.md for the list).
+size (see :func:`series_count` and docs/monitoring-views.md for the list).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def _labelled(family: Any, label_values: tuple[str, ...], source: Any) -> Any:
 
 
 def families(snap: Mapping[str, Any], host_metrics: int = 0) -> list[Metric]:
-    """Metric families of one snapshot (shape: docs/monitoring.md, ``read_snapshot``).
+    """Metric families of one snapshot (shape: ``snapshot.read_snapshot``).
 
     *host_metrics*: per-host series for the top N hosts of the snapshot (0: none; capped at
     :data:`HOST_METRICS_MAX`).  A null rate, ratio or ETA has no sample (absent, not 0)."""
@@ -108,7 +108,7 @@ def families(snap: Mapping[str, Any], host_metrics: int = 0) -> list[Metric]:
     for name, key, doc in (
             ("bans", "bans", "Responses whose status is in FLEET_BAN_STATUSES (default 403)"),
             ("proxy_bans", "proxy_bans", "Ban verdicts of the proxy pool"),
-            ("rate_limited", "rate_limited", "Responses 429 (rate limited) and holds"),
+            ("rate_limited", "rate_limited", "Responses 429 Too Many Requests"),
             ("robots_denied", "robots_denied", "Requests refused by robots.txt"),
             ("response_bytes", "response_bytes", "Bytes of response bodies received")):
         out.append(CounterMetricFamily(p + name, doc, value=_num(counters.get(key))))
@@ -148,8 +148,8 @@ def families(snap: Mapping[str, Any], host_metrics: int = 0) -> list[Metric]:
                                  value=sum(_num(w.get("downloads")) for w in workers
                                            if w.get("health") != "dead")))
 
-    alerts = GaugeMetricFamily(p + "alerts", "Alerts firing, by alert id and severity (see "
-                               "docs/monitoring.md for the ids)", labels=["alert", "severity"])
+    alerts = GaugeMetricFamily(p + "alerts", "Alerts firing, by alert id and severity (ids: "
+                               "docs/monitoring-views.md)", labels=["alert", "severity"])
     counts: dict[tuple[str, str], int] = {}
     for alert in snap.get("alerts") or []:
         if isinstance(alert, Mapping):
@@ -192,8 +192,8 @@ def _host_families(hosts: list[Mapping[str, Any]]) -> list[Metric]:
                                  labels=["host", "state"])
     pages = CounterMetricFamily(p + "host_pages", "Responses from a host", labels=["host"])
     bans = CounterMetricFamily(p + "host_bans", "Bans from a host", labels=["host"])
-    ratio = GaugeMetricFamily(p + "host_block_ratio", "Bans / responses of a host over the "
-                              "last 5 min", labels=["host"])
+    ratio = GaugeMetricFamily(p + "host_block_ratio", "Bans / responses of a host since the "
+                              "crawl began", labels=["host"])
     for row in hosts:
         host = str(row.get("host", ""))
         requests.add_metric([host, "queued"], _num(row.get("queued")))
