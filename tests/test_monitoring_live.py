@@ -19,6 +19,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -293,12 +294,40 @@ def test_metrics_are_exact_after_a_crawl_with_403s(redis_url, site_factory, work
     assert len(got) <= 150
 
 
-def test_dashboard_in_chromium_during_a_crawl(redis_url, site_factory, worker_env, tmp_path,
-                                              monitors, monkeypatch):
+@contextmanager
+def chromium_page(tmp_path: Path) -> Iterator[Any]:
+    """A page of Debian's chromium (playwright, never ``playwright install``), HOME in
+    *tmp_path*; JavaScript errors of the page fail the test."""
     sync_api = pytest.importorskip("playwright.sync_api")
     if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} not installed") if not os.environ.get("CI") else \
+        if os.environ.get("CI"):
             pytest.fail(f"{CHROMIUM} not installed (CI is set)")
+        pytest.skip(f"{CHROMIUM} not installed")
+    home = tmp_path / "browser-home"
+    home.mkdir(exist_ok=True)
+    old_home = os.environ.get("HOME")
+    os.environ["HOME"] = str(home)  # the playwright driver writes there too
+    try:
+        with sync_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS,
+                                        env={**os.environ, "HOME": str(home)})
+            try:
+                page = browser.new_page(viewport={"width": 1280, "height": 900})
+                errors: list[str] = []
+                page.on("pageerror", lambda exc: errors.append(str(exc)))
+                yield page
+                assert not errors, errors
+            finally:
+                browser.close()
+    finally:
+        if old_home is None:
+            os.environ.pop("HOME", None)
+        else:
+            os.environ["HOME"] = old_home
+
+
+def test_dashboard_in_chromium_during_a_crawl(redis_url, site_factory, worker_env, tmp_path,
+                                              monitors):
     generate_site(tmp_path / "www", 150, 5)
     site = site_factory(tmp_path / "www", behaviour={
         "delays": [{"prefix": "/site/p/", "seconds": 0.5}],
@@ -318,37 +347,25 @@ def test_dashboard_in_chromium_during_a_crawl(redis_url, site_factory, worker_en
                                          for pid in pids)
 
         wait_for(fleet_running, 60, "both workers in the snapshot")
-        home = tmp_path / "browser-home"
-        home.mkdir()
-        monkeypatch.setenv("HOME", str(home))
         shot = tmp_path / "dashboard.png"
-        with sync_api.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS,
-                                        env={**os.environ, "HOME": str(home)})
-            try:
-                page = browser.new_page(viewport={"width": 1280, "height": 900})
-                errors: list[str] = []
-                page.on("pageerror", lambda exc: errors.append(str(exc)))
-                page.goto(monitor.url, wait_until="load")
-                page.wait_for_function(
-                    "() => document.querySelectorAll('#workers tbody tr').length >= 2"
-                    " && +document.getElementById('chart-depth').dataset.points > 0"
-                    " && +document.getElementById('chart-pages').dataset.points > 0",
-                    timeout=60_000)
-                rows = page.locator("#workers tbody tr").all_inner_texts()
-                for pid in pids:
-                    assert any(f":{pid}" in row and "alive" in row for row in rows), rows
-                assert page.locator("#chart-depth path.line").count() >= 1
-                assert page.locator("#error").is_hidden()
-                assert page.locator("#up").inner_text() == "live"
-                before = page.locator("#updated").inner_text()
-                page.wait_for_function(  # it refreshes by itself
-                    f"() => document.getElementById('updated').textContent !== {before!r}",
-                    timeout=20_000)
-                page.screenshot(path=str(shot), full_page=True)
-                assert not errors, errors
-            finally:
-                browser.close()
+        with chromium_page(tmp_path) as page:
+            page.goto(monitor.url, wait_until="load")
+            page.wait_for_function(
+                "() => document.querySelectorAll('#workers tbody tr:not(.none)').length >= 2"
+                " && +document.getElementById('chart-depth').dataset.points > 0"
+                " && +document.getElementById('chart-pages').dataset.points > 0",
+                timeout=60_000)
+            rows = page.locator("#workers tbody tr:not(.none)").all_inner_texts()
+            for pid in pids:
+                assert any(f":{pid}" in row and "alive" in row for row in rows), rows
+            assert page.locator("#chart-depth path.line").count() >= 1
+            assert page.locator("#error").is_hidden()
+            assert page.locator("#up").inner_text() == "live"
+            before = page.locator("#updated").inner_text()
+            page.wait_for_function(  # it refreshes by itself
+                f"() => document.getElementById('updated').textContent !== {before!r}",
+                timeout=20_000)
+            page.screenshot(path=str(shot), full_page=True)
         print(f"dashboard screenshot: {shot}")
         if os.environ.get("FLEET_DOCS_SCREENSHOT"):
             shutil.copy(shot, os.environ["FLEET_DOCS_SCREENSHOT"])
@@ -379,3 +396,33 @@ def test_the_keda_example_reads_what_the_monitor_serves(redis_url, worker_env, m
     names = {name for name, _ in monitor.metrics()}
     for metric in re.findall(r"(scrapy_fleet_\w+)", query.group(1)):
         assert metric in names, metric
+
+
+def test_dashboard_shows_a_banner_while_redis_is_down(redis_server, redis_url, worker_env,
+                                                      tmp_path, monitors):
+    push(redis_url, worker_env, "http://127.0.0.1:9/a", "http://127.0.0.1:9/b")
+    monitor = Monitor(redis_url, "docs", worker_env)
+    monitors.append(monitor)
+    due = '.figure[data-key="due"] .v'
+    with chromium_page(tmp_path) as page:
+        page.goto(monitor.url, wait_until="load")
+        page.wait_for_function("() => document.getElementById('up').textContent === 'live'",
+                               timeout=30_000)
+        assert page.locator(due).inner_text() == "2"
+        redis_server.stop()
+        try:
+            page.wait_for_function("() => !document.getElementById('error').hidden",
+                                   timeout=30_000)
+            banner = page.locator("#error").inner_text()
+            assert "cannot read Redis" in banner and "showing the last data read" in banner
+            assert page.locator("#up").inner_text() == "Redis down"
+            assert page.locator(due).inner_text() == "2"  # the last snapshot stays shown
+            page.screenshot(path=str(tmp_path / "dashboard-redis-down.png"), full_page=True)
+        finally:
+            redis_server.restart()
+        push(redis_url, worker_env, "http://127.0.0.1:9/c")  # the restarted Redis is empty
+        page.wait_for_function("() => document.getElementById('error').hidden",
+                               timeout=30_000)
+        page.wait_for_function(
+            f"() => document.querySelector({due!r}).textContent === '1'", timeout=30_000)
+        assert page.locator("#up").inner_text() == "live"

@@ -20,6 +20,9 @@ from scrapy_fleet.monitoring.metrics import HOST_METRICS_MAX
 
 ACTIONS = ("top", "monitor")
 EXIT_USAGE = 2
+#: seconds a view waits for Redis per call: short, so that a scrape answers
+#: ``scrapy_fleet_up 0`` within Prometheus's scrape timeout (10 s by default) when Redis hangs
+READ_TIMEOUT = 5.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +49,7 @@ def run(action: str, admin: Any, opts: Any, alerts_config: Any = None) -> int:
     """Run ``top`` or ``monitor`` for the crawl of *admin* (a FrontierAdmin already pinged);
     *alerts_config*: the alerts' thresholds (monitoring.alerts.AlertConfig; default ones
     when None).  Both keep the series sampled while no worker runs (source.Sampling)."""
+    from scrapy_fleet import redis_client
     from scrapy_fleet.monitoring.source import FleetSource, Sampling
 
     interval = opts.interval
@@ -57,30 +61,34 @@ def run(action: str, admin: Any, opts: Any, alerts_config: Any = None) -> int:
         print(f"error: --host-metrics must be between 0 and {HOST_METRICS_MAX}",
               file=sys.stderr)
         return EXIT_USAGE
-    if action == "top":
-        from scrapy_fleet.monitoring.top import run_top
-
-        hosts = max(1, min(opts.limit, 50))
-        source = FleetSource(admin.client, admin.keys, hosts=hosts, alerts_config=alerts_config)
-        if opts.once:
-            return run_top(source, once=True, hosts=hosts)
-        sampling = Sampling(admin.client, admin.keys, dead_after=dead_after).start()
-        try:
-            return run_top(source, interval=interval, hosts=hosts)
-        finally:
-            sampling.stop()
-    from scrapy_fleet.monitoring.server import run_monitor
-
-    if opts.port is None or not 0 <= opts.port <= 65535:
+    if action == "monitor" and (opts.port is None or not 0 <= opts.port <= 65535):
         print("error: monitor needs --port P (0 to 65535; 0: any free port)", file=sys.stderr)
         return EXIT_USAGE
-    source = FleetSource(admin.client, admin.keys, hosts=max(10, opts.host_metrics),
-                         alerts_config=alerts_config)
-    previous = signal.signal(signal.SIGTERM, _sigterm_stops)
-    sampling = Sampling(admin.client, admin.keys, dead_after=dead_after).start()
+    client = redis_client.sync_client(admin.url, READ_TIMEOUT)
     try:
-        return run_monitor(source, admin.keys.crawl_id, opts.host, opts.port, interval,
-                           opts.host_metrics)
+        if action == "top":
+            from scrapy_fleet.monitoring.top import run_top
+
+            hosts = max(1, min(opts.limit, 50))
+            source = FleetSource(client, admin.keys, hosts=hosts, alerts_config=alerts_config)
+            if opts.once:
+                return run_top(source, once=True, hosts=hosts)
+            sampling = Sampling(client, admin.keys, dead_after=dead_after).start()
+            try:
+                return run_top(source, interval=interval, hosts=hosts)
+            finally:
+                sampling.stop()
+        from scrapy_fleet.monitoring.server import run_monitor
+
+        source = FleetSource(client, admin.keys, hosts=max(10, opts.host_metrics),
+                             alerts_config=alerts_config)
+        previous = signal.signal(signal.SIGTERM, _sigterm_stops)
+        sampling = Sampling(client, admin.keys, dead_after=dead_after).start()
+        try:
+            return run_monitor(source, admin.keys.crawl_id, opts.host, opts.port, interval,
+                               opts.host_metrics)
+        finally:
+            sampling.stop()
+            signal.signal(signal.SIGTERM, previous)
     finally:
-        sampling.stop()
-        signal.signal(signal.SIGTERM, previous)
+        client.close()

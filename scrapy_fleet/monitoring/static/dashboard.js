@@ -168,6 +168,11 @@
       for (const [text, cls] of cells(row)) tr.appendChild(el("td", cls ? {class: cls} : {}, text));
       tbody.appendChild(tr);
     }
+    if (!rows.length) {  // a placeholder row, outside tbody's data rows
+      const tr = el("tr", {class: "none"});
+      tr.appendChild(el("td", {colspan: $(id).querySelectorAll("th").length}, "none"));
+      tbody.appendChild(tr);
+    }
   }
   function render(snap) {
     const now = snap.at || Date.now() / 1000;
