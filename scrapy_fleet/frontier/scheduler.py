@@ -383,7 +383,7 @@ class FleetScheduler(BaseScheduler):
 
     def _wait_time(self) -> float:
         until_extend = max(0.0, self._last_extend + self._heartbeat - time.monotonic())
-        if self._drain_started is not None:
+        if self._drain_started is not None and (self._inflight or self._prefetch):
             left = self._drain_started + self.config.drain_timeout - time.monotonic()
             until_extend = min(until_extend, max(0.05, left))
         if len(self._prefetch) < self.config.prefetch and not self._fleet_done:
@@ -442,7 +442,8 @@ class FleetScheduler(BaseScheduler):
         if self._drain_started is None:
             if slot is not None and getattr(slot, "closing", None) is not None:
                 self._drain_started = time.monotonic()
-                logger.info("Fleet worker draining: its %d prefetched lease(s) go back to the "
+                log = logger.info if (self._prefetch or self._inflight) else logger.debug
+                log("Fleet worker draining: its %d prefetched lease(s) go back to the "
                             "frontier now, the %d request(s) in progress have %.0f s "
                             "(FLEET_DRAIN_TIMEOUT) to finish", len(self._prefetch),
                             len(self._inflight), self.config.drain_timeout,

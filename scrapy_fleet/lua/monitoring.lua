@@ -111,8 +111,8 @@ local function monitor_apply(m, k, now, worker, fk, acked)
     if acked > 0 then redis.call('HSET', INFO, 'la', now) end
     redis.call('PEXPIRE', INFO, forget_ms)
     redis.call('HSET', MON, 'lw', now)
-    redis.call('ZREMRANGEBYSCORE', fk.workers, '-inf', now - forget_ms)
   end
+  redis.call('ZREMRANGEBYSCORE', fk.workers, '-inf', now - forget_ms)  -- departed workers
   redis.call('HSETNX', MON, 't0', now)
 
   -- one sample per tier whose step changed since its last sample, fleet-wide

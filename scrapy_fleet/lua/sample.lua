@@ -6,12 +6,13 @@
 -- KEYS (keys.CrawlKeys.sample_keys): 1 stats  2 workers  3 queue  4 leases  5 delayed
 --   6 parked  7 dead, then the MON_NKEYS keys of lua/monitoring.lua (worker info unused)
 -- ARGV[1]: a worker is dead after this many ms without a call (workers_alive)
+-- ARGV[2]: a worker is forgotten (left out of `workers`) after this many ms
 -- Reply: 1 when a 10 s sample was written, 0 when one was taken this step already.
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local before = redis.call('HGET', KEYS[9], 's1')
-monitor_apply({da = tonumber(ARGV[1]) or 15000}, 8, now, '',
+monitor_apply({da = tonumber(ARGV[1]) or 15000, fa = tonumber(ARGV[2]) or 120000}, 8, now, '',
               {stats = KEYS[1], workers = KEYS[2], q = KEYS[3], leases = KEYS[4],
                delayed = KEYS[5], parked = KEYS[6], dead = KEYS[7]}, 0)
 if redis.call('HGET', KEYS[9], 's1') ~= before then return 1 end

@@ -236,18 +236,21 @@ def read_snapshot(client: redis.Redis, keys: CrawlKeys, *, hosts: int = 10,
         pipe.hmget(k.hold, names) if names else pipe.ping()
         pipe.hmget(k.hostq, ready) if ready else pipe.ping()
         pipe.hmget(k.hostconf, ready) if ready else pipe.ping()
+        pipe.hmget(k.hostlive, ready) if ready else pipe.ping()
         replies = pipe.execute()
     host_stats = replies[:len(names)]
-    live, hold, ready_q, ready_conf = replies[len(names):]
+    live, hold, ready_q, ready_conf, ready_live = replies[len(names):]
 
-    # runnable_now: leases in flight plus, over the hosts that may be fetched now, each
-    # host's queue up to its concurrency cap (a sample of READY_SAMPLE hosts, scaled)
+    # runnable_now: leases in flight plus, over the hosts that may be fetched now, what
+    # each host's concurrency cap lets start beside its downloads in flight (a sample of
+    # READY_SAMPLE hosts, scaled)
     runnable_ready = 0
     if ready:
-        for q, conf in zip(ready_q, ready_conf, strict=True):
-            n = _i(q)
+        for q, conf, lv in zip(ready_q, ready_conf, ready_live, strict=True):
+            flying = _i(lv)
+            waiting = max(0, _i(q) - flying)
             cap = _host_cap(conf, default_cap)
-            runnable_ready += min(n, cap) if cap > 0 else n
+            runnable_ready += min(waiting, max(0, cap - flying)) if cap > 0 else waiting
         if n_ready > len(ready):
             runnable_ready = int(runnable_ready * n_ready / len(ready))
     runnable_now = leased + min(due, runnable_ready)

@@ -1,0 +1,461 @@
+"""The cockpit's data (scrapy_fleet/monitoring/): exact fleet-wide counters after real crawls,
+heartbeats and worker health with real SIGKILL/SIGTERM, bounded keys and series, replays.
+
+Everything runs against a real redis-server; crawls are real ``scrapy crawl`` processes
+against the local test site.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import msgpack
+import pytest
+import redis
+from support import TEST_PROJECT, read_items, start_worker, tail, wait_all
+
+from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.monitoring import alerts, series
+from scrapy_fleet.monitoring.heartbeat import WorkerMonitor, error_kind, fleet_counters
+from scrapy_fleet.monitoring.sampler import sample
+from scrapy_fleet.monitoring.snapshot import read_series, read_snapshot
+from scrapy_fleet.testsite import generate_site
+
+
+def payload(cs: int | None = None, counters: dict[str, int] | None = None,
+            hosts: list[list[object]] | None = None, forget_ms: int = 120_000,
+            leases: int = 0, state: str = "idle") -> bytes:
+    """ARGV[2] of a frontier call, as WorkerMonitor.payload builds it."""
+    arg: dict[str, object] = {"hb": {"st": state, "l": leases, "h": "testhost", "pid": 1,
+                                     "sa": 1.0},
+                              "fa": forget_ms, "da": 15_000}
+    if cs is not None:
+        arg.update(cs=cs, c=counters or {}, hp=hosts or [])
+    return msgpack.packb(arg, use_bin_type=False)
+
+
+def snapshot(redis_url: str, crawl: str, **kwargs: object) -> dict:
+    client = redis.Redis.from_url(redis_url)
+    try:
+        return read_snapshot(client, CrawlKeys("fleet", crawl), **kwargs)  # type: ignore[arg-type]
+    finally:
+        client.close()
+
+
+def status_text(redis_url: str, crawl: str) -> str:
+    """``scrapy-fleet --redis URL status CRAWL``'s screen."""
+    result = subprocess.run([sys.executable, "-m", "scrapy_fleet.commands.cli", "--redis",
+                             redis_url, "status", crawl], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+# -- counters: exact, atomic, once per op id -------------------------------------------------
+
+
+def test_two_workers_adding_to_one_counter_concurrently_lose_nothing(redis_url):
+    calls = 300
+
+    def worker(name: str) -> None:
+        admin = FrontierAdmin(redis_url, "conc")
+        for n in range(1, calls + 1):
+            admin.sync(SyncBatch(beat=True), worker=name,
+                       monitor=payload(n, {"resp/200": 1, "pages": 1, "items_scraped": 2},
+                                       [["h.test", 1, 0]]))
+        admin.close()
+
+    threads = [threading.Thread(target=worker, args=(f"w{i}:1:1",)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    c = snapshot(redis_url, "conc")["counters"]
+    assert (c["pages"], c["responses"]["2xx"], c["items_scraped"]) == (600, 600, 1200)
+    client = redis.Redis.from_url(redis_url)
+    assert client.hget(CrawlKeys("fleet", "conc").hoststats, "p|h.test") == b"600"
+
+
+def test_a_replayed_call_counts_once(redis_url):
+    admin = FrontierAdmin(redis_url, "replay")
+    arg = payload(1, {"resp/200": 3, "pages": 3})
+    first = admin.sync(SyncBatch(beat=True), worker="w:1:1", op_id="op-1", monitor=arg)
+    again = admin.sync(SyncBatch(beat=True), worker="w:1:1", op_id="op-1", monitor=arg)
+    assert first.now_ms == again.now_ms  # the cached reply: the script did not run again
+    assert snapshot(redis_url, "replay")["counters"]["pages"] == 3
+    # the same batch resent with a new op id (every retry of a call failed after the script
+    # ran): its sequence number was applied already, so it is skipped
+    admin.sync(SyncBatch(beat=True), worker="w:1:1", monitor=arg)
+    assert snapshot(redis_url, "replay")["counters"]["pages"] == 3
+    admin.sync(SyncBatch(beat=True), worker="w:1:1", monitor=payload(2, {"pages": 1}))
+    assert snapshot(redis_url, "replay")["counters"]["pages"] == 4
+
+
+def test_a_bad_monitoring_argument_is_refused_before_any_write(redis_url):
+    admin = FrontierAdmin(redis_url, "bad")
+    admin.push([(b"a" * 12, 0, b"x", 0, "h")])
+    client = redis.Redis.from_url(redis_url)
+    before = client.hgetall(admin.keys.stats)
+    for arg in (b"\xc1", msgpack.packb({"c": {"evil": 1}, "cs": 1}),
+                msgpack.packb({"c": {"pages": -5}, "cs": 1}),
+                msgpack.packb({"hb": {"st": "x" * 500}})):
+        with pytest.raises(redis.ResponseError, match="fleet: "):
+            admin.sync(SyncBatch(take=1), worker="w:1:1", monitor=arg)
+    assert client.hgetall(admin.keys.stats) == before
+    assert client.zcard(admin.keys.leases) == 0  # the take did not run either
+
+
+def test_worker_monitor_resends_an_unconfirmed_batch_unchanged():
+    class Stats:
+        def __init__(self) -> None:
+            self.values: dict[str, int] = {}
+
+        def get_stats(self) -> dict[str, int]:
+            return dict(self.values)
+
+    class Config:
+        ban_statuses = (403,)
+        worker_dead_after = 15.0
+        worker_forget_after = 120.0
+
+    stats = Stats()
+    mon = WorkerMonitor(stats, Config(), 1.0, "vm", 7)
+    stats.values = {"downloader/response_status_count/200": 4,
+                    "downloader/response_status_count/403": 1, "item_scraped_count": 4}
+    first = msgpack.unpackb(mon.payload("fetching", 2, 1))
+    stats.values["downloader/response_status_count/200"] = 9  # more came since
+    resent = msgpack.unpackb(mon.payload("fetching", 2, 1))  # the first call failed
+    assert (resent["cs"], resent["c"]) == (first["cs"], first["c"]) == (
+        1, {"resp/200": 4, "resp/403": 1, "pages": 5, "bans": 1, "items_scraped": 4})
+    mon.confirmed()
+    nxt = msgpack.unpackb(mon.payload("fetching", 2, 1))
+    assert (nxt["cs"], nxt["c"]) == (2, {"resp/200": 5, "pages": 5})
+
+
+def test_stats_map_to_fleet_counters():
+    got = fleet_counters({
+        "downloader/response_status_count/200": 10, "downloader/response_status_count/429": 2,
+        "downloader/response_status_count/403": 3, "item_dropped_count": 1,
+        "downloader/exception_type_count/twisted.internet.error.DNSLookupError": 2,
+        "downloader/exception_type_count/twisted.internet.error.TimeoutError": 1,
+        "downloader/exception_type_count/builtins.ValueError": 1,
+        "downloader/response_bytes": 1234, "fleet/proxy/verdict/ban": 2,
+        "fleet/politeness/robots_disallowed": 5, "start_time": 3.5}, (403,))
+    assert got == {"resp/200": 10, "resp/429": 2, "resp/403": 3, "pages": 15, "bans": 3,
+                   "rate_limited": 2, "items_dropped": 1, "errors/dns": 2,
+                   "errors/timeout": 1, "errors/other": 1, "response_bytes": 1234,
+                   "proxy_bans": 2, "robots_denied": 5}
+    assert error_kind("twisted.internet.error.ConnectionRefusedError") == "connection"
+    assert error_kind("OpenSSL.SSL.Error") == "tls"
+
+
+# -- a real crawl: exact counts ---------------------------------------------------------------
+
+
+def test_counts_after_a_crawl_with_a_known_share_of_403_are_exact(redis_url, site_factory,
+                                                                 worker_env, tmp_path):
+    pages = 60
+    generate_site(tmp_path / "www", pages, 1, seed=5)
+    # p/1.html and p/10.html .. p/19.html answer 403: 11 of the 60
+    site = site_factory(tmp_path / "www",
+                        behaviour={"failures": [{"prefix": "/site/p/1", "status": 403}]})
+    banned = {i for i in range(pages) if str(i).startswith("1")}
+    outs = [tmp_path / f"out-{n}.jsonl" for n in range(2)]
+    procs = [start_worker(TEST_PROJECT, "many_starts", {
+        "FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 3, "FLEET_JSONL_PATH": outs[n]},
+        worker_env, tmp_path / f"w{n}.log", spider_args={"base": site.url, "n": pages})
+        for n in range(2)]
+    assert wait_all(procs, 180) == [0, 0], tail(tmp_path / "w0.log") + tail(tmp_path / "w1.log")
+    items = read_items(outs)
+    assert len(items) == pages - len(banned)
+    snap = snapshot(redis_url, "many_starts")
+    c = snap["counters"]
+    assert c["pages"] == pages
+    assert c["responses"] == {"1xx": 0, "2xx": pages - len(banned), "3xx": 0,
+                              "4xx": len(banned), "5xx": 0}
+    assert c["responses_by_status"] == {"200": pages - len(banned), "403": len(banned)}
+    assert (c["items_scraped"], c["items_dropped"]) == (len(items), 0)
+    assert c["bans"] == len(banned)
+    assert c["requests"]["pushed"] == c["requests"]["acked"] == pages
+    assert c["response_bytes"] > 0
+    assert snap["rates"]["block_rate"] == round(len(banned) / pages, 6)
+    host = site.url.split("//")[1].rstrip("/")
+    client = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("fleet", "many_starts")
+    assert client.hmget(keys.hoststats, f"p|{host}", f"b|{host}") == [
+        str(pages).encode(), str(len(banned)).encode()]
+    # both workers left: no heartbeat key, not listed
+    assert snap["workers"] == [] and client.keys(keys.worker_info("*")) == []
+    # status --json and the screen show the same figures
+    result = subprocess.run([sys.executable, "-m", "scrapy_fleet.commands.cli", "--redis",
+                             redis_url, "status", "many_starts", "--json"],
+                            capture_output=True, text=True, timeout=60)
+    data = json.loads(result.stdout)
+    assert data["counters"] == c and data["schema"] == 1 and data["queued"] == 0
+    text = status_text(redis_url, "many_starts")
+    assert f"4xx {len(banned)}" in text and f"403: {len(banned)}" in text, text
+    assert f"bans {len(banned)}" in text
+
+
+# -- heartbeats and health --------------------------------------------------------------------
+
+
+def _idle_worker(redis_url: str, worker_env: dict[str, str], log: Path,
+                 **settings: object) -> subprocess.Popen[bytes]:
+    return start_worker(TEST_PROJECT, "fetch", {"FLEET_REDIS_URL": redis_url,
+                                                "FLEET_IDLE_TIMEOUT": None, **settings},
+                        worker_env, log)
+
+
+def _wait(predicate, timeout: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_sigkilled_worker_is_shown_dead_within_15_s_then_forgotten(redis_url, worker_env,
+                                                                     tmp_path):
+    log = tmp_path / "w.log"
+    proc = _idle_worker(redis_url, worker_env, log, FLEET_WORKER_FORGET_AFTER=25)
+    try:
+        rows = _wait(lambda: [w for w in snapshot(redis_url, "fetch")["workers"]
+                              if w["health"] == "alive"], 60, "the worker's heartbeat")
+    except AssertionError:
+        proc.kill()
+        raise AssertionError(tail(log)) from None
+    row = rows[0]
+    assert row["pid"] == proc.pid and row["state"] == "idle" and row["scrapy_version"]
+    assert row["id"].startswith(f"{row['host']}:{proc.pid}:")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = time.monotonic()
+    _wait(lambda: [w for w in snapshot(redis_url, "fetch")["workers"]
+                   if w["id"] == row["id"] and w["health"] == "dead"], 30, "dead")
+    assert time.monotonic() - killed_at <= 15.5
+    snap = snapshot(redis_url, "fetch")
+    assert snap["workers_alive"] == 0
+    assert any(a["id"] == "worker_dead" for a in snap["alerts"])
+    assert f"{row['id']}  idle     dead" in status_text(redis_url, "fetch")
+    # after FLEET_WORKER_FORGET_AFTER: no key and no entry left (issue 9, item 6)
+    client = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("fleet", "fetch")
+    _wait(lambda: not client.exists(keys.worker_info(row["id"])), 40, "the key to expire")
+    sample(client, keys, forget_after=25)
+    assert snapshot(redis_url, "fetch")["workers"] == []
+    assert client.zcard(keys.workers) == 0
+    text = status_text(redis_url, "fetch")
+    assert "workers    0 alive\n" in text and row["id"] not in text
+
+
+def test_churned_worker_ids_leave_no_keys_behind(redis_url):
+    params = FrontierParams(op_ttl=1.0)
+    resident = FrontierAdmin(redis_url, "churn", params=params)
+    resident.push([(bytes([i]) * 12, 0, b"x", 0, "h.test") for i in range(1, 30)])
+    resident.sync(SyncBatch(beat=True), worker="resident:1:1", monitor=payload(forget_ms=1500))
+    client = redis.Redis.from_url(redis_url)
+
+    def churn(names: range) -> None:
+        for n in names:  # each leases a request and vanishes, like a SIGKILLed worker
+            admin = FrontierAdmin(redis_url, "churn",
+                                  params=FrontierParams(op_ttl=1.0, lease_timeout=1.0))
+            admin.sync(SyncBatch(take=1), worker=f"gone{n}:{n}:1",
+                       monitor=payload(1, {"pages": 1}, [[f"h{n}.test", 1, 1]],
+                                       forget_ms=1500))
+            admin.close()
+
+    churn(range(1))  # the crawl-wide keys it creates (stats, hoststats, expiries...) stay
+    time.sleep(2.5)
+    resident.sync(SyncBatch(beat=True), worker="resident:1:1", monitor=payload(forget_ms=1500))
+    baseline = sorted(client.keys("*"))
+    churn(range(1, 201))
+    assert client.zcard(resident.keys.workers) == 201
+    time.sleep(2.5)
+    # the resident's next call reclaims the expired leases and forgets the departed ids
+    resident.sync(SyncBatch(beat=True), worker="resident:1:1", monitor=payload(forget_ms=1500))
+    keys_now = sorted(client.keys("*"))
+
+    def others(names: list[bytes]) -> list[bytes]:
+        return [k for k in names if b":op:" not in k]
+
+    assert others(keys_now) == others(baseline)
+    assert len(keys_now) - len(others(keys_now)) <= 1  # the resident's last reply only
+    assert client.zcard(resident.keys.workers) == 1
+    assert client.hlen(resident.keys.wlive) == 0 and client.zcard(resident.keys.leases) == 0
+    assert snapshot(redis_url, "churn")["counters"]["pages"] == 201
+
+
+# -- series ----------------------------------------------------------------------------------
+
+
+def test_series_have_fixed_bytes_whatever_the_crawl(redis_url):
+    admin = FrontierAdmin(redis_url, "ser")
+    client = redis.Redis.from_url(redis_url)
+    keys = admin.keys
+    admin.push([(b"s" * 12, 0, b"x", 0, "h")])
+    sizes = {t: client.strlen(keys.series(t)) for t in series.TIERS}
+    assert sizes == {t: series.tier_bytes(t) for t in series.TIERS}
+    assert sum(sizes.values()) == (360 + 1440 + 1008) * 80 < 1_000_000
+    for chunk in range(20):  # 10,000 entries on 1,000 hosts, 100 workers
+        admin.push([(f"{chunk:04d}{i:08d}".encode(), 0, b"x", 0, f"h{i % 1000}")
+                    for i in range(500)])
+    for n in range(100):
+        admin.sync(SyncBatch(beat=True), worker=f"w{n}:1:1", monitor=payload(1, {"pages": 1}))
+    assert {t: client.strlen(keys.series(t)) for t in series.TIERS} == sizes
+    points = read_series(client, keys, "depth_due")
+    assert len(points) == 360 and points[-1][1] == 1.0  # the step's one sample: at the push
+    assert all(v is None for _, v in points[:-1])
+    assert not sample(client, keys)  # this step has its sample: no second one fleet-wide
+    with pytest.raises(ValueError, match="unknown series"):
+        read_series(client, keys, "nope")
+
+
+def test_series_decode_keeps_only_the_current_lap():
+    step, points = series.TIERS["10s"]
+    now = 1_800_000_000.0
+    raw = bytearray(series.tier_bytes("10s"))
+
+    def put(t: float, pages: int, bans: int) -> None:
+        slot = int(t * 1000) // (step * 1000)
+        values = [int(t * 1000), 5, 0, 1, 0, 0, pages, pages, bans, 2]
+        series._SLOT.pack_into(raw, (slot % points) * series.SLOT_BYTES, *values)
+
+    put(now - 20, 100, 0)
+    put(now - 10, 160, 6)
+    put(now - 30 - step * points, 7, 7)  # an old lap still in its slot: ignored
+    samples = series.decode(bytes(raw), "10s", now)
+    assert [s.pages for s in samples] == [100, 160]
+    rates = series.points_of(samples, "pages_per_min")
+    assert rates == [(now - 20, None), (now - 10, 360.0)]
+    assert series.points_of(samples, "block_rate")[1][1] == 0.1
+
+
+# -- runnable_now -----------------------------------------------------------------------------
+
+
+def test_runnable_now_counts_what_the_caps_let_run(redis_url):
+    params = FrontierParams(host_concurrency=2)
+    admin = FrontierAdmin(redis_url, "run", params=params)
+    client = redis.Redis.from_url(redis_url)
+    client.hset(admin.keys.config, "host_concurrency", 2)  # as the workers write it
+    admin.push([(f"{i:012d}".encode(), 0, b"x", 0, "one.test") for i in range(1000)])
+    assert snapshot(redis_url, "run")["runnable_now"] == 2  # 1000 queued, capped at 2
+    for _ in range(3):  # a capped host's slots are shared among the live workers: one first
+        admin.sync(SyncBatch(take=10), worker="w:1:1", monitor=payload())
+    snap = snapshot(redis_url, "run")
+    assert (snap["frontier"]["leased"], snap["runnable_now"]) == (2, 2)  # never 0 in flight
+    admin.push([(f"x{i:011d}".encode(), 0, b"x", 0, f"h{i}.test") for i in range(50)])
+    assert snapshot(redis_url, "run")["runnable_now"] == 52
+
+
+# -- alerts -----------------------------------------------------------------------------------
+
+
+def test_no_worker_alert_says_what_where_and_what_next(redis_url):
+    admin = FrontierAdmin(redis_url, "lonely")
+    admin.push([(b"l" * 12, 0, b"x", 0, "h")])
+    (alert,) = snapshot(redis_url, "lonely")["alerts"]
+    assert alert["id"] == "no_worker" and alert["severity"] == "critical"
+    assert "1 request(s) wait" in alert["what"] and alert["where"] == "crawl lonely"
+    assert alert["next"].startswith("start workers: scrapy crawl")
+
+
+def _sample(t: float, depth: int, dead: int = 0) -> series.Sample:
+    return series.Sample(t, depth, 0, 0, 0, dead, 0, 0, 0, 1)
+
+
+def test_alerts_on_growing_depth_blocked_host_dead_letters_and_memory():
+    now = 1_800_000_000.0
+    snap = {"crawl": "c", "at": now, "runnable_now": 3, "started_at": now - 3600,
+            "last_ack_at": now - 1, "last_worker_at": now,
+            "frontier": {"due": 300, "scheduled": 0, "leased": 2, "parked": 0, "dead": 4},
+            "workers": [{"id": "w", "health": "alive", "leases": 2, "host": "vm", "pid": 1,
+                         "last_seen": now, "last_ack": now - 1}],
+            "redis": {"used_memory": 95, "maxmemory": 100}}
+    samples = [_sample(now - 60 * (11 - i), 100 + 10 * i, dead=1 if i < 5 else 4)
+               for i in range(11)]
+    host = {"host": "x.test", "pages": 100, "bans": 40, "block_rate": 0.4,
+            "first_ban": now - 50}
+    got = {a["id"]: a for a in alerts.evaluate(snap, samples, [host], alerts.AlertConfig())}
+    assert set(got) == {"depth_growing", "host_blocked", "dead_letters_growing",
+                        "redis_memory"}
+    assert got["depth_growing"]["since"] == now - 660
+    assert "from 100 to 200" in got["depth_growing"]["what"]
+    assert got["host_blocked"]["where"].startswith("host x.test")
+    assert got["host_blocked"]["since"] == now - 50
+    assert got["dead_letters_growing"]["next"] == "scrapy fleet dead c"
+    assert next(iter(got)) == "redis_memory"  # critical first
+    stalled = dict(snap, last_ack_at=now - 500)
+    ids = [a["id"] for a in alerts.evaluate(stalled, [], [], alerts.AlertConfig())]
+    assert "fleet_stalled" in ids
+
+
+# -- SIGTERM: drain -------------------------------------------------------------------------
+
+
+def test_sigterm_drains_within_the_drain_timeout_and_leaves_no_lease(redis_url, site_factory,
+                                                                    worker_env, tmp_path):
+    generate_site(tmp_path / "www", 20, 1, seed=6)
+    site = site_factory(tmp_path / "www",
+                        behaviour={"delays": [{"prefix": "/site/p/", "seconds": 60}]})
+    admin = FrontierAdmin(redis_url, "fetch")
+    urls = [f"{site.url}site/p/{i}.html" for i in range(20)]
+    from scrapy import Request
+    from scrapy.utils.request import fingerprint
+
+    from scrapy_fleet import codec
+
+    admin.push([(fingerprint(Request(u))[:12], 0, codec.encode(Request(u), None), 0,
+                 site.url.split("//")[1].rstrip("/")) for u in urls])
+    log = tmp_path / "w.log"
+    proc = start_worker(TEST_PROJECT, "fetch", {
+        "FLEET_REDIS_URL": redis_url, "FLEET_DRAIN_TIMEOUT": 3, "CONCURRENT_REQUESTS": 4,
+        "FLEET_PREFETCH": 4}, worker_env, log)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        _wait(lambda: any(w["downloads"] > 0 for w in snapshot(redis_url, "fetch")["workers"]),
+              60, "downloads in flight")
+    except AssertionError:
+        proc.kill()
+        raise AssertionError(tail(log)) from None
+    assert client.zcard(admin.keys.leases) > 0
+    os.kill(proc.pid, signal.SIGTERM)
+    started = time.monotonic()
+    assert wait_all([proc], 30) == [0], tail(log)
+    assert time.monotonic() - started < 20  # the downloads would take 60 s
+    assert client.zcard(admin.keys.leases) == 0
+    assert client.zcard(admin.keys.queue) == 20  # all back, none lost
+    assert "(FLEET_DRAIN_TIMEOUT): releasing its" in tail(log, 20000)
+    assert client.zcard(admin.keys.workers) == 0
+
+
+def test_sigterm_on_a_fast_crawl_finishes_in_flight_work_and_exits_0(redis_url, site_factory,
+                                                                    worker_env, tmp_path):
+    generate_site(tmp_path / "www", 200, 1, seed=7)
+    site = site_factory(tmp_path / "www",
+                        behaviour={"delays": [{"prefix": "/site/p/", "seconds": 0.3}]})
+    log = tmp_path / "w.log"
+    out = tmp_path / "out.jsonl"
+    proc = start_worker(TEST_PROJECT, "many_starts", {
+        "FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 3, "FLEET_JSONL_PATH": out},
+        worker_env, log, spider_args={"base": site.url, "n": 200})
+    _wait(lambda: len(read_items([out])) >= 10, 90, "some items")
+    os.kill(proc.pid, signal.SIGTERM)
+    assert wait_all([proc], 60) == [0], tail(log)
+    client = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("fleet", "many_starts")
+    assert client.zcard(keys.leases) == 0
+    left = client.zcard(keys.queue)
+    acked = int(client.hget(keys.stats, "acked") or 0)
+    assert left > 0 and acked + left == int(client.hget(keys.stats, "pushed") or 0)
