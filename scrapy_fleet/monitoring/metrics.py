@@ -11,7 +11,7 @@ exact fleet-wide counters of the crawl), labels for states.
 Series are bounded: no label takes a URL, a worker id or a host unless asked for; per-host
 series are opt-in (``host_metrics=N``, at most :data:`HOST_METRICS_MAX` hosts, the top N by
 queued entries), so the default exposition has a fixed number of series whatever the crawl's
-size (see :func:`series_count` and docs/monitoring-views.md for the list).
+size (see :func:`series_count` and docs/monitoring.md for the list).
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def families(snap: Mapping[str, Any], host_metrics: int = 0) -> list[Metric]:
                                            if w.get("health") != "dead")))
 
     alerts = GaugeMetricFamily(p + "alerts", "Alerts firing, by alert id and severity (ids: "
-                               "docs/monitoring-views.md)", labels=["alert", "severity"])
+                               "docs/monitoring.md)", labels=["alert", "severity"])
     counts: dict[tuple[str, str], int] = {}
     for alert in snap.get("alerts") or []:
         if isinstance(alert, Mapping):
