@@ -17,6 +17,7 @@ Usage: ``.venv/bin/python bench/bench_metrics.py [--hosts 100000] [--number 50]`
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import threading
 import time
@@ -64,6 +65,12 @@ def commandstats(client: redis.Redis) -> dict[str, tuple[int, int]]:
             for name, v in info.items()}
 
 
+def redis_cpu(client: redis.Redis) -> float:
+    """CPU seconds redis-server used so far (user + sys, main thread and children)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 def measure(url: str, hosts: int, number: int) -> dict[str, Any]:
     client = redis.Redis.from_url(url)
     keys = FrontierAdmin(url, CRAWL).keys
@@ -77,16 +84,22 @@ def measure(url: str, hosts: int, number: int) -> dict[str, Any]:
         base = f"http://127.0.0.1:{httpd.server_address[1]}"
         timed_get(base + "/metrics")  # warm-up: connections, scripts
         before = commandstats(client)
+        cpu0, rcpu0 = time.process_time(), redis_cpu(client)
         times, body = [], b""
         for _ in range(number):
             t, body = timed_get(base + "/metrics")
             times.append(t)
+        cpu1, rcpu1 = time.process_time(), redis_cpu(client)
         after = commandstats(client)
         series = sum(len(f.samples) for f in text_string_to_metric_families(body.decode()))
         tag = "" if host_metrics == 0 else f"_host_metrics_{host_metrics}"
         out[f"metrics_ms_median{tag}"] = round(statistics.median(times) * 1000, 2)
         out[f"metrics_ms_p95{tag}"] = round(p95(times) * 1000, 2)
         out[f"series{tag}"] = series
+        # CPU per scrape: this process (HTTP client + server threads + read_snapshot +
+        # exposition) and redis-server; robust to other load on the machine, unlike wall time
+        out[f"cpu_ms_per_scrape{tag}"] = round((cpu1 - cpu0) / number * 1000, 2)
+        out[f"redis_cpu_ms_per_scrape{tag}"] = round((rcpu1 - rcpu0) / number * 1000, 3)
         out[f"bytes{tag}"] = len(body)
         if host_metrics == 0:
             per = {}
@@ -106,17 +119,21 @@ def measure(url: str, hosts: int, number: int) -> dict[str, Any]:
         httpd.shutdown()
         httpd.server_close()
     # the split: the data side's reader vs the exposition
-    reads, renders = [], []
+    reads, renders, read_cpu, render_cpu = [], [], [], []
     for _ in range(number):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         snap = read_snapshot(client, keys, hosts=50)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         reg = metrics.registry(_Fixed(snap))
         generate_latest(reg)
         renders.append(time.perf_counter() - t1)
+        render_cpu.append(time.process_time() - c1)
         reads.append(t1 - t0)
+        read_cpu.append(c1 - c0)
     out["read_snapshot_ms_median"] = round(statistics.median(reads) * 1000, 2)
+    out["read_snapshot_cpu_ms_median"] = round(statistics.median(read_cpu) * 1000, 2)
     out["exposition_ms_median"] = round(statistics.median(renders) * 1000, 3)
+    out["exposition_cpu_ms_median"] = round(statistics.median(render_cpu) * 1000, 3)
     client.close()
     return out
 
@@ -150,18 +167,25 @@ def main(argv: list[str] | None = None) -> int:
             result["redis_used_memory_bytes"] = used
             fig[label] = result
         print(f"{label}: {hosts} hosts: /metrics median {result['metrics_ms_median']} ms, "
-              f"p95 {result['metrics_ms_p95']} ms, {result['series']} series "
+              f"p95 {result['metrics_ms_p95']} ms, CPU {result['cpu_ms_per_scrape']} ms + "
+              f"redis-server {result['redis_cpu_ms_per_scrape']} ms per scrape, "
+              f"{result['series']} series "
               f"({result['series_host_metrics_50']} with --host-metrics 50); read_snapshot "
-              f"{result['read_snapshot_ms_median']} ms, exposition "
-              f"{result['exposition_ms_median']} ms; /api/series (9 series) "
+              f"{result['read_snapshot_ms_median']} ms (CPU {result['read_snapshot_cpu_ms_median']}"
+              f" ms), exposition {result['exposition_ms_median']} ms (CPU "
+              f"{result['exposition_cpu_ms_median']} ms); /api/series (9 series) "
               f"{result['api_series_ms_median']} ms, /api/snapshot "
               f"{result['api_snapshot_ms_median']} ms", flush=True)
         for name, row in list(result["redis_per_scrape"].items())[:8]:
             print(f"    {name:<16} {row['calls']:>6} calls/scrape {row['server_us']:>9} µs")
     fig["ratio_metrics_big_over_baseline"] = round(
         fig["big"]["metrics_ms_median"] / fig["baseline"]["metrics_ms_median"], 2)
+    fig["ratio_cpu_big_over_baseline"] = round(
+        fig["big"]["cpu_ms_per_scrape"] / fig["baseline"]["cpu_ms_per_scrape"], 2)
     print(f"ratio /metrics time {opts.hosts} hosts / {opts.baseline_hosts} hosts: "
-          f"{fig['ratio_metrics_big_over_baseline']}")
+          f"{fig['ratio_metrics_big_over_baseline']} (CPU: "
+          f"{fig['ratio_cpu_big_over_baseline']}); load average at the end "
+          f"{os.getloadavg()[0]:.1f}")
     h.emit_json(fig)
     return 0
 
