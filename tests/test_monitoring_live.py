@@ -426,3 +426,18 @@ def test_dashboard_shows_a_banner_while_redis_is_down(redis_server, redis_url, w
         page.wait_for_function(
             f"() => document.querySelector({due!r}).textContent === '1'", timeout=30_000)
         assert page.locator("#up").inner_text() == "live"
+
+
+def test_monitor_keeps_the_series_going_while_no_worker_runs(redis_url, worker_env, monitors):
+    push(redis_url, worker_env, "http://127.0.0.1:9/a", "http://127.0.0.1:9/b")
+    monitor = Monitor(redis_url, "docs", worker_env)
+    monitors.append(monitor)
+
+    def points() -> list[Any]:
+        status, data = get_json(monitor.url + "api/series?name=depth_due&tier=10s")
+        assert status == 200 and data["step_s"] == 10
+        return [v for _, v in data["series"]["depth_due"] if v is not None]
+
+    # the push took one sample; without a worker only the monitor can take the next ones
+    got = wait_for(lambda: len(points()) >= 3 and points(), 45, "3 samples of depth_due")
+    assert set(got) == {2.0}

@@ -71,12 +71,14 @@ def run_action(action: str, admin: FrontierAdmin, urls: list[str], opts: Any,
                fingerprint: Callable[[Request], bytes], label: str,
                confirm: Callable[[str], str] = input, low_watermark: int | None = None,
                has_method: Callable[[str], bool] | None = None,
-               host_key_mode: str = "host", alerts_config: Any = None) -> int:
+               host_key_mode: str = "host", alerts_config: Any = None,
+               forget_after: float | None = None) -> int:
     """Run one fleet action against *admin*; returns the exit status.  *low_watermark*
     (entries): where a push waiting for room resumes; *has_method*: checks pushed callback
     names against the spider (inside a project); *host_key_mode*: the crawl's
     ``FLEET_HOST_KEY`` (host, domain or ip), which pushed entries are counted under;
-    *alerts_config*: thresholds of the status alerts (monitoring.alerts.AlertConfig)."""
+    *alerts_config*: thresholds of the status alerts (monitoring.alerts.AlertConfig);
+    *forget_after*: FLEET_WORKER_FORGET_AFTER, for the sampling of ``top`` and ``monitor``."""
     try:
         admin.ping()
         if action == "push":
@@ -92,7 +94,7 @@ def run_action(action: str, admin: FrontierAdmin, urls: list[str], opts: Any,
         if action == "purge":
             return _purge(admin, opts, label, confirm)
         if action in monitoring_cli.ACTIONS:
-            return monitoring_cli.run(action, admin, opts, alerts_config)
+            return monitoring_cli.run(action, admin, opts, alerts_config, forget_after)
     except RedisUnavailableError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return push.EXIT_ERROR

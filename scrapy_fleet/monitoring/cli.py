@@ -45,15 +45,19 @@ def _sigterm_stops(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def run(action: str, admin: Any, opts: Any, alerts_config: Any = None) -> int:
+def run(action: str, admin: Any, opts: Any, alerts_config: Any = None,
+        forget_after: float | None = None) -> int:
     """Run ``top`` or ``monitor`` for the crawl of *admin* (a FrontierAdmin already pinged);
     *alerts_config*: the alerts' thresholds (monitoring.alerts.AlertConfig; default ones
-    when None).  Both keep the series sampled while no worker runs (source.Sampling)."""
+    when None).  Both keep the series sampled while no worker runs (source.Sampling), which
+    also forgets workers silent for *forget_after* s (FLEET_WORKER_FORGET_AFTER; None: the
+    default, 120 s)."""
     from scrapy_fleet import redis_client
     from scrapy_fleet.monitoring.source import FleetSource, Sampling
 
     interval = opts.interval
     dead_after = float(getattr(alerts_config, "dead_after", 15.0))
+    forget = max(dead_after, 120.0 if forget_after is None else float(forget_after))
     if not (isinstance(interval, int | float) and math.isfinite(interval) and interval > 0):
         print("error: --interval must be a number of seconds > 0", file=sys.stderr)
         return EXIT_USAGE
@@ -73,7 +77,7 @@ def run(action: str, admin: Any, opts: Any, alerts_config: Any = None) -> int:
             source = FleetSource(client, admin.keys, hosts=hosts, alerts_config=alerts_config)
             if opts.once:
                 return run_top(source, once=True, hosts=hosts)
-            sampling = Sampling(client, admin.keys, dead_after=dead_after).start()
+            sampling = Sampling(client, admin.keys, dead_after, forget).start()
             try:
                 return run_top(source, interval=interval, hosts=hosts)
             finally:
@@ -83,7 +87,7 @@ def run(action: str, admin: Any, opts: Any, alerts_config: Any = None) -> int:
         source = FleetSource(client, admin.keys, hosts=max(10, opts.host_metrics),
                              alerts_config=alerts_config)
         previous = signal.signal(signal.SIGTERM, _sigterm_stops)
-        sampling = Sampling(client, admin.keys, dead_after=dead_after).start()
+        sampling = Sampling(client, admin.keys, dead_after, forget).start()
         try:
             return run_monitor(source, admin.keys.crawl_id, opts.host, opts.port, interval,
                                opts.host_metrics)

@@ -125,14 +125,16 @@ class Sampling:
     """A daemon thread that keeps the time series going while no worker runs: it calls the
     data side's ``sampler.sample`` every *interval* seconds (a tier takes at most one sample
     per step fleet-wide, whoever calls, so this never doubles a point; one EVALSHA per
-    call).  Failures (Redis down, OOM) are skipped: the views report Redis's state."""
+    call; it also drops workers silent for *forget_after* s).  Failures (Redis down, OOM)
+    are skipped: the views report Redis's state."""
 
-    def __init__(self, client: redis.Redis, keys: CrawlKeys, interval: float = 5.0,
-                 dead_after: float = 15.0) -> None:
+    def __init__(self, client: redis.Redis, keys: CrawlKeys, dead_after: float = 15.0,
+                 forget_after: float = 120.0, interval: float = 5.0) -> None:
         self.client = client
         self.keys = keys
         self.interval = interval
         self.dead_after = dead_after
+        self.forget_after = forget_after
         self.samples = 0
         self.failures = 0
         self._stop = threading.Event()
@@ -145,7 +147,7 @@ class Sampling:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                if sampler.sample(self.client, self.keys, self.dead_after):
+                if sampler.sample(self.client, self.keys, self.dead_after, self.forget_after):
                     self.samples += 1
             except READ_ERRORS:
                 self.failures += 1
