@@ -23,6 +23,10 @@ of its series, time of one ``read_snapshot`` with 100,000 hosts in the frontier.
    500 churned worker ids: the same bytes.
 3. *Snapshot*: ``read_snapshot`` with 100,000 hosts (one queued entry each) in the frontier,
    median of 20 calls, and its round trips.
+4. *Worker CPU*: microseconds of ``WorkerMonitor.payload`` + ``confirmed`` per frontier call
+   (stats of 83 entries) and of ``on_response`` with its host key per response, in this
+   process (the busy windows' CPU per page moves too much with the machine's load to show a
+   cost this small).
 
 Usage: ``.venv/bin/python bench/bench_monitoring.py [--idle 20] [--busy 15] [--no-main]``
 """
@@ -181,6 +185,39 @@ def snapshot_time(redis: h.Redis, hosts: int = 100_000) -> dict[str, Any]:
             "due": snap["frontier"]["due"]}
 
 
+def worker_cost() -> dict[str, float]:
+    import timeit
+
+    from scrapy_fleet.config import FleetConfig
+    from scrapy_fleet.monitoring.heartbeat import WorkerMonitor
+    from scrapy_fleet.politeness import hosts as politeness
+
+    class Stats:
+        def __init__(self) -> None:
+            self.values = {f"other/stat/{i}": i for i in range(80)}
+            self.values.update({"downloader/response_status_count/200": 1000,
+                                "item_scraped_count": 900, "downloader/response_bytes": 10**6})
+
+        def get_stats(self) -> dict[str, int]:
+            return dict(self.values)
+
+    stats = Stats()
+    mon = WorkerMonitor(stats, FleetConfig.from_settings({}), 1.0, "vm", 1)
+
+    def call() -> None:
+        stats.values["downloader/response_status_count/200"] += 3
+        mon.payload("fetching", 10, 5)
+        mon.confirmed()
+
+    n = 20_000
+    per_call = timeit.timeit(call, number=n) / n
+    per_response = timeit.timeit(
+        lambda: mon.on_response(politeness.host_key("http://127.0.0.1:8000/site/p/1.html"),
+                                200), number=n) / n
+    return {"payload_us_per_call": round(per_call * 1e6, 1),
+            "on_response_us": round(per_response * 1e6, 2)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--idle", type=float, default=20.0, help="seconds per idle window")
@@ -239,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"series: {figures['series_bytes']}", flush=True)
         figures["snapshot"] = snapshot_time(redis)
         print(f"snapshot: {figures['snapshot']}", flush=True)
+    figures["worker_cost"] = worker_cost()
+    print(f"worker cost: {figures['worker_cost']}", flush=True)
     h.emit_json(figures)
     return 0
 

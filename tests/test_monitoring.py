@@ -113,6 +113,25 @@ def test_a_bad_monitoring_argument_is_refused_before_any_write(redis_url):
     assert client.zcard(admin.keys.leases) == 0  # the take did not run either
 
 
+def test_a_monitoring_key_of_another_type_is_one_clear_error_and_changes_nothing(redis_url):
+    admin = FrontierAdmin(redis_url, "foreign")
+    admin.push([(b"f" * 12, 0, b"x", 0, "h")])
+    client = redis.Redis.from_url(redis_url)
+    keys = admin.keys
+    client.set(keys.mon, "not ours")
+    client.set(keys.hostbans, "not ours either")
+    client.delete(keys.series("1m"))
+    client.lpush(keys.series("1m"), "a list")
+    with pytest.raises(redis.ResponseError, match=r"fleet:\{foreign\}:mon holds a string"):
+        admin.sync(SyncBatch(take=1), worker="w:1:1", monitor=payload())
+    assert (client.zcard(keys.queue), client.zcard(keys.leases)) == (1, 0)
+    snap = snapshot(redis_url, "foreign")  # status still reads what it can
+    assert snap["frontier"]["due"] == 1 and snap["started_at"] is None
+    client.delete(keys.mon, keys.hostbans)
+    admin.sync(SyncBatch(take=1), worker="w:1:1", monitor=payload())  # a ring of the wrong
+    assert client.strlen(keys.series("1m")) == series.tier_bytes("1m")  # type starts afresh
+
+
 def test_worker_monitor_resends_an_unconfirmed_batch_unchanged():
     class Stats:
         def __init__(self) -> None:
@@ -187,11 +206,17 @@ def test_counts_after_a_crawl_with_a_known_share_of_403_are_exact(redis_url, sit
     assert c["requests"]["pushed"] == c["requests"]["acked"] == pages
     assert c["response_bytes"] > 0
     assert snap["rates"]["block_rate"] == round(len(banned) / pages, 6)
-    host = site.url.split("//")[1].rstrip("/")
+    host = "127.0.0.1"  # the politeness host key (FLEET_HOST_KEY "host": ports ignored)
     client = redis.Redis.from_url(redis_url)
     keys = CrawlKeys("fleet", "many_starts")
     assert client.hmget(keys.hoststats, f"p|{host}", f"b|{host}") == [
         str(pages).encode(), str(len(banned)).encode()]
+    assert snap["alerts"] == []  # 18 % of bans is under the 20 % threshold
+    (alert,) = snapshot(redis_url, "many_starts",
+                        alerts_config=alerts.AlertConfig(block_rate=0.15))["alerts"]
+    assert (alert["id"], alert["where"]) == ("host_blocked", "host 127.0.0.1, crawl many_starts")
+    assert alert["what"].startswith(f"{len(banned)} of {pages} responses from 127.0.0.1 ")
+    assert snap["started_at"] <= alert["since"] <= snap["at"]
     # both workers left: no heartbeat key, not listed
     assert snap["workers"] == [] and client.keys(keys.worker_info("*")) == []
     # status --json and the screen show the same figures
@@ -314,8 +339,12 @@ def test_series_have_fixed_bytes_whatever_the_crawl(redis_url):
         admin.sync(SyncBatch(beat=True), worker=f"w{n}:1:1", monitor=payload(1, {"pages": 1}))
     assert {t: client.strlen(keys.series(t)) for t in series.TIERS} == sizes
     points = read_series(client, keys, "depth_due")
-    assert len(points) == 360 and points[-1][1] == 1.0  # the step's one sample: at the push
-    assert all(v is None for _, v in points[:-1])
+    assert len(points) == 360
+    # one sample per 10 s step fleet-wide (the test spans one or two steps), each the depth
+    # then; none before the crawl began
+    values = [v for _, v in points if v is not None]
+    assert 1 <= len(values) <= 2 and values[0] == 1.0 and values == sorted(values)
+    assert values[-1] <= 10_001
     assert not sample(client, keys)  # this step has its sample: no second one fleet-wide
     with pytest.raises(ValueError, match="unknown series"):
         read_series(client, keys, "nope")

@@ -179,7 +179,8 @@ class FleetScheduler(BaseScheduler):
                     self._redacted_url(), extra={"spider": spider})
 
     def _response_received(self, response: Any, request: Any, spider: Any = None) -> None:
-        self.monitor.on_response(response.url, response.status)
+        self.monitor.on_response(politeness.host_key(response.url, self.config.host_key),
+                                 response.status)
 
     def close(self, reason: str) -> Deferred[None]:
         return deferred_from_coro(self._close(reason))

@@ -63,7 +63,7 @@ for _, name in ipairs({'a', 'r', 'd', 'x', 'p', 's'}) do
   end
 end
 -- monitoring (lua/monitoring.lua): checked here, applied at the end
-local mon, mon_err = monitor_parse(ARGV[2])
+local mon, mon_err = monitor_parse(ARGV[2], #KEYS - MON_NKEYS + 1)
 if not mon then return redis.error_reply('ERR fleet: ' .. mon_err) end
 local n_acks = #req.a
 for _, p in ipairs(req.p) do

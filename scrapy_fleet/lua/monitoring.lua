@@ -35,9 +35,26 @@ local function mon_counter_ok(name)
       or string.match(name, '^errors/[a-z_]+$') ~= nil and #name <= 40
 end
 
--- Parse and check ARGV[2] before the call's first write.  Returns the map (or {}), or nil and
--- an error message.
-local function monitor_parse(raw)
+-- The monitoring keys (from index k) hold what this script writes there, or nothing: checked
+-- before the call's first write, since a wrong type met after it would leave the call half
+-- done (and a retry would run it again).  Returns nil, or an error message naming the key.
+local function monitor_check_keys(k)
+  for _, it in ipairs({{0, 'hash'}, {1, 'hash'}, {5, 'hash'}, {6, 'zset'}}) do
+    local i, t = it[1], it[2]
+    local got = redis.call('TYPE', KEYS[k + i]).ok
+    if got ~= 'none' and got ~= t then
+      return 'key ' .. KEYS[k + i] .. ' holds a ' .. got .. ', not a ' .. t ..
+             ' (not written by the fleet): delete it'
+    end
+  end
+  return nil
+end
+
+-- Parse and check ARGV[2] (and the keys, from index k) before the call's first write.
+-- Returns the map (or {}), or nil and an error message.
+local function monitor_parse(raw, k)
+  local bad_key = monitor_check_keys(k)
+  if bad_key then return nil, bad_key end
   if raw == nil or raw == '' then return {} end
   local ok, m = pcall(cmsgpack.unpack, raw)
   if not ok or type(m) ~= 'table' then return nil, 'bad monitoring argument' end

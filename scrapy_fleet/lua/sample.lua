@@ -11,6 +11,8 @@
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local bad = monitor_check_keys(8)
+if bad then return redis.error_reply('ERR fleet: ' .. bad) end
 local before = redis.call('HGET', KEYS[9], 's1')
 monitor_apply({da = tonumber(ARGV[1]) or 15000, fa = tonumber(ARGV[2]) or 120000}, 8, now, '',
               {stats = KEYS[1], workers = KEYS[2], q = KEYS[3], leases = KEYS[4],

@@ -98,9 +98,9 @@ def evaluate(snap: dict[str, Any], samples1m: list[Sample], banned_hosts: list[d
                 "host_blocked", "warning",
                 f"{row['bans']} of {row['pages']} responses from {row['host']} were bans "
                 f"(block rate {rate:.0%}, threshold {cfg.block_rate:.0%})",
-                f"host {row['host']} ({where})", row.get("first_ban"),
-                f"slow it down: FLEET_HOST_OVERRIDES={{'{row['host']}': {{'rate': 0.5}}}}, or "
-                "change egress (proxies); see scrapy fleet status "
+                f"host {row['host']}, {where}", row.get("first_ban"),
+                "slow it down: -s 'FLEET_HOST_OVERRIDES={\"" + row["host"]
+                + "\": {\"rate\": 0.5}}' (or change egress: proxies); scrapy fleet status "
                 f"{crawl} --hosts"))
     window = [s for s in samples1m if s.t >= now - 60 * cfg.dead_minutes]
     if window and fr["dead"] > window[0].dead:
@@ -124,13 +124,13 @@ def evaluate(snap: dict[str, Any], samples1m: list[Sample], banned_hosts: list[d
             out.append(_alert(
                 "worker_dead", "warning",
                 f"worker {w['id']} stopped calling the frontier; its {w['leases']} lease(s) "
-                "go back to the queue when they expire", f"worker {w['id']} ({where})",
+                "go back to the queue when they expire", f"worker {w['id']}, {where}",
                 w["last_seen"], f"check the process on {w['host']} (pid {w['pid']})"))
         elif w["health"] == "stalled":
             out.append(_alert(
                 "worker_stalled", "warning",
                 f"worker {w['id']} holds {w['leases']} lease(s) and acknowledged none for "
-                f"{now - (w['last_ack'] or now):.0f} s", f"worker {w['id']} ({where})",
+                f"{now - (w['last_ack'] or now):.0f} s", f"worker {w['id']}, {where}",
                 w["last_ack"], f"check its log on {w['host']} (pid {w['pid']}); a stuck "
                 "callback or pipeline?"))
     out.sort(key=lambda a: a["severity"] != "critical")

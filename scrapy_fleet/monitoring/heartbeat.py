@@ -23,7 +23,6 @@ Stats read (docs/monitoring.md has the counter each one feeds)::
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
 import msgpack
 import scrapy
@@ -107,13 +106,10 @@ class WorkerMonitor:
         self._pending: tuple[int, dict[str, int], list[list[Any]]] | None = None
         self._host_counts: dict[str, list[int]] = {}
 
-    def on_response(self, url: str, status: int) -> None:
-        """Count a response (and a ban) for its host (``host[:port]`` of the URL)."""
-        try:
-            host = urlsplit(url).netloc.lower()[:300]
-        except ValueError:
-            host = ""
-        counts = self._host_counts.setdefault(host, [0, 0])
+    def on_response(self, host: str, status: int) -> None:
+        """Count a response (and a ban) for *host*: its politeness host key
+        (``politeness.hosts.host_key``, FLEET_HOST_KEY), as the frontier counts entries."""
+        counts = self._host_counts.setdefault(host[:300], [0, 0])
         counts[0] += 1
         if status in self.ban_statuses:
             counts[1] += 1

@@ -55,6 +55,15 @@ def _f(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
+def _results(pipe: Any, defaults: list[Any]) -> list[Any]:
+    """Run *pipe*; a reply that is an error (a key of another type, not written by the
+    fleet) reads as its default, so that one such key does not stop the snapshot.  Connection
+    errors still raise."""
+    replies = pipe.execute(raise_on_error=False)
+    return [d if isinstance(r, redis.ResponseError) else r
+            for r, d in zip(replies, defaults, strict=True)]
+
+
 def _now(srv: Any) -> float:
     return float(srv[0]) + float(srv[1]) / 1e6
 
@@ -108,12 +117,13 @@ def _before(samples: list[series_mod.Sample], t: float) -> series_mod.Sample | N
 def _rates(samples: list[series_mod.Sample], now: float, pages: int, items: int,
            bans: int) -> dict[str, float | None]:
     """Pages and items per minute over the last 60 s, block rate over the last 5 min, from
-    the counters now and the 10 s sample nearest before the window's start."""
+    the counters now and the 10 s sample nearest before the window's start (the oldest one,
+    within the crawl's first minute: what came since, per minute)."""
     out: dict[str, float | None] = {"pages_per_min": None, "items_per_min": None,
                                     "block_rate": None}
     minute = _before(samples, now - 60)
-    if minute is not None and now - minute.t >= 5:
-        span = now - minute.t
+    if minute is not None:
+        span = max(now - minute.t, 60.0)
         out["pages_per_min"] = round(max(0, pages - minute.pages) * 60 / span, 3)
         out["items_per_min"] = round(max(0, items - minute.items) * 60 / span, 3)
     five = _before(samples, now - 300)
@@ -200,7 +210,10 @@ def read_snapshot(client: redis.Redis, keys: CrawlKeys, *, hosts: int = 10,
         pipe.info("memory")
         pipe.zrevrange(k.hostbans, 0, max(hosts, 10) - 1, withscores=True)
         (srv, due, scheduled, leased, parked, dead, meta, raw_stats, workers, mon, raw10, raw1m,
-         n_hosts, conf_cap, memory, top_banned) = pipe.execute()
+         n_hosts, conf_cap, memory, top_banned) = _results(
+            pipe, [None, 0, 0, 0, 0, 0, {}, {}, [], {}, None, None, 0, None, {}, []])
+    if srv is None:
+        raise redis.ResponseError("Redis TIME failed")
     now = _now(srv)
     now_ms = int(now * 1000)
     stats = {_s(a): _i(b) for a, b in raw_stats.items()}
@@ -218,7 +231,8 @@ def read_snapshot(client: redis.Redis, keys: CrawlKeys, *, hosts: int = 10,
             pipe.hscan(k.hostq, 0, count=HOST_SAMPLE)
         pipe.zcount(k.ready, "-inf", now_ms)
         pipe.zrangebyscore(k.ready, "-inf", now_ms, start=0, num=READY_SAMPLE)
-        replies = pipe.execute()
+        replies = _results(pipe, [{}] * len(worker_ids)
+                           + [{} if n_hosts <= HOST_SAMPLE else (0, {}), 0, []])
     infos = replies[:len(worker_ids)]
     raw_hostq, n_ready, ready_hosts = replies[len(worker_ids):]
     if n_hosts > HOST_SAMPLE:
@@ -237,7 +251,8 @@ def read_snapshot(client: redis.Redis, keys: CrawlKeys, *, hosts: int = 10,
         pipe.hmget(k.hostq, ready) if ready else pipe.ping()
         pipe.hmget(k.hostconf, ready) if ready else pipe.ping()
         pipe.hmget(k.hostlive, ready) if ready else pipe.ping()
-        replies = pipe.execute()
+        replies = _results(pipe, [[None] * 3] * len(names) + [[None] * len(names)] * 2
+                           + [[None] * len(ready)] * 3)
     host_stats = replies[:len(names)]
     live, hold, ready_q, ready_conf, ready_live = replies[len(names):]
 
@@ -325,7 +340,7 @@ def read_series(client: redis.Redis, keys: CrawlKeys, name: str, tier: str = "10
     with client.pipeline(transaction=False) as pipe:
         pipe.time()
         pipe.get(keys.series(tier))
-        srv, raw = pipe.execute()
+        srv, raw = _results(pipe, [None, None])
     now = _now(srv)
     step, points = TIERS[tier]
     earliest = now - step * (points - 1)
