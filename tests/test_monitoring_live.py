@@ -441,3 +441,25 @@ def test_monitor_keeps_the_series_going_while_no_worker_runs(redis_url, worker_e
     # the push took one sample; without a worker only the monitor can take the next ones
     got = wait_for(lambda: len(points()) >= 3 and points(), 45, "3 samples of depth_due")
     assert set(got) == {2.0}
+
+
+def test_scrapy_fleet_monitor_inside_the_project(redis_url, worker_env):
+    push(redis_url, worker_env, "http://127.0.0.1:9/a")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scrapy", "fleet", "monitor", "docs", "--port", "0",
+         "-s", f"FLEET_REDIS_URL={redis_url}"], cwd=EXAMPLE_PROJECT, env=worker_env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        match = re.search(r"dashboard (http://127\.0\.0\.1:\d+/)", line)
+        assert match, line + (proc.stderr.read() if proc.poll() is not None and proc.stderr
+                              else "")
+        got = samples(get(match.group(1) + "metrics")[1].decode())
+        assert got[("scrapy_fleet_up", ())] == 1
+        assert got[("scrapy_fleet_frontier_requests", (("state", "due"),))] == 1
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            stop_process(proc)
