@@ -174,7 +174,7 @@ def render(snap: Mapping[str, Any], series: Mapping[str, Points], *, width: int 
     return Group(*parts)
 
 
-def read_frame(source: Source, hosts: int) -> tuple[dict[str, Any], dict[str, Points]]:
+def read_frame(source: Source) -> tuple[dict[str, Any], dict[str, Points]]:
     """One snapshot and the ``10s`` series that ``top`` draws (raises READ_ERRORS)."""
     snap = source.snapshot()
     return snap, source.series(TOP_SERIES, "10s")
@@ -187,7 +187,7 @@ def run_top(source: Source, interval: float = 2.0, once: bool = False, hosts: in
     The first read must succeed (the caller pinged Redis); later failures keep the last
     frame on screen under an error line and the view retries every *interval* seconds."""
     console = console or Console()
-    snap, series = read_frame(source, hosts)
+    snap, series = read_frame(source)
     if once:
         console.print(render(snap, series, width=console.width, hosts=hosts))
         return 0
@@ -198,7 +198,7 @@ def run_top(source: Source, interval: float = 2.0, once: bool = False, hosts: in
                 time.sleep(max(0.1, interval))
                 error = None
                 try:
-                    snap, series = read_frame(source, hosts)
+                    snap, series = read_frame(source)
                 except READ_ERRORS as exc:
                     error = f"{type(exc).__name__}: {exc}"
                 live.update(render(snap, series, width=console.width, error=error,
