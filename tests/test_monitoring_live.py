@@ -28,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from support import (
     EXAMPLE_PROJECT,
     free_port,
+    kill_worker,
     read_items,
     run_scrapy,
     start_worker,
@@ -328,7 +329,7 @@ def chromium_page(tmp_path: Path) -> Iterator[Any]:
 
 def test_dashboard_in_chromium_during_a_crawl(redis_url, site_factory, worker_env, tmp_path,
                                               monitors):
-    generate_site(tmp_path / "www", 150, 5)
+    generate_site(tmp_path / "www", 300, 5)
     site = site_factory(tmp_path / "www", behaviour={
         "delays": [{"prefix": "/site/p/", "seconds": 0.5}],
         "failures": [{"prefix": "/site/p/1", "status": 403}]})
@@ -366,6 +367,18 @@ def test_dashboard_in_chromium_during_a_crawl(redis_url, site_factory, worker_en
                 f"() => document.getElementById('updated').textContent !== {before!r}",
                 timeout=20_000)
             page.screenshot(path=str(shot), full_page=True)
+            # a SIGKILLed worker turns dead on the page and in /metrics once its heartbeats
+            # are older than FLEET_WORKER_DEAD_AFTER (15 s; + one refresh and one sample)
+            victim = procs[0]
+            assert victim.poll() is None, "the crawl ended before the kill: make it longer"
+            kill_worker(victim)
+            page.wait_for_function(
+                "pid => [...document.querySelectorAll('#workers tbody tr')].some(tr =>"
+                " tr.cells[0].textContent.includes(':' + pid + ':')"
+                " && tr.cells[2].textContent === 'dead')", arg=victim.pid, timeout=25_000)
+            got = monitor.metrics()
+            assert got[("scrapy_fleet_workers", (("health", "dead"),))] == 1
+            assert got[("scrapy_fleet_workers", (("health", "alive"),))] == 1
         print(f"dashboard screenshot: {shot}")
         if os.environ.get("FLEET_DOCS_SCREENSHOT"):
             shutil.copy(shot, os.environ["FLEET_DOCS_SCREENSHOT"])
