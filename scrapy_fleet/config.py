@@ -379,8 +379,14 @@ class FleetConfig:
                              "seconds > 0", exclusive=True)
         forget_after = _number("FLEET_WORKER_FORGET_AFTER", g("FLEET_WORKER_FORGET_AFTER"),
                                float, 0.0, "seconds > 0", exclusive=True)
-        _check("FLEET_WORKER_FORGET_AFTER", forget_after, forget_after >= dead_after,
+        _check("FLEET_WORKER_FORGET_AFTER", g("FLEET_WORKER_FORGET_AFTER"),
+               forget_after >= dead_after,
                "seconds >= FLEET_WORKER_DEAD_AFTER (a dead worker is shown until forgotten)")
+        heartbeat = _number("FLEET_HEARTBEAT_INTERVAL", g("FLEET_HEARTBEAT_INTERVAL"), float,
+                            0.0, "seconds > 0", exclusive=True)
+        _check("FLEET_HEARTBEAT_INTERVAL", g("FLEET_HEARTBEAT_INTERVAL"), heartbeat < dead_after,
+               f"seconds < FLEET_WORKER_DEAD_AFTER={dead_after!r} (else a live worker is "
+               "shown dead between two heartbeats)")
         for name in ("FLEET_ALERT_BLOCK_RATE", "FLEET_ALERT_MEMORY_RATIO"):
             value = g(name)
             _check(name, value, not isinstance(value, bool) and isinstance(value, (int, float, str))
@@ -436,8 +442,7 @@ class FleetConfig:
                                 "seconds > 0", exclusive=True),
             jsonl_path=jsonl,
             jsonl_fsync=_bool("FLEET_JSONL_FSYNC", g("FLEET_JSONL_FSYNC")),
-            heartbeat_interval=_number("FLEET_HEARTBEAT_INTERVAL", g("FLEET_HEARTBEAT_INTERVAL"),
-                                       float, 0.0, "seconds > 0", exclusive=True),
+            heartbeat_interval=heartbeat,
             worker_dead_after=dead_after,
             worker_forget_after=forget_after,
             stall_after=_number("FLEET_STALL_AFTER", g("FLEET_STALL_AFTER"), float, 0.0,

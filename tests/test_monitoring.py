@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -159,6 +160,25 @@ def test_worker_monitor_resends_an_unconfirmed_batch_unchanged():
     assert (nxt["cs"], nxt["c"]) == (2, {"resp/200": 5, "pages": 5})
 
 
+def test_monitoring_settings_are_checked_once_with_clear_errors():
+    from scrapy_fleet.config import FleetConfig
+    from scrapy_fleet.errors import FleetConfigError
+
+    config = FleetConfig.from_settings({"FLEET_BAN_STATUSES": "403, 451",
+                                        "FLEET_ALERT_BLOCK_RATE": "0.5"})
+    assert config.ban_statuses == (403, 451) and config.alert_block_rate == 0.5
+    assert alerts.AlertConfig.from_config(config).block_rate == 0.5
+    for settings, fragment in (
+            ({"FLEET_HEARTBEAT_INTERVAL": 20}, "FLEET_HEARTBEAT_INTERVAL=20 is invalid: "
+                                               "expected seconds < FLEET_WORKER_DEAD_AFTER"),
+            ({"FLEET_WORKER_FORGET_AFTER": 5}, "FLEET_WORKER_FORGET_AFTER=5 is invalid"),
+            ({"FLEET_BAN_STATUSES": [403, 999]}, "FLEET_BAN_STATUSES=[403, 999] is invalid"),
+            ({"FLEET_ALERT_BLOCK_RATE": 2}, "FLEET_ALERT_BLOCK_RATE=2 is invalid"),
+            ({"FLEET_DRAIN_TIMEOUT": -1}, "FLEET_DRAIN_TIMEOUT=-1 is invalid")):
+        with pytest.raises(FleetConfigError, match=re.escape(fragment)):
+            FleetConfig.from_settings(settings)
+
+
 def test_stats_map_to_fleet_counters():
     got = fleet_counters({
         "downloader/response_status_count/200": 10, "downloader/response_status_count/429": 2,
@@ -230,6 +250,27 @@ def test_counts_after_a_crawl_with_a_known_share_of_403_are_exact(redis_url, sit
     assert f"bans {len(banned)}" in text
 
 
+def test_robots_denials_are_counted_once_fleet_wide(redis_url, site_factory, worker_env,
+                                                     tmp_path):
+    pages = 30
+    generate_site(tmp_path / "www", pages, 1, seed=9)
+    site = site_factory(tmp_path / "www", behaviour={
+        "robots": {"127.0.0.1": "User-agent: *\nDisallow: /site/p/1\n"}})
+    denied = {i for i in range(pages) if str(i).startswith("1")}
+    procs = [start_worker(TEST_PROJECT, "many_starts", {
+        "FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 3, "ROBOTSTXT_OBEY": True},
+        worker_env, tmp_path / f"w{n}.log", spider_args={"base": site.url, "n": pages})
+        for n in range(2)]
+    assert wait_all(procs, 180) == [0, 0], tail(tmp_path / "w0.log") + tail(tmp_path / "w1.log")
+    c = snapshot(redis_url, "many_starts")["counters"]
+    fetched = [r for r in site.requests() if r["path"].startswith("/site/p/")]
+    assert len(fetched) == pages - len(denied)
+    robots = [r for r in site.requests() if r["path"] == "/robots.txt"]
+    assert c["robots_denied"] == len(denied)
+    assert c["pages"] == len(fetched) + len(robots)
+    assert c["items_scraped"] == pages - len(denied)
+
+
 # -- heartbeats and health --------------------------------------------------------------------
 
 
@@ -282,6 +323,43 @@ def test_a_sigkilled_worker_is_shown_dead_within_15_s_then_forgotten(redis_url, 
     assert client.zcard(keys.workers) == 0
     text = status_text(redis_url, "fetch")
     assert "workers    0 alive\n" in text and row["id"] not in text
+
+
+def _push_pages(crawl: str, redis_url: str, base: str, n: int) -> FrontierAdmin:
+    from scrapy import Request
+    from scrapy.utils.request import fingerprint
+
+    from scrapy_fleet import codec
+
+    admin = FrontierAdmin(redis_url, crawl)
+    urls = [f"{base}site/p/{i}.html" for i in range(n)]
+    admin.push([(fingerprint(Request(u))[:12], 0, codec.encode(Request(u), None), 0,
+                 "127.0.0.1") for u in urls])
+    return admin
+
+
+def test_a_worker_holding_leases_without_acknowledging_is_stalled(redis_url, site_factory,
+                                                                  worker_env, tmp_path):
+    generate_site(tmp_path / "www", 5, 1, seed=8)
+    site = site_factory(tmp_path / "www")
+    _push_pages("stuck", redis_url, site.url, 2)
+    log = tmp_path / "w.log"
+    proc = start_worker(TEST_PROJECT, "stuck", {"FLEET_REDIS_URL": redis_url,
+                                                "FLEET_STALL_AFTER": 3}, worker_env, log)
+    cfg = alerts.AlertConfig(stall_after=3)
+    try:
+        snap = _wait(lambda: (s := snapshot(redis_url, "stuck", alerts_config=cfg))["workers"]
+                     and s["workers"][0]["health"] == "stalled" and s, 60, "stalled")
+    finally:
+        proc.kill()
+        proc.wait()
+    (row,) = snap["workers"]
+    assert row["leases"] == 2 and row["state"] == "fetching" and row["pid"] == proc.pid
+    assert snap["counters"]["requests"]["acked"] == 0
+    ids = {a["id"]: a for a in snap["alerts"]}
+    assert {"fleet_stalled", "worker_stalled"} <= set(ids), (ids, tail(log))
+    assert "no request acknowledged for" in ids["fleet_stalled"]["what"]
+    assert ids["worker_stalled"]["where"] == f"worker {row['id']}, crawl stuck"
 
 
 def test_churned_worker_ids_leave_no_keys_behind(redis_url):
@@ -438,18 +516,10 @@ def test_sigterm_drains_within_the_drain_timeout_and_leaves_no_lease(redis_url, 
     generate_site(tmp_path / "www", 20, 1, seed=6)
     site = site_factory(tmp_path / "www",
                         behaviour={"delays": [{"prefix": "/site/p/", "seconds": 60}]})
-    admin = FrontierAdmin(redis_url, "fetch")
-    urls = [f"{site.url}site/p/{i}.html" for i in range(20)]
-    from scrapy import Request
-    from scrapy.utils.request import fingerprint
-
-    from scrapy_fleet import codec
-
-    admin.push([(fingerprint(Request(u))[:12], 0, codec.encode(Request(u), None), 0,
-                 site.url.split("//")[1].rstrip("/")) for u in urls])
+    admin = _push_pages("fetch", redis_url, site.url, 20)
     log = tmp_path / "w.log"
     proc = start_worker(TEST_PROJECT, "fetch", {
-        "FLEET_REDIS_URL": redis_url, "FLEET_DRAIN_TIMEOUT": 3, "CONCURRENT_REQUESTS": 4,
+        "FLEET_REDIS_URL": redis_url, "FLEET_DRAIN_TIMEOUT": 5, "CONCURRENT_REQUESTS": 4,
         "FLEET_PREFETCH": 4}, worker_env, log)
     client = redis.Redis.from_url(redis_url)
     try:
@@ -461,6 +531,10 @@ def test_sigterm_drains_within_the_drain_timeout_and_leaves_no_lease(redis_url, 
     assert client.zcard(admin.keys.leases) > 0
     os.kill(proc.pid, signal.SIGTERM)
     started = time.monotonic()
+    # the prefetched leases go back at once; the heartbeat says "draining"
+    _wait(lambda: [w for w in snapshot(redis_url, "fetch")["workers"]
+                   if w["state"] == "draining" and w["leases"] == w["downloads"]], 4.5,
+          "draining")
     assert wait_all([proc], 30) == [0], tail(log)
     assert time.monotonic() - started < 20  # the downloads would take 60 s
     assert client.zcard(admin.keys.leases) == 0

@@ -77,6 +77,12 @@ class _Lease:
 class FleetScheduler(BaseScheduler):
     """Scheduler whose queue is the fleet's Redis frontier (enabled by ``scrapy_fleet.Addon``).
 
+    Each frontier call also carries the worker's heartbeat and its deltas of the fleet-wide
+    counters (:class:`~scrapy_fleet.monitoring.heartbeat.WorkerMonitor`, docs/monitoring.md);
+    the pump calls at least every FLEET_HEARTBEAT_INTERVAL.  When the engine begins to close
+    (SIGTERM) the worker drains: prefetched leases go back at once, and past
+    FLEET_DRAIN_TIMEOUT with requests still in progress it releases every lease and exits 0.
+
     Settings: ``FLEET_*`` (docs/settings.md).  Stats: ``scheduler/enqueued/redis``,
     ``scheduler/dequeued/redis`` and ``fleet/frontier/*``, ``fleet/redis/*``,
     ``fleet/codec/*`` (docs/stats.md).
@@ -444,11 +450,10 @@ class FleetScheduler(BaseScheduler):
             if slot is not None and getattr(slot, "closing", None) is not None:
                 self._drain_started = time.monotonic()
                 log = logger.info if (self._prefetch or self._inflight) else logger.debug
-                log("Fleet worker draining: its %d prefetched lease(s) go back to the "
-                            "frontier now, the %d request(s) in progress have %.0f s "
-                            "(FLEET_DRAIN_TIMEOUT) to finish", len(self._prefetch),
-                            len(self._inflight), self.config.drain_timeout,
-                            extra={"spider": self.spider})
+                log("Fleet worker draining: its %d prefetched lease(s) go back to the frontier "
+                    "now, the %d request(s) in progress have %.0f s (FLEET_DRAIN_TIMEOUT) to "
+                    "finish", len(self._prefetch), len(self._inflight),
+                    self.config.drain_timeout, extra={"spider": self.spider})
                 self._poke()
             return False
         if time.monotonic() - self._drain_started < self.config.drain_timeout:
@@ -522,7 +527,8 @@ class FleetScheduler(BaseScheduler):
             return None
         outbox = self._outbox[:n_out]
         done = self._done[:n_done]
-        held = len(self._prefetch) + len(self._inflight)
+        # leases held once this call is done (what it releases is gone then)
+        held = max(0, len(self._held_leases()) - len(batch.releases))
         monitor = self.monitor.payload("closing" if final else self._state(), held,
                                        self._downloads())
         try:

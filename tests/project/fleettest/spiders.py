@@ -91,3 +91,23 @@ class FetchSpider(scrapy.Spider):
 
     def parse(self, response: Any) -> Any:
         yield {"url": response.url, "status": response.status}
+
+
+class StuckPipeline:
+    """An item pipeline that never finishes (awaits forever, the reactor stays free)."""
+
+    async def process_item(self, item: Any) -> Any:
+        import asyncio
+
+        await asyncio.sleep(3600)
+        return item
+
+
+class StuckSpider(scrapy.Spider):
+    """Fetches what is pushed; its items hang in StuckPipeline, so nothing is acknowledged."""
+
+    name = "stuck"
+    custom_settings = {"ITEM_PIPELINES": {"fleettest.spiders.StuckPipeline": 100}}
+
+    def parse(self, response: Any) -> Any:
+        yield {"url": response.url}
