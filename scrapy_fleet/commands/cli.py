@@ -60,7 +60,7 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
                              "exit with status 3 (default: wait forever)")
     parser.add_argument("--json", action="store_true", help="status/dead: print JSON")
     parser.add_argument("--limit", type=int, default=20,
-                        help="dead, status --hosts: how many to show")
+                        help="dead, status --hosts, top: how many to show")
     parser.add_argument("--hosts", action="store_true",
                         help="status: also show each host's politeness state")
     parser.add_argument("--yes", action="store_true", help="purge: do not ask for confirmation")
