@@ -37,6 +37,7 @@ from scrapy_fleet.config import (
 from scrapy_fleet.errors import FleetConfigError, RedisUnavailableError, RequestDecodeError
 from scrapy_fleet.failures import admin as failures
 from scrapy_fleet.frontier.client import PRIORITY_LIMIT, FrontierAdmin, FrontierParams
+from scrapy_fleet.monitoring import actions as monitoring_actions
 from scrapy_fleet.politeness import hosts as politeness
 
 #: ``(status, meaning)`` of both commands' exit statuses (shown by ``--help``)
@@ -72,6 +73,8 @@ class ActionContext:
     has_method: Callable[[str], bool] | None = None
     host_key_mode: str = "host"
     alerts_config: Any = None
+    #: FLEET_WORKER_FORGET_AFTER, for the sampling of ``top`` and ``monitor``
+    forget_after: float | None = None
 
     @property
     def crawl(self) -> FrontierAdmin:
@@ -121,6 +124,14 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("retry", "push failed requests (--dead: dead letters) again, once each",
            "(--reason R | --all) [--dead]",
            lambda c: _retry(c.crawl, c.opts, c.host_key_mode), needs_state=True),
+    Action("top", "live terminal view: depth, pages/min, workers, hosts, alerts",
+           "[--interval S] [--once] [--limit N]",
+           lambda c: monitoring_actions.run("top", c.crawl, c.opts, c.alerts_config,
+                                        c.forget_after)),
+    Action("monitor", "serve the dashboard, Prometheus /metrics and /api/* for the fleet",
+           "--port P [--host H] [--host-metrics N]",
+           lambda c: monitoring_actions.run("monitor", c.crawl, c.opts, c.alerts_config,
+                                        c.forget_after)),
     Action("purge", "delete every key of the crawl (asks first)", "[--yes]",
            lambda c: _purge(c.crawl, c.opts, c.label, c.confirm)),
     Action("settings", "list every FLEET_* setting with its type, default and meaning",
@@ -183,7 +194,7 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
                              "exit with status 3 (default: wait forever)")
     parser.add_argument("--json", action="store_true", help="status/dead/settings: print JSON")
     parser.add_argument("--limit", type=int, default=20,
-                        help="dead, status --hosts: how many to show")
+                        help="dead, status --hosts, top: how many to show")
     parser.add_argument("--hosts", action="store_true",
                         help="status: also show each host's politeness state")
     parser.add_argument("--yes", action="store_true", help="purge: do not ask for confirmation")
@@ -192,13 +203,15 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--all", action="store_true", help="retry: every record")
     parser.add_argument("--dead", action="store_true",
                         help="retry: the dead letters instead of the failed requests")
+    monitoring_actions.add_arguments(parser)
 
 
 def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: Any,
                fingerprint: Callable[[Request], bytes], label: str,
                confirm: Callable[[str], str] = input, low_watermark: int | None = None,
                has_method: Callable[[str], bool] | None = None,
-               host_key_mode: str = "host", alerts_config: Any = None) -> int:
+               host_key_mode: str = "host", alerts_config: Any = None,
+               forget_after: float | None = None) -> int:
     """Run the action named *action* (a key of :data:`ACTIONS`) against *admin*; returns the
     exit status (:data:`EXIT_STATUSES`).  See :class:`ActionContext` for the arguments."""
     spec = ACTIONS.get(action)
@@ -209,7 +222,7 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
         print(f"error: {action} takes no URL arguments", file=sys.stderr)
         return push.EXIT_ERROR
     ctx = ActionContext(admin, urls, opts, fingerprint, label, confirm, low_watermark,
-                        has_method, host_key_mode, alerts_config)
+                        has_method, host_key_mode, alerts_config, forget_after)
     try:
         if spec.needs_redis:
             ctx.crawl.ping()

@@ -106,6 +106,7 @@ class Command(ScrapyCommand):
                                            low_watermark=config.queue_low,
                                            host_key_mode=config.host_key,
                                            alerts_config=AlertConfig.from_config(config),
+                                           forget_after=config.worker_forget_after,
                                            has_method=lambda name: callable(
                                                getattr(spidercls, name, None)))
         finally:

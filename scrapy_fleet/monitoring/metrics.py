@@ -1,0 +1,251 @@
+"""Prometheus metrics of a whole fleet, read from one snapshot per scrape.
+
+:class:`FleetCollector` is a prometheus-client custom collector: each ``collect()`` reads ONE
+snapshot (``Source.snapshot()``: a bounded number of pipelined Redis round trips, cost
+independent of the frontier's size) and turns it into metric families.  No metric is kept in
+this process between scrapes, so one ``scrapy fleet monitor`` serves the whole fleet and no
+multiprocess mode is needed.  Naming follows https://prometheus.io/docs/practices/naming/:
+prefix ``scrapy_fleet_``, base units (seconds, bytes, ratios 0..1), ``_total`` counters (the
+exact fleet-wide counters of the crawl), labels for states.
+
+Series are bounded: no label takes a URL, a worker id or a host unless asked for; per-host
+series are opt-in (``host_metrics=N``, at most :data:`HOST_METRICS_MAX` hosts, the top N by
+queued entries), so the default exposition has a fixed number of series whatever the crawl's
+size (see :func:`series_count` and docs/monitoring.md for the list).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from scrapy_fleet.monitoring.source import READ_ERRORS, Source
+
+PREFIX = "scrapy_fleet_"
+#: the most hosts ``--host-metrics`` may export (each adds :data:`SERIES_PER_HOST` series)
+HOST_METRICS_MAX = 50
+SERIES_PER_HOST = 5
+
+FRONTIER_STATES = ("due", "scheduled", "leased", "parked", "dead", "failed")
+STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
+ERROR_KINDS = ("timeout", "dns", "connection", "tls", "other")
+REQUEST_EVENTS = ("pushed", "duplicate", "leased", "acked", "reclaimed", "dead_lettered",
+                  "released", "parked", "deferred", "refused")
+HEALTHS = ("alive", "stalled", "dead")
+WORKER_STATES = ("fetching", "idle", "draining", "closing")
+SEVERITIES = ("critical", "warning")
+
+
+def _num(value: Any) -> float:
+    """A snapshot number as float; missing/None/garbage -> 0 (the contract says missing
+    data is 0 or null)."""
+    try:
+        return float(value) if value is not None else 0.0
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _get(mapping: Any, *path: str) -> Any:
+    for name in path:
+        if not isinstance(mapping, Mapping):
+            return None
+        mapping = mapping.get(name)
+    return mapping
+
+
+def _labelled(family: Any, label_values: tuple[str, ...], source: Any) -> Any:
+    for value in label_values:
+        family.add_metric([value], _num(_get(source, value)))
+    return family
+
+
+def families(snap: Mapping[str, Any], host_metrics: int = 0) -> list[Metric]:
+    """Metric families of one snapshot (shape: ``snapshot.read_snapshot``).
+
+    *host_metrics*: per-host series for the top N hosts of the snapshot (0: none; capped at
+    :data:`HOST_METRICS_MAX`).  A null rate, ratio or ETA has no sample (absent, not 0)."""
+    p = PREFIX
+    out: list[Metric] = []
+    frontier = snap.get("frontier") or {}
+    counters = snap.get("counters") or {}
+    rates = snap.get("rates") or {}
+
+    out.append(_labelled(GaugeMetricFamily(
+        p + "frontier_requests", "Requests in the frontier by state: due (may be fetched now), "
+        "scheduled (deferred or held), leased (being fetched), parked (outside the bound), "
+        "dead (dead letters), failed", labels=["state"]), FRONTIER_STATES, frontier))
+    out.append(GaugeMetricFamily(p + "dupefilter_fingerprints",
+                                 "Fingerprints the fleet's Bloom dupefilter has seen",
+                                 value=_num(frontier.get("seen"))))
+    out.append(GaugeMetricFamily(
+        p + "runnable_requests", "Requests that can run now under the fleet's politeness caps "
+        "(autoscaling signal: scale workers on this; never 0 while leases are in flight)",
+        value=_num(snap.get("runnable_now"))))
+
+    out.append(_labelled(CounterMetricFamily(
+        p + "responses", "Responses received by the fleet, by HTTP status class",
+        labels=["status_class"]), STATUS_CLASSES, counters.get("responses")))
+    out.append(CounterMetricFamily(p + "pages", "Responses received by the fleet, all statuses",
+                                   value=_num(counters.get("pages"))))
+    items = CounterMetricFamily(p + "items", "Items by outcome: scraped (passed the item "
+                                "pipelines) or dropped (DropItem)", labels=["outcome"])
+    items.add_metric(["scraped"], _num(counters.get("items_scraped")))
+    items.add_metric(["dropped"], _num(counters.get("items_dropped")))
+    out.append(items)
+    out.append(_labelled(CounterMetricFamily(
+        p + "download_errors", "Downloads that failed without a response, by kind",
+        labels=["kind"]), ERROR_KINDS, counters.get("download_errors")))
+    out.append(_labelled(CounterMetricFamily(
+        p + "requests", "Frontier events: pushed (new), duplicate (filtered), leased, acked, "
+        "reclaimed (lease expired), dead_lettered, released (lease given back), parked, "
+        "deferred, refused (frontier full)", labels=["event"]),
+        REQUEST_EVENTS, counters.get("requests")))
+    for name, key, doc in (
+            ("bans", "bans", "Responses whose status is in FLEET_BAN_STATUSES (default 403)"),
+            ("proxy_bans", "proxy_bans", "Ban verdicts of the proxy pool"),
+            ("rate_limited", "rate_limited", "Responses 429 Too Many Requests"),
+            ("robots_denied", "robots_denied", "Requests refused by robots.txt"),
+            ("response_bytes", "response_bytes", "Bytes of response bodies received")):
+        out.append(CounterMetricFamily(p + name, doc, value=_num(counters.get(key))))
+
+    for name, key, scale, doc in (
+            ("pages_per_second", "pages_per_min", 1 / 60,
+             "Responses per second over the last 60 s"),
+            ("items_per_second", "items_per_min", 1 / 60,
+             "Items scraped per second over the last 60 s"),
+            ("block_ratio", "block_rate", 1.0,
+             "Bans / responses over the last 5 min (0..1; absent when no response)")):
+        family = GaugeMetricFamily(p + name, doc)
+        if rates.get(key) is not None:
+            family.add_metric([], _num(rates.get(key)) * scale)
+        out.append(family)
+    eta = GaugeMetricFamily(p + "eta_seconds", "Seconds until the frontier is drained at the "
+                            "current rate (absent while the depth is not falling)")
+    if snap.get("eta_seconds") is not None:
+        eta.add_metric([], _num(snap.get("eta_seconds")))
+    out.append(eta)
+
+    workers = [w for w in snap.get("workers") or [] if isinstance(w, Mapping)]
+    by_health = GaugeMetricFamily(p + "workers", "Workers listed by their heartbeats, by "
+                                  "health (alive, stalled: leases but no ack for a while, "
+                                  "dead: heartbeats stopped)", labels=["health"])
+    for health in HEALTHS:
+        by_health.add_metric([health], sum(1 for w in workers if w.get("health") == health))
+    out.append(by_health)
+    by_state = GaugeMetricFamily(p + "workers_by_state", "Workers not dead, by state",
+                                 labels=["state"])
+    for state in WORKER_STATES:
+        by_state.add_metric([state], sum(1 for w in workers if w.get("state") == state
+                                         and w.get("health") != "dead"))
+    out.append(by_state)
+    out.append(GaugeMetricFamily(p + "downloads_active", "Downloads in progress, fleet-wide "
+                                 "(sum over workers not dead)",
+                                 value=sum(_num(w.get("downloads")) for w in workers
+                                           if w.get("health") != "dead")))
+
+    alerts = GaugeMetricFamily(p + "alerts", "Alerts firing, by alert id and severity (ids: "
+                               "docs/monitoring.md)", labels=["alert", "severity"])
+    counts: dict[tuple[str, str], int] = {}
+    for alert in snap.get("alerts") or []:
+        if isinstance(alert, Mapping):
+            pair = (str(alert.get("id", "unknown")), str(alert.get("severity", "warning")))
+            counts[pair] = counts.get(pair, 0) + 1
+    for (alert_id, severity), n in sorted(counts.items()):
+        alerts.add_metric([alert_id, severity], n)
+    out.append(alerts)
+
+    redis_info = snap.get("redis") or {}
+    out.append(GaugeMetricFamily(p + "redis_used_memory_bytes", "Redis used_memory",
+                                 value=_num(redis_info.get("used_memory"))))
+    out.append(GaugeMetricFamily(p + "redis_maxmemory_bytes", "Redis maxmemory (0: no limit)",
+                                 value=_num(redis_info.get("maxmemory"))))
+    out.append(GaugeMetricFamily(p + "hosts", "Hosts with entries in the frontier",
+                                 value=_num(snap.get("hosts_total"))))
+    out.append(GaugeMetricFamily(p + "hosts_ready", "Hosts that may be fetched now "
+                                 "(politeness allows a request)",
+                                 value=_num(snap.get("hosts_ready"))))
+    last_ack = GaugeMetricFamily(p + "last_ack_timestamp_seconds", "When a request was last "
+                                 "acknowledged, fleet-wide (unix seconds; absent before the "
+                                 "first)")
+    if snap.get("last_ack_at") is not None:
+        last_ack.add_metric([], _num(snap.get("last_ack_at")))
+    out.append(last_ack)
+    out.append(GaugeMetricFamily(p + "snapshot_timestamp_seconds", "Redis server time of "
+                                 "the snapshot (unix seconds)", value=_num(snap.get("at"))))
+
+    n = max(0, min(int(host_metrics), HOST_METRICS_MAX))
+    if n:
+        out.extend(_host_families([h for h in snap.get("hosts") or []
+                                   if isinstance(h, Mapping)][:n]))
+    return out
+
+
+def _host_families(hosts: list[Mapping[str, Any]]) -> list[Metric]:
+    p = PREFIX
+    requests = GaugeMetricFamily(p + "host_requests", "Requests of a host in the frontier "
+                                 "(top hosts by queued, --host-metrics)",
+                                 labels=["host", "state"])
+    pages = CounterMetricFamily(p + "host_pages", "Responses from a host", labels=["host"])
+    bans = CounterMetricFamily(p + "host_bans", "Bans from a host", labels=["host"])
+    ratio = GaugeMetricFamily(p + "host_block_ratio", "Bans / responses of a host since the "
+                              "crawl began", labels=["host"])
+    for row in hosts:
+        host = str(row.get("host", ""))
+        requests.add_metric([host, "queued"], _num(row.get("queued")))
+        requests.add_metric([host, "leased"], _num(row.get("leased")))
+        pages.add_metric([host], _num(row.get("pages")))
+        bans.add_metric([host], _num(row.get("bans")))
+        if row.get("block_rate") is not None:
+            ratio.add_metric([host], _num(row.get("block_rate")))
+    return [requests, pages, bans, ratio]
+
+
+def series_count(metric_families: list[Metric]) -> int:
+    """Samples (= series) an exposition of *metric_families* holds."""
+    return sum(len(family.samples) for family in metric_families)
+
+
+class FleetCollector(Collector):
+    """A custom collector reading one snapshot per ``collect()`` (one Prometheus scrape).
+
+    While Redis cannot be read, a scrape answers ``scrapy_fleet_up 0`` (and the error
+    counter) instead of failing, so the monitor keeps serving and alerting rules can fire on
+    ``up == 0``.  ``scrapy_fleet_scrape_duration_seconds``: time of the snapshot read."""
+
+    def __init__(self, source: Source, host_metrics: int = 0) -> None:
+        self.source = source
+        self.host_metrics = max(0, min(int(host_metrics), HOST_METRICS_MAX))
+        self.errors = 0
+        self._lock = threading.Lock()
+
+    def collect(self) -> Iterator[Metric]:
+        started = time.perf_counter()
+        try:
+            snap = self.source.snapshot()
+        except READ_ERRORS:
+            with self._lock:
+                self.errors += 1
+            snap = None
+        up = GaugeMetricFamily(PREFIX + "up", "1 when the last scrape read the crawl's data "
+                               "from Redis, 0 when Redis could not be read")
+        up.add_metric([], 0.0 if snap is None else 1.0)
+        yield up
+        yield CounterMetricFamily(PREFIX + "scrape_errors", "Scrapes of this monitor that "
+                                  "could not read Redis", value=self.errors)
+        yield GaugeMetricFamily(PREFIX + "scrape_duration_seconds", "Seconds the last scrape "
+                                "took to read the snapshot",
+                                value=time.perf_counter() - started)
+        if snap is not None:
+            yield from families(snap, self.host_metrics)
+
+
+def registry(source: Source, host_metrics: int = 0) -> CollectorRegistry:
+    """A registry with only the fleet's collector (no process metrics of the monitor)."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(FleetCollector(source, host_metrics))
+    return reg

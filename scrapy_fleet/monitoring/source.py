@@ -1,0 +1,159 @@
+"""Where the cockpit's views (``top``, ``/metrics``, the dashboard, the JSON API) get their data.
+
+The views never read Redis keys themselves: :class:`FleetSource` calls the data side's read
+API (``scrapy_fleet.monitoring.snapshot``: ``read_snapshot``, ``read_series``; contract in
+docs/monitoring.md) and remembers the last error, so that a view can keep showing the last
+good data with an error banner while Redis is down.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+import redis
+
+from scrapy_fleet.errors import RedisUnavailableError
+from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.monitoring import sampler
+from scrapy_fleet.monitoring import snapshot as snapshot_api
+
+#: what a failed read of Redis raises (connection refused, timeout, a script or type error...)
+READ_ERRORS = (redis.RedisError, OSError, RedisUnavailableError)
+
+#: depth series drawn as "queue depth", in the dashboard's and ``top``'s order
+DEPTH_SERIES = ("depth_due", "depth_scheduled", "depth_leased", "depth_parked", "depth_dead")
+#: series a view fetches by default: depth by state, pages per minute, workers alive
+VIEW_SERIES = (*DEPTH_SERIES, "pages_per_min", "items_per_min", "block_rate", "workers_alive")
+
+Points = list[tuple[float, float | None]]
+
+
+class Source(Protocol):
+    """What the views read: a snapshot dict (the stable JSON of ``scrapy fleet status
+    --json``) and time series of ``(unix seconds, value or None)`` points."""
+
+    def snapshot(self) -> dict[str, Any]: ...
+
+    def series(self, names: Iterable[str], tier: str = "10s",
+               since_s: float | None = None) -> dict[str, Points]: ...
+
+
+class FleetSource:
+    """The data of one crawl, read through ``monitoring.snapshot``.
+
+    *client*: a blocking redis-py client (thread safe: the server's threads share it);
+    *hosts*: how many top hosts a snapshot carries.  ``snapshot()`` and ``series()`` raise
+    what redis-py raises (see :data:`READ_ERRORS`) and record it: ``last_error`` (message or
+    None) and ``error_since`` (unix seconds of the first failure of a run of failures).
+    ``read_seconds`` is the duration of the last successful snapshot read.
+
+    Raises:
+        ValueError: from ``series()`` for an unknown series name or tier.
+    """
+
+    def __init__(self, client: redis.Redis, keys: CrawlKeys, hosts: int = 10,
+                 alerts_config: Any = None) -> None:
+        self._data = snapshot_api
+        self.client = client
+        self.keys = keys
+        self.hosts = hosts
+        self.alerts_config = alerts_config
+        self.last_error: str | None = None
+        self.error_since: float | None = None
+        self.read_seconds = 0.0
+        self._lock = threading.Lock()
+
+    @property
+    def series_names(self) -> tuple[str, ...]:
+        return tuple(self._data.SERIES)
+
+    @property
+    def tiers(self) -> dict[str, tuple[int, int]]:
+        return {name: (int(step), int(points)) for name, (step, points)
+                in self._data.TIERS.items()}
+
+    def _failed(self, exc: BaseException) -> None:
+        with self._lock:
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            if self.error_since is None:
+                self.error_since = time.time()
+
+    def _ok(self) -> None:
+        with self._lock:
+            self.last_error = None
+            self.error_since = None
+
+    def snapshot(self) -> dict[str, Any]:
+        started = time.perf_counter()
+        try:
+            snap = self._data.read_snapshot(self.client, self.keys, hosts=self.hosts,
+                                            alerts_config=self.alerts_config)
+        except READ_ERRORS as exc:
+            self._failed(exc)
+            raise
+        self.read_seconds = time.perf_counter() - started
+        self._ok()
+        return dict(snap)
+
+    def series(self, names: Iterable[str], tier: str = "10s",
+               since_s: float | None = None) -> dict[str, Points]:
+        names = list(names)
+        known = set(self._data.SERIES)
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            raise ValueError(f"unknown series {', '.join(unknown)} (known: "
+                             f"{', '.join(self._data.SERIES)})")
+        if tier not in self._data.TIERS:
+            raise ValueError(f"unknown tier {tier!r} (known: {', '.join(self._data.TIERS)})")
+        out: dict[str, Points] = {}
+        try:
+            for name in names:
+                out[name] = [(float(t), None if v is None else float(v)) for t, v in
+                             self._data.read_series(self.client, self.keys, name, tier,
+                                                    since_s=since_s)]
+        except READ_ERRORS as exc:
+            self._failed(exc)
+            raise
+        self._ok()
+        return out
+
+
+class Sampling:
+    """A daemon thread that keeps the time series going while no worker runs: it calls the
+    data side's ``sampler.sample`` every *interval* seconds (a tier takes at most one sample
+    per step fleet-wide, whoever calls, so this never doubles a point; one EVALSHA per
+    call; it also drops workers silent for *forget_after* s).  Failures (Redis down, OOM)
+    are skipped: the views report Redis's state."""
+
+    def __init__(self, client: redis.Redis, keys: CrawlKeys, dead_after: float = 15.0,
+                 forget_after: float = 120.0, interval: float = 5.0) -> None:
+        self.client = client
+        self.keys = keys
+        self.interval = interval
+        self.dead_after = dead_after
+        self.forget_after = forget_after
+        self.samples = 0
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fleet-sampling", daemon=True)
+
+    def start(self) -> Sampling:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if sampler.sample(self.client, self.keys, self.dead_after, self.forget_after):
+                    self.samples += 1
+            except READ_ERRORS:
+                self.failures += 1
+            self._stop.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)

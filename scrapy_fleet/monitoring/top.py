@@ -1,0 +1,208 @@
+"""``scrapy fleet top SPIDER``: a live terminal view of the fleet, drawn with rich.
+
+One frame (:func:`render`) shows the frontier's depth by state and pages/min as sparklines of
+the ``10s`` series (the last hour, as much as fits), the current rates, block rate and ETA,
+every worker with its state and health, the top hosts and the alerts.  :func:`run_top`
+redraws it every ``interval`` seconds until Ctrl-C, which exits cleanly (status 0, the
+terminal restored).  While Redis cannot be read the last frame stays, under an error line.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from scrapy_fleet.monitoring.source import DEPTH_SERIES, READ_ERRORS, Points, Source
+
+BARS = "▁▂▃▄▅▆▇█"
+HEALTH_STYLE = {"alive": "green", "stalled": "yellow", "dead": "bold red"}
+TOP_SERIES = (*DEPTH_SERIES, "pages_per_min")
+
+
+def sparkline(values: Sequence[float | None], width: int) -> str:
+    """The last *width* values as bar characters scaled from 0 to their maximum; a gap
+    (None) is a space.  ``sparkline([0, 5, 10], 3) == "▁▅█"``."""
+    values = list(values)[-width:] if width > 0 else []
+    known = [v for v in values if v is not None]
+    top = max(known, default=0.0)
+    out = []
+    for v in values:
+        if v is None:
+            out.append(" ")
+        elif top <= 0:
+            out.append(BARS[0])
+        else:
+            out.append(BARS[min(len(BARS) - 1, int(v / top * (len(BARS) - 1) + 0.5))])
+    return "".join(out)
+
+
+def _fmt(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _pct(value: Any) -> str:
+    return "-" if value is None else f"{100 * float(value):.1f} %"
+
+
+def _eta(seconds: Any) -> str:
+    if seconds is None:
+        return "-"
+    s = float(seconds)
+    return f"{s:.0f} s" if s < 120 else f"{s / 60:.0f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+
+def _clock(t: Any) -> str:
+    return "-" if not t else time.strftime("%H:%M:%S", time.localtime(float(t)))
+
+
+def depth_values(series: Mapping[str, Points]) -> list[float | None]:
+    """Total depth (due + scheduled + leased + parked; dead letters apart) per step."""
+    steps: dict[float, float | None] = {}
+    for name in DEPTH_SERIES[:-1]:
+        for t, v in series.get(name, []):
+            if v is not None:
+                steps[t] = (steps.get(t) or 0.0) + v
+            else:
+                steps.setdefault(t, None)
+    return [steps[t] for t in sorted(steps)]
+
+
+def render(snap: Mapping[str, Any], series: Mapping[str, Points], *, width: int = 100,
+           error: str | None = None, hosts: int = 10) -> RenderableType:
+    """One frame of ``top`` for a snapshot (docs/monitoring.md) and its series."""
+    frontier = snap.get("frontier") or {}
+    counters = snap.get("counters") or {}
+    rates = snap.get("rates") or {}
+    workers = [w for w in snap.get("workers") or [] if isinstance(w, Mapping)]
+    parts: list[RenderableType] = []
+
+    head = Text()
+    head.append(f"scrapy-fleet top · crawl {snap.get('crawl', '?')}", style="bold")
+    head.append(f" · {_clock(snap.get('at'))} · workers alive {snap.get('workers_alive', 0)}"
+                f" of {len(workers)} · runnable now {_fmt(snap.get('runnable_now'))}")
+    parts.append(head)
+    if error:
+        parts.append(Text(f"Redis cannot be read: {error} (showing the last data)",
+                          style="bold white on red"))
+
+    spark_width = max(10, width - 40)
+    figures = Table.grid(padding=(0, 2))
+    figures.add_column(style="cyan", no_wrap=True)
+    figures.add_column(justify="right", no_wrap=True)
+    figures.add_column(no_wrap=True)
+    depth = depth_values(series)
+    figures.add_row("depth", _fmt(sum(int(frontier.get(s) or 0) for s in
+                                      ("due", "scheduled", "leased", "parked"))),
+                    Text(sparkline(depth, spark_width), style="blue"))
+    for state in ("due", "scheduled", "leased", "parked", "dead"):
+        values = [v for _, v in series.get(f"depth_{state}", [])]
+        figures.add_row(f"  {state}", _fmt(frontier.get(state)),
+                        Text(sparkline(values, spark_width), style="dim"))
+    pages = [v for _, v in series.get("pages_per_min", [])]
+    figures.add_row("pages/min", _fmt(rates.get("pages_per_min"), 1),
+                    Text(sparkline(pages, spark_width), style="green"))
+    parts.append(figures)
+
+    responses = counters.get("responses") or {}
+    totals = Text()
+    totals.append(f"pages {_fmt(counters.get('pages'))}  "
+                  f"items {_fmt(counters.get('items_scraped'))}"
+                  f"  items/min {_fmt(rates.get('items_per_min'), 1)}  block rate "
+                  f"{_pct(rates.get('block_rate'))}  ETA {_eta(snap.get('eta_seconds'))}  ")
+    totals.append("  ".join(f"{k} {_fmt(responses.get(k))}" for k in
+                            ("2xx", "3xx", "4xx", "5xx")), style="dim")
+    parts.append(totals)
+
+    table = Table(title="workers", box=box.SIMPLE_HEAD, title_justify="left", expand=False)
+    for name, justify in (("worker", "left"), ("state", "left"), ("health", "left"),
+                          ("leases", "right"), ("downloads", "right"), ("pages", "right"),
+                          ("items", "right"), ("errors", "right"), ("last seen", "right")):
+        table.add_column(name, justify=justify, no_wrap=name == "worker")  # type: ignore[arg-type]
+    now = float(snap.get("at") or time.time())
+    for w in workers:
+        seen = w.get("last_seen")
+        table.add_row(str(w.get("id", "?")), str(w.get("state", "?")),
+                      Text(str(w.get("health", "?")),
+                           style=HEALTH_STYLE.get(str(w.get("health")), "")),
+                      _fmt(w.get("leases")), _fmt(w.get("downloads")), _fmt(w.get("pages")),
+                      _fmt(w.get("items")), _fmt(w.get("errors")),
+                      "-" if not seen else f"{max(0.0, now - float(seen)):.0f} s ago")
+    if not workers:
+        table.add_row("(no worker)", "", "", "", "", "", "", "", "")
+    parts.append(table)
+
+    host_rows = [h for h in snap.get("hosts") or [] if isinstance(h, Mapping)][:hosts]
+    htable = Table(title="top hosts", box=box.SIMPLE_HEAD, title_justify="left")
+    for name in ("host", "queued", "leased", "pages", "bans", "block rate", "held until"):
+        htable.add_column(name, justify="left" if name == "host" else "right")
+    for h in host_rows:
+        htable.add_row(str(h.get("host", "?")), _fmt(h.get("queued")), _fmt(h.get("leased")),
+                       _fmt(h.get("pages")), _fmt(h.get("bans")), _pct(h.get("block_rate")),
+                       _clock(h.get("hold_until")) if h.get("hold_until") else "-")
+    if host_rows:
+        parts.append(htable)
+
+    alerts = [a for a in snap.get("alerts") or [] if isinstance(a, Mapping)]
+    if alerts:
+        for a in alerts:
+            line = Text()
+            severity = str(a.get("severity", "warning"))
+            line.append(f"{severity.upper()} ",
+                        style="bold red" if severity == "critical" else "bold yellow")
+            line.append(f"{a.get('what', a.get('id', ''))}")
+            if a.get("where"):
+                line.append(f" ({a['where']})")
+            if a.get("since"):
+                line.append(f", since {_clock(a['since'])}")
+            if a.get("next"):
+                line.append(" → ")
+                line.append(str(a["next"]), style="bold")
+            parts.append(line)
+    else:
+        parts.append(Text("alerts: none", style="green"))
+    return Group(*parts)
+
+
+def read_frame(source: Source) -> tuple[dict[str, Any], dict[str, Points]]:
+    """One snapshot and the ``10s`` series that ``top`` draws (raises READ_ERRORS)."""
+    snap = source.snapshot()
+    return snap, source.series(TOP_SERIES, "10s")
+
+
+def run_top(source: Source, interval: float = 2.0, once: bool = False, hosts: int = 10,
+            console: Console | None = None) -> int:
+    """Draw frames until Ctrl-C (or one frame with *once*); returns the exit status (0).
+
+    The first read must succeed (the caller pinged Redis); later failures keep the last
+    frame on screen under an error line and the view retries every *interval* seconds."""
+    console = console or Console()
+    snap, series = read_frame(source)
+    if once:
+        console.print(render(snap, series, width=console.width, hosts=hosts))
+        return 0
+    try:
+        with Live(render(snap, series, width=console.width, hosts=hosts), console=console,
+                  auto_refresh=False, screen=console.is_terminal, transient=False) as live:
+            while True:
+                time.sleep(max(0.1, interval))
+                error = None
+                try:
+                    snap, series = read_frame(source)
+                except READ_ERRORS as exc:
+                    error = f"{type(exc).__name__}: {exc}"
+                live.update(render(snap, series, width=console.width, error=error,
+                                   hosts=hosts), refresh=True)
+    except KeyboardInterrupt:
+        pass
+    return 0
