@@ -28,7 +28,8 @@ class Command(ScrapyCommand):
     default_settings = {"LOG_ENABLED": False}
 
     def syntax(self) -> str:
-        return "push|status|dead|purge SPIDER [URL ...] [-f FILE | -] [options]"
+        return ("push|status|dead|purge SPIDER [URL ...] [-f FILE | -] [options]\n"
+                "  or: proxies list|add|remove|drain|reset SPIDER [ARGS] [--json] [--pool P]")
 
     def short_desc(self) -> str:
         return "Push URLs into the fleet's frontier, show its status, or purge it"
@@ -39,11 +40,23 @@ class Command(ScrapyCommand):
     def add_options(self, parser: argparse.ArgumentParser) -> None:
         super().add_options(parser)
         cli.add_action_arguments(parser)
+        from scrapy_fleet.proxies.admin import add_proxies_arguments
+
+        add_proxies_arguments(parser)
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
-        if len(args) < 2:
-            raise UsageError("expected an action (push, status, dead, purge) and a spider name")
-        action, spider_name, urls = args[0], args[1], args[2:]
+        if args and args[0] == "proxies":
+            # scrapy fleet proxies ACTION SPIDER [ARGS]: the pool of the spider's crawl
+            if len(args) < 3:
+                raise UsageError("expected: proxies list|add|remove|drain|reset SPIDER [ARGS]")
+            action, spider_name, urls = args[1], args[2], args[3:]
+            proxies_action = True
+        else:
+            if len(args) < 2:
+                raise UsageError("expected an action (push, status, dead, purge, proxies) and "
+                                 "a spider name")
+            action, spider_name, urls = args[0], args[1], args[2:]
+            proxies_action = False
         assert self.settings is not None
         settings = self.settings.copy()
         assert self.crawler_process is not None
@@ -61,6 +74,9 @@ class Command(ScrapyCommand):
             print(f"error: {exc}", file=sys.stderr)
             self.exitcode = 2
             return
+        if proxies_action:
+            self.exitcode = self._proxies(config, crawl_id, action, urls, opts)
+            return
         crawler = Crawler(spidercls, settings)
         fingerprinter = build_from_crawler(
             load_object(settings["REQUEST_FINGERPRINTER_CLASS"]), crawler)
@@ -76,3 +92,21 @@ class Command(ScrapyCommand):
                                                getattr(spidercls, name, None)))
         finally:
             admin.close()
+
+    @staticmethod
+    def _proxies(config: FleetConfig, crawl_id: str, action: str, args: list[str],
+                 opts: argparse.Namespace) -> int:
+        from scrapy_fleet.proxies import admin as proxies_admin
+
+        assert config.proxy is not None
+        pool = opts.pool or config.proxy.pool_name(crawl_id)
+        try:
+            admin = proxies_admin.admin_for(config.redis_url, config.key_prefix, pool,
+                                            config.proxy, config.redis_timeout)
+        except FleetConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        try:
+            return proxies_admin.run(admin, action, args, as_json=opts.json, sites=opts.site)
+        finally:
+            admin.client.close()

@@ -17,6 +17,7 @@ _LIBRARIES: dict[str, tuple[str, ...]] = {
     "politeness.lua": ("common.lua", "hosts.lua"),
     "bloom_add.lua": ("common.lua", "bloom.lua"),
     "seeding.lua": ("common.lua", "hosts.lua"),
+    "proxies.lua": ("common.lua", "hosts.lua"),
 }
 
 
