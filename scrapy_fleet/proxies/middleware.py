@@ -289,8 +289,8 @@ class FleetProxyMiddleware:
         report = Report(ticket, pid, site, verdict.kind, False)
         if verdict.kind == "proxy_dead":
             await self._report_now(report)
-            if not verdict.reason.startswith("error:Connect") and \
-                    not verdict.reason.startswith("error:Tunnel"):
+            if "Connect" not in verdict.reason and "Tunnel" not in verdict.reason and \
+                    "Resolve" not in verdict.reason:
                 request.meta[TIMEOUTS_META] = int(request.meta.get(TIMEOUTS_META, 0) or 0) + 1
             return self._retry_or_fail(request, verdict, f"{pid} {address}")
         self._queue(report)

@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from scrapy import exceptions as scrapy_exceptions
 from scrapy.core.downloader.handlers.http11 import TunnelError
 from scrapy.exceptions import IgnoreRequest
 from twisted.internet import error as neterror
@@ -39,15 +40,24 @@ VERDICTS = ("ok", "ban", "rate_limited", "proxy_dead", "site_error")
 #: bytes of a body the ban patterns look at
 BODY_SCAN_BYTES = 65536
 
-#: failures to reach or talk to the proxy itself
+
+
+def _scrapy_errors(*names: str) -> tuple[type[BaseException], ...]:
+    """Scrapy's own download exceptions (Scrapy >= 2.14 wraps Twisted's in them)."""
+    return tuple(getattr(scrapy_exceptions, n) for n in names if hasattr(scrapy_exceptions, n))
+
+
+#: failures to reach or talk to the proxy itself (with a proxy, every connection goes to it)
 _CONNECT_ERRORS: tuple[type[BaseException], ...] = (
     neterror.ConnectionRefusedError, neterror.ConnectError, neterror.DNSLookupError,
-    neterror.NoRouteError, TunnelError)
+    neterror.NoRouteError, TunnelError, ConnectionRefusedError,
+    *_scrapy_errors("DownloadConnectionRefusedError", "CannotResolveHostError"))
 #: failures while waiting for the answer: the exit or the site
 _LOST_ERRORS: tuple[type[BaseException], ...] = (
     neterror.TimeoutError, neterror.TCPTimedOutError, neterror.ConnectionLost,
     neterror.ConnectionDone, ResponseNeverReceived, ResponseFailed, TimeoutError,
-    ConnectionResetError)
+    ConnectionResetError,
+    *_scrapy_errors("DownloadTimeoutError", "DownloadFailedError", "ResponseDataLossError"))
 
 
 @dataclass(frozen=True)

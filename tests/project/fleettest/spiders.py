@@ -91,3 +91,25 @@ class FetchSpider(scrapy.Spider):
 
     def parse(self, response: Any) -> Any:
         yield {"url": response.url, "status": response.status}
+
+
+class ProxyPagesSpider(scrapy.Spider):
+    """Follows the links of tests/proxysite.py; each item says which egress carried the page
+    (the site echoes the client address), the download slot and the exit; an errback item
+    records requests given up on (with the exception's ``fleet_reason``)."""
+
+    name = "proxy_pages"
+
+    def parse(self, response: Any) -> Any:
+        yield {"url": response.url, "status": response.status,
+               "addr": response.css("#addr::text").get(),
+               "challenge": b"challenge-platform" in response.body,
+               "slot": self.crawler.engine.downloader.get_slot_key(response.request),
+               "download_slot_meta": response.meta.get("download_slot"),
+               "exit": response.meta.get("fleet_proxy_exit")}
+        for href in response.css("a::attr(href)").getall():
+            yield response.follow(href, errback=self.failed)
+
+    def failed(self, failure: Any) -> Any:
+        yield {"failed": failure.request.url, "error": type(failure.value).__name__,
+               "fleet_reason": getattr(failure.value, "fleet_reason", None)}

@@ -1,0 +1,102 @@
+"""The fleet's proxy pool with real parts: tinyproxy exits (one per egress address, each with
+``Bind``), a site that judges by client address, real Redis, real ``scrapy crawl`` workers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from proxyfixtures import dead_proxy_url, proxysite, tinyproxy  # noqa: F401 - fixtures
+from support import TEST_PROJECT, read_items, run_scrapy, start_worker, tail, wait_all
+
+from scrapy_fleet.proxies.pool import proxy_id
+
+pytestmark = pytest.mark.slow
+
+
+def push(redis_url: str, env: dict[str, str], *urls: str, extra: dict | None = None) -> None:
+    args = ["fleet", "push", "proxy_pages", *urls, "-s", f"FLEET_REDIS_URL={redis_url}"]
+    for k, v in (extra or {}).items():
+        args += ["-s", f"{k}={v}"]
+    result = run_scrapy(TEST_PROJECT, args, env)
+    assert result.returncode == 0, result.stderr + result.stdout
+
+
+def crawl(tmp_path: Path, redis_url: str, env: dict[str, str], workers: int,
+          settings: dict, timeout: float = 240.0) -> tuple[list[dict], list[Path]]:
+    outs = [tmp_path / f"out-{n}.jsonl" for n in range(workers)]
+    logs = [tmp_path / f"worker-{n}.log" for n in range(workers)]
+    procs = []
+    for n in range(workers):
+        s = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 4, "FLEET_JSONL_PATH": outs[n],
+             "CONCURRENT_REQUESTS": 8, "LOG_LEVEL": "INFO", **settings}
+        procs.append(start_worker(TEST_PROJECT, "proxy_pages", s, env, logs[n]))
+    codes = wait_all(procs, timeout)
+    for n, code in enumerate(codes):
+        assert code == 0, f"worker {n} exited {code}:\n{tail(logs[n])}"
+    return read_items(outs), logs
+
+
+def proxies_list(redis_url: str, env: dict[str, str], extra: dict | None = None) -> dict:
+    args = ["fleet", "proxies", "list", "proxy_pages", "--json", "-s",
+            f"FLEET_REDIS_URL={redis_url}"]
+    for k, v in (extra or {}).items():
+        args += ["-s", f"{k}={v}"]
+    result = run_scrapy(TEST_PROJECT, args, env)
+    assert result.returncode == 0, result.stderr + result.stdout
+    return json.loads(result.stdout)
+
+
+def test_four_exits_one_banned_one_dead(redis_url, tinyproxy, proxysite, worker_env,  # noqa: F811
+                                        tmp_path):
+    good1, good2, banned = tinyproxy("127.0.0.2"), tinyproxy("127.0.0.3"), tinyproxy("127.0.0.4")
+    dead = dead_proxy_url()
+    site = proxysite({"pages": {"127.0.0.1": 80, "127.0.0.20": 30},
+                      "ban": [{"host": "127.0.0.1", "addr": "127.0.0.4", "kind": "status"}]},
+                     binds=("127.0.0.1", "127.0.0.20"))
+    a, b = site.urls
+    proxies = [good1.url(), good2.url(), banned.url(), dead]
+    settings = {"FLEET_PROXIES": ",".join(proxies), "FLEET_PROXY_COOLDOWN_BASE": 60,
+                "FLEET_PROXY_COOLDOWN_MAX": 600, "FLEET_PROXY_DEAD_AFTER": 2,
+                "FLEET_PROXY_MAX_RETRIES": 5}
+    push(redis_url, worker_env, a + "site/", b + "site/")
+    items, logs = crawl(tmp_path, redis_url, worker_env, 4, settings)
+    pages = [i for i in items if "url" in i]
+    assert not [i for i in items if "failed" in i]
+    expected = {a + "site/"} | {f"{a}site/p/{n}.html" for n in range(80)} | \
+        {b + "site/"} | {f"{b}site/p/{n}.html" for n in range(30)}
+    assert {i["url"] for i in pages} == expected  # every page fetched
+    assert all(i["status"] == 200 for i in pages)
+    # every page of site A came through a good exit; site B also through the banned one
+    assert {i["addr"] for i in pages if i["url"].startswith(a)} <= {"127.0.0.2", "127.0.0.3"}
+    log = site.requests()
+    # 0 requests left without a proxy: the site only ever saw the egress addresses
+    assert {r["addr"] for r in log} <= {"127.0.0.2", "127.0.0.3", "127.0.0.4"}
+    b_via_banned = [r for r in log if r["host"] == "127.0.0.20" and r["addr"] == "127.0.0.4"]
+    assert b_via_banned and all(r["status"] == 200 for r in b_via_banned)
+    # the download slot stays the site's whatever exit carried the page: Scrapy's slot key
+    # (and the download_slot it records in meta) is the site's host, never the proxy's
+    for i in pages:
+        host = i["url"].split("//", 1)[1].split(":", 1)[0]
+        assert i["slot"] == i["download_slot_meta"] == host, i
+    snap = proxies_list(redis_url, worker_env)
+    by_id = {e["id"]: e for e in snap["exits"]}
+    banned_row = by_id[proxy_id(banned.url())]
+    site_a = next(s for s in banned_row["sites"] if s["site"] == "127.0.0.1")
+    assert site_a["ban"] >= 1 and site_a["ok"] == 0
+    first_ban = site_a["first_ban_ms"] / 1000
+    after = [r for r in log if r["host"] == "127.0.0.1" and r["addr"] == "127.0.0.4"
+             and r["t"] > first_ban + 0.05]
+    probes = snap["totals"]["counters"].get("probes", 0)
+    # after the first ban is recorded: only requests already in flight then (at most one per
+    # worker slot) and the fleet's probes go through that exit to that site
+    print(f"requests via the banned exit to site A after its first ban: {len(after)} "
+          f"(probes {probes}); before: "
+          f"{sum(1 for r in log if r['host'] == '127.0.0.1' and r['addr'] == '127.0.0.4')}")
+    assert len(after) <= probes + 4 * 8
+    dead_row = by_id[proxy_id(dead)]
+    assert dead_row["ok"] == 0 and dead_row["proxy_dead"] >= 1
+    assert dead_row["status"] == "dead" or all(s["state"] != "ok" for s in dead_row["sites"])
+    text = "".join(tail(p, 10**7) for p in logs)
+    assert "fleet/proxy/verdict/ban" in text and "fleet/proxy/verdict/proxy_dead" in text
