@@ -14,7 +14,8 @@ client address in ``<p id="addr">``.  Config (JSON)::
 
 * ban: the every-th matching request (counted per rule) is refused: ``kind`` "status" (403)
   or "challenge" (a 200 challenge page, ``<title>Just a moment...</title>``); ``until``
-  (epoch seconds) ends the rule; null host/addr match any;
+  (epoch seconds) ends the rule, ``first`` K limits it to the first K matching requests;
+  null host/addr match any;
 * limit: the first K matching requests answer 429 with ``Retry-After``;
 * delay: hold matching answers (arriving after the epoch ``after``) that long.
 
@@ -69,6 +70,8 @@ class Site:
                 if rule.get("until") is not None and now >= rule["until"]:
                     continue
                 self.counts[n] = self.counts.get(n, 0) + 1
+                if rule.get("first") is not None and self.counts[n] > rule["first"]:
+                    continue
                 if self.counts[n] % int(rule.get("every", 1)) == 0:
                     if rule.get("kind", "status") == "challenge":
                         return 200, {}, CHALLENGE, 1, delay

@@ -100,3 +100,79 @@ def test_four_exits_one_banned_one_dead(redis_url, tinyproxy, proxysite, worker_
     assert dead_row["status"] == "dead" or all(s["state"] != "ok" for s in dead_row["sites"])
     text = "".join(tail(p, 10**7) for p in logs)
     assert "fleet/proxy/verdict/ban" in text and "fleet/proxy/verdict/proxy_dead" in text
+
+
+def test_429_retires_no_exit_and_holds_the_site(redis_url, tinyproxy, proxysite,  # noqa: F811
+                                                worker_env, tmp_path):
+    p2, p3 = tinyproxy("127.0.0.2"), tinyproxy("127.0.0.3")
+    site = proxysite({"pages": {"127.0.0.1": 40},
+                      "limit": [{"addr": "127.0.0.2", "first": 1, "retry_after": 3,
+                                 "prefix": "/site/p/"}]})
+    push(redis_url, worker_env, site.urls[0] + "site/")
+    items, _ = crawl(tmp_path, redis_url, worker_env, 2,
+                     {"FLEET_PROXIES": f"{p2.url()},{p3.url()}", "CONCURRENT_REQUESTS": 4})
+    assert len({i["url"] for i in items if "url" in i}) == 41
+    log = site.requests()
+    t429 = next(r["t"] for r in log if r["status"] == 429)
+    # the exit is not retired: it carries pages after its 429, and has no cool-down
+    assert [r for r in log if r["addr"] == "127.0.0.2" and r["t"] > t429 and r["status"] == 200]
+    snap = proxies_list(redis_url, worker_env)
+    row = next(e for e in snap["exits"] if e["id"] == proxy_id(p2.url()))
+    assert row["rate_limited"] == 1 and row["ban"] == 0 and row["status"] == "active"
+    assert all(s["state"] == "ok" for s in row["sites"])
+    # the site's rate dropped for the whole fleet (both exits) for Retry-After's 3 s
+    during = [r for r in log if t429 + 0.3 < r["t"] < t429 + 2.7]
+    assert during == [], during
+
+
+def test_same_address_different_credentials_tracked_apart(redis_url, tinyproxy,  # noqa: F811
+                                                           proxysite, worker_env, tmp_path):
+    gateway = tinyproxy("127.0.0.2", users=(("alice", "pw-alice-123"),))
+    good, bad = gateway.url("alice", "pw-alice-123"), gateway.url("mallory", "pw-wrong-456")
+    site = proxysite({"pages": {"127.0.0.1": 20}})
+    push(redis_url, worker_env, site.urls[0] + "site/")
+    settings = {"FLEET_PROXIES": f"{good},{bad}", "FLEET_PROXY_DEAD_AFTER": 2,
+                "FLEET_PROXY_BAN_POLICY": "fleettest.spiders.TinyproxyAuthPolicy"}
+    items, logs = crawl(tmp_path, redis_url, worker_env, 2, settings)
+    assert len({i["url"] for i in items if "url" in i}) == 21
+    assert not [i for i in items if "failed" in i]
+    snap = proxies_list(redis_url, worker_env)
+    by_id = {e["id"]: e for e in snap["exits"]}
+    assert proxy_id(good) != proxy_id(bad)
+    assert by_id[proxy_id(good)]["address"] == by_id[proxy_id(bad)]["address"]
+    assert by_id[proxy_id(good)]["ok"] >= 1 and by_id[proxy_id(good)]["proxy_dead"] == 0
+    assert by_id[proxy_id(bad)]["ok"] == 0 and by_id[proxy_id(bad)]["proxy_dead"] >= 1
+    text = "".join(tail(p, 10**7) for p in logs) + json.dumps(snap)
+    listing = run_scrapy(TEST_PROJECT, ["fleet", "proxies", "list", "proxy_pages", "-s",
+                                        f"FLEET_REDIS_URL={redis_url}"], worker_env)
+    text += listing.stdout + listing.stderr
+    for secret in ("pw-alice-123", "pw-wrong-456"):
+        assert secret not in text
+
+
+def test_cooldown_ends_with_one_probe_then_the_exit_serves(redis_url, tinyproxy,  # noqa: F811
+                                                           proxysite, worker_env, tmp_path):
+    p2, p3 = tinyproxy("127.0.0.2"), tinyproxy("127.0.0.3")
+    site = proxysite({"pages": {"127.0.0.1": 120},
+                      "ban": [{"addr": "127.0.0.3", "first": 2, "prefix": "/site/p/"}],
+                      "delay": [{"addr": "127.0.0.3", "seconds": 0.6}]})
+    push(redis_url, worker_env, site.urls[0] + "site/")
+    settings = {"FLEET_PROXIES": f"{p2.url()},{p3.url()}", "FLEET_PROXY_COOLDOWN_BASE": 1.5,
+                "FLEET_PROXY_COOLDOWN_MAX": 1.5, "FLEET_HOST_RATE": 15, "FLEET_HOST_BURST": 2}
+    items, _ = crawl(tmp_path, redis_url, worker_env, 3, settings)
+    assert len({i["url"] for i in items if "url" in i}) == 121
+    log = [r for r in site.requests() if r["addr"] == "127.0.0.3"]
+    # the last ban was answered 0.6 s after it arrived: requests arriving before that were
+    # sent before the fleet knew of it (in flight)
+    known = max(r["t"] for r in log if r["ban"]) + 0.6
+    in_flight = [r for r in log if not r["ban"] and known - 0.6 < r["t"] <= known]
+    later = [r for r in log if r["t"] > known]
+    print(f"in flight through the exit when its last ban was recorded: {len(in_flight)}")
+    snap = proxies_list(redis_url, worker_env)
+    probes = snap["totals"]["counters"].get("probes", 0)
+    assert probes >= 1
+    # the exit is used again after its cool-down, and the first request after the last ban
+    # was the fleet's one probe: nothing else went through it until its (0.6 s) answer
+    assert len(later) >= 5, later
+    assert later[1]["t"] - later[0]["t"] >= 0.5, later[:3]
+    assert all(r["status"] == 200 for r in later)

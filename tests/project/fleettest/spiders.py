@@ -113,3 +113,19 @@ class ProxyPagesSpider(scrapy.Spider):
     def failed(self, failure: Any) -> Any:
         yield {"failed": failure.request.url, "error": type(failure.value).__name__,
                "fleet_reason": getattr(failure.value, "fleet_reason", None)}
+
+
+class TinyproxyAuthPolicy:
+    """A ban policy (FLEET_PROXY_BAN_POLICY) for Debian's tinyproxy 1.11, which refuses bad
+    proxy credentials with 401 + ``Server: tinyproxy`` instead of 407: the exit's fault."""
+
+    def response_verdict(self, request: Any, response: Any, site: str) -> Any:
+        from scrapy_fleet.proxies.verdicts import Verdict
+
+        if response.status == 401 and response.headers.get(b"Server", b"").startswith(
+                b"tinyproxy"):
+            return Verdict("proxy_dead", "tinyproxy:401")
+        return None  # don't know: the settings' rules decide
+
+    def exception_verdict(self, request: Any, exception: BaseException, site: str) -> Any:
+        return None
