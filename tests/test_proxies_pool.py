@@ -188,3 +188,16 @@ def test_settings_errors_hide_passwords():
     with pytest.raises(FleetConfigError):
         proxy_config({"FLEET_PROXY_BAN_STATUSES": [404]})
     assert "topsecret" not in repr(proxy_config({"FLEET_PROXIES": ["http://u:topsecret@h:1"]}))
+
+
+def test_exits_that_banned_a_request_are_avoided_for_its_retry(redis_url):
+    async def go():
+        pool, _ = _pool(redis_url)
+        await pool.seed([A, C])
+        for _ in range(4):
+            c = await pool.choose("s1", exclude=[proxy_id(A)])
+            assert c.exit_id == proxy_id(C)
+        only = await pool.choose("s1", exclude=[proxy_id(A), proxy_id(C)])
+        assert isinstance(only, Choice)  # every exit tried: still one of them, never none
+        await pool.client.aclose()
+    run(go())

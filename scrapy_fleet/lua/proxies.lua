@@ -28,7 +28,9 @@
 -- ARGV[1]: msgpack map {op, ...}; times are the Redis server's (TIME), in ms.
 --   choose  site, sk (KEYS index of the site hash), ss (KEYS index of the session key, 0 none),
 --           sttl (session TTL ms), rate (ms between requests per exit, 0 none), conc (in
---           flight per exit, 0 none), ttl (ticket ms), rep (reports, applied first), and the
+--           flight per exit, 0 none), ttl (ticket ms), ex (ids of exits that banned or failed
+--           this request: chosen only when no other is eligible), rep (reports, applied first),
+--           and the
 --           report parameters.  Reply {id, url, t (ticket), kind, rebound (old id or '')} or
 --           {wait (ms), why ('empty'|'cooling'|'probe'|'caps'|'dead')}.
 --   report  rep = list of {t, id, sk, v (ok|ban|rl|dead|serr, or rel: no verdict, only free
@@ -254,19 +256,24 @@ elseif req.op == 'choose' then
   end
   local wait_until, why = nil, 'empty'
   if not pick then
-    local best_last, best_lt = nil, nil
+    -- exits that already banned or failed this request (ex) only when no other is eligible
+    local excluded = {}
+    for _, id in ipairs(type(req.ex) == 'table' and req.ex or {}) do excluded[id] = true end
+    local best = {{}, {}}  -- [1] not excluded, [2] excluded: {i, kind, last, lt}
     for i = 1, #ids do
       local kind, last_or_when, reason = eligible(i)
       if kind ~= nil then
         local lt = reason  -- for an eligible exit: the ticket of its last choice
-        if best_last == nil or last_or_when < best_last or
-            (last_or_when == best_last and lt < best_lt) then
-          pick, pick_kind, best_last, best_lt = i, kind, last_or_when, lt
+        local b = best[excluded[ids[i]] and 2 or 1]
+        if b[1] == nil or last_or_when < b[3] or (last_or_when == b[3] and lt < b[4]) then
+          b[1], b[2], b[3], b[4] = i, kind, last_or_when, lt
         end
       elseif last_or_when ~= nil and (wait_until == nil or last_or_when < wait_until) then
         wait_until, why = last_or_when, reason
       end
     end
+    local b = best[1][1] and best[1] or best[2]
+    pick, pick_kind = b[1], b[2] or 0
   end
   if not pick then
     local wait = wait_until and math.max(1, wait_until - now) or 1000

@@ -13,8 +13,10 @@ site, so a site's rate and concurrency caps hold whatever exits carry the traffi
 
 Meta keys: ``fleet_proxy_session`` (in: sticky session key), ``fleet_proxy_exit`` (set:
 ``"<exit id>|<ticket>"``, ticket 0 once judged), ``fleet_proxy_retries`` (set: exits that
-banned or failed the request so far), ``fleet_proxy_timeouts`` (set).  A ``meta["proxy"]``
-set by the user (without ``fleet_proxy_exit``) wins: the request goes as the user says.
+banned or failed the request so far), ``fleet_proxy_tried`` (set: their ids, which the
+next choice avoids while another exit may carry it), ``fleet_proxy_timeouts`` (set).
+A ``meta["proxy"]`` set by the user (without ``fleet_proxy_exit``) wins: the request goes as
+the user says.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ SESSION_META = "fleet_proxy_session"
 EXIT_META = "fleet_proxy_exit"
 RETRIES_META = "fleet_proxy_retries"
 TIMEOUTS_META = "fleet_proxy_timeouts"
+TRIED_META = "fleet_proxy_tried"
 _STAT = "fleet/proxy/"
 _REDIS_ERRORS = (redis.RedisError, ConnectionError, TimeoutError, OSError)
 #: longest single sleep of a request waiting for an exit (it asks again after it)
@@ -213,7 +216,9 @@ class FleetProxyMiddleware:
             reports, self._pending = self._pending, []
             try:
                 self._inc("roundtrips")
-                result = await self.pool().choose(site, session, reports)
+                tried = request.meta.get(TRIED_META)
+                result = await self.pool().choose(
+                    site, session, reports, tried if isinstance(tried, list) else None)
             except _REDIS_ERRORS as exc:
                 self._pending[:0] = reports
                 self._inc("redis_errors")
@@ -323,6 +328,9 @@ class FleetProxyMiddleware:
         self._inc("retries")
         retry = request.replace(dont_filter=True)
         retry.meta[RETRIES_META] = retries + 1
+        pid = exit_label.split(" ", 1)[0]
+        tried = [t for t in retry.meta.get(TRIED_META) or [] if isinstance(t, str)]
+        retry.meta[TRIED_META] = [*tried, pid][-16:]
         retry.priority = request.priority + 1
         return retry
 

@@ -113,14 +113,15 @@ class _Calls:
                         "j": r.jitter})
         return out
 
-    def choose_args(self, site: str, session: str | None,
-                    reports: list[Report]) -> tuple[list[str], list[bytes]]:
+    def choose_args(self, site: str, session: str | None, reports: list[Report],
+                    exclude: list[str] | None = None) -> tuple[list[str], list[bytes]]:
         keys = [*self._fixed, self.keys.site(site)]
         arg: dict[str, Any] = {"op": "choose", "site": site, "sk": len(keys), "ss": 0,
                                "sttl": int(self.config.session_ttl * 1000),
                                "rate": int(1000 / self.config.rate) if self.config.rate else 0,
                                "conc": self.config.concurrency,
-                               "ttl": int(self.config.ticket_ttl * 1000), **self._params()}
+                               "ttl": int(self.config.ticket_ttl * 1000),
+                               "ex": list(exclude or []), **self._params()}
         if session is not None:
             keys.append(self.keys.session(session))
             arg["ss"] = len(keys)
@@ -169,9 +170,11 @@ class ProxyPool:
         return int(_decode(reply).get("added", 0))
 
     async def choose(self, site: str, session: str | None = None,
-                     reports: list[Report] | None = None) -> Choice | Wait:
-        """Choose an exit for a request to *site*, applying *reports* first (one call)."""
-        keys, args = self._calls.choose_args(site, session, reports or [])
+                     reports: list[Report] | None = None,
+                     exclude: list[str] | None = None) -> Choice | Wait:
+        """Choose an exit for a request to *site*, applying *reports* first (one call);
+        exits in *exclude* (those that banned or failed the request) only if no other may."""
+        keys, args = self._calls.choose_args(site, session, reports or [], exclude)
         return self._calls.choice(await self._run(keys, args))
 
     async def report(self, reports: list[Report]) -> None:
