@@ -249,3 +249,16 @@ def test_block_rate_within_one_point_over_2000_requests(
     assert abs(row["block_rate"] - truth_exit) <= 0.01
     assert abs(snap["totals"]["block_rate"] - truth_fleet) <= 0.01
     assert snap["totals"]["responses"] == len(log)
+
+
+def test_the_users_own_meta_proxy_wins(redis_url, tinyproxy, proxysite, worker_env, tmp_path):
+    pool_exit, own = tinyproxy("127.0.0.2"), tinyproxy("127.0.0.6")
+    site = proxysite({"pages": {"127.0.0.1": 3}})
+    base = site.urls[0]
+    push(redis_url, worker_env, json.dumps({"url": base + "site/p/1.html",
+                                            "meta": {"proxy": own.url()}}),
+         base + "site/p/2.html")
+    items, logs = crawl(tmp_path, redis_url, worker_env, 1, {"FLEET_PROXIES": pool_exit.url()})
+    assert {i["url"]: i["addr"] for i in items if "url" in i} == {
+        base + "site/p/1.html": "127.0.0.6", base + "site/p/2.html": "127.0.0.2"}
+    assert "'fleet/proxy/user_proxy': 1" in tail(logs[0], 10**6)
