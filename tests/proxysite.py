@@ -17,6 +17,7 @@ client address in ``<p id="addr">``.  Config (JSON)::
   (epoch seconds) ends the rule, ``first`` K limits it to the first K matching requests;
   null host/addr match any;
 * limit: the first K matching requests answer 429 with ``Retry-After``;
+* redirects: true: every page links to ``/go/<n>``, a 301 to ``/site/``;
 * delay: hold matching answers (arriving after the epoch ``after``) that long.
 
 Every request is logged as one JSON line ``{"t", "host", "addr", "path", "status", "ban"}``
@@ -77,6 +78,8 @@ class Site:
                         return 200, {}, CHALLENGE, 1, delay
                     return 403, {}, b"<html><body>forbidden</body></html>", 1, delay
         pages = int(self.config.get("pages", {}).get(host, 0))
+        if path.startswith("/go/"):  # a redirect back to the index (a duplicate by then)
+            return 301, {"Location": "/site/"}, b"moved", 0, delay
         if path == "/site/":
             links = "".join(f'<a href="/site/p/{i}.html">{i}</a>\n' for i in range(pages))
             body = f'<html><body><p id="addr">{addr}</p>{links}</body></html>'
@@ -84,8 +87,9 @@ class Site:
         if path.startswith("/site/p/") and path.endswith(".html"):
             num = path[len("/site/p/"):-len(".html")]
             if num.isdigit() and int(num) < pages:
+                link = f'<a href="/go/{num}">again</a>' if self.config.get("redirects") else ""
                 body = f'<html><head><title>p{num}</title></head><body><p id="addr">{addr}</p>' \
-                       f"</body></html>"
+                       f"{link}</body></html>"
                 return 200, {}, body.encode(), 0, delay
         return 404, {}, b"not found", 0, delay
 

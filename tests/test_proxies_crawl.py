@@ -262,3 +262,19 @@ def test_the_users_own_meta_proxy_wins(redis_url, tinyproxy, proxysite, worker_e
     assert {i["url"]: i["addr"] for i in items if "url" in i} == {
         base + "site/p/1.html": "127.0.0.6", base + "site/p/2.html": "127.0.0.2"}
     assert "'fleet/proxy/user_proxy': 1" in tail(logs[0], 10**6)
+
+
+def test_redirects_give_their_slot_back(redis_url, tinyproxy, proxysite, worker_env, tmp_path):
+    only = tinyproxy("127.0.0.2")
+    site = proxysite({"pages": {"127.0.0.1": 10}, "redirects": True})
+    push(redis_url, worker_env, site.urls[0] + "site/")
+    # one request in flight per exit, and a ticket that would outlive the test if a redirect
+    # (answered 301, followed by Scrapy, its target a duplicate) kept its slot
+    settings = {"FLEET_PROXIES": only.url(), "FLEET_PROXY_CONCURRENCY": 1,
+                "FLEET_PROXY_TICKET_TTL": 900}
+    items, _ = crawl(tmp_path, redis_url, worker_env, 2, settings, timeout=120)
+    assert len({i["url"] for i in items if "url" in i}) == 11
+    assert sum(1 for r in site.requests() if r["status"] == 301) == 10
+    snap = proxies_list(redis_url, worker_env)
+    assert snap["exits"][0]["in_flight"] == 0
+    assert snap["exits"][0]["ok"] == snap["exits"][0]["responses"] == len(site.requests())

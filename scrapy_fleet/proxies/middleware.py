@@ -100,6 +100,7 @@ class FleetProxyMiddleware:
         self._flush_task: asyncio.Task[None] | None = None
         self._last_wait_log: dict[tuple[str, str], float] = {}
         crawler.signals.connect(self._closed, signal=signals.spider_closed)
+        crawler.signals.connect(self._downloaded, signal=signals.response_downloaded)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FleetProxyMiddleware:
@@ -255,6 +256,16 @@ class FleetProxyMiddleware:
             return None
         request.meta[EXIT_META] = f"{current[0]}|0"
         return current
+
+    def _downloaded(self, response: Response, request: Request, spider: Any = None) -> None:
+        """A 3xx is judged as it arrives (``response_downloaded``, before the middlewares):
+        Scrapy's RedirectMiddleware (600) turns it into a new request this middleware never
+        sees as an answer, and that request may be dropped as a duplicate."""
+        if 300 <= response.status < 400:
+            current = self._judged(request)
+            if current is not None:
+                self._count(Verdict("ok", f"status:{response.status}"))
+                self._queue(Report(current[1], current[0], self.site(request), "ok", True))
 
     async def process_response(self, request: Request, response: Response,
                                spider: Any = None) -> Request | Response:
