@@ -8,12 +8,13 @@ frontier alone, the baseline) and *proxied* (``FLEET_PROXIES`` = two real tinypr
 (``fleet/redis/roundtrips``) and proxy calls (``fleet/proxy/roundtrips``), pages/s.
 
 Part b (the script alone): ``--requests`` choose + report cycles from one asyncio client
-against a pool of ``--exits`` exits and 20 sites, each report riding with the next choice as
-in the middleware; µs of Redis time per request (``cmdstat_evalsha`` usec) and calls per
-request, and the same for a bare PING (the floor of one round trip).
+against pools of ``--exits`` exits (a comma-separated list of sizes) and 20 sites, each
+report riding with the next choice as in the middleware; µs of Redis time per request
+(``cmdstat_evalsha`` usec), calls and wall µs per request, and the wall µs of a bare PING
+(the floor of one round trip).
 
 Usage: ``.venv/bin/python bench/bench_proxies.py [--pages 1000] [--rounds 2]
-[--requests 5000] [--exits 20]``
+[--requests 5000] [--exits 2,20,200]``
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--requests", type=int, default=5000)
-    parser.add_argument("--exits", type=int, default=20)
+    parser.add_argument("--exits", default="2,20,200")
     opts = parser.parse_args()
     with workdir("fleet-bench-proxies-") as root, Redis(root) as redis:
         generate_site(root / "www", opts.pages, 5, seed=7)
@@ -154,7 +155,8 @@ def main() -> None:
         finally:
             for p in proxies:
                 p.kill()
-        alone = asyncio.run(script_alone(redis.url, opts.requests, opts.exits))
+        alone = [asyncio.run(script_alone(redis.url, opts.requests, int(n)))
+                 for n in opts.exits.split(",")]
 
     def med(kind: str, key: str) -> float:
         return median([r[key] for r in runs[kind]])
@@ -178,9 +180,11 @@ def main() -> None:
           f"{figures['direct']['evalsha_per_page']:.3f} EVALSHA, "
           f"{figures['direct']['evalsha_usec_per_page']:.1f} µs); pages/s ratio "
           f"{figures['pages_per_s_ratio']:.2f}")
-    print(f"script alone ({opts.exits} exits, 20 sites): {alone['calls_per_request']:.3f} calls "
-          f"and {alone['redis_usec_per_request']:.1f} µs of Redis time per request "
-          f"(a PING: {alone['ping_redis_usec']:.1f} µs)")
+    for a in alone:
+        print(f"script alone ({a['exits']} exits, 20 sites): {a['calls_per_request']:.3f} "
+              f"calls and {a['redis_usec_per_request']:.1f} µs of Redis time per request, "
+              f"{a['wall_usec_per_request']:.0f} µs wall (a PING: {a['ping_wall_usec']:.0f} µs "
+              "wall)")
     emit_json(figures)
 
 

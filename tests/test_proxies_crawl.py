@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -278,3 +279,35 @@ def test_redirects_give_their_slot_back(redis_url, tinyproxy, proxysite, worker_
     snap = proxies_list(redis_url, worker_env)
     assert snap["exits"][0]["in_flight"] == 0
     assert snap["exits"][0]["ok"] == snap["exits"][0]["responses"] == len(site.requests())
+
+
+def test_an_exit_killed_mid_crawl_is_retired_and_no_page_is_lost(
+        redis_url, tinyproxy, proxysite, worker_env, tmp_path):
+    p2, p3, p4 = (tinyproxy(f"127.0.0.{n}") for n in (2, 3, 4))
+    site = proxysite({"pages": {"127.0.0.1": 120}})
+    push(redis_url, worker_env, site.urls[0] + "site/")
+    outs = [tmp_path / f"out-{n}.jsonl" for n in range(3)]
+    logs = [tmp_path / f"worker-{n}.log" for n in range(3)]
+    settings = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 4, "CONCURRENT_REQUESTS": 4,
+                "FLEET_PROXIES": ",".join(p.url() for p in (p2, p3, p4)),
+                "FLEET_PROXY_DEAD_AFTER": 2, "FLEET_PROXY_DEAD_RECHECK": 600,
+                "FLEET_HOST_RATE": 15, "FLEET_HOST_BURST": 2, "DOWNLOAD_TIMEOUT": 10}
+    procs = [start_worker(TEST_PROJECT, "proxy_pages", {**settings, "FLEET_JSONL_PATH": outs[n]},
+                          worker_env, logs[n]) for n in range(3)]
+    deadline = time.monotonic() + 120
+    while len(read_items(outs)) < 30 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    p3.kill()  # SIGKILL: the exit dies under the fleet
+    killed_at = time.time()
+    for n, code in enumerate(wait_all(procs, 240)):
+        assert code == 0, tail(logs[n])
+    items = read_items(outs)
+    assert len({i["url"] for i in items if "url" in i}) == 121  # no page lost
+    assert not [i for i in items if "failed" in i]
+    log = site.requests()
+    assert not [r for r in log if r["addr"] == "127.0.0.3" and r["t"] > killed_at + 0.5]
+    assert [r for r in log if r["addr"] != "127.0.0.3" and r["t"] > killed_at + 0.5]
+    snap = proxies_list(redis_url, worker_env)
+    row = next(e for e in snap["exits"] if e["id"] == proxy_id(p3.url()))
+    assert row["proxy_dead"] >= 1 and row["status"] in ("dead", "active")
+    assert row["status"] == "dead" or all(s["state"] != "ok" for s in row["sites"])

@@ -201,3 +201,49 @@ def test_exits_that_banned_a_request_are_avoided_for_its_retry(redis_url):
         assert isinstance(only, Choice)  # every exit tried: still one of them, never none
         await pool.client.aclose()
     run(go())
+
+
+def test_proxies_from_a_file_and_from_the_command_line(tmp_path):
+    listing = tmp_path / "proxies.txt"
+    listing.write_text(f"# exits\n{A}\n\n{C}  # the spare\n{A}\n", encoding="utf-8")
+    assert proxy_config({"FLEET_PROXIES": str(listing)}).proxies == (A, C)
+    assert proxy_config({"FLEET_PROXIES": f"{A}, {C}"}).proxies == (A, C)
+    config = proxy_config({"FLEET_PROXY_BAN_STATUSES": "[403, 451]",
+                           "FLEET_PROXY_BAN_HEADERS": '{"cf-mitigated": "challenge"}'})
+    assert config.ban_statuses == {403, 451} and config.ban_headers[0][0] == "cf-mitigated"
+    from scrapy_fleet.errors import FleetConfigError
+
+    with pytest.raises(FleetConfigError, match="no such file"):
+        proxy_config({"FLEET_PROXIES": str(tmp_path / "missing.txt")})
+
+
+def test_verdict_rules():
+    from scrapy import Request
+    from scrapy.http import HtmlResponse
+    from twisted.internet.error import ConnectionRefusedError as Refused
+
+    from scrapy_fleet.proxies.verdicts import VerdictRules
+
+    rules = VerdictRules(proxy_config({"FLEET_PROXY_BAN_PATTERNS": ["challenge-platform"],
+                                       "FLEET_PROXY_BAN_HEADERS": {"cf-mitigated": "chall"}}))
+    req = Request("http://example.com/")
+
+    def verdict(status: int, body: bytes = b"", headers: dict | None = None) -> tuple:
+        v = rules.response_verdict(req, HtmlResponse(req.url, status=status, body=body,
+                                                     headers=headers or {}))
+        return v.kind, v.reason
+
+    challenge = b"<div id='challenge-platform'></div>"
+    assert verdict(200) == ("ok", "status:200")
+    assert verdict(403) == ("ban", "status:403")
+    assert verdict(200, challenge) == ("ban", "body:0")  # a 200 page that matches a marker
+    assert verdict(404, challenge) == ("ok", "status:404")  # 404/410 are never a ban
+    assert verdict(410) == ("ok", "status:410")
+    assert verdict(429) == ("rate_limited", "status:429")
+    assert verdict(407) == ("proxy_dead", "status:407")
+    assert verdict(503) == ("site_error", "status:503")
+    assert verdict(200, b"", {"cf-mitigated": "challenge"}) == ("ban", "header:cf-mitigated")
+    dead = rules.exception_verdict(req, Refused(), timed_out_elsewhere=False)
+    assert dead is not None and dead.kind == "proxy_dead"
+    lost = rules.exception_verdict(req, TimeoutError(), timed_out_elsewhere=True)
+    assert lost is not None and lost.kind == "site_error"
