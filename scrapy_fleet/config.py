@@ -350,6 +350,15 @@ def proxy_config(settings: BaseSettings | Mapping[str, Any]) -> ProxyConfig:
     policy = g("FLEET_PROXY_BAN_POLICY")
     _check("FLEET_PROXY_BAN_POLICY", policy, isinstance(policy, str) and bool(policy),
            "the import path of a ban policy class")
+    try:
+        from scrapy.utils.misc import load_object
+
+        policy_cls = load_object(policy)
+    except (ImportError, NameError, ValueError, AttributeError) as exc:
+        raise FleetConfigError(f"FLEET_PROXY_BAN_POLICY={policy!r} is invalid: {exc}") from None
+    _check("FLEET_PROXY_BAN_POLICY", policy, isinstance(policy_cls, type)
+           and callable(getattr(policy_cls, "response_verdict", None)),
+           "a class with response_verdict(request, response, site)")
     base = _number("FLEET_PROXY_COOLDOWN_BASE", g("FLEET_PROXY_COOLDOWN_BASE"), float, 0.0,
                    "seconds > 0", exclusive=True)
     cap = _number("FLEET_PROXY_COOLDOWN_MAX", g("FLEET_PROXY_COOLDOWN_MAX"), float, 0.0,

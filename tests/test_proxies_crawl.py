@@ -311,3 +311,27 @@ def test_an_exit_killed_mid_crawl_is_retired_and_no_page_is_lost(
     row = next(e for e in snap["exits"] if e["id"] == proxy_id(p3.url()))
     assert row["proxy_dead"] >= 1 and row["status"] in ("dead", "active")
     assert row["status"] == "dead" or all(s["state"] != "ok" for s in row["sites"])
+
+
+def test_sticky_session_holds_across_workers_and_is_rebound_on_a_ban(
+        redis_url, tinyproxy, proxysite, worker_env, tmp_path):
+    exits = [tinyproxy(f"127.0.0.{n}") for n in (2, 3, 4)]
+    site = proxysite({"pages": {"127.0.0.1": 12},
+                      "ban": [{"prefix": "/site/p/5.html", "first": 1}]})
+    base = site.urls[0]
+    lines = [json.dumps({"url": f"{base}site/p/{n}.html", "meta": {"fleet_proxy_session": "u1"},
+                         "errback": "failed"}) for n in range(12)]
+    push(redis_url, worker_env, *lines)
+    items, logs = crawl(tmp_path, redis_url, worker_env, 2,
+                        {"FLEET_PROXIES": ",".join(e.url() for e in exits),
+                         "FLEET_HOST_RATE": 10, "FLEET_PROXY_COOLDOWN_BASE": 600})
+    assert len({i["url"] for i in items if "url" in i}) == 12
+    log = sorted(site.requests(), key=lambda r: r["t"])
+    banned = next(r for r in log if r["ban"])
+    before = {r["addr"] for r in log if r["t"] < banned["t"]}
+    after = {r["addr"] for r in log if r["t"] > banned["t"] + 0.3}
+    # one exit for the session across both workers; after its ban, one other exit
+    assert before == {banned["addr"]}, log
+    assert len(after) == 1 and after != before, log
+    text = "".join(tail(p, 10**7) for p in logs)
+    assert "re-bound from exit" in text and "fleet/proxy/session/rebound" in text

@@ -247,3 +247,12 @@ def test_verdict_rules():
     assert dead is not None and dead.kind == "proxy_dead"
     lost = rules.exception_verdict(req, TimeoutError(), timed_out_elsewhere=True)
     assert lost is not None and lost.kind == "site_error"
+
+
+def test_a_bad_ban_policy_is_a_settings_error():
+    from scrapy_fleet.errors import FleetConfigError
+
+    with pytest.raises(FleetConfigError, match="FLEET_PROXY_BAN_POLICY"):
+        proxy_config({"FLEET_PROXY_BAN_POLICY": "no.such.Policy"})
+    with pytest.raises(FleetConfigError, match="response_verdict"):
+        proxy_config({"FLEET_PROXY_BAN_POLICY": "scrapy_fleet.proxies.pool.Report"})
