@@ -265,6 +265,7 @@ class ProxyPoolKeys:
         fleet:{proxypool:P}:sites     HASH   site -> last choice (ms)
         fleet:{proxypool:P}:stats     HASH   pool-wide verdict counters
         fleet:{proxypool:P}:site:<S>  HASH   id -> per (exit, site) state
+        fleet:{proxypool:P}:order:<S> ZSET   id -> LRU order of the exits for site S
         fleet:{proxypool:P}:session:<K> STRING id of the exit a sticky session is bound to
     """
 
@@ -324,6 +325,10 @@ class ProxyPoolKeys:
     def site(self, site: str) -> str:
         """Per (exit, site) state of *site* (a politeness host key)."""
         return self._k("site:" + site)
+
+    def order(self, site: str) -> str:
+        """Exits of the pool in least-recently-used order for *site*."""
+        return self._k("order:" + site)
 
     def session(self, session: str) -> str:
         """Binding of sticky session *session* (``meta["fleet_proxy_session"]``)."""

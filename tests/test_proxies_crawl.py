@@ -217,10 +217,13 @@ def test_site_rate_cap_holds_while_traffic_is_spread_over_exits(
     log = sorted(site.requests(), key=lambda r: r["t"])
     assert len({r["addr"] for r in log}) == 4  # every exit carried traffic
     times = [r["t"] for r in log]
-    # GCRA with burst 1: k + 1 arrivals span at least k / rate (10 ms of scheduling slack)
-    for k in (1, 5, 10):
-        gaps = [times[i + k] - times[i] for i in range(len(times) - k)]
-        assert min(gaps) >= k / rate - 0.01, (k, min(gaps))
+    # GCRA at 6/s, burst 1, fleet-wide (as tests/test_politeness.py bounds it: a turn taken
+    # late keeps the schedule, so one gap may be short after a long one): no 1-second window
+    # holds more than 7 arrivals, no 2-second window more than 13, and the run keeps the rate.
+    # Without the fleet's cap, 3 workers x 4 exits would fetch the 31 pages in well under 1 s.
+    assert max(sum(1 for t in times if s <= t < s + 1.0) for s in times) <= rate + 1
+    assert max(sum(1 for t in times if s <= t < s + 2.0) for s in times) <= 2 * rate + 1
+    assert (len(times) - 1) / (times[-1] - times[0]) <= rate * 1.05
 
 
 def test_block_rate_within_one_point_over_2000_requests(

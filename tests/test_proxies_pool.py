@@ -31,7 +31,8 @@ def run(coro):
 
 def test_keys_carry_the_pool_tag_only():
     keys = ProxyPoolKeys("fleet", "shared")
-    for key in [*keys.script_keys(), keys.site("example.com"), keys.session("s1")]:
+    for key in [*keys.script_keys(), keys.site("example.com"), keys.order("example.com"),
+                keys.session("s1")]:
         assert key.startswith("fleet:{proxypool:shared}:")
     assert keys.session("a b{c}") != keys.session("a b{d}")
     assert "{" not in keys.session("a b{c}").split("}", 1)[1]
@@ -256,3 +257,52 @@ def test_a_bad_ban_policy_is_a_settings_error():
         proxy_config({"FLEET_PROXY_BAN_POLICY": "no.such.Policy"})
     with pytest.raises(FleetConfigError, match="response_verdict"):
         proxy_config({"FLEET_PROXY_BAN_POLICY": "scrapy_fleet.proxies.pool.Report"})
+
+
+def test_a_removed_exit_is_never_chosen_and_an_added_one_joins_the_order(redis_url):
+    async def go():
+        pool, admin = _pool(redis_url)
+        await pool.seed([A, B])
+        await pool.choose("s1")
+        await pool.choose("s1")
+        admin.remove([proxy_id(A)])
+        admin.add([C])  # same pool size as before: the order must still change
+        picks = {(await pool.choose("s1")).exit_id for _ in range(4)}
+        assert picks == {proxy_id(B), proxy_id(C)}
+        await pool.client.aclose()
+    run(go())
+
+
+def test_a_choice_in_a_large_pool_skips_cooling_exits_lazily(redis_url):
+    async def go():
+        pool, _ = _pool(redis_url)
+        urls = [f"http://u{n}:p@127.0.0.1:{4000 + n}" for n in range(300)]
+        await pool.seed(urls)
+        chosen = [await pool.choose("s1") for _ in range(300)]
+        assert len({c.exit_id for c in chosen}) == 300  # LRU: each once
+        # ban 290 of them: the next choices are the 10 others, in LRU order
+        await pool.report([Report(c.ticket, c.exit_id, "s1", "ban", True, jitter=1.0)
+                           for c in chosen[:290]])
+        again = [(await pool.choose("s1")).exit_id for _ in range(20)]
+        assert again == [c.exit_id for c in chosen[290:]] * 2
+        await pool.client.aclose()
+    run(go())
+
+
+def test_an_exit_is_used_again_after_its_probe_succeeds(redis_url):
+    async def go():
+        pool, _ = _pool(redis_url, FLEET_PROXY_COOLDOWN_BASE=0.1, FLEET_PROXY_COOLDOWN_MAX=0.1)
+        await pool.seed([A, C])
+        first = await pool.choose("s1")
+        await pool.report([Report(first.ticket, first.exit_id, "s1", "ban", True, jitter=1.0)])
+        await asyncio.sleep(0.15)
+        picks = [await pool.choose("s1") for _ in range(3)]
+        probe = next(p for p in picks if p.exit_id == first.exit_id)
+        assert probe.kind == 1
+        others = [await pool.choose("s1") for _ in range(3)]  # while the probe is out
+        assert {o.exit_id for o in others} == {proxy_id(A), proxy_id(C)} - {first.exit_id}
+        await pool.report([Report(probe.ticket, probe.exit_id, "s1", "ok", True)])
+        after = [(await pool.choose("s1")).exit_id for _ in range(2)]
+        assert first.exit_id in after  # back in the least-recently-used order
+        await pool.client.aclose()
+    run(go())

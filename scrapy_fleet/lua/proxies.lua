@@ -16,8 +16,10 @@
 --   8 seq      STRING ticket counter
 --   9 sites    HASH site -> last choice (ms)   the sites the pool has served
 --  10 stats    HASH pool-wide verdict counters
---  11..       per call: site hashes "site:<site>" (HASH id -> state, below) and session keys
---              (STRING id, with a TTL), named by index in ARGV
+--  11..       per call: site hashes "site:<site>" (HASH id -> state, below), site orders
+--              "order:<site>" (ZSET id -> ms * 1000 + ticket mod 1000 of its last choice, or of
+--              the time it may go again: least recently used first) and session keys (STRING
+--              id, with a TTL), named by index in ARGV
 --
 -- Per (exit, site) state, one field per exit in the site's hash:
 --   "ok|ban|rl|dead|serr|resp|last|until|pen|probe|fb|lt"
@@ -26,7 +28,7 @@
 --   of the last choice (orders choices within one ms).
 --
 -- ARGV[1]: msgpack map {op, ...}; times are the Redis server's (TIME), in ms.
---   choose  site, sk (KEYS index of the site hash), ss (KEYS index of the session key, 0 none),
+--   choose  site, sk / ok (KEYS indexes of the site hash and order), ss (session key, 0 none),
 --           sttl (session TTL ms), rate (ms between requests per exit, 0 none), conc (in
 --           flight per exit, 0 none), ttl (ticket ms), ex (ids of exits that banned or failed
 --           this request: chosen only when no other is eligible), rep (reports, applied first),
@@ -39,10 +41,12 @@
 --           verdicts in a row that mark the exit dead), recheck (ms).  Reply {applied}.
 --           Cool-down after a ban or proxy_dead: until = now + j * min(cap, base * 2^pen)
 --           ("full jitter", Brooker, AWS Architecture Blog, 2015), pen + 1; an ok lowers pen.
---   seed    add = list of {id, url}, force (1: an admin add, which undoes a remove and
---           re-activates a drained exit).  Reply {added}.
+--   seed    add = list of {id, url}, force (1: an admin add, which undoes a remove,
+--           re-activates a drained exit and puts it first in the site orders oks).  Reply
+--           {added}.
 --   remove, drain   ids.  Reply {changed}.
---   reset   ids (empty: all), sks (KEYS indexes of the site hashes to clear).  Reply {changed}.
+--   reset   ids (empty: all), sks / oks (KEYS indexes of the site hashes to clear and of the
+--           site orders to put them first in).  Reply {changed}.
 -- No call is retried by the client (redis_client builds clients without retries): a lost
 -- choice leaves a ticket that expires; a report is never sent twice.
 
@@ -193,33 +197,38 @@ elseif req.op == 'choose' then
   reap()
   apply_reports(req.rep)
   local site = req.site
-  local skey = KEYS[tonumber(req.sk) or 0]
-  if type(site) ~= 'string' or not skey then
-    return redis.error_reply('ERR fleet: choose needs site and sk')
+  local skey, okey = KEYS[tonumber(req.sk) or 0], KEYS[tonumber(req.ok) or 0]
+  if type(site) ~= 'string' or not skey or not okey then
+    return redis.error_reply('ERR fleet: choose needs site, sk and ok')
   end
   local rate, conc = tonumber(req.rate) or 0, tonumber(req.conc) or 0
-  local ids = redis.call('HKEYS', PROXIES)
-  if #ids == 0 then
+  local n_pool = redis.call('HLEN', PROXIES)
+  if n_pool == 0 then
     return cmsgpack.pack({wait = 1000, why = 'empty'})
   end
-  local exits = redis.call('HMGET', EXITS, unpack(ids))
-  local states = redis.call('HMGET', skey, unpack(ids))
-  local lives = redis.call('HMGET', LIVE, unpack(ids))
-  local tats = redis.call('HMGET', TAT, unpack(ids))
-  -- eligibility of exit i for this site: kind (0 plain, 1 probe, 2 dead re-check), or nil and
-  -- the time (ms) it may become eligible, and why not
-  local function eligible(i)
-    local e = split(exits[i], 4)
+  -- the site's order holds every exit of the pool (synced after the pool changed)
+  if redis.call('ZCARD', okey) ~= n_pool then
+    for _, id in ipairs(redis.call('HKEYS', PROXIES)) do
+      redis.call('ZADD', okey, 'NX', 0, id)
+    end
+    for _, id in ipairs(redis.call('ZRANGE', okey, 0, -1)) do
+      if redis.call('HEXISTS', PROXIES, id) == 0 then redis.call('ZREM', okey, id) end
+    end
+  end
+  -- eligibility of exit id for this site: kind (0 plain, 1 probe, 2 dead re-check), or nil,
+  -- the time (ms) it may become eligible (nil: unknown) and why not
+  local function eligible(id)
+    local e = split(redis.call('HGET', EXITS, id), 4)
     local status = e[1] or 'a'
     local kind = 0
-    if status == 'd' then return nil, nil, 'empty' end
+    if status == 'd' then return nil, now + 3600000, 'empty' end
     if status == 'x' then
       local due = tonumber(e[3]) or 0
       if due > now then return nil, due, 'dead' end
       if ticket_live(tonumber(e[4]) or 0) then return nil, now + 1000, 'dead' end
       kind = 2
     end
-    local p = split(states[i], NFIELDS)
+    local p = split(redis.call('HGET', skey, id), NFIELDS)
     local until_ms, probe = tonumber(p[UNTIL]) or 0, tonumber(p[PROBE]) or 0
     if until_ms > now then return nil, until_ms, 'cooling' end
     if until_ms > 0 and kind == 0 then
@@ -228,11 +237,14 @@ elseif req.op == 'choose' then
       end
       kind = 1
     end
-    if conc > 0 and (tonumber(lives[i]) or 0) >= conc then return nil, now + 100, 'caps' end
-    if rate > 0 and (tonumber(tats[i]) or 0) > now then
-      return nil, tonumber(tats[i]), 'caps'
+    if conc > 0 and (tonumber(redis.call('HGET', LIVE, id)) or 0) >= conc then
+      return nil, now + 100, 'caps'
     end
-    return kind, tonumber(p[LAST]) or 0, tonumber(p[LT]) or 0
+    if rate > 0 then
+      local tat = tonumber(redis.call('HGET', TAT, id)) or 0
+      if tat > now then return nil, tat, 'caps' end
+    end
+    return kind
   end
   local pick, pick_kind, rebound = nil, 0, ''
   -- a sticky session keeps its exit while the exit is eligible for the site
@@ -240,14 +252,11 @@ elseif req.op == 'choose' then
   if sesskey then
     local bound = redis.call('GET', sesskey)
     if bound then
-      local bi = nil
-      for i, id in ipairs(ids) do if id == bound then bi = i end end
-      if bi then
-        local kind, _, why = eligible(bi)
+      if redis.call('HEXISTS', PROXIES, bound) == 1 then
+        local kind, when, why = eligible(bound)
         if kind ~= nil then
-          pick, pick_kind = bi, kind
+          pick, pick_kind = bound, kind
         elseif why == 'caps' then
-          local _, when = eligible(bi)
           return cmsgpack.pack({wait = math.max(1, (when or now + 100) - now), why = 'caps'})
         end
       end
@@ -256,37 +265,63 @@ elseif req.op == 'choose' then
   end
   local wait_until, why = nil, 'empty'
   if not pick then
-    -- exits that already banned or failed this request (ex) only when no other is eligible
+    -- least recently used first: the order's score is the last choice (ms * 1000 + ticket
+    -- mod 1000), or the time an exit that could not go may go again (pushed back lazily, so
+    -- a choice visits few exits whatever the pool's size); exits that banned or failed this
+    -- request (ex) only when no other is eligible.  Each exit that cannot go is moved behind
+    -- once, so the visits of a choice are few on average (exits at their caps stay put)
     local excluded = {}
     for _, id in ipairs(type(req.ex) == 'table' and req.ex or {}) do excluded[id] = true end
-    local best = {{}, {}}  -- [1] not excluded, [2] excluded: {i, kind, last, lt}
-    for i = 1, #ids do
-      local kind, last_or_when, reason = eligible(i)
-      if kind ~= nil then
-        local lt = reason  -- for an eligible exit: the ticket of its last choice
-        local b = best[excluded[ids[i]] and 2 or 1]
-        if b[1] == nil or last_or_when < b[3] or (last_or_when == b[3] and lt < b[4]) then
-          b[1], b[2], b[3], b[4] = i, kind, last_or_when, lt
+    local fallback, fallback_kind = nil, 0
+    local pushback, stale = {}, {}
+    local rank = 0
+    while not pick do
+      local batch = redis.call('ZRANGE', okey, rank, rank + 15, 'WITHSCORES')
+      if #batch == 0 then break end
+      for j = 1, #batch, 2 do
+        local id, score = batch[j], tonumber(batch[j + 1])
+        local kind, when, reason = nil, nil, nil
+        if redis.call('HEXISTS', PROXIES, id) == 0 then
+          stale[#stale + 1] = id  -- removed: out of the order (and synced next call)
+        else
+          kind, when, reason = eligible(id)
         end
-      elseif last_or_when ~= nil and (wait_until == nil or last_or_when < wait_until) then
-        wait_until, why = last_or_when, reason
+        if kind ~= nil then
+          if not excluded[id] then
+            pick, pick_kind = id, kind
+            break
+          elseif not fallback then
+            fallback, fallback_kind = id, kind
+          end
+        elseif when ~= nil then
+          if wait_until == nil or when < wait_until then
+            wait_until, why = when, reason
+          end
+          if reason ~= 'caps' and reason ~= 'probe' and when * 1000 > score then
+            pushback[#pushback + 1] = {when * 1000, id}
+          end
+        end
       end
+      rank = rank + 16
     end
-    local b = best[1][1] and best[1] or best[2]
-    pick, pick_kind = b[1], b[2] or 0
+    for _, pb in ipairs(pushback) do redis.call('ZADD', okey, pb[1], pb[2]) end
+    for _, id in ipairs(stale) do redis.call('ZREM', okey, id) end
+    if not pick and fallback then pick, pick_kind = fallback, fallback_kind end
   end
   if not pick then
     local wait = wait_until and math.max(1, wait_until - now) or 1000
     return cmsgpack.pack({wait = wait, why = why})
   end
-  local id = ids[pick]
+  local id = pick
   local t = redis.call('INCR', SEQ)
   redis.call('ZADD', TICKETS, now + (tonumber(req.ttl) or 240000), t)
   redis.call('HSET', TICKET, t, id .. '|' .. site .. '|' .. pick_kind)
   redis.call('HINCRBY', LIVE, id, 1)
   if rate > 0 then
-    redis.call('HSET', TAT, id, math.max(tonumber(tats[pick]) or 0, now) + rate)
+    local tat = tonumber(redis.call('HGET', TAT, id)) or 0
+    redis.call('HSET', TAT, id, math.max(tat, now) + rate)
   end
+  redis.call('ZADD', okey, now * 1000 + (t % 1000), id)
   local s = site_state(skey, id)
   s[LAST] = now
   s[LT] = t
@@ -312,6 +347,10 @@ elseif req.op == 'seed' then
     if type(id) == 'string' and type(url) == 'string' then
       if tonumber(req.force) == 1 then
         redis.call('HDEL', REMOVED, id)
+        for _, ix in ipairs(req.oks or {}) do
+          local okey = KEYS[tonumber(ix) or 0]
+          if okey then redis.call('ZADD', okey, 0, id) end
+        end
         local e = exit_state(id)
         if e and e[1] == 'd' then e[1] = 'a'; exit_store(id, e); added = added + 1 end
       end
@@ -351,6 +390,10 @@ elseif req.op == 'reset' then
       for _, ix in ipairs(req.sks or {}) do
         local key = KEYS[tonumber(ix) or 0]
         if key then redis.call('HDEL', key, id) end
+      end
+      for _, ix in ipairs(req.oks or {}) do
+        local okey = KEYS[tonumber(ix) or 0]
+        if okey then redis.call('ZADD', okey, 0, id) end
       end
     end
   end

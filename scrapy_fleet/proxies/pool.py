@@ -115,8 +115,9 @@ class _Calls:
 
     def choose_args(self, site: str, session: str | None, reports: list[Report],
                     exclude: list[str] | None = None) -> tuple[list[str], list[bytes]]:
-        keys = [*self._fixed, self.keys.site(site)]
-        arg: dict[str, Any] = {"op": "choose", "site": site, "sk": len(keys), "ss": 0,
+        keys = [*self._fixed, self.keys.site(site), self.keys.order(site)]
+        arg: dict[str, Any] = {"op": "choose", "site": site, "sk": len(keys) - 1,
+                               "ok": len(keys), "ss": 0,
                                "sttl": int(self.config.session_ttl * 1000),
                                "rate": int(1000 / self.config.rate) if self.config.rate else 0,
                                "conc": self.config.concurrency,
@@ -218,8 +219,11 @@ class PoolAdmin:
         return prefixed if len(prefixed) == 1 else []
 
     def add(self, urls: list[str], force: bool = True) -> int:
-        arg = {"op": "seed", "add": [[proxy_id(u), u] for u in urls], "force": 1 if force else 0}
-        return int(self._op(arg).get("added", 0))
+        order_keys = [self.keys.order(s) for s in self.sites()]
+        n = len(self.keys.script_keys())
+        arg = {"op": "seed", "add": [[proxy_id(u), u] for u in urls], "force": 1 if force else 0,
+               "oks": [n + i + 1 for i in range(len(order_keys))]}
+        return int(self._op(arg, order_keys).get("added", 0))
 
     def remove(self, ids: list[str]) -> int:
         return int(self._op({"op": "remove", "ids": ids}).get("changed", 0))
@@ -233,11 +237,13 @@ class PoolAdmin:
     def reset(self, ids: list[str], sites: list[str] | None = None) -> int:
         """Forget the state of *ids* (all exits when empty) on *sites* (all when None):
         cool-downs, penalties, counters, and the dead mark."""
-        site_keys = [self.keys.site(s) for s in (self.sites() if sites is None else sites)]
-        n = len(self.keys.script_keys())
+        chosen = self.sites() if sites is None else sites
+        extra = [self.keys.site(s) for s in chosen] + [self.keys.order(s) for s in chosen]
+        n, m = len(self.keys.script_keys()), len(chosen)
         return int(self._op({"op": "reset", "ids": ids,
-                             "sks": [n + i + 1 for i in range(len(site_keys))]},
-                            site_keys).get("changed", 0))
+                             "sks": [n + i + 1 for i in range(m)],
+                             "oks": [n + m + i + 1 for i in range(m)]},
+                            extra).get("changed", 0))
 
     def snapshot(self) -> dict[str, Any]:
         """The pool's health, as ``proxies list --json`` prints it (docs/proxies.md)."""
