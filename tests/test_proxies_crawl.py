@@ -338,3 +338,28 @@ def test_sticky_session_holds_across_workers_and_is_rebound_on_a_ban(
     assert len(after) == 1 and after != before, log
     text = "".join(tail(p, 10**7) for p in logs)
     assert "re-bound from exit" in text and "fleet/proxy/session/rebound" in text
+
+
+def test_every_exit_dead_nothing_is_sent_directly(redis_url, proxysite, worker_env, tmp_path):
+    site = proxysite({"pages": {"127.0.0.1": 5}})
+    push(redis_url, worker_env, site.urls[0] + "site/")
+    log = tmp_path / "worker.log"
+    proc = start_worker(TEST_PROJECT, "proxy_pages",
+                        {"FLEET_REDIS_URL": redis_url, "FLEET_PROXIES": dead_proxy_url(),
+                         "FLEET_PROXY_DEAD_AFTER": 1, "FLEET_PROXY_DEAD_RECHECK": 3,
+                         "FLEET_PROXY_COOLDOWN_BASE": 1, "FLEET_PROXY_COOLDOWN_MAX": 1,
+                         "FLEET_PROXY_MAX_RETRIES": 100, "LOG_LEVEL": "INFO"},
+                        worker_env, log)
+    try:
+        deadline = time.monotonic() + 60
+        while "No exit may carry requests" not in tail(log, 10**6):
+            assert time.monotonic() < deadline and proc.poll() is None, tail(log)
+            time.sleep(0.2)
+        time.sleep(5)  # fail closed: the request waits for an exit, never goes direct
+        assert site.requests() == []
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    snap = proxies_list(redis_url, worker_env)
+    assert snap["exits"][0]["proxy_dead"] >= 1 and snap["exits"][0]["ok"] == 0

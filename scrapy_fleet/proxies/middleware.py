@@ -187,7 +187,15 @@ class FleetProxyMiddleware:
             if ticket:  # answered, but not judged here: a redirect (judged by its target)
                 self._queue(Report(ticket, pid, self.site(request), "ok", True))
             _strip_proxy(request)
-        await self._ensure_seeded()
+        while True:  # fail closed: without the pool, the request waits
+            try:
+                await self._ensure_seeded()
+                break
+            except _REDIS_ERRORS as exc:
+                self._inc("redis_errors")
+                self._log_wait("", "redis", f"Proxy pool unavailable ({exc}); requests wait "
+                               "(never sent without a proxy)")
+                await asyncio.sleep(1.0)
         site = self.site(request)
         session = request.meta.get(SESSION_META)
         session = None if session is None else str(session)
