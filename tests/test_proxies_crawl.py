@@ -363,3 +363,46 @@ def test_every_exit_dead_nothing_is_sent_directly(redis_url, proxysite, worker_e
         proc.wait(30)
     snap = proxies_list(redis_url, worker_env)
     assert snap["exits"][0]["proxy_dead"] >= 1 and snap["exits"][0]["ok"] == 0
+
+
+def test_no_credentials_reach_the_frontier_with_retries_and_redirects(
+        redis_url, redis_server, tinyproxy, proxysite, worker_env, tmp_path):
+    import base64
+    import threading
+
+    from scrapy_fleet import lua
+
+    gateway = tinyproxy("127.0.0.2", users=(("alice", "pw-front-789"),))
+    site = proxysite({"pages": {"127.0.0.1": 6}, "redirects": True,
+                      "limit": [{"prefix": "/site/p/2.html", "first": 1, "retry_after": 0}]})
+    push(redis_url, worker_env, site.urls[0] + "site/")
+    frontier_sha = __import__("hashlib").sha1(lua.source("frontier.lua").encode()).hexdigest()
+    secrets = (b"pw-front-789", base64.b64encode(b"alice:pw-front-789"))
+    seen: list[bytes] = []
+    monitor_client = redis_server.client()
+    stop = threading.Event()
+
+    def watch() -> None:
+        with monitor_client.monitor() as m:
+            for command in m.listen():
+                text = command.get("command", "")
+                if frontier_sha in text:
+                    seen.append(text.encode("latin-1", "replace"))
+                if stop.is_set():
+                    return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    time.sleep(0.3)
+    items, _ = crawl(tmp_path, redis_url, worker_env, 1,
+                     {"FLEET_PROXIES": gateway.url("alice", "pw-front-789")})
+    stop.set()
+    redis_server.client().ping()  # one more command wakes the monitor up
+    watcher.join(10)
+    assert len({i["url"] for i in items if "url" in i}) == 7
+    assert any(r["status"] == 301 for r in site.requests())
+    assert any(r["status"] == 429 for r in site.requests())
+    assert seen  # the frontier calls were watched (pushes of redirects and retries among them)
+    for text in seen:
+        for secret in secrets:
+            assert secret not in text

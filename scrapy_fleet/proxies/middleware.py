@@ -274,6 +274,7 @@ class FleetProxyMiddleware:
             if current is not None:
                 self._count(Verdict("ok", f"status:{response.status}"))
                 self._queue(Report(current[1], current[0], self.site(request), "ok", True))
+                _strip_proxy(request)  # the redirect's copy (into the frontier) has no secret
 
     async def process_response(self, request: Request, response: Response,
                                spider: Any = None) -> Request | Response:
