@@ -17,6 +17,9 @@ ITEM_PIPELINES = {
 DOWNLOADER_MIDDLEWARES = {
     "scrapy_fleet.politeness.middlewares.FleetRobotsTxtMiddleware": 100,
     "scrapy_fleet.politeness.middlewares.FleetPolitenessMiddleware": 560,
+    # after politeness, before HttpProxyMiddleware (750); sees answers after redirects (600)
+    # and decompression (590): scrapy_fleet/proxies/middleware.py
+    "scrapy_fleet.proxies.middleware.FleetProxyMiddleware": 585,
 }
 
 #: first of all extensions: checks the settings and Redis before Scrapy builds its engine,
@@ -26,9 +29,11 @@ EXTENSIONS = {"scrapy_fleet.startup.FleetStartupCheck": -1000,
               "scrapy_fleet.failures.watch.FleetFailureWatch": 0}
 
 #: components listed only when their setting is given
-_ENABLED_BY = {
-    "scrapy_fleet.pipelines.mongo.MongoPipeline": "FLEET_MONGO_URI",
-    "scrapy_fleet.pipelines.jsonlines.JsonLinesPipeline": "FLEET_JSONL_PATH",
+_ENABLED_BY: dict[str, tuple[str, ...]] = {
+    "scrapy_fleet.pipelines.mongo.MongoPipeline": ("FLEET_MONGO_URI",),
+    "scrapy_fleet.pipelines.jsonlines.JsonLinesPipeline": ("FLEET_JSONL_PATH",),
+    "scrapy_fleet.proxies.middleware.FleetProxyMiddleware": ("FLEET_PROXIES",
+                                                             "FLEET_PROXY_POOL"),
 }
 
 
@@ -61,8 +66,8 @@ class Addon:
                                  ("EXTENSIONS", EXTENSIONS)):
             current = settings.getdict(name)
             for path, order in components.items():
-                setting = _ENABLED_BY.get(path)
-                if setting and not settings.get(setting):
+                needs = _ENABLED_BY.get(path)
+                if needs and not any(settings.get(name) for name in needs):
                     continue  # not configured: not listed (no "Disabled ..." warning)
                 if path not in current and load_object(path) not in current:
                     settings.set_in_component_priority_dict(name, load_object(path), order)

@@ -318,3 +318,114 @@ class CrawlKeys:
                 *self.host_keys(), *self.failed_keys(), self.bloom_meta,
                 *(self.bloom_slice(n) for n in range(BLOOM_MAX_SLICES)),
                 *self.monitor_keys(worker_id)]
+
+
+def _session_part(session: str) -> str:
+    """A session key as it goes into a key name: kept when short and plain, else hashed."""
+    import hashlib
+    import re
+
+    if re.fullmatch(r"[A-Za-z0-9_.:\-]{1,100}", session):
+        return session
+    return "h" + hashlib.blake2b(session.encode("utf-8", "surrogatepass"),
+                                 digest_size=16).hexdigest()
+
+
+@dataclass(frozen=True)
+class ProxyPoolKeys:
+    """Key names of one proxy pool (lua/proxies.lua lists what each holds).
+
+    A pool is named by ``FLEET_PROXY_POOL`` (default: the crawl id) and carries its own hash
+    tag ``{proxypool:<name>}``, never a crawl's, so that crawls sharing it need not share a
+    slot, and lua/proxies.lua touches keys of one Redis Cluster slot only::
+
+        fleet:{proxypool:P}:proxies   HASH   id -> proxy URL (credentials included)
+        fleet:{proxypool:P}:exits     HASH   id -> "status|streak|dead_until|probe"
+        fleet:{proxypool:P}:removed   HASH   id -> ms (removed by a command)
+        fleet:{proxypool:P}:live      HASH   id -> requests in flight
+        fleet:{proxypool:P}:tat       HASH   id -> GCRA TAT (ms) of the exit's rate cap
+        fleet:{proxypool:P}:tickets   ZSET   ticket -> expiry (ms)
+        fleet:{proxypool:P}:ticket    HASH   ticket -> "id|site|kind"
+        fleet:{proxypool:P}:seq       STRING ticket counter
+        fleet:{proxypool:P}:sites     HASH   site -> last choice (ms)
+        fleet:{proxypool:P}:stats     HASH   pool-wide verdict counters
+        fleet:{proxypool:P}:site:<S>  HASH   id -> per (exit, site) state
+        fleet:{proxypool:P}:order:<S> ZSET   id -> LRU order of the exits for site S
+        fleet:{proxypool:P}:session:<K> STRING id of the exit a sticky session is bound to
+    """
+
+    prefix: str
+    pool: str
+
+    def __post_init__(self) -> None:
+        validate_crawl_id(self.pool, "FLEET_PROXY_POOL")
+
+    @property
+    def base(self) -> str:
+        return f"{self.prefix}:{{proxypool:{self.pool}}}"
+
+    def _k(self, name: str) -> str:
+        return f"{self.base}:{name}"
+
+    @property
+    def proxies(self) -> str:
+        return self._k("proxies")
+
+    @property
+    def exits(self) -> str:
+        return self._k("exits")
+
+    @property
+    def removed(self) -> str:
+        return self._k("removed")
+
+    @property
+    def live(self) -> str:
+        return self._k("live")
+
+    @property
+    def tat(self) -> str:
+        return self._k("tat")
+
+    @property
+    def tickets(self) -> str:
+        return self._k("tickets")
+
+    @property
+    def ticket(self) -> str:
+        return self._k("ticket")
+
+    @property
+    def seq(self) -> str:
+        return self._k("seq")
+
+    @property
+    def sites(self) -> str:
+        return self._k("sites")
+
+    @property
+    def stats(self) -> str:
+        return self._k("stats")
+
+    def site(self, site: str) -> str:
+        """Per (exit, site) state of *site* (a politeness host key)."""
+        return self._k("site:" + site)
+
+    def order(self, site: str) -> str:
+        """Exits of the pool in least-recently-used order for *site*."""
+        return self._k("order:" + site)
+
+    def session(self, session: str) -> str:
+        """Binding of sticky session *session* (``meta["fleet_proxy_session"]``)."""
+        return self._k("session:" + _session_part(session))
+
+    def script_keys(self) -> list[str]:
+        """The fixed KEYS of lua/proxies.lua, in the order its header lists them."""
+        return [self.proxies, self.exits, self.removed, self.live, self.tat, self.tickets,
+                self.ticket, self.seq, self.sites, self.stats]
+
+    @property
+    def pattern(self) -> str:
+        """SCAN pattern matching every key of this pool."""
+        escaped = self.base.replace("[", "\\[").replace("]", "\\]").replace("*", "\\*")
+        return escaped.replace("?", "\\?") + ":*"

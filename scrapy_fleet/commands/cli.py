@@ -535,7 +535,67 @@ def _stored_bounds(url: str, crawl_id: str, prefix: str) -> dict[str, Any]:
     return out
 
 
+# -- proxies: scrapy-fleet [--redis URL] [--prefix P] proxies ACTION CRAWL_ID [ARGS] --------
+# (the logic is in scrapy_fleet/proxies/admin.py; this block only parses the command line)
+
+
+def build_proxies_parser() -> argparse.ArgumentParser:
+    """``scrapy-fleet ... proxies list|add|remove|drain|reset CRAWL_ID [ARGS]``."""
+    from scrapy_fleet.proxies import admin as proxies_admin
+
+    parser = argparse.ArgumentParser(
+        prog="scrapy-fleet proxies", description="Show and change a fleet proxy pool.",
+        epilog=proxies_admin.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--redis", default=os.environ.get("FLEET_REDIS_URL",
+                                                          DEFAULTS["FLEET_REDIS_URL"]),
+                        help="Redis URL (default: $FLEET_REDIS_URL or %(default)s)")
+    parser.add_argument("--prefix", default=DEFAULTS["FLEET_KEY_PREFIX"],
+                        help="key prefix, FLEET_KEY_PREFIX (default %(default)s)")
+    parser.add_argument("command", choices=["proxies"])
+    parser.add_argument("proxies_action", choices=list(proxies_admin.ACTIONS))
+    parser.add_argument("crawl_id", help="FLEET_CRAWL_ID of the crawl (default: spider name)")
+    parser.add_argument("args", nargs="*", help="add: proxy URLs; remove, drain, reset: exits")
+    parser.add_argument("--json", action="store_true", help="list: print JSON")
+    proxies_admin.add_proxies_arguments(parser)
+    return parser
+
+
+def _is_proxies(argv: list[str]) -> bool:
+    """True when the first positional argument is ``proxies``."""
+    pre = argparse.ArgumentParser(add_help=False)
+    for option in ("--redis", "--prefix", "--queue-max", "--low-watermark"):
+        pre.add_argument(option)
+    pre.add_argument("rest", nargs=argparse.REMAINDER)
+    known, _ = pre.parse_known_args(argv)
+    return bool(known.rest) and known.rest[0] == "proxies"
+
+
+def proxies_main(argv: list[str]) -> int:
+    from scrapy_fleet.proxies import admin as proxies_admin
+
+    parser = build_proxies_parser()
+    opts = parser.parse_intermixed_args(argv)
+    try:
+        url = validate_redis_url(opts.redis, "--redis")
+        crawl_id = validate_crawl_id(opts.crawl_id, "CRAWL_ID")
+        validate_key_prefix(opts.prefix, "--prefix")
+        pool = validate_crawl_id(opts.pool, "--pool") if opts.pool else crawl_id
+    except FleetConfigError as exc:
+        parser.error(str(exc))
+    admin = proxies_admin.admin_for(url, opts.prefix, pool)
+    try:
+        return proxies_admin.run(admin, opts.proxies_action, opts.args, as_json=opts.json,
+                                 sites=opts.site)
+    finally:
+        admin.client.close()
+
+
+# -- end of proxies ---------------------------------------------------------------------------
+
+
 def main(argv: list[str] | None = None) -> int:
+    if _is_proxies(sys.argv[1:] if argv is None else argv):
+        return proxies_main(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     opts = parser.parse_intermixed_args(argv)
     spec = ACTIONS[opts.action]

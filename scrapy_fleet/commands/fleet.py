@@ -58,15 +58,27 @@ class Command(ScrapyCommand):
         parser.formatter_class = FleetHelpFormatter
         parser.epilog = cli.help_epilog()
         cli.add_action_arguments(parser)
+        from scrapy_fleet.proxies.admin import add_proxies_arguments
+
+        add_proxies_arguments(parser)
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
-        actions = ", ".join(cli.ACTIONS)
+        actions = ", ".join([*cli.ACTIONS, "proxies"])
         if not args:
             raise UsageError(f"expected an action ({actions})")
+        proxies_action = args[0] == "proxies"
         spec = cli.ACTIONS.get(args[0])
-        if spec is None:
+        if spec is None and not proxies_action:
             raise UsageError(f"unknown action {args[0]!r} (one of {actions})")
         assert self.settings is not None
+        if proxies_action:
+            # scrapy fleet proxies ACTION SPIDER [ARGS]: the pool of the spider's crawl
+            if len(args) < 3:
+                raise UsageError("expected: proxies list|add|remove|drain|reset SPIDER [ARGS]")
+            action, spider_name, urls = args[1], args[2], args[3:]
+            self._run_in_project(action, spider_name, urls, opts, proxies_action=True)
+            return
+        assert spec is not None
         if not spec.needs_redis:
             if len(args) > 1:
                 raise UsageError(f"{spec.name} takes no arguments")
@@ -76,7 +88,11 @@ class Command(ScrapyCommand):
             return
         if len(args) < 2:
             raise UsageError(f"{spec.name} needs a spider name")
-        action, spider_name, urls = args[0], args[1], args[2:]
+        self._run_in_project(args[0], args[1], args[2:], opts, proxies_action=False)
+
+    def _run_in_project(self, action: str, spider_name: str, urls: list[str],
+                        opts: argparse.Namespace, proxies_action: bool) -> None:
+        assert self.settings is not None
         settings = self.settings.copy()
         assert self.crawler_process is not None
         try:
@@ -93,6 +109,9 @@ class Command(ScrapyCommand):
         except FleetConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
             self.exitcode = 2
+            return
+        if proxies_action:
+            self.exitcode = self._proxies(config, crawl_id, action, urls, opts)
             return
         crawler = Crawler(spidercls, settings)
         fingerprinter = build_from_crawler(
@@ -111,3 +130,21 @@ class Command(ScrapyCommand):
                                                getattr(spidercls, name, None)))
         finally:
             admin.close()
+
+    @staticmethod
+    def _proxies(config: FleetConfig, crawl_id: str, action: str, args: list[str],
+                 opts: argparse.Namespace) -> int:
+        from scrapy_fleet.proxies import admin as proxies_admin
+
+        assert config.proxy is not None
+        pool = opts.pool or config.proxy.pool_name(crawl_id)
+        try:
+            admin = proxies_admin.admin_for(config.redis_url, config.key_prefix, pool,
+                                            config.proxy, config.redis_timeout)
+        except FleetConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        try:
+            return proxies_admin.run(admin, action, args, as_json=opts.json, sites=opts.site)
+        finally:
+            admin.client.close()

@@ -19,6 +19,7 @@ _LIBRARIES: dict[str, tuple[str, ...]] = {
     "bloom_add.lua": ("common.lua", "bloom.lua"),
     "seeding.lua": ("common.lua", "hosts.lua"),
     "sample.lua": ("common.lua", "monitoring.lua"),
+    "proxies.lua": ("common.lua", "hosts.lua"),
 }
 
 

@@ -235,3 +235,41 @@ class StuckSpider(scrapy.Spider):
 
     def parse(self, response: Any) -> Any:
         yield {"url": response.url}
+
+
+class ProxyPagesSpider(scrapy.Spider):
+    """Follows the links of tests/proxysite.py; each item says which egress carried the page
+    (the site echoes the client address), the download slot and the exit; an errback item
+    records requests given up on (with the exception's ``fleet_reason``)."""
+
+    name = "proxy_pages"
+
+    def parse(self, response: Any) -> Any:
+        yield {"url": response.url, "status": response.status,
+               "addr": response.css("#addr::text").get(),
+               "challenge": b"challenge-platform" in response.body,
+               "slot": self.crawler.engine.downloader.get_slot_key(response.request),
+               "download_slot_meta": response.meta.get("download_slot"),
+               "exit": response.meta.get("fleet_proxy_exit")}
+        for href in response.css("a::attr(href)").getall():
+            yield response.follow(href, errback=self.failed)
+
+    def failed(self, failure: Any) -> Any:
+        yield {"failed": failure.request.url, "error": type(failure.value).__name__,
+               "fleet_reason": getattr(failure.value, "fleet_reason", None)}
+
+
+class TinyproxyAuthPolicy:
+    """A ban policy (FLEET_PROXY_BAN_POLICY) for Debian's tinyproxy 1.11, which refuses bad
+    proxy credentials with 401 + ``Server: tinyproxy`` instead of 407: the exit's fault."""
+
+    def response_verdict(self, request: Any, response: Any, site: str) -> Any:
+        from scrapy_fleet.proxies.verdicts import Verdict
+
+        if response.status == 401 and response.headers.get(b"Server", b"").startswith(
+                b"tinyproxy"):
+            return Verdict("proxy_dead", "tinyproxy:401")
+        return None  # don't know: the settings' rules decide
+
+    def exception_verdict(self, request: Any, exception: BaseException, site: str) -> Any:
+        return None
