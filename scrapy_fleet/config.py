@@ -595,7 +595,7 @@ def _proxy_urls(value: Any) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class ProxyConfig:
-    """Validated ``FLEET_PROXIES`` and ``FLEET_PROXY_*`` settings (docs/proxies.md).  Times are seconds.
+    """Validated ``FLEET_PROXIES`` and ``FLEET_PROXY_*`` settings (docs/proxies.md), in seconds.
 
     ``proxies`` are the URLs of ``FLEET_PROXIES`` (credentials included: never log them, use
     :func:`scrapy_fleet.proxies.pool.describe`); ``pool`` is None for the crawl's own pool.
