@@ -15,7 +15,6 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 from scrapy.settings import BaseSettings
 
@@ -158,19 +157,15 @@ def _host_overrides(value: Any) -> dict[str, tuple[float | None, int | None, int
 
 
 def validate_redis_url(url: Any, name: str = "FLEET_REDIS_URL") -> str:
-    """Return *url* if it is a redis://, rediss:// or unix:// URL; raise FleetConfigError."""
-    _check(name, url, isinstance(url, str) and bool(url), "a redis://, rediss:// or unix:// URL")
-    parts = urlsplit(url)
-    _check(name, url, parts.scheme in ("redis", "rediss", "unix"),
-           "a redis://, rediss:// or unix:// URL")
-    if parts.scheme in ("redis", "rediss"):
-        _check(name, url, bool(parts.hostname), "a host in the URL")
-        try:
-            parts.port  # noqa: B018 - raises ValueError on a bad port
-        except ValueError:
-            raise FleetConfigError(f"{name}={url!r} is invalid: bad port") from None
-    else:
-        _check(name, url, bool(parts.path), "a socket path in the unix:// URL")
+    """Return *url* if it names a Redis deployment (scrapy_fleet/redis_url.py lists the
+    schemes: one server, Cluster, Sentinel, each with or without TLS) with valid options.
+
+    Raises:
+        FleetConfigError: naming *name*, the URL (password redacted) and what is wrong.
+    """
+    from scrapy_fleet import redis_url
+
+    redis_url.parse(url, name)
     return str(url)
 
 

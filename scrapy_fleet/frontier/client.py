@@ -276,12 +276,35 @@ class FrontierAdmin:
         self.keys = CrawlKeys(prefix, crawl_id)
         self.params = params or FrontierParams()
         self.retries = retries
-        self.client: redis.Redis = redis_client.sync_client(url, timeout)
+        self.timeout = timeout
+        self._client: Any = None
         self._script: Any = None
         self._prev_op = "-"
 
+    @property
+    def client(self) -> Any:
+        """The blocking client (``redis.Redis``, or ``RedisCluster`` for a cluster URL),
+        made on first use.
+
+        Raises:
+            RedisUnavailableError: a cluster none of whose start-up nodes answers.
+        """
+        if self._client is None:
+            self._client = redis_client.sync_client(self.url, self.timeout)
+        return self._client
+
     def ping(self) -> None:
         redis_client.ping_sync(self.client, self.url)
+
+    def _node(self) -> dict[str, Any]:
+        """``target_nodes`` of the crawl's node for keyless commands (TIME, SCAN) on a
+        cluster; nothing on one server."""
+        return redis_client.node_of(self.client, self.keys.stats)
+
+    def server_ms(self) -> int:
+        """The Redis server's clock (of the crawl's node), in milliseconds."""
+        seconds, micros = self.client.time(**self._node())
+        return int(seconds) * 1000 + int(micros) // 1000
 
     def sync(self, batch: SyncBatch, worker: str = "", op_id: str | None = None) -> SyncResult:
         """Run one batch (see :class:`AsyncFrontier.sync`), blocking.  *op_id* (default: a
@@ -316,7 +339,6 @@ class FrontierAdmin:
         """Counts of the crawl: queued, leased, dead, seen (Bloom), workers, idle seconds, and
         the fleet-wide counters of the stats hash (pushed, duplicates, leased, acked, ...)."""
         k = self.keys
-        now = time.time()
         with self.client.pipeline(transaction=False) as pipe:
             pipe.zcard(k.queue)
             pipe.zcard(k.leases)
@@ -325,13 +347,12 @@ class FrontierAdmin:
             pipe.hgetall(k.stats)
             pipe.zrange(k.workers, 0, -1, withscores=True)
             pipe.get(k.idle_since)
-            pipe.time()
             pipe.hmget(k.seeding, "holder", "progress", "done")
             pipe.zcard(k.delayed)
             pipe.llen(k.parked)
-            (queued, leased, dead, meta, stats, workers, idle, srv_time, seeded, delayed,
+            (queued, leased, dead, meta, stats, workers, idle, seeded, delayed,
              parked) = pipe.execute()
-        server_ms = srv_time[0] * 1000 + srv_time[1] // 1000 if srv_time else now * 1000
+        server_ms = self.server_ms()  # not in the pipeline: a cluster pipeline refuses TIME
         meta = {a.decode(errors="replace"): b.decode(errors="replace") for a, b in meta.items()}
         seen = sum(_int(v) for name, v in meta.items() if name.startswith("c"))
         idle_ms = _int(idle, None) if idle is not None else None
@@ -365,9 +386,8 @@ class FrontierAdmin:
             pipe.hgetall(k.crawldelay)
             pipe.hgetall(k.fails)
             pipe.hgetall(k.hostconf)
-            pipe.time()
-            queued, live, ready, hold, delay, fails, conf, srv = pipe.execute()
-        now = srv[0] * 1000 + srv[1] // 1000
+            queued, live, ready, hold, delay, fails, conf = pipe.execute()
+        now = self.server_ms()
         ready_at = {h: score for h, score in ready}
         names = set(queued) | set(live) | set(hold) | set(ready_at)
         rows = []
@@ -405,13 +425,13 @@ class FrontierAdmin:
             n += 1
 
     def crawl_keys(self) -> list[bytes]:
-        return list(self.client.scan_iter(match=self.keys.pattern, count=1000))
+        return list(self.client.scan_iter(match=self.keys.pattern, count=1000, **self._node()))
 
     def purge(self) -> int:
         """Delete every key of the crawl (queue, leases, dupefilter, stats...); returns how many."""
         deleted = 0
         batch: list[bytes] = []
-        for key in self.client.scan_iter(match=self.keys.pattern, count=1000):
+        for key in self.client.scan_iter(match=self.keys.pattern, count=1000, **self._node()):
             batch.append(key)
             if len(batch) >= 500:
                 deleted += self.client.unlink(*batch)
@@ -421,4 +441,6 @@ class FrontierAdmin:
         return deleted
 
     def close(self) -> None:
-        self.client.close()
+        if self._client is not None:
+            self._client.close()
+            self._client = None

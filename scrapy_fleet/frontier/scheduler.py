@@ -157,7 +157,8 @@ class FleetScheduler(BaseScheduler):
             "low_watermark": self.config.queue_low_watermark,
             "host_queue_max": self.config.host_queue_max or 0,
             "host_key": self.config.host_key})
-        for warning in await memory.check_redis_memory(self.frontier.client, self.config):
+        for warning in await memory.check_redis_memory(self.frontier.client, self.config,
+                                                        keys.stats):
             logger.warning(warning, extra={"spider": spider})
             self._inc("fleet/backpressure/memory_warnings")
         self._uninstall_hook = engine_hooks.on_request_done(self.crawler, self._request_done)
