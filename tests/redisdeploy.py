@@ -234,8 +234,8 @@ class SentinelSet(_Processes):
         for port in self.sentinel_ports:
             if self.procs[port].poll() is None:
                 try:
-                    _, master = redis.Redis(port=port, socket_timeout=1).sentinel_get_master_addr_by_name(
-                        self.service)
+                    client = redis.Redis(port=port, socket_timeout=1)
+                    _, master = client.sentinel_get_master_addr_by_name(self.service)
                     return int(master)
                 except redis.RedisError:
                     continue

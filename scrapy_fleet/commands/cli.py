@@ -22,9 +22,10 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
+import redis
 from scrapy import Request
 
-from scrapy_fleet import codec
+from scrapy_fleet import codec, redis_url
 from scrapy_fleet.commands import push
 from scrapy_fleet.config import (
     DEFAULTS,
@@ -33,7 +34,12 @@ from scrapy_fleet.config import (
     validate_key_prefix,
     validate_redis_url,
 )
-from scrapy_fleet.errors import FleetConfigError, RedisUnavailableError, RequestDecodeError
+from scrapy_fleet.errors import (
+    FleetConfigError,
+    RedisPermissionError,
+    RedisUnavailableError,
+    RequestDecodeError,
+)
 from scrapy_fleet.frontier.client import PRIORITY_LIMIT, FrontierAdmin, FrontierParams
 from scrapy_fleet.politeness import hosts as politeness
 
@@ -71,8 +77,12 @@ def run_action(action: str, admin: FrontierAdmin, urls: list[str], opts: Any,
     (entries): where a push waiting for room resumes; *has_method*: checks pushed callback
     names against the spider (inside a project); *host_key_mode*: the crawl's
     ``FLEET_HOST_KEY`` (host, domain or ip), which pushed entries are counted under."""
+    role = {"push": "worker", "status": "monitor", "dead": "monitor", "purge": "admin"}
     try:
-        admin.ping()
+        if redis_url.parse(admin.url).unverified:
+            print("warning: ssl_cert_reqs=none in the Redis URL: TLS certificate "
+                  "verification is off", file=sys.stderr)
+        admin.ping(role.get(action))
         if action == "push":
             return _push(admin, urls, opts, fingerprint, low_watermark, has_method,
                          host_key_mode)
@@ -85,8 +95,11 @@ def run_action(action: str, admin: FrontierAdmin, urls: list[str], opts: Any,
             return _dead(admin, opts)
         if action == "purge":
             return _purge(admin, opts, label, confirm)
-    except RedisUnavailableError as exc:
+    except (RedisUnavailableError, RedisPermissionError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return push.EXIT_ERROR
+    except redis.exceptions.NoPermissionError as exc:  # a command the probe does not know
+        print(f"error: the Redis user lacks a permission: {exc}", file=sys.stderr)
         return push.EXIT_ERROR
     except KeyboardInterrupt:
         print("\ninterrupted: lines already pushed stay pushed", file=sys.stderr)

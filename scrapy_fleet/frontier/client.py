@@ -18,7 +18,6 @@ the first reply back instead of running twice.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -293,8 +292,20 @@ class FrontierAdmin:
             self._client = redis_client.sync_client(self.url, self.timeout)
         return self._client
 
-    def ping(self) -> None:
+    def ping(self, role: str | None = None) -> None:
+        """PING; with *role* (``worker``, ``monitor``, ``admin``: scrapy_fleet/acl.py) also
+        check that the Redis user may run every command of that role.
+
+        Raises:
+            RedisUnavailableError: Redis cannot be reached.
+            RedisPermissionError: naming the commands the user may not run.
+        """
         redis_client.ping_sync(self.client, self.url)
+        if role is not None:
+            from scrapy_fleet import acl
+
+            acl.check_sync(self.client, self.keys, role,
+                           cluster=redis_client.is_cluster(self.client))
 
     def _node(self) -> dict[str, Any]:
         """``target_nodes`` of the crawl's node for keyless commands (TIME, SCAN) on a
