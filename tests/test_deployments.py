@@ -237,3 +237,51 @@ def test_crawl_over_tls_with_a_client_certificate(tls_redis, site_factory, worke
     drained(url)
     for log in logs:
         assert "verification is off" not in tail(log, 200000)
+
+
+def _start_only(tmp_path: Path, url: str, env: dict[str, str], name: str) -> tuple[int, str]:
+    """Start one worker on an empty frontier and let it stop; (exit code, log)."""
+    log = tmp_path / f"{name}.log"
+    proc = start_worker(EXAMPLE_PROJECT, "docs", {"FLEET_REDIS_URL": url,
+                                                  "FLEET_IDLE_TIMEOUT": 1}, env, log)
+    code = wait_all([proc], 60)[0]
+    return code, tail(log, 100000)
+
+
+def test_a_wrong_ca_is_one_clear_error_at_start(tls_redis, tls_files, worker_env, tmp_path):
+    code, text = _start_only(tmp_path, tls_redis.url(ca=tls_files.other_ca), worker_env,
+                             "wrong-ca")
+    assert code == 1
+    errors = [line for line in text.splitlines() if " ERROR: " in line]
+    assert len(errors) == 1, text
+    assert "TLS certificate that cannot be verified" in errors[0]
+    assert "ssl_ca_certs" in errors[0]
+    assert "Traceback" not in text
+    # no CA given: the system's CAs do not know the test CA either; never unverified
+    code, text = _start_only(tmp_path, tls_redis.url(client=True).split("?")[0] + "?" +
+                             tls_redis.url().split("?", 1)[1].replace(
+                                 f"ssl_ca_certs={tls_files.ca}&", ""), worker_env, "no-ca")
+    assert code == 1 and "cannot be verified" in text, text
+    # the command line tools say the same in one line
+    result = run_scrapy(EXAMPLE_PROJECT, ["fleet", "status", "docs", "-s",
+                                          f"FLEET_REDIS_URL={tls_redis.url(ca=tls_files.other_ca)}"],
+                        worker_env)
+    assert result.returncode == 2
+    assert "cannot be verified" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_unverified_tls_only_when_asked_and_with_a_warning(tls_redis, tls_files, worker_env,
+                                                          tmp_path):
+    url = tls_redis.url(ca=tls_files.other_ca, ssl_cert_reqs="none", ssl_check_hostname="false")
+    code, text = _start_only(tmp_path, url, worker_env, "unverified")
+    assert code == 0, text
+    warnings = [line for line in text.splitlines() if "verification is off" in line]
+    assert len(warnings) == 1 and " WARNING: " in warnings[0], text
+    # a TLS option on a plain URL, or a CA file that does not exist: one error, at start
+    plain = f"redis://127.0.0.1:{tls_redis.port}/0?ssl_ca_certs={tls_files.ca}"
+    for n, (bad, fragment) in enumerate(((plain, "rediss://"),
+                          (tls_redis.url(ca=tmp_path / "missing.crt"), "no such file"))):
+        code, text = _start_only(tmp_path, bad, worker_env, f"bad-{n}")
+        assert code == 1
+        errors = [line for line in text.splitlines() if " ERROR: " in line]
+        assert len(errors) == 1 and fragment in errors[0], text
