@@ -57,6 +57,13 @@ def _options(timeout: float) -> dict[str, Any]:
     }
 
 
+def _cluster_options(timeout: float) -> dict[str, Any]:
+    options = _options(timeout)
+    del options["retry_on_timeout"]  # deprecated for the cluster clients (and their Retry of
+    # 0 retries already retries nothing)
+    return options
+
+
 def _node_kwargs(target: redis_url.RedisTarget) -> dict[str, Any]:
     """Connection options of *target*'s data nodes (user, password, db, TLS...), without
     the address."""
@@ -95,7 +102,7 @@ def sync_client(url: str, timeout: float = 10.0) -> Any:
         nodes = [redis.cluster.ClusterNode(host, port) for host, port in target.hosts]
         try:
             return redis.cluster.RedisCluster(startup_nodes=nodes, **_node_kwargs(target),
-                                              **_options(timeout))
+                                              **_cluster_options(timeout))
         except (RedisClusterException, *_PING_ERRORS) as exc:
             raise _unreachable(exc, url) from exc
     if target.kind == "sentinel":
@@ -114,12 +121,10 @@ def async_client(url: str, timeout: float = 10.0) -> Any:
     """
     target = redis_url.parse(url)
     if target.kind == "cluster":
-        options = _options(timeout)
-        del options["retry_on_timeout"]  # not an option of the asyncio cluster client (and
-        # its Retry of 0 retries already retries nothing)
         anodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in target.hosts]
         return redis.asyncio.cluster.RedisCluster(startup_nodes=anodes,
-                                                  **_node_kwargs(target), **options)
+                                                  **_node_kwargs(target),
+                                                  **_cluster_options(timeout))
     if target.kind == "sentinel":
         sentinels, master = _sentinel_kwargs(target, timeout)
         return redis.asyncio.sentinel.Sentinel(

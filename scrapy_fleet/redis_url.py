@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.redact import redact, userinfo
@@ -123,9 +123,9 @@ def parse(url: Any, name: str = "FLEET_REDIS_URL") -> RedisTarget:
     query = query.partition("#")[0]
     options = dict(parse_qsl(query, keep_blank_values=True))
     if kind == "sentinel":
-        hosts, _, path = rest.partition("/")
+        netloc, _, path = rest.partition("/")
         sentinels = tuple(_host_port(h.strip(), SENTINEL_DEFAULT_PORT, name, url)
-                          for h in hosts.split(",") if h.strip())
+                          for h in netloc.split(",") if h.strip())
         if not sentinels:
             raise _fail(name, url, "at least one sentinel HOST:PORT")
         service, _, db = path.strip("/").partition("/")
@@ -134,13 +134,13 @@ def parse(url: Any, name: str = "FLEET_REDIS_URL") -> RedisTarget:
                         "redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE_NAME[/DB]")
         if db and not db.isdigit():
             raise _fail(name, url, f"a database number after the service name, not {db!r}")
-        master_query = "&".join(f"{k}={v}" for k, v in parse_qsl(query, True)
-                                if k not in SENTINEL_OPTIONS)
+        master_query = urlencode([(k, v) for k, v in parse_qsl(query, True)
+                                  if k not in SENTINEL_OPTIONS])
         master_url = (f"{'rediss' if tls else 'redis'}://{raw_userinfo}sentinel-master/"
                       f"{db or 0}" + (f"?{master_query}" if master_query else ""))
         target = RedisTarget(kind, master_url, tls, options, sentinels, service)
     else:
-        hosts = ()
+        hosts: tuple[tuple[str, int], ...] = ()
         plain = url
         if kind == "cluster":
             netloc, slash, path = rest.partition("/")
