@@ -38,6 +38,7 @@ DEFAULTS: dict[str, Any] = {
     "FLEET_REDIS_URL": "redis://127.0.0.1:6379/0",
     "FLEET_REDIS_TIMEOUT": 10.0,
     "FLEET_REDIS_RETRIES": 3,
+    "FLEET_REDIS_WAIT_REPLICAS": 0,
     "FLEET_CRAWL_ID": None,
     "FLEET_KEY_PREFIX": "fleet",
     "FLEET_WORKER_ID": None,
@@ -209,6 +210,7 @@ class FleetConfig:
     redis_url: str
     redis_timeout: float
     redis_retries: int
+    redis_wait_replicas: int
     crawl_id: str | None
     key_prefix: str
     worker_id: str
@@ -334,6 +336,9 @@ class FleetConfig:
                                   "seconds > 0", exclusive=True),
             redis_retries=_number("FLEET_REDIS_RETRIES", g("FLEET_REDIS_RETRIES"), int, 0,
                                   "an integer >= 0"),
+            redis_wait_replicas=_number("FLEET_REDIS_WAIT_REPLICAS",
+                                        g("FLEET_REDIS_WAIT_REPLICAS"), int, 0,
+                                        "an integer >= 0"),
             crawl_id=crawl_id,
             key_prefix=prefix,
             worker_id=worker_id,

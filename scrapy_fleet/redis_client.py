@@ -148,6 +148,28 @@ def node_of(client: Any, key: str) -> dict[str, Any]:
     return {}
 
 
+def wait_timeout_ms(timeout: float) -> int:
+    """WAIT's timeout for a client whose socket timeout is *timeout* seconds: 1 s at most,
+    half the socket timeout at least (the reply must come before the socket gives up)."""
+    return max(1, int(min(1.0, timeout / 2) * 1000))
+
+
+def wait_replicas_sync(client: Any, key: str, replicas: int, timeout: float) -> int:
+    """``WAIT replicas`` after a write: blocks until *replicas* replicas acknowledged every
+    write sent before on this connection, or ``wait_timeout_ms(timeout)``; returns how many
+    did.  Sent on the node of *key* (the crawl's), through the connection the write just
+    used: redis-py's pools hand out the last released connection first, and the caller
+    (one thread, one call at a time) has released nothing else since.
+    """
+    return int(client.wait(replicas, wait_timeout_ms(timeout), **node_of(client, key)))
+
+
+async def wait_replicas_async(client: Any, key: str, replicas: int, timeout: float) -> int:
+    """The asyncio twin of :func:`wait_replicas_sync` (its caller, the frontier's pump, is
+    the only user of its client while a call runs)."""
+    return int(await client.wait(replicas, wait_timeout_ms(timeout), **node_of(client, key)))
+
+
 #: errors after which a call may succeed when sent again (with the same operation id):
 #: connection errors and timeouts, and a cluster's answers during a failover (CLUSTERDOWN,
 #: TRYAGAIN, a slot no node serves yet), which come before the command runs

@@ -9,6 +9,8 @@ SIGKILLed mid-crawl; its replica takes over and the crawl still itemises every p
 from __future__ import annotations
 
 import collections
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -61,12 +63,15 @@ def _site(tmp_path: Path, site_factory: Callable[..., Any], pages: int, delay: f
     return site
 
 
-def push(url: str, start_url: str, env: dict[str, str], crawl: str = "docs") -> None:
+def push(url: str, start_url: str, env: dict[str, str], crawl: str = "docs",
+         wait_replicas: int = 0) -> None:
     result = run_scrapy(EXAMPLE_PROJECT, ["fleet", "push", "docs", start_url, "-s",
                                           f"FLEET_REDIS_URL={url}", "-s",
-                                          f"FLEET_CRAWL_ID={crawl}"], env)
+                                          f"FLEET_CRAWL_ID={crawl}", "-s",
+                                          f"FLEET_REDIS_WAIT_REPLICAS={wait_replicas}"], env)
     assert result.returncode == 0, result.stderr + result.stdout
     assert "pushed 1," in result.stdout, result.stdout
+    assert "warning" not in result.stderr, result.stderr
 
 
 def crawl(tmp_path: Path, url: str, env: dict[str, str], workers: int = 3,
@@ -202,7 +207,7 @@ def test_cluster_master_failover_mid_crawl_itemises_every_page(cluster, site_fac
 def test_sentinel_failover_mid_crawl_itemises_every_page(site_factory, worker_env, tmp_path):
     site = _site(tmp_path, site_factory, pages=80, delay=0.1)
     with SentinelSet(tmp_path / "sentinel", replicas=1) as sentinel:
-        push(sentinel.url, site.start_url, worker_env)
+        push(sentinel.url, site.start_url, worker_env, wait_replicas=1)
         killed: dict[str, int] = {}
 
         def kill_master(outs: list[Path]) -> None:
@@ -221,6 +226,30 @@ def test_sentinel_failover_mid_crawl_itemises_every_page(site_factory, worker_en
         print(f"sentinel failover: {len(set(urls))} pages, {repeats(items)} repeats")
         assert repeats(items) <= 3 * (4 + 16)
         drained(sentinel.url)
+
+
+def test_wait_replicas_reports_a_push_no_replica_has(tmp_path):
+    """FLEET_REDIS_WAIT_REPLICAS: WAIT after a push, on the connection that pushed.  With the
+    replica frozen (SIGSTOP) the push is reported unreplicated; a WAIT sent on another
+    connection (no writes of its own) would return at once and report nothing."""
+    with SentinelSet(tmp_path / "sentinel", replicas=1) as sentinel:
+        admin = FrontierAdmin(sentinel.url, "waits", wait_replicas=1, timeout=2.0)
+        admin.push([(b"a" * 12, 0, b"x", 0, "h")])
+        assert admin.unreplicated == 0
+        replica = redis.Redis(port=sentinel.replica_ports[0])
+        assert replica.zcard(CrawlKeys("fleet", "waits").queue) == 1  # there already
+        os.kill(sentinel.procs[sentinel.replica_ports[0]].pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            admin.push([(b"b" * 12, 0, b"y", 0, "h")])
+            assert admin.unreplicated == 1
+            assert time.monotonic() - started >= 0.9  # it waited for the replica (1 s)
+        finally:
+            os.kill(sentinel.procs[sentinel.replica_ports[0]].pid, signal.SIGCONT)
+        admin.push([(b"c" * 12, 0, b"z", 0, "h")])
+        assert admin.unreplicated == 1
+        assert admin.status()["queued"] == 3
+        admin.close()
 
 
 # -- TLS ----------------------------------------------------------------------------------------

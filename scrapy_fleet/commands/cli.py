@@ -170,6 +170,11 @@ def _push(admin: FrontierAdmin, urls: list[str], opts: Any,
         display.done()
     print(f"pushed {report.pushed}, duplicates {report.duplicates}, "
           f"rejected {report.rejected} (crawl {admin.keys.crawl_id!r})")
+    if admin.unreplicated:
+        print(f"warning: {admin.unreplicated} push call(s) were not acknowledged by "
+              f"{admin.wait_replicas} replica(s) in time (FLEET_REDIS_WAIT_REPLICAS): a "
+              "failover of the master now would lose them; push those lines again after one",
+              file=sys.stderr)
     if report.waited:
         print(f"waited {report.waited:.1f} s for room in the frontier")
     if report.stopped_full:
@@ -275,6 +280,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--low-watermark", type=float, default=None,
                         help="FLEET_QUEUE_LOW_WATERMARK (default: the workers' value, else "
                              f"{DEFAULTS['FLEET_QUEUE_LOW_WATERMARK']})")
+    parser.add_argument("--wait-replicas", type=int, default=0, metavar="N",
+                        help="push: after each push call, wait (WAIT, up to 1 s) until N "
+                             "replicas have it, and warn when they do not "
+                             "(FLEET_REDIS_WAIT_REPLICAS; default 0)")
     parser.add_argument("action", choices=["push", "status", "dead", "purge"])
     parser.add_argument("crawl_id", help="FLEET_CRAWL_ID of the crawl (default: spider name)")
     parser.add_argument("urls", nargs="*", help="push: URLs or JSON request lines")
@@ -287,7 +296,10 @@ def _stored_bounds(url: str, crawl_id: str, prefix: str) -> dict[str, Any]:
     from scrapy_fleet import redis_client
     from scrapy_fleet.keys import CrawlKeys
 
-    client = redis_client.sync_client(url, 5.0)
+    try:
+        client = redis_client.sync_client(url, 5.0)
+    except RedisUnavailableError:  # reported by the action itself, with a clear message
+        return {}
     try:
         raw = client.hgetall(CrawlKeys(prefix, crawl_id).config)
     except Exception:  # reported by the action itself, with a clear message
@@ -327,9 +339,12 @@ def main(argv: list[str] | None = None) -> int:
     if queue_max < 0 or not 0 < low_mark < 1:
         parser.error("--queue-max must be >= 0 and --low-watermark between 0 and 1")
     queue_max = queue_max or None
+    if opts.wait_replicas < 0:
+        parser.error("--wait-replicas must be >= 0")
     admin = FrontierAdmin(url, crawl_id, prefix=opts.prefix,
                           params=FrontierParams(queue_max=queue_max,
-                                                host_queue_max=stored.get("host_queue_max")))
+                                                host_queue_max=stored.get("host_queue_max")),
+                          wait_replicas=opts.wait_replicas)
     low = max(int(queue_max * low_mark), 1) if queue_max else None
     try:
         return run_action(opts.action, admin, opts.urls, opts, push.default_fingerprinter(),

@@ -224,12 +224,17 @@ class AsyncFrontier:
     """
 
     def __init__(self, url: str, keys: CrawlKeys, worker: str, params: FrontierParams,
-                 timeout: float = 10.0, retries: int = 3) -> None:
+                 timeout: float = 10.0, retries: int = 3, wait_replicas: int = 0) -> None:
         self.url = url
         self.keys = keys
         self.worker = worker
         self.params = params
         self.retries = retries
+        self.timeout = timeout
+        #: FLEET_REDIS_WAIT_REPLICAS: after a call that pushed requests without a parent
+        #: (start requests), WAIT for that many replicas
+        self.wait_replicas = wait_replicas
+        self.unreplicated = 0  #: calls fewer replicas than wait_replicas acknowledged
         self.client: redis.asyncio.Redis = redis_client.async_client(url, timeout)
         self._script = lua.load(self.client, "frontier.lua")
         self._prev_op = "-"
@@ -250,6 +255,11 @@ class AsyncFrontier:
 
         reply = await redis_client.call_retrying_async(attempt, self.url, self.retries)
         self._prev_op = op
+        if self.wait_replicas and any(len(p) > 3 and not p[3] for p in batch.pushes):
+            acked = await redis_client.wait_replicas_async(
+                self.client, self.keys.stats, self.wait_replicas, self.timeout)
+            if acked < self.wait_replicas:
+                self.unreplicated += 1
         result = SyncResult.from_reply(reply)
         missing = _needs_payloads(result)
         if missing:
@@ -270,12 +280,15 @@ class FrontierAdmin:
 
     def __init__(self, url: str, crawl_id: str, prefix: str = "fleet",
                  params: FrontierParams | None = None, timeout: float = 10.0,
-                 retries: int = 3) -> None:
+                 retries: int = 3, wait_replicas: int = 0) -> None:
         self.url = url
         self.keys = CrawlKeys(prefix, crawl_id)
         self.params = params or FrontierParams()
         self.retries = retries
         self.timeout = timeout
+        #: FLEET_REDIS_WAIT_REPLICAS: after each call, WAIT for that many replicas
+        self.wait_replicas = wait_replicas
+        self.unreplicated = 0  #: calls fewer replicas than wait_replicas acknowledged
         self._client: Any = None
         self._script: Any = None
         self._prev_op = "-"
@@ -328,6 +341,11 @@ class FrontierAdmin:
         reply = redis_client.call_retrying(lambda: self._script(keys=keys, args=[arg]),
                                            self.url, self.retries)
         self._prev_op = op
+        if self.wait_replicas:
+            acked = redis_client.wait_replicas_sync(self.client, self.keys.stats,
+                                                    self.wait_replicas, self.timeout)
+            if acked < self.wait_replicas:
+                self.unreplicated += 1
         result = SyncResult.from_reply(reply)
         missing = _needs_payloads(result)
         if missing:
