@@ -22,6 +22,7 @@ import redis
 from redisdeploy import RedisClusterSet, SentinelSet, TlsFiles, TlsRedis
 from support import (
     EXAMPLE_PROJECT,
+    TEST_PROJECT,
     read_items,
     run_scrapy,
     start_worker,
@@ -250,6 +251,34 @@ def test_wait_replicas_reports_a_push_no_replica_has(tmp_path):
         assert admin.unreplicated == 1
         assert admin.status()["queued"] == 3
         admin.close()
+
+
+def test_a_worker_reports_start_requests_no_replica_has(site_server, worker_env, tmp_path):
+    with SentinelSet(tmp_path / "sentinel", replicas=1) as sentinel:
+        replica = sentinel.procs[sentinel.replica_ports[0]]
+        logs = []
+        for frozen in (False, True):
+            log = tmp_path / f"starts-{frozen}.log"
+            logs.append(log)
+            if frozen:
+                os.kill(replica.pid, signal.SIGSTOP)
+            try:
+                proc = start_worker(TEST_PROJECT, "starts", {
+                    "FLEET_REDIS_URL": sentinel.url, "FLEET_IDLE_TIMEOUT": 1,
+                    "FLEET_REDIS_WAIT_REPLICAS": 1, "FLEET_CRAWL_ID": f"starts-{frozen}",
+                    "FLEET_JSONL_PATH": tmp_path / f"starts-{frozen}.jsonl"},
+                    worker_env, log, spider_args={"start": site_server.start_url})
+                assert wait_all([proc], 60) == [0], tail(log)
+            finally:
+                if frozen:
+                    os.kill(replica.pid, signal.SIGCONT)
+            items = read_items([tmp_path / f"starts-{frozen}.jsonl"])
+            assert [i["url"] for i in items] == [site_server.start_url]
+        healthy, stalled = (tail(log, 100000) for log in logs)
+        assert "not acknowledged by FLEET_REDIS_WAIT_REPLICAS=1" not in healthy
+        assert "'fleet/redis/unreplicated'" not in healthy
+        assert "not acknowledged by FLEET_REDIS_WAIT_REPLICAS=1" in stalled, stalled
+        assert "'fleet/redis/unreplicated': 1" in stalled, stalled
 
 
 # -- TLS ----------------------------------------------------------------------------------------
