@@ -197,19 +197,25 @@ def _unreachable(exc: BaseException, url: str) -> RedisUnavailableError:
     return RedisUnavailableError(f"cannot reach Redis at {redact(url)} (FLEET_REDIS_URL): {exc}")
 
 
-def ping_sync(client: redis.Redis, url: str) -> None:
-    """PING or raise :class:`RedisUnavailableError` naming the (redacted) URL."""
+def ping_sync(client: Any, url: str, key: str | None = None) -> None:
+    """PING or raise :class:`RedisUnavailableError` naming the (redacted) URL.  On a cluster
+    with *key*: PING the node that holds *key* (the crawl's), not the client's default node,
+    which may be a dead master the cluster has failed over."""
     try:
-        client.ping()
-    except _PING_ERRORS as exc:
+        client.ping(**(node_of(client, key) if key is not None else {}))
+    except (*_PING_ERRORS, RedisClusterException) as exc:
         raise _unreachable(exc, url) from exc
 
 
-async def ping_async(client: redis.asyncio.Redis, url: str) -> None:
-    """PING or raise :class:`RedisUnavailableError` naming the (redacted) URL."""
+async def ping_async(client: Any, url: str, key: str | None = None) -> None:
+    """The asyncio twin of :func:`ping_sync`."""
     try:
-        await client.ping()
-    except _PING_ERRORS as exc:
+        if key is not None and is_cluster(client):
+            await client.initialize()  # reads the slot map (once; again after errors)
+            await client.ping(**node_of(client, key))
+        else:
+            await client.ping()
+    except (*_PING_ERRORS, RedisClusterException) as exc:
         raise _unreachable(exc, url) from exc
 
 

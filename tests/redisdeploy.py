@@ -175,6 +175,14 @@ class RedisClusterSet(_Processes):
                 return int(master[1])
         raise RuntimeError(f"no master serves slot {slot}")
 
+    def replica_of(self, master_port: int) -> int:
+        """Port of the replica of the master on *master_port*."""
+        for port in self.alive_ports():
+            info = redis.Redis(port=port, socket_timeout=1).info("replication")
+            if info["role"] == "slave" and int(info["master_port"]) == master_port:
+                return port
+        raise RuntimeError(f"no replica of {master_port}")
+
     def wait_failover(self, old_port: int, key: str, timeout: float = 30.0) -> int:
         """Until a node other than *old_port* serves *key*'s slot and the cluster is ok;
         returns the new master's port."""

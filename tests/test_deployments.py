@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import signal
 import subprocess
 import time
@@ -171,42 +172,65 @@ def test_two_crawls_on_a_cluster_each_itemise_every_page(cluster, site_factory, 
     assert FrontierAdmin(url, first).crawl_keys()  # the other crawl is untouched
 
 
+@pytest.mark.parametrize("lag", [0.0, 1.0], ids=["replica-in-sync", "replica-lagging"])
 def test_cluster_master_failover_mid_crawl_itemises_every_page(cluster, site_factory,
-                                                               worker_env, tmp_path):
-    site = _site(tmp_path, site_factory, pages=80, delay=0.1)
-    crawl_id = "failover"
+                                                               worker_env, tmp_path, lag):
+    """*lag*: the replica is cut off that many seconds before the master is killed, so that
+    it misses the master's last writes (leases, acknowledgements, pushes of links) and is
+    promoted with the crawl as it was *lag* seconds earlier: what asynchronous replication
+    loses in a failover, made large enough to count."""
+    site = _site(tmp_path, site_factory, pages=80, delay=0.3)
+    crawl_id = f"failover-{int(lag * 10)}"
     push(cluster.url, site.start_url, worker_env, crawl_id)
     key = CrawlKeys("fleet", crawl_id).stats
-    killed: dict[str, int] = {}
+    killed: dict[str, Any] = {}
 
     def kill_master(outs: list[Path]) -> None:
         wait_items(outs, 15)
         killed["old"] = cluster.master_port_of(key)
+        replica = cluster.procs[cluster.replica_of(killed["old"])]
+        if lag:
+            # freeze the replica, then cut its link: what the master writes from now on
+            # reaches no replica (on loopback a frozen replica would still get it all, in
+            # its socket buffer), so it dies with the master
+            os.kill(replica.pid, signal.SIGSTOP)
+            redis.Redis(port=killed["old"]).client_kill_filter(_type="replica")
+            time.sleep(lag)
         killed["items_before"] = len(read_items(outs))
         cluster.kill(killed["old"])
+        if lag:
+            os.kill(replica.pid, signal.SIGCONT)
         killed["new"] = cluster.wait_failover(killed["old"], key)
 
     items, logs = crawl(tmp_path, cluster.url, worker_env, crawl_id=crawl_id,
-                        extra={"FLEET_LEASE_TIMEOUT": 5, "CONCURRENT_REQUESTS": 4,
+                        extra={"FLEET_LEASE_TIMEOUT": 5, "CONCURRENT_REQUESTS": 2,
                                "FLEET_IDLE_TIMEOUT": 6},
                         during=kill_master)
     assert killed["new"] != killed["old"]
+    assert killed["items_before"] < len(site.expected_urls)  # killed mid-crawl
     urls = [i["url"] for i in items]
     assert set(urls) == site.expected_urls  # every page, despite the failover
     # at-least-once: repeats come from writes the old master acknowledged but had not yet
-    # sent to its replica (a lease's ack, a heartbeat), bounded by what the 3 workers held
-    print(f"cluster failover: {len(set(urls))} pages, {repeats(items)} repeats, "
-          f"{killed['items_before']} items before the kill")
-    assert repeats(items) <= 3 * (4 + 16)
+    # sent to its replica (leases, acknowledgements), bounded by what the 3 workers held
+    # (CONCURRENT_REQUESTS + FLEET_PREFETCH each) plus what they leased during the lag
+    lost = sum(int(m) for log in logs for m in re.findall(
+        r"'fleet/frontier/lease_lost': (\d+)", tail(log, 200000)))
+    print(f"cluster failover (lag {lag} s): {len(set(urls))} pages, {repeats(items)} repeats, "
+          f"{lost} leases lost, {killed['items_before']} items before the kill")
+    assert repeats(items) <= 3 * (2 + 16) + killed["items_before"]
     drained(cluster.url, crawl_id)
-    assert any("Redis" in tail(log, 200000) for log in logs)  # the outage was seen
+    assert any("Redis call failed" in tail(log, 200000) for log in logs)  # the outage was seen
 
 
 # -- Sentinel -----------------------------------------------------------------------------------
 
 
-def test_sentinel_failover_mid_crawl_itemises_every_page(site_factory, worker_env, tmp_path):
-    site = _site(tmp_path, site_factory, pages=80, delay=0.1)
+@pytest.mark.parametrize("lag", [0.0, 1.0], ids=["replica-in-sync", "replica-lagging"])
+def test_sentinel_failover_mid_crawl_itemises_every_page(site_factory, worker_env, tmp_path,
+                                                         lag):
+    """Real sentinels promote the replica after the master is SIGKILLed mid-crawl (*lag*: as
+    in the cluster test, the replica is cut off that many seconds before)."""
+    site = _site(tmp_path, site_factory, pages=80, delay=0.3)
     with SentinelSet(tmp_path / "sentinel", replicas=1) as sentinel:
         push(sentinel.url, site.start_url, worker_env, wait_replicas=1)
         killed: dict[str, int] = {}
@@ -214,18 +238,30 @@ def test_sentinel_failover_mid_crawl_itemises_every_page(site_factory, worker_en
         def kill_master(outs: list[Path]) -> None:
             wait_items(outs, 15)
             killed["old"] = sentinel.current_master_port()
+            replica = sentinel.procs[sentinel.replica_ports[0]]
+            if lag:
+                os.kill(replica.pid, signal.SIGSTOP)
+                redis.Redis(port=killed["old"]).client_kill_filter(_type="replica")
+                time.sleep(lag)
+            killed["items_before"] = len(read_items(outs))
             sentinel.kill(killed["old"])
+            if lag:
+                os.kill(replica.pid, signal.SIGCONT)
             killed["new"] = sentinel.wait_failover(killed["old"])
 
-        items, _ = crawl(tmp_path, sentinel.url, worker_env,
-                         extra={"FLEET_LEASE_TIMEOUT": 5, "CONCURRENT_REQUESTS": 4,
-                                "FLEET_IDLE_TIMEOUT": 6},
-                         during=kill_master)
+        items, logs = crawl(tmp_path, sentinel.url, worker_env,
+                            extra={"FLEET_LEASE_TIMEOUT": 5, "CONCURRENT_REQUESTS": 2,
+                                   "FLEET_IDLE_TIMEOUT": 6},
+                            during=kill_master)
         assert killed["new"] in sentinel.replica_ports
+        assert killed["items_before"] < len(site.expected_urls)  # killed mid-crawl
         urls = [i["url"] for i in items]
         assert set(urls) == site.expected_urls
-        print(f"sentinel failover: {len(set(urls))} pages, {repeats(items)} repeats")
-        assert repeats(items) <= 3 * (4 + 16)
+        lost = sum(int(m) for log in logs for m in re.findall(
+            r"'fleet/frontier/lease_lost': (\d+)", tail(log, 200000)))
+        print(f"sentinel failover (lag {lag} s): {len(set(urls))} pages, {repeats(items)} "
+              f"repeats, {lost} leases lost, {killed['items_before']} items before the kill")
+        assert repeats(items) <= 3 * (2 + 16) + killed["items_before"]
         drained(sentinel.url)
 
 

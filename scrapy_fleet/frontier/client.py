@@ -17,7 +17,9 @@ the first reply back instead of running twice.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,6 +30,7 @@ import redis
 import redis.asyncio
 
 from scrapy_fleet import lua, redis_client
+from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.keys import CrawlKeys
 
 logger = logging.getLogger(__name__)
@@ -240,8 +243,26 @@ class AsyncFrontier:
         self._prev_op = "-"
         self.roundtrips = 0
 
-    async def connect(self) -> None:
-        await redis_client.ping_async(self.client, self.url)
+    async def connect(self, patience: float = 30.0) -> None:
+        """PING the crawl's node, trying again with back-off (0.1 s doubling to 5 s) for up
+        to *patience* seconds: the start-up check has just reached Redis, so a failure now
+        is a failover or a restart under way, which a worker waits out.
+
+        Raises:
+            RedisUnavailableError: still unreachable after *patience* seconds.
+        """
+        deadline = time.monotonic() + patience
+        delay = 0.1
+        while True:
+            try:
+                return await redis_client.ping_async(self.client, self.url, self.keys.stats)
+            except RedisUnavailableError as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                logger.warning("Redis not reachable yet (%s): trying again in %.1f s", exc,
+                               delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     async def sync(self, batch: SyncBatch) -> SyncResult:
         """Run one batch atomically; retried with the same op id on connection errors."""
@@ -313,7 +334,7 @@ class FrontierAdmin:
             RedisUnavailableError: Redis cannot be reached.
             RedisPermissionError: naming the commands the user may not run.
         """
-        redis_client.ping_sync(self.client, self.url)
+        redis_client.ping_sync(self.client, self.url, self.keys.stats)
         if role is not None:
             from scrapy_fleet import acl
 
