@@ -152,9 +152,7 @@ def hint(exc: FleetError) -> str:
                     "Redis user")
         return "Start Redis there, or set FLEET_REDIS_URL to the address of a running Redis"
     if isinstance(exc, FleetConfigError):
-        doc = "docs/mongo.md" if str(exc).startswith("FLEET_MONGO_") else (
-            "docs/deployment.md" if str(exc).startswith("FLEET_REDIS_URL") else
-            "docs/settings.md")
+        doc = "docs/mongo.md" if str(exc).startswith("FLEET_MONGO_") else "docs/settings.md"
         return ("Fix it in settings.py, in the spider's custom_settings or on the command line "
                 f"(-s NAME=VALUE); {doc} lists the valid values")
     return ""
