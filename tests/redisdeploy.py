@@ -119,26 +119,46 @@ class RedisClusterSet(_Processes):
 
     @property
     def url(self) -> str:
-        """Every node as a start-up node: a client made while one is down still starts."""
-        return "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports)
+        """Every node as a start-up node: a client made while one is down still starts.
+        With TLS: ``rediss+cluster://`` and the CA."""
+        hosts = ",".join(f"127.0.0.1:{p}" for p in self.ports)
+        if self.tls is None:
+            return f"redis+cluster://{hosts}"
+        return f"rediss+cluster://{hosts}?ssl_ca_certs={self.tls.ca}"
 
     @property
     def one_node_url(self) -> str:
         return f"redis+cluster://127.0.0.1:{self.ports[0]}"
 
+    def node(self, port: int, timeout: float = 1.0) -> redis.Redis:
+        """A plain client of one node (TLS when the cluster uses it)."""
+        if self.tls is None:
+            return redis.Redis(port=port, socket_timeout=timeout)
+        return redis.Redis(port=port, socket_timeout=timeout, ssl=True,
+                           ssl_ca_certs=str(self.tls.ca))
+
     def start(self) -> RedisClusterSet:
         for port in self.ports:
-            self._server(port, "--cluster-enabled", "yes",
+            tls: list[str] = []
+            if self.tls is not None:  # nodes, bus and replication over TLS only
+                tls = ["--port", "0", "--tls-port", str(port), "--tls-cluster", "yes",
+                       "--tls-replication", "yes", "--tls-auth-clients", "no",
+                       "--tls-cert-file", str(self.tls.server_cert),
+                       "--tls-key-file", str(self.tls.server_key),
+                       "--tls-ca-cert-file", str(self.tls.ca)]
+            self._server(port, *tls, "--cluster-enabled", "yes",
                          "--cluster-config-file", f"nodes-{port}.conf",
                          "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
                          # a replica may always take over, however stale (test only)
                          "--cluster-replica-validity-factor", "0")
         for port in self.ports:
-            _wait(lambda p=port: redis.Redis(port=p, socket_timeout=1).ping(), 20,
+            _wait(lambda p=port: self.node(p, 1).ping(), 20,
                   f"cluster node {port}")
+        tls_cli = [] if self.tls is None else ["--tls", "--cacert", str(self.tls.ca)]
         create = subprocess.run(
-            ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{p}" for p in self.ports),
-             "--cluster-replicas", "1", "--cluster-yes"],
+            ["redis-cli", *tls_cli, "--cluster", "create",
+             *(f"127.0.0.1:{p}" for p in self.ports), "--cluster-replicas", "1",
+             "--cluster-yes"],
             capture_output=True, text=True, timeout=60)
         if create.returncode != 0:
             raise RuntimeError(f"redis-cli --cluster create failed:\n{create.stdout}"
@@ -154,7 +174,7 @@ class RedisClusterSet(_Processes):
         with its master."""
         def ok() -> bool:
             for port in self.alive_ports():
-                client = redis.Redis(port=port, socket_timeout=1)
+                client = self.node(port, 1)
                 if client.cluster("info").get("cluster_state") != "ok":
                     return False
                 replication = client.info("replication")
@@ -168,7 +188,7 @@ class RedisClusterSet(_Processes):
     def master_port_of(self, key: str) -> int:
         """Port of the master that serves *key*'s slot now."""
         port = self.alive_ports()[0]
-        client = redis.Redis(port=port, socket_timeout=2)
+        client = self.node(port, 2)
         slot = client.cluster("keyslot", key)
         for start, end, master, *_ in client.execute_command("CLUSTER SLOTS"):
             if int(start) <= slot <= int(end):
@@ -178,7 +198,7 @@ class RedisClusterSet(_Processes):
     def replica_of(self, master_port: int) -> int:
         """Port of the replica of the master on *master_port*."""
         for port in self.alive_ports():
-            info = redis.Redis(port=port, socket_timeout=1).info("replication")
+            info = self.node(port, 1).info("replication")
             if info["role"] == "slave" and int(info["master_port"]) == master_port:
                 return port
         raise RuntimeError(f"no replica of {master_port}")
@@ -300,7 +320,7 @@ class TlsFiles:
                        .serial_number(x509.random_serial_number())
                        .not_valid_before(now - datetime.timedelta(minutes=5))
                        .not_valid_after(now + datetime.timedelta(days=2))
-                       .add_extension(x509.ExtendedKeyUsage([usage]), False))
+                       .add_extension(x509.ExtendedKeyUsage(usage), False))
             if san:
                 builder = builder.add_extension(x509.SubjectAlternativeName([
                     x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
@@ -314,8 +334,11 @@ class TlsFiles:
         self.ca.write_bytes(ca_cert.public_bytes(pem))
         self.other_ca = self.folder / "other-ca.crt"
         self.other_ca.write_bytes(other_cert.public_bytes(pem))
-        for role, usage in (("server", ExtendedKeyUsageOID.SERVER_AUTH),
-                            ("client", ExtendedKeyUsageOID.CLIENT_AUTH)):
+        # the server certificate serves the nodes of a TLS cluster too, which are each
+        # other's clients on the cluster bus
+        for role, usage in (("server", [ExtendedKeyUsageOID.SERVER_AUTH,
+                                        ExtendedKeyUsageOID.CLIENT_AUTH]),
+                            ("client", [ExtendedKeyUsageOID.CLIENT_AUTH])):
             key, cert = make_leaf(ca_key, ca_cert, f"scrapy_fleet {role}", usage,
                                   san=role == "server")
             (self.folder / f"{role}.crt").write_bytes(cert.public_bytes(pem))

@@ -336,6 +336,21 @@ def test_crawl_over_tls_with_a_client_certificate(tls_redis, site_factory, worke
         assert "verification is off" not in tail(log, 200000)
 
 
+def test_crawl_on_a_tls_cluster(tls_files, site_factory, worker_env, tmp_path):
+    """``rediss+cluster://``: clients, cluster bus and replication over TLS."""
+    site = _site(tmp_path, site_factory, pages=30, delay=0.0)
+    with RedisClusterSet(tmp_path / "tlscluster", tls=tls_files) as cluster:
+        assert cluster.url.startswith("rediss+cluster://")
+        push(cluster.url, site.start_url, worker_env)
+        items, _ = crawl(tmp_path, cluster.url, worker_env, workers=2)
+        assert {i["url"] for i in items} == site.expected_urls
+        assert repeats(items) == 0
+        drained(cluster.url)
+        # plain connections are refused: the nodes speak TLS only
+        with pytest.raises(redis.ConnectionError):
+            redis.Redis(port=cluster.ports[0], socket_timeout=2).ping()
+
+
 def _start_only(tmp_path: Path, url: str, env: dict[str, str], name: str) -> tuple[int, str]:
     """Start one worker on an empty frontier and let it stop; (exit code, log)."""
     log = tmp_path / f"{name}.log"
