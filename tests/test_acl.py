@@ -118,6 +118,9 @@ def test_crawl_and_commands_as_least_privileged_users(acl_users, site_server, wo
                                           f"FLEET_REDIS_URL={monitor}"], worker_env)
     assert status.returncode == 0, status.stderr
     assert '"queued": 0' in status.stdout
+    dead = run_scrapy(EXAMPLE_PROJECT, ["fleet", "dead", "docs", "-s",
+                                        f"FLEET_REDIS_URL={monitor}"], worker_env)
+    assert dead.returncode == 0 and "0 dead letter(s) shown" in dead.stdout, dead.stderr
     # the read-only user cannot push: one error naming what it lacks, nothing written
     denied = run_scrapy(EXAMPLE_PROJECT, ["fleet", "push", "docs", site_server.url + "x",
                                           "-s", f"FLEET_REDIS_URL={monitor}"], worker_env)

@@ -165,6 +165,10 @@ def test_two_crawls_on_a_cluster_each_itemise_every_page(cluster, site_factory, 
                                                  f"FLEET_CRAWL_ID={second}"], worker_env)
     assert scrapy_status.returncode == 0, scrapy_status.stderr
     assert "queued   0" in scrapy_status.stdout
+    dead = run_scrapy(EXAMPLE_PROJECT, ["fleet", "dead", "docs", "-s",
+                                        f"FLEET_REDIS_URL={url}", "-s",
+                                        f"FLEET_CRAWL_ID={second}"], worker_env)
+    assert dead.returncode == 0 and "0 dead letter(s) shown" in dead.stdout, dead.stderr
     purged = run_scrapy(EXAMPLE_PROJECT, ["fleet", "purge", "docs", "--yes", "-s",
                                           f"FLEET_REDIS_URL={url}", "-s",
                                           f"FLEET_CRAWL_ID={second}"], worker_env)
