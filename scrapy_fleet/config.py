@@ -71,12 +71,16 @@ _PROXY = "docs/proxies.md"
 #: (:data:`DEFAULTS`), of ``scrapy fleet settings`` and of the unknown-setting warning.
 #: A setting read without a row here is a programming error (:func:`_get` raises KeyError).
 SETTINGS: tuple[Setting, ...] = (
-    Setting("FLEET_REDIS_URL", "redis://127.0.0.1:6379/0", "redis://, rediss:// or unix:// URL",
+    Setting("FLEET_REDIS_URL", "redis://127.0.0.1:6379/0",
+            "redis://, rediss://, unix://, redis+cluster:// or redis+sentinel:// URL",
             "Redis of the fleet; the password never appears in logs", "connection"),
     Setting("FLEET_REDIS_TIMEOUT", 10.0, "float > 0",
             "socket connect and read timeout of every Redis call, seconds", "connection"),
     Setting("FLEET_REDIS_RETRIES", 3, "int >= 0",
             "retries of a frontier call after a connection error or timeout", "connection"),
+    Setting("FLEET_REDIS_WAIT_REPLICAS", 0, "int >= 0",
+            "after a push without a parent, WAIT until this many replicas have it",
+            "connection", "docs/deployment.md"),
     Setting("FLEET_CRAWL_ID", None, "str or None (the spider's name)",
             "namespace of the crawl in Redis (1-100 of A-Za-z0-9_.-)", "identity"),
     Setting("FLEET_KEY_PREFIX", "fleet", "str",
@@ -463,6 +467,8 @@ def _check_url_options(url: str, name: str) -> None:
         if why:
             raise FleetConfigError(f"{name}={redact(url)!r} is invalid: the URL option "
                                    f"{option!r} is not supported ({why})")
+    if urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+        return  # Cluster and Sentinel URLs: redis_url.parse checked their options
     try:
         pool = redis.ConnectionPool.from_url(url)
         pool.make_connection()  # builds the connection object only: no I/O
@@ -482,24 +488,15 @@ def _is_utf8(encoding: str) -> bool:
 
 
 def validate_redis_url(url: Any, name: str = "FLEET_REDIS_URL") -> str:
-    """Return *url* if it is a redis://, rediss:// or unix:// URL whose options redis-py knows
-    and that keep replies as bytes (no ``decode_responses``, ``encoding`` only UTF-8).
+    """Return *url* if it names a Redis deployment (scrapy_fleet/redis_url.py lists the
+    schemes: one server, Cluster, Sentinel, each with or without TLS) with valid options.
 
     Raises:
-        FleetConfigError: naming *name*, the URL (password hidden) and the wrong part.
+        FleetConfigError: naming *name*, the URL (password redacted) and what is wrong.
     """
-    _check(name, url, isinstance(url, str) and bool(url), "a redis://, rediss:// or unix:// URL")
-    parts = urlsplit(url)
-    _check(name, url, parts.scheme in ("redis", "rediss", "unix"),
-           "a redis://, rediss:// or unix:// URL")
-    if parts.scheme in ("redis", "rediss"):
-        _check(name, url, bool(parts.hostname), "a host in the URL")
-        try:
-            parts.port  # noqa: B018 - raises ValueError on a bad port
-        except ValueError:
-            raise FleetConfigError(f"{name}={url!r} is invalid: bad port") from None
-    else:
-        _check(name, url, bool(parts.path), "a socket path in the unix:// URL")
+    from scrapy_fleet import redis_url
+
+    redis_url.parse(url, name)
     _check_url_options(url, name)
     return str(url)
 
@@ -738,6 +735,7 @@ class FleetConfig:
     redis_url: str
     redis_timeout: float
     redis_retries: int
+    redis_wait_replicas: int
     crawl_id: str | None
     key_prefix: str
     worker_id: str
@@ -899,6 +897,9 @@ class FleetConfig:
                                   "seconds > 0", exclusive=True),
             redis_retries=_number("FLEET_REDIS_RETRIES", g("FLEET_REDIS_RETRIES"), int, 0,
                                   "an integer >= 0"),
+            redis_wait_replicas=_number("FLEET_REDIS_WAIT_REPLICAS",
+                                        g("FLEET_REDIS_WAIT_REPLICAS"), int, 0,
+                                        "an integer >= 0"),
             crawl_id=crawl_id,
             key_prefix=prefix,
             worker_id=worker_id,

@@ -17,6 +17,11 @@ class RedisUnavailableError(FleetError, ConnectionError):
     """Redis cannot be reached at ``FLEET_REDIS_URL``; the message gives the URL (no password)."""
 
 
+class RedisPermissionError(FleetError, PermissionError):
+    """The Redis (ACL) user of ``FLEET_REDIS_URL`` may not run a command the fleet needs; the
+    message names the commands."""
+
+
 class RequestEncodeError(FleetError, ValueError):
     """A request cannot be stored in the frontier (a lambda callback, a Selector in meta...)."""
 

@@ -5,6 +5,13 @@ retries 10 times, ``from_url`` 0 times), and a retried EVALSHA after a lost repl
 on the server.  So clients here never retry by themselves (``Retry(NoBackoff(), 0)``); the
 callers that mutate (frontier.py, dupefilter.py) retry explicitly, with :func:`call_retrying`
 and the same operation id, which their scripts turn into a no-op replay.
+
+The URL picks the client (scrapy_fleet/redis_url.py): one server (``redis.Redis``), Redis
+Cluster (``redis.cluster.RedisCluster``: it follows MOVED/ASK itself and re-reads the slot
+map after a connection error, so a retried call reaches the replica promoted by a failover),
+or Sentinel (``redis.sentinel``: a connection asks the sentinels for the current master, and
+a connection to a demoted master is dropped on READONLY).  The asyncio clients are their
+``redis.asyncio`` twins.
 """
 
 from __future__ import annotations
@@ -17,10 +24,21 @@ from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
+import redis.asyncio.sentinel
+import redis.cluster
+import redis.connection
+import redis.sentinel
 from redis.backoff import NoBackoff
+from redis.exceptions import (
+    ClusterDownError,
+    RedisClusterException,
+    SlotNotCoveredError,
+    TryAgainError,
+)
 from redis.retry import Retry
 
-from scrapy_fleet import outage
+from scrapy_fleet import outage, redis_url
 from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.redact import redact
 
@@ -39,18 +57,124 @@ def _options(timeout: float) -> dict[str, Any]:
     }
 
 
-def sync_client(url: str, timeout: float = 10.0) -> redis.Redis:
-    """A blocking client for commands and the push helper (never in the reactor's path)."""
-    return redis.Redis.from_url(url, **_options(timeout))
+def _cluster_options(timeout: float) -> dict[str, Any]:
+    options = _options(timeout)
+    del options["retry_on_timeout"]  # deprecated for the cluster clients (and their Retry of
+    # 0 retries already retries nothing)
+    return options
 
 
-def async_client(url: str, timeout: float = 10.0) -> redis.asyncio.Redis:
-    """An asyncio client, used by workers inside Scrapy's asyncio reactor."""
-    return redis.asyncio.Redis.from_url(url, **_options(timeout))
+def _node_kwargs(target: redis_url.RedisTarget) -> dict[str, Any]:
+    """Connection options of *target*'s data nodes (user, password, db, TLS...), without
+    the address."""
+    node = redis.connection.parse_url(target.url)
+    for name in ("host", "port", "connection_class"):
+        node.pop(name, None)
+    if target.tls:
+        node["ssl"] = True
+    return node
 
 
-#: errors after which a call may succeed when sent again (with the same operation id)
-RETRYABLE = (redis.ConnectionError, redis.TimeoutError, ConnectionError, TimeoutError, OSError)
+def _sentinel_kwargs(target: redis_url.RedisTarget, timeout: float,
+                     ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the sentinels' connection options, the master's) of a Sentinel URL."""
+    master = _node_kwargs(target)
+    tls = {k: v for k, v in master.items() if k.startswith("ssl")}
+    sentinels: dict[str, Any] = {
+        "socket_timeout": timeout, "socket_connect_timeout": timeout,
+        "retry": Retry(NoBackoff(), 0), **target.sentinel_options}
+    if target.tls:
+        sentinels.update(tls)
+    return sentinels, {**master, **_options(timeout)}
+
+
+def sync_client(url: str, timeout: float = 10.0) -> Any:
+    """A blocking client for commands and the push helper (never in the reactor's path):
+    ``redis.Redis``, ``redis.cluster.RedisCluster`` or a Sentinel-managed ``redis.Redis``.
+
+    Raises:
+        FleetConfigError: *url* is not a valid ``FLEET_REDIS_URL``.
+        RedisUnavailableError: a cluster whose start-up node cannot be reached (the cluster
+            client reads the slot map when it is built).
+    """
+    target = redis_url.parse(url)
+    if target.kind == "cluster":
+        nodes = [redis.cluster.ClusterNode(host, port) for host, port in target.hosts]
+        try:
+            return redis.cluster.RedisCluster(startup_nodes=nodes, **_node_kwargs(target),
+                                              **_cluster_options(timeout))
+        except (RedisClusterException, *_PING_ERRORS) as exc:
+            raise _unreachable(exc, url) from exc
+    if target.kind == "sentinel":
+        sentinels, master = _sentinel_kwargs(target, timeout)
+        return redis.sentinel.Sentinel(list(target.hosts), sentinel_kwargs=sentinels,
+                                       ).master_for(target.service, **master)
+    return redis.Redis.from_url(target.url, **_options(timeout))
+
+
+def async_client(url: str, timeout: float = 10.0) -> Any:
+    """An asyncio client, used by workers inside Scrapy's asyncio reactor: the
+    ``redis.asyncio`` twin of :func:`sync_client`'s (it connects on its first command).
+
+    Raises:
+        FleetConfigError: *url* is not a valid ``FLEET_REDIS_URL``.
+    """
+    target = redis_url.parse(url)
+    if target.kind == "cluster":
+        anodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in target.hosts]
+        return redis.asyncio.cluster.RedisCluster(startup_nodes=anodes,
+                                                  **_node_kwargs(target),
+                                                  **_cluster_options(timeout))
+    if target.kind == "sentinel":
+        sentinels, master = _sentinel_kwargs(target, timeout)
+        return redis.asyncio.sentinel.Sentinel(
+            list(target.hosts), sentinel_kwargs=sentinels,
+        ).master_for(target.service, **master)
+    return redis.asyncio.Redis.from_url(target.url, **_options(timeout))
+
+
+def is_cluster(client: Any) -> bool:
+    """True for a Redis Cluster client (sync or asyncio)."""
+    return isinstance(client, (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster))
+
+
+def node_of(client: Any, key: str) -> dict[str, Any]:
+    """Keyword arguments sending a keyless command (INFO, CONFIG GET, SCAN...) to the node
+    that holds *key*: ``{"target_nodes": node}`` on a cluster, ``{}`` otherwise.  Every key of
+    a crawl has the crawl's hash tag, so one key's node is the crawl's node.  An asyncio
+    cluster client must have run a command first (it reads the slot map then)."""
+    if is_cluster(client):
+        return {"target_nodes": client.get_node_from_key(key)}
+    return {}
+
+
+def wait_timeout_ms(timeout: float) -> int:
+    """WAIT's timeout for a client whose socket timeout is *timeout* seconds: 1 s at most,
+    half the socket timeout at least (the reply must come before the socket gives up)."""
+    return max(1, int(min(1.0, timeout / 2) * 1000))
+
+
+def wait_replicas_sync(client: Any, key: str, replicas: int, timeout: float) -> int:
+    """``WAIT replicas`` after a write: blocks until *replicas* replicas acknowledged every
+    write sent before on this connection, or ``wait_timeout_ms(timeout)``; returns how many
+    did.  Sent on the node of *key* (the crawl's), through the connection the write just
+    used: redis-py's pools hand out the last released connection first, and the caller
+    (one thread, one call at a time) has released nothing else since.
+    """
+    return int(client.wait(replicas, wait_timeout_ms(timeout), **node_of(client, key)))
+
+
+async def wait_replicas_async(client: Any, key: str, replicas: int, timeout: float) -> int:
+    """The asyncio twin of :func:`wait_replicas_sync` (its caller, the frontier's pump, is
+    the only user of its client while a call runs)."""
+    return int(await client.wait(replicas, wait_timeout_ms(timeout), **node_of(client, key)))
+
+
+#: errors after which a call may succeed when sent again (with the same operation id):
+#: connection errors and timeouts, and a cluster's answers during a failover (CLUSTERDOWN,
+#: TRYAGAIN, a slot no node serves yet), which come before the command runs
+RETRYABLE = (redis.ConnectionError, redis.TimeoutError, ConnectionError, TimeoutError, OSError,
+             ClusterDownError, TryAgainError, SlotNotCoveredError)
 _FIRST_BACKOFF, _MAX_BACKOFF = 0.1, 5.0  # seconds, doubling
 
 
@@ -65,6 +189,10 @@ def _unreachable(exc: BaseException, url: str) -> RedisUnavailableError:
         return RedisUnavailableError(
             f"{redact(url)} is not a Redis server (FLEET_REDIS_URL): it answered in another "
             f"protocol ({exc})")
+    if "CERTIFICATE_VERIFY_FAILED" in str(exc) or "certificate verify failed" in str(exc):
+        return RedisUnavailableError(
+            f"Redis at {redact(url)} presented a TLS certificate that cannot be verified "
+            f"(FLEET_REDIS_URL, ssl_ca_certs): {exc}")
     if isinstance(exc, redis.AuthenticationError):
         return RedisUnavailableError(
             f"Redis at {redact(url)} refused the credentials (FLEET_REDIS_URL): {exc}")
@@ -74,19 +202,25 @@ def _unreachable(exc: BaseException, url: str) -> RedisUnavailableError:
     return RedisUnavailableError(f"cannot reach Redis at {redact(url)} (FLEET_REDIS_URL): {exc}")
 
 
-def ping_sync(client: redis.Redis, url: str) -> None:
-    """PING or raise :class:`RedisUnavailableError` naming the (redacted) URL."""
+def ping_sync(client: Any, url: str, key: str | None = None) -> None:
+    """PING or raise :class:`RedisUnavailableError` naming the (redacted) URL.  On a cluster
+    with *key*: PING the node that holds *key* (the crawl's), not the client's default node,
+    which may be a dead master the cluster has failed over."""
     try:
-        client.ping()
-    except _PING_ERRORS as exc:
+        client.ping(**(node_of(client, key) if key is not None else {}))
+    except (*_PING_ERRORS, RedisClusterException) as exc:
         raise _unreachable(exc, url) from exc
 
 
-async def ping_async(client: redis.asyncio.Redis, url: str) -> None:
-    """PING or raise :class:`RedisUnavailableError` naming the (redacted) URL."""
+async def ping_async(client: Any, url: str, key: str | None = None) -> None:
+    """The asyncio twin of :func:`ping_sync`."""
     try:
-        await client.ping()
-    except _PING_ERRORS as exc:
+        if key is not None and is_cluster(client):
+            await client.initialize()  # reads the slot map (once; again after errors)
+            await client.ping(**node_of(client, key))
+        else:
+            await client.ping()
+    except (*_PING_ERRORS, RedisClusterException) as exc:
         raise _unreachable(exc, url) from exc
 
 

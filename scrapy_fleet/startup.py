@@ -29,9 +29,16 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.misc import load_object
 from scrapy.utils.reactor import is_asyncio_reactor_installed
 
-from scrapy_fleet import redis_client
+from scrapy_fleet import acl, redis_client, redis_url
 from scrapy_fleet.config import SETTINGS_HELP, FleetConfig, unknown_settings
-from scrapy_fleet.errors import FleetConfigError, FleetError, RedisUnavailableError
+from scrapy_fleet.errors import (
+    FleetConfigError,
+    FleetError,
+    RedisPermissionError,
+    RedisUnavailableError,
+)
+from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.redact import redact
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -54,7 +61,8 @@ class FleetStartupCheck:
         FleetConfigError: a ``FLEET_*`` setting has a wrong value, or the reactor is not the
             asyncio one.
         RedisUnavailableError: Redis at ``FLEET_REDIS_URL`` does not answer PING, or refuses
-            the credentials.
+            the credentials, or its TLS certificate cannot be verified.
+        RedisPermissionError: its ACL user may not run a command a worker needs.
     """
 
     @classmethod
@@ -69,11 +77,15 @@ class FleetStartupCheck:
 
 def check_worker(crawler: Crawler) -> FleetConfig:
     """Validate every fleet setting and, when the fleet's scheduler or dupefilter is used,
-    the reactor and one PING to Redis (blocking, at most ``FLEET_REDIS_TIMEOUT`` seconds).
+    the reactor, one PING to Redis (blocking, at most ``FLEET_REDIS_TIMEOUT`` seconds) and
+    the permissions of its user (scrapy_fleet/acl.py: one script call that checks every
+    command a worker sends, on the crawl's keys).  A TLS URL with ``ssl_cert_reqs=none``
+    is logged as a warning.
 
     Raises:
         FleetConfigError: naming the wrong setting and its value.
         RedisUnavailableError: naming the URL, password redacted.
+        RedisPermissionError: naming the commands the Redis user may not run.
     """
     settings = crawler.settings
     config = FleetConfig.from_settings(settings)
@@ -97,9 +109,19 @@ def check_worker(crawler: Crawler) -> FleetConfig:
             "TWISTED_REACTOR must be the asyncio reactor "
             "(twisted.internet.asyncioreactor.AsyncioSelectorReactor) for scrapy_fleet")
     if fleet_scheduler or _is_subclass(settings, "DUPEFILTER_CLASS", RedisBloomDupeFilter):
+        target = redis_url.parse(config.redis_url)
+        if target.unverified:
+            logger.warning("FLEET_REDIS_URL has ssl_cert_reqs=none: TLS certificate "
+                           "verification is off, so any server can pose as %s",
+                           redact(config.redis_url), extra={"crawler": crawler})
         client = redis_client.sync_client(config.redis_url, config.redis_timeout)
         try:
             redis_client.ping_sync(client, config.redis_url)
+            name = getattr(spider, "name", None)
+            crawl_id = config.resolve_crawl_id(name) if name else config.crawl_id
+            if crawl_id:
+                acl.check_sync(client, CrawlKeys(config.key_prefix, crawl_id), "worker",
+                               cluster=target.kind == "cluster")
         finally:
             client.close()
     return config
@@ -127,11 +149,17 @@ def _is_subclass(settings: BaseSettings, name: str, cls: type) -> bool:
 
 def hint(exc: FleetError) -> str:
     """How to fix *exc*, for a user who did not write the code."""
+    if isinstance(exc, RedisPermissionError):
+        return ("Grant the Redis user those commands on the crawl's keys (ACL SETUSER; "
+                "docs/deployment.md gives the rule of a worker)")
     if isinstance(exc, RedisUnavailableError):
         cause = exc.__cause__
         if isinstance(cause, redis.exceptions.InvalidResponse):
             return ("Set FLEET_REDIS_URL to the address of a Redis server (redis://HOST:PORT/DB, "
                     "Redis listens on port 6379 by default)")
+        if "certificate" in str(exc):
+            return ("Give the CA that signed the server's certificate as ssl_ca_certs=PATH "
+                    "in FLEET_REDIS_URL (rediss://HOST:PORT/0?ssl_ca_certs=/path/ca.crt)")
         if isinstance(cause, redis.AuthenticationError):
             return ("Check the user name and password in FLEET_REDIS_URL "
                     "(redis://USER:PASSWORD@HOST:PORT/DB)")

@@ -51,7 +51,8 @@ def test_redis_url_schemes(url):
 
 
 @pytest.mark.parametrize("name,value,fragment", [
-    ("FLEET_REDIS_URL", "http://localhost:6379", "redis://, rediss:// or unix://"),
+    ("FLEET_REDIS_URL", "http://localhost:6379",
+     "redis://, rediss://, unix://, redis+cluster://"),
     ("FLEET_REDIS_URL", "redis://:6379", "a host in the URL"),
     ("FLEET_REDIS_URL", "redis://h:notaport/0", "bad port"),
     ("FLEET_LEASE_TIMEOUT", "soon", "seconds >= 1"),

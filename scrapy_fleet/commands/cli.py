@@ -20,9 +20,10 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
+import redis
 from scrapy import Request
 
-from scrapy_fleet import codec
+from scrapy_fleet import codec, redis_url
 from scrapy_fleet.commands import push
 from scrapy_fleet.config import (
     DEFAULTS,
@@ -34,7 +35,12 @@ from scrapy_fleet.config import (
     validate_key_prefix,
     validate_redis_url,
 )
-from scrapy_fleet.errors import FleetConfigError, RedisUnavailableError, RequestDecodeError
+from scrapy_fleet.errors import (
+    FleetConfigError,
+    RedisPermissionError,
+    RedisUnavailableError,
+    RequestDecodeError,
+)
 from scrapy_fleet.failures import admin as failures
 from scrapy_fleet.frontier.client import PRIORITY_LIMIT, FrontierAdmin, FrontierParams
 from scrapy_fleet.monitoring import actions as monitoring_actions
@@ -206,6 +212,11 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
     monitoring_actions.add_arguments(parser)
 
 
+#: action -> the least-privilege role it needs (scrapy_fleet/acl.py), checked at start
+ACL_ROLES = {"push": "worker", "retry": "admin", "purge": "admin", "status": "monitor",
+             "dead": "monitor", "failed": "monitor", "top": "monitor", "monitor": "monitor"}
+
+
 def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: Any,
                fingerprint: Callable[[Request], bytes], label: str,
                confirm: Callable[[str], str] = input, low_watermark: int | None = None,
@@ -225,15 +236,21 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
                         has_method, host_key_mode, alerts_config, forget_after)
     try:
         if spec.needs_redis:
-            ctx.crawl.ping()
+            if redis_url.parse(ctx.crawl.url).unverified:
+                print("warning: ssl_cert_reqs=none in the Redis URL: TLS certificate "
+                      "verification is off", file=sys.stderr)
+            ctx.crawl.ping(ACL_ROLES.get(action))
             if spec.needs_state and not ctx.crawl.has_state():
                 print(f"error: Redis holds no state of crawl {ctx.crawl.keys.crawl_id!r} "
                       f"(key prefix {ctx.crawl.keys.prefix!r}): nothing was pushed and no "
                       "worker ran; check the crawl id and the key prefix", file=sys.stderr)
                 return push.EXIT_NO_CRAWL
         return spec.run(ctx)
-    except RedisUnavailableError as exc:
+    except (RedisUnavailableError, RedisPermissionError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return push.EXIT_ERROR
+    except redis.exceptions.NoPermissionError as exc:  # a command the probe does not know
+        print(f"error: the Redis user lacks a permission: {exc}", file=sys.stderr)
         return push.EXIT_ERROR
     except KeyboardInterrupt:
         print("\ninterrupted: lines already pushed stay pushed", file=sys.stderr)
@@ -311,6 +328,11 @@ def _push(admin: FrontierAdmin, urls: list[str], opts: Any,
         display.done()
     print(f"pushed {report.pushed}, duplicates {report.duplicates}, "
           f"rejected {report.rejected} (crawl {admin.keys.crawl_id!r})")
+    if admin.unreplicated:
+        print(f"warning: {admin.unreplicated} push call(s) were not acknowledged by "
+              f"{admin.wait_replicas} replica(s) in time (FLEET_REDIS_WAIT_REPLICAS): a "
+              "failover of the master now would lose them; push those lines again after one",
+              file=sys.stderr)
     if report.waited:
         print(f"waited {report.waited:.1f} s for room in the frontier")
     if report.stopped_full:
@@ -497,6 +519,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--low-watermark", type=float, default=None,
                         help="FLEET_QUEUE_LOW_WATERMARK (default: the workers' value, else "
                              f"{DEFAULTS['FLEET_QUEUE_LOW_WATERMARK']})")
+    parser.add_argument("--wait-replicas", type=int, default=0, metavar="N",
+                        help="push: after each push call, wait (WAIT, up to 1 s) until N "
+                             "replicas have it, and warn when they do not "
+                             "(FLEET_REDIS_WAIT_REPLICAS; default 0)")
     parser.add_argument("action", choices=list(ACTIONS), metavar="ACTION",
                         help=f"one of {', '.join(ACTIONS)}")
     parser.add_argument("crawl_id", nargs="?", metavar="CRAWL_ID",
@@ -512,7 +538,10 @@ def _stored_bounds(url: str, crawl_id: str, prefix: str) -> dict[str, Any]:
     from scrapy_fleet import redis_client
     from scrapy_fleet.keys import CrawlKeys
 
-    client = redis_client.sync_client(url, 5.0)
+    try:
+        client = redis_client.sync_client(url, 5.0)
+    except RedisUnavailableError:  # reported by the action itself, with a clear message
+        return {}
     try:
         raw = client.hgetall(CrawlKeys(prefix, crawl_id).config)
     except Exception:  # reported by the action itself, with a clear message
@@ -621,9 +650,12 @@ def main(argv: list[str] | None = None) -> int:
     if queue_max < 0 or not 0 < low_mark < 1:
         parser.error("--queue-max must be >= 0 and --low-watermark between 0 and 1")
     queue_max = queue_max or None
+    if opts.wait_replicas < 0:
+        parser.error("--wait-replicas must be >= 0")
     admin = FrontierAdmin(url, crawl_id, prefix=opts.prefix,
                           params=FrontierParams(queue_max=queue_max,
-                                                host_queue_max=stored.get("host_queue_max")))
+                                                host_queue_max=stored.get("host_queue_max")),
+                          wait_replicas=opts.wait_replicas)
     low = max(int(queue_max * low_mark), 1) if queue_max else None
     try:
         return run_action(opts.action, admin, opts.urls, opts, push.default_fingerprinter(),

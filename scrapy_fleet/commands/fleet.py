@@ -118,7 +118,8 @@ class Command(ScrapyCommand):
             load_object(settings["REQUEST_FINGERPRINTER_CLASS"]), crawler)
         admin = FrontierAdmin(config.redis_url, crawl_id, prefix=config.key_prefix,
                               params=config.frontier_params(), timeout=config.redis_timeout,
-                              retries=config.redis_retries)
+                              retries=config.redis_retries,
+                              wait_replicas=config.redis_wait_replicas)
         try:
             self.exitcode = cli.run_action(action, admin, urls, opts, fingerprinter.fingerprint,
                                            label=f"spider {spidercls.name!r}",

@@ -17,6 +17,7 @@ the first reply back instead of running twice.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -30,7 +31,7 @@ import redis.asyncio
 
 from scrapy_fleet import lua, redis_client
 from scrapy_fleet.config import STAGE_HOST
-from scrapy_fleet.errors import CrawlStateLostError
+from scrapy_fleet.errors import CrawlStateLostError, RedisUnavailableError
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.politeness.hosts import effective_policy
 
@@ -283,12 +284,17 @@ class AsyncFrontier:
     """
 
     def __init__(self, url: str, keys: CrawlKeys, worker: str, params: FrontierParams,
-                 timeout: float = 10.0, retries: int = 3) -> None:
+                 timeout: float = 10.0, retries: int = 3, wait_replicas: int = 0) -> None:
         self.url = url
         self.keys = keys
         self.worker = worker
         self.params = params
         self.retries = retries
+        self.timeout = timeout
+        #: FLEET_REDIS_WAIT_REPLICAS: after a call that pushed requests without a parent
+        #: (start requests), WAIT for that many replicas
+        self.wait_replicas = wait_replicas
+        self.unreplicated = 0  #: calls fewer replicas than wait_replicas acknowledged
         self.client: redis.asyncio.Redis = redis_client.async_client(url, timeout)
         self._script = lua.load(self.client, "frontier.lua")
         self._prev_op = "-"
@@ -296,8 +302,26 @@ class AsyncFrontier:
         #: the crawl marker seen by this worker's first call; every later call requires it
         self.marker = ""
 
-    async def connect(self) -> None:
-        await redis_client.ping_async(self.client, self.url)
+    async def connect(self, patience: float = 30.0) -> None:
+        """PING the crawl's node, trying again with back-off (0.1 s doubling to 5 s) for up
+        to *patience* seconds: the start-up check has just reached Redis, so a failure now
+        is a failover or a restart under way, which a worker waits out.
+
+        Raises:
+            RedisUnavailableError: still unreachable after *patience* seconds.
+        """
+        deadline = time.monotonic() + patience
+        delay = 0.1
+        while True:
+            try:
+                return await redis_client.ping_async(self.client, self.url, self.keys.stats)
+            except RedisUnavailableError as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                logger.warning("Redis not reachable yet (%s): trying again in %.1f s", exc,
+                               delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     async def sync(self, batch: SyncBatch, monitor: bytes = b"") -> SyncResult:
         """Run one batch atomically; retried with the same op id on connection errors.
@@ -325,6 +349,11 @@ class AsyncFrontier:
                 raise lost from None
             raise
         self._prev_op = op
+        if self.wait_replicas and any(len(p) > 3 and not p[3] for p in batch.pushes):
+            acked = await redis_client.wait_replicas_async(
+                self.client, self.keys.stats, self.wait_replicas, self.timeout)
+            if acked < self.wait_replicas:
+                self.unreplicated += 1
         result = SyncResult.from_reply(reply)
         if not self.marker:
             self.marker = result.marker
@@ -347,17 +376,55 @@ class FrontierAdmin:
 
     def __init__(self, url: str, crawl_id: str, prefix: str = "fleet",
                  params: FrontierParams | None = None, timeout: float = 10.0,
-                 retries: int = 3) -> None:
+                 retries: int = 3, wait_replicas: int = 0) -> None:
         self.url = url
         self.keys = CrawlKeys(prefix, crawl_id)
         self.params = params or FrontierParams()
         self.retries = retries
-        self.client: redis.Redis = redis_client.sync_client(url, timeout)
+        self.timeout = timeout
+        #: FLEET_REDIS_WAIT_REPLICAS: after each call, WAIT for that many replicas
+        self.wait_replicas = wait_replicas
+        self.unreplicated = 0  #: calls fewer replicas than wait_replicas acknowledged
+        self._client: Any = None
         self._script: Any = None
         self._prev_op = "-"
 
-    def ping(self) -> None:
-        redis_client.ping_sync(self.client, self.url)
+    @property
+    def client(self) -> Any:
+        """The blocking client (``redis.Redis``, or ``RedisCluster`` for a cluster URL),
+        made on first use.
+
+        Raises:
+            RedisUnavailableError: a cluster none of whose start-up nodes answers.
+        """
+        if self._client is None:
+            self._client = redis_client.sync_client(self.url, self.timeout)
+        return self._client
+
+    def ping(self, role: str | None = None) -> None:
+        """PING; with *role* (``worker``, ``monitor``, ``admin``: scrapy_fleet/acl.py) also
+        check that the Redis user may run every command of that role.
+
+        Raises:
+            RedisUnavailableError: Redis cannot be reached.
+            RedisPermissionError: naming the commands the user may not run.
+        """
+        redis_client.ping_sync(self.client, self.url, self.keys.stats)
+        if role is not None:
+            from scrapy_fleet import acl
+
+            acl.check_sync(self.client, self.keys, role,
+                           cluster=redis_client.is_cluster(self.client))
+
+    def _node(self) -> dict[str, Any]:
+        """``target_nodes`` of the crawl's node for keyless commands (TIME, SCAN) on a
+        cluster; nothing on one server."""
+        return redis_client.node_of(self.client, self.keys.stats)
+
+    def server_ms(self) -> int:
+        """The Redis server's clock (of the crawl's node), in milliseconds."""
+        seconds, micros = self.client.time(**self._node())
+        return int(seconds) * 1000 + int(micros) // 1000
 
     def sync(self, batch: SyncBatch, worker: str = "", op_id: str | None = None,
              monitor: bytes = b"") -> SyncResult:
@@ -371,6 +438,11 @@ class FrontierAdmin:
         reply = redis_client.call_retrying(lambda: self._script(keys=keys, args=[arg, monitor]),
                                            self.url, self.retries)
         self._prev_op = op
+        if self.wait_replicas:
+            acked = redis_client.wait_replicas_sync(self.client, self.keys.stats,
+                                                    self.wait_replicas, self.timeout)
+            if acked < self.wait_replicas:
+                self.unreplicated += 1
         result = SyncResult.from_reply(reply)
         missing = _needs_payloads(result)
         if missing:
@@ -393,7 +465,6 @@ class FrontierAdmin:
         """Counts of the crawl: queued, leased, dead, seen (Bloom), workers, idle seconds, and
         the fleet-wide counters of the stats hash (pushed, duplicates, leased, acked, ...)."""
         k = self.keys
-        now = time.time()
         with self.client.pipeline(transaction=False) as pipe:
             pipe.zcard(k.queue)
             pipe.zcard(k.leases)
@@ -402,14 +473,13 @@ class FrontierAdmin:
             pipe.hgetall(k.stats)
             pipe.zrange(k.workers, 0, -1, withscores=True)
             pipe.get(k.idle_since)
-            pipe.time()
             pipe.hmget(k.seeding, "holder", "progress", "done")
             pipe.zcard(k.delayed)
             pipe.llen(k.parked)
             pipe.hget(k.hostq, STAGE_HOST)
-            (queued, leased, dead, meta, stats, workers, idle, srv_time, seeded, delayed,
+            (queued, leased, dead, meta, stats, workers, idle, seeded, delayed,
              parked, stored) = pipe.execute()
-        server_ms = srv_time[0] * 1000 + srv_time[1] // 1000 if srv_time else now * 1000
+        server_ms = self.server_ms()  # not in the pipeline: a cluster pipeline refuses TIME
         meta = {a.decode(errors="replace"): b.decode(errors="replace") for a, b in meta.items()}
         seen = sum(_int(v) for name, v in meta.items() if name.startswith("c"))
         idle_ms = _int(idle, None) if idle is not None else None
@@ -446,10 +516,9 @@ class FrontierAdmin:
             pipe.hgetall(k.crawldelay)
             pipe.hgetall(k.fails)
             pipe.hgetall(k.hostconf)
-            pipe.time()
             pipe.hgetall(k.config)
-            queued, live, ready, hold, delay, fails, conf, srv, config = pipe.execute()
-        now = srv[0] * 1000 + srv[1] // 1000
+            queued, live, ready, hold, delay, fails, conf, config = pipe.execute()
+        now = self.server_ms()  # not in the pipeline: a cluster pipeline refuses TIME
         defaults = _policy_defaults(config)
         ready_at = {h: score for h, score in ready}
         names = set(queued) | set(live) | set(hold) | set(ready_at)
@@ -517,13 +586,13 @@ class FrontierAdmin:
                                        k.queue, k.dead))
 
     def crawl_keys(self) -> list[bytes]:
-        return list(self.client.scan_iter(match=self.keys.pattern, count=1000))
+        return list(self.client.scan_iter(match=self.keys.pattern, count=1000, **self._node()))
 
     def purge(self) -> int:
         """Delete every key of the crawl (queue, leases, dupefilter, stats...); returns how many."""
         deleted = 0
         batch: list[bytes] = []
-        for key in self.client.scan_iter(match=self.keys.pattern, count=1000):
+        for key in self.client.scan_iter(match=self.keys.pattern, count=1000, **self._node()):
             batch.append(key)
             if len(batch) >= 500:
                 deleted += self.client.unlink(*batch)
@@ -533,4 +602,6 @@ class FrontierAdmin:
         return deleted
 
     def close(self) -> None:
-        self.client.close()
+        if self._client is not None:
+            self._client.close()
+            self._client = None

@@ -45,15 +45,21 @@ def memory_warnings(policy: str | None, maxmemory: int, used: int,
     return warnings
 
 
-async def check_redis_memory(client: Any, config: FleetConfig) -> list[str]:
+async def check_redis_memory(client: Any, config: FleetConfig,
+                             key: str | None = None) -> list[str]:
     """Read ``maxmemory-policy``, ``maxmemory`` and ``used_memory``; return warnings.
 
-    A Redis that refuses CONFIG (managed services often do) is not checked.
+    On a cluster, of the node that holds *key* (any key of the crawl: they share one hash
+    tag), the node the crawl fills.  A Redis that refuses CONFIG (managed services often do,
+    and an ACL user without ``config|get``) is not checked.
     """
+    from scrapy_fleet.redis_client import node_of
+
+    target = node_of(client, key) if key is not None else {}
     try:
-        policy_reply = await client.config_get("maxmemory-policy")
-        max_reply = await client.config_get("maxmemory")
-        info = await client.info("memory")
+        policy_reply = await client.config_get("maxmemory-policy", **target)
+        max_reply = await client.config_get("maxmemory", **target)
+        info = await client.info("memory", **target)
     except redis.ResponseError as exc:
         logger.debug("Cannot read the Redis memory configuration: %s", exc)
         return []

@@ -129,6 +129,7 @@ class FleetScheduler(BaseScheduler):
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self._unreplicated = 0  # calls seen not acknowledged by the replicas (WAIT)
         self._fleet_done = False
         self._last_extend = 0.0
         self._uninstall_hook: Any = None
@@ -178,7 +179,8 @@ class FleetScheduler(BaseScheduler):
         keys = CrawlKeys(self.config.key_prefix, crawl_id)
         self.frontier = AsyncFrontier(self.config.redis_url, keys, self.config.worker_id,
                                       self.config.frontier_params(),
-                                      self.config.redis_timeout, self.config.redis_retries)
+                                      self.config.redis_timeout, self.config.redis_retries,
+                                      self.config.redis_wait_replicas)
         await self.frontier.connect()
         await politeness.Politeness(self.frontier.client, keys, self.config,
                                     self.config.worker_id).write_overrides()
@@ -195,7 +197,8 @@ class FleetScheduler(BaseScheduler):
         from scrapy import signals
 
         self.crawler.signals.connect(self._response_received, signal=signals.response_received)
-        for warning in await memory.check_redis_memory(self.frontier.client, self.config):
+        for warning in await memory.check_redis_memory(self.frontier.client, self.config,
+                                                        keys.stats):
             logger.warning(warning, extra={"spider": spider})
             self._inc("fleet/backpressure/memory_warnings")
         self._uninstall_hook = engine_hooks.on_request_done(self.crawler, self._request_done)
@@ -625,6 +628,14 @@ class FleetScheduler(BaseScheduler):
                            "acknowledgements until it has room", extra={"spider": self.spider})
             await asyncio.sleep(self.config.poll_interval * 4)
             return None
+        if self.frontier.unreplicated > self._unreplicated:
+            self._inc("fleet/redis/unreplicated", self.frontier.unreplicated - self._unreplicated)
+            if not self._unreplicated:
+                logger.warning("Start requests pushed but not acknowledged by "
+                               "FLEET_REDIS_WAIT_REPLICAS=%d replica(s) in time: a failover "
+                               "now would lose them (counted in fleet/redis/unreplicated)",
+                               self.frontier.wait_replicas, extra={"spider": self.spider})
+            self._unreplicated = self.frontier.unreplicated
         # the call succeeded: drop what it carried from the local buffers
         self.monitor.confirmed()
         if batch.releases and not final:

@@ -216,7 +216,8 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
         if hasattr(scheduler, "start_active"):
             scheduler.start_active = True  # no idle close while start requests may come
         try:
-            await self._patiently(lambda: redis_client.ping_async(client, self.config.redis_url))
+            await self._patiently(lambda: redis_client.ping_async(
+                client, self.config.redis_url, self._keys().seeding))
             skip = 0
             lost = asyncio.Event()
             if mode == "once":

@@ -505,8 +505,16 @@ if take > 0 then
       elseif not data then
         to_dead(id, 'entry has no data')
       else
+        -- a fencing token is never below the clock (ms x 10): after a failover that lost
+        -- the last leases, the promoted replica's rolled-back counter could hand their
+        -- tokens out again, on entry ids rolled back too (another request); from the clock
+        -- it cannot (docs/deployment.md, "What a failover can lose")
         local tok = redis.call('INCR', TOKEN)
-        redis.call('HSET', LEASE, id, tok .. '|' .. score .. '|' .. worker)
+        if tok < now * 10 then
+          tok = now * 10
+          redis.call('SET', TOKEN, string.format('%d', tok))
+        end
+        redis.call('HSET', LEASE, id, string.format('%d', tok) .. '|' .. score .. '|' .. worker)
         redis.call('ZADD', LEASES, now + lease_ms, id)
         hincrby(HOSTLIVE, h, 1)
         if worker ~= '' then hincrby(WLIVE, worker .. '|' .. h, 1) end

@@ -152,7 +152,7 @@ local function monitor_apply(m, k, now, worker, fk, acked)
       if redis.call('EXISTS', key) == 0 then
         redis.call('SETRANGE', key, size - 1, '\0')  -- the ring's full size from the start
       end
-      local args = {'BITFIELD', key}
+      local args = {'BITFIELD', key}  -- acl: BITFIELD (called as redis.call(unpack(args)))
       local base = (slot % tier[2]) * MON_FIELDS
       for j, v in ipairs(vals) do
         args[#args + 1] = 'SET'

@@ -1,0 +1,164 @@
+"""Least privilege: the Redis commands each role of the fleet sends, the ACL rule that allows
+exactly them, and a start-up check that names a missing permission.
+
+Roles: ``worker`` (``scrapy crawl`` with the add-on, and ``push``: they run the frontier's
+scripts), ``monitor`` (``status`` and ``dead``: reads only) and ``admin`` (``purge``: a worker
+that may also SCAN and UNLINK).  Redis checks the commands a Lua script calls against the
+calling user, one by one, when the script reaches them: a user allowed EVALSHA but not, say,
+ZADD would fail halfway through a script, after its first writes.  So a worker checks every
+command it may need once, at start, with ``lua/acl_probe.lua`` (``redis.acl_check_cmd``,
+Redis >= 7.0; ``ACL DRYRUN`` needs 7.2), and stops with one error naming the commands the
+user lacks.  docs/deployment.md prints the rules.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import redis
+
+from scrapy_fleet import lua
+from scrapy_fleet.errors import RedisPermissionError
+from scrapy_fleet.keys import CrawlKeys
+
+#: entry scripts each role runs
+_SCRIPTS = {"worker": ("frontier.lua", "politeness.lua", "seeding.lua", "bloom_add.lua"),
+            "monitor": (), "admin": ("frontier.lua", "politeness.lua", "seeding.lua",
+                                     "bloom_add.lua", "failed_retry.lua")}
+#: commands sent on every new connection (redis-py: CLIENT SETNAME for client_name; a failed
+#: CLIENT SETINFO is ignored by redis-py, so it is not needed) and the liveness check
+_CONNECTION = ("ping", "client|setname")
+#: a probe line of each command: a full command line (Redis 7.0's acl_check_cmd does not
+#: check the arity, and a line shorter than its command crashes the server in key lookup;
+#: tests/test_acl.py checks every line against COMMAND INFO), "@K" standing for a crawl key
+PROBE_LINES = {
+    "evalsha": "evalsha 0000000000000000000000000000000000000000 0",
+    "script|load": "script load return", "cluster|slots": "cluster slots",
+    "info": "info memory", "config|get": "config get maxmemory", "time": "time",
+    "scan": "scan 0", "del": "del @K", "unlink": "unlink @K", "exists": "exists @K",
+    "get": "get @K", "set": "set @K v", "incr": "incr @K", "getbit": "getbit @K 0",
+    "setbit": "setbit @K 0 1", "hdel": "hdel @K f", "hexists": "hexists @K f",
+    "hget": "hget @K f", "hgetall": "hgetall @K", "hincrby": "hincrby @K f 1",
+    "hlen": "hlen @K", "hmget": "hmget @K f", "hset": "hset @K f v", "hscan": "hscan @K 0",
+    "llen": "llen @K", "lpop": "lpop @K", "rpush": "rpush @K v", "zadd": "zadd @K 1 m",
+    "zcard": "zcard @K", "zcount": "zcount @K 0 1", "zrange": "zrange @K 0 -1",
+    "zrangebylex": "zrangebylex @K - +", "zrangebyscore": "zrangebyscore @K 0 1",
+    "zrem": "zrem @K m", "zremrangebyscore": "zremrangebyscore @K 0 1", "zscore": "zscore @K m",
+    "hsetnx": "hsetnx @K f v", "hstrlen": "hstrlen @K f", "pexpire": "pexpire @K 1000",
+    "setrange": "setrange @K 0 v", "strlen": "strlen @K", "type": "type @K",
+    "zincrby": "zincrby @K 1 m", "bitfield": "bitfield @K get u8 0",
+    "zrevrange": "zrevrange @K 0 -1",
+}
+#: commands each role sends itself (outside scripts)
+_DIRECT = {
+    "worker": ("evalsha", "script|load", "hset", "hmget", "hgetall", "zrem", "zcard"),
+    "monitor": ("zcard", "hlen", "hgetall", "zrange", "get", "hmget", "llen", "hscan",
+                "time", "exists", "hget", "zrevrange", "zrangebyscore", "zcount", "info"),
+    "admin": ("evalsha", "script|load", "hset", "hmget", "hgetall", "zrem", "zcard", "hlen",
+              "zrange", "get", "llen", "hscan", "time", "scan", "unlink"),
+}
+#: read when allowed (the memory check at start); a worker without them skips that check
+OPTIONAL = ("info", "config|get")
+#: a cluster client reads the slot map with CLUSTER SLOTS
+CLUSTER = ("cluster|slots",)
+
+_CALL = re.compile(r"redis\.p?call\(\s*['\"]([A-Za-z]+)['\"]")
+#: a command a script calls with a computed argument list: named in a ``-- acl: CMD`` comment
+_CALL_NOTE = re.compile(r"--\s*acl:\s*([A-Za-z]+)")
+
+
+def script_commands(role: str) -> list[str]:
+    """Commands the role's Lua scripts call (read from the scripts' sources), lower case."""
+    names: set[str] = set()
+    for script in _SCRIPTS[role]:
+        source = lua.source(script)
+        names.update(m.lower() for m in (*_CALL.findall(source), *_CALL_NOTE.findall(source)))
+    return sorted(names)
+
+
+def _probe_lines(role: str, cluster: bool) -> dict[str, str]:
+    """probe line -> command name (``name`` or ``name|subcommand``) for *role*.
+
+    Raises:
+        KeyError: a script calls a command without a line in PROBE_LINES (a test catches it).
+    """
+    names = [*_DIRECT[role], *script_commands(role), *(CLUSTER if cluster else ())]
+    return {PROBE_LINES[name]: name for name in dict.fromkeys(names)}
+
+
+def commands(role: str, cluster: bool = False) -> list[str]:
+    """Every command (``name`` or ``name|subcommand``) *role* needs, sorted."""
+    return sorted({*_CONNECTION, *_probe_lines(role, cluster).values()})
+
+
+def acl_rule(role: str, key_prefix: str = "fleet", crawl_id: str | None = None,
+             cluster: bool = False, optional: bool = True) -> str:
+    """The ``ACL SETUSER <name> on >PASSWORD ...`` rule, without the first three words,
+    that allows *role* exactly its commands on the keys of crawl *crawl_id* (None: every
+    crawl under *key_prefix*).  *optional*: a worker may also run INFO and CONFIG GET (the
+    memory check at start)."""
+    extra = list(OPTIONAL) if optional and role != "monitor" else []
+    allowed = " ".join(f"+{name}" for name in (*commands(role, cluster), *extra))
+    base = f"{key_prefix}:{{*}}" if crawl_id is None else CrawlKeys(key_prefix, crawl_id).base
+    return f"resetkeys ~{base}:* resetchannels -@all {allowed}"
+
+
+def _denied_error(denied: list[str], role: str, cluster: bool) -> RedisPermissionError:
+    lines = _probe_lines(role, cluster)
+    names = sorted({lines.get(line, line) for line in denied})
+    return RedisPermissionError(
+        f"the Redis user of FLEET_REDIS_URL may not run {', '.join(names)} on the crawl's "
+        f"keys; a {role} needs {', '.join(commands(role, cluster))} (docs/deployment.md "
+        f"gives the ACL rule)")
+
+
+def _translate(exc: redis.ResponseError, role: str, keys: CrawlKeys) -> RedisPermissionError:
+    if "keys" in str(exc):
+        return RedisPermissionError(
+            f"the Redis user of FLEET_REDIS_URL may not access the keys of crawl "
+            f"{keys.crawl_id!r}: {exc} (its key pattern must match {keys.base}:*; "
+            f"docs/deployment.md gives the ACL rule)")
+    return RedisPermissionError(
+        f"the Redis user of FLEET_REDIS_URL lacks a permission: {exc} (a {role} needs "
+        f"{', '.join(commands(role))}; docs/deployment.md gives the ACL rule)")
+
+
+def check_sync(client: Any, keys: CrawlKeys, role: str, cluster: bool = False) -> None:
+    """Run the probe; raise :class:`RedisPermissionError` naming what the user lacks.
+
+    A ``monitor`` is not probed: the probe is a script, and a read-only user must not run
+    scripts (they may write); its reads fail one by one, before anything is written, with
+    Redis's NOPERM error naming the command.  A Redis without ACLs (< 6) or without
+    ``redis.acl_check_cmd`` (< 7) is not checked.
+    """
+    if role == "monitor":
+        return
+    try:
+        denied = lua.load(client, "acl_probe.lua")(keys=[keys.stats],
+                                                    args=list(_probe_lines(role, cluster)))
+    except redis.exceptions.NoPermissionError as exc:
+        raise _translate(exc, role, keys) from exc
+    except redis.ResponseError as exc:
+        if "acl_check_cmd" in str(exc):
+            return  # Redis older than 7.0
+        raise
+    if denied:
+        raise _denied_error([d.decode() for d in denied], role, cluster)
+
+
+async def check_async(client: Any, keys: CrawlKeys, role: str, cluster: bool = False) -> None:
+    """The asyncio twin of :func:`check_sync`."""
+    if role == "monitor":
+        return
+    try:
+        denied = await lua.load(client, "acl_probe.lua")(keys=[keys.stats],
+                                                          args=list(_probe_lines(role, cluster)))
+    except redis.exceptions.NoPermissionError as exc:
+        raise _translate(exc, role, keys) from exc
+    except redis.ResponseError as exc:
+        if "acl_check_cmd" in str(exc):
+            return
+        raise
+    if denied:
+        raise _denied_error([d.decode() for d in denied], role, cluster)

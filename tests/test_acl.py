@@ -1,0 +1,165 @@
+"""Least privilege: a crawl and the commands run as ACL users with the rules of
+docs/deployment.md (scrapy_fleet/acl.py), and a missing permission is one error at start."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from support import EXAMPLE_PROJECT, read_items, run_scrapy, start_worker, tail, wait_all
+
+from scrapy_fleet import acl
+from scrapy_fleet.errors import RedisPermissionError
+from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.keys import CrawlKeys
+
+PASSWORD = "s3cret-acl"
+
+
+def without(rule: str, command: str) -> str:
+    """*rule* without its ``+command`` word."""
+    words = rule.split()
+    assert f"+{command}" in words
+    return " ".join(w for w in words if w != f"+{command}")
+
+
+@pytest.fixture
+def acl_users(redis_server: Any, redis_url: str) -> Iterator[Any]:
+    """``make(name, rule)`` creates an ACL user and returns its URL; deleted afterwards."""
+    admin = redis_server.client()
+    made: list[str] = []
+
+    def make(name: str, rule: str) -> str:
+        admin.execute_command("ACL", "SETUSER", name, "reset", "on", f">{PASSWORD}",
+                              *rule.split())
+        made.append(name)
+        return f"redis://{name}:{PASSWORD}@127.0.0.1:{redis_server.port}/0"
+
+    yield make
+    for name in made:
+        admin.execute_command("ACL", "DELUSER", name)
+    admin.close()
+
+
+def test_every_probe_line_has_its_command_s_arity(redis_url):
+    """Redis 7.0's redis.acl_check_cmd does not check arity; a short line crashes Redis."""
+    client = redis.Redis.from_url(redis_url)
+    for name, line in acl.PROBE_LINES.items():
+        command, _, sub = name.partition("|")
+        info = client.execute_command("COMMAND", "INFO", command)[command]
+        arity = int(info["arity"])
+        if sub:
+            subs = {s[0].decode(): int(s[1]) for s in info["subcommands"]}
+            arity = subs[name]
+        words = len(line.split())
+        assert words >= abs(arity) if arity < 0 else words == arity, (name, line, arity)
+    for role in ("worker", "monitor", "admin"):
+        for name in acl.script_commands(role):
+            assert name in acl.PROBE_LINES, name
+    client.close()
+
+
+def test_the_probe_names_each_command_the_rule_would_miss(acl_users):
+    """The documented rule passes the probe; the rule without any one of its commands fails
+    it, naming that command: the probe checks every command of the rule, no more."""
+    keys = CrawlKeys("fleet", "docs")
+    for role in ("worker", "admin"):  # a monitor runs no script: it is not probed
+        url = acl_users(f"full-{role}", acl.acl_rule(role, optional=False))
+        admin = FrontierAdmin(url, "docs")
+        admin.ping(role)
+        admin.close()
+        for name in acl.commands(role):
+            if name in ("ping", "client|setname", "evalsha", "script|load"):
+                continue  # the probe needs them to run at all: checked below
+            rule = without(acl.acl_rule(role, optional=False), name)
+            client = redis.Redis.from_url(acl_users(f"less-{role}", rule))
+            with pytest.raises(RedisPermissionError) as info:
+                acl.check_sync(client, keys, role)
+            assert f"may not run {name} on" in str(info.value), (role, name)
+            client.close()
+    rule = without(acl.acl_rule("worker"), "evalsha")
+    client = redis.Redis.from_url(acl_users("no-evalsha", rule))
+    with pytest.raises(RedisPermissionError, match="'evalsha' command"):
+        acl.check_sync(client, keys, "worker")
+    # another crawl's keys are out of a per-crawl rule's pattern
+    url = acl_users("docs-only", acl.acl_rule("worker", crawl_id="docs"))
+    client = redis.Redis.from_url(url)
+    acl.check_sync(client, keys, "worker")
+    with pytest.raises(RedisPermissionError, match=r"may not access the keys of crawl 'other'"):
+        acl.check_sync(client, CrawlKeys("fleet", "other"), "worker")
+    client.close()
+
+
+@pytest.mark.slow
+def test_crawl_and_commands_as_least_privileged_users(acl_users, site_server, worker_env,
+                                                      tmp_path):
+    worker = acl_users("fleet-worker", acl.acl_rule("worker", crawl_id="docs"))
+    monitor = acl_users("fleet-monitor", acl.acl_rule("monitor", crawl_id="docs"))
+    admin_url = acl_users("fleet-admin", acl.acl_rule("admin", crawl_id="docs"))
+    pushed = run_scrapy(EXAMPLE_PROJECT, ["fleet", "push", "docs", site_server.start_url,
+                                          "-s", f"FLEET_REDIS_URL={worker}"], worker_env)
+    assert pushed.returncode == 0, pushed.stderr
+    outs = [tmp_path / f"out-{n}.jsonl" for n in range(2)]
+    logs = [tmp_path / f"w-{n}.log" for n in range(2)]
+    procs = [start_worker(EXAMPLE_PROJECT, "docs", {
+        "FLEET_REDIS_URL": worker, "FLEET_IDLE_TIMEOUT": 3, "FLEET_JSONL_PATH": outs[n]},
+        worker_env, logs[n]) for n in range(2)]
+    codes = wait_all(procs, 90)
+    for n, code in enumerate(codes):
+        assert code == 0, tail(logs[n])
+        assert "NOPERM" not in tail(logs[n], 200000)
+    urls = [i["url"] for i in read_items(outs)]
+    assert set(urls) == site_server.expected_urls
+    assert collections.Counter(urls).most_common(1)[0][1] == 1
+    status = run_scrapy(EXAMPLE_PROJECT, ["fleet", "status", "docs", "--json", "-s",
+                                          f"FLEET_REDIS_URL={monitor}"], worker_env)
+    assert status.returncode == 0, status.stderr
+    assert '"queued": 0' in status.stdout
+    dead = run_scrapy(EXAMPLE_PROJECT, ["fleet", "dead", "docs", "-s",
+                                        f"FLEET_REDIS_URL={monitor}"], worker_env)
+    assert dead.returncode == 0 and "0 dead letter(s) shown" in dead.stdout, dead.stderr
+    # the read-only user cannot push: one error naming what it lacks, nothing written
+    denied = run_scrapy(EXAMPLE_PROJECT, ["fleet", "push", "docs", site_server.url + "x",
+                                          "-s", f"FLEET_REDIS_URL={monitor}"], worker_env)
+    assert denied.returncode == 2
+    assert "'evalsha' command" in denied.stderr, denied.stderr
+    assert "Traceback" not in denied.stderr
+    # a monitor without one of its reads: one line naming it (while the crawl has state)
+    blind = acl_users("blind", without(acl.acl_rule("monitor", crawl_id="docs"), "zcard"))
+    status = run_scrapy(EXAMPLE_PROJECT, ["fleet", "status", "docs", "-s",
+                                          f"FLEET_REDIS_URL={blind}"], worker_env)
+    assert status.returncode == 2
+    assert "'zcard' command" in status.stderr and "Traceback" not in status.stderr
+    # a worker cannot purge (SCAN, UNLINK); the admin user can
+    refused = run_scrapy(EXAMPLE_PROJECT, ["fleet", "purge", "docs", "--yes", "-s",
+                                           f"FLEET_REDIS_URL={worker}"], worker_env)
+    assert refused.returncode == 2 and "scan" in refused.stderr, refused.stderr
+    purged = run_scrapy(EXAMPLE_PROJECT, ["fleet", "purge", "docs", "--yes", "-s",
+                                          f"FLEET_REDIS_URL={admin_url}"], worker_env)
+    assert purged.returncode == 0, purged.stderr
+    assert "purged" in purged.stdout
+
+
+@pytest.mark.slow
+def test_a_missing_permission_is_one_error_at_start(acl_users, redis_url, site_server,
+                                                    worker_env, tmp_path):
+    full = acl_users("pusher", acl.acl_rule("worker"))
+    pushed = run_scrapy(EXAMPLE_PROJECT, ["fleet", "push", "docs", site_server.start_url,
+                                          "-s", f"FLEET_REDIS_URL={full}"], worker_env)
+    assert pushed.returncode == 0, pushed.stderr
+    # ZADD is called by frontier.lua only after its first writes (a lease, a push)
+    lacking = acl_users("no-zadd", without(acl.acl_rule("worker"), "zadd"))
+    log = tmp_path / "w.log"
+    proc = start_worker(EXAMPLE_PROJECT, "docs", {"FLEET_REDIS_URL": lacking,
+                                                  "FLEET_IDLE_TIMEOUT": 2}, worker_env, log)
+    assert wait_all([proc], 60) == [1]
+    text = tail(log, 100000)
+    errors = [line for line in text.splitlines() if " ERROR: " in line]
+    assert len(errors) == 1, text
+    assert "Fleet worker cannot start" in errors[0] and "may not run zadd" in errors[0]
+    assert "Traceback" not in text
+    status = FrontierAdmin(redis_url, "docs").status()
+    assert status["queued"] == 1 and status["counters"].get("leased", 0) == 0  # untouched
