@@ -27,6 +27,7 @@ from support import (
 from scrapy_fleet.errors import RequestDecodeError
 from scrapy_fleet.frontier.client import FrontierAdmin
 from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.monitoring.snapshot import read_snapshot
 from scrapy_fleet.stages import records
 from scrapy_fleet.testsite import generate_site
 
@@ -180,6 +181,12 @@ def test_response_queue_is_bounded_and_a_killed_fetch_worker_loses_nothing(
         stored = int(client.hget(keys.hostq, records.STAGE_HOST) or 0)
         assert 5 <= stored <= 5 + 2 + 3, stored  # bound + in flight (cap 2 + a quarter)
         assert "Response queue full" in tail(flog)
+        # the cockpit shows the response queue and the fetch worker's role
+        snap = read_snapshot(client, keys)
+        assert snap["frontier"]["stored"] == int(client.hget(keys.hostq, records.STAGE_HOST))
+        assert snap["frontier"]["stored_bytes"] == int(client.hget(keys.stats,
+                                                                   "response_queue_bytes"))
+        assert [w["role"] for w in snap["workers"]] == ["fetch"]
         kill_worker(fetch)  # its leases return as usual
         procs = [worker(tmp_path, "fetch-1", redis_url, worker_env, FLEET_ROLE="fetch"),
                  worker(tmp_path, "parse-0", redis_url, worker_env, FLEET_ROLE="parse")]

@@ -137,7 +137,8 @@ class WorkerMonitor:
                    "it": int(stats.get("item_scraped_count", 0) or 0),
                    "er": int(stats.get("log_count/ERROR", 0) or 0),
                    "sv": scrapy.__version__, "fv": scrapy_fleet.__version__,
-                   "h": self.host, "pid": self.pid, "sa": round(self.started_at, 3)},
+                   "h": self.host, "pid": self.pid, "sa": round(self.started_at, 3),
+                   "ro": self.config.role},
             "da": int(self.config.worker_dead_after * 1000),
             "fa": int(self.config.worker_forget_after * 1000),
         }

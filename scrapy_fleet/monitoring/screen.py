@@ -64,7 +64,8 @@ def render(snap: dict[str, Any], label: str = "", queue_max: int | None = None,
     bound = (f"{size} / {queue_max}" if queue_max else f"{size} / unbounded") + (
         f" (producers resume below {low_watermark})" if queue_max and low_watermark else "")
     lines.append(f"  frontier   due {fr['due']}  scheduled {fr['scheduled']}  leased "
-                 f"{fr['leased']}  parked {fr['parked']}  dead {fr['dead']}  seen {fr['seen']}")
+                 f"{fr['leased']}  parked {fr['parked']}  dead {fr['dead']}  seen {fr['seen']}"
+                 + (f"  stored {fr['stored']}" if fr.get("stored") else ""))
     lines.append(f"  size       {bound}"
                  + ("" if idle_seconds is None else f"  idle {idle_seconds:.1f} s"))
     lines.append(f"  rates      {_rate(r['pages_per_min'], 'pages/min')}  "
@@ -91,7 +92,8 @@ def render(snap: dict[str, Any], label: str = "", queue_max: int | None = None,
                  + (f", {len(workers) - snap['workers_alive']} dead" if
                     len(workers) > snap["workers_alive"] else ""))
     for w in workers:
-        lines.append(f"    {w['id']}  {w['state']:<8} {w['health']:<7} leases {w['leases']}  "
+        role = "" if w.get("role", "all") == "all" else f"[{w['role']}] "
+        lines.append(f"    {w['id']}  {role}{w['state']:<8} {w['health']:<7} leases {w['leases']}  "
                      f"downloads {w['downloads']}  pages {w['pages']}  items {w['items']}  "
                      f"errors {w['errors']}  last seen {_ago(now, w['last_seen'])}")
     if snap["hosts"]:

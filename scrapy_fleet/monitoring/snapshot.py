@@ -16,6 +16,7 @@ from typing import Any
 
 import redis
 
+from scrapy_fleet.config import STAGE_HOST
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.monitoring import alerts as alerts_mod
 from scrapy_fleet.monitoring import series as series_mod
@@ -167,6 +168,7 @@ def _worker_row(worker_id: str, seen_ms: float, info: dict[str, str], now: float
         "downloads": _i(info.get("dl")), "pages": _i(info.get("pg")),
         "items": _i(info.get("it")), "errors": _i(info.get("er")),
         "scrapy_version": info.get("sv"), "fleet_version": info.get("fv"),
+        "role": info.get("ro") or "all",  # FLEET_ROLE: all, fetch or parse (stages)
         "last_seen": round(last_seen, 3),
         "last_ack": None if last_ack is None else round(last_ack, 3),
     }
@@ -209,9 +211,11 @@ def read_snapshot(client: redis.Redis, keys: CrawlKeys, *, hosts: int = 10,
         pipe.hget(k.config, "host_concurrency")
         pipe.info("memory")
         pipe.zrevrange(k.hostbans, 0, max(hosts, 10) - 1, withscores=True)
+        pipe.hget(k.hostq, STAGE_HOST)
+        pipe.hlen(k.failed)
         (srv, due, scheduled, leased, parked, dead, meta, raw_stats, workers, mon, raw10, raw1m,
-         n_hosts, conf_cap, memory, top_banned) = _results(
-            pipe, [None, 0, 0, 0, 0, 0, {}, {}, [], {}, None, None, 0, None, {}, []])
+         n_hosts, conf_cap, memory, top_banned, stored, failed) = _results(
+            pipe, [None, 0, 0, 0, 0, 0, {}, {}, [], {}, None, None, 0, None, {}, [], None, 0])
     if srv is None:
         raise redis.ResponseError("Redis TIME failed")
     now = _now(srv)
@@ -301,7 +305,9 @@ def read_snapshot(client: redis.Redis, keys: CrawlKeys, *, hosts: int = 10,
         "crawl": k.crawl_id,
         "at": round(now, 3),
         "frontier": {"due": due, "scheduled": scheduled, "leased": leased, "parked": parked,
-                     "dead": dead, "failed": 0, "seen": seen, "depth": depth},
+                     "dead": dead, "failed": _i(failed), "seen": seen, "depth": depth,
+                     # stages: stored responses waiting for (or in) a parse worker
+                     "stored": _i(stored), "stored_bytes": stats.get("response_queue_bytes", 0)},
         "counters": counters,
         "rates": rates,
         "eta_seconds": _eta(samples10, now, depth),
