@@ -145,6 +145,7 @@ def test_worker_monitor_resends_an_unconfirmed_batch_unchanged():
         ban_statuses = (403,)
         worker_dead_after = 15.0
         worker_forget_after = 120.0
+        role = "all"
 
     stats = Stats()
     mon = WorkerMonitor(stats, Config(), 1.0, "vm", 7)
