@@ -46,9 +46,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from proxyfixtures import start_tinyproxy
 
 from scrapy_fleet import redis_client
-from scrapy_fleet.config import proxy_config
 from scrapy_fleet.keys import ProxyPoolKeys
 from scrapy_fleet.proxies.pool import Choice, ProxyPool, Report
+from scrapy_fleet.proxies.settings import proxy_config
 from scrapy_fleet.testsite import generate_site
 
 EXT = {"benchext.BenchStats": 0}

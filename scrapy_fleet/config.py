@@ -16,290 +16,42 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import redis
 from scrapy.settings import BaseSettings
 
+from scrapy_fleet.catalog import (  # noqa: F401 - re-exported: the names config.py always had
+    DEFAULT_REQUEST_CLASSES,
+    DEFAULTS,
+    SECTIONS,
+    SETTINGS,
+    SETTINGS_HELP,
+    Setting,
+    format_default,
+    settings_listing,
+    unknown_settings,
+)
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.redact import redact
+
+if TYPE_CHECKING:
+    from scrapy_fleet.proxies.settings import ProxyConfig
 
 T = TypeVar("T")
 #: the frontier's pseudo-host of stored responses (stages/records.py, lua/hosts.lua)
 STAGE_HOST = "~parse"
 
-#: Import paths of the Request classes that may be rebuilt from the frontier (see codec).
-DEFAULT_REQUEST_CLASSES = (
-    "scrapy.http.request.Request",
-    "scrapy.http.request.form.FormRequest",
-    "scrapy.http.request.json_request.JsonRequest",
-    "scrapy.http.request.rpc.XmlRpcRequest",
-)
-
 _CRAWL_ID_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
 _START_MODES = ("once", "always", "never")
 
-#: What error messages point at for the valid values: a listing every installation has
-#: (docs/settings.md is only in the source tree).
-SETTINGS_HELP = "`scrapy fleet settings` or `scrapy-fleet settings`"
+def _proxy_config(settings: BaseSettings | Mapping[str, Any]) -> Any:
+    """The proxy pool's settings (proxies/settings.py, imported here to keep the import graph
+    one-way: that module uses this one's checks)."""
+    from scrapy_fleet.proxies.settings import proxy_config
 
-#: Setting sections, in the order ``scrapy fleet settings`` lists them.
-SECTIONS = ("connection", "identity", "frontier", "dupefilter", "bounds", "politeness",
-            "sinks", "mongo", "failures", "monitoring", "proxies", "stages", "browser")
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One ``FLEET_*`` setting: its default, the type and range :meth:`FleetConfig.from_settings`
-    (or ``MongoConfig``) accepts, one line of meaning, and the page documenting it."""
-
-    name: str
-    default: Any
-    type: str
-    meaning: str
-    section: str
-    #: the doc page with the full description (docs/settings.md links to it)
-    doc: str = "docs/settings.md"
-
-
-_BP, _POL, _MONGO = "docs/backpressure.md", "docs/politeness.md", "docs/mongo.md"
-_STAGES, _BROWSER, _MON = "docs/stages.md", "docs/browser.md", "docs/monitoring.md"
-_PROXY = "docs/proxies.md"
-
-#: Every ``FLEET_*`` setting this package reads: the one source of the defaults
-#: (:data:`DEFAULTS`), of ``scrapy fleet settings`` and of the unknown-setting warning.
-#: A setting read without a row here is a programming error (:func:`_get` raises KeyError).
-SETTINGS: tuple[Setting, ...] = (
-    Setting("FLEET_REDIS_URL", "redis://127.0.0.1:6379/0",
-            "redis://, rediss://, unix://, redis+cluster:// or redis+sentinel:// URL",
-            "Redis of the fleet; the password never appears in logs", "connection"),
-    Setting("FLEET_REDIS_TIMEOUT", 10.0, "float > 0",
-            "socket connect and read timeout of every Redis call, seconds", "connection"),
-    Setting("FLEET_REDIS_RETRIES", 3, "int >= 0",
-            "retries of a frontier call after a connection error or timeout", "connection"),
-    Setting("FLEET_REDIS_WAIT_REPLICAS", 0, "int >= 0",
-            "after a push without a parent, WAIT until this many replicas have it",
-            "connection", "docs/deployment.md"),
-    Setting("FLEET_CRAWL_ID", None, "str or None (the spider's name)",
-            "namespace of the crawl in Redis (1-100 of A-Za-z0-9_.-)", "identity"),
-    Setting("FLEET_KEY_PREFIX", "fleet", "str",
-            "first part of every key name (1-50 of A-Za-z0-9_.-:)", "identity"),
-    Setting("FLEET_WORKER_ID", None, "str or None (<hostname>:<pid>:<start>)",
-            "name of this worker in leases and status", "identity"),
-    Setting("FLEET_LEASE_TIMEOUT", 30.0, "float >= 1",
-            "seconds a leased request stays with a worker without a heartbeat", "frontier"),
-    Setting("FLEET_MAX_LEASES", 3, "int >= 1",
-            "lease expiries after which a request goes to the dead letters", "frontier"),
-    Setting("FLEET_PREFETCH", 16, "int >= 1",
-            "requests a worker keeps leased and decoded locally", "frontier"),
-    Setting("FLEET_POLL_INTERVAL", 0.5, "float > 0",
-            "seconds between polls of an empty frontier", "frontier"),
-    Setting("FLEET_FLUSH_INTERVAL", 0.005, "float >= 0",
-            "seconds the pump gathers acknowledgements and pushes into one call", "frontier"),
-    Setting("FLEET_IDLE_TIMEOUT", None, "float >= 0 or None",
-            "close every worker once the fleet is idle this long; None: wait forever",
-            "frontier"),
-    Setting("FLEET_START_REQUESTS", "once", "once, always or never",
-            "who consumes the spider's start requests", "frontier"),
-    Setting("FLEET_REQUEST_CLASSES", list(DEFAULT_REQUEST_CLASSES), "list of import paths",
-            "Request classes that may be rebuilt from the frontier", "frontier"),
-    Setting("FLEET_DUPEFILTER_CAPACITY", 1_000_000, "int >= 1",
-            "fingerprints the first Bloom slice holds", "dupefilter"),
-    Setting("FLEET_DUPEFILTER_ERROR_RATE", 0.001, "float in (0, 0.5]",
-            "false-positive rate of the first Bloom slice", "dupefilter"),
-    Setting("FLEET_QUEUE_MAX", 1_000_000, "int >= 0 or None",
-            "bound on the frontier's size, fleet-wide; 0 or None: unbounded", "bounds", _BP),
-    Setting("FLEET_QUEUE_LOW_WATERMARK", 0.9, "float in (0, 1)",
-            "fraction of FLEET_QUEUE_MAX below which waiting producers resume", "bounds", _BP),
-    Setting("FLEET_HOST_QUEUE_MAX", None, "int >= 0 or None",
-            "bound on the entries of one host; 0 or None: unbounded", "bounds", _BP),
-    Setting("FLEET_BACKPRESSURE_DELAY", 10.0, "float >= 0",
-            "seconds a deferred request waits before it is fetched again", "bounds", _BP),
-    Setting("FLEET_HOST_RATE", None, "float > 0 or None",
-            "requests per second per host, fleet-wide (GCRA)", "politeness", _POL),
-    Setting("FLEET_HOST_BURST", 1, "int >= 1", "GCRA burst with FLEET_HOST_RATE",
-            "politeness", _POL),
-    Setting("FLEET_HOST_DELAY", None, "float >= 0 (the project's DOWNLOAD_DELAY)",
-            "minimum seconds between two requests to one host, fleet-wide", "politeness",
-            _POL),
-    Setting("FLEET_HOST_CONCURRENCY", None,
-            "int >= 0 (the project's CONCURRENT_REQUESTS_PER_DOMAIN)",
-            "requests in flight to one host, fleet-wide; 0: no cap", "politeness", _POL),
-    Setting("FLEET_HOST_OVERRIDES", {}, "dict (JSON on the command line)",
-            "per host key: {rate, burst, concurrency, delay}", "politeness", _POL),
-    Setting("FLEET_HOST_KEY", "host", "host, domain or ip", "what counts as one host",
-            "politeness", _POL),
-    Setting("FLEET_ROBOTSTXT_TTL", 3600.0, "float >= 1",
-            "seconds a fetched robots.txt is used by the fleet", "politeness", _POL),
-    Setting("FLEET_ROBOTSTXT_HOLD", 60.0, "float >= 0",
-            "seconds a host is held when its robots.txt answers 5xx/429 or fails",
-            "politeness", _POL),
-    Setting("FLEET_ROBOTSTXT_MAX_ATTEMPTS", 4, "int >= 0",
-            "failed robots.txt fetches of an origin before its requests fail; 0: never",
-            "politeness", _POL),
-    Setting("FLEET_MAX_CRAWL_DELAY", 60.0, "float >= 0", "cap on a robots.txt Crawl-delay",
-            "politeness", _POL),
-    Setting("FLEET_BACKOFF_BASE", 1.0, "float > 0",
-            "first back-off (seconds) of a failing host without Retry-After", "politeness",
-            _POL),
-    Setting("FLEET_BACKOFF_MAX", 300.0, "float > 0", "longest back-off (seconds)",
-            "politeness", _POL),
-    Setting("FLEET_JSONL_PATH", None, "str or None",
-            "append one JSON line per item to this file (placeholders %(worker)s...)",
-            "sinks"),
-    Setting("FLEET_JSONL_FSYNC", False, "bool", "also fsync each JSON line", "sinks"),
-    Setting("FLEET_MONGO_URI", None, "str or None",
-            "mongodb:// URI; unset: the MongoDB pipeline is disabled", "mongo", _MONGO),
-    Setting("FLEET_MONGO_DATABASE", "scrapy", "str", "database name", "mongo", _MONGO),
-    Setting("FLEET_MONGO_COLLECTION", None, "str or None (the spider's name)",
-            "collection name, a %-template with spider and item_class", "mongo", _MONGO),
-    Setting("FLEET_MONGO_ID_FIELDS", ["url"], "list of str",
-            "item fields whose values make the stable _id", "mongo", _MONGO),
-    Setting("FLEET_MONGO_ID_FUNCTION", None, "callable or import path",
-            "f(adapter) -> _id, instead of FLEET_MONGO_ID_FIELDS", "mongo", _MONGO),
-    Setting("FLEET_MONGO_BATCH_SIZE", 100, "int, 1-100000",
-            "a collection's batch is sent when it holds this many items", "mongo", _MONGO),
-    Setting("FLEET_MONGO_FLUSH_INTERVAL", 1.0, "float >= 0",
-            "... or when its oldest item waited this long (seconds)", "mongo", _MONGO),
-    Setting("FLEET_MONGO_MAX_PENDING", 10_000, "int >= 1",
-            "items held by the pipeline at most; more wait (back pressure)", "mongo", _MONGO),
-    Setting("FLEET_MONGO_CONCURRENCY", 2, "int >= 1",
-            "threads (and batches in flight) running pymongo", "mongo", _MONGO),
-    Setting("FLEET_MONGO_RETRY_BACKOFF", 0.5, "float > 0",
-            "first delay before retrying a failed batch (seconds)", "mongo", _MONGO),
-    Setting("FLEET_MONGO_RETRY_MAX_BACKOFF", 30.0, "float >= FLEET_MONGO_RETRY_BACKOFF",
-            "cap of that delay (seconds)", "mongo", _MONGO),
-    Setting("FLEET_MONGO_UPDATED_FIELD", "updated_at", "str",
-            "field set to the write time on every write", "mongo", _MONGO),
-    Setting("FLEET_MONGO_FIRST_SEEN_FIELD", "first_seen_at", "str",
-            "field set to the write time when the document is created", "mongo", _MONGO),
-    Setting("FLEET_MONGO_TTL", None, "int >= 1 or None",
-            "documents not re-written for this many seconds are deleted", "mongo", _MONGO),
-    Setting("FLEET_MONGO_UNIQUE_FIELDS", [], "list of str",
-            "a unique index on these fields (a secondary key)", "mongo", _MONGO),
-    Setting("FLEET_MONGO_CLIENT_FACTORY", None, "callable or import path",
-            "f(uri) -> client (default MongoClient(uri, appname='scrapy-fleet'))", "mongo",
-            _MONGO),
-    Setting("FLEET_FAILED_MAX", 10_000, "int >= 1",
-            "failed requests kept for `failed` and `retry`; the oldest are trimmed past it",
-            "failures", "docs/failures.md"),
-    Setting("FLEET_HEARTBEAT_INTERVAL", 5.0, "float > 0",
-            "a worker calls Redis at least this often (seconds), with its heartbeat",
-            "monitoring", _MON),
-    Setting("FLEET_WORKER_DEAD_AFTER", 15.0, "float > 0",
-            "a worker silent this long (seconds) is shown dead", "monitoring", _MON),
-    Setting("FLEET_WORKER_FORGET_AFTER", 120.0, "float >= FLEET_WORKER_DEAD_AFTER",
-            "a worker silent this long (seconds) leaves the worker list and its keys",
-            "monitoring", _MON),
-    Setting("FLEET_STALL_AFTER", 120.0, "float > 0",
-            "a worker holding leases with no acknowledgement this long is stalled",
-            "monitoring", _MON),
-    Setting("FLEET_BAN_STATUSES", [403], "list of int",
-            "HTTP statuses counted as bans in the fleet-wide counters", "monitoring", _MON),
-    Setting("FLEET_DRAIN_TIMEOUT", 30.0, "float >= 0",
-            "seconds a SIGTERMed worker lets its requests finish before it releases them",
-            "monitoring", _MON),
-    Setting("FLEET_ALERT_DEPTH_MINUTES", 10, "int >= 1",
-            "alert when the due depth grew for this many minutes", "monitoring", _MON),
-    Setting("FLEET_ALERT_BLOCK_RATE", 0.2, "float in [0, 1]",
-            "alert when a host's block rate is above this", "monitoring", _MON),
-    Setting("FLEET_ALERT_BLOCK_MIN_PAGES", 20, "int >= 1",
-            "... once the host has this many responses", "monitoring", _MON),
-    Setting("FLEET_ALERT_MEMORY_RATIO", 0.9, "float in (0, 1]",
-            "alert when Redis used_memory / maxmemory is above this", "monitoring", _MON),
-    Setting("FLEET_PROXIES", None, "list of proxy URLs, a file path, or None",
-            "exits added to the crawl's proxy pool when a worker starts; enables the pool",
-            "proxies", _PROXY),
-    Setting("FLEET_PROXY_POOL", None, "str or None (the crawl id)",
-            "name of a proxy pool shared by crawls", "proxies", _PROXY),
-    Setting("FLEET_PROXY_MAX_RETRIES", 3, "int >= 0",
-            "retries through other exits after a ban; then ProxyBanError", "proxies", _PROXY),
-    Setting("FLEET_PROXY_BAN_STATUSES", [403], "list of int", "statuses that are a ban",
-            "proxies", _PROXY),
-    Setting("FLEET_PROXY_BAN_PATTERNS", [], "list of regex",
-            "a body matching one is a ban (challenge pages)", "proxies", _PROXY),
-    Setting("FLEET_PROXY_BAN_HEADERS", {}, "dict header -> regex",
-            "a matching header value is a ban", "proxies", _PROXY),
-    Setting("FLEET_PROXY_BAN_POLICY", "scrapy_fleet.proxies.verdicts.BanPolicy", "import path",
-            "class asked first for each verdict; may answer None", "proxies", _PROXY),
-    Setting("FLEET_PROXY_COOLDOWN_BASE", 30.0, "float > 0",
-            "cool-down (seconds) of an (exit, site) after a ban, doubled per ban, jittered",
-            "proxies", _PROXY),
-    Setting("FLEET_PROXY_COOLDOWN_MAX", 1800.0, "float >= FLEET_PROXY_COOLDOWN_BASE",
-            "cap of that cool-down (seconds)", "proxies", _PROXY),
-    Setting("FLEET_PROXY_DEAD_AFTER", 3, "int >= 1",
-            "proxy_dead verdicts in a row that mark an exit dead fleet-wide", "proxies", _PROXY),
-    Setting("FLEET_PROXY_DEAD_RECHECK", 120.0, "float > 0",
-            "seconds before a dead exit gets one re-check request", "proxies", _PROXY),
-    Setting("FLEET_PROXY_RATE", None, "float > 0 or None",
-            "requests per second per exit, fleet-wide (GCRA)", "proxies", _PROXY),
-    Setting("FLEET_PROXY_CONCURRENCY", None, "int >= 1 or None",
-            "requests in flight per exit, fleet-wide", "proxies", _PROXY),
-    Setting("FLEET_PROXY_SESSION_TTL", 600.0, "float >= 1",
-            "life (seconds) of a sticky session's binding, renewed on use", "proxies", _PROXY),
-    Setting("FLEET_PROXY_TICKET_TTL", None, "float >= 1 or None (DOWNLOAD_TIMEOUT + 60)",
-            "seconds an unreported choice holds its exit's in-flight slot", "proxies", _PROXY),
-    Setting("FLEET_ROLE", "all", "all, fetch or parse",
-            "fetch: store responses for parse workers; parse: parse stored responses",
-            "stages", _STAGES),
-    Setting("FLEET_RESPONSE_QUEUE_MAX", 1000, "int >= 1",
-            "stored responses above which fetch workers lease no more", "stages", _STAGES),
-    Setting("FLEET_RESPONSE_QUEUE_BYTES", 256 * 1024 * 1024, "int >= 1",
-            "bytes of stored responses above which fetch workers lease no more", "stages",
-            _STAGES),
-    Setting("FLEET_MAX_STORED_RESPONSE", 8 * 1024 * 1024, "int >= 1",
-            "largest stored response (bytes, compressed)", "stages", _STAGES),
-    Setting("FLEET_LARGE_RESPONSE", "parse", "parse or fail",
-            "a bigger one: parsed by the fetch worker, or failed", "stages", _STAGES),
-    Setting("FLEET_PLAYWRIGHT", False, "bool",
-            "install scrapy-playwright's download handlers and the asyncio reactor",
-            "browser", _BROWSER),
-    Setting("FLEET_PLAYWRIGHT_ABORT", ["image", "media", "font"], "list of resource types",
-            "browser sub-requests not loaded (they bypass the fleet's politeness)", "browser",
-            _BROWSER),
-)
-
-#: name -> default of every setting (from :data:`SETTINGS`)
-DEFAULTS: dict[str, Any] = {s.name: s.default for s in SETTINGS}
-assert len(DEFAULTS) == len(SETTINGS), "a setting is listed twice"
-
-
-def unknown_settings(names: Any) -> list[tuple[str, str | None]]:
-    """``(name, closest known setting or None)`` for each ``FLEET_*`` name among *names*
-    (a settings object or any iterable of names) that no row of :data:`SETTINGS` knows: a
-    typo (one letter too many, say) would otherwise be ignored silently.  The closest name
-    is :func:`difflib.get_close_matches`' best (ratio >= 0.6)."""
-    import difflib
-
-    out = []
-    for name in sorted({str(n) for n in names}):
-        if name.startswith("FLEET_") and name not in DEFAULTS:
-            close = difflib.get_close_matches(name, DEFAULTS, n=1)
-            out.append((name, close[0] if close else None))
-    return out
-
-
-def format_default(value: Any) -> str:
-    """*value* as one would write it in settings.py (``None``, ``10.0``, ``"once"``...)."""
-    return repr(value).replace("'", '"')
-
-
-def settings_listing() -> str:
-    """Plain-text table of every setting (``scrapy fleet settings``): name, type, default and
-    one line of meaning, by section, from :data:`SETTINGS`."""
-    width = max(len(s.name) for s in SETTINGS)
-    lines = []
-    for section in SECTIONS:
-        rows = [s for s in SETTINGS if s.section == section]
-        if not rows:
-            continue
-        lines.append(f"{section} (details: {rows[0].doc})")
-        for s in rows:
-            lines.append(f"  {s.name:<{width}}  {s.type}; default {format_default(s.default)}")
-            lines.append(f"  {'':<{width}}  {s.meaning}")
-        lines.append("")
-    return "\n".join(lines).rstrip("\n") + "\n"
+    return proxy_config(settings)
 
 
 def _stages(g: Callable[[str], Any]) -> dict[str, Any]:
@@ -541,186 +293,6 @@ def _ban_statuses(value: Any) -> tuple[int, ...]:
         not isinstance(v, bool) and str(v).isdigit() and 100 <= int(v) <= 599 for v in value)
     _check(name, value, ok, "a list of HTTP status codes (100-599)")
     return tuple(sorted({int(v) for v in value}))
-
-
-#: schemes of proxy URLs Scrapy's HTTP download handler can use
-PROXY_SCHEMES = ("http", "https")
-
-
-def _proxy_urls(value: Any) -> tuple[str, ...]:
-    """``FLEET_PROXIES``: a list of URLs, or a string: the path of a file (one URL a line,
-    ``#`` comments) or URLs separated by commas or white space.  Errors never show a
-    password."""
-    from scrapy_fleet.redact import redact
-
-    name = "FLEET_PROXIES"
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        text = value.strip()
-        if text and "://" not in text.split()[0] and os.path.isfile(text):
-            try:
-                with open(text, encoding="utf-8") as fh:
-                    lines = [line.split("#", 1)[0].strip() for line in fh]
-            except (OSError, UnicodeDecodeError) as exc:
-                raise FleetConfigError(f"{name}={text!r} is invalid: cannot read the file "
-                                       f"({type(exc).__name__})") from None
-            value = [line for line in lines if line]
-        elif text and "://" not in text:
-            raise FleetConfigError(f"{name}={text!r} is invalid: no such file, and not a "
-                                   "list of proxy URLs")
-        else:
-            value = [u for u in re.split(r"[\s,]+", text) if u]
-    if not isinstance(value, (list, tuple)) or not all(isinstance(u, str) for u in value):
-        raise FleetConfigError(f"{name} is invalid: expected a list of proxy URLs or a file "
-                               f"path, got {type(value).__name__}")
-    out: list[str] = []
-    for url in value:
-        url = url.strip()
-        parts = urlsplit(url)
-        try:
-            port = parts.port
-        except ValueError:
-            port = None
-        if parts.scheme not in PROXY_SCHEMES or not parts.hostname or port is None:
-            raise FleetConfigError(f"{name}: {redact(url)!r} is invalid: expected "
-                                   "http://[user:password@]host:port (or https://)")
-        if url not in out:
-            out.append(url)
-    return tuple(out)
-
-
-@dataclass(frozen=True)
-class ProxyConfig:
-    """Validated ``FLEET_PROXIES`` and ``FLEET_PROXY_*`` settings (docs/proxies.md), in seconds.
-
-    ``proxies`` are the URLs of ``FLEET_PROXIES`` (credentials included: never log them, use
-    :func:`scrapy_fleet.proxies.pool.describe`); ``pool`` is None for the crawl's own pool.
-    """
-
-    proxies: tuple[str, ...] = field(repr=False)  # credentials: never in a repr
-    pool: str | None
-    max_retries: int
-    ban_statuses: frozenset[int]
-    ban_patterns: tuple[re.Pattern[bytes], ...]
-    ban_headers: tuple[tuple[str, re.Pattern[bytes]], ...]
-    ban_policy: str
-    cooldown_base: float
-    cooldown_max: float
-    dead_after: int
-    dead_recheck: float
-    rate: float | None
-    concurrency: int
-    session_ttl: float
-    ticket_ttl: float
-
-    @property
-    def enabled(self) -> bool:
-        """Proxies are used when FLEET_PROXIES lists some or FLEET_PROXY_POOL names a pool."""
-        return bool(self.proxies) or self.pool is not None
-
-    def pool_name(self, crawl_id: str) -> str:
-        return self.pool or crawl_id
-
-
-def _regex(name: str, pattern: Any) -> re.Pattern[bytes]:
-    _check(name, pattern, isinstance(pattern, (str, bytes)), "a regular expression")
-    try:
-        return re.compile(pattern.encode("utf-8") if isinstance(pattern, str) else pattern)
-    except re.error as exc:
-        raise FleetConfigError(f"{name}={pattern!r} is invalid: {exc}") from None
-
-
-def _json_or(name: str, value: Any) -> Any:
-    if isinstance(value, str) and value.strip()[:1] in ("[", "{"):
-        import json
-
-        try:
-            return json.loads(value)
-        except ValueError:
-            raise FleetConfigError(f"{name}={value!r} is invalid: not JSON") from None
-    return value
-
-
-def proxy_config(settings: BaseSettings | Mapping[str, Any]) -> ProxyConfig:
-    """Read and validate the ``FLEET_PROXIES`` and ``FLEET_PROXY_*`` settings.
-
-    Raises:
-        FleetConfigError: naming the setting (a proxy URL only with its password hidden).
-    """
-    g = lambda name: _get(settings, name)  # noqa: E731
-    pool = g("FLEET_PROXY_POOL")
-    if isinstance(pool, str) and pool.strip().lower() in ("", "none"):
-        pool = None
-    if pool is not None:
-        validate_crawl_id(pool, "FLEET_PROXY_POOL")
-    statuses = _json_or("FLEET_PROXY_BAN_STATUSES", g("FLEET_PROXY_BAN_STATUSES"))
-    if isinstance(statuses, str):
-        statuses = [s for s in re.split(r"[\s,]+", statuses) if s]
-    _check("FLEET_PROXY_BAN_STATUSES", statuses, isinstance(statuses, (list, tuple, set)),
-           "a list of HTTP status codes")
-    codes = {_number("FLEET_PROXY_BAN_STATUSES", s, int, 100, "HTTP status codes 100-599")
-             for s in statuses}
-    _check("FLEET_PROXY_BAN_STATUSES", statuses,
-           all(c < 600 for c in codes) and not codes & {404, 410, 429, 407},
-           "HTTP status codes 100-599, not 404/410 (never a ban), 429 (rate_limited) or 407 "
-           "(proxy_dead)")
-    patterns = _json_or("FLEET_PROXY_BAN_PATTERNS", g("FLEET_PROXY_BAN_PATTERNS"))
-    if isinstance(patterns, (str, bytes)):
-        patterns = [patterns]
-    _check("FLEET_PROXY_BAN_PATTERNS", patterns, isinstance(patterns, (list, tuple)),
-           "a list of regular expressions")
-    headers = _json_or("FLEET_PROXY_BAN_HEADERS", g("FLEET_PROXY_BAN_HEADERS"))
-    _check("FLEET_PROXY_BAN_HEADERS", headers, isinstance(headers, Mapping),
-           "a dict of header name -> regular expression")
-    policy = g("FLEET_PROXY_BAN_POLICY")
-    _check("FLEET_PROXY_BAN_POLICY", policy, isinstance(policy, str) and bool(policy),
-           "the import path of a ban policy class")
-    try:
-        from scrapy.utils.misc import load_object
-
-        policy_cls = load_object(policy)
-    except (ImportError, NameError, ValueError, AttributeError) as exc:
-        raise FleetConfigError(f"FLEET_PROXY_BAN_POLICY={policy!r} is invalid: {exc}") from None
-    _check("FLEET_PROXY_BAN_POLICY", policy, isinstance(policy_cls, type)
-           and callable(getattr(policy_cls, "response_verdict", None)),
-           "a class with response_verdict(request, response, site)")
-    base = _number("FLEET_PROXY_COOLDOWN_BASE", g("FLEET_PROXY_COOLDOWN_BASE"), float, 0.0,
-                   "seconds > 0", exclusive=True)
-    cap = _number("FLEET_PROXY_COOLDOWN_MAX", g("FLEET_PROXY_COOLDOWN_MAX"), float, 0.0,
-                  "seconds > 0", exclusive=True)
-    _check("FLEET_PROXY_COOLDOWN_MAX", cap, cap >= base, "seconds >= FLEET_PROXY_COOLDOWN_BASE")
-    rate = g("FLEET_PROXY_RATE")
-    if isinstance(rate, str) and rate.strip().lower() in ("", "none"):
-        rate = None
-    ticket_ttl = g("FLEET_PROXY_TICKET_TTL")
-    if ticket_ttl is None:
-        ticket_ttl = float(settings.get("DOWNLOAD_TIMEOUT", 180) or 180) + 60.0
-    conc = _optional_int("FLEET_PROXY_CONCURRENCY", g("FLEET_PROXY_CONCURRENCY"))
-    return ProxyConfig(
-        proxies=_proxy_urls(g("FLEET_PROXIES")),
-        pool=pool,
-        max_retries=_number("FLEET_PROXY_MAX_RETRIES", g("FLEET_PROXY_MAX_RETRIES"), int, 0,
-                            "an integer >= 0"),
-        ban_statuses=frozenset(codes),
-        ban_patterns=tuple(_regex("FLEET_PROXY_BAN_PATTERNS", p) for p in patterns),
-        ban_headers=tuple((str(k).lower(), _regex(f"FLEET_PROXY_BAN_HEADERS[{k!r}]", v))
-                          for k, v in headers.items()),
-        ban_policy=policy,
-        cooldown_base=base,
-        cooldown_max=cap,
-        dead_after=_number("FLEET_PROXY_DEAD_AFTER", g("FLEET_PROXY_DEAD_AFTER"), int, 1,
-                           "an integer >= 1"),
-        dead_recheck=_number("FLEET_PROXY_DEAD_RECHECK", g("FLEET_PROXY_DEAD_RECHECK"), float,
-                             0.0, "seconds > 0", exclusive=True),
-        rate=None if rate is None else _number("FLEET_PROXY_RATE", rate, float, 0.0,
-                                               "requests per second > 0 or None",
-                                               exclusive=True),
-        concurrency=conc or 0,
-        session_ttl=_number("FLEET_PROXY_SESSION_TTL", g("FLEET_PROXY_SESSION_TTL"), float,
-                            1.0, "seconds >= 1"),
-        ticket_ttl=_number("FLEET_PROXY_TICKET_TTL", ticket_ttl, float, 1.0, "seconds >= 1"),
-    )
 
 
 @dataclass(frozen=True)
@@ -969,7 +541,7 @@ class FleetConfig:
             alert_memory_ratio=_number("FLEET_ALERT_MEMORY_RATIO", g("FLEET_ALERT_MEMORY_RATIO"),
                                        float, 0.0, "a fraction between 0 and 1",
                                        exclusive=True),
-            proxy=proxy_config(settings),
+            proxy=_proxy_config(settings),
             **_browser(g),
             **_stages(g),
         )

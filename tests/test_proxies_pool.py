@@ -9,9 +9,9 @@ import time
 import pytest
 
 from scrapy_fleet import redis_client
-from scrapy_fleet.config import proxy_config
 from scrapy_fleet.keys import ProxyPoolKeys
 from scrapy_fleet.proxies.pool import Choice, PoolAdmin, ProxyPool, Report, Wait, proxy_id
+from scrapy_fleet.proxies.settings import proxy_config
 
 A = "http://alice:pw1@127.0.0.1:3128"
 B = "http://bob:pw2@127.0.0.1:3128"  # same host:port, other credentials

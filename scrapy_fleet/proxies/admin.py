@@ -23,10 +23,10 @@ from typing import Any
 
 import redis
 
-from scrapy_fleet.config import ProxyConfig, _proxy_urls, proxy_config
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.keys import ProxyPoolKeys
 from scrapy_fleet.proxies.pool import PoolAdmin, describe, host_port
+from scrapy_fleet.proxies.settings import ProxyConfig, _proxy_urls, proxy_config
 
 ACTIONS = ("list", "add", "remove", "drain", "reset")
 EXIT_OK, EXIT_UNMATCHED, EXIT_ERROR = 0, 1, 2

@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 import msgpack
 
 from scrapy_fleet import lua
-from scrapy_fleet.config import ProxyConfig
 from scrapy_fleet.keys import ProxyPoolKeys
+from scrapy_fleet.proxies.settings import ProxyConfig
 
 #: verdict -> its short code in lua/proxies.lua
 VERDICT_CODES = {"ok": "ok", "ban": "ban", "rate_limited": "rl", "proxy_dead": "dead",

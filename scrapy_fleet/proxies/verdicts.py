@@ -30,7 +30,7 @@ from scrapy.exceptions import IgnoreRequest
 from twisted.internet import error as neterror
 from twisted.web._newclient import ResponseFailed, ResponseNeverReceived
 
-from scrapy_fleet.config import ProxyConfig
+from scrapy_fleet.proxies.settings import ProxyConfig
 
 if TYPE_CHECKING:
     from scrapy import Request
