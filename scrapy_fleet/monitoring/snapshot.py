@@ -16,6 +16,7 @@ from typing import Any
 
 import redis
 
+from scrapy_fleet import redis_client
 from scrapy_fleet.config import STAGE_HOST
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.monitoring import alerts as alerts_mod
@@ -194,8 +195,11 @@ def read_snapshot(client: redis.Redis, keys: CrawlKeys, *, hosts: int = 10,
     """
     cfg = alerts_config or AlertConfig()
     k = keys
+    # a cluster pipeline refuses keyless commands (TIME, INFO): ask the crawl's node apart
+    cluster = redis_client.is_cluster(client)
     with client.pipeline(transaction=False) as pipe:
-        pipe.time()
+        if not cluster:
+            pipe.time()
         pipe.zcard(k.queue)
         pipe.zcard(k.delayed)
         pipe.zcard(k.leases)
@@ -209,13 +213,22 @@ def read_snapshot(client: redis.Redis, keys: CrawlKeys, *, hosts: int = 10,
         pipe.get(k.series("1m"))
         pipe.hlen(k.hostq)
         pipe.hget(k.config, "host_concurrency")
-        pipe.info("memory")
+        if not cluster:
+            pipe.info("memory")
         pipe.zrevrange(k.hostbans, 0, max(hosts, 10) - 1, withscores=True)
         pipe.hget(k.hostq, STAGE_HOST)
         pipe.hlen(k.failed)
+        defaults: list[Any] = [None, 0, 0, 0, 0, 0, {}, {}, [], {}, None, None, 0, None, {}, [],
+                               None, 0]
+        if cluster:
+            replies = _results(pipe, defaults[1:14] + defaults[15:])
+            node = redis_client.node_of(client, k.stats)
+            replies = [client.time(**node), *replies[:13], client.info("memory", **node),
+                       *replies[13:]]
+        else:
+            replies = _results(pipe, defaults)
         (srv, due, scheduled, leased, parked, dead, meta, raw_stats, workers, mon, raw10, raw1m,
-         n_hosts, conf_cap, memory, top_banned, stored, failed) = _results(
-            pipe, [None, 0, 0, 0, 0, 0, {}, {}, [], {}, None, None, 0, None, {}, [], None, 0])
+         n_hosts, conf_cap, memory, top_banned, stored, failed) = replies
     if srv is None:
         raise redis.ResponseError("Redis TIME failed")
     now = _now(srv)
@@ -250,11 +263,11 @@ def read_snapshot(client: redis.Redis, keys: CrawlKeys, *, hosts: int = 10,
     with client.pipeline(transaction=False) as pipe:
         for h in names:
             pipe.hmget(k.hoststats, f"p|{h}", f"b|{h}", f"f|{h}")
-        pipe.hmget(k.hostlive, names) if names else pipe.ping()
-        pipe.hmget(k.hold, names) if names else pipe.ping()
-        pipe.hmget(k.hostq, ready) if ready else pipe.ping()
-        pipe.hmget(k.hostconf, ready) if ready else pipe.ping()
-        pipe.hmget(k.hostlive, ready) if ready else pipe.ping()
+        pipe.hmget(k.hostlive, names) if names else pipe.exists(k.stats)
+        pipe.hmget(k.hold, names) if names else pipe.exists(k.stats)
+        pipe.hmget(k.hostq, ready) if ready else pipe.exists(k.stats)
+        pipe.hmget(k.hostconf, ready) if ready else pipe.exists(k.stats)
+        pipe.hmget(k.hostlive, ready) if ready else pipe.exists(k.stats)
         replies = _results(pipe, [[None] * 3] * len(names) + [[None] * len(names)] * 2
                            + [[None] * len(ready)] * 3)
     host_stats = replies[:len(names)]
