@@ -54,6 +54,27 @@ def test_gcra_spaces_leases_by_the_servers_clock(redis_url):
     assert time.monotonic() - started >= 0.75  # the third waited two intervals
 
 
+def test_a_call_that_leases_less_than_asked_says_when_the_next_host_may_go(redis_url):
+    """Issue 9 (trial): with a per-host rate, a worker leased one request per poll (0.5 s)
+    whatever the rate, because nothing told it when the host's next turn was.  The reply now
+    carries it (``next_ready``, seconds) and the scheduler calls again then."""
+    admin = FrontierAdmin(redis_url, "hosts", params=FrontierParams(host_interval=0.2))
+    admin.push([entry(f"http://a.test/{i}") for i in range(3)]
+               + [entry(f"http://b.test/{i}") for i in range(2)])
+    first = admin.sync(SyncBatch(take=5), worker="w")
+    assert len(first.leased) == 2  # one per host
+    assert first.next_ready is not None and 0 < first.next_ready <= 0.2
+    later = admin.sync(SyncBatch(), worker="w")  # asked for nothing: no time to report
+    assert later.next_ready is None
+    admin.sync(SyncBatch(take=5), worker="w")
+    for _ in range(40):  # lease what is left; once nothing waits for a turn, no time
+        last = admin.sync(SyncBatch(take=5), worker="w")
+        if not last.leased and last.queued == 0:
+            break
+        time.sleep(0.05)
+    assert last.queued == 0 and last.next_ready is None
+
+
 def test_burst_lets_that_many_go_at_once(redis_url):
     admin = FrontierAdmin(redis_url, "hosts", params=FrontierParams(host_interval=10,
                                                                     host_burst=3))

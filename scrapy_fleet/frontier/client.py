@@ -117,6 +117,9 @@ class SyncResult:
     holds: dict[str, float] = field(default_factory=dict)  #: host -> seconds of hold left
     #: stored responses waiting for a parse worker (stages): count and bytes
     response_queue: tuple[int, int] = (0, 0)
+    #: seconds until the next host may be fetched (its GCRA turn, a hold), when the call
+    #: leased fewer requests than it asked for; None: no host is waiting for a time
+    next_ready: float | None = None
     marker: str = ""  #: the crawl marker (lua/failed.lua), "" when none was written
 
     @classmethod
@@ -140,6 +143,7 @@ class SyncResult:
             idle_ms=int(d.get("idle", -1)), now_ms=int(d.get("now", 0)),
             bloom_full=bool(d.get("full", False)),
             holds={h.decode(): float(left) / 1000 for h, left in d.get("holds", [])},
+            next_ready=float(d["nr"]) / 1000 if d.get("nr") is not None else None,
             response_queue=_pair(d.get("rq")),
             marker=(d.get("mk") or b"").decode(errors="replace"),
         )

@@ -142,6 +142,8 @@ class FleetScheduler(BaseScheduler):
         self.holds: dict[str, float] = {}
         #: stages (FLEET_ROLE): the download hook, and the response queue as last seen
         self.stage: StageRole | None = None
+        #: time.monotonic() when the next host may be fetched (from the last frontier reply)
+        self._next_ready_at: float | None = None
         #: heartbeat and fleet-wide counter deltas, sent with each frontier call
         self.monitor = WorkerMonitor(self.stats, config, time.time(), socket.gethostname(),
                                      os.getpid())
@@ -457,7 +459,10 @@ class FleetScheduler(BaseScheduler):
             left = self._drain_started + self.config.drain_timeout - time.monotonic()
             until_extend = min(until_extend, max(0.05, left))
         if len(self._prefetch) < self.config.prefetch and not self._fleet_done:
-            return min(self.config.poll_interval, until_extend)
+            wait = min(self.config.poll_interval, until_extend)
+            if self._next_ready_at is not None:  # a host's turn comes before the next poll
+                wait = min(wait, max(0.005, self._next_ready_at - time.monotonic()))
+            return wait
         return until_extend
 
     async def _pump(self) -> None:
@@ -721,6 +726,7 @@ class FleetScheduler(BaseScheduler):
     def _receive(self, result: SyncResult) -> None:
         now = time.monotonic()
         self.holds = {h: now + left for h, left in result.holds.items()}
+        self._next_ready_at = None if result.next_ready is None else now + result.next_ready
         if self.stage is not None:
             self.stage.note_response_queue(result.response_queue)
         got = 0

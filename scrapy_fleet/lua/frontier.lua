@@ -47,7 +47,8 @@
 --     any write when the marker is gone or another one; mc the marker to write when there is
 --     none (first push / first worker call)
 -- ARGV[2] (optional): heartbeat, counter deltas and sampling of lua/monitoring.lua.
--- Reply: msgpack map (see frontier.py, SyncResult.from_reply); mk: the crawl marker.
+-- Reply: msgpack map (see frontier.py, SyncResult.from_reply); mk: the crawl marker; nr: ms
+--   until the next host may be fetched, when this call leased fewer than `take`.
 
 local cached = redis.call('GET', KEYS[12])
 if cached then
@@ -533,6 +534,14 @@ if take > 0 then
     end
   end
   count('leased', #out.leased)
+  if #out.leased < take then
+    -- the worker wanted more: when may the next host be fetched (a GCRA turn, a hold, a
+    -- delay)?  It calls again then instead of at its next poll, so a host's rate is reached
+    -- with one worker too (hosts waiting for a free slot, at FAR, are left out)
+    local nxt = redis.call('ZRANGEBYSCORE', READY, '(' .. now, '(' .. FAR, 'WITHSCORES',
+                           'LIMIT', 0, 1)
+    if nxt[2] then out.nr = tonumber(nxt[2]) - now end
+  end
 end
 
 -- 8. fleet idleness: nothing queued, leased, deferred or parked, since when?
