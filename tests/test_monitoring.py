@@ -195,6 +195,10 @@ def test_stats_map_to_fleet_counters():
                    "proxy_bans": 2, "robots_denied": 5}
     assert error_kind("twisted.internet.error.ConnectionRefusedError") == "connection"
     assert error_kind("OpenSSL.SSL.Error") == "tls"
+    # Scrapy 2.19 raises its own download exceptions (a fresh-user trial saw them as "other")
+    assert [error_kind(f"scrapy.exceptions.{name}") for name in (
+        "DownloadConnectionRefusedError", "CannotResolveHostError", "DownloadTimeoutError",
+        "DownloadFailedError")] == ["connection", "dns", "timeout", "connection"]
 
 
 # -- a real crawl: exact counts ---------------------------------------------------------------

@@ -154,6 +154,13 @@ def test_fetch_and_parse_workers_with_parse_kills(tmp_path: Path, redis_url: str
     assert len(items) >= len(expected)  # killed parse workers may have written some twice
     parse_pids = {i["pid"] for i in items}
     assert len(parse_pids) >= 2  # several parse workers did the parsing
+    # each page counted once fleet-wide and per host (not again by the parse workers)
+    client, keys = FrontierAdmin(redis_url, "staged").client, CrawlKeys("fleet", "staged")
+    snap = read_snapshot(client, keys)
+    assert snap["counters"]["pages"] == sum(fetched.values())
+    per_host = {k: int(v) for k, v in client.hgetall(keys.hoststats).items()
+                if k.startswith(b"p|")}
+    assert sum(per_host.values()) == snap["counters"]["pages"], per_host
 
 
 @pytest.mark.slow

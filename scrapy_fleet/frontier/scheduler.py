@@ -214,6 +214,8 @@ class FleetScheduler(BaseScheduler):
         logger.info(politeness.policy_log_line(self.config), extra={"spider": spider})
 
     def _response_received(self, response: Any, request: Any, spider: Any = None) -> None:
+        if "fleet-stored" in response.flags:
+            return  # a stored response (stages): its fetch worker counted it
         self.monitor.on_response(politeness.host_key(response.url, self.config.host_key),
                                  response.status)
 

@@ -48,6 +48,10 @@ _KINDS = {
     "ResponseNeverReceived": "connection", "NoRouteError": "connection",
     "TunnelError": "connection", "PotentialDataLoss": "connection",
     "SSLError": "tls", "Error": "other",
+    # Scrapy 2.19's own download exceptions (scrapy.exceptions)
+    "DownloadTimeoutError": "timeout", "CannotResolveHostError": "dns",
+    "DownloadConnectionRefusedError": "connection", "DownloadFailedError": "connection",
+    "DownloadCancelledError": "connection",
 }
 
 
