@@ -240,3 +240,27 @@ def test_readme_lists_every_exit_status():
     section = readme.split("Exit statuses of `scrapy fleet ...`", 1)[1].split("\n\n", 1)[0]
     for status, _ in cli_module.EXIT_STATUSES:
         assert re.search(rf"(^|[;:] ){status} ", section, re.M), status
+
+
+@pytest.mark.parametrize("project", [False, True])
+def test_help_lists_the_proxies_action(worker_env, project):
+    """A fresh-user trial: `proxies` (its own parser) was in neither --help."""
+    result = (run_scrapy(EXAMPLE_PROJECT, ["fleet", "--help"], worker_env) if project
+              else cli("--help"))
+    assert result.returncode == 0, result.stderr
+    assert "proxies list|add|remove|drain|reset" in result.stdout
+    assert re.search(r"^  proxies +show and change the crawl's proxy pool", result.stdout, re.M)
+
+
+def test_project_status_into_a_closed_pipe_is_quiet(redis_url, worker_env):
+    """`scrapy fleet status SPIDER | head` ended in a BrokenPipeError traceback."""
+    assert cli("--redis", redis_url, "push", "docs", "http://h.test/").returncode == 0
+    import shlex
+
+    command = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "scrapy", "fleet",
+                                                 "status", "docs", "-s",
+                                                 f"FLEET_REDIS_URL={redis_url}"])
+    # the reader exits at once (long before the command, which starts Scrapy, writes)
+    result = subprocess.run(f"{command} | true", shell=True, cwd=EXAMPLE_PROJECT,
+                            env=worker_env, capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr

@@ -156,12 +156,21 @@ def _hanging(head: str, text: str, indent: int) -> str:
                          break_long_words=False).replace("\0", " ")
 
 
+#: ``proxies`` has sub-actions of its own and its own parser (proxies/admin.py), so it is not
+#: a row of ACTIONS; the help texts list it after them
+PROXIES_USAGE = ("list|add|remove|drain|reset {crawl} [URL or ID ...] [--pool P] [--site S] "
+                 "[--json]")
+PROXIES_SUMMARY = "show and change the crawl's proxy pool (docs/proxies.md)"
+
+
 def usage_lines(prog: str, crawl: str) -> str:
     """One usage entry per action, ``PROG ACTION CRAWL ARGS``, wrapped under its action."""
     out = []
     for a in ACTIONS.values():
         head = f"  {prog} {a.name}{f' {crawl}' if a.needs_redis else ''} "
         out.append(_hanging(head, a.args, len(head)) if a.args else head.rstrip())
+    head = f"  {prog} proxies "
+    out.append(_hanging(head, PROXIES_USAGE.format(crawl=crawl), len(head)))
     return "\n".join(out)
 
 
@@ -171,6 +180,7 @@ def help_epilog() -> str:
     lines = ["actions:"]
     lines += [_hanging(f"  {a.name:<{width}}  ", a.summary, width + 4)
               for a in ACTIONS.values()]
+    lines.append(_hanging(f"  {'proxies':<{width}}  ", PROXIES_SUMMARY, width + 4))
     lines += ["", "exit statuses:"]
     lines += [_hanging(f"  {status:>3}  ", meaning, 7) for status, meaning in EXIT_STATUSES]
     return "\n".join(lines)
@@ -422,6 +432,17 @@ def _dead(admin: FrontierAdmin, opts: Any) -> int:
     return push.EXIT_OK
 
 
+def _utc(ms: Any) -> str:
+    """Server time in ms as ``2026-12-01 10:32:02 UTC`` (the raw number if it is not one)."""
+    import datetime
+
+    try:
+        when = datetime.datetime.fromtimestamp(int(ms) / 1000, datetime.timezone.utc)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return str(ms)
+    return when.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 def _failed(admin: FrontierAdmin, opts: Any) -> int:
     rows = [dict(rec.to_json(), id=rid)
             for rid, rec in failures.failed_records(admin.client, admin.keys, opts.reason)]
@@ -432,7 +453,7 @@ def _failed(admin: FrontierAdmin, opts: Any) -> int:
     for row in shown:
         status = row["status"] or "-"
         print(f"{row['id']}  {row['method']} {row['url']}  {row['reason']}  status {status}  "
-              f"attempts {row['attempts']}  worker {row['worker']}  at {row['at']}")
+              f"attempts {row['attempts']}  worker {row['worker']}  at {_utc(row['at'])}")
     what = f" with reason {opts.reason!r}" if opts.reason else ""
     print(f"{len(shown)} of {len(rows)} failed request(s){what} shown")
     return push.EXIT_OK

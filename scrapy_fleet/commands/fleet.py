@@ -9,6 +9,7 @@ exit statuses come from the table in cli.py (``cli.ACTIONS``, ``cli.EXIT_STATUSE
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -63,6 +64,13 @@ class Command(ScrapyCommand):
         add_proxies_arguments(parser)
 
     def run(self, args: list[str], opts: argparse.Namespace) -> None:
+        try:
+            self._run(args, opts)
+        except BrokenPipeError:  # `scrapy fleet status SPIDER | head`: quiet, like scrapy-fleet
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            self.exitcode = 1
+
+    def _run(self, args: list[str], opts: argparse.Namespace) -> None:
         actions = ", ".join([*cli.ACTIONS, "proxies"])
         if not args:
             raise UsageError(f"expected an action ({actions})")
