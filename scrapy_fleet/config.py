@@ -52,6 +52,7 @@ DEFAULTS: dict[str, Any] = {
     "FLEET_REQUEST_CLASSES": list(DEFAULT_REQUEST_CLASSES),
     "FLEET_DUPEFILTER_CAPACITY": 1_000_000,
     "FLEET_DUPEFILTER_ERROR_RATE": 0.001,
+    "FLEET_DUPEFILTER_CACHE": 100_000,
     "FLEET_QUEUE_MAX": 1_000_000,
     "FLEET_QUEUE_LOW_WATERMARK": 0.9,
     "FLEET_HOST_QUEUE_MAX": None,
@@ -227,6 +228,7 @@ class FleetConfig:
     request_classes: tuple[str, ...]
     dupefilter_capacity: int
     dupefilter_error_rate: float
+    dupefilter_cache: int  #: Bloom keys a worker remembers as seen (0: none)
     queue_max: int | None
     queue_low_watermark: float
     host_queue_max: int | None
@@ -357,6 +359,8 @@ class FleetConfig:
             request_classes=tuple(classes),
             dupefilter_capacity=capacity,
             dupefilter_error_rate=error_rate,
+            dupefilter_cache=_number("FLEET_DUPEFILTER_CACHE", g("FLEET_DUPEFILTER_CACHE"), int,
+                                     0, "an integer >= 0"),
             queue_max=_optional_int("FLEET_QUEUE_MAX", g("FLEET_QUEUE_MAX")),
             queue_low_watermark=low,
             host_queue_max=_optional_int("FLEET_HOST_QUEUE_MAX", g("FLEET_HOST_QUEUE_MAX")),

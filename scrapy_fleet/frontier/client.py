@@ -17,6 +17,7 @@ the first reply back instead of running twice.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 import uuid
@@ -34,7 +35,9 @@ from scrapy_fleet.keys import CrawlKeys
 logger = logging.getLogger(__name__)
 
 OP_TTL_MS = 300_000
-RECLAIM_LIMIT = 100
+#: expired leases one call reclaims at most (a reclaim storm is spread over calls; each
+#: reclaim costs ~10 µs of Redis time: bench/bench_capacity.py --storm)
+RECLAIM_LIMIT = 50
 #: largest |Request.priority| the frontier orders by (lua/hosts.lua checks it too): the
 #: scheduler clamps larger ones (the request itself keeps its priority), pushes refuse them
 PRIORITY_LIMIT = 2**31
@@ -103,6 +106,12 @@ class SyncResult:
     now_ms: int  #: Redis server time
     bloom_full: bool
     holds: dict[str, float] = field(default_factory=dict)  #: host -> seconds of hold left
+    #: indexes of the pushes the Bloom filter (or this call) had seen: duplicates
+    seen: list[int] = field(default_factory=list)
+    #: generation id of the Bloom filter the pushes were checked against (None: none were)
+    bloom_gen: str | None = None
+    #: of the duplicates, pushes the worker's cache knew (left out of the call)
+    cached: int = 0
 
     @classmethod
     def from_reply(cls, reply: bytes) -> SyncResult:
@@ -125,6 +134,8 @@ class SyncResult:
             idle_ms=int(d.get("idle", -1)), now_ms=int(d.get("now", 0)),
             bloom_full=bool(d.get("full", False)),
             holds={h.decode(): float(left) / 1000 for h, left in d.get("holds", [])},
+            seen=[int(x) for x in d.get("pd", [])],
+            bloom_gen=d["bg"].decode() if isinstance(d.get("bg"), bytes) else None,
         )
 
 
@@ -146,8 +157,102 @@ class FrontierParams:
     host_interval_is_rate: bool = False  #: host_interval comes from a rate (may catch up)
 
 
-def _arg(batch: SyncBatch, worker: str, params: FrontierParams) -> bytes:
+#: Bloom keys a worker remembers as being in the filter (FLEET_DUPEFILTER_CACHE's default)
+DUPE_CACHE_SIZE = 100_000
+STALE_GENERATION = "stale filter generation"
+
+
+class DupeCache:
+    """Bloom keys this worker knows to be in the fleet's Bloom filter, at most *size* of them
+    (the oldest are forgotten first).
+
+    A Bloom filter never forgets a fingerprint, so a key seen in the filter stays a duplicate
+    until the filter itself is replaced (``purge``): the cache holds the filter's generation
+    id (lua/bloom.lua, field ``g``) with its keys, and a call that leaves keys out names that
+    generation (``bg``); under another generation the script refuses the call before any
+    write and the client clears the cache and sends the full call again.  A link left out
+    costs Redis nothing (no payload, no bit read).
+    """
+
+    def __init__(self, size: int = DUPE_CACHE_SIZE) -> None:
+        self.size = size
+        self.gen: str | None = None
+        self._keys: dict[bytes, None] = {}
+        self.hits = 0  #: pushes left out so far (known duplicates)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key: bytes) -> bool:
+        return key in self._keys
+
+    def clear(self) -> None:
+        self._keys.clear()
+        self.gen = None
+
+    def split(self, batch: SyncBatch) -> tuple[SyncBatch, list[int], int]:
+        """(the batch to send, index in *batch* of each push sent, pushes left out)."""
+        if not self._keys or self.gen is None or not batch.pushes:
+            return batch, list(range(len(batch.pushes))), 0
+        kept: list[int] = []
+        for i, p in enumerate(batch.pushes):
+            if not (p[0] and p[0] in self._keys):
+                kept.append(i)
+        left_out = len(batch.pushes) - len(kept)
+        self.hits += left_out
+        if not left_out:
+            return batch, kept, 0
+        sent = SyncBatch(acks=batch.acks, releases=batch.releases, dead=batch.dead,
+                         extends=batch.extends, pushes=[batch.pushes[i] for i in kept],
+                         take=batch.take, downloaded=batch.downloaded)
+        return sent, kept, left_out
+
+    def learn(self, sent: SyncBatch, result: SyncResult) -> None:
+        """Remember the keys of *sent* that *result* found in the filter or added to it."""
+        if result.bloom_gen is None:
+            return
+        if result.bloom_gen != self.gen:
+            self._keys.clear()
+            self.gen = result.bloom_gen
+        if self.size <= 0:
+            return
+        keys = self._keys
+        for i, flag in enumerate(result.push_flags):
+            if flag and i < len(sent.pushes) and sent.pushes[i][0]:
+                keys[sent.pushes[i][0]] = None
+        for i in result.seen:
+            if i < len(sent.pushes) and sent.pushes[i][0]:
+                keys[sent.pushes[i][0]] = None
+        over = len(keys) - self.size
+        if over > 0:
+            for key in list(itertools.islice(keys, over + self.size // 10)):
+                del keys[key]
+
+
+def _expand(result: SyncResult, kept: list[int], total: int, left_out: int) -> SyncResult:
+    """*result* of a call sent without the pushes the cache left out, with indexes of the
+    whole batch again: a left-out push is a duplicate (flag 0, in ``seen``)."""
+    if not left_out:
+        return result
+    flags = [0] * total
+    for j, flag in enumerate(result.push_flags):
+        if j < len(kept):
+            flags[kept[j]] = flag
+    sent_seen = {kept[j] for j in result.seen if j < len(kept)}
+    kept_set = set(kept)
+    result.seen = sorted(sent_seen | {i for i in range(total) if i not in kept_set})
+    result.push_flags = flags
+    result.refused = [kept[j] for j in result.refused if j < len(kept)]
+    result.duplicates += left_out
+    result.cached = left_out
+    return result
+
+
+def _arg(batch: SyncBatch, worker: str, params: FrontierParams, left_out: int = 0,
+         gen: str | None = None) -> bytes:
     return msgpack.packb({
+        "ld": left_out,
+        "bg": gen or "",
         "w": worker,
         "lm": int(params.lease_timeout * 1000),
         "ml": params.max_leases,
@@ -225,7 +330,8 @@ class AsyncFrontier:
     """
 
     def __init__(self, url: str, keys: CrawlKeys, worker: str, params: FrontierParams,
-                 timeout: float = 10.0, retries: int = 3) -> None:
+                 timeout: float = 10.0, retries: int = 3,
+                 dupe_cache: int = DUPE_CACHE_SIZE) -> None:
         self.url = url
         self.keys = keys
         self.worker = worker
@@ -235,15 +341,33 @@ class AsyncFrontier:
         self._script = lua.load(self.client, "frontier.lua")
         self._prev_op = "-"
         self.roundtrips = 0
+        #: Bloom keys known to be in the filter (links with them are not sent)
+        self.dupes = DupeCache(dupe_cache)
 
     async def connect(self) -> None:
         await redis_client.ping_async(self.client, self.url)
 
     async def sync(self, batch: SyncBatch) -> SyncResult:
-        """Run one batch atomically; retried with the same op id on connection errors."""
+        """Run one batch atomically; retried with the same op id on connection errors.
+
+        Links whose Bloom key :attr:`dupes` holds are left out of the call (counted as
+        duplicates by the script); after a purge (another filter generation) the script
+        refuses such a call before any write, and it is sent again in full.
+        """
+        try:
+            return await self._sync(batch, self.dupes.split(batch))
+        except redis.ResponseError as exc:
+            if STALE_GENERATION not in str(exc):
+                raise
+            self.dupes.clear()
+            return await self._sync(batch, (batch, list(range(len(batch.pushes))), 0))
+
+    async def _sync(self, batch: SyncBatch, split: tuple[SyncBatch, list[int], int]
+                    ) -> SyncResult:
+        sent, kept, left_out = split
         op = uuid.uuid4().hex
         keys = self.keys.frontier_keys(op, self._prev_op)
-        arg = _arg(batch, self.worker, self.params)
+        arg = _arg(sent, self.worker, self.params, left_out, self.dupes.gen)
 
         async def attempt() -> bytes:
             self.roundtrips += 1
@@ -252,6 +376,8 @@ class AsyncFrontier:
         reply = await redis_client.call_retrying_async(attempt, self.url, self.retries)
         self._prev_op = op
         result = SyncResult.from_reply(reply)
+        self.dupes.learn(sent, result)
+        result = _expand(result, kept, len(batch.pushes), left_out)
         missing = _needs_payloads(result)
         if missing:
             self.roundtrips += 1
@@ -271,7 +397,7 @@ class FrontierAdmin:
 
     def __init__(self, url: str, crawl_id: str, prefix: str = "fleet",
                  params: FrontierParams | None = None, timeout: float = 10.0,
-                 retries: int = 3) -> None:
+                 retries: int = 3, dupe_cache: int = 0) -> None:
         self.url = url
         self.keys = CrawlKeys(prefix, crawl_id)
         self.params = params or FrontierParams()
@@ -279,6 +405,8 @@ class FrontierAdmin:
         self.client: redis.Redis = redis_client.sync_client(url, timeout)
         self._script: Any = None
         self._prev_op = "-"
+        #: Bloom keys known to be in the filter (*dupe_cache* > 0; see DupeCache)
+        self.dupes = DupeCache(dupe_cache)
 
     def ping(self) -> None:
         redis_client.ping_sync(self.client, self.url)
@@ -288,13 +416,30 @@ class FrontierAdmin:
         fresh one) names the call: the same id again replays the first reply."""
         if self._script is None:
             self._script = lua.load(self.client, "frontier.lua")
+        # a call named by the caller may be a replay: it must carry what the first one did,
+        # whatever the cache learned since, so it is sent whole
+        whole = (batch, list(range(len(batch.pushes))), 0)
+        try:
+            return self._sync(batch, worker, op_id,
+                              self.dupes.split(batch) if op_id is None else whole)
+        except redis.ResponseError as exc:
+            if STALE_GENERATION not in str(exc):
+                raise
+            self.dupes.clear()
+            return self._sync(batch, worker, None, whole)
+
+    def _sync(self, batch: SyncBatch, worker: str, op_id: str | None,
+              split: tuple[SyncBatch, list[int], int]) -> SyncResult:
+        sent, kept, left_out = split
         op = op_id or uuid.uuid4().hex
         keys = self.keys.frontier_keys(op, self._prev_op)
-        arg = _arg(batch, worker, self.params)
+        arg = _arg(sent, worker, self.params, left_out, self.dupes.gen)
         reply = redis_client.call_retrying(lambda: self._script(keys=keys, args=[arg]),
                                            self.url, self.retries)
         self._prev_op = op
         result = SyncResult.from_reply(reply)
+        self.dupes.learn(sent, result)
+        result = _expand(result, kept, len(batch.pushes), left_out)
         missing = _needs_payloads(result)
         if missing:
             result = _fill_payloads(result, self.client.hmget(self.keys.data, missing))

@@ -147,7 +147,8 @@ class FleetScheduler(BaseScheduler):
         keys = CrawlKeys(self.config.key_prefix, crawl_id)
         self.frontier = AsyncFrontier(self.config.redis_url, keys, self.config.worker_id,
                                       self.config.frontier_params(),
-                                      self.config.redis_timeout, self.config.redis_retries)
+                                      self.config.redis_timeout, self.config.redis_retries,
+                                      dupe_cache=self.config.dupefilter_cache)
         await self.frontier.connect()
         await politeness.Politeness(self.frontier.client, keys, self.config,
                                     self.config.worker_id).write_overrides()
@@ -474,6 +475,8 @@ class FleetScheduler(BaseScheduler):
         if result.duplicates:
             self._inc("dupefilter/filtered", result.duplicates)
             self._inc("fleet/dupefilter/filtered", result.duplicates)
+        if result.cached:
+            self._inc("fleet/dupefilter/cached", result.cached)
             if not self._logged_dupe:
                 first = next((url for (url, *_), flag in zip(sent, result.push_flags,
                                                               strict=False) if not flag), "?")
