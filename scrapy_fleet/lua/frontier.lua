@@ -59,8 +59,9 @@
 --   generation (when pushes were checked), counts new dup acked released reclaimed dead
 --   parked deferred resumed refused, full, now, queued inflight delayed size idle, holds.
 --
--- Bounded work per call: at most rc (100) expired leases reclaimed, 100 deferred entries
--- moved back, 100 parked records looked at (16 rotated), 64 candidate hosts for the leases.
+-- Bounded work per call: at most rc (client.RECLAIM_LIMIT: 50) expired leases reclaimed, 100 deferred entries
+-- moved back, 100 parked records looked at (16 rotated), 8 to 64 candidate hosts for the
+-- leases (twice `take`).
 
 local cached = redis.call('GET', KEYS[12])
 if cached then
@@ -113,6 +114,10 @@ local worker = req.w or ''
 local now = server_now_ms()
 local ctx = new_host_ctx(now, TAT, HOLD, HOSTLIVE, HOSTCONF, CRAWLDELAY, req)
 ctx.memo = {}  -- per-host fields read once per call (hosts.lua, ctx_get)
+ctx.empty = {}  -- per-host hashes without any field: not read per host (a write clears it)
+for _, key in ipairs({HOSTCONF, CRAWLDELAY, HOLD}) do
+  if redis.call('EXISTS', key) == 0 then ctx.empty[key] = true end
+end
 local function host_policy(h) return host_policy_ctx(ctx, h) end
 local function host_blocked_until(h, T, tau, cap)
   return host_blocked_until_ctx(ctx, h, T, tau, cap, true)
@@ -606,7 +611,9 @@ count('refused', out.refused)
 -- re-marked with the time it may, and never blocks the others.  A host's queue is read a
 -- few heads at a time; the lease writes go out in few commands at the end.
 if take > 0 then
-  local cands = redis.call('ZRANGEBYSCORE', READY, '-inf', now, 'LIMIT', 0, 64)
+  -- the hosts ready longest, as many as this call can use (twice take, 8 to 64 of them)
+  local cands = redis.call('ZRANGEBYSCORE', READY, '-inf', now, 'LIMIT', 0,
+                           math.min(64, math.max(8, 2 * take)))
   local list, heads, pos, used, ended = {}, {}, {}, {}, {}
   local taken = 0
   -- the next head of h's queue not taken by this call (nil when there is none); a read

@@ -29,10 +29,12 @@ end
 
 -- A per-host field read through ctx: remembered for the rest of the call when ctx.memo is a
 -- table (frontier.lua looks at the same hosts many times per call and writes its changes
--- back with ctx_put); read each time otherwise.  A missing field is nil.
+-- back with ctx_put); read each time otherwise.  A missing field is nil; so is every field
+-- of a key in ctx.empty (a hash the caller found empty, e.g. no host on hold: not read).
 local function ctx_get(ctx, key, host)
   local memo = ctx.memo
   if memo == nil then return redis.call('HGET', key, host) or nil end
+  if ctx.empty and ctx.empty[key] then return nil end
   local m = memo[key]
   if m == nil then
     m = {}
@@ -48,6 +50,7 @@ end
 
 local function ctx_put(ctx, key, host, value)
   if ctx.memo == nil then return end
+  if ctx.empty then ctx.empty[key] = nil end
   if ctx.memo[key] == nil then ctx.memo[key] = {} end
   ctx.memo[key][host] = value
 end
