@@ -6,7 +6,10 @@ with whatever it does locally): each call acknowledges the requests "fetched" si
 call with their links (group k = links of the k-th acknowledgement), says their downloads are
 over, asks for ``FLEET_PREFETCH`` (16) leases, and every 20th call extends every lease it
 holds (the heartbeat).  One client holds at most 16 leases, as a worker of
-CONCURRENT_REQUESTS = 16 does.
+CONCURRENT_REQUESTS = 16 does; a call that leased nothing is followed by a wait of
+FLEET_POLL_INTERVAL (0.5 s), as the worker's pump waits.  Host concurrency cap 8
+(CONCURRENT_REQUESTS_PER_DOMAIN), no delay: with 1 host, at most 8 pages are in flight
+fleet-wide, whatever the clients.
 
 The crawl is a generated site of the shape of the issue's measurement: page ``i`` links to
 one new page (``i + seeds``: the frontier's size stays ~constant), to its host's index and
@@ -60,6 +63,8 @@ if "--child" not in sys.argv:  # a child imports the scrapy_fleet of PYTHONPATH,
     import _harness as h
 
 LINKS_NEW, LINKS_NAV, LINKS_BACK = 1, 2, 7
+#: a client that got nothing waits this long (FLEET_POLL_INTERVAL's default)
+POLL_INTERVAL = 0.5
 WINDOW = 5000
 PAGE_RE = re.compile(rb"/p/(\d+)\.html")
 
@@ -129,7 +134,7 @@ async def fleet_client(url: str, n: int, site: Site, stop_at: list[float], stats
     from scrapy_fleet.frontier.client import AsyncFrontier, FrontierParams, SyncBatch
     from scrapy_fleet.keys import CrawlKeys
 
-    params = FrontierParams(host_concurrency=8)
+    params = FrontierParams(host_concurrency=8, queue_max=1_000_000)  # worker defaults
     fr = AsyncFrontier(url, CrawlKeys("fleet", "cap"), f"w{n}", params)
     rng = random.Random(n)
     held: list[Any] = []
@@ -158,7 +163,7 @@ async def fleet_client(url: str, n: int, site: Site, stop_at: list[float], stats
             stats["calls"] += 1
             held = list(r.leased)
             if not held:
-                await asyncio.sleep(0.002)
+                await asyncio.sleep(POLL_INTERVAL)  # as a worker's pump waits when idle
     finally:
         stats["left_out"] += getattr(getattr(fr, "dupes", None), "hits", 0)
         await fr.close()
@@ -181,7 +186,7 @@ async def scrapy_redis_client(url: str, n: int, site: Site, stop_at: list[float]
             stats["lat"].append(time.perf_counter() - t0)
             stats["calls"] += 1
             if not got:
-                await asyncio.sleep(0.002)
+                await asyncio.sleep(POLL_INTERVAL)
                 continue
             d = pickle.loads(got[0])  # our own bench data, written just above
             m = PAGE_RE.search(d["url"].encode())
@@ -221,7 +226,8 @@ def seed(impl: str, url: str, site: Site) -> None:
         return
     from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams
 
-    admin = FrontierAdmin(url, "cap", params=FrontierParams(host_concurrency=8))
+    admin = FrontierAdmin(url, "cap",
+                          params=FrontierParams(host_concurrency=8, queue_max=1_000_000))
     chunk: list[tuple[Any, ...]] = []
     for i in range(site.seeds):
         key, prio, payload, host = site.fleet_push(url_of(i, site.hosts), None)

@@ -409,7 +409,11 @@ flush_slots()
 
 -- 6. pushes and acknowledgements, within the bounds
 flush_queue()
-local size = redis.call('ZCARD', Q) + redis.call('ZCARD', LEASES) + redis.call('ZCARD', DELAYED)
+-- (the size matters only to the bounds: not read without one)
+local size = 0
+if queue_max > 0 then
+  size = redis.call('ZCARD', Q) + redis.call('ZCARD', LEASES) + redis.call('ZCARD', DELAYED)
+end
 
 -- 6.0 the Bloom filter: every fingerprint of the call looked up at once (bloom.lua)
 local bloom, present = nil, {}
@@ -777,7 +781,7 @@ end
 -- hosts on hold now (429/503/failures), with the ms left: workers check them locally before
 -- each download of a request leased earlier
 out.holds = {}
-if worker ~= '' and redis.call('HLEN', HOLD) <= 1000 then
+if worker ~= '' and not ctx.empty[HOLD] and redis.call('HLEN', HOLD) <= 1000 then
   local all = redis.call('HGETALL', HOLD)
   for i = 1, #all, 2 do
     local left = (tonumber(all[i + 1]) or 0) - now
@@ -796,10 +800,14 @@ end
 -- Cache a reply without payloads: a repeated call rebuilds them from DATA (the entries are
 -- still leased with these tokens, since the client has not seen the first reply).
 local reply = cmsgpack.pack(out)
-local light = {}
-for i, e in ipairs(out.leased) do light[i] = {e[1], e[2], '', e[4]} end
-out.leased = light
-redis.call('SET', KEYS[12], cmsgpack.pack(out), 'PX', tonumber(req.ot) or 300000)
+local stored = reply
+if #out.leased > 0 then
+  local light = {}
+  for i, e in ipairs(out.leased) do light[i] = {e[1], e[2], '', e[4]} end
+  out.leased = light
+  stored = cmsgpack.pack(out)
+end
+redis.call('SET', KEYS[12], stored, 'PX', tonumber(req.ot) or 300000)
 if KEYS[13] ~= KEYS[12] then
   redis.call('DEL', KEYS[13])
 end
