@@ -38,7 +38,7 @@ from scrapy_fleet.keys import BLOOM_MAX_SLICES, CrawlKeys
 ERROR_RATE = 0.001
 OP_TTL_MS = 60_000
 
-#: Read-only check, appended to scrapy_fleet/lua/bloom.lua (which defines locals only).
+#: Read-only check, appended to scrapy_fleet/lua/common.lua + bloom.lua (locals only).
 CHECK_LUA = """
 -- bench only: count how many fingerprints the filter reports as seen, without adding them
 -- KEYS: 1 bloom meta, 2.. slices   ARGV: 1 capacity, 2 error rate, 3.. fingerprints
@@ -67,7 +67,8 @@ class Filter:
         self.capacity = capacity
         self.slices = [self.keys.bloom_slice(i) for i in range(BLOOM_MAX_SLICES)]
         self._add = lua.load(client, "bloom_add.lua")
-        lib = (resources.files("scrapy_fleet") / "scripts" / "bloom.lua").read_text("utf-8")
+        folder = resources.files("scrapy_fleet") / "lua"
+        lib = "\n".join((folder / name).read_text("utf-8") for name in ("common.lua", "bloom.lua"))
         self._check = client.register_script(lib + "\n" + CHECK_LUA)
         self._prev = "-"
 
