@@ -4,8 +4,7 @@ Slice ``i`` holds ``n0 * 2**i`` fingerprints at false-positive rate ``p * 2**-i`
 ``m = ceil(-n ln p / ln(2)**2)`` bits and ``k = ceil(-log2 p)`` hash functions (Almeida et al.,
 "Scalable Bloom Filters", 2007).  For n0 = 1,000,000 and p = 0.001 slice 0 takes
 14,377,588 bits = 1.80 MB; a Redis SET of the same fingerprints takes about 64 MB
-(bench/bench_bloom.py).  Slices are created at full
-size; lua/bloom.lua describes the two bit layouts.
+(bench/bench_bloom.py).  Slices are created at full size (see lua/bloom.lua).
 """
 
 from __future__ import annotations
@@ -42,11 +41,6 @@ class SliceParams:
         return (self.bits + 7) // 8
 
 
-#: bits of one block of the blocked layout (lua/bloom.lua, v = 2): a fingerprint's k bits
-#: all lie in one block, read with one GETRANGE
-BLOCK_BITS = 4096
-
-
 def slice_params(capacity: int, error_rate: float, index: int) -> SliceParams:
     """Parameters of slice *index*, computed exactly as lua/bloom.lua does."""
     n = capacity * 2**index
@@ -54,24 +48,6 @@ def slice_params(capacity: int, error_rate: float, index: int) -> SliceParams:
     m = math.ceil(-n * math.log(p) / (math.log(2) ** 2))
     k = math.ceil(-math.log(p) / math.log(2))
     return SliceParams(n, p, m, k)
-
-
-def bit_offsets(key: bytes, capacity: int, error_rate: float, index: int = 0,
-                blocked: bool = True) -> list[int]:
-    """Offsets of the k bits of Bloom *key* (12 bytes) in slice *index*, as lua/bloom.lua
-    places them: blocked (``v`` 2: filters created now whose first slice has 4096 bits at
-    least), the block ``h1 mod floor(m / 4096)`` (h1 = bytes 1-6) and in it
-    ``(a + i*b) mod 4096`` (a = bytes 7-9, b = bytes 10-12, made odd); else (``v`` 1)
-    ``(h1 + i*h2) mod m`` (h2 = bytes 7-12)."""
-    sp = slice_params(capacity, error_rate, index)
-    h1 = int.from_bytes(key[:6], "big")
-    if not blocked:
-        h2 = int.from_bytes(key[6:], "big")
-        return [(h1 + i * h2) % sp.bits for i in range(sp.hashes)]
-    base = (h1 % (sp.bits // BLOCK_BITS)) * BLOCK_BITS
-    a = int.from_bytes(key[6:9], "big") % BLOCK_BITS
-    b = int.from_bytes(key[9:12], "big") % BLOCK_BITS | 1
-    return [base + (a + i * b) % BLOCK_BITS for i in range(sp.hashes)]
 
 
 def total_capacity(capacity: int) -> int:

@@ -12,38 +12,21 @@
 -- (Kirsch & Mitzenmacher, "Less Hashing, Same Performance", 2006).
 --
 -- A fingerprint argument is 12 bytes of a uniform hash (the client hashes Scrapy's request
--- fingerprint with BLAKE2b).  Two layouts of the k bits (meta field v):
---   v = 2 (every filter created now whose first slice has one block at least): *blocked*
---     (F. Putze, P. Sanders, J. Singler, "Cache-, Hash- and Space-Efficient Bloom Filters",
---     WEA 2007): a slice is m bits cut into floor(m / 4096) blocks of BLOCK_BITS (the last
---     m mod 4096 bits stay unused: the same memory as before), the first 48-bit half
---     of the fingerprint picks the block (h1 mod blocks), and the k bits lie in that block,
---     by double hashing in it: (a + i*b) mod 4096, a = bytes 7-9 and b = bytes 10-12 of the
---     fingerprint (mod 4096, b made odd so that the k positions differ).  One GETRANGE of
---     512 bytes reads all k bits of a fingerprint (the bit-by-bit reads cost ~0.3 µs a bit:
---     ten times that per fingerprint).  At m/n = 14.4 bits (p = 0.001, k = 10) the rate is
---     0.107 % instead of 0.100 % (Poisson over the block's load, as in Putze et al.) in the
---     same memory.
---   v = 1 or absent (filters written before): bit positions h1 + i*h2 mod m over the whole
---     slice (Kirsch & Mitzenmacher, "Less Hashing, Same Performance", 2006), h1 and h2 the two
---     48-bit halves; read with BITFIELD GETs.  Such a filter keeps its layout until purged.
--- Every product stays under 2^53: double arithmetic is exact.
+-- fingerprint with BLAKE2b); h1 and h2 are its two 48-bit halves, so every product below
+-- stays under 2^53 and double arithmetic is exact.
 --
--- Metadata hash (KEY meta): n0, p, slices, c0..cN (fingerprints added to each slice), v (the
--- layout), g (the filter's generation id: set when the filter is created, so a worker that
--- caches which fingerprints are in the filter knows when a purge made a new one).
+-- Metadata hash (KEY meta): n0, p, slices, c0..cN (fingerprints added to each slice), g (the
+-- filter's generation id: set when the filter is created, so a worker that caches which
+-- fingerprints are in the filter knows when a purge made a new one).
 --
--- Cost per call: one HMGET, then per fingerprint one GETRANGE per slice until found (v 2;
--- v 1: one BITFIELD_RO per slice for the whole call), one BITFIELD for all the adds of a
--- slice, and one HINCRBY of its count: bloom_lookup, bloom_mark (adds), bloom_flush (writes).
+-- Cost per call: one HMGET, then per slice one BITFIELD_RO for all the fingerprints of the
+-- call (reads) and one BITFIELD for all the adds (writes), and one HINCRBY of the count:
+-- bloom_lookup, bloom_mark (adds), bloom_flush (writes).
 
 local LN2SQ = math.log(2) * math.log(2)
 -- BITFIELD subcommands per command (GET takes 3 arguments, SET 4; Lua's unpack stops near
 -- 8000 values)
 local BITFIELD_CHUNK = 1500
-local BLOCK_BITS = 4096
-local BLOCK_BYTES = 512
-local BIT_MASK = {128, 64, 32, 16, 8, 4, 2, 1}  -- bit j of a byte, j = 0 the first (Redis order)
 
 local function bloom_slice_params(n0, p, i)
   local n = n0 * (2 ^ i)
@@ -59,7 +42,7 @@ end
 -- Initialises nothing: an absent filter is created by its first add, with (n0, p); an
 -- existing filter keeps its own parameters.
 local function bloom_open(meta_key, slice_keys, n0, p)
-  local stored = redis.call('HMGET', meta_key, 'n0', 'p', 'slices', 'g', 'v')
+  local stored = redis.call('HMGET', meta_key, 'n0', 'p', 'slices', 'g')
   local state = {meta = meta_key, keys = slice_keys, params = {}, sets = {}, adds = {},
                  counts = {}}
   if stored[1] then
@@ -67,14 +50,10 @@ local function bloom_open(meta_key, slice_keys, n0, p)
     state.p = tonumber(stored[2])
     state.count = tonumber(stored[3])
     state.gen = stored[4] or nil
-    state.v = tonumber(stored[5]) or 1
   else
     state.n0 = n0
     state.p = p
     state.count = 0
-    -- blocked, unless the first slice is smaller than one block (tiny test filters)
-    local _, m0 = bloom_slice_params(n0, p, 0)
-    state.v = (m0 >= BLOCK_BITS) and 2 or 1
   end
   return state
 end
@@ -83,7 +62,7 @@ local function bloom_params(state, s)
   local pr = state.params[s]
   if pr == nil then
     local n, m, k = bloom_slice_params(state.n0, state.p, s)
-    pr = {n, m, k, math.floor(m / BLOCK_BITS)}  -- (blocks: the last m mod 4096 bits unused)
+    pr = {n, m, k}
     state.params[s] = pr
   end
   return pr
@@ -99,18 +78,9 @@ local function bloom_offsets(state, fp, s, out, at, prefix, suffix)
   local a, b, c, d, e, f = string.byte(fp, 1, 6)
   local h1 = ((((a * 256 + b) * 256 + c) * 256 + d) * 256 + e) * 256 + f
   a, b, c, d, e, f = string.byte(fp, 7, 12)
-  local x, step, base
-  if state.v == 2 then
-    base = (h1 % pr[4]) * BLOCK_BITS
-    x = ((a * 256 + b) * 256 + c) % BLOCK_BITS
-    step = ((d * 256 + e) * 256 + f) % BLOCK_BITS
-    if step % 2 == 0 then step = step + 1 end
-    m = BLOCK_BITS
-  else
-    base = 0
-    x = h1 % m
-    step = (((((a * 256 + b) * 256 + c) * 256 + d) * 256 + e) * 256 + f) % m
-  end
+  local h2 = ((((a * 256 + b) * 256 + c) * 256 + d) * 256 + e) * 256 + f
+  local x = h1 % m
+  local step = h2 % m
   for _ = 1, k do
     if prefix then
       out[at + 1] = prefix[1]
@@ -118,7 +88,7 @@ local function bloom_offsets(state, fp, s, out, at, prefix, suffix)
       at = at + 2
     end
     at = at + 1
-    out[at] = base + x
+    out[at] = x
     if suffix then
       at = at + 1
       out[at] = suffix
@@ -133,47 +103,13 @@ local GET_U1 = {'GET', 'u1'}
 local SET_U1 = {'SET', 'u1'}
 
 -- Which of fps (a list of 12-byte strings) are in the filter (as it was before this call's
--- adds)?  Returns a list of booleans.  Blocked layout: one GETRANGE of the fingerprint's
--- block per slice.  Previous layout: all the bits one slice needs for the whole list, read
--- with BITFIELD_RO GETs, BITFIELD_CHUNK per command.  A fingerprint found in a slice is not
--- looked up in the next ones.
-local function bloom_lookup_blocked(state, fps, present)
-  local band = bit.band
-  local floor = math.floor
-  local offs = {}
-  for s = 0, state.count - 1 do
-    local pr = bloom_params(state, s)
-    local k, key = pr[3], state.keys[s + 1]
-    local any = false
-    for i = 1, #fps do
-      if not present[i] then
-        any = true
-        local at = bloom_offsets(state, fps[i], s, offs, 0)
-        local first = floor(offs[1] / BLOCK_BITS) * BLOCK_BITS
-        local start = first / 8
-        local blk = redis.call('GETRANGE', key, start, start + BLOCK_BYTES - 1)
-        local all = true
-        for j = 1, at do
-          local o = offs[j] - first
-          local byte = string.byte(blk, floor(o / 8) + 1)
-          if not byte or band(byte, BIT_MASK[o % 8 + 1]) == 0 then
-            all = false
-            break
-          end
-        end
-        if all then present[i] = true end
-      end
-    end
-    if not any then break end
-  end
-  return present
-end
-
+-- adds)?  Returns a list of booleans.  All the bits one slice needs for the whole list are
+-- read with BITFIELD_RO GETs, BITFIELD_CHUNK per command; a fingerprint found in a slice is
+-- not looked up in the next ones.
 local function bloom_lookup(state, fps)
   local present = {}
   local n = #fps
   for i = 1, n do present[i] = false end
-  if state.v == 2 then return bloom_lookup_blocked(state, fps, present) end
   for s = 0, state.count - 1 do
     local k = bloom_params(state, s)[3]
     local todo, nt = {}, 0
@@ -237,8 +173,7 @@ local function bloom_mark(state, fp)
   if state.count == 0 then
     state.count = 1
     state.gen = bloom_new_gen()
-    redis.call('HSET', state.meta, 'n0', state.n0, 'p', state.p, 'slices', 1, 'g', state.gen,
-               'v', state.v)
+    redis.call('HSET', state.meta, 'n0', state.n0, 'p', state.p, 'slices', 1, 'g', state.gen)
     bloom_create_slice(state, 0)
   elseif state.gen == nil then
     state.gen = bloom_new_gen()  -- a filter of the previous format: give it an id now
