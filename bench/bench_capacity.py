@@ -370,14 +370,17 @@ while admin.client.zcount(admin.keys.leases, "-inf", 1) > 0 and calls < 100000:
     r = normal.sync(SyncBatch(), worker="w1")
     calls += 1
     reclaimed += r.reclaimed + r.dead_lettered
-print(json.dumps({"calls": calls, "reclaimed": reclaimed}), flush=True)
+import scrapy_fleet
+tree = scrapy_fleet.__file__
+print(json.dumps({"calls": calls, "reclaimed": reclaimed, "tree": tree}), flush=True)
 '''
     with h.Redis(root / "storm") as server:
         r = server.client()
         env = dict(os.environ)
         env["PYTHONPATH"] = str(tree)
+        # (cwd: not a checkout, so that the tree on PYTHONPATH is the one imported)
         proc = subprocess.Popen([h.PYTHON, "-c", code, server.url, str(n)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True, env=env)
+                                stdout=subprocess.PIPE, text=True, env=env, cwd=root)
         assert proc.stdin and proc.stdout
         held = json.loads(proc.stdout.readline())
         r.config_set("slowlog-log-slower-than", 1000)
