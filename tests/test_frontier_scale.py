@@ -208,3 +208,30 @@ def test_deferred_entry_keeps_its_host_in_the_member(redis_url):
     back = admin.sync(SyncBatch(take=5), worker="w2").leased
     assert [e.entry_id for e in back] == [b_id]
     assert admin.client.hget(admin.keys.lease, b_id).split(b"|", 2)[2] == b"b.test\tw2"
+
+
+def test_worker_client_cache_survives_a_purge(redis_url):
+    """The worker's asyncio client (AsyncFrontier, as FleetScheduler runs it): known links are
+    left out, and after a purge the refused call is sent again in full."""
+    import asyncio
+
+    from scrapy_fleet.frontier.client import AsyncFrontier
+    from scrapy_fleet.keys import CrawlKeys
+
+    async def run() -> tuple[list[int], int, list[int], int, int]:
+        fr = AsyncFrontier(redis_url, CrawlKeys("fleet", "async"), "w1", FrontierParams())
+        try:
+            await fr.sync(SyncBatch(pushes=[entry("http://h.test/a")]))
+            known = await fr.sync(SyncBatch(pushes=[entry("http://h.test/a"),
+                                                    entry("http://h.test/b")]))
+            FrontierAdmin(redis_url, "async").purge()
+            after = await fr.sync(SyncBatch(pushes=[entry("http://h.test/a"),
+                                                    entry("http://h.test/b")]))
+            queued = await fr.client.zcard(fr.keys.queue)
+            return known.push_flags, known.cached, after.push_flags, after.cached, queued
+        finally:
+            await fr.close()
+
+    known_flags, known_cached, after_flags, after_cached, queued = asyncio.run(run())
+    assert (known_flags, known_cached) == ([0, 1], 1)
+    assert (after_flags, after_cached, queued) == ([1, 1], 0, 2)  # nothing lost to the cache
