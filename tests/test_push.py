@@ -38,7 +38,7 @@ def test_full_json_spec_becomes_a_request_dict():
 
 @pytest.mark.parametrize("line,reason", [
     ("ftp://example.com/f", "url scheme must be http or https, not 'ftp'"),
-    ("example.com/page", "url scheme must be http or https, not 'none'"),
+    ("example.com/page", "url has no scheme: write it with http:// or https://"),
     ("http:///nohost", "url has no host"),
     ("http://exa mple.com/", "url contains whitespace"),
     ("http://example.com:99999/", "url is malformed"),
@@ -82,7 +82,7 @@ def test_console_script_pushes_good_lines_around_bad_ones(redis_url, tmp_path: P
     ]) + "\n")
     result = cli("--redis", redis_url, "push", "crawl1", "http://h.test/0", "-f", str(urls))
     assert result.returncode == 1
-    assert "line 4: rejected: url scheme must be http or https" in result.stderr
+    assert "line 4: rejected: url has no scheme" in result.stderr
     assert "line 7: rejected: unknown field(s): bogus" in result.stderr
     assert "pushed 3, duplicates 1, rejected 2" in result.stdout
     status = FrontierAdmin(redis_url, "crawl1").status()

@@ -93,8 +93,10 @@ def _validate_url(url: Any, max_length: int) -> str:
         parts = urlsplit(url)
     except ValueError as exc:  # e.g. "Invalid IPv6 URL"
         raise PushLineError(f"url is malformed: {exc}") from None
+    if not parts.scheme:
+        raise PushLineError("url has no scheme: write it with http:// or https://")
     if parts.scheme.lower() not in ("http", "https"):
-        raise PushLineError(f"url scheme must be http or https, not {parts.scheme or 'none'!r}")
+        raise PushLineError(f"url scheme must be http or https, not {parts.scheme!r}")
     if "\x00" in url:
         raise PushLineError("url contains a NUL character")
     try:
