@@ -219,8 +219,14 @@ def _check_url_options(url: str, name: str) -> None:
         if why:
             raise FleetConfigError(f"{name}={redact(url)!r} is invalid: the URL option "
                                    f"{option!r} is not supported ({why})")
-    if urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss", "unix"):
         return  # Cluster and Sentinel URLs: redis_url.parse checked their options
+    db = parts.path.strip("/")
+    if parts.scheme != "unix" and db and not db.isdigit():
+        # redis-py would silently use database 0 for redis://host/x
+        raise FleetConfigError(f"{name}={redact(url)!r} is invalid: the database number "
+                               f"{db!r} is not a number (redis://HOST:PORT/0)")
     try:
         pool = redis.ConnectionPool.from_url(url)
         pool.make_connection()  # builds the connection object only: no I/O

@@ -202,3 +202,11 @@ def test_every_setting_is_documented_with_its_default():
         literal = format_default(setting.default)
         if re.fullmatch(r"[-\d.]+|None|True|False|\"[^\"<]*\"|\{\}|\[\]", shown):
             assert shown == literal, (setting.name, shown, literal)
+
+
+@pytest.mark.parametrize("path", ["/x", "/0x", "/1/2"])
+def test_a_database_that_is_not_a_number_is_refused(path):
+    """A fresh-user trial: redis://host/x silently used database 0."""
+    with pytest.raises(FleetConfigError, match="database number"):
+        FleetConfig.from_settings(Settings({"FLEET_REDIS_URL": f"redis://127.0.0.1:6379{path}"}))
+    assert FleetConfig.from_settings(Settings({"FLEET_REDIS_URL": "redis://h:1/15"}))
