@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from scrapy_fleet.testsite.generate import positive_int
 from scrapy_fleet.testsite.processes import RedisServer, stop_process
 
 PROJECT_DIR = Path(__file__).resolve().parent
@@ -273,9 +274,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--site", type=Path, help="static folder to serve (default: generate one)")
     parser.add_argument("--start", help="start path or URL (default /site/, or / with --site)")
-    parser.add_argument("--workers", type=int, default=3)
-    parser.add_argument("--pages", type=int, default=200, help="size of the generated site")
-    parser.add_argument("--links", type=int, default=8, help="links per generated page")
+    parser.add_argument("--workers", type=positive_int, default=3)
+    parser.add_argument("--pages", type=positive_int, default=200,
+                        help="size of the generated site")
+    parser.add_argument("--links", type=positive_int, default=8, help="links per generated page")
     parser.add_argument("--idle-timeout", type=float, default=5, help="FLEET_IDLE_TIMEOUT (s)")
     parser.add_argument("--timeout", type=float, default=1800, help="give up after (s)")
     parser.add_argument(

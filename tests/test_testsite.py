@@ -252,3 +252,16 @@ def test_bad_config_is_rejected(site_factory: Callable[..., SiteProcess], small_
     resp = conn.getresponse()
     assert resp.status == 400 and b"unknown behaviour keys" in resp.read()
     conn.close()
+
+
+@pytest.mark.parametrize("args", [["--pages", "0"], ["--links", "-1"], ["--pages", "x"]])
+def test_generate_refuses_sizes_below_one_with_a_usage_error(tmp_path, args):
+    """A fresh-user trial: --pages 0 ended in a ValueError traceback."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "scrapy_fleet.testsite", "generate",
+                             str(tmp_path / "s"), *args], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 2
+    assert "expected an integer >= 1" in result.stderr and "Traceback" not in result.stderr

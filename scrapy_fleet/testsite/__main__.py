@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from scrapy_fleet.testsite.generate import generate_site
+from scrapy_fleet.testsite.generate import generate_site, positive_int
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,8 +16,9 @@ def main(argv: list[str] | None = None) -> int:
 
     gen = sub.add_parser("generate", help="write a deterministic static site into DIR")
     gen.add_argument("dir", type=Path)
-    gen.add_argument("--pages", type=int, default=200, help="number of pages (default 200)")
-    gen.add_argument("--links", type=int, default=8, help="links per page (default 8)")
+    gen.add_argument("--pages", type=positive_int, default=200,
+                     help="number of pages (default 200)")
+    gen.add_argument("--links", type=positive_int, default=8, help="links per page (default 8)")
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--prefix", default="site", help="first path segment (default site)")
 

@@ -116,3 +116,20 @@ def generate_site(
     )
     (Path(dest) / "robots.txt").write_text("User-agent: *\nDisallow:\n", encoding="utf-8")
     return [f"/{prefix}/"] + [f"/{prefix}/p/{i}.html" for i in range(pages)]
+
+
+def positive_int(text: str) -> int:
+    """argparse type of the site's sizes (pages, links, workers): an integer >= 1.
+
+    Raises:
+        argparse.ArgumentTypeError: *text* is not one.
+    """
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
