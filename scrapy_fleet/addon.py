@@ -83,11 +83,9 @@ class Addon:
             return  # the start-up check names the setting and the value
         if not enabled:
             return
-        from scrapy_fleet.browser.handler import DEFAULT_ABORT, install
+        from scrapy_fleet.browser.handler import DEFAULT_ABORT, abort_types, install
 
-        abort = settings.get("FLEET_PLAYWRIGHT_ABORT", DEFAULT_ABORT)
-        if isinstance(abort, str):
-            abort = [part.strip() for part in abort.split(",") if part.strip()]
+        abort = abort_types(settings.get("FLEET_PLAYWRIGHT_ABORT", DEFAULT_ABORT))
         install(settings, abort if isinstance(abort, (list, tuple)) else DEFAULT_ABORT)
 
     @staticmethod

@@ -70,12 +70,10 @@ def _stages(g: Callable[[str], Any]) -> dict[str, Any]:
 
 def _browser(g: Callable[[str], Any]) -> dict[str, Any]:
     """FLEET_PLAYWRIGHT and FLEET_PLAYWRIGHT_ABORT (browser/handler.py)."""
-    from scrapy_fleet.browser.handler import RESOURCE_TYPES
+    from scrapy_fleet.browser.handler import RESOURCE_TYPES, abort_types
 
     enabled = _bool("FLEET_PLAYWRIGHT", g("FLEET_PLAYWRIGHT"))
-    abort = g("FLEET_PLAYWRIGHT_ABORT")
-    if isinstance(abort, str):
-        abort = [part.strip() for part in abort.split(",") if part.strip()]
+    abort = abort_types(g("FLEET_PLAYWRIGHT_ABORT"))
     _check("FLEET_PLAYWRIGHT_ABORT", abort,
            isinstance(abort, (list, tuple)) and all(t in RESOURCE_TYPES for t in abort),
            f"a list of Playwright resource types ({', '.join(sorted(RESOURCE_TYPES))})")

@@ -49,6 +49,14 @@ class AbortResources:
         return f"AbortResources({sorted(self.types)!r})"
 
 
+def abort_types(value: Any) -> Any:
+    """``FLEET_PLAYWRIGHT_ABORT`` as a list: a comma-separated string is split; any other value
+    is returned as it is (config.py validates it)."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
 def install(settings: BaseSettings, abort: Iterable[str], priority: str = "addon") -> None:
     """Set the handlers, the reactor and the abort rule (see module docstring) on *settings*,
     unless the project already set them at a higher priority."""

@@ -195,11 +195,12 @@ def read_snapshot(client: redis.Redis, keys: CrawlKeys, *, hosts: int = 10,
     """
     cfg = alerts_config or AlertConfig()
     k = keys
-    # a cluster pipeline refuses keyless commands (TIME, INFO): ask the crawl's node apart
-    cluster = redis_client.is_cluster(client)
+    # keyless commands (TIME, INFO) go to the crawl's node apart: a cluster pipeline refuses
+    # them (redis_client.node_of is {} on one server)
+    node = redis_client.node_of(client, k.stats)
+    srv = client.time(**node)
+    memory = client.info("memory", **node)
     with client.pipeline(transaction=False) as pipe:
-        if not cluster:
-            pipe.time()
         pipe.zcard(k.queue)
         pipe.zcard(k.delayed)
         pipe.zcard(k.leases)
@@ -213,24 +214,12 @@ def read_snapshot(client: redis.Redis, keys: CrawlKeys, *, hosts: int = 10,
         pipe.get(k.series("1m"))
         pipe.hlen(k.hostq)
         pipe.hget(k.config, "host_concurrency")
-        if not cluster:
-            pipe.info("memory")
         pipe.zrevrange(k.hostbans, 0, max(hosts, 10) - 1, withscores=True)
         pipe.hget(k.hostq, STAGE_HOST)
         pipe.hlen(k.failed)
-        defaults: list[Any] = [None, 0, 0, 0, 0, 0, {}, {}, [], {}, None, None, 0, None, {}, [],
-                               None, 0]
-        if cluster:
-            replies = _results(pipe, defaults[1:14] + defaults[15:])
-            node = redis_client.node_of(client, k.stats)
-            replies = [client.time(**node), *replies[:13], client.info("memory", **node),
-                       *replies[13:]]
-        else:
-            replies = _results(pipe, defaults)
-        (srv, due, scheduled, leased, parked, dead, meta, raw_stats, workers, mon, raw10, raw1m,
-         n_hosts, conf_cap, memory, top_banned, stored, failed) = replies
-    if srv is None:
-        raise redis.ResponseError("Redis TIME failed")
+        (due, scheduled, leased, parked, dead, meta, raw_stats, workers, mon, raw10, raw1m,
+         n_hosts, conf_cap, top_banned, stored, failed) = _results(
+            pipe, [0, 0, 0, 0, 0, {}, {}, [], {}, None, None, 0, None, [], None, 0])
     now = _now(srv)
     now_ms = int(now * 1000)
     stats = {_s(a): _i(b) for a, b in raw_stats.items()}
