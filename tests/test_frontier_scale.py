@@ -331,3 +331,27 @@ def test_a_crawl_written_by_the_previous_script_is_served_by_this_one(redis_url)
     for key in (k.ehost, k.hostq, k.hostlive, k.wlive, k.lease, k.data, k.expiries):
         assert c.hlen(key) == 0, key
     assert int(c.hget(k.stats, "response_queue_bytes") or 0) == 0
+
+
+def test_cache_is_not_trusted_after_a_rollback_that_lost_the_last_call(redis_url):
+    """A failover to a lagging replica: the crawl comes back as it was before the worker's
+    last call (every key restored from a snapshot taken before it; same filter generation).
+    The links that call added to the filter are in the worker's cache but no longer in the
+    filter: the next call leaving them out is refused, sent again in full, and they are
+    pushed again (a lost page would never be fetched)."""
+    admin = admin_for(redis_url, cache=1000, crawl="rb")
+    c = admin.client
+    admin.push([entry("http://h.test/root")])
+    snapshot = {key: c.dump(key) for key in c.scan_iter(match=admin.keys.pattern)}
+    admin.push([entry("http://h.test/lost")])  # its writes are lost with the failover
+    assert bloom_key(b"http://h.test/lost") in admin.dupes
+    for key in c.scan_iter(match=admin.keys.pattern):
+        c.delete(key)
+    for key, value in snapshot.items():
+        c.restore(key, 0, value)
+    again = admin.push([entry("http://h.test/lost"), entry("http://h.test/root")])
+    assert again.push_flags == [1, 0] and again.cached == 0
+    assert admin.status()["queued"] == 2
+    # and later calls trust what they learnt since
+    known = admin.push([entry("http://h.test/lost")])
+    assert (known.push_flags, known.cached) == ([0], 1)

@@ -130,6 +130,9 @@ class SyncResult:
     bloom_gen: str | None = None
     #: of the duplicates, pushes the worker's cache knew (left out of the call)
     cached: int = 0
+    #: the reply cache of this client's previous call was gone (expired, or lost in a
+    #: failover with that call's writes): what the client learnt of the filter is not trusted
+    prev_lost: bool = False
 
     @classmethod
     def from_reply(cls, reply: bytes) -> SyncResult:
@@ -157,6 +160,7 @@ class SyncResult:
             marker=(d.get("mk") or b"").decode(errors="replace"),
             seen=[int(x) for x in d.get("pd", [])],
             bloom_gen=d["bg"].decode() if isinstance(d.get("bg"), bytes) else None,
+            prev_lost=bool(d.get("pl", 0)),
         )
 
 
@@ -203,8 +207,11 @@ class DupeCache:
     until the filter itself is replaced (``purge``): the cache holds the filter's generation
     id (lua/bloom.lua, field ``g``) with its keys, and a call that leaves keys out names that
     generation (``bg``); under another generation the script refuses the call before any
-    write and the client clears the cache and sends the full call again.  A link left out
-    costs Redis nothing (no payload, no bit read).
+    write and the client clears the cache and sends the full call again.  A failover to a
+    replica that lacked the latest writes rolls the filter back without a new generation:
+    the script then finds the reply cache of the client's previous call gone (replication is
+    in order), refuses a call that leaves keys out, and says so in every reply (``pl``), and
+    the cache is cleared.  A link left out costs Redis nothing (no payload, no bit read).
     """
 
     def __init__(self, size: int = DUPE_CACHE_SIZE) -> None:
@@ -240,6 +247,8 @@ class DupeCache:
 
     def learn(self, sent: SyncBatch, result: SyncResult) -> None:
         """Remember the keys of *sent* that *result* found in the filter or added to it."""
+        if result.prev_lost:
+            self.clear()  # the state may have rolled back: nothing learnt before holds
         if result.bloom_gen is None:
             return
         if result.bloom_gen != self.gen:

@@ -61,15 +61,17 @@
 --     none (first push / first worker call)
 --   ld links the worker left out because it knows they are in the Bloom filter (its local
 --     cache; counted as duplicates), bg the filter generation that knowledge is from: when
---     ld > 0 and the filter's generation is another one (a purge made a new filter), the
---     call fails before any write with "ERR fleet: stale filter generation" and the worker
---     sends the call again with those links
+--     ld > 0 and the filter's generation is another one (a purge made a new filter), or the
+--     reply cache of the client's previous call (KEYS[13]) is gone (a failover lost that
+--     call's writes), the call fails before any write with "ERR fleet: stale filter
+--     generation" and the worker sends the call again with those links
 -- ARGV[2] (optional): heartbeat, counter deltas and sampling of lua/monitoring.lua.
 -- Reply: msgpack map (see client.py, SyncResult.from_reply): leased [[id, token, payload,
 --   expiries]...], lost [id...], pf [1 new / 0 not new, per push], rf [refused push
 --   indexes (0-based)], pd [indexes (0-based) of pushes found in the filter], bg filter
 --   generation (when pushes were checked), counts new dup acked released reclaimed dead
 --   parked deferred resumed refused, full, now, queued inflight delayed size idle, holds,
+--   pl 1 when the previous call's reply cache (KEYS[13]) was not there,
 --   mk the crawl marker, nr ms until the next host may be fetched (when this call leased
 --   fewer than `take`), rq {stored responses waiting for a parse worker, their bytes}.
 --
@@ -121,8 +123,13 @@ for _, p in ipairs(req.p) do
 end
 local local_dups = tonumber(req.ld) or 0
 if local_dups > 0 then
+  -- the worker's knowledge holds only for this filter (generation g) in a state that has
+  -- every write of the worker's previous call (KEYS[13], its reply cache, still there): a
+  -- failover to a replica that lacked that call's writes rolled the filter back, and
+  -- replication is in order, so that key is the one to look at (an expired one, after 5 min
+  -- without a call, only costs a full call)
   local gen = redis.call('HGET', BLOOM_META, 'g')
-  if not gen or gen ~= tostring(req.bg) then
+  if not gen or gen ~= tostring(req.bg) or redis.call('EXISTS', KEYS[13]) == 0 then
     return redis.error_reply('ERR fleet: stale filter generation')
   end
 end
@@ -872,6 +879,10 @@ for name, n in pairs(counters) do
   if n > 0 then hincrby(STATS, name, n) end
 end
 
+-- The previous call's reply cache is gone (pl): its writes may be lost (a failover to a
+-- lagging replica), so the worker forgets what it learnt of the filter (client.DupeCache).
+if KEYS[13] ~= KEYS[12] and redis.call('DEL', KEYS[13]) == 0 then out.pl = 1 end
+
 -- Cache a reply without payloads: a repeated call rebuilds them from DATA (the entries are
 -- still leased with these tokens, since the client has not seen the first reply).
 local reply = cmsgpack.pack(out)
@@ -883,7 +894,4 @@ if #out.leased > 0 then
   stored = cmsgpack.pack(out)
 end
 redis.call('SET', KEYS[12], stored, 'PX', tonumber(req.ot) or 300000)
-if KEYS[13] ~= KEYS[12] then
-  redis.call('DEL', KEYS[13])
-end
 return reply
