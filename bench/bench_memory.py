@@ -3,7 +3,7 @@
 For each tree (this one, and ``--baseline DIR``, e.g. a ``git worktree`` of main) and each
 host count (``--hosts 1000,1``), a fresh ``redis-server`` gets ``--urls`` (1,000,000) distinct
 50-byte URLs pushed with the push helper's own loop (``scrapy_fleet.commands.push.push_lines``,
-as ``scrapy-fleet push`` runs it: parse, encode, fingerprint, batches of 500) over H hosts.
+as ``scrapy-fleet push`` runs it: parse, encode, fingerprint, batches of 200) over H hosts.
 
 Reported: ``used_memory`` after minus before, per URL (every key counted: queue, data, per
 host counters, ready set, Bloom filter, ...); the Bloom filter's part (``MEMORY USAGE`` of
