@@ -1,20 +1,31 @@
+# ruff: noqa: F811 - the fixtures of proxyfixtures are imported into this module
 """Least privilege: a crawl and the commands run as ACL users with the rules of
 docs/deployment.md (scrapy_fleet/acl.py), and a missing permission is one error at start."""
 
 from __future__ import annotations
 
 import collections
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
-from support import EXAMPLE_PROJECT, read_items, run_scrapy, start_worker, tail, wait_all
+from proxyfixtures import proxysite, tinyproxy  # noqa: F401 - fixtures
+from support import (
+    EXAMPLE_PROJECT,
+    TEST_PROJECT,
+    read_items,
+    run_scrapy,
+    start_worker,
+    tail,
+    wait_all,
+)
 
 from scrapy_fleet import acl
 from scrapy_fleet.errors import RedisPermissionError
 from scrapy_fleet.frontier.client import FrontierAdmin
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys
 
 PASSWORD = "s3cret-acl"
 
@@ -57,7 +68,7 @@ def test_every_probe_line_has_its_command_s_arity(redis_url):
         words = len(line.split())
         assert words >= abs(arity) if arity < 0 else words == arity, (name, line, arity)
     for role in ("worker", "monitor", "admin"):
-        for name in acl.script_commands(role):
+        for name in (*acl.script_commands(role), *acl.pool_commands(role)):
             assert name in acl.PROBE_LINES, name
     client.close()
 
@@ -163,3 +174,109 @@ def test_a_missing_permission_is_one_error_at_start(acl_users, redis_url, site_s
     assert "Traceback" not in text
     status = FrontierAdmin(redis_url, "docs").status()
     assert status["queued"] == 1 and status["counters"].get("leased", 0) == 0  # untouched
+
+
+def test_the_pool_probe_names_each_pool_command_the_rule_would_miss(acl_users):
+    """With the proxy pool, a worker's and an admin's rule cover the pool's keys and the
+    commands of lua/proxies.lua; without any one of them the probe names it, on the pool's
+    keys; a rule without the pool's key pattern is refused the pool's keys."""
+    keys, pool = CrawlKeys("fleet", "docs"), ProxyPoolKeys("fleet", "docs")
+    assert "hkeys" in acl.pool_commands("worker")  # the first choice for a site lists exits
+    assert acl.pool_commands("monitor") == []
+    for role in ("worker", "admin"):
+        rule = acl.acl_rule(role, crawl_id="docs", proxies=True, optional=False)
+        assert "~fleet:{proxypool:docs}:*" in rule.split()
+        client = redis.Redis.from_url(acl_users(f"pool-{role}", rule))
+        acl.check_sync(client, keys, role, pool=pool)
+        client.close()
+        for name in acl.pool_commands(role):
+            if name in ("evalsha", "script|load"):
+                continue
+            client = redis.Redis.from_url(acl_users(f"nopool-{role}", without(rule, name)))
+            with pytest.raises(RedisPermissionError) as info:
+                acl.check_sync(client, None, role, pool=pool)
+            assert f"may not run {name} on the proxy pool's keys" in str(info.value), name
+            client.close()
+    client = redis.Redis.from_url(acl_users("crawl-only", acl.acl_rule("worker",
+                                                                       crawl_id="docs")))
+    acl.check_sync(client, keys, "worker")
+    with pytest.raises(RedisPermissionError, match=r"may not access the keys of proxy pool"):
+        acl.check_sync(client, keys, "worker", pool=pool)
+    client.close()
+
+
+@pytest.mark.slow
+def test_proxy_pool_crawl_and_commands_as_least_privileged_users(
+        acl_users, tinyproxy, proxysite, worker_env, tmp_path):
+    """A worker made from the printed rule (proxies=True) crawls through real tinyproxy
+    exits; the proxies actions run as the admin rule; a worker lacking a pool command gets
+    the one start-up error instead of waiting on the pool for ever."""
+    p2, p3 = tinyproxy("127.0.0.2"), tinyproxy("127.0.0.3")
+    site = proxysite({"pages": {"127.0.0.1": 12}})
+    rule = acl.acl_rule("worker", crawl_id="proxy_pages", proxies=True)
+    worker = acl_users("fleet-worker", rule)
+    admin = acl_users("fleet-admin", acl.acl_rule("admin", crawl_id="proxy_pages",
+                                                  proxies=True))
+    monitor = acl_users("fleet-monitor", acl.acl_rule("monitor", crawl_id="proxy_pages",
+                                                      proxies=True))
+    proxies = f"{p2.url()},{p3.url()}"
+
+    def fleet(url: str, *args: str) -> Any:
+        return run_scrapy(TEST_PROJECT, ["fleet", *args, "-s", f"FLEET_REDIS_URL={url}",
+                                         "-s", f"FLEET_PROXIES={proxies}"], worker_env)
+
+    pushed = fleet(worker, "push", "proxy_pages", site.urls[0] + "site/")
+    assert pushed.returncode == 0, pushed.stderr
+    out, log = tmp_path / "out.jsonl", tmp_path / "w.log"
+    proc = start_worker(TEST_PROJECT, "proxy_pages", {
+        "FLEET_REDIS_URL": worker, "FLEET_PROXIES": proxies, "FLEET_IDLE_TIMEOUT": 3,
+        "FLEET_JSONL_PATH": out, "LOG_LEVEL": "INFO"}, worker_env, log)
+    assert wait_all([proc], 120) == [0], tail(log)
+    text = tail(log, 10**7)
+    assert "NOPERM" not in text and "Proxy pool unavailable" not in text, text[-3000:]
+    pages = [i for i in read_items([out]) if "url" in i]
+    assert len({i["url"] for i in pages}) == 13
+    assert {r["addr"] for r in site.requests()} <= {"127.0.0.2", "127.0.0.3"}  # via exits
+    # every proxies action as the admin role
+    listed = fleet(admin, "proxies", "list", "proxy_pages", "--json")
+    assert listed.returncode == 0, listed.stderr
+    snap = json.loads(listed.stdout)
+    assert sum(e["ok"] for e in snap["exits"]) >= 13
+    drained = fleet(admin, "proxies", "drain", "proxy_pages", p2.url())
+    assert drained.returncode == 0 and "draining 1 exit(s)" in drained.stdout, drained.stderr
+    added = fleet(admin, "proxies", "add", "proxy_pages", p2.url())
+    assert added.returncode == 0, added.stderr
+    reset = fleet(admin, "proxies", "reset", "proxy_pages")
+    assert reset.returncode == 0 and "reset 2 exit(s)" in reset.stdout, reset.stderr
+    removed = fleet(admin, "proxies", "remove", "proxy_pages", p3.url())
+    assert removed.returncode == 0 and "removed 1 exit(s)" in removed.stdout, removed.stderr
+    # a monitor may not: one error line naming the pool, nothing read
+    refused = fleet(monitor, "proxies", "list", "proxy_pages")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+    assert "'evalsha' command" in refused.stderr, refused.stderr
+    assert "on the keys of proxy pool 'proxy_pages'" in refused.stderr, refused.stderr
+    # a worker without HKEYS (called by the pool's first choice for a site, after the
+    # reports it carries are written): one error at start
+    lacking = acl_users("no-hkeys", without(rule, "hkeys"))
+    log2 = tmp_path / "w2.log"
+    proc = start_worker(TEST_PROJECT, "proxy_pages", {
+        "FLEET_REDIS_URL": lacking, "FLEET_PROXIES": proxies, "FLEET_IDLE_TIMEOUT": 2},
+        worker_env, log2)
+    assert wait_all([proc], 60) == [1], tail(log2)
+    text = tail(log2, 10**6)
+    errors = [line for line in text.splitlines() if " ERROR: " in line]
+    assert len(errors) == 1, text
+    assert "Fleet worker cannot start" in errors[0]
+    assert "may not run hkeys on the proxy pool's keys" in errors[0], errors[0]
+    assert "Traceback" not in text
+
+
+def test_the_documented_rules_are_the_printed_ones():
+    """docs/deployment.md shows acl.acl_rule's output (the lists follow the Lua scripts)."""
+    from support import REPO_ROOT
+
+    text = (REPO_ROOT / "docs" / "deployment.md").read_text(encoding="utf-8")
+    rules = [acl.acl_rule(role) for role in ("worker", "monitor", "admin")]
+    rules += [acl.acl_rule(role, proxies=True) for role in ("worker", "admin")]
+    for rule in rules:
+        assert f"on >PASSWORD {rule}\n" in text, rule

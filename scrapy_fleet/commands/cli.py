@@ -222,7 +222,8 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
     monitoring_actions.add_arguments(parser)
 
 
-#: action -> the least-privilege role it needs (scrapy_fleet/acl.py), checked at start
+#: action -> the least-privilege role it needs (scrapy_fleet/acl.py), checked at start;
+#: every ``proxies`` action runs as ``admin`` (proxies/admin.py probes the pool's keys)
 ACL_ROLES = {"push": "worker", "retry": "admin", "purge": "admin", "status": "monitor",
              "dead": "monitor", "failed": "monitor", "top": "monitor", "monitor": "monitor"}
 
