@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -280,3 +281,92 @@ def test_the_documented_rules_are_the_printed_ones():
     rules += [acl.acl_rule(role, proxies=True) for role in ("worker", "admin")]
     for rule in rules:
         assert f"on >PASSWORD {rule}\n" in text, rule
+
+
+def _acl_log_count(client: redis.Redis, user: str) -> int:
+    """How many refusals Redis's ACL LOG holds for *user* (similar entries are grouped)."""
+    return sum(int(e["count"]) for e in client.acl_log() if e["username"] == user)
+
+
+def test_a_read_only_monitor_stops_sampling_after_one_noperm(acl_users, redis_server,
+                                                             redis_url):
+    """The read-only monitor role may not run lua/sample.lua (a write): the sampler says so
+    once and stops (one refusal in Redis's ACL LOG, however long it runs), and writes
+    nothing; a worker's user samples."""
+    from scrapy_fleet.monitoring.source import FleetSource, Sampling
+
+    keys = CrawlKeys("fleet", "docs")
+    admin = redis_server.client()
+    admin.hset(keys.stats, "pages", 3)  # a crawl with state
+    monitor_url = acl_users("fleet-monitor", acl.acl_rule("monitor", crawl_id="docs"))
+    client = redis.Redis.from_url(monitor_url)
+    said: list[str] = []
+    sampling = Sampling(client, keys, interval=0.02, say=said.append).start()
+    sampling._thread.join(10)
+    assert not sampling._thread.is_alive()
+    assert len(said) == 1 and said == [sampling.denied], said
+    assert "may not sample the time series" in said[0] and "evalsha" in said[0], said
+    assert _acl_log_count(admin, "fleet-monitor") == 1
+    assert not admin.exists(keys.series("10s"), keys.mon)  # nothing written
+    # the views read on as the monitor
+    snap = FleetSource(client, keys).snapshot()
+    assert snap["counters"]["pages"] == 3, snap["counters"]
+    client.close()
+    # a worker's user runs the sampler: the series go on
+    worker = redis.Redis.from_url(acl_users("fleet-worker", acl.acl_rule("worker")))
+    sampling = Sampling(worker, keys, interval=0.02, say=said.append).start()
+    deadline = time.monotonic() + 10
+    while not sampling.samples and time.monotonic() < deadline:
+        time.sleep(0.02)
+    sampling.stop()
+    assert sampling.samples >= 1 and sampling.denied is None and len(said) == 1
+    assert admin.strlen(keys.series("10s")) > 0
+    worker.close()
+    admin.close()
+
+
+@pytest.mark.slow
+def test_monitor_process_as_the_read_only_user(acl_users, redis_server, redis_url,
+                                               site_server, worker_env):
+    """``scrapy-fleet monitor`` as the monitor role: /metrics and the series the workers'
+    calls sampled are served, and the sampler's refusal is one warning line."""
+    import re
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+    from pathlib import Path
+
+    worker = acl_users("fleet-worker", acl.acl_rule("worker", crawl_id="docs"))
+    pushed = run_scrapy(EXAMPLE_PROJECT, ["fleet", "push", "docs", site_server.start_url,
+                                          "-s", f"FLEET_REDIS_URL={worker}"], worker_env)
+    assert pushed.returncode == 0, pushed.stderr  # a push samples the series too
+    monitor = acl_users("fleet-monitor", acl.acl_rule("monitor", crawl_id="docs"))
+    cli = str(Path(sys.executable).parent / "scrapy-fleet")
+    proc = subprocess.Popen([cli, "--redis", monitor, "monitor", "docs", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=worker_env)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        match = re.search(r"dashboard (http://127\.0\.0\.1:\d+/)", line)
+        assert match, line
+        with urllib.request.urlopen(match.group(1) + "metrics", timeout=15) as resp:
+            metrics = resp.read().decode()
+        assert "scrapy_fleet_up 1" in metrics and "scrapy_fleet_runnable_requests" in metrics
+        url = match.group(1) + "api/series?name=depth_due&tier=10s"
+        with urllib.request.urlopen(url, timeout=15) as resp:
+            points = json.loads(resp.read())["series"]["depth_due"]
+        assert [v for _, v in points if v is not None] == [1], points  # the push's sample
+        admin = redis_server.client()
+        deadline = time.monotonic() + 10
+        while not _acl_log_count(admin, "fleet-monitor") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        admin.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: the Redis user may not sample "
+                                                   "the time series"), err
