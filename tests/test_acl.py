@@ -297,6 +297,7 @@ def test_a_read_only_monitor_stops_sampling_after_one_noperm(acl_users, redis_se
 
     keys = CrawlKeys("fleet", "docs")
     admin = redis_server.client()
+    admin.acl_log_reset()
     admin.hset(keys.stats, "pages", 3)  # a crawl with state
     monitor_url = acl_users("fleet-monitor", acl.acl_rule("monitor", crawl_id="docs"))
     client = redis.Redis.from_url(monitor_url)
@@ -342,6 +343,9 @@ def test_monitor_process_as_the_read_only_user(acl_users, redis_server, redis_ur
                                           "-s", f"FLEET_REDIS_URL={worker}"], worker_env)
     assert pushed.returncode == 0, pushed.stderr  # a push samples the series too
     monitor = acl_users("fleet-monitor", acl.acl_rule("monitor", crawl_id="docs"))
+    reset = redis_server.client()
+    reset.acl_log_reset()
+    reset.close()
     cli = str(Path(sys.executable).parent / "scrapy-fleet")
     proc = subprocess.Popen([cli, "--redis", monitor, "monitor", "docs", "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

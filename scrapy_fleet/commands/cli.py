@@ -360,11 +360,12 @@ def _push(admin: FrontierAdmin, urls: list[str], opts: Any,
 def _status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int | None,
             alerts_config: Any = None) -> int:
     from scrapy_fleet.monitoring import screen
-    from scrapy_fleet.monitoring.snapshot import read_snapshot
+    from scrapy_fleet.monitoring.snapshot import read_status
 
-    legacy = admin.status()
-    snap = read_snapshot(admin.client, admin.keys, hosts=opts.limit,
-                         alerts_config=alerts_config)
+    # one read of the frontier: the snapshot's round trips also bring the counts of before
+    # (FrontierAdmin.status's) and the failed requests per reason
+    snap, legacy, failed_by = read_status(admin.client, admin.keys, hosts=opts.limit,
+                                          alerts_config=alerts_config)
     # the snapshot (the stable JSON, docs/monitoring.md) and the frontier counts of before,
     # under the names they had (queued, size, idle_seconds, totals...)
     status: dict[str, Any] = {**{k: v for k, v in legacy.items()
@@ -372,7 +373,7 @@ def _status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int | No
     status["totals"] = legacy["counters"]
     status["queue_max"] = admin.params.queue_max
     status["low_watermark"] = low_watermark
-    status["failed"] = failures.failed_counts(admin.client, admin.keys)
+    status["failed"] = failures.failed_counts_of(failed_by)
     if getattr(opts, "hosts", False):
         top = {row["host"]: row for row in snap["hosts"]}
         rows = admin.hosts(limit=opts.limit)
