@@ -214,13 +214,20 @@ def test_proxy_pool_crawl_and_commands_as_least_privileged_users(
     the one start-up error instead of waiting on the pool for ever."""
     p2, p3 = tinyproxy("127.0.0.2"), tinyproxy("127.0.0.3")
     site = proxysite({"pages": {"127.0.0.1": 12}})
-    rule = acl.acl_rule("worker", crawl_id="proxy_pages", proxies=True)
-    worker = acl_users("fleet-worker", rule)
-    admin = acl_users("fleet-admin", acl.acl_rule("admin", crawl_id="proxy_pages",
-                                                  proxies=True))
-    monitor = acl_users("fleet-monitor", acl.acl_rule("monitor", crawl_id="proxy_pages",
-                                                      proxies=True))
     proxies = f"{p2.url()},{p3.url()}"
+    # the rules as `scrapy fleet acl SPIDER` prints them for the project's settings
+    printed = run_scrapy(TEST_PROJECT, ["fleet", "acl", "proxy_pages", "-s",
+                                        f"FLEET_PROXIES={proxies}"], worker_env)
+    assert printed.returncode == 0, printed.stderr
+    rules = dict(line.split(" on >PASSWORD ", 1) for line in printed.stdout.splitlines()
+                 if line.startswith("ACL SETUSER "))
+    rule = rules["ACL SETUSER fleet-worker"]
+    assert rule == acl.acl_rule("worker", crawl_id="proxy_pages", proxies=True)
+    assert "~fleet:{proxypool:proxy_pages}:*" in rule.split()
+    assert "proxypool" not in rules["ACL SETUSER fleet-monitor"]
+    worker = acl_users("fleet-worker", rule)
+    admin = acl_users("fleet-admin", rules["ACL SETUSER fleet-admin"])
+    monitor = acl_users("fleet-monitor", rules["ACL SETUSER fleet-monitor"])
 
     def fleet(url: str, *args: str) -> Any:
         return run_scrapy(TEST_PROJECT, ["fleet", *args, "-s", f"FLEET_REDIS_URL={url}",

@@ -311,3 +311,23 @@ def test_status_reads_the_frontier_once_with_the_same_figures(redis_url, redis_s
     assert data["failed"] == {"http/404": 1, "http/500": 2}
     assert data["start_requests"] == "done" and 3.0 <= data["idle_seconds"] <= 30
     client.close()
+
+
+def test_acl_prints_the_rules_of_the_crawl(redis_url):
+    """``scrapy-fleet acl CRAWL_ID`` prints acl.acl_rule's rule of each role, for the crawl,
+    its prefix, the proxy pool and a cluster URL; no Redis needed."""
+    from scrapy_fleet import acl
+
+    shown = cli("--redis", "redis://127.0.0.1:1/0", "--prefix", "p", "acl", "docs")
+    assert shown.returncode == 0, shown.stderr
+    lines = [line for line in shown.stdout.splitlines() if not line.startswith("# ")]
+    assert lines == [f"ACL SETUSER fleet-{role} on >PASSWORD "
+                     + acl.acl_rule(role, key_prefix="p", crawl_id="docs")
+                     for role in ("worker", "monitor", "admin")]
+    pool = cli("--redis", "redis+cluster://127.0.0.1:7000", "acl", "docs", "--role", "worker",
+               "--pool", "shared")
+    assert pool.returncode == 0, pool.stderr
+    assert pool.stdout.splitlines()[1].endswith(acl.acl_rule(
+        "worker", crawl_id="docs", cluster=True, proxies=True, pool="shared"))
+    assert "~fleet:{proxypool:shared}:*" in pool.stdout and "+cluster|slots" in pool.stdout
+    assert cli("acl").returncode == 2 and "acl takes one CRAWL_ID" in cli("acl").stderr
