@@ -267,6 +267,20 @@ async def call_retrying_async(call: Callable[[], Awaitable[T]], url: str, retrie
     raise AssertionError("unreachable")
 
 
+async def drop_idle_async(client: Any) -> None:
+    """Close the idle connections of *client*'s pool (an asyncio client): after a Redis
+    restart every connection the pool kept is dead, and each would fail its next call with
+    ``Connection closed by server``; closed, each connects again on its next use.  A cluster
+    client (one pool per node, re-read after errors) is left alone.  Never raises."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:
+        return
+    try:
+        await pool.disconnect(inuse_connections=False)
+    except (*RETRYABLE, redis.RedisError):
+        pass
+
+
 def is_oom(exc: BaseException) -> bool:
     """True for Redis's "command not allowed when used memory > 'maxmemory'" answer (OOM).
 
