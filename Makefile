@@ -13,6 +13,9 @@ WORKERS ?= 3
 # With a MongoDB URI the demo's workers also write items through MongoPipeline.
 MONGO_URI ?=
 PYTEST_ARGS ?=
+# The suite mostly waits on real processes (crawls, servers, kills): two pytest workers, each
+# with its own redis-server, halve its time; a test file stays on one worker.
+PYTEST_WORKERS ?= 2
 
 .PHONY: venv system redis demo test lint clean distclean
 
@@ -57,7 +60,7 @@ demo: venv redis
 
 # An empty suite must not look green: pytest's exit code 5 ("no tests collected") fails.
 test: venv system
-	@$(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
+	@$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
 lint: venv

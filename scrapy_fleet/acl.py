@@ -3,9 +3,15 @@ exactly them, and a start-up check that names a missing permission.
 
 Roles: ``worker`` (``scrapy crawl`` with the add-on, and ``push``: they run the frontier's
 scripts), ``monitor`` (``status`` and ``dead``: reads only) and ``admin`` (``purge``: a worker
-that may also SCAN and UNLINK).  Redis checks the commands a Lua script calls against the
-calling user, one by one, when the script reaches them: a user allowed EVALSHA but not, say,
-ZADD would fail halfway through a script, after its first writes.  So a worker checks every
+that may also SCAN and UNLINK; and every ``proxies`` action).  A crawl using the proxy pool
+(``FLEET_PROXIES`` / ``FLEET_PROXY_POOL``) also needs, for its workers and admins, the
+commands of ``lua/proxies.lua`` on the pool's keys ``PREFIX:{proxypool:POOL}:*``, which
+carry the pool's hash tag, not the crawl's (``proxies=True`` below; the pool is probed with
+a key of its own, since on a cluster it lives in another slot).
+
+Redis checks the commands a Lua script calls against the calling user, one by one, when the
+script reaches them: a user allowed EVALSHA but not, say, ZADD would fail halfway through a
+script, after its first writes.  So a worker checks every
 command it may need once, at start, with ``lua/acl_probe.lua`` (``redis.acl_check_cmd``,
 Redis >= 7.0; ``ACL DRYRUN`` needs 7.2), and stops with one error naming the commands the
 user lacks.  docs/deployment.md prints the rules.
@@ -20,12 +26,18 @@ import redis
 
 from scrapy_fleet import lua
 from scrapy_fleet.errors import RedisPermissionError
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys
 
 #: entry scripts each role runs
 _SCRIPTS = {"worker": ("frontier.lua", "politeness.lua", "seeding.lua", "bloom_add.lua"),
             "monitor": (), "admin": ("frontier.lua", "politeness.lua", "seeding.lua",
                                      "bloom_add.lua", "failed_retry.lua")}
+#: the proxy pool's script (a worker: choose, report, seed; an admin: the ``proxies`` actions)
+_POOL_SCRIPTS = ("proxies.lua",)
+#: commands each role sends itself to the pool's keys (proxies/pool.py; ``proxies list``
+#: reads the exits' URLs, credentials included: an admin's, never a monitor's)
+_POOL_DIRECT = {"worker": ("evalsha", "script|load"),
+                "admin": ("evalsha", "script|load", "hgetall", "hkeys", "hmget", "time")}
 #: commands sent on every new connection (redis-py: CLIENT SETNAME for client_name; a failed
 #: CLIENT SETINFO is ignored by redis-py, so it is not needed) and the liveness check
 _CONNECTION = ("ping", "client|setname")
@@ -49,7 +61,7 @@ PROBE_LINES = {
     "setrange": "setrange @K 0 v", "strlen": "strlen @K", "type": "type @K",
     "zincrby": "zincrby @K 1 m", "bitfield": "bitfield @K get u8 0",
     "bitfield_ro": "bitfield_ro @K get u1 0", "incrby": "incrby @K 1",
-    "zrevrange": "zrevrange @K 0 -1",
+    "zrevrange": "zrevrange @K 0 -1", "hkeys": "hkeys @K",
 }
 #: commands each role sends itself (outside scripts)
 _DIRECT = {
@@ -69,10 +81,12 @@ _CALL = re.compile(r"redis\.p?call\(\s*['\"]([A-Za-z_]+)['\"]")
 _CALL_NOTE = re.compile(r"--\s*acl:\s*([A-Za-z_]+)")
 
 
-def script_commands(role: str) -> list[str]:
-    """Commands the role's Lua scripts call (read from the scripts' sources), lower case."""
+def script_commands(role: str, pool: bool = False) -> list[str]:
+    """Commands the role's Lua scripts call (read from the scripts' sources), lower case;
+    *pool*: those of the proxy pool's script instead (none for a monitor)."""
     names: set[str] = set()
-    for script in _SCRIPTS[role]:
+    scripts = (_POOL_SCRIPTS if role in _POOL_DIRECT else ()) if pool else _SCRIPTS[role]
+    for script in scripts:
         source = lua.source(script)
         names.update(m.lower() for m in (*_CALL.findall(source), *_CALL_NOTE.findall(source)))
     return sorted(names)
@@ -88,45 +102,102 @@ def _probe_lines(role: str, cluster: bool) -> dict[str, str]:
     return {PROBE_LINES[name]: name for name in dict.fromkeys(names)}
 
 
-def commands(role: str, cluster: bool = False) -> list[str]:
-    """Every command (``name`` or ``name|subcommand``) *role* needs, sorted."""
-    return sorted({*_CONNECTION, *_probe_lines(role, cluster).values()})
+def _pool_probe_lines(role: str) -> dict[str, str]:
+    """probe line -> command name of what *role* sends to the proxy pool's keys (empty for
+    a monitor, which never touches the pool)."""
+    names = [*_POOL_DIRECT.get(role, ()), *script_commands(role, pool=True)]
+    return {PROBE_LINES[name]: name for name in dict.fromkeys(names)}
+
+
+def commands(role: str, cluster: bool = False, proxies: bool = False) -> list[str]:
+    """Every command (``name`` or ``name|subcommand``) *role* needs, sorted; *proxies*: with
+    those of the proxy pool (on its keys)."""
+    pool = _pool_probe_lines(role).values() if proxies else ()
+    return sorted({*_CONNECTION, *_probe_lines(role, cluster).values(), *pool})
+
+
+def pool_commands(role: str) -> list[str]:
+    """The commands *role* sends to the proxy pool's keys (direct and from lua/proxies.lua),
+    sorted; empty for a monitor."""
+    return sorted(_pool_probe_lines(role).values())
 
 
 def acl_rule(role: str, key_prefix: str = "fleet", crawl_id: str | None = None,
-             cluster: bool = False, optional: bool = True) -> str:
+             cluster: bool = False, optional: bool = True, proxies: bool = False,
+             pool: str | None = None) -> str:
     """The ``ACL SETUSER <name> on >PASSWORD ...`` rule, without the first three words,
     that allows *role* exactly its commands on the keys of crawl *crawl_id* (None: every
     crawl under *key_prefix*).  *optional*: a worker may also run INFO and CONFIG GET (the
-    memory check at start)."""
+    memory check at start).  *proxies*: the crawl uses the proxy pool: the rule adds the
+    pool's key pattern (pool *pool*, default the crawl's own, ``FLEET_PROXY_POOL``; every
+    pool when both are None) and the pool's commands (:func:`pool_commands`; a monitor
+    gets neither).  Redis applies a user's commands to all its key patterns alike."""
     extra = list(OPTIONAL) if optional and role != "monitor" else []
-    allowed = " ".join(f"+{name}" for name in (*commands(role, cluster), *extra))
+    use_pool = proxies and role in _POOL_DIRECT
+    allowed = " ".join(f"+{name}" for name in (*commands(role, cluster, use_pool), *extra))
     base = f"{key_prefix}:{{*}}" if crawl_id is None else CrawlKeys(key_prefix, crawl_id).base
-    return f"resetkeys ~{base}:* resetchannels -@all {allowed}"
+    patterns = f"~{base}:*"
+    if use_pool:
+        name = pool or crawl_id
+        pool_base = (f"{key_prefix}:{{proxypool:*}}" if name is None
+                     else ProxyPoolKeys(key_prefix, name).base)
+        patterns += f" ~{pool_base}:*"
+    return f"resetkeys {patterns} resetchannels -@all {allowed}"
 
 
-def _denied_error(denied: list[str], role: str, cluster: bool) -> RedisPermissionError:
-    lines = _probe_lines(role, cluster)
+def _denied_error(denied: list[str], role: str, cluster: bool,
+                  pool: ProxyPoolKeys | None) -> RedisPermissionError:
+    lines = {**_probe_lines(role, cluster), **_pool_probe_lines(role)}
     names = sorted({lines.get(line, line) for line in denied})
+    where = "the crawl's keys" if pool is None else f"the proxy pool's keys ({pool.base}:*)"
+    needs = (f"{_a(role)} needs {', '.join(commands(role, cluster))}" if pool is None else
+             f"{_a(role)} using the proxy pool needs {', '.join(pool_commands(role))} on its "
+             "keys")
     return RedisPermissionError(
-        f"the Redis user of FLEET_REDIS_URL may not run {', '.join(names)} on the crawl's "
-        f"keys; a {role} needs {', '.join(commands(role, cluster))} (docs/deployment.md "
-        f"gives the ACL rule)")
+        f"the Redis user of FLEET_REDIS_URL may not run {', '.join(names)} on {where}; "
+        f"{needs} (docs/deployment.md gives the ACL rule)")
 
 
-def _translate(exc: redis.ResponseError, role: str, keys: CrawlKeys) -> RedisPermissionError:
+def _translate(exc: redis.ResponseError, role: str, keys: CrawlKeys | ProxyPoolKeys
+               ) -> RedisPermissionError:
     if "keys" in str(exc):
+        what = (f"crawl {keys.crawl_id!r}" if isinstance(keys, CrawlKeys)
+                else f"proxy pool {keys.pool!r}")
         return RedisPermissionError(
-            f"the Redis user of FLEET_REDIS_URL may not access the keys of crawl "
-            f"{keys.crawl_id!r}: {exc} (its key pattern must match {keys.base}:*; "
-            f"docs/deployment.md gives the ACL rule)")
+            f"the Redis user of FLEET_REDIS_URL may not access the keys of {what}: {exc} "
+            f"(its key pattern must match {keys.base}:*; docs/deployment.md gives the ACL "
+            "rule)")
+    needs = (f"{', '.join(commands(role))}" if isinstance(keys, CrawlKeys) else
+             f"{', '.join(pool_commands(role))} on the keys of proxy pool {keys.pool!r}")
     return RedisPermissionError(
-        f"the Redis user of FLEET_REDIS_URL lacks a permission: {exc} (a {role} needs "
-        f"{', '.join(commands(role))}; docs/deployment.md gives the ACL rule)")
+        f"the Redis user of FLEET_REDIS_URL lacks a permission: {exc} ({_a(role)} needs "
+        f"{needs}; docs/deployment.md gives the ACL rule)")
 
 
-def check_sync(client: Any, keys: CrawlKeys, role: str, cluster: bool = False) -> None:
-    """Run the probe; raise :class:`RedisPermissionError` naming what the user lacks.
+def _a(role: str) -> str:
+    return f"an {role}" if role[0] in "aeiou" else f"a {role}"
+
+
+def _probes(keys: CrawlKeys | None, role: str, cluster: bool,
+            pool: ProxyPoolKeys | None) -> list[tuple[CrawlKeys | ProxyPoolKeys, str, list[str]]]:
+    """(keys, the key the probe runs on, its lines): the crawl's, then the pool's."""
+    out: list[tuple[CrawlKeys | ProxyPoolKeys, str, list[str]]] = []
+    if keys is not None:
+        out.append((keys, keys.stats, list(_probe_lines(role, cluster))))
+    if pool is not None and _pool_probe_lines(role):
+        out.append((pool, pool.stats, list(_pool_probe_lines(role))))
+    return out
+
+
+def _is_old_redis(exc: redis.ResponseError) -> bool:
+    return "acl_check_cmd" in str(exc)  # Redis older than 7.0: not checked
+
+
+def check_sync(client: Any, keys: CrawlKeys | None, role: str, cluster: bool = False,
+               pool: ProxyPoolKeys | None = None) -> None:
+    """Run the probe on the crawl's keys (*keys*; None: none) and, with *pool*, on the proxy
+    pool's keys; raise :class:`RedisPermissionError` naming what the user lacks (the crawl's
+    first: one error).
 
     A ``monitor`` is not probed: the probe is a script, and a read-only user must not run
     scripts (they may write); its reads fail one by one, before anything is written, with
@@ -135,31 +206,36 @@ def check_sync(client: Any, keys: CrawlKeys, role: str, cluster: bool = False) -
     """
     if role == "monitor":
         return
-    try:
-        denied = lua.load(client, "acl_probe.lua")(keys=[keys.stats],
-                                                    args=list(_probe_lines(role, cluster)))
-    except redis.exceptions.NoPermissionError as exc:
-        raise _translate(exc, role, keys) from exc
-    except redis.ResponseError as exc:
-        if "acl_check_cmd" in str(exc):
-            return  # Redis older than 7.0
-        raise
-    if denied:
-        raise _denied_error([d.decode() for d in denied], role, cluster)
+    script = lua.load(client, "acl_probe.lua")
+    for target, key, lines in _probes(keys, role, cluster, pool):
+        try:
+            denied = script(keys=[key], args=lines)
+        except redis.exceptions.NoPermissionError as exc:
+            raise _translate(exc, role, target) from exc
+        except redis.ResponseError as exc:
+            if _is_old_redis(exc):
+                return
+            raise
+        if denied:
+            raise _denied_error([d.decode() for d in denied], role, cluster,
+                                target if isinstance(target, ProxyPoolKeys) else None)
 
 
-async def check_async(client: Any, keys: CrawlKeys, role: str, cluster: bool = False) -> None:
+async def check_async(client: Any, keys: CrawlKeys | None, role: str, cluster: bool = False,
+                      pool: ProxyPoolKeys | None = None) -> None:
     """The asyncio twin of :func:`check_sync`."""
     if role == "monitor":
         return
-    try:
-        denied = await lua.load(client, "acl_probe.lua")(keys=[keys.stats],
-                                                          args=list(_probe_lines(role, cluster)))
-    except redis.exceptions.NoPermissionError as exc:
-        raise _translate(exc, role, keys) from exc
-    except redis.ResponseError as exc:
-        if "acl_check_cmd" in str(exc):
-            return
-        raise
-    if denied:
-        raise _denied_error([d.decode() for d in denied], role, cluster)
+    script = lua.load(client, "acl_probe.lua")
+    for target, key, lines in _probes(keys, role, cluster, pool):
+        try:
+            denied = await script(keys=[key], args=lines)
+        except redis.exceptions.NoPermissionError as exc:
+            raise _translate(exc, role, target) from exc
+        except redis.ResponseError as exc:
+            if _is_old_redis(exc):
+                return
+            raise
+        if denied:
+            raise _denied_error([d.decode() for d in denied], role, cluster,
+                                target if isinstance(target, ProxyPoolKeys) else None)

@@ -34,14 +34,21 @@ class Outage:
     def down(self) -> bool:
         return self.down_since is not None
 
-    def failed(self, exc: BaseException, retry_in: float | None = None) -> bool:
+    def failed(self, exc: BaseException, retry_in: float | None = None,
+               sent_at: float | None = None) -> bool:
         """A call failed on the connection.  Returns True when this starts an outage (the
-        one WARNING line is logged then; later failures only at DEBUG)."""
+        one WARNING line is logged then; later failures only at DEBUG).
+
+        *sent_at* (``time.monotonic()`` seconds) is when the failed call was sent: a frozen
+        server fails a call only after the client's read timeout, and the outage began when
+        the call was sent, not when it timed out.  ``None``: now.
+        """
         self.failed_calls += 1
         if self.down_since is not None:
             logger.debug("Redis at %s still unreachable (%s)", redact(self.url), exc)
             return False
-        self.down_since = time.monotonic()
+        now = time.monotonic()
+        self.down_since = now if sent_at is None else min(now, sent_at)
         self.outages += 1
         logger.warning("Redis at %s unreachable (%s): retrying in %s with back-off until it "
                        "answers (logged once per outage)", redact(self.url), exc,

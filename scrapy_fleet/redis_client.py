@@ -233,6 +233,7 @@ def call_retrying(call: Callable[[], T], url: str, retries: int) -> T:
     """
     delay = _FIRST_BACKOFF
     for attempt in range(retries + 1):
+        sent_at = time.monotonic()
         try:
             result = call()
             outage.tracker(url).recovered()
@@ -240,7 +241,8 @@ def call_retrying(call: Callable[[], T], url: str, retries: int) -> T:
         except RETRYABLE as exc:
             if attempt == retries:
                 raise _unreachable(exc, url) from exc
-            outage.tracker(url).failed(exc, delay)  # one line per outage (outage.py)
+            # one line per outage (outage.py), counted from when the failed call was sent
+            outage.tracker(url).failed(exc, delay, sent_at)
             time.sleep(delay)
             delay = min(delay * 2, _MAX_BACKOFF)
     raise AssertionError("unreachable")
@@ -250,6 +252,7 @@ async def call_retrying_async(call: Callable[[], Awaitable[T]], url: str, retrie
     """The asyncio twin of :func:`call_retrying` (sleeps without blocking the loop)."""
     delay = _FIRST_BACKOFF
     for attempt in range(retries + 1):
+        sent_at = time.monotonic()
         try:
             result = await call()
             outage.tracker(url).recovered()
@@ -257,10 +260,25 @@ async def call_retrying_async(call: Callable[[], Awaitable[T]], url: str, retrie
         except RETRYABLE as exc:
             if attempt == retries:
                 raise _unreachable(exc, url) from exc
-            outage.tracker(url).failed(exc, delay)  # one line per outage (outage.py)
+            # one line per outage (outage.py), counted from when the failed call was sent
+            outage.tracker(url).failed(exc, delay, sent_at)
             await asyncio.sleep(delay)
             delay = min(delay * 2, _MAX_BACKOFF)
     raise AssertionError("unreachable")
+
+
+async def drop_idle_async(client: Any) -> None:
+    """Close the idle connections of *client*'s pool (an asyncio client): after a Redis
+    restart every connection the pool kept is dead, and each would fail its next call with
+    ``Connection closed by server``; closed, each connects again on its next use.  A cluster
+    client (one pool per node, re-read after errors) is left alone.  Never raises."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:
+        return
+    try:
+        await pool.disconnect(inuse_connections=False)
+    except (*RETRYABLE, redis.RedisError):
+        pass
 
 
 def is_oom(exc: BaseException) -> bool:

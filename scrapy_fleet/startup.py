@@ -37,7 +37,7 @@ from scrapy_fleet.errors import (
     RedisPermissionError,
     RedisUnavailableError,
 )
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys
 from scrapy_fleet.redact import redact
 
 if TYPE_CHECKING:
@@ -79,8 +79,8 @@ def check_worker(crawler: Crawler) -> FleetConfig:
     """Validate every fleet setting and, when the fleet's scheduler or dupefilter is used,
     the reactor, one PING to Redis (blocking, at most ``FLEET_REDIS_TIMEOUT`` seconds) and
     the permissions of its user (scrapy_fleet/acl.py: one script call that checks every
-    command a worker sends, on the crawl's keys).  A TLS URL with ``ssl_cert_reqs=none``
-    is logged as a warning.
+    command a worker sends, on the crawl's keys, and one on the proxy pool's keys when the
+    crawl uses the pool).  A TLS URL with ``ssl_cert_reqs=none`` is logged as a warning.
 
     Raises:
         FleetConfigError: naming the wrong setting and its value.
@@ -120,8 +120,11 @@ def check_worker(crawler: Crawler) -> FleetConfig:
             name = getattr(spider, "name", None)
             crawl_id = config.resolve_crawl_id(name) if name else config.crawl_id
             if crawl_id:
+                proxy = config.proxy
+                pool = (ProxyPoolKeys(config.key_prefix, proxy.pool_name(crawl_id))
+                        if proxy is not None and proxy.enabled else None)
                 acl.check_sync(client, CrawlKeys(config.key_prefix, crawl_id), "worker",
-                               cluster=target.kind == "cluster")
+                               cluster=target.kind == "cluster", pool=pool)
         finally:
             client.close()
     return config

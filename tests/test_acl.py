@@ -1,20 +1,32 @@
+# ruff: noqa: F811 - the fixtures of proxyfixtures are imported into this module
 """Least privilege: a crawl and the commands run as ACL users with the rules of
 docs/deployment.md (scrapy_fleet/acl.py), and a missing permission is one error at start."""
 
 from __future__ import annotations
 
 import collections
+import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
-from support import EXAMPLE_PROJECT, read_items, run_scrapy, start_worker, tail, wait_all
+from proxyfixtures import proxysite, tinyproxy  # noqa: F401 - fixtures
+from support import (
+    EXAMPLE_PROJECT,
+    TEST_PROJECT,
+    read_items,
+    run_scrapy,
+    start_worker,
+    tail,
+    wait_all,
+)
 
 from scrapy_fleet import acl
 from scrapy_fleet.errors import RedisPermissionError
 from scrapy_fleet.frontier.client import FrontierAdmin
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys
 
 PASSWORD = "s3cret-acl"
 
@@ -57,7 +69,7 @@ def test_every_probe_line_has_its_command_s_arity(redis_url):
         words = len(line.split())
         assert words >= abs(arity) if arity < 0 else words == arity, (name, line, arity)
     for role in ("worker", "monitor", "admin"):
-        for name in acl.script_commands(role):
+        for name in (*acl.script_commands(role), *acl.pool_commands(role)):
             assert name in acl.PROBE_LINES, name
     client.close()
 
@@ -163,3 +175,209 @@ def test_a_missing_permission_is_one_error_at_start(acl_users, redis_url, site_s
     assert "Traceback" not in text
     status = FrontierAdmin(redis_url, "docs").status()
     assert status["queued"] == 1 and status["counters"].get("leased", 0) == 0  # untouched
+
+
+def test_the_pool_probe_names_each_pool_command_the_rule_would_miss(acl_users):
+    """With the proxy pool, a worker's and an admin's rule cover the pool's keys and the
+    commands of lua/proxies.lua; without any one of them the probe names it, on the pool's
+    keys; a rule without the pool's key pattern is refused the pool's keys."""
+    keys, pool = CrawlKeys("fleet", "docs"), ProxyPoolKeys("fleet", "docs")
+    assert "hkeys" in acl.pool_commands("worker")  # the first choice for a site lists exits
+    assert acl.pool_commands("monitor") == []
+    for role in ("worker", "admin"):
+        rule = acl.acl_rule(role, crawl_id="docs", proxies=True, optional=False)
+        assert "~fleet:{proxypool:docs}:*" in rule.split()
+        client = redis.Redis.from_url(acl_users(f"pool-{role}", rule))
+        acl.check_sync(client, keys, role, pool=pool)
+        client.close()
+        for name in acl.pool_commands(role):
+            if name in ("evalsha", "script|load"):
+                continue
+            client = redis.Redis.from_url(acl_users(f"nopool-{role}", without(rule, name)))
+            with pytest.raises(RedisPermissionError) as info:
+                acl.check_sync(client, None, role, pool=pool)
+            assert f"may not run {name} on the proxy pool's keys" in str(info.value), name
+            client.close()
+    client = redis.Redis.from_url(acl_users("crawl-only", acl.acl_rule("worker",
+                                                                       crawl_id="docs")))
+    acl.check_sync(client, keys, "worker")
+    with pytest.raises(RedisPermissionError, match=r"may not access the keys of proxy pool"):
+        acl.check_sync(client, keys, "worker", pool=pool)
+    client.close()
+
+
+@pytest.mark.slow
+def test_proxy_pool_crawl_and_commands_as_least_privileged_users(
+        acl_users, tinyproxy, proxysite, worker_env, tmp_path):
+    """A worker made from the printed rule (proxies=True) crawls through real tinyproxy
+    exits; the proxies actions run as the admin rule; a worker lacking a pool command gets
+    the one start-up error instead of waiting on the pool for ever."""
+    p2, p3 = tinyproxy("127.0.0.2"), tinyproxy("127.0.0.3")
+    site = proxysite({"pages": {"127.0.0.1": 12}})
+    proxies = f"{p2.url()},{p3.url()}"
+    # the rules as `scrapy fleet acl SPIDER` prints them for the project's settings
+    printed = run_scrapy(TEST_PROJECT, ["fleet", "acl", "proxy_pages", "-s",
+                                        f"FLEET_PROXIES={proxies}"], worker_env)
+    assert printed.returncode == 0, printed.stderr
+    rules = dict(line.split(" on >PASSWORD ", 1) for line in printed.stdout.splitlines()
+                 if line.startswith("ACL SETUSER "))
+    rule = rules["ACL SETUSER fleet-worker"]
+    assert rule == acl.acl_rule("worker", crawl_id="proxy_pages", proxies=True)
+    assert "~fleet:{proxypool:proxy_pages}:*" in rule.split()
+    assert "proxypool" not in rules["ACL SETUSER fleet-monitor"]
+    worker = acl_users("fleet-worker", rule)
+    admin = acl_users("fleet-admin", rules["ACL SETUSER fleet-admin"])
+    monitor = acl_users("fleet-monitor", rules["ACL SETUSER fleet-monitor"])
+
+    def fleet(url: str, *args: str) -> Any:
+        return run_scrapy(TEST_PROJECT, ["fleet", *args, "-s", f"FLEET_REDIS_URL={url}",
+                                         "-s", f"FLEET_PROXIES={proxies}"], worker_env)
+
+    pushed = fleet(worker, "push", "proxy_pages", site.urls[0] + "site/")
+    assert pushed.returncode == 0, pushed.stderr
+    out, log = tmp_path / "out.jsonl", tmp_path / "w.log"
+    proc = start_worker(TEST_PROJECT, "proxy_pages", {
+        "FLEET_REDIS_URL": worker, "FLEET_PROXIES": proxies, "FLEET_IDLE_TIMEOUT": 3,
+        "FLEET_JSONL_PATH": out, "LOG_LEVEL": "INFO"}, worker_env, log)
+    assert wait_all([proc], 120) == [0], tail(log)
+    text = tail(log, 10**7)
+    assert "NOPERM" not in text and "Proxy pool unavailable" not in text, text[-3000:]
+    pages = [i for i in read_items([out]) if "url" in i]
+    assert len({i["url"] for i in pages}) == 13
+    assert {r["addr"] for r in site.requests()} <= {"127.0.0.2", "127.0.0.3"}  # via exits
+    # every proxies action as the admin role
+    listed = fleet(admin, "proxies", "list", "proxy_pages", "--json")
+    assert listed.returncode == 0, listed.stderr
+    snap = json.loads(listed.stdout)
+    assert sum(e["ok"] for e in snap["exits"]) >= 13
+    drained = fleet(admin, "proxies", "drain", "proxy_pages", p2.url())
+    assert drained.returncode == 0 and "draining 1 exit(s)" in drained.stdout, drained.stderr
+    added = fleet(admin, "proxies", "add", "proxy_pages", p2.url())
+    assert added.returncode == 0, added.stderr
+    reset = fleet(admin, "proxies", "reset", "proxy_pages")
+    assert reset.returncode == 0 and "reset 2 exit(s)" in reset.stdout, reset.stderr
+    removed = fleet(admin, "proxies", "remove", "proxy_pages", p3.url())
+    assert removed.returncode == 0 and "removed 1 exit(s)" in removed.stdout, removed.stderr
+    # a monitor may not: one error line naming the pool, nothing read
+    refused = fleet(monitor, "proxies", "list", "proxy_pages")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+    assert "'evalsha' command" in refused.stderr, refused.stderr
+    assert "on the keys of proxy pool 'proxy_pages'" in refused.stderr, refused.stderr
+    # a worker without HKEYS (called by the pool's first choice for a site, after the
+    # reports it carries are written): one error at start
+    lacking = acl_users("no-hkeys", without(rule, "hkeys"))
+    log2 = tmp_path / "w2.log"
+    proc = start_worker(TEST_PROJECT, "proxy_pages", {
+        "FLEET_REDIS_URL": lacking, "FLEET_PROXIES": proxies, "FLEET_IDLE_TIMEOUT": 2},
+        worker_env, log2)
+    assert wait_all([proc], 60) == [1], tail(log2)
+    text = tail(log2, 10**6)
+    errors = [line for line in text.splitlines() if " ERROR: " in line]
+    assert len(errors) == 1, text
+    assert "Fleet worker cannot start" in errors[0]
+    assert "may not run hkeys on the proxy pool's keys" in errors[0], errors[0]
+    assert "Traceback" not in text
+
+
+def test_the_documented_rules_are_the_printed_ones():
+    """docs/deployment.md shows acl.acl_rule's output (the lists follow the Lua scripts)."""
+    from support import REPO_ROOT
+
+    text = (REPO_ROOT / "docs" / "deployment.md").read_text(encoding="utf-8")
+    rules = [acl.acl_rule(role) for role in ("worker", "monitor", "admin")]
+    rules += [acl.acl_rule(role, proxies=True) for role in ("worker", "admin")]
+    for rule in rules:
+        assert f"on >PASSWORD {rule}\n" in text, rule
+
+
+def _acl_log_count(client: redis.Redis, user: str) -> int:
+    """How many refusals Redis's ACL LOG holds for *user* (similar entries are grouped)."""
+    return sum(int(e["count"]) for e in client.acl_log() if e["username"] == user)
+
+
+def test_a_read_only_monitor_stops_sampling_after_one_noperm(acl_users, redis_server,
+                                                             redis_url):
+    """The read-only monitor role may not run lua/sample.lua (a write): the sampler says so
+    once and stops (one refusal in Redis's ACL LOG, however long it runs), and writes
+    nothing; a worker's user samples."""
+    from scrapy_fleet.monitoring.source import FleetSource, Sampling
+
+    keys = CrawlKeys("fleet", "docs")
+    admin = redis_server.client()
+    admin.acl_log_reset()
+    admin.hset(keys.stats, "pages", 3)  # a crawl with state
+    monitor_url = acl_users("fleet-monitor", acl.acl_rule("monitor", crawl_id="docs"))
+    client = redis.Redis.from_url(monitor_url)
+    said: list[str] = []
+    sampling = Sampling(client, keys, interval=0.02, say=said.append).start()
+    sampling._thread.join(10)
+    assert not sampling._thread.is_alive()
+    assert len(said) == 1 and said == [sampling.denied], said
+    assert "may not sample the time series" in said[0] and "evalsha" in said[0], said
+    assert _acl_log_count(admin, "fleet-monitor") == 1
+    assert not admin.exists(keys.series("10s"), keys.mon)  # nothing written
+    # the views read on as the monitor
+    snap = FleetSource(client, keys).snapshot()
+    assert snap["counters"]["pages"] == 3, snap["counters"]
+    client.close()
+    # a worker's user runs the sampler: the series go on
+    worker = redis.Redis.from_url(acl_users("fleet-worker", acl.acl_rule("worker")))
+    sampling = Sampling(worker, keys, interval=0.02, say=said.append).start()
+    deadline = time.monotonic() + 10
+    while not sampling.samples and time.monotonic() < deadline:
+        time.sleep(0.02)
+    sampling.stop()
+    assert sampling.samples >= 1 and sampling.denied is None and len(said) == 1
+    assert admin.strlen(keys.series("10s")) > 0
+    worker.close()
+    admin.close()
+
+
+@pytest.mark.slow
+def test_monitor_process_as_the_read_only_user(acl_users, redis_server, redis_url,
+                                               site_server, worker_env):
+    """``scrapy-fleet monitor`` as the monitor role: /metrics and the series the workers'
+    calls sampled are served, and the sampler's refusal is one warning line."""
+    import re
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+    from pathlib import Path
+
+    worker = acl_users("fleet-worker", acl.acl_rule("worker", crawl_id="docs"))
+    pushed = run_scrapy(EXAMPLE_PROJECT, ["fleet", "push", "docs", site_server.start_url,
+                                          "-s", f"FLEET_REDIS_URL={worker}"], worker_env)
+    assert pushed.returncode == 0, pushed.stderr  # a push samples the series too
+    monitor = acl_users("fleet-monitor", acl.acl_rule("monitor", crawl_id="docs"))
+    reset = redis_server.client()
+    reset.acl_log_reset()
+    reset.close()
+    cli = str(Path(sys.executable).parent / "scrapy-fleet")
+    proc = subprocess.Popen([cli, "--redis", monitor, "monitor", "docs", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=worker_env)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        match = re.search(r"dashboard (http://127\.0\.0\.1:\d+/)", line)
+        assert match, line
+        with urllib.request.urlopen(match.group(1) + "metrics", timeout=15) as resp:
+            metrics = resp.read().decode()
+        assert "scrapy_fleet_up 1" in metrics and "scrapy_fleet_runnable_requests" in metrics
+        url = match.group(1) + "api/series?name=depth_due&tier=10s"
+        with urllib.request.urlopen(url, timeout=15) as resp:
+            points = json.loads(resp.read())["series"]["depth_due"]
+        assert [v for _, v in points if v is not None] == [1], points  # the push's sample
+        admin = redis_server.client()
+        deadline = time.monotonic() + 10
+        while not _acl_log_count(admin, "fleet-monitor") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        admin.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("warning: the Redis user may not sample "
+                                                   "the time series"), err

@@ -264,3 +264,70 @@ def test_project_status_into_a_closed_pipe_is_quiet(redis_url, worker_env):
     result = subprocess.run(f"{command} | true", shell=True, cwd=EXAMPLE_PROJECT,
                             env=worker_env, capture_output=True, text=True, timeout=120)
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr
+
+
+# -- status: one read of the frontier ----------------------------------------------------------
+
+
+def test_status_reads_the_frontier_once_with_the_same_figures(redis_url, redis_server):
+    """``status`` read the frontier twice (FrontierAdmin.status, then the snapshot): now the
+    snapshot's round trips bring FrontierAdmin.status's figures too, the same ones."""
+    from scrapy_fleet.failures.admin import failed_counts, failed_counts_of
+    from scrapy_fleet.monitoring.snapshot import read_snapshot, read_status
+
+    pushed = cli("--redis", redis_url, "push", "once", "http://h.test/a", "http://h.test/b",
+                 "http://other.test/c")
+    assert pushed.returncode == 0, pushed.stderr
+    admin = FrontierAdmin(redis_url, "once")
+    client = redis_server.client()
+    client.hset(admin.keys.failed_by, mapping={"http/500": 2, "http/404": 1})
+    client.set(admin.keys.idle_since, admin.server_ms() - 4000)
+    client.hset(admin.keys.seeding, mapping={"holder": "w1", "done": 1})
+    client.hset(admin.keys.stats, "not-a-number", "x")
+    snap, legacy, failed_by = read_status(admin.client, admin.keys)
+    before = admin.status()
+    for name in ("idle_seconds",):  # the two reads are a few ms apart
+        assert abs(legacy.pop(name) - before.pop(name)) < 1.0
+    assert legacy == before
+    assert legacy["queued"] == 3 and legacy["start_requests"] == "done"
+    assert legacy["seeded_by"] == "w1" and legacy["counters"]["not-a-number"] == 0
+    assert failed_counts_of(failed_by) == failed_counts(admin.client, admin.keys) == {
+        "http/404": 1, "http/500": 2}
+    alone = read_snapshot(admin.client, admin.keys)
+    volatile = ("at", "redis")  # the clock, Redis's memory use
+    assert {k: v for k, v in snap.items() if k not in volatile} == \
+        {k: v for k, v in alone.items() if k not in volatile}
+    admin.close()
+    # the command: each of the frontier's counts read once (ZCARD of the queue, the delayed
+    # entries and the leases), no second TIME
+    client.config_resetstat()
+    shown = cli("--redis", redis_url, "status", "once", "--json")
+    assert shown.returncode == 0, shown.stderr
+    stats = client.info("commandstats")
+    assert stats["cmdstat_zcard"]["calls"] == 3, stats
+    assert stats["cmdstat_time"]["calls"] == 1, stats
+    data = json.loads(shown.stdout)
+    assert (data["queued"], data["size"], data["totals"]["pushed"]) == (3, 3, 3)
+    assert data["failed"] == {"http/404": 1, "http/500": 2}
+    assert data["start_requests"] == "done" and 3.0 <= data["idle_seconds"] <= 30
+    client.close()
+
+
+def test_acl_prints_the_rules_of_the_crawl(redis_url):
+    """``scrapy-fleet acl CRAWL_ID`` prints acl.acl_rule's rule of each role, for the crawl,
+    its prefix, the proxy pool and a cluster URL; no Redis needed."""
+    from scrapy_fleet import acl
+
+    shown = cli("--redis", "redis://127.0.0.1:1/0", "--prefix", "p", "acl", "docs")
+    assert shown.returncode == 0, shown.stderr
+    lines = [line for line in shown.stdout.splitlines() if not line.startswith("# ")]
+    assert lines == [f"ACL SETUSER fleet-{role} on >PASSWORD "
+                     + acl.acl_rule(role, key_prefix="p", crawl_id="docs")
+                     for role in ("worker", "monitor", "admin")]
+    pool = cli("--redis", "redis+cluster://127.0.0.1:7000", "acl", "docs", "--role", "worker",
+               "--pool", "shared")
+    assert pool.returncode == 0, pool.stderr
+    assert pool.stdout.splitlines()[1].endswith(acl.acl_rule(
+        "worker", crawl_id="docs", cluster=True, proxies=True, pool="shared"))
+    assert "~fleet:{proxypool:shared}:*" in pool.stdout and "+cluster|slots" in pool.stdout
+    assert cli("acl").returncode == 2 and "acl takes one CRAWL_ID" in cli("acl").stderr

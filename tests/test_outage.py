@@ -7,17 +7,29 @@ and started again on the same port, the test site server, real ``scrapy crawl`` 
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import pytest
 import redis
-from support import EXAMPLE_PROJECT, free_port, read_items, run_scrapy, start_worker, tail, wait_all
+from support import (
+    EXAMPLE_PROJECT,
+    RedisServer,
+    free_port,
+    read_items,
+    run_scrapy,
+    start_worker,
+    tail,
+    wait_all,
+)
 
+from scrapy_fleet import redis_client
 from scrapy_fleet.frontier.client import FrontierAdmin
 from scrapy_fleet.testsite import generate_site
 
@@ -154,3 +166,30 @@ def test_redis_restarted_without_its_data_stops_the_workers_with_an_error(
         assert "has lost this crawl's state" in text and "is gone" in text
         assert "Spider closed (fleet_state_lost)" in text
         assert "Fleet idle" not in text
+
+
+def test_a_frozen_redis_outage_counts_from_the_call_that_hung(tmp_path, caplog):
+    # a frozen server fails the first call only after its read timeout: the outage began
+    # when that call was sent, and the "reachable again" line must count that time too
+    server = RedisServer(tmp_path / "frozen")
+    server.start()
+    url = server.url
+    client = redis_client.sync_client(url, timeout=1.0)
+    try:
+        client.ping()
+        os.kill(server.proc.pid, signal.SIGSTOP)
+        frozen = 3.0
+        thaw = threading.Timer(frozen, os.kill, (server.proc.pid, signal.SIGCONT))
+        thaw.start()
+        with caplog.at_level(logging.WARNING, logger="scrapy_fleet.outage"):
+            assert redis_client.call_retrying(client.ping, url, 50) is True
+        thaw.join()
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+        client.close()
+        server.stop()
+    back = [r.getMessage() for r in caplog.records if "reachable again" in r.getMessage()]
+    assert len(back) == 1, back
+    length = float(re.search(r"after ([0-9.]+) s of outage", back[0]).group(1))
+    # before the fix it counted from the first failure, a read timeout (1 s) later: ~2 s
+    assert length >= frozen - 0.25, back

@@ -102,6 +102,28 @@ def test_one_probe_after_cooldown_then_back(redis_url):
     run(go())
 
 
+def test_an_answer_sent_before_the_ban_does_not_end_the_cooldown(redis_url):
+    # an ok for a request chosen before the ban, reported after the cool-down ran out, is no
+    # evidence that the exit serves the site again: the next choice is still the one probe
+    async def go():
+        pool, admin = _pool(redis_url, FLEET_PROXY_COOLDOWN_BASE=0.1,
+                            FLEET_PROXY_COOLDOWN_MAX=0.1)
+        await pool.seed([A])
+        early = await pool.choose("s1")  # in flight when the ban comes
+        banned = await pool.choose("s1")
+        await pool.report([Report(banned.ticket, banned.exit_id, "s1", "ban", True,
+                                  jitter=1.0)])
+        await asyncio.sleep(0.15)
+        await pool.report([Report(early.ticket, early.exit_id, "s1", "ok", True)])
+        probe = await pool.choose("s1")
+        assert isinstance(probe, Choice) and probe.kind == 1
+        blocked = await pool.choose("s1")
+        assert isinstance(blocked, Wait) and blocked.why == "probe"
+        assert int(admin.client.hget(admin.keys.stats, "probes")) == 1
+        await pool.client.aclose()
+    run(go())
+
+
 def test_sticky_session_rebound_when_banned(redis_url):
     async def go():
         pool, _ = _pool(redis_url)

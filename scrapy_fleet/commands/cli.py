@@ -81,11 +81,25 @@ class ActionContext:
     alerts_config: Any = None
     #: FLEET_WORKER_FORGET_AFTER, for the sampling of ``top`` and ``monitor``
     forget_after: float | None = None
+    #: what ``acl`` prints the rules for (:class:`AclTarget`; the actions without Redis)
+    acl_target: AclTarget | None = None
 
     @property
     def crawl(self) -> FrontierAdmin:
         assert self.admin is not None, "an action with needs_redis=True"
         return self.admin
+
+
+@dataclass(frozen=True)
+class AclTarget:
+    """The deployment ``acl`` prints the ACL rules for: the crawl (its id and key prefix),
+    whether it uses the proxy pool (and which), and whether Redis is a cluster."""
+
+    crawl_id: str
+    prefix: str
+    proxies: bool = False
+    pool: str | None = None
+    cluster: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,6 +115,8 @@ class Action:
     needs_redis: bool = True
     #: True: a crawl of which Redis holds nothing is an error (exit status 4), not zeros
     needs_state: bool = False
+    #: with needs_redis=False: the action still names a crawl (``acl``)
+    names_crawl: bool = False
 
 
 def _settings_action(ctx: ActionContext) -> int:
@@ -110,6 +126,25 @@ def _settings_action(ctx: ActionContext) -> int:
                           for s in SETTINGS], indent=2, default=format_default))
     else:
         print(settings_listing(), end="")
+    return push.EXIT_OK
+
+
+#: the ``acl`` roles and what runs as each (scrapy_fleet/acl.py, docs/deployment.md)
+ACL_ROLE_USES = {"worker": "scrapy crawl, push", "monitor": "status, dead, failed, top, monitor",
+                 "admin": "purge, retry, proxies"}
+
+
+def _acl_action(ctx: ActionContext) -> int:
+    from scrapy_fleet import acl
+
+    target = ctx.acl_target
+    assert target is not None, "acl runs with an AclTarget"
+    role = getattr(ctx.opts, "role", None)
+    for name in [role] if role else list(ACL_ROLE_USES):
+        rule = acl.acl_rule(name, key_prefix=target.prefix, crawl_id=target.crawl_id,
+                            cluster=target.cluster, proxies=target.proxies, pool=target.pool)
+        print(f"# {name}: {ACL_ROLE_USES[name]}")
+        print(f"ACL SETUSER fleet-{name} on >PASSWORD {rule}")
     return push.EXIT_OK
 
 
@@ -142,6 +177,9 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            lambda c: _purge(c.crawl, c.opts, c.label, c.confirm)),
     Action("settings", "list every FLEET_* setting with its type, default and meaning",
            "[--json]", _settings_action, needs_redis=False),
+    Action("acl", "print the least-privilege ACL rules of the crawl's roles (worker, "
+           "monitor, admin)", "[--role R] [--proxies] [--pool P]", _acl_action,
+           needs_redis=False, names_crawl=True),
 )}
 
 
@@ -167,7 +205,7 @@ def usage_lines(prog: str, crawl: str) -> str:
     """One usage entry per action, ``PROG ACTION CRAWL ARGS``, wrapped under its action."""
     out = []
     for a in ACTIONS.values():
-        head = f"  {prog} {a.name}{f' {crawl}' if a.needs_redis else ''} "
+        head = f"  {prog} {a.name}{f' {crawl}' if a.needs_redis or a.names_crawl else ''} "
         out.append(_hanging(head, a.args, len(head)) if a.args else head.rstrip())
     head = f"  {prog} proxies "
     out.append(_hanging(head, PROXIES_USAGE.format(crawl=crawl), len(head)))
@@ -219,10 +257,16 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--all", action="store_true", help="retry: every record")
     parser.add_argument("--dead", action="store_true",
                         help="retry: the dead letters instead of the failed requests")
+    parser.add_argument("--role", choices=list(ACL_ROLE_USES), default=None,
+                        help="acl: only this role's rule (default: every role)")
+    parser.add_argument("--proxies", action="store_true",
+                        help="acl: the crawl uses the proxy pool (inside a project: when "
+                             "FLEET_PROXIES or FLEET_PROXY_POOL is set)")
     monitoring_actions.add_arguments(parser)
 
 
-#: action -> the least-privilege role it needs (scrapy_fleet/acl.py), checked at start
+#: action -> the least-privilege role it needs (scrapy_fleet/acl.py), checked at start;
+#: every ``proxies`` action runs as ``admin`` (proxies/admin.py probes the pool's keys)
 ACL_ROLES = {"push": "worker", "retry": "admin", "purge": "admin", "status": "monitor",
              "dead": "monitor", "failed": "monitor", "top": "monitor", "monitor": "monitor"}
 
@@ -232,7 +276,7 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
                confirm: Callable[[str], str] = input, low_watermark: int | None = None,
                has_method: Callable[[str], bool] | None = None,
                host_key_mode: str = "host", alerts_config: Any = None,
-               forget_after: float | None = None) -> int:
+               forget_after: float | None = None, acl_target: AclTarget | None = None) -> int:
     """Run the action named *action* (a key of :data:`ACTIONS`) against *admin*; returns the
     exit status (:data:`EXIT_STATUSES`).  See :class:`ActionContext` for the arguments."""
     spec = ACTIONS.get(action)
@@ -243,7 +287,7 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
         print(f"error: {action} takes no URL arguments", file=sys.stderr)
         return push.EXIT_ERROR
     ctx = ActionContext(admin, urls, opts, fingerprint, label, confirm, low_watermark,
-                        has_method, host_key_mode, alerts_config, forget_after)
+                        has_method, host_key_mode, alerts_config, forget_after, acl_target)
     try:
         if spec.needs_redis:
             if redis_url.parse(ctx.crawl.url).unverified:
@@ -359,11 +403,12 @@ def _push(admin: FrontierAdmin, urls: list[str], opts: Any,
 def _status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int | None,
             alerts_config: Any = None) -> int:
     from scrapy_fleet.monitoring import screen
-    from scrapy_fleet.monitoring.snapshot import read_snapshot
+    from scrapy_fleet.monitoring.snapshot import read_status
 
-    legacy = admin.status()
-    snap = read_snapshot(admin.client, admin.keys, hosts=opts.limit,
-                         alerts_config=alerts_config)
+    # one read of the frontier: the snapshot's round trips also bring the counts of before
+    # (FrontierAdmin.status's) and the failed requests per reason
+    snap, legacy, failed_by = read_status(admin.client, admin.keys, hosts=opts.limit,
+                                          alerts_config=alerts_config)
     # the snapshot (the stable JSON, docs/monitoring.md) and the frontier counts of before,
     # under the names they had (queued, size, idle_seconds, totals...)
     status: dict[str, Any] = {**{k: v for k, v in legacy.items()
@@ -371,7 +416,7 @@ def _status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int | No
     status["totals"] = legacy["counters"]
     status["queue_max"] = admin.params.queue_max
     status["low_watermark"] = low_watermark
-    status["failed"] = failures.failed_counts(admin.client, admin.keys)
+    status["failed"] = failures.failed_counts_of(failed_by)
     if getattr(opts, "hosts", False):
         top = {row["host"]: row for row in snap["hosts"]}
         rows = admin.hosts(limit=opts.limit)
@@ -544,6 +589,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="push: after each push call, wait (WAIT, up to 1 s) until N "
                              "replicas have it, and warn when they do not "
                              "(FLEET_REDIS_WAIT_REPLICAS; default 0)")
+    parser.add_argument("--pool", default=None,
+                        help="acl --proxies: the proxy pool, FLEET_PROXY_POOL (default: the "
+                             "crawl's own)")
     parser.add_argument("action", choices=list(ACTIONS), metavar="ACTION",
                         help=f"one of {', '.join(ACTIONS)}")
     parser.add_argument("crawl_id", nargs="?", metavar="CRAWL_ID",
@@ -649,6 +697,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     opts = parser.parse_intermixed_args(argv)
     spec = ACTIONS[opts.action]
+    if spec.names_crawl:  # acl: the rules for this crawl, without Redis
+        if opts.crawl_id is None or opts.urls:
+            parser.error(f"{spec.name} takes one CRAWL_ID")
+        try:
+            url = validate_redis_url(opts.redis, "--redis")
+            crawl_id = validate_crawl_id(opts.crawl_id, "CRAWL_ID")
+            validate_key_prefix(opts.prefix, "--prefix")
+            pool = validate_crawl_id(opts.pool, "--pool") if opts.pool else None
+        except FleetConfigError as exc:
+            parser.error(str(exc))
+        target = AclTarget(crawl_id, opts.prefix, proxies=opts.proxies or pool is not None,
+                           pool=pool, cluster=redis_url.parse(url).kind == "cluster")
+        return run_action(spec.name, None, [], opts, push.default_fingerprinter(),
+                          label="no project", acl_target=target)
     if not spec.needs_redis:
         extra = [a for a in (opts.crawl_id, *opts.urls) if a is not None]
         if extra:

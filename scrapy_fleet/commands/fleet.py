@@ -87,6 +87,11 @@ class Command(ScrapyCommand):
             self._run_in_project(action, spider_name, urls, opts, proxies_action=True)
             return
         assert spec is not None
+        if spec.names_crawl:  # acl SPIDER: the rules for the spider's crawl and settings
+            if len(args) != 2:
+                raise UsageError(f"{spec.name} takes one spider name")
+            self._run_in_project(args[0], args[1], [], opts, proxies_action=False)
+            return
         if not spec.needs_redis:
             if len(args) > 1:
                 raise UsageError(f"{spec.name} takes no arguments")
@@ -120,6 +125,19 @@ class Command(ScrapyCommand):
             return
         if proxies_action:
             self.exitcode = self._proxies(config, crawl_id, action, urls, opts)
+            return
+        if cli.ACTIONS[action].names_crawl:
+            from scrapy_fleet import redis_url
+
+            proxy = config.proxy
+            uses_pool = bool(opts.proxies or opts.pool or (proxy is not None and proxy.enabled))
+            pool = opts.pool or (proxy.pool_name(crawl_id) if proxy is not None and
+                                 proxy.enabled else None)
+            target = cli.AclTarget(crawl_id, config.key_prefix, proxies=uses_pool, pool=pool,
+                                   cluster=redis_url.parse(config.redis_url).kind == "cluster")
+            self.exitcode = cli.run_action(action, None, [], opts, lambda r: b"",
+                                           label=f"spider {spidercls.name!r}",
+                                           acl_target=target)
             return
         crawler = Crawler(spidercls, settings)
         fingerprinter = build_from_crawler(

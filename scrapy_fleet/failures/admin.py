@@ -25,7 +25,11 @@ RETRY_CHUNK = 200
 
 def failed_counts(client: Any, keys: CrawlKeys) -> dict[str, int]:
     """Failed requests kept, per reason (one ``HGETALL``), for ``status``."""
-    raw = client.hgetall(keys.failed_by)
+    return failed_counts_of(client.hgetall(keys.failed_by))
+
+
+def failed_counts_of(raw: dict[bytes, Any]) -> dict[str, int]:
+    """:func:`failed_counts` from the ``failed_by`` hash as read (reason -> count)."""
     out: dict[str, int] = {}
     for reason, count in raw.items():
         try:

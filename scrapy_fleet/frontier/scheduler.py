@@ -484,6 +484,7 @@ class FleetScheduler(BaseScheduler):
                 return
             if self.config.flush_interval and (self._outbox or self._done or self._downloaded):
                 await asyncio.sleep(self.config.flush_interval)  # coalesce a burst
+            sent_at = time.monotonic()
             try:
                 await self._sync_once(final=False)
                 backoff = 0.1
@@ -495,7 +496,7 @@ class FleetScheduler(BaseScheduler):
                 return
             except RedisUnavailableError as exc:
                 self._inc("fleet/redis/errors")
-                outage.tracker(self.config.redis_url).failed(exc, backoff)
+                outage.tracker(self.config.redis_url).failed(exc, backoff, sent_at)
                 logger.debug("Fleet frontier unreachable, retrying in %.1f s: %s", backoff, exc,
                              extra={"spider": self.spider})
                 await asyncio.sleep(backoff)

@@ -113,11 +113,12 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
         them would be lost with this worker's start iterator."""
         delay, warned = 0.1, False
         while True:
+            sent_at = time.monotonic()
             try:
                 return await call()
             except (RedisUnavailableError, *redis_client.RETRYABLE) as exc:
                 if not warned:  # the outage itself is logged once per worker (outage.py)
-                    outage.tracker(self.config.redis_url).failed(exc, delay)
+                    outage.tracker(self.config.redis_url).failed(exc, delay, sent_at)
                     logger.debug("Redis unreachable while reading start requests (%s): "
                                  "trying again until it answers", exc,
                                  extra={"spider": self.crawler.spider})

@@ -156,9 +156,10 @@ local function apply_reports(reps)
         if r.v == 'ok' then
           s[OK] = s[OK] + 1
           s[PEN] = math.max(0, s[PEN] - 1)
-          -- the probe succeeded (or the cool-down is over): the exit is back for this site;
-          -- an ok of a request sent before the ban leaves the cool-down as it is
-          if kind == 1 or s[UNTIL] <= now then s[UNTIL] = 0 end
+          -- only the probe's ok brings the exit back for this site: an ok of a request
+          -- chosen before the ban (kind 0) is no evidence, even after the cool-down ran out;
+          -- the next choice is then the probe
+          if kind == 1 then s[UNTIL] = 0 end
           e[2] = 0
           if e[1] == 'x' then e[1] = 'a'; e[3] = 0; hincrby(STATS, 'revived', 1) end
         elseif r.v == 'ban' then

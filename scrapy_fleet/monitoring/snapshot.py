@@ -24,7 +24,8 @@ from scrapy_fleet.monitoring import series as series_mod
 from scrapy_fleet.monitoring.alerts import AlertConfig
 from scrapy_fleet.monitoring.series import SERIES, TIERS
 
-__all__ = ["SCHEMA", "SERIES", "TIERS", "AlertConfig", "read_series", "read_snapshot"]
+__all__ = ["SCHEMA", "SERIES", "TIERS", "AlertConfig", "read_series", "read_snapshot",
+           "read_status"]
 
 SCHEMA = 1
 #: hosts read at most per snapshot (per-host counts, ready hosts for runnable_now)
@@ -60,8 +61,12 @@ def _f(value: Any) -> float | None:
 def _results(pipe: Any, defaults: list[Any]) -> list[Any]:
     """Run *pipe*; a reply that is an error (a key of another type, not written by the
     fleet) reads as its default, so that one such key does not stop the snapshot.  Connection
-    errors still raise."""
+    errors still raise, and so does a refused permission (NOPERM: the Redis user lacks a
+    read of the monitor role, docs/deployment.md), which would otherwise read as zeros."""
     replies = pipe.execute(raise_on_error=False)
+    for r in replies:
+        if isinstance(r, redis.exceptions.NoPermissionError):
+            raise r
     return [d if isinstance(r, redis.ResponseError) else r
             for r, d in zip(replies, defaults, strict=True)]
 
@@ -193,6 +198,59 @@ def read_snapshot(client: redis.Redis, keys: CrawlKeys, *, hosts: int = 10,
     Raises:
         redis.RedisError: when Redis cannot be read (connection, authentication...).
     """
+    return _read(client, keys, hosts, alerts_config, status=False)[0]
+
+
+def read_status(client: redis.Redis, keys: CrawlKeys, *, hosts: int = 10,
+                alerts_config: AlertConfig | None = None,
+                ) -> tuple[dict[str, Any], dict[str, Any], dict[bytes, Any]]:
+    """What ``scrapy fleet status`` shows, in the snapshot's round trips (one read of the
+    frontier): (the snapshot of :func:`read_snapshot`, the frontier's counts as
+    ``FrontierAdmin.status`` gives them, the ``failed_by`` hash as read, for
+    ``failures.admin.failed_counts_of``).  The first pipeline also reads the idle mark, the
+    start requests' state and the failed requests per reason.
+
+    Raises:
+        redis.RedisError: when Redis cannot be read (connection, authentication...).
+    """
+    snap, extra = _read(client, keys, hosts, alerts_config, status=True)
+    return snap, extra["frontier"], extra["failed_by"]
+
+
+def _strict_int(value: Any, default: Any = 0) -> Any:
+    """As ``FrontierAdmin.status`` reads a number: int(value), else *default*."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _frontier_status(keys: CrawlKeys, now_ms: int, counts: tuple[int, ...],
+                     meta: dict[str, str], raw_stats: dict[bytes, Any],
+                     workers: list[tuple[bytes, float]], idle: Any, seeded: list[Any],
+                     stored: Any) -> dict[str, Any]:
+    """``FrontierAdmin.status``'s dict (frontier/client.py), from the snapshot's replies."""
+    queued, leased, dead, delayed, parked = counts
+    seen = sum(_strict_int(v) for name, v in meta.items() if name.startswith("c"))
+    idle_ms = _strict_int(idle, None) if idle is not None else None
+    holder, _, done = [*seeded, None, None, None][:3]
+    return {
+        "crawl_id": keys.crawl_id, "queued": queued, "leased": leased, "dead": dead,
+        "delayed": delayed, "parked": parked, "size": queued + leased + delayed, "seen": seen,
+        "bloom_slices": _strict_int(meta.get("slices", 0)),
+        "counters": {_s(a): _strict_int(b) for a, b in raw_stats.items()},
+        "workers": {_s(w): round((now_ms - score) / 1000, 1) for w, score in workers},
+        "idle_seconds": None if idle_ms is None else round((now_ms - idle_ms) / 1000, 1),
+        "seeded_by": _s(holder) if holder else None,
+        "start_requests": "done" if done == b"1" else ("in progress" if holder else None),
+        "stored_responses": _strict_int(stored),
+        "stored_bytes": _strict_int(raw_stats.get(b"response_queue_bytes", 0)),
+    }
+
+
+def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
+          alerts_config: AlertConfig | None, status: bool,
+          ) -> tuple[dict[str, Any], dict[str, Any]]:
     cfg = alerts_config or AlertConfig()
     k = keys
     # keyless commands (TIME, INFO) go to the crawl's node apart: a cluster pipeline refuses
@@ -217,9 +275,15 @@ def read_snapshot(client: redis.Redis, keys: CrawlKeys, *, hosts: int = 10,
         pipe.zrevrange(k.hostbans, 0, max(hosts, 10) - 1, withscores=True)
         pipe.hget(k.hostq, STAGE_HOST)
         pipe.hlen(k.failed)
-        (due, scheduled, leased, parked, dead, meta, raw_stats, workers, mon, raw10, raw1m,
-         n_hosts, conf_cap, top_banned, stored, failed) = _results(
-            pipe, [0, 0, 0, 0, 0, {}, {}, [], {}, None, None, 0, None, [], None, 0])
+        defaults: list[Any] = [0, 0, 0, 0, 0, {}, {}, [], {}, None, None, 0, None, [], None, 0]
+        if status:  # what FrontierAdmin.status and status's failed line read besides
+            pipe.get(k.idle_since)
+            pipe.hmget(k.seeding, "holder", "progress", "done")
+            pipe.hgetall(k.failed_by)
+            defaults += [None, [None, None, None], {}]
+        replies1 = _results(pipe, defaults)
+    (due, scheduled, leased, parked, dead, meta, raw_stats, workers, mon, raw10, raw1m,
+     n_hosts, conf_cap, top_banned, stored, failed) = replies1[:16]
     now = _now(srv)
     now_ms = int(now * 1000)
     stats = {_s(a): _i(b) for a, b in raw_stats.items()}
@@ -328,7 +392,15 @@ def read_snapshot(client: redis.Redis, keys: CrawlKeys, *, hosts: int = 10,
     }
     snap["alerts"] = alerts_mod.evaluate(snap, samples1m, [host_rows[h] for h, _ in banned],
                                          cfg)
-    return snap
+    extra: dict[str, Any] = {}
+    if status:
+        idle, seeded, failed_by = replies1[16:]
+        now_ms_exact = int(srv[0]) * 1000 + int(srv[1]) // 1000  # as FrontierAdmin.server_ms
+        extra["frontier"] = _frontier_status(
+            k, now_ms_exact, (due, leased, dead, scheduled, parked), meta_s, raw_stats,
+            workers, idle, seeded, stored)
+        extra["failed_by"] = failed_by
+    return snap, extra
 
 
 def read_series(client: redis.Redis, keys: CrawlKeys, name: str, tier: str = "10s",

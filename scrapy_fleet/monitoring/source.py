@@ -8,9 +8,10 @@ good data with an error banner while Redis is down.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import redis
@@ -121,15 +122,27 @@ class FleetSource:
         return out
 
 
+#: the one line a monitor without the sampler's permission prints (then it stops sampling)
+SAMPLING_DENIED = ("warning: the Redis user may not sample the time series ({error}): it is "
+                   "a read-only monitor user, so the views show what the workers sample (the "
+                   "series pause while no worker runs; docs/monitoring.md)")
+
+
 class Sampling:
     """A daemon thread that keeps the time series going while no worker runs: it calls the
     data side's ``sampler.sample`` every *interval* seconds (a tier takes at most one sample
     per step fleet-wide, whoever calls, so this never doubles a point; one EVALSHA per
     call; it also drops workers silent for *forget_after* s).  Failures (Redis down, OOM)
-    are skipped: the views report Redis's state."""
+    are skipped: the views report Redis's state.
+
+    A Redis user without the sampler's permissions (the read-only ``monitor`` ACL role of
+    scrapy_fleet/acl.py: no EVALSHA, no writes) gets NOPERM: the thread then calls *say*
+    once with :data:`SAMPLING_DENIED` (default: a line on standard error), keeps the message
+    in ``denied`` and stops; the views go on reading what the workers sample."""
 
     def __init__(self, client: redis.Redis, keys: CrawlKeys, dead_after: float = 15.0,
-                 forget_after: float = 120.0, interval: float = 5.0) -> None:
+                 forget_after: float = 120.0, interval: float = 5.0,
+                 say: Callable[[str], None] | None = None) -> None:
         self.client = client
         self.keys = keys
         self.interval = interval
@@ -137,6 +150,8 @@ class Sampling:
         self.forget_after = forget_after
         self.samples = 0
         self.failures = 0
+        self.denied: str | None = None
+        self._say = say or _print_line
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="fleet-sampling", daemon=True)
 
@@ -149,6 +164,10 @@ class Sampling:
             try:
                 if sampler.sample(self.client, self.keys, self.dead_after, self.forget_after):
                     self.samples += 1
+            except redis.exceptions.NoPermissionError as exc:
+                self.denied = SAMPLING_DENIED.format(error=exc)
+                self._say(self.denied)
+                return  # asking again would only fill Redis's ACL LOG
             except READ_ERRORS:
                 self.failures += 1
             self._stop.wait(self.interval)
@@ -157,3 +176,7 @@ class Sampling:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+
+
+def _print_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

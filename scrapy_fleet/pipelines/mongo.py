@@ -37,417 +37,55 @@ The pipeline needs Scrapy's asyncio reactor (the default since Scrapy 2.13).
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-import bson
 from itemadapter import ItemAdapter
-from pymongo import ASCENDING, MongoClient, UpdateOne
+from pymongo import ASCENDING
 from pymongo.errors import (
-    BulkWriteError,
-    ConfigurationError,
-    DocumentTooLarge,
     OperationFailure,
     PyMongoError,
 )
-from scrapy.exceptions import CloseSpider, DropItem, NotConfigured
+from scrapy.exceptions import CloseSpider, DropItem
 from scrapy.utils.defer import maybe_deferred_to_future
-from scrapy.utils.misc import load_object
 
 from scrapy_fleet import engine_hooks
-from scrapy_fleet.config import SETTINGS, _check, _number
-from scrapy_fleet.errors import FleetConfigError
+from scrapy_fleet.pipelines.mongo_config import (
+    MONGO_DEFAULTS,
+    MongoConfig,
+    default_document_id,
+)
+from scrapy_fleet.pipelines.mongo_writes import (
+    _STAT,
+    AUTH_FAILED_REASON,
+    UNAUTHORIZED_REASON,
+    FatalError,
+    _describe,
+    _Op,
+    _Outcome,
+    _plain,
+    fatal_error,
+    stop_acknowledging,
+    write_batch,
+)
 from scrapy_fleet.redact import redact as redact_uri
 from scrapy_fleet.redact import scrub as _scrub
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
-    from scrapy.settings import BaseSettings
     from scrapy.statscollectors import StatsCollector
 
 logger = logging.getLogger(__name__)
 
-#: Every setting this pipeline reads, with its default: the ``mongo`` rows of
-#: :data:`scrapy_fleet.config.SETTINGS` (docs/mongo.md describes each one).
-MONGO_DEFAULTS: dict[str, Any] = {s.name: s.default for s in SETTINGS if s.section == "mongo"}
-
-#: Server error codes after which the same write may succeed later (network, elections,
-#: shutdown, timeouts).  Mirrors pymongo's retryable-write codes.
-TRANSIENT_CODES = frozenset({
-    6, 7, 89, 91, 134, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436, 64, 50,
-})
-#: Duplicate key: with upserts on ``_id`` only a race between two upserts of the same new
-#: document, which succeeds when retried.  Against a unique secondary index it is permanent, so
-#: an op is retried at most this many times for it before being rejected.
-DUPLICATE_KEY = 11000
-DUPLICATE_KEY_RETRIES = 3
-#: Largest document MongoDB accepts (bytes).
-MAX_BSON_SIZE = 16 * 1024 * 1024
-
-_STAT = "fleet/mongo/"
-
-#: Server error codes that no retry heals: the URI's credentials, or its user's rights.
-AUTHENTICATION_FAILED = 18
-UNAUTHORIZED = 13
-#: MongoDB Atlas's proxy answers some authentication and authorization failures with this
-#: generic code ("bad auth : authentication failed", "user is not allowed to do action ...");
-#: other Atlas errors with it (quotas...) are retried like before.
-ATLAS_ERROR = 8000
-
-#: Close reasons of a crawl stopped by a MongoDB failure that waiting cannot heal.
-AUTH_FAILED_REASON = "mongo_auth_failed"
-UNAUTHORIZED_REASON = "mongo_unauthorized"
-CONFIG_ERROR_REASON = "mongo_config_error"
-
-
-@dataclass(frozen=True)
-class FatalError:
-    """A MongoDB failure that waiting cannot heal, and how the crawl is stopped for it."""
-
-    reason: str  #: close reason of the spider (``mongo_auth_failed``...)
-    key: str  #: ``fleet/mongo/fatal/<key>``: the server error code, or the exception class
-    exc: BaseException
-
-
-def _errmsg(exc: BaseException) -> str:
-    details = getattr(exc, "details", None)
-    if isinstance(details, Mapping) and details.get("errmsg"):
-        return str(details["errmsg"])
-    return str(exc)
-
-
-def fatal_error(exc: BaseException) -> FatalError | None:
-    """*exc* as a failure that no retry heals, or ``None`` (then it is retried as before).
-
-    Authentication failed (code 18; Atlas code 8000 saying "bad auth" / "authentication"),
-    not authorized (code 13; Atlas code 8000 saying "not allowed" / "not authorized"), and
-    ``pymongo.errors.ConfigurationError`` (invalid URI or options, a mongodb+srv name that does
-    not resolve, a missing dependency of the auth mechanism, an unsupported server version).
-    """
-    if isinstance(exc, ConfigurationError):
-        return FatalError(CONFIG_ERROR_REASON, type(exc).__name__, exc)
-    if not isinstance(exc, OperationFailure) or isinstance(exc, BulkWriteError):
-        return None
-    code = exc.code
-    if code == AUTHENTICATION_FAILED:
-        return FatalError(AUTH_FAILED_REASON, str(code), exc)
-    if code == UNAUTHORIZED:
-        return FatalError(UNAUTHORIZED_REASON, str(code), exc)
-    if code == ATLAS_ERROR:
-        message = _errmsg(exc).lower()
-        if "bad auth" in message or "authentication" in message:
-            return FatalError(AUTH_FAILED_REASON, str(code), exc)
-        if "not allowed" in message or "not authorized" in message:
-            return FatalError(UNAUTHORIZED_REASON, str(code), exc)
-    return None
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, OperationFailure):
-        details = exc.details if isinstance(exc.details, Mapping) else {}
-        name = details.get("codeName")
-        return f"{type(exc).__name__} {exc.code}{f' {name}' if name else ''}: {_errmsg(exc)}"
-    return f"{type(exc).__name__}: {exc}"
-
-
-def stop_acknowledging(crawler: Crawler | None, reason: str) -> bool:
-    """Tell the fleet scheduler to acknowledge no request from now on
-    (:meth:`~scrapy_fleet.frontier.scheduler.FleetScheduler.withhold_acknowledgements`).
-
-    After a fatal MongoDB failure the requests still in progress have items that were not
-    written: the scheduler keeps them leased and releases them when it closes (they go back to
-    the queue, without the penalty of an expiry).  With another scheduler this changes nothing.
-
-    Returns:
-        False when there is no running engine or its scheduler cannot withhold.
-    """
-    scheduler = engine_hooks.scheduler_of(crawler)
-    withhold = getattr(scheduler, "withhold_acknowledgements", None)
-    if not callable(withhold):
-        return False
-    withhold(reason)
-    return True
-
-
-def _default_client_factory(uri: str) -> Any:
-    return MongoClient(uri, appname="scrapy-fleet")
-
-
-def _callable_setting(name: str, value: Any) -> Callable[..., Any] | None:
-    if value is None or value == "":
-        return None
-    if isinstance(value, str):
-        try:
-            value = load_object(value)
-        except (ImportError, AttributeError, ValueError, NameError) as exc:
-            raise FleetConfigError(
-                f"{name}={value!r} is invalid: cannot import it ({exc})") from None
-    _check(name, value, callable(value), "a callable or the import path of one")
-    return value  # type: ignore[no-any-return]
-
-
-def _field_list(name: str, value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = [v.strip() for v in value.split(",") if v.strip()]
-    _check(name, value, isinstance(value, (list, tuple))
-           and all(isinstance(v, str) and v and not v.startswith("$") for v in value),
-           "a list of field names")
-    return tuple(value)
-
-
-def _field_name(name: str, value: Any) -> str:
-    _check(name, value, isinstance(value, str) and bool(value) and not value.startswith("$")
-           and "." not in value and value != "_id", "a field name (no '$', no '.', not _id)")
-    return str(value)
-
-
-@dataclass(frozen=True)
-class MongoConfig:
-    """Validated ``FLEET_MONGO_*`` settings.  Times are seconds; see docs/mongo.md.
-
-    Raises:
-        FleetConfigError: from :meth:`from_settings` when a value is wrong; the message names
-            the setting and the value.
-    """
-
-    uri: str
-    database: str = "scrapy"
-    #: ``None``: the spider's name.  Otherwise a ``%``-template with the keys ``spider`` and
-    #: ``item_class`` (class name of the item, ``dict`` for dicts).
-    collection: str | None = None
-    id_fields: tuple[str, ...] = ("url",)
-    id_function: Callable[[ItemAdapter], Any] | None = None
-    batch_size: int = 100
-    flush_interval: float = 1.0
-    max_pending: int = 10_000
-    concurrency: int = 2
-    retry_backoff: float = 0.5
-    retry_max_backoff: float = 30.0
-    updated_field: str = "updated_at"
-    first_seen_field: str = "first_seen_at"
-    ttl: int | None = None
-    unique_fields: tuple[str, ...] = ()
-    client_factory: Callable[[str], Any] = field(default=_default_client_factory)
-
-    @classmethod
-    def from_settings(cls, settings: BaseSettings | Mapping[str, Any]) -> MongoConfig:
-        """Read and validate every ``FLEET_MONGO_*`` setting.
-
-        Raises:
-            NotConfigured: ``FLEET_MONGO_URI`` is unset or empty.
-            FleetConfigError: naming the first wrong setting and its value.
-        """
-
-        def g(name: str) -> Any:
-            value = settings.get(name)
-            return MONGO_DEFAULTS[name] if value is None else value
-
-        uri = g("FLEET_MONGO_URI")
-        if not uri:
-            raise NotConfigured("FLEET_MONGO_URI is not set")
-        _check("FLEET_MONGO_URI", uri, isinstance(uri, str)
-               and uri.startswith(("mongodb://", "mongodb+srv://")),
-               "a mongodb:// or mongodb+srv:// URI")
-        database = g("FLEET_MONGO_DATABASE")
-        _check("FLEET_MONGO_DATABASE", database, isinstance(database, str) and 0 < len(database)
-               < 64 and not any(c in database for c in '/\\. "$\x00'),
-               "a database name (1-63 characters, none of / \\ . \" $ or space)")
-        collection = g("FLEET_MONGO_COLLECTION") or None
-        if collection is not None:
-            try:
-                sample = collection % {"spider": "spider", "item_class": "Item"}
-            except (TypeError, KeyError, ValueError):
-                sample = None
-            _check("FLEET_MONGO_COLLECTION", collection, isinstance(sample, str)
-                   and bool(sample) and "$" not in sample and "\x00" not in sample
-                   and not sample.startswith("system."),
-                   "a collection name, optionally with %(spider)s and %(item_class)s")
-        id_function = _callable_setting("FLEET_MONGO_ID_FUNCTION", g("FLEET_MONGO_ID_FUNCTION"))
-        id_fields = _field_list("FLEET_MONGO_ID_FIELDS", g("FLEET_MONGO_ID_FIELDS"))
-        _check("FLEET_MONGO_ID_FIELDS", g("FLEET_MONGO_ID_FIELDS"),
-               bool(id_fields) or id_function is not None,
-               "at least one field name (or set FLEET_MONGO_ID_FUNCTION)")
-        batch_size = _number("FLEET_MONGO_BATCH_SIZE", g("FLEET_MONGO_BATCH_SIZE"), int, 1,
-                             "an integer between 1 and 100000")
-        _check("FLEET_MONGO_BATCH_SIZE", batch_size, batch_size <= 100_000,
-               "an integer between 1 and 100000")
-        backoff = _number("FLEET_MONGO_RETRY_BACKOFF", g("FLEET_MONGO_RETRY_BACKOFF"), float,
-                          0.0, "seconds > 0", exclusive=True)
-        max_backoff = _number("FLEET_MONGO_RETRY_MAX_BACKOFF", g("FLEET_MONGO_RETRY_MAX_BACKOFF"),
-                              float, backoff, "seconds >= FLEET_MONGO_RETRY_BACKOFF")
-        ttl = g("FLEET_MONGO_TTL")
-        if isinstance(ttl, str) and ttl.strip().lower() in ("", "none", "null"):
-            ttl = None
-        updated_field = _field_name("FLEET_MONGO_UPDATED_FIELD", g("FLEET_MONGO_UPDATED_FIELD"))
-        first_seen = _field_name("FLEET_MONGO_FIRST_SEEN_FIELD", g("FLEET_MONGO_FIRST_SEEN_FIELD"))
-        _check("FLEET_MONGO_FIRST_SEEN_FIELD", first_seen, first_seen != updated_field,
-               "a field name other than FLEET_MONGO_UPDATED_FIELD")
-        factory = _callable_setting("FLEET_MONGO_CLIENT_FACTORY", g("FLEET_MONGO_CLIENT_FACTORY"))
-        return cls(
-            uri=uri,
-            database=database,
-            collection=collection,
-            id_fields=id_fields,
-            id_function=id_function,
-            batch_size=batch_size,
-            flush_interval=_number("FLEET_MONGO_FLUSH_INTERVAL", g("FLEET_MONGO_FLUSH_INTERVAL"),
-                                   float, 0.0, "seconds >= 0"),
-            max_pending=_number("FLEET_MONGO_MAX_PENDING", g("FLEET_MONGO_MAX_PENDING"), int, 1,
-                                "an integer >= 1"),
-            concurrency=_number("FLEET_MONGO_CONCURRENCY", g("FLEET_MONGO_CONCURRENCY"), int, 1,
-                                "an integer >= 1"),
-            retry_backoff=backoff,
-            retry_max_backoff=max_backoff,
-            updated_field=updated_field,
-            first_seen_field=first_seen,
-            ttl=None if ttl is None else _number("FLEET_MONGO_TTL", ttl, int, 1,
-                                                  "whole seconds >= 1 or None"),
-            unique_fields=_field_list("FLEET_MONGO_UNIQUE_FIELDS", g("FLEET_MONGO_UNIQUE_FIELDS")),
-            client_factory=factory or _default_client_factory,
-        )
-
-
-def default_document_id(values: Sequence[Any]) -> str:
-    """Stable ``_id`` of an item from the values of its id fields.
-
-    Returns:
-        the 40-character hex SHA-1 of the compact JSON array of *values* (keys sorted,
-        non-JSON values such as datetimes by their ``str()``): the same values always give the
-        same id, on any worker.
-    """
-    payload = json.dumps(list(values), sort_keys=True, separators=(",", ":"),
-                         ensure_ascii=False, default=str)
-    return hashlib.sha1(payload.encode("utf-8")).hexdigest()
-
-
-_SCALARS = (str, int, float, bool, bytes, datetime, type(None))
-
-
-def _plain(value: Any) -> Any:
-    """*value* with nested items (of any ItemAdapter type) turned into dicts, for BSON.
-
-    Same result as ``ItemAdapter.asdict`` but scalars, the bulk of item fields, are returned
-    without the per-value adapter lookups (a several-fold speed-up on typical items).
-    """
-    if isinstance(value, _SCALARS):
-        return value
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if ItemAdapter.is_item(value):
-        return {k: _plain(v) for k, v in ItemAdapter(value).items()}
-    return value
-
-
-class _Op:
-    """One item's pending upsert, and the future completed when it is settled."""
-
-    __slots__ = ("collection", "doc_id", "dup_retries", "future", "update")
-
-    def __init__(self, collection: str, doc_id: Any, update: dict[str, Any],
-                 future: asyncio.Future[None]) -> None:
-        self.collection = collection
-        self.doc_id = doc_id
-        self.update = update
-        self.future = future
-        self.dup_retries = 0
-
-
-@dataclass
-class _Outcome:
-    """What one ``bulk_write`` attempt did with a batch (indices into the batch)."""
-
-    written: list[int] = field(default_factory=list)
-    rejected: list[tuple[int, str, str]] = field(default_factory=list)  # index, code, message
-    retry: list[int] = field(default_factory=list)
-    upserted: int = 0
-    modified: int = 0
-    error: BaseException | None = None  # why `retry` is not empty (back-off applies)
-    retry_now: bool = False  # retry without back-off (bad documents were taken out)
-    fatal: BaseException | None = None  # not a MongoDB error: fail the items
-    stop: FatalError | None = None  # credentials, rights, configuration: stop the crawl
-
-
-def _isolate_bad_documents(ops: Sequence[_Op], exc: BaseException) -> _Outcome:
-    """A batch that pymongo refused to encode: find which documents are at fault."""
-    out = _Outcome()
-    for i, op in enumerate(ops):
-        try:
-            size = len(bson.encode({"q": {"_id": op.doc_id}, "u": op.update}))
-        except Exception as err:  # any encoding error rejects the document
-            out.rejected.append((i, "invalid_document", f"{type(err).__name__}: {err}"))
-            continue
-        if size > MAX_BSON_SIZE:
-            out.rejected.append((i, "document_too_large", f"{size} bytes"))
-        else:
-            out.retry.append(i)
-    if not out.rejected:  # could not pin it on a document: do not loop on it
-        return _Outcome(fatal=exc)
-    out.retry_now = True
-    return out
-
-
-def write_batch(collection: Any, ops: Sequence[_Op]) -> _Outcome:
-    """Send *ops* as one ``bulk_write(ordered=False)``, once, and classify the result.
-
-    Runs in a worker thread (blocking I/O).  Never raises: the outcome says which ops were
-    written, which MongoDB rejected for good (with the error code), and which must be retried.
-    """
-    requests = [UpdateOne({"_id": op.doc_id}, op.update, upsert=True) for op in ops]
-    try:
-        result = collection.bulk_write(requests, ordered=False)
-    except BulkWriteError as exc:
-        return _classify_bulk_error(ops, exc)
-    except (bson.errors.InvalidDocument, DocumentTooLarge) as exc:
-        return _isolate_bad_documents(ops, exc)
-    except PyMongoError as exc:
-        stop = fatal_error(exc)
-        if stop is not None:  # credentials, rights, configuration: waiting does not help
-            return _Outcome(stop=stop)
-        # network, elections, timeouts...: retried
-        return _Outcome(retry=list(range(len(ops))), error=exc)
-    except Exception as exc:  # a bug, not an outage: surface it
-        return _Outcome(fatal=exc)
-    return _Outcome(written=list(range(len(ops))), upserted=result.upserted_count,
-                    modified=result.modified_count)
-
-
-def _classify_bulk_error(ops: Sequence[_Op], exc: BulkWriteError) -> _Outcome:
-    details = exc.details or {}
-    out = _Outcome(upserted=int(details.get("nUpserted", 0)),
-                   modified=int(details.get("nModified", 0)), error=exc)
-    failed: set[int] = set()
-    for err in details.get("writeErrors") or []:
-        index = int(err.get("index", -1))
-        if not 0 <= index < len(ops):
-            continue
-        failed.add(index)
-        code = err.get("code")
-        if code in TRANSIENT_CODES:
-            out.retry.append(index)
-        elif code == DUPLICATE_KEY and ops[index].dup_retries < DUPLICATE_KEY_RETRIES:
-            ops[index].dup_retries += 1
-            out.retry.append(index)
-        else:
-            out.rejected.append((index, str(code), str(err.get("errmsg", ""))))
-    others = [i for i in range(len(ops)) if i not in failed]
-    if details.get("writeConcernErrors"):
-        # Applied on the primary but not acknowledged as the URI's write concern asks:
-        # not durable yet.  Upserts are idempotent, so sending them again is harmless.
-        out.retry.extend(others)
-        out.upserted = out.modified = 0
-    else:
-        out.written.extend(others)
-    out.retry.sort()
-    return out
+#: re-exported: their home is mongo_config / mongo_writes (names kept for importers)
+__all__ = [
+    "MONGO_DEFAULTS", "MongoConfig", "MongoPipeline", "default_document_id", "fatal_error",
+    "redact_uri", "stop_acknowledging", "write_batch",
+]
 
 
 class MongoPipeline:

@@ -18,9 +18,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import msgpack
+import redis
 import redis.asyncio
 
-from scrapy_fleet import lua
+from scrapy_fleet import lua, outage, redis_client
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.keys import CrawlKeys
 
@@ -169,7 +170,11 @@ class Politeness:
     """Per-host politeness calls of one worker (asyncio).
 
     Every call is one round trip of lua/politeness.lua; times are the Redis server's.
-    Calls are not retried (see the script's header).
+    Calls are not retried (see the script's header), with one exception: a call that fails
+    with a connection error (a socket the pool kept from before a Redis restart, which the
+    restarted server never read) closes the pool's idle connections and is sent once more,
+    at once, on a new one.  A call that succeeds tells the process's outage tracker
+    (outage.py) that Redis answers; one that still fails raises, and the caller reports it.
     """
 
     def __init__(self, client: redis.asyncio.Redis, keys: CrawlKeys, config: FleetConfig,
@@ -191,7 +196,14 @@ class Politeness:
                             use_bin_type=False)
         if self._on_call is not None:
             self._on_call()
-        reply = await self._script(keys=self._keys, args=[arg])
+        try:
+            reply = await self._script(keys=self._keys, args=[arg])
+        except redis.ConnectionError:
+            # a stale socket fails before the server reads the call: sending it again on a
+            # new connection cannot run it twice (a timeout could: it is not sent again)
+            await redis_client.drop_idle_async(self.client)
+            reply = await self._script(keys=self._keys, args=[arg])
+        outage.tracker(self.config.redis_url).recovered()
         decoded = msgpack.unpackb(reply, raw=True)
         if not isinstance(decoded, dict):  # cmsgpack packs an empty table as an array
             return {}

@@ -50,6 +50,8 @@ _ROBOTS: weakref.WeakKeyDictionary[Any, FleetRobotsTxtMiddleware] = weakref.Weak
 def robots_of(crawler: Any) -> FleetRobotsTxtMiddleware | None:
     """The crawler's FleetRobotsTxtMiddleware, if ROBOTSTXT_OBEY enabled it."""
     return _ROBOTS.get(crawler)
+#: seconds a request waits for Redis in the politeness guard before asking again (doubling)
+_GUARD_FIRST_WAIT, _GUARD_MAX_WAIT = 0.1, 5.0
 #: statuses that put a host on hold (fleet-wide back-off)
 BACKOFF_STATUSES = (429, 503)
 _STAT = "fleet/politeness/"
@@ -119,19 +121,28 @@ class _FleetDownloaderMiddleware:
 
 class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
     """Guard and back-off.  Stats: ``fleet/politeness/guard_waits``,
-    ``fleet/politeness/backoff/<status>``, ``fleet/politeness/failures``."""
+    ``fleet/politeness/guard_redis_waits``, ``fleet/politeness/backoff/<status>``,
+    ``fleet/politeness/failures``."""
 
     def __init__(self, crawler: Crawler, config: FleetConfig) -> None:
         super().__init__(crawler, config)
         self._failing: set[str] = set()
 
     async def process_request(self, request: Request, spider: Any = None) -> None:
-        try:
-            await self._wait_turn(request)
-        except _REDIS_ERRORS as exc:
-            # never lose a request to a politeness call: go on without it, and say so
-            self._redis_trouble(exc, "Politeness check for %s failed (%s); the request goes on",
-                                request.url, exc)
+        """Fail closed: while the politeness call fails (Redis unreachable), the request
+        waits here, with back-off (0.1 s doubling to 5 s), and asks again; it is never sent
+        without its turn.  Stats: ``fleet/politeness/guard_redis_waits``."""
+        delay = _GUARD_FIRST_WAIT
+        while True:
+            try:
+                await self._wait_turn(request)
+                return None
+            except _REDIS_ERRORS as exc:
+                self._inc(_STAT + "guard_redis_waits")
+                self._redis_trouble(exc, "Politeness check for %s failed (%s); the request waits "
+                                    "for its turn (never sent without it)", request.url, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _GUARD_MAX_WAIT)
 
     async def _wait_turn(self, request: Request) -> None:
         host = self.host(request)

@@ -10,8 +10,9 @@
 EXIT is an exit id (or a unique prefix of at least 4 digits), a whole proxy URL, or
 ``host:port`` (every exit on that address).  The pool is ``FLEET_PROXY_POOL`` (``--pool``),
 else the crawl's own.  Output never shows credentials: an exit is ``<id> host:port``.
-Exit statuses: 0 done, 1 an EXIT matched nothing (the others were done), 2 usage error or
-Redis unreachable.
+Exit statuses: 0 done, 1 an EXIT matched nothing (the others were done), 2 usage error,
+Redis unreachable, or its user lacks a command of the ``admin`` ACL role on the pool's keys
+(every action runs as ``admin``: docs/deployment.md).
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ import sys
 from typing import Any
 
 import redis
+import redis.cluster
 
-from scrapy_fleet.errors import FleetConfigError
+from scrapy_fleet import acl
+from scrapy_fleet.errors import FleetConfigError, RedisPermissionError
 from scrapy_fleet.keys import ProxyPoolKeys
 from scrapy_fleet.proxies.pool import PoolAdmin, describe, host_port
 from scrapy_fleet.proxies.settings import ProxyConfig, _proxy_urls, proxy_config
@@ -82,9 +85,18 @@ def _resolve_all(admin: PoolAdmin, specs: list[str]) -> tuple[list[str], list[st
 
 def run(admin: PoolAdmin, action: str, args: list[str], as_json: bool = False,
         sites: list[str] | None = None) -> int:
-    """Run one proxies action against *admin*; returns the exit status."""
+    """Run one proxies action against *admin*; returns the exit status.  Every action runs
+    as the ``admin`` ACL role (scrapy_fleet/acl.py; ``list`` reads the exits' URLs with
+    their credentials): its permissions on the pool's keys are probed first, and a missing
+    one is one error line (exit status 2) before anything is read or written."""
     try:
+        if action in ACTIONS:
+            acl.check_sync(admin.client, None, "admin", pool=admin.keys,
+                           cluster=isinstance(admin.client, redis.cluster.RedisCluster))
         return _run(admin, action, args, as_json, sites)
+    except RedisPermissionError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except (redis.RedisError, OSError) as exc:
         print(f"error: Redis: {exc}", file=sys.stderr)
         return EXIT_ERROR
