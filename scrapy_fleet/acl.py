@@ -60,6 +60,7 @@ PROBE_LINES = {
     "hsetnx": "hsetnx @K f v", "hstrlen": "hstrlen @K f", "pexpire": "pexpire @K 1000",
     "setrange": "setrange @K 0 v", "strlen": "strlen @K", "type": "type @K",
     "zincrby": "zincrby @K 1 m", "bitfield": "bitfield @K get u8 0",
+    "bitfield_ro": "bitfield_ro @K get u1 0", "incrby": "incrby @K 1",
     "zrevrange": "zrevrange @K 0 -1", "hkeys": "hkeys @K",
 }
 #: commands each role sends itself (outside scripts)
@@ -75,9 +76,9 @@ OPTIONAL = ("info", "config|get")
 #: a cluster client reads the slot map with CLUSTER SLOTS
 CLUSTER = ("cluster|slots",)
 
-_CALL = re.compile(r"redis\.p?call\(\s*['\"]([A-Za-z]+)['\"]")
+_CALL = re.compile(r"redis\.p?call\(\s*['\"]([A-Za-z_]+)['\"]")
 #: a command a script calls with a computed argument list: named in a ``-- acl: CMD`` comment
-_CALL_NOTE = re.compile(r"--\s*acl:\s*([A-Za-z]+)")
+_CALL_NOTE = re.compile(r"--\s*acl:\s*([A-Za-z_]+)")
 
 
 def script_commands(role: str, pool: bool = False) -> list[str]:

@@ -325,6 +325,7 @@ class FleetConfig:
     request_classes: tuple[str, ...]
     dupefilter_capacity: int
     dupefilter_error_rate: float
+    dupefilter_cache: int  #: Bloom keys a worker remembers as seen (0: none)
     queue_max: int | None
     queue_low_watermark: float
     host_queue_max: int | None
@@ -494,6 +495,8 @@ class FleetConfig:
             request_classes=tuple(classes),
             dupefilter_capacity=capacity,
             dupefilter_error_rate=error_rate,
+            dupefilter_cache=_number("FLEET_DUPEFILTER_CACHE", g("FLEET_DUPEFILTER_CACHE"), int,
+                                     0, "an integer >= 0"),
             queue_max=_bound("FLEET_QUEUE_MAX", g("FLEET_QUEUE_MAX")),
             queue_low_watermark=low,
             host_queue_max=_bound("FLEET_HOST_QUEUE_MAX", g("FLEET_HOST_QUEUE_MAX")),

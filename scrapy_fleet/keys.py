@@ -8,15 +8,19 @@ prefix ``fleet`` and crawl id ``docs``::
                                                               ties in member order = FIFO)
     fleet:{docs}:data         HASH  entry id -> bytes         encoded request (codec.py)
     fleet:{docs}:leases       ZSET  entry id -> expiry (ms)   leased requests, by server time
-    fleet:{docs}:lease        HASH  entry id -> "token|score|worker"  current lease of each
-                                                              entry ("!worker": download over)
+    fleet:{docs}:lease        HASH  entry id -> "token|score|host\tworker"  current lease of
+                                                              each entry ("!worker": download
+                                                              over; previous format
+                                                              "token|score|worker" still read)
     fleet:{docs}:expiries     HASH  entry id -> count         lease expiries of an entry so far
     fleet:{docs}:dead         HASH  entry id -> msgpack       dead letters {reason, at, data}
-    fleet:{docs}:delayed      ZSET  "id|score" -> ready (ms)  deferred requests (back pressure)
+    fleet:{docs}:delayed      ZSET  "id|score|host" -> ready (ms)  deferred requests (back
+                                                              pressure; "id|score": previous)
     fleet:{docs}:parked       LIST  msgpack [id, score, host, data]  parked requests (outside the
                                                               size), oldest first
     fleet:{docs}:hostq        HASH  host -> count             entries per host in the frontier
-    fleet:{docs}:ehost        HASH  entry id -> host          host of each entry
+    fleet:{docs}:ehost        HASH  entry id -> host          previous format only: read and
+                                                              emptied, never written
     fleet:{docs}:ready        ZSET  host -> time (ms)         hosts with queued entries, by the
                                                               time they may be fetched again
     fleet:{docs}:tat          HASH  host -> ms                GCRA theoretical arrival time
@@ -35,7 +39,7 @@ prefix ``fleet`` and crawl id ``docs``::
                                                               host_concurrency, ...
     fleet:{docs}:seq          STRING  counter                 entry ids
     fleet:{docs}:token        STRING  counter                 fencing tokens
-    fleet:{docs}:bloom:meta   HASH    Bloom filter parameters and per-slice counts
+    fleet:{docs}:bloom:meta   HASH    Bloom filter parameters, per-slice counts, generation g
     fleet:{docs}:bloom:N      STRING  bits of Bloom slice N (N = 0 .. BLOOM_MAX_SLICES-1)
     fleet:{docs}:stats        HASH    fleet-wide counters (pushed, leased, acked, ...)
     fleet:{docs}:idle_since   STRING  server time (ms) the fleet became idle

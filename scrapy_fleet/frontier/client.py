@@ -18,11 +18,12 @@ the first reply back instead of running twice.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgpack
@@ -38,7 +39,9 @@ from scrapy_fleet.politeness.hosts import effective_policy
 logger = logging.getLogger(__name__)
 
 OP_TTL_MS = 300_000
-RECLAIM_LIMIT = 100
+#: expired leases one call reclaims at most (a reclaim storm is spread over calls; each
+#: reclaim costs ~10 µs of Redis time: bench/bench_capacity.py --storm)
+RECLAIM_LIMIT = 50
 #: largest |Request.priority| the frontier orders by (lua/hosts.lua checks it too): the
 #: scheduler clamps larger ones (the request itself keeps its priority), pushes refuse them
 PRIORITY_LIMIT = 2**31
@@ -121,6 +124,15 @@ class SyncResult:
     #: leased fewer requests than it asked for; None: no host is waiting for a time
     next_ready: float | None = None
     marker: str = ""  #: the crawl marker (lua/failed.lua), "" when none was written
+    #: indexes of the pushes the Bloom filter (or this call) had seen: duplicates
+    seen: list[int] = field(default_factory=list)
+    #: generation id of the Bloom filter the pushes were checked against (None: none were)
+    bloom_gen: str | None = None
+    #: of the duplicates, pushes the worker's cache knew (left out of the call)
+    cached: int = 0
+    #: the reply cache of this client's previous call was gone (expired, or lost in a
+    #: failover with that call's writes): what the client learnt of the filter is not trusted
+    prev_lost: bool = False
 
     @classmethod
     def from_reply(cls, reply: bytes) -> SyncResult:
@@ -146,6 +158,9 @@ class SyncResult:
             next_ready=float(d["nr"]) / 1000 if d.get("nr") is not None else None,
             response_queue=_pair(d.get("rq")),
             marker=(d.get("mk") or b"").decode(errors="replace"),
+            seen=[int(x) for x in d.get("pd", [])],
+            bloom_gen=d["bg"].decode() if isinstance(d.get("bg"), bytes) else None,
+            prev_lost=bool(d.get("pl", 0)),
         )
 
 
@@ -179,10 +194,109 @@ class FrontierParams:
     op_ttl: float = OP_TTL_MS / 1000  #: seconds a call's cached reply is kept (replays)
 
 
-def _arg(batch: SyncBatch, worker: str, params: FrontierParams, marker: str = "") -> bytes:
+#: Bloom keys a worker remembers as being in the filter (FLEET_DUPEFILTER_CACHE's default)
+DUPE_CACHE_SIZE = 100_000
+STALE_GENERATION = "stale filter generation"
+
+
+class DupeCache:
+    """Bloom keys this worker knows to be in the fleet's Bloom filter, at most *size* of them
+    (the oldest are forgotten first).
+
+    A Bloom filter never forgets a fingerprint, so a key seen in the filter stays a duplicate
+    until the filter itself is replaced (``purge``): the cache holds the filter's generation
+    id (lua/bloom.lua, field ``g``) with its keys, and a call that leaves keys out names that
+    generation (``bg``); under another generation the script refuses the call before any
+    write and the client clears the cache and sends the full call again.  A failover to a
+    replica that lacked the latest writes rolls the filter back without a new generation:
+    the script then finds the reply cache of the client's previous call gone (replication is
+    in order), refuses a call that leaves keys out, and says so in every reply (``pl``), and
+    the cache is cleared.  A link left out costs Redis nothing (no payload, no bit read).
+    """
+
+    def __init__(self, size: int = DUPE_CACHE_SIZE) -> None:
+        self.size = size
+        self.gen: str | None = None
+        self._keys: dict[bytes, None] = {}
+        self.hits = 0  #: pushes left out so far (known duplicates)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def __contains__(self, key: bytes) -> bool:
+        return key in self._keys
+
+    def clear(self) -> None:
+        self._keys.clear()
+        self.gen = None
+
+    def split(self, batch: SyncBatch) -> tuple[SyncBatch, list[int], int]:
+        """(the batch to send, index in *batch* of each push sent, pushes left out)."""
+        if not self._keys or self.gen is None or not batch.pushes:
+            return batch, list(range(len(batch.pushes))), 0
+        kept: list[int] = []
+        for i, p in enumerate(batch.pushes):
+            if not (p[0] and p[0] in self._keys):
+                kept.append(i)
+        left_out = len(batch.pushes) - len(kept)
+        self.hits += left_out
+        if not left_out:
+            return batch, kept, 0
+        sent = replace(batch, pushes=[batch.pushes[i] for i in kept])
+        return sent, kept, left_out
+
+    def learn(self, sent: SyncBatch, result: SyncResult) -> None:
+        """Remember the keys of *sent* that *result* found in the filter or added to it."""
+        if result.prev_lost:
+            self.clear()  # the state may have rolled back: nothing learnt before holds
+        if result.bloom_gen is None:
+            return
+        if result.bloom_gen != self.gen:
+            self._keys.clear()
+            self.gen = result.bloom_gen
+        if self.size <= 0:
+            return
+        keys = self._keys
+        for i, flag in enumerate(result.push_flags):
+            if flag and i < len(sent.pushes) and sent.pushes[i][0]:
+                keys[sent.pushes[i][0]] = None
+        for i in result.seen:
+            if i < len(sent.pushes) and sent.pushes[i][0]:
+                keys[sent.pushes[i][0]] = None
+        over = len(keys) - self.size
+        if over > 0:
+            for key in list(itertools.islice(keys, over + self.size // 10)):
+                del keys[key]
+
+
+def _expand(result: SyncResult, kept: list[int], total: int, left_out: int) -> SyncResult:
+    """*result* of a call sent without the pushes the cache left out, with indexes of the
+    whole batch again: a left-out push is a duplicate (flag 0, in ``seen``)."""
+    if not left_out:
+        return result
+    flags = [0] * total
+    for j, flag in enumerate(result.push_flags):
+        if j < len(kept):
+            flags[kept[j]] = flag
+    sent_seen = {kept[j] for j in result.seen if j < len(kept)}
+    kept_set = set(kept)
+    result.seen = sorted(sent_seen | {i for i in range(total) if i not in kept_set})
+    result.push_flags = flags
+    result.refused = [kept[j] for j in result.refused if j < len(kept)]
+    result.duplicates += left_out
+    result.cached = left_out
+    return result
+
+
+def _arg(batch: SyncBatch, worker: str, params: FrontierParams, marker: str = "",
+         left_out: int = 0, gen: str | None = None) -> bytes:
     """ARGV[1] of lua/frontier.lua.  *marker*: the crawl marker the client saw ("" before
-    its first call, or for a client that must not require one, like the push helper)."""
+    its first call, or for a client that must not require one, like the push helper);
+    *left_out*: pushes the worker's DupeCache left out, known to be in the filter of
+    generation *gen*."""
     return msgpack.packb({
+        "ld": left_out,
+        "bg": gen or "",
         "w": worker,
         "lm": int(params.lease_timeout * 1000),
         "ml": params.max_leases,
@@ -288,7 +402,8 @@ class AsyncFrontier:
     """
 
     def __init__(self, url: str, keys: CrawlKeys, worker: str, params: FrontierParams,
-                 timeout: float = 10.0, retries: int = 3, wait_replicas: int = 0) -> None:
+                 timeout: float = 10.0, retries: int = 3, wait_replicas: int = 0,
+                 dupe_cache: int = DUPE_CACHE_SIZE) -> None:
         self.url = url
         self.keys = keys
         self.worker = worker
@@ -305,6 +420,8 @@ class AsyncFrontier:
         self.roundtrips = 0
         #: the crawl marker seen by this worker's first call; every later call requires it
         self.marker = ""
+        #: Bloom keys known to be in the filter (links with them are not sent)
+        self.dupes = DupeCache(dupe_cache)
 
     async def connect(self, patience: float = 30.0) -> None:
         """PING the crawl's node, trying again with back-off (0.1 s doubling to 5 s) for up
@@ -332,13 +449,28 @@ class AsyncFrontier:
         *monitor*: ARGV[2] of lua/frontier.lua (heartbeat and counter deltas,
         ``monitoring.heartbeat.WorkerMonitor.payload``).
 
+        Links whose Bloom key :attr:`dupes` holds are left out of the call (counted as
+        duplicates by the script); after a purge (another filter generation) the script
+        refuses such a call before any write, and it is sent again in full, with a new op id.
+
         Raises:
             CrawlStateLostError: the crawl marker this client saw at its first call is gone
                 (Redis restarted without its data, or the crawl was purged); nothing changed.
         """
+        try:
+            return await self._sync(batch, self.dupes.split(batch), monitor)
+        except redis.ResponseError as exc:
+            if STALE_GENERATION not in str(exc):
+                raise
+            self.dupes.clear()
+            return await self._sync(batch, (batch, list(range(len(batch.pushes))), 0), monitor)
+
+    async def _sync(self, batch: SyncBatch, split: tuple[SyncBatch, list[int], int],
+                    monitor: bytes) -> SyncResult:
+        sent, kept, left_out = split
         op = uuid.uuid4().hex
         keys = self.keys.frontier_keys(op, self._prev_op, self.worker)
-        arg = _arg(batch, self.worker, self.params, self.marker)
+        arg = _arg(sent, self.worker, self.params, self.marker, left_out, self.dupes.gen)
 
         async def attempt() -> bytes:
             self.roundtrips += 1
@@ -361,6 +493,8 @@ class AsyncFrontier:
         result = SyncResult.from_reply(reply)
         if not self.marker:
             self.marker = result.marker
+        self.dupes.learn(sent, result)
+        result = _expand(result, kept, len(batch.pushes), left_out)
         missing = _needs_payloads(result)
         if missing:
             self.roundtrips += 1
@@ -380,7 +514,7 @@ class FrontierAdmin:
 
     def __init__(self, url: str, crawl_id: str, prefix: str = "fleet",
                  params: FrontierParams | None = None, timeout: float = 10.0,
-                 retries: int = 3, wait_replicas: int = 0) -> None:
+                 retries: int = 3, wait_replicas: int = 0, dupe_cache: int = 0) -> None:
         self.url = url
         self.keys = CrawlKeys(prefix, crawl_id)
         self.params = params or FrontierParams()
@@ -392,6 +526,8 @@ class FrontierAdmin:
         self._client: Any = None
         self._script: Any = None
         self._prev_op = "-"
+        #: Bloom keys known to be in the filter (*dupe_cache* > 0; see DupeCache)
+        self.dupes = DupeCache(dupe_cache)
 
     @property
     def client(self) -> Any:
@@ -436,9 +572,24 @@ class FrontierAdmin:
         fresh one) names the call: the same id again replays the first reply."""
         if self._script is None:
             self._script = lua.load(self.client, "frontier.lua")
+        # a call named by the caller may be a replay: it must carry what the first one did,
+        # whatever the cache learned since, so it is sent whole
+        whole = (batch, list(range(len(batch.pushes))), 0)
+        try:
+            return self._sync(batch, worker, op_id,
+                              self.dupes.split(batch) if op_id is None else whole, monitor)
+        except redis.ResponseError as exc:
+            if STALE_GENERATION not in str(exc):
+                raise
+            self.dupes.clear()
+            return self._sync(batch, worker, None, whole, monitor)
+
+    def _sync(self, batch: SyncBatch, worker: str, op_id: str | None,
+              split: tuple[SyncBatch, list[int], int], monitor: bytes) -> SyncResult:
+        sent, kept, left_out = split
         op = op_id or uuid.uuid4().hex
         keys = self.keys.frontier_keys(op, self._prev_op, worker)
-        arg = _arg(batch, worker, self.params)
+        arg = _arg(sent, worker, self.params, "", left_out, self.dupes.gen)
         reply = redis_client.call_retrying(lambda: self._script(keys=keys, args=[arg, monitor]),
                                            self.url, self.retries)
         self._prev_op = op
@@ -448,6 +599,8 @@ class FrontierAdmin:
             if acked < self.wait_replicas:
                 self.unreplicated += 1
         result = SyncResult.from_reply(reply)
+        self.dupes.learn(sent, result)
+        result = _expand(result, kept, len(batch.pushes), left_out)
         missing = _needs_payloads(result)
         if missing:
             result = _fill_payloads(result, self.client.hmget(self.keys.data, missing))

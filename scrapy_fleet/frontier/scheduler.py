@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: pushes sent in one frontier call at most (a request's links all go in one call)
-PUSH_CHUNK = 500
+PUSH_CHUNK = 200  # (~1 ms of Redis for 200 links it does not know: bench_capacity.py)
 LEASE_META_KEY = codec.LEASE_META_KEY
 START_META_KEY = codec.START_META_KEY
 
@@ -182,7 +182,8 @@ class FleetScheduler(BaseScheduler):
         self.frontier = AsyncFrontier(self.config.redis_url, keys, self.config.worker_id,
                                       self.config.frontier_params(),
                                       self.config.redis_timeout, self.config.redis_retries,
-                                      self.config.redis_wait_replicas)
+                                      self.config.redis_wait_replicas,
+                                      dupe_cache=self.config.dupefilter_cache)
         await self.frontier.connect()
         await politeness.Politeness(self.frontier.client, keys, self.config,
                                     self.config.worker_id).write_overrides()
@@ -686,6 +687,8 @@ class FleetScheduler(BaseScheduler):
                 logger.debug("Filtered duplicate request: <GET %s> - no more duplicates will be "
                              "shown", first, extra={"spider": self.spider})
                 self._logged_dupe = True
+        if result.cached:
+            self._inc("fleet/dupefilter/cached", result.cached)
         if result.acked:
             self._inc("fleet/frontier/acked", result.acked)
         if result.parked:

@@ -18,11 +18,20 @@ end
 local slice_keys = {}
 for i = 4, #KEYS do slice_keys[#slice_keys + 1] = KEYS[i] end
 local bloom = bloom_open(KEYS[3], slice_keys, tonumber(ARGV[1]), tonumber(ARGV[2]))
-local flags = {}
-for i = 4, #ARGV do
-  local is_new = bloom_add(bloom, ARGV[i])
-  flags[#flags + 1] = is_new
+local fps = {}
+for i = 4, #ARGV do fps[#fps + 1] = ARGV[i] end
+local present = bloom_lookup(bloom, fps)
+local flags, added = {}, {}
+for i, fp in ipairs(fps) do
+  if present[i] or added[fp] then
+    flags[i] = 0  -- seen (also: the same fingerprint earlier in this call)
+  else
+    bloom_mark(bloom, fp)
+    added[fp] = true
+    flags[i] = 1
+  end
 end
+bloom_flush(bloom)
 local reply = cmsgpack.pack(flags)
 redis.call('SET', KEYS[1], reply, 'PX', tonumber(ARGV[3]))
 if KEYS[2] ~= KEYS[1] then

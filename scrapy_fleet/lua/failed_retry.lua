@@ -8,13 +8,14 @@
 -- stay, counted in the reply.  All times are the Redis server's clock.
 --
 -- KEYS (keys.CrawlKeys.retry_keys): 1 failed  2 failed_at  3 failed_by  4 dead  5 queue
---   6 data  7 ehost  8 hostq  9 ready  10 stats  11 seq  12 leases  13 delayed
+--   6 data  7 ehost (unused: an entry's host is in its queue member, lua/frontier.lua)
+--   8 hostq  9 ready  10 stats  11 seq  12 leases  13 delayed
 -- ARGV[1]: msgpack map: src "failed" | "dead", qm frontier size limit (0 none),
 --   e [[record id, host key, priority, encoded request]...]
 -- Reply: msgpack map {retried = n, gone = records no longer there, full = left at the bound}
 
 local FK = {failed = KEYS[1], failed_at = KEYS[2], failed_by = KEYS[3]}
-local DEAD, Q, DATA, EHOST, HOSTQ, READY = KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local DEAD, Q, DATA, HOSTQ, READY = KEYS[4], KEYS[5], KEYS[6], KEYS[8], KEYS[9]
 local STATS, SEQ, LEASES, DELAYED = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 
 local ok, req = pcall(cmsgpack.unpack, ARGV[1])
@@ -49,10 +50,7 @@ for _, e in ipairs(req.e) do
     if req.src == 'failed' then failed_forget(FK, id) else redis.call('HDEL', DEAD, id) end
     local new_id = '!' .. string.format('%015d', redis.call('INCR', SEQ))
     redis.call('HSET', DATA, new_id, data)
-    if host ~= '' then
-      redis.call('HSET', EHOST, new_id, host)
-      hincrby(HOSTQ, host, 1)
-    end
+    if host ~= '' then hincrby(HOSTQ, host, 1) end
     redis.call('ZADD', Q, 0, queue_member(host, -priority, new_id))
     redis.call('ZADD', READY, 'NX', now, host)
     size = size + 1

@@ -22,11 +22,24 @@
 -- KEYS (built by keys.CrawlKeys.frontier_keys, never here):
 --   1 queue  2 data  3 leases  4 lease  5 expiries  6 dead  7 seq  8 token  9 stats
 --   10 idle_since  11 workers  12 op (this call)  13 op (previous call of this client)
---   14 delayed  15 parked  16 hostq  17 ehost  18 ready  19 tat  20 hold  21 hostlive
---   22 hostconf  23 crawldelay  24 wlive  25 robots
+--   14 delayed  15 parked  16 hostq  17 ehost (previous format only: read, never written)
+--   18 ready  19 tat  20 hold  21 hostlive  22 hostconf  23 crawldelay  24 wlive  25 robots
 --   26 failed  27 failed_at  28 failed_by  29 marker  (lua/failed.lua)
 --   30 bloom meta  31.. bloom slices, then the MON_NKEYS keys of lua/monitoring.lua (last)
--- ARGV[1]: msgpack map (see frontier.py, _arg):
+--
+-- Per entry (keys.py has the whole layout):
+--   queued:   queue member "<host>\t<priority key>\t<id>" + data[id] = payload
+--   leased:   leases[id] = expiry, lease[id] = "<token>|<score>|<host>\t<worker>" (worker
+--             "!worker" once its download is over) + data[id]
+--   deferred: delayed member "<id>|<score>|<host>" + data[id] (also a new entry pushed with a
+--             delay: a request whose origin's robots.txt could not be fetched yet)
+--   parked:   one msgpack record [id, score, host, payload] in `parked`, nothing else
+-- The entry's host is thus always in the one structure that holds the entry: there is no
+-- per-entry host field any more.  Entries of the previous format (lease "<token>|<score>|
+-- <worker>", delayed "<id>|<score>", host in `ehost`) are still read: their host comes from
+-- `ehost`, whose field is deleted when the entry leaves.
+--
+-- ARGV[1]: msgpack map (see client.py, _arg):
 --   w worker id ("" for the push helper), lm lease ms, ml max leases, ot op ttl ms,
 --   a acks [[id, token]...], r releases [[id, token]...], d dead [[id, token, reason]...],
 --   x extends [[id, token]...], s downloads over [[id, token]...] (their host's slot is
@@ -46,9 +59,25 @@
 --   mk the crawl marker this client saw ("" before its first call): the call fails before
 --     any write when the marker is gone or another one; mc the marker to write when there is
 --     none (first push / first worker call)
+--   ld links the worker left out because it knows they are in the Bloom filter (its local
+--     cache; counted as duplicates), bg the filter generation that knowledge is from: when
+--     ld > 0 and the filter's generation is another one (a purge made a new filter), or the
+--     reply cache of the client's previous call (KEYS[13]) is gone (a failover lost that
+--     call's writes), the call fails before any write with "ERR fleet: stale filter
+--     generation" and the worker sends the call again with those links
 -- ARGV[2] (optional): heartbeat, counter deltas and sampling of lua/monitoring.lua.
--- Reply: msgpack map (see frontier.py, SyncResult.from_reply); mk: the crawl marker; nr: ms
---   until the next host may be fetched, when this call leased fewer than `take`.
+-- Reply: msgpack map (see client.py, SyncResult.from_reply): leased [[id, token, payload,
+--   expiries]...], lost [id...], pf [1 new / 0 not new, per push], rf [refused push
+--   indexes (0-based)], pd [indexes (0-based) of pushes found in the filter], bg filter
+--   generation (when pushes were checked), counts new dup acked released reclaimed dead
+--   parked deferred resumed refused, full, now, queued inflight delayed size idle, holds,
+--   pl 1 when the previous call's reply cache (KEYS[13]) was not there,
+--   mk the crawl marker, nr ms until the next host may be fetched (when this call leased
+--   fewer than `take`), rq {stored responses waiting for a parse worker, their bytes}.
+--
+-- Bounded work per call: at most rc (client.RECLAIM_LIMIT: 50) expired leases reclaimed, 100 deferred entries
+-- moved back, 100 parked records looked at (16 rotated), 8 to 64 candidate hosts for the
+-- leases (twice `take`).
 
 local cached = redis.call('GET', KEYS[12])
 if cached then
@@ -60,6 +89,7 @@ local SEQ, TOKEN, STATS, IDLE, WORKERS = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KE
 local DELAYED, PARKED, HOSTQ, EHOST = KEYS[14], KEYS[15], KEYS[16], KEYS[17]
 local READY, TAT, HOLD, HOSTLIVE = KEYS[18], KEYS[19], KEYS[20], KEYS[21]
 local HOSTCONF, CRAWLDELAY, WLIVE, ROBOTS = KEYS[22], KEYS[23], KEYS[24], KEYS[25]
+local BLOOM_META = KEYS[30]
 
 local ok, req = pcall(cmsgpack.unpack, ARGV[1])
 if not ok or type(req) ~= 'table' then
@@ -91,6 +121,18 @@ for _, p in ipairs(req.p) do
     return redis.error_reply('ERR fleet: bad push entry')
   end
 end
+local local_dups = tonumber(req.ld) or 0
+if local_dups > 0 then
+  -- the worker's knowledge holds only for this filter (generation g) in a state that has
+  -- every write of the worker's previous call (KEYS[13], its reply cache, still there): a
+  -- failover to a replica that lacked that call's writes rolled the filter back, and
+  -- replication is in order, so that key is the one to look at (an expired one, after 5 min
+  -- without a call, only costs a full call)
+  local gen = redis.call('HGET', BLOOM_META, 'g')
+  if not gen or gen ~= tostring(req.bg) or redis.call('EXISTS', KEYS[13]) == 0 then
+    return redis.error_reply('ERR fleet: stale filter generation')
+  end
+end
 local take = tonumber(req.t) or 0
 local lease_ms = tonumber(req.lm) or 30000
 local max_leases = tonumber(req.ml) or 3
@@ -102,13 +144,18 @@ local worker = req.w or ''
 local now = server_now_ms()
 marker = failed_ensure_marker(FK.marker, marker, req.mc)
 local ctx = new_host_ctx(now, TAT, HOLD, HOSTLIVE, HOSTCONF, CRAWLDELAY, req)
+ctx.memo = {}  -- per-host fields read once per call (hosts.lua, ctx_get)
+ctx.empty = {}  -- per-host hashes without any field: not read per host (a write clears it)
+for _, key in ipairs({HOSTCONF, CRAWLDELAY, HOLD}) do
+  if redis.call('EXISTS', key) == 0 then ctx.empty[key] = true end
+end
 local function host_policy(h) return host_policy_ctx(ctx, h) end
 local function host_blocked_until(h, T, tau, cap)
   return host_blocked_until_ctx(ctx, h, T, tau, cap, true)
 end
 local function host_take_token(h, T) return host_take_token_ctx(ctx, h, T) end
 
-local out = {leased = {}, lost = {}, pf = {}, rf = {}, new = 0, dup = 0, acked = 0,
+local out = {leased = {}, lost = {}, pf = {}, rf = {}, pd = {}, new = 0, dup = 0, acked = 0,
              released = 0, reclaimed = 0, dead = 0, parked = 0, deferred = 0, resumed = 0,
              refused = 0, full = false, now = now, mk = marker or ''}
 local counters = {}
@@ -116,88 +163,195 @@ local function count(name, n)
   counters[name] = (counters[name] or 0) + n
 end
 
+-- Commands with many arguments, sent in chunks (Lua's unpack stops near 8000 values).
+local function call_many(cmd, key, args, per)
+  for from = 1, #args, per do
+    redis.call(cmd, key, unpack(args, from, math.min(#args, from + per - 1)))
+  end
+end
+
+-- Legacy (previous format) per-entry host field: read only when the key exists at all.
+local legacy = nil
+local function legacy_host(id)
+  if legacy == nil then legacy = redis.call('EXISTS', EHOST) == 1 end
+  if not legacy then return nil end
+  local host = redis.call('HGET', EHOST, id)
+  if host then redis.call('HDEL', EHOST, id) end
+  return host or nil
+end
+
+-- A lease value: token, score, host, worker (worker "!..." once the download is over).
+-- Leases of the previous format ("token|score|worker") get their host from `ehost`.
+local lease_cache = {}  -- id -> value read in this call (false: none)
+local function lease_value(id)
+  local v = lease_cache[id]
+  if v == nil then
+    v = redis.call('HGET', LEASE, id)
+    lease_cache[id] = v
+  end
+  return v
+end
 local function parse_lease(v)
   if not v then return nil end
-  local tok, score, who = string.match(v, '^(%d+)|([^|]*)|(.*)$')
-  return tok, score, who
+  local tok, score, rest = string.match(v, '^(%d+)|([^|]*)|(.*)$')
+  if not tok then return nil end
+  local host, who = string.match(rest, '^([^\t]*)\t(.*)$')
+  if host == nil then
+    return tok, score, rest, nil  -- previous format: host not in the value
+  end
+  return tok, score, who, host
+end
+local function lease_string(tok, score, host, who)
+  return tok .. '|' .. score .. '|' .. host .. '\t' .. who
+end
+
+-- Slot changes (hostlive, wlive) are summed per host and written by flush_slots, once per
+-- host; the memo (ctx) sees them at once.
+local live_delta, wlive_delta = {}, {}
+local function live_now(h)
+  return tonumber(ctx_get(ctx, HOSTLIVE, h)) or 0
+end
+local function live_add(h, n)
+  ctx_put(ctx, HOSTLIVE, h, live_now(h) + n)
+  live_delta[h] = (live_delta[h] or 0) + n
+end
+local wlive_memo = {}
+local function wlive_now(field)
+  local v = wlive_memo[field]
+  if v == nil then
+    v = tonumber(redis.call('HGET', WLIVE, field)) or 0
+    wlive_memo[field] = v
+  end
+  return v
+end
+local function wlive_add(field, n)
+  wlive_memo[field] = wlive_now(field) + n
+  wlive_delta[field] = (wlive_delta[field] or 0) + n
+end
+local freed_hosts = {}
+local function flush_slots()
+  for h, n in pairs(live_delta) do
+    if n ~= 0 then
+      local left = hincrby(HOSTLIVE, h, n)
+      if left <= 0 then redis.call('HDEL', HOSTLIVE, h) end
+      ctx_put(ctx, HOSTLIVE, h, math.max(left, 0))
+    end
+  end
+  for f, n in pairs(wlive_delta) do
+    if n ~= 0 then
+      local left = hincrby(WLIVE, f, n)
+      if left <= 0 then redis.call('HDEL', WLIVE, f) end
+      wlive_memo[f] = math.max(left, 0)
+    end
+  end
+  for h in pairs(freed_hosts) do
+    local ready_at = tonumber(redis.call('ZSCORE', READY, h))
+    if ready_at and ready_at >= FAR then
+      redis.call('ZADD', READY, now, h)  -- it was waiting for a slot
+    end
+  end
+  live_delta, wlive_delta, freed_hosts = {}, {}, {}
 end
 
 -- A lease holds its host's concurrency slot from the lease until its download is over
--- (the worker says so: `s`) or, when it never says, until the lease ends.  A lease whose slot
--- is free has its worker written "!worker".
-local function free_slot(id, who)
-  local host = redis.call('HGET', EHOST, id) or ''
-  if hincrby(HOSTLIVE, host, -1) <= 0 then
-    redis.call('HDEL', HOSTLIVE, host)
+-- (the worker says so: `s`) or, when it never says, until the lease ends.
+local function free_slot(host, who)
+  live_add(host, -1)
+  if who and who ~= '' then wlive_add(who .. '|' .. host, -1) end
+  freed_hosts[host] = true
+end
+
+-- Queue writes are collected and sent in few commands by flush_queue (before anything reads
+-- the queue again: the leases, step 7).
+local q_add, ready_add = {}, {}
+local function enqueue(id, score, host)
+  q_add[#q_add + 1] = 0
+  q_add[#q_add + 1] = queue_member(host, score, id)
+  ready_add[host] = true
+end
+local data_add = {}
+local data_del, exp_del, lease_del, leases_del = {}, {}, {}, {}
+local function flush_queue()
+  -- deletes first: a request parked by this call may come back (resumed) in the same call
+  if #data_del > 0 then call_many('HDEL', DATA, data_del, 4000) end
+  if #exp_del > 0 then call_many('HDEL', EXPIRIES, exp_del, 4000) end
+  if #lease_del > 0 then call_many('HDEL', LEASE, lease_del, 4000) end
+  if #leases_del > 0 then call_many('ZREM', LEASES, leases_del, 4000) end
+  if #data_add > 0 then call_many('HSET', DATA, data_add, 2000) end
+  if #q_add > 0 then call_many('ZADD', Q, q_add, 2000) end
+  local hosts = {}
+  for h in pairs(ready_add) do
+    hosts[#hosts + 1] = now
+    hosts[#hosts + 1] = h
   end
-  if who and who ~= '' then
-    local field = who .. '|' .. host
-    if hincrby(WLIVE, field, -1) <= 0 then redis.call('HDEL', WLIVE, field) end
+  if #hosts > 0 then
+    table.insert(hosts, 1, 'NX')
+    call_many('ZADD', READY, hosts, 4000)
   end
-  local ready_at = tonumber(redis.call('ZSCORE', READY, host))
-  if ready_at and ready_at >= FAR then
-    redis.call('ZADD', READY, now, host)  -- it was waiting for a slot
-  end
+  q_add, ready_add, data_add, data_del, exp_del, lease_del, leases_del = {}, {}, {}, {}, {}, {}, {}
 end
 
 -- A leased entry leaves its lease (and its host's slot, unless it was freed already).
+-- Returns its score and host.
 local function drop_lease(id)
-  local _, _, who = parse_lease(redis.call('HGET', LEASE, id))
-  redis.call('ZREM', LEASES, id)
-  redis.call('HDEL', LEASE, id)
+  local _, score, who, host = parse_lease(lease_value(id))
+  if host == nil then host = legacy_host(id) or '' end
+  leases_del[#leases_del + 1] = id
+  lease_del[#lease_del + 1] = id
+  lease_cache[id] = false
   if not (who and string.sub(who, 1, 1) == '!') then
-    free_slot(id, who)
+    free_slot(host, who)
   end
+  return tonumber(score) or 0, host
 end
 
--- Queue an entry (new, or back from a lease, a deferral or a parking) under its host.
-local function enqueue(id, score, host)
-  if host == nil then host = redis.call('HGET', EHOST, id) or '' end
-  redis.call('ZADD', Q, 0, queue_member(host, score, id))
-  redis.call('ZADD', READY, 'NX', now, host)
-end
-
--- Entries per host (FLEET_HOST_QUEUE_MAX), read once per call and kept up to date here.
-local host_counts = {}
+-- Entries per host (FLEET_HOST_QUEUE_MAX): read when a bound needs them, changes summed
+-- per host and written once per host by flush_hostq.
+local host_counts, host_delta = {}, {}
 local function host_count(host)
   if host_counts[host] == nil then
-    host_counts[host] = tonumber(redis.call('HGET', HOSTQ, host)) or 0
+    host_counts[host] = (tonumber(redis.call('HGET', HOSTQ, host)) or 0) + (host_delta[host] or 0)
   end
   return host_counts[host]
 end
 local function host_add(host, n)
   if host == '' then return end
-  local left = hincrby(HOSTQ, host, n)
-  if left <= 0 then redis.call('HDEL', HOSTQ, host) end
-  host_counts[host] = math.max(left, 0)
+  host_delta[host] = (host_delta[host] or 0) + n
+  if host_counts[host] ~= nil then host_counts[host] = math.max(host_counts[host] + n, 0) end
+end
+local function flush_hostq()
+  for host, n in pairs(host_delta) do
+    if n ~= 0 then
+      local left = hincrby(HOSTQ, host, n)
+      if left <= 0 then redis.call('HDEL', HOSTQ, host) end
+      host_counts[host] = math.max(left, 0)
+    end
+  end
+  host_delta = {}
 end
 
 -- An entry that leaves the frontier for good (acknowledged or dead-lettered) or for the
 -- parked list: forget its data and its place in its host's count.
-local function forget(id)
-  local host = redis.call('HGET', EHOST, id)
-  if host then
-    host_add(host, -1)
-    redis.call('HDEL', EHOST, id)
-    if host == STAGE_HOST then
-      hincrby(STATS, 'response_queue_bytes', -redis.call('HSTRLEN', DATA, id))
-    end
+local function forget(id, host)
+  host_add(host, -1)
+  if host == STAGE_HOST then
+    hincrby(STATS, 'response_queue_bytes', -redis.call('HSTRLEN', DATA, id))
   end
-  redis.call('HDEL', DATA, id)
+  data_del[#data_del + 1] = id
 end
 
-local function to_dead(id, reason)
+local function to_dead(id, reason, host)
   local data = redis.call('HGET', DATA, id)
   redis.call('HSET', DEAD, id, cmsgpack.pack({reason = reason, at = now, data = data or ''}))
-  forget(id)
-  redis.call('HDEL', EXPIRIES, id)
+  forget(id, host)
+  exp_del[#exp_del + 1] = id
   out.dead = out.dead + 1
   count('dead_lettered', 1)
 end
 
 -- Holds `token` the current lease of `id`?  Returns its score when it does.
 local function holds(id, token)
-  local tok, score = parse_lease(redis.call('HGET', LEASE, id))
+  local tok, score = parse_lease(lease_value(id))
   if tok and tok == tostring(token) then
     return score
   end
@@ -206,33 +360,41 @@ end
 
 -- 1. deferred entries whose delay is over go back to the queue
 local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', now, 'LIMIT', 0, 100)
-for _, member in ipairs(due) do
-  local id, score = string.match(member, '^([^|]*)|(.*)$')
-  redis.call('ZREM', DELAYED, member)
-  enqueue(id, tonumber(score) or 0)
+if #due > 0 then
+  for _, member in ipairs(due) do
+    local id, score, host = string.match(member, '^([^|]*)|([^|]*)|?(.*)$')
+    if host == '' then host = legacy_host(id) or '' end  -- previous format: "id|score"
+    enqueue(id, tonumber(score) or 0, host)
+  end
+  call_many('ZREM', DELAYED, due, 4000)
 end
 
 -- 2. reclaim expired leases (of any worker), a bounded number per call
 local expired = redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, tonumber(req.rc) or 100)
-for _, id in ipairs(expired) do
-  local _, score = parse_lease(redis.call('HGET', LEASE, id))
-  drop_lease(id)
-  local n = hincrby(EXPIRIES, id, 1)
-  if n >= max_leases then
-    to_dead(id, 'lease expired ' .. n .. ' times')
-  else
-    enqueue(id, tonumber(score) or 0)
-    out.reclaimed = out.reclaimed + 1
+if #expired > 0 then
+  local counts = {}
+  for i, id in ipairs(expired) do
+    counts[i] = hincrby(EXPIRIES, id, 1)
   end
+  for i, id in ipairs(expired) do
+    local score, host = drop_lease(id)
+    local n = counts[i]
+    if n >= max_leases then
+      to_dead(id, 'lease expired ' .. n .. ' times', host)
+    else
+      enqueue(id, score, host)
+      out.reclaimed = out.reclaimed + 1
+    end
+  end
+  flush_queue()  -- before the releases below read the same leases
 end
 count('reclaimed', out.reclaimed)
 
 -- 3. releases: leased but never started (worker closing); no expiry is counted
 for _, r in ipairs(req.r) do
-  local score = holds(r[1], r[2])
-  if score then
-    drop_lease(r[1])
-    enqueue(r[1], tonumber(score) or 0)
+  if holds(r[1], r[2]) then
+    local score, host = drop_lease(r[1])
+    enqueue(r[1], score, host)
     out.released = out.released + 1
   end
 end
@@ -241,69 +403,110 @@ count('released', out.released)
 -- 4. dead letters reported by the worker (entry cannot be decoded)
 for _, d in ipairs(req.d) do
   if holds(d[1], d[2]) then
-    drop_lease(d[1])
-    to_dead(d[1], d[3])
+    local _, host = drop_lease(d[1])
+    to_dead(d[1], d[3], host)
   end
 end
 
 -- 5. heartbeat: extend live leases, report lost ones
+local extend = {}
 for _, x in ipairs(req.x) do
   if holds(x[1], x[2]) then
-    redis.call('ZADD', LEASES, 'XX', now + lease_ms, x[1])
+    extend[#extend + 1] = now + lease_ms
+    extend[#extend + 1] = x[1]
   else
     out.lost[#out.lost + 1] = x[1]
   end
+end
+if #extend > 0 then
+  table.insert(extend, 1, 'XX')
+  call_many('ZADD', LEASES, extend, 4000)
 end
 
 -- 5b. downloads over: their host's slot is free for the next request at once, while the
 -- worker still parses the response (Scrapy's CONCURRENT_REQUESTS_PER_DOMAIN also counts
 -- downloads only); the lease itself lasts until the acknowledgement
+local marks = {}
 for _, sv in ipairs(req.s) do
-  local v = redis.call('HGET', LEASE, sv[1])
-  local tok, score, who = parse_lease(v)
+  local tok, score, who, host = parse_lease(lease_value(sv[1]))
   if tok and tok == tostring(sv[2]) and string.sub(who, 1, 1) ~= '!' then
-    redis.call('HSET', LEASE, sv[1], tok .. '|' .. score .. '|!' .. who)
-    free_slot(sv[1], who)
+    if host == nil then host = legacy_host(sv[1]) or '' end
+    local v = lease_string(tok, score, host, '!' .. who)
+    marks[#marks + 1] = sv[1]
+    marks[#marks + 1] = v
+    lease_cache[sv[1]] = v
+    free_slot(host, who)
   end
 end
+if #marks > 0 then call_many('HSET', LEASE, marks, 4000) end
+flush_slots()
 
 -- 6. pushes and acknowledgements, within the bounds
-local size = redis.call('ZCARD', Q) + redis.call('ZCARD', LEASES) + redis.call('ZCARD', DELAYED)
-local bloom = nil
-local function get_bloom()
-  if bloom == nil then
+flush_queue()
+-- (the size matters only to the bounds: not read without one)
+local size = 0
+if queue_max > 0 then
+  size = redis.call('ZCARD', Q) + redis.call('ZCARD', LEASES) + redis.call('ZCARD', DELAYED)
+end
+
+-- 6.0 the Bloom filter: every fingerprint of the call looked up at once (bloom.lua)
+local bloom, present = nil, {}
+if #req.p > 0 then
+  local fps, where = {}, {}
+  for i, p in ipairs(req.p) do
+    if p[1] ~= '' then
+      fps[#fps + 1] = p[1]
+      where[#fps] = i
+    end
+  end
+  if #fps > 0 then
     local slice_keys = {}
     for i = 31, #KEYS - MON_NKEYS do slice_keys[#slice_keys + 1] = KEYS[i] end
-    bloom = bloom_open(KEYS[30], slice_keys, tonumber(req.bn), tonumber(req.bp))
+    bloom = bloom_open(BLOOM_META, slice_keys, tonumber(req.bn), tonumber(req.bp))
+    local found = bloom_lookup(bloom, fps)
+    for j, i in ipairs(where) do present[i] = found[j] end
   end
-  return bloom
 end
+local added = {}  -- fingerprints added by this call (two identical links: the second is seen)
 local function host_full(host)
   return host_max > 0 and host ~= '' and host ~= STAGE_HOST and host_count(host) >= host_max
 end
-local function seen_before(p)
-  return p[1] ~= '' and bloom_contains(get_bloom(), p[1])
+local function seen_before(p, i)
+  return p[1] ~= '' and (present[i] or added[p[1]] ~= nil)
+end
+-- Entry ids: one INCRBY per call for all of its new entries (unused ids are skipped: ids
+-- only need to be unique and increasing).
+local id_next, id_last = 1, 0
+local function new_id()
+  if id_next > id_last then
+    local n = math.max(#req.p, 1)
+    id_last = redis.call('INCRBY', SEQ, n)
+    id_next = id_last - n + 1
+  end
+  local id = string.format('%015d', id_next)
+  id_next = id_next + 1
+  return id
 end
 -- Check-and-add p; when new, store it as a queued entry.  Returns its id or nil (seen).
 local function push(p, index)
   if p[1] ~= '' then
-    local is_new, full = bloom_add(get_bloom(), p[1])
-    if full then out.full = true end
-    if is_new == 0 then
+    if seen_before(p, index) then
       out.dup = out.dup + 1
       out.pf[index] = 0
+      out.pd[#out.pd + 1] = index - 1
       return nil
     end
+    local _, full = bloom_mark(bloom, p[1])
+    added[p[1]] = true
+    if full then out.full = true end
   end
-  local id = string.format('%015d', redis.call('INCR', SEQ))
-  redis.call('HSET', DATA, id, p[3])
-  if p[5] ~= '' then
-    redis.call('HSET', EHOST, id, p[5])
-    host_add(p[5], 1)
-    if p[5] == STAGE_HOST then hincrby(STATS, 'response_queue_bytes', #p[3]) end
-  end
+  local id = new_id()
+  data_add[#data_add + 1] = id
+  data_add[#data_add + 1] = p[3]
+  host_add(p[5], 1)
+  if p[5] == STAGE_HOST then hincrby(STATS, 'response_queue_bytes', #p[3]) end
   if p[6] and p[6] > 0 then
-    redis.call('ZADD', DELAYED, now + math.floor(p[6]), id .. '|' .. (-p[2]))
+    redis.call('ZADD', DELAYED, now + math.floor(p[6]), id .. '|' .. (-p[2]) .. '|' .. p[5])
   else
     enqueue(id, -p[2], p[5])
   end
@@ -338,12 +541,10 @@ local function resume_parked(limit)
       rotated = rotated + 1
     else
       local id, host = rec[1], rec[3]
-      redis.call('HSET', DATA, id, rec[4])
-      if host ~= '' then
-        redis.call('HSET', EHOST, id, host)
-        host_add(host, 1)
-        if host == STAGE_HOST then hincrby(STATS, 'response_queue_bytes', #rec[4]) end
-      end
+      data_add[#data_add + 1] = id
+      data_add[#data_add + 1] = rec[4]
+      host_add(host, 1)
+      if host == STAGE_HOST then hincrby(STATS, 'response_queue_bytes', #rec[4]) end
       enqueue(id, rec[2], host)
       size = size + 1
       out.resumed = out.resumed + 1
@@ -379,6 +580,7 @@ for i, p in ipairs(req.p) do
 end
 
 -- 6b. each acknowledgement with its links
+local parked_recs, deferred_members = {}, {}
 for k, a in ipairs(req.a) do
   local score = holds(a[1], a[2])
   if not score then
@@ -390,16 +592,18 @@ for k, a in ipairs(req.a) do
     if queue_max > 0 then
       allowed = math.max(queue_max - size + 1, 1)
     end
+    local _, _, _, own_host = parse_lease(lease_value(a[1]))
+    local _, own = drop_lease(a[1])  -- (the host of a lease of the previous format, too)
+    own_host = own_host or own
     -- the request's place in its own host's count is given up too: one link of that host
     -- may take it even when the host is full
-    local own_host = redis.call('HGET', EHOST, a[1]) or ''
     local own_slot = own_host ~= ''
     local pushed, left_over = 0, false
     for _, i in ipairs(groups[k]) do
       local p = req.p[i]
       local use_own = own_slot and p[5] == own_host and host_full(p[5])
       if pushed >= allowed or (host_full(p[5]) and not use_own) then
-        if not left_over and not seen_before(p) then left_over = true end
+        if not left_over and not seen_before(p, i) then left_over = true end
       else
         if push(p, i) then
           pushed = pushed + 1
@@ -407,7 +611,6 @@ for k, a in ipairs(req.a) do
         end
       end
     end
-    drop_lease(a[1])
     if not left_over then
       if a[3] then  -- failed for good: recorded with its acknowledgement (lua/failed.lua)
         local _, trimmed = failed_record(FK, a[1], a[3], redis.call('HGET', DATA, a[1]), now,
@@ -415,28 +618,38 @@ for k, a in ipairs(req.a) do
         count('failed', 1)
         count('failed_trimmed', trimmed)
       end
-      forget(a[1])
-      redis.call('HDEL', EXPIRIES, a[1])
+      forget(a[1], own_host)
+      exp_del[#exp_del + 1] = a[1]
       size = size - 1
       out.acked = out.acked + 1
     elseif pushed > 0 then
       -- park: out of the size and of its host's count, back in the queue when there is room
       local data = redis.call('HGET', DATA, a[1]) or ''
-      redis.call('RPUSH', PARKED, cmsgpack.pack({a[1], tonumber(score) or 0, own_host, data}))
-      forget(a[1])
+      parked_recs[#parked_recs + 1] = cmsgpack.pack({a[1], tonumber(score) or 0, own_host, data})
+      forget(a[1], own_host)
       out.parked = out.parked + 1
       size = size - 1
     else
       -- nothing could be pushed (every link's host is full): fetch it again later
-      redis.call('ZADD', DELAYED, now + defer_ms, a[1] .. '|' .. score)
+      deferred_members[#deferred_members + 1] = now + defer_ms
+      deferred_members[#deferred_members + 1] = a[1] .. '|' .. score .. '|' .. own_host
       out.deferred = out.deferred + 1
     end
   end
 end
+if #parked_recs > 0 then call_many('RPUSH', PARKED, parked_recs, 4000) end
+if #deferred_members > 0 then call_many('ZADD', DELAYED, deferred_members, 4000) end
 resume_parked(100)  -- the slots freed above (and any room found now) go to parked requests first
+if bloom ~= nil then
+  bloom_flush(bloom)
+  out.bg = bloom.gen
+end
+flush_queue()
+flush_hostq()
+flush_slots()
 count('acked', out.acked)
 count('pushed', out.new)
-count('duplicates', out.dup)
+count('duplicates', out.dup + local_dups)
 count('parked', out.parked)
 count('deferred', out.deferred)
 count('resumed', out.resumed)
@@ -445,94 +658,172 @@ count('refused', out.refused)
 -- 7. lease up to `take` requests, host-aware (docs/politeness.md): among the hosts that may
 -- be fetched now (not on hold, under their concurrency cap, and with a GCRA token), take the
 -- best head (highest priority, then FIFO) each time; a host that may not be fetched is
--- re-marked with the time it may, and never blocks the others.
+-- re-marked with the time it may, and never blocks the others.  A host's queue is read a
+-- few heads at a time; the lease writes go out in few commands at the end.
 if take > 0 then
+  -- the hosts ready longest, as many as this call can use (twice take, 8 to 64 of them)
+  -- (stages: ho = only this host, hx = never this one; stored responses go to parse workers)
   local except_host = (type(req.hx) == 'string' and req.hx ~= '') and req.hx or nil
   local cands
   if type(req.ho) == 'string' and req.ho ~= '' then
     local at = tonumber(redis.call('ZSCORE', READY, req.ho))
     cands = (at and at <= now) and {req.ho} or {}
   else
-    cands = redis.call('ZRANGEBYSCORE', READY, '-inf', now, 'LIMIT', 0, 64)
+    cands = redis.call('ZRANGEBYSCORE', READY, '-inf', now, 'LIMIT', 0,
+                       math.min(64, math.max(8, 2 * take)))
   end
-  local list, heads = {}, {}
-  local function head_of(h)
-    return redis.call('ZRANGEBYLEX', Q, '[' .. h .. '\t', '[' .. h .. '\t\255', 'LIMIT', 0, 1)[1]
+  local list, heads, pos, used, ended = {}, {}, {}, {}, {}
+  local taken = 0
+  -- the next head of h's queue not taken by this call (nil when there is none); a read
+  -- fetches as many heads as this call may still take (1 for the first look)
+  local function head_of(h, first)
+    local buf = heads[h]
+    if buf and pos[h] <= #buf then return buf[pos[h]] end
+    if ended[h] then return nil end
+    local want = first and 1 or math.max(1, math.min(take - taken, 64))
+    buf = redis.call('ZRANGEBYLEX', Q, '[' .. h .. '\t', '[' .. h .. '\t\255', 'LIMIT',
+                     used[h] or 0, want)
+    if #buf < want then ended[h] = true end
+    heads[h], pos[h] = buf, 1
+    return buf[1]
   end
+  local ready_del = {}
   for _, h in ipairs(cands) do
     if h ~= except_host then  -- not for this worker (stored responses go to parse workers)
-      local m = head_of(h)
-      if m then
+      if head_of(h, true) then
         list[#list + 1] = h
-        heads[h] = m
       else
-        redis.call('ZREM', READY, h)
+        ready_del[#ready_del + 1] = h
       end
     end
   end
+  if #ready_del > 0 then call_many('ZREM', READY, ready_del, 4000) end
   -- a capped host's slots are shared among the live workers (seen in the last 10 s), so
   -- that the worker which frees a slot does not always take it back itself
   local active = math.max(1, redis.call('ZCOUNT', WORKERS, now - 10000, '+inf'))
   if worker ~= '' and not redis.call('ZSCORE', WORKERS, worker) then active = active + 1 end
-  local taken = 0
-  while taken < take and #list > 0 do
-    local bi, bkey = 1, nil
-    for i, h in ipairs(list) do
-      local key = string.sub(heads[h], #h + 2)
-      if bkey == nil or key < bkey then bi, bkey = i, key end
+  local q_del, lease_set, leases_add, ready_set, ready_gone = {}, {}, {}, {}, {}
+  local tok_next, tok_last = 1, 0
+  local pending = {}  -- {id, token, host} of the leases, payloads read at the end
+  local keys_of = {}  -- host -> {head member, its "<priority key>\t<id>" part}
+  local function head_key(h)
+    local m = head_of(h)
+    local c = keys_of[h]
+    if c == nil or c[1] ~= m then
+      c = {m, string.sub(m, #h + 2)}
+      keys_of[h] = c
     end
-    local h = list[bi]
+    return c[2]
+  end
+  -- the candidate hosts in a binary heap by their head's key: the best head is on top
+  local heap, hn = {}, 0
+  local function sift_down(i)
+    while true do
+      local l, best = 2 * i, i
+      if l <= hn and head_key(heap[l]) < head_key(heap[best]) then best = l end
+      if l + 1 <= hn and head_key(heap[l + 1]) < head_key(heap[best]) then best = l + 1 end
+      if best == i then return end
+      heap[i], heap[best] = heap[best], heap[i]
+      i = best
+    end
+  end
+  local function pop_top()
+    heap[1] = heap[hn]
+    heap[hn] = nil
+    hn = hn - 1
+    if hn > 0 then sift_down(1) end
+  end
+  for _, h in ipairs(list) do
+    hn = hn + 1
+    heap[hn] = h
+  end
+  for i = math.floor(hn / 2), 1, -1 do sift_down(i) end
+  while taken < take and hn > 0 do
+    local h = heap[1]
     local interval, tau, cap = 0, 0, 0  -- stored responses: no politeness (not a site)
     if h ~= STAGE_HOST then interval, tau, cap = host_policy(h) end
     local wait_until = h ~= STAGE_HOST and host_blocked_until(h, interval, tau, cap) or nil
-    if not wait_until and req.ro == 1 and h ~= STAGE_HOST and redis.call('HEXISTS', ROBOTS, h) == 0
-        and (tonumber(redis.call('HGET', HOSTLIVE, h)) or 0) >= 1 then
+    if not wait_until and req.ro == 1 and h ~= STAGE_HOST
+        and redis.call('HEXISTS', ROBOTS, h) == 0 and live_now(h) >= 1 then
       wait_until = now + 250  -- robots.txt (and its Crawl-delay) not known yet: one scout
     end
     local my_share_used = cap > 0 and worker ~= '' and
-      (tonumber(redis.call('HGET', WLIVE, worker .. '|' .. h)) or 0) >= math.ceil(cap / active)
+      wlive_now(worker .. '|' .. h) >= math.ceil(cap / active)
     if my_share_used and not wait_until then
-      table.remove(list, bi)  -- this worker has its share of the host: others may have it
+      pop_top()  -- this worker has its share of the host: others may have it
     elseif wait_until then
-      redis.call('ZADD', READY, wait_until, h)
-      table.remove(list, bi)
+      ready_set[#ready_set + 1] = wait_until
+      ready_set[#ready_set + 1] = h
+      pop_top()
     else
-      local m = heads[h]
-      redis.call('ZREM', Q, m)
+      local m = head_of(h)
+      pos[h] = pos[h] + 1
+      used[h] = (used[h] or 0) + 1
+      q_del[#q_del + 1] = m
       local score, id = member_parts(h, m)
-      local data = id and redis.call('HGET', DATA, id)
       if not id then
         count('bad_queue_members', 1)  -- not written by this script: nothing to lease
-      elseif not data then
-        to_dead(id, 'entry has no data')
       else
-        -- a fencing token is never below the clock (ms x 10): after a failover that lost
-        -- the last leases, the promoted replica's rolled-back counter could hand their
-        -- tokens out again, on entry ids rolled back too (another request); from the clock
-        -- it cannot (docs/deployment.md, "What a failover can lose")
-        local tok = redis.call('INCR', TOKEN)
-        if tok < now * 10 then
-          tok = now * 10
-          redis.call('SET', TOKEN, string.format('%d', tok))
+        if tok_next > tok_last then
+          -- a fencing token is never below the clock (ms x 10): after a failover that lost
+          -- the last leases, the promoted replica's rolled-back counter could hand their
+          -- tokens out again, on entry ids rolled back too (another request); from the clock
+          -- it cannot (docs/deployment.md, "What a failover can lose")
+          local n = take - taken
+          tok_last = redis.call('INCRBY', TOKEN, n)
+          tok_next = tok_last - n + 1
+          if tok_next < now * 10 then
+            tok_next = now * 10
+            tok_last = tok_next + n - 1
+            redis.call('SET', TOKEN, string.format('%d', tok_last))
+          end
         end
-        redis.call('HSET', LEASE, id, string.format('%d', tok) .. '|' .. score .. '|' .. worker)
-        redis.call('ZADD', LEASES, now + lease_ms, id)
-        hincrby(HOSTLIVE, h, 1)
-        if worker ~= '' then hincrby(WLIVE, worker .. '|' .. h, 1) end
+        local tok = tok_next
+        tok_next = tok_next + 1
+        if legacy == nil then legacy = redis.call('EXISTS', EHOST) == 1 end
+        if legacy then redis.call('HDEL', EHOST, id) end  -- previous format: host was there
+        lease_set[#lease_set + 1] = id
+        lease_set[#lease_set + 1] = lease_string(string.format('%d', tok), score, h, worker)
+        leases_add[#leases_add + 1] = now + lease_ms
+        leases_add[#leases_add + 1] = id
+        live_add(h, 1)
+        if worker ~= '' then wlive_add(worker .. '|' .. h, 1) end
         host_take_token(h, interval)
-        local n = tonumber(redis.call('HGET', EXPIRIES, id)) or 0
-        out.leased[#out.leased + 1] = {id, tok, data, n}
+        pending[#pending + 1] = {id, tok, h, score}
         taken = taken + 1
       end
-      local nxt = head_of(h)
-      if nxt then
-        heads[h] = nxt
+      if not head_of(h) then
+        ready_gone[#ready_gone + 1] = h
+        pop_top()
       else
-        redis.call('ZREM', READY, h)
-        table.remove(list, bi)
+        sift_down(1)  -- its next head comes later (lower priority, or FIFO after)
       end
     end
   end
+  if #q_del > 0 then call_many('ZREM', Q, q_del, 4000) end
+  if #ready_gone > 0 then call_many('ZREM', READY, ready_gone, 4000) end
+  if #ready_set > 0 then call_many('ZADD', READY, ready_set, 4000) end
+  if #pending > 0 then
+    local ids = {}
+    for i, e in ipairs(pending) do ids[i] = e[1] end
+    local datas = redis.call('HMGET', DATA, unpack(ids))
+    local exps = redis.call('HMGET', EXPIRIES, unpack(ids))
+    call_many('HSET', LEASE, lease_set, 4000)
+    call_many('ZADD', LEASES, leases_add, 4000)
+    for i, e in ipairs(pending) do
+      if not datas[i] then
+        -- no payload: nothing to lease (the lease written above goes again)
+        lease_cache[e[1]] = lease_set[2 * i]
+        drop_lease(e[1])
+        to_dead(e[1], 'entry has no data', e[3])
+      else
+        out.leased[#out.leased + 1] = {e[1], e[2], datas[i], tonumber(exps[i]) or 0}
+      end
+    end
+    flush_queue()
+  end
+  flush_hostq()
+  flush_slots()
   count('leased', #out.leased)
   if #out.leased < take then
     -- the worker wanted more: when may the next host be fetched (a GCRA turn, a hold, a
@@ -563,12 +854,13 @@ end
 
 -- stored responses waiting for a parse worker: count and bytes (fetch workers stop leasing
 -- when the response queue is full)
-out.rq = {host_count(STAGE_HOST), tonumber(redis.call('HGET', STATS, 'response_queue_bytes')) or 0}
+out.rq = {host_count(STAGE_HOST),
+          tonumber(redis.call('HGET', STATS, 'response_queue_bytes')) or 0}
 
 -- hosts on hold now (429/503/failures), with the ms left: workers check them locally before
 -- each download of a request leased earlier
 out.holds = {}
-if worker ~= '' and redis.call('HLEN', HOLD) <= 1000 then
+if worker ~= '' and not ctx.empty[HOLD] and redis.call('HLEN', HOLD) <= 1000 then
   local all = redis.call('HGETALL', HOLD)
   for i = 1, #all, 2 do
     local left = (tonumber(all[i + 1]) or 0) - now
@@ -587,14 +879,19 @@ for name, n in pairs(counters) do
   if n > 0 then hincrby(STATS, name, n) end
 end
 
+-- The previous call's reply cache is gone (pl): its writes may be lost (a failover to a
+-- lagging replica), so the worker forgets what it learnt of the filter (client.DupeCache).
+if KEYS[13] ~= KEYS[12] and redis.call('DEL', KEYS[13]) == 0 then out.pl = 1 end
+
 -- Cache a reply without payloads: a repeated call rebuilds them from DATA (the entries are
 -- still leased with these tokens, since the client has not seen the first reply).
 local reply = cmsgpack.pack(out)
-local light = {}
-for i, e in ipairs(out.leased) do light[i] = {e[1], e[2], '', e[4]} end
-out.leased = light
-redis.call('SET', KEYS[12], cmsgpack.pack(out), 'PX', tonumber(req.ot) or 300000)
-if KEYS[13] ~= KEYS[12] then
-  redis.call('DEL', KEYS[13])
+local stored = reply
+if #out.leased > 0 then
+  local light = {}
+  for i, e in ipairs(out.leased) do light[i] = {e[1], e[2], '', e[4]} end
+  out.leased = light
+  stored = cmsgpack.pack(out)
 end
+redis.call('SET', KEYS[12], stored, 'PX', tonumber(req.ot) or 300000)
 return reply

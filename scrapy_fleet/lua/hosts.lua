@@ -30,6 +30,34 @@ local function server_now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- A per-host field read through ctx: remembered for the rest of the call when ctx.memo is a
+-- table (frontier.lua looks at the same hosts many times per call and writes its changes
+-- back with ctx_put); read each time otherwise.  A missing field is nil; so is every field
+-- of a key in ctx.empty (a hash the caller found empty, e.g. no host on hold: not read).
+local function ctx_get(ctx, key, host)
+  local memo = ctx.memo
+  if memo == nil then return redis.call('HGET', key, host) or nil end
+  if ctx.empty and ctx.empty[key] then return nil end
+  local m = memo[key]
+  if m == nil then
+    m = {}
+    memo[key] = m
+  end
+  local v = m[host]
+  if v == nil then
+    v = redis.call('HGET', key, host) or false
+    m[host] = v
+  end
+  return v or nil
+end
+
+local function ctx_put(ctx, key, host, value)
+  if ctx.memo == nil then return end
+  if ctx.empty then ctx.empty[key] = nil end
+  if ctx.memo[key] == nil then ctx.memo[key] = {} end
+  ctx.memo[key][host] = value
+end
+
 -- ctx of one call: the per-host key names and the fleet defaults the client sent
 -- (pt interval ms, pb burst, pc concurrency cap, pr 1 when the interval comes from a rate).
 local function new_host_ctx(now, tat, hold, hostlive, hostconf, crawldelay, req)
@@ -56,7 +84,7 @@ end
 -- robots.txt Crawl-delay (ms) as a lower bound of T.
 local function host_policy_ctx(ctx, host)
   local T, b, cap, rate = ctx.defaults[1], ctx.defaults[2], ctx.defaults[3], ctx.defaults[4]
-  local conf = redis.call('HGET', ctx.hostconf, host)
+  local conf = ctx_get(ctx, ctx.hostconf, host)
   if conf then
     local ct, cb, cc, cr = string.match(conf, '^([^|]*)|([^|]*)|([^|]*)|?([^|]*)$')
     if tonumber(ct) then
@@ -66,7 +94,7 @@ local function host_policy_ctx(ctx, host)
     b = tonumber(cb) or b
     cap = tonumber(cc) or cap
   end
-  local delay = tonumber(redis.call('HGET', ctx.crawldelay, host))
+  local delay = tonumber(ctx_get(ctx, ctx.crawldelay, host))
   if delay and delay >= T then
     T = delay
     b = 1
@@ -80,15 +108,15 @@ end
 -- nil when host may be fetched now; else the server time (ms) from which it may be tried
 -- again (FAR: when one of its requests in flight is done).
 local function host_blocked_until_ctx(ctx, host, T, tau, cap, check_cap)
-  local hold = tonumber(redis.call('HGET', ctx.hold, host)) or 0
+  local hold = tonumber(ctx_get(ctx, ctx.hold, host)) or 0
   if hold > ctx.now then
     return hold
   end
-  if check_cap and cap > 0 and (tonumber(redis.call('HGET', ctx.hostlive, host)) or 0) >= cap then
+  if check_cap and cap > 0 and (tonumber(ctx_get(ctx, ctx.hostlive, host)) or 0) >= cap then
     return FAR
   end
   if T > 0 then
-    local tat = tonumber(redis.call('HGET', ctx.tat, host)) or 0
+    local tat = tonumber(ctx_get(ctx, ctx.tat, host)) or 0
     if tat - tau > ctx.now then
       return tat - tau
     end
@@ -103,11 +131,12 @@ end
 -- Crawl-delay) is a minimum gap and never catches up.
 local function host_take_token_ctx(ctx, host, T)
   if T > 0 then
-    local tat = tonumber(redis.call('HGET', ctx.tat, host)) or 0
+    local tat = tonumber(ctx_get(ctx, ctx.tat, host)) or 0
     local base = math.max(tat, ctx.now)
     if ctx.catchup and tat < ctx.now and ctx.now - tat < T then
       base = tat
     end
     redis.call('HSET', ctx.tat, host, base + T)
+    ctx_put(ctx, ctx.tat, host, base + T)
   end
 end
