@@ -189,8 +189,23 @@ def _probes(keys: CrawlKeys | None, role: str, cluster: bool,
     return out
 
 
-def _is_old_redis(exc: redis.ResponseError) -> bool:
-    return "acl_check_cmd" in str(exc)  # Redis older than 7.0: not checked
+def _probe_refused(exc: redis.ResponseError, role: str,
+                   target: CrawlKeys | ProxyPoolKeys) -> None:
+    """The probe itself failed: NOPERM (the user may not run it there) raises
+    :class:`RedisPermissionError`; a Redis without ``redis.acl_check_cmd`` (< 7.0) returns
+    (nothing is checked); any other error is raised as it is."""
+    if isinstance(exc, redis.exceptions.NoPermissionError):
+        raise _translate(exc, role, target) from exc
+    if "acl_check_cmd" not in str(exc):
+        raise exc
+
+
+def _judge(denied: list[bytes], role: str, cluster: bool,
+           target: CrawlKeys | ProxyPoolKeys) -> None:
+    """Raise :class:`RedisPermissionError` naming the probe lines the user may not run."""
+    if denied:
+        raise _denied_error([d.decode() for d in denied], role, cluster,
+                            target if isinstance(target, ProxyPoolKeys) else None)
 
 
 def check_sync(client: Any, keys: CrawlKeys | None, role: str, cluster: bool = False,
@@ -210,15 +225,10 @@ def check_sync(client: Any, keys: CrawlKeys | None, role: str, cluster: bool = F
     for target, key, lines in _probes(keys, role, cluster, pool):
         try:
             denied = script(keys=[key], args=lines)
-        except redis.exceptions.NoPermissionError as exc:
-            raise _translate(exc, role, target) from exc
         except redis.ResponseError as exc:
-            if _is_old_redis(exc):
-                return
-            raise
-        if denied:
-            raise _denied_error([d.decode() for d in denied], role, cluster,
-                                target if isinstance(target, ProxyPoolKeys) else None)
+            _probe_refused(exc, role, target)
+            return
+        _judge(denied, role, cluster, target)
 
 
 async def check_async(client: Any, keys: CrawlKeys | None, role: str, cluster: bool = False,
@@ -230,12 +240,7 @@ async def check_async(client: Any, keys: CrawlKeys | None, role: str, cluster: b
     for target, key, lines in _probes(keys, role, cluster, pool):
         try:
             denied = await script(keys=[key], args=lines)
-        except redis.exceptions.NoPermissionError as exc:
-            raise _translate(exc, role, target) from exc
         except redis.ResponseError as exc:
-            if _is_old_redis(exc):
-                return
-            raise
-        if denied:
-            raise _denied_error([d.decode() for d in denied], role, cluster,
-                                target if isinstance(target, ProxyPoolKeys) else None)
+            _probe_refused(exc, role, target)
+            return
+        _judge(denied, role, cluster, target)
