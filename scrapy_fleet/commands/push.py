@@ -83,13 +83,17 @@ class PushReport:
         return EXIT_REJECTED if self.rejected else EXIT_OK
 
 
+#: any character ``str.isspace`` calls whitespace (``\s`` of a str pattern is the same set)
+_WHITESPACE = re.compile(r"\s")
+
+
 def _validate_url(url: Any, max_length: int) -> str:
     if not isinstance(url, str) or not url.strip():
         raise PushLineError("url must be a non-empty string")
     url = url.strip()
     if len(url) > max_length:
         raise PushLineError(f"url is {len(url)} characters long (limit {max_length})")
-    if any(c.isspace() for c in url):
+    if _WHITESPACE.search(url):
         raise PushLineError("url contains whitespace")
     try:
         parts = urlsplit(url)
