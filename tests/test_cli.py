@@ -83,6 +83,30 @@ def test_status_of_a_crawl_without_state_says_so_and_exits_4(redis_url):
     assert other_prefix.returncode == 4 and "key prefix 'other'" in other_prefix.stderr
 
 
+def test_watching_a_crawl_without_state_writes_none_of_its_keys(redis_url):
+    # top on a mistyped crawl id exits 4 like status; the sampler a monitor runs writes no key
+    # of a crawl that has none (it used to leave four keys without a TTL behind)
+    import redis
+
+    from scrapy_fleet.keys import CrawlKeys
+    from scrapy_fleet.monitoring.sampler import sample
+
+    client = redis.Redis.from_url(redis_url)
+    result = cli("--redis", redis_url, "top", "typo1", "--once")
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert "Redis holds no state of crawl 'typo1'" in result.stderr
+    assert sample(client, CrawlKeys("fleet", "typo1")) is False
+    assert client.keys("*typo1*") == []
+    # once the crawl has state, the sampler samples it (the push sampled this step already:
+    # its series and sampling marks are taken away first)
+    keys = CrawlKeys("fleet", "typo1")
+    assert cli("--redis", redis_url, "push", "typo1", "http://h.test/").returncode == 0
+    client.delete(keys.mon, *(keys.series(t) for t in ("10s", "1m", "10m")))
+    assert sample(client, keys) is True
+    assert client.exists(keys.series("10s")) == 1
+    client.close()
+
+
 def test_project_status_of_a_crawl_without_state_exits_4(redis_url, worker_env):
     result = run_scrapy(EXAMPLE_PROJECT, ["fleet", "status", "docs", "-s",
                                           f"FLEET_REDIS_URL={redis_url}"], worker_env)
@@ -197,7 +221,8 @@ def test_project_help_keeps_one_usage_per_line(worker_env, args):
     assert "  scrapy fleet dead SPIDER [--limit N] [--json]" in lines
     assert "  scrapy fleet settings [--json]" in lines
     assert "exit statuses:" in lines
-    assert any(re.match(r" +4  status, dead: Redis holds no state", line) for line in lines)
+    assert any(re.match(r" +4  status, dead, failed, retry, top: Redis holds no state", line)
+               for line in lines)
     assert max(len(line) for line in lines) <= 80
 
 

@@ -55,8 +55,8 @@ EXIT_STATUSES: tuple[tuple[int, str], ...] = (
                       "a Redis server"),
     (push.EXIT_FULL, "push: the frontier stayed full (--no-wait, or --timeout expired); the "
                      "lines from the one reported on were not pushed"),
-    (push.EXIT_NO_CRAWL, "status, dead: Redis holds no state of that crawl (check the crawl "
-                         "id and the key prefix)"),
+    (push.EXIT_NO_CRAWL, "status, dead, failed, retry, top: Redis holds no state of that "
+                         "crawl (check the crawl id and the key prefix)"),
     (130, "interrupted (Ctrl-C); lines already pushed stay pushed"),
 )
 
@@ -168,7 +168,7 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("top", "live terminal view: depth, pages/min, workers, hosts, alerts",
            "[--interval S] [--once] [--limit N]",
            lambda c: monitoring_actions.run("top", c.crawl, c.opts, c.alerts_config,
-                                        c.forget_after)),
+                                        c.forget_after), needs_state=True),
     Action("monitor", "serve the dashboard, Prometheus /metrics and /api/* for the fleet",
            "--port P [--host H] [--host-metrics N]",
            lambda c: monitoring_actions.run("monitor", c.crawl, c.opts, c.alerts_config,

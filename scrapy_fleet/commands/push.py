@@ -48,7 +48,7 @@ EXIT_OK = 0
 EXIT_REJECTED = 1  #: some lines were invalid (the valid ones were pushed)
 EXIT_ERROR = 2  #: usage error, or Redis unreachable
 EXIT_FULL = 3  #: the frontier stayed full (--no-wait, or --timeout expired); rest not pushed
-EXIT_NO_CRAWL = 4  #: status/dead: Redis holds no state of that crawl (a wrong id or prefix?)
+EXIT_NO_CRAWL = 4  #: status, dead, failed, retry, top: Redis holds no state of that crawl
 
 DEFAULT_MAX_URL_LENGTH = 2083  # Scrapy's URLLENGTH_LIMIT default
 #: lines per frontier call: all new, a call of 200 holds Redis ~1 ms (bench_capacity.py)

@@ -7,8 +7,13 @@
 --   6 parked  7 dead, then the MON_NKEYS keys of lua/monitoring.lua (worker info unused)
 -- ARGV[1]: a worker is dead after this many ms without a call (workers_alive)
 -- ARGV[2]: a worker is forgotten (left out of `workers`) after this many ms
--- Reply: 1 when a 10 s sample was written, 0 when one was taken this step already.
+-- Reply: 1 when a 10 s sample was written, 0 when one was taken this step already or when
+-- the crawl has none of KEYS 1-7 (nothing is written then).
 
+-- a crawl Redis holds nothing of (a wrong id, or not begun yet) gets no keys from a watcher
+if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]) == 0 then
+  return 0
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local bad = monitor_check_keys(8)

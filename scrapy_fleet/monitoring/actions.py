@@ -5,7 +5,9 @@
 
 Both read the crawl through :class:`~scrapy_fleet.monitoring.source.FleetSource`.  Exit
 statuses: 0 (Ctrl-C or SIGTERM stop them cleanly), 2 usage error, Redis unreachable at start
-(one line, from commands/cli.py's ping) or the monitor's address cannot be bound.
+(one line, from commands/cli.py's ping) or the monitor's address cannot be bound, 4 (``top``)
+Redis holds no state of the crawl.  ``monitor`` starts anyway (it may be deployed before
+its crawl begins), with one warning line; neither writes a key of a crawl without state.
 """
 
 from __future__ import annotations
@@ -83,6 +85,11 @@ def run(action: str, admin: Any, opts: Any, alerts_config: Any = None,
             finally:
                 sampling.stop()
         from scrapy_fleet.monitoring.server import run_monitor
+
+        if not admin.has_state():  # a monitor may be deployed before its crawl begins
+            print(f"warning: Redis holds no state of crawl {admin.keys.crawl_id!r} (key prefix "
+                  f"{admin.keys.prefix!r}) yet: the views show nothing until a push or a "
+                  "worker begins it; check the crawl id and the key prefix", file=sys.stderr)
 
         source = FleetSource(client, admin.keys, hosts=max(10, opts.host_metrics),
                              alerts_config=alerts_config)
