@@ -513,6 +513,30 @@ def test_alerts_on_growing_depth_blocked_host_dead_letters_and_memory():
     assert "fleet_stalled" in ids
 
 
+def test_a_dead_workers_alert_tells_whether_its_leases_are_still_out():
+    # its row keeps the lease count of its last call; once nothing is leased fleet-wide the
+    # alert must not say they will go back (fresh-user trial: a finished crawl said so)
+    now = 1_800_000_000.0
+    dead = {"id": "w", "health": "dead", "leases": 1, "host": "vm", "pid": 7,
+            "last_seen": now - 60, "last_ack": now - 61}
+    snap = {"crawl": "c", "at": now, "runnable_now": 0, "started_at": now - 3600,
+            "last_ack_at": now - 1, "last_worker_at": now, "workers": [dead],
+            "frontier": {"due": 0, "scheduled": 0, "leased": 0, "parked": 0, "dead": 0},
+            "redis": {"used_memory": 1, "maxmemory": 0}}
+
+    def what(**frontier: int) -> str:
+        s = dict(snap, frontier={**snap["frontier"], **frontier})
+        (alert,) = [a for a in alerts.evaluate(s, [], [], alerts.AlertConfig())
+                    if a["id"] == "worker_dead"]
+        return alert["what"]
+
+    assert what() == ("worker w stopped calling the frontier; the 1 lease(s) it held at its "
+                      "last call have gone back to the queue (none is leased now)")
+    assert what(leased=3).endswith("go back to the queue when they expire")
+    snap["workers"] = [dict(dead, leases=0)]
+    assert what(leased=3).endswith("it held no lease")
+
+
 # -- SIGTERM: drain -------------------------------------------------------------------------
 
 

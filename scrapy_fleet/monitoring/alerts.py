@@ -121,10 +121,20 @@ def evaluate(snap: dict[str, Any], samples1m: list[Sample], banned_hosts: list[d
             "old crawls: scrapy fleet purge <spider>"))
     for w in snap["workers"]:
         if w["health"] == "dead":
+            # its lease count is the one of its last call: once nothing is leased fleet-wide,
+            # those leases have expired and gone back (or were acknowledged in the meantime)
+            if not w["leases"]:
+                leases = "it held no lease"
+            elif not fr["leased"]:
+                leases = (f"the {w['leases']} lease(s) it held at its last call have gone "
+                          "back to the queue (none is leased now)")
+            else:
+                leases = (f"the {w['leases']} lease(s) it held at its last call go back to "
+                          "the queue when they expire")
             out.append(_alert(
                 "worker_dead", "warning",
-                f"worker {w['id']} stopped calling the frontier; its {w['leases']} lease(s) "
-                "go back to the queue when they expire", f"worker {w['id']}, {where}",
+                f"worker {w['id']} stopped calling the frontier; {leases}",
+                f"worker {w['id']}, {where}",
                 w["last_seen"], f"check the process on {w['host']} (pid {w['pid']})"))
         elif w["health"] == "stalled":
             out.append(_alert(
