@@ -21,6 +21,8 @@ filter drops that one record, and only for an exception this module has already 
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -132,13 +134,24 @@ def check_worker(crawler: Crawler) -> FleetConfig:
 
 def warn_unknown_settings(settings: Any, warn: Callable[..., Any]) -> int:
     """Call *warn* (``logger.warning`` or a printer, %-style) once for each ``FLEET_*``
-    setting that scrapy_fleet does not know, naming the closest known one; returns how many.
-    A typo is otherwise ignored without a word."""
+    setting that scrapy_fleet does not know, naming the closest known one, and for each name
+    of the project's settings module that Scrapy ignores because it is not in upper case
+    (``FLEET_REDIS_URl``: Scrapy's ``Settings.setmodule`` reads upper-case names only);
+    returns how many.  A typo is otherwise ignored without a word."""
     unknown = unknown_settings(settings)
     for name, close in unknown:
         warn("Unknown setting %s ignored%s (%s lists every FLEET_* setting)", name,
              f": did you mean {close}?" if close else "", SETTINGS_HELP)
-    return len(unknown)
+    module_name = os.environ.get("SCRAPY_SETTINGS_MODULE")
+    module = sys.modules.get(module_name) if module_name else None
+    ignored = sorted(n for n in vars(module) if n.upper().startswith("FLEET_")
+                     and not n.isupper()) if module is not None else []
+    for name in ignored:
+        guess = unknown_settings([name.upper()])  # empty: the upper-case name is known
+        meant = guess[0][1] if guess else name.upper()
+        warn("Setting %s in %s is ignored: Scrapy reads only names in upper case%s", name,
+             module_name, f" (did you mean {meant}?)" if meant else "")
+    return len(unknown) + len(ignored)
 
 
 def _is_subclass(settings: BaseSettings, name: str, cls: type) -> bool:

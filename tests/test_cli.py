@@ -187,6 +187,25 @@ def test_an_unknown_setting_is_a_warning_naming_the_closest(redis_url, worker_en
         "(`scrapy fleet settings` or `scrapy-fleet settings` lists every FLEET_* setting)"]
 
 
+def test_a_setting_name_scrapy_ignores_for_its_case_is_a_warning(tmp_path, worker_env):
+    # Scrapy reads only upper-case names of settings.py: FLEET_REDIS_URl would leave the
+    # worker on the default Redis without a word (fresh-user trial)
+    (tmp_path / "scrapy.cfg").write_text("[settings]\ndefault = caseproj.settings\n")
+    (tmp_path / "caseproj").mkdir()
+    (tmp_path / "caseproj" / "__init__.py").write_text("")
+    (tmp_path / "caseproj" / "settings.py").write_text(
+        'ADDONS = {"scrapy_fleet.Addon": 500}\nFLEET_REDIS_URl = "redis://127.0.0.1:1/0"\n'
+        "fleet_idle_timout = 3\n")
+    result = run_scrapy(tmp_path, ["fleet", "settings"], worker_env)
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: Setting FLEET_REDIS_URl in caseproj.settings is ignored: Scrapy reads only "
+        "names in upper case (did you mean FLEET_REDIS_URL?)",
+        "warning: Setting fleet_idle_timout in caseproj.settings is ignored: Scrapy reads only "
+        "names in upper case (did you mean FLEET_IDLE_TIMEOUT?)"]
+
+
 # -- help, version, settings -----------------------------------------------------------------
 
 
