@@ -57,6 +57,13 @@ def test_a_bare_dash_is_standard_input_for_the_project_command(redis_url, worker
     assert FrontierAdmin(redis_url, "docs").status()["queued"] == 2
 
 
+def test_an_empty_url_argument_is_rejected_not_dropped(redis_url):
+    result = cli("--redis", redis_url, "push", "empty", "ht tp://x", "http://ok.test/", "")
+    assert result.returncode == 1, result.stderr
+    assert "pushed 1, duplicates 0, rejected 2" in result.stdout
+    assert "line 3: rejected: url must be a non-empty string" in result.stderr
+
+
 def test_dash_twice_reads_standard_input_once(redis_url):
     result = cli("--redis", redis_url, "push", "dash2", "-", "-f", "-",
                  stdin="http://h.test/1\nhttp://h.test/2\n")

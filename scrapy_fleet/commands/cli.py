@@ -317,11 +317,15 @@ class _WaitDisplay:
     def __init__(self) -> None:
         self.tty = sys.stderr.isatty()
         self.last_line = -1.0
+        self.last_oom = -1.0
 
     def __call__(self, size: int, waited: float) -> None:
-        if size < 0:
-            print("Redis is out of memory (OOM): waiting before pushing again", file=sys.stderr,
-                  flush=True)
+        if size < 0:  # one line per 10 s: a push may wait for memory as long as it takes
+            if waited - self.last_oom >= 10 or self.last_oom < 0:
+                print(f"Redis is out of memory (OOM, maxmemory): waiting for memory "
+                      f"({waited:.0f} s so far; raise maxmemory, or stop waiting with "
+                      "--timeout S or --no-wait)", file=sys.stderr, flush=True)
+                self.last_oom = waited
             return
         if self.tty:
             print(f"\rfrontier full ({size} entries): waiting {waited:.0f} s ...", end="",

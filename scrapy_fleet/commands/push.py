@@ -219,14 +219,14 @@ def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
 def read_lines(sources: Iterable[str],
                files: Iterable[BinaryIO | TextIO]) -> Iterator[tuple[int, str]]:
     """``(line number, text)`` of the URL arguments then of each file, lazily; blank lines and
-    ``#`` comments skipped.  Line numbers count across the inputs, from 1.  Files are read as
+    ``#`` comments of the files skipped (an argument is always judged: an empty one is
+    rejected, not dropped).  Line numbers count across the inputs, from 1.  Files are read as
     bytes: a line that is not UTF-8 keeps its bad bytes as surrogates, which
     :func:`parse_line` rejects, so one bad line never stops the others."""
     n = 0
     for text in sources:
         n += 1
-        if text.strip() and not text.lstrip().startswith("#"):
-            yield n, text
+        yield n, text
     for handle in files:
         for raw in handle:
             n += 1
