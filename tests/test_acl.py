@@ -145,6 +145,8 @@ def test_crawl_and_commands_as_least_privileged_users(acl_users, site_server, wo
                                           f"FLEET_REDIS_URL={blind}"], worker_env)
     assert status.returncode == 2
     assert "'zcard' command" in status.stderr and "Traceback" not in status.stderr
+    assert "(status runs as the monitor role, which needs " in status.stderr  # and its rule
+    assert "`scrapy fleet acl` prints its rule" in status.stderr
     # a worker cannot purge (SCAN, UNLINK); the admin user can
     refused = run_scrapy(EXAMPLE_PROJECT, ["fleet", "purge", "docs", "--yes", "-s",
                                            f"FLEET_REDIS_URL={worker}"], worker_env)

@@ -23,7 +23,7 @@ from typing import Any
 import redis
 from scrapy import Request
 
-from scrapy_fleet import codec, redis_url
+from scrapy_fleet import acl, codec, redis_url
 from scrapy_fleet.commands import push
 from scrapy_fleet.config import (
     DEFAULTS,
@@ -135,8 +135,6 @@ ACL_ROLE_USES = {"worker": "scrapy crawl, push", "monitor": "status, dead, faile
 
 
 def _acl_action(ctx: ActionContext) -> int:
-    from scrapy_fleet import acl
-
     target = ctx.acl_target
     assert target is not None, "acl runs with an AclTarget"
     role = getattr(ctx.opts, "role", None)
@@ -304,7 +302,11 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
         print(f"error: {exc}", file=sys.stderr)
         return push.EXIT_ERROR
     except redis.exceptions.NoPermissionError as exc:  # a command the probe does not know
-        print(f"error: the Redis user lacks a permission: {exc}", file=sys.stderr)
+        role = ACL_ROLES.get(action)
+        needs = (f" ({action} runs as the {role} role, which needs "
+                 f"{', '.join(acl.commands(role))}; `scrapy fleet acl` prints its rule)"
+                 if role else "")
+        print(f"error: the Redis user lacks a permission: {exc}{needs}", file=sys.stderr)
         return push.EXIT_ERROR
     except KeyboardInterrupt:
         print("\ninterrupted: lines already pushed stay pushed", file=sys.stderr)
