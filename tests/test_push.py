@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from support import EXAMPLE_PROJECT, free_port, run_scrapy
+from support import EXAMPLE_PROJECT, TEST_PROJECT, free_port, run_scrapy
 
 from scrapy_fleet import codec
 from scrapy_fleet.commands.push import default_fingerprinter, parse_line, push_lines
@@ -145,6 +145,20 @@ def test_project_command_push_status_purge(redis_url, worker_env):
     unknown = run_scrapy(EXAMPLE_PROJECT, ["fleet", "push", "nope", "http://h.test/", *args],
                          worker_env)
     assert unknown.returncode == 2 and "no spider named 'nope'" in unknown.stderr
+
+
+def test_project_push_checks_cb_kwargs_against_the_callback(redis_url, worker_env):
+    # a cb_kwargs the callback cannot take would fail in every worker (TypeError): refused at
+    # push time, like an unknown callback (fresh-user trial); **kwargs takes anything
+    args = ["-s", f"FLEET_REDIS_URL={redis_url}"]
+    line = '{"url": "http://h.test/k", "cb_kwargs": {"extra": 1}}'
+    refused = run_scrapy(TEST_PROJECT, ["fleet", "push", "fetch", line, *args], worker_env)
+    assert refused.returncode == 1, refused.stderr
+    assert ("line 1: rejected: cb_kwargs do not fit callback 'parse': got an unexpected "
+            "keyword argument 'extra'") in refused.stderr
+    accepted = run_scrapy(EXAMPLE_PROJECT, ["fleet", "push", "docs", line, *args], worker_env)
+    assert accepted.returncode == 0, accepted.stderr
+    assert "pushed 1, duplicates 0, rejected 0" in accepted.stdout
 
 
 def test_project_command_uses_the_crawl_id_setting(redis_url, worker_env):

@@ -76,7 +76,7 @@ class ActionContext:
     label: str
     confirm: Callable[[str], str] = input
     low_watermark: int | None = None
-    has_method: Callable[[str], bool] | None = None
+    has_method: Callable[[str], Any] | None = None
     host_key_mode: str = "host"
     alerts_config: Any = None
     #: FLEET_WORKER_FORGET_AFTER, for the sampling of ``top`` and ``monitor``
@@ -272,7 +272,7 @@ ACL_ROLES = {"push": "worker", "retry": "admin", "purge": "admin", "status": "mo
 def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: Any,
                fingerprint: Callable[[Request], bytes], label: str,
                confirm: Callable[[str], str] = input, low_watermark: int | None = None,
-               has_method: Callable[[str], bool] | None = None,
+               has_method: Callable[[str], Any] | None = None,
                host_key_mode: str = "host", alerts_config: Any = None,
                forget_after: float | None = None, acl_target: AclTarget | None = None) -> int:
     """Run the action named *action* (a key of :data:`ACTIONS`) against *admin*; returns the
@@ -344,7 +344,7 @@ class _WaitDisplay:
 
 def _push(admin: FrontierAdmin, urls: list[str], opts: Any,
           fingerprint: Callable[[Request], bytes], low_watermark: int | None,
-          has_method: Callable[[str], bool] | None = None, host_key_mode: str = "host") -> int:
+          has_method: Callable[[str], Any] | None = None, host_key_mode: str = "host") -> int:
     if opts.max_url_length < 1:
         print("error: --max-url-length must be >= 1", file=sys.stderr)
         return push.EXIT_ERROR

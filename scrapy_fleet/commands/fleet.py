@@ -153,8 +153,8 @@ class Command(ScrapyCommand):
                                            host_key_mode=config.host_key,
                                            alerts_config=AlertConfig.from_config(config),
                                            forget_after=config.worker_forget_after,
-                                           has_method=lambda name: callable(
-                                               getattr(spidercls, name, None)))
+                                           has_method=lambda name: getattr(
+                                               spidercls, name, None))
         finally:
             admin.close()
 

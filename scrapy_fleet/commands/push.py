@@ -23,6 +23,7 @@ seconds of waiting have passed.  Nothing is ever pushed past the cap.
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import sys
@@ -126,12 +127,27 @@ def _check_str_dict(name: str, value: Any, multi: bool = False) -> None:
                                                                         if multi else ""))
 
 
+def _check_cb_kwargs(name: str, function: Callable[..., Any], cb_kwargs: dict[str, Any]) -> None:
+    """Raise PushLineError when *function* (a spider method, unbound) cannot take
+    ``(spider, response, **cb_kwargs)``: the request would fail in every worker."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # no signature to read (a builtin): not checked
+        return
+    try:
+        signature.bind(None, None, **cb_kwargs)
+    except TypeError as exc:
+        raise PushLineError(f"cb_kwargs do not fit callback {name!r}: {exc}") from None
+
+
 def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
                dont_filter: bool = False, priority: int = 0,
-               has_method: Callable[[str], bool] | None = None,
+               has_method: Callable[[str], Any] | None = None,
                ) -> tuple[Request, dict[str, Any]]:
     """Parse one input line into a Request and its ``to_dict()`` form (callbacks as names).
-    *has_method*, when given, tells whether the spider has a method of that name.
+    *has_method*, when given, tells whether the spider has a method of that name: a bool, or
+    the spider class's function itself, against whose signature a callback's ``cb_kwargs``
+    are then checked (``inspect.Signature.bind`` with the spider and the response).
 
     Raises:
         PushLineError: the reason, ready to print after the line number.
@@ -204,9 +220,16 @@ def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
         if value is not None:
             if not isinstance(value, str) or not _NAME_RE.match(value):
                 raise PushLineError(f"{name} must be the name of a spider method")
-            if has_method is not None and not has_method(value):
+            found = has_method(value) if has_method is not None else True
+            if not found or not (found is True or callable(found)):
                 raise PushLineError(f"{name} {value!r}: the spider has no such method")
+            if name == "callback" and callable(found) and kwargs.get("cb_kwargs"):
+                _check_cb_kwargs(value, found, kwargs["cb_kwargs"])
             names[name] = value
+    if "callback" not in names and kwargs.get("cb_kwargs") and has_method is not None:
+        default = has_method("parse")  # a request without a callback goes to parse
+        if callable(default) and default is not True:
+            _check_cb_kwargs("parse", default, kwargs["cb_kwargs"])
     try:
         request = Request(**kwargs)
     except (TypeError, ValueError) as exc:
@@ -269,7 +292,7 @@ def push_lines(admin: FrontierAdmin, lines: Iterable[tuple[int, str]],
                low_watermark: int | None = None, no_wait: bool = False,
                timeout: float | None = None,
                on_wait: Callable[[int, float], None] | None = None,
-               has_method: Callable[[str], bool] | None = None,
+               has_method: Callable[[str], Any] | None = None,
                host_key: Callable[[str], str] | None = None, poll: float = 0.5) -> PushReport:
     """Validate and push *lines* in batches, waiting while the frontier is full.
 
