@@ -1,0 +1,264 @@
+"""The handlers of the frontier's actions (push, status, dead, failed, retry, purge): what
+``scrapy-fleet ACTION`` and ``scrapy fleet ACTION SPIDER`` run once commands/cli.py has parsed
+the arguments, pinged Redis and checked the crawl's state.  Each returns an exit status
+(:data:`scrapy_fleet.commands.cli.EXIT_STATUSES`)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from contextlib import ExitStack
+from typing import Any
+
+from scrapy import Request
+
+from scrapy_fleet import codec
+from scrapy_fleet.commands import push
+from scrapy_fleet.errors import RequestDecodeError
+from scrapy_fleet.failures import admin as failures
+from scrapy_fleet.frontier.client import PRIORITY_LIMIT, FrontierAdmin
+from scrapy_fleet.politeness import hosts as politeness
+
+
+class WaitDisplay:
+    """Shows that the push waits: a progress line on a terminal, a log line otherwise."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.last_line = -1.0
+        self.last_oom = -1.0
+
+    def __call__(self, size: int, waited: float) -> None:
+        if size < 0:  # one line per 10 s: a push may wait for memory as long as it takes
+            if waited - self.last_oom >= 10 or self.last_oom < 0:
+                print(f"Redis is out of memory (OOM, maxmemory): waiting for memory "
+                      f"({waited:.0f} s so far; raise maxmemory, or stop waiting with "
+                      "--timeout S or --no-wait)", file=sys.stderr, flush=True)
+                self.last_oom = waited
+            return
+        if self.tty:
+            print(f"\rfrontier full ({size} entries): waiting {waited:.0f} s ...", end="",
+                  file=sys.stderr, flush=True)
+        elif waited - self.last_line >= 10 or self.last_line < 0:
+            print(f"frontier full ({size} entries): waiting for room ({waited:.0f} s)",
+                  file=sys.stderr, flush=True)
+            self.last_line = waited
+
+    def done(self) -> None:
+        if self.tty and self.last_line != -1.0:
+            print(file=sys.stderr)
+
+
+def run_push(admin: FrontierAdmin, urls: list[str], opts: Any,
+          fingerprint: Callable[[Request], bytes], low_watermark: int | None,
+          has_method: Callable[[str], Any] | None = None, host_key_mode: str = "host") -> int:
+    if opts.max_url_length < 1:
+        print("error: --max-url-length must be >= 1", file=sys.stderr)
+        return push.EXIT_ERROR
+    if opts.timeout is not None and not 0 <= opts.timeout < float("inf"):
+        print("error: --timeout must be a number of seconds >= 0", file=sys.stderr)
+        return push.EXIT_ERROR
+    if abs(opts.priority) > PRIORITY_LIMIT:
+        print(f"error: --priority must be within +-{PRIORITY_LIMIT}", file=sys.stderr)
+        return push.EXIT_ERROR
+    # a bare "-" among the arguments is standard input, as "-f -" (read once, after the URLs)
+    names = list(opts.file)
+    if any(url.strip() == "-" for url in urls):
+        urls = [url for url in urls if url.strip() != "-"]
+        if "-" not in names:
+            names.append("-")
+    if not urls and not names:
+        print("error: push needs URLs, -f FILE or - (standard input)", file=sys.stderr)
+        return push.EXIT_ERROR
+    if "-" in names and sys.stdin.isatty():
+        print("reading URL / JSON lines from standard input (end with Ctrl-D)",
+              file=sys.stderr)
+    with ExitStack() as stack:
+        files = []
+        for name in names:
+            if name == "-":
+                files.append(sys.stdin.buffer)
+            else:
+                try:
+                    files.append(stack.enter_context(open(name, "rb")))
+                except OSError as exc:
+                    print(f"error: cannot read {name}: {exc}", file=sys.stderr)
+                    return push.EXIT_ERROR
+        display = WaitDisplay()
+        report = push.push_lines(admin, push.read_lines(urls, files), fingerprint,
+                                 max_url_length=opts.max_url_length,
+                                 dont_filter=opts.dont_filter, priority=opts.priority,
+                                 on_error=push.print_error, low_watermark=low_watermark,
+                                 no_wait=opts.no_wait, timeout=opts.timeout,
+                                 on_wait=display, has_method=has_method,
+                                 host_key=lambda url: politeness.host_key(url, host_key_mode))
+        display.done()
+    print(f"pushed {report.pushed}, duplicates {report.duplicates}, "
+          f"rejected {report.rejected} (crawl {admin.keys.crawl_id!r})")
+    if admin.unreplicated:
+        print(f"warning: {admin.unreplicated} push call(s) were not acknowledged by "
+              f"{admin.wait_replicas} replica(s) in time (FLEET_REDIS_WAIT_REPLICAS): a "
+              "failover of the master now would lose them; push those lines again after one",
+              file=sys.stderr)
+    if report.waited:
+        print(f"waited {report.waited:.1f} s for room in the frontier")
+    if report.stopped_full:
+        why = {"frontier": f"the frontier is full (FLEET_QUEUE_MAX={admin.params.queue_max})",
+               "host": "its host is at its bound (FLEET_HOST_QUEUE_MAX="
+                       f"{admin.params.host_queue_max}): host {report.full_host!r}",
+               "memory": "Redis is out of memory (maxmemory)"}[report.full_reason]
+        print(f"error: not pushed from line {report.first_unpushed_line} on: {why} (to go "
+              "on, push again from that line: lines already pushed are duplicates then, "
+              "unless --dont-filter)", file=sys.stderr)
+    return report.exit_status
+
+
+def run_status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int | None,
+            alerts_config: Any = None) -> int:
+    from scrapy_fleet.monitoring import screen
+    from scrapy_fleet.monitoring.snapshot import read_status
+
+    # one read of the frontier: the snapshot's round trips also bring the counts of before
+    # (FrontierAdmin.status's) and the failed requests per reason
+    snap, legacy, failed_by = read_status(admin.client, admin.keys, hosts=opts.limit,
+                                          alerts_config=alerts_config)
+    # the snapshot (the stable JSON, docs/monitoring.md) and the frontier counts of before,
+    # under the names they had (queued, size, idle_seconds, totals...)
+    status: dict[str, Any] = {**{k: v for k, v in legacy.items()
+                                 if k not in ("counters", "workers")}, **snap}
+    status["totals"] = legacy["counters"]
+    status["queue_max"] = admin.params.queue_max
+    status["low_watermark"] = low_watermark
+    status["failed"] = failures.failed_counts_of(failed_by)
+    if getattr(opts, "hosts", False):
+        top = {row["host"]: row for row in snap["hosts"]}
+        rows = admin.hosts(limit=opts.limit)
+        for row in rows:  # the snapshot's per-host fields beside the politeness state
+            extra = top.get(row["host"], {})
+            row.setdefault("queued", row["entries"])
+            row.setdefault("leased", row["in_flight"])
+            for name in ("pages", "bans", "block_rate", "hold_until"):
+                row.setdefault(name, extra.get(name))
+        status["hosts"] = rows
+        status["host_policy"] = admin.host_policy()
+    if opts.json:
+        print(json.dumps(status, indent=2, sort_keys=True))
+        return push.EXIT_OK
+    print(screen.render(snap, label, admin.params.queue_max, low_watermark,
+                        legacy["idle_seconds"]))
+    if legacy["stored_responses"]:  # stages: fetch workers' responses for parse workers
+        print(f"  stored   {legacy['stored_responses']} responses "
+              f"({legacy['stored_bytes']} bytes) for parse workers")
+    print(failures.failed_status_line(status["failed"], legacy["counters"]))
+    if getattr(opts, "hosts", False):
+        policy = status.get("host_policy")
+        if policy is None:
+            print("  per host (fleet-wide): not known yet (no worker has started)")
+        else:
+            print(f"  per host (fleet-wide, FLEET_HOST_KEY={policy['host_key']!r}): "
+                  + politeness.describe_policy(policy["interval"], policy["cap"],
+                                               policy["burst"], policy["is_rate"]))
+        print(f"  hosts    {'host':<32} {'entries':>8} {'flight':>6} {'next':>8} {'hold':>7} "
+              f"{'delay':>6} {'fails':>5} {'interval':>9} {'cap':>4}")
+        for row in status["hosts"]:
+            nxt = "slot" if row["waits_for_slot"] else (
+                "-" if row["next_in"] is None else f"{row['next_in']:.1f}s")
+            delay = "-" if row["crawl_delay"] is None else f"{row['crawl_delay']:.1f}s"
+            interval = f"{row['interval']:.3f}s" if row["interval"] else "-"
+            cap = row["cap"] or "-"
+            print(f"           {row['host'][:32]:<32} {row['entries']:>8} {row['in_flight']:>6} "
+                  f"{nxt:>8} {row['hold_left']:>6.1f}s {delay:>6} {row['failures']:>5} "
+                  f"{interval:>9} {cap:>4}")
+    return push.EXIT_OK
+
+
+def run_dead(admin: FrontierAdmin, opts: Any) -> int:
+    rows = []
+    for letter in admin.dead_letters(limit=opts.limit):
+        try:
+            url = codec.decode_dict(letter["data"])["url"]
+        except RequestDecodeError:
+            url = None
+        rows.append({"entry_id": letter["entry_id"], "reason": letter["reason"], "url": url,
+                     "at_ms": letter["at"]})
+    if opts.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for row in rows:
+            print(f"{row['entry_id']}  {row['url'] or '<undecodable>'}  {row['reason']}")
+        print(f"{len(rows)} dead letter(s) shown")
+    return push.EXIT_OK
+
+
+def utc(ms: Any) -> str:
+    """Server time in ms as ``2026-12-01 10:32:02 UTC`` (the raw number if it is not one)."""
+    import datetime
+
+    try:
+        when = datetime.datetime.fromtimestamp(int(ms) / 1000, datetime.timezone.utc)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return str(ms)
+    return when.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def run_failed(admin: FrontierAdmin, opts: Any) -> int:
+    rows = [dict(rec.to_json(), id=rid)
+            for rid, rec in failures.failed_records(admin.client, admin.keys, opts.reason)]
+    shown = rows[-opts.limit:] if opts.limit > 0 else rows  # the most recent ones
+    if opts.json:
+        print(json.dumps(shown, indent=2))
+        return push.EXIT_OK
+    for row in shown:
+        status = row["status"] or "-"
+        print(f"{row['id']}  {row['method']} {row['url']}  {row['reason']}  status {status}  "
+              f"attempts {row['attempts']}  worker {row['worker']}  at {utc(row['at'])}")
+    what = f" with reason {opts.reason!r}" if opts.reason else ""
+    print(f"{len(shown)} of {len(rows)} failed request(s){what} shown")
+    return push.EXIT_OK
+
+
+def run_retry(admin: FrontierAdmin, opts: Any, host_key_mode: str) -> int:
+    if not opts.all and opts.reason is None:
+        print("error: retry needs --reason R or --all", file=sys.stderr)
+        return push.EXIT_ERROR
+    if opts.all and opts.reason is not None:
+        print("error: retry takes --reason R or --all, not both", file=sys.stderr)
+        return push.EXIT_ERROR
+    report = failures.retry(admin.client, admin.keys, admin.url, dead=opts.dead,
+                            reason=opts.reason, queue_max=admin.params.queue_max,
+                            host_key=lambda url: politeness.host_key(url, host_key_mode),
+                            retries=admin.retries)
+    what = "dead letter(s)" if opts.dead else "failed request(s)"
+    print(f"retried {report.retried} {what} (crawl {admin.keys.crawl_id!r})"
+          + (f"; {report.gone} already retried by another run" if report.gone else "")
+          + (f"; {report.unreadable} unreadable, left" if report.unreadable else ""))
+    if report.full:
+        print(f"error: {report.full} left: the frontier is full (FLEET_QUEUE_MAX="
+              f"{admin.params.queue_max}); run retry again when it has room", file=sys.stderr)
+        return push.EXIT_FULL
+    return push.EXIT_OK
+
+
+def run_purge(admin: FrontierAdmin, opts: Any, label: str, confirm: Callable[[str], str]) -> int:
+    keys = admin.crawl_keys()
+    if not keys:
+        print(f"nothing to purge for crawl {admin.keys.crawl_id!r}")
+        return push.EXIT_OK
+    live = [w for w, age in admin.status()["workers"].items() if age < 60]
+    if live:
+        print(f"warning: {len(live)} worker(s) called this crawl in the last 60 s "
+              f"({', '.join(sorted(live)[:5])}); purging under them loses their leases and "
+              f"makes them stop with an error (crawl state lost)", file=sys.stderr)
+    if not opts.yes:
+        try:
+            answer = confirm(f"Delete {len(keys)} keys of crawl {admin.keys.crawl_id!r} "
+                             f"({label}): queue, leases, dupefilter, stats? [y/N] ")
+        except EOFError:
+            answer = ""
+        if answer.strip().lower() not in ("y", "yes"):
+            print("purge cancelled")
+            return push.EXIT_REJECTED
+    deleted = admin.purge()
+    print(f"purged {deleted} keys of crawl {admin.keys.crawl_id!r}")
+    return push.EXIT_OK
