@@ -429,19 +429,26 @@ def _is_proxies(argv: list[str]) -> bool:
     return bool(known.rest) and known.rest[0] == "proxies"
 
 
+def _crawl_options(parser: argparse.ArgumentParser, opts: Any) -> tuple[str, str, str | None]:
+    """``(redis URL, crawl id, pool or None)`` of *opts*, validated; a bad one is a usage
+    error (``parser.error``: exit status 2)."""
+    try:
+        url = validate_redis_url(opts.redis, "--redis")
+        crawl_id = validate_crawl_id(opts.crawl_id, "CRAWL_ID")
+        validate_key_prefix(opts.prefix, "--prefix")
+        pool = validate_crawl_id(opts.pool, "--pool") if opts.pool else None
+    except FleetConfigError as exc:
+        parser.error(str(exc))
+    return url, crawl_id, pool
+
+
 def proxies_main(argv: list[str]) -> int:
     from scrapy_fleet.proxies import admin as proxies_admin
 
     parser = build_proxies_parser()
     opts = parser.parse_intermixed_args(argv)
-    try:
-        url = validate_redis_url(opts.redis, "--redis")
-        crawl_id = validate_crawl_id(opts.crawl_id, "CRAWL_ID")
-        validate_key_prefix(opts.prefix, "--prefix")
-        pool = validate_crawl_id(opts.pool, "--pool") if opts.pool else crawl_id
-    except FleetConfigError as exc:
-        parser.error(str(exc))
-    admin = proxies_admin.admin_for(url, opts.prefix, pool)
+    url, crawl_id, pool = _crawl_options(parser, opts)
+    admin = proxies_admin.admin_for(url, opts.prefix, pool or crawl_id)
     try:
         return proxies_admin.run(admin, opts.proxies_action, opts.args, as_json=opts.json,
                                  sites=opts.site)
@@ -461,13 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     if spec.names_crawl:  # acl: the rules for this crawl, without Redis
         if opts.crawl_id is None or opts.urls:
             parser.error(f"{spec.name} takes one CRAWL_ID")
-        try:
-            url = validate_redis_url(opts.redis, "--redis")
-            crawl_id = validate_crawl_id(opts.crawl_id, "CRAWL_ID")
-            validate_key_prefix(opts.prefix, "--prefix")
-            pool = validate_crawl_id(opts.pool, "--pool") if opts.pool else None
-        except FleetConfigError as exc:
-            parser.error(str(exc))
+        url, crawl_id, pool = _crawl_options(parser, opts)
         target = AclTarget(crawl_id, opts.prefix, proxies=opts.proxies or pool is not None,
                            pool=pool, cluster=redis_url.parse(url).kind == "cluster")
         return run_action(spec.name, None, [], opts, push.default_fingerprinter(),
