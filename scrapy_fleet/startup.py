@@ -190,9 +190,11 @@ def hint(exc: FleetError) -> str:
 
 
 def report(crawler: Crawler, exc: FleetError) -> None:
-    """Log *exc* as one ERROR line with its fix (its traceback too at ``LOG_LEVEL=DEBUG``),
-    and keep asyncio and Twisted from logging it again when Scrapy re-raises it."""
-    debug = _log_level(crawler.settings) <= logging.DEBUG
+    """Log *exc* as one ERROR line with its fix (its traceback too at ``LOG_LEVEL=DEBUG``,
+    Scrapy's default, unless it is a wrong setting: its line says all there is), and keep
+    asyncio and Twisted from logging it again when Scrapy re-raises it."""
+    debug = _log_level(crawler.settings) <= logging.DEBUG \
+        and not isinstance(exc, FleetConfigError)
     fix = hint(exc)
     logger.error("Fleet worker cannot start: %s%s", str(exc).rstrip(". "),
                  f". {fix}." if fix else "", exc_info=exc if debug else None,

@@ -136,6 +136,16 @@ def test_traceback_at_debug_level(site, worker_env):
     assert "Spider opened" not in out
 
 
+def test_a_wrong_setting_has_no_traceback_even_at_debug_level(site, worker_env):
+    # Scrapy's default LOG_LEVEL is DEBUG: a new project printed the traceback of a wrong
+    # value after the line that says all there is to fix (fresh-user trial)
+    result = crawl(site, worker_env, "FLEET_LEASE_TIMEOUT=0.5", log_level="DEBUG")
+    out = result.stderr + result.stdout
+    assert result.returncode == 1, out
+    assert "Fleet worker cannot start: FLEET_LEASE_TIMEOUT='0.5' is invalid" in out
+    assert "Traceback" not in out, out
+
+
 @pytest.mark.parametrize("action", [["status", "starts"], ["push", "starts", "http://x.test/"]])
 def test_fleet_commands_with_redis_down(worker_env, action):
     port = free_port()
