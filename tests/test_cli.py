@@ -216,6 +216,16 @@ def test_a_setting_name_scrapy_ignores_for_its_case_is_a_warning(tmp_path, worke
 # -- help, version, settings -----------------------------------------------------------------
 
 
+def test_no_action_and_an_unknown_option_are_named_as_such(worker_env):
+    bare = cli()
+    assert bare.returncode == 2
+    assert "error: an ACTION is required: one of push, status" in bare.stderr
+    assert "proxies" in bare.stderr and "URL" not in bare.stderr.splitlines()[-1]
+    project = run_scrapy(EXAMPLE_PROJECT, ["fleet", "status", "docs", "--bogus"], worker_env)
+    assert project.returncode == 2
+    assert "error: unrecognized arguments: --bogus" in project.stderr, project.stderr
+
+
 def test_version_prints_the_package_version():
     from importlib.metadata import version
 
@@ -249,6 +259,8 @@ def test_project_help_keeps_one_usage_per_line(worker_env, args):
     assert "exit statuses:" in lines
     assert any(re.match(r" +4  status, dead, failed, retry, top: Redis holds no state", line)
                for line in lines)
+    # a help line ending in ':' would be taken for a heading by Scrapy's formatter
+    assert any("acl: the crawl uses the proxy pool" in line for line in lines), result.stdout
     assert max(len(line) for line in lines) <= 80
 
 

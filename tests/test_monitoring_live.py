@@ -228,10 +228,16 @@ def test_top_in_a_pseudo_terminal_redraws_and_exits_on_ctrl_c(redis_url, worker_
 
 def test_scrapy_fleet_top_once_inside_the_project(redis_url, worker_env):
     push(redis_url, worker_env, "http://127.0.0.1:9/a")
+    env = {k: v for k, v in worker_env.items() if k != "COLUMNS"}  # a pipe, no width given
     result = run_scrapy(EXAMPLE_PROJECT, ["fleet", "top", "docs", "--once", "-s",
-                                          f"FLEET_REDIS_URL={redis_url}"], worker_env)
+                                          f"FLEET_REDIS_URL={redis_url}"], env)
     assert result.returncode == 0, result.stderr
     assert "scrapy-fleet top · crawl docs" in result.stdout
+    # wide enough for whole headers and one line of totals (80 columns cut and wrapped them)
+    lines = result.stdout.splitlines()
+    assert any(line.split() == ["worker", "state", "health", "leases", "downloads", "pages",
+                                "items", "errors", "last", "seen"] for line in lines), lines
+    assert any("2xx" in line and "5xx" in line for line in lines), lines
     due = [line for line in result.stdout.splitlines() if line.strip().startswith("due")]
     assert due[0].split()[1] == "1"
 

@@ -46,7 +46,7 @@ from scrapy_fleet.monitoring import actions as monitoring_actions
 EXIT_STATUSES: tuple[tuple[int, str], ...] = (
     (push.EXIT_OK, "success"),
     (push.EXIT_REJECTED, "push: some lines were rejected (the valid ones were pushed); "
-                         "purge: declined"),
+                         "purge: declined; proxies: an exit named matched nothing"),
     (push.EXIT_ERROR, "usage error, or Redis unreachable, refusing the credentials, or not "
                       "a Redis server"),
     (push.EXIT_FULL, "push: the frontier stayed full (--no-wait, or --timeout expired); the "
@@ -242,7 +242,8 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                         help="push: wait at most this long for room in a full frontier, then "
                              "exit with status 3 (default: wait forever)")
-    parser.add_argument("--json", action="store_true", help="status/dead/settings: print JSON")
+    parser.add_argument("--json", action="store_true",
+                        help="status, dead, failed, settings: print JSON")
     parser.add_argument("--limit", type=int, default=20,
                         help="dead, status --hosts, top: how many to show")
     parser.add_argument("--hosts", action="store_true",
@@ -256,7 +257,7 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--role", choices=list(ACL_ROLE_USES), default=None,
                         help="acl: only this role's rule (default: every role)")
     parser.add_argument("--proxies", action="store_true",
-                        help="acl: the crawl uses the proxy pool (inside a project: when "
+                        help="acl: the crawl uses the proxy pool (inside a project, when "
                              "FLEET_PROXIES or FLEET_PROXY_POOL is set)")
     monitoring_actions.add_arguments(parser)
 
@@ -280,7 +281,9 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
         print(f"error: unknown action {action!r} ({', '.join(ACTIONS)})", file=sys.stderr)
         return push.EXIT_ERROR
     if urls and not spec.takes_urls:
-        print(f"error: {action} takes no URL arguments", file=sys.stderr)
+        options = [u for u in urls if u.startswith("-")]
+        print(f"error: unrecognized arguments: {' '.join(options)}" if options else
+              f"error: {action} takes no URL arguments", file=sys.stderr)
         return push.EXIT_ERROR
     ctx = ActionContext(admin, urls, opts, fingerprint, label, confirm, low_watermark,
                         has_method, host_key_mode, alerts_config, forget_after, acl_target)
@@ -351,10 +354,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "replicas have it, and warn when they do not "
                              "(FLEET_REDIS_WAIT_REPLICAS; default 0)")
     parser.add_argument("--pool", default=None,
-                        help="acl --proxies: the proxy pool, FLEET_PROXY_POOL (default: the "
-                             "crawl's own)")
+                        help="acl --proxies, proxies: the proxy pool, FLEET_PROXY_POOL "
+                             "(default: the crawl's own)")
     parser.add_argument("action", choices=list(ACTIONS), metavar="ACTION",
-                        help=f"one of {', '.join(ACTIONS)}")
+                        help=f"one of {', '.join(ACTIONS)}, proxies")
     parser.add_argument("crawl_id", nargs="?", metavar="CRAWL_ID",
                         help="FLEET_CRAWL_ID of the crawl (default: spider name)")
     parser.add_argument("urls", nargs="*", metavar="URL",
@@ -463,6 +466,8 @@ def main(argv: list[str] | None = None) -> int:
     if _is_proxies(sys.argv[1:] if argv is None else argv):
         return proxies_main(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    if not (sys.argv[1:] if argv is None else argv):  # argparse would also ask for a URL
+        parser.error(f"an ACTION is required: one of {', '.join(ACTIONS)}, proxies")
     opts = parser.parse_intermixed_args(argv)
     spec = ACTIONS[opts.action]
     if spec.names_crawl:  # acl: the rules for this crawl, without Redis

@@ -9,6 +9,8 @@ terminal restored).  While Redis cannot be read the last frame stays, under an e
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -180,13 +182,21 @@ def read_frame(source: Source) -> tuple[dict[str, Any], dict[str, Points]]:
     return snap, source.series(TOP_SERIES, "10s")
 
 
+#: columns of a frame printed to something that is not a terminal (``top --once | ...``)
+PIPE_WIDTH = 140
+
+
 def run_top(source: Source, interval: float = 2.0, once: bool = False, hosts: int = 10,
             console: Console | None = None) -> int:
     """Draw frames until Ctrl-C (or one frame with *once*); returns the exit status (0).
 
     The first read must succeed (the caller pinged Redis); later failures keep the last
     frame on screen under an error line and the view retries every *interval* seconds."""
-    console = console or Console()
+    if console is None:
+        # not on a terminal (a pipe, a log) rich assumes 80 columns, which cuts the worker
+        # table's headers and wraps its fields: take PIPE_WIDTH unless COLUMNS says otherwise
+        piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+        console = Console(width=PIPE_WIDTH if piped else None)
     snap, series = read_frame(source)
     if once:
         console.print(render(snap, series, width=console.width, hosts=hosts))
