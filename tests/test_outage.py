@@ -11,7 +11,6 @@ import logging
 import os
 import re
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -21,7 +20,6 @@ import redis
 from support import (
     EXAMPLE_PROJECT,
     RedisServer,
-    free_port,
     read_items,
     run_scrapy,
     start_worker,
@@ -38,49 +36,7 @@ pytestmark = pytest.mark.slow
 OUTAGE = 30.0  #: seconds Redis is gone
 
 
-class PersistentRedis:
-    """redis-server with ``appendonly yes`` and ``appendfsync always`` in *folder*: a
-    SIGKILL loses no acknowledged write; :meth:`start` again finds the data."""
-
-    def __init__(self, folder: Path, persistent: bool = True) -> None:
-        self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
-        self.persistent = persistent
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                "--dir", str(self.folder)]
-        args += ["--appendonly", "yes", "--appendfsync", "always"] if self.persistent else [
-            "--appendonly", "no"]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = redis.Redis(port=self.port)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                client.ping()
-                return
-            except redis.exceptions.RedisError:
-                assert time.monotonic() < deadline, "redis-server did not start"
-                time.sleep(0.05)
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-        self.proc = None
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.kill()
-
-
-def _crawl_setup(tmp_path: Path, site_factory, worker_env, server: PersistentRedis,
+def _crawl_setup(tmp_path: Path, site_factory, worker_env, server: RedisServer,
                  pages: int = 120):
     paths = generate_site(tmp_path / "www", pages, 4, seed=9)
     site = site_factory(tmp_path / "www",
@@ -106,7 +62,7 @@ def _crawl_setup(tmp_path: Path, site_factory, worker_env, server: PersistentRed
 
 def test_redis_gone_for_30_s_is_logged_once_and_the_crawl_loses_nothing(
         tmp_path, site_factory, worker_env):
-    server = PersistentRedis(tmp_path / "redis")
+    server = RedisServer(tmp_path / "redis", persistent=True)
     server.start()
     procs = []
     try:
@@ -140,7 +96,7 @@ def test_redis_gone_for_30_s_is_logged_once_and_the_crawl_loses_nothing(
 
 def test_redis_restarted_without_its_data_stops_the_workers_with_an_error(
         tmp_path, site_factory, worker_env):
-    server = PersistentRedis(tmp_path / "redis", persistent=False)
+    server = RedisServer(tmp_path / "redis")
     server.start()
     procs = []
     try:

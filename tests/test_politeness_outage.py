@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from support import TEST_PROJECT, read_items, start_worker, tail, wait_all
-from test_outage import PersistentRedis
+from support import TEST_PROJECT, RedisServer, read_items, start_worker, tail, wait_all
 
 from scrapy_fleet.commands.push import default_fingerprinter, push_lines
 from scrapy_fleet.frontier.client import FrontierAdmin
@@ -60,7 +59,7 @@ def test_a_redis_restart_never_lets_a_request_skip_its_turn_and_is_one_outage(
     generate_site(tmp_path / "www", 10, 2, seed=5)
     site = site_factory(tmp_path / "www", binds=BINDS)
     a_hosts, b_host, c_hosts = site.urls[0:3], site.urls[3], site.urls[4:7]
-    server = PersistentRedis(tmp_path / "redis")
+    server = RedisServer(tmp_path / "redis", persistent=True)
     server.start()
     out, log = tmp_path / "out.jsonl", tmp_path / "w.log"
     proc = None

@@ -43,7 +43,7 @@ class RedisServer:
     """
 
     def __init__(self, workdir: Path, port: int | None = None,
-                 new_session: bool = False) -> None:
+                 new_session: bool = False, persistent: bool = False) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError(
@@ -54,6 +54,9 @@ class RedisServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
         self.new_session = new_session  #: a Ctrl-C to the parent does not reach it
+        #: append-only file, fsync on every write, in *workdir*: a SIGKILL (:meth:`kill`)
+        #: loses no acknowledged write and :meth:`start` again finds the data
+        self.persistent = persistent
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -67,7 +70,9 @@ class RedisServer:
         log = self.workdir / "redis.log"
         self.proc = subprocess.Popen(
             [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.workdir), "--logfile", str(log)],
+             *(("--appendonly", "yes", "--appendfsync", "always") if self.persistent
+               else ("--appendonly", "no")),
+             "--dir", str(self.workdir), "--logfile", str(log)],
             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
             start_new_session=self.new_session)
         deadline = time.monotonic() + timeout
@@ -94,6 +99,13 @@ class RedisServer:
     def stop(self) -> None:
         stop_process(self.proc)
         self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL (no shutdown, like a machine dying) and reap it."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
 
     def restart(self) -> None:
         """Stop and start on the same port; the data is gone (no persistence)."""
