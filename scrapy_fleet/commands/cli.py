@@ -463,12 +463,13 @@ def proxies_main(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if _is_proxies(sys.argv[1:] if argv is None else argv):
-        return proxies_main(sys.argv[1:] if argv is None else argv)
+    args = sys.argv[1:] if argv is None else argv
+    if _is_proxies(args):
+        return proxies_main(args)
     parser = build_parser()
-    if not (sys.argv[1:] if argv is None else argv):  # argparse would also ask for a URL
+    if not args:  # argparse would also ask for a URL
         parser.error(f"an ACTION is required: one of {', '.join(ACTIONS)}, proxies")
-    opts = parser.parse_intermixed_args(argv)
+    opts = parser.parse_intermixed_args(args)
     spec = ACTIONS[opts.action]
     if spec.names_crawl:  # acl: the rules for this crawl, without Redis
         if opts.crawl_id is None or opts.urls:

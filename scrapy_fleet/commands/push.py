@@ -23,6 +23,7 @@ seconds of waiting have passed.  Nothing is ever pushed past the cap.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import re
@@ -127,12 +128,20 @@ def _check_str_dict(name: str, value: Any, multi: bool = False) -> None:
                                                                         if multi else ""))
 
 
+@functools.lru_cache(maxsize=64)
+def _signature(function: Callable[..., Any]) -> inspect.Signature | None:
+    """The signature of a spider method, read once per method (not once per pushed line)."""
+    try:
+        return inspect.signature(function)
+    except (TypeError, ValueError):
+        return None
+
+
 def _check_cb_kwargs(name: str, function: Callable[..., Any], cb_kwargs: dict[str, Any]) -> None:
     """Raise PushLineError when *function* (a spider method, unbound) cannot take
     ``(spider, response, **cb_kwargs)``: the request would fail in every worker."""
-    try:
-        signature = inspect.signature(function)
-    except (TypeError, ValueError):  # no signature to read (a builtin): not checked
+    signature = _signature(function)
+    if signature is None:  # no signature to read (a builtin): not checked
         return
     try:
         signature.bind(None, None, **cb_kwargs)
