@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -196,6 +196,20 @@ def run_scrapy(
         text=True,
         timeout=timeout,
     )
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str,
+               interval: float = 0.2) -> Any:
+    """Call *check* every *interval* seconds until it returns something true, and return
+    that; raise ``AssertionError`` naming *what* (and the last value) after *timeout* s."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
 def wait_all(procs: Iterable[subprocess.Popen[Any]], timeout: float) -> list[int]:

@@ -20,7 +20,7 @@ from pathlib import Path
 import msgpack
 import pytest
 import redis
-from support import TEST_PROJECT, read_items, start_worker, tail, wait_all
+from support import TEST_PROJECT, read_items, start_worker, tail, wait_all, wait_until
 
 from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
 from scrapy_fleet.keys import CrawlKeys
@@ -286,22 +286,12 @@ def _idle_worker(redis_url: str, worker_env: dict[str, str], log: Path,
                         worker_env, log)
 
 
-def _wait(predicate, timeout: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_a_sigkilled_worker_is_shown_dead_within_15_s_then_forgotten(redis_url, worker_env,
                                                                      tmp_path):
     log = tmp_path / "w.log"
     proc = _idle_worker(redis_url, worker_env, log, FLEET_WORKER_FORGET_AFTER=25)
     try:
-        rows = _wait(lambda: [w for w in snapshot(redis_url, "fetch")["workers"]
+        rows = wait_until(lambda: [w for w in snapshot(redis_url, "fetch")["workers"]
                               if w["health"] == "alive"], 60, "the worker's heartbeat")
     except AssertionError:
         proc.kill()
@@ -312,7 +302,7 @@ def test_a_sigkilled_worker_is_shown_dead_within_15_s_then_forgotten(redis_url, 
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     killed_at = time.monotonic()
-    _wait(lambda: [w for w in snapshot(redis_url, "fetch")["workers"]
+    wait_until(lambda: [w for w in snapshot(redis_url, "fetch")["workers"]
                    if w["id"] == row["id"] and w["health"] == "dead"], 30, "dead")
     assert time.monotonic() - killed_at <= 15.5
     snap = snapshot(redis_url, "fetch")
@@ -322,7 +312,7 @@ def test_a_sigkilled_worker_is_shown_dead_within_15_s_then_forgotten(redis_url, 
     # after FLEET_WORKER_FORGET_AFTER: no key and no entry left (issue 9, item 6)
     client = redis.Redis.from_url(redis_url)
     keys = CrawlKeys("fleet", "fetch")
-    _wait(lambda: not client.exists(keys.worker_info(row["id"])), 40, "the key to expire")
+    wait_until(lambda: not client.exists(keys.worker_info(row["id"])), 40, "the key to expire")
     sample(client, keys, forget_after=25)
     assert snapshot(redis_url, "fetch")["workers"] == []
     assert client.zcard(keys.workers) == 0
@@ -353,7 +343,7 @@ def test_a_worker_holding_leases_without_acknowledging_is_stalled(redis_url, sit
                                                 "FLEET_STALL_AFTER": 3}, worker_env, log)
     cfg = alerts.AlertConfig(stall_after=3)
     try:
-        snap = _wait(lambda: (s := snapshot(redis_url, "stuck", alerts_config=cfg))["workers"]
+        snap = wait_until(lambda: (s := snapshot(redis_url, "stuck", alerts_config=cfg))["workers"]
                      and s["workers"][0]["health"] == "stalled" and s, 60, "stalled")
     finally:
         proc.kill()
@@ -552,7 +542,7 @@ def test_sigterm_drains_within_the_drain_timeout_and_leaves_no_lease(redis_url, 
         "FLEET_PREFETCH": 4}, worker_env, log)
     client = redis.Redis.from_url(redis_url)
     try:
-        _wait(lambda: any(w["downloads"] > 0 for w in snapshot(redis_url, "fetch")["workers"]),
+        wait_until(lambda: any(w["downloads"] > 0 for w in snapshot(redis_url, "fetch")["workers"]),
               60, "downloads in flight")
     except AssertionError:
         proc.kill()
@@ -561,7 +551,7 @@ def test_sigterm_drains_within_the_drain_timeout_and_leaves_no_lease(redis_url, 
     os.kill(proc.pid, signal.SIGTERM)
     started = time.monotonic()
     # the prefetched leases go back at once; the heartbeat says "draining"
-    _wait(lambda: [w for w in snapshot(redis_url, "fetch")["workers"]
+    wait_until(lambda: [w for w in snapshot(redis_url, "fetch")["workers"]
                    if w["state"] == "draining" and w["leases"] == w["downloads"]], 4.5,
           "draining")
     assert wait_all([proc], 30) == [0], tail(log)
@@ -582,7 +572,7 @@ def test_sigterm_on_a_fast_crawl_finishes_in_flight_work_and_exits_0(redis_url, 
     proc = start_worker(TEST_PROJECT, "many_starts", {
         "FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 3, "FLEET_JSONL_PATH": out},
         worker_env, log, spider_args={"base": site.url, "n": 200})
-    _wait(lambda: len(read_items([out])) >= 10, 90, "some items")
+    wait_until(lambda: len(read_items([out])) >= 10, 90, "some items")
     os.kill(proc.pid, signal.SIGTERM)
     assert wait_all([proc], 60) == [0], tail(log)
     client = redis.Redis.from_url(redis_url)

@@ -35,6 +35,7 @@ from support import (
     stop_process,
     tail,
     wait_all,
+    wait_until,
 )
 
 from scrapy_fleet.testsite import generate_site
@@ -255,17 +256,6 @@ def start_fleet(tmp_path: Path, redis_url: str, env: dict[str, str], workers: in
     return procs, logs
 
 
-def wait_for(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
-
-
 def test_metrics_are_exact_after_a_crawl_with_403s(redis_url, site_factory, worker_env,
                                                    tmp_path, monitors):
     generate_site(tmp_path / "www", 60, 5)
@@ -353,7 +343,7 @@ def test_dashboard_in_chromium_during_a_crawl(redis_url, site_factory, worker_en
             return status == 200 and all(any(f":{pid}" in wid for wid in alive)
                                          for pid in pids)
 
-        wait_for(fleet_running, 60, "both workers in the snapshot")
+        wait_until(fleet_running, 60, "both workers in the snapshot")
         shot = tmp_path / "dashboard.png"
         with chromium_page(tmp_path) as page:
             page.goto(monitor.url, wait_until="load")
@@ -458,7 +448,7 @@ def test_monitor_keeps_the_series_going_while_no_worker_runs(redis_url, worker_e
         return [v for _, v in data["series"]["depth_due"] if v is not None]
 
     # the push took one sample; without a worker only the monitor can take the next ones
-    got = wait_for(lambda: len(points()) >= 3 and points(), 45, "3 samples of depth_due")
+    got = wait_until(lambda: len(points()) >= 3 and points(), 45, "3 samples of depth_due")
     assert set(got) == {2.0}
 
 
