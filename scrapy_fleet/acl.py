@@ -61,7 +61,8 @@ PROBE_LINES = {
     "setrange": "setrange @K 0 v", "strlen": "strlen @K", "type": "type @K",
     "zincrby": "zincrby @K 1 m", "bitfield": "bitfield @K get u8 0",
     "bitfield_ro": "bitfield_ro @K get u1 0", "incrby": "incrby @K 1",
-    "zrevrange": "zrevrange @K 0 -1", "hkeys": "hkeys @K",
+    "zrevrange": "zrevrange @K 0 -1", "hkeys": "hkeys @K", "getrange": "getrange @K 0 1",
+    "zmscore": "zmscore @K m",
 }
 #: commands each role sends itself (outside scripts)
 _DIRECT = {

@@ -13,7 +13,7 @@ import redis
 from scrapy import Request
 
 from scrapy_fleet import codec, lua
-from scrapy_fleet.frontier.bloom import bloom_key, slice_params
+from scrapy_fleet.frontier.bloom import CLASSIC, bloom_key, slice_params
 from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch, _arg
 
 
@@ -126,7 +126,7 @@ def test_replayed_op_id_returns_the_first_reply(redis_url):
 
 def _old_positions(fp: bytes, capacity: int, rate: float) -> list[int]:
     """Bit positions of the previous bloom.lua: (h1 + i*h2) mod m, h1/h2 the 48-bit halves."""
-    sp = slice_params(capacity, rate, 0)
+    sp = slice_params(capacity, rate, 0, layout=CLASSIC)
     h1, h2 = int.from_bytes(fp[:6], "big"), int.from_bytes(fp[6:], "big")
     return [(h1 + i * h2) % sp.bits for i in range(sp.hashes)]
 
@@ -136,7 +136,7 @@ def test_filter_of_the_previous_format_is_read_and_gets_a_generation(redis_url):
     k = admin.keys
     capacity, rate = 1000, 0.001
     admin.params = FrontierParams(bloom_capacity=capacity, bloom_error_rate=rate)
-    sp = slice_params(capacity, rate, 0)
+    sp = slice_params(capacity, rate, 0, layout=CLASSIC)
     client = admin.client
     client.set(k.bloom_slice(0), b"\0" * math.ceil(sp.bits / 8))
     fp = bloom_key(b"http://h.test/old")
