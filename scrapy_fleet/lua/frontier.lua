@@ -205,8 +205,9 @@ local function lease_string(tok, score, host, who)
   return tok .. '|' .. score .. '|' .. host .. '\t' .. who
 end
 
--- Slot changes (hostlive, wlive) are summed per host and written by flush_slots, once per
--- host; the memo (ctx) sees them at once.
+-- Slot changes (hostlive, wlive) are summed per host and written by flush_slots at the end
+-- of the call, once per host (a host whose download ended and which got a new lease in the
+-- same call writes nothing); the memo (ctx) sees them at once.
 local live_delta, wlive_delta = {}, {}
 local function live_now(h)
   return tonumber(ctx_get(ctx, HOSTLIVE, h)) or 0
@@ -229,7 +230,35 @@ local function wlive_add(field, n)
   wlive_delta[field] = (wlive_delta[field] or 0) + n
 end
 local freed_hosts = {}
+-- Mid-call: the hosts whose slot was freed and which waited for one (at FAR in `ready`) may be
+-- leased from now (step 7 reads `ready`); a count that went below 0 (a slot freed twice: an
+-- entry of the previous format) reads as 0, as once written.
+local function settle_slots()
+  local freed = {}
+  for h in pairs(freed_hosts) do freed[#freed + 1] = h end
+  for from = 1, #freed, 1000 do
+    local part = {unpack(freed, from, math.min(#freed, from + 999))}
+    local at = redis.call('ZMSCORE', READY, unpack(part))
+    local wake = {}
+    for i, h in ipairs(part) do
+      local ready_at = tonumber(at[i])
+      if ready_at and ready_at >= FAR then  -- it was waiting for a slot
+        wake[#wake + 1] = now
+        wake[#wake + 1] = h
+      end
+    end
+    if #wake > 0 then redis.call('ZADD', READY, unpack(wake)) end
+  end
+  freed_hosts = {}
+  for h in pairs(live_delta) do
+    if live_now(h) < 0 then ctx_put(ctx, HOSTLIVE, h, 0) end
+  end
+  for f in pairs(wlive_delta) do
+    if wlive_memo[f] < 0 then wlive_memo[f] = 0 end
+  end
+end
 local function flush_slots()
+  settle_slots()
   for h, n in pairs(live_delta) do
     if n ~= 0 then
       local left = hincrby(HOSTLIVE, h, n)
@@ -244,13 +273,7 @@ local function flush_slots()
       wlive_memo[f] = math.max(left, 0)
     end
   end
-  for h in pairs(freed_hosts) do
-    local ready_at = tonumber(redis.call('ZSCORE', READY, h))
-    if ready_at and ready_at >= FAR then
-      redis.call('ZADD', READY, now, h)  -- it was waiting for a slot
-    end
-  end
-  live_delta, wlive_delta, freed_hosts = {}, {}, {}
+  live_delta, wlive_delta = {}, {}
 end
 
 -- A lease holds its host's concurrency slot from the lease until its download is over
@@ -306,7 +329,7 @@ local function drop_lease(id)
 end
 
 -- Entries per host (FLEET_HOST_QUEUE_MAX): read when a bound needs them, changes summed
--- per host and written once per host by flush_hostq.
+-- per host and written once per host by flush_hostq, at the end of the call.
 local host_counts, host_delta = {}, {}
 local function host_count(host)
   if host_counts[host] == nil then
@@ -439,7 +462,7 @@ for _, sv in ipairs(req.s) do
   end
 end
 if #marks > 0 then call_many('HSET', LEASE, marks, 4000) end
-flush_slots()
+settle_slots()
 
 -- 6. pushes and acknowledgements, within the bounds
 flush_queue()
@@ -645,8 +668,7 @@ if bloom ~= nil then
   out.bg = bloom.gen
 end
 flush_queue()
-flush_hostq()
-flush_slots()
+settle_slots()
 count('acked', out.acked)
 count('pushed', out.new)
 count('duplicates', out.dup + local_dups)
@@ -822,8 +844,6 @@ if take > 0 then
     end
     flush_queue()
   end
-  flush_hostq()
-  flush_slots()
   count('leased', #out.leased)
   if #out.leased < take then
     -- the worker wanted more: when may the next host be fetched (a GCRA turn, a hold, a
@@ -834,6 +854,9 @@ if take > 0 then
     if nxt[2] then out.nr = tonumber(nxt[2]) - now end
   end
 end
+
+flush_hostq()
+flush_slots()
 
 -- 8. fleet idleness: nothing queued, leased, deferred or parked, since when?
 out.queued = redis.call('ZCARD', Q)
