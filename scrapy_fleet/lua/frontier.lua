@@ -205,6 +205,61 @@ local function lease_string(tok, score, host, who)
   return tok .. '|' .. score .. '|' .. host .. '\t' .. who
 end
 
+local batch = {}  -- batched reads and writes (one local: Lua allows 200 per function)
+-- Batched reads: the fields a call will look at are read with one HMGET per hash (chunks of
+-- 1000), not one HGET each.  into(field, value) keeps each value (false when missing).
+function batch.read_fields(key, fields, into)
+  for from = 1, #fields, 1000 do
+    local part = {unpack(fields, from, math.min(#fields, from + 999))}
+    local vals = redis.call('HMGET', key, unpack(part))
+    for i, f in ipairs(part) do into(f, vals[i]) end
+  end
+end
+-- The leases of ids (a list of ids, or of lists whose first element is an id) not read yet.
+function batch.prefetch_leases(list)
+  local ids, seen = {}, {}
+  for _, e in ipairs(list) do
+    local id = type(e) == 'table' and e[1] or e
+    if (type(id) == 'string' or type(id) == 'number') and lease_cache[id] == nil
+        and not seen[id] then
+      seen[id] = true
+      ids[#ids + 1] = id
+    end
+  end
+  batch.read_fields(LEASE, ids, function(id, v) lease_cache[id] = v end)
+end
+-- The per-host fields of key (a hash of lua/hosts.lua's ctx) for hosts, into ctx's memo.
+function batch.prefetch_ctx(key, hosts)
+  if ctx.empty[key] then return end
+  local m = ctx.memo[key]
+  if m == nil then
+    m = {}
+    ctx.memo[key] = m
+  end
+  local want, seen = {}, {}
+  for _, h in ipairs(hosts) do
+    if m[h] == nil and not seen[h] then
+      seen[h] = true
+      want[#want + 1] = h
+    end
+  end
+  batch.read_fields(key, want, function(h, v) m[h] = v end)
+end
+-- Counts (field -> number) written with one HSET (and one HDEL for those at 0 or below).
+function batch.write_counts(key, values)
+  local sets, dels = {}, {}
+  for f, v in pairs(values) do
+    if v > 0 then
+      sets[#sets + 1] = f
+      sets[#sets + 1] = string.format('%d', v)
+    else
+      dels[#dels + 1] = f
+    end
+  end
+  if #sets > 0 then call_many('HSET', key, sets, 4000) end
+  if #dels > 0 then call_many('HDEL', key, dels, 4000) end
+end
+
 -- Slot changes (hostlive, wlive) are summed per host and written by flush_slots at the end
 -- of the call, once per host (a host whose download ended and which got a new lease in the
 -- same call writes nothing); the memo (ctx) sees them at once.
@@ -228,6 +283,16 @@ end
 local function wlive_add(field, n)
   wlive_memo[field] = wlive_now(field) + n
   wlive_delta[field] = (wlive_delta[field] or 0) + n
+end
+function batch.prefetch_wlive(fields)
+  local want, seen = {}, {}
+  for _, f in ipairs(fields) do
+    if wlive_memo[f] == nil and not seen[f] then
+      seen[f] = true
+      want[#want + 1] = f
+    end
+  end
+  batch.read_fields(WLIVE, want, function(f, v) wlive_memo[f] = tonumber(v) or 0 end)
 end
 local freed_hosts = {}
 -- Mid-call: the hosts whose slot was freed and which waited for one (at FAR in `ready`) may be
@@ -257,22 +322,18 @@ local function settle_slots()
     if wlive_memo[f] < 0 then wlive_memo[f] = 0 end
   end
 end
+-- (the memo holds each count as read plus this call's changes: written as it is)
 local function flush_slots()
   settle_slots()
+  local lives, wlives = {}, {}
   for h, n in pairs(live_delta) do
-    if n ~= 0 then
-      local left = hincrby(HOSTLIVE, h, n)
-      if left <= 0 then redis.call('HDEL', HOSTLIVE, h) end
-      ctx_put(ctx, HOSTLIVE, h, math.max(left, 0))
-    end
+    if n ~= 0 then lives[h] = live_now(h) end
   end
   for f, n in pairs(wlive_delta) do
-    if n ~= 0 then
-      local left = hincrby(WLIVE, f, n)
-      if left <= 0 then redis.call('HDEL', WLIVE, f) end
-      wlive_memo[f] = math.max(left, 0)
-    end
+    if n ~= 0 then wlives[f] = wlive_memo[f] end
   end
+  batch.write_counts(HOSTLIVE, lives)
+  batch.write_counts(WLIVE, wlives)
   live_delta, wlive_delta = {}, {}
 end
 
@@ -342,14 +403,27 @@ local function host_add(host, n)
   host_delta[host] = (host_delta[host] or 0) + n
   if host_counts[host] ~= nil then host_counts[host] = math.max(host_counts[host] + n, 0) end
 end
-local function flush_hostq()
-  for host, n in pairs(host_delta) do
-    if n ~= 0 then
-      local left = hincrby(HOSTQ, host, n)
-      if left <= 0 then redis.call('HDEL', HOSTQ, host) end
-      host_counts[host] = math.max(left, 0)
+function batch.prefetch_hostq(hosts)
+  local want, seen = {}, {}
+  for _, h in ipairs(hosts) do
+    if host_counts[h] == nil and h ~= '' and not seen[h] then
+      seen[h] = true
+      want[#want + 1] = h
     end
   end
+  batch.read_fields(HOSTQ, want, function(h, v)
+    host_counts[h] = (tonumber(v) or 0) + (host_delta[h] or 0)
+  end)
+end
+local function flush_hostq()
+  local changed = {}
+  for host, n in pairs(host_delta) do
+    if n ~= 0 then changed[#changed + 1] = host end
+  end
+  batch.prefetch_hostq(changed)
+  local values = {}
+  for _, host in ipairs(changed) do values[host] = host_counts[host] end
+  batch.write_counts(HOSTQ, values)
   host_delta = {}
 end
 
@@ -370,6 +444,29 @@ local function to_dead(id, reason, host)
   exp_del[#exp_del + 1] = id
   out.dead = out.dead + 1
   count('dead_lettered', 1)
+end
+
+-- The leases this call looks at (expired ones, and those the worker names), read at once, and
+-- the slot counts of their hosts.
+function batch.prefetch_call_leases(expired)
+  local all = {}
+  for _, list in ipairs({expired, req.a, req.r, req.d, req.x, req.s}) do
+    for _, e in ipairs(list) do all[#all + 1] = e end
+  end
+  batch.prefetch_leases(all)
+  local hosts, fields = {}, {}
+  for _, e in ipairs(all) do
+    local id = type(e) == 'table' and e[1] or e
+    local _, _, who, host = parse_lease(lease_cache[id])
+    if host then
+      hosts[#hosts + 1] = host
+      if who and who ~= '' and string.sub(who, 1, 1) ~= '!' then
+        fields[#fields + 1] = who .. '|' .. host
+      end
+    end
+  end
+  batch.prefetch_ctx(HOSTLIVE, hosts)
+  batch.prefetch_wlive(fields)
 end
 
 -- Holds `token` the current lease of `id`?  Returns its score when it does.
@@ -394,6 +491,7 @@ end
 
 -- 2. reclaim expired leases (of any worker), a bounded number per call
 local expired = redis.call('ZRANGEBYSCORE', LEASES, '-inf', now, 'LIMIT', 0, tonumber(req.rc) or 100)
+batch.prefetch_call_leases(expired)
 if #expired > 0 then
   local counts = {}
   for i, id in ipairs(expired) do
@@ -489,6 +587,15 @@ if #req.p > 0 then
     local found = bloom_lookup(bloom, fps)
     for j, i in ipairs(where) do present[i] = found[j] end
   end
+end
+if host_max > 0 and #req.p > 0 then
+  local hosts = {}
+  for i, p in ipairs(req.p) do hosts[i] = p[5] end
+  for _, a in ipairs(req.a) do
+    local _, _, _, h = parse_lease(lease_cache[a[1]])
+    if h then hosts[#hosts + 1] = h end
+  end
+  batch.prefetch_hostq(hosts)
 end
 local added = {}  -- fingerprints added by this call (two identical links: the second is seen)
 local function host_full(host)
@@ -720,6 +827,19 @@ if take > 0 then
     end
   end
   if #ready_del > 0 then call_many('ZREM', READY, ready_del, 4000) end
+  -- what the politeness checks below read of each candidate host, read at once
+  batch.prefetch_ctx(HOSTLIVE, list)
+  batch.prefetch_ctx(HOLD, list)
+  batch.prefetch_ctx(HOSTCONF, list)
+  batch.prefetch_ctx(CRAWLDELAY, list)
+  if ctx.defaults[1] > 0 or not ctx.empty[HOSTCONF] or not ctx.empty[CRAWLDELAY] then
+    batch.prefetch_ctx(TAT, list)
+  end
+  if worker ~= '' then
+    local fields = {}
+    for i, h in ipairs(list) do fields[i] = worker .. '|' .. h end
+    batch.prefetch_wlive(fields)
+  end
   -- a capped host's slots are shared among the live workers (seen in the last 10 s), so
   -- that the worker which frees a slot does not always take it back itself
   local active = math.max(1, redis.call('ZCOUNT', WORKERS, now - 10000, '+inf'))
