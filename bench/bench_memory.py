@@ -8,7 +8,8 @@ as ``scrapy-fleet push`` runs it: parse, encode, fingerprint, batches of 200) ov
 Reported: ``used_memory`` after minus before, per URL (every key counted: queue, data, per
 host counters, ready set, Bloom filter, ...); the Bloom filter's part (``MEMORY USAGE`` of
 its keys) and the rest per URL; ``MEMORY USAGE`` of each crawl key (``--keys``, sampled:
-``SAMPLES 0`` = exact for the aggregate types, slow on big keys, so only the ones named);
+``SAMPLES 0`` = exact for the aggregate types, slow on big keys, so only the ones named; the
+queue buckets, one LIST per host and priority, summed as ``qb:*``);
 URLs pushed per second (wall clock of the whole push).
 
 Usage: ``.venv/bin/python bench/bench_memory.py --baseline ../frontier-baseline
@@ -52,11 +53,24 @@ def child(args: argparse.Namespace) -> None:
     wall = time.perf_counter() - t0
     after = r.info("memory")["used_memory"]
     keys = sorted(k.decode() for k in r.scan_iter(match="fleet:{mem}:*", count=1000))
-    usage = {k.split(":", 2)[2]: r.memory_usage(k, samples=0 if "bloom" in k else 5)
-             for k in keys if not k.split(":", 2)[2].startswith("op:")}
+    usage: dict[str, int] = {}
+    enc: dict[str, str] = {}
+    buckets = 0
+    for k in keys:
+        name = k.split(":", 2)[2]
+        if name.startswith("op:"):
+            continue
+        size = r.memory_usage(k, samples=0 if "bloom" in k else 5) or 0
+        if name.startswith("qb:"):  # the queue buckets (one LIST per host and priority)
+            buckets += 1
+            usage["qb:*"] = usage.get("qb:*", 0) + size
+            enc["qb:*"] = r.object("encoding", k).decode()
+        else:
+            usage[name] = size
+            enc[name] = r.object("encoding", k).decode()
+    if buckets:
+        enc["qb:*"] += f" x{buckets}"
     bloom = sum(v or 0 for k, v in usage.items() if k.startswith("bloom"))
-    enc = {k.split(":", 2)[2]: r.object("encoding", k).decode()
-           for k in keys if not k.split(":", 2)[2].startswith("op:")}
     n = max(report.pushed, 1)
     print(json.dumps({
         "tree": str(Path(scrapy_fleet.__file__).parent.parent), "hosts": args.hosts,

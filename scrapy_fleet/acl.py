@@ -62,7 +62,8 @@ PROBE_LINES = {
     "zincrby": "zincrby @K 1 m", "bitfield": "bitfield @K get u8 0",
     "bitfield_ro": "bitfield_ro @K get u1 0", "incrby": "incrby @K 1",
     "zrevrange": "zrevrange @K 0 -1", "hkeys": "hkeys @K", "getrange": "getrange @K 0 1",
-    "zmscore": "zmscore @K m",
+    "zmscore": "zmscore @K m", "decrby": "decrby @K 1", "lpush": "lpush @K v",
+    "lrange": "lrange @K 0 -1", "ltrim": "ltrim @K 0 -1",
 }
 #: commands each role sends itself (outside scripts)
 _DIRECT = {

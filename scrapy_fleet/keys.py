@@ -4,9 +4,19 @@ All keys of one crawl share the hash tag ``{<crawl id>}`` so that the multi-key 
 run on Redis Cluster (every key of a script must live in one slot).  Layout, with the default
 prefix ``fleet`` and crawl id ``docs``::
 
-    fleet:{docs}:queue        ZSET  entry id -> -priority     ready requests (lowest score first,
-                                                              ties in member order = FIFO)
-    fleet:{docs}:data         HASH  entry id -> bytes         encoded request (codec.py)
+    fleet:{docs}:qb:<host>\t<priority key>  LIST  "<entry id>\t<bytes>"  queued requests of one
+                                                              host and priority (a bucket), FIFO:
+                                                              the encoded request (codec.py) is
+                                                              in the entry (lua/hosts.lua)
+    fleet:{docs}:qidx         ZSET  "<host>\t<priority key>" -> 0  the buckets that hold entries
+                                                              (lexicographic: a host's best
+                                                              priority first)
+    fleet:{docs}:qn           STRING  count                   entries in the buckets
+    fleet:{docs}:queue        ZSET  "<host>\t<priority key>\t<entry id>" -> 0  previous format
+                                                              only: moved into the buckets by
+                                                              lua/frontier.lua, never written
+    fleet:{docs}:data         HASH  entry id -> bytes         encoded request of a leased or
+                                                              deferred entry (codec.py)
     fleet:{docs}:leases       ZSET  entry id -> expiry (ms)   leased requests, by server time
     fleet:{docs}:lease        HASH  entry id -> "token|score|host\tworker"  current lease of
                                                               each entry ("!worker": download
@@ -99,6 +109,25 @@ class CrawlKeys:
         return self._k("queue")
 
     @property
+    def queue_index(self) -> str:
+        return self._k("qidx")
+
+    @property
+    def queue_count(self) -> str:
+        return self._k("qn")
+
+    @property
+    def bucket_prefix(self) -> str:
+        """Prefix of the queue buckets' key names (passed to the scripts as a key: every
+        bucket shares the crawl's hash tag, so it lives in the same cluster slot)."""
+        return self._k("qb:")
+
+    def bucket(self, host: str, priority: int) -> str:
+        """The queue bucket of *host*'s entries of Request.priority *priority* (lua/hosts.lua,
+        bucket_name: the key is -priority + 10**15, zero-padded to 16 digits)."""
+        return f"{self.bucket_prefix}{host}\t{-priority + 10**15:016d}"
+
+    @property
     def data(self) -> str:
         return self._k("data")
 
@@ -176,8 +205,9 @@ class CrawlKeys:
 
     @property
     def size_keys(self) -> tuple[str, str, str]:
-        """The ZSETs whose sizes add up to the frontier's size, which FLEET_QUEUE_MAX bounds:
-        queued, leased, deferred (lua/frontier.lua counts the same)."""
+        """The ZSETs whose sizes add up to the frontier's size, which FLEET_QUEUE_MAX bounds,
+        with the count in ``queue_count``: queued entries of the previous format, leased,
+        deferred (lua/frontier.lua counts the same)."""
         return self.queue, self.leases, self.delayed
 
     def politeness_keys(self) -> list[str]:
@@ -257,7 +287,7 @@ class CrawlKeys:
         """KEYS of lua/failed_retry.lua, in the order its header lists them."""
         return [self.failed, self.failed_at, self.failed_by, self.dead, self.queue, self.data,
                 self.ehost, self.hostq, self.ready, self.stats, self.seq, self.leases,
-                self.delayed]
+                self.delayed, self.queue_index, self.queue_count, self.bucket_prefix]
 
     @property
     def op_prefix(self) -> str:
@@ -307,7 +337,7 @@ class CrawlKeys:
     def sample_keys(self) -> list[str]:
         """KEYS of lua/sample.lua, in the order its header lists them."""
         return [self.stats, self.workers, self.queue, self.leases, self.delayed, self.parked,
-                self.dead, *self.monitor_keys("")]
+                self.dead, self.queue_count, *self.monitor_keys("")]
 
     def frontier_keys(self, op_id: str, prev_op_id: str, worker_id: str = "") -> list[str]:
         """KEYS of lua/frontier.lua, in the order its header lists them.
@@ -319,7 +349,8 @@ class CrawlKeys:
         return [self.queue, self.data, self.leases, self.lease, self.expiries, self.dead,
                 self.seq, self.token, self.stats, self.idle_since, self.workers, self.op(op_id),
                 self.op(prev_op_id), self.delayed, self.parked, self.hostq, self.ehost,
-                *self.host_keys(), *self.failed_keys(), self.bloom_meta,
+                *self.host_keys(), *self.failed_keys(), self.queue_index, self.queue_count,
+                self.bucket_prefix, self.bloom_meta,
                 *(self.bloom_slice(n) for n in range(BLOOM_MAX_SLICES)),
                 *self.monitor_keys(worker_id)]
 

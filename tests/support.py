@@ -266,3 +266,20 @@ def worker_stats(log_path: Path) -> dict[str, float]:
     block = text[start:text.find("}", start) + 1]
     return {key: float(value) for key, value in
             re.findall(r"'([^']+)': (-?\d+(?:\.\d+)?)[,}]", block)}
+
+
+def queued(client: Any, keys: Any) -> int:
+    """Entries queued in a crawl (``keys``: a CrawlKeys): the queue buckets' count, and any
+    entries of the previous format's queue ZSET."""
+    return int(client.get(keys.queue_count) or 0) + int(client.zcard(keys.queue))
+
+
+def queue_entries(client: Any, keys: Any) -> list[tuple[str, int, str]]:
+    """(host, Request.priority, entry id) of every entry in the queue buckets, bucket by bucket
+    in the index's order (a host's best priority first), each bucket head first."""
+    out = []
+    for name in client.zrange(keys.queue_index, 0, -1):
+        host, key = name.decode().split("\t")
+        for entry in client.lrange(keys.bucket_prefix + name.decode(), 0, -1):
+            out.append((host, 10**15 - int(key), entry.split(b"\t", 1)[0].decode()))
+    return out

@@ -282,7 +282,7 @@ def test_wait_replicas_reports_a_push_no_replica_has(tmp_path):
         admin.push([(b"a" * 12, 0, b"x", 0, "h")])
         assert admin.unreplicated == 0
         replica = redis.Redis(port=sentinel.replica_ports[0])
-        assert replica.zcard(CrawlKeys("fleet", "waits").queue) == 1  # there already
+        assert replica.get(CrawlKeys("fleet", "waits").queue_count) == b"1"  # there already
         os.kill(sentinel.procs[sentinel.replica_ports[0]].pid, signal.SIGSTOP)
         try:
             started = time.monotonic()

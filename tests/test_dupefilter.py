@@ -85,7 +85,7 @@ def test_slice_memory_matches_the_formula(redis_url):
     for start in range(0, 5000, 500):
         admin.push([(bloom_key(u), 0, b"\x01\x81\xa1u\xa1x") for u in items[start:start + 500]])
     params = slice_params(10_000, 0.001, 0)
-    assert params.bits == 149_504  # blocked: ceil(143,776 x 1.03 / 2039) blocks of 2048 bits
+    assert params.bits == 147_456  # blocked: ceil(143,776 x 1.02 / 4093) = 36 blocks of 4096 bits
     client = redis.Redis.from_url(redis_url)
     assert client.strlen("fleet:{mem}:bloom:0") == params.bytes  # created at full size
     # and not over-allocated as a string grown bit by bit would be (x2 below 1 MB)

@@ -11,10 +11,12 @@ import time
 import pytest
 import redis
 from scrapy import Request
+from support import queue_entries
 
 from scrapy_fleet import codec, lua
 from scrapy_fleet.frontier.bloom import CLASSIC, bloom_key, slice_params
 from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch, _arg
+from scrapy_fleet.keys import CrawlKeys
 
 
 def entry(url: str, group: int = 0, host: str = "h.test"):
@@ -178,9 +180,9 @@ def test_entries_of_the_previous_format_are_acked_reclaimed_and_resumed(redis_ur
     assert c.hget(k.ehost, "000000000000001") is None  # gone with its entry
     assert c.hget(k.hostq, "a.test") == b"2"  # 2 (reclaimed) and 3 (deferred) queued
     assert c.hget(k.hostlive, "a.test") is None and c.hget(k.wlive, "w|a.test") is None
-    queued = sorted(m.decode() for m in c.zrange(k.queue, 0, -1))
-    assert queued == [f"a.test\t{10**15 - 5:016d}\t000000000000002",
-                      f"a.test\t{10**15:016d}\t000000000000003"]
+    assert queue_entries(c, k) == [("a.test", 5, "000000000000002"),
+                                   ("a.test", 0, "000000000000003")]
+    assert c.hlen(k.data) == 0  # a queued entry's request is in its bucket's entry
     leased = admin.sync(SyncBatch(take=5), worker="w").leased
     assert sorted(e.entry_id for e in leased) == ["000000000000002", "000000000000003"]
     assert c.hlen(k.ehost) == 0  # leased in the new format: host in the lease value
@@ -232,11 +234,11 @@ def test_worker_client_cache_after_a_new_filter_and_after_a_purge(redis_url):
             await fr.client.delete(keys.bloom_meta, keys.bloom_slice(0))  # a new filter
             after = await fr.sync(SyncBatch(pushes=[entry("http://h.test/a"),
                                                     entry("http://h.test/b")]))
-            queued = await fr.client.zcard(keys.queue)
+            queued = int(await fr.client.get(keys.queue_count) or 0)
             FrontierAdmin(redis_url, "async").purge()
             with pytest.raises(CrawlStateLostError):
                 await fr.sync(SyncBatch(pushes=[entry("http://h.test/a")]))
-            left = await fr.client.zcard(keys.queue)
+            left = int(await fr.client.get(keys.queue_count) or 0)
             return known.push_flags, known.cached, after.push_flags, after.cached, queued, left
         finally:
             await fr.close()
@@ -281,6 +283,15 @@ def _previous_frontier_source() -> str:
     return "\n".join(parts)
 
 
+class _PreviousKeys(CrawlKeys):
+    """The KEYS order of the previous frontier.lua: without the queue buckets' three."""
+
+    def frontier_keys(self, op_id: str, prev_op_id: str, worker_id: str = "") -> list[str]:
+        keys = super().frontier_keys(op_id, prev_op_id, worker_id)
+        assert keys[29:32] == [self.queue_index, self.queue_count, self.bucket_prefix]
+        return keys[:29] + keys[32:]
+
+
 def test_a_crawl_written_by_the_previous_script_is_served_by_this_one(redis_url):
     """The previous frontier.lua (from git) writes every kind of entry: queued (also a stored
     response, host "~parse"), leased (one download over, one lease expired), deferred by a
@@ -288,6 +299,7 @@ def test_a_crawl_written_by_the_previous_script_is_served_by_this_one(redis_url)
     each request is leased and acknowledged once, and no per-entry field, count or slot is
     left behind."""
     old = FrontierAdmin(redis_url, "prev", params=FrontierParams(queue_max=8))
+    old.keys = _PreviousKeys("fleet", "prev")
     k, c = old.keys, old.client
     old._script = c.register_script(_previous_frontier_source())
     urls = [f"http://a.test/{i}" for i in range(3)] + ["http://b.test/1"]

@@ -20,7 +20,7 @@ from pathlib import Path
 import msgpack
 import pytest
 import redis
-from support import TEST_PROJECT, read_items, start_worker, tail, wait_all, wait_until
+from support import TEST_PROJECT, queued, read_items, start_worker, tail, wait_all, wait_until
 
 from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
 from scrapy_fleet.keys import CrawlKeys
@@ -125,7 +125,7 @@ def test_a_monitoring_key_of_another_type_is_one_clear_error_and_changes_nothing
     client.lpush(keys.series("1m"), "a list")
     with pytest.raises(redis.ResponseError, match=r"fleet:\{foreign\}:mon holds a string"):
         admin.sync(SyncBatch(take=1), worker="w:1:1", monitor=payload())
-    assert (client.zcard(keys.queue), client.zcard(keys.leases)) == (1, 0)
+    assert (queued(client, keys), client.zcard(keys.leases)) == (1, 0)
     snap = snapshot(redis_url, "foreign")  # status still reads what it can
     assert snap["frontier"]["due"] == 1 and snap["started_at"] is None
     client.delete(keys.mon, keys.hostbans)
@@ -557,7 +557,7 @@ def test_sigterm_drains_within_the_drain_timeout_and_leaves_no_lease(redis_url, 
     assert wait_all([proc], 30) == [0], tail(log)
     assert time.monotonic() - started < 20  # the downloads would take 60 s
     assert client.zcard(admin.keys.leases) == 0
-    assert client.zcard(admin.keys.queue) == 20  # all back, none lost
+    assert queued(client, admin.keys) == 20  # all back, none lost
     assert "(FLEET_DRAIN_TIMEOUT): releasing its" in tail(log, 20000)
     assert client.zcard(admin.keys.workers) == 0
 
@@ -578,6 +578,6 @@ def test_sigterm_on_a_fast_crawl_finishes_in_flight_work_and_exits_0(redis_url, 
     client = redis.Redis.from_url(redis_url)
     keys = CrawlKeys("fleet", "many_starts")
     assert client.zcard(keys.leases) == 0
-    left = client.zcard(keys.queue)
+    left = queued(client, keys)
     acked = int(client.hget(keys.stats, "acked") or 0)
     assert left > 0 and acked + left == int(client.hget(keys.stats, "pushed") or 0)

@@ -106,7 +106,8 @@ def test_redis_restarted_without_its_data_stops_the_workers_with_an_error(
         codes = wait_all(procs, 120)
         keys = FrontierAdmin(server.url, "docs").keys
         client = redis.Redis(port=server.port)
-        left = {k for k in (keys.queue, keys.data, keys.marker, keys.leases, keys.stats)
+        left = {k for k in (keys.queue_count, keys.queue_index, keys.data, keys.marker,
+                            keys.leases, keys.stats)
                 if client.exists(k)}
     finally:
         for p in procs:

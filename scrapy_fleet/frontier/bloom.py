@@ -4,10 +4,11 @@ Slice ``i`` holds ``n0 * 2**i`` fingerprints at false-positive rate ``p * 2**-i`
 ``k = ceil(-log2 p)`` hash functions (Almeida et al., "Scalable Bloom Filters", 2007).  The
 classic layout (layout 1, filters written before the blocked one) has
 ``m = ceil(-n ln p / ln(2)**2)`` bits; the blocked layout (layout 2, every filter created now:
-all k bits of a fingerprint in one 2048-bit block, read with one GETRANGE) has
-``ceil(m * 1.03 / 2039)`` blocks of 2048 bits, the 3 % spare bringing the blocks' uneven load
+all k bits of a fingerprint in one 4096-bit block, read with one GETRANGE) has
+``ceil(m * 1.02 / 4093)`` blocks of 4096 bits, the 2 % spare bringing the blocks' uneven load
 back to p (lua/bloom.lua gives the sources).  For n0 = 1,000,000 and p = 0.001 slice 0 takes
-1.85 MB (classic: 14,377,588 bits = 1.80 MB); a Redis SET of the same fingerprints takes
+1,834,496 bytes, in the same 1.75 MiB allocation as the classic layout's 14,377,588 bits
+(1.80 MB); a Redis SET of the same fingerprints takes
 about 64 MB (bench/bench_bloom.py).  Slices are created at full size (see lua/bloom.lua).
 """
 
@@ -24,11 +25,11 @@ FINGERPRINT_BYTES = 12
 CLASSIC, BLOCKED = 1, 2
 #: the layout of a filter created now
 LAYOUT = BLOCKED
-BLOCK_BITS = 2048
+BLOCK_BITS = 4096
 #: bits used in a block (a prime: double hashing modulo a prime)
-BLOCK_PRIME = 2039
+BLOCK_PRIME = 4093
 #: extra bits of the blocked layout over the classic m, for the same false-positive rate
-BLOCK_SPARE = 1.03
+BLOCK_SPARE = 1.02
 #: Redis's largest bit offset + 1: no slice may be larger (lua/bloom.lua, MAX_BITS)
 MAX_SLICE_BITS = 2**32
 
@@ -56,7 +57,8 @@ class SliceParams:
 
 def slice_params(capacity: int, error_rate: float, index: int,
                  layout: int = LAYOUT) -> SliceParams:
-    """Parameters of slice *index* of a filter of *layout*, computed exactly as lua/bloom.lua does."""
+    """Parameters of slice *index* of a filter of *layout* (CLASSIC or BLOCKED), computed
+    exactly as lua/bloom.lua does."""
     n = capacity * 2**index
     p = error_rate * 0.5**index
     m = math.ceil(-n * math.log(p) / (math.log(2) ** 2))

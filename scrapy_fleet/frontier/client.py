@@ -390,7 +390,9 @@ async def frontier_size(client: redis.asyncio.Redis, keys: CrawlKeys) -> int:
     async with client.pipeline(transaction=False) as pipe:
         for key in keys.size_keys:
             pipe.zcard(key)
-        return int(sum(await pipe.execute()))
+        pipe.get(keys.queue_count)
+        *sizes, queued = await pipe.execute()
+        return int(sum(sizes)) + _int(queued)
 
 
 class AsyncFrontier:
@@ -616,7 +618,9 @@ class FrontierAdmin:
         with self.client.pipeline(transaction=False) as pipe:
             for key in self.keys.size_keys:
                 pipe.zcard(key)
-            return int(sum(pipe.execute()))
+            pipe.get(self.keys.queue_count)
+            *sizes, queued = pipe.execute()
+            return int(sum(sizes)) + _int(queued)
 
     def status(self) -> dict[str, Any]:
         """Counts of the crawl: queued, leased, dead, seen (Bloom), workers, idle seconds, and
@@ -634,8 +638,10 @@ class FrontierAdmin:
             pipe.zcard(k.delayed)
             pipe.llen(k.parked)
             pipe.hget(k.hostq, STAGE_HOST)
+            pipe.get(k.queue_count)
             (queued, leased, dead, meta, stats, workers, idle, seeded, delayed,
-             parked, stored) = pipe.execute()
+             parked, stored, bucketed) = pipe.execute()
+        queued += _int(bucketed)  # (the queue ZSET: entries of the previous format)
         server_ms = self.server_ms()  # not in the pipeline: a cluster pipeline refuses TIME
         meta = {a.decode(errors="replace"): b.decode(errors="replace") for a, b in meta.items()}
         seen = sum(_int(v) for name, v in meta.items() if name.startswith("c"))
@@ -740,7 +746,7 @@ class FrontierAdmin:
         counter, a worker its bounds and heartbeat, every call the counters."""
         k = self.keys
         return bool(self.client.exists(k.seq, k.stats, k.config, k.workers, k.bloom_meta,
-                                       k.queue, k.dead))
+                                       k.queue, k.queue_count, k.dead))
 
     def crawl_keys(self) -> list[bytes]:
         return list(self.client.scan_iter(match=self.keys.pattern, count=1000, **self._node()))

@@ -11,17 +11,19 @@
 --
 -- Two bit layouts (field v of the metadata hash):
 -- * v 2, blocked (every filter created now): a slice is an array of blocks of BLOCK_BITS
---   (2048) bits; a fingerprint's k bits all lie in one block, h1 mod blocks, at the first
---   BLOCK_PRIME (2039) bits of it, by triple hashing (P. C. Dillinger, P. Manolios, "Bloom
+--   (4096) bits; a fingerprint's k bits all lie in one block, h1 mod blocks, at the first
+--   BLOCK_PRIME (4093) bits of it, by triple hashing (P. C. Dillinger, P. Manolios, "Bloom
 --   Filters in Probabilistic Verification", FMCAD 2004): x = h2 mod P, y = 1 + floor(h2 / P)
---   mod (P - 1), z = floor(h1 / blocks) mod P; position x, then x += y, y += z (mod P).  Plain
---   double hashing in so small a block measured 0.136 % instead of 0.1 %; this 0.096 %
---   (bench/bench_bloom.py).  One GETRANGE of the block (256 bytes) reads all k bits:
+--   mod (P - 1), z = floor(h1 / blocks) mod P; position x, then x += y, y += z (mod P).  (Plain
+--   double hashing in 2048-bit blocks measured 0.136 % instead of 0.1 % in a simulation.)
+--   One GETRANGE of the block (512 bytes) reads all k bits:
 --   the classic layout's k random bits cost k BITFIELD_RO GETs, whose arguments and replies
 --   are most of a lookup's time inside a script.  Blocks make the filter's load uneven, which
 --   raises the false-positive rate of the same memory (F. Putze, P. Sanders, J. Singler,
---   "Cache-, Hash- and Space-Efficient Bloom Filters", WEA 2007): BLOCK_SPARE (1.03) more
---   bits than the classic m = ceil(-n ln p / ln(2)^2) bring it back to p.
+--   "Cache-, Hash- and Space-Efficient Bloom Filters", WEA 2007): BLOCK_SPARE (2 %) more
+--   bits than the classic m = ceil(-n ln p / ln(2)^2) bring it back to p (bench/bench_bloom.py
+--   measures it).  For n0 = 1,000,000 that is 3,583 blocks, 1,834,496 bytes: still the
+--   allocator's 1.75 MiB size class that the classic 1,797,199 bytes take.
 -- * v 1 (absent field), classic: bit positions by double hashing h1 + i*h2 mod m over the
 --   whole slice (Kirsch & Mitzenmacher, "Less Hashing, Same Performance", 2006).  A filter
 --   written before the blocked layout keeps this one until a purge.
@@ -42,10 +44,10 @@ local LN2SQ = math.log(2) * math.log(2)
 -- BITFIELD subcommands per command (GET takes 3 arguments, SET 4; Lua's unpack stops near
 -- 8000 values)
 local BITFIELD_CHUNK = 1500
-local BLOCK_BITS = 2048
+local BLOCK_BITS = 4096
 local BLOCK_BYTES = BLOCK_BITS / 8
-local BLOCK_PRIME = 2039  -- bits used of a block: double hashing works best modulo a prime
-local BLOCK_SPARE = 1.03
+local BLOCK_PRIME = 4093  -- bits used of a block: double hashing works best modulo a prime
+local BLOCK_SPARE = 1.02
 local LAYOUT = 2  -- the layout of a filter created now
 
 -- n (capacity), m (bits), k (hashes) and, for the blocked layout, the number of blocks of

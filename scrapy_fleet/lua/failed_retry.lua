@@ -2,14 +2,15 @@
 --
 -- Each named record that still exists is removed and, in the same atomic step, its request is
 -- queued as a new entry: not through the Bloom filter (it was seen), at the head of its
--- priority (its entry id starts with "!", which sorts before the digits of pushed entries).
+-- bucket (host and priority, lua/hosts.lua; its entry id starts with "!").
 -- A record already gone (retried by an earlier or a concurrent run) pushes nothing, so the
 -- call is safe to repeat.  The frontier's size bound (qm) is respected: the records past it
 -- stay, counted in the reply.  All times are the Redis server's clock.
 --
--- KEYS (keys.CrawlKeys.retry_keys): 1 failed  2 failed_at  3 failed_by  4 dead  5 queue
---   6 data  7 ehost (unused: an entry's host is in its queue member, lua/frontier.lua)
---   8 hostq  9 ready  10 stats  11 seq  12 leases  13 delayed
+-- KEYS (keys.CrawlKeys.retry_keys): 1 failed  2 failed_at  3 failed_by  4 dead
+--   5 queue (previous format: counted, never written)  6 data (unused)  7 ehost (unused)
+--   8 hostq  9 ready  10 stats  11 seq  12 leases  13 delayed  14 qidx  15 qn
+--   16 the buckets' key prefix
 -- ARGV[1]: msgpack map: src "failed" | "dead", qm frontier size limit (0 none),
 --   e [[record id, host key, priority, encoded request]...]
 -- Reply: msgpack map {retried = n, gone = records no longer there, full = left at the bound}
@@ -17,6 +18,7 @@
 local FK = {failed = KEYS[1], failed_at = KEYS[2], failed_by = KEYS[3]}
 local DEAD, Q, DATA, HOSTQ, READY = KEYS[4], KEYS[5], KEYS[6], KEYS[8], KEYS[9]
 local STATS, SEQ, LEASES, DELAYED = KEYS[10], KEYS[11], KEYS[12], KEYS[13]
+local QIDX, QN, QB = KEYS[14], KEYS[15], KEYS[16]
 
 local ok, req = pcall(cmsgpack.unpack, ARGV[1])
 if not ok or type(req) ~= 'table' or (req.src ~= 'failed' and req.src ~= 'dead')
@@ -32,7 +34,8 @@ for _, e in ipairs(req.e) do
 end
 local queue_max = tonumber(req.qm) or 0
 local now = server_now_ms()
-local size = redis.call('ZCARD', Q) + redis.call('ZCARD', LEASES) + redis.call('ZCARD', DELAYED)
+local size = (tonumber(redis.call('GET', QN)) or 0) + redis.call('ZCARD', Q)
+  + redis.call('ZCARD', LEASES) + redis.call('ZCARD', DELAYED)
 local out = {retried = 0, gone = 0, full = 0}
 for _, e in ipairs(req.e) do
   local id, host, priority, data = e[1], e[2], e[3], e[4]
@@ -49,9 +52,11 @@ for _, e in ipairs(req.e) do
   else
     if req.src == 'failed' then failed_forget(FK, id) else redis.call('HDEL', DEAD, id) end
     local new_id = '!' .. string.format('%015d', redis.call('INCR', SEQ))
-    redis.call('HSET', DATA, new_id, data)
     if host ~= '' then hincrby(HOSTQ, host, 1) end
-    redis.call('ZADD', Q, 0, queue_member(host, -priority, new_id))
+    local bucket = bucket_name(host, -priority)
+    redis.call('LPUSH', QB .. bucket, new_id .. '\t' .. data)
+    redis.call('ZADD', QIDX, 'NX', 0, bucket)
+    redis.call('INCR', QN)
     redis.call('ZADD', READY, 'NX', now, host)
     size = size + 1
     out.retried = out.retried + 1

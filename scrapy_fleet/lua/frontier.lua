@@ -20,15 +20,19 @@
 -- page, so a bounded crawl always ends, with at most twice the fetches of an unbounded one.
 --
 -- KEYS (built by keys.CrawlKeys.frontier_keys, never here):
---   1 queue  2 data  3 leases  4 lease  5 expiries  6 dead  7 seq  8 token  9 stats
+--   1 queue (previous format: read and emptied, never written)  2 data  3 leases  4 lease  5 expiries  6 dead  7 seq  8 token  9 stats
 --   10 idle_since  11 workers  12 op (this call)  13 op (previous call of this client)
 --   14 delayed  15 parked  16 hostq  17 ehost (previous format only: read, never written)
 --   18 ready  19 tat  20 hold  21 hostlive  22 hostconf  23 crawldelay  24 wlive  25 robots
 --   26 failed  27 failed_at  28 failed_by  29 marker  (lua/failed.lua)
---   30 bloom meta  31.. bloom slices, then the MON_NKEYS keys of lua/monitoring.lua (last)
+--   30 qidx (the buckets' index)  31 qn (queued count)  32 the buckets' key prefix (each
+--   bucket's key is this prefix and its name: the same hash tag, so the same cluster slot)
+--   33 bloom meta  34.. bloom slices, then the MON_NKEYS keys of lua/monitoring.lua (last)
 --
 -- Per entry (keys.py has the whole layout):
---   queued:   queue member "<host>\t<priority key>\t<id>" + data[id] = payload
+--   queued:   "<id>\t<payload>" in the LIST of its host and priority (lua/hosts.lua), nothing
+--             else (the previous format: queue member "<host>\t<priority key>\t<id>" +
+--             data[id], moved into the buckets 200 per call, step 0)
 --   leased:   leases[id] = expiry, lease[id] = "<token>|<score>|<host>\t<worker>" (worker
 --             "!worker" once its download is over) + data[id]
 --   deferred: delayed member "<id>|<score>|<host>" + data[id] (also a new entry pushed with a
@@ -75,7 +79,8 @@
 --   mk the crawl marker, nr ms until the next host may be fetched (when this call leased
 --   fewer than `take`), rq {stored responses waiting for a parse worker, their bytes}.
 --
--- Bounded work per call: at most rc (client.RECLAIM_LIMIT: 50) expired leases reclaimed, 100 deferred entries
+-- Bounded work per call: at most 200 entries of the previous format moved, rc
+-- (client.RECLAIM_LIMIT: 50) expired leases reclaimed, 100 deferred entries
 -- moved back, 100 parked records looked at (16 rotated), 8 to 64 candidate hosts for the
 -- leases (twice `take`).
 
@@ -89,7 +94,8 @@ local SEQ, TOKEN, STATS, IDLE, WORKERS = KEYS[7], KEYS[8], KEYS[9], KEYS[10], KE
 local DELAYED, PARKED, HOSTQ, EHOST = KEYS[14], KEYS[15], KEYS[16], KEYS[17]
 local READY, TAT, HOLD, HOSTLIVE = KEYS[18], KEYS[19], KEYS[20], KEYS[21]
 local HOSTCONF, CRAWLDELAY, WLIVE, ROBOTS = KEYS[22], KEYS[23], KEYS[24], KEYS[25]
-local BLOOM_META = KEYS[30]
+local QIDX, QN, QB = KEYS[30], KEYS[31], KEYS[32]
+local BLOOM_META = KEYS[33]
 
 local ok, req = pcall(cmsgpack.unpack, ARGV[1])
 if not ok or type(req) ~= 'table' then
@@ -345,24 +351,84 @@ local function free_slot(host, who)
   freed_hosts[host] = true
 end
 
--- Queue writes are collected and sent in few commands by flush_queue (before anything reads
--- the queue again: the leases, step 7).
-local q_add, ready_add = {}, {}
-local function enqueue(id, score, host)
-  q_add[#q_add + 1] = 0
-  q_add[#q_add + 1] = queue_member(host, score, id)
+-- Queue writes are collected per bucket and sent in few commands by flush_queue (before
+-- anything reads the queue again: the leases, step 7).  A new entry goes to its bucket's tail;
+-- one that comes back (reclaimed, released, deferred, parked) to its head, as the oldest: its
+-- request was pushed before every entry behind it.  Its encoded request, unless given, is
+-- read from `data` (where a leased or deferred entry keeps it) and deleted there.
+local q_tail, q_head, q_need, ready_add = {}, {}, {}, {}
+local function enqueue(id, score, host, payload, back)
+  local b = bucket_name(host, score)
+  local t = back and q_head or q_tail
+  local l = t[b]
+  if not l then
+    l = {}
+    t[b] = l
+  end
+  local e = {id, payload, host}
+  l[#l + 1] = e
+  if payload == nil then q_need[#q_need + 1] = e end
   ready_add[host] = true
 end
 local data_add = {}
 local data_del, exp_del, lease_del, leases_del = {}, {}, {}, {}
 local function flush_queue()
+  if #q_need > 0 then
+    local ids, of = {}, {}
+    for _, e in ipairs(q_need) do
+      if of[e[1]] == nil then
+        of[e[1]] = e
+        ids[#ids + 1] = e[1]
+      end
+    end
+    batch.read_fields(DATA, ids, function(id, v) of[id][2] = v end)
+    for _, e in ipairs(q_need) do
+      if e[2] then
+        data_del[#data_del + 1] = e[1]  -- the request moves into the bucket's entry
+      else
+        batch.to_dead(e[1], 'entry has no data', e[3])  -- (its deletes are the ones below)
+      end
+    end
+    q_need = {}
+  end
   -- deletes first: a request parked by this call may come back (resumed) in the same call
   if #data_del > 0 then call_many('HDEL', DATA, data_del, 4000) end
   if #exp_del > 0 then call_many('HDEL', EXPIRIES, exp_del, 4000) end
   if #lease_del > 0 then call_many('HDEL', LEASE, lease_del, 4000) end
   if #leases_del > 0 then call_many('ZREM', LEASES, leases_del, 4000) end
   if #data_add > 0 then call_many('HSET', DATA, data_add, 2000) end
-  if #q_add > 0 then call_many('ZADD', Q, q_add, 2000) end
+  local added, buckets = 0, {}
+  for b, l in pairs(q_tail) do
+    local items = {}
+    for _, e in ipairs(l) do
+      if e[2] then items[#items + 1] = e[1] .. '\t' .. e[2] end
+    end
+    if #items > 0 then
+      call_many('RPUSH', QB .. b, items, 2000)
+      added = added + #items
+      buckets[#buckets + 1] = 0
+      buckets[#buckets + 1] = b
+    end
+  end
+  for b, l in pairs(q_head) do
+    -- oldest (lowest id) first at the head: pushed at the head in the reverse order
+    table.sort(l, function(x, y) return x[1] > y[1] end)
+    local items = {}
+    for _, e in ipairs(l) do
+      if e[2] then items[#items + 1] = e[1] .. '\t' .. e[2] end
+    end
+    if #items > 0 then
+      call_many('LPUSH', QB .. b, items, 2000)
+      added = added + #items
+      buckets[#buckets + 1] = 0
+      buckets[#buckets + 1] = b
+    end
+  end
+  if #buckets > 0 then
+    table.insert(buckets, 1, 'NX')
+    call_many('ZADD', QIDX, buckets, 4000)
+  end
+  if added > 0 then redis.call('INCRBY', QN, added) end
   local hosts = {}
   for h in pairs(ready_add) do
     hosts[#hosts + 1] = now
@@ -372,7 +438,13 @@ local function flush_queue()
     table.insert(hosts, 1, 'NX')
     call_many('ZADD', READY, hosts, 4000)
   end
-  q_add, ready_add, data_add, data_del, exp_del, lease_del, leases_del = {}, {}, {}, {}, {}, {}, {}
+  q_tail, q_head, q_need, ready_add = {}, {}, {}, {}
+  data_add, data_del, exp_del, lease_del, leases_del = {}, {}, {}, {}, {}
+end
+
+-- Entries queued: in the buckets, and any of the previous format not moved yet.
+function batch.queued()
+  return (tonumber(redis.call('GET', QN)) or 0) + redis.call('ZCARD', Q)
 end
 
 -- A leased entry leaves its lease (and its host's slot, unless it was freed already).
@@ -445,6 +517,7 @@ local function to_dead(id, reason, host)
   out.dead = out.dead + 1
   count('dead_lettered', 1)
 end
+batch.to_dead = to_dead
 
 -- The leases this call looks at (expired ones, and those the worker names), read at once, and
 -- the slot counts of their hosts.
@@ -478,13 +551,34 @@ local function holds(id, token)
   return nil
 end
 
+-- 0. entries of the previous format (members of the `queue` ZSET, requests in `data`) move
+-- into the buckets, the last 200 per call, each to its bucket's head: a bucket's older ones,
+-- moved by a later call, go in front of them
+if redis.call('EXISTS', Q) == 1 then
+  local old = redis.call('ZRANGE', Q, -200, -1)
+  for _, member in ipairs(old) do
+    local host, key, id = string.match(member, '^([^\t]*)\t(%d+)\t(.+)$')
+    if host then
+      enqueue(id, tonumber(key) - PRIO_OFFSET, host, nil, true)
+    else
+      count('bad_queue_members', 1)  -- not written by these scripts: kept as a dead letter
+      redis.call('HSET', DEAD, string.format('%015d', redis.call('INCR', SEQ)),
+                 cmsgpack.pack({reason = 'corrupt queue entry', at = now, data = member}))
+      out.dead = out.dead + 1
+      count('dead_lettered', 1)
+    end
+  end
+  call_many('ZREM', Q, old, 4000)
+  flush_queue()
+end
+
 -- 1. deferred entries whose delay is over go back to the queue
 local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', now, 'LIMIT', 0, 100)
 if #due > 0 then
   for _, member in ipairs(due) do
     local id, score, host = string.match(member, '^([^|]*)|([^|]*)|?(.*)$')
     if host == '' then host = legacy_host(id) or '' end  -- previous format: "id|score"
-    enqueue(id, tonumber(score) or 0, host)
+    enqueue(id, tonumber(score) or 0, host, nil, true)
   end
   call_many('ZREM', DELAYED, due, 4000)
 end
@@ -503,7 +597,7 @@ if #expired > 0 then
     if n >= max_leases then
       to_dead(id, 'lease expired ' .. n .. ' times', host)
     else
-      enqueue(id, score, host)
+      enqueue(id, score, host, nil, true)
       out.reclaimed = out.reclaimed + 1
     end
   end
@@ -515,7 +609,7 @@ count('reclaimed', out.reclaimed)
 for _, r in ipairs(req.r) do
   if holds(r[1], r[2]) then
     local score, host = drop_lease(r[1])
-    enqueue(r[1], score, host)
+    enqueue(r[1], score, host, nil, true)
     out.released = out.released + 1
   end
 end
@@ -567,7 +661,7 @@ flush_queue()
 -- (the size matters only to the bounds: not read without one)
 local size = 0
 if queue_max > 0 then
-  size = redis.call('ZCARD', Q) + redis.call('ZCARD', LEASES) + redis.call('ZCARD', DELAYED)
+  size = batch.queued() + redis.call('ZCARD', LEASES) + redis.call('ZCARD', DELAYED)
 end
 
 -- 6.0 the Bloom filter: every fingerprint of the call looked up at once (bloom.lua)
@@ -582,7 +676,7 @@ if #req.p > 0 then
   end
   if #fps > 0 then
     local slice_keys = {}
-    for i = 31, #KEYS - MON_NKEYS do slice_keys[#slice_keys + 1] = KEYS[i] end
+    for i = 34, #KEYS - MON_NKEYS do slice_keys[#slice_keys + 1] = KEYS[i] end
     bloom = bloom_open(BLOOM_META, slice_keys, tonumber(req.bn), tonumber(req.bp))
     local found = bloom_lookup(bloom, fps)
     for j, i in ipairs(where) do present[i] = found[j] end
@@ -631,14 +725,14 @@ local function push(p, index)
     if full then out.full = true end
   end
   local id = new_id()
-  data_add[#data_add + 1] = id
-  data_add[#data_add + 1] = p[3]
   host_add(p[5], 1)
   if p[5] == STAGE_HOST then hincrby(STATS, 'response_queue_bytes', #p[3]) end
   if p[6] and p[6] > 0 then
+    data_add[#data_add + 1] = id  -- a deferred entry keeps its request in `data`
+    data_add[#data_add + 1] = p[3]
     redis.call('ZADD', DELAYED, now + math.floor(p[6]), id .. '|' .. (-p[2]) .. '|' .. p[5])
   else
-    enqueue(id, -p[2], p[5])
+    enqueue(id, -p[2], p[5], p[3], false)
   end
   size = size + 1
   out.new = out.new + 1
@@ -671,11 +765,9 @@ local function resume_parked(limit)
       rotated = rotated + 1
     else
       local id, host = rec[1], rec[3]
-      data_add[#data_add + 1] = id
-      data_add[#data_add + 1] = rec[4]
       host_add(host, 1)
       if host == STAGE_HOST then hincrby(STATS, 'response_queue_bytes', #rec[4]) end
-      enqueue(id, rec[2], host)
+      enqueue(id, rec[2], host, rec[4], true)
       size = size + 1
       out.resumed = out.resumed + 1
     end
@@ -789,7 +881,8 @@ count('refused', out.refused)
 -- best head (highest priority, then FIFO) each time; a host that may not be fetched is
 -- re-marked with the time it may, and never blocks the others.  A host's queue is read a
 -- few heads at a time; the lease writes go out in few commands at the end.
-if take > 0 then
+-- (a function: its locals have their own budget, Lua allows 200 per function)
+local function lease_step()
   -- the hosts ready longest, as many as this call can use (twice take, 8 to 64 of them)
   -- (stages: ho = only this host, hx = never this one; stored responses go to parse workers)
   local except_host = (type(req.hx) == 'string' and req.hx ~= '') and req.hx or nil
@@ -801,18 +894,51 @@ if take > 0 then
     cands = redis.call('ZRANGEBYSCORE', READY, '-inf', now, 'LIMIT', 0,
                        math.min(64, math.max(8, 2 * take)))
   end
-  local list, heads, pos, used, ended = {}, {}, {}, {}, {}
+  local list, heads, pos, hb, ended = {}, {}, {}, {}, {}
   local taken = 0
-  -- the next head of h's queue not taken by this call (nil when there is none); a read
-  -- fetches as many heads as this call may still take (1 for the first look)
+  -- what this call read of the buckets: each head member's request, bucket and raw entry;
+  -- per bucket, its length when its end was seen, and the buckets found empty
+  local lk = {payload = {}, bucket = {}, raw = {}, len = {}, empty = {}}
+  -- the next head of h's queue not taken by this call (nil when there is none), as a member
+  -- "<host>\t<priority key>\t<entry id>"; a read fetches as many heads of h's best bucket not
+  -- read yet as this call may still take (1 for the first look).  hb[h]: {h's bucket names
+  -- (16 at a time), the current one's index, entries read of it, names read}
   local function head_of(h, first)
     local buf = heads[h]
     if buf and pos[h] <= #buf then return buf[pos[h]] end
     if ended[h] then return nil end
     local want = first and 1 or math.max(1, math.min(take - taken, 64))
-    buf = redis.call('ZRANGEBYLEX', Q, '[' .. h .. '\t', '[' .. h .. '\t\255', 'LIMIT',
-                     used[h] or 0, want)
-    if #buf < want then ended[h] = true end
+    local st = hb[h]
+    if st == nil then
+      st = {{}, 1, 0, 0}
+      hb[h] = st
+    end
+    buf = {}
+    while #buf == 0 do
+      local b = st[1][st[2]]
+      if b == nil then
+        if st[4] > 0 and #st[1] < 16 then break end
+        st[1] = redis.call('ZRANGEBYLEX', QIDX, '[' .. h .. '\t', '[' .. h .. '\t\255', 'LIMIT',
+                           st[4], 16)
+        st[2], st[4] = 1, st[4] + 16
+        b = st[1][1]
+        if b == nil then break end
+      end
+      local entries = redis.call('LRANGE', QB .. b, st[3], st[3] + want - 1)
+      for i, e in ipairs(entries) do
+        local id, payload = entry_parts(e)
+        local m = b .. '\t' .. (id or '')
+        buf[i] = m
+        lk.payload[m], lk.bucket[m], lk.raw[m] = payload, b, e
+      end
+      st[3] = st[3] + #entries
+      if #entries < want then  -- the bucket's end: the next read is of the next bucket
+        lk.len[b] = st[3]
+        if st[3] == 0 then lk.empty[#lk.empty + 1] = b end
+        st[2], st[3] = st[2] + 1, 0
+      end
+    end
+    if #buf == 0 then ended[h] = true end
     heads[h], pos[h] = buf, 1
     return buf[1]
   end
@@ -900,11 +1026,16 @@ if take > 0 then
     else
       local m = head_of(h)
       pos[h] = pos[h] + 1
-      used[h] = (used[h] or 0) + 1
       q_del[#q_del + 1] = m
       local score, id = member_parts(h, m)
-      if not id then
-        count('bad_queue_members', 1)  -- not written by this script: nothing to lease
+      if not id or not lk.payload[m] then
+        -- not written by these scripts: nothing to lease; kept as a dead letter
+        count('bad_queue_members', 1)
+        local dead_id = string.format('%015d', redis.call('INCR', SEQ))
+        redis.call('HSET', DEAD, dead_id, cmsgpack.pack({reason = 'corrupt queue entry',
+                                                         at = now, data = lk.raw[m] or ''}))
+        out.dead = out.dead + 1
+        count('dead_lettered', 1)
       else
         if tok_next > tok_last then
           -- a fencing token is never below the clock (ms x 10): after a failover that lost
@@ -931,7 +1062,7 @@ if take > 0 then
         live_add(h, 1)
         if worker ~= '' then wlive_add(worker .. '|' .. h, 1) end
         host_take_token(h, interval)
-        pending[#pending + 1] = {id, tok, h, score}
+        pending[#pending + 1] = {id, tok, h, score, lk.payload[m]}
         taken = taken + 1
       end
       if not head_of(h) then
@@ -942,25 +1073,35 @@ if take > 0 then
       end
     end
   end
-  if #q_del > 0 then call_many('ZREM', Q, q_del, 4000) end
+  if #q_del > 0 then
+    -- the heads taken leave their buckets (LTRIM), an emptied bucket its index
+    local pops, gone = {}, lk.empty
+    for _, m in ipairs(q_del) do
+      local b = lk.bucket[m]
+      pops[b] = (pops[b] or 0) + 1
+    end
+    for b, n in pairs(pops) do
+      redis.call('LTRIM', QB .. b, n, -1)
+      if lk.len[b] and n >= lk.len[b] then gone[#gone + 1] = b end
+    end
+    redis.call('DECRBY', QN, #q_del)
+    if #gone > 0 then call_many('ZREM', QIDX, gone, 4000) end
+  elseif #lk.empty > 0 then
+    call_many('ZREM', QIDX, lk.empty, 4000)
+  end
   if #ready_gone > 0 then call_many('ZREM', READY, ready_gone, 4000) end
   if #ready_set > 0 then call_many('ZADD', READY, ready_set, 4000) end
   if #pending > 0 then
     local ids = {}
     for i, e in ipairs(pending) do ids[i] = e[1] end
-    local datas = redis.call('HMGET', DATA, unpack(ids))
     local exps = redis.call('HMGET', EXPIRIES, unpack(ids))
     call_many('HSET', LEASE, lease_set, 4000)
     call_many('ZADD', LEASES, leases_add, 4000)
     for i, e in ipairs(pending) do
-      if not datas[i] then
-        -- no payload: nothing to lease (the lease written above goes again)
-        lease_cache[e[1]] = lease_set[2 * i]
-        drop_lease(e[1])
-        to_dead(e[1], 'entry has no data', e[3])
-      else
-        out.leased[#out.leased + 1] = {e[1], e[2], datas[i], tonumber(exps[i]) or 0}
-      end
+      -- a leased entry keeps its request in `data` (acknowledged: deleted; back: moved)
+      data_add[#data_add + 1] = e[1]
+      data_add[#data_add + 1] = e[5]
+      out.leased[#out.leased + 1] = {e[1], e[2], e[5], tonumber(exps[i]) or 0}
     end
     flush_queue()
   end
@@ -974,12 +1115,13 @@ if take > 0 then
     if nxt[2] then out.nr = tonumber(nxt[2]) - now end
   end
 end
+if take > 0 then lease_step() end
 
 flush_hostq()
 flush_slots()
 
 -- 8. fleet idleness: nothing queued, leased, deferred or parked, since when?
-out.queued = redis.call('ZCARD', Q)
+out.queued = batch.queued()
 out.inflight = redis.call('ZCARD', LEASES)
 out.delayed = redis.call('ZCARD', DELAYED)
 out.size = out.queued + out.inflight + out.delayed
@@ -1016,7 +1158,7 @@ if worker ~= '' then
 end
 -- monitoring: heartbeat, counter deltas, forgetting departed workers, time series
 monitor_apply(mon, #KEYS - MON_NKEYS + 1, now, worker,
-              {stats = STATS, workers = WORKERS, q = Q, leases = LEASES, delayed = DELAYED,
+              {stats = STATS, workers = WORKERS, q = Q, qn = QN, leases = LEASES, delayed = DELAYED,
                parked = PARKED, dead = DEAD}, out.acked + out.parked + out.deferred)
 for name, n in pairs(counters) do
   if n > 0 then hincrby(STATS, name, n) end

@@ -1,9 +1,13 @@
 -- Per-host politeness state, shared by frontier.lua and politeness.lua (library part:
 -- scripts.py prepends it; it defines locals only).  docs/politeness.md describes the model.
 --
--- Queue members are "<host>\t<priority key>\t<entry id>" in one ZSET with score 0, so that
--- ZRANGEBYLEX gives one host's best entry: highest Request.priority first (the key is
--- -priority + 10^15, zero-padded), then FIFO (entry ids are zero-padded sequence numbers).
+-- Queued entries are "<entry id>\t<encoded request>" in LISTs, one per host and priority (a
+-- bucket, named "<host>\t<priority key>", the key -priority + 10^15 zero-padded to 16 digits),
+-- FIFO; the index ZSET (score 0) lists the buckets that hold entries, so that ZRANGEBYLEX
+-- gives one host's best bucket: highest Request.priority first.  A list entry costs its bytes
+-- and ~2 more in a listpack, where a ZSET member and a hash field cost ~150 and ~130 bytes
+-- (docs/sizing.md).  The previous format's queue ZSET held members
+-- "<host>\t<priority key>\t<entry id>" (the request in the data hash); frontier.lua moves them.
 --
 -- Rate: GCRA, the Generic Cell Rate Algorithm (ATM Forum Traffic Management 4.1; ITU-T
 -- I.371 "virtual scheduling"): with emission interval T (ms between requests) and burst b,
@@ -69,6 +73,20 @@ end
 
 local function queue_member(host, score, id)
   return host .. '\t' .. string.format('%016d', score + PRIO_OFFSET) .. '\t' .. id
+end
+
+-- The bucket of host's entries of score (-priority): its member in the index, and the suffix
+-- of its key name (after the bucket prefix).
+local function bucket_name(host, score)
+  return host .. '\t' .. string.format('%016d', score + PRIO_OFFSET)
+end
+
+-- id and encoded request of a bucket's entry (nil when it is not of that form: not written by
+-- these scripts)
+local function entry_parts(entry)
+  local tab = string.find(entry, '\t', 1, true)
+  if not tab or tab == 1 then return nil, nil end
+  return string.sub(entry, 1, tab - 1), string.sub(entry, tab + 1)
 end
 
 -- (score, id) of a member of host's queue

@@ -94,7 +94,8 @@ local function mon_int(v)
 end
 
 -- Apply a parsed map: heartbeat, deltas, worker expiry, and one sample per due tier.
--- fk: {stats, workers, q, leases, delayed, parked, dead} key names of the frontier.
+-- fk: {stats, workers, q, qn, leases, delayed, parked, dead} key names of the frontier (q the
+-- previous format's queue, qn the count of the queue buckets).
 local function monitor_apply(m, k, now, worker, fk, acked)
   local INFO, MON, HOSTSTATS, HOSTBANS = KEYS[k], KEYS[k + 1], KEYS[k + 5], KEYS[k + 6]
   local dead_ms = tonumber(m.da) or 15000
@@ -136,7 +137,8 @@ local function monitor_apply(m, k, now, worker, fk, acked)
   local last = redis.call('HMGET', MON, 's1', 's2', 's3')
   if math.floor(now / MON_TIERS[1][1]) == tonumber(last[1]) then return end
   local c = redis.call('HMGET', fk.stats, 'pages', 'items_scraped', 'bans')
-  local vals = {now, redis.call('ZCARD', fk.q), redis.call('ZCARD', fk.delayed),
+  local queued = (tonumber(redis.call('GET', fk.qn)) or 0) + redis.call('ZCARD', fk.q)
+  local vals = {now, queued, redis.call('ZCARD', fk.delayed),
                 redis.call('ZCARD', fk.leases), redis.call('LLEN', fk.parked),
                 redis.call('HLEN', fk.dead), tonumber(c[1]) or 0, tonumber(c[2]) or 0,
                 tonumber(c[3]) or 0, redis.call('ZCOUNT', fk.workers, now - dead_ms, '+inf')}

@@ -275,7 +275,9 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
         pipe.zrevrange(k.hostbans, 0, max(hosts, 10) - 1, withscores=True)
         pipe.hget(k.hostq, STAGE_HOST)
         pipe.hlen(k.failed)
-        defaults: list[Any] = [0, 0, 0, 0, 0, {}, {}, [], {}, None, None, 0, None, [], None, 0]
+        pipe.get(k.queue_count)
+        defaults: list[Any] = [0, 0, 0, 0, 0, {}, {}, [], {}, None, None, 0, None, [], None, 0,
+                               None]
         if status:  # what FrontierAdmin.status and status's failed line read besides
             pipe.get(k.idle_since)
             pipe.hmget(k.seeding, "holder", "progress", "done")
@@ -283,7 +285,8 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
             defaults += [None, [None, None, None], {}]
         replies1 = _results(pipe, defaults)
     (due, scheduled, leased, parked, dead, meta, raw_stats, workers, mon, raw10, raw1m,
-     n_hosts, conf_cap, top_banned, stored, failed) = replies1[:16]
+     n_hosts, conf_cap, top_banned, stored, failed, bucketed) = replies1[:17]
+    due += _i(bucketed)  # queued in the buckets; the queue ZSET: the previous format
     now = _now(srv)
     now_ms = int(now * 1000)
     stats = {_s(a): _i(b) for a, b in raw_stats.items()}
@@ -394,7 +397,7 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
                                          cfg)
     extra: dict[str, Any] = {}
     if status:
-        idle, seeded, failed_by = replies1[16:]
+        idle, seeded, failed_by = replies1[17:]
         now_ms_exact = int(srv[0]) * 1000 + int(srv[1]) // 1000  # as FrontierAdmin.server_ms
         extra["frontier"] = _frontier_status(
             k, now_ms_exact, (due, leased, dead, scheduled, parked), meta_s, raw_stats,

@@ -1,0 +1,155 @@
+"""The queue's layout: one LIST per host and priority (a bucket) holding "<id>\\t<request>",
+an index of the buckets, a count (lua/frontier.lua, keys.py), and the blocked Bloom layout."""
+
+from __future__ import annotations
+
+import math
+
+import redis
+from scrapy import Request
+from support import queued
+
+from scrapy_fleet import codec
+from scrapy_fleet.frontier.bloom import BLOCK_BITS, BLOCK_PRIME, BLOCKED, bloom_key, slice_params
+from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
+
+
+def entry(url: str, priority: int = 0, host: str = "a.test", group: int = 0):
+    return bloom_key(url.encode()), priority, codec.encode(Request(url, priority=priority)), \
+        group, host
+
+
+def urls_of(leased) -> list[str]:
+    return [codec.decode_dict(e.payload)["url"] for e in leased]
+
+
+def test_a_queued_request_lives_in_its_bucket_entry_only(redis_url):
+    admin = FrontierAdmin(redis_url, "bk")
+    k, c = admin.keys, admin.client
+    admin.push([entry("http://a.test/1"), entry("http://a.test/2", priority=3),
+                entry("http://b.test/1", host="b.test")])
+    assert c.hlen(k.data) == 0 and c.zcard(k.queue) == 0
+    assert c.get(k.queue_count) == b"3" and admin.status()["queued"] == 3
+    assert [m.decode() for m in c.zrange(k.queue_index, 0, -1)] == [
+        f"a.test\t{10**15 - 3:016d}", f"a.test\t{10**15:016d}", f"b.test\t{10**15:016d}"]
+    raw = c.lrange(k.bucket("a.test", 3), 0, -1)
+    assert len(raw) == 1
+    entry_id, request = raw[0].split(b"\t", 1)
+    assert codec.decode_dict(request)["url"] == "http://a.test/2"
+    leased = admin.sync(SyncBatch(take=1, ), worker="w").leased
+    # the best head of the hosts ready longest: a.test's priority 3
+    assert [e.entry_id for e in leased] == [entry_id.decode()]
+    assert c.hget(k.data, leased[0].entry_id) == request  # a leased entry keeps it in `data`
+    assert not c.exists(k.bucket("a.test", 3))  # an emptied bucket is gone, index too
+    assert c.zscore(k.queue_index, f"a.test\t{10**15 - 3:016d}") is None
+    assert c.get(k.queue_count) == b"2"
+    admin.sync(SyncBatch(acks=[(leased[0].entry_id, leased[0].token)]), worker="w")
+    assert c.hlen(k.data) == 0
+
+
+def test_priority_first_fifo_within_and_a_reclaimed_entry_back_at_its_bucket_head(redis_url):
+    admin = FrontierAdmin(redis_url, "fifo", params=FrontierParams(lease_timeout=30.0))
+    k, c = admin.keys, admin.client
+    admin.push([entry(f"http://a.test/{i}") for i in range(4)])
+    first = admin.sync(SyncBatch(take=1), worker="w").leased
+    assert urls_of(first) == ["http://a.test/0"]
+    admin.push([entry("http://a.test/late")])
+    c.zadd(k.leases, {first[0].entry_id: 1})  # its lease expired: reclaimed by the next call
+    got = admin.sync(SyncBatch(take=10), worker="w2")
+    assert got.reclaimed == 1
+    assert urls_of(got.leased) == [f"http://a.test/{i}" for i in range(4)] + [
+        "http://a.test/late"]
+    assert queued(c, k) == 0 and c.zcard(k.queue_index) == 0
+
+
+def test_a_bucket_entry_not_written_by_the_scripts_is_dead_lettered(redis_url):
+    admin = FrontierAdmin(redis_url, "junkb")
+    k, c = admin.keys, admin.client
+    admin.push([entry("http://a.test/1"), entry("http://a.test/2")])
+    c.lset(k.bucket("a.test", 0), 0, b"no tab here")
+    got = admin.sync(SyncBatch(take=5), worker="w")
+    assert urls_of(got.leased) == ["http://a.test/2"]
+    status = admin.status()
+    assert status["counters"]["bad_queue_members"] == 1 and status["dead"] == 1
+    assert status["queued"] == 0
+    (record,) = admin.dead_letters()
+    assert record["reason"] == "corrupt queue entry" and record["data"] == b"no tab here"
+
+
+def test_a_big_queue_of_the_previous_format_moves_in_order(redis_url):
+    """450 entries in the previous format's queue ZSET (request in `data`) over two hosts and
+    two priorities: moved 200 per call, then leased best priority first, FIFO."""
+    admin = FrontierAdmin(redis_url, "oldq")
+    k, c = admin.keys, admin.client
+    members, data = {}, {}
+    for i in range(450):
+        host = "a.test" if i % 3 else "b.test"
+        prio = 1 if i % 5 == 0 else 0
+        entry_id = f"{i + 1:015d}"
+        members[f"{host}\t{-prio + 10**15:016d}\t{entry_id}"] = 0
+        data[entry_id] = codec.encode(Request(f"http://{host}/{i}", priority=prio))
+    c.zadd(k.queue, members)
+    c.hset(k.data, mapping=data)
+    c.hset(k.hostq, mapping={"a.test": 300, "b.test": 150})
+    c.zadd(k.ready, {"a.test": 0, "b.test": 0})
+    c.set(k.seq, 450)
+    assert admin.status()["queued"] == 450
+    first = admin.sync(SyncBatch(), worker="w")  # moves 200 (the last ones)
+    assert (c.zcard(k.queue), queued(c, k), first.queued) == (250, 450, 450)
+    for _ in range(2):
+        admin.sync(SyncBatch(), worker="w")
+    assert (c.zcard(k.queue), c.hlen(k.data), queued(c, k)) == (0, 0, 450)
+    per_host: dict[str, list[tuple[int, int]]] = {}
+    for _ in range(100):
+        got = admin.sync(SyncBatch(take=64), worker="w").leased
+        if not got:
+            break
+        for e in got:
+            d = codec.decode_dict(e.payload)
+            host = d["url"].split("/")[2]
+            per_host.setdefault(host, []).append((-d.get("priority", 0),
+                                                  int(d["url"].rsplit("/", 1)[1])))
+        admin.sync(SyncBatch(acks=[(e.entry_id, e.token) for e in got]), worker="w")
+    assert sum(len(v) for v in per_host.values()) == 450
+    for host, order in per_host.items():
+        assert order == sorted(order), host  # priority first, then push order
+    assert admin.status()["size"] == 0 and c.hlen(k.hostq) == 0
+
+
+def test_blocked_bloom_layout_sets_the_documented_bits(redis_url):
+    """A fingerprint's k bits are in block h1 mod blocks, at x, x + y, x + 2y + z, ... mod 4093
+    (triple hashing, lua/bloom.lua); a new filter records layout 2."""
+    capacity, rate = 5000, 0.001
+    admin = FrontierAdmin(redis_url, "blk", params=FrontierParams(bloom_capacity=capacity,
+                                                                  bloom_error_rate=rate))
+    k, c = admin.keys, admin.client
+    fp = bloom_key(b"http://a.test/one")
+    admin.push([(fp, 0, codec.encode(Request("http://a.test/one")), 0, "a.test")])
+    assert c.hget(k.bloom_meta, "v") == str(BLOCKED).encode()
+    sp = slice_params(capacity, rate, 0)
+    blocks = sp.bits // BLOCK_BITS
+    assert c.strlen(k.bloom_slice(0)) == sp.bytes == blocks * BLOCK_BITS // 8
+    h1, h2 = int.from_bytes(fp[:6], "big"), int.from_bytes(fp[6:], "big")
+    block, x = h1 % blocks, h2 % BLOCK_PRIME
+    y, z = 1 + (h2 // BLOCK_PRIME) % (BLOCK_PRIME - 1), (h1 // blocks) % BLOCK_PRIME
+    want = set()
+    for _ in range(sp.hashes):
+        want.add(block * BLOCK_BITS + x)
+        x, y = (x + y) % BLOCK_PRIME, (y + z) % BLOCK_PRIME
+    bits = c.get(k.bloom_slice(0))
+    assert bits is not None
+    have = {i * 8 + j for i, byte in enumerate(bits) if byte for j in range(8)
+            if byte & (0x80 >> j)}
+    assert have == want
+    assert math.ceil(sp.bits / 8) == len(bits)
+    again = admin.push([(fp, 0, b"x", 0, "a.test")])
+    assert again.push_flags == [0]
+
+
+def test_a_purge_deletes_the_queue_buckets(redis_url):
+    admin = FrontierAdmin(redis_url, "pg")
+    admin.push([entry(f"http://h{i}.test/", host=f"h{i}.test") for i in range(30)])
+    client = redis.Redis.from_url(redis_url)
+    assert len(list(client.scan_iter(match="fleet:{pg}:qb:*"))) == 30
+    assert admin.purge() > 30
+    assert list(client.scan_iter(match="fleet:{pg}:*")) == []
