@@ -283,3 +283,13 @@ def queue_entries(client: Any, keys: Any) -> list[tuple[str, int, str]]:
         for entry in client.lrange(keys.bucket_prefix + name.decode(), 0, -1):
             out.append((host, 10**15 - int(key), entry.split(b"\t", 1)[0].decode()))
     return out
+
+
+def frontier_payloads(client: Any, keys: Any) -> list[bytes]:
+    """Encoded requests of every entry in a crawl's frontier: leased and deferred ones (in
+    `data`) and queued ones (in their bucket entries)."""
+    out = list(client.hvals(keys.data))
+    for name in client.zrange(keys.queue_index, 0, -1):
+        for entry in client.lrange(keys.bucket_prefix + name.decode(), 0, -1):
+            out.append(entry.split(b"\t", 1)[1])
+    return out

@@ -21,7 +21,7 @@ from mockupdb import MockupDB
 from mongowire import MongoWireServer
 from scrapy.exceptions import CloseSpider, DropItem
 from scrapy.utils.test import get_crawler
-from support import read_items, run_scrapy, start_worker, tail, wait_all
+from support import frontier_payloads, read_items, run_scrapy, start_worker, tail, wait_all
 
 from scrapy_fleet.codec import decode_dict
 from scrapy_fleet.frontier.client import FrontierAdmin
@@ -371,7 +371,8 @@ def test_crawl_with_bad_credentials_acknowledges_no_unwritten_page(
 
     def frontier_urls() -> list[str]:
         """URLs of the entries still in the frontier (an acknowledged entry is deleted)."""
-        return sorted(decode_dict(p)["url"] for p in admin.client.hvals(admin.keys.data))
+        return sorted(decode_dict(p)["url"]
+                      for p in frontier_payloads(admin.client, admin.keys))
 
     server = MongoWireServer(users={"writer": PASSWORD, "reader": PASSWORD},
                              read_only={"reader"}).start()

@@ -13,9 +13,10 @@ logger = logging.getLogger(__name__)
 
 #: eviction policies that never delete a key without a TTL (the frontier's keys have none)
 SAFE_POLICIES = ("noeviction", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl")
-#: bytes a frontier entry takes in Redis, roughly: payload (~100-300 B) + ZSET and HASH
-#: entries + Bloom share; measured in bench/bench_backpressure.py
-BYTES_PER_ENTRY = 400
+#: bytes a frontier entry takes in Redis, roughly: a queued one its payload (~50-300 B) and
+#: ~20 B in its host's bucket list (a leased one ~150 B more, but leases are few); measured
+#: in bench/bench_memory.py (~90-100 B for a pushed 50-byte URL) and bench_backpressure.py
+BYTES_PER_ENTRY = 300
 
 
 def memory_warnings(policy: str | None, maxmemory: int, used: int,
