@@ -117,8 +117,8 @@ def test_a_big_queue_of_the_previous_format_moves_in_order(redis_url):
 
 
 def test_blocked_bloom_layout_sets_the_documented_bits(redis_url):
-    """A fingerprint's k bits are in block h1 mod blocks, at x, x + y, x + 2y + z, ... mod 4093
-    (triple hashing, lua/bloom.lua); a new filter records layout 2."""
+    """A fingerprint's k bits are in block (h1 + h2) mod blocks, at x, x + y, x + 2y + z, ...
+    mod 4093 (triple hashing, lua/bloom.lua); a new filter records layout 2."""
     capacity, rate = 5000, 0.001
     admin = FrontierAdmin(redis_url, "blk", params=FrontierParams(bloom_capacity=capacity,
                                                                   bloom_error_rate=rate))
@@ -130,7 +130,7 @@ def test_blocked_bloom_layout_sets_the_documented_bits(redis_url):
     blocks = sp.bits // BLOCK_BITS
     assert c.strlen(k.bloom_slice(0)) == sp.bytes == blocks * BLOCK_BITS // 8
     h1, h2 = int.from_bytes(fp[:6], "big"), int.from_bytes(fp[6:], "big")
-    block, x = h1 % blocks, h2 % BLOCK_PRIME
+    block, x = (h1 + h2) % blocks, h2 % BLOCK_PRIME
     y, z = 1 + (h2 // BLOCK_PRIME) % (BLOCK_PRIME - 1), (h1 // blocks) % BLOCK_PRIME
     want = set()
     for _ in range(sp.hashes):

@@ -11,7 +11,8 @@
 --
 -- Two bit layouts (field v of the metadata hash):
 -- * v 2, blocked (every filter created now): a slice is an array of blocks of BLOCK_BITS
---   (4096) bits; a fingerprint's k bits all lie in one block, h1 mod blocks, at the first
+--   (4096) bits; a fingerprint's k bits all lie in one block, (h1 + h2) mod blocks (both
+--   halves: a key that is not uniform, e.g. a counter, still spreads), at the first
 --   BLOCK_PRIME (4093) bits of it, by triple hashing (P. C. Dillinger, P. Manolios, "Bloom
 --   Filters in Probabilistic Verification", FMCAD 2004): x = h2 mod P, y = 1 + floor(h2 / P)
 --   mod (P - 1), z = floor(h1 / blocks) mod P; position x, then x += y, y += z (mod P).  (Plain
@@ -114,8 +115,8 @@ end
 local function bloom_block(pr, fp)
   local h1, h2 = bloom_halves(fp)
   local blocks = pr[4]
-  return h1 % blocks, h2 % BLOCK_PRIME, 1 + math.floor(h2 / BLOCK_PRIME) % (BLOCK_PRIME - 1),
-         math.floor(h1 / blocks) % BLOCK_PRIME
+  return (h1 + h2) % blocks, h2 % BLOCK_PRIME,
+         1 + math.floor(h2 / BLOCK_PRIME) % (BLOCK_PRIME - 1), math.floor(h1 / blocks) % BLOCK_PRIME
 end
 
 local function bloom_offsets(state, fp, s, out, at, prefix, suffix)
