@@ -8,9 +8,9 @@ prefix ``fleet`` and crawl id ``docs``::
                                                               host and priority (a bucket), FIFO:
                                                               the encoded request (codec.py) is
                                                               in the entry (lua/hosts.lua)
-    fleet:{docs}:qidx         ZSET  "<host>\t<priority key>" -> 0  the buckets that hold entries
-                                                              (lexicographic: a host's best
-                                                              priority first)
+    fleet:{docs}:qidx         HASH  host -> "<priority key> ..."  the priority keys of the
+                                                              host's buckets that hold entries,
+                                                              ascending (best first)
     fleet:{docs}:qn           STRING  count                   entries in the buckets
     fleet:{docs}:queue        ZSET  "<host>\t<priority key>\t<entry id>" -> 0  previous format
                                                               only: moved into the buckets by

@@ -278,18 +278,25 @@ def queue_entries(client: Any, keys: Any) -> list[tuple[str, int, str]]:
     """(host, Request.priority, entry id) of every entry in the queue buckets, bucket by bucket
     in the index's order (a host's best priority first), each bucket head first."""
     out = []
-    for name in client.zrange(keys.queue_index, 0, -1):
-        host, key = name.decode().split("\t")
-        for entry in client.lrange(keys.bucket_prefix + name.decode(), 0, -1):
+    for name in bucket_names(client, keys):
+        host, key = name.split("\t")
+        for entry in client.lrange(keys.bucket_prefix + name, 0, -1):
             out.append((host, 10**15 - int(key), entry.split(b"\t", 1)[0].decode()))
     return out
+
+
+def bucket_names(client: Any, keys: Any) -> list[str]:
+    """Names "<host>\t<priority key>" of the queue buckets in the index, by host, then best
+    priority first (the index: host -> its buckets' priority keys, ascending)."""
+    index = client.hgetall(keys.queue_index)
+    return [f"{h.decode()}\t{key}" for h in sorted(index) for key in index[h].decode().split()]
 
 
 def frontier_payloads(client: Any, keys: Any) -> list[bytes]:
     """Encoded requests of every entry in a crawl's frontier: leased and deferred ones (in
     `data`) and queued ones (in their bucket entries)."""
     out = list(client.hvals(keys.data))
-    for name in client.zrange(keys.queue_index, 0, -1):
-        for entry in client.lrange(keys.bucket_prefix + name.decode(), 0, -1):
+    for name in bucket_names(client, keys):
+        for entry in client.lrange(keys.bucket_prefix + name, 0, -1):
             out.append(entry.split(b"\t", 1)[1])
     return out

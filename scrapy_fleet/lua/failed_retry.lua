@@ -9,7 +9,8 @@
 --
 -- KEYS (keys.CrawlKeys.retry_keys): 1 failed  2 failed_at  3 failed_by  4 dead
 --   5 queue (previous format: counted, never written)  6 data (unused)  7 ehost (unused)
---   8 hostq  9 ready  10 stats  11 seq  12 leases  13 delayed  14 qidx  15 qn
+--   8 hostq  9 ready  10 stats  11 seq  12 leases  13 delayed  14 qidx (the buckets' index)
+--   15 qn
 --   16 the buckets' key prefix
 -- ARGV[1]: msgpack map: src "failed" | "dead", qm frontier size limit (0 none),
 --   e [[record id, host key, priority, encoded request]...]
@@ -54,8 +55,10 @@ for _, e in ipairs(req.e) do
     local new_id = '!' .. string.format('%015d', redis.call('INCR', SEQ))
     if host ~= '' then hincrby(HOSTQ, host, 1) end
     local bucket = bucket_name(host, -priority)
-    redis.call('LPUSH', QB .. bucket, new_id .. '\t' .. data)
-    redis.call('ZADD', QIDX, 'NX', 0, bucket)
+    if redis.call('LPUSH', QB .. bucket, new_id .. '\t' .. data) == 1 then  -- a new bucket
+      local key = string.format('%016d', -priority + PRIO_OFFSET)
+      redis.call('HSET', QIDX, host, index_with(redis.call('HGET', QIDX, host), key))
+    end
     redis.call('INCR', QN)
     redis.call('ZADD', READY, 'NX', now, host)
     size = size + 1

@@ -25,7 +25,7 @@
 --   14 delayed  15 parked  16 hostq  17 ehost (previous format only: read, never written)
 --   18 ready  19 tat  20 hold  21 hostlive  22 hostconf  23 crawldelay  24 wlive  25 robots
 --   26 failed  27 failed_at  28 failed_by  29 marker  (lua/failed.lua)
---   30 qidx (the buckets' index)  31 qn (queued count)  32 the buckets' key prefix (each
+--   30 qidx (the buckets' index: host -> priority keys)  31 qn (queued count)  32 the buckets' key prefix (each
 --   bucket's key is this prefix and its name: the same hash tag, so the same cluster slot)
 --   33 bloom meta  34.. bloom slices, then the MON_NKEYS keys of lua/monitoring.lua (last)
 --
@@ -370,6 +370,53 @@ local function enqueue(id, score, host, payload, back)
   if payload == nil then q_need[#q_need + 1] = e end
   ready_add[host] = true
 end
+-- The buckets' index (host -> its buckets' priority keys, lua/hosts.lua), as read or written
+-- by this call (false: the host has none).
+batch.qi = {}
+function batch.prefetch_index(hosts)
+  local want, seen = {}, {}
+  for _, h in ipairs(hosts) do
+    if batch.qi[h] == nil and not seen[h] then
+      seen[h] = true
+      want[#want + 1] = h
+    end
+  end
+  batch.read_fields(QIDX, want, function(h, v) batch.qi[h] = v end)
+end
+-- Buckets (names "<host>\t<priority key>") that hold entries and that were emptied: their
+-- hosts' index values (written only where they change).
+function batch.index_update(created, emptied)
+  local hosts, changes = {}, {}
+  for _, list in ipairs({{created, true}, {emptied, false}}) do
+    for _, b in ipairs(list[1]) do
+      local tab = string.find(b, '\t', 1, true)
+      local h = string.sub(b, 1, tab - 1)
+      hosts[#hosts + 1] = h
+      changes[#changes + 1] = {h, string.sub(b, tab + 1), list[2]}
+    end
+  end
+  if #changes == 0 then return end
+  batch.prefetch_index(hosts)
+  local touched = {}
+  for _, c in ipairs(changes) do
+    local was = batch.qi[c[1]] or nil
+    local v
+    if c[3] then v = index_with(was, c[2]) else v = index_without(was, c[2]) end
+    batch.qi[c[1]] = v or false
+    if v ~= was then touched[c[1]] = true end
+  end
+  local sets, dels = {}, {}
+  for h in pairs(touched) do
+    if batch.qi[h] then
+      sets[#sets + 1] = h
+      sets[#sets + 1] = batch.qi[h]
+    else
+      dels[#dels + 1] = h
+    end
+  end
+  if #sets > 0 then call_many('HSET', QIDX, sets, 4000) end
+  if #dels > 0 then call_many('HDEL', QIDX, dels, 4000) end
+end
 local data_add = {}
 local data_del, exp_del, lease_del, leases_del = {}, {}, {}, {}
 local function flush_queue()
@@ -397,37 +444,26 @@ local function flush_queue()
   if #lease_del > 0 then call_many('HDEL', LEASE, lease_del, 4000) end
   if #leases_del > 0 then call_many('ZREM', LEASES, leases_del, 4000) end
   if #data_add > 0 then call_many('HSET', DATA, data_add, 2000) end
-  local added, buckets = 0, {}
-  for b, l in pairs(q_tail) do
-    local items = {}
-    for _, e in ipairs(l) do
-      if e[2] then items[#items + 1] = e[1] .. '\t' .. e[2] end
-    end
-    if #items > 0 then
-      call_many('RPUSH', QB .. b, items, 2000)
+  local added, created = 0, {}
+  for _, side in ipairs({{q_tail, 'RPUSH'}, {q_head, 'LPUSH'}}) do
+    for b, l in pairs(side[1]) do
+      -- at the head: oldest (lowest id) first, so pushed there in the reverse order
+      if side[2] == 'LPUSH' then table.sort(l, function(x, y) return x[1] > y[1] end) end
+      local items = {}
+      for _, e in ipairs(l) do
+        if e[2] then items[#items + 1] = e[1] .. '\t' .. e[2] end
+      end
+      local len = 0
+      for from = 1, #items, 2000 do
+        len = redis.call(side[2], QB .. b, unpack(items, from, math.min(#items, from + 1999)))
+      end
       added = added + #items
-      buckets[#buckets + 1] = 0
-      buckets[#buckets + 1] = b
+      -- (every bucket pushed to is made sure of in the index: one written by a call that
+      -- failed half-way is indexed again)
+      if #items > 0 then created[#created + 1] = b end
     end
   end
-  for b, l in pairs(q_head) do
-    -- oldest (lowest id) first at the head: pushed at the head in the reverse order
-    table.sort(l, function(x, y) return x[1] > y[1] end)
-    local items = {}
-    for _, e in ipairs(l) do
-      if e[2] then items[#items + 1] = e[1] .. '\t' .. e[2] end
-    end
-    if #items > 0 then
-      call_many('LPUSH', QB .. b, items, 2000)
-      added = added + #items
-      buckets[#buckets + 1] = 0
-      buckets[#buckets + 1] = b
-    end
-  end
-  if #buckets > 0 then
-    table.insert(buckets, 1, 'NX')
-    call_many('ZADD', QIDX, buckets, 4000)
-  end
+  batch.index_update(created, {})
   if added > 0 then redis.call('INCRBY', QN, added) end
   local hosts = {}
   for h in pairs(ready_add) do
@@ -902,7 +938,7 @@ local function lease_step()
   -- the next head of h's queue not taken by this call (nil when there is none), as a member
   -- "<host>\t<priority key>\t<entry id>"; a read fetches as many heads of h's best bucket not
   -- read yet as this call may still take (1 for the first look).  hb[h]: {h's bucket names
-  -- (16 at a time), the current one's index, entries read of it, names read}
+  -- (from the index), the current one's index, entries read of it}
   local function head_of(h, first)
     local buf = heads[h]
     if buf and pos[h] <= #buf then return buf[pos[h]] end
@@ -910,20 +946,16 @@ local function lease_step()
     local want = first and 1 or math.max(1, math.min(take - taken, 64))
     local st = hb[h]
     if st == nil then
-      st = {{}, 1, 0, 0}
+      batch.prefetch_index({h})
+      local names = {}
+      for i, key in ipairs(index_keys(batch.qi[h] or nil)) do names[i] = h .. '\t' .. key end
+      st = {names, 1, 0}
       hb[h] = st
     end
     buf = {}
     while #buf == 0 do
       local b = st[1][st[2]]
-      if b == nil then
-        if st[4] > 0 and #st[1] < 16 then break end
-        st[1] = redis.call('ZRANGEBYLEX', QIDX, '[' .. h .. '\t', '[' .. h .. '\t\255', 'LIMIT',
-                           st[4], 16)
-        st[2], st[4] = 1, st[4] + 16
-        b = st[1][1]
-        if b == nil then break end
-      end
+      if b == nil then break end
       local entries = redis.call('LRANGE', QB .. b, st[3], st[3] + want - 1)
       for i, e in ipairs(entries) do
         local id, payload = entry_parts(e)
@@ -943,6 +975,7 @@ local function lease_step()
     return buf[1]
   end
   local ready_del = {}
+  batch.prefetch_index(cands)
   for _, h in ipairs(cands) do
     if h ~= except_host then  -- not for this worker (stored responses go to parse workers)
       if head_of(h, true) then
@@ -1085,9 +1118,9 @@ local function lease_step()
       if lk.len[b] and n >= lk.len[b] then gone[#gone + 1] = b end
     end
     redis.call('DECRBY', QN, #q_del)
-    if #gone > 0 then call_many('ZREM', QIDX, gone, 4000) end
+    batch.index_update({}, gone)
   elseif #lk.empty > 0 then
-    call_many('ZREM', QIDX, lk.empty, 4000)
+    batch.index_update({}, lk.empty)
   end
   if #ready_gone > 0 then call_many('ZREM', READY, ready_gone, 4000) end
   if #ready_set > 0 then call_many('ZADD', READY, ready_set, 4000) end

@@ -3,8 +3,9 @@
 --
 -- Queued entries are "<entry id>\t<encoded request>" in LISTs, one per host and priority (a
 -- bucket, named "<host>\t<priority key>", the key -priority + 10^15 zero-padded to 16 digits),
--- FIFO; the index ZSET (score 0) lists the buckets that hold entries, so that ZRANGEBYLEX
--- gives one host's best bucket: highest Request.priority first.  A list entry costs its bytes
+-- FIFO; the index HASH gives, per host, the priority keys of its buckets that hold entries,
+-- ascending (highest Request.priority first), so that one HMGET tells the best bucket of
+-- every candidate host of a call.  A list entry costs its bytes
 -- and ~2 more in a listpack, where a ZSET member and a hash field cost ~150 and ~130 bytes
 -- (docs/sizing.md).  The previous format's queue ZSET held members
 -- "<host>\t<priority key>\t<entry id>" (the request in the data hash); frontier.lua moves them.
@@ -79,6 +80,31 @@ end
 -- of its key name (after the bucket prefix).
 local function bucket_name(host, score)
   return host .. '\t' .. string.format('%016d', score + PRIO_OFFSET)
+end
+
+-- The index's value of a host: the priority keys of its buckets, ascending (best first),
+-- space-separated.  index_with / index_without return it with / without key (nil when empty).
+local function index_keys(value)
+  local keys = {}
+  for key in string.gmatch(value or '', '%d+') do keys[#keys + 1] = key end
+  return keys
+end
+local function index_with(value, key)
+  local keys = index_keys(value)
+  for _, k in ipairs(keys) do
+    if k == key then return value end
+  end
+  keys[#keys + 1] = key
+  table.sort(keys)
+  return table.concat(keys, ' ')
+end
+local function index_without(value, key)
+  local keep = {}
+  for _, k in ipairs(index_keys(value)) do
+    if k ~= key then keep[#keep + 1] = k end
+  end
+  if #keep == 0 then return nil end
+  return table.concat(keep, ' ')
 end
 
 -- id and encoded request of a bucket's entry (nil when it is not of that form: not written by
