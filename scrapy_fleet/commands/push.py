@@ -300,7 +300,7 @@ def plain_url_entry(text: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
     except (TypeError, ValueError) as exc:
         raise PushLineError(f"invalid request: {exc}") from None
     payload = codec.encode_dict({"url": url, "priority": priority, "dont_filter": dont_filter})
-    digest = hashlib.sha1((_FP_HEAD + json.dumps(canonical) + "}").encode())  # noqa: S324
+    digest = hashlib.sha1((_FP_HEAD + json.dumps(canonical) + "}").encode())
     return url, payload, digest.digest()
 
 
