@@ -267,6 +267,10 @@ def is_default_fingerprinter(fingerprint: Callable[[Request], bytes]) -> bool:
 #: the fingerprint JSON of a GET without body or included headers, around its URL: what
 #: ``json.dumps({"method": "GET", "url": u, "body": "", "headers": {}}, sort_keys=True)``
 #: writes in ``scrapy.utils.request.fingerprint``
+#: the fields of a plain line that can differ from their defaults, in the order of
+#: ``Request.to_dict()`` (the order codec.encode_dict writes them in)
+_PLAIN_FIELDS = [name for name in Request("http://a.test/").to_dict()
+                 if name in ("url", "priority", "dont_filter")]
 _FP_HEAD = '{"body": "", "headers": {}, "method": "GET", "url": '
 
 
@@ -299,7 +303,8 @@ def plain_url_entry(text: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
         canonical = canonicalize_url(url)
     except (TypeError, ValueError) as exc:
         raise PushLineError(f"invalid request: {exc}") from None
-    payload = codec.encode_dict({"url": url, "priority": priority, "dont_filter": dont_filter})
+    fields = {"url": url, "priority": priority, "dont_filter": dont_filter}
+    payload = codec.encode_dict({name: fields[name] for name in _PLAIN_FIELDS})
     digest = hashlib.sha1((_FP_HEAD + json.dumps(canonical) + "}").encode())
     return url, payload, digest.digest()
 
