@@ -112,7 +112,7 @@ def test_a_project_fingerprinter_is_used_for_plain_lines(redis_url):
 
     def project_fingerprint(request: Request) -> bytes:
         seen.append(request.url)
-        return hashlib.sha1(request.url.encode()).digest()  # noqa: S324 - not Scrapy's
+        return hashlib.sha1(request.url.encode()).digest()  # not Scrapy's fingerprint
 
     admin = FrontierAdmin(redis_url, "projfp")
     report = push_lines(admin, [(1, "http://h.test/a"), (2, "http://H.test/a#x")],
@@ -203,6 +203,6 @@ def test_refused_lines_are_pushed_again_first_and_in_order(redis_url):
     accepted = [u for _, urls, refused in admin.calls
                 for i, u in enumerate(urls) if i not in refused]
     assert accepted == [u for _, u in lines]  # each line once, in the order of the input
-    for (_, urls, refused), (_, next_urls, _) in zip(admin.calls, admin.calls[1:]):
+    for (_, urls, refused), (_, next_urls, _) in zip(admin.calls[:-1], admin.calls[1:], strict=True):
         if refused:  # the refused ones head the next call, before the batch read meanwhile
             assert next_urls[:len(refused)] == [urls[i] for i in refused]
