@@ -203,6 +203,7 @@ def test_refused_lines_are_pushed_again_first_and_in_order(redis_url):
     accepted = [u for _, urls, refused in admin.calls
                 for i, u in enumerate(urls) if i not in refused]
     assert accepted == [u for _, u in lines]  # each line once, in the order of the input
-    for (_, urls, refused), (_, next_urls, _) in zip(admin.calls[:-1], admin.calls[1:], strict=True):
+    calls = admin.calls
+    for (_, urls, refused), (_, next_urls, _) in zip(calls[:-1], calls[1:], strict=True):
         if refused:  # the refused ones head the next call, before the batch read meanwhile
             assert next_urls[:len(refused)] == [urls[i] for i in refused]
