@@ -5,6 +5,7 @@ fingerprint as Scrapy's), and the frontier call that overlaps the reading of the
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from typing import Any
 
@@ -203,7 +204,6 @@ def test_refused_lines_are_pushed_again_first_and_in_order(redis_url):
     accepted = [u for _, urls, refused in admin.calls
                 for i, u in enumerate(urls) if i not in refused]
     assert accepted == [u for _, u in lines]  # each line once, in the order of the input
-    calls = admin.calls
-    for (_, urls, refused), (_, next_urls, _) in zip(calls[:-1], calls[1:], strict=True):
+    for (_, urls, refused), (_, next_urls, _) in itertools.pairwise(admin.calls):
         if refused:  # the refused ones head the next call, before the batch read meanwhile
             assert next_urls[:len(refused)] == [urls[i] for i in refused]
