@@ -10,7 +10,13 @@ seconds, URLs/s, the EVALSHA calls and their ``usec`` (``INFO commandstats``: µ
 per URL), the CPU seconds of the command (children's utime + stime) and of redis-server
 (``/proc/<pid>/stat``).
 
-Usage: ``.venv/bin/python bench/bench_push.py --baseline ../push5-base [--urls 1000000]``
+Part ``--batches 100,200,500,1000`` (instead of the command line): this tree's
+``push_lines`` in this process, ``--batch-urls`` (200,000) URLs per run into a fresh
+``redis-server`` with each batch size (lines per frontier call), rounds alternating the order;
+URLs/s and EVALSHA µs per call and per URL (the time one call holds Redis).
+
+Usage: ``.venv/bin/python bench/bench_push.py --baseline ../push5-base [--urls 1000000]``,
+``.venv/bin/python bench/bench_push.py --batches 100,200,500,1000``
 """
 
 from __future__ import annotations
@@ -67,13 +73,59 @@ def one_run(root: Path, name: str, tree: Path, data: Path, urls: int) -> dict[st
         }
 
 
+def batch_run(root: Path, batch: int, urls: int, hosts: int) -> dict[str, Any]:
+    from scrapy_fleet.commands.push import default_fingerprinter, push_lines
+    from scrapy_fleet.frontier.client import FrontierAdmin
+
+    with h.Redis(root / f"b-{batch}-{time.monotonic_ns()}") as server:
+        client = redis.Redis.from_url(server.url)
+        admin = FrontierAdmin(server.url, "batch")
+        # the script loaded and the first Bloom slice allocated before the clock starts
+        push_lines(admin, [(1, "http://warm.example.org/")], default_fingerprinter())
+        client.config_resetstat()
+        lines = ((i + 1, url(i, hosts)) for i in range(urls))
+        t0 = time.perf_counter()
+        report = push_lines(admin, lines, default_fingerprinter(), batch=batch)
+        wall = time.perf_counter() - t0
+        stats = client.info("commandstats")["cmdstat_evalsha"]
+        return {"batch": batch, "pushed": report.pushed, "urls_per_s": round(urls / wall, 1),
+                "evalsha_usec_per_call": stats["usec_per_call"],
+                "evalsha_usec_per_url": round(stats["usec"] / urls, 2)}
+
+
+def batches_part(args: argparse.Namespace) -> None:
+    sizes = [int(x) for x in args.batches.split(",")]
+    figures: dict[str, Any] = {"machine": h.machine(), "urls": args.batch_urls, "runs": []}
+    with h.workdir("fleet-push-batch-") as root:
+        for r in range(args.rounds):
+            for batch in sizes if r % 2 == 0 else sizes[::-1]:
+                run = batch_run(root, batch, args.batch_urls, args.hosts)
+                run["round"] = r
+                figures["runs"].append(run)
+                print(f"round {r} batch {batch:>5}: {run['urls_per_s']} URLs/s  EVALSHA "
+                      f"{run['evalsha_usec_per_call']} µs/call, {run['evalsha_usec_per_url']} "
+                      "µs/URL", flush=True)
+    figures["median"] = {
+        b: {k: h.median([r[k] for r in figures["runs"] if r["batch"] == b])
+            for k in ("urls_per_s", "evalsha_usec_per_call", "evalsha_usec_per_url")}
+        for b in sizes}
+    for b, m in figures["median"].items():
+        print(f"median batch {b:>5}: {m}", flush=True)
+    h.emit_json(figures)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--baseline", type=Path, default=None)
     p.add_argument("--urls", type=int, default=1_000_000)
     p.add_argument("--hosts", type=int, default=1000)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--batches", default="", help="batch sizes to compare (see above)")
+    p.add_argument("--batch-urls", type=int, default=200_000)
     args = p.parse_args()
+    if args.batches:
+        batches_part(args)
+        return
     trees = {"new": h.REPO_ROOT}
     if args.baseline:
         trees["base"] = args.baseline.resolve()

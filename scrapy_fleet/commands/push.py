@@ -264,13 +264,13 @@ def is_default_fingerprinter(fingerprint: Callable[[Request], bytes]) -> bool:
             and getattr(owner, "_fingerprint", None) is scrapy_fingerprint)
 
 
-#: the fingerprint JSON of a GET without body or included headers, around its URL: what
-#: ``json.dumps({"method": "GET", "url": u, "body": "", "headers": {}}, sort_keys=True)``
-#: writes in ``scrapy.utils.request.fingerprint``
 #: the fields of a plain line that can differ from their defaults, in the order of
 #: ``Request.to_dict()`` (the order codec.encode_dict writes them in)
 _PLAIN_FIELDS = [name for name in Request("http://a.test/").to_dict()
                  if name in ("url", "priority", "dont_filter")]
+#: the fingerprint JSON of a GET without body or included headers, up to its URL: what
+#: ``json.dumps({"method": "GET", "url": u, "body": "", "headers": {}}, sort_keys=True)``
+#: writes in ``scrapy.utils.request.fingerprint``
 _FP_HEAD = '{"body": "", "headers": {}, "method": "GET", "url": '
 
 
