@@ -19,24 +19,32 @@ refuses further pushes; the helper then waits until the frontier is below the lo
 (``FLEET_QUEUE_LOW_WATERMARK`` of the max) and pushes the refused lines again, showing that it
 waits.  With ``no_wait`` it stops instead (exit status 3), as it does when ``timeout``
 seconds of waiting have passed.  Nothing is ever pushed past the cap.
+
+Speed: one frontier call is in flight (in a thread, waiting on its socket without the GIL)
+while the next batch is read and encoded; a plain URL line with Scrapy's default
+fingerprinter skips the Request (:func:`plain_url_entry`: the same URL, payload and
+fingerprint, computed directly).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import json
 import re
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, TextIO
 from urllib.parse import urlsplit
 
 import redis
 from scrapy import Request
+from w3lib.url import canonicalize_url, safe_url_string
 
 from scrapy_fleet import codec
 from scrapy_fleet.browser import pagemethods
@@ -53,7 +61,9 @@ EXIT_FULL = 3  #: the frontier stayed full (--no-wait, or --timeout expired); re
 EXIT_NO_CRAWL = 4  #: status, dead, failed, retry, top: Redis holds no state of that crawl
 
 DEFAULT_MAX_URL_LENGTH = 2083  # Scrapy's URLLENGTH_LIMIT default
-#: lines per frontier call: all new, a call of 200 holds Redis ~1 ms (bench_capacity.py)
+#: lines per frontier call.  All new URLs over 1,000 hosts, frontier.lua takes ~19 µs of
+#: Redis time per line (2026-12-01, bench_push.py --batches): a call of 200 holds Redis
+#: ~4 ms, of 75 ~1.5 ms; 500 and 1000 are not faster per line and hold it 10-50 ms
 BATCH = 200
 _SPEC_KEYS = {"url", "method", "headers", "body", "cookies", "meta", "cb_kwargs", "callback",
               "errback", "priority", "dont_filter"}
@@ -248,6 +258,64 @@ def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
     return request, d
 
 
+def is_default_fingerprinter(fingerprint: Callable[[Request], bytes]) -> bool:
+    """Whether *fingerprint* is the bound ``fingerprint`` method of Scrapy's own
+    ``RequestFingerprinter`` (not a subclass, not a project's ``REQUEST_FINGERPRINTER_CLASS``):
+    then :func:`plain_url_entry` computes the same fingerprint without a Request."""
+    from scrapy.utils.request import RequestFingerprinter
+    from scrapy.utils.request import fingerprint as scrapy_fingerprint
+
+    owner = getattr(fingerprint, "__self__", None)
+    return (type(owner) is RequestFingerprinter
+            and getattr(fingerprint, "__func__", None) is RequestFingerprinter.fingerprint
+            and getattr(owner, "_fingerprint", None) is scrapy_fingerprint)
+
+
+#: the fields of a plain line that can differ from their defaults, in the order of
+#: ``Request.to_dict()`` (the order codec.encode_dict writes them in)
+_PLAIN_FIELDS = [name for name in Request("http://a.test/").to_dict()
+                 if name in ("url", "priority", "dont_filter")]
+#: the fingerprint JSON of a GET without body or included headers, up to its URL: what
+#: ``json.dumps({"method": "GET", "url": u, "body": "", "headers": {}}, sort_keys=True)``
+#: writes in ``scrapy.utils.request.fingerprint``
+_FP_HEAD = '{"body": "", "headers": {}, "method": "GET", "url": '
+
+
+def plain_url_entry(text: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
+                    dont_filter: bool = False,
+                    priority: int = 0) -> tuple[str, bytes, bytes]:
+    """A plain URL line (not JSON) as ``(url, payload, fingerprint)`` without building a
+    Request: *url* is ``Request(url).url`` (``w3lib.url.safe_url_string``), *payload* is
+    ``codec.encode_dict`` of the request's ``to_dict()`` (what :func:`parse_line` gives), and
+    *fingerprint* the 20-byte SHA-1 of Scrapy's default fingerprinter
+    (``scrapy.utils.request.fingerprint``: the JSON of method, canonical URL, body hex and no
+    headers).  The same checks as :func:`parse_line`, the same reasons; tests compare both
+    ways over varied URLs.
+
+    Raises:
+        PushLineError: the reason, ready to print after the line number.
+    """
+    text = text.strip()
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PushLineError("line is not valid UTF-8") from None
+    if text.startswith(("{", "[")):
+        raise ValueError("a JSON line: parse it with parse_line")
+    url = _validate_url(text, max_url_length)
+    try:
+        url = safe_url_string(url, "utf-8")  # Request._set_url
+        if "://" not in url:
+            raise ValueError(f"Missing scheme in request url: {url}")
+        canonical = canonicalize_url(url)
+    except (TypeError, ValueError) as exc:
+        raise PushLineError(f"invalid request: {exc}") from None
+    fields = {"url": url, "priority": priority, "dont_filter": dont_filter}
+    payload = codec.encode_dict({name: fields[name] for name in _PLAIN_FIELDS})
+    digest = hashlib.sha1((_FP_HEAD + json.dumps(canonical) + "}").encode())
+    return url, payload, digest.digest()
+
+
 def read_lines(sources: Iterable[str],
                files: Iterable[BinaryIO | TextIO]) -> Iterator[tuple[int, str]]:
     """``(line number, text)`` of the URL arguments then of each file, lazily; blank lines and
@@ -320,11 +388,23 @@ def push_lines(admin: FrontierAdmin, lines: Iterable[tuple[int, str]],
     low = low_watermark if low_watermark is not None else (queue_max or 0)
     deadline_left = timeout
 
+    # a plain URL line skips the Request when the fingerprint is Scrapy's default one
+    fast = is_default_fingerprinter(fingerprint)
+
     def entries() -> Iterator[tuple[int, tuple[bytes, int, bytes, int, str]]]:
         for lineno, text in lines:
             try:
-                request, d = parse_line(text, max_url_length, dont_filter, priority, has_method)
-                payload = codec.encode_dict(d)
+                if fast and not text.lstrip().startswith(("{", "[")):
+                    url, payload, digest = plain_url_entry(text, max_url_length, dont_filter,
+                                                           priority)
+                    key = b"" if dont_filter else bloom_key(digest)
+                    line_priority = priority
+                else:
+                    request, d = parse_line(text, max_url_length, dont_filter, priority,
+                                            has_method)
+                    payload = codec.encode_dict(d)
+                    url, line_priority = request.url, request.priority
+                    key = b"" if request.dont_filter else bloom_key(fingerprint(request))
             except (PushLineError, RequestEncodeError) as exc:
                 report.rejected += 1
                 if len(report.errors) < 1000:
@@ -332,9 +412,8 @@ def push_lines(admin: FrontierAdmin, lines: Iterable[tuple[int, str]],
                 if on_error:
                     on_error(lineno, str(exc))
                 continue
-            key = b"" if request.dont_filter else bloom_key(fingerprint(request))
-            host = host_key(request.url) if host_key else urlsplit(request.url).hostname or ""
-            yield lineno, (key, request.priority, payload, 0, host)
+            host = host_key(url) if host_key else urlsplit(url).hostname or ""
+            yield lineno, (key, line_priority, payload, 0, host)
 
     pending: list[tuple[int, tuple[bytes, int, bytes, int, str]]] = []
     source = entries()
@@ -368,7 +447,7 @@ def _push_loop(admin: FrontierAdmin, pending: list[Any], fill: Callable[[list[An
         if not pending:
             return report
         sent = pending[:batch]
-        future = pool.submit(admin.push, [entry for _, entry in sent])
+        future = _submit(pool, admin.push, [entry for _, entry in sent])
         upcoming: list[Any] = []
         fill(upcoming, batch - (len(pending) - len(sent)))
         try:
@@ -412,6 +491,25 @@ def _push_loop(admin: FrontierAdmin, pending: list[Any], fill: Callable[[list[An
         report.waited += waited
         if deadline_left is not None:
             deadline_left -= waited
+
+
+def _submit(pool: ThreadPoolExecutor, call: Callable[[Any], Any], arg: Any) -> Future[Any]:
+    """``pool.submit(call, arg)``, returning once the pool's thread runs *call*.
+
+    Without the wait the caller keeps the GIL: the thread that would send the call waits
+    for it up to ``sys.getswitchinterval()`` (5 ms), longer than the caller takes to encode
+    the next batch, and the call would not overlap the encoding at all.  Waiting here
+    releases the GIL; the thread then holds it until the socket write or read inside *call*
+    releases it again, by which time the request is on its way to Redis."""
+    started = threading.Event()
+
+    def run() -> Any:
+        started.set()
+        return call(arg)
+
+    future = pool.submit(run)
+    started.wait()
+    return future
 
 
 def _stopped_full(report: PushReport, pending: list[tuple[int, tuple[Any, ...]]],
