@@ -44,7 +44,13 @@ from scrapy_fleet.errors import (
     RequestEncodeError,
 )
 from scrapy_fleet.frontier import memory
-from scrapy_fleet.frontier.client import AsyncFrontier, SyncBatch, SyncResult, clamp_priority
+from scrapy_fleet.frontier.client import (
+    AsyncFrontier,
+    StaleDupeCache,
+    SyncBatch,
+    SyncResult,
+    clamp_priority,
+)
 from scrapy_fleet.frontier.dupefilter import RedisBloomDupeFilter
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.monitoring.heartbeat import WorkerMonitor
@@ -69,8 +75,10 @@ START_META_KEY = codec.START_META_KEY
 
 #: stored responses a parse worker (FLEET_ROLE = "parse") holds leased at most
 PARSE_HELD = 2
-#: (url, bloom key, priority, payload, host, delay ms) of a buffered request
-_Out = tuple[str, bytes, int, bytes, str, int]
+#: (url, bloom key, priority, payload, host, delay ms) of a buffered request; the payload
+#: of a known duplicate is the Request itself and its host "" (encoded only if it must be
+#: sent: FleetScheduler._materialize)
+_Out = tuple[str, bytes, int, "bytes | Request", str, int]
 
 
 class _Lease:
@@ -116,6 +124,7 @@ class FleetScheduler(BaseScheduler):
         self._done: list[_Lease] = []
         self._downloaded: list[_Lease] = []  # downloads over, not yet told to the frontier
         self._outbox: list[_Out] = []  # requests without a parent in flight
+        self._enqueued = self._dequeued = 0  # not yet in the stats (_flush_counts)
         #: id(outbox entry) -> index of a start request (middlewares.START_META_KEY) not yet
         #: accepted by the frontier
         self._start_pending: dict[int, int] = {}
@@ -240,6 +249,7 @@ class FleetScheduler(BaseScheduler):
             if not self._state_lost:
                 await self._leave()
             await self.frontier.close()
+        self._flush_counts()
         if hasattr(self.df, "close"):
             self.df.close(reason)
 
@@ -299,15 +309,6 @@ class FleetScheduler(BaseScheduler):
             return False  # never leased: it would cost its host a turn for nothing
         delay = request.meta.pop(codec.DEFER_META_KEY, None)
         delay_ms = int(delay * 1000) if isinstance(delay, int | float) and delay > 0 else 0
-        try:
-            payload = codec.encode(request, self.spider)
-        except RequestEncodeError as exc:
-            logger.error("%s; request dropped", exc, extra={"spider": self.spider})
-            self._inc("fleet/codec/encode_error")
-            self._inc(f"fleet/codec/encode_error/{type(exc.__cause__ or exc).__name__}")
-            if pagemethods.close_page_of(request.meta):
-                self._inc("fleet/browser/page_closed")  # a dropped request leaks no page
-            return False
         key = b"" if request.dont_filter or not isinstance(self.df, RedisBloomDupeFilter) \
             else self.df.bloom_key(request)
         priority = clamp_priority(request.priority)
@@ -318,8 +319,17 @@ class FleetScheduler(BaseScheduler):
                                "<%s %s> as %d (logged once)", request.priority, request.method,
                                request.url, priority, extra={"spider": self.spider})
                 self._logged_clamp = True
-        out: _Out = (request.url, key, priority, payload,
-                     politeness.host_key(request.url, self.config.host_key), delay_ms)
+        out: _Out
+        if key and self._known_duplicate(key, request):
+            # most links of a crawl: the call leaves it out, so it is encoded only if the
+            # frontier asks for the whole call again (_materialize)
+            out = (request.url, key, priority, request, "", delay_ms)
+        else:
+            payload = self._encode(request)
+            if payload is None:
+                return False
+            out = (request.url, key, priority, payload,
+                   politeness.host_key(request.url, self.config.host_key), delay_ms)
         parent = self._parent_lease(request)
         if parent is not None:
             parent.children.append(out)
@@ -328,10 +338,65 @@ class FleetScheduler(BaseScheduler):
             start_index = request.meta.get(START_META_KEY)
             if isinstance(start_index, int):
                 self._start_pending[id(out)] = start_index
-        self._inc("scheduler/enqueued/redis")
-        self._inc("scheduler/enqueued")
+        self._enqueued += 1  # counted into the stats before each frontier call (_flush_counts)
         self._poke()
         return True
+
+    def _known_duplicate(self, key: bytes, request: Request) -> bool:
+        """Does this worker's DupeCache know *key* to be in the fleet's Bloom filter (so the
+        next frontier call leaves the request out)?  Never for a request holding a live
+        browser page: it is encoded at once, to be refused and its page closed."""
+        dupes = self.frontier.dupes if self.frontier is not None else None
+        return (dupes is not None and dupes.gen is not None and key in dupes
+                and pagemethods.PAGE_META_KEY not in request.meta)
+
+    def _encode(self, request: Request) -> bytes | None:
+        """``codec.encode(request)``, or None (logged, counted) when it cannot be encoded."""
+        try:
+            return codec.encode(request, self.spider)
+        except RequestEncodeError as exc:
+            logger.error("%s; request dropped", exc, extra={"spider": self.spider})
+            self._inc("fleet/codec/encode_error")
+            self._inc(f"fleet/codec/encode_error/{type(exc.__cause__ or exc).__name__}")
+            if pagemethods.close_page_of(request.meta):
+                self._inc("fleet/browser/page_closed")  # a dropped request leaks no page
+            return None
+
+    def _materialize(self, outs: list[_Out]) -> None:
+        """Encode, in place, the requests of *outs* buffered as known duplicates that the
+        DupeCache no longer holds (cleared after a failover or a purge, or the oldest keys
+        forgotten): the next call sends them whole.  One that cannot be encoded is dropped
+        (logged and counted as at enqueue)."""
+        if not any(type(o[3]) is not bytes for o in outs):
+            return
+        kept: list[_Out] = []
+        for out in outs:
+            url, key, priority, payload, _, delay_ms = out
+            if isinstance(payload, bytes) or self._known_duplicate(key, payload):
+                kept.append(out)
+                continue
+            encoded = self._encode(payload)
+            start_index = self._start_pending.pop(id(out), None)
+            if encoded is None:
+                continue
+            new: _Out = (url, key, priority, encoded,
+                         politeness.host_key(url, self.config.host_key), delay_ms)
+            if start_index is not None:
+                self._start_pending[id(new)] = start_index
+            kept.append(new)
+        outs[:] = kept
+
+    def _flush_counts(self) -> None:
+        """Add the requests enqueued and dequeued since the last call to the stats (counted
+        in plain ints per request: a stats call costs more than the rest of a duplicate)."""
+        if self._enqueued:
+            self._inc("scheduler/enqueued/redis", self._enqueued)
+            self._inc("scheduler/enqueued", self._enqueued)
+            self._enqueued = 0
+        if self._dequeued:
+            self._inc("scheduler/dequeued/redis", self._dequeued)
+            self._inc("scheduler/dequeued", self._dequeued)
+            self._dequeued = 0
 
     def next_request(self) -> Request | None:
         if not self._prefetch:
@@ -340,8 +405,7 @@ class FleetScheduler(BaseScheduler):
         self._inflight[id(request)] = (request, lease)
         self._by_entry[lease.entry_id] = lease
         request.meta[LEASE_META_KEY] = lease.entry_id
-        self._inc("scheduler/dequeued/redis")
-        self._inc("scheduler/dequeued")
+        self._dequeued += 1
         if len(self._prefetch) <= self.config.prefetch // 2:
             self._poke()
         return request
@@ -574,6 +638,7 @@ class FleetScheduler(BaseScheduler):
         batch = SyncBatch()
         n_done = 0
         for lease in self._done:
+            self._materialize(lease.children)
             if n_done and len(batch.pushes) + len(lease.children) > PUSH_CHUNK:
                 break
             n_done += 1
@@ -583,6 +648,7 @@ class FleetScheduler(BaseScheduler):
                              for _, key, prio, payload, host, delay in lease.children]
         n_out = 0
         if final or time.monotonic() >= self._outbox_hold_until:
+            self._materialize(self._outbox)
             n_out = max(0, min(len(self._outbox), PUSH_CHUNK - len(batch.pushes)))
             batch.pushes += [(key, prio, payload, 0, host, delay)
                              for _, key, prio, payload, host, delay in self._outbox[:n_out]]
@@ -615,8 +681,9 @@ class FleetScheduler(BaseScheduler):
                 batch.take = want
         return batch, n_out, n_done, len(dead)  # (every download notice goes with it)
 
-    async def _sync_once(self, final: bool) -> SyncResult | None:
+    async def _sync_once(self, final: bool, again: bool = True) -> SyncResult | None:
         assert self.frontier is not None
+        self._flush_counts()
         batch, n_out, n_done, n_dead = self._build_batch(final)
         if batch.is_empty():
             return None
@@ -627,7 +694,14 @@ class FleetScheduler(BaseScheduler):
         monitor = self.monitor.payload("closing" if final else self._state(), held,
                                        self._downloads())
         try:
-            result = await self.frontier.sync(batch, monitor)
+            # links buffered as known duplicates have no payload yet: after a refusal the
+            # call is built again (with the cache cleared, they are encoded then)
+            result = await self.frontier.sync(batch, monitor, resend=False)
+        except StaleDupeCache:
+            if not again:
+                raise
+            self._inc("fleet/dupefilter/cache_cleared")
+            return await self._sync_once(final, again=False)
         except redis.ResponseError as exc:
             if not is_oom(exc):
                 raise
