@@ -125,6 +125,8 @@ class FleetScheduler(BaseScheduler):
         self._downloaded: list[_Lease] = []  # downloads over, not yet told to the frontier
         self._outbox: list[_Out] = []  # requests without a parent in flight
         self._enqueued = self._dequeued = 0  # not yet in the stats (_flush_counts)
+        #: time.monotonic() when the oldest item not yet sent was buffered (None: nothing)
+        self._unsent_since: float | None = None
         #: id(outbox entry) -> index of a start request (middlewares.START_META_KEY) not yet
         #: accepted by the frontier
         self._start_pending: dict[int, int] = {}
@@ -339,7 +341,7 @@ class FleetScheduler(BaseScheduler):
             if isinstance(start_index, int):
                 self._start_pending[id(out)] = start_index
         self._enqueued += 1  # counted into the stats before each frontier call (_flush_counts)
-        self._poke()
+        self._buffered()
         return True
 
     def _known_duplicate(self, key: bytes, request: Request) -> bool:
@@ -459,7 +461,7 @@ class FleetScheduler(BaseScheduler):
             self._inc("fleet/frontier/lease_lost")
             return
         self._done.append(lease)
-        self._poke()
+        self._buffered()
 
     def note_failure(self, request: Request, record: bytes) -> bool:
         """*request* (leased by this worker, in flight) failed for good: *record* (an encoded
@@ -487,7 +489,7 @@ class FleetScheduler(BaseScheduler):
         self._by_entry.pop(lease.entry_id, None)
         self._dead.append((lease, reason[:500]))
         self._inc("fleet/frontier/dead_letter")
-        self._poke()
+        self._buffered()
         return True
 
     def download_over(self, request: Request) -> None:
@@ -502,13 +504,23 @@ class FleetScheduler(BaseScheduler):
             return
         lease.downloaded = True
         self._downloaded.append(lease)
-        self._poke()
+        self._buffered()
 
     # -- the pump --------------------------------------------------------------------------
 
     def _poke(self) -> None:
         if self._wake is not None:
             self._wake.set()
+
+    def _buffered(self) -> None:
+        """Something to send was buffered (a request, an acknowledgement, a download over, a
+        dead letter): note when the oldest unsent one was, and wake the pump."""
+        if self._unsent_since is None:
+            self._unsent_since = time.monotonic()
+        self._poke()
+
+    def _has_unsent(self) -> bool:
+        return bool(self._outbox or self._done or self._downloaded or self._dead)
 
     def _held_leases(self) -> list[_Lease]:
         held = [lease for _, lease in self._prefetch]
@@ -536,18 +548,25 @@ class FleetScheduler(BaseScheduler):
         assert self._wake is not None
         backoff = 0.1
         while not self._closing:
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=self._wait_time())
-            except asyncio.TimeoutError:
-                pass
+            if not self._wake.is_set():  # (poked during the last call: no turn of the loop)
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=self._wait_time())
+                except asyncio.TimeoutError:
+                    pass
             if self._closing:
                 return
             self._wake.clear()
             if self._check_drain():
                 await self._drain_exit()
                 return
-            if self.config.flush_interval and (self._outbox or self._done or self._downloaded):
-                await asyncio.sleep(self.config.flush_interval)  # coalesce a burst
+            if self.config.flush_interval and self._has_unsent():
+                # coalesce a burst: FLEET_FLUSH_INTERVAL from the oldest unsent item, so what
+                # waited through the last call (a busy worker) goes at once
+                since = self._unsent_since if self._unsent_since is not None else \
+                    time.monotonic()
+                left = since + self.config.flush_interval - time.monotonic()
+                if left > 0:
+                    await asyncio.sleep(left)
             sent_at = time.monotonic()
             try:
                 await self._sync_once(final=False)
@@ -684,6 +703,7 @@ class FleetScheduler(BaseScheduler):
     async def _sync_once(self, final: bool, again: bool = True) -> SyncResult | None:
         assert self.frontier is not None
         self._flush_counts()
+        built_at = time.monotonic()
         batch, n_out, n_done, n_dead = self._build_batch(final)
         if batch.is_empty():
             return None
@@ -721,6 +741,8 @@ class FleetScheduler(BaseScheduler):
             self._unreplicated = self.frontier.unreplicated
         # the call succeeded: drop what it carried from the local buffers
         self.monitor.confirmed()
+        # what was buffered while it ran is at most this old
+        self._unsent_since = built_at if self._has_unsent() else None
         if batch.releases and not final:
             released = {entry_id for entry_id, _ in batch.releases}
             self._prefetch = deque((r, lease) for r, lease in self._prefetch
@@ -825,7 +847,7 @@ class FleetScheduler(BaseScheduler):
                              entry.entry_id, exc, extra={"spider": self.spider})
                 self._dead.append((lease, f"{type(exc).__name__}: {exc}"[:500]))
                 self._inc("fleet/frontier/dead_letter")
-                self._poke()
+                self._buffered()
                 continue
             if entry.expiries:
                 self._inc("fleet/frontier/redelivered")
