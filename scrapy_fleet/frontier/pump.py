@@ -9,12 +9,11 @@ letters.  A link the worker's DupeCache knows to be in the fleet's Bloom filter 
 as its Request, unencoded: the call leaves it out, and it is encoded only if the frontier
 asks for the whole call again (:meth:`FrontierPump._materialize`).
 
-When it calls: when poked (something buffered, the prefetch half empty), at the latest
-FLEET_FLUSH_INTERVAL after the oldest unsent item was buffered (a burst goes in one call; what
-waited through the previous call goes at once), when a host's turn comes
-(``next_ready``), every FLEET_POLL_INTERVAL while the prefetch is short, and every
-FLEET_HEARTBEAT_INTERVAL (``FLEET_LEASE_TIMEOUT / 3`` at most: lease extensions and the
-heartbeat).  Redis unreachable: back-off from 0.1 s doubling to 10 s.
+When it calls: when poked (something buffered, the prefetch half empty), after waiting
+FLEET_FLUSH_INTERVAL for more of a burst, when a host's turn comes (``next_ready``), every
+FLEET_POLL_INTERVAL while the prefetch is short, and every FLEET_HEARTBEAT_INTERVAL
+(``FLEET_LEASE_TIMEOUT / 3`` at most: lease extensions and the heartbeat).  Redis
+unreachable: back-off from 0.1 s doubling to 10 s.
 """
 
 from __future__ import annotations
@@ -90,8 +89,6 @@ class FrontierPump:
         self._downloaded: list[_Lease] = []  # downloads over, not yet told to the frontier
         self._outbox: list[_Out] = []  # requests without a parent in flight
         self._enqueued = self._dequeued = 0  # not yet in the stats (_flush_counts)
-        #: time.monotonic() when the oldest item not yet sent was buffered (None: nothing)
-        self._unsent_since: float | None = None
         #: id(outbox entry) -> index of a start request (middlewares.START_META_KEY) not yet
         #: accepted by the frontier
         self._start_pending: dict[int, int] = {}
@@ -189,15 +186,6 @@ class FrontierPump:
         if self._wake is not None:
             self._wake.set()
 
-    def _buffered(self) -> None:
-        """Something to send was buffered (a request, an acknowledgement, a download over, a
-        dead letter): note when the oldest unsent one was, and wake the pump."""
-        if self._unsent_since is None:
-            self._unsent_since = time.monotonic()
-        self._poke()
-
-    def _has_unsent(self) -> bool:
-        return bool(self._outbox or self._done or self._downloaded or self._dead)
 
     def _held_leases(self) -> list[_Lease]:
         held = [lease for _, lease in self._prefetch]
@@ -225,25 +213,18 @@ class FrontierPump:
         assert self._wake is not None
         backoff = 0.1
         while not self._closing:
-            if not self._wake.is_set():  # (poked during the last call: no turn of the loop)
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=self._wait_time())
-                except asyncio.TimeoutError:
-                    pass
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self._wait_time())
+            except asyncio.TimeoutError:
+                pass
             if self._closing:
                 return
             self._wake.clear()
             if self._check_drain():
                 await self._drain_exit()
                 return
-            if self.config.flush_interval and self._has_unsent():
-                # coalesce a burst: FLEET_FLUSH_INTERVAL from the oldest unsent item, so what
-                # waited through the last call (a busy worker) goes at once
-                since = self._unsent_since if self._unsent_since is not None else \
-                    time.monotonic()
-                left = since + self.config.flush_interval - time.monotonic()
-                if left > 0:
-                    await asyncio.sleep(left)
+            if self.config.flush_interval and (self._outbox or self._done or self._downloaded):
+                await asyncio.sleep(self.config.flush_interval)  # coalesce a burst
             sent_at = time.monotonic()
             try:
                 await self._sync_once(final=False)
@@ -393,7 +374,6 @@ class FrontierPump:
     async def _sync_once(self, final: bool, again: bool = True) -> SyncResult | None:
         assert self.frontier is not None
         self._flush_counts()
-        built_at = time.monotonic()
         batch, n_out, n_done, n_dead = self._build_batch(final)
         if batch.is_empty():
             return None
@@ -431,8 +411,6 @@ class FrontierPump:
             self._unreplicated = self.frontier.unreplicated
         # the call succeeded: drop what it carried from the local buffers
         self.monitor.confirmed()
-        # what was buffered while it ran is at most this old
-        self._unsent_since = built_at if self._has_unsent() else None
         if batch.releases and not final:
             released = {entry_id for entry_id, _ in batch.releases}
             self._prefetch = deque((r, lease) for r, lease in self._prefetch
@@ -537,7 +515,7 @@ class FrontierPump:
                              entry.entry_id, exc, extra={"spider": self.spider})
                 self._dead.append((lease, f"{type(exc).__name__}: {exc}"[:500]))
                 self._inc("fleet/frontier/dead_letter")
-                self._buffered()
+                self._poke()
                 continue
             if entry.expiries:
                 self._inc("fleet/frontier/redelivered")

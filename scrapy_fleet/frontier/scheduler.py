@@ -249,7 +249,7 @@ class FleetScheduler(FrontierPump, BaseScheduler):
             if isinstance(start_index, int):
                 self._start_pending[id(out)] = start_index
         self._enqueued += 1  # counted into the stats before each frontier call (_flush_counts)
-        self._buffered()
+        self._poke()
         return True
 
     def next_request(self) -> Request | None:
@@ -311,7 +311,7 @@ class FleetScheduler(FrontierPump, BaseScheduler):
             self._inc("fleet/frontier/lease_lost")
             return
         self._done.append(lease)
-        self._buffered()
+        self._poke()
 
     def note_failure(self, request: Request, record: bytes) -> bool:
         """*request* (leased by this worker, in flight) failed for good: *record* (an encoded
@@ -339,7 +339,7 @@ class FleetScheduler(FrontierPump, BaseScheduler):
         self._by_entry.pop(lease.entry_id, None)
         self._dead.append((lease, reason[:500]))
         self._inc("fleet/frontier/dead_letter")
-        self._buffered()
+        self._poke()
         return True
 
     def download_over(self, request: Request) -> None:
@@ -354,7 +354,7 @@ class FleetScheduler(FrontierPump, BaseScheduler):
             return
         lease.downloaded = True
         self._downloaded.append(lease)
-        self._buffered()
+        self._poke()
 
     def holds_lease(self, request: Request) -> bool:
         """Is *request* (or a redirect/retry made from it) a request this worker leased and
