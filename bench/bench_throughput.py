@@ -18,6 +18,13 @@ Rate = items / (time of the last item - engine start), both taken inside the wor
 the fleet's idle wait at the end (FLEET_IDLE_TIMEOUT); the fleet's ramp-up (first lease)
 is included.  Wall time of the whole process is reported too.
 
+``--baseline DIR`` (another checkout, e.g. ``git worktree add --detach ../base main``) adds a
+third side to every round, *base*: the fleet worker with that tree's ``scrapy_fleet`` first on
+``PYTHONPATH``; the order rotates over the rounds, and the change is given as fleet / base
+(of the medians and paired).  Crawl CPU per page = the worker's CPU seconds between engine
+start and the last item (``time.process_time``, benchext) / items; busy = that CPU / the
+same span (1.0: the worker's one thread never waited).
+
 Round trips: one more fleet run (not timed) with a MONITOR connection on the bench's Redis
 counts the commands every client sent (commands run inside Lua scripts are told apart by
 MONITOR's ``lua`` tag), divided by pages.  The worker's ``fleet/redis/roundtrips`` stat and
@@ -25,7 +32,7 @@ Redis's total executed commands per page (INFO commandstats, script-internal inc
 come from the timed runs.
 
 Usage: ``.venv/bin/python bench/bench_throughput.py [--pages 2000] [--links 10]
-[--rounds 3] [--no-monitor]``
+[--rounds 3] [--no-monitor] [--baseline DIR]``
 """
 
 from __future__ import annotations
@@ -80,6 +87,9 @@ def summarize(run: dict[str, Any], stats_file: Path, wall: float, cpu: float) ->
     run["last_item_time"] = data["last_item"]
     span = data["last_item"] - data["engine_started"]
     steady = data["last_item"] - data["first_item"]
+    crawl_cpu = data["cpu_at_last_item"] - data["cpu_at_engine_started"]
+    run.update(crawl_cpu_ms_per_page=1000 * crawl_cpu / max(items, 1),
+               busy=crawl_cpu / span if span > 0 else 0.0)
     run.update(items=items, span=span, rate=items / span,
                steady_rate=(items - 1) / steady if steady > 0 else 0.0,
                wall=wall, cpu=cpu, cpu_ms_per_page=1000 * cpu / max(items, 1),
@@ -179,9 +189,14 @@ class Monitor:
 
 def run_fleet(root: Path, env: dict[str, str], redis: h.Redis, site: h.Site, start: str,
               n: int | str, monitor: bool = False,
-              extra: dict[str, str] | None = None) -> dict[str, Any]:
-    out, stats, log = (root / f"fleet-{n}.jsonl", root / f"fleet-{n}.json",
-                       root / f"fleet-{n}.log")
+              extra: dict[str, str] | None = None,
+              tree: Path | None = None) -> dict[str, Any]:
+    """One fleet run; *tree*: another checkout whose ``scrapy_fleet`` the worker imports."""
+    tag = "fleet" if tree is None else "base"
+    out, stats, log = (root / f"{tag}-{n}.jsonl", root / f"{tag}-{n}.json",
+                       root / f"{tag}-{n}.log")
+    if tree is not None:
+        env = {**env, "PYTHONPATH": os.pathsep.join([str(tree), env["PYTHONPATH"]])}
     client = redis.client()
     client.flushall()
     push = h.scrapy_run(["fleet", "push", "docs", start, "-s", f"FLEET_REDIS_URL={redis.url}"],
@@ -208,7 +223,7 @@ def run_fleet(root: Path, env: dict[str, str], redis: h.Redis, site: h.Site, sta
         mon.close()
     if code != 0 or not stats.exists():
         raise RuntimeError(f"fleet run exited {code}:\n{log.read_text()[-3000:]}")
-    run = summarize({"mode": "fleet"}, stats, wall, cpu)
+    run = summarize({"mode": tag}, stats, wall, cpu)
     run.update({f"{k}_cpu_ms_per_page": 1000 * v / run["items"] for k, v in used.items()})
     cmdstats = client.info("commandstats")
     client.close()
@@ -249,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fleet-setting", action="append", default=[], metavar="NAME=VALUE",
                         help="an extra setting for the fleet worker (repeatable), e.g. "
                              "FLEET_HOST_CONCURRENCY=0 to take the fleet-wide host cap away")
+    parser.add_argument("--baseline", type=Path, default=None, metavar="DIR",
+                        help="another checkout (e.g. a worktree of main): its fleet worker "
+                             "runs in every round too, as 'base'")
     args = parser.parse_args(argv)
     args.fleet_extra = dict(s.split("=", 1) for s in args.fleet_setting)
 
@@ -264,19 +282,27 @@ def measure(root: Path, args: argparse.Namespace,
         start = site.url + "site/"
         env = h.worker_env(root)
         print(f"site: {len(paths)} pages x {args.links} links at {start}; redis {redis.url}")
-        runs: dict[str, list[dict[str, Any]]] = {"plain": [], "fleet": []}
+        modes = ["plain", "fleet"] + (["base"] if args.baseline else [])
+        runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
         for rnd in range(args.rounds):
-            order = ("plain", "fleet") if rnd % 2 == 0 else ("fleet", "plain")
+            if len(modes) == 2:
+                order = modes if rnd % 2 == 0 else modes[::-1]
+            else:  # each side first, second and last equally often
+                order = modes[rnd % 3:] + modes[:rnd % 3]
+                order = order if (rnd // 3) % 2 == 0 else order[::-1]
             for mode in order:
                 if mode == "plain":
                     run = run_plain(root, env, redis, site, start, rnd)
                 else:
-                    run = run_fleet(root, env, redis, site, start, rnd, extra=args.fleet_extra)
+                    run = run_fleet(root, env, redis, site, start, rnd, extra=args.fleet_extra,
+                                    tree=args.baseline.resolve() if mode == "base" else None)
                 runs[mode].append(run)
                 print(f"  round {rnd + 1} {mode:5}: {run['items']} items, "
                       f"{run['rate']:.0f} pages/s (steady {run['steady_rate']:.0f}), "
                       f"crawl {run['span']:.2f} s, wall {run['wall']:.2f} s, "
-                      f"worker CPU {run['cpu_ms_per_page']:.2f} ms/page", flush=True)
+                      f"worker CPU {run['cpu_ms_per_page']:.2f} ms/page "
+                      f"(crawl {run['crawl_cpu_ms_per_page']:.2f}, busy {run['busy']:.2f})",
+                      flush=True)
                 if run["items"] != len(paths):
                     print(f"  WARNING: expected {len(paths)} items, got {run['items']}")
         mon_run = None
@@ -313,6 +339,10 @@ def report(args: argparse.Namespace, paths: list[str], runs: dict[str, list[dict
         "fleet_wall_s": round(med("fleet", "wall"), 2),
         "plain_worker_cpu_ms_per_page": round(med("plain", "cpu_ms_per_page"), 3),
         "fleet_worker_cpu_ms_per_page": round(med("fleet", "cpu_ms_per_page"), 3),
+        "plain_crawl_cpu_ms_per_page": round(med("plain", "crawl_cpu_ms_per_page"), 3),
+        "fleet_crawl_cpu_ms_per_page": round(med("fleet", "crawl_cpu_ms_per_page"), 3),
+        "plain_busy": round(med("plain", "busy"), 3),
+        "fleet_busy": round(med("fleet", "busy"), 3),
         "plain_site_cpu_ms_per_page": round(med("plain", "site_cpu_ms_per_page"), 3),
         "fleet_site_cpu_ms_per_page": round(med("fleet", "site_cpu_ms_per_page"), 3),
         "fleet_redis_cpu_ms_per_page": round(med("fleet", "redis_cpu_ms_per_page"), 3),
@@ -326,6 +356,23 @@ def report(args: argparse.Namespace, paths: list[str], runs: dict[str, list[dict
         "fleet_roundtrips_per_page_total_runs": [
             round(r["worker_roundtrips_per_page"], 3) for r in runs["fleet"]],
     }
+    if "base" in runs:
+        base_rate = med("base", "rate")
+        fig.update({
+            "baseline": str(args.baseline),
+            "base_pages_per_s": round(base_rate, 1),
+            "base_ratio": round(base_rate / plain_rate, 3),
+            "base_paired_ratio": round(h.median([b["rate"] / p["rate"] for p, b in
+                                                 zip(runs["plain"], runs["base"], strict=True)]),
+                                       3),
+            "fleet_vs_base": round(fleet_rate / base_rate, 3),
+            "fleet_vs_base_paired": round(h.median([f["rate"] / b["rate"] for b, f in
+                                                    zip(runs["base"], runs["fleet"],
+                                                        strict=True)]), 3),
+            "base_crawl_cpu_ms_per_page": round(med("base", "crawl_cpu_ms_per_page"), 3),
+            "base_busy": round(med("base", "busy"), 3),
+            "base_rates": [round(r["rate"], 1) for r in runs["base"]],
+        })
     if mon_run:
         fig["client_commands_per_page_crawl"] = round(mon_run["client_cmds_per_page"], 4)
         fig["client_commands_per_page_total"] = round(mon_run["client_cmds_total_per_page"], 4)
@@ -344,8 +391,18 @@ def report(args: argparse.Namespace, paths: list[str], runs: dict[str, list[dict
     print(f"  fleet worker (Redis frontier)  : {fleet_rate:7.1f} pages/s  "
           f"{h.fmt_list(fig['fleet_rates'])}")
     print(f"  ratio fleet/plain              : {fig['ratio']:.3f} of medians, "
-          f"{fig['paired_ratio']:.3f} median of paired runs (goal >= 0.9); "
+          f"{fig['paired_ratio']:.3f} median of paired runs (goal >= 0.95); "
           f"first->last item only: {fig['steady_ratio']:.3f}")
+    if "base" in runs:
+        print(f"  baseline fleet worker ({args.baseline}): {fig['base_pages_per_s']:7.1f} "
+              f"pages/s  {h.fmt_list(fig['base_rates'])}; base/plain {fig['base_ratio']:.3f} "
+              f"(paired {fig['base_paired_ratio']:.3f}); this tree / base "
+              f"{fig['fleet_vs_base']:.3f} (paired {fig['fleet_vs_base_paired']:.3f})")
+        print(f"  crawl CPU per page, base       : {fig['base_crawl_cpu_ms_per_page']:.3f} ms "
+              f"(busy {fig['base_busy']:.2f})")
+    print(f"  crawl CPU per page, worker     : {p} {fig['plain_crawl_cpu_ms_per_page']:.3f} ms, "
+          f"{f} {fig['fleet_crawl_cpu_ms_per_page']:.3f} ms (engine start -> last item); busy "
+          f"{p} {fig['plain_busy']:.2f}, {f} {fig['fleet_busy']:.2f} (CPU s / crawl s)")
     print(f"  whole process wall time        : {p} {fig['plain_wall_s']:.2f} s, "
           f"{f} {fig['fleet_wall_s']:.2f} s (fleet: + 1 s idle timeout)")
     print(f"  CPU per page, worker (process) : {p} {fig['plain_worker_cpu_ms_per_page']:.2f} ms, "

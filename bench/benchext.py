@@ -4,12 +4,15 @@
 spider closes, one JSON object to FILE::
 
     {"engine_started": t, "first_item": t, "last_item": t, "items": n, "closed": t,
+     "cpu_at_engine_started": c, "cpu_at_last_item": c,
      "roundtrips_at_last_item": n, "stats": {...every Scrapy stat, datetimes as ISO...}}
 
 ``roundtrips_at_last_item`` is the ``fleet/redis/roundtrips`` stat when the last item was
 scraped: the calls of the crawl itself, without those of the idle wait before closing.
 
-Times are ``time.time()`` seconds of the worker process.
+Times are ``time.time()`` seconds of the worker process; ``cpu_at_*`` are its CPU seconds
+(``time.process_time()``: user + system, every thread), so the CPU of the crawl itself is
+``cpu_at_last_item - cpu_at_engine_started`` (start-up and the idle wait left out).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ class BenchStats:
         self.crawler = crawler
         self.path = path
         self.engine_started: float | None = None
+        self.cpu_at_engine_started: float | None = None
+        self.cpu_at_last_item: float | None = None
         self.first_item: float | None = None
         self.last_item: float | None = None
         self.items = 0
@@ -46,12 +51,14 @@ class BenchStats:
 
     def on_engine_started(self) -> None:
         self.engine_started = time.time()
+        self.cpu_at_engine_started = time.process_time()
 
     def on_item(self, item: Any, response: Any, spider: Any) -> None:
         now = time.time()
         if self.first_item is None:
             self.first_item = now
         self.last_item = now
+        self.cpu_at_last_item = time.process_time()
         self.items += 1
         self.roundtrips_at_last_item = self.crawler.stats.get_value("fleet/redis/roundtrips", 0)
 
@@ -61,5 +68,7 @@ class BenchStats:
         with open(self.path, "w", encoding="utf-8") as fh:
             json.dump({"engine_started": self.engine_started, "first_item": self.first_item,
                        "last_item": self.last_item, "items": self.items, "closed": time.time(),
+                       "cpu_at_engine_started": self.cpu_at_engine_started,
+                       "cpu_at_last_item": self.cpu_at_last_item,
                        "roundtrips_at_last_item": self.roundtrips_at_last_item,
                        "reason": reason, "stats": stats}, fh, default=str)

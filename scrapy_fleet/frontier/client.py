@@ -199,6 +199,11 @@ DUPE_CACHE_SIZE = 100_000
 STALE_GENERATION = "stale filter generation"
 
 
+class StaleDupeCache(Exception):
+    """The frontier refused a call that left known duplicates out: the Bloom filter is not
+    the one the DupeCache knew (purge, failover).  The cache is cleared; nothing changed."""
+
+
 class DupeCache:
     """Bloom keys this worker knows to be in the fleet's Bloom filter, at most *size* of them
     (the oldest are forgotten first).
@@ -446,18 +451,24 @@ class AsyncFrontier:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
-    async def sync(self, batch: SyncBatch, monitor: bytes = b"") -> SyncResult:
+    async def sync(self, batch: SyncBatch, monitor: bytes = b"",
+                   resend: bool = True) -> SyncResult:
         """Run one batch atomically; retried with the same op id on connection errors.
         *monitor*: ARGV[2] of lua/frontier.lua (heartbeat and counter deltas,
         ``monitoring.heartbeat.WorkerMonitor.payload``).
 
         Links whose Bloom key :attr:`dupes` holds are left out of the call (counted as
-        duplicates by the script); after a purge (another filter generation) the script
-        refuses such a call before any write, and it is sent again in full, with a new op id.
+        duplicates by the script); after a purge (another filter generation) or a failover
+        that lost writes the script refuses such a call before any write, :attr:`dupes` is
+        cleared, and the call is sent again in full with a new op id (*resend* False: raises
+        :class:`StaleDupeCache` instead, for a caller whose left-out pushes carry no payload
+        yet).
 
         Raises:
             CrawlStateLostError: the crawl marker this client saw at its first call is gone
                 (Redis restarted without its data, or the crawl was purged); nothing changed.
+            StaleDupeCache: *resend* is False and the call was refused as above; nothing
+                changed.
         """
         try:
             return await self._sync(batch, self.dupes.split(batch), monitor)
@@ -465,6 +476,8 @@ class AsyncFrontier:
             if STALE_GENERATION not in str(exc):
                 raise
             self.dupes.clear()
+            if not resend:
+                raise StaleDupeCache(str(exc)) from exc
             return await self._sync(batch, (batch, list(range(len(batch.pushes))), 0), monitor)
 
     async def _sync(self, batch: SyncBatch, split: tuple[SyncBatch, list[int], int],

@@ -17,42 +17,41 @@ Data flow in one worker (docs/architecture.md)::
   request for more leases when the prefetch runs low.  The requests a response yielded are in
   the outbox before the engine reports that response done, so they reach the frontier in the
   same atomic call as the parent's acknowledgement, or in an earlier one.
+
+This module is the Scrapy side (the scheduler interface and the engine's notices); the
+buffers and the pump are in :mod:`scrapy_fleet.frontier.pump`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
-import time
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
-import redis
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.reactor import is_asyncio_reactor_installed
 
-from scrapy_fleet import codec, engine_hooks, outage
-from scrapy_fleet.browser import pagemethods
+from scrapy_fleet import codec, engine_hooks
 from scrapy_fleet.config import FleetConfig
-from scrapy_fleet.errors import (
-    CrawlStateLostError,
-    FleetConfigError,
-    RedisUnavailableError,
-    RequestEncodeError,
-)
+from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.frontier import memory
-from scrapy_fleet.frontier.client import AsyncFrontier, SyncBatch, SyncResult, clamp_priority
+from scrapy_fleet.frontier.client import AsyncFrontier, clamp_priority
 from scrapy_fleet.frontier.dupefilter import RedisBloomDupeFilter
+from scrapy_fleet.frontier.pump import (
+    LEASE_META_KEY,
+    PARSE_HELD,
+    PUSH_CHUNK,
+    START_META_KEY,
+    FrontierPump,
+    _Lease,
+    _Out,
+)
 from scrapy_fleet.keys import CrawlKeys
-from scrapy_fleet.monitoring.heartbeat import WorkerMonitor
 from scrapy_fleet.politeness import hosts as politeness
 from scrapy_fleet.politeness.middlewares import robots_of
-from scrapy_fleet.redis_client import is_oom
 from scrapy_fleet.stages import records as stored_responses
-from scrapy_fleet.stages.roles import STORED_META_KEY, StageRole
+from scrapy_fleet.stages.roles import StageRole
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -60,32 +59,12 @@ if TYPE_CHECKING:
     from scrapy.dupefilters import BaseDupeFilter
     from twisted.internet.defer import Deferred
 
+__all__ = ["LEASE_META_KEY", "PARSE_HELD", "PUSH_CHUNK", "START_META_KEY", "FleetScheduler"]
+
 logger = logging.getLogger(__name__)
 
-#: pushes sent in one frontier call at most (a request's links all go in one call)
-PUSH_CHUNK = 200  # (~1 ms of Redis for 200 links it does not know: bench_capacity.py)
-LEASE_META_KEY = codec.LEASE_META_KEY
-START_META_KEY = codec.START_META_KEY
 
-#: stored responses a parse worker (FLEET_ROLE = "parse") holds leased at most
-PARSE_HELD = 2
-#: (url, bloom key, priority, payload, host, delay ms) of a buffered request
-_Out = tuple[str, bytes, int, bytes, str, int]
-
-
-class _Lease:
-    __slots__ = ("children", "downloaded", "entry_id", "failure", "lost", "token")
-
-    def __init__(self, entry_id: str, token: int) -> None:
-        self.entry_id = entry_id
-        self.token = token
-        self.lost = False
-        self.downloaded = False  #: its download is over (its host's slot is given back)
-        self.children: list[_Out] = []  #: links found by this request, sent with its ack
-        self.failure: bytes | None = None  #: its failure record, sent with its ack
-
-
-class FleetScheduler(BaseScheduler):
+class FleetScheduler(FrontierPump, BaseScheduler):
     """Scheduler whose queue is the fleet's Redis frontier (enabled by ``scrapy_fleet.Addon``).
 
     Each frontier call also carries the worker's heartbeat and its deltas of the fleet-wide
@@ -105,56 +84,11 @@ class FleetScheduler(BaseScheduler):
     """
 
     def __init__(self, crawler: Crawler, config: FleetConfig, dupefilter: BaseDupeFilter) -> None:
-        self.crawler = crawler
-        self.config = config
+        FrontierPump.__init__(self, crawler, config)
         self.df = dupefilter
-        self.stats = crawler.stats
-        self.spider: Spider | None = None
-        self.frontier: AsyncFrontier | None = None
-        self._prefetch: deque[tuple[Request, _Lease]] = deque()
-        self._inflight: dict[int, tuple[Request, _Lease]] = {}
-        self._done: list[_Lease] = []
-        self._downloaded: list[_Lease] = []  # downloads over, not yet told to the frontier
-        self._outbox: list[_Out] = []  # requests without a parent in flight
-        #: id(outbox entry) -> index of a start request (middlewares.START_META_KEY) not yet
-        #: accepted by the frontier
-        self._start_pending: dict[int, int] = {}
-        #: FleetSpiderMiddleware is reading start requests, or waiting to take them over:
-        #: an idle frontier does not close this worker then (more may come)
-        self.start_active = False
-        self._outbox_hold_until = 0.0  # the frontier refused them: retry after this time
         self._parents: dict[int, tuple[Request, _Lease]] = {}  # id(child) -> (child, lease)
-        self._by_entry: dict[str, _Lease] = {}  # entry id -> lease, for requests in flight
-        self._dead: list[tuple[_Lease, str]] = []
-        self._wake: asyncio.Event | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._closing = False
-        self._unreplicated = 0  # calls seen not acknowledged by the replicas (WAIT)
-        self._fleet_done = False
-        self._last_extend = 0.0
         self._uninstall_hook: Any = None
-        self._logged_dupe = False
         self._logged_clamp = False
-        self._lost_total = 0
-        self._withheld: str | None = None  # why finished requests are no longer acknowledged
-        self._state_lost = False  # Redis lost the crawl's state: write nothing more there
-        #: host -> time.monotonic() until which it is on hold, from the last frontier call
-        self.holds: dict[str, float] = {}
-        #: stages (FLEET_ROLE): the download hook, and the response queue as last seen
-        self.stage: StageRole | None = None
-        #: time.monotonic() when the next host may be fetched (from the last frontier reply)
-        self._next_ready_at: float | None = None
-        #: heartbeat and fleet-wide counter deltas, sent with each frontier call
-        self.monitor = WorkerMonitor(self.stats, config, time.time(), socket.gethostname(),
-                                     os.getpid())
-        self._drain_started: float | None = None  # monotonic time the engine began to close
-        concurrency = crawler.settings.getint("CONCURRENT_REQUESTS")
-        #: leases this worker holds at most: its downloader's concurrency and a quarter more
-        self._max_held = concurrency + max(1, concurrency // 4)
-        if config.role == "parse":
-            # parsing is processor-bound and one callback at a time: a parse worker holds
-            # few stored responses, so one that dies leaves few to parse again
-            self._max_held = PARSE_HELD
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FleetScheduler:
@@ -163,8 +97,6 @@ class FleetScheduler(BaseScheduler):
         config = FleetConfig.from_settings(crawler.settings)
         df_cls = load_object(crawler.settings["DUPEFILTER_CLASS"])
         return cls(crawler, config, build_from_crawler(df_cls, crawler))
-
-    # -- Scrapy scheduler interface -------------------------------------------------------
 
     def open(self, spider: Spider) -> Deferred[None]:
         return deferred_from_coro(self._open(spider))
@@ -240,21 +172,9 @@ class FleetScheduler(BaseScheduler):
             if not self._state_lost:
                 await self._leave()
             await self.frontier.close()
+        self._flush_counts()
         if hasattr(self.df, "close"):
             self.df.close(reason)
-
-    async def _leave(self) -> None:
-        """Leave the worker list and drop this worker's heartbeat (best effort: both expire
-        by themselves after FLEET_WORKER_FORGET_AFTER)."""
-        assert self.frontier is not None
-        keys = self.frontier.keys
-        try:
-            async with self.frontier.client.pipeline(transaction=False) as pipe:
-                pipe.zrem(keys.workers, self.config.worker_id)
-                pipe.delete(keys.worker_info(self.config.worker_id))
-                await pipe.execute()
-        except Exception:
-            pass
 
     def has_pending_requests(self) -> bool:
         return bool(self._prefetch or self._outbox or self._inflight or self._done
@@ -299,15 +219,6 @@ class FleetScheduler(BaseScheduler):
             return False  # never leased: it would cost its host a turn for nothing
         delay = request.meta.pop(codec.DEFER_META_KEY, None)
         delay_ms = int(delay * 1000) if isinstance(delay, int | float) and delay > 0 else 0
-        try:
-            payload = codec.encode(request, self.spider)
-        except RequestEncodeError as exc:
-            logger.error("%s; request dropped", exc, extra={"spider": self.spider})
-            self._inc("fleet/codec/encode_error")
-            self._inc(f"fleet/codec/encode_error/{type(exc.__cause__ or exc).__name__}")
-            if pagemethods.close_page_of(request.meta):
-                self._inc("fleet/browser/page_closed")  # a dropped request leaks no page
-            return False
         key = b"" if request.dont_filter or not isinstance(self.df, RedisBloomDupeFilter) \
             else self.df.bloom_key(request)
         priority = clamp_priority(request.priority)
@@ -318,8 +229,17 @@ class FleetScheduler(BaseScheduler):
                                "<%s %s> as %d (logged once)", request.priority, request.method,
                                request.url, priority, extra={"spider": self.spider})
                 self._logged_clamp = True
-        out: _Out = (request.url, key, priority, payload,
-                     politeness.host_key(request.url, self.config.host_key), delay_ms)
+        out: _Out
+        if key and self._known_duplicate(key, request):
+            # most links of a crawl: the call leaves it out, so it is encoded only if the
+            # frontier asks for the whole call again (_materialize)
+            out = (request.url, key, priority, request, "", delay_ms)
+        else:
+            payload = self._encode(request)
+            if payload is None:
+                return False
+            out = (request.url, key, priority, payload,
+                   politeness.host_key(request.url, self.config.host_key), delay_ms)
         parent = self._parent_lease(request)
         if parent is not None:
             parent.children.append(out)
@@ -328,8 +248,7 @@ class FleetScheduler(BaseScheduler):
             start_index = request.meta.get(START_META_KEY)
             if isinstance(start_index, int):
                 self._start_pending[id(out)] = start_index
-        self._inc("scheduler/enqueued/redis")
-        self._inc("scheduler/enqueued")
+        self._enqueued += 1  # counted into the stats before each frontier call (_flush_counts)
         self._poke()
         return True
 
@@ -340,8 +259,7 @@ class FleetScheduler(BaseScheduler):
         self._inflight[id(request)] = (request, lease)
         self._by_entry[lease.entry_id] = lease
         request.meta[LEASE_META_KEY] = lease.entry_id
-        self._inc("scheduler/dequeued/redis")
-        self._inc("scheduler/dequeued")
+        self._dequeued += 1
         if len(self._prefetch) <= self.config.prefetch // 2:
             self._poke()
         return request
@@ -364,8 +282,6 @@ class FleetScheduler(BaseScheduler):
     def outbox_size(self) -> int:
         """Requests buffered locally, waiting to be pushed (with or without a parent)."""
         return len(self._outbox) + sum(len(lease.children) for lease in self._done)
-
-    # -- completion ------------------------------------------------------------------------
 
     def withhold_acknowledgements(self, reason: str) -> None:
         """Acknowledge no request from now on, and lease no more: the requests this worker
@@ -440,371 +356,6 @@ class FleetScheduler(BaseScheduler):
         self._downloaded.append(lease)
         self._poke()
 
-    # -- the pump --------------------------------------------------------------------------
-
-    def _poke(self) -> None:
-        if self._wake is not None:
-            self._wake.set()
-
-    def _held_leases(self) -> list[_Lease]:
-        held = [lease for _, lease in self._prefetch]
-        held += [lease for _, lease in self._inflight.values() if not lease.lost]
-        return held
-
-    @property
-    def _heartbeat(self) -> float:
-        """Seconds between two calls at most: lease extensions and the worker's heartbeat."""
-        return min(self.config.lease_timeout / 3, self.config.heartbeat_interval)
-
-    def _wait_time(self) -> float:
-        until_extend = max(0.0, self._last_extend + self._heartbeat - time.monotonic())
-        if self._drain_started is not None and (self._inflight or self._prefetch):
-            left = self._drain_started + self.config.drain_timeout - time.monotonic()
-            until_extend = min(until_extend, max(0.05, left))
-        if len(self._prefetch) < self.config.prefetch and not self._fleet_done:
-            wait = min(self.config.poll_interval, until_extend)
-            if self._next_ready_at is not None:  # a host's turn comes before the next poll
-                wait = min(wait, max(0.005, self._next_ready_at - time.monotonic()))
-            return wait
-        return until_extend
-
-    async def _pump(self) -> None:
-        assert self._wake is not None
-        backoff = 0.1
-        while not self._closing:
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=self._wait_time())
-            except asyncio.TimeoutError:
-                pass
-            if self._closing:
-                return
-            self._wake.clear()
-            if self._check_drain():
-                await self._drain_exit()
-                return
-            if self.config.flush_interval and (self._outbox or self._done or self._downloaded):
-                await asyncio.sleep(self.config.flush_interval)  # coalesce a burst
-            sent_at = time.monotonic()
-            try:
-                await self._sync_once(final=False)
-                backoff = 0.1
-                outages = outage.tracker(self.config.redis_url).outages
-                if outages and self.stats is not None:
-                    self.stats.set_value("fleet/redis/outages", outages)
-            except CrawlStateLostError as exc:
-                self._lose_state(exc)
-                return
-            except RedisUnavailableError as exc:
-                self._inc("fleet/redis/errors")
-                outage.tracker(self.config.redis_url).failed(exc, backoff, sent_at)
-                logger.debug("Fleet frontier unreachable, retrying in %.1f s: %s", backoff, exc,
-                             extra={"spider": self.spider})
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
-            except Exception:
-                self._inc("fleet/redis/errors")
-                logger.exception("Fleet frontier call failed", extra={"spider": self.spider})
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
-
-    def _lose_state(self, exc: CrawlStateLostError) -> None:
-        """Redis no longer holds the crawl (restarted without its data, purged): stop with a
-        clear error and a non-zero exit status instead of finishing early as if the crawl
-        were done; nothing more is written to Redis (it would seed a partial crawl)."""
-        self._state_lost = True
-        self._inc("fleet/frontier/state_lost")
-        logger.error("Fleet worker stops: %s. The pages this crawl had queued are not in Redis "
-                     "any more: restore Redis's data (appendonly) or push the crawl again; "
-                     "%d request(s) this worker holds are dropped", exc,
-                     len(self._prefetch) + len(self._inflight) + len(self._done),
-                     extra={"spider": self.spider})
-        engine_hooks.fail_exit_status(self.crawler, "fleet_state_lost")
-        engine_hooks.close_spider(self.crawler, "fleet_state_lost")
-
-    def _state(self) -> str:
-        if self._closing:
-            return "closing"
-        if self._drain_started is not None:
-            return "draining"
-        return "fetching" if (self._prefetch or self._inflight) else "idle"
-
-    def _downloads(self) -> int:
-        engine = engine_hooks.running_engine(self.crawler)
-        return len(getattr(getattr(engine, "downloader", None), "active", ()) or ())
-
-    def _check_drain(self) -> bool:
-        """Note when the engine begins to close (SIGTERM: Scrapy's graceful shutdown); once
-        FLEET_DRAIN_TIMEOUT has passed since with requests still in progress, release every
-        lease and end the process with status 0 (as a pod's grace period would, but with
-        nothing left leased).  Returns True when the pump must stop."""
-        engine = engine_hooks.running_engine(self.crawler)
-        slot = getattr(engine, "_slot", None)
-        if self._drain_started is None:
-            if slot is not None and getattr(slot, "closing", None) is not None:
-                self._drain_started = time.monotonic()
-                log = logger.info if (self._prefetch or self._inflight) else logger.debug
-                log("Fleet worker draining: its %d prefetched lease(s) go back to the frontier "
-                    "now, the %d request(s) in progress have %.0f s (FLEET_DRAIN_TIMEOUT) to "
-                    "finish", len(self._prefetch), len(self._inflight),
-                    self.config.drain_timeout, extra={"spider": self.spider})
-                self._poke()
-            return False
-        if time.monotonic() - self._drain_started < self.config.drain_timeout:
-            return False
-        # only requests still in progress hold the exit up; a slow close of the pipelines
-        # (nothing leased any more) is left to finish
-        return bool(self._inflight or self._prefetch)
-
-    async def _drain_exit(self) -> None:
-        logger.warning("Fleet worker still busy %.0f s after the shutdown began "
-                       "(FLEET_DRAIN_TIMEOUT): releasing its %d lease(s) and exiting",
-                       self.config.drain_timeout, len(self._held_leases()),
-                       extra={"spider": self.spider})
-        self._closing = True
-        try:
-            await self._final_flush("drain timeout")
-            await self._leave()
-        finally:
-            logging.shutdown()
-            os._exit(0)
-
-    def _build_batch(self, final: bool) -> tuple[SyncBatch, int, int, int]:
-        """The next call: finished requests with their links (all of a request's links in
-        one call), requests without a parent, dead letters, heartbeats, a lease request."""
-        batch = SyncBatch()
-        n_done = 0
-        for lease in self._done:
-            if n_done and len(batch.pushes) + len(lease.children) > PUSH_CHUNK:
-                break
-            n_done += 1
-            batch.acks.append((lease.entry_id, lease.token) if lease.failure is None
-                              else (lease.entry_id, lease.token, lease.failure))
-            batch.pushes += [(key, prio, payload, n_done, host, delay)
-                             for _, key, prio, payload, host, delay in lease.children]
-        n_out = 0
-        if final or time.monotonic() >= self._outbox_hold_until:
-            n_out = max(0, min(len(self._outbox), PUSH_CHUNK - len(batch.pushes)))
-            batch.pushes += [(key, prio, payload, 0, host, delay)
-                             for _, key, prio, payload, host, delay in self._outbox[:n_out]]
-        dead = list(self._dead)
-        batch.dead = [(lease.entry_id, lease.token, reason) for lease, reason in dead]
-        batch.downloaded = [(lease.entry_id, lease.token) for lease in self._downloaded]
-        now = time.monotonic()
-        if final:
-            batch.releases = [(lease.entry_id, lease.token) for lease in self._held_leases()]
-        else:
-            if self._drain_started is not None:
-                # draining: what was leased and not started goes back at once
-                batch.releases = [(lease.entry_id, lease.token) for _, lease in self._prefetch]
-            if now - self._last_extend >= self._heartbeat:
-                # the heartbeat is due (with or without leases to extend: an idle worker
-                # must not see it due again at once, or it would poll in a tight loop)
-                self._last_extend = now
-                batch.beat = True
-                batch.extends = [(lease.entry_id, lease.token) for lease in self._held_leases()
-                                 if not (self._drain_started is not None
-                                         and any(lease is p for _, p in self._prefetch))]
-            # a lease holds its host's concurrency slot until its download is over
-            # (FLEET_HOST_CONCURRENCY counts them), so a worker holds little more than it can
-            # download at once
-            held = len(self._prefetch) + len(self._inflight)
-            want = min(self.config.prefetch - len(self._prefetch), self._max_held - held)
-            if (want > 0 and not self._fleet_done and self._withheld is None
-                    and not (self.stage is not None and self.stage.queue_full)
-                    and self._drain_started is None):
-                batch.take = want
-        return batch, n_out, n_done, len(dead)  # (every download notice goes with it)
-
-    async def _sync_once(self, final: bool) -> SyncResult | None:
-        assert self.frontier is not None
-        batch, n_out, n_done, n_dead = self._build_batch(final)
-        if batch.is_empty():
-            return None
-        outbox = self._outbox[:n_out]
-        done = self._done[:n_done]
-        # leases held once this call is done (what it releases is gone then)
-        held = max(0, len(self._held_leases()) - len(batch.releases))
-        monitor = self.monitor.payload("closing" if final else self._state(), held,
-                                       self._downloads())
-        try:
-            result = await self.frontier.sync(batch, monitor)
-        except redis.ResponseError as exc:
-            if not is_oom(exc):
-                raise
-            # Redis refused the call before its first write: nothing changed; keep it all
-            self._inc("fleet/backpressure/oom")
-            logger.warning("Redis is out of memory (maxmemory): pausing pushes and "
-                           "acknowledgements until it has room", extra={"spider": self.spider})
-            await asyncio.sleep(self.config.poll_interval * 4)
-            return None
-        if self.frontier.unreplicated > self._unreplicated:
-            self._inc("fleet/redis/unreplicated", self.frontier.unreplicated - self._unreplicated)
-            if not self._unreplicated:
-                logger.warning("Start requests pushed but not acknowledged by "
-                               "FLEET_REDIS_WAIT_REPLICAS=%d replica(s) in time: a failover "
-                               "now would lose them (counted in fleet/redis/unreplicated)",
-                               self.frontier.wait_replicas, extra={"spider": self.spider})
-            self._unreplicated = self.frontier.unreplicated
-        # the call succeeded: drop what it carried from the local buffers
-        self.monitor.confirmed()
-        if batch.releases and not final:
-            released = {entry_id for entry_id, _ in batch.releases}
-            self._prefetch = deque((r, lease) for r, lease in self._prefetch
-                                   if lease.entry_id not in released)
-        del self._done[:n_done]
-        del self._dead[:n_dead]
-        del self._downloaded[:len(batch.downloaded)]
-        if result.refused:
-            refused = set(result.refused)
-            base = len(batch.pushes) - n_out
-            kept = [o for i, o in enumerate(outbox) if base + i in refused]
-            self._outbox[:n_out] = kept
-            self._outbox_hold_until = time.monotonic() + self.config.poll_interval
-            self._inc("fleet/backpressure/refused", len(kept))
-        else:
-            del self._outbox[:n_out]
-        if self._start_pending:
-            refused_ids = {id(o) for o in self._outbox}
-            for o in outbox:
-                if id(o) not in refused_ids:
-                    self._start_pending.pop(id(o), None)
-        children = [c for lease in done for c in lease.children]
-        self._account(result, batch, children + outbox)
-        if not final:
-            self._receive(result)
-        return result
-
-    def _account(self, result: SyncResult, batch: SyncBatch, sent: list[_Out]) -> None:
-        self._inc("fleet/redis/roundtrips")
-        if result.pushed:
-            self._inc("fleet/frontier/pushed", result.pushed)
-        if result.duplicates:
-            self._inc("dupefilter/filtered", result.duplicates)
-            self._inc("fleet/dupefilter/filtered", result.duplicates)
-            if not self._logged_dupe:
-                first = next((url for (url, *_), flag in zip(sent, result.push_flags,
-                                                              strict=False) if not flag), "?")
-                logger.debug("Filtered duplicate request: <GET %s> - no more duplicates will be "
-                             "shown", first, extra={"spider": self.spider})
-                self._logged_dupe = True
-        if result.cached:
-            self._inc("fleet/dupefilter/cached", result.cached)
-        if result.acked:
-            self._inc("fleet/frontier/acked", result.acked)
-        if result.parked:
-            self._inc("fleet/backpressure/parked", result.parked)
-            logger.debug("Frontier full: %d request(s) parked until the frontier has room "
-                         "for the rest of their links", result.parked,
-                         extra={"spider": self.spider})
-        if result.deferred:
-            self._inc("fleet/backpressure/deferred", result.deferred)
-        if result.resumed:
-            self._inc("fleet/backpressure/resumed", result.resumed)
-        if result.released:
-            self._inc("fleet/frontier/released", result.released)
-        if result.reclaimed:
-            self._inc("fleet/frontier/reclaimed", result.reclaimed)
-        if result.bloom_full:
-            logger.warning("The fleet's Bloom filter is at its last slice; its false-positive "
-                           "rate grows from here. Raise FLEET_DUPEFILTER_CAPACITY and purge.",
-                           extra={"spider": self.spider})
-        lost = set(result.lost)
-        if lost:
-            self._inc("fleet/frontier/lease_lost", len(lost))
-            self._lost_total += len(lost)
-            if self._lost_total <= 5 or self._lost_total % 100 < len(lost):
-                logger.warning(
-                    "%d lease(s) lost (%d so far): their requests were leased again elsewhere "
-                    "(this worker stalled longer than FLEET_LEASE_TIMEOUT=%s s?), or the crawl "
-                    "was purged / Redis lost its data; those pages may be fetched again and "
-                    "their links are left to the new holder", len(lost), self._lost_total,
-                    self.config.lease_timeout, extra={"spider": self.spider})
-            self._prefetch = deque((r, lease) for r, lease in self._prefetch
-                                   if lease.entry_id not in lost)
-            for _, lease in self._inflight.values():
-                if lease.entry_id in lost:
-                    lease.lost = True
-
-    def hold_left(self, host: str) -> float:
-        """Seconds *host* is still on hold as of the last frontier call (no I/O)."""
-        return max(0.0, self.holds.get(host, 0.0) - time.monotonic())
-
-    def _receive(self, result: SyncResult) -> None:
-        now = time.monotonic()
-        self.holds = {h: now + left for h, left in result.holds.items()}
-        self._next_ready_at = None if result.next_ready is None else now + result.next_ready
-        if self.stage is not None:
-            self.stage.note_response_queue(result.response_queue)
-        got = 0
-        for entry in result.leased:
-            lease = _Lease(entry.entry_id, entry.token)
-            try:
-                if stored_responses.is_stored(entry.payload):
-                    request, stored = stored_responses.decode(
-                        entry.payload, self.spider, self.config.request_classes)
-                    request.meta[STORED_META_KEY] = stored
-                else:
-                    request = codec.decode(entry.payload, self.spider,
-                                           self.config.request_classes)
-            except Exception as exc:  # RequestDecodeError, or anything a Request class raises
-                logger.error("Frontier entry %s cannot be used (%s); moved to dead letters",
-                             entry.entry_id, exc, extra={"spider": self.spider})
-                self._dead.append((lease, f"{type(exc).__name__}: {exc}"[:500]))
-                self._inc("fleet/frontier/dead_letter")
-                self._poke()
-                continue
-            if entry.expiries:
-                self._inc("fleet/frontier/redelivered")
-            self._prefetch.append((request, lease))
-            got += 1
-        if got:
-            self._inc("fleet/frontier/leased", got)
-        idle_timeout = self.config.idle_timeout
-        idle = (idle_timeout is not None and result.idle_ms >= idle_timeout * 1000
-                and not (self._prefetch or self._inflight or self._done or self._outbox
-                         or self.start_active))
-        if idle and not self._fleet_done:
-            logger.info("Fleet idle for %.1f s (FLEET_IDLE_TIMEOUT=%s): closing",
-                        result.idle_ms / 1000, idle_timeout, extra={"spider": self.spider})
-        # not sticky: work pushed since (start requests read after this worker's first call,
-        # another worker's pushes) makes it lease again; the engine closes only once the
-        # start requests are done and nothing is pending
-        self._fleet_done = idle
-        if got or self._fleet_done:
-            engine_hooks.wake_engine(self.crawler)
-
-    async def _final_flush(self, reason: str) -> None:
-        """Acknowledge what is done, push what is buffered, release every other lease."""
-        assert self.frontier is not None
-        if self._state_lost:
-            return
-        try:
-            for _ in range(1000):
-                before = (len(self._outbox), len(self._done))
-                result = await self._sync_once(final=True)
-                if result is not None:
-                    self._prefetch.clear()
-                    self._inflight.clear()
-                if result is None or not (self._outbox or self._done):
-                    break
-                if (len(self._outbox), len(self._done)) == before:
-                    break  # the frontier refuses them: it is full
-            if self._outbox:
-                self._inc("fleet/backpressure/lost_at_close", len(self._outbox))
-                logger.warning("Fleet worker closing (%s) with %d request(s) the full frontier "
-                               "refused (start requests or links from errbacks); they are "
-                               "dropped", reason, len(self._outbox),
-                               extra={"spider": self.spider})
-        except CrawlStateLostError as exc:
-            self._lose_state(exc)
-        except RedisUnavailableError as exc:
-            logger.error("Fleet worker closing (%s) without reaching Redis: %d requests not "
-                         "pushed, %d not acknowledged; their parents' leases will expire and "
-                         "be fetched again. %s", reason, len(self._outbox), len(self._done),
-                         exc, extra={"spider": self.spider})
-
-    # -- stages (FLEET_ROLE, stages/roles.py) ------------------------------------------------
-
     def holds_lease(self, request: Request) -> bool:
         """Is *request* (or a redirect/retry made from it) a request this worker leased and
         still holds?"""
@@ -817,16 +368,6 @@ class FleetScheduler(BaseScheduler):
         lease = self._by_entry[request.meta[LEASE_META_KEY]]
         lease.children.append((request.url, b"", clamp_priority(request.priority), payload,
                                stored_responses.STAGE_HOST, 0))
-
-    # -- helpers ---------------------------------------------------------------------------
-
-    def inc(self, key: str, count: int = 1) -> None:
-        """Add *count* to this worker's Scrapy stat *key*."""
-        self._inc(key, count)
-
-    def _inc(self, key: str, count: int = 1) -> None:
-        if self.stats is not None:
-            self.stats.inc_value(key, count)
 
     def _redacted_url(self) -> str:
         from scrapy_fleet.redact import redact

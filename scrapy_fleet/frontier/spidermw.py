@@ -73,6 +73,8 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
         #: this worker holds the seeding lease and has not marked the start requests done
         self._holding = False
         self._crawl_keys: CrawlKeys | None = None
+        #: the FleetScheduler's note_parent (None until a scheduler that has one is seen)
+        self._note: Callable[[Request, Request | None], None] | None = None
         crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
 
     @classmethod
@@ -82,8 +84,10 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
     def get_processed_request(self, request: Request,
                               response: Response | None) -> Request | None:
         if response is not None:
-            scheduler = engine_hooks.scheduler_of(self.crawler)
-            note = getattr(scheduler, "note_parent", None)
+            note = self._note
+            if note is None:  # looked up once: one scheduler per crawl (for every link)
+                scheduler = engine_hooks.scheduler_of(self.crawler)
+                note = self._note = getattr(scheduler, "note_parent", None)
             if note is not None:
                 note(request, response.request)
         return request
