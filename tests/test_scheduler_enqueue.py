@@ -13,6 +13,7 @@ from typing import Any
 import redis
 from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
+from support import frontier_payloads
 
 from scrapy_fleet import codec
 from scrapy_fleet.frontier.client import AsyncFrontier, FrontierAdmin
@@ -47,7 +48,7 @@ def stored_urls(redis_url: str) -> list[str]:
     keys = CrawlKeys("fleet", "enq")
     client = redis.Redis.from_url(redis_url)
     try:
-        return sorted(codec.decode_dict(p)["url"] for p in client.hvals(keys.data))
+        return sorted(codec.decode_dict(p)["url"] for p in frontier_payloads(client, keys))
     finally:
         client.close()
 

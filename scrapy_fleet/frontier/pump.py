@@ -47,8 +47,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("scrapy_fleet.frontier.scheduler")  # one logger for the scheduler
 
-#: pushes sent in one frontier call at most (a request's links all go in one call)
-PUSH_CHUNK = 200  # (~1 ms of Redis for 200 links it does not know: bench_capacity.py)
+#: links per frontier call (an acknowledgement and its links are never split: a page with more
+#: links goes alone).  100 links the worker does not know take ~1.7 ms of Redis (all new;
+#: bench_push.py --batches, 2026-12-01): under the 2 ms bound of issue 12
+PUSH_CHUNK = 100
 LEASE_META_KEY = codec.LEASE_META_KEY
 START_META_KEY = codec.START_META_KEY
 
