@@ -205,8 +205,9 @@ class FleetProxyMiddleware:
         self._inc("chosen")
         if choice.kind == 1:
             self._inc("probes")
-            logger.info("Probing exit %s for %s (its cool-down ended; one probe for the "
-                        "fleet)", describe(choice.url), site, extra={"spider": spider})
+            logger.info("Probing exit %s for %s with %s (its cool-down ended; one probe for "
+                        "the fleet)", describe(choice.url), site, request.url,
+                        extra={"spider": spider})
         elif choice.kind == 2:
             self._inc("rechecks")
             logger.info("Re-checking dead exit %s", describe(choice.url),
