@@ -73,12 +73,14 @@ _DIRECT = {
     "admin": ("evalsha", "script|load", "hset", "hmget", "hgetall", "zrem", "zcard", "hlen",
               "zrange", "get", "llen", "hscan", "time", "scan", "unlink"),
 }
+#: an admin runs the monitor's reads too (status, top, failed, dead)
+_DIRECT["admin"] += tuple(c for c in _DIRECT["monitor"] if c not in _DIRECT["admin"])
 #: read when allowed (the memory check at start); a worker without them skips that check
 OPTIONAL = ("info", "config|get")
 #: a cluster client reads the slot map with CLUSTER SLOTS
 CLUSTER = ("cluster|slots",)
 
-_CALL = re.compile(r"redis\.p?call\(\s*['\"]([A-Za-z_]+)['\"]")
+_CALL = re.compile(r"(?:redis\.p?call|call_many)\(\s*['\"]([A-Za-z_]+)['\"]")
 #: a command a script calls with a computed argument list: named in a ``-- acl: CMD`` comment
 _CALL_NOTE = re.compile(r"--\s*acl:\s*([A-Za-z_]+)")
 

@@ -147,6 +147,10 @@ def test_crawl_and_commands_as_least_privileged_users(acl_users, site_server, wo
     assert "'zcard' command" in status.stderr and "Traceback" not in status.stderr
     assert "(status runs as the monitor role, which needs " in status.stderr  # and its rule
     assert "`scrapy fleet acl` prints its rule" in status.stderr
+    # the admin user runs the monitor's reads too
+    as_admin = run_scrapy(EXAMPLE_PROJECT, ["fleet", "status", "docs", "-s",
+                                            f"FLEET_REDIS_URL={admin_url}"], worker_env)
+    assert as_admin.returncode == 0, as_admin.stderr
     # a worker cannot purge (SCAN, UNLINK); the admin user can
     refused = run_scrapy(EXAMPLE_PROJECT, ["fleet", "purge", "docs", "--yes", "-s",
                                            f"FLEET_REDIS_URL={worker}"], worker_env)
@@ -383,3 +387,48 @@ def test_monitor_process_as_the_read_only_user(acl_users, redis_server, redis_ur
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("warning: the Redis user may not sample "
                                                    "the time series"), err
+
+
+def test_a_least_privileged_worker_puts_requests_back_at_the_head_of_their_buckets(
+        acl_users, redis_server):
+    """A released lease and a reclaimed one go back to the head of their bucket (LPUSH):
+    the worker's rule allows every command its calls run, or the script would fail half-way,
+    after the lease was deleted, and lose the request."""
+    from scrapy import Request
+
+    from scrapy_fleet import codec
+    from scrapy_fleet.frontier.bloom import bloom_key
+    from scrapy_fleet.frontier.client import FrontierParams, SyncBatch
+
+    url = acl_users("fleet-worker-back", acl.acl_rule("worker", crawl_id="back"))
+    fr = FrontierAdmin(url, "back", params=FrontierParams(lease_timeout=30.0))
+    fr.push([(bloom_key(u.encode()), 0, codec.encode(Request(u)), 0, "a.test")
+             for u in ("http://a.test/1", "http://a.test/2")])
+    first, second = fr.sync(SyncBatch(take=2), worker="w").leased
+    released = fr.sync(SyncBatch(releases=[(first.entry_id, first.token)]), worker="w")
+    assert released.released == 1
+    redis_server.client().zadd(fr.keys.leases, {second.entry_id: 1})  # its lease expired
+    again = fr.sync(SyncBatch(take=2), worker="w2")
+    assert again.reclaimed == 1
+    assert sorted(e.entry_id for e in again.leased) == sorted([first.entry_id, second.entry_id])
+    fr.sync(SyncBatch(acks=[(e.entry_id, e.token) for e in again.leased]), worker="w2")
+    status = fr.status()
+    assert (status["queued"], status["leased"], status["dead"]) == (0, 0, 0)
+
+
+def test_every_command_a_script_computes_is_named_for_the_rules():
+    """acl.py reads the scripts' commands from their source: a redis.call whose command is
+    computed must be frontier.lua's call_many (its callers name the command) or carry an
+    ``-- acl: CMD`` note, else a least-privileged user would fail half-way through a call."""
+    import re
+
+    from scrapy_fleet import lua
+
+    for script in ("frontier.lua", "failed_retry.lua", "politeness.lua", "seeding.lua",
+                   "bloom_add.lua", "proxies.lua", "sample.lua"):
+        lines = lua.source(script).splitlines()
+        for n, line in enumerate(lines):
+            m = re.search(r"redis\.p?call\(\s*([^'\"\s][^,)]*)", line)
+            if m:  # (the note on this line or one of the 10 before it)
+                noted = any("-- acl:" in before for before in lines[max(0, n - 10):n + 1])
+                assert m.group(1) == "cmd" or noted, (script, line)

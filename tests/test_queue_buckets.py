@@ -153,3 +153,19 @@ def test_a_purge_deletes_the_queue_buckets(redis_url):
     assert len(list(client.scan_iter(match="fleet:{pg}:qb:*"))) == 30
     assert admin.purge() > 30
     assert list(client.scan_iter(match="fleet:{pg}:*")) == []
+
+
+def test_entries_written_into_a_bucket_by_hand_leave_the_count_at_0_when_done(redis_url):
+    """Junk pushed into a bucket with redis-cli was never counted; dead-lettered as corrupt,
+    it is taken off the count all the same: once no bucket is left the count is 0 again, and
+    the fleet can go idle."""
+    admin = FrontierAdmin(redis_url, "hand")
+    k, c = admin.keys, admin.client
+    admin.push([entry("http://a.test/1")])
+    c.rpush(k.bucket("a.test", 0), "no tab", "")
+    got = admin.sync(SyncBatch(take=5), worker="w")
+    assert urls_of(got.leased) == ["http://a.test/1"]
+    done = admin.sync(SyncBatch(acks=[(e.entry_id, e.token) for e in got.leased]), worker="w")
+    assert admin.status()["dead"] == 2
+    assert (done.queued, done.size) == (0, 0) and done.idle_ms >= 0
+    assert c.get(k.queue_count) == b"0"

@@ -2,7 +2,8 @@
 --
 -- Each named record that still exists is removed and, in the same atomic step, its request is
 -- queued as a new entry: not through the Bloom filter (it was seen), at the head of its
--- bucket (host and priority, lua/hosts.lua; its entry id starts with "!").
+-- bucket (host and priority, lua/hosts.lua; its entry id starts with "!"), the named records
+-- in their order.
 -- A record already gone (retried by an earlier or a concurrent run) pushes nothing, so the
 -- call is safe to repeat.  The frontier's size bound (qm) is respected: the records past it
 -- stay, counted in the reply.  All times are the Redis server's clock.
@@ -38,6 +39,7 @@ local now = server_now_ms()
 local size = (tonumber(redis.call('GET', QN)) or 0) + redis.call('ZCARD', Q)
   + redis.call('ZCARD', LEASES) + redis.call('ZCARD', DELAYED)
 local out = {retried = 0, gone = 0, full = 0}
+local back = {}  -- {host, score, bucket entry} of the requests queued again
 for _, e in ipairs(req.e) do
   local id, host, priority, data = e[1], e[2], e[3], e[4]
   local present
@@ -54,17 +56,22 @@ for _, e in ipairs(req.e) do
     if req.src == 'failed' then failed_forget(FK, id) else redis.call('HDEL', DEAD, id) end
     local new_id = '!' .. string.format('%015d', redis.call('INCR', SEQ))
     if host ~= '' then hincrby(HOSTQ, host, 1) end
-    local bucket = bucket_name(host, -priority)
-    if redis.call('LPUSH', QB .. bucket, new_id .. '\t' .. data) == 1 then  -- a new bucket
-      local key = string.format('%016d', -priority + PRIO_OFFSET)
-      redis.call('HSET', QIDX, host, index_with(redis.call('HGET', QIDX, host), key))
-    end
-    redis.call('INCR', QN)
+    back[#back + 1] = {host, -priority, new_id .. '\t' .. data}
     redis.call('ZADD', READY, 'NX', now, host)
     size = size + 1
     out.retried = out.retried + 1
   end
 end
+-- at the heads of their buckets, in the order given (pushed there in the reverse order)
+for i = #back, 1, -1 do
+  local host, score, item = back[i][1], back[i][2], back[i][3]
+  redis.call('LPUSH', QB .. bucket_name(host, score), item)
+  local key = string.format('%016d', score + PRIO_OFFSET)
+  local was = redis.call('HGET', QIDX, host)
+  local now_value = index_with(was, key)
+  if now_value ~= was then redis.call('HSET', QIDX, host, now_value) end
+end
+if #back > 0 then redis.call('INCRBY', QN, #back) end
 if out.retried > 0 then
   hincrby(STATS, 'retried', out.retried)
   hincrby(STATS, 'pushed', out.retried)  -- new entries: pushed == acked + dead_lettered holds

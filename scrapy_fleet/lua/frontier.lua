@@ -32,7 +32,7 @@
 -- Per entry (keys.py has the whole layout):
 --   queued:   "<id>\t<payload>" in the LIST of its host and priority (lua/hosts.lua), nothing
 --             else (the previous format: queue member "<host>\t<priority key>\t<id>" +
---             data[id], moved into the buckets 200 per call, step 0)
+--             data[id], moved into the buckets 200 per call, in order, step 0)
 --   leased:   leases[id] = expiry, lease[id] = "<token>|<score>|<host>\t<worker>" (worker
 --             "!worker" once its download is over) + data[id]
 --   deferred: delayed member "<id>|<score>|<host>" + data[id] (also a new entry pushed with a
@@ -445,17 +445,21 @@ local function flush_queue()
   if #leases_del > 0 then call_many('ZREM', LEASES, leases_del, 4000) end
   if #data_add > 0 then call_many('HSET', DATA, data_add, 2000) end
   local added, created = 0, {}
-  for _, side in ipairs({{q_tail, 'RPUSH'}, {q_head, 'LPUSH'}}) do
+  for _, side in ipairs({{q_tail, false}, {q_head, true}}) do
     for b, l in pairs(side[1]) do
       -- at the head: oldest (lowest id) first, so pushed there in the reverse order
-      if side[2] == 'LPUSH' then table.sort(l, function(x, y) return x[1] > y[1] end) end
+      if side[2] then table.sort(l, function(x, y) return x[1] > y[1] end) end
       local items = {}
       for _, e in ipairs(l) do
         if e[2] then items[#items + 1] = e[1] .. '\t' .. e[2] end
       end
-      local len = 0
       for from = 1, #items, 2000 do
-        len = redis.call(side[2], QB .. b, unpack(items, from, math.min(#items, from + 1999)))
+        -- (each command named in full: acl.py reads the scripts' commands from their source)
+        if side[2] then
+          redis.call('LPUSH', QB .. b, unpack(items, from, math.min(#items, from + 1999)))
+        else
+          redis.call('RPUSH', QB .. b, unpack(items, from, math.min(#items, from + 1999)))
+        end
       end
       added = added + #items
       -- (every bucket pushed to is made sure of in the index: one written by a call that
@@ -588,14 +592,14 @@ local function holds(id, token)
 end
 
 -- 0. entries of the previous format (members of the `queue` ZSET, requests in `data`) move
--- into the buckets, the last 200 per call, each to its bucket's head: a bucket's older ones,
--- moved by a later call, go in front of them
+-- into the buckets, the first 200 per call (a host's best priority first, FIFO), each to its
+-- bucket's tail
 if redis.call('EXISTS', Q) == 1 then
-  local old = redis.call('ZRANGE', Q, -200, -1)
+  local old = redis.call('ZRANGE', Q, 0, 199)
   for _, member in ipairs(old) do
     local host, key, id = string.match(member, '^([^\t]*)\t(%d+)\t(.+)$')
     if host then
-      enqueue(id, tonumber(key) - PRIO_OFFSET, host, nil, true)
+      enqueue(id, tonumber(key) - PRIO_OFFSET, host, nil, false)
     else
       count('bad_queue_members', 1)  -- not written by these scripts: kept as a dead letter
       redis.call('HSET', DEAD, string.format('%015d', redis.call('INCR', SEQ)),
@@ -1155,6 +1159,12 @@ flush_slots()
 
 -- 8. fleet idleness: nothing queued, leased, deferred or parked, since when?
 out.queued = batch.queued()
+if out.queued ~= 0 and redis.call('HLEN', QIDX) == 0 and redis.call('EXISTS', Q) == 0 then
+  -- no bucket holds an entry: the count is 0 (entries written into a bucket by hand, and
+  -- dead-lettered as corrupt, were taken off a count that never had them)
+  redis.call('SET', QN, 0)
+  out.queued = 0
+end
 out.inflight = redis.call('ZCARD', LEASES)
 out.delayed = redis.call('ZCARD', DELAYED)
 out.size = out.queued + out.inflight + out.delayed
