@@ -234,6 +234,17 @@ function batch.prefetch_leases(list)
   end
   batch.read_fields(LEASE, ids, function(id, v) lease_cache[id] = v end)
 end
+-- The distinct items of list that memo (item -> value) has no value of yet.
+function batch.unread(list, memo)
+  local want, seen = {}, {}
+  for _, x in ipairs(list) do
+    if memo[x] == nil and not seen[x] then
+      seen[x] = true
+      want[#want + 1] = x
+    end
+  end
+  return want
+end
 -- The per-host fields of key (a hash of lua/hosts.lua's ctx) for hosts, into ctx's memo.
 function batch.prefetch_ctx(key, hosts)
   if ctx.empty[key] then return end
@@ -242,14 +253,7 @@ function batch.prefetch_ctx(key, hosts)
     m = {}
     ctx.memo[key] = m
   end
-  local want, seen = {}, {}
-  for _, h in ipairs(hosts) do
-    if m[h] == nil and not seen[h] then
-      seen[h] = true
-      want[#want + 1] = h
-    end
-  end
-  batch.read_fields(key, want, function(h, v) m[h] = v end)
+  batch.read_fields(key, batch.unread(hosts, m), function(h, v) m[h] = v end)
 end
 -- Counts (field -> number) written with one HSET (and one HDEL for those at 0 or below).
 function batch.write_counts(key, values)
@@ -291,14 +295,8 @@ local function wlive_add(field, n)
   wlive_delta[field] = (wlive_delta[field] or 0) + n
 end
 function batch.prefetch_wlive(fields)
-  local want, seen = {}, {}
-  for _, f in ipairs(fields) do
-    if wlive_memo[f] == nil and not seen[f] then
-      seen[f] = true
-      want[#want + 1] = f
-    end
-  end
-  batch.read_fields(WLIVE, want, function(f, v) wlive_memo[f] = tonumber(v) or 0 end)
+  batch.read_fields(WLIVE, batch.unread(fields, wlive_memo),
+                    function(f, v) wlive_memo[f] = tonumber(v) or 0 end)
 end
 local freed_hosts = {}
 -- Mid-call: the hosts whose slot was freed and which waited for one (at FAR in `ready`) may be
@@ -374,14 +372,7 @@ end
 -- by this call (false: the host has none).
 batch.qi = {}
 function batch.prefetch_index(hosts)
-  local want, seen = {}, {}
-  for _, h in ipairs(hosts) do
-    if batch.qi[h] == nil and not seen[h] then
-      seen[h] = true
-      want[#want + 1] = h
-    end
-  end
-  batch.read_fields(QIDX, want, function(h, v) batch.qi[h] = v end)
+  batch.read_fields(QIDX, batch.unread(hosts, batch.qi), function(h, v) batch.qi[h] = v end)
 end
 -- Buckets (names "<host>\t<priority key>") that hold entries and that were emptied: their
 -- hosts' index values (written only where they change).
@@ -516,12 +507,9 @@ local function host_add(host, n)
   if host_counts[host] ~= nil then host_counts[host] = math.max(host_counts[host] + n, 0) end
 end
 function batch.prefetch_hostq(hosts)
-  local want, seen = {}, {}
-  for _, h in ipairs(hosts) do
-    if host_counts[h] == nil and h ~= '' and not seen[h] then
-      seen[h] = true
-      want[#want + 1] = h
-    end
+  local want = {}
+  for _, h in ipairs(batch.unread(hosts, host_counts)) do
+    if h ~= '' then want[#want + 1] = h end  -- (an entry without a host is not counted)
   end
   batch.read_fields(HOSTQ, want, function(h, v)
     host_counts[h] = (tonumber(v) or 0) + (host_delta[h] or 0)
