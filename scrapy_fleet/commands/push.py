@@ -160,6 +160,20 @@ def _check_cb_kwargs(name: str, function: Callable[..., Any], cb_kwargs: dict[st
         raise PushLineError(f"cb_kwargs do not fit callback {name!r}: {exc}") from None
 
 
+def _stripped(line: str) -> str:
+    """*line* without surrounding whitespace.
+
+    Raises:
+        PushLineError: it is not valid UTF-8 (a line read with errors="surrogateescape").
+    """
+    text = line.strip()
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PushLineError("line is not valid UTF-8") from None
+    return text
+
+
 def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
                dont_filter: bool = False, priority: int = 0,
                has_method: Callable[[str], Any] | None = None,
@@ -172,11 +186,7 @@ def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
     Raises:
         PushLineError: the reason, ready to print after the line number.
     """
-    text = line.strip()
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise PushLineError("line is not valid UTF-8") from None
+    text = _stripped(line)
     if text.startswith("{"):
         try:
             spec = json.loads(text)
@@ -296,11 +306,7 @@ def plain_url_entry(text: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
     Raises:
         PushLineError: the reason, ready to print after the line number.
     """
-    text = text.strip()
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise PushLineError("line is not valid UTF-8") from None
+    text = _stripped(text)
     if text.startswith(("{", "[")):
         raise ValueError("a JSON line: parse it with parse_line")
     url = _validate_url(text, max_url_length)
