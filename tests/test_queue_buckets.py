@@ -169,3 +169,31 @@ def test_entries_written_into_a_bucket_by_hand_leave_the_count_at_0_when_done(re
     assert admin.status()["dead"] == 2
     assert (done.queued, done.size) == (0, 0) and done.idle_ms >= 0
     assert c.get(k.queue_count) == b"0"
+
+
+def test_a_deferred_stored_response_leaves_the_response_queue_to_the_fetch_workers(redis_url):
+    """A stored response (host "~parse") none of whose links fit (their host at
+    FLEET_HOST_QUEUE_MAX) is deferred; it waits for that host, which only the fetch workers
+    drain, so it does not count in the response queue that stops them (a stall: a parse worker
+    re-parsed the deferred responses forever while the fetch workers waited)."""
+    from scrapy_fleet.frontier.client import FrontierParams
+
+    params = FrontierParams(host_queue_max=1, defer_delay=60.0)
+    parse = FrontierAdmin(redis_url, "stall", params=FrontierParams(
+        host_queue_max=1, defer_delay=60.0, lease_only_host="~parse"))
+    fetch = FrontierAdmin(redis_url, "stall", params=params)
+    fetch.push([entry("http://a.test/1")])  # a.test at its bound of 1
+    stored = b"a stored response" * 10
+    fetch.push([(b"", 0, stored, 0, "~parse")])
+    assert fetch.sync(SyncBatch(), worker="f").response_queue == (1, len(stored))
+    (resp,) = parse.sync(SyncBatch(take=1), worker="p").leased
+    done = parse.sync(SyncBatch(acks=[(resp.entry_id, resp.token)],
+                                pushes=[entry("http://a.test/2", group=1)]), worker="p")
+    assert done.deferred == 1
+    assert done.response_queue == (0, 0)  # not waiting for a parse worker any more
+    status = fetch.status()
+    assert status["stored_responses"] == 1 and status["delayed"] == 1
+    # when it is due again it is the parse workers' again
+    fetch.client.zadd(fetch.keys.delayed, {m: 1 for m in
+                                           fetch.client.zrange(fetch.keys.delayed, 0, -1)})
+    assert fetch.sync(SyncBatch(), worker="f").response_queue == (1, len(stored))

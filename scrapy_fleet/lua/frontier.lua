@@ -77,7 +77,8 @@
 --   parked deferred resumed refused, full, now, queued inflight delayed size idle, holds,
 --   pl 1 when the previous call's reply cache (KEYS[13]) was not there,
 --   mk the crawl marker, nr ms until the next host may be fetched (when this call leased
---   fewer than `take`), rq {stored responses waiting for a parse worker, their bytes}.
+--   fewer than `take`), rq {stored responses waiting for a parse worker, their bytes} (those
+--   deferred until their links' hosts have room left out).
 --
 -- Bounded work per call: at most 200 entries of the previous format moved, rc
 -- (client.RECLAIM_LIMIT: 50) expired leases reclaimed, 100 deferred entries
@@ -600,12 +601,26 @@ if redis.call('EXISTS', Q) == 1 then
   flush_queue()
 end
 
+-- Stored responses deferred (their links' hosts were all full) wait for those hosts, not for a
+-- parse worker: they are left out of the response queue that stops the fetch workers (out.rq),
+-- or the fetch workers would stop while the hosts they must drain stay full
+-- (docs/stages.md).  n = 1 when one is deferred, -1 when it is due.
+function batch.stage_deferred(id, n)
+  local left = hincrby(STATS, 'response_queue_deferred', n)
+  local bytes = hincrby(STATS, 'response_queue_deferred_bytes',
+                        n * redis.call('HSTRLEN', DATA, id))
+  if left <= 0 or bytes < 0 then  -- (one deferred before these counts existed)
+    redis.call('HDEL', STATS, 'response_queue_deferred', 'response_queue_deferred_bytes')
+  end
+end
+
 -- 1. deferred entries whose delay is over go back to the queue
 local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', now, 'LIMIT', 0, 100)
 if #due > 0 then
   for _, member in ipairs(due) do
     local id, score, host = string.match(member, '^([^|]*)|([^|]*)|?(.*)$')
     if host == '' then host = legacy_host(id) or '' end  -- previous format: "id|score"
+    if host == STAGE_HOST then batch.stage_deferred(id, -1) end
     enqueue(id, tonumber(score) or 0, host, nil, true)
   end
   call_many('ZREM', DELAYED, due, 4000)
@@ -884,6 +899,7 @@ for k, a in ipairs(req.a) do
       deferred_members[#deferred_members + 1] = now + defer_ms
       deferred_members[#deferred_members + 1] = a[1] .. '|' .. score .. '|' .. own_host
       out.deferred = out.deferred + 1
+      if own_host == STAGE_HOST then batch.stage_deferred(a[1], 1) end
     end
   end
 end
@@ -1170,8 +1186,12 @@ end
 
 -- stored responses waiting for a parse worker: count and bytes (fetch workers stop leasing
 -- when the response queue is full)
-out.rq = {host_count(STAGE_HOST),
-          tonumber(redis.call('HGET', STATS, 'response_queue_bytes')) or 0}
+do
+  local rq = redis.call('HMGET', STATS, 'response_queue_bytes', 'response_queue_deferred',
+                        'response_queue_deferred_bytes')
+  out.rq = {math.max(host_count(STAGE_HOST) - (tonumber(rq[2]) or 0), 0),
+            math.max((tonumber(rq[1]) or 0) - (tonumber(rq[3]) or 0), 0)}
+end
 
 -- hosts on hold now (429/503/failures), with the ms left: workers check them locally before
 -- each download of a request leased earlier
