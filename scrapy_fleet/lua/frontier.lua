@@ -256,19 +256,25 @@ function batch.prefetch_ctx(key, hosts)
   end
   batch.read_fields(key, batch.unread(hosts, m), function(h, v) m[h] = v end)
 end
--- Counts (field -> number) written with one HSET (and one HDEL for those at 0 or below).
-function batch.write_counts(key, values)
+-- Fields (field -> value, false: delete it) written with one HSET and one HDEL.
+function batch.write_fields(key, values)
   local sets, dels = {}, {}
   for f, v in pairs(values) do
-    if v > 0 then
+    if v then
       sets[#sets + 1] = f
-      sets[#sets + 1] = string.format('%d', v)
+      sets[#sets + 1] = v
     else
       dels[#dels + 1] = f
     end
   end
   if #sets > 0 then call_many('HSET', key, sets, 4000) end
   if #dels > 0 then call_many('HDEL', key, dels, 4000) end
+end
+-- Counts (field -> number): those at 0 or below are deleted.
+function batch.write_counts(key, values)
+  local fields = {}
+  for f, v in pairs(values) do fields[f] = v > 0 and string.format('%d', v) end
+  batch.write_fields(key, fields)
 end
 
 -- Slot changes (hostlive, wlive) are summed per host and written by flush_slots at the end
@@ -377,9 +383,9 @@ function batch.prefetch_index(hosts)
 end
 -- Buckets (names "<host>\t<priority key>") that hold entries and that were emptied: their
 -- hosts' index values (written only where they change).
-function batch.index_update(created, emptied)
+function batch.index_update(filled, emptied)
   local hosts, changes = {}, {}
-  for _, list in ipairs({{created, true}, {emptied, false}}) do
+  for _, list in ipairs({{filled, true}, {emptied, false}}) do
     for _, b in ipairs(list[1]) do
       local tab = string.find(b, '\t', 1, true)
       local h = string.sub(b, 1, tab - 1)
@@ -395,19 +401,9 @@ function batch.index_update(created, emptied)
     local v
     if c[3] then v = index_with(was, c[2]) else v = index_without(was, c[2]) end
     batch.qi[c[1]] = v or false
-    if v ~= was then touched[c[1]] = true end
+    if v ~= was then touched[c[1]] = batch.qi[c[1]] end
   end
-  local sets, dels = {}, {}
-  for h in pairs(touched) do
-    if batch.qi[h] then
-      sets[#sets + 1] = h
-      sets[#sets + 1] = batch.qi[h]
-    else
-      dels[#dels + 1] = h
-    end
-  end
-  if #sets > 0 then call_many('HSET', QIDX, sets, 4000) end
-  if #dels > 0 then call_many('HDEL', QIDX, dels, 4000) end
+  batch.write_fields(QIDX, touched)
 end
 local data_add = {}
 local data_del, exp_del, lease_del, leases_del = {}, {}, {}, {}
@@ -436,7 +432,7 @@ local function flush_queue()
   if #lease_del > 0 then call_many('HDEL', LEASE, lease_del, 4000) end
   if #leases_del > 0 then call_many('ZREM', LEASES, leases_del, 4000) end
   if #data_add > 0 then call_many('HSET', DATA, data_add, 2000) end
-  local added, created = 0, {}
+  local added, pushed_to = 0, {}
   for _, side in ipairs({{q_tail, false}, {q_head, true}}) do
     for b, l in pairs(side[1]) do
       -- at the head: oldest (lowest id) first, so pushed there in the reverse order
@@ -456,10 +452,10 @@ local function flush_queue()
       added = added + #items
       -- (every bucket pushed to is made sure of in the index: one written by a call that
       -- failed half-way is indexed again)
-      if #items > 0 then created[#created + 1] = b end
+      if #items > 0 then pushed_to[#pushed_to + 1] = b end
     end
   end
-  batch.index_update(created, {})
+  batch.index_update(pushed_to, {})
   if added > 0 then redis.call('INCRBY', QN, added) end
   local hosts = {}
   for h in pairs(ready_add) do
@@ -580,6 +576,15 @@ local function holds(id, token)
   return nil
 end
 
+-- An entry that cannot be read (not written by these scripts) is kept as a dead letter with
+-- its raw bytes, under a new id: never dropped.
+function batch.dead_raw(reason, raw)
+  redis.call('HSET', DEAD, string.format('%015d', redis.call('INCR', SEQ)),
+             cmsgpack.pack({reason = reason, at = now, data = raw}))
+  out.dead = out.dead + 1
+  count('dead_lettered', 1)
+end
+
 -- 0. entries of the previous format (members of the `queue` ZSET, requests in `data`) move
 -- into the buckets, the first 200 per call (a host's best priority first, FIFO), each to its
 -- bucket's tail
@@ -590,11 +595,8 @@ if redis.call('EXISTS', Q) == 1 then
     if host then
       enqueue(id, tonumber(key) - PRIO_OFFSET, host, nil, false)
     else
-      count('bad_queue_members', 1)  -- not written by these scripts: kept as a dead letter
-      redis.call('HSET', DEAD, string.format('%015d', redis.call('INCR', SEQ)),
-                 cmsgpack.pack({reason = 'corrupt queue entry', at = now, data = member}))
-      out.dead = out.dead + 1
-      count('dead_lettered', 1)
+      count('bad_queue_members', 1)
+      batch.dead_raw('corrupt queue entry', member)
     end
   end
   call_many('ZREM', Q, old, 4000)
@@ -798,11 +800,7 @@ local function resume_parked(limit)
     local ok, rec = pcall(cmsgpack.unpack, raw)
     if not ok or type(rec) ~= 'table' or type(rec[1]) ~= 'string' or type(rec[2]) ~= 'number'
         or type(rec[3]) ~= 'string' or type(rec[4]) ~= 'string' then
-      local id = string.format('%015d', redis.call('INCR', SEQ))
-      redis.call('HSET', DEAD, id, cmsgpack.pack({reason = 'corrupt parked record', at = now,
-                                                   data = raw}))
-      out.dead = out.dead + 1
-      count('dead_lettered', 1)
+      batch.dead_raw('corrupt parked record', raw)
     elseif host_full(rec[3]) then
       redis.call('RPUSH', PARKED, raw)  -- its host is full: the next one may go
       rotated = rotated + 1
@@ -1070,13 +1068,8 @@ local function lease_step()
       q_del[#q_del + 1] = m
       local score, id = member_parts(h, m)
       if not id or not lk.payload[m] then
-        -- not written by these scripts: nothing to lease; kept as a dead letter
-        count('bad_queue_members', 1)
-        local dead_id = string.format('%015d', redis.call('INCR', SEQ))
-        redis.call('HSET', DEAD, dead_id, cmsgpack.pack({reason = 'corrupt queue entry',
-                                                         at = now, data = lk.raw[m] or ''}))
-        out.dead = out.dead + 1
-        count('dead_lettered', 1)
+        count('bad_queue_members', 1)  -- nothing to lease
+        batch.dead_raw('corrupt queue entry', lk.raw[m] or '')
       else
         if tok_next > tok_last then
           -- a fencing token is never below the clock (ms x 10): after a failover that lost

@@ -72,10 +72,6 @@ local function new_host_ctx(now, tat, hold, hostlive, hostconf, crawldelay, req)
                       tonumber(req.pr) or 0}}
 end
 
-local function queue_member(host, score, id)
-  return host .. '\t' .. string.format('%016d', score + PRIO_OFFSET) .. '\t' .. id
-end
-
 -- The bucket of host's entries of score (-priority): its member in the index, and the suffix
 -- of its key name (after the bucket prefix).
 local function bucket_name(host, score)
