@@ -390,14 +390,24 @@ def _fill_payloads(result: SyncResult, payloads: list[Any]) -> SyncResult:
     return result
 
 
+def _queue_size_reads(pipe: Any, keys: CrawlKeys) -> None:
+    """Queue on *pipe* (sync or asyncio) the reads :func:`_size_of` adds up."""
+    for key in keys.size_keys:
+        pipe.zcard(key)
+    pipe.get(keys.queue_count)
+
+
+def _size_of(replies: list[Any]) -> int:
+    """The frontier's size from the replies of :func:`_queue_size_reads`."""
+    *sizes, queued = replies
+    return int(sum(sizes)) + _int(queued)
+
+
 async def frontier_size(client: redis.asyncio.Redis, keys: CrawlKeys) -> int:
     """Entries held against FLEET_QUEUE_MAX (queued + leased + deferred), one round trip."""
     async with client.pipeline(transaction=False) as pipe:
-        for key in keys.size_keys:
-            pipe.zcard(key)
-        pipe.get(keys.queue_count)
-        *sizes, queued = await pipe.execute()
-        return int(sum(sizes)) + _int(queued)
+        _queue_size_reads(pipe, keys)
+        return _size_of(await pipe.execute())
 
 
 class AsyncFrontier:
@@ -629,11 +639,8 @@ class FrontierAdmin:
     def size(self) -> int:
         """Entries the frontier holds against FLEET_QUEUE_MAX: queued + leased + deferred."""
         with self.client.pipeline(transaction=False) as pipe:
-            for key in self.keys.size_keys:
-                pipe.zcard(key)
-            pipe.get(self.keys.queue_count)
-            *sizes, queued = pipe.execute()
-            return int(sum(sizes)) + _int(queued)
+            _queue_size_reads(pipe, self.keys)
+            return _size_of(pipe.execute())
 
     def status(self) -> dict[str, Any]:
         """Counts of the crawl: queued, leased, dead, seen (Bloom), workers, idle seconds, and
