@@ -115,8 +115,11 @@ end
 local function bloom_block(pr, fp)
   local h1, h2 = bloom_halves(fp)
   local blocks = pr[4]
-  return (h1 + h2) % blocks, h2 % BLOCK_PRIME,
-         1 + math.floor(h2 / BLOCK_PRIME) % (BLOCK_PRIME - 1), math.floor(h1 / blocks) % BLOCK_PRIME
+  -- (floor(a / b) as (a - a mod b) / b: an exact quotient, without a call)
+  local x = h2 % BLOCK_PRIME
+  local b1 = h1 % blocks
+  return (b1 + h2 % blocks) % blocks, x, 1 + ((h2 - x) / BLOCK_PRIME) % (BLOCK_PRIME - 1),
+         ((h1 - b1) / blocks) % BLOCK_PRIME
 end
 
 local function bloom_offsets(state, fp, s, out, at, prefix, suffix)
@@ -184,9 +187,12 @@ local function bloom_lookup(state, fps)
         local bytes = redis.call('GETRANGE', key, start, start + BLOCK_BYTES - 1)
         local all = true
         for _ = 1, k do
+          -- bit x: byte (x - x mod 8) / 8 + 1, mask 2^(7 - x mod 8); set when byte mod 2*mask
+          -- >= mask (exact integer arithmetic in doubles, no math.floor call)
           -- (a slice larger than PREALLOC_MAX grows: bytes past its end are zeros)
-          local byte = string.byte(bytes, math.floor(x / 8) + 1) or 0
-          if math.floor(byte / POW2[7 - x % 8]) % 2 == 0 then
+          local q = x % 8
+          local mask = POW2[7 - q]
+          if (string.byte(bytes, (x - q) / 8 + 1) or 0) % (mask + mask) < mask then
             all = false
             break
           end

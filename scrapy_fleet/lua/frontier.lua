@@ -198,15 +198,27 @@ local function lease_value(id)
   end
   return v
 end
+-- (a call parses the same lease values several times: each value's parts are kept)
+local parsed_leases = {}
 local function parse_lease(v)
   if not v then return nil end
-  local tok, score, rest = string.match(v, '^(%d+)|([^|]*)|(.*)$')
-  if not tok then return nil end
-  local host, who = string.match(rest, '^([^\t]*)\t(.*)$')
-  if host == nil then
-    return tok, score, rest, nil  -- previous format: host not in the value
+  local p = parsed_leases[v]
+  if p == nil then
+    local tok, score, rest = string.match(v, '^(%d+)|([^|]*)|(.*)$')
+    if not tok then
+      p = false
+    else
+      local host, who = string.match(rest, '^([^\t]*)\t(.*)$')
+      if host == nil then
+        p = {tok, score, rest, nil}  -- previous format: host not in the value
+      else
+        p = {tok, score, who, host}
+      end
+    end
+    parsed_leases[v] = p
   end
-  return tok, score, who, host
+  if not p then return nil end
+  return p[1], p[2], p[3], p[4]
 end
 local function lease_string(tok, score, host, who)
   return tok .. '|' .. score .. '|' .. host .. '\t' .. who
@@ -686,10 +698,14 @@ end
 -- 5b. downloads over: their host's slot is free for the next request at once, while the
 -- worker still parses the response (Scrapy's CONCURRENT_REQUESTS_PER_DOMAIN also counts
 -- downloads only); the lease itself lasts until the acknowledgement
-local marks = {}
+-- (a request acknowledged in this call too is left to its acknowledgement, which frees the
+-- slot as it drops the lease: its lease is not rewritten first)
+local marks, acking = {}, {}
+for _, a in ipairs(req.a) do acking[a[1]] = tostring(a[2]) end
 for _, sv in ipairs(req.s) do
   local tok, score, who, host = parse_lease(lease_value(sv[1]))
-  if tok and tok == tostring(sv[2]) and string.sub(who, 1, 1) ~= '!' then
+  if tok and tok == tostring(sv[2]) and string.sub(who, 1, 1) ~= '!'
+      and acking[sv[1]] ~= tok then
     if host == nil then host = legacy_host(sv[1]) or '' end
     local v = lease_string(tok, score, host, '!' .. who)
     marks[#marks + 1] = sv[1]
@@ -942,22 +958,26 @@ local function lease_step()
   -- per bucket, its length when its end was seen, and the buckets found empty
   local lk = {payload = {}, bucket = {}, raw = {}, len = {}, empty = {}}
   -- the next head of h's queue not taken by this call (nil when there is none), as a member
-  -- "<host>\t<priority key>\t<entry id>"; a read fetches as many heads of h's best bucket not
-  -- read yet as this call may still take (1 for the first look).  hb[h]: {h's bucket names
-  -- (from the index), the current one's index, entries read of it}
+  -- "<host>\t<priority key>\t<entry id>"; a read fetches the next heads of h's best bucket not
+  -- read yet: 1 for the first look, then twice as many as the read before (at most what this
+  -- call may still take): a host usually gives a call one lease or two (its concurrency cap is
+  -- shared among the workers), so reading all the call may take from it reads entries that
+  -- stay.  hb[h]: {h's bucket names (from the index), the current one's index, entries read
+  -- of it, the size of the next read}
   local function head_of(h, first)
     local buf = heads[h]
     if buf and pos[h] <= #buf then return buf[pos[h]] end
     if ended[h] then return nil end
-    local want = first and 1 or math.max(1, math.min(take - taken, 64))
     local st = hb[h]
     if st == nil then
       batch.prefetch_index({h})
       local names = {}
       for i, key in ipairs(index_keys(batch.qi[h] or nil)) do names[i] = h .. '\t' .. key end
-      st = {names, 1, 0}
+      st = {names, 1, 0, 1}
       hb[h] = st
     end
+    local want = first and 1 or math.max(1, math.min(take - taken, st[4], 64))
+    st[4] = want * 2
     buf = {}
     while #buf == 0 do
       local b = st[1][st[2]]
