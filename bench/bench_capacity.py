@@ -241,9 +241,42 @@ def seed(impl: str, url: str, site: Site) -> None:
     admin.close()
 
 
+class Recorder:
+    """A frontier.lua Script that also writes each call (time, KEYS, ARGV) to a file, as msgpack
+    records: what bench_replay.py replays (``BENCH_CAPTURE=FILE``)."""
+
+    def __init__(self, script: Any, out: Any) -> None:
+        self.script, self.out = script, out
+
+    def __call__(self, keys: Any = (), args: Any = (), client: Any = None) -> Any:
+        import msgpack
+
+        self.out.write(msgpack.packb([time.time(), [str(k) for k in keys], *args]))
+        return self.script(keys=keys, args=args, client=client)
+
+
+def record_calls(path: str) -> None:
+    """Make every frontier.lua script that this process loads a Recorder."""
+    from scrapy_fleet import lua
+
+    out = open(path, "ab", buffering=1 << 20)  # (open until the process ends)
+    load = lua.load
+
+    def recording_load(client: Any, name: str) -> Any:
+        script = load(client, name)
+        return Recorder(script, out) if name == "frontier.lua" else script
+
+    lua.load = recording_load  # type: ignore[assignment]
+    import atexit
+
+    atexit.register(out.close)
+
+
 def child(args: argparse.Namespace) -> None:
     import scrapy_fleet
 
+    if os.environ.get("BENCH_CAPTURE"):
+        record_calls(os.environ["BENCH_CAPTURE"])
     site = Site(args.hosts, max(args.seeds, args.clients * 32))
     seed(args.impl, args.url, site)
     print(json.dumps({"ready": True, "tree": str(Path(scrapy_fleet.__file__).parent.parent)}),
