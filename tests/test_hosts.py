@@ -118,6 +118,41 @@ def test_concurrency_slot_comes_back_when_the_download_is_over(redis_url):
     assert live.hget(keys.wlive, "w|a.test") == b"1"
 
 
+def test_download_over_and_ack_in_one_call_free_the_slot_once(redis_url):
+    """The notice and the acknowledgement of one lease in the same call (a worker that parsed
+    the response before its next call): the ack drops the lease and frees its slot, once; the
+    lease value is not rewritten first, and the host's next request is leased in that call."""
+    admin = FrontierAdmin(redis_url, "hosts", params=FrontierParams(host_concurrency=1))
+    admin.push([entry(f"http://a.test/{i}") for i in range(3)])
+    keys = CrawlKeys("fleet", "hosts")
+    live = redis.Redis.from_url(redis_url)
+    (first,) = admin.sync(SyncBatch(take=3), worker="w").leased
+    lease = (first.entry_id, first.token)
+    res = admin.sync(SyncBatch(downloaded=[lease], acks=[lease], take=3), worker="w")
+    assert res.acked == 1
+    assert [url_of(e) for e in res.leased] == ["http://a.test/1"]
+    assert int(live.hget(keys.hostlive, "a.test")) == 1  # the new lease's slot only
+    assert live.hget(keys.wlive, "w|a.test") == b"1"
+    assert live.hexists(keys.lease, first.entry_id) == 0
+    # a stale notice and ack of the same lease again: nothing more is freed
+    again = admin.sync(SyncBatch(downloaded=[lease], acks=[lease], take=3), worker="w")
+    assert (again.acked, again.leased, again.lost) == (0, [], [first.entry_id])
+    assert int(live.hget(keys.hostlive, "a.test")) == 1
+
+
+def test_one_call_leases_many_heads_of_one_host_in_order(redis_url):
+    """A host without a cap gives one call as many of its entries as it asks for, read 1, 2, 4
+    ... at a time: FIFO across those reads, best priority first, every entry once."""
+    admin = FrontierAdmin(redis_url, "hosts")
+    admin.push([entry(f"http://a.test/{i:02d}") for i in range(40)])
+    hi = Request("http://a.test/urgent", priority=5)
+    admin.push([(bloom_key(hi.url.encode()), 5, codec.encode(hi), 0, "a.test")])
+    got = [url_of(e) for e in admin.sync(SyncBatch(take=30), worker="w").leased]
+    assert got == ["http://a.test/urgent"] + [f"http://a.test/{i:02d}" for i in range(29)]
+    rest = [url_of(e) for e in admin.sync(SyncBatch(take=30), worker="w").leased]
+    assert rest == [f"http://a.test/{i:02d}" for i in range(29, 40)]
+
+
 def test_hold_blocks_a_host_and_not_the_others(redis_url):
     admin = FrontierAdmin(redis_url, "hosts")
     admin.push([entry("http://a.test/1"), entry("http://b.test/1")])
