@@ -8,6 +8,13 @@
 -- links do not fit), leases up to `take` requests with fresh fencing tokens, and tracks
 -- fleet idleness.  All times are the Redis server's clock (TIME), in milliseconds.
 --
+-- Its parts (library files that lua/__init__.py prepends, each given what it needs by this
+-- file, explicitly): lua/frontier_batch.lua holds the call's state (the leases it looks at,
+-- slot and per-host counts, queue writes: read once, written in few commands, `batch`) and
+-- lua/frontier_lease.lua the lease step (7, lease_step); lua/hosts.lua the buckets and the
+-- politeness, lua/bloom.lua the filter, lua/failed.lua the failure records and the crawl
+-- marker, lua/monitoring.lua ARGV[2].
+--
 -- Bounds (docs/backpressure.md): the frontier's size is queued + leased + deferred entries.
 -- A push without a parent (push helper, start requests, redirects) is refused when the size
 -- has reached `qm` or its host has `hm` entries.  The links of a finished request are pushed

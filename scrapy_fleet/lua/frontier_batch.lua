@@ -185,7 +185,7 @@ local function frontier_batch_new(k, req, now, ctx, out, count)
   end
   local freed_hosts = {}
   -- Mid-call: the hosts whose slot was freed and which waited for one (at FAR in `ready`) may be
-  -- leased from now (step 7 reads `ready`); a count that went below 0 (a slot freed twice: an
+  -- leased from now (the lease step reads `ready`); a count that went below 0 (a slot freed twice: an
   -- entry of the previous format) reads as 0, as once written.
   local function settle_slots()
     local freed = {}
@@ -235,7 +235,7 @@ local function frontier_batch_new(k, req, now, ctx, out, count)
   end
 
   -- Queue writes are collected per bucket and sent in few commands by flush_queue (before
-  -- anything reads the queue again: the leases, step 7).  A new entry goes to its bucket's tail;
+  -- anything reads the queue again: the lease step).  A new entry goes to its bucket's tail;
   -- one that comes back (reclaimed, released, deferred, parked) to its head, as the oldest: its
   -- request was pushed before every entry behind it.  Its encoded request, unless given, is
   -- read from `data` (where a leased or deferred entry keeps it) and deleted there.
