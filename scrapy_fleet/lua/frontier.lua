@@ -172,20 +172,15 @@ local function count(name, n)
   counters[name] = (counters[name] or 0) + n
 end
 
--- The call's state, read once and written in few commands (lua/frontier_batch.lua).
+-- The call's state, read once and written in few commands (lua/frontier_batch.lua); its
+-- helpers are fields of `batch`, not locals (this chunk's main function, libraries included,
+-- may have 200 locals).
 local K = {q = Q, data = DATA, lease = LEASE, leases = LEASES, expiries = EXPIRIES, dead = DEAD,
            seq = SEQ, token = TOKEN, stats = STATS, ehost = EHOST, ready = READY, tat = TAT,
            hold = HOLD, hostlive = HOSTLIVE, hostconf = HOSTCONF, crawldelay = CRAWLDELAY,
            wlive = WLIVE, robots = ROBOTS, workers = WORKERS, hostq = HOSTQ, qidx = QIDX,
            qn = QN, qb = QB}
 local batch = frontier_batch_new(K, req, now, ctx, out, count)
-local call_many, enqueue, flush_queue, keep_data = batch.call_many, batch.enqueue,
-  batch.flush_queue, batch.keep_data
-local lease_cache, lease_value, parse_lease = batch.lease_cache, batch.lease_value, batch.parse_lease
-local legacy_host, lease_string, free_slot = batch.legacy_host, batch.lease_string, batch.free_slot
-local settle_slots, flush_slots, flush_hostq = batch.settle_slots, batch.flush_slots, batch.flush_hostq
-local drop_lease, holds, to_dead, leave = batch.drop_lease, batch.holds, batch.to_dead, batch.leave
-local host_count, host_add, forget = batch.host_count, batch.host_add, batch.forget
 
 -- 0. entries of the previous format (members of the `queue` ZSET, requests in `data`) move
 -- into the buckets, the first 200 per call (a host's best priority first, FIFO), each to its
@@ -195,14 +190,14 @@ if redis.call('EXISTS', Q) == 1 then
   for _, member in ipairs(old) do
     local host, key, id = string.match(member, '^([^\t]*)\t(%d+)\t(.+)$')
     if host then
-      enqueue(id, tonumber(key) - PRIO_OFFSET, host, nil, false)
+      batch.enqueue(id, tonumber(key) - PRIO_OFFSET, host, nil, false)
     else
       count('bad_queue_members', 1)
       batch.dead_raw('corrupt queue entry', member)
     end
   end
-  call_many('ZREM', Q, old, 4000)
-  flush_queue()
+  batch.call_many('ZREM', Q, old, 4000)
+  batch.flush_queue()
 end
 
 -- 1. deferred entries whose delay is over go back to the queue
@@ -210,11 +205,11 @@ local due = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', now, 'LIMIT', 0, 100)
 if #due > 0 then
   for _, member in ipairs(due) do
     local id, score, host = string.match(member, '^([^|]*)|([^|]*)|?(.*)$')
-    if host == '' then host = legacy_host(id) or '' end  -- previous format: "id|score"
+    if host == '' then host = batch.legacy_host(id) or '' end  -- previous format: "id|score"
     if host == STAGE_HOST then batch.stage_deferred(id, -1) end
-    enqueue(id, tonumber(score) or 0, host, nil, true)
+    batch.enqueue(id, tonumber(score) or 0, host, nil, true)
   end
-  call_many('ZREM', DELAYED, due, 4000)
+  batch.call_many('ZREM', DELAYED, due, 4000)
 end
 
 -- 2. reclaim expired leases (of any worker), a bounded number per call
@@ -226,24 +221,24 @@ if #expired > 0 then
     counts[i] = hincrby(EXPIRIES, id, 1)
   end
   for i, id in ipairs(expired) do
-    local score, host = drop_lease(id)
+    local score, host = batch.drop_lease(id)
     local n = counts[i]
     if n >= max_leases then
-      to_dead(id, 'lease expired ' .. n .. ' times', host)
+      batch.to_dead(id, 'lease expired ' .. n .. ' times', host)
     else
-      enqueue(id, score, host, nil, true)
+      batch.enqueue(id, score, host, nil, true)
       out.reclaimed = out.reclaimed + 1
     end
   end
-  flush_queue()  -- before the releases below read the same leases
+  batch.flush_queue()  -- before the releases below read the same leases
 end
 count('reclaimed', out.reclaimed)
 
 -- 3. releases: leased but never started (worker closing); no expiry is counted
 for _, r in ipairs(req.r) do
-  if holds(r[1], r[2]) then
-    local score, host = drop_lease(r[1])
-    enqueue(r[1], score, host, nil, true)
+  if batch.holds(r[1], r[2]) then
+    local score, host = batch.drop_lease(r[1])
+    batch.enqueue(r[1], score, host, nil, true)
     out.released = out.released + 1
   end
 end
@@ -251,16 +246,16 @@ count('released', out.released)
 
 -- 4. dead letters reported by the worker (entry cannot be decoded)
 for _, d in ipairs(req.d) do
-  if holds(d[1], d[2]) then
-    local _, host = drop_lease(d[1])
-    to_dead(d[1], d[3], host)
+  if batch.holds(d[1], d[2]) then
+    local _, host = batch.drop_lease(d[1])
+    batch.to_dead(d[1], d[3], host)
   end
 end
 
 -- 5. heartbeat: extend live leases, report lost ones
 local extend = {}
 for _, x in ipairs(req.x) do
-  if holds(x[1], x[2]) then
+  if batch.holds(x[1], x[2]) then
     extend[#extend + 1] = now + lease_ms
     extend[#extend + 1] = x[1]
   else
@@ -269,7 +264,7 @@ for _, x in ipairs(req.x) do
 end
 if #extend > 0 then
   table.insert(extend, 1, 'XX')
-  call_many('ZADD', LEASES, extend, 4000)
+  batch.call_many('ZADD', LEASES, extend, 4000)
 end
 
 -- 5b. downloads over: their host's slot is free for the next request at once, while the
@@ -280,22 +275,22 @@ end
 local marks, acking = {}, {}
 for _, a in ipairs(req.a) do acking[a[1]] = tostring(a[2]) end
 for _, sv in ipairs(req.s) do
-  local tok, score, who, host = parse_lease(lease_value(sv[1]))
+  local tok, score, who, host = batch.parse_lease(batch.lease_value(sv[1]))
   if tok and tok == tostring(sv[2]) and string.sub(who, 1, 1) ~= '!'
       and acking[sv[1]] ~= tok then
-    if host == nil then host = legacy_host(sv[1]) or '' end
-    local v = lease_string(tok, score, host, '!' .. who)
+    if host == nil then host = batch.legacy_host(sv[1]) or '' end
+    local v = batch.lease_string(tok, score, host, '!' .. who)
     marks[#marks + 1] = sv[1]
     marks[#marks + 1] = v
-    lease_cache[sv[1]] = v
-    free_slot(host, who)
+    batch.lease_cache[sv[1]] = v
+    batch.free_slot(host, who)
   end
 end
-if #marks > 0 then call_many('HSET', LEASE, marks, 4000) end
-settle_slots()
+if #marks > 0 then batch.call_many('HSET', LEASE, marks, 4000) end
+batch.settle_slots()
 
 -- 6. pushes and acknowledgements, within the bounds
-flush_queue()
+batch.flush_queue()
 -- (the size matters only to the bounds: not read without one)
 local size = 0
 if queue_max > 0 then
@@ -324,14 +319,14 @@ if host_max > 0 and #req.p > 0 then
   local hosts = {}
   for i, p in ipairs(req.p) do hosts[i] = p[5] end
   for _, a in ipairs(req.a) do
-    local _, _, _, h = parse_lease(lease_cache[a[1]])
+    local _, _, _, h = batch.parse_lease(batch.lease_cache[a[1]])
     if h then hosts[#hosts + 1] = h end
   end
   batch.prefetch_hostq(hosts)
 end
 local added = {}  -- fingerprints added by this call (two identical links: the second is seen)
 local function host_full(host)
-  return host_max > 0 and host ~= '' and host ~= STAGE_HOST and host_count(host) >= host_max
+  return host_max > 0 and host ~= '' and host ~= STAGE_HOST and batch.host_count(host) >= host_max
 end
 local function seen_before(p, i)
   return p[1] ~= '' and (present[i] or added[p[1]] ~= nil)
@@ -363,13 +358,13 @@ local function push(p, index)
     if full then out.full = true end
   end
   local id = new_id()
-  host_add(p[5], 1)
+  batch.host_add(p[5], 1)
   if p[5] == STAGE_HOST then hincrby(STATS, 'response_queue_bytes', #p[3]) end
   if p[6] and p[6] > 0 then
-    keep_data(id, p[3])  -- a deferred entry keeps its request in `data`
+    batch.keep_data(id, p[3])  -- a deferred entry keeps its request in `data`
     redis.call('ZADD', DELAYED, now + math.floor(p[6]), id .. '|' .. (-p[2]) .. '|' .. p[5])
   else
-    enqueue(id, -p[2], p[5], p[3], false)
+    batch.enqueue(id, -p[2], p[5], p[3], false)
   end
   size = size + 1
   out.new = out.new + 1
@@ -398,9 +393,9 @@ local function resume_parked(limit)
       rotated = rotated + 1
     else
       local id, host = rec[1], rec[3]
-      host_add(host, 1)
+      batch.host_add(host, 1)
       if host == STAGE_HOST then hincrby(STATS, 'response_queue_bytes', #rec[4]) end
-      enqueue(id, rec[2], host, rec[4], true)
+      batch.enqueue(id, rec[2], host, rec[4], true)
       size = size + 1
       out.resumed = out.resumed + 1
     end
@@ -437,7 +432,7 @@ end
 -- 6b. each acknowledgement with its links
 local parked_recs, deferred_members = {}, {}
 for k, a in ipairs(req.a) do
-  local score = holds(a[1], a[2])
+  local score = batch.holds(a[1], a[2])
   if not score then
     -- the lease was lost: another worker fetches this request again and pushes its links
     out.lost[#out.lost + 1] = a[1]
@@ -447,8 +442,8 @@ for k, a in ipairs(req.a) do
     if queue_max > 0 then
       allowed = math.max(queue_max - size + 1, 1)
     end
-    local _, _, _, own_host = parse_lease(lease_value(a[1]))
-    local _, own = drop_lease(a[1])  -- (the host of a lease of the previous format, too)
+    local _, _, _, own_host = batch.parse_lease(batch.lease_value(a[1]))
+    local _, own = batch.drop_lease(a[1])  -- (the host of a lease of the previous format, too)
     own_host = own_host or own
     -- the request's place in its own host's count is given up too: one link of that host
     -- may take it even when the host is full
@@ -473,14 +468,14 @@ for k, a in ipairs(req.a) do
         count('failed', 1)
         count('failed_trimmed', trimmed)
       end
-      leave(a[1], own_host)
+      batch.leave(a[1], own_host)
       size = size - 1
       out.acked = out.acked + 1
     elseif pushed > 0 then
       -- park: out of the size and of its host's count, back in the queue when there is room
       local data = redis.call('HGET', DATA, a[1]) or ''
       parked_recs[#parked_recs + 1] = cmsgpack.pack({a[1], tonumber(score) or 0, own_host, data})
-      forget(a[1], own_host)
+      batch.forget(a[1], own_host)
       out.parked = out.parked + 1
       size = size - 1
     else
@@ -492,15 +487,15 @@ for k, a in ipairs(req.a) do
     end
   end
 end
-if #parked_recs > 0 then call_many('RPUSH', PARKED, parked_recs, 4000) end
-if #deferred_members > 0 then call_many('ZADD', DELAYED, deferred_members, 4000) end
+if #parked_recs > 0 then batch.call_many('RPUSH', PARKED, parked_recs, 4000) end
+if #deferred_members > 0 then batch.call_many('ZADD', DELAYED, deferred_members, 4000) end
 resume_parked(100)  -- the slots freed above (and any room found now) go to parked requests first
 if bloom ~= nil then
   bloom_flush(bloom)
   out.bg = bloom.gen
 end
-flush_queue()
-settle_slots()
+batch.flush_queue()
+batch.settle_slots()
 count('acked', out.acked)
 count('pushed', out.new)
 count('duplicates', out.dup + local_dups)
@@ -515,8 +510,8 @@ if take > 0 then
               batch = batch, out = out, count = count, keys = K})
 end
 
-flush_hostq()
-flush_slots()
+batch.flush_hostq()
+batch.flush_slots()
 
 -- 8. fleet idleness: nothing queued, leased, deferred or parked, since when?
 out.queued = batch.queued()
@@ -546,7 +541,7 @@ end
 do
   local rq = redis.call('HMGET', STATS, 'response_queue_bytes', 'response_queue_deferred',
                         'response_queue_deferred_bytes')
-  out.rq = {math.max(host_count(STAGE_HOST) - (tonumber(rq[2]) or 0), 0),
+  out.rq = {math.max(batch.host_count(STAGE_HOST) - (tonumber(rq[2]) or 0), 0),
             math.max((tonumber(rq[1]) or 0) - (tonumber(rq[3]) or 0), 0)}
 end
 
