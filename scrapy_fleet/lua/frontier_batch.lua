@@ -27,9 +27,9 @@
 -- to_dead, holds) and lease_cache (id -> lease value read by this call, false: none).
 
 local function frontier_batch_new(k, req, now, ctx, out, count)
-  local Q, DATA, LEASE, LEASES, EXPIRIES, DEAD = k.q, k.data, k.lease, k.leases, k.expiries, k.dead
-  local SEQ, STATS, EHOST, READY, HOSTLIVE, WLIVE = k.seq, k.stats, k.ehost, k.ready, k.hostlive, k.wlive
-  local HOSTQ, QIDX, QN, QB = k.hostq, k.qidx, k.qn, k.qb
+  local Q, DATA, LEASE, LEASES, EXPIRIES = k.q, k.data, k.lease, k.leases, k.expiries
+  local DEAD, SEQ, STATS, EHOST, READY = k.dead, k.seq, k.stats, k.ehost, k.ready
+  local HOSTLIVE, WLIVE, HOSTQ, QIDX, QN, QB = k.hostlive, k.wlive, k.hostq, k.qidx, k.qn, k.qb
 
   -- Commands with many arguments, sent in chunks (Lua's unpack stops near 8000 values).
   local function call_many(cmd, key, args, per)
@@ -185,8 +185,8 @@ local function frontier_batch_new(k, req, now, ctx, out, count)
   end
   local freed_hosts = {}
   -- Mid-call: the hosts whose slot was freed and which waited for one (at FAR in `ready`) may be
-  -- leased from now (the lease step reads `ready`); a count that went below 0 (a slot freed twice: an
-  -- entry of the previous format) reads as 0, as once written.
+  -- leased from now (the lease step reads `ready`); a count that went below 0 (a slot freed
+  -- twice: an entry of the previous format) reads as 0, as once written.
   local function settle_slots()
     local freed = {}
     for h in pairs(freed_hosts) do freed[#freed + 1] = h end
@@ -488,7 +488,8 @@ local function frontier_batch_new(k, req, now, ctx, out, count)
   batch.call_many, batch.legacy_host, batch.legacy_forget = call_many, legacy_host, legacy_forget
   batch.lease_cache, batch.lease_value, batch.parse_lease = lease_cache, lease_value, parse_lease
   batch.lease_string = lease_string
-  batch.live_now, batch.live_add, batch.wlive_now, batch.wlive_add = live_now, live_add, wlive_now, wlive_add
+  batch.live_now, batch.live_add = live_now, live_add
+  batch.wlive_now, batch.wlive_add = wlive_now, wlive_add
   batch.settle_slots, batch.flush_slots, batch.free_slot = settle_slots, flush_slots, free_slot
   batch.enqueue, batch.keep_data, batch.flush_queue = enqueue, keep_data, flush_queue
   batch.drop_lease, batch.host_count, batch.host_add = drop_lease, host_count, host_add

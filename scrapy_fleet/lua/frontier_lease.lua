@@ -28,10 +28,12 @@ local function lease_step(call)
   local lease_ms, ctx, batch, out, count = call.lease_ms, call.ctx, call.batch, call.out, call.count
   local k = call.keys
   local READY, QB, QN, TOKEN, WORKERS, ROBOTS = k.ready, k.qb, k.qn, k.token, k.workers, k.robots
-  local HOSTLIVE, HOLD, HOSTCONF, CRAWLDELAY, TAT = k.hostlive, k.hold, k.hostconf, k.crawldelay, k.tat
+  local HOSTLIVE, HOLD, HOSTCONF = k.hostlive, k.hold, k.hostconf
+  local CRAWLDELAY, TAT = k.crawldelay, k.tat
   local EXPIRIES, LEASE, LEASES = k.expiries, k.lease, k.leases
   local call_many, flush_queue, keep_data = batch.call_many, batch.flush_queue, batch.keep_data
-  local live_now, live_add, wlive_now, wlive_add = batch.live_now, batch.live_add, batch.wlive_now, batch.wlive_add
+  local live_now, live_add = batch.live_now, batch.live_add
+  local wlive_now, wlive_add = batch.wlive_now, batch.wlive_add
   local lease_string, legacy_forget = batch.lease_string, batch.legacy_forget
   -- the hosts ready longest, as many as this call can use (twice take, 8 to 64 of them)
   -- (stages: ho = only this host, hx = never this one; stored responses go to parse workers)
@@ -161,7 +163,8 @@ local function lease_step(call)
     local h = heap[1]
     local interval, tau, cap = 0, 0, 0  -- stored responses: no politeness (not a site)
     if h ~= STAGE_HOST then interval, tau, cap = host_policy_ctx(ctx, h) end
-    local wait_until = h ~= STAGE_HOST and host_blocked_until_ctx(ctx, h, interval, tau, cap, true) or nil
+    local wait_until = h ~= STAGE_HOST and host_blocked_until_ctx(ctx, h, interval, tau, cap, true)
+      or nil
     if not wait_until and req.ro == 1 and h ~= STAGE_HOST
         and redis.call('HEXISTS', ROBOTS, h) == 0 and live_now(h) >= 1 then
       wait_until = now + 250  -- robots.txt (and its Crawl-delay) not known yet: one scout
