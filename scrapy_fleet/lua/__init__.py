@@ -13,7 +13,8 @@ from typing import Any
 
 #: entry script -> library files it needs (prepended in this order)
 _LIBRARIES: dict[str, tuple[str, ...]] = {
-    "frontier.lua": ("common.lua", "bloom.lua", "hosts.lua", "failed.lua", "monitoring.lua"),
+    "frontier.lua": ("common.lua", "bloom.lua", "hosts.lua", "failed.lua", "monitoring.lua",
+                     "frontier_batch.lua", "frontier_lease.lua"),
     "failed_retry.lua": ("common.lua", "hosts.lua", "failed.lua"),
     "politeness.lua": ("common.lua", "hosts.lua"),
     "bloom_add.lua": ("common.lua", "bloom.lua"),
