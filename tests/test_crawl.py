@@ -59,7 +59,7 @@ def run_fleet(tmp_path: Path, redis_url: str, env: dict[str, str], workers: int 
     if kill_after_items is not None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and procs[0].poll() is None:
-            if len(read_items([outs[0]])) >= kill_after_items:
+            if len(read_items([outs[0]], growing=True)) >= kill_after_items:
                 kill_worker(procs[0])
                 killed = True
                 break
@@ -185,7 +185,7 @@ def test_worker_started_on_an_empty_frontier_picks_up_pushed_work(redis_url, sit
             time.sleep(0.1)
         time.sleep(1.0)  # let it poll the empty frontier
         push(EXAMPLE, "docs", site_server.start_url, redis_url, worker_env)
-        while len(read_items([out])) < len(site_server.expected_urls):
+        while len(read_items([out], growing=True)) < len(site_server.expected_urls):
             assert time.monotonic() < deadline, tail(log)
             assert proc.poll() is None, tail(log)  # FLEET_IDLE_TIMEOUT=None: keeps waiting
             time.sleep(0.1)

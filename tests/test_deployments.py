@@ -107,7 +107,7 @@ def crawl(tmp_path: Path, url: str, env: dict[str, str], workers: int = 3,
 
 def wait_items(outs: list[Path], count: int, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
-    while len(read_items(outs)) < count:
+    while len(read_items(outs, growing=True)) < count:
         assert time.monotonic() < deadline, f"fewer than {count} items after {timeout} s"
         time.sleep(0.05)
 
@@ -203,7 +203,7 @@ def test_cluster_master_failover_mid_crawl_itemises_every_page(cluster, site_fac
             os.kill(replica.pid, signal.SIGSTOP)
             redis.Redis(port=killed["old"]).client_kill_filter(_type="replica")
             time.sleep(lag)
-        killed["items_before"] = len(read_items(outs))
+        killed["items_before"] = len(read_items(outs, growing=True))
         cluster.kill(killed["old"])
         if lag:
             os.kill(replica.pid, signal.SIGCONT)
@@ -251,7 +251,7 @@ def test_sentinel_failover_mid_crawl_itemises_every_page(site_factory, worker_en
                 os.kill(replica.pid, signal.SIGSTOP)
                 redis.Redis(port=killed["old"]).client_kill_filter(_type="replica")
                 time.sleep(lag)
-            killed["items_before"] = len(read_items(outs))
+            killed["items_before"] = len(read_items(outs, growing=True))
             sentinel.kill(killed["old"])
             if lag:
                 os.kill(replica.pid, signal.SIGCONT)

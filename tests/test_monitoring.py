@@ -572,7 +572,7 @@ def test_sigterm_on_a_fast_crawl_finishes_in_flight_work_and_exits_0(redis_url, 
     proc = start_worker(TEST_PROJECT, "many_starts", {
         "FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 3, "FLEET_JSONL_PATH": out},
         worker_env, log, spider_args={"base": site.url, "n": 200})
-    wait_until(lambda: len(read_items([out])) >= 10, 90, "some items")
+    wait_until(lambda: len(read_items([out], growing=True)) >= 10, 90, "some items")
     os.kill(proc.pid, signal.SIGTERM)
     assert wait_all([proc], 60) == [0], tail(log)
     client = redis.Redis.from_url(redis_url)

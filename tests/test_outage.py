@@ -53,7 +53,7 @@ def _crawl_setup(tmp_path: Path, site_factory, worker_env, server: RedisServer,
         "FLEET_REDIS_TIMEOUT": 1, "FLEET_LEASE_TIMEOUT": 120, "CONCURRENT_REQUESTS": 3,
         "FLEET_PREFETCH": 8}, worker_env, logs[n]) for n in range(2)]
     deadline = time.monotonic() + 90
-    while len(read_items(outs)) < 15:
+    while len(read_items(outs, growing=True)) < 15:
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
             tail(logs[0])
         time.sleep(0.05)
@@ -68,9 +68,9 @@ def test_redis_gone_for_30_s_is_logged_once_and_the_crawl_loses_nothing(
     try:
         site, outs, logs, procs = _crawl_setup(tmp_path, site_factory, worker_env, server)
         server.kill()
-        at_kill = len(read_items(outs))
+        at_kill = len(read_items(outs, growing=True))
         time.sleep(OUTAGE)
-        during = len(read_items(outs))
+        during = len(read_items(outs, growing=True))
         assert all(p.poll() is None for p in procs), tail(logs[0])  # waiting, not dead
         server.start()
         assert wait_all(procs, 240) == [0, 0], tail(logs[0]) + tail(logs[1])

@@ -71,7 +71,7 @@ def test_a_redis_restart_never_lets_a_request_skip_its_turn_and_is_one_outage(
             "FLEET_REDIS_TIMEOUT": 1, "LOG_LEVEL": "DEBUG"}, worker_env, log)
         # the robots.txt of three hosts fetched at once: the politeness client keeps several
         # connections in its pool
-        wait_for(lambda: len(read_items([out])) == 3, 90, "the A pages", log)
+        wait_for(lambda: len(read_items([out], growing=True)) == 3, 90, "the A pages", log)
         push(server.url, [f"{b_host}site/p/{n}.html" for n in range(3)])
         client = redis.Redis(port=server.port)
         locks = FrontierAdmin(server.url, "fetch").keys.robots_lock

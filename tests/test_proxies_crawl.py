@@ -307,7 +307,7 @@ def test_an_exit_killed_mid_crawl_is_retired_and_no_page_is_lost(
     procs = [start_worker(TEST_PROJECT, "proxy_pages", {**settings, "FLEET_JSONL_PATH": outs[n]},
                           worker_env, logs[n]) for n in range(3)]
     deadline = time.monotonic() + 120
-    while len(read_items(outs)) < 30 and time.monotonic() < deadline:
+    while len(read_items(outs, growing=True)) < 30 and time.monotonic() < deadline:
         time.sleep(0.05)
     p3.kill()  # SIGKILL: the exit dies under the fleet
     killed_at = time.time()

@@ -58,7 +58,7 @@ def test_frozen_redis_mid_crawl_loses_and_repeats_nothing(tmp_path, site_factory
             "FLEET_REDIS_TIMEOUT": 0.5, "FLEET_REDIS_RETRIES": 20, "CONCURRENT_REQUESTS": 2,
         }, worker_env, logs[n]) for n in range(2)]
         deadline = time.monotonic() + 60
-        while len(read_items(outs)) < 10:
+        while len(read_items(outs, growing=True)) < 10:
             assert time.monotonic() < deadline, tail(logs[0])
             time.sleep(0.05)
         assert server.proc is not None

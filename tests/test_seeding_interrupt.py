@@ -32,7 +32,8 @@ def test_ctrl_c_releases_the_seeding_lease_with_its_progress(redis_url, tmp_path
         **settings, "FLEET_JSONL_PATH": tmp_path / "out-0.jsonl"}, worker_env,
         tmp_path / "w-0.log", spider_args={"base": site.url, "n": n})
     deadline = time.monotonic() + 60
-    while len(read_items([tmp_path / "out-0.jsonl"])) < 40:  # (progress is written lazily)
+    # (progress is written lazily)
+    while len(read_items([tmp_path / "out-0.jsonl"], growing=True)) < 40:
         assert time.monotonic() < deadline and first.poll() is None, tail(tmp_path / "w-0.log")
         time.sleep(0.1)
     os.kill(first.pid, signal.SIGINT)  # Ctrl-C: Scrapy's graceful shutdown

@@ -136,7 +136,7 @@ def test_fetch_and_parse_workers_with_parse_kills(tmp_path: Path, redis_url: str
             if kills == 3:
                 break
             deadline = time.monotonic() + 120
-            while len(read_items([out])) < 4 and time.monotonic() < deadline:
+            while len(read_items([out], growing=True)) < 4 and time.monotonic() < deadline:
                 time.sleep(0.05)
             kill_worker(proc)  # mid-crawl, most likely mid-callback
             kills += 1

@@ -3,7 +3,10 @@ fleet-wide Bloom dupefilter, the spider middleware for start requests, memory ch
 
 | module | what |
 | --- | --- |
-| ``client`` | frontier clients: one round trip of ``lua/frontier.lua`` per call |
+| ``client`` | ``AsyncFrontier``: the workers' client, one ``lua/frontier.lua`` round trip a call |
+| ``admin`` | ``FrontierAdmin``: the blocking client of the commands (push, status, purge) |
+| ``protocol`` | a call's arguments (``SyncBatch``, ``FrontierParams``) and reply (``SyncResult``) |
+| ``dupecache`` | ``DupeCache``: Bloom keys a worker knows to be duplicates |
 | ``scheduler`` | ``FleetScheduler``: Scrapy's scheduler interface over the frontier |
 | ``dupefilter`` | ``RedisBloomDupeFilter``: the dupefilter interface over the same Bloom filter |
 | ``bloom`` | scalable Bloom filter parameters (the filter runs in ``lua/bloom.lua``) |

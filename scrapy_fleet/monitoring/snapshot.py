@@ -229,7 +229,7 @@ def _frontier_status(keys: CrawlKeys, now_ms: int, counts: tuple[int, ...],
                      meta: dict[str, str], raw_stats: dict[bytes, Any],
                      workers: list[tuple[bytes, float]], idle: Any, seeded: list[Any],
                      stored: Any) -> dict[str, Any]:
-    """``FrontierAdmin.status``'s dict (frontier/client.py), from the snapshot's replies."""
+    """``FrontierAdmin.status``'s dict (frontier/admin.py), from the snapshot's replies."""
     queued, leased, dead, delayed, parked = counts
     seen = sum(_strict_int(v) for name, v in meta.items() if name.startswith("c"))
     idle_ms = _strict_int(idle, None) if idle is not None else None

@@ -7,6 +7,10 @@ as done.  This pipeline writes each item with one ``write(2)`` on a file opened 
 the engine has finished with it, which includes the item pipelines of every item it yielded.
 With ``FLEET_JSONL_FSYNC = True`` each line is also ``fsync``-ed (survives a power cut, not
 only a killed process).
+
+A program reading a file while a worker writes it may find the last line unfinished: Linux
+makes one ``write(2)`` visible a page at a time, so a line straddling a 4 KiB boundary can be
+read up to the boundary first.  Read up to the last newline (tests/support.py, read_items).
 """
 
 from __future__ import annotations

@@ -1,0 +1,311 @@
+"""The blocking frontier client of commands and scripts (:class:`FrontierAdmin`).
+
+It runs the calls of lua/frontier.lua (push) like the worker's asyncio client (``client.py``)
+and the read-only queries of the commands: status, hosts, dead letters, purge.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import msgpack
+import redis
+
+from scrapy_fleet import lua, redis_client
+from scrapy_fleet.config import STAGE_HOST
+from scrapy_fleet.frontier.dupecache import STALE_GENERATION, DupeCache, _expand
+from scrapy_fleet.frontier.protocol import (
+    FrontierParams,
+    SyncBatch,
+    SyncResult,
+    _arg,
+    _fill_payloads,
+    _int,
+    _needs_payloads,
+    _queue_size_reads,
+    _size_of,
+)
+from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.politeness.hosts import effective_policy
+
+
+def _policy_defaults(config: Any) -> dict[str, Any]:
+    """The per-host defaults of the crawl's ``config`` hash (hosts.policy_fields), with
+    neutral values for the fields a worker has not written (or not as numbers)."""
+    text = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in config.items()}
+    out: dict[str, Any] = {"host_key": text.get("host_key", "host")}
+    for name, default in (("host_interval_ms", 0), ("host_interval_is_rate", 0),
+                          ("host_burst", 1), ("host_concurrency", 0)):
+        out[name] = _int(text.get(name), default)
+    return out
+
+
+def _seeding_state(fields: list[bytes | None]) -> str | None:
+    """"done", "in progress", or None (no worker consumed start requests yet)."""
+    holder, _, done = fields
+    if done == b"1":
+        return "done"
+    return "in progress" if holder else None
+
+
+
+class FrontierAdmin:
+    """Blocking frontier access for commands and scripts: push, status, purge, dead letters.
+
+    Raises:
+        RedisUnavailableError: when Redis cannot be reached (message names the URL).
+    """
+
+    def __init__(self, url: str, crawl_id: str, prefix: str = "fleet",
+                 params: FrontierParams | None = None, timeout: float = 10.0,
+                 retries: int = 3, wait_replicas: int = 0, dupe_cache: int = 0) -> None:
+        self.url = url
+        self.keys = CrawlKeys(prefix, crawl_id)
+        self.params = params or FrontierParams()
+        self.retries = retries
+        self.timeout = timeout
+        #: FLEET_REDIS_WAIT_REPLICAS: after each call, WAIT for that many replicas
+        self.wait_replicas = wait_replicas
+        self.unreplicated = 0  #: calls fewer replicas than wait_replicas acknowledged
+        self._client: Any = None
+        self._script: Any = None
+        self._prev_op = "-"
+        #: Bloom keys known to be in the filter (*dupe_cache* > 0; see DupeCache)
+        self.dupes = DupeCache(dupe_cache)
+
+    @property
+    def client(self) -> Any:
+        """The blocking client (``redis.Redis``, or ``RedisCluster`` for a cluster URL),
+        made on first use.
+
+        Raises:
+            RedisUnavailableError: a cluster none of whose start-up nodes answers.
+        """
+        if self._client is None:
+            self._client = redis_client.sync_client(self.url, self.timeout)
+        return self._client
+
+    def ping(self, role: str | None = None) -> None:
+        """PING; with *role* (``worker``, ``monitor``, ``admin``: scrapy_fleet/acl.py) also
+        check that the Redis user may run every command of that role.
+
+        Raises:
+            RedisUnavailableError: Redis cannot be reached.
+            RedisPermissionError: naming the commands the user may not run.
+        """
+        redis_client.ping_sync(self.client, self.url, self.keys.stats)
+        if role is not None:
+            from scrapy_fleet import acl
+
+            acl.check_sync(self.client, self.keys, role,
+                           cluster=redis_client.is_cluster(self.client))
+
+    def _node(self) -> dict[str, Any]:
+        """``target_nodes`` of the crawl's node for keyless commands (TIME, SCAN) on a
+        cluster; nothing on one server."""
+        return redis_client.node_of(self.client, self.keys.stats)
+
+    def server_ms(self) -> int:
+        """The Redis server's clock (of the crawl's node), in milliseconds."""
+        seconds, micros = self.client.time(**self._node())
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def sync(self, batch: SyncBatch, worker: str = "", op_id: str | None = None,
+             monitor: bytes = b"") -> SyncResult:
+        """Run one batch (see :class:`AsyncFrontier.sync`), blocking.  *op_id* (default: a
+        fresh one) names the call: the same id again replays the first reply."""
+        if self._script is None:
+            self._script = lua.load(self.client, "frontier.lua")
+        # a call named by the caller may be a replay: it must carry what the first one did,
+        # whatever the cache learned since, so it is sent whole
+        whole = (batch, list(range(len(batch.pushes))), 0)
+        try:
+            return self._sync(batch, worker, op_id,
+                              self.dupes.split(batch) if op_id is None else whole, monitor)
+        except redis.ResponseError as exc:
+            if STALE_GENERATION not in str(exc):
+                raise
+            self.dupes.clear()
+            return self._sync(batch, worker, None, whole, monitor)
+
+    def _sync(self, batch: SyncBatch, worker: str, op_id: str | None,
+              split: tuple[SyncBatch, list[int], int], monitor: bytes) -> SyncResult:
+        sent, kept, left_out = split
+        op = op_id or uuid.uuid4().hex
+        keys = self.keys.frontier_keys(op, self._prev_op, worker)
+        arg = _arg(sent, worker, self.params, "", left_out, self.dupes.gen)
+        reply = redis_client.call_retrying(lambda: self._script(keys=keys, args=[arg, monitor]),
+                                           self.url, self.retries)
+        self._prev_op = op
+        if self.wait_replicas:
+            acked = redis_client.wait_replicas_sync(self.client, self.keys.stats,
+                                                    self.wait_replicas, self.timeout)
+            if acked < self.wait_replicas:
+                self.unreplicated += 1
+        result = SyncResult.from_reply(reply)
+        self.dupes.learn(sent, result)
+        result = _expand(result, kept, len(batch.pushes), left_out)
+        missing = _needs_payloads(result)
+        if missing:
+            result = _fill_payloads(result, self.client.hmget(self.keys.data, missing))
+        return result
+
+    def push(self, pushes: list[tuple[Any, ...]]) -> SyncResult:
+        """Push ``(bloom_key or b"", priority, payload[, 0, host])`` entries without parent;
+        ``push_flags`` say new/duplicate, ``refused`` which ones the bounds refused."""
+        return self.sync(SyncBatch(pushes=pushes))
+
+    def size(self) -> int:
+        """Entries the frontier holds against FLEET_QUEUE_MAX: queued + leased + deferred."""
+        with self.client.pipeline(transaction=False) as pipe:
+            _queue_size_reads(pipe, self.keys)
+            return _size_of(pipe.execute())
+
+    def status(self) -> dict[str, Any]:
+        """Counts of the crawl: queued, leased, dead, seen (Bloom), workers, idle seconds, and
+        the fleet-wide counters of the stats hash (pushed, duplicates, leased, acked, ...)."""
+        k = self.keys
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.zcard(k.queue)
+            pipe.zcard(k.leases)
+            pipe.hlen(k.dead)
+            pipe.hgetall(k.bloom_meta)
+            pipe.hgetall(k.stats)
+            pipe.zrange(k.workers, 0, -1, withscores=True)
+            pipe.get(k.idle_since)
+            pipe.hmget(k.seeding, "holder", "progress", "done")
+            pipe.zcard(k.delayed)
+            pipe.llen(k.parked)
+            pipe.hget(k.hostq, STAGE_HOST)
+            pipe.get(k.queue_count)
+            (queued, leased, dead, meta, stats, workers, idle, seeded, delayed,
+             parked, stored, bucketed) = pipe.execute()
+        queued += _int(bucketed)  # (the queue ZSET: entries of the previous format)
+        server_ms = self.server_ms()  # not in the pipeline: a cluster pipeline refuses TIME
+        meta = {a.decode(errors="replace"): b.decode(errors="replace") for a, b in meta.items()}
+        seen = sum(_int(v) for name, v in meta.items() if name.startswith("c"))
+        idle_ms = _int(idle, None) if idle is not None else None
+        return {
+            "crawl_id": k.crawl_id,
+            "queued": queued,
+            "leased": leased,
+            "dead": dead,
+            "delayed": delayed,
+            "parked": parked,
+            "size": queued + leased + delayed,
+            "seen": seen,
+            "bloom_slices": _int(meta.get("slices", 0)),
+            "counters": {a.decode(errors="replace"): _int(b) for a, b in stats.items()},
+            "workers": {w.decode(): round((server_ms - score) / 1000, 1) for w, score in workers},
+            "idle_seconds": None if idle_ms is None else round((server_ms - idle_ms) / 1000, 1),
+            "seeded_by": seeded[0].decode(errors="replace") if seeded[0] else None,
+            "start_requests": _seeding_state(seeded),
+            # stages (FLEET_ROLE): stored responses waiting for or in a parse worker
+            "stored_responses": _int(stored),
+            "stored_bytes": _int(stats.get(b"response_queue_bytes", 0)),
+        }
+
+    def hosts(self, limit: int = 50) -> list[dict[str, Any]]:
+        """Per-host politeness state, busiest hosts first (up to *limit*): entries in the
+        frontier, requests in flight, seconds until the host may be fetched, hold left,
+        Crawl-delay, consecutive failures, override."""
+        k = self.keys
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.hgetall(k.hostq)
+            pipe.hgetall(k.hostlive)
+            pipe.zrange(k.ready, 0, -1, withscores=True)
+            pipe.hgetall(k.hold)
+            pipe.hgetall(k.crawldelay)
+            pipe.hgetall(k.fails)
+            pipe.hgetall(k.hostconf)
+            pipe.hgetall(k.config)
+            queued, live, ready, hold, delay, fails, conf, config = pipe.execute()
+        now = self.server_ms()  # not in the pipeline: a cluster pipeline refuses TIME
+        defaults = _policy_defaults(config)
+        ready_at = {h: score for h, score in ready}
+        names = set(queued) | set(live) | set(hold) | set(ready_at)
+        rows = []
+        for h in names:
+            at = ready_at.get(h)
+            interval, burst, cap, _ = effective_policy(
+                defaults, conf[h].decode(errors="replace") if h in conf else None,
+                _int(delay[h], None) if h in delay else None)
+            rows.append({
+                "host": h.decode(),
+                "entries": int(queued.get(h, 0)),
+                "in_flight": int(live.get(h, 0)),
+                "next_in": None if at is None or at >= 9e15 else max(0.0, (at - now) / 1000),
+                "waits_for_slot": at is not None and at >= 9e15,
+                "hold_left": max(0.0, (int(hold.get(h, 0)) - now) / 1000),
+                "crawl_delay": int(delay[h]) / 1000 if h in delay else None,
+                "failures": int(fails.get(h, 0)),
+                "override": conf[h].decode() if h in conf else None,
+                # its policy as the lease step applies it (defaults, override, Crawl-delay)
+                "interval": interval,
+                "rate": round(1 / interval, 3) if interval > 0 else None,
+                "burst": burst,
+                "cap": cap,
+            })
+        rows.sort(key=lambda r: (-r["entries"], -r["in_flight"], r["host"]))
+        return rows[:limit]
+
+    def host_policy(self) -> dict[str, Any] | None:
+        """The fleet-wide per-host defaults the workers run with (written by each worker at
+        start): {host_key, interval (s, 0: none), rate (per s, or None), burst, cap (0:
+        none), is_rate}; None before any worker started."""
+        config = self.client.hgetall(self.keys.config)
+        if b"host_interval_ms" not in config:
+            return None
+        defaults = _policy_defaults(config)
+        interval = int(defaults["host_interval_ms"]) / 1000
+        return {"host_key": defaults.get("host_key", "host"), "interval": interval,
+                "rate": round(1 / interval, 3) if interval > 0 else None,
+                "burst": int(defaults["host_burst"]), "cap": int(defaults["host_concurrency"]),
+                "is_rate": bool(int(defaults["host_interval_is_rate"]))}
+
+    def dead_letters(self, limit: int = 100) -> Iterator[dict[str, Any]]:
+        """Dead letters as dicts {entry_id, reason, at (ms), data (bytes)}, up to *limit*."""
+        n = 0
+        for entry_id, raw in self.client.hscan_iter(self.keys.dead, count=100):
+            if n >= limit:
+                return
+            try:
+                d = {k.decode(): v for k, v in msgpack.unpackb(raw, raw=True).items()}
+                reason = d.get("reason", b"")
+                reason = reason.decode(errors="replace") if isinstance(reason, bytes) \
+                    else str(reason)
+            except Exception:  # not written by the fleet: show it, do not stop the listing
+                d, reason = {"data": raw}, "unreadable dead letter (not written by the fleet)"
+            yield {"entry_id": entry_id.decode(errors="replace"), "reason": reason,
+                   "at": d.get("at"), "data": d.get("data", b"")}
+            n += 1
+
+    def has_state(self) -> bool:
+        """Whether Redis holds anything of this crawl (one EXISTS): a push writes the entry
+        counter, a worker its bounds and heartbeat, every call the counters."""
+        k = self.keys
+        return bool(self.client.exists(k.seq, k.stats, k.config, k.workers, k.bloom_meta,
+                                       k.queue, k.queue_count, k.dead))
+
+    def crawl_keys(self) -> list[bytes]:
+        return list(self.client.scan_iter(match=self.keys.pattern, count=1000, **self._node()))
+
+    def purge(self) -> int:
+        """Delete every key of the crawl (queue, leases, dupefilter, stats...); returns how many."""
+        deleted = 0
+        batch: list[bytes] = []
+        for key in self.client.scan_iter(match=self.keys.pattern, count=1000, **self._node()):
+            batch.append(key)
+            if len(batch) >= 500:
+                deleted += self.client.unlink(*batch)
+                batch = []
+        if batch:
+            deleted += self.client.unlink(*batch)
+        return deleted
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None

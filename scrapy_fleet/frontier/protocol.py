@@ -1,0 +1,271 @@
+"""The call protocol of lua/frontier.lua: what one call carries, what it gets back.
+
+:class:`SyncBatch` is what a worker sends (lua/frontier.lua documents each field) and
+:class:`FrontierParams` the per-crawl constants sent with it, packed by :func:`_arg` into
+ARGV[1]; :class:`SyncResult` is the parsed reply (:class:`LeasedEntry` per lease).  Also
+here: the fill-in of payloads a replayed reply leaves out (a call repeated after a lost reply
+with the same op id gets the first reply back, without the payloads), the error of a lost
+crawl marker, and the reads of the frontier's size, shared by the asyncio client
+(``client.py``) and the blocking one (``admin.py``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+import redis
+
+from scrapy_fleet.errors import CrawlStateLostError
+from scrapy_fleet.keys import CrawlKeys
+
+OP_TTL_MS = 300_000
+#: expired leases one call reclaims at most (a reclaim storm is spread over calls; each
+#: reclaim costs ~10 µs of Redis time: bench/bench_capacity.py --storm)
+RECLAIM_LIMIT = 50
+#: largest |Request.priority| the frontier orders by (lua/hosts.lua checks it too): the
+#: scheduler clamps larger ones (the request itself keeps its priority), pushes refuse them
+PRIORITY_LIMIT = 2**31
+
+
+def clamp_priority(priority: int) -> int:
+    """*priority* within +-PRIORITY_LIMIT (the frontier's order of requests beyond it is
+    that of the limit)."""
+    return max(-PRIORITY_LIMIT, min(PRIORITY_LIMIT, int(priority)))
+
+
+@dataclass
+class SyncBatch:
+    """One worker call.  Ids are entry ids (str), tokens fencing tokens (int), priorities ints.
+
+    ``pushes`` holds ``(bloom_key, priority, payload[, group, host, delay_ms])``: bloom_key
+    is 12 bytes, or ``b""`` for a ``dont_filter`` request (never checked, always a new
+    entry); group 0 (the default) is a push without a parent, group k (1-based) a link
+    found by the request of the k-th acknowledgement, pushed or not with it (see
+    lua/frontier.lua); host (default ``""``: not counted per host) is the host name the
+    per-host bound applies to; delay_ms (default 0) keeps the new entry among the deferred
+    ones that long before it is queued.
+
+    ``acks`` holds ``(entry id, token[, failure record])``: the record (msgpack bytes,
+    ``failures.record.FailureRecord.encode``) of a request that failed for good is stored
+    with its acknowledgement, in the same atomic call (lua/failed.lua).
+    """
+
+    acks: list[tuple[Any, ...]] = field(default_factory=list)
+    releases: list[tuple[str, int]] = field(default_factory=list)
+    dead: list[tuple[str, int, str]] = field(default_factory=list)
+    extends: list[tuple[str, int]] = field(default_factory=list)
+    pushes: list[tuple[Any, ...]] = field(default_factory=list)
+    take: int = 0
+    #: leases whose download is over: their host's concurrency slot is free (the lease
+    #: itself lasts until its acknowledgement)
+    downloaded: list[tuple[str, int]] = field(default_factory=list)
+    #: a heartbeat is due: the call is made even with nothing else to carry
+    beat: bool = False
+
+    def is_empty(self) -> bool:
+        return not (self.acks or self.releases or self.dead or self.extends or self.pushes
+                    or self.take or self.downloaded or self.beat)
+
+
+@dataclass(frozen=True)
+class LeasedEntry:
+    entry_id: str
+    token: int
+    payload: bytes
+    expiries: int  #: how many leases of this entry expired before
+
+
+@dataclass
+class SyncResult:
+    leased: list[LeasedEntry]
+    lost: list[str]  #: entries whose ack/extend carried a stale token
+    push_flags: list[int]  #: per push, 1 new entry / 0 duplicate, refused or not pushed
+    refused: list[int]  #: indexes of pushes without a parent refused because of the bounds
+    pushed: int
+    duplicates: int
+    acked: int
+    released: int
+    reclaimed: int
+    dead_lettered: int
+    parked: int  #: acknowledgements turned into parkings (links left over)
+    deferred: int  #: acknowledgements turned into deferrals (no link could be pushed)
+    resumed: int  #: parked requests returned to the queue by this call
+    queued: int  #: entries waiting, after this call
+    inflight: int  #: entries leased fleet-wide, after this call
+    delayed: int  #: deferred entries, after this call
+    size: int  #: queued + inflight + delayed: what FLEET_QUEUE_MAX bounds
+    idle_ms: int  #: how long the fleet has been idle (nothing queued or leased), -1 if busy
+    now_ms: int  #: Redis server time
+    bloom_full: bool
+    holds: dict[str, float] = field(default_factory=dict)  #: host -> seconds of hold left
+    #: stored responses waiting for a parse worker (stages): count and bytes
+    response_queue: tuple[int, int] = (0, 0)
+    #: seconds until the next host may be fetched (its GCRA turn, a hold), when the call
+    #: leased fewer requests than it asked for; None: no host is waiting for a time
+    next_ready: float | None = None
+    marker: str = ""  #: the crawl marker (lua/failed.lua), "" when none was written
+    #: indexes of the pushes the Bloom filter (or this call) had seen: duplicates
+    seen: list[int] = field(default_factory=list)
+    #: generation id of the Bloom filter the pushes were checked against (None: none were)
+    bloom_gen: str | None = None
+    #: of the duplicates, pushes the worker's cache knew (left out of the call)
+    cached: int = 0
+    #: the reply cache of this client's previous call was gone (expired, or lost in a
+    #: failover with that call's writes): what the client learnt of the filter is not trusted
+    prev_lost: bool = False
+
+    @classmethod
+    def from_reply(cls, reply: bytes) -> SyncResult:
+        # Redis's cmsgpack packs every string as msgpack "raw": read them as bytes.
+        d = {k.decode(): v for k, v in msgpack.unpackb(reply, raw=True).items()}
+        leased = [LeasedEntry(e[0].decode(), int(e[1]), e[2], int(e[3]))
+                  for e in d.get("leased", [])]
+        return cls(
+            leased=leased,
+            lost=[x.decode() for x in d.get("lost", [])],
+            push_flags=[int(x) for x in d.get("pf", [])],
+            refused=[int(x) for x in d.get("rf", [])],
+            parked=int(d.get("parked", 0)), deferred=int(d.get("deferred", 0)),
+            resumed=int(d.get("resumed", 0)), delayed=int(d.get("delayed", 0)),
+            size=int(d.get("size", 0)),
+            pushed=int(d.get("new", 0)), duplicates=int(d.get("dup", 0)),
+            acked=int(d.get("acked", 0)), released=int(d.get("released", 0)),
+            reclaimed=int(d.get("reclaimed", 0)), dead_lettered=int(d.get("dead", 0)),
+            queued=int(d.get("queued", 0)), inflight=int(d.get("inflight", 0)),
+            idle_ms=int(d.get("idle", -1)), now_ms=int(d.get("now", 0)),
+            bloom_full=bool(d.get("full", False)),
+            holds={h.decode(): float(left) / 1000 for h, left in d.get("holds", [])},
+            next_ready=float(d["nr"]) / 1000 if d.get("nr") is not None else None,
+            response_queue=_pair(d.get("rq")),
+            marker=(d.get("mk") or b"").decode(errors="replace"),
+            seen=[int(x) for x in d.get("pd", [])],
+            bloom_gen=d["bg"].decode() if isinstance(d.get("bg"), bytes) else None,
+            prev_lost=bool(d.get("pl", 0)),
+        )
+
+
+def _pair(value: Any) -> tuple[int, int]:
+    """``[count, bytes]`` of the reply's ``rq`` (0, 0 when absent)."""
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        return int(value[0]), int(value[1])
+    return 0, 0
+
+
+@dataclass(frozen=True)
+class FrontierParams:
+    """Per-crawl constants sent with every call.  Times in seconds."""
+
+    lease_timeout: float = 30.0
+    max_leases: int = 3
+    bloom_capacity: int = 1_000_000
+    bloom_error_rate: float = 0.001
+    queue_max: int | None = None  #: FLEET_QUEUE_MAX
+    host_queue_max: int | None = None  #: FLEET_HOST_QUEUE_MAX
+    defer_delay: float = 10.0  #: FLEET_BACKPRESSURE_DELAY
+    host_interval: float = 0.0  #: seconds between two requests to one host, fleet-wide
+    host_burst: int = 1  #: GCRA burst of a host
+    host_concurrency: int = 0  #: requests in flight to one host, fleet-wide (0: no cap)
+    robots: bool = False  #: ROBOTSTXT_OBEY: one scout per host until its robots.txt is known
+    host_interval_is_rate: bool = False  #: host_interval comes from a rate (may catch up)
+    #: stages (FLEET_ROLE): lease only from this host key ("" any), or never from this one
+    lease_only_host: str = ""
+    lease_except_host: str = ""
+    failed_max: int = 10_000  #: FLEET_FAILED_MAX: failed requests kept, the oldest trimmed
+    op_ttl: float = OP_TTL_MS / 1000  #: seconds a call's cached reply is kept (replays)
+
+
+
+def _arg(batch: SyncBatch, worker: str, params: FrontierParams, marker: str = "",
+         left_out: int = 0, gen: str | None = None) -> bytes:
+    """ARGV[1] of lua/frontier.lua.  *marker*: the crawl marker the client saw ("" before
+    its first call, or for a client that must not require one, like the push helper);
+    *left_out*: pushes the worker's DupeCache left out, known to be in the filter of
+    generation *gen*."""
+    return msgpack.packb({
+        "ld": left_out,
+        "bg": gen or "",
+        "w": worker,
+        "lm": int(params.lease_timeout * 1000),
+        "ml": params.max_leases,
+        "ot": int(params.op_ttl * 1000),
+        "a": [list(a) for a in batch.acks],
+        "r": [list(r) for r in batch.releases],
+        "d": [list(d) for d in batch.dead],
+        "x": [list(x) for x in batch.extends],
+        "s": [list(x) for x in batch.downloaded],
+        "p": [[p[0], int(p[1]), p[2], int(p[3]) if len(p) > 3 else 0,
+               p[4] if len(p) > 4 else "", int(p[5]) if len(p) > 5 else 0]
+              for p in batch.pushes],
+        "t": batch.take,
+        "bn": params.bloom_capacity,
+        "bp": params.bloom_error_rate,
+        "rc": RECLAIM_LIMIT,
+        "qm": params.queue_max or 0,
+        "hm": params.host_queue_max or 0,
+        "dd": int(params.defer_delay * 1000),
+        "pt": int(params.host_interval * 1000),
+        "pb": params.host_burst,
+        "pc": params.host_concurrency,
+        "ro": 1 if params.robots else 0,
+        "pr": 1 if params.host_interval_is_rate else 0,
+        "ho": params.lease_only_host,
+        "hx": params.lease_except_host,
+        "fm": params.failed_max,
+        "mk": marker,
+        "mc": uuid.uuid4().hex,
+    }, use_bin_type=False)  # Redis's cmsgpack cannot read msgpack "bin"
+
+
+def _int(value: Any, default: Any = 0) -> Any:
+    """*value* (bytes or str from Redis) as an int; *default* when it is not one (a value not
+    written by the fleet must not stop ``status``)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+
+def _state_lost(exc: redis.ResponseError, url: str) -> CrawlStateLostError | None:
+    """*exc* as a :class:`CrawlStateLostError` when frontier.lua found the crawl marker gone."""
+    text = str(exc)
+    if "fleet: crawl state lost" not in text:
+        return None
+    from scrapy_fleet.redact import redact
+
+    return CrawlStateLostError(f"Redis at {redact(url)} has lost this crawl's state: "
+                               f"{text.split('crawl state lost: ', 1)[-1]}")
+
+
+def _needs_payloads(result: SyncResult) -> list[str]:
+    """Entry ids whose payload is missing: the reply was a cached replay (see frontier.lua)."""
+    return [e.entry_id for e in result.leased if not e.payload]
+
+
+def _fill_payloads(result: SyncResult, payloads: list[Any]) -> SyncResult:
+    filled = []
+    it = iter(payloads)
+    for e in result.leased:
+        if e.payload:
+            filled.append(e)
+        else:
+            filled.append(LeasedEntry(e.entry_id, e.token, next(it) or b"", e.expiries))
+    result.leased = filled
+    return result
+
+
+def _queue_size_reads(pipe: Any, keys: CrawlKeys) -> None:
+    """Queue on *pipe* (sync or asyncio) the reads :func:`_size_of` adds up."""
+    for key in keys.size_keys:
+        pipe.zcard(key)
+    pipe.get(keys.queue_count)
+
+
+def _size_of(replies: list[Any]) -> int:
+    """The frontier's size from the replies of :func:`_queue_size_reads`."""
+    *sizes, queued = replies
+    return int(sum(sizes)) + _int(queued)
+
