@@ -50,7 +50,7 @@
 -- <worker>", delayed "<id>|<score>", host in `ehost`) are still read: their host comes from
 -- `ehost`, whose field is deleted when the entry leaves.
 --
--- ARGV[1]: msgpack map (see client.py, _arg):
+-- ARGV[1]: msgpack map (see frontier/protocol.py, _arg):
 --   w worker id ("" for the push helper), lm lease ms, ml max leases, ot op ttl ms,
 --   a acks [[id, token]...], r releases [[id, token]...], d dead [[id, token, reason]...],
 --   x extends [[id, token]...], s downloads over [[id, token]...] (their host's slot is
@@ -77,7 +77,7 @@
 --     call's writes), the call fails before any write with "ERR fleet: stale filter
 --     generation" and the worker sends the call again with those links
 -- ARGV[2] (optional): heartbeat, counter deltas and sampling of lua/monitoring.lua.
--- Reply: msgpack map (see client.py, SyncResult.from_reply): leased [[id, token, payload,
+-- Reply: msgpack map (see frontier/protocol.py, SyncResult.from_reply): leased [[id, token, payload,
 --   expiries]...], lost [id...], pf [1 new / 0 not new, per push], rf [refused push
 --   indexes (0-based)], pd [indexes (0-based) of pushes found in the filter], bg filter
 --   generation (when pushes were checked), counts new dup acked released reclaimed dead
@@ -88,7 +88,7 @@
 --   deferred until their links' hosts have room left out).
 --
 -- Bounded work per call: at most 200 entries of the previous format moved, rc
--- (client.RECLAIM_LIMIT: 50) expired leases reclaimed, 100 deferred entries
+-- (protocol.RECLAIM_LIMIT: 50) expired leases reclaimed, 100 deferred entries
 -- moved back, 100 parked records looked at (16 rotated), 8 to 64 candidate hosts for the
 -- leases (twice `take`).
 
@@ -568,7 +568,7 @@ for name, n in pairs(counters) do
 end
 
 -- The previous call's reply cache is gone (pl): its writes may be lost (a failover to a
--- lagging replica), so the worker forgets what it learnt of the filter (client.DupeCache).
+-- lagging replica), so the worker forgets what it learnt of the filter (frontier/dupecache.py, DupeCache).
 if KEYS[13] ~= KEYS[12] and redis.call('DEL', KEYS[13]) == 0 then out.pl = 1 end
 
 -- Cache a reply without payloads: a repeated call rebuilds them from DATA (the entries are
