@@ -62,6 +62,25 @@ PARSE_HELD = 2
 _Out = tuple[str, bytes, int, "bytes | Request", str, int]
 
 
+async def wait_set(event: asyncio.Event, timeout: float) -> None:
+    """Wait until *event* is set, setting it after *timeout* seconds if nothing else does
+    (so it is always set on return; a pump woken by its poll timer does what a poke asks).
+
+    ``asyncio.wait_for(event.wait(), timeout)`` runs the wait in a task of its own: its caller
+    resumes two loop turns after ``set()`` (here one), and three on an event set already (the
+    pump's usual case: poked during its previous call; here none).  On a worker's loop each
+    turn lasts as long as the callbacks queued before it (parsing), so every freed host slot
+    reached the frontier that much later (tests/test_pump_wake.py counts the turns).
+    """
+    if event.is_set():
+        return
+    timer = asyncio.get_running_loop().call_later(timeout, event.set)
+    try:
+        await event.wait()
+    finally:
+        timer.cancel()
+
+
 class _Lease:
     __slots__ = ("children", "downloaded", "entry_id", "failure", "lost", "token")
 
@@ -215,10 +234,7 @@ class FrontierPump:
         assert self._wake is not None
         backoff = 0.1
         while not self._closing:
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=self._wait_time())
-            except asyncio.TimeoutError:
-                pass
+            await wait_set(self._wake, self._wait_time())
             if self._closing:
                 return
             self._wake.clear()
