@@ -273,6 +273,8 @@ def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
 #: ``Request.to_dict()`` (the order codec.encode_dict writes them in)
 _PLAIN_FIELDS = [name for name in Request("http://a.test/").to_dict()
                  if name in ("url", "priority", "dont_filter")]
+
+
 def plain_url_entry(text: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
                     dont_filter: bool = False,
                     priority: int = 0) -> tuple[str, bytes, bytes]:
