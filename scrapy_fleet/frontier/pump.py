@@ -247,6 +247,11 @@ class FrontierPump:
             try:
                 await self._sync_once(final=False)
                 backoff = 0.1
+                if self._done or (self._outbox
+                                  and time.monotonic() >= self._outbox_hold_until):
+                    # a call carries PUSH_CHUNK links at most: the rest goes at once, not at
+                    # the next poll (a backlog of finished pages drained 8 per 0.5 s)
+                    self._poke()
                 outages = outage.tracker(self.config.redis_url).outages
                 if outages and self.stats is not None:
                     self.stats.set_value("fleet/redis/outages", outages)
