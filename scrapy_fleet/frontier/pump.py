@@ -9,8 +9,9 @@ letters.  A link the worker's DupeCache knows to be in the fleet's Bloom filter 
 as its Request, unencoded: the call leaves it out, and it is encoded only if the frontier
 asks for the whole call again (:meth:`FrontierPump._materialize`).
 
-When it calls: when poked (something buffered, the prefetch half empty), after waiting
-FLEET_FLUSH_INTERVAL for more of a burst, when a host's turn comes (``next_ready``), every
+When it calls: when poked (something buffered, the prefetch half empty; also right after a
+call that could not carry every finished page), after waiting FLEET_FLUSH_INTERVAL for more
+of a burst, when a host's turn comes (``next_ready``), every
 FLEET_POLL_INTERVAL while the prefetch is short, and every FLEET_HEARTBEAT_INTERVAL
 (``FLEET_LEASE_TIMEOUT / 3`` at most: lease extensions and the heartbeat).  Redis
 unreachable: back-off from 0.1 s doubling to 10 s.
