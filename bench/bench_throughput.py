@@ -23,7 +23,10 @@ third side to every round, *base*: the fleet worker with that tree's ``scrapy_fl
 ``PYTHONPATH``; the order rotates over the rounds, and the change is given as fleet / base
 (of the medians and paired).  Crawl CPU per page = the worker's CPU seconds between engine
 start and the last item (``time.process_time``, benchext) / items; busy = that CPU / the
-same span (1.0: the worker's one thread never waited).
+same span (1.0: the worker's one thread never waited).  The rest of the span is split into
+*loop blocked* (the event loop in its selector: nothing to run, waiting for a download, Redis
+or a timer) and *run queue* (the main thread runnable but preempted by other processes:
+Linux schedstat), both from benchext, as shares of the span.
 
 Round trips: one more fleet run (not timed) with a MONITOR connection on the bench's Redis
 counts the commands every client sent (commands run inside Lua scripts are told apart by
@@ -89,7 +92,9 @@ def summarize(run: dict[str, Any], stats_file: Path, wall: float, cpu: float) ->
     steady = data["last_item"] - data["first_item"]
     crawl_cpu = data["cpu_at_last_item"] - data["cpu_at_engine_started"]
     run.update(crawl_cpu_ms_per_page=1000 * crawl_cpu / max(items, 1),
-               busy=crawl_cpu / span if span > 0 else 0.0)
+               busy=crawl_cpu / span if span > 0 else 0.0,
+               blocked=data.get("blocked_at_last_item", 0.0) / span if span > 0 else 0.0,
+               runq=(data.get("runq_at_last_item") or 0.0) / span if span > 0 else 0.0)
     run.update(items=items, span=span, rate=items / span,
                steady_rate=(items - 1) / steady if steady > 0 else 0.0,
                wall=wall, cpu=cpu, cpu_ms_per_page=1000 * cpu / max(items, 1),
@@ -301,7 +306,8 @@ def measure(root: Path, args: argparse.Namespace,
                       f"{run['rate']:.0f} pages/s (steady {run['steady_rate']:.0f}), "
                       f"crawl {run['span']:.2f} s, wall {run['wall']:.2f} s, "
                       f"worker CPU {run['cpu_ms_per_page']:.2f} ms/page "
-                      f"(crawl {run['crawl_cpu_ms_per_page']:.2f}, busy {run['busy']:.2f})",
+                      f"(crawl {run['crawl_cpu_ms_per_page']:.2f}, busy {run['busy']:.2f}, "
+                      f"blocked {run['blocked']:.3f}, run queue {run['runq']:.2f})",
                       flush=True)
                 if run["items"] != len(paths):
                     print(f"  WARNING: expected {len(paths)} items, got {run['items']}")
@@ -343,6 +349,10 @@ def report(args: argparse.Namespace, paths: list[str], runs: dict[str, list[dict
         "fleet_crawl_cpu_ms_per_page": round(med("fleet", "crawl_cpu_ms_per_page"), 3),
         "plain_busy": round(med("plain", "busy"), 3),
         "fleet_busy": round(med("fleet", "busy"), 3),
+        "plain_blocked": round(med("plain", "blocked"), 4),
+        "fleet_blocked": round(med("fleet", "blocked"), 4),
+        "plain_runq": round(med("plain", "runq"), 3),
+        "fleet_runq": round(med("fleet", "runq"), 3),
         "plain_site_cpu_ms_per_page": round(med("plain", "site_cpu_ms_per_page"), 3),
         "fleet_site_cpu_ms_per_page": round(med("fleet", "site_cpu_ms_per_page"), 3),
         "fleet_redis_cpu_ms_per_page": round(med("fleet", "redis_cpu_ms_per_page"), 3),
@@ -371,6 +381,8 @@ def report(args: argparse.Namespace, paths: list[str], runs: dict[str, list[dict
                                                         strict=True)]), 3),
             "base_crawl_cpu_ms_per_page": round(med("base", "crawl_cpu_ms_per_page"), 3),
             "base_busy": round(med("base", "busy"), 3),
+            "base_blocked": round(med("base", "blocked"), 4),
+            "base_runq": round(med("base", "runq"), 3),
             "base_rates": [round(r["rate"], 1) for r in runs["base"]],
         })
     if mon_run:
@@ -399,10 +411,15 @@ def report(args: argparse.Namespace, paths: list[str], runs: dict[str, list[dict
               f"(paired {fig['base_paired_ratio']:.3f}); this tree / base "
               f"{fig['fleet_vs_base']:.3f} (paired {fig['fleet_vs_base_paired']:.3f})")
         print(f"  crawl CPU per page, base       : {fig['base_crawl_cpu_ms_per_page']:.3f} ms "
-              f"(busy {fig['base_busy']:.2f})")
+              f"(busy {fig['base_busy']:.2f}, loop blocked {100 * fig['base_blocked']:.1f} %, "
+              f"run queue {100 * fig['base_runq']:.0f} %)")
     print(f"  crawl CPU per page, worker     : {p} {fig['plain_crawl_cpu_ms_per_page']:.3f} ms, "
           f"{f} {fig['fleet_crawl_cpu_ms_per_page']:.3f} ms (engine start -> last item); busy "
           f"{p} {fig['plain_busy']:.2f}, {f} {fig['fleet_busy']:.2f} (CPU s / crawl s)")
+    print(f"  rest of the crawl's time       : loop blocked in its selector (waiting for I/O or "
+          f"a timer) {p} {100 * fig['plain_blocked']:.1f} %, {f} {100 * fig['fleet_blocked']:.1f} "
+          f"%; main thread waiting for a processor (run queue) {p} {100 * fig['plain_runq']:.0f} "
+          f"%, {f} {100 * fig['fleet_runq']:.0f} %")
     print(f"  whole process wall time        : {p} {fig['plain_wall_s']:.2f} s, "
           f"{f} {fig['fleet_wall_s']:.2f} s (fleet: + 1 s idle timeout)")
     print(f"  CPU per page, worker (process) : {p} {fig['plain_worker_cpu_ms_per_page']:.2f} ms, "

@@ -13,11 +13,19 @@ scraped: the calls of the crawl itself, without those of the idle wait before cl
 Times are ``time.time()`` seconds of the worker process; ``cpu_at_*`` are its CPU seconds
 (``time.process_time()``: user + system, every thread), so the CPU of the crawl itself is
 ``cpu_at_last_item - cpu_at_engine_started`` (start-up and the idle wait left out).
+
+Where the rest of the crawl's time went, from engine start to the last item:
+``blocked_at_last_item`` is the time the event loop sat in its selector (``select``/``epoll``:
+nothing to run, waiting for a socket or a timer), ``runq_at_last_item`` the time the main
+thread was runnable but waiting for a processor (``/proc/self/task/TID/schedstat``, field 2:
+preempted by other processes; None where the kernel has no schedstat).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 import time
 from datetime import datetime
 from typing import Any
@@ -37,6 +45,10 @@ class BenchStats:
         self.last_item: float | None = None
         self.items = 0
         self.roundtrips_at_last_item = 0
+        self.blocked = 0.0  # seconds the event loop sat in its selector since engine start
+        self.blocked_at_last_item = 0.0
+        self.runq_at_engine_started: float | None = None
+        self.runq_at_last_item: float | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> BenchStats:
@@ -52,6 +64,28 @@ class BenchStats:
     def on_engine_started(self) -> None:
         self.engine_started = time.time()
         self.cpu_at_engine_started = time.process_time()
+        self.runq_at_engine_started = self._runq()
+        selector = getattr(asyncio.get_event_loop(), "_selector", None)
+        if selector is not None:
+            select = selector.select
+
+            def timed_select(timeout: float | None = None) -> Any:
+                t0 = time.perf_counter()
+                try:
+                    return select(timeout)
+                finally:
+                    self.blocked += time.perf_counter() - t0
+
+            selector.select = timed_select
+
+    @staticmethod
+    def _runq() -> float | None:
+        """Seconds the calling thread has waited on a run queue (Linux schedstat)."""
+        try:
+            with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as fh:
+                return int(fh.read().split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            return None
 
     def on_item(self, item: Any, response: Any, spider: Any) -> None:
         now = time.time()
@@ -59,6 +93,10 @@ class BenchStats:
             self.first_item = now
         self.last_item = now
         self.cpu_at_last_item = time.process_time()
+        self.blocked_at_last_item = self.blocked
+        runq = self._runq()
+        if runq is not None and self.runq_at_engine_started is not None:
+            self.runq_at_last_item = runq - self.runq_at_engine_started
         self.items += 1
         self.roundtrips_at_last_item = self.crawler.stats.get_value("fleet/redis/roundtrips", 0)
 
@@ -71,4 +109,6 @@ class BenchStats:
                        "cpu_at_engine_started": self.cpu_at_engine_started,
                        "cpu_at_last_item": self.cpu_at_last_item,
                        "roundtrips_at_last_item": self.roundtrips_at_last_item,
+                       "blocked_at_last_item": self.blocked_at_last_item,
+                       "runq_at_last_item": self.runq_at_last_item,
                        "reason": reason, "stats": stats}, fh, default=str)

@@ -155,6 +155,40 @@ def encode_dict(d: Mapping[str, Any]) -> bytes:
             f"{where or '?'} ({exc})") from exc
 
 
+def _method_name(spider: Spider | None, func: Any) -> str | None:
+    """The name under which *spider* has the method *func* (a bound method), looked up by
+    the function's own name; None when that finds nothing (an alias, not a method of the
+    spider...): ``Request.to_dict`` searches then."""
+    name = getattr(func, "__name__", None)
+    inner = getattr(func, "__func__", None)
+    if not spider or not isinstance(name, str) or inner is None:
+        return None
+    found = getattr(spider, name, None)
+    return name if getattr(found, "__func__", None) is inner else None
+
+
+def _to_dict(request: Request, spider: Spider | None) -> dict[str, Any]:
+    """``request.to_dict(spider=spider)``, the callback and errback found by their names:
+    Scrapy's ``_find_method`` reads every attribute of the spider (``inspect.getmembers``,
+    ~40 µs per request for a plain Spider, more with more members) to find them.  Same dict
+    (tests/test_codec.py compares them), except that a method the spider also has under
+    another name may come out under its own name (both decode to the same method)."""
+    names: list[Any] = []
+    for func in (request.callback, request.errback):
+        if not callable(func):
+            names.append(func)
+            continue
+        name = _method_name(spider, func)
+        if name is None:
+            return request.to_dict(spider=spider)  # raises ValueError for a non-method
+        names.append(name)
+    d: dict[str, Any] = {"url": request.url, "callback": names[0], "errback": names[1],
+                         "headers": dict(request.headers)}
+    for attr in request.attributes:
+        d.setdefault(attr, getattr(request, attr))
+    return d
+
+
 def encode(request: Request, spider: Spider | None = None) -> bytes:
     """Encode *request*; callbacks must be methods of *spider* (or None).
 
@@ -163,7 +197,7 @@ def encode(request: Request, spider: Spider | None = None) -> bytes:
             function), or a value in meta/cb_kwargs/cookies cannot be encoded.
     """
     try:
-        d = request.to_dict(spider=spider)
+        d = _to_dict(request, spider)
     except ValueError as exc:
         raise RequestEncodeError(
             f"cannot store request {request.url!r} in the frontier: {exc}") from exc

@@ -132,3 +132,79 @@ def test_typical_request_is_at_most_half_of_pickle():
     ours = len(codec.encode(req, SPIDER))
     pickled = len(pickle.dumps(req.to_dict(spider=SPIDER), protocol=pickle.HIGHEST_PROTOCOL))
     assert ours * 2 <= pickled, (ours, pickled)
+
+
+class BaseCallbacks(Spider):
+    name = "base"
+
+    def parse_inherited(self, response):
+        pass
+
+
+class CallbackSpider(BaseCallbacks):
+    name = "callbacks"
+
+    def parse_page(self, response):
+        pass
+
+    def on_error(self, failure):
+        pass
+
+
+class AliasSpider(CallbackSpider):
+    name = "alias"
+    parse_alias = CallbackSpider.parse_page  # the same function under a name sorted first
+
+
+def test_callback_names_found_without_scanning_the_spider_are_scrapys(monkeypatch):
+    spider = CallbackSpider()
+    other = CallbackSpider()  # another instance: Scrapy matches the function, so do we
+    requests = [
+        Request("https://example.com/a", callback=spider.parse_page, errback=spider.on_error,
+                meta={"k": 1}, cb_kwargs={"p": 2}, priority=3, flags=["f"]),
+        Request("https://example.com/b", callback=spider.parse_inherited),
+        Request("https://example.com/c", callback=other.parse_page),
+        Request("https://example.com/d"),
+        FormRequest("https://example.com/e", formdata={"a": "1"}, callback=spider.parse_page),
+        JsonRequest("https://example.com/f", data={"a": 1}, errback=spider.on_error),
+    ]
+    expected = []
+    for request in requests:
+        d = request.to_dict(spider=spider)
+        d.pop("_class", None)  # codec.encode writes its own
+        expected.append(d)
+    import inspect
+
+    def no_scan(*args, **kwargs):
+        raise AssertionError("inspect.getmembers called")
+
+    monkeypatch.setattr(inspect, "getmembers", no_scan)
+    assert [codec._to_dict(r, spider) for r in requests] == expected
+    for request in requests:
+        back = codec.decode(codec.encode(request, spider), spider, ALLOWED)
+        # (bound to *spider* once decoded, also the one made for another instance)
+        assert [getattr(f, "__func__", f) for f in (back.callback, back.errback)] == [
+            getattr(f, "__func__", f) for f in (request.callback, request.errback)]
+    monkeypatch.undo()
+    # an alias: Scrapy names the method by the first of its names, we by its own name;
+    # both decode to the same method
+    spider = AliasSpider()
+    alias = Request("https://example.com/g", callback=spider.parse_alias)
+    assert alias.to_dict(spider=spider)["callback"] == "parse_alias"
+    assert codec._to_dict(alias, spider)["callback"] == "parse_page"
+    back = codec.decode(codec.encode(alias, spider), spider, ALLOWED)
+    assert back.callback == spider.parse_alias
+
+
+def test_callbacks_that_are_not_spider_methods_are_refused_as_before():
+    spider = AliasSpider()
+
+    class Helper:
+        def parse_page(self, response):  # the name of a spider method, another function
+            pass
+
+    for callback in (lambda r: None, Helper().parse_page, print):
+        with pytest.raises(RequestEncodeError, match="not an instance method"):
+            codec.encode(Request("https://example.com/x", callback=callback), spider)
+    with pytest.raises(RequestEncodeError, match="not an instance method"):
+        codec.encode(Request("https://example.com/x", callback=spider.parse_page), None)

@@ -29,7 +29,6 @@ fingerprint, computed directly).
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
 import json
 import re
@@ -51,6 +50,7 @@ from scrapy_fleet.browser import pagemethods
 from scrapy_fleet.errors import PushLineError, RequestEncodeError
 from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.frontier.fingerprint import default_fingerprint, is_default_fingerprinter
 from scrapy_fleet.redis_client import is_oom
 
 #: exit statuses of the push commands
@@ -269,27 +269,10 @@ def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
     return request, d
 
 
-def is_default_fingerprinter(fingerprint: Callable[[Request], bytes]) -> bool:
-    """Whether *fingerprint* is the bound ``fingerprint`` method of Scrapy's own
-    ``RequestFingerprinter`` (not a subclass, not a project's ``REQUEST_FINGERPRINTER_CLASS``):
-    then :func:`plain_url_entry` computes the same fingerprint without a Request."""
-    from scrapy.utils.request import RequestFingerprinter
-    from scrapy.utils.request import fingerprint as scrapy_fingerprint
-
-    owner = getattr(fingerprint, "__self__", None)
-    return (type(owner) is RequestFingerprinter
-            and getattr(fingerprint, "__func__", None) is RequestFingerprinter.fingerprint
-            and getattr(owner, "_fingerprint", None) is scrapy_fingerprint)
-
-
 #: the fields of a plain line that can differ from their defaults, in the order of
 #: ``Request.to_dict()`` (the order codec.encode_dict writes them in)
 _PLAIN_FIELDS = [name for name in Request("http://a.test/").to_dict()
                  if name in ("url", "priority", "dont_filter")]
-#: the fingerprint JSON of a GET without body or included headers, up to its URL: what
-#: ``json.dumps({"method": "GET", "url": u, "body": "", "headers": {}}, sort_keys=True)``
-#: writes in ``scrapy.utils.request.fingerprint``
-_FP_HEAD = '{"body": "", "headers": {}, "method": "GET", "url": '
 
 
 def plain_url_entry(text: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
@@ -319,8 +302,7 @@ def plain_url_entry(text: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
         raise PushLineError(f"invalid request: {exc}") from None
     fields = {"url": url, "priority": priority, "dont_filter": dont_filter}
     payload = codec.encode_dict({name: fields[name] for name in _PLAIN_FIELDS})
-    digest = hashlib.sha1((_FP_HEAD + json.dumps(canonical) + "}").encode())
-    return url, payload, digest.digest()
+    return url, payload, default_fingerprint(canonical)
 
 
 def read_lines(sources: Iterable[str],

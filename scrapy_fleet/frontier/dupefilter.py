@@ -18,6 +18,7 @@ from scrapy.dupefilters import BaseDupeFilter
 from scrapy_fleet import lua, redis_client
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.frontier.bloom import bloom_key
+from scrapy_fleet.frontier.fingerprint import fast_bloom_key, is_default_fingerprinter
 from scrapy_fleet.keys import BLOOM_MAX_SLICES, CrawlKeys
 
 if TYPE_CHECKING:
@@ -43,6 +44,9 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         self.crawler = crawler
         self.config = config
         self.fingerprinter = crawler.request_fingerprinter
+        #: Scrapy's own fingerprinter: the key of a plain GET comes from the URL alone
+        #: (fingerprint.url_bloom_key, cached per URL)
+        self._by_url = is_default_fingerprinter(self.fingerprinter.fingerprint)
         self.debug = crawler.settings.getbool("DUPEFILTER_DEBUG")
         self.logdupes = True
         self._keys: CrawlKeys | None = None
@@ -55,7 +59,13 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         return cls(crawler, FleetConfig.from_settings(crawler.settings))
 
     def bloom_key(self, request: Request) -> bytes:
-        """12-byte Bloom key of *request* (see bloom.bloom_key)."""
+        """12-byte Bloom key of *request*: ``bloom.bloom_key`` of its fingerprint (for a
+        plain GET under Scrapy's default fingerprinter the same bytes from
+        ``fingerprint.url_bloom_key``, remembered per URL)."""
+        if self._by_url:
+            key = fast_bloom_key(request)
+            if key is not None:
+                return key
         return bloom_key(self.fingerprinter.fingerprint(request))
 
     def keys_for(self, spider_name: str) -> CrawlKeys:

@@ -9,8 +9,9 @@ letters.  A link the worker's DupeCache knows to be in the fleet's Bloom filter 
 as its Request, unencoded: the call leaves it out, and it is encoded only if the frontier
 asks for the whole call again (:meth:`FrontierPump._materialize`).
 
-When it calls: when poked (something buffered, the prefetch half empty), after waiting
-FLEET_FLUSH_INTERVAL for more of a burst, when a host's turn comes (``next_ready``), every
+When it calls: when poked (something buffered, the prefetch half empty; also right after a
+call that could not carry every finished page), after waiting FLEET_FLUSH_INTERVAL for more
+of a burst, when a host's turn comes (``next_ready``), every
 FLEET_POLL_INTERVAL while the prefetch is short, and every FLEET_HEARTBEAT_INTERVAL
 (``FLEET_LEASE_TIMEOUT / 3`` at most: lease extensions and the heartbeat).  Redis
 unreachable: back-off from 0.1 s doubling to 10 s.
@@ -60,6 +61,25 @@ PARSE_HELD = 2
 #: of a known duplicate is the Request itself and its host "" (encoded only if it must be
 #: sent: FrontierPump._materialize)
 _Out = tuple[str, bytes, int, "bytes | Request", str, int]
+
+
+async def wait_set(event: asyncio.Event, timeout: float) -> None:
+    """Wait until *event* is set, setting it after *timeout* seconds if nothing else does
+    (so it is always set on return; a pump woken by its poll timer does what a poke asks).
+
+    ``asyncio.wait_for(event.wait(), timeout)`` runs the wait in a task of its own: its caller
+    resumes two loop turns after ``set()`` (here one), and three on an event set already (the
+    pump's usual case: poked during its previous call; here none).  On a worker's loop each
+    turn lasts as long as the callbacks queued before it (parsing), so every freed host slot
+    reached the frontier that much later (tests/test_pump_wake.py counts the turns).
+    """
+    if event.is_set():
+        return
+    timer = asyncio.get_running_loop().call_later(timeout, event.set)
+    try:
+        await event.wait()
+    finally:
+        timer.cancel()
 
 
 class _Lease:
@@ -215,10 +235,7 @@ class FrontierPump:
         assert self._wake is not None
         backoff = 0.1
         while not self._closing:
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=self._wait_time())
-            except asyncio.TimeoutError:
-                pass
+            await wait_set(self._wake, self._wait_time())
             if self._closing:
                 return
             self._wake.clear()
@@ -231,6 +248,11 @@ class FrontierPump:
             try:
                 await self._sync_once(final=False)
                 backoff = 0.1
+                if self._done or (self._outbox
+                                  and time.monotonic() >= self._outbox_hold_until):
+                    # a call carries PUSH_CHUNK links at most: the rest goes at once, not at
+                    # the next poll (a backlog of finished pages drained 8 per 0.5 s)
+                    self._poke()
                 outages = outage.tracker(self.config.redis_url).outages
                 if outages and self.stats is not None:
                     self.stats.set_value("fleet/redis/outages", outages)

@@ -1,0 +1,79 @@
+"""The pump sends a backlog of finished pages call after call, not one call per poll
+(a call carries PUSH_CHUNK links at most), against a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from scrapy import Request, Spider
+from scrapy.utils.test import get_crawler
+
+from scrapy_fleet import codec
+from scrapy_fleet.frontier.client import AsyncFrontier, FrontierAdmin, SyncBatch
+from scrapy_fleet.frontier.pump import PUSH_CHUNK, _Lease
+from scrapy_fleet.frontier.scheduler import FleetScheduler
+from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.politeness.hosts import host_key
+
+PAGES = 30
+LINKS = 20  # 5 finished pages per call: 6 calls for the backlog
+
+
+class _Spider(Spider):
+    name = "backlog"
+
+
+def test_a_backlog_of_finished_pages_goes_in_back_to_back_calls(redis_url):
+    crawler = get_crawler(_Spider, settings_dict={
+        "FLEET_REDIS_URL": redis_url, "FLEET_CRAWL_ID": "backlog",
+        "DUPEFILTER_CLASS": "scrapy_fleet.frontier.dupefilter.RedisBloomDupeFilter",
+        # nothing else wakes the pump for 5 s: no poll, no heartbeat, no host's turn (each
+        # host waits 60 s after its one lease)
+        "FLEET_POLL_INTERVAL": 5, "FLEET_HEARTBEAT_INTERVAL": 5, "FLEET_HOST_DELAY": 60})
+    sched = FleetScheduler.from_crawler(crawler)
+    crawler.stats.open_spider()
+    sched.spider = _Spider()
+    params = sched.config.frontier_params()
+    admin = FrontierAdmin(redis_url, "backlog", params=params)
+    pages = [Request(f"http://h{i}.test/page") for i in range(PAGES)]
+    admin.push([(sched.df.bloom_key(r), 0, codec.encode(r), 0, host_key(r.url)) for r in pages])
+    assert LINKS * 5 == PUSH_CHUNK
+
+    async def run() -> tuple[float, int, Any]:
+        sched.frontier = AsyncFrontier(redis_url, CrawlKeys("fleet", "backlog"), "w1", params)
+        try:
+            leased = (await sched.frontier.sync(SyncBatch(take=PAGES))).leased
+            assert len(leased) == PAGES  # one per host
+            for entry in leased:
+                lease = _Lease(entry.entry_id, entry.token)
+                host = codec.decode_dict(entry.payload)["url"].split("/")[2]
+                for j in range(LINKS):
+                    link = Request(f"http://{host}/link/{j}")
+                    lease.children.append((link.url, sched.df.bloom_key(link), 0,
+                                           codec.encode(link), host_key(link.url), 0))
+                sched._done.append(lease)
+            calls0 = sched.frontier.roundtrips
+            sched._wake = asyncio.Event()
+            sched._wake.set()  # one poke, as the last page's acknowledgement gives
+            t0 = time.monotonic()
+            task = asyncio.ensure_future(sched._pump())
+            while sched._done and time.monotonic() - t0 < 4.5:
+                await asyncio.sleep(0.01)
+            elapsed = time.monotonic() - t0
+            sched._closing = True
+            sched._wake.set()
+            await task
+            return elapsed, sched.frontier.roundtrips - calls0, admin.status()
+        finally:
+            await sched.frontier.close()
+
+    elapsed, calls, status = asyncio.run(run())
+    admin.close()
+    assert not sched._done
+    assert elapsed < 4.0  # before: one call per FLEET_POLL_INTERVAL (6 calls: 25 s)
+    assert calls == PAGES * LINKS // PUSH_CHUNK
+    assert sched.stats.get_value("fleet/frontier/acked") == PAGES
+    assert sched.stats.get_value("fleet/frontier/pushed") == PAGES * LINKS
+    assert status["queued"] == PAGES * LINKS
