@@ -208,3 +208,21 @@ def test_callbacks_that_are_not_spider_methods_are_refused_as_before():
             codec.encode(Request("https://example.com/x", callback=callback), spider)
     with pytest.raises(RequestEncodeError, match="not an instance method"):
         codec.encode(Request("https://example.com/x", callback=spider.parse_page), None)
+
+
+class _TaggedRequest(Request):
+    """A request class with its own to_dict (an extra field): the codec must use it."""
+
+    def to_dict(self, *, spider=None):
+        d = super().to_dict(spider=spider)
+        d["meta"] = {**d.get("meta", {}), "tagged": True}
+        return d
+
+
+def test_a_request_class_with_its_own_to_dict_keeps_it():
+    spider = CallbackSpider()
+    req = _TaggedRequest("https://example.com/t", callback=spider.parse_page)
+    assert codec._to_dict(req, spider)["meta"] == {"tagged": True}
+    allowed = [*ALLOWED, f"{__name__}._TaggedRequest"]
+    back = codec.decode(codec.encode(req, spider), spider, allowed)
+    assert type(back) is _TaggedRequest and back.meta["tagged"] is True
