@@ -3,8 +3,10 @@
 N synthetic clients make exactly the calls a fleet worker makes, through
 ``scrapy_fleet.frontier.client.AsyncFrontier`` (so the client of the tree under test runs,
 with whatever it does locally): each call acknowledges the requests "fetched" since the last
-call with their links (group k = links of the k-th acknowledgement), says their downloads are
-over, asks for ``FLEET_PREFETCH`` (16) leases, and every 20th call extends every lease it
+call with their links (group k = links of the k-th acknowledgement), as many as fit in the
+worker's bound of links per call (``pump.PUSH_CHUNK``, 100; an acknowledgement is never split
+from its links, the rest go with the next call), says their downloads are over, asks for
+leases up to 16 held (``FLEET_PREFETCH``), and every 20th call extends every lease it
 holds (the heartbeat).  One client holds at most 16 leases, as a worker of
 CONCURRENT_REQUESTS = 16 does; a call that leased nothing is followed by a wait of
 FLEET_POLL_INTERVAL (0.5 s), as the worker's pump waits.  Host concurrency cap 8
@@ -135,24 +137,37 @@ async def fleet_client(url: str, n: int, site: Site, stop_at: list[float], stats
     from scrapy_fleet.frontier.client import AsyncFrontier, FrontierParams, SyncBatch
     from scrapy_fleet.keys import CrawlKeys
 
+    try:  # the worker's bound of links per call (pump.PUSH_CHUNK), in the tree under test
+        from scrapy_fleet.frontier.pump import PUSH_CHUNK as push_chunk
+    except ImportError:
+        push_chunk = 100
     params = FrontierParams(host_concurrency=8, queue_max=1_000_000)  # worker defaults
     fr = AsyncFrontier(url, CrawlKeys("fleet", "cap"), f"w{n}", params)
     rng = random.Random(n)
-    held: list[Any] = []
+    held: list[Any] = []  # leased and "fetched": acknowledged by the next calls, in order
     calls = 0
     await go.wait()
     try:
         while time.monotonic() < stop_at[0]:
-            batch = SyncBatch(take=16 - 0)
-            for k, e in enumerate(held, 1):
+            batch = SyncBatch()
+            done = 0
+            for e in held:
                 m = PAGE_RE.search(e.payload)
                 i = int(m.group(1)) if m else 0
                 parent = url_of(i, site.hosts)
+                links = site.links(i, rng)
+                # as the worker's pump: at most push_chunk links per call, an acknowledgement
+                # never split from its links (the rest go with the next call)
+                if done and len(batch.pushes) + len(links) > push_chunk:
+                    break
+                done += 1
                 batch.acks.append((e.entry_id, e.token))
                 batch.downloaded.append((e.entry_id, e.token))
-                for link in site.links(i, rng):
+                for link in links:
                     key, prio, payload, host = site.fleet_push(link, parent)
-                    batch.pushes.append((key, prio, payload, k, host))
+                    batch.pushes.append((key, prio, payload, done, host))
+            held = held[done:]
+            batch.take = 16 - len(held)  # CONCURRENT_REQUESTS = 16 held at most
             calls += 1
             if calls % 20 == 0:
                 batch.extends = [(e.entry_id, e.token) for e in held]
@@ -162,7 +177,7 @@ async def fleet_client(url: str, n: int, site: Site, stop_at: list[float], stats
             stats["links"] += len(batch.pushes)
             stats["pages"] += r.acked
             stats["calls"] += 1
-            held = list(r.leased)
+            held += list(r.leased)
             if not held:
                 await asyncio.sleep(POLL_INTERVAL)  # as a worker's pump waits when idle
     finally:

@@ -24,7 +24,8 @@ The first ``--skip`` calls (seeding, warm-up) run unmeasured.  Reported per tree
 ``usec`` per call (INFO commandstats: wall time inside Redis, the commands the script runs
 included), min and median over the rounds; redis-server CPU (utime + stime) per call; pages
 acknowledged per call (from the replies) and so µs per page; the ratio of the minima to this
-tree's.
+tree's; the longest call and the calls over 2 ms (``SLOWLOG`` at >= 1 ms), of the round with
+the fewest.
 
 Usage: ``.venv/bin/python bench/bench_replay.py record /tmp/calls-16x100 --clients 16
 --hosts 100`` then ``.venv/bin/python bench/bench_replay.py replay /tmp/calls-16x100
@@ -122,6 +123,9 @@ def replay_once(source: str, calls: list[list[Any]], skip: int, generation: byte
         for record in calls[:skip]:
             rp.call(record)
         acked0 = rp.acked
+        r.config_set("slowlog-log-slower-than", 1000)
+        r.config_set("slowlog-max-len", 100000)
+        r.slowlog_reset()
         r.config_resetstat()
         cpu0 = bc.redis_cpu(server.proc.pid)  # type: ignore[union-attr]
         for record in calls[skip:]:
@@ -130,10 +134,12 @@ def replay_once(source: str, calls: list[list[Any]], skip: int, generation: byte
         st = r.info("commandstats").get("cmdstat_evalsha", {"usec": 0, "calls": 1})
         n = max(int(st["calls"]), 1)
         pages = max(rp.acked - acked0, 1)
+        slow = [int(e["duration"]) for e in r.slowlog_get(100000)]
         r.close()
         return {"usec_per_call": st["usec"] / n, "cpu_us_per_call": cpu * 1e6 / n,
                 "pages_per_call": pages / n, "exec_us_per_page": st["usec"] / pages,
-                "errors": rp.errors, "lost": rp.lost}
+                "errors": rp.errors, "lost": rp.lost, "longest_us": max(slow, default=0),
+                "over_2ms": sum(1 for d in slow if d > 2000)}
 
 
 def record(args: argparse.Namespace) -> None:
@@ -171,12 +177,17 @@ def replay(args: argparse.Namespace) -> None:
                "pages_per_call": round(h.median([x["pages_per_call"] for x in rows]), 2),
                "exec_us_per_page_min": round(min(x["exec_us_per_page"] for x in rows), 1),
                "ratio_to_this": round(min(usec) / base_min, 3),
-               "errors": max(x["errors"] for x in rows), "lost": max(x["lost"] for x in rows)}
+               "errors": max(x["errors"] for x in rows), "lost": max(x["lost"] for x in rows),
+               # the longest call and the calls over 2 ms: of the round with the fewest (the
+               # other rounds add what the machine's load adds)
+               "longest_us": min(x["longest_us"] for x in rows),
+               "over_2ms": min(x["over_2ms"] for x in rows)}
         figures["trees"][name] = row
         print(f"{name:>5}: {row['usec_per_call_min']} µs/call (median "
               f"{row['usec_per_call_median']}), CPU {row['cpu_us_per_call_median']} µs/call, "
               f"{row['pages_per_call']} pages/call, {row['exec_us_per_page_min']} µs/page, "
-              f"x{row['ratio_to_this']} this tree's, errors {row['errors']}, lost {row['lost']}",
+              f"x{row['ratio_to_this']} this tree's, longest {row['longest_us']} µs, "
+              f"{row['over_2ms']} over 2 ms, errors {row['errors']}, lost {row['lost']}",
               flush=True)
     h.emit_json(figures)
 
