@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -297,3 +298,59 @@ def test_the_host_bound_message_names_the_host(redis_url):
     assert result.returncode == 3
     assert ("not pushed from line 3 on: its host is at its bound (FLEET_HOST_QUEUE_MAX=1): "
             "host 'a.test'") in result.stderr
+
+
+def test_a_callback_with_required_arguments_needs_them_in_cb_kwargs():
+    """A callback whose own arguments are required is refused without cb_kwargs that give
+    them (trial: such a request failed with a TypeError in every worker)."""
+    from scrapy_fleet.commands.push import PushLineError, parse_line
+
+    class _Spider:
+        def parse_kw(self, response, n):
+            pass
+
+        def parse_opt(self, response, n=1):
+            pass
+
+    def has(name):
+        return getattr(_Spider, name, False)
+
+    with pytest.raises(PushLineError, match="cb_kwargs do not fit callback 'parse_kw': "
+                                            "missing a required argument: 'n'"):
+        parse_line('{"url": "http://h.test/a", "callback": "parse_kw"}', has_method=has)
+    request, _ = parse_line('{"url": "http://h.test/a", "callback": "parse_kw", '
+                            '"cb_kwargs": {"n": 2}}', has_method=has)
+    assert request.cb_kwargs == {"n": 2}
+    request, _ = parse_line('{"url": "http://h.test/a", "callback": "parse_opt"}',
+                            has_method=has)
+    assert request.cb_kwargs == {}
+
+
+def test_a_push_cut_off_by_redis_says_what_was_pushed_and_where_to_resume(tmp_path):
+    """Redis killed in the middle of a push: the error names the count pushed and the first
+    line that may not be (trial: it said only "cannot reach Redis")."""
+    from scrapy_fleet.commands.push import default_fingerprinter, push_lines
+    from scrapy_fleet.errors import RedisUnavailableError
+    from scrapy_fleet.testsite.processes import RedisServer
+
+    server = RedisServer(tmp_path / "r")
+    server.start()
+    admin = FrontierAdmin(server.url, "cut")
+
+    def lines():
+        for n in range(1, 2001):
+            if n == 750:
+                server.kill()  # batches of 100: 600 or 700 are pushed by now
+            yield n, f"http://h{n % 7}.test/p/{n}"
+
+    try:
+        with pytest.raises(RedisUnavailableError) as caught:
+            push_lines(admin, lines(), default_fingerprinter())
+    finally:
+        admin.close()
+        server.stop()
+    message = str(caught.value)
+    pushed, first = map(int, re.search(r"; (\d+) pushed and 0 duplicates before \(lines before "
+                                       r"(\d+)\); line \2 and those", message).groups())
+    assert pushed == first - 1 and first in (601, 701), message
+    assert f"with --dont-filter, push from line {first}: up to 100 of them twice" in message

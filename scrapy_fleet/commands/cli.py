@@ -334,7 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
         description=help_description(
             "scrapy-fleet", "CRAWL_ID", "Push URLs into a scrapy_fleet crawl and inspect it, "
             "outside a Scrapy project (inside one, `scrapy fleet` does the same with the "
-            "project's settings)."),
+            "project's settings). Its pushes use Scrapy's default request fingerprinter: for "
+            "a crawl whose workers set REQUEST_FINGERPRINTER_CLASS, push with `scrapy fleet "
+            "push` from the project."),
         epilog=help_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version",
                         version=f"%(prog)s {package_version()}")

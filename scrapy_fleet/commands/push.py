@@ -47,7 +47,7 @@ from w3lib.url import canonicalize_url, safe_url_string
 
 from scrapy_fleet import codec
 from scrapy_fleet.browser import pagemethods
-from scrapy_fleet.errors import PushLineError, RequestEncodeError
+from scrapy_fleet.errors import PushLineError, RedisUnavailableError, RequestEncodeError
 from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.client import FrontierAdmin
 from scrapy_fleet.frontier.fingerprint import default_fingerprint, is_default_fingerprinter
@@ -253,8 +253,10 @@ def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
             found = has_method(value) if has_method is not None else True
             if not found or not (found is True or callable(found)):
                 raise PushLineError(f"{name} {value!r}: the spider has no such method")
-            if name == "callback" and callable(found) and kwargs.get("cb_kwargs"):
-                _check_cb_kwargs(value, found, kwargs["cb_kwargs"])
+            if name == "callback" and callable(found):
+                # (also without cb_kwargs: a callback with required arguments of its own
+                # would fail in every worker)
+                _check_cb_kwargs(value, found, kwargs.get("cb_kwargs") or {})
             names[name] = value
     if "callback" not in names and kwargs.get("cb_kwargs") and has_method is not None:
         default = has_method("parse")  # a request without a callback goes to parse
@@ -370,7 +372,8 @@ def push_lines(admin: FrontierAdmin, lines: Iterable[tuple[int, str]],
     Returns the counts; ``stopped_full`` tells that the frontier stayed full.
 
     Raises:
-        RedisUnavailableError: Redis unreachable (batches already pushed stay pushed).
+        RedisUnavailableError: Redis unreachable (batches already pushed stay pushed); the
+            message says how many were pushed and the first line that may not be.
     """
     report = PushReport()
     queue_max = admin.params.queue_max
@@ -441,6 +444,16 @@ def _push_loop(admin: FrontierAdmin, pending: list[Any], fill: Callable[[list[An
         fill(upcoming, batch - (len(pending) - len(sent)))
         try:
             result = future.result()
+        except RedisUnavailableError as exc:
+            # what was pushed and from where to resume: the batch in flight may or may not
+            # have been written (its reply was lost)
+            raise RedisUnavailableError(
+                f"{exc}; {report.pushed} pushed and {report.duplicates} duplicates before "
+                f"(lines before {sent[0][0]}); line {sent[0][0]} and those after it are not "
+                "pushed, or not all (the reply of their call was lost): pushing the same "
+                "lines again is safe (the dupefilter drops those that are there; with "
+                f"--dont-filter, push from line {sent[0][0]}: up to {len(sent)} of them "
+                "twice)") from exc
         except redis.ResponseError as exc:
             pending.extend(upcoming)
             if not is_oom(exc):

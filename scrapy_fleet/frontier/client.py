@@ -31,7 +31,8 @@ import redis
 import redis.asyncio
 
 from scrapy_fleet import lua, redis_client
-from scrapy_fleet.errors import RedisUnavailableError
+from scrapy_fleet.config import STAGE_HOST  # noqa: F401 (importable from here before the split)
+from scrapy_fleet.errors import CrawlStateLostError, RedisUnavailableError  # noqa: F401 (idem)
 from scrapy_fleet.frontier.admin import FrontierAdmin, _policy_defaults, _seeding_state
 from scrapy_fleet.frontier.dupecache import (
     DUPE_CACHE_SIZE,
@@ -59,6 +60,7 @@ from scrapy_fleet.frontier.protocol import (
     clamp_priority,
 )
 from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.politeness.hosts import effective_policy  # noqa: F401 (idem)
 
 __all__ = [
     "DUPE_CACHE_SIZE",
