@@ -196,6 +196,8 @@ local function bloom_lookup(state, fps)
             all = false
             break
           end
+          -- (bloom_offsets' triple-hashing step, inline: the lookup stops at the first clear
+          -- bit, without building the offsets it would not test)
           x = x + step
           if x >= BLOCK_PRIME then x = x - BLOCK_PRIME end
           step = step + inc

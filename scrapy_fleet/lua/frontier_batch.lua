@@ -40,17 +40,19 @@ local function frontier_batch_new(k, req, now, ctx, out, count)
 
   -- Legacy (previous format) per-entry host field: read only when the key exists at all.
   local legacy = nil
-  local function legacy_host(id)
+  local function has_legacy()
     if legacy == nil then legacy = redis.call('EXISTS', EHOST) == 1 end
-    if not legacy then return nil end
+    return legacy
+  end
+  local function legacy_host(id)
+    if not has_legacy() then return nil end
     local host = redis.call('HGET', EHOST, id)
     if host then redis.call('HDEL', EHOST, id) end
     return host or nil
   end
   -- (an entry leased: its field, if any, deleted unread)
   local function legacy_forget(id)
-    if legacy == nil then legacy = redis.call('EXISTS', EHOST) == 1 end
-    if legacy then redis.call('HDEL', EHOST, id) end  -- previous format: host was there
+    if has_legacy() then redis.call('HDEL', EHOST, id) end  -- previous format: host was there
   end
 
   -- A lease value: token, score, host, worker (worker "!..." once the download is over).

@@ -64,7 +64,8 @@ local function lease_step(call)
     if ended[h] then return nil end
     local st = hb[h]
     if st == nil then
-      batch.prefetch_index({h})
+      -- (the candidates' index values are read at once below, before any first look)
+      if batch.qi[h] == nil then batch.prefetch_index({h}) end
       local names = {}
       for i, key in ipairs(index_keys(batch.qi[h] or nil)) do names[i] = h .. '\t' .. key end
       st = {names, 1, 0, 1}
