@@ -6,6 +6,8 @@ Format version 1: one byte ``0x01`` followed by a msgpack map of the fields of
     u url   m method   h headers   b body   c cookies   e encoding   f flags   p priority
     d dont_filter   cb callback name   eb errback name   k cb_kwargs   M meta
     C request class import path (absent for scrapy.Request)   x other class attributes
+    s 1: a start request pushed from outside the spider (``scrapy fleet push``) that has not
+      met the spider middlewares' ``process_start`` yet (absent otherwise)
 
 Callbacks and errbacks travel by spider method name (``Request.to_dict`` refuses anything
 else); request classes by import path, rebuilt only when listed in ``FLEET_REQUEST_CLASSES``.
@@ -60,6 +62,13 @@ START_META_KEY = PRIVATE_META_PREFIX + "start"
 #: meta key of a request sent back to the frontier to wait there (seconds) before it may be
 #: leased again (its origin's robots.txt could not be fetched yet); read once by the scheduler
 DEFER_META_KEY = PRIVATE_META_PREFIX + "defer"
+#: key of a ``Request.to_dict()``-shaped mapping (the push helper's) that marks a pushed start
+#: request, stored as field ``s``: the worker that leases it passes it through the spider
+#: middlewares' ``process_start`` first (FleetSpiderMiddleware's module docstring)
+PUSHED_FIELD = "_pushed"
+#: meta key :func:`decode` sets (to True) on such a request; in flight only, like every
+#: private key, so a request the worker stores again (a retry, a redirect) is not marked
+PUSHED_META_KEY = PRIVATE_META_PREFIX + "pushed"
 
 
 def _default(obj: Any) -> Any:
@@ -130,6 +139,10 @@ def encode_dict(d: Mapping[str, Any]) -> bytes:
         if name == "_class":
             if value != _PLAIN_REQUEST:
                 out["C"] = value
+            continue
+        if name == PUSHED_FIELD:
+            if value:
+                out["s"] = 1
             continue
         spec = _FIELDS.get(name)
         if spec is None:
@@ -214,7 +227,8 @@ def encode(request: Request, spider: Spider | None = None) -> bytes:
 
 
 def decode_dict(data: bytes) -> dict[str, Any]:
-    """Decode an entry into a ``Request.to_dict()``-shaped dict (callbacks as names).
+    """Decode an entry into a ``Request.to_dict()``-shaped dict (callbacks as names); a pushed
+    start request (field ``s``) has ``PUSHED_FIELD: True`` besides.
 
     Raises:
         RequestDecodeError: empty, unknown format version, or corrupt msgpack.
@@ -235,6 +249,8 @@ def decode_dict(data: bytes) -> dict[str, Any]:
     for short, value in raw.items():
         if short == "C":
             d["_class"] = value
+        elif short == "s":
+            d[PUSHED_FIELD] = bool(value)
         elif short == "x":
             if not isinstance(value, dict):
                 raise RequestDecodeError("corrupt entry: bad extra attributes")
@@ -252,13 +268,15 @@ def decode_dict(data: bytes) -> dict[str, Any]:
 
 
 def decode(data: bytes, spider: Spider | None, allowed_classes: Iterable[str]) -> Request:
-    """Rebuild a Request from an entry.
+    """Rebuild a Request from an entry; a pushed start request gets
+    ``meta[PUSHED_META_KEY] = True``.
 
     Raises:
         RequestDecodeError: corrupt entry, class not in *allowed_classes*, callback not a
             method of *spider*, or arguments the Request class refuses.
     """
     d = decode_dict(data)
+    pushed = d.pop(PUSHED_FIELD, False)
     cls_path = d.get("_class", _PLAIN_REQUEST)
     if cls_path not in set(allowed_classes):
         raise RequestDecodeError(
@@ -270,6 +288,9 @@ def decode(data: bytes, spider: Spider | None, allowed_classes: Iterable[str]) -
     if cls_path == _PLAIN_REQUEST:
         d.pop("_class", None)
     try:
-        return request_from_dict(d, spider=spider)
+        request = request_from_dict(d, spider=spider)
     except Exception as exc:
         raise RequestDecodeError(f"cannot rebuild request {d.get('url')!r}: {exc}") from exc
+    if pushed:
+        request.meta[PUSHED_META_KEY] = True
+    return request

@@ -9,6 +9,8 @@ fleet's acknowledgement point.  Redirects and other requests returned by downloa
 middlewares go through ``engine.crawl`` before the original is removed, too.
 
 The second hook wakes the engine when leases arrive, instead of waiting for its 5 s heartbeat.
+Pushed start requests meet the spider middlewares' ``process_start`` through the middleware
+manager's method list (:func:`process_start`), as the engine's start requests do.
 The crawl tests (tests/test_crawl.py: every page acknowledged once, children before their
 parent's ack, the idle worker woken at once) fail if a Scrapy release changes either one.
 """
@@ -214,3 +216,67 @@ def close_spider(crawler: Crawler, reason: str) -> Any:
             logging.getLogger(__name__).exception("Could not close the spider (%s)", reason)
 
     return asyncio.ensure_future(close())
+
+
+def _middleware_manager(crawler: Crawler) -> Any:
+    scraper = getattr(running_engine(crawler), "scraper", None)
+    manager = getattr(scraper, "spidermw", None)
+    if manager is None or not hasattr(manager, "methods"):
+        raise UnsupportedScrapyError(
+            "scrapy_fleet cannot reach this Scrapy's spider middlewares (no engine.scraper."
+            "spidermw.methods); supported: Scrapy 2.13 to 2.19")
+    return manager
+
+
+async def process_start(crawler: Crawler, requests: list[Any], skip: type) -> list[Any]:
+    """Pass *requests* through the spider middlewares' start hook as Scrapy passes the
+    spider's start requests (``SpiderMiddlewareManager.process_start``, Scrapy 2.13-2.19:
+    each middleware's ``process_start(start)``, an async iterator in and out, from the
+    innermost to the outermost), leaving out the middlewares that are instances of *skip*.
+    Returns everything the chain yields (requests and items), in order; it is empty when the
+    middlewares dropped them all.
+
+    Raises:
+        UnsupportedScrapyError: the engine has no spider middleware manager.
+        Exception: whatever a middleware raises.
+    """
+    import inspect
+
+    manager = _middleware_manager(crawler)
+
+    async def source() -> Any:
+        for request in requests:
+            yield request
+
+    start: Any = source()
+    for method in manager.methods.get("process_start", ()):
+        if isinstance(getattr(method, "__self__", None), skip):
+            continue
+        start = method(start)
+        if inspect.isawaitable(start):  # as Scrapy's _process_chain allows
+            start = await start
+    return [output async for output in start]
+
+
+async def process_start_item(crawler: Crawler, item: Any) -> None:
+    """Send *item*, yielded by a start hook (:func:`process_start`), to the item pipelines as
+    the engine sends an item of the spider's ``start()`` (no response); returns once they
+    are done with it (``Scraper.start_itemproc_async``, Scrapy 2.14+; ``start_itemproc``
+    before).
+
+    Raises:
+        UnsupportedScrapyError: the engine has no scraper that takes items.
+    """
+    from scrapy.utils.defer import maybe_deferred_to_future
+
+    scraper = getattr(running_engine(crawler), "scraper", None)
+    process = getattr(scraper, "start_itemproc_async", None)
+    if callable(process):
+        await process(item, response=None)
+        return
+    process = getattr(scraper, "start_itemproc", None)
+    if not callable(process):
+        raise UnsupportedScrapyError(
+            "scrapy_fleet cannot hand a start item to this Scrapy's item pipelines (no "
+            "engine.scraper.start_itemproc); supported: Scrapy 2.13 to 2.19")
+    await maybe_deferred_to_future(process(item, response=None))

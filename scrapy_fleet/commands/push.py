@@ -10,6 +10,10 @@ A browser page (scrapy-playwright) is asked for in meta, its page methods as obj
 ``"meta": {"playwright": true, "playwright_page_methods": [{"method": "wait_for_selector",
 "args": ["#done"], "kwargs": {}}]}``.
 
+Every pushed line is a start request of the crawl: the worker that leases it passes it
+through the spider middlewares' ``process_start`` before fetching it, as Scrapy does with the
+spider's own start requests (``codec.PUSHED_FIELD``; FleetSpiderMiddleware's docstring).
+
 Empty lines and lines starting with ``#`` are skipped.  A bad line is reported with its line
 number and reason and skipped; the good lines around it are pushed.  Input is read lazily and
 pushed in batches, so a file of any size takes constant memory.
@@ -178,7 +182,9 @@ def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
                dont_filter: bool = False, priority: int = 0,
                has_method: Callable[[str], Any] | None = None,
                ) -> tuple[Request, dict[str, Any]]:
-    """Parse one input line into a Request and its ``to_dict()`` form (callbacks as names).
+    """Parse one input line into a Request and its ``to_dict()`` form (callbacks as names),
+    marked as a pushed start request (``codec.PUSHED_FIELD``: the worker that leases it passes
+    it through the spider middlewares' ``process_start`` first).
     *has_method*, when given, tells whether the spider has a method of that name: a bool, or
     the spider class's function itself, against whose signature a callback's ``cb_kwargs``
     are then checked (``inspect.Signature.bind`` with the spider and the response).
@@ -268,6 +274,7 @@ def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
         raise PushLineError(f"invalid request: {exc}") from None
     d = request.to_dict()
     d.update(names)
+    d[codec.PUSHED_FIELD] = True  # a start request: the spider middlewares' process_start
     return request, d
 
 
@@ -303,7 +310,8 @@ def plain_url_entry(text: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
     except (TypeError, ValueError) as exc:
         raise PushLineError(f"invalid request: {exc}") from None
     fields = {"url": url, "priority": priority, "dont_filter": dont_filter}
-    payload = codec.encode_dict({name: fields[name] for name in _PLAIN_FIELDS})
+    payload = codec.encode_dict({**{name: fields[name] for name in _PLAIN_FIELDS},
+                                 codec.PUSHED_FIELD: True})
     return url, payload, default_fingerprint(canonical)
 
 

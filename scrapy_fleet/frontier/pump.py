@@ -25,6 +25,7 @@ import os
 import socket
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import redis
@@ -120,6 +121,10 @@ class FrontierPump:
         self._outbox_hold_until = 0.0  # the frontier refused them: retry after this time
         self._by_entry: dict[str, _Lease] = {}  # entry id -> lease, for requests in flight
         self._dead: list[tuple[_Lease, str]] = []
+        #: leases of pushed start requests in the spider middlewares' start hook (held like
+        #: the prefetch), which on_pushed (the scheduler's) takes them to
+        self._starting: list[_Lease] = []
+        self.on_pushed: Callable[[Request, _Lease], None] | None = None
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -208,11 +213,9 @@ class FrontierPump:
         if self._wake is not None:
             self._wake.set()
 
-
     def _held_leases(self) -> list[_Lease]:
-        held = [lease for _, lease in self._prefetch]
-        held += [lease for _, lease in self._inflight.values() if not lease.lost]
-        return held
+        return ([lease for _, lease in self._prefetch] + self._starting
+                + [lease for _, lease in self._inflight.values() if not lease.lost])
 
     @property
     def _heartbeat(self) -> float:
@@ -464,8 +467,15 @@ class FrontierPump:
 
     def _account(self, result: SyncResult, batch: SyncBatch, sent: list[_Out]) -> None:
         self._inc("fleet/redis/roundtrips")
-        if result.pushed:
-            self._inc("fleet/frontier/pushed", result.pushed)
+        for key, count in (("fleet/frontier/pushed", result.pushed),
+                           ("fleet/dupefilter/cached", result.cached),
+                           ("fleet/frontier/acked", result.acked),
+                           ("fleet/backpressure/deferred", result.deferred),
+                           ("fleet/backpressure/resumed", result.resumed),
+                           ("fleet/frontier/released", result.released),
+                           ("fleet/frontier/reclaimed", result.reclaimed)):
+            if count:
+                self._inc(key, count)
         if result.duplicates:
             self._inc("dupefilter/filtered", result.duplicates)
             self._inc("fleet/dupefilter/filtered", result.duplicates)
@@ -475,23 +485,11 @@ class FrontierPump:
                 logger.debug("Filtered duplicate request: <GET %s> - no more duplicates will be "
                              "shown", first, extra={"spider": self.spider})
                 self._logged_dupe = True
-        if result.cached:
-            self._inc("fleet/dupefilter/cached", result.cached)
-        if result.acked:
-            self._inc("fleet/frontier/acked", result.acked)
         if result.parked:
             self._inc("fleet/backpressure/parked", result.parked)
             logger.debug("Frontier full: %d request(s) parked until the frontier has room "
                          "for the rest of their links", result.parked,
                          extra={"spider": self.spider})
-        if result.deferred:
-            self._inc("fleet/backpressure/deferred", result.deferred)
-        if result.resumed:
-            self._inc("fleet/backpressure/resumed", result.resumed)
-        if result.released:
-            self._inc("fleet/frontier/released", result.released)
-        if result.reclaimed:
-            self._inc("fleet/frontier/reclaimed", result.reclaimed)
         if result.bloom_full:
             logger.warning("The fleet's Bloom filter is at its last slice; its false-positive "
                            "rate grows from here. Raise FLEET_DUPEFILTER_CAPACITY and purge.",
@@ -509,7 +507,7 @@ class FrontierPump:
                     self.config.lease_timeout, extra={"spider": self.spider})
             self._prefetch = deque((r, lease) for r, lease in self._prefetch
                                    if lease.entry_id not in lost)
-            for _, lease in self._inflight.values():
+            for lease in [lease for _, lease in self._inflight.values()] + self._starting:
                 if lease.entry_id in lost:
                     lease.lost = True
 
@@ -543,14 +541,17 @@ class FrontierPump:
                 continue
             if entry.expiries:
                 self._inc("fleet/frontier/redelivered")
-            self._prefetch.append((request, lease))
+            if codec.PUSHED_META_KEY in request.meta and self.on_pushed is not None:
+                self.on_pushed(request, lease)  # the spider middlewares' start hook first
+            else:
+                self._prefetch.append((request, lease))
             got += 1
         if got:
             self._inc("fleet/frontier/leased", got)
         idle_timeout = self.config.idle_timeout
         idle = (idle_timeout is not None and result.idle_ms >= idle_timeout * 1000
                 and not (self._prefetch or self._inflight or self._done or self._outbox
-                         or self.start_active))
+                         or self._starting or self.start_active))
         if idle and not self._fleet_done:
             logger.info("Fleet idle for %.1f s (FLEET_IDLE_TIMEOUT=%s): closing",
                         result.idle_ms / 1000, idle_timeout, extra={"spider": self.spider})
@@ -593,8 +594,7 @@ class FrontierPump:
 
     def inc(self, key: str, count: int = 1) -> None:
         """Add *count* to this worker's Scrapy stat *key*."""
-        self._inc(key, count)
-
-    def _inc(self, key: str, count: int = 1) -> None:
         if self.stats is not None:
             self.stats.inc_value(key, count)
+
+    _inc = inc

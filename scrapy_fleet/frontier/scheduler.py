@@ -12,6 +12,10 @@ Data flow in one worker (docs/architecture.md)::
   key ``_fleet_lease``) is buffered with its parent and sent with the parent's
   acknowledgement, so the frontier can apply its bounds to the pair (docs/backpressure.md).
 * ``next_request`` pops the local prefetch; it never touches the network.
+* A leased request pushed with ``scrapy fleet push`` (a start request of the crawl that has not
+  met the spider middlewares yet) passes their ``process_start`` first, in a task, before it
+  joins the prefetch (:meth:`FleetScheduler._start_pushed`; FleetSpiderMiddleware's module
+  docstring says what "once" means there).
 * A background task (the pump) sends everything buffered in one round trip: new requests
   (through the Bloom filter), acknowledgements of finished requests, lease extensions, and a
   request for more leases when the prefetch runs low.  The requests a response yielded are in
@@ -28,6 +32,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from scrapy import Request
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.reactor import is_asyncio_reactor_installed
@@ -47,6 +52,7 @@ from scrapy_fleet.frontier.pump import (
     _Lease,
     _Out,
 )
+from scrapy_fleet.frontier.spidermw import FleetSpiderMiddleware
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.politeness import hosts as politeness
 from scrapy_fleet.politeness.middlewares import robots_of
@@ -54,7 +60,7 @@ from scrapy_fleet.stages import records as stored_responses
 from scrapy_fleet.stages.roles import StageRole
 
 if TYPE_CHECKING:
-    from scrapy import Request, Spider
+    from scrapy import Spider
     from scrapy.crawler import Crawler
     from scrapy.dupefilters import BaseDupeFilter
     from twisted.internet.defer import Deferred
@@ -89,6 +95,8 @@ class FleetScheduler(FrontierPump, BaseScheduler):
         self._parents: dict[int, tuple[Request, _Lease]] = {}  # id(child) -> (child, lease)
         self._uninstall_hook: Any = None
         self._logged_clamp = False
+        self._start_tasks: set[asyncio.Task[None]] = set()  # pushed requests in the hook
+        self.on_pushed = self._admit_pushed
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FleetScheduler:
@@ -157,6 +165,8 @@ class FleetScheduler(FrontierPump, BaseScheduler):
 
     async def _close(self, reason: str) -> None:
         self._closing = True
+        for task in list(self._start_tasks):  # their leases stay held: released below
+            task.cancel()
         if self._uninstall_hook is not None:
             self._uninstall_hook()
         if self.stage is not None:
@@ -178,7 +188,7 @@ class FleetScheduler(FrontierPump, BaseScheduler):
 
     def has_pending_requests(self) -> bool:
         return bool(self._prefetch or self._outbox or self._inflight or self._done
-                    or not self._fleet_done)
+                    or self._starting or not self._fleet_done)
 
     def note_parent(self, child: Request, parent: Request | None) -> None:
         """Record that *child* was yielded by the callback of *parent* (a request this
@@ -251,6 +261,73 @@ class FleetScheduler(FrontierPump, BaseScheduler):
         self._enqueued += 1  # counted into the stats before each frontier call (_flush_counts)
         self._poke()
         return True
+
+    def _admit_pushed(self, request: Request, lease: _Lease) -> None:
+        """*request*, just leased, was pushed with ``scrapy fleet push``: it goes through the
+        spider middlewares' start hook first (a task: a middleware may await); its lease is
+        held meanwhile (extended, released at close)."""
+        request.meta.pop(codec.PUSHED_META_KEY, None)
+        self._starting.append(lease)
+        task = asyncio.ensure_future(self._start_pushed(request, lease))
+        self._start_tasks.add(task)
+        task.add_done_callback(self._start_tasks.discard)
+
+    async def _start_pushed(self, request: Request, lease: _Lease) -> None:
+        """Pass the pushed *request* (leased under *lease*) through the spider middlewares'
+        ``process_start`` (all but FleetSpiderMiddleware's, which reads the spider's own start
+        requests), and use what they yield: items go to the item pipelines; the request itself
+        (or, when a middleware replaced it, the first request yielded for the same host) is
+        fetched under the lease; every other request is a link of the lease, pushed with its
+        acknowledgement (the Bloom filter applies).  Nothing yielded: the lease is acknowledged
+        as done.  A middleware that raises: the entry goes to the dead letters with the
+        error (``scrapy fleet retry --dead`` pushes it again, still a start request).  A lease
+        lost meanwhile: nothing is used (its new holder runs the hook)."""
+        try:
+            outputs = await engine_hooks.process_start(self.crawler, [request],
+                                                       FleetSpiderMiddleware)
+            items = [o for o in outputs if not isinstance(o, Request)]
+            for item in items:
+                await engine_hooks.process_start_item(self.crawler, item)
+        except Exception as exc:
+            self._starting.remove(lease)
+            if lease.lost:
+                return
+            logger.error("A spider middleware's process_start failed on the pushed request "
+                         "%s (%s: %s); moved to dead letters", request, type(exc).__name__,
+                         exc, extra={"spider": self.spider})
+            self._inc("fleet/start/pushed/error")
+            self._inc("fleet/frontier/dead_letter")
+            self._dead.append((lease, f"process_start: {type(exc).__name__}: {exc}"[:500]))
+            self._poke()
+            return
+        if self._withheld is not None:
+            return  # stays held (in _starting), released when the worker closes
+        self._starting.remove(lease)
+        if lease.lost:
+            return  # leased again elsewhere: the new holder runs the hook
+        self._inc("fleet/start/pushed")
+        if items:
+            self._inc("fleet/start/pushed/items", len(items))
+        requests = [o for o in outputs if isinstance(o, Request)]
+        main = request if any(o is request for o in requests) else next(iter(requests), None)
+        host_key = self.config.host_key
+        if main is not None and politeness.host_key(main.url, host_key) != politeness.host_key(
+                request.url, host_key):
+            main = None  # its lease holds the pushed request's host's turn, not this one's
+        for extra in requests:
+            if extra is main:
+                continue
+            self._parents[id(extra)] = (extra, lease)
+            if self.enqueue_request(extra):
+                self._inc("fleet/start/pushed/added")
+            self._parents.pop(id(extra), None)
+        if main is None:
+            self._inc("fleet/start/pushed/dropped")
+            self._done.append(lease)  # acknowledged with the requests it yielded, if any
+            self._poke()
+            return
+        self._prefetch.append((main, lease))
+        engine_hooks.wake_engine(self.crawler)
 
     def next_request(self) -> Request | None:
         if not self._prefetch:

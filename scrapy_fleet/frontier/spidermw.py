@@ -21,6 +21,26 @@ and so would be crawled once per worker.  ``FLEET_START_REQUESTS`` chooses:
 Start requests are consumed lazily: while the frontier holds ``FLEET_QUEUE_MAX`` entries or
 more, the middleware stops reading them until the frontier is below the low watermark.
 
+Pushed start requests.  What ``scrapy fleet push`` pushes are start requests too, and meet
+the spider middlewares' ``process_start`` as the spider's own do (the one of this middleware
+aside: it reads the spider's start requests).  The push helper marks each entry
+(``codec.PUSHED_FIELD``); the worker that leases a marked entry passes the request through
+the hook before fetching it (``FleetScheduler._start_pushed``).  What the hook yields takes
+effect only with that lease's acknowledgement, in one atomic frontier call: the request it
+kept (or the first one it yielded for the same host) is fetched under the lease, the other
+requests are pushed as the lease's links, a request it dropped is acknowledged as done
+(stat ``fleet/start/pushed/dropped``).  The entry in Redis keeps its mark until then.  So
+the hook's *effect* is exactly once (every pushed request reaches its callback as the hook
+made it, once per fetch; extra requests are pushed once), and the hook itself runs at least
+once: a worker that dies (or releases the lease at close) before the acknowledgement leaves
+the entry, still marked, to the next worker, which runs the hook again on the request as it
+was pushed, never on the hook's own output.  Exactly-once runs would need the hook's output
+written to Redis before the fetch, a second frontier call per pushed request for a guarantee
+that matters only to a middleware with side effects outside the request, which then must be
+idempotent anyway (the same holds for every callback in the fleet).  Requests the worker
+stores again (retries, redirects, ``scrapy fleet retry`` of a failed one) carry no mark: as
+in Scrapy, a start request meets the hook once, its retries do not.
+
 Links.  For each request the spider's callback yields, the middleware tells the scheduler
 which leased request found it, so the link travels with that request's acknowledgement.
 It must be the outermost spider middleware (order 0, set by the add-on), so that it sees the

@@ -273,3 +273,43 @@ class TinyproxyAuthPolicy:
 
     def exception_verdict(self, request: Any, exception: BaseException, site: str) -> Any:
         return None
+
+
+class TagStartMiddleware:
+    """A spider middleware that works on start requests only, as many do: it appends "tagged"
+    to ``meta["start_tags"]``, drops a request whose meta has ``drop``, and after one whose
+    meta names an ``extra`` URL yields a request of its own to it.  Stat ``tagstart/seen``:
+    start requests it saw."""
+
+    def __init__(self, crawler: Any) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Any) -> TagStartMiddleware:
+        return cls(crawler)
+
+    async def process_start(self, start: Any) -> Any:
+        async for request in start:
+            if not isinstance(request, scrapy.Request):
+                yield request
+                continue
+            self.crawler.stats.inc_value("tagstart/seen")
+            if request.meta.get("drop"):
+                continue
+            request.meta["start_tags"] = [*request.meta.get("start_tags", []), "tagged"]
+            yield request
+            if request.meta.get("extra"):
+                yield scrapy.Request(request.meta["extra"], meta={"generated_by": request.url})
+
+
+class TaggedStartsSpider(scrapy.Spider):
+    """Fetches what is pushed, through :class:`TagStartMiddleware`; one item per response
+    with the tags its request arrived with."""
+
+    name = "tagged_starts"
+    custom_settings = {"SPIDER_MIDDLEWARES": {"fleettest.spiders.TagStartMiddleware": 543}}
+
+    def parse(self, response: Any) -> Any:
+        yield {"url": response.url, "start_tags": response.meta.get("start_tags"),
+               "is_start_request": response.meta.get("is_start_request", False),
+               "generated_by": response.meta.get("generated_by")}
