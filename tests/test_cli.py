@@ -344,13 +344,20 @@ def test_status_reads_the_frontier_once_with_the_same_figures(redis_url, redis_s
     admin = FrontierAdmin(redis_url, "once")
     client = redis_server.client()
     client.hset(admin.keys.failed_by, mapping={"http/500": 2, "http/404": 1})
-    client.set(admin.keys.idle_since, admin.server_ms() - 4000)
+    idle_since = admin.server_ms() - 4000
+    client.set(admin.keys.idle_since, idle_since)
     client.hset(admin.keys.seeding, mapping={"holder": "w1", "done": 1})
     client.hset(admin.keys.stats, "not-a-number", "x")
     snap, legacy, failed_by = read_status(admin.client, admin.keys)
     before = admin.status()
-    for name in ("idle_seconds",):  # the two reads are a few ms apart
-        assert abs(legacy.pop(name) - before.pop(name)) < 1.0
+    read_at = admin.server_ms()
+    # idle_seconds: Redis's clock at each read, minus idle_since (rounded to 0.1 s); the
+    # status after the snapshot, and before the clock read after it
+    assert abs(legacy["idle_seconds"] - (snap["at"] - idle_since / 1000)) <= 0.051
+    assert legacy["idle_seconds"] <= before["idle_seconds"] <= round(
+        (read_at - idle_since) / 1000, 1)
+    legacy.pop("idle_seconds")
+    before.pop("idle_seconds")
     assert legacy == before
     assert legacy["queued"] == 3 and legacy["start_requests"] == "done"
     assert legacy["seeded_by"] == "w1" and legacy["counters"]["not-a-number"] == 0
@@ -372,7 +379,8 @@ def test_status_reads_the_frontier_once_with_the_same_figures(redis_url, redis_s
     data = json.loads(shown.stdout)
     assert (data["queued"], data["size"], data["totals"]["pushed"]) == (3, 3, 3)
     assert data["failed"] == {"http/404": 1, "http/500": 2}
-    assert data["start_requests"] == "done" and 3.0 <= data["idle_seconds"] <= 30
+    assert data["start_requests"] == "done"
+    assert abs(data["idle_seconds"] - (data["at"] - idle_since / 1000)) <= 0.051
     client.close()
 
 

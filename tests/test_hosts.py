@@ -45,13 +45,19 @@ def politeness_call(url: str, op: str, host: str, **args):
 def test_gcra_spaces_leases_by_the_servers_clock(redis_url):
     admin = FrontierAdmin(redis_url, "hosts", params=FrontierParams(host_interval=0.4))
     admin.push([entry(f"http://a.test/{i}") for i in range(3)])
-    got = [len(admin.sync(SyncBatch(take=3), worker="w").leased)]
-    started = time.monotonic()
-    while sum(got) < 3:
-        got.append(len(admin.sync(SyncBatch(take=3), worker="w").leased))
+    replies = [admin.sync(SyncBatch(take=3), worker="w")]
+    while sum(len(r.leased) for r in replies) < 3:
         time.sleep(0.02)
-    assert got[0] == 1  # one per interval, even when three are asked for
-    assert time.monotonic() - started >= 0.75  # the third waited two intervals
+        replies.append(admin.sync(SyncBatch(take=3), worker="w"))
+    got = [len(r.leased) for r in replies]
+    assert got[0] == 1 and max(got) == 1  # one per interval, even when three are asked for
+    # the third waited two intervals, on the server's clock: each lease put the host's next
+    # turn one interval (0.4 s) later, and every call between two leases was told to wait
+    # for it (next_ready, seconds), the leases being the calls the turn had come for
+    turns = [r.next_ready for r in replies if r.leased][:2]
+    assert turns == [pytest.approx(0.4, abs=0.005)] * 2, turns
+    waits = [r.next_ready for r in replies if not r.leased]
+    assert all(w is not None and 0 < w <= 0.4 for w in waits), waits
 
 
 def test_a_call_that_leases_less_than_asked_says_when_the_next_host_may_go(redis_url):

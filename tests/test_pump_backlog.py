@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 from scrapy import Request, Spider
@@ -41,7 +40,10 @@ def test_a_backlog_of_finished_pages_goes_in_back_to_back_calls(redis_url):
     admin.push([(sched.df.bloom_key(r), 0, codec.encode(r), 0, host_key(r.url)) for r in pages])
     assert LINKS * 5 == PUSH_CHUNK
 
-    async def run() -> tuple[float, int, Any]:
+    # (finished pages still buffered, a poke pending) each time the pump goes to wait
+    waits: list[tuple[int, bool]] = []
+
+    async def run() -> tuple[int, Any]:
         sched.frontier = AsyncFrontier(redis_url, CrawlKeys("fleet", "backlog"), "w1", params)
         try:
             leased = (await sched.frontier.sync(SyncBatch(take=PAGES))).leased
@@ -55,24 +57,34 @@ def test_a_backlog_of_finished_pages_goes_in_back_to_back_calls(redis_url):
                                            codec.encode(link), host_key(link.url), 0))
                 sched._done.append(lease)
             calls0 = sched.frontier.roundtrips
-            sched._wake = asyncio.Event()
-            sched._wake.set()  # one poke, as the last page's acknowledgement gives
-            t0 = time.monotonic()
+            wake = sched._wake = asyncio.Event()
+            wake.set()  # one poke, as the last page's acknowledgement gives
+            settled = asyncio.Event()  # the backlog is sent, or the pump waits with some left
+            wait_time = sched._wait_time
+
+            def noted_wait_time() -> float:
+                waits.append((len(sched._done), wake.is_set()))
+                if not (sched._done and wake.is_set()):
+                    settled.set()
+                return wait_time()
+
+            sched._wait_time = noted_wait_time  # type: ignore[method-assign]
             task = asyncio.ensure_future(sched._pump())
-            while sched._done and time.monotonic() - t0 < 4.5:
-                await asyncio.sleep(0.01)
-            elapsed = time.monotonic() - t0
+            await settled.wait()
             sched._closing = True
-            sched._wake.set()
+            wake.set()
             await task
-            return elapsed, sched.frontier.roundtrips - calls0, admin.status()
+            return sched.frontier.roundtrips - calls0, admin.status()
         finally:
             await sched.frontier.close()
 
-    elapsed, calls, status = asyncio.run(run())
+    calls, status = asyncio.run(run())
     admin.close()
     assert not sched._done
-    assert elapsed < 4.0  # before: one call per FLEET_POLL_INTERVAL (6 calls: 25 s)
+    # each call after the first was made at once, poked by the one before: the pump never
+    # waited for its poll timer with finished pages buffered (before: one call per
+    # FLEET_POLL_INTERVAL, 6 calls in 25 s)
+    assert [poked for pending, poked in waits if pending] == [True] * calls
     assert calls == PAGES * LINKS // PUSH_CHUNK
     assert sched.stats.get_value("fleet/frontier/acked") == PAGES
     assert sched.stats.get_value("fleet/frontier/pushed") == PAGES * LINKS
