@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 import pytest
+from scrapy import Request
 from support import (
     TEST_PROJECT,
     kill_worker,
@@ -28,7 +29,12 @@ from support import (
     worker_stats,
 )
 
-from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet import codec
+from scrapy_fleet.commands.push import default_fingerprinter, push_lines
+from scrapy_fleet.config import DEFAULT_REQUEST_CLASSES
+from scrapy_fleet.failures import admin as failures
+from scrapy_fleet.failures.record import FailureRecord
+from scrapy_fleet.frontier.client import FrontierAdmin, SyncBatch
 
 pytestmark = pytest.mark.slow
 
@@ -149,3 +155,27 @@ def test_a_pushed_request_whose_worker_died_meets_the_hook_again_with_one_effect
     status = FrontierAdmin(redis_url, SPIDER).status()
     assert (status["queued"], status["leased"], status["dead"]) == (0, 0, 0), status
     assert status["counters"]["acked"] == status["counters"]["pushed"] == 2
+
+
+def test_a_retried_failed_pushed_request_is_still_a_start_request(redis_url):
+    """``scrapy fleet retry`` pushes a failed pushed request as it was pushed: still marked, so
+    the hook makes it again (its stored form is not the hook's); a request a worker stored
+    (the hook's output, or a link) comes back unmarked."""
+    admin = FrontierAdmin(redis_url, "reretry")
+    assert push_lines(admin, [(1, "http://a.test/pushed")], default_fingerprinter()).pushed == 1
+    stored = codec.encode(Request("http://b.test/stored", meta={"start_tags": ["tagged"]}))
+    admin.push([(b"", 0, stored, 0, "b.test")])
+
+    def lease_both() -> tuple[list, dict[str, bool]]:
+        leased = admin.sync(SyncBatch(take=2), worker="w").leased
+        requests = [codec.decode(e.payload, None, DEFAULT_REQUEST_CLASSES) for e in leased]
+        return list(zip(leased, requests, strict=True)), {
+            r.url: codec.PUSHED_META_KEY in r.meta for r in requests}
+
+    pairs, marked = lease_both()
+    assert marked == {"http://a.test/pushed": True, "http://b.test/stored": False}
+    admin.sync(SyncBatch(acks=[(e.entry_id, e.token, FailureRecord(
+        url=r.url, method="GET", reason="http/500", status=500, attempts=3, worker="w",
+        host=r.url.split("/")[2]).encode()) for e, r in pairs]), worker="w")
+    assert failures.retry(admin.client, admin.keys, redis_url).retried == 2
+    assert lease_both()[1] == marked

@@ -38,8 +38,10 @@ was pushed, never on the hook's own output.  Exactly-once runs would need the ho
 written to Redis before the fetch, a second frontier call per pushed request for a guarantee
 that matters only to a middleware with side effects outside the request, which then must be
 idempotent anyway (the same holds for every callback in the fleet).  Requests the worker
-stores again (retries, redirects, ``scrapy fleet retry`` of a failed one) carry no mark: as
-in Scrapy, a start request meets the hook once, its retries do not.
+stores again (Scrapy's retries, redirects) are encoded from the request the hook made, and
+carry no mark: as in Scrapy, they do not meet the hook.  ``scrapy fleet retry`` of a failed
+pushed request pushes the entry as it was pushed, mark included, so the hook makes it again
+(the stored form of a start request the spider yielded is already the hook's).
 
 Links.  For each request the spider's callback yields, the middleware tells the scheduler
 which leased request found it, so the link travels with that request's acknowledgement.
