@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -285,10 +286,20 @@ def test_wait_replicas_reports_a_push_no_replica_has(tmp_path):
         assert replica.get(CrawlKeys("fleet", "waits").queue_count) == b"1"  # there already
         os.kill(sentinel.procs[sentinel.replica_ports[0]].pid, signal.SIGSTOP)
         try:
-            started = time.monotonic()
-            admin.push([(b"b" * 12, 0, b"y", 0, "h")])
+            # it waited for the replica: its connection was seen blocked in WAIT (CLIENT
+            # LIST: cmd=wait, flag b) while the push was under way, by another connection
+            master = redis.Redis(port=sentinel.master_port)
+            pusher = threading.Thread(target=admin.push, args=([(b"b" * 12, 0, b"y", 0, "h")],))
+            pusher.start()
+            blocked = []
+            while pusher.is_alive() and not blocked:
+                blocked = [c for c in master.client_list()
+                           if c["cmd"] == "wait" and "b" in c["flags"]]
+                time.sleep(0.01)
+            pusher.join()
+            master.close()
             assert admin.unreplicated == 1
-            assert time.monotonic() - started >= 0.9  # it waited for the replica (1 s)
+            assert len(blocked) == 1, "the push did not wait for the replica"
         finally:
             os.kill(sentinel.procs[sentinel.replica_ports[0]].pid, signal.SIGCONT)
         admin.push([(b"c" * 12, 0, b"z", 0, "h")])
