@@ -13,6 +13,7 @@ import os
 import sys
 from typing import Any
 
+import redis
 from scrapy.commands import ScrapyCommand, ScrapyHelpFormatter
 from scrapy.crawler import Crawler
 from scrapy.exceptions import UsageError
@@ -20,10 +21,37 @@ from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_fleet.commands import cli
 from scrapy_fleet.config import FleetConfig
-from scrapy_fleet.errors import FleetConfigError
+from scrapy_fleet.errors import CrawlSpiderError, FleetConfigError
 from scrapy_fleet.frontier.client import FrontierAdmin
 from scrapy_fleet.monitoring.alerts import AlertConfig
 from scrapy_fleet.startup import warn_unknown_settings
+
+#: actions that put requests into the crawl: refused when it belongs to another spider
+_WRITES_REQUESTS = ("push", "retry")
+#: the one line of a project whose settings do not enable the add-on
+ADDON_OFF = ("error: this project's settings do not enable scrapy_fleet (ADDONS has no "
+             "scrapy_fleet.Addon), so `scrapy crawl` would run as plain Scrapy: put "
+             "\"scrapy_fleet.Addon\": 500 into the ADDONS dict of settings.py (a later "
+             "`ADDONS = {}` line, as `scrapy startproject` writes, replaces an earlier one)")
+
+
+def addon_enabled(settings: Any) -> bool:
+    """True when ``ADDONS`` (settings, ``-s`` options) lists :class:`scrapy_fleet.Addon` or a
+    subclass of it with a priority that is not None."""
+    from scrapy.utils.misc import load_object
+
+    from scrapy_fleet.addon import Addon
+
+    for path, priority in settings.getdict("ADDONS").items():
+        if priority is None:
+            continue
+        try:
+            obj = load_object(path) if isinstance(path, str) else path
+        except (ImportError, NameError, ValueError):
+            continue  # Scrapy names a wrong path when it loads the add-ons
+        if isinstance(obj, type) and issubclass(obj, Addon):
+            return True
+    return False
 
 
 def _print_warning(message: str, *args: Any) -> None:
@@ -74,6 +102,11 @@ class Command(ScrapyCommand):
         actions = ", ".join([*cli.ACTIONS, "proxies"])
         if not args:
             raise UsageError(f"expected an action ({actions})")
+        assert self.settings is not None
+        if not addon_enabled(self.settings):
+            print(ADDON_OFF, file=sys.stderr)
+            self.exitcode = 2
+            return
         proxies_action = args[0] == "proxies"
         spec = cli.ACTIONS.get(args[0])
         if spec is None and not proxies_action:
@@ -139,6 +172,9 @@ class Command(ScrapyCommand):
                                            label=f"spider {spidercls.name!r}",
                                            acl_target=target)
             return
+        if action in _WRITES_REQUESTS and not self._own_crawl(config, crawl_id, spidercls):
+            self.exitcode = 2
+            return
         crawler = Crawler(spidercls, settings)
         fingerprinter = build_from_crawler(
             load_object(settings["REQUEST_FINGERPRINTER_CLASS"]), crawler)
@@ -157,6 +193,28 @@ class Command(ScrapyCommand):
                                                spidercls, name, None))
         finally:
             admin.close()
+
+    @staticmethod
+    def _own_crawl(config: FleetConfig, crawl_id: str, spidercls: Any) -> bool:
+        """Record *spidercls* as the crawl's spider, or check it is the recorded one
+        (identity.py); False (and one line on stderr) when the crawl is another spider's.
+        A Redis that does not answer is left to the action, which reports it its way."""
+        from scrapy_fleet import identity, redis_client
+        from scrapy_fleet.keys import CrawlKeys
+
+        client = redis_client.sync_client(config.redis_url, config.redis_timeout)
+        try:
+            identity.claim_crawl(client, CrawlKeys(config.key_prefix, crawl_id),
+                                 spidercls.name, identity.spider_path(spidercls))
+        except CrawlSpiderError as exc:
+            fix = identity.SPIDER_FIX.format(owner=exc.owner[0])
+            print(f"error: {exc}: nothing pushed. {fix}", file=sys.stderr)
+            return False
+        except redis.RedisError:
+            pass
+        finally:
+            client.close()
+        return True
 
     @staticmethod
     def _proxies(config: FleetConfig, crawl_id: str, action: str, args: list[str],
