@@ -214,3 +214,22 @@ def close_spider(crawler: Crawler, reason: str) -> Any:
             logging.getLogger(__name__).exception("Could not close the spider (%s)", reason)
 
     return asyncio.ensure_future(close())
+
+
+def running_command() -> str | None:
+    """The ``scrapy`` command this process runs (``crawl``, ``fleet``...), or None when it is
+    not run by Scrapy's command line.
+
+    Scrapy's command line (``scrapy.cmdline.execute``, 2.13-2.19) instantiates the class of
+    every command of the ``scrapy.commands`` entry points at each run, whatever the command,
+    before it parses the arguments: so the fleet's command class is built by ``scrapy crawl``
+    too, and this is how it learns which command runs (the first argument that is not an
+    option, as Scrapy picks it).
+    """
+    import sys
+
+    argv = sys.argv
+    if not argv or not argv[0].replace("\\", "/").endswith(("scrapy", "scrapy/__main__.py")):
+        return None
+    names = [a for a in argv[1:] if not a.startswith("-")]
+    return names[0] if names else None

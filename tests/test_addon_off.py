@@ -17,6 +17,11 @@ ADDON_OFF = (
     "\"scrapy_fleet.Addon\": 500 into the ADDONS dict of settings.py (a later "
     "`ADDONS = {}` line, as `scrapy startproject` writes, replaces an earlier one)")
 
+PLAIN_CRAWL = (
+    "warning: FLEET_REDIS_URL is set but this project's settings do not enable scrapy_fleet "
+    "(ADDONS has no scrapy_fleet.Addon): this crawl runs as plain Scrapy, without the fleet; "
+    "put \"scrapy_fleet.Addon\": 500 into the ADDONS dict of settings.py\n")
+
 
 @pytest.fixture
 def project(tmp_path, worker_env, redis_url):
@@ -42,6 +47,12 @@ def test_every_fleet_command_says_the_addon_is_off(project, worker_env, redis_ur
         assert result.stderr.strip().splitlines() == [ADDON_OFF], (args, result.stderr)
         assert result.stdout == "", (args, result.stdout)
     assert FrontierAdmin(redis_url, "pages").status()["queued"] == 0  # nothing was pushed
+    # scrapy crawl runs as plain Scrapy (nothing of the fleet is loaded), but says so
+    crawl = ["crawl", "pages", "-s", "LOG_LEVEL=CRITICAL", "-s", "ROBOTSTXT_OBEY=False",
+             "-s", "RETRY_ENABLED=False"]
+    plain = run_scrapy(project, crawl, worker_env, timeout=TIMEOUT)
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stderr.count(PLAIN_CRAWL) == 1, plain.stderr
 
     # the README's quick start: the add-on goes into the template's ADDONS dict
     settings = project / "demo" / "settings.py"
@@ -52,3 +63,5 @@ def test_every_fleet_command_says_the_addon_is_off(project, worker_env, redis_ur
                         timeout=TIMEOUT)
     assert pushed.returncode == 0, pushed.stderr
     assert FrontierAdmin(redis_url, "pages").status()["queued"] == 1
+    listed = run_scrapy(project, ["list"], worker_env, timeout=TIMEOUT)
+    assert (listed.returncode, listed.stdout, listed.stderr) == (0, "pages\n", "")

@@ -63,9 +63,36 @@ class FleetHelpFormatter(argparse.RawDescriptionHelpFormatter, ScrapyHelpFormatt
     and epilog: the usage entries, actions and exit statuses stay one per line."""
 
 
+def warn_plain_crawl() -> None:
+    """``scrapy crawl`` in a project whose settings name ``FLEET_*`` settings but whose
+    ``ADDONS`` lacks the add-on runs as plain Scrapy: say so on stderr, once (the crawl goes
+    on; we cannot stop it).  Never raises."""
+    try:
+        from scrapy.utils.project import get_project_settings, inside_project
+
+        from scrapy_fleet import engine_hooks
+
+        if engine_hooks.running_command() not in ("crawl", "runspider") or not inside_project():
+            return
+        settings = get_project_settings()
+        named = sorted(k for k in settings.attributes if str(k).startswith("FLEET_"))
+        if named and not addon_enabled(settings):
+            print(f"warning: {named[0]} is set but this project's settings do not enable "
+                  "scrapy_fleet (ADDONS has no scrapy_fleet.Addon): this crawl runs as plain "
+                  "Scrapy, without the fleet; put \"scrapy_fleet.Addon\": 500 into the ADDONS "
+                  "dict of settings.py", file=sys.stderr)
+    except Exception:  # a warning must never break a Scrapy command
+        return
+
+
 class Command(ScrapyCommand):
     requires_project = True
     default_settings = {"LOG_ENABLED": False}
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Scrapy builds this class for every command it runs (engine_hooks.running_command)
+        warn_plain_crawl()
 
     def syntax(self) -> str:
         return "ACTION [SPIDER] [ARGS] (the actions are listed below)"
