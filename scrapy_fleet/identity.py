@@ -149,11 +149,13 @@ def _server_ms(client: Any, key: str) -> int:
 
 
 def claim_worker_id(client: Any, keys: CrawlKeys, worker_id: str, me: Holder,
-                    dead_after: float, poll: float,
+                    dead_after: float, poll: float, quiet_for: float = 0.0,
                     sleep: Callable[[float], None] = time.sleep) -> None:
     """Make sure no live process uses *worker_id* in the crawl of *keys*, then claim it for
     *me* (the rule is in the module's docstring).  Blocks at most about *dead_after* seconds
-    (while an earlier holder's heartbeat may still beat), polling every *poll* seconds.
+    (while an earlier holder's heartbeat may still beat), polling every *poll* seconds; says
+    that it waits (one WARNING) once it has waited *quiet_for* seconds (the heartbeat
+    interval: a live holder has beaten by then, and its refusal is the only line).
 
     Raises:
         WorkerIdInUseError: a live worker holds the id (message: id, host, pid, start, age
@@ -166,6 +168,7 @@ def claim_worker_id(client: Any, keys: CrawlKeys, worker_id: str, me: Holder,
     first_seen: int | None = None
     looked = False
     warned = False
+    since = time.monotonic()
     while True:
         seen_raw, host, pid, started = client.hmget(info, "seen", "h", "pid", "sa")
         now = _server_ms(client, info)
@@ -179,8 +182,9 @@ def claim_worker_id(client: Any, keys: CrawlKeys, worker_id: str, me: Holder,
                 f"{keys.crawl_id!r} ({beat.describe()}; last heartbeat {age / 1000:.1f} s ago)")
         if not looked:
             looked, first_seen = True, seen
+        quiet = time.monotonic() - since < quiet_for
         if fresh:
-            if not warned:
+            if not warned and not quiet:
                 warned = True
                 logger.warning("FLEET_WORKER_ID %r was used %.1f s ago by a worker of crawl %r "
                                "(%s): waiting up to %.1f s to see whether it is alive (it beats "
@@ -196,10 +200,10 @@ def claim_worker_id(client: Any, keys: CrawlKeys, worker_id: str, me: Holder,
         if gone_here(other):
             client.set(claim, me.encode(), px=ttl_ms)
             return
-        if not warned:
+        if not warned and not quiet:
             warned = True
             logger.warning("FLEET_WORKER_ID %r was taken by another worker of crawl %r just "
-                           "before (%s): waiting up to %.1f s for its first heartbeat (it "
-                           "beats: this worker stops; it does not: this one starts)",
+                           "before (%s) and has no heartbeat yet: waiting up to %.1f s more for "
+                           "it (it beats: this worker stops; it does not: this one starts)",
                            worker_id, keys.crawl_id, other.describe(), dead_after)
         sleep(max(0.05, poll))

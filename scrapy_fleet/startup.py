@@ -164,7 +164,8 @@ def _claim(crawler: Crawler, client: Any, keys: CrawlKeys, config: FleetConfig,
     me = identity.Holder(socket.gethostname(), os.getpid(), time.time())
     poll = min(1.0, config.heartbeat_interval / 2)
     until_room(crawler, config, lambda: identity.claim_worker_id(
-        client, keys, config.worker_id, me, config.worker_dead_after, poll))
+        client, keys, config.worker_id, me, config.worker_dead_after, poll,
+        quiet_for=config.heartbeat_interval))
 
 
 def until_room(crawler: Crawler, config: FleetConfig, call: Callable[[], T]) -> T:

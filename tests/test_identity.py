@@ -134,8 +134,7 @@ def joined(log: Path) -> bool:
 def test_three_workers_with_one_id_then_a_restart_after_sigkill(site, worker_env, redis_url,
                                                               tmp_path):
     settings = {"FLEET_REDIS_URL": redis_url, "FLEET_WORKER_ID": "same-id",
-                "FLEET_START_REQUESTS": "always", "FLEET_HEARTBEAT_INTERVAL": 1,
-                "LOG_LEVEL": "INFO"}
+                "FLEET_START_REQUESTS": "always", "LOG_LEVEL": "INFO"}
     logs = [tmp_path / f"w{i}.log" for i in range(3)]
     procs = [start_worker(TEST_PROJECT, "starts", settings, worker_env, log,
                           spider_args={"start": site.start_url}) for log in logs]
