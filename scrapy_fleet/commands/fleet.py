@@ -199,7 +199,8 @@ class Command(ScrapyCommand):
                                            label=f"spider {spidercls.name!r}",
                                            acl_target=target)
             return
-        if action in _WRITES_REQUESTS and not self._own_crawl(config, crawl_id, spidercls):
+        if action in _WRITES_REQUESTS and not self._own_crawl(config, crawl_id, spidercls,
+                                                              action):
             self.exitcode = 2
             return
         crawler = Crawler(spidercls, settings)
@@ -222,7 +223,7 @@ class Command(ScrapyCommand):
             admin.close()
 
     @staticmethod
-    def _own_crawl(config: FleetConfig, crawl_id: str, spidercls: Any) -> bool:
+    def _own_crawl(config: FleetConfig, crawl_id: str, spidercls: Any, action: str) -> bool:
         """Record *spidercls* as the crawl's spider, or check it is the recorded one
         (identity.py); False (and one line on stderr) when the crawl is another spider's.
         A Redis that does not answer is left to the action, which reports it its way."""
@@ -235,7 +236,8 @@ class Command(ScrapyCommand):
                                  spidercls.name, identity.spider_path(spidercls))
         except CrawlSpiderError as exc:
             fix = identity.SPIDER_FIX.format(owner=exc.owner[0])
-            print(f"error: {exc}: nothing pushed. {fix}", file=sys.stderr)
+            done = "pushed" if action == "push" else "retried"
+            print(f"error: {exc}: nothing {done}. {fix}", file=sys.stderr)
             return False
         except redis.RedisError:
             pass
