@@ -107,6 +107,11 @@ def test_a_second_spider_on_a_crawl_is_refused_by_worker_and_push(site, worker_e
         "spider its own FLEET_CRAWL_ID (by default the crawl id is the spider's name), or "
         "purge the crawl first (`scrapy fleet purge starts --yes`)"]
     assert "Traceback" not in pushed.stderr
+    retried = run_scrapy(TEST_PROJECT, ["fleet", "retry", "fetch", "--all", *settings],
+                         worker_env, timeout=TIMEOUT)
+    assert retried.returncode == 2, retried.stderr
+    assert retried.stderr.strip().splitlines() == [
+        pushed.stderr.strip().replace("nothing pushed", "nothing retried")]
     assert snapshot(client, keys) == before
 
     own = run_scrapy(TEST_PROJECT, ["fleet", "push", "starts", site.url + "y", *settings],
