@@ -67,10 +67,12 @@ PROBE_LINES = {
 }
 #: commands each role sends itself (outside scripts)
 _DIRECT = {
-    "worker": ("evalsha", "script|load", "hset", "hmget", "hgetall", "zrem", "zcard"),
+    # set, time: the start's checks of the crawl's spider and the worker id (identity.py)
+    "worker": ("evalsha", "script|load", "hset", "hmget", "hgetall", "zrem", "zcard", "set",
+               "time"),
     "monitor": ("zcard", "hlen", "hgetall", "zrange", "get", "hmget", "llen", "hscan",
                 "time", "exists", "hget", "zrevrange", "zrangebyscore", "zcount", "info"),
-    "admin": ("evalsha", "script|load", "hset", "hmget", "hgetall", "zrem", "zcard", "hlen",
+    "admin": ("evalsha", "script|load", "hset", "hmget", "hgetall", "zrem", "zcard", "set", "hlen",
               "zrange", "get", "llen", "hscan", "time", "scan", "unlink"),
 }
 #: an admin runs the monitor's reads too (status, top, failed, dead)

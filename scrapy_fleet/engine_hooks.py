@@ -280,3 +280,22 @@ async def process_start_item(crawler: Crawler, item: Any) -> None:
             "scrapy_fleet cannot hand a start item to this Scrapy's item pipelines (no "
             "engine.scraper.start_itemproc); supported: Scrapy 2.13 to 2.19")
     await maybe_deferred_to_future(process(item, response=None))
+
+
+def running_command() -> str | None:
+    """The ``scrapy`` command this process runs (``crawl``, ``fleet``...), or None when it is
+    not run by Scrapy's command line.
+
+    Scrapy's command line (``scrapy.cmdline.execute``, 2.13-2.19) instantiates the class of
+    every command of the ``scrapy.commands`` entry points at each run, whatever the command,
+    before it parses the arguments: so the fleet's command class is built by ``scrapy crawl``
+    too, and this is how it learns which command runs (the first argument that is not an
+    option, as Scrapy picks it).
+    """
+    import sys
+
+    argv = sys.argv
+    if not argv or not argv[0].replace("\\", "/").endswith(("scrapy", "scrapy/__main__.py")):
+        return None
+    names = [a for a in argv[1:] if not a.startswith("-")]
+    return names[0] if names else None

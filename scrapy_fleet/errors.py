@@ -49,3 +49,20 @@ class RobotsTxtUnavailable(FleetError, IgnoreRequest):
     def __init__(self, message: str, origin: str = "") -> None:
         super().__init__(message)
         self.origin = origin
+
+
+class CrawlSpiderError(FleetError):
+    """The crawl (its ``FLEET_CRAWL_ID``) belongs to another spider: a worker or a push of a
+    second spider would lease the first one's requests and run its own callbacks on them.
+    ``owner`` and ``spider`` are ``(name, class path)`` pairs."""
+
+    def __init__(self, message: str, owner: tuple[str, str] = ("", ""),
+                 spider: tuple[str, str] = ("", "")) -> None:
+        super().__init__(message)
+        self.owner = owner
+        self.spider = spider
+
+
+class WorkerIdInUseError(FleetError):
+    """Another live process runs with this ``FLEET_WORKER_ID``: two workers with one id would
+    take each other's leases (identity.py)."""

@@ -62,6 +62,12 @@ prefix ``fleet`` and crawl id ``docs``::
     fleet:{docs}:failed_by    HASH  reason -> count           failed requests kept, per reason
     fleet:{docs}:marker       STRING  crawl marker (random id) written by the first frontier
                                       call; its loss means Redis lost the crawl's state
+    fleet:{docs}:spider       STRING  "<spider name>\t<class path>": the spider the crawl belongs
+                                      to, written once (SET NX) by its first worker or push
+                                      (identity.py)
+    fleet:{docs}:claim:<id>   STRING  "<host>\t<pid>\t<start>": the last worker that started
+                                      with worker id <id>; expires FLEET_WORKER_DEAD_AFTER
+                                      after its start (identity.py)
     fleet:{docs}:op:<op id>   STRING  cached reply of a mutating script (safe retries), short TTL
     fleet:{docs}:worker:<id>  HASH    heartbeat of one worker (state, leases, pages, versions,
                                       last seen...), expires FLEET_WORKER_FORGET_AFTER after
@@ -288,6 +294,16 @@ class CrawlKeys:
         return [self.failed, self.failed_at, self.failed_by, self.dead, self.queue, self.data,
                 self.ehost, self.hostq, self.ready, self.stats, self.seq, self.leases,
                 self.delayed, self.queue_index, self.queue_count, self.bucket_prefix]
+
+    @property
+    def spider(self) -> str:
+        """STRING ``"<spider name>\\t<class path>"``: the spider the crawl belongs to."""
+        return self._k("spider")
+
+    def worker_claim(self, worker_id: str) -> str:
+        """STRING ``"<host>\\t<pid>\\t<start>"``: the last process that started with
+        *worker_id* (expires by itself)."""
+        return self._k("claim:" + worker_id)
 
     @property
     def op_prefix(self) -> str:

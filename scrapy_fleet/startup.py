@@ -22,22 +22,26 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
+import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.misc import load_object
 from scrapy.utils.reactor import is_asyncio_reactor_installed
 
-from scrapy_fleet import acl, redis_client, redis_url
+from scrapy_fleet import acl, identity, redis_client, redis_url
 from scrapy_fleet.config import SETTINGS_HELP, FleetConfig, unknown_settings
 from scrapy_fleet.errors import (
+    CrawlSpiderError,
     FleetConfigError,
     FleetError,
     RedisPermissionError,
     RedisUnavailableError,
+    WorkerIdInUseError,
 )
 from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys
 from scrapy_fleet.redact import redact
@@ -47,6 +51,7 @@ if TYPE_CHECKING:
     from scrapy.settings import BaseSettings
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: attribute set on an exception :func:`report` has logged
 _REPORTED = "_fleet_startup_reported"
@@ -65,6 +70,8 @@ class FleetStartupCheck:
         RedisUnavailableError: Redis at ``FLEET_REDIS_URL`` does not answer PING, or refuses
             the credentials, or its TLS certificate cannot be verified.
         RedisPermissionError: its ACL user may not run a command a worker needs.
+        CrawlSpiderError: the crawl belongs to another spider (identity.py).
+        WorkerIdInUseError: a live worker runs with this FLEET_WORKER_ID (identity.py).
     """
 
     @classmethod
@@ -83,9 +90,17 @@ def check_worker(crawler: Crawler) -> FleetConfig:
     the permissions of its user (scrapy_fleet/acl.py: one script call that checks every
     command a worker sends, on the crawl's keys, and one on the proxy pool's keys when the
     crawl uses the pool).  A TLS URL with ``ssl_cert_reqs=none`` is logged as a warning.
+    A worker with the fleet's scheduler then records its spider as the crawl's (or checks
+    it is the recorded one) and makes sure no live worker runs with its worker id
+    (identity.py: this may wait up to FLEET_WORKER_DEAD_AFTER seconds for an earlier
+    holder's heartbeat); while Redis is out of memory it waits (:func:`until_room`).
+    With FLEET_JSONL_PATH, the file's folder is created and the file opened once.
 
     Raises:
-        FleetConfigError: naming the wrong setting and its value.
+        FleetConfigError: naming the wrong setting and its value (FLEET_JSONL_PATH: a file
+            that cannot be written, and why).
+        CrawlSpiderError: naming the crawl and both spiders.
+        WorkerIdInUseError: naming the live worker (host, pid, start).
         RedisUnavailableError: naming the URL, password redacted.
         RedisPermissionError: naming the commands the Redis user may not run.
     """
@@ -125,11 +140,64 @@ def check_worker(crawler: Crawler) -> FleetConfig:
                 proxy = config.proxy
                 pool = (ProxyPoolKeys(config.key_prefix, proxy.pool_name(crawl_id))
                         if proxy is not None and proxy.enabled else None)
-                acl.check_sync(client, CrawlKeys(config.key_prefix, crawl_id), "worker",
+                keys = CrawlKeys(config.key_prefix, crawl_id)
+                acl.check_sync(client, keys, "worker",
                                cluster=target.kind == "cluster", pool=pool)
+                if fleet_scheduler and name:
+                    _claim(crawler, client, keys, config, name)
         finally:
             client.close()
+    if config.jsonl_path:
+        from scrapy_fleet.pipelines.jsonlines import prepare_path
+
+        prepare_path(config, getattr(spider, "name", None) or "spider")
     return config
+
+
+def _claim(crawler: Crawler, client: Any, keys: CrawlKeys, config: FleetConfig,
+           name: str) -> None:
+    """The crawl's spider and the worker id (identity.py), each retried while Redis is out
+    of memory (docs/backpressure.md: a worker waits until Redis has room)."""
+    spider = crawler.spider
+    path = identity.spider_path(type(spider))
+    until_room(crawler, config, lambda: identity.claim_crawl(client, keys, name, path))
+    me = identity.Holder(socket.gethostname(), os.getpid(), time.time())
+    poll = min(1.0, config.heartbeat_interval / 2)
+    until_room(crawler, config, lambda: identity.claim_worker_id(
+        client, keys, config.worker_id, me, config.worker_dead_after, poll,
+        quiet_for=config.heartbeat_interval))
+
+
+def until_room(crawler: Crawler, config: FleetConfig, call: Callable[[], T]) -> T:
+    """Run *call* (blocking Redis writes) again and again while Redis answers OOM (used
+    memory above ``maxmemory`` with ``noeviction``): one WARNING, then a retry every
+    4 x ``FLEET_POLL_INTERVAL`` seconds until Redis has room, as a running worker waits
+    (docs/backpressure.md).  Counts ``fleet/backpressure/oom``.
+
+    Raises:
+        FleetError: interrupted (Ctrl-C) while waiting.
+        redis.RedisError: any other error of *call*.
+    """
+    warned = False
+    while True:
+        try:
+            return call()
+        except redis.ResponseError as exc:
+            if not redis_client.is_oom(exc):
+                raise
+            if crawler.stats is not None:
+                crawler.stats.inc_value("fleet/backpressure/oom")
+            if not warned:
+                warned = True
+                logger.warning("Redis at %s is out of memory (%s): the worker waits and tries "
+                               "again every %.1f s until Redis has room (free memory, raise "
+                               "maxmemory, or purge old crawls)", redact(config.redis_url),
+                               str(exc).rstrip(". "), config.poll_interval * 4,
+                               extra={"crawler": crawler})
+        try:
+            time.sleep(config.poll_interval * 4)
+        except KeyboardInterrupt:
+            raise FleetError("interrupted while waiting for Redis to have room") from None
 
 
 def warn_unknown_settings(settings: Any, warn: Callable[..., Any]) -> int:
@@ -183,6 +251,10 @@ def hint(exc: FleetError) -> str:
             return ("Check FLEET_REDIS_URL (the database number) and the permissions of its "
                     "Redis user")
         return "Start Redis there, or set FLEET_REDIS_URL to the address of a running Redis"
+    if isinstance(exc, CrawlSpiderError):
+        return identity.SPIDER_FIX.format(owner=exc.owner[0])
+    if isinstance(exc, WorkerIdInUseError):
+        return identity.WORKER_ID_FIX
     if isinstance(exc, FleetConfigError):
         return ("Fix it in settings.py, in the spider's custom_settings or on the command line "
                 f"(-s NAME=VALUE); {SETTINGS_HELP} lists the valid values")
@@ -194,7 +266,7 @@ def report(crawler: Crawler, exc: FleetError) -> None:
     Scrapy's default, unless it is a wrong setting: its line says all there is), and keep
     asyncio and Twisted from logging it again when Scrapy re-raises it."""
     debug = _log_level(crawler.settings) <= logging.DEBUG \
-        and not isinstance(exc, FleetConfigError)
+        and not isinstance(exc, (FleetConfigError, CrawlSpiderError, WorkerIdInUseError))
     fix = hint(exc)
     logger.error("Fleet worker cannot start: %s%s", str(exc).rstrip(". "),
                  f". {fix}." if fix else "", exc_info=exc if debug else None,

@@ -48,7 +48,8 @@ EXIT_STATUSES: tuple[tuple[int, str], ...] = (
     (push.EXIT_REJECTED, "push: some lines were rejected (the valid ones were pushed); "
                          "purge: declined; proxies: an exit named matched nothing"),
     (push.EXIT_ERROR, "usage error, or Redis unreachable, refusing the credentials, or not "
-                      "a Redis server"),
+                      "a Redis server; scrapy fleet: the project does not enable the add-on, "
+                      "or push/retry into a crawl of another spider"),
     (push.EXIT_FULL, "push: the frontier stayed full (--no-wait, or --timeout expired); the "
                      "lines from the one reported on were not pushed"),
     (push.EXIT_NO_CRAWL, "status, dead, failed, retry, top: Redis holds no state of that "

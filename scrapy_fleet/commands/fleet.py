@@ -13,6 +13,7 @@ import os
 import sys
 from typing import Any
 
+import redis
 from scrapy.commands import ScrapyCommand, ScrapyHelpFormatter
 from scrapy.crawler import Crawler
 from scrapy.exceptions import UsageError
@@ -20,10 +21,37 @@ from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_fleet.commands import cli
 from scrapy_fleet.config import FleetConfig
-from scrapy_fleet.errors import FleetConfigError
+from scrapy_fleet.errors import CrawlSpiderError, FleetConfigError
 from scrapy_fleet.frontier.client import FrontierAdmin
 from scrapy_fleet.monitoring.alerts import AlertConfig
 from scrapy_fleet.startup import warn_unknown_settings
+
+#: actions that put requests into the crawl: refused when it belongs to another spider
+_WRITES_REQUESTS = ("push", "retry")
+#: the one line of a project whose settings do not enable the add-on
+ADDON_OFF = ("error: this project's settings do not enable scrapy_fleet (ADDONS has no "
+             "scrapy_fleet.Addon), so `scrapy crawl` would run as plain Scrapy: put "
+             "\"scrapy_fleet.Addon\": 500 into the ADDONS dict of settings.py (a later "
+             "`ADDONS = {}` line, as `scrapy startproject` writes, replaces an earlier one)")
+
+
+def addon_enabled(settings: Any) -> bool:
+    """True when ``ADDONS`` (settings, ``-s`` options) lists :class:`scrapy_fleet.Addon` or a
+    subclass of it with a priority that is not None."""
+    from scrapy.utils.misc import load_object
+
+    from scrapy_fleet.addon import Addon
+
+    for path, priority in settings.getdict("ADDONS").items():
+        if priority is None:
+            continue
+        try:
+            obj = load_object(path) if isinstance(path, str) else path
+        except (ImportError, NameError, ValueError):
+            continue  # Scrapy names a wrong path when it loads the add-ons
+        if isinstance(obj, type) and issubclass(obj, Addon):
+            return True
+    return False
 
 
 def _print_warning(message: str, *args: Any) -> None:
@@ -35,9 +63,36 @@ class FleetHelpFormatter(argparse.RawDescriptionHelpFormatter, ScrapyHelpFormatt
     and epilog: the usage entries, actions and exit statuses stay one per line."""
 
 
+def warn_plain_crawl() -> None:
+    """``scrapy crawl`` in a project whose settings name ``FLEET_*`` settings but whose
+    ``ADDONS`` lacks the add-on runs as plain Scrapy: say so on stderr, once (the crawl goes
+    on; we cannot stop it).  Never raises."""
+    try:
+        from scrapy.utils.project import get_project_settings, inside_project
+
+        from scrapy_fleet import engine_hooks
+
+        if engine_hooks.running_command() not in ("crawl", "runspider") or not inside_project():
+            return
+        settings = get_project_settings()
+        named = sorted(k for k in settings.attributes if str(k).startswith("FLEET_"))
+        if named and not addon_enabled(settings):
+            print(f"warning: {named[0]} is set but this project's settings do not enable "
+                  "scrapy_fleet (ADDONS has no scrapy_fleet.Addon): this crawl runs as plain "
+                  "Scrapy, without the fleet; put \"scrapy_fleet.Addon\": 500 into the ADDONS "
+                  "dict of settings.py", file=sys.stderr)
+    except Exception:  # a warning must never break a Scrapy command
+        return
+
+
 class Command(ScrapyCommand):
     requires_project = True
     default_settings = {"LOG_ENABLED": False}
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Scrapy builds this class for every command it runs (engine_hooks.running_command)
+        warn_plain_crawl()
 
     def syntax(self) -> str:
         return "ACTION [SPIDER] [ARGS] (the actions are listed below)"
@@ -74,6 +129,11 @@ class Command(ScrapyCommand):
         actions = ", ".join([*cli.ACTIONS, "proxies"])
         if not args:
             raise UsageError(f"expected an action ({actions})")
+        assert self.settings is not None
+        if not addon_enabled(self.settings):
+            print(ADDON_OFF, file=sys.stderr)
+            self.exitcode = 2
+            return
         proxies_action = args[0] == "proxies"
         spec = cli.ACTIONS.get(args[0])
         if spec is None and not proxies_action:
@@ -139,6 +199,10 @@ class Command(ScrapyCommand):
                                            label=f"spider {spidercls.name!r}",
                                            acl_target=target)
             return
+        if action in _WRITES_REQUESTS and not self._own_crawl(config, crawl_id, spidercls,
+                                                              action):
+            self.exitcode = 2
+            return
         crawler = Crawler(spidercls, settings)
         fingerprinter = build_from_crawler(
             load_object(settings["REQUEST_FINGERPRINTER_CLASS"]), crawler)
@@ -157,6 +221,29 @@ class Command(ScrapyCommand):
                                                spidercls, name, None))
         finally:
             admin.close()
+
+    @staticmethod
+    def _own_crawl(config: FleetConfig, crawl_id: str, spidercls: Any, action: str) -> bool:
+        """Record *spidercls* as the crawl's spider, or check it is the recorded one
+        (identity.py); False (and one line on stderr) when the crawl is another spider's.
+        A Redis that does not answer is left to the action, which reports it its way."""
+        from scrapy_fleet import identity, redis_client
+        from scrapy_fleet.keys import CrawlKeys
+
+        client = redis_client.sync_client(config.redis_url, config.redis_timeout)
+        try:
+            identity.claim_crawl(client, CrawlKeys(config.key_prefix, crawl_id),
+                                 spidercls.name, identity.spider_path(spidercls))
+        except CrawlSpiderError as exc:
+            fix = identity.SPIDER_FIX.format(owner=exc.owner[0])
+            done = "pushed" if action == "push" else "retried"
+            print(f"error: {exc}: nothing {done}. {fix}", file=sys.stderr)
+            return False
+        except redis.RedisError:
+            pass
+        finally:
+            client.close()
+        return True
 
     @staticmethod
     def _proxies(config: FleetConfig, crawl_id: str, action: str, args: list[str],

@@ -276,14 +276,16 @@ class FrontierPump:
                 backoff = min(backoff * 2, 10.0)
 
     async def _leave(self) -> None:
-        """Leave the worker list and drop this worker's heartbeat (best effort: both expire
-        by themselves after FLEET_WORKER_FORGET_AFTER)."""
+        """Leave the worker list and drop this worker's heartbeat and its id's claim (best
+        effort: they expire by themselves, after FLEET_WORKER_FORGET_AFTER and
+        FLEET_WORKER_DEAD_AFTER)."""
         assert self.frontier is not None
         keys = self.frontier.keys
         try:
             async with self.frontier.client.pipeline(transaction=False) as pipe:
                 pipe.zrem(keys.workers, self.config.worker_id)
-                pipe.delete(keys.worker_info(self.config.worker_id))
+                pipe.delete(keys.worker_info(self.config.worker_id),
+                            keys.worker_claim(self.config.worker_id))
                 await pipe.execute()
         except Exception:
             pass

@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+import redis
 from scrapy import Request
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.utils.defer import deferred_from_coro
@@ -56,6 +58,7 @@ from scrapy_fleet.frontier.spidermw import FleetSpiderMiddleware
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.politeness import hosts as politeness
 from scrapy_fleet.politeness.middlewares import robots_of
+from scrapy_fleet.redis_client import is_oom
 from scrapy_fleet.stages import records as stored_responses
 from scrapy_fleet.stages.roles import StageRole
 
@@ -125,18 +128,7 @@ class FleetScheduler(FrontierPump, BaseScheduler):
                                       self.config.redis_wait_replicas,
                                       dupe_cache=self.config.dupefilter_cache)
         await self.frontier.connect()
-        await politeness.Politeness(self.frontier.client, keys, self.config,
-                                    self.config.worker_id).write_overrides()
-        # the bounds the workers run with, for pushes from outside the project
-        await self.frontier.client.hset(keys.config, mapping={
-            "queue_max": self.config.queue_max or 0,
-            "low_watermark": self.config.queue_low_watermark,
-            "host_queue_max": self.config.host_queue_max or 0,
-            "host_key": self.config.host_key,
-            "host_concurrency": self.config.host_concurrency})
-        # the per-host defaults they run with, for `scrapy fleet status --hosts`
-        await self.frontier.client.hset(keys.config, mapping=politeness.policy_fields(
-            self.config))  # type: ignore[arg-type]
+        await self._until_room(lambda: self._write_config(keys))
         from scrapy import signals
 
         self.crawler.signals.connect(self._response_received, signal=signals.response_received)
@@ -153,6 +145,39 @@ class FleetScheduler(FrontierPump, BaseScheduler):
         logger.info("Fleet worker %s joined crawl %r at %s", self.config.worker_id, crawl_id,
                     self._redacted_url(), extra={"spider": spider})
         logger.info(politeness.policy_log_line(self.config), extra={"spider": spider})
+
+    async def _write_config(self, keys: CrawlKeys) -> None:
+        assert self.frontier is not None
+        await politeness.Politeness(self.frontier.client, keys, self.config,
+                                    self.config.worker_id).write_overrides()
+        # the bounds the workers run with, for pushes from outside the project
+        await self.frontier.client.hset(keys.config, mapping={
+            "queue_max": self.config.queue_max or 0,
+            "low_watermark": self.config.queue_low_watermark,
+            "host_queue_max": self.config.host_queue_max or 0,
+            "host_key": self.config.host_key,
+            "host_concurrency": self.config.host_concurrency})
+        # the per-host defaults they run with, for `scrapy fleet status --hosts`
+        await self.frontier.client.hset(keys.config, mapping=politeness.policy_fields(
+            self.config))  # type: ignore[arg-type]
+
+    async def _until_room(self, write: Callable[[], Awaitable[None]]) -> None:
+        """Run *write* again while Redis answers OOM (it filled up after the start-up check
+        passed): one warning, a retry every 4 x FLEET_POLL_INTERVAL (docs/backpressure.md)."""
+        warned = False
+        while True:
+            try:
+                await write()
+                return
+            except redis.ResponseError as exc:
+                if not is_oom(exc):
+                    raise
+                self._inc("fleet/backpressure/oom")
+                if not warned:
+                    warned = True
+                    logger.warning("Redis is out of memory (maxmemory): the worker waits to "
+                                   "start until it has room", extra={"spider": self.spider})
+                await asyncio.sleep(self.config.poll_interval * 4)
 
     def _response_received(self, response: Any, request: Any, spider: Any = None) -> None:
         if "fleet-stored" in response.flags:

@@ -32,6 +32,54 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
 
+def prepare_path(config: FleetConfig, spider_name: str) -> str:
+    """The file ``FLEET_JSONL_PATH`` names for this worker (placeholders filled in), its
+    folder created when missing, and checked to be writable: the start-up check calls it
+    before the crawl starts (startup.py), the pipeline when it opens.
+
+    Raises:
+        FleetConfigError: the path is a folder, its folder cannot be created (a missing
+            parent that cannot be made, a file in the way, no permission) or the file cannot
+            be opened for appending; the message names the setting, the path and the cause.
+    """
+    assert config.jsonl_path
+    values = {
+        "worker": re.sub(r"[^A-Za-z0-9_.-]", "_", config.worker_id),
+        "pid": os.getpid(),
+        "spider": spider_name,
+        "crawl_id": config.crawl_id or spider_name,
+    }
+    path = config.jsonl_path % values
+    if os.path.isdir(path):
+        raise FleetConfigError(f"FLEET_JSONL_PATH={config.jsonl_path!r} is invalid: "
+                               f"{path!r} is a directory")
+    folder = os.path.dirname(path)
+    blocking = _file_in_the_way(folder)
+    if blocking:
+        raise FleetConfigError(f"FLEET_JSONL_PATH={config.jsonl_path!r} is invalid: its folder "
+                               f"{folder!r} cannot exist: {blocking!r} is a file")
+    try:
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+    except OSError as exc:
+        raise FleetConfigError(f"FLEET_JSONL_PATH={config.jsonl_path!r} is invalid: cannot "
+                               f"write {path!r}: {exc.strerror or exc}") from exc
+    return path
+
+
+def _file_in_the_way(folder: str) -> str:
+    """The nearest existing ancestor of *folder* (or itself) when it is not a folder, else
+    ``""``."""
+    current = os.path.abspath(folder or ".")
+    while not os.path.exists(current):
+        parent = os.path.dirname(current)
+        if parent == current:
+            return ""
+        current = parent
+    return "" if os.path.isdir(current) else current
+
+
 def _json_default(value: Any) -> Any:
     if isinstance(value, (datetime, date)):
         return value.isoformat()
@@ -72,21 +120,7 @@ class JsonLinesPipeline:
 
     def open_spider(self, spider: Any = None) -> None:
         spider = spider or self.crawler.spider
-        name = getattr(spider, "name", "spider")
-        values = {
-            "worker": re.sub(r"[^A-Za-z0-9_.-]", "_", self.config.worker_id),
-            "pid": os.getpid(),
-            "spider": name,
-            "crawl_id": self.config.crawl_id or name,
-        }
-        assert self.config.jsonl_path
-        self.path = self.config.jsonl_path % values
-        if os.path.isdir(self.path):
-            raise FleetConfigError(f"FLEET_JSONL_PATH={self.config.jsonl_path!r} is invalid: "
-                                   f"{self.path!r} is a directory")
-        folder = os.path.dirname(self.path)
-        if folder:
-            os.makedirs(folder, exist_ok=True)
+        self.path = prepare_path(self.config, getattr(spider, "name", "spider"))
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def process_item(self, item: Any, spider: Any = None) -> Any:
