@@ -45,7 +45,8 @@ def failed_status_line(counts: dict[str, int], counters: dict[str, int]) -> str:
     """The ``failed`` line of ``status``: kept, per reason, and the fleet-wide totals."""
     kept = sum(counts.values())
     by = ", ".join(f"{r} {n}" for r, n in counts.items())
-    extra = [f"{name} {counters[name]}" for name in ("failed", "failed_trimmed", "retried")
+    extra = [f"{name} {counters[name]}" for name in ("failed", "failed_trimmed", "retried",
+                                                    "unstorable")
              if counters.get(name)]
     return (f"  failed   {kept}" + (f" ({by})" if by else "")
             + (f"; totals {', '.join(extra)}" if extra else ""))
@@ -90,6 +91,9 @@ class RetryReport:
     gone: int = 0  #: records retried meanwhile by another run (nothing pushed for them)
     full: int = 0  #: records left because the frontier was at FLEET_QUEUE_MAX
     unreadable: int = 0  #: records whose request cannot be decoded (left where they are)
+    #: records of requests without a parent the codec could not store: no request to put
+    #: back (left where they are; docs/failures.md)
+    unstorable: int = 0
 
 
 def _fresh_payload(data: bytes) -> tuple[bytes, int]:
@@ -147,6 +151,9 @@ def retry(client: Any, keys: CrawlKeys, url: str, *, dead: bool = False,
         source = ((rid, rec.host or host_of(rec.url), rec.data)
                   for rid, rec in failed_records(client, keys, reason))
     for rid, host_or_reason, data in source:
+        if not dead and not data:  # a request that could not be stored, found by no request
+            report.unstorable += 1
+            continue
         try:
             payload, priority = _fresh_payload(data)
             url_ = codec.decode_dict(payload)["url"]

@@ -96,6 +96,7 @@ def counters_of(stats: dict[str, int]) -> dict[str, Any]:
         "pages": stats.get("pages", 0),
         "items_scraped": stats.get("items_scraped", 0),
         "items_dropped": stats.get("items_dropped", 0),
+        "items_failed": stats.get("items_failed", 0),
         "download_errors": errors,
         "requests": {
             "pushed": stats.get("pushed", 0), "duplicate": stats.get("duplicates", 0),
@@ -104,6 +105,7 @@ def counters_of(stats: dict[str, int]) -> dict[str, Any]:
             "dead_lettered": stats.get("dead_lettered", 0),
             "released": stats.get("released", 0), "parked": stats.get("parked", 0),
             "deferred": stats.get("deferred", 0), "refused": stats.get("refused", 0),
+            "unstorable": stats.get("unstorable", 0),
         },
         "bans": stats.get("bans", 0), "rate_limited": stats.get("rate_limited", 0),
         "proxy_bans": stats.get("proxy_bans", 0),
