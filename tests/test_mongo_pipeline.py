@@ -29,7 +29,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_fleet import engine_hooks
 from scrapy_fleet.errors import FleetConfigError
-from scrapy_fleet.pipelines import MongoPipeline
+from scrapy_fleet.pipelines import DocumentRejected, MongoPipeline
 from scrapy_fleet.pipelines.mongo import (
     MongoConfig,
     default_document_id,
@@ -363,7 +363,8 @@ def test_validation_failure_drops_only_that_document(caplog: pytest.LogCaptureFi
     with caplog.at_level(logging.ERROR, logger="scrapy_fleet.pipelines.mongo"):
         ok0, bad, ok2 = run(main())
     assert ok0["url"] == "u0" and ok2["url"] == "u2"
-    assert isinstance(bad, DropItem) and "code 121" in str(bad)
+    assert isinstance(bad, DocumentRejected) and "code 121" in str(bad)
+    assert bad.fleet_reason == "item/mongo/121"  # its request fails (docs/failures.md)
     assert sorted(d["url"] for d in coll.find()) == ["u0", "u2"]
     assert len(coll.calls) == 1  # not retried
     bad_id = default_document_id(["u1"])
@@ -385,7 +386,8 @@ def test_unencodable_item_is_rejected_rest_written() -> None:
         return out
 
     a, b, c = run(main())
-    assert isinstance(b, DropItem) and "invalid_document" in str(b)
+    assert isinstance(b, DocumentRejected) and "invalid_document" in str(b)
+    assert b.fleet_reason == "item/mongo/invalid_document"
     assert (a["url"], c["url"]) == ("a", "c")
     coll = client["scrapy"]["books"]
     assert sorted(d["url"] for d in coll.find()) == ["a", "c"]
@@ -481,7 +483,7 @@ def test_unique_secondary_key_duplicate_is_rejected_after_retries() -> None:
     async def main() -> Any:
         await pipe.open_spider()
         await pipe.process_item({"url": "a", "sku": 1})
-        with pytest.raises(DropItem, match="11000"):
+        with pytest.raises(DocumentRejected, match="11000"):
             await pipe.process_item({"url": "b", "sku": 1})
         await pipe.close_spider()
 

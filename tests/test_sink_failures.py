@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import collections
 import json
+import uuid
+from typing import Any
+
+import pytest
 
 from support import TEST_PROJECT, read_items, run_scrapy, start_worker, tail, wait_all
 
@@ -132,3 +136,30 @@ def test_requests_the_codec_cannot_store_are_recorded_and_alerted(
         parent, base + "p/1.html", base + "p/2.html"}
     rows = json.loads(_fleet(worker_env, redis_url, "failed", "unstorable", "--json"))
     assert [r["url"] for r in rows] == [base + "p/5.html"]
+
+
+@pytest.mark.mongo
+def test_item_mongodb_cannot_store_fails_its_request(redis_url, mongo_uri, tmp_path,
+                                                     site_factory, worker_env):
+    """The same with MongoPipeline on a real MongoDB server: an item BSON cannot encode is
+    rejected (DocumentRejected), its request recorded as failed (item/mongo/invalid_document);
+    the pages' other items are in the database."""
+    from pymongo import MongoClient
+
+    generate_site(tmp_path / "www", 4, 1, seed=5)
+    site = site_factory(tmp_path / "www")
+    good = site.url + "site/p/0.html"
+    bad = site.url + "site/p/1.html?bad"
+    _fleet(worker_env, redis_url, "push", "item_trouble", good, bad)
+    database = "fleet_sinks_" + uuid.uuid4().hex[:12]
+    client: Any = MongoClient(mongo_uri, serverSelectionTimeoutMS=5000)
+    try:
+        _crawl(tmp_path, "first", "item_trouble", redis_url, worker_env,
+               FLEET_MONGO_URI=mongo_uri, FLEET_MONGO_DATABASE=database)
+        docs = list(client[database]["item_trouble"].find())
+    finally:
+        client.drop_database(database)
+        client.close()
+    assert sorted((d["url"], d["kind"]) for d in docs) == [(good, "good"), (bad, "good")]
+    rows = json.loads(_fleet(worker_env, redis_url, "failed", "item_trouble", "--json"))
+    assert [(r["url"], r["reason"]) for r in rows] == [(bad, "item/mongo/invalid_document")]
