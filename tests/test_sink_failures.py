@@ -14,7 +14,6 @@ import uuid
 from typing import Any
 
 import pytest
-
 from support import TEST_PROJECT, read_items, run_scrapy, start_worker, tail, wait_all
 
 from scrapy_fleet.failures import admin as failures
