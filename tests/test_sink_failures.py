@@ -27,23 +27,23 @@ from scrapy_fleet.testsite import generate_site
 
 def _unstorable(url: str, parent: str = "") -> bytes:
     return FailureRecord(url=url, method="GET", reason="codec/ValueError", attempts=0,
-                         worker="w", host="h.test", parent=parent).encode()
+                         worker="w", host="other.test", parent=parent).encode()
 
 
 def test_unstorable_records_ride_on_the_ack_once_even_when_the_call_is_replayed(redis_url):
     """Two links a page yielded that could not be stored ride on its acknowledgement, one
     request without a parent on the call: three records, written once though the call is
-    replayed; a link's record keeps the page's request (retry fetches the page), the other
-    none (retry leaves it)."""
+    replayed; a link's record keeps the page's request (retry fetches the page, once for both,
+    under the page's host), the other none (retry leaves it)."""
     admin = FrontierAdmin(redis_url, "unst")
     try:
         page = "http://h.test/page"
         admin.push([(b"", 0, codec.encode_dict({"url": page}), 0, "h.test")])
         lease = admin.sync(SyncBatch(take=1), worker="w").leased[0]
         batch = SyncBatch(acks=[(lease.entry_id, lease.token, b"",
-                                 [_unstorable("http://h.test/1", page),
-                                  _unstorable("http://h.test/2", page)])],
-                          unstorable=[_unstorable("http://h.test/start")])
+                                 [_unstorable("http://other.test/1", page),
+                                  _unstorable("http://other.test/2", page)])],
+                          unstorable=[_unstorable("http://other.test/start")])
         first = admin.sync(batch, worker="w", op_id="op-u")
         again = admin.sync(batch, worker="w", op_id="op-u")  # resent after a lost reply
         assert first.acked == again.acked == 1
@@ -51,21 +51,24 @@ def test_unstorable_records_ride_on_the_ack_once_even_when_the_call_is_replayed(
         assert (counters["failed"], counters["unstorable"], counters["acked"]) == (3, 3, 1)
         records = dict(failures.failed_records(admin.client, admin.keys))
         by_url = {rec.url: (rid, rec) for rid, rec in records.items()}
-        assert by_url["http://h.test/1"][0] == lease.entry_id + "/1"
-        assert by_url["http://h.test/2"][0] == lease.entry_id + "/2"
-        assert by_url["http://h.test/start"][0].startswith("u")
-        assert codec.decode_dict(by_url["http://h.test/1"][1].data)["url"] == page
-        assert by_url["http://h.test/1"][1].parent == page
-        assert by_url["http://h.test/start"][1].data == b""
+        assert by_url["http://other.test/1"][0] == lease.entry_id + "/1"
+        assert by_url["http://other.test/2"][0] == lease.entry_id + "/2"
+        assert by_url["http://other.test/start"][0].startswith("u")
+        assert codec.decode_dict(by_url["http://other.test/1"][1].data)["url"] == page
+        assert by_url["http://other.test/1"][1].parent == page
+        assert by_url["http://other.test/start"][1].data == b""
         assert failures.failed_counts(admin.client, admin.keys) == {"codec/ValueError": 3}
 
         report = failures.retry(admin.client, admin.keys, redis_url, reason="codec/ValueError")
-        assert (report.retried, report.unstorable, report.unreadable) == (2, 1, 0)
+        assert (report.retried, report.merged, report.unstorable, report.unreadable) == (
+            1, 1, 1, 0)
+        # the page that found them, once, counted under its own host
+        assert admin.client.hgetall(admin.keys.hostq) == {b"h.test": b"1"}
         queued = [codec.decode_dict(e.payload)["url"]
                   for e in admin.sync(SyncBatch(take=10), worker="w").leased]
-        assert queued == [page, page]  # the page that found them, once per record
+        assert queued == [page]
         assert [rec.url for _, rec in failures.failed_records(admin.client, admin.keys)] == [
-            "http://h.test/start"]
+            "http://other.test/start"]
     finally:
         admin.close()
 
@@ -193,8 +196,9 @@ def test_requests_the_codec_cannot_store_are_recorded_and_alerted(
     assert "could not be stored" in text
 
     out = _fleet(worker_env, redis_url, "retry", "unstorable", "--all")
-    assert "retried 2 failed request(s)" in out and "1 left: requests the spider yielded " \
-        "without a parent" in out
+    assert "retried 1 failed request(s)" in out  # the page that found both links, once
+    assert "1 more of the same page(s), fetched once" in out
+    assert "1 left: requests the spider yielded without a parent" in out
     _crawl(tmp_path, "second", "unstorable", redis_url, worker_env, UNSTORABLE_BASE=base,
            UNSTORABLE_FIXED=True)
     assert {i["url"] for i in read_items([tmp_path / "second.jsonl"])} == {

@@ -234,6 +234,8 @@ def run_retry(admin: FrontierAdmin, opts: Any, host_key_mode: str) -> int:
     print(f"retried {report.retried} {what} (crawl {admin.keys.crawl_id!r})"
           + (f"; {report.gone} already retried by another run" if report.gone else "")
           + (f"; {report.unreadable} unreadable, left" if report.unreadable else "")
+          + (f"; {report.merged} more of the same page(s), fetched once" if report.merged
+             else "")
           + (f"; {report.unstorable} left: requests the spider yielded without a parent that "
              "could not be stored (codec/...): fix the spider, then push their URLs "
              "(scrapy fleet failed lists them) or run its start requests again"
