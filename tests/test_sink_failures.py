@@ -138,7 +138,8 @@ def test_item_a_sink_cannot_write_fails_its_request_and_is_retried(
     assert (status["counters"]["items_scraped"], status["counters"]["items_dropped"],
             status["counters"]["items_failed"]) == (4, 1, 2)
     alerts = {a["id"]: a for a in status["alerts"]}
-    assert "2 item(s) an item pipeline could not write" in alerts["items_failed"]["what"]
+    assert alerts["items_failed"]["what"].startswith(
+        "2 request(s) failed because an item pipeline could not write")
     text = _fleet(worker_env, redis_url, "status", "item_trouble")
     assert "scraped 4  dropped 1  failed 2" in text and "failed   2 (item/TypeError 2)" in text
 
@@ -155,6 +156,9 @@ def test_item_a_sink_cannot_write_fails_its_request_and_is_retried(
     try:
         assert failures.failed_counts(admin.client, admin.keys) == {}
         assert admin.status()["counters"]["retried"] == 2
+        status = json.loads(_fleet(worker_env, redis_url, "status", "item_trouble", "--json"))
+        assert "items_failed" not in {a["id"] for a in status["alerts"]}  # retried: cleared
+        assert status["counters"]["items_failed"] == 2  # what happened stays counted
     finally:
         admin.close()
 
@@ -205,6 +209,9 @@ def test_requests_the_codec_cannot_store_are_recorded_and_alerted(
         parent, base + "p/1.html", base + "p/2.html"}
     rows = json.loads(_fleet(worker_env, redis_url, "failed", "unstorable", "--json"))
     assert [r["url"] for r in rows] == [base + "p/5.html"]
+    status = json.loads(_fleet(worker_env, redis_url, "status", "unstorable", "--json"))
+    alerts = {a["id"]: a for a in status["alerts"]}
+    assert alerts["requests_unstorable"]["what"].startswith("1 request(s)")  # the one left
 
 
 @pytest.mark.mongo

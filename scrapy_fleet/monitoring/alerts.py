@@ -111,8 +111,10 @@ def evaluate(snap: dict[str, Any], samples1m: list[Sample], banned_hosts: list[d
             f"{fr['dead'] - window[0].dead} new dead letter(s) in the last "
             f"{cfg.dead_minutes} min ({fr['dead']} in all)", where, since,
             f"scrapy fleet dead {crawl}"))
-    counters = snap.get("counters") or {}
-    unstorable = (counters.get("requests") or {}).get("unstorable", 0)
+    # failed requests kept (scrapy fleet failed) whose reason says something was lost: they
+    # clear once retried (or purged)
+    kept = snap.get("failed_by") or {}
+    unstorable = sum(n for r, n in kept.items() if r.startswith("codec/"))
     if unstorable:
         out.append(_alert(
             "requests_unstorable", "warning",
@@ -121,12 +123,12 @@ def evaluate(snap: dict[str, Any], samples1m: list[Sample], banned_hosts: list[d
             where, None,
             f"scrapy fleet failed {crawl} (reasons codec/...); fix the spider, then "
             f"scrapy fleet retry {crawl} --reason codec/<error> (docs/failures.md)"))
-    items_failed = counters.get("items_failed", 0)
+    items_failed = sum(n for r, n in kept.items() if r.startswith("item/"))
     if items_failed:
         out.append(_alert(
             "items_failed", "warning",
-            f"{items_failed} item(s) an item pipeline could not write (it raised): their "
-            "requests are recorded as failed", where, None,
+            f"{items_failed} request(s) failed because an item pipeline could not write one of "
+            "their items (it raised)", where, None,
             f"scrapy fleet failed {crawl} (reasons item/...); fix the spider or the sink, "
             f"then scrapy fleet retry {crawl} --reason item/<error>"))
     mem = snap["redis"]
