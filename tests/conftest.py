@@ -13,6 +13,9 @@
   absent; fail instead when the environment variable CI is set).
 * ``worker_env`` (function): :func:`tests.support.isolated_env` for ``tmp_path``.
 * ``not_redis`` (function): the port of a real HTTP server (a TCP peer that is not Redis).
+* ``mongo_uri`` (session): a real MongoDB server's URI: ``MONGO_URI`` when it is set (a
+  ``mongod`` of yours), else SecantusDB's ``secantusd-py`` started for the session
+  (tests/mongoserver.py).  Tests use a database of their own.
 """
 
 from __future__ import annotations
@@ -35,6 +38,22 @@ from scrapy_fleet.testsite import generate_site
 
 SITE_PAGES = 60
 SITE_LINKS = 5
+
+
+@pytest.fixture(scope="session")
+def mongo_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    given = os.environ.get("MONGO_URI")
+    if given:
+        yield given
+        return
+    from mongoserver import SecantusServer
+
+    try:
+        server = SecantusServer(tmp_path_factory.mktemp("mongo")).start()
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield server.uri
+    server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,11 @@
 """A real multi-worker crawl writing through MongoPipeline, one worker SIGKILLed.
 
-No mongod exists on these machines: the store is :class:`mongowire.MongoWireServer`, a
-stateful MongoDB wire server running in threads of this test process (real pymongo in every
-worker, real ``update`` commands, upserts applied to one in-memory store).
+Two stores.  The first test writes to a real MongoDB server (SecantusDB's ``secantusd-py``,
+or the ``mongod`` at ``MONGO_URI``: the ``mongo_uri`` fixture) and SIGKILLs a worker in the
+middle of the crawl.  The second needs to see and fault the wire: its store is
+:class:`mongowire.MongoWireServer`, a stateful MongoDB wire server running in threads of this
+test process (real pymongo in every worker, real ``update`` commands, upserts applied to one
+in-memory store).
 
 The kill is placed at the worst moment for an item store: worker 0 talks to its own listener
 of the server, and the server SIGKILLs worker 0 right after it has APPLIED one of its
@@ -34,6 +37,68 @@ KILL_AFTER_DOCS = 8  # worker 0 dies with its update that brings it to this many
 ITEM_FIELDS = {"url", "title", "headings", "word_count", "fetched_at"}
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.mark.mongo
+def test_three_workers_one_sigkilled_write_one_document_per_page_to_a_real_server(
+        redis_url, mongo_uri, site_factory, worker_env, tmp_path):
+    """3 workers write every page of the site to a real MongoDB server; worker 0 is
+    SIGKILLed once it has written some pages (its leases expire, other workers fetch those
+    pages again and write them to the same documents): exactly one document per page."""
+    from pymongo import MongoClient
+
+    paths = generate_site(tmp_path / "www", 80, 6, seed=5)
+    site = site_factory(tmp_path / "www",
+                        behaviour={"delays": [{"prefix": "/site/p/", "seconds": 0.1}]})
+    site.expected_paths = paths
+    site.start_path = "/site/"
+    pushed = run_scrapy(EXAMPLE, ["fleet", "push", "docs", site.start_url, "-s",
+                                  f"FLEET_REDIS_URL={redis_url}"], worker_env)
+    assert pushed.returncode == 0 and "pushed 1," in pushed.stdout, pushed.stderr
+    database = f"fleet_crawl_{tmp_path.name[-20:]}".replace("-", "_")
+    outs = [tmp_path / f"out-{n}.jsonl" for n in range(3)]
+    logs = [tmp_path / f"worker-{n}.log" for n in range(3)]
+    procs: list[Any] = []
+    client: Any = MongoClient(mongo_uri, serverSelectionTimeoutMS=5000)
+    try:
+        for n in range(3):
+            procs.append(start_worker(EXAMPLE, "docs", {
+                "FLEET_REDIS_URL": redis_url, "FLEET_MONGO_URI": mongo_uri,
+                "FLEET_MONGO_DATABASE": database, "FLEET_MONGO_FLUSH_INTERVAL": 0.2,
+                "FLEET_IDLE_TIMEOUT": 5, "FLEET_LEASE_TIMEOUT": 3, "FLEET_JSONL_PATH": outs[n],
+                "CONCURRENT_REQUESTS": 4}, worker_env, logs[n]))
+        deadline = time.monotonic() + 60
+        while len(read_items(outs[:1], growing=True)) < KILL_AFTER_DOCS:
+            assert time.monotonic() < deadline, tail(logs[0])
+            assert procs[0].poll() is None, tail(logs[0])
+            time.sleep(0.05)
+        procs[0].send_signal(signal.SIGKILL)
+        assert procs[0].wait(10) == -signal.SIGKILL
+        assert wait_all(procs[1:], 120) == [0, 0], "\n".join(tail(log) for log in logs[1:])
+        docs = list(client[database]["docs"].find())
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        client.drop_database(database)
+        client.close()
+
+    by_url = {doc["url"]: doc for doc in docs}
+    assert len(docs) == len(by_url) == len(site.expected_urls)
+    assert set(by_url) == site.expected_urls
+    for url, doc in by_url.items():
+        assert doc["_id"] == default_document_id([url])
+        assert set(doc) == ITEM_FIELDS | {"_id", "first_seen_at", "updated_at"}
+        assert doc["first_seen_at"] <= doc["updated_at"]
+    assert {i["url"] for i in read_items(outs)} == site.expected_urls
+    admin = FrontierAdmin(redis_url, "docs")
+    try:
+        status = admin.status()
+    finally:
+        admin.close()
+    assert (status["queued"], status["leased"], status["dead"]) == (0, 0, 0), status
+    assert status["counters"].get("reclaimed", 0) >= 1  # worker 0's leases came back
 
 
 def test_sigkilled_worker_leaves_one_document_per_page(redis_url, site_factory, worker_env,

@@ -1,7 +1,11 @@
-"""Semantics of MongoPipeline against the in-process fake of tests/fakemongo.py.
+"""Semantics of MongoPipeline against the in-process fake of tests/fakemongo.py, and the
+tests that need no fault and no spy on the calls against a real server too (``store``: the
+fake, and SecantusDB's ``secantusd-py`` or the ``mongod`` at ``MONGO_URI``, tests/mongoserver.py).
 
 The pipeline is built by real Scrapy (``get_crawler`` + ``from_crawler``) and driven on an
 asyncio event loop, as Scrapy's asyncio reactor would: ``process_item`` is awaited per item.
+The fake stays for what a real server cannot do on cue: fail the next call, be down, report a
+write-concern error, refuse an index, and record every ``bulk_write`` batch.
 """
 
 from __future__ import annotations
@@ -9,12 +13,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import uuid
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 import scrapy
 from fakemongo import FakeMongoClient, page_id
+from pymongo import MongoClient
 from pymongo.errors import (
     AutoReconnect,
     BulkWriteError,
@@ -29,7 +36,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_fleet import engine_hooks
 from scrapy_fleet.errors import FleetConfigError
-from scrapy_fleet.pipelines import MongoPipeline
+from scrapy_fleet.pipelines import DocumentRejected, MongoPipeline
 from scrapy_fleet.pipelines.mongo import (
     MongoConfig,
     default_document_id,
@@ -62,6 +69,50 @@ def build(**settings: Any) -> tuple[MongoPipeline, FakeMongoClient, Any]:
     })
     crawler.spider = crawler._create_spider("books")
     return MongoPipeline.from_crawler(crawler), client, crawler
+
+
+class Store:
+    """Where a test's pipeline writes: ``build(**settings)`` -> (pipeline, crawler), and
+    ``db(name)`` the database to read (the real server's is a fresh one per test)."""
+
+    def __init__(self, kind: str, uri: str = "") -> None:
+        self.kind = kind
+        self.fake = FakeMongoClient()
+        self.prefix = f"fleet_test_{uuid.uuid4().hex[:10]}_" if uri else ""
+        self.uri = uri
+        self.client: Any = MongoClient(uri, serverSelectionTimeoutMS=5000) if uri else None
+
+    def build(self, **settings: Any) -> tuple[MongoPipeline, Any]:
+        if self.client is None:
+            pipe, _, crawler = build(FLEET_MONGO_CLIENT_FACTORY=lambda uri: self.fake,
+                                     **settings)
+            return pipe, crawler
+        database = settings.pop("FLEET_MONGO_DATABASE", "scrapy")
+        crawler = get_crawler(settings_dict={
+            "FLEET_MONGO_URI": self.uri, "FLEET_MONGO_FLUSH_INTERVAL": 0.005,
+            "FLEET_MONGO_DATABASE": self.prefix + database, **settings})
+        crawler.spider = crawler._create_spider("books")
+        return MongoPipeline.from_crawler(crawler), crawler
+
+    def db(self, name: str = "scrapy") -> Any:
+        return (self.client or self.fake)[self.prefix + name]
+
+    def close(self) -> None:
+        if self.client is not None:
+            for name in self.client.list_database_names():
+                if name.startswith(self.prefix):
+                    self.client.drop_database(name)
+            self.client.close()
+
+
+@pytest.fixture(params=["fake", "real"])
+def store(request: pytest.FixtureRequest) -> Iterator[Store]:
+    if request.param == "fake":
+        yield Store("fake")
+        return
+    result = Store("real", request.getfixturevalue("mongo_uri"))
+    yield result
+    result.close()
 
 
 def run(coro: Any, timeout: float = 10.0) -> Any:
@@ -192,9 +243,9 @@ def test_upserts_one_document_per_page_and_keeps_first_seen() -> None:
     assert update["$set"]["updated_at"] == update["$setOnInsert"]["first_seen_at"]
 
 
-def test_item_timestamp_fields_and_id_do_not_clash() -> None:
+def test_item_timestamp_fields_and_id_do_not_clash(store: Store) -> None:
     """Item fields named _id / first_seen_at would make MongoDB refuse the update: ours win."""
-    pipe, client, _ = build()
+    pipe, _ = store.build()
     stale = datetime(2000, 1, 1)
 
     async def main() -> None:
@@ -204,14 +255,14 @@ def test_item_timestamp_fields_and_id_do_not_clash() -> None:
         await pipe.close_spider()
 
     run(main())
-    (doc,) = client["scrapy"]["books"].find()
+    (doc,) = store.db()["books"].find()
     assert doc["_id"] == default_document_id(["u"])
     assert doc["first_seen_at"] > stale + timedelta(days=365)
     assert doc["updated_at"] == doc["first_seen_at"]
 
 
-def test_id_from_several_fields_and_any_item_type() -> None:
-    pipe, client, _ = build(FLEET_MONGO_ID_FIELDS=["url", "stars"])
+def test_id_from_several_fields_and_any_item_type(store: Store) -> None:
+    pipe, _ = store.build(FLEET_MONGO_ID_FIELDS=["url", "stars"])
 
     async def main() -> None:
         await pipe.open_spider()
@@ -221,7 +272,7 @@ def test_id_from_several_fields_and_any_item_type() -> None:
         await pipe.close_spider()
 
     run(main())
-    ids = sorted(d["_id"] for d in client["scrapy"]["books"].find())
+    ids = sorted(d["_id"] for d in store.db()["books"].find())
     assert ids == sorted([default_document_id(["u", 4]), default_document_id(["u", 5])])
 
 
@@ -233,8 +284,8 @@ def test_default_document_id_is_stable() -> None:
     assert default_document_id([{"b": 1, "a": 2}]) == default_document_id([{"a": 2, "b": 1}])
 
 
-def test_custom_id_function_by_import_path() -> None:
-    pipe, client, _ = build(FLEET_MONGO_ID_FUNCTION="fakemongo.page_id")
+def test_custom_id_function_by_import_path(store: Store) -> None:
+    pipe, _ = store.build(FLEET_MONGO_ID_FUNCTION="fakemongo.page_id")
 
     async def main() -> None:
         await pipe.open_spider()
@@ -242,7 +293,7 @@ def test_custom_id_function_by_import_path() -> None:
         await pipe.close_spider()
 
     run(main())
-    assert [d["_id"] for d in client["scrapy"]["books"].find()] == ["page:http://a/9"]
+    assert [d["_id"] for d in store.db()["books"].find()] == ["page:http://a/9"]
 
 
 def test_item_without_id_is_dropped_and_counted() -> None:
@@ -363,7 +414,8 @@ def test_validation_failure_drops_only_that_document(caplog: pytest.LogCaptureFi
     with caplog.at_level(logging.ERROR, logger="scrapy_fleet.pipelines.mongo"):
         ok0, bad, ok2 = run(main())
     assert ok0["url"] == "u0" and ok2["url"] == "u2"
-    assert isinstance(bad, DropItem) and "code 121" in str(bad)
+    assert isinstance(bad, DocumentRejected) and "code 121" in str(bad)
+    assert bad.fleet_reason == "item/mongo/121"  # its request fails (docs/failures.md)
     assert sorted(d["url"] for d in coll.find()) == ["u0", "u2"]
     assert len(coll.calls) == 1  # not retried
     bad_id = default_document_id(["u1"])
@@ -385,7 +437,8 @@ def test_unencodable_item_is_rejected_rest_written() -> None:
         return out
 
     a, b, c = run(main())
-    assert isinstance(b, DropItem) and "invalid_document" in str(b)
+    assert isinstance(b, DocumentRejected) and "invalid_document" in str(b)
+    assert b.fleet_reason == "item/mongo/invalid_document"
     assert (a["url"], c["url"]) == ("a", "c")
     coll = client["scrapy"]["books"]
     assert sorted(d["url"] for d in coll.find()) == ["a", "c"]
@@ -481,7 +534,7 @@ def test_unique_secondary_key_duplicate_is_rejected_after_retries() -> None:
     async def main() -> Any:
         await pipe.open_spider()
         await pipe.process_item({"url": "a", "sku": 1})
-        with pytest.raises(DropItem, match="11000"):
+        with pytest.raises(DocumentRejected, match="11000"):
             await pipe.process_item({"url": "b", "sku": 1})
         await pipe.close_spider()
 
@@ -810,8 +863,8 @@ def test_indexes_of_per_class_collections_created_before_first_write() -> None:
     assert "fleet_updated" in client["scrapy"]["Product"].index_information()
 
 
-def test_nested_items_of_any_type_are_stored_as_documents() -> None:
-    pipe, client, _ = build()
+def test_nested_items_of_any_type_are_stored_as_documents(store: Store) -> None:
+    pipe, _ = store.build()
     item = Product(url="p", name=("a", "b"),
                    price={"history": [Review(url="r", stars=2)], "seller": Product(name="s")})
 
@@ -821,6 +874,6 @@ def test_nested_items_of_any_type_are_stored_as_documents() -> None:
         await pipe.close_spider()
 
     run(main())
-    (doc,) = client["scrapy"]["books"].find()
+    (doc,) = store.db()["books"].find()
     assert doc["name"] == ["a", "b"]
     assert doc["price"] == {"history": [{"url": "r", "stars": 2}], "seller": {"name": "s"}}

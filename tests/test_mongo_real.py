@@ -1,46 +1,40 @@
-"""MongoPipeline against a real MongoDB server: runs only when ``MONGO_URI`` is set.
-
-Example: ``MONGO_URI=mongodb://127.0.0.1:27017 pytest tests/test_mongo_real.py``.  Each test
-works in a fresh database ``fleet_test_<random>`` and drops it afterwards.
+"""MongoPipeline against a real MongoDB server: SecantusDB's ``secantusd-py`` started by the
+``mongo_uri`` fixture (tests/mongoserver.py), or the ``mongod`` at ``MONGO_URI`` when it is set
+(``MONGO_URI=mongodb://127.0.0.1:27017 pytest tests/test_mongo_real.py``).  Each test works in
+a fresh database ``fleet_test_<random>`` and drops it afterwards.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import bson
 import pytest
 from pymongo import MongoClient
-from scrapy.exceptions import DropItem
 from scrapy.utils.test import get_crawler
 
-from scrapy_fleet.pipelines import MongoPipeline
+from scrapy_fleet.pipelines import DocumentRejected, MongoPipeline
 from scrapy_fleet.pipelines.mongo import default_document_id
 
-MONGO_URI = os.environ.get("MONGO_URI")
-
-pytestmark = [
-    pytest.mark.mongo,
-    pytest.mark.skipif(not MONGO_URI, reason="set MONGO_URI to run against a real MongoDB"),
-]
+pytestmark = [pytest.mark.mongo]
 
 
 @pytest.fixture
-def database() -> Iterator[tuple[MongoClient[dict[str, Any]], str]]:
-    assert MONGO_URI
-    client: MongoClient[dict[str, Any]] = MongoClient(MONGO_URI, serverSelectionTimeoutMS=5000)
+def database(mongo_uri: str) -> Iterator[tuple[MongoClient[dict[str, Any]], str, str]]:
+    client: MongoClient[dict[str, Any]] = MongoClient(mongo_uri, serverSelectionTimeoutMS=5000)
     name = f"fleet_test_{uuid.uuid4().hex[:12]}"
-    yield client, name
+    yield client, name, mongo_uri
     client.drop_database(name)
     client.close()
 
 
-def build(db_name: str, **settings: Any) -> tuple[MongoPipeline, Any]:
+def build(db: tuple[Any, str, str], **settings: Any) -> tuple[MongoPipeline, Any]:
+    _, db_name, uri = db
     crawler = get_crawler(settings_dict={
-        "FLEET_MONGO_URI": MONGO_URI,
+        "FLEET_MONGO_URI": uri,
         "FLEET_MONGO_DATABASE": db_name,
         "FLEET_MONGO_FLUSH_INTERVAL": 0.01,
         **settings,
@@ -58,10 +52,10 @@ async def feed(pipe: MongoPipeline, items: list[dict[str, Any]]) -> list[Any]:
 
 
 def test_two_workers_writing_the_same_pages_leave_one_document_each(database: Any) -> None:
-    client, name = database
+    client, name, _ = database
     pages = [{"url": f"http://site/{i}", "n": i} for i in range(300)]
-    worker_a, crawler_a = build(name, FLEET_MONGO_BATCH_SIZE=50)
-    worker_b, crawler_b = build(name, FLEET_MONGO_BATCH_SIZE=7)
+    worker_a, crawler_a = build(database, FLEET_MONGO_BATCH_SIZE=50)
+    worker_b, crawler_b = build(database, FLEET_MONGO_BATCH_SIZE=7)
 
     async def main() -> list[list[Any]]:
         return list(await asyncio.gather(feed(worker_a, pages), feed(worker_b, pages[::-1])))
@@ -78,17 +72,18 @@ def test_two_workers_writing_the_same_pages_leave_one_document_each(database: An
 
 
 def test_validation_failure_and_indexes(database: Any) -> None:
-    client, name = database
+    client, name, _ = database
     client[name].create_collection("books", validator={"$jsonSchema": {
         "bsonType": "object", "properties": {"price": {"bsonType": "int", "minimum": 0}}}})
-    pipe, crawler = build(name, FLEET_MONGO_BATCH_SIZE=3, FLEET_MONGO_TTL=3600,
+    pipe, crawler = build(database, FLEET_MONGO_BATCH_SIZE=3, FLEET_MONGO_TTL=3600,
                           FLEET_MONGO_UNIQUE_FIELDS=["sku"])
     first, bad, third = asyncio.run(feed(pipe, [
         {"url": "a", "sku": 1, "price": 1},
         {"url": "b", "sku": 2, "price": -1},
         {"url": "c", "sku": 3, "price": 3},
     ]))
-    assert isinstance(bad, DropItem) and "code 121" in str(bad)
+    assert isinstance(bad, DocumentRejected) and "code 121" in str(bad)
+    assert bad.fleet_reason == "item/mongo/121"  # its request fails (docs/failures.md)
     assert (first["url"], third["url"]) == ("a", "c")
     coll = client[name]["books"]
     assert sorted(d["url"] for d in coll.find()) == ["a", "c"]
@@ -97,8 +92,21 @@ def test_validation_failure_and_indexes(database: Any) -> None:
     assert info["fleet_updated"]["expireAfterSeconds"] == 3600
     assert info["fleet_unique"]["unique"] is True
 
-    pipe2, crawler2 = build(name, FLEET_MONGO_TTL=3600, FLEET_MONGO_UNIQUE_FIELDS=["sku"],
+    pipe2, crawler2 = build(database, FLEET_MONGO_TTL=3600, FLEET_MONGO_UNIQUE_FIELDS=["sku"],
                             FLEET_MONGO_RETRY_BACKOFF=0.001, FLEET_MONGO_RETRY_MAX_BACKOFF=0.01)
     (dup,) = asyncio.run(feed(pipe2, [{"url": "d", "sku": 1, "price": 4}]))
-    assert isinstance(dup, DropItem) and "11000" in str(dup)
+    assert isinstance(dup, DocumentRejected) and dup.fleet_reason == "item/mongo/11000"
     assert crawler2.stats.get_value("fleet/mongo/write_errors/11000") == 1
+
+
+def test_document_bson_cannot_encode_is_rejected_rest_written(database: Any) -> None:
+    client, name, _ = database
+    pipe, crawler = build(database, FLEET_MONGO_BATCH_SIZE=3)
+    a, b, c = asyncio.run(feed(pipe, [{"url": "a"}, {"url": "b", "blob": object()},
+                                      {"url": "c"}]))
+    assert isinstance(b, DocumentRejected) and b.fleet_reason == "item/mongo/invalid_document"
+    assert (a["url"], c["url"]) == ("a", "c")
+    assert sorted(d["url"] for d in client[name]["books"].find()) == ["a", "c"]
+    assert crawler.stats.get_value("fleet/mongo/write_errors/invalid_document") == 1
+    with pytest.raises(bson.errors.InvalidDocument):  # what pymongo itself says of it
+        bson.encode({"blob": object()})

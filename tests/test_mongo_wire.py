@@ -25,7 +25,7 @@ from support import frontier_payloads, read_items, run_scrapy, start_worker, tai
 
 from scrapy_fleet.codec import decode_dict
 from scrapy_fleet.frontier.client import FrontierAdmin
-from scrapy_fleet.pipelines import MongoPipeline
+from scrapy_fleet.pipelines import DocumentRejected, MongoPipeline
 from scrapy_fleet.pipelines.mongo import default_document_id
 from scrapy_fleet.testsite import generate_site
 
@@ -187,7 +187,7 @@ def test_resends_the_batch_after_a_dropped_connection(wire: WireServer) -> None:
     assert stats["fleet/mongo/upserted"] == 2
 
 
-def test_validation_error_drops_one_document_rest_acknowledged(wire: WireServer) -> None:
+def test_validation_error_fails_one_document_rest_acknowledged(wire: WireServer) -> None:
     def reject_second(request: Any) -> bool:
         reply = upsert_reply(request, skip=(1,))
         reply["writeErrors"] = [{"index": 1, "code": 121, "errmsg": "Document failed validation"}]
@@ -197,7 +197,7 @@ def test_validation_error_drops_one_document_rest_acknowledged(wire: WireServer)
     pipe, crawler = build(wire, FLEET_MONGO_BATCH_SIZE=3)
     first, second, third = run(feed(pipe, items(3)))
     assert (first["url"], third["url"]) == ("http://site/0", "http://site/2")
-    assert isinstance(second, DropItem) and "code 121" in str(second)
+    assert isinstance(second, DocumentRejected) and "code 121" in str(second)
     assert default_document_id(["http://site/1"]) in str(second)
     assert len(wire.updates) == 1
     stats = crawler.stats.get_stats()

@@ -212,7 +212,8 @@ def run_failed(admin: FrontierAdmin, opts: Any) -> int:
     for row in shown:
         status = row["status"] or "-"
         print(f"{row['id']}  {row['method']} {row['url']}  {row['reason']}  status {status}  "
-              f"attempts {row['attempts']}  worker {row['worker']}  at {utc(row['at'])}")
+              f"attempts {row['attempts']}  worker {row['worker']}  at {utc(row['at'])}"
+              + (f"  found by {row['parent']}" if row.get("parent") else ""))
     what = f" with reason {opts.reason!r}" if opts.reason else ""
     print(f"{len(shown)} of {len(rows)} failed request(s){what} shown")
     return push.EXIT_OK
@@ -232,7 +233,13 @@ def run_retry(admin: FrontierAdmin, opts: Any, host_key_mode: str) -> int:
     what = "dead letter(s)" if opts.dead else "failed request(s)"
     print(f"retried {report.retried} {what} (crawl {admin.keys.crawl_id!r})"
           + (f"; {report.gone} already retried by another run" if report.gone else "")
-          + (f"; {report.unreadable} unreadable, left" if report.unreadable else ""))
+          + (f"; {report.unreadable} unreadable, left" if report.unreadable else "")
+          + (f"; {report.merged} more of the same page(s), fetched once" if report.merged
+             else "")
+          + (f"; {report.unstorable} left: requests the spider yielded without a parent that "
+             "could not be stored (codec/...): fix the spider, then push their URLs "
+             "(scrapy fleet failed lists them) or run its start requests again"
+             if report.unstorable else ""))
     if report.full:
         print(f"error: {report.full} left: the frontier is full (FLEET_QUEUE_MAX="
               f"{admin.params.queue_max}); run retry again when it has room", file=sys.stderr)

@@ -45,7 +45,8 @@ def failed_status_line(counts: dict[str, int], counters: dict[str, int]) -> str:
     """The ``failed`` line of ``status``: kept, per reason, and the fleet-wide totals."""
     kept = sum(counts.values())
     by = ", ".join(f"{r} {n}" for r, n in counts.items())
-    extra = [f"{name} {counters[name]}" for name in ("failed", "failed_trimmed", "retried")
+    extra = [f"{name} {counters[name]}" for name in ("failed", "failed_trimmed", "retried",
+                                                    "unstorable")
              if counters.get(name)]
     return (f"  failed   {kept}" + (f" ({by})" if by else "")
             + (f"; totals {', '.join(extra)}" if extra else ""))
@@ -90,6 +91,12 @@ class RetryReport:
     gone: int = 0  #: records retried meanwhile by another run (nothing pushed for them)
     full: int = 0  #: records left because the frontier was at FLEET_QUEUE_MAX
     unreadable: int = 0  #: records whose request cannot be decoded (left where they are)
+    #: records of requests without a parent the codec could not store: no request to put
+    #: back (left where they are; docs/failures.md)
+    unstorable: int = 0
+    #: records whose request (a page) was put back for another record of this run: removed,
+    #: the page fetched once (the links of one page the codec could not store)
+    merged: int = 0
 
 
 def _fresh_payload(data: bytes) -> tuple[bytes, int]:
@@ -138,22 +145,38 @@ def retry(client: Any, keys: CrawlKeys, url: str, *, dead: bool = False,
         report.retried += d.get("retried", 0)
         report.gone += d.get("gone", 0)
         report.full += d.get("full", 0)
+        report.merged += d.get("merged", 0)
         entries.clear()
 
+    pages: set[str] = set()  # entry ids of the requests sent in this run (failed records)
     source: Iterator[tuple[str, str, bytes]]
     if dead:
         source = dead_records(client, keys, reason)
     else:
-        source = ((rid, rec.host or host_of(rec.url), rec.data)
+        # a record of a link that could not be stored holds the request of the page that
+        # found it (another host, maybe): its host is that request's ("")
+        source = ((rid, "" if rec.parent else rec.host or host_of(rec.url), rec.data)
                   for rid, rec in failed_records(client, keys, reason))
     for rid, host_or_reason, data in source:
+        if not dead and not data:  # a request that could not be stored, found by no request
+            report.unstorable += 1
+            continue
+        # "<entry id>" and "<entry id>/<n>" (the links its page yielded that could not be
+        # stored) hold the same request: the page is put back once
+        page = "" if dead else rid.split("/", 1)[0]
+        if page and page in pages:
+            entries.append([rid, "", 0, ""])
+            if len(entries) >= RETRY_CHUNK:
+                flush()
+            continue
         try:
             payload, priority = _fresh_payload(data)
             url_ = codec.decode_dict(payload)["url"]
         except (RequestDecodeError, RequestEncodeError, KeyError):
             report.unreadable += 1
             continue
-        host = host_of(url_) if dead else host_or_reason
+        pages.add(page)
+        host = host_of(url_) if dead or not host_or_reason else host_or_reason
         entries.append([rid, host, max(-2**31, min(2**31, priority)), payload])
         if len(entries) >= RETRY_CHUNK:
             flush()

@@ -5,7 +5,7 @@ lua/failed.lua stores it in the crawl's ``failed`` hash, adding the server time 
 and the encoded request (``data``, codec.py: never pickle).  The record is a msgpack map of
 strings and integers (Redis's cmsgpack reads it)::
 
-    {url, method, reason, message, status, attempts, worker, host}
+    {url, method, reason, message, status, attempts, worker, host, parent}
 
 Reasons (one short, stable name per kind, for counting and ``--reason``):
 
@@ -14,6 +14,12 @@ Reasons (one short, stable name per kind, for counting and ``--reason``):
 * ``http/<status>``: the final answer's status is one the spider does not handle (Scrapy's
   ``HttpErrorMiddleware`` would raise ``HttpError`` for it), after the retries;
 * ``spider/<exception class>``: the callback or errback raised;
+* ``item/<exception class>``: an item pipeline raised (other than ``DropItem``) for an
+  item the callback yielded: the item was not written;
+* ``codec/<exception class>``: a request the callback (or the spider's start) yielded that
+  the fleet's codec cannot store (a lambda callback, a meta value it cannot encode): its
+  record keeps its URL and its parent's (``parent``), and as its request the parent's, whose
+  callback yields it again once the spider is fixed (no request when it has no parent);
 * the ``fleet_reason`` attribute of any exception that has one (``proxies.ProxyBanError``
   after the proxy retries, for example), as it is.
 """
@@ -33,7 +39,8 @@ MESSAGE_MAX = 300
 class FailureRecord:
     """One failed request.  ``status``: the last HTTP status (0 when there was no answer);
     ``attempts``: downloads tried (``retry_times + 1``); ``at``: server time in ms (set by
-    Redis); ``data``: the encoded request (set by Redis)."""
+    Redis); ``data``: the encoded request (set by Redis); ``parent``: the URL of the request
+    whose callback yielded it, for a request that could not be stored (``codec/...``)."""
 
     url: str
     method: str
@@ -43,6 +50,7 @@ class FailureRecord:
     attempts: int = 1
     worker: str = ""
     host: str = ""
+    parent: str = ""
     at: int = 0
     data: bytes = b""
 
@@ -79,7 +87,8 @@ class FailureRecord:
         return cls(url=text("url"), method=text("method"), reason=text("reason"),
                    message=text("message"), status=number("status"),
                    attempts=number("attempts"), worker=text("worker"), host=text("host"),
-                   at=number("at"), data=data if isinstance(data, bytes) else b"")
+                   parent=text("parent"), at=number("at"),
+                   data=data if isinstance(data, bytes) else b"")
 
     def to_json(self) -> dict[str, Any]:
         """The record without its encoded request, for ``--json`` listings."""
@@ -90,8 +99,8 @@ class FailureRecord:
 
 def reason_for(exc: BaseException, where: str) -> str:
     """The reason of a failure by exception *exc*, raised by the download (*where*
-    ``"download"``) or the spider (``"spider"``); ``fleet_reason`` wins when the exception has
-    one."""
+    ``"download"``), the spider (``"spider"``), an item pipeline (``"item"``) or the codec
+    (``"codec"``); ``fleet_reason`` wins when the exception has one."""
     fleet_reason = getattr(exc, "fleet_reason", None)
     if isinstance(fleet_reason, str) and fleet_reason:
         return fleet_reason

@@ -8,13 +8,17 @@ Enabled by ``scrapy_fleet.Addon`` (``EXTENSIONS``).  It watches:
   refusals are decisions, not failures), and a Response whose status the spider does not
   handle, decided by Scrapy's own ``HttpErrorMiddleware`` (when it is enabled): the one that
   would raise ``HttpError`` for it, errback or not;
-* ``spider_error``: a callback or errback that raised.
+* ``spider_error``: a callback or errback that raised;
+* ``item_error``: an item pipeline that raised (anything but ``DropItem``) for an item the
+  callback yielded: its request fails (``item/<exception class>``), as its item was not
+  written; the request's other items were written (sinks are idempotent: a retry writes
+  them again).  Every item error counts in ``fleet/items/failed``.
 
 The first failure of a request is kept (an errback that raises after a failed download does
 not replace the download's reason).  The scheduler sends the record with the request's
 acknowledgement (``FleetScheduler.note_failure``), so it is stored exactly once, or not at
 all when the request is not acknowledged (its lease was lost: another worker fetches it).
-Stats: ``fleet/failed/noted`` and ``fleet/failed/noted/<reason>``.
+Stats: ``fleet/failed/noted``, ``fleet/failed/noted/<reason>`` and ``fleet/items/failed``.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ class FleetFailureWatch:
         crawler.signals.connect(self._opened, signal=signals.spider_opened)
         crawler.signals.connect(self._closed, signal=signals.spider_closed)
         crawler.signals.connect(self._spider_error, signal=signals.spider_error)
+        crawler.signals.connect(self._item_error, signal=signals.item_error)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FleetFailureWatch:
@@ -110,6 +115,20 @@ class FleetFailureWatch:
             return
         status = response.status if isinstance(response, Response) else 0
         self._note(request, reason_for(exc, "spider"), str(exc) or type(exc).__name__, status)
+
+    def _item_error(self, item: Any, response: Any, spider: Any, failure: Failure) -> None:
+        stats = self.crawler.stats
+        if stats is not None:
+            stats.inc_value("fleet/items/failed")
+        # the item's source: a Response, or the Failure an errback got (Scrapy sets its
+        # .request); an item from start() has none, and no request to fail
+        request = getattr(response, "request", None)
+        exc = failure.value
+        if request is None or exc is None:
+            return
+        status = response.status if isinstance(response, Response) else 0
+        self._note(request, reason_for(exc, "item"),
+                   f"item not written: {type(exc).__name__}: {exc}", status)
 
     def _note(self, request: Request, reason: str, message: str, status: int) -> None:
         scheduler = engine_hooks.scheduler_of(self.crawler)

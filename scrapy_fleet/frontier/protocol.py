@@ -48,9 +48,12 @@ class SyncBatch:
     per-host bound applies to; delay_ms (default 0) keeps the new entry among the deferred
     ones that long before it is queued.
 
-    ``acks`` holds ``(entry id, token[, failure record])``: the record (msgpack bytes,
-    ``failures.record.FailureRecord.encode``) of a request that failed for good is stored
-    with its acknowledgement, in the same atomic call (lua/failed.lua).
+    ``acks`` holds ``(entry id, token[, failure record[, unstorable records]])``: the record
+    (msgpack bytes, ``failures.record.FailureRecord.encode``; ``b""`` for none) of a request
+    that failed for good is stored with its acknowledgement, in the same atomic call
+    (lua/failed.lua), and so are the records of the requests its callback yielded that the
+    worker could not encode (reason ``codec/...``).  ``unstorable`` holds the records of
+    requests without a parent that could not be encoded (start requests...).
     """
 
     acks: list[tuple[Any, ...]] = field(default_factory=list)
@@ -64,10 +67,12 @@ class SyncBatch:
     downloaded: list[tuple[str, int]] = field(default_factory=list)
     #: a heartbeat is due: the call is made even with nothing else to carry
     beat: bool = False
+    #: failure records of requests without a parent that could not be encoded
+    unstorable: list[bytes] = field(default_factory=list)
 
     def is_empty(self) -> bool:
         return not (self.acks or self.releases or self.dead or self.extends or self.pushes
-                    or self.take or self.downloaded or self.beat)
+                    or self.take or self.downloaded or self.beat or self.unstorable)
 
 
 @dataclass(frozen=True)
@@ -214,6 +219,7 @@ def _arg(batch: SyncBatch, worker: str, params: FrontierParams, marker: str = ""
         "ho": params.lease_only_host,
         "hx": params.lease_except_host,
         "fm": params.failed_max,
+        "u": list(batch.unstorable),
         "mk": marker,
         "mc": uuid.uuid4().hex,
     }, use_bin_type=False)  # Redis's cmsgpack cannot read msgpack "bin"

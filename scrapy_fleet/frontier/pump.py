@@ -34,6 +34,7 @@ from scrapy_fleet import codec, engine_hooks, outage
 from scrapy_fleet.browser import pagemethods
 from scrapy_fleet.errors import CrawlStateLostError, RedisUnavailableError, RequestEncodeError
 from scrapy_fleet.frontier.client import AsyncFrontier, StaleDupeCache, SyncBatch, SyncResult
+from scrapy_fleet.frontier.leases import _Lease, _Out, unstorable_record
 from scrapy_fleet.monitoring.heartbeat import WorkerMonitor
 from scrapy_fleet.politeness import hosts as politeness
 from scrapy_fleet.redis_client import is_oom
@@ -58,12 +59,6 @@ START_META_KEY = codec.START_META_KEY
 
 #: stored responses a parse worker (FLEET_ROLE = "parse") holds leased at most
 PARSE_HELD = 2
-#: (url, bloom key, priority, payload, host, delay ms) of a buffered request; the payload
-#: of a known duplicate is the Request itself and its host "" (encoded only if it must be
-#: sent: FrontierPump._materialize)
-_Out = tuple[str, bytes, int, "bytes | Request", str, int]
-
-
 async def wait_set(event: asyncio.Event, timeout: float) -> None:
     """Wait until *event* is set, setting it after *timeout* seconds if nothing else does
     (so it is always set on return; a pump woken by its poll timer does what a poke asks).
@@ -81,18 +76,6 @@ async def wait_set(event: asyncio.Event, timeout: float) -> None:
         await event.wait()
     finally:
         timer.cancel()
-
-
-class _Lease:
-    __slots__ = ("children", "downloaded", "entry_id", "failure", "lost", "token")
-
-    def __init__(self, entry_id: str, token: int) -> None:
-        self.entry_id = entry_id
-        self.token = token
-        self.lost = False
-        self.downloaded = False  #: its download is over (its host's slot is given back)
-        self.children: list[_Out] = []  #: links found by this request, sent with its ack
-        self.failure: bytes | None = None  #: its failure record, sent with its ack
 
 
 class FrontierPump:
@@ -125,6 +108,8 @@ class FrontierPump:
         #: the prefetch), which on_pushed (the scheduler's) takes them to
         self._starting: list[_Lease] = []
         self.on_pushed: Callable[[Request, _Lease], None] | None = None
+        #: failure records of requests without a parent that could not be encoded
+        self._unstorable: list[bytes] = []
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -161,19 +146,26 @@ class FrontierPump:
         return (dupes is not None and dupes.gen is not None and key in dupes
                 and pagemethods.PAGE_META_KEY not in request.meta)
 
-    def _encode(self, request: Request) -> bytes | None:
-        """``codec.encode(request)``, or None (logged, counted) when it cannot be encoded."""
+    def _encode(self, request: Request, parent: _Lease | None = None) -> bytes | None:
+        """``codec.encode(request)``, or None when it cannot be encoded: logged, counted and
+        recorded among the failed requests (``codec/<error class>``), with the
+        acknowledgement of *parent* (the leased request whose callback yielded it) or alone."""
         try:
             return codec.encode(request, self.spider)
         except RequestEncodeError as exc:
-            logger.error("%s; request dropped", exc, extra={"spider": self.spider})
+            logger.error("%s; request recorded as failed (scrapy fleet failed)", exc,
+                         extra={"spider": self.spider})
+            name = type(exc.__cause__ or exc).__name__
             self._inc("fleet/codec/encode_error")
-            self._inc(f"fleet/codec/encode_error/{type(exc.__cause__ or exc).__name__}")
+            self._inc(f"fleet/codec/encode_error/{name}")
             if pagemethods.close_page_of(request.meta):
                 self._inc("fleet/browser/page_closed")  # a dropped request leaks no page
+            record = unstorable_record(request, f"codec/{name}", str(exc), self.config,
+                                       parent.url if parent is not None else "")
+            (parent.unstorable if parent is not None else self._unstorable).append(record)
             return None
 
-    def _materialize(self, outs: list[_Out]) -> None:
+    def _materialize(self, outs: list[_Out], parent: _Lease | None = None) -> None:
         """Encode, in place, the requests of *outs* buffered as known duplicates that the
         DupeCache no longer holds (cleared after a failover or a purge, or the oldest keys
         forgotten): the next call sends them whole.  One that cannot be encoded is dropped
@@ -186,7 +178,7 @@ class FrontierPump:
             if isinstance(payload, bytes) or self._known_duplicate(key, payload):
                 kept.append(out)
                 continue
-            encoded = self._encode(payload)
+            encoded = self._encode(payload, parent)
             start_index = self._start_pending.pop(id(out), None)
             if encoded is None:
                 continue
@@ -357,12 +349,17 @@ class FrontierPump:
         batch = SyncBatch()
         n_done = 0
         for lease in self._done:
-            self._materialize(lease.children)
+            self._materialize(lease.children, lease)
             if n_done and len(batch.pushes) + len(lease.children) > PUSH_CHUNK:
                 break
             n_done += 1
-            batch.acks.append((lease.entry_id, lease.token) if lease.failure is None
-                              else (lease.entry_id, lease.token, lease.failure))
+            if lease.unstorable:
+                batch.acks.append((lease.entry_id, lease.token, lease.failure or b"",
+                                   lease.unstorable))
+            elif lease.failure is not None:
+                batch.acks.append((lease.entry_id, lease.token, lease.failure))
+            else:
+                batch.acks.append((lease.entry_id, lease.token))
             batch.pushes += [(key, prio, payload, n_done, host, delay)
                              for _, key, prio, payload, host, delay in lease.children]
         n_out = 0
@@ -371,6 +368,7 @@ class FrontierPump:
             n_out = max(0, min(len(self._outbox), PUSH_CHUNK - len(batch.pushes)))
             batch.pushes += [(key, prio, payload, 0, host, delay)
                              for _, key, prio, payload, host, delay in self._outbox[:n_out]]
+        batch.unstorable = self._unstorable[:PUSH_CHUNK]
         dead = list(self._dead)
         batch.dead = [(lease.entry_id, lease.token, reason) for lease, reason in dead]
         batch.downloaded = [(lease.entry_id, lease.token) for lease in self._downloaded]
@@ -446,6 +444,7 @@ class FrontierPump:
                                    if lease.entry_id not in released)
         del self._done[:n_done]
         del self._dead[:n_dead]
+        del self._unstorable[:len(batch.unstorable)]
         del self._downloaded[:len(batch.downloaded)]
         if result.refused:
             refused = set(result.refused)

@@ -264,18 +264,18 @@ class FleetScheduler(FrontierPump, BaseScheduler):
                                "<%s %s> as %d (logged once)", request.priority, request.method,
                                request.url, priority, extra={"spider": self.spider})
                 self._logged_clamp = True
+        parent = self._parent_lease(request)
         out: _Out
         if key and self._known_duplicate(key, request):
             # most links of a crawl: the call leaves it out, so it is encoded only if the
             # frontier asks for the whole call again (_materialize)
             out = (request.url, key, priority, request, "", delay_ms)
         else:
-            payload = self._encode(request)
+            payload = self._encode(request, parent)
             if payload is None:
                 return False
             out = (request.url, key, priority, payload,
                    politeness.host_key(request.url, self.config.host_key), delay_ms)
-        parent = self._parent_lease(request)
         if parent is not None:
             parent.children.append(out)
         else:
@@ -361,6 +361,7 @@ class FleetScheduler(FrontierPump, BaseScheduler):
         self._inflight[id(request)] = (request, lease)
         self._by_entry[lease.entry_id] = lease
         request.meta[LEASE_META_KEY] = lease.entry_id
+        lease.url = request.url
         self._dequeued += 1
         if len(self._prefetch) <= self.config.prefetch // 2:
             self._poke()

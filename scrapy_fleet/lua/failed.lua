@@ -12,17 +12,34 @@
 -- same atomic call, recorded here: the record is exact (never lost, never counted twice; a
 -- replayed call returns the cached reply before reaching this code).
 
--- nil, or why the failure records of the acknowledgements `acks` ({id, token[, record]}) are
--- not acceptable (checked before the script's first write)
-local function failed_check_acks(acks)
+local function failed_bad_record(raw)
+  if type(raw) ~= 'string' then return true end
+  local ok, rec = pcall(cmsgpack.unpack, raw)
+  return not ok or type(rec) ~= 'table' or type(rec.reason) ~= 'string' or rec.reason == ''
+end
+
+-- nil, or why the failure records of the acknowledgements `acks` ({id, token[, record[,
+-- unstorable]]}: record "" for none; unstorable, a list of records of the requests its
+-- callback yielded that the worker could not encode) or the records `unstorable` (requests
+-- without a parent the worker could not encode) are not acceptable (checked before the
+-- script's first write)
+local function failed_check_acks(acks, unstorable)
   for _, a in ipairs(acks) do
     if type(a) ~= 'table' then return 'bad acknowledgement' end
-    if a[3] ~= nil then
-      if type(a[3]) ~= 'string' then return 'bad failure record' end
-      local ok, rec = pcall(cmsgpack.unpack, a[3])
-      if not ok or type(rec) ~= 'table' or type(rec.reason) ~= 'string' or rec.reason == '' then
-        return 'bad failure record'
+    if a[3] ~= nil and a[3] ~= '' and failed_bad_record(a[3]) then
+      return 'bad failure record'
+    end
+    if a[4] ~= nil then
+      if type(a[4]) ~= 'table' then return 'bad failure record' end
+      for _, raw in ipairs(a[4]) do
+        if failed_bad_record(raw) then return 'bad failure record' end
       end
+    end
+  end
+  if unstorable ~= nil then
+    if type(unstorable) ~= 'table' then return 'bad failure record' end
+    for _, raw in ipairs(unstorable) do
+      if failed_bad_record(raw) then return 'bad failure record' end
     end
   end
   return nil
@@ -71,10 +88,13 @@ local function failed_forget(fk, id)
 end
 
 -- Record the failure of acknowledged entry `id` (record `raw`, checked by failed_check_acks)
--- with its encoded request `data`, at server time `now`; then trim the oldest records past
+-- (or `id` of a record of a request that could not be stored: its parent's entry id and a
+-- suffix) with its encoded request `data` (that of the parent for such a record, "" when it
+-- has none), at server time `now`; then trim the oldest records past
 -- `cap` (0: no cap).  Returns (1, records trimmed).
 local function failed_record(fk, id, raw, data, now, cap)
   local rec = cmsgpack.unpack(raw)
+  failed_forget(fk, id)  -- (never there for an entry id; kept exact for any other id)
   rec.at = now
   rec.data = data or ''
   redis.call('HSET', fk.failed, id, cmsgpack.pack(rec))

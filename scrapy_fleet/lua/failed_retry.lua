@@ -14,8 +14,12 @@
 --   15 qn
 --   16 the buckets' key prefix
 -- ARGV[1]: msgpack map: src "failed" | "dead", qm frontier size limit (0 none),
---   e [[record id, host key, priority, encoded request]...]
--- Reply: msgpack map {retried = n, gone = records no longer there, full = left at the bound}
+--   e [[record id, host key, priority, encoded request]...]; for src "failed" the encoded
+--   request may be "": a record whose request is the one of a record named before in this
+--   run (the records of the links a page yielded that could not be stored, and the page's
+--   own: docs/failures.md): it is forgotten, nothing pushed (that page is fetched once)
+-- Reply: msgpack map {retried = n, gone = records no longer there, full = left at the bound,
+--   merged = records forgotten with a request pushed for another}
 
 local FK = {failed = KEYS[1], failed_at = KEYS[2], failed_by = KEYS[3]}
 local DEAD, Q, DATA, HOSTQ, READY = KEYS[4], KEYS[5], KEYS[6], KEYS[8], KEYS[9]
@@ -30,7 +34,7 @@ end
 for _, e in ipairs(req.e) do
   if type(e) ~= 'table' or type(e[1]) ~= 'string' or type(e[2]) ~= 'string'
       or type(e[3]) ~= 'number' or e[3] ~= e[3] or math.abs(e[3]) > PRIORITY_LIMIT
-      or type(e[4]) ~= 'string' or e[4] == '' then
+      or type(e[4]) ~= 'string' or (e[4] == '' and req.src ~= 'failed') then
     return redis.error_reply('ERR fleet: bad retry entry')
   end
 end
@@ -38,7 +42,7 @@ local queue_max = tonumber(req.qm) or 0
 local now = server_now_ms()
 local size = (tonumber(redis.call('GET', QN)) or 0) + redis.call('ZCARD', Q)
   + redis.call('ZCARD', LEASES) + redis.call('ZCARD', DELAYED)
-local out = {retried = 0, gone = 0, full = 0}
+local out = {retried = 0, gone = 0, full = 0, merged = 0}
 local back = {}  -- {host, score, bucket entry} of the requests queued again
 for _, e in ipairs(req.e) do
   local id, host, priority, data = e[1], e[2], e[3], e[4]
@@ -50,6 +54,9 @@ for _, e in ipairs(req.e) do
   end
   if not present then
     out.gone = out.gone + 1
+  elseif data == '' then
+    failed_forget(FK, id)
+    out.merged = out.merged + 1
   elseif queue_max > 0 and size >= queue_max then
     out.full = out.full + 1
   else

@@ -67,6 +67,12 @@
 --     send hx = "~parse", parse workers ho = "~parse"; docs/stages.md)
 --   an acknowledgement may carry a third element, the failure record of a request that
 --     failed for good (lua/failed.lua): recorded with the acknowledgement, fm = their cap
+--     ("" for none), and a fourth, the failure records of requests its callback yielded
+--     that the worker could not encode (reason codec/...): recorded with the acknowledgement
+--     under "<entry id>/<n>", with the acknowledged request as their request (a retry
+--     fetches it again, to yield them again), counted in `failed` and `unstorable`
+--   u failure records of requests without a parent the worker could not encode: recorded
+--     under "u<seq>" without a request (they cannot be retried), counted the same
 --   mk the crawl marker this client saw ("" before its first call): the call fails before
 --     any write when the marker is gone or another one; mc the marker to write when there is
 --     none (first push / first worker call)
@@ -122,7 +128,7 @@ local mon, mon_err = monitor_parse(ARGV[2], #KEYS - MON_NKEYS + 1)
 if not mon then return redis.error_reply('ERR fleet: ' .. mon_err) end
 local n_acks = #req.a
 local FK = {failed = KEYS[26], failed_at = KEYS[27], failed_by = KEYS[28], marker = KEYS[29]}
-local bad_failure = failed_check_acks(req.a)
+local bad_failure = failed_check_acks(req.a, req.u)
 if bad_failure then return redis.error_reply('ERR fleet: ' .. bad_failure) end
 local marker_error, marker = failed_check_marker(FK.marker, req.mk)
 if marker_error then return redis.error_reply(marker_error) end
@@ -462,11 +468,21 @@ for k, a in ipairs(req.a) do
       end
     end
     if not left_over then
-      if a[3] then  -- failed for good: recorded with its acknowledgement (lua/failed.lua)
-        local _, trimmed = failed_record(FK, a[1], a[3], redis.call('HGET', DATA, a[1]), now,
-                                         tonumber(req.fm) or 0)
-        count('failed', 1)
-        count('failed_trimmed', trimmed)
+      if (a[3] and a[3] ~= '') or a[4] then
+        -- failed for good: recorded with its acknowledgement (lua/failed.lua)
+        local data = redis.call('HGET', DATA, a[1])
+        if a[3] and a[3] ~= '' then
+          local _, trimmed = failed_record(FK, a[1], a[3], data, now, tonumber(req.fm) or 0)
+          count('failed', 1)
+          count('failed_trimmed', trimmed)
+        end
+        for j, raw in ipairs(a[4] or {}) do
+          local _, trimmed = failed_record(FK, a[1] .. '/' .. j, raw, data, now,
+                                           tonumber(req.fm) or 0)
+          count('failed', 1)
+          count('unstorable', 1)
+          count('failed_trimmed', trimmed)
+        end
       end
       batch.leave(a[1], own_host)
       size = size - 1
@@ -486,6 +502,14 @@ for k, a in ipairs(req.a) do
       if own_host == STAGE_HOST then batch.stage_deferred(a[1], 1) end
     end
   end
+end
+-- requests without a parent the worker could not encode: recorded without a request
+for _, raw in ipairs(req.u or {}) do
+  local id = 'u' .. string.format('%015d', redis.call('INCR', SEQ))
+  local _, trimmed = failed_record(FK, id, raw, '', now, tonumber(req.fm) or 0)
+  count('failed', 1)
+  count('unstorable', 1)
+  count('failed_trimmed', trimmed)
 end
 if #parked_recs > 0 then batch.call_many('RPUSH', PARKED, parked_recs, 4000) end
 if #deferred_members > 0 then batch.call_many('ZADD', DELAYED, deferred_members, 4000) end

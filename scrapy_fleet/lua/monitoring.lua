@@ -26,7 +26,7 @@ local MON_FIELDS = 10
 local MON_HB_FIELDS = {st = true, l = true, dl = true, pg = true, it = true, er = true,
                        sv = true, fv = true, h = true, pid = true, sa = true, ro = true}
 local MON_COUNTERS = {pages = true, items_scraped = true, items_dropped = true,
-                      response_bytes = true, bans = true, rate_limited = true,
+                      items_failed = true, response_bytes = true, bans = true, rate_limited = true,
                       robots_denied = true, proxy_bans = true}
 
 local function mon_counter_ok(name)

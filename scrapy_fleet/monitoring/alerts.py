@@ -7,7 +7,8 @@ next command to run::
      "since": 1764581900.0, "next": "scrapy crawl <spider> (or scale the workers up)"}
 
 Ids: ``no_worker``, ``fleet_stalled``, ``depth_growing``, ``host_blocked``,
-``dead_letters_growing``, ``redis_memory``, ``worker_dead``, ``worker_stalled``
+``dead_letters_growing``, ``requests_unstorable``, ``items_failed``, ``redis_memory``,
+``worker_dead``, ``worker_stalled``
 (docs/monitoring.md).
 """
 
@@ -110,6 +111,26 @@ def evaluate(snap: dict[str, Any], samples1m: list[Sample], banned_hosts: list[d
             f"{fr['dead'] - window[0].dead} new dead letter(s) in the last "
             f"{cfg.dead_minutes} min ({fr['dead']} in all)", where, since,
             f"scrapy fleet dead {crawl}"))
+    # failed requests kept (scrapy fleet failed) whose reason says something was lost: they
+    # clear once retried (or purged)
+    kept = snap.get("failed_by") or {}
+    unstorable = sum(n for r, n in kept.items() if r.startswith("codec/"))
+    if unstorable:
+        out.append(_alert(
+            "requests_unstorable", "warning",
+            f"{unstorable} request(s) the spider yielded could not be stored (a callback or "
+            "meta value the fleet's codec cannot encode, e.g. a lambda): they were not crawled",
+            where, None,
+            f"scrapy fleet failed {crawl} (reasons codec/...); fix the spider, then "
+            f"scrapy fleet retry {crawl} --reason codec/<error> (docs/failures.md)"))
+    items_failed = sum(n for r, n in kept.items() if r.startswith("item/"))
+    if items_failed:
+        out.append(_alert(
+            "items_failed", "warning",
+            f"{items_failed} request(s) failed because an item pipeline could not write one of "
+            "their items (it raised)", where, None,
+            f"scrapy fleet failed {crawl} (reasons item/...); fix the spider or the sink, "
+            f"then scrapy fleet retry {crawl} --reason item/<error>"))
     mem = snap["redis"]
     if mem["maxmemory"] and mem["used_memory"] > cfg.memory_ratio * mem["maxmemory"]:
         out.append(_alert(

@@ -14,6 +14,7 @@ Stats read (docs/monitoring.md has the counter each one feeds)::
 
     downloader/response_status_count/NNN   -> resp/NNN, pages (+ bans, rate_limited)
     item_scraped_count, item_dropped_count -> items_scraped, items_dropped
+    fleet/items/failed                     -> items_failed (an item pipeline raised)
     downloader/exception_type_count/CLASS  -> errors/KIND (timeout, dns, connection, tls, other)
     downloader/response_bytes              -> response_bytes
     fleet/proxy/verdict/ban                -> proxy_bans
@@ -34,6 +35,7 @@ _EXC = "downloader/exception_type_count/"
 _PLAIN = {
     "item_scraped_count": "items_scraped",
     "item_dropped_count": "items_dropped",
+    "fleet/items/failed": "items_failed",
     "downloader/response_bytes": "response_bytes",
     "fleet/proxy/verdict/ban": "proxy_bans",
     "fleet/politeness/robots_disallowed": "robots_denied",

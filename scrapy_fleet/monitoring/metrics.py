@@ -95,9 +95,11 @@ def families(snap: Mapping[str, Any], host_metrics: int = 0) -> list[Metric]:
     out.append(CounterMetricFamily(p + "pages", "Responses received by the fleet, all statuses",
                                    value=_num(counters.get("pages"))))
     items = CounterMetricFamily(p + "items", "Items by outcome: scraped (passed the item "
-                                "pipelines) or dropped (DropItem)", labels=["outcome"])
+                                "pipelines), dropped (DropItem) or failed (a pipeline raised: "
+                                "not written)", labels=["outcome"])
     items.add_metric(["scraped"], _num(counters.get("items_scraped")))
     items.add_metric(["dropped"], _num(counters.get("items_dropped")))
+    items.add_metric(["failed"], _num(counters.get("items_failed")))
     out.append(items)
     out.append(_labelled(CounterMetricFamily(
         p + "download_errors", "Downloads that failed without a response, by kind",

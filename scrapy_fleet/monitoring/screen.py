@@ -80,6 +80,7 @@ def render(snap: dict[str, Any], label: str = "", queue_max: int | None = None,
         lines.append("  statuses   " + "  ".join(f"{k}: {v}" for k, v in by_status.items()))
     errors = "  ".join(f"{k} {v}" for k, v in c["download_errors"].items())
     lines.append(f"  items      scraped {c['items_scraped']}  dropped {c['items_dropped']}"
+                 f"  failed {c.get('items_failed', 0)}"
                  f"    download errors: {errors}")
     q = c["requests"]
     lines.append(f"  requests   pushed {q['pushed']}  duplicate {q['duplicate']}  leased "

@@ -18,6 +18,7 @@ import redis
 
 from scrapy_fleet import redis_client
 from scrapy_fleet.config import STAGE_HOST
+from scrapy_fleet.failures.admin import failed_counts_of
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.monitoring import alerts as alerts_mod
 from scrapy_fleet.monitoring import series as series_mod
@@ -96,6 +97,7 @@ def counters_of(stats: dict[str, int]) -> dict[str, Any]:
         "pages": stats.get("pages", 0),
         "items_scraped": stats.get("items_scraped", 0),
         "items_dropped": stats.get("items_dropped", 0),
+        "items_failed": stats.get("items_failed", 0),
         "download_errors": errors,
         "requests": {
             "pushed": stats.get("pushed", 0), "duplicate": stats.get("duplicates", 0),
@@ -104,6 +106,7 @@ def counters_of(stats: dict[str, int]) -> dict[str, Any]:
             "dead_lettered": stats.get("dead_lettered", 0),
             "released": stats.get("released", 0), "parked": stats.get("parked", 0),
             "deferred": stats.get("deferred", 0), "refused": stats.get("refused", 0),
+            "unstorable": stats.get("unstorable", 0),
         },
         "bans": stats.get("bans", 0), "rate_limited": stats.get("rate_limited", 0),
         "proxy_bans": stats.get("proxy_bans", 0),
@@ -276,16 +279,16 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
         pipe.hget(k.hostq, STAGE_HOST)
         pipe.hlen(k.failed)
         pipe.get(k.queue_count)
+        pipe.hgetall(k.failed_by)  # a few reasons: what the alerts on kept records read
         defaults: list[Any] = [0, 0, 0, 0, 0, {}, {}, [], {}, None, None, 0, None, [], None, 0,
-                               None]
-        if status:  # what FrontierAdmin.status and status's failed line read besides
+                               None, {}]
+        if status:  # what FrontierAdmin.status reads besides
             pipe.get(k.idle_since)
             pipe.hmget(k.seeding, "holder", "progress", "done")
-            pipe.hgetall(k.failed_by)
-            defaults += [None, [None, None, None], {}]
+            defaults += [None, [None, None, None]]
         replies1 = _results(pipe, defaults)
     (due, scheduled, leased, parked, dead, meta, raw_stats, workers, mon, raw10, raw1m,
-     n_hosts, conf_cap, top_banned, stored, failed, bucketed) = replies1[:17]
+     n_hosts, conf_cap, top_banned, stored, failed, bucketed, failed_by) = replies1[:18]
     due += _i(bucketed)  # queued in the buckets; the queue ZSET: the previous format
     now = _now(srv)
     now_ms = int(now * 1000)
@@ -388,6 +391,7 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
         "hosts_sampled": n_hosts > HOST_SAMPLE,
         "hosts_ready": n_ready,
         "alerts": [],
+        "failed_by": failed_counts_of(failed_by),
         "redis": mem,
         "started_at": _i(mon_s.get("t0")) / 1000 or None,
         "last_ack_at": _i(mon_s.get("la")) / 1000 or None,
@@ -397,7 +401,7 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
                                          cfg)
     extra: dict[str, Any] = {}
     if status:
-        idle, seeded, failed_by = replies1[17:]
+        idle, seeded = replies1[18:]
         now_ms_exact = int(srv[0]) * 1000 + int(srv[1]) // 1000  # as FrontierAdmin.server_ms
         extra["frontier"] = _frontier_status(
             k, now_ms_exact, (due, leased, dead, scheduled, parked), meta_s, raw_stats,

@@ -2,5 +2,6 @@
 
 from scrapy_fleet.pipelines.jsonlines import JsonLinesPipeline
 from scrapy_fleet.pipelines.mongo import MongoPipeline
+from scrapy_fleet.pipelines.mongo_writes import DocumentRejected
 
-__all__ = ["JsonLinesPipeline", "MongoPipeline"]
+__all__ = ["DocumentRejected", "JsonLinesPipeline", "MongoPipeline"]

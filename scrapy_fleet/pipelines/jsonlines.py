@@ -103,7 +103,8 @@ class JsonLinesPipeline:
     Raises:
         NotConfigured: when ``FLEET_JSONL_PATH`` is not set (the add-on always lists it).
         TypeError: from ``process_item`` for a field JSON cannot represent (Scrapy counts it
-            as an item error; the request is still acknowledged).
+            as an item error; the fleet records the item's request as failed,
+            ``item/TypeError``: docs/failures.md).
     """
 
     def __init__(self, crawler: Crawler, config: FleetConfig) -> None:

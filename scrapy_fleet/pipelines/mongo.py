@@ -19,8 +19,10 @@ failures are retried with exponential back-off for as long as it takes, so while
 the item stays in progress, Scrapy's scraper keeps the response in progress, and the fleet
 scheduler does not acknowledge the request: if the worker dies, the lease expires and the page
 is fetched again.  A document MongoDB rejects for good (validation, code 121, and other
-non-transient write errors) is logged with its id, counted in ``fleet/mongo/write_errors/<code>``
-and dropped with :class:`~scrapy.exceptions.DropItem`; the rest of its batch is unaffected.
+non-transient write errors, or a document BSON cannot encode) is logged with its id, counted in
+``fleet/mongo/write_errors/<code>`` and raised as :class:`DocumentRejected`, so that its request
+fails (``item/mongo/<code>``: recorded among the failed requests, docs/failures.md); the rest of
+its batch is unaffected.
 
 Failures that waiting cannot heal stop the crawl instead of being retried forever: MongoDB
 refusing the URI's credentials (code 18, or Atlas's 8000 "bad auth"), its user lacking the right
@@ -63,6 +65,7 @@ from scrapy_fleet.pipelines.mongo_writes import (
     _STAT,
     AUTH_FAILED_REASON,
     UNAUTHORIZED_REASON,
+    DocumentRejected,
     FatalError,
     _describe,
     _Op,
@@ -98,8 +101,10 @@ class MongoPipeline:
 
     * returns the item once MongoDB acknowledged its upsert;
     * raises :class:`~scrapy.exceptions.DropItem` when the item has no stable id (missing id
-      fields) or MongoDB rejected its document for good (stats ``fleet/mongo/dropped/...``,
-      ``fleet/mongo/write_errors/<code>``);
+      fields; stat ``fleet/mongo/dropped/missing_id``);
+    * raises :class:`DocumentRejected` when MongoDB (or BSON) rejected its document for good
+      (stat ``fleet/mongo/write_errors/<code>``): Scrapy reports an item error, and the
+      fleet records the item's request as failed (``item/mongo/<code>``);
     * does not finish while MongoDB is unreachable (retried with back-off, stat
       ``fleet/mongo/retries``), so the request that produced the item is not acknowledged;
     * raises :class:`~scrapy.exceptions.DropItem` (logged at DEBUG, stat
@@ -202,7 +207,8 @@ class MongoPipeline:
             the item, unchanged, once MongoDB acknowledged its upsert.
 
         Raises:
-            DropItem: no stable id, or a document MongoDB rejects for good.
+            DropItem: no stable id.
+            DocumentRejected: a document MongoDB (or BSON) rejects for good.
             RuntimeError: called before :meth:`open_spider` or after :meth:`close_spider`.
         """
         if self._loop is None or self._room is None or self._closed:
@@ -395,8 +401,9 @@ class MongoPipeline:
             logger.error("MongoDB rejected document _id=%r in %s.%s (code %s): %s", op.doc_id,
                          self.config.database, name, code, message)
             if not op.future.done():
-                op.future.set_exception(DropItem(
-                    f"MongoDB rejected document _id={op.doc_id!r} (code {code}): {message}"))
+                op.future.set_exception(DocumentRejected(
+                    f"MongoDB rejected document _id={op.doc_id!r} (code {code}): {message}",
+                    code))
         return [ops[i] for i in outcome.retry]
 
     def _ping(self) -> bool:

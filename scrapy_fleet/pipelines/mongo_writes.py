@@ -56,6 +56,19 @@ UNAUTHORIZED_REASON = "mongo_unauthorized"
 CONFIG_ERROR_REASON = "mongo_config_error"
 
 
+class DocumentRejected(Exception):
+    """An item's document MongoDB (or pymongo's BSON encoding) refused for good: the item was
+    not written.  Raised by ``MongoPipeline.process_item``; its request fails with the reason
+    ``item/mongo/<code>`` (``fleet_reason``: ``121`` validation, ``11000`` duplicate of a
+    unique secondary key, ``invalid_document``, ``document_too_large``...), see
+    docs/failures.md."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.fleet_reason = f"item/mongo/{code}"
+
+
 @dataclass(frozen=True)
 class FatalError:
     """A MongoDB failure that waiting cannot heal, and how the crawl is stopped for it."""

@@ -134,6 +134,8 @@
                   ["items", fmt(c.items_scraped)], ["pages/min", fmt(r.pages_per_min)],
                   ["items/min", fmt(r.items_per_min)], ["block rate", pct(r.block_rate)],
                   ["ETA", duration(snap.eta_seconds)], ["workers alive", fmt(snap.workers_alive)]];
+    // what was not done: failed requests (scrapy fleet failed), items a pipeline could not write
+    rows.push(["failed requests", fmt(f.failed)], ["items failed", fmt(c.items_failed)]);
     const box = $("figures");
     box.textContent = "";
     for (const [k, v] of rows) {

@@ -1,7 +1,7 @@
 """A Scrapy project for the fleet's tests: special spiders the example project has no use for."""
 
 BOT_NAME = "fleettest"
-SPIDER_MODULES = ["fleettest.spiders"]
+SPIDER_MODULES = ["fleettest.spiders", "fleettest.sink_spiders"]
 ADDONS = {"scrapy_fleet.Addon": 500}
 ROBOTSTXT_OBEY = False
 TELNETCONSOLE_ENABLED = False

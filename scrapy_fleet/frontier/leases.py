@@ -1,0 +1,46 @@
+"""A worker's leases and buffered requests (the pump's records), and the failure record of a
+request the codec cannot store (docs/failures.md)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from scrapy_fleet.failures.record import FailureRecord
+from scrapy_fleet.politeness import hosts as politeness
+
+if TYPE_CHECKING:
+    from scrapy import Request
+
+    from scrapy_fleet.config import FleetConfig
+
+#: (url, bloom key, priority, payload, host, delay ms) of a buffered request; the payload
+#: of a known duplicate is the Request itself and its host "" (encoded only if it must be
+#: sent: FrontierPump._materialize)
+_Out = tuple[str, bytes, int, "bytes | Request", str, int]
+
+
+class _Lease:
+    __slots__ = ("children", "downloaded", "entry_id", "failure", "lost", "token", "unstorable",
+                 "url")
+
+    def __init__(self, entry_id: str, token: int) -> None:
+        self.entry_id = entry_id
+        self.token = token
+        self.lost = False
+        self.downloaded = False  #: its download is over (its host's slot is given back)
+        self.children: list[_Out] = []  #: links found by this request, sent with its ack
+        self.failure: bytes | None = None  #: its failure record, sent with its ack
+        #: failure records of the links it found that could not be encoded, sent with its ack
+        self.unstorable: list[bytes] = []
+        self.url = ""  #: its request's URL (set when the engine takes it)
+
+
+def unstorable_record(request: Request, reason: str, message: str, config: FleetConfig,
+                      parent_url: str = "") -> bytes:
+    """The encoded failure record (``FailureRecord.encode``) of *request*, which the codec
+    cannot store (*reason* ``codec/<error class>``, *message* the codec's error);
+    *parent_url*: the URL of the leased request whose callback yielded it ("" for none)."""
+    return FailureRecord(
+        url=request.url, method=request.method, reason=reason, message=message,
+        attempts=0, worker=config.worker_id,
+        host=politeness.host_key(request.url, config.host_key), parent=parent_url).encode()
