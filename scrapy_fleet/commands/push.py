@@ -174,6 +174,17 @@ def _stripped(line: str) -> str:
     return text
 
 
+#: JSON values that are no URL and no request: a line of one of them is said to be JSON
+_JSON_WORDS = ("null", "true", "false")
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
+
+
+def _not_a_request(value: Any) -> str:
+    kind = ("null" if value is None else "a boolean" if isinstance(value, bool)
+            else "a number" if isinstance(value, int | float) else type(value).__name__)
+    return (f"a JSON line must be an object (a request) or a string (its URL), not {kind}")
+
+
 def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
                dont_filter: bool = False, priority: int = 0,
                has_method: Callable[[str], Any] | None = None,
@@ -196,6 +207,16 @@ def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
             raise PushLineError("JSON line must be an object")
     elif text.startswith("["):
         raise PushLineError("JSON line must be an object, not an array")
+    elif text.startswith('"'):  # a URL as a JSON string
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise PushLineError(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+        if not isinstance(value, str):
+            raise PushLineError(_not_a_request(value))
+        spec = {"url": value}
+    elif text in _JSON_WORDS or _JSON_NUMBER.fullmatch(text):
+        raise PushLineError(_not_a_request(json.loads(text)))
     else:
         spec = {"url": text}
     unknown = set(spec) - _SPEC_KEYS
