@@ -87,9 +87,8 @@ def run(action: str, admin: Any, opts: Any, alerts_config: Any = None,
         from scrapy_fleet.monitoring.server import run_monitor
 
         if not admin.has_state():  # a monitor may be deployed before its crawl begins
-            print(f"warning: Redis holds no state of crawl {admin.keys.crawl_id!r} (key prefix "
-                  f"{admin.keys.prefix!r}) yet: the views show nothing until a push or a "
-                  "worker begins it; check the crawl id and the key prefix", file=sys.stderr)
+            print(f"warning: {admin.no_record()}; the views show nothing until a push or "
+                  "a worker begins it", file=sys.stderr)
 
         source = FleetSource(client, admin.keys, hosts=max(10, opts.host_metrics),
                              alerts_config=alerts_config)
