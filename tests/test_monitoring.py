@@ -27,7 +27,7 @@ from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.monitoring import alerts, series
 from scrapy_fleet.monitoring.heartbeat import WorkerMonitor, error_kind, fleet_counters
 from scrapy_fleet.monitoring.sampler import sample
-from scrapy_fleet.monitoring.snapshot import read_series, read_snapshot
+from scrapy_fleet.monitoring.snapshot import counters_of, read_series, read_snapshot
 from scrapy_fleet.testsite import generate_site
 
 
@@ -199,6 +199,23 @@ def test_stats_map_to_fleet_counters():
     assert [error_kind(f"scrapy.exceptions.{name}") for name in (
         "DownloadConnectionRefusedError", "CannotResolveHostError", "DownloadTimeoutError",
         "DownloadFailedError")] == ["connection", "dns", "timeout", "connection"]
+
+
+def test_offsite_filtered_requests_are_counted_as_such_not_as_download_errors():
+    # issue 19: a request OffsiteMiddleware filters raises IgnoreRequest, which Scrapy's
+    # DownloaderStats counts as an exception: it was shown as a download error "other"
+    stats = {"downloader/exception_type_count/scrapy.exceptions.IgnoreRequest": 4,
+             "offsite/filtered": 4, "offsite/domains": 1,
+             "downloader/exception_type_count/builtins.ValueError": 1}
+    got = fleet_counters(stats, (403,))
+    assert got == {"errors/offsite": 4, "errors/other": 1}
+    c = counters_of(got)
+    assert c["download_errors"] == {"timeout": 0, "dns": 0, "connection": 0, "tls": 0,
+                                    "other": 1}
+    assert c["offsite_filtered"] == 4
+    # a subclass raised for a failure (a proxy that banned it through every exit) stays one
+    assert fleet_counters({"downloader/exception_type_count/scrapy_fleet.proxies."
+                           "ProxyBanError": 2}, (403,)) == {"errors/other": 2}
 
 
 # -- a real crawl: exact counts ---------------------------------------------------------------

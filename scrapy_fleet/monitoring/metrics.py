@@ -112,6 +112,8 @@ def families(snap: Mapping[str, Any], host_metrics: int = 0) -> list[Metric]:
             ("proxy_bans", "proxy_bans", "Ban verdicts of the proxy pool"),
             ("rate_limited", "rate_limited", "Responses 429 Too Many Requests"),
             ("robots_denied", "robots_denied", "Requests refused by robots.txt"),
+            ("offsite_filtered", "offsite_filtered",
+             "Requests filtered by Scrapy's OffsiteMiddleware (allowed_domains)"),
             ("response_bytes", "response_bytes", "Bytes of response bodies received")):
         out.append(CounterMetricFamily(p + name, doc, value=_num(counters.get(key))))
 

@@ -86,7 +86,8 @@ def render(snap: dict[str, Any], label: str = "", queue_max: int | None = None,
                  f"{q['leased']}  acked {q['acked']}  reclaimed {q['reclaimed']}  "
                  f"dead-lettered {q['dead_lettered']}")
     lines.append(f"  blocks     bans {c['bans']}  429s {c['rate_limited']}  robots denied "
-                 f"{c['robots_denied']}  proxy bans {c.get('proxy_bans', 0)}")
+                 f"{c['robots_denied']}  offsite filtered {c.get('offsite_filtered', 0)}  "
+                 f"proxy bans {c.get('proxy_bans', 0)}")
     workers = snap["workers"]
     lines.append(f"  workers    {snap['workers_alive']} alive"
                  + (f", {len(workers) - snap['workers_alive']} dead" if

@@ -22,6 +22,7 @@ from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.monitoring import alerts as alerts_mod
 from scrapy_fleet.monitoring import series as series_mod
 from scrapy_fleet.monitoring.alerts import AlertConfig
+from scrapy_fleet.monitoring.heartbeat import OFFSITE_FIELD
 from scrapy_fleet.monitoring.series import SERIES, TIERS
 
 __all__ = ["SCHEMA", "SERIES", "TIERS", "AlertConfig", "read_series", "read_snapshot",
@@ -87,7 +88,7 @@ def counters_of(stats: dict[str, int]) -> dict[str, Any]:
                 responses[cls] += n
     errors = dict.fromkeys(ERROR_KINDS, 0)
     for name, n in stats.items():
-        if name.startswith("errors/"):
+        if name.startswith("errors/") and name != OFFSITE_FIELD:
             kind = name[len("errors/"):]
             errors[kind if kind in errors else "other"] += n
     return {
@@ -108,6 +109,8 @@ def counters_of(stats: dict[str, int]) -> dict[str, Any]:
         "bans": stats.get("bans", 0), "rate_limited": stats.get("rate_limited", 0),
         "proxy_bans": stats.get("proxy_bans", 0),
         "robots_denied": stats.get("robots_denied", 0),
+        # requests OffsiteMiddleware filtered (a decision, not a download error)
+        "offsite_filtered": stats.get(OFFSITE_FIELD, 0),
         "response_bytes": stats.get("response_bytes", 0),
     }
 
