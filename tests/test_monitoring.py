@@ -464,6 +464,59 @@ def test_series_decode_keeps_only_the_current_lap():
     assert series.points_of(samples, "block_rate")[1][1] == 0.1
 
 
+def _ring(samples: list[tuple[float, int, int]]) -> bytes:
+    """A 10 s ring holding (t, due, pages) samples, as lua/monitoring.lua writes them."""
+    step, points = series.TIERS["10s"]
+    raw = bytearray(series.tier_bytes("10s"))
+    for t, due, pages in samples:
+        slot = int(t * 1000) // (step * 1000)
+        series._SLOT.pack_into(raw, (slot % points) * series.SLOT_BYTES,
+                               int(t * 1000), due, 0, 0, 0, 0, pages, pages // 2, 0, 1)
+    return bytes(raw)
+
+
+def test_rates_of_a_young_crawl_are_over_its_age(redis_url):
+    # issue 19: on a 30 s old crawl pages/min was the count of the last 60 s (half the
+    # rate); and (next test) the ETA read "-" while the queue fell from 16k to 6k (it
+    # compared the depth with the first sample, taken when the push had barely begun)
+    admin = FrontierAdmin(redis_url, "young")
+    admin.push([(f"{i:012d}".encode(), 0, b"x", 0, "one.test") for i in range(6000)])
+    client = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("fleet", "young")
+    sec, usec = client.time()
+    now = sec + usec / 1e6
+    client.set(keys.series("10s"), _ring([(now - 30, 100, 0), (now - 20, 16000, 500),
+                                          (now - 10, 11000, 1000)]))
+    client.hset(keys.stats, mapping={"pages": 1500, "items_scraped": 750})
+    snap = read_snapshot(client, keys)
+    rates, window = snap["rates"], snap["at"] - (now - 30)  # the crawl's age: its 1st sample
+    assert rates["pages_per_min"] == pytest.approx(1500 * 60 / window, rel=1e-3)
+    assert rates["items_per_min"] == pytest.approx(750 * 60 / window, rel=1e-3)
+    assert rates["window_s"] == pytest.approx(window, abs=0.1)
+    client.close()
+
+
+def test_the_eta_shows_as_soon_as_the_queue_falls(redis_url):
+    admin = FrontierAdmin(redis_url, "falling")
+    admin.push([(f"{i:012d}".encode(), 0, b"x", 0, "one.test") for i in range(6000)])
+    client = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("fleet", "falling")
+    sec, usec = client.time()
+    now = sec + usec / 1e6
+    client.set(keys.series("10s"), _ring([(now - 30, 100, 0), (now - 20, 16000, 500),
+                                          (now - 10, 11000, 1000)]))
+    snap = read_snapshot(client, keys)
+    window = snap["at"] - (now - 30)
+    # 16000 -> 6000 in 20 s since the peak: 6000 more take 12 s
+    assert snap["frontier"]["depth"] == 6000
+    assert snap["eta_seconds"] == pytest.approx(6000 * (now + window - 30 - (now - 20))
+                                                / 10000, abs=0.5)
+    # a queue that does not fall has no ETA
+    client.set(keys.series("10s"), _ring([(now - 20, 100, 0), (now - 10, 5000, 10)]))
+    assert read_snapshot(client, keys)["eta_seconds"] is None
+    client.close()
+
+
 # -- runnable_now -----------------------------------------------------------------------------
 
 

@@ -495,3 +495,43 @@ def test_scrapy_fleet_monitor_inside_the_project(redis_url, worker_env):
     finally:
         if proc.poll() is None:
             stop_process(proc)
+
+
+def test_dashboard_pages_per_min_card_and_legend_show_one_figure(redis_url, worker_env,
+                                                                tmp_path, monitors):
+    # issue 19: the pages/min card (rate over the last minute) and the chart's legend (the
+    # last 10 s step's rate) showed 40 and 204.3 at the same moment: one definition now
+    import redis
+
+    from scrapy_fleet.keys import CrawlKeys
+    from scrapy_fleet.monitoring import series
+
+    push(redis_url, worker_env, "http://127.0.0.1:9/a")
+    client = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("fleet", "docs")
+    sec, usec = client.time()
+    now = sec + usec / 1e6
+    step, points = series.TIERS["10s"]
+    raw = bytearray(series.tier_bytes("10s"))
+    # 0 pages until 20 s ago, then 1000 in the last 10 s step: the step's rate is 6000/min,
+    # the rate over the crawl's 40 s is 1500/min
+    for t, pages in ((now - 40, 0), (now - 30, 0), (now - 20, 0), (now - 10, 1000)):
+        slot = int(t * 1000) // (step * 1000)
+        series._SLOT.pack_into(raw, (slot % points) * series.SLOT_BYTES, int(t * 1000), 1,
+                               0, 0, 0, 0, pages, 0, 0, 0)
+    client.set(keys.series("10s"), bytes(raw))
+    client.hset(keys.stats, "pages", 1000)
+    client.close()
+    monitor = Monitor(redis_url, "docs", worker_env)
+    monitors.append(monitor)
+    with chromium_page(tmp_path) as page:
+        page.goto(monitor.url, wait_until="load")
+        page.wait_for_function(
+            "() => +document.getElementById('chart-pages').dataset.points > 0", timeout=30_000)
+        card = page.locator('.figure[data-key="pages/min"]')
+        value = card.locator(".v").inner_text()
+        label = card.locator(".k").inner_text()
+        legend = page.locator('#legend-pages span[data-series="pages_per_min"]').inner_text()
+        assert re.fullmatch(r"pages/min \(last \d+ s\)", label), label
+        assert legend == f"{label} {value}", (legend, label, value)
+        assert float(value.replace("k", "e3")) < 3000  # the crawl's rate, not the last step's

@@ -304,7 +304,10 @@ class FrontierPump:
             return "closing"
         if self._drain_started is not None:
             return "draining"
-        return "fetching" if (self._prefetch or self._inflight) else "idle"
+        if not (self._prefetch or self._inflight):
+            return "idle"
+        # a parse worker (FLEET_ROLE = "parse") holds stored responses: it fetches nothing
+        return "parsing" if self.config.role == "parse" else "fetching"
 
     def _downloads(self) -> int:
         engine = engine_hooks.running_engine(self.crawler)

@@ -21,6 +21,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from scrapy_fleet.monitoring.screen import rate_window
 from scrapy_fleet.monitoring.source import DEPTH_SERIES, READ_ERRORS, Points, Source
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -114,12 +115,14 @@ def render(snap: Mapping[str, Any], series: Mapping[str, Points], *, width: int 
     pages = [v for _, v in series.get("pages_per_min", [])]
     figures.add_row("pages/min", _fmt(rates.get("pages_per_min"), 1),
                     Text(sparkline(pages, spark_width), style="green"))
+    figures.add_row("", "", Text(f"rates{rate_window(rates) or ' (no data yet)'}; the "
+                                 "sparkline: each 10 s step's rate", style="dim"))
     parts.append(figures)
 
     responses = counters.get("responses") or {}
     totals = Text()
     totals.append(f"pages {_fmt(counters.get('pages'))}  "
-                  f"items {_fmt(counters.get('items_scraped'))}"
+                  f"items (reported) {_fmt(counters.get('items_scraped'))}"
                   f"  items/min {_fmt(rates.get('items_per_min'), 1)}  block rate "
                   f"{_pct(rates.get('block_rate'))}  ETA {_eta(snap.get('eta_seconds'))}  ")
     totals.append("  ".join(f"{k} {_fmt(responses.get(k))}" for k in
@@ -146,7 +149,7 @@ def render(snap: Mapping[str, Any], series: Mapping[str, Points], *, width: int 
 
     host_rows = [h for h in snap.get("hosts") or [] if isinstance(h, Mapping)][:hosts]
     htable = Table(title="top hosts", box=box.SIMPLE_HEAD, title_justify="left")
-    for name in ("host", "queued", "leased", "pages", "bans", "block rate", "held until"):
+    for name in ("host", "queued", "downloading", "pages", "bans", "block rate", "held until"):
         htable.add_column(name, justify="left" if name == "host" else "right")
     for h in host_rows:
         htable.add_row(str(h.get("host", "?")), _fmt(h.get("queued")), _fmt(h.get("leased")),
