@@ -375,4 +375,4 @@ def test_views_say_what_leased_and_items_count():
     assert "items/min (last 30 s)" in status
     frame = frame_text(snap, SERIES)
     assert "items (reported) 4,900" in frame
-    assert "rates (last 30 s)" in frame
+    assert "rates per minute (last 30 s)" in frame

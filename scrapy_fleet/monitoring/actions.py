@@ -79,11 +79,14 @@ def run(action: str, admin: Any, opts: Any, alerts_config: Any = None,
             source = FleetSource(client, admin.keys, hosts=hosts, alerts_config=alerts_config)
             if opts.once:
                 return run_top(source, once=True, hosts=hosts)
+            # SIGTERM ends it as Ctrl-C does: the terminal restored, status 0
+            previous = signal.signal(signal.SIGTERM, _sigterm_stops)
             sampling = Sampling(client, admin.keys, dead_after, forget).start()
             try:
                 return run_top(source, interval=interval, hosts=hosts)
             finally:
                 sampling.stop()
+                signal.signal(signal.SIGTERM, previous)
         from scrapy_fleet.monitoring.server import run_monitor
 
         if not admin.has_state():  # a monitor may be deployed before its crawl begins
