@@ -33,6 +33,7 @@ from scrapy_fleet import codec, engine_hooks, outage
 from scrapy_fleet.browser import pagemethods
 from scrapy_fleet.errors import CrawlStateLostError, RedisUnavailableError, RequestEncodeError
 from scrapy_fleet.frontier.client import AsyncFrontier, StaleDupeCache, SyncBatch, SyncResult
+from scrapy_fleet.frontier.wake import wait_set
 from scrapy_fleet.monitoring.heartbeat import WorkerMonitor
 from scrapy_fleet.politeness import hosts as politeness
 from scrapy_fleet.redis_client import is_oom
@@ -57,29 +58,12 @@ START_META_KEY = codec.START_META_KEY
 
 #: stored responses a parse worker (FLEET_ROLE = "parse") holds leased at most
 PARSE_HELD = 2
+#: lua/proxies.lua's reasons to wait that mean no exit of the pool can carry a request
+NO_EXIT = frozenset({"dead", "empty"})
 #: (url, bloom key, priority, payload, host, delay ms) of a buffered request; the payload
 #: of a known duplicate is the Request itself and its host "" (encoded only if it must be
 #: sent: FrontierPump._materialize)
 _Out = tuple[str, bytes, int, "bytes | Request", str, int]
-
-
-async def wait_set(event: asyncio.Event, timeout: float) -> None:
-    """Wait until *event* is set, setting it after *timeout* seconds if nothing else does
-    (so it is always set on return; a pump woken by its poll timer does what a poke asks).
-
-    ``asyncio.wait_for(event.wait(), timeout)`` runs the wait in a task of its own: its caller
-    resumes two loop turns after ``set()`` (here one), and three on an event set already (the
-    pump's usual case: poked during its previous call; here none).  On a worker's loop each
-    turn lasts as long as the callbacks queued before it (parsing), so every freed host slot
-    reached the frontier that much later (tests/test_pump_wake.py counts the turns).
-    """
-    if event.is_set():
-        return
-    timer = asyncio.get_running_loop().call_later(timeout, event.set)
-    try:
-        await event.wait()
-    finally:
-        timer.cancel()
 
 
 class _Lease:
@@ -120,6 +104,10 @@ class FrontierPump:
         self._outbox_hold_until = 0.0  # the frontier refused them: retry after this time
         self._by_entry: dict[str, _Lease] = {}  # entry id -> lease, for requests in flight
         self._dead: list[tuple[_Lease, str]] = []
+        #: id(request) -> why it waits for a proxy exit (FleetProxyMiddleware); leases given
+        #: back while draining (released at the next call, never acknowledged)
+        self._exit_waits: dict[int, str] = {}
+        self._give_back: list[_Lease] = []
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -210,9 +198,8 @@ class FrontierPump:
 
 
     def _held_leases(self) -> list[_Lease]:
-        held = [lease for _, lease in self._prefetch]
-        held += [lease for _, lease in self._inflight.values() if not lease.lost]
-        return held
+        held = [lease for _, lease in self._prefetch] + self._give_back
+        return held + [lease for _, lease in self._inflight.values() if not lease.lost]
 
     @property
     def _heartbeat(self) -> float:
@@ -306,6 +293,8 @@ class FrontierPump:
             return "draining"
         if not (self._prefetch or self._inflight):
             return "idle"
+        if any(why in NO_EXIT for why in self._exit_waits.values()):
+            return "no_exit"  # requests wait for a proxy exit, and the pool has none live
         # a parse worker (FLEET_ROLE = "parse") holds stored responses: it fetches nothing
         return "parsing" if self.config.role == "parse" else "fetching"
 
@@ -376,17 +365,19 @@ class FrontierPump:
         if final:
             batch.releases = [(lease.entry_id, lease.token) for lease in self._held_leases()]
         else:
-            if self._drain_started is not None:
-                # draining: what was leased and not started goes back at once
-                batch.releases = [(lease.entry_id, lease.token) for _, lease in self._prefetch]
+            # draining: what was leased and not started goes back at once (and what only
+            # waited for a proxy exit: give_back)
+            batch.releases = [(lease.entry_id, lease.token) for lease in self._give_back] + (
+                [(lease.entry_id, lease.token) for _, lease in self._prefetch]
+                if self._drain_started is not None else [])
             if now - self._last_extend >= self._heartbeat:
                 # the heartbeat is due (with or without leases to extend: an idle worker
                 # must not see it due again at once, or it would poll in a tight loop)
                 self._last_extend = now
                 batch.beat = True
+                releasing = {entry_id for entry_id, _ in batch.releases}
                 batch.extends = [(lease.entry_id, lease.token) for lease in self._held_leases()
-                                 if not (self._drain_started is not None
-                                         and any(lease is p for _, p in self._prefetch))]
+                                 if lease.entry_id not in releasing]
             # a lease holds its host's concurrency slot until its download is over
             # (FLEET_HOST_CONCURRENCY counts them), so a worker holds little more than it can
             # download at once
@@ -442,6 +433,7 @@ class FrontierPump:
             released = {entry_id for entry_id, _ in batch.releases}
             self._prefetch = deque((r, lease) for r, lease in self._prefetch
                                    if lease.entry_id not in released)
+            self._give_back = [g for g in self._give_back if g.entry_id not in released]
         del self._done[:n_done]
         del self._dead[:n_dead]
         del self._downloaded[:len(batch.downloaded)]

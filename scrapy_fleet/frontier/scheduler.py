@@ -342,6 +342,41 @@ class FleetScheduler(FrontierPump, BaseScheduler):
         self._poke()
         return True
 
+    def note_exit_wait(self, request: Request, why: str | None) -> None:
+        """``FleetProxyMiddleware``: *request* waits for a proxy exit, for lua/proxies.lua's
+        reason *why* (``empty``, ``dead``, ``cooling``, ``probe``, ``caps``), or no longer
+        waits (None).  While one waits because the pool has no exit that may carry it
+        (``dead``, ``empty``) the worker's heartbeat state is ``no_exit``, which status, top
+        and the dashboard show, with the alert ``proxy_no_exit`` (monitoring/alerts.py)."""
+        if why is None:
+            self._exit_waits.pop(id(request), None)
+        else:
+            self._exit_waits[id(request)] = why
+
+    def give_back(self, request: Request) -> bool:
+        """Release the lease of *request* (in flight, never sent: it only waited for a proxy
+        exit) at the next frontier call instead of acknowledging it, so that another worker
+        fetches it: for a draining worker, whose engine would otherwise wait for it until
+        FLEET_DRAIN_TIMEOUT.  False when this worker holds no lease for it.  Stat
+        ``fleet/frontier/given_back``."""
+        self._exit_waits.pop(id(request), None)
+        entry = self._inflight.get(id(request))
+        if entry is None or entry[0] is not request or entry[1].lost:
+            return False
+        del self._inflight[id(request)]
+        self._by_entry.pop(entry[1].entry_id, None)
+        self._give_back.append(entry[1])
+        self._inc("fleet/frontier/given_back")
+        self._poke()
+        return True
+
+    @property
+    def draining(self) -> bool:
+        """The worker is shutting down (SIGTERM, idle close): its engine takes no more
+        requests."""
+        return self._closing or self._drain_started is not None or \
+            engine_hooks.engine_closing(self.crawler)
+
     def download_over(self, request: Request) -> None:
         """A leased request's download is over (response or failure): its host's concurrency
         slot goes back to the fleet with the next frontier call, while the response is still

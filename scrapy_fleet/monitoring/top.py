@@ -4,7 +4,8 @@ One frame (:func:`render`) shows the frontier's depth by state and pages/min as 
 the ``10s`` series (the last hour, as much as fits), the current rates, block rate and ETA,
 every worker with its state and health, the top hosts and the alerts.  :func:`run_top`
 redraws it every ``interval`` seconds until Ctrl-C or SIGTERM, which exit cleanly (status 0,
-the terminal restored); piped, it prints one flushed frame after another.  While Redis cannot be read the last frame stays, under an error line.
+the terminal restored); piped, it prints one flushed frame after another.  While Redis
+cannot be read the last frame stays, under an error line.
 """
 
 from __future__ import annotations
