@@ -37,7 +37,7 @@ ERROR_KINDS = ("timeout", "dns", "connection", "tls", "other")
 REQUEST_EVENTS = ("pushed", "duplicate", "leased", "acked", "reclaimed", "dead_lettered",
                   "released", "parked", "deferred", "refused")
 HEALTHS = ("alive", "stalled", "dead")
-WORKER_STATES = ("fetching", "parsing", "idle", "draining", "closing")
+WORKER_STATES = ("fetching", "parsing", "no_exit", "idle", "draining", "closing")
 SEVERITIES = ("critical", "warning")
 
 
