@@ -218,6 +218,23 @@ def test_offsite_filtered_requests_are_counted_as_such_not_as_download_errors():
                            "ProxyBanError": 2}, (403,)) == {"errors/other": 2}
 
 
+def test_a_worker_waiting_with_no_live_proxy_exit_raises_proxy_no_exit():
+    snap = {"crawl": "c", "at": 1000.0, "runnable_now": 1, "started_at": 900.0,
+            "last_ack_at": 990.0, "redis": {"used_memory": 0, "maxmemory": 0},
+            "frontier": {"due": 0, "scheduled": 0, "leased": 3, "parked": 0, "dead": 0},
+            "workers": [{"id": "w1", "health": "alive", "state": "no_exit", "leases": 3,
+                         "last_ack": 950.0, "host": "h", "pid": 1, "last_seen": 999.0},
+                        {"id": "w2", "health": "alive", "state": "fetching", "leases": 0,
+                         "last_ack": 990.0, "host": "h", "pid": 2, "last_seen": 999.0}]}
+    (alert,) = alerts.evaluate(snap, [], [], alerts.AlertConfig())
+    assert (alert["id"], alert["severity"], alert["since"]) == ("proxy_no_exit", "critical",
+                                                                 950.0)
+    assert alert["what"].startswith("1 worker(s) hold requests waiting for a proxy exit")
+    snap["workers"][0]["health"] = "dead"  # a dead worker's last state raises nothing new
+    assert [a["id"] for a in alerts.evaluate(snap, [], [], alerts.AlertConfig())] == [
+        "worker_dead"]
+
+
 # -- a real crawl: exact counts ---------------------------------------------------------------
 
 
