@@ -58,7 +58,7 @@ EXIT_OK = 0
 EXIT_REJECTED = 1  #: some lines were invalid (the valid ones were pushed)
 EXIT_ERROR = 2  #: usage error, or Redis unreachable
 EXIT_FULL = 3  #: the frontier stayed full (--no-wait, or --timeout expired); rest not pushed
-EXIT_NO_CRAWL = 4  #: status, dead, failed, retry, top: Redis holds no state of that crawl
+EXIT_NO_CRAWL = 4  #: status, dead, failed, retry, top: Redis has no record of that crawl
 
 DEFAULT_MAX_URL_LENGTH = 2083  # Scrapy's URLLENGTH_LIMIT default
 #: lines per frontier call.  All new URLs over 1,000 hosts, frontier.lua takes ~16 µs of
