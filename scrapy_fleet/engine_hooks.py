@@ -78,6 +78,13 @@ def running_engine(crawler: Crawler | None) -> Any:
         return None
 
 
+def engine_closing(crawler: Crawler | None) -> bool:
+    """Has the crawler's running engine begun to close its spider (SIGTERM, idle close,
+    ``CloseSpider``)?  False when no engine runs."""
+    slot = getattr(running_engine(crawler), "_slot", None)
+    return slot is not None and getattr(slot, "closing", None) is not None
+
+
 def scheduler_of(crawler: Crawler | None) -> Any:
     """The scheduler of the crawler's running engine, or None."""
     slot = getattr(running_engine(crawler), "_slot", None)

@@ -78,9 +78,11 @@ def test_status_of_a_crawl_without_state_says_so_and_exits_4(redis_url):
     result = cli("--redis", redis_url, "status", "no-such-crawl")
     assert result.returncode == 4, result.stdout + result.stderr
     assert result.stdout == ""
-    assert result.stderr.strip() == (
-        "error: Redis holds no state of crawl 'no-such-crawl' (key prefix 'fleet'): nothing "
-        "was pushed and no worker ran; check the crawl id and the key prefix")
+    assert re.fullmatch(
+        r"error: Redis has no record of crawl 'no-such-crawl' \(key prefix 'fleet'\): nothing "
+        r"was pushed to it, it was purged, or Redis lost its data \(restarted without "
+        r"persistence, or flushed\) \(this Redis has been up for \d+ (s|min|h|days)\); check "
+        r"the crawl id and the key prefix", result.stderr.strip()), result.stderr
     assert cli("--redis", redis_url, "dead", "no-such-crawl").returncode == 4
     assert cli("--redis", redis_url, "status", "no-such-crawl", "--json").returncode == 4
     assert cli("--redis", redis_url, "push", "now-known", "http://h.test/").returncode == 0
@@ -88,6 +90,22 @@ def test_status_of_a_crawl_without_state_says_so_and_exits_4(redis_url):
     assert known.returncode == 0 and "due 1" in known.stdout
     other_prefix = cli("--redis", redis_url, "--prefix", "other", "status", "now-known")
     assert other_prefix.returncode == 4 and "key prefix 'other'" in other_prefix.stderr
+
+
+def test_status_after_redis_lost_its_data_does_not_say_nothing_was_pushed(redis_url):
+    # issue 19: after Redis restarted without its data, status said "nothing was pushed and
+    # no worker ran" of a crawl that had run; Redis cannot tell, so it says what may be
+    import redis
+
+    assert cli("--redis", redis_url, "push", "lost", "http://h.test/").returncode == 0
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()  # what a restart without persistence leaves
+    client.close()
+    result = cli("--redis", redis_url, "status", "lost")
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert "nothing was pushed and no worker ran" not in result.stderr
+    assert "Redis has no record of crawl 'lost'" in result.stderr
+    assert "or Redis lost its data (restarted without persistence, or flushed)" in result.stderr
 
 
 def test_watching_a_crawl_without_state_writes_none_of_its_keys(redis_url):
@@ -101,7 +119,7 @@ def test_watching_a_crawl_without_state_writes_none_of_its_keys(redis_url):
     client = redis.Redis.from_url(redis_url)
     result = cli("--redis", redis_url, "top", "typo1", "--once")
     assert result.returncode == 4, result.stdout + result.stderr
-    assert "Redis holds no state of crawl 'typo1'" in result.stderr
+    assert "Redis has no record of crawl 'typo1'" in result.stderr
     assert sample(client, CrawlKeys("fleet", "typo1")) is False
     assert client.keys("*typo1*") == []
     # once the crawl has state, the sampler samples it (the push sampled this step already:
@@ -118,7 +136,7 @@ def test_project_status_of_a_crawl_without_state_exits_4(redis_url, worker_env):
     result = run_scrapy(EXAMPLE_PROJECT, ["fleet", "status", "docs", "-s",
                                           f"FLEET_REDIS_URL={redis_url}"], worker_env)
     assert result.returncode == 4, result.stderr
-    assert "Redis holds no state of crawl 'docs'" in result.stderr
+    assert "Redis has no record of crawl 'docs'" in result.stderr
 
 
 # -- something that is not Redis -------------------------------------------------------------
@@ -257,7 +275,7 @@ def test_project_help_keeps_one_usage_per_line(worker_env, args):
     assert "  scrapy fleet dead SPIDER [--limit N] [--json]" in lines
     assert "  scrapy fleet settings [--json]" in lines
     assert "exit statuses:" in lines
-    assert any(re.match(r" +4  status, dead, failed, retry, top: Redis holds no state", line)
+    assert any(re.match(r" +4  status, dead, failed, retry, top: Redis has no record", line)
                for line in lines)
     # a help line ending in ':' would be taken for a heading by Scrapy's formatter
     assert any("acl: the crawl uses the proxy pool" in line for line in lines), result.stdout

@@ -27,7 +27,7 @@ from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.monitoring import alerts, series
 from scrapy_fleet.monitoring.heartbeat import WorkerMonitor, error_kind, fleet_counters
 from scrapy_fleet.monitoring.sampler import sample
-from scrapy_fleet.monitoring.snapshot import read_series, read_snapshot
+from scrapy_fleet.monitoring.snapshot import counters_of, read_series, read_snapshot
 from scrapy_fleet.testsite import generate_site
 
 
@@ -199,6 +199,40 @@ def test_stats_map_to_fleet_counters():
     assert [error_kind(f"scrapy.exceptions.{name}") for name in (
         "DownloadConnectionRefusedError", "CannotResolveHostError", "DownloadTimeoutError",
         "DownloadFailedError")] == ["connection", "dns", "timeout", "connection"]
+
+
+def test_offsite_filtered_requests_are_counted_as_such_not_as_download_errors():
+    # issue 19: a request OffsiteMiddleware filters raises IgnoreRequest, which Scrapy's
+    # DownloaderStats counts as an exception: it was shown as a download error "other"
+    stats = {"downloader/exception_type_count/scrapy.exceptions.IgnoreRequest": 4,
+             "offsite/filtered": 4, "offsite/domains": 1,
+             "downloader/exception_type_count/builtins.ValueError": 1}
+    got = fleet_counters(stats, (403,))
+    assert got == {"errors/offsite": 4, "errors/other": 1}
+    c = counters_of(got)
+    assert c["download_errors"] == {"timeout": 0, "dns": 0, "connection": 0, "tls": 0,
+                                    "other": 1}
+    assert c["offsite_filtered"] == 4
+    # a subclass raised for a failure (a proxy that banned it through every exit) stays one
+    assert fleet_counters({"downloader/exception_type_count/scrapy_fleet.proxies."
+                           "ProxyBanError": 2}, (403,)) == {"errors/other": 2}
+
+
+def test_a_worker_waiting_with_no_live_proxy_exit_raises_proxy_no_exit():
+    snap = {"crawl": "c", "at": 1000.0, "runnable_now": 1, "started_at": 900.0,
+            "last_ack_at": 990.0, "redis": {"used_memory": 0, "maxmemory": 0},
+            "frontier": {"due": 0, "scheduled": 0, "leased": 3, "parked": 0, "dead": 0},
+            "workers": [{"id": "w1", "health": "alive", "state": "no_exit", "leases": 3,
+                         "last_ack": 950.0, "host": "h", "pid": 1, "last_seen": 999.0},
+                        {"id": "w2", "health": "alive", "state": "fetching", "leases": 0,
+                         "last_ack": 990.0, "host": "h", "pid": 2, "last_seen": 999.0}]}
+    (alert,) = alerts.evaluate(snap, [], [], alerts.AlertConfig())
+    assert (alert["id"], alert["severity"], alert["since"]) == ("proxy_no_exit", "critical",
+                                                                 950.0)
+    assert alert["what"].startswith("1 worker(s) hold requests waiting for a proxy exit")
+    snap["workers"][0]["health"] = "dead"  # a dead worker's last state raises nothing new
+    assert [a["id"] for a in alerts.evaluate(snap, [], [], alerts.AlertConfig())] == [
+        "worker_dead"]
 
 
 # -- a real crawl: exact counts ---------------------------------------------------------------
@@ -475,6 +509,59 @@ def test_series_decode_keeps_only_the_current_lap():
     rates = series.points_of(samples, "pages_per_min")
     assert rates == [(now - 20, None), (now - 10, 360.0)]
     assert series.points_of(samples, "block_rate")[1][1] == 0.1
+
+
+def _ring(samples: list[tuple[float, int, int]]) -> bytes:
+    """A 10 s ring holding (t, due, pages) samples, as lua/monitoring.lua writes them."""
+    step, points = series.TIERS["10s"]
+    raw = bytearray(series.tier_bytes("10s"))
+    for t, due, pages in samples:
+        slot = int(t * 1000) // (step * 1000)
+        series._SLOT.pack_into(raw, (slot % points) * series.SLOT_BYTES,
+                               int(t * 1000), due, 0, 0, 0, 0, pages, pages // 2, 0, 1)
+    return bytes(raw)
+
+
+def test_rates_of_a_young_crawl_are_over_its_age(redis_url):
+    # issue 19: on a 30 s old crawl pages/min was the count of the last 60 s (half the
+    # rate); and (next test) the ETA read "-" while the queue fell from 16k to 6k (it
+    # compared the depth with the first sample, taken when the push had barely begun)
+    admin = FrontierAdmin(redis_url, "young")
+    admin.push([(f"{i:012d}".encode(), 0, b"x", 0, "one.test") for i in range(6000)])
+    client = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("fleet", "young")
+    sec, usec = client.time()
+    now = sec + usec / 1e6
+    client.set(keys.series("10s"), _ring([(now - 30, 100, 0), (now - 20, 16000, 500),
+                                          (now - 10, 11000, 1000)]))
+    client.hset(keys.stats, mapping={"pages": 1500, "items_scraped": 750})
+    snap = read_snapshot(client, keys)
+    rates, window = snap["rates"], snap["at"] - (now - 30)  # the crawl's age: its 1st sample
+    assert rates["pages_per_min"] == pytest.approx(1500 * 60 / window, rel=1e-3)
+    assert rates["items_per_min"] == pytest.approx(750 * 60 / window, rel=1e-3)
+    assert rates["window_s"] == pytest.approx(window, abs=0.1)
+    client.close()
+
+
+def test_the_eta_shows_as_soon_as_the_queue_falls(redis_url):
+    admin = FrontierAdmin(redis_url, "falling")
+    admin.push([(f"{i:012d}".encode(), 0, b"x", 0, "one.test") for i in range(6000)])
+    client = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("fleet", "falling")
+    sec, usec = client.time()
+    now = sec + usec / 1e6
+    client.set(keys.series("10s"), _ring([(now - 30, 100, 0), (now - 20, 16000, 500),
+                                          (now - 10, 11000, 1000)]))
+    snap = read_snapshot(client, keys)
+    window = snap["at"] - (now - 30)
+    # 16000 -> 6000 in 20 s since the peak: 6000 more take 12 s
+    assert snap["frontier"]["depth"] == 6000
+    assert snap["eta_seconds"] == pytest.approx(6000 * (now + window - 30 - (now - 20))
+                                                / 10000, abs=0.5)
+    # a queue that does not fall has no ETA
+    client.set(keys.series("10s"), _ring([(now - 20, 100, 0), (now - 10, 5000, 10)]))
+    assert read_snapshot(client, keys)["eta_seconds"] is None
+    client.close()
 
 
 # -- runnable_now -----------------------------------------------------------------------------

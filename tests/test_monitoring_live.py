@@ -250,6 +250,84 @@ def test_top_in_a_pseudo_terminal_redraws_and_exits_on_ctrl_c(redis_url, worker_
         os.close(master)
 
 
+def _read_raw(fd: int, until: float, need: bytes = b"") -> bytes:
+    """Bytes from *fd* until *until*, the end of the stream, or *need* is among them."""
+    out = b""
+    while time.monotonic() < until:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:  # EIO: every writer of the pty has closed it
+                break
+            if not chunk:
+                break
+            out += chunk
+            if need and need in out:
+                break
+    return out
+
+
+def test_top_in_a_pseudo_terminal_exits_0_on_sigterm_with_the_terminal_restored(
+        redis_url, worker_env):
+    # issue 19: SIGTERM left exit status 143 and the alternate screen on
+    push(redis_url, worker_env, "http://127.0.0.1:9/a")
+    env = dict(worker_env, TERM="xterm-256color", COLUMNS="120", LINES="40")
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([SCRAPY_FLEET, "--redis", redis_url, "top", "docs", "--interval",
+                             "0.3"], stdin=slave, stdout=slave, stderr=slave, env=env,
+                            start_new_session=True)
+    os.close(slave)
+    try:
+        raw = _read_raw(master, time.monotonic() + 30, b"alerts")
+        assert b"\x1b[?1049h" in raw, raw[-2000:]  # on the alternate screen
+        proc.send_signal(signal.SIGTERM)
+        out = b""
+        deadline = time.monotonic() + 15
+        while proc.poll() is None and time.monotonic() < deadline:
+            out += _read_raw(master, time.monotonic() + 0.5)
+        out += _read_raw(master, time.monotonic() + 1)
+        assert proc.poll() == 0, out[-2000:]
+        assert b"\x1b[?1049l" in out, out[-2000:]  # the alternate screen left
+        assert b"Traceback" not in raw + out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
+def test_top_piped_prints_each_frame_as_it_is_drawn_and_exits_0_on_sigterm(redis_url,
+                                                                          worker_env):
+    # issue 19: `top --interval 1 | cat` printed nothing while it ran and lost it all on
+    # SIGTERM (exit 143): each frame now comes out, flushed, as it is drawn
+    push(redis_url, worker_env, "http://127.0.0.1:9/a", "http://127.0.0.1:9/b")
+    proc = subprocess.Popen([SCRAPY_FLEET, "--redis", redis_url, "top", "docs", "--interval",
+                             "0.3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=worker_env)
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        fd = proc.stdout.fileno()
+        out = b""
+        deadline = time.monotonic() + 30
+        while out.count(b"scrapy-fleet top \xc2\xb7 crawl docs") < 2 and \
+                time.monotonic() < deadline:
+            out += _read_raw(fd, time.monotonic() + 1)
+        assert proc.poll() is None  # frames arrive while it runs
+        assert out.count(b"scrapy-fleet top \xc2\xb7 crawl docs") >= 2, out[-2000:]
+        assert b"\x1b[?1049h" not in out  # no alternate screen in a pipe
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+        rest = proc.stdout.read()
+        assert b"Traceback" not in out + rest + proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
 def test_scrapy_fleet_top_once_inside_the_project(redis_url, worker_env):
     push(redis_url, worker_env, "http://127.0.0.1:9/a")
     env = {k: v for k, v in worker_env.items() if k != "COLUMNS"}  # a pipe, no width given
@@ -495,3 +573,43 @@ def test_scrapy_fleet_monitor_inside_the_project(redis_url, worker_env):
     finally:
         if proc.poll() is None:
             stop_process(proc)
+
+
+def test_dashboard_pages_per_min_card_and_legend_show_one_figure(redis_url, worker_env,
+                                                                tmp_path, monitors):
+    # issue 19: the pages/min card (rate over the last minute) and the chart's legend (the
+    # last 10 s step's rate) showed 40 and 204.3 at the same moment: one definition now
+    import redis
+
+    from scrapy_fleet.keys import CrawlKeys
+    from scrapy_fleet.monitoring import series
+
+    push(redis_url, worker_env, "http://127.0.0.1:9/a")
+    client = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("fleet", "docs")
+    sec, usec = client.time()
+    now = sec + usec / 1e6
+    step, points = series.TIERS["10s"]
+    raw = bytearray(series.tier_bytes("10s"))
+    # 0 pages until 20 s ago, then 1000 in the last 10 s step: the step's rate is 6000/min,
+    # the rate over the crawl's 40 s is 1500/min
+    for t, pages in ((now - 40, 0), (now - 30, 0), (now - 20, 0), (now - 10, 1000)):
+        slot = int(t * 1000) // (step * 1000)
+        series._SLOT.pack_into(raw, (slot % points) * series.SLOT_BYTES, int(t * 1000), 1,
+                               0, 0, 0, 0, pages, 0, 0, 0)
+    client.set(keys.series("10s"), bytes(raw))
+    client.hset(keys.stats, "pages", 1000)
+    client.close()
+    monitor = Monitor(redis_url, "docs", worker_env)
+    monitors.append(monitor)
+    with chromium_page(tmp_path) as page:
+        page.goto(monitor.url, wait_until="load")
+        page.wait_for_function(
+            "() => +document.getElementById('chart-pages').dataset.points > 0", timeout=30_000)
+        card = page.locator('.figure[data-key="pages/min"]')
+        value = card.locator(".v").inner_text()
+        label = card.locator(".k").inner_text()
+        legend = page.locator('#legend-pages span[data-series="pages_per_min"]').inner_text()
+        assert re.fullmatch(r"pages/min \(last \d+ s\)", label), label
+        assert legend == f"{label} {value}", (legend, label, value)
+        assert float(value.replace("k", "e3")) < 3000  # the crawl's rate, not the last step's

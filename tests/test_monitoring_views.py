@@ -357,3 +357,22 @@ def test_http_keeps_serving_while_redis_is_down(monitor):
     assert get(base + "/")[0] == 200
     source.error = None
     assert get(base + "/api/snapshot")[0] == 200
+
+
+def test_views_say_what_leased_and_items_count():
+    # issue 19: `leased 18` in the frontier beside `leased 8` in a host row was not
+    # explained (workers' leases, prefetched included, vs a host's downloads in progress),
+    # and `items scraped` read as the items written while it counts what workers reported
+    from scrapy_fleet.monitoring import screen
+
+    snap = copy.deepcopy(SNAPSHOT)
+    snap["rates"]["window_s"] = 30.2
+    for text in (screen.render(snap), frame_text(snap, SERIES)):
+        assert "downloading" in text and " leased " not in text.split("host")[-1], text
+    status = screen.render(snap)
+    assert "leased 8 (held by workers: prefetched, downloading or parsing)" in status
+    assert "scraped 4900  dropped 7 (as the workers reported them)" in status
+    assert "items/min (last 30 s)" in status
+    frame = frame_text(snap, SERIES)
+    assert "items (reported) 4,900" in frame
+    assert "rates per minute (last 30 s)" in frame

@@ -77,3 +77,28 @@ def test_addon_enables_the_middleware_only_with_proxies():
                  if not isinstance(k, str) else k
                  for k in settings.getdict("DOWNLOADER_MIDDLEWARES")}
         assert (path in names) is enabled, values
+
+
+def test_project_add_to_a_crawl_whose_settings_name_no_pool_warns_it_goes_direct(
+        redis_url, worker_env):
+    # issue 19: `proxies add` to a crawl whose settings name no pool succeeded silently,
+    # while its workers went on sending every request directly
+    base = ["-s", f"FLEET_REDIS_URL={redis_url}"]
+    added = run_scrapy(TEST_PROJECT, ["fleet", "proxies", "add", "proxy_pages", C, *base],
+                       worker_env)
+    assert added.returncode == 0, added.stderr
+    assert "added 1 exit(s) to pool 'proxy_pages'" in added.stdout
+    assert ("warning: the settings of crawl 'proxy_pages' name no proxy pool (FLEET_PROXIES "
+            "and FLEET_PROXY_POOL are unset): its workers send every request directly and "
+            "never use pool 'proxy_pages'") in added.stderr
+    # another pool than the crawl's
+    other = run_scrapy(TEST_PROJECT, ["fleet", "proxies", "add", "proxy_pages", C, "--pool",
+                                      "spare", *base, "-s", "FLEET_PROXY_POOL=shared"],
+                       worker_env)
+    assert other.returncode == 0, other.stderr
+    assert "crawl 'proxy_pages' uses proxy pool 'shared' (FLEET_PROXY_POOL), not 'spare'" \
+        in other.stderr
+    # the crawl's own pool: no warning
+    own = run_scrapy(TEST_PROJECT, ["fleet", "proxies", "add", "proxy_pages", C, *base,
+                                    "-s", "FLEET_PROXY_POOL=shared"], worker_env)
+    assert own.returncode == 0 and "warning" not in own.stderr, own.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -361,7 +362,7 @@ def test_every_exit_dead_nothing_is_sent_directly(redis_url, proxysite, worker_e
                         worker_env, log)
     try:
         deadline = time.monotonic() + 60
-        while "No exit may carry requests" not in tail(log, 10**6):
+        while "WARNING: No live exit in proxy pool" not in tail(log, 10**6):
             assert time.monotonic() < deadline and proc.poll() is None, tail(log)
             time.sleep(0.2)
         time.sleep(5)  # fail closed: the request waits for an exit, never goes direct
@@ -372,6 +373,69 @@ def test_every_exit_dead_nothing_is_sent_directly(redis_url, proxysite, worker_e
         proc.wait(30)
     snap = proxies_list(redis_url, worker_env)
     assert snap["exits"][0]["proxy_dead"] >= 1 and snap["exits"][0]["ok"] == 0
+
+
+def test_a_dead_pool_is_alerted_warned_and_its_waiting_requests_released_on_sigterm(
+        redis_url, proxysite, worker_env, tmp_path):
+    # issue 19: with every exit dead the worker waited (right), but status showed no alert,
+    # the wait was logged at INFO, and SIGTERM waited FLEET_DRAIN_TIMEOUT for requests that
+    # only waited for an exit
+    import redis
+
+    from scrapy_fleet.keys import CrawlKeys
+    from scrapy_fleet.monitoring.snapshot import read_snapshot
+
+    site = proxysite({"pages": {"127.0.0.1": 5}})
+    push(redis_url, worker_env, site.urls[0] + "site/")
+    log = tmp_path / "worker.log"
+    proc = start_worker(TEST_PROJECT, "proxy_pages",
+                        {"FLEET_REDIS_URL": redis_url, "FLEET_PROXIES": dead_proxy_url(),
+                         "FLEET_PROXY_DEAD_AFTER": 1, "FLEET_PROXY_DEAD_RECHECK": 3600,
+                         "FLEET_PROXY_MAX_RETRIES": 100, "FLEET_DRAIN_TIMEOUT": 3600,
+                         "FLEET_HEARTBEAT_INTERVAL": 1, "LOG_LEVEL": "INFO"},
+                        worker_env, log)
+    client = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("fleet", "proxy_pages")
+    try:
+        deadline = time.monotonic() + 60
+        while "WARNING: No live exit in proxy pool 'proxy_pages'" not in tail(log, 10**6):
+            assert time.monotonic() < deadline and proc.poll() is None, tail(log)
+            time.sleep(0.2)
+        text = tail(log, 10**6)
+        assert text.count("No live exit in proxy pool") == 1  # once, then rate-limited
+        deadline = time.monotonic() + 30
+        while True:  # the next heartbeat carries the state
+            snap = read_snapshot(client, keys)
+            if any(a["id"] == "proxy_no_exit" for a in snap["alerts"]):
+                break
+            assert time.monotonic() < deadline and proc.poll() is None, (snap, tail(log))
+            time.sleep(0.2)
+        (alert,) = [a for a in snap["alerts"] if a["id"] == "proxy_no_exit"]
+        assert alert["severity"] == "critical"
+        assert "the proxy pool has no live exit" in alert["what"]
+        assert alert["next"].startswith("scrapy fleet proxies list proxy_pages")
+        assert [w["state"] for w in snap["workers"]] == ["no_exit"]
+        assert snap["frontier"]["leased"] == 1
+        proc.send_signal(signal.SIGTERM)
+        # released at once: not after FLEET_DRAIN_TIMEOUT (an hour), never acknowledged
+        assert proc.wait(120) == 0, tail(log)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = tail(log, 10**6)
+    assert "FLEET_DRAIN_TIMEOUT): releasing" not in text
+    assert "only waited for a proxy exit; its lease goes back to the frontier" in text
+    snap = read_snapshot(client, keys)
+    assert (snap["frontier"]["due"], snap["frontier"]["leased"]) == (1, 0)  # never lost
+    # the lease it waited with was released, not acknowledged (the first attempt, which the
+    # dead exit refused, was acknowledged with its retry pushed: the entry now due)
+    assert snap["counters"]["requests"]["released"] == 1, snap["counters"]
+    assert snap["counters"]["requests"]["acked"] == snap["counters"]["requests"]["pushed"] - 1
+    assert snap["frontier"]["failed"] == 0 and snap["frontier"]["dead"] == 0
+    assert snap["counters"]["download_errors"]["other"] == 0
+    assert site.requests() == []  # nothing went without a proxy
+    client.close()
 
 
 def test_no_credentials_reach_the_frontier_with_retries_and_redirects(

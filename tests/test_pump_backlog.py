@@ -11,7 +11,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_fleet import codec
 from scrapy_fleet.frontier.client import AsyncFrontier, FrontierAdmin, SyncBatch
-from scrapy_fleet.frontier.pump import PUSH_CHUNK, _Lease
+from scrapy_fleet.frontier.pump import PUSH_CHUNK, Lease
 from scrapy_fleet.frontier.scheduler import FleetScheduler
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.politeness.hosts import host_key
@@ -49,7 +49,7 @@ def test_a_backlog_of_finished_pages_goes_in_back_to_back_calls(redis_url):
             leased = (await sched.frontier.sync(SyncBatch(take=PAGES))).leased
             assert len(leased) == PAGES  # one per host
             for entry in leased:
-                lease = _Lease(entry.entry_id, entry.token)
+                lease = Lease(entry.entry_id, entry.token)
                 host = codec.decode_dict(entry.payload)["url"].split("/")[2]
                 for j in range(LINKS):
                     link = Request(f"http://{host}/link/{j}")

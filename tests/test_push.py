@@ -53,6 +53,13 @@ def test_full_json_spec_becomes_a_request_dict():
     ('{"url": "http://e.com/", "colour": "red"}', "unknown field(s): colour"),
     ('{"url": "http://e.com/", ', "invalid JSON"),
     ('["http://e.com/"]', "JSON line must be an object"),
+    ("null", "a JSON line must be an object (a request) or a string (its URL), not null"),
+    ("  null ", "a JSON line must be an object (a request) or a string (its URL), not null"),
+    ("42", "a JSON line must be an object (a request) or a string (its URL), not a number"),
+    ("false", "a JSON line must be an object (a request) or a string (its URL), not a "
+              "boolean"),
+    ('"http://e.com/', "invalid JSON"),
+    ('"ftp://e.com/"', "url scheme must be http or https, not 'ftp'"),
     ('{"method": "GET"}', "url must be a non-empty string"),
     ("http://[::1/", "url is malformed: Invalid IPv6 URL"),
     ("http://[x]/", "url is malformed"),
@@ -359,3 +366,10 @@ def test_a_push_cut_off_by_redis_says_what_was_pushed_and_where_to_resume(tmp_pa
                                        r"(\d+)\); line \2 and those", message).groups())
     assert pushed == first - 1 and first in (601, 701), message
     assert f"with --dont-filter, push from line {first}: up to 100 of them twice" in message
+
+
+def test_a_url_as_a_json_string_is_pushed_as_that_url():
+    # a JSON line is an object or a string: the string is the URL (issue 19: `null` was
+    # refused as "url has no scheme", as if it were a URL)
+    request, d = parse_line('"http://e.com/a b"'.replace(" ", "%20"))
+    assert request.url == "http://e.com/a%20b" and d["url"] == "http://e.com/a%20b"

@@ -204,3 +204,23 @@ def test_response_queue_is_bounded_and_a_killed_fetch_worker_loses_nothing(
     assert {i["url"] for i in items} == expected
     assert client.hget(keys.stats, "response_queue_bytes") in (b"0", None)
     assert int(client.hget(keys.hostq, records.STAGE_HOST) or 0) == 0
+
+
+@pytest.mark.parametrize("role,state", [("parse", "parsing"), ("fetch", "fetching"),
+                                        ("all", "fetching")])
+def test_a_parse_worker_holding_stored_responses_says_parsing(role: str, state: str) -> None:
+    # issue 19: a parse worker was shown as "fetching" in status, top and the dashboard
+    import msgpack
+    from scrapy import Spider
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_fleet.frontier.pump import Lease
+    from scrapy_fleet.frontier.scheduler import FleetScheduler
+
+    crawler = get_crawler(Spider, {"FLEET_ROLE": role})
+    scheduler = FleetScheduler.from_crawler(crawler)
+    assert scheduler._state() == "idle"
+    scheduler._prefetch.append((Request("http://h.test/"), Lease("e1", 1)))
+    assert scheduler._state() == state
+    hb = msgpack.unpackb(scheduler.monitor.payload(scheduler._state(), 1, 0))["hb"]
+    assert (hb["st"], hb["ro"]) == (state, role)

@@ -52,7 +52,7 @@ EXIT_STATUSES: tuple[tuple[int, str], ...] = (
                       "or push/retry into a crawl of another spider"),
     (push.EXIT_FULL, "push: the frontier stayed full (--no-wait, or --timeout expired); the "
                      "lines from the one reported on were not pushed"),
-    (push.EXIT_NO_CRAWL, "status, dead, failed, retry, top: Redis holds no state of that "
+    (push.EXIT_NO_CRAWL, "status, dead, failed, retry, top: Redis has no record of that "
                          "crawl (check the crawl id and the key prefix)"),
     (130, "interrupted (Ctrl-C); lines already pushed stay pushed"),
 )
@@ -295,9 +295,7 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
                       "verification is off", file=sys.stderr)
             ctx.crawl.ping(ACL_ROLES.get(action))
             if spec.needs_state and not ctx.crawl.has_state():
-                print(f"error: Redis holds no state of crawl {ctx.crawl.keys.crawl_id!r} "
-                      f"(key prefix {ctx.crawl.keys.prefix!r}): nothing was pushed and no "
-                      "worker ran; check the crawl id and the key prefix", file=sys.stderr)
+                print(f"error: {ctx.crawl.no_record()}", file=sys.stderr)
                 return push.EXIT_NO_CRAWL
         return spec.run(ctx)
     except (RedisUnavailableError, RedisPermissionError) as exc:

@@ -259,6 +259,10 @@ class Command(ScrapyCommand):
             print(f"error: {exc}", file=sys.stderr)
             return 2
         try:
-            return proxies_admin.run(admin, action, args, as_json=opts.json, sites=opts.site)
+            status = proxies_admin.run(admin, action, args, as_json=opts.json, sites=opts.site)
         finally:
             admin.client.close()
+        hint = proxies_admin.unused_pool_hint(action, status, config.proxy, crawl_id, pool)
+        if hint:
+            print(hint, file=sys.stderr)
+        return status

@@ -62,7 +62,7 @@ EXIT_OK = 0
 EXIT_REJECTED = 1  #: some lines were invalid (the valid ones were pushed)
 EXIT_ERROR = 2  #: usage error, or Redis unreachable
 EXIT_FULL = 3  #: the frontier stayed full (--no-wait, or --timeout expired); rest not pushed
-EXIT_NO_CRAWL = 4  #: status, dead, failed, retry, top: Redis holds no state of that crawl
+EXIT_NO_CRAWL = 4  #: status, dead, failed, retry, top: Redis has no record of that crawl
 
 DEFAULT_MAX_URL_LENGTH = 2083  # Scrapy's URLLENGTH_LIMIT default
 #: lines per frontier call.  All new URLs over 1,000 hosts, frontier.lua takes ~16 µs of
@@ -178,6 +178,17 @@ def _stripped(line: str) -> str:
     return text
 
 
+#: JSON values that are no URL and no request: a line of one of them is said to be JSON
+_JSON_WORDS = ("null", "true", "false")
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
+
+
+def _not_a_request(value: Any) -> str:
+    kind = ("null" if value is None else "a boolean" if isinstance(value, bool)
+            else "a number" if isinstance(value, int | float) else type(value).__name__)
+    return (f"a JSON line must be an object (a request) or a string (its URL), not {kind}")
+
+
 def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
                dont_filter: bool = False, priority: int = 0,
                has_method: Callable[[str], Any] | None = None,
@@ -202,6 +213,16 @@ def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
             raise PushLineError("JSON line must be an object")
     elif text.startswith("["):
         raise PushLineError("JSON line must be an object, not an array")
+    elif text.startswith('"'):  # a URL as a JSON string
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise PushLineError(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+        if not isinstance(value, str):
+            raise PushLineError(_not_a_request(value))
+        spec = {"url": value}
+    elif text in _JSON_WORDS or _JSON_NUMBER.fullmatch(text):
+        raise PushLineError(_not_a_request(json.loads(text)))
     else:
         spec = {"url": text}
     unknown = set(spec) - _SPEC_KEYS

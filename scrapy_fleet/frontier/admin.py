@@ -289,6 +289,22 @@ class FrontierAdmin:
         return bool(self.client.exists(k.seq, k.stats, k.config, k.workers, k.bloom_meta,
                                        k.queue, k.queue_count, k.dead))
 
+    def no_record(self) -> str:
+        """Why Redis may hold nothing of this crawl, for a command that found nothing
+        (:meth:`has_state` False): never pushed (a typo in the crawl id or the key prefix?),
+        purged, or Redis lost its data (restarted without persistence, flushed); with how long
+        this Redis has been up, which tells a recent restart apart."""
+        k = self.keys
+        try:
+            info = self.client.info("server", **self._node())
+            uptime = f" (this Redis has been up for {_duration(int(info['uptime_in_seconds']))})"
+        except (redis.RedisError, KeyError, TypeError, ValueError):
+            uptime = ""
+        return (f"Redis has no record of crawl {k.crawl_id!r} (key prefix {k.prefix!r}): "
+                "nothing was pushed to it, it was purged, or Redis lost its data (restarted "
+                f"without persistence, or flushed){uptime}; check the crawl id and the key "
+                "prefix")
+
     def crawl_keys(self) -> list[bytes]:
         return list(self.client.scan_iter(match=self.keys.pattern, count=1000, **self._node()))
 
@@ -309,3 +325,13 @@ class FrontierAdmin:
         if self._client is not None:
             self._client.close()
             self._client = None
+
+
+def _duration(seconds: int) -> str:
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    if seconds < 172800:
+        return f"{seconds // 3600} h"
+    return f"{seconds // 86400} days"

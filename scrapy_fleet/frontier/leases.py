@@ -16,10 +16,10 @@ if TYPE_CHECKING:
 #: (url, bloom key, priority, payload, host, delay ms) of a buffered request; the payload
 #: of a known duplicate is the Request itself and its host "" (encoded only if it must be
 #: sent: FrontierPump._materialize)
-_Out = tuple[str, bytes, int, "bytes | Request", str, int]
+Out = tuple[str, bytes, int, "bytes | Request", str, int]
 
 
-class _Lease:
+class Lease:
     __slots__ = ("children", "downloaded", "entry_id", "failure", "lost", "token", "unstorable",
                  "url")
 
@@ -28,7 +28,7 @@ class _Lease:
         self.token = token
         self.lost = False
         self.downloaded = False  #: its download is over (its host's slot is given back)
-        self.children: list[_Out] = []  #: links found by this request, sent with its ack
+        self.children: list[Out] = []  #: links found by this request, sent with its ack
         self.failure: bytes | None = None  #: its failure record, sent with its ack
         #: failure records of the links it found that could not be encoded, sent with its ack
         self.unstorable: list[bytes] = []

@@ -34,7 +34,8 @@ from scrapy_fleet import codec, engine_hooks, outage
 from scrapy_fleet.browser import pagemethods
 from scrapy_fleet.errors import CrawlStateLostError, RedisUnavailableError, RequestEncodeError
 from scrapy_fleet.frontier.client import AsyncFrontier, StaleDupeCache, SyncBatch, SyncResult
-from scrapy_fleet.frontier.leases import _Lease, _Out, unstorable_record
+from scrapy_fleet.frontier.leases import Lease, Out, unstorable_record
+from scrapy_fleet.frontier.wake import wait_set
 from scrapy_fleet.monitoring.heartbeat import WorkerMonitor
 from scrapy_fleet.politeness import hosts as politeness
 from scrapy_fleet.redis_client import is_oom
@@ -59,23 +60,8 @@ START_META_KEY = codec.START_META_KEY
 
 #: stored responses a parse worker (FLEET_ROLE = "parse") holds leased at most
 PARSE_HELD = 2
-async def wait_set(event: asyncio.Event, timeout: float) -> None:
-    """Wait until *event* is set, setting it after *timeout* seconds if nothing else does
-    (so it is always set on return; a pump woken by its poll timer does what a poke asks).
-
-    ``asyncio.wait_for(event.wait(), timeout)`` runs the wait in a task of its own: its caller
-    resumes two loop turns after ``set()`` (here one), and three on an event set already (the
-    pump's usual case: poked during its previous call; here none).  On a worker's loop each
-    turn lasts as long as the callbacks queued before it (parsing), so every freed host slot
-    reached the frontier that much later (tests/test_pump_wake.py counts the turns).
-    """
-    if event.is_set():
-        return
-    timer = asyncio.get_running_loop().call_later(timeout, event.set)
-    try:
-        await event.wait()
-    finally:
-        timer.cancel()
+#: lua/proxies.lua's reasons to wait that mean no exit of the pool can carry a request
+NO_EXIT = frozenset({"dead", "empty"})
 
 
 class FrontierPump:
@@ -89,11 +75,11 @@ class FrontierPump:
         self.stats = crawler.stats
         self.spider: Spider | None = None
         self.frontier: AsyncFrontier | None = None
-        self._prefetch: deque[tuple[Request, _Lease]] = deque()
-        self._inflight: dict[int, tuple[Request, _Lease]] = {}
-        self._done: list[_Lease] = []
-        self._downloaded: list[_Lease] = []  # downloads over, not yet told to the frontier
-        self._outbox: list[_Out] = []  # requests without a parent in flight
+        self._prefetch: deque[tuple[Request, Lease]] = deque()
+        self._inflight: dict[int, tuple[Request, Lease]] = {}
+        self._done: list[Lease] = []
+        self._downloaded: list[Lease] = []  # downloads over, not yet told to the frontier
+        self._outbox: list[Out] = []  # requests without a parent in flight
         self._enqueued = self._dequeued = 0  # not yet in the stats (_flush_counts)
         #: id(outbox entry) -> index of a start request (middlewares.START_META_KEY) not yet
         #: accepted by the frontier
@@ -102,14 +88,18 @@ class FrontierPump:
         #: an idle frontier does not close this worker then (more may come)
         self.start_active = False
         self._outbox_hold_until = 0.0  # the frontier refused them: retry after this time
-        self._by_entry: dict[str, _Lease] = {}  # entry id -> lease, for requests in flight
-        self._dead: list[tuple[_Lease, str]] = []
+        self._by_entry: dict[str, Lease] = {}  # entry id -> lease, for requests in flight
+        self._dead: list[tuple[Lease, str]] = []
         #: leases of pushed start requests in the spider middlewares' start hook (held like
         #: the prefetch), which on_pushed (the scheduler's) takes them to
-        self._starting: list[_Lease] = []
-        self.on_pushed: Callable[[Request, _Lease], None] | None = None
+        self._starting: list[Lease] = []
+        self.on_pushed: Callable[[Request, Lease], None] | None = None
         #: failure records of requests without a parent that could not be encoded
         self._unstorable: list[bytes] = []
+        #: id(request) -> why it waits for a proxy exit (FleetProxyMiddleware); leases given
+        #: back while draining (released at the next call, never acknowledged)
+        self._exit_waits: dict[int, str] = {}
+        self._give_back: list[Lease] = []
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -146,7 +136,7 @@ class FrontierPump:
         return (dupes is not None and dupes.gen is not None and key in dupes
                 and pagemethods.PAGE_META_KEY not in request.meta)
 
-    def _encode(self, request: Request, parent: _Lease | None = None) -> bytes | None:
+    def _encode(self, request: Request, parent: Lease | None = None) -> bytes | None:
         """``codec.encode(request)``, or None when it cannot be encoded: logged, counted and
         recorded among the failed requests (``codec/<error class>``), with the
         acknowledgement of *parent* (the leased request whose callback yielded it) or alone."""
@@ -165,14 +155,14 @@ class FrontierPump:
             (parent.unstorable if parent is not None else self._unstorable).append(record)
             return None
 
-    def _materialize(self, outs: list[_Out], parent: _Lease | None = None) -> None:
+    def _materialize(self, outs: list[Out], parent: Lease | None = None) -> None:
         """Encode, in place, the requests of *outs* buffered as known duplicates that the
         DupeCache no longer holds (cleared after a failover or a purge, or the oldest keys
         forgotten): the next call sends them whole.  One that cannot be encoded is dropped
         (logged and counted as at enqueue)."""
         if not any(type(o[3]) is not bytes for o in outs):
             return
-        kept: list[_Out] = []
+        kept: list[Out] = []
         for out in outs:
             url, key, priority, payload, _, delay_ms = out
             if isinstance(payload, bytes) or self._known_duplicate(key, payload):
@@ -182,7 +172,7 @@ class FrontierPump:
             start_index = self._start_pending.pop(id(out), None)
             if encoded is None:
                 continue
-            new: _Out = (url, key, priority, encoded,
+            new: Out = (url, key, priority, encoded,
                          politeness.host_key(url, self.config.host_key), delay_ms)
             if start_index is not None:
                 self._start_pending[id(new)] = start_index
@@ -205,9 +195,9 @@ class FrontierPump:
         if self._wake is not None:
             self._wake.set()
 
-    def _held_leases(self) -> list[_Lease]:
-        return ([lease for _, lease in self._prefetch] + self._starting
-                + [lease for _, lease in self._inflight.values() if not lease.lost])
+    def _held_leases(self) -> list[Lease]:
+        held = [lease for _, lease in self._prefetch] + self._starting + self._give_back
+        return held + [lease for _, lease in self._inflight.values() if not lease.lost]
 
     @property
     def _heartbeat(self) -> float:
@@ -301,7 +291,12 @@ class FrontierPump:
             return "closing"
         if self._drain_started is not None:
             return "draining"
-        return "fetching" if (self._prefetch or self._inflight) else "idle"
+        if not (self._prefetch or self._inflight):
+            return "idle"
+        if any(why in NO_EXIT for why in self._exit_waits.values()):
+            return "no_exit"  # requests wait for a proxy exit, and the pool has none live
+        # a parse worker (FLEET_ROLE = "parse") holds stored responses: it fetches nothing
+        return "parsing" if self.config.role == "parse" else "fetching"
 
     def _downloads(self) -> int:
         engine = engine_hooks.running_engine(self.crawler)
@@ -376,17 +371,19 @@ class FrontierPump:
         if final:
             batch.releases = [(lease.entry_id, lease.token) for lease in self._held_leases()]
         else:
-            if self._drain_started is not None:
-                # draining: what was leased and not started goes back at once
-                batch.releases = [(lease.entry_id, lease.token) for _, lease in self._prefetch]
+            # draining: what was leased and not started goes back at once (and what only
+            # waited for a proxy exit: give_back)
+            batch.releases = [(lease.entry_id, lease.token) for lease in self._give_back] + (
+                [(lease.entry_id, lease.token) for _, lease in self._prefetch]
+                if self._drain_started is not None else [])
             if now - self._last_extend >= self._heartbeat:
                 # the heartbeat is due (with or without leases to extend: an idle worker
                 # must not see it due again at once, or it would poll in a tight loop)
                 self._last_extend = now
                 batch.beat = True
+                releasing = {entry_id for entry_id, _ in batch.releases}
                 batch.extends = [(lease.entry_id, lease.token) for lease in self._held_leases()
-                                 if not (self._drain_started is not None
-                                         and any(lease is p for _, p in self._prefetch))]
+                                 if lease.entry_id not in releasing]
             # a lease holds its host's concurrency slot until its download is over
             # (FLEET_HOST_CONCURRENCY counts them), so a worker holds little more than it can
             # download at once
@@ -442,6 +439,7 @@ class FrontierPump:
             released = {entry_id for entry_id, _ in batch.releases}
             self._prefetch = deque((r, lease) for r, lease in self._prefetch
                                    if lease.entry_id not in released)
+            self._give_back = [g for g in self._give_back if g.entry_id not in released]
         del self._done[:n_done]
         del self._dead[:n_dead]
         del self._unstorable[:len(batch.unstorable)]
@@ -466,7 +464,7 @@ class FrontierPump:
             self._receive(result)
         return result
 
-    def _account(self, result: SyncResult, batch: SyncBatch, sent: list[_Out]) -> None:
+    def _account(self, result: SyncResult, batch: SyncBatch, sent: list[Out]) -> None:
         self._inc("fleet/redis/roundtrips")
         for key, count in (("fleet/frontier/pushed", result.pushed),
                            ("fleet/dupefilter/cached", result.cached),
@@ -524,7 +522,7 @@ class FrontierPump:
             self.stage.note_response_queue(result.response_queue)
         got = 0
         for entry in result.leased:
-            lease = _Lease(entry.entry_id, entry.token)
+            lease = Lease(entry.entry_id, entry.token)
             try:
                 if stored_responses.is_stored(entry.payload):
                     request, stored = stored_responses.decode(

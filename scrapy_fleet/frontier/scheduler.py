@@ -51,8 +51,8 @@ from scrapy_fleet.frontier.pump import (
     PUSH_CHUNK,
     START_META_KEY,
     FrontierPump,
-    _Lease,
-    _Out,
+    Lease,
+    Out,
 )
 from scrapy_fleet.frontier.spidermw import FleetSpiderMiddleware
 from scrapy_fleet.keys import CrawlKeys
@@ -95,7 +95,7 @@ class FleetScheduler(FrontierPump, BaseScheduler):
     def __init__(self, crawler: Crawler, config: FleetConfig, dupefilter: BaseDupeFilter) -> None:
         FrontierPump.__init__(self, crawler, config)
         self.df = dupefilter
-        self._parents: dict[int, tuple[Request, _Lease]] = {}  # id(child) -> (child, lease)
+        self._parents: dict[int, tuple[Request, Lease]] = {}  # id(child) -> (child, lease)
         self._uninstall_hook: Any = None
         self._logged_clamp = False
         self._start_tasks: set[asyncio.Task[None]] = set()  # pushed requests in the hook
@@ -224,7 +224,7 @@ class FleetScheduler(FrontierPump, BaseScheduler):
         if entry is not None:
             self._parents[id(child)] = (child, entry[1])
 
-    def _parent_lease(self, request: Request) -> _Lease | None:
+    def _parent_lease(self, request: Request) -> Lease | None:
         noted = self._parents.pop(id(request), None)
         if noted is not None and noted[0] is request:
             return noted[1]
@@ -265,7 +265,7 @@ class FleetScheduler(FrontierPump, BaseScheduler):
                                request.url, priority, extra={"spider": self.spider})
                 self._logged_clamp = True
         parent = self._parent_lease(request)
-        out: _Out
+        out: Out
         if key and self._known_duplicate(key, request):
             # most links of a crawl: the call leaves it out, so it is encoded only if the
             # frontier asks for the whole call again (_materialize)
@@ -287,7 +287,7 @@ class FleetScheduler(FrontierPump, BaseScheduler):
         self._poke()
         return True
 
-    def _admit_pushed(self, request: Request, lease: _Lease) -> None:
+    def _admit_pushed(self, request: Request, lease: Lease) -> None:
         """*request*, just leased, was pushed with ``scrapy fleet push``: it goes through the
         spider middlewares' start hook first (a task: a middleware may await); its lease is
         held meanwhile (extended, released at close)."""
@@ -297,7 +297,7 @@ class FleetScheduler(FrontierPump, BaseScheduler):
         self._start_tasks.add(task)
         task.add_done_callback(self._start_tasks.discard)
 
-    async def _start_pushed(self, request: Request, lease: _Lease) -> None:
+    async def _start_pushed(self, request: Request, lease: Lease) -> None:
         """Pass the pushed *request* (leased under *lease*) through the spider middlewares'
         ``process_start`` (all but FleetSpiderMiddleware's, which reads the spider's own start
         requests), and use what they yield: items go to the item pipelines; the request itself
@@ -444,6 +444,41 @@ class FleetScheduler(FrontierPump, BaseScheduler):
         self._inc("fleet/frontier/dead_letter")
         self._poke()
         return True
+
+    def note_exit_wait(self, request: Request, why: str | None) -> None:
+        """``FleetProxyMiddleware``: *request* waits for a proxy exit, for lua/proxies.lua's
+        reason *why* (``empty``, ``dead``, ``cooling``, ``probe``, ``caps``), or no longer
+        waits (None).  While one waits because the pool has no exit that may carry it
+        (``dead``, ``empty``) the worker's heartbeat state is ``no_exit``, which status, top
+        and the dashboard show, with the alert ``proxy_no_exit`` (monitoring/alerts.py)."""
+        if why is None:
+            self._exit_waits.pop(id(request), None)
+        else:
+            self._exit_waits[id(request)] = why
+
+    def give_back(self, request: Request) -> bool:
+        """Release the lease of *request* (in flight, never sent: it only waited for a proxy
+        exit) at the next frontier call instead of acknowledging it, so that another worker
+        fetches it: for a draining worker, whose engine would otherwise wait for it until
+        FLEET_DRAIN_TIMEOUT.  False when this worker holds no lease for it.  Stat
+        ``fleet/frontier/given_back``."""
+        self._exit_waits.pop(id(request), None)
+        entry = self._inflight.get(id(request))
+        if entry is None or entry[0] is not request or entry[1].lost:
+            return False
+        del self._inflight[id(request)]
+        self._by_entry.pop(entry[1].entry_id, None)
+        self._give_back.append(entry[1])
+        self._inc("fleet/frontier/given_back")
+        self._poke()
+        return True
+
+    @property
+    def draining(self) -> bool:
+        """The worker is shutting down (SIGTERM, idle close): its engine takes no more
+        requests."""
+        return self._closing or self._drain_started is not None or \
+            engine_hooks.engine_closing(self.crawler)
 
     def download_over(self, request: Request) -> None:
         """A leased request's download is over (response or failure): its host's concurrency

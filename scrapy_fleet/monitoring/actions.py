@@ -79,17 +79,19 @@ def run(action: str, admin: Any, opts: Any, alerts_config: Any = None,
             source = FleetSource(client, admin.keys, hosts=hosts, alerts_config=alerts_config)
             if opts.once:
                 return run_top(source, once=True, hosts=hosts)
+            # SIGTERM ends it as Ctrl-C does: the terminal restored, status 0
+            previous = signal.signal(signal.SIGTERM, _sigterm_stops)
             sampling = Sampling(client, admin.keys, dead_after, forget).start()
             try:
                 return run_top(source, interval=interval, hosts=hosts)
             finally:
                 sampling.stop()
+                signal.signal(signal.SIGTERM, previous)
         from scrapy_fleet.monitoring.server import run_monitor
 
         if not admin.has_state():  # a monitor may be deployed before its crawl begins
-            print(f"warning: Redis holds no state of crawl {admin.keys.crawl_id!r} (key prefix "
-                  f"{admin.keys.prefix!r}) yet: the views show nothing until a push or a "
-                  "worker begins it; check the crawl id and the key prefix", file=sys.stderr)
+            print(f"warning: {admin.no_record()}; the views show nothing until a push or "
+                  "a worker begins it", file=sys.stderr)
 
         source = FleetSource(client, admin.keys, hosts=max(10, opts.host_metrics),
                              alerts_config=alerts_config)

@@ -6,10 +6,9 @@ next command to run::
     {"id": "no_worker", "severity": "critical", "what": "...", "where": "crawl docs",
      "since": 1764581900.0, "next": "scrapy crawl <spider> (or scale the workers up)"}
 
-Ids: ``no_worker``, ``fleet_stalled``, ``depth_growing``, ``host_blocked``,
-``dead_letters_growing``, ``requests_unstorable``, ``items_failed``, ``redis_memory``,
-``worker_dead``, ``worker_stalled``
-(docs/monitoring.md).
+Ids: ``no_worker``, ``fleet_stalled``, ``proxy_no_exit``, ``depth_growing``,
+``host_blocked``, ``dead_letters_growing``, ``requests_unstorable``, ``items_failed``,
+``redis_memory``, ``worker_dead``, ``worker_stalled`` (docs/monitoring.md).
 """
 
 from __future__ import annotations
@@ -71,6 +70,18 @@ def evaluate(snap: dict[str, Any], samples1m: list[Sample], banned_hosts: list[d
             f"no worker is alive while {work} request(s) wait ({fr['due']} due, "
             f"{fr['leased']} leased)", where, since,
             "start workers: scrapy crawl <spider> (or scale the worker deployment up)"))
+    no_exit = [w for w in alive if w.get("state") == "no_exit"]
+    if no_exit:
+        # the worker's heartbeat state: requests of it wait for an exit of the proxy pool
+        # and lua/proxies.lua found none that may carry them (dead, drained, or none)
+        out.append(_alert(
+            "proxy_no_exit", "critical",
+            f"{len(no_exit)} worker(s) hold requests waiting for a proxy exit, and the proxy "
+            "pool has no live exit (every exit dead or drained, or none): nothing is fetched "
+            "(a request never goes without a proxy)", where,
+            min((w["last_ack"] for w in no_exit if w.get("last_ack")), default=None),
+            f"scrapy fleet proxies list {crawl}; add exits: scrapy fleet proxies add {crawl} "
+            f"URL; re-check the dead ones now: scrapy fleet proxies reset {crawl}"))
     last_ack = snap.get("last_ack_at")
     if alive and (fr["due"] or fr["leased"]):
         ref = last_ack or snap.get("started_at")

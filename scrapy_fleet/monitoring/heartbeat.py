@@ -15,7 +15,12 @@ Stats read (docs/monitoring.md has the counter each one feeds)::
     downloader/response_status_count/NNN   -> resp/NNN, pages (+ bans, rate_limited)
     item_scraped_count, item_dropped_count -> items_scraped, items_dropped
     fleet/items/failed                     -> items_failed (an item pipeline raised)
-    downloader/exception_type_count/CLASS  -> errors/KIND (timeout, dns, connection, tls, other)
+    downloader/exception_type_count/CLASS  -> errors/KIND (timeout, dns, connection, tls, other;
+                                              not scrapy.exceptions.IgnoreRequest: a
+                                              middleware's decision, not a download error)
+    offsite/filtered                       -> errors/offsite (requests OffsiteMiddleware
+                                              filtered; the "errors/" prefix is the one
+                                              lua/monitoring.lua accepts for a new field)
     downloader/response_bytes              -> response_bytes
     fleet/proxy/verdict/ban                -> proxy_bans
     fleet/politeness/robots_disallowed     -> robots_denied
@@ -32,6 +37,10 @@ import scrapy_fleet
 
 _STATUS = "downloader/response_status_count/"
 _EXC = "downloader/exception_type_count/"
+#: a downloader middleware's refusal (offsite, robots.txt...), counted where it is decided
+_DECISIONS = frozenset({"scrapy.exceptions.IgnoreRequest"})
+#: the fleet counter of Scrapy's ``offsite/filtered`` (its stats-hash field)
+OFFSITE_FIELD = "errors/offsite"
 _PLAIN = {
     "item_scraped_count": "items_scraped",
     "item_dropped_count": "items_dropped",
@@ -86,7 +95,10 @@ def fleet_counters(stats: dict[str, Any], ban_statuses: tuple[int, ...]) -> dict
                 if code == "429":
                     add("rate_limited", value)
         elif key.startswith(_EXC):
-            add("errors/" + error_kind(key[len(_EXC):]), value)
+            if key[len(_EXC):] not in _DECISIONS:
+                add("errors/" + error_kind(key[len(_EXC):]), value)
+        elif key == "offsite/filtered":
+            add(OFFSITE_FIELD, value)
         elif key in _PLAIN:
             add(_PLAIN[key], value)
     return out

@@ -37,7 +37,7 @@ ERROR_KINDS = ("timeout", "dns", "connection", "tls", "other")
 REQUEST_EVENTS = ("pushed", "duplicate", "leased", "acked", "reclaimed", "dead_lettered",
                   "released", "parked", "deferred", "refused")
 HEALTHS = ("alive", "stalled", "dead")
-WORKER_STATES = ("fetching", "idle", "draining", "closing")
+WORKER_STATES = ("fetching", "parsing", "no_exit", "idle", "draining", "closing")
 SEVERITIES = ("critical", "warning")
 
 
@@ -114,6 +114,8 @@ def families(snap: Mapping[str, Any], host_metrics: int = 0) -> list[Metric]:
             ("proxy_bans", "proxy_bans", "Ban verdicts of the proxy pool"),
             ("rate_limited", "rate_limited", "Responses 429 Too Many Requests"),
             ("robots_denied", "robots_denied", "Requests refused by robots.txt"),
+            ("offsite_filtered", "offsite_filtered",
+             "Requests filtered by Scrapy's OffsiteMiddleware (allowed_domains)"),
             ("response_bytes", "response_bytes", "Bytes of response bodies received")):
         out.append(CounterMetricFamily(p + name, doc, value=_num(counters.get(key))))
 

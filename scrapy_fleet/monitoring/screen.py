@@ -48,6 +48,15 @@ def _rate(value: float | None, unit: str) -> str:
     return "-" if value is None else f"{value:.1f} {unit}"
 
 
+def rate_window(rates: dict[str, Any]) -> str:
+    """`` (last 60 s)``, or the crawl's age while it is younger: what the per-minute rates
+    are taken over (the snapshot's ``rates.window_s``); "" without a rate."""
+    window = rates.get("window_s")
+    if window is None:
+        return ""
+    return f" (last {60 if window >= 59.5 else round(window)} s)"
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
@@ -64,13 +73,14 @@ def render(snap: dict[str, Any], label: str = "", queue_max: int | None = None,
     bound = (f"{size} / {queue_max}" if queue_max else f"{size} / unbounded") + (
         f" (producers resume below {low_watermark})" if queue_max and low_watermark else "")
     lines.append(f"  frontier   due {fr['due']}  scheduled {fr['scheduled']}  leased "
-                 f"{fr['leased']}  parked {fr['parked']}  dead {fr['dead']}  seen {fr['seen']}"
+                 f"{fr['leased']} (held by workers: prefetched, downloading or parsing)  "
+                 f"parked {fr['parked']}  dead {fr['dead']}  seen {fr['seen']}"
                  + (f"  stored {fr['stored']}" if fr.get("stored") else ""))
     lines.append(f"  size       {bound}"
                  + ("" if idle_seconds is None else f"  idle {idle_seconds:.1f} s"))
     lines.append(f"  rates      {_rate(r['pages_per_min'], 'pages/min')}  "
-                 f"{_rate(r['items_per_min'], 'items/min')}  block rate "
-                 f"{_pct(r['block_rate'])}  ETA {duration(snap['eta_seconds'])}  "
+                 f"{_rate(r['items_per_min'], 'items/min')}{rate_window(r)}  block rate "
+                 f"{_pct(r['block_rate'])} (last 5 min)  ETA {duration(snap['eta_seconds'])}  "
                  f"runnable now {snap['runnable_now']}")
     resp = c["responses"]
     lines.append("  responses  " + "  ".join(f"{k} {v}" for k, v in resp.items())
@@ -81,13 +91,15 @@ def render(snap: dict[str, Any], label: str = "", queue_max: int | None = None,
     errors = "  ".join(f"{k} {v}" for k, v in c["download_errors"].items())
     lines.append(f"  items      scraped {c['items_scraped']}  dropped {c['items_dropped']}"
                  f"  failed {c.get('items_failed', 0)}"
+                 " (as the workers reported them)"
                  f"    download errors: {errors}")
     q = c["requests"]
     lines.append(f"  requests   pushed {q['pushed']}  duplicate {q['duplicate']}  leased "
                  f"{q['leased']}  acked {q['acked']}  reclaimed {q['reclaimed']}  "
                  f"dead-lettered {q['dead_lettered']}")
     lines.append(f"  blocks     bans {c['bans']}  429s {c['rate_limited']}  robots denied "
-                 f"{c['robots_denied']}  proxy bans {c.get('proxy_bans', 0)}")
+                 f"{c['robots_denied']}  offsite filtered {c.get('offsite_filtered', 0)}  "
+                 f"proxy bans {c.get('proxy_bans', 0)}")
     workers = snap["workers"]
     lines.append(f"  workers    {snap['workers_alive']} alive"
                  + (f", {len(workers) - snap['workers_alive']} dead" if
@@ -100,11 +112,11 @@ def render(snap: dict[str, Any], label: str = "", queue_max: int | None = None,
     if snap["hosts"]:
         more = " (a sample: many hosts)" if snap.get("hosts_sampled") else ""
         lines.append(f"  top hosts  by queued, of {snap.get('hosts_total', 0)}{more}")
-        lines.append(f"    {'host':<32} {'queued':>8} {'leased':>6} {'pages':>8} {'bans':>6} "
-                     f"{'block':>7}  hold")
+        lines.append(f"    {'host':<32} {'queued':>8} {'downloading':>11} {'pages':>8} "
+                     f"{'bans':>6} {'block':>7}  hold")
         for h in snap["hosts"]:
             hold = "-" if h["hold_until"] is None else f"{max(0.0, h['hold_until'] - now):.0f}s"
-            lines.append(f"    {h['host'][:32]:<32} {h['queued']:>8} {h['leased']:>6} "
+            lines.append(f"    {h['host'][:32]:<32} {h['queued']:>8} {h['leased']:>11} "
                          f"{h['pages']:>8} {h['bans']:>6} {_pct(h['block_rate']):>7}  {hold}")
     alerts = snap["alerts"]
     lines.append(f"  alerts     {len(alerts) or 'none'}")

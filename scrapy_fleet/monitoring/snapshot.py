@@ -23,6 +23,7 @@ from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.monitoring import alerts as alerts_mod
 from scrapy_fleet.monitoring import series as series_mod
 from scrapy_fleet.monitoring.alerts import AlertConfig
+from scrapy_fleet.monitoring.heartbeat import OFFSITE_FIELD
 from scrapy_fleet.monitoring.series import SERIES, TIERS
 
 __all__ = ["SCHEMA", "SERIES", "TIERS", "AlertConfig", "read_series", "read_snapshot",
@@ -88,7 +89,7 @@ def counters_of(stats: dict[str, int]) -> dict[str, Any]:
                 responses[cls] += n
     errors = dict.fromkeys(ERROR_KINDS, 0)
     for name, n in stats.items():
-        if name.startswith("errors/"):
+        if name.startswith("errors/") and name != OFFSITE_FIELD:
             kind = name[len("errors/"):]
             errors[kind if kind in errors else "other"] += n
     return {
@@ -111,6 +112,8 @@ def counters_of(stats: dict[str, int]) -> dict[str, Any]:
         "bans": stats.get("bans", 0), "rate_limited": stats.get("rate_limited", 0),
         "proxy_bans": stats.get("proxy_bans", 0),
         "robots_denied": stats.get("robots_denied", 0),
+        # requests OffsiteMiddleware filtered (a decision, not a download error)
+        "offsite_filtered": stats.get(OFFSITE_FIELD, 0),
         "response_bytes": stats.get("response_bytes", 0),
     }
 
@@ -126,16 +129,21 @@ def _before(samples: list[series_mod.Sample], t: float) -> series_mod.Sample | N
 
 def _rates(samples: list[series_mod.Sample], now: float, pages: int, items: int,
            bans: int) -> dict[str, float | None]:
-    """Pages and items per minute over the last 60 s, block rate over the last 5 min, from
-    the counters now and the 10 s sample nearest before the window's start (the oldest one,
-    within the crawl's first minute: what came since, per minute)."""
+    """Pages and items per minute over the last minute, or over the whole crawl while it is
+    younger (``window_s``: the seconds the rates are taken over), block rate over the last
+    5 min, from the counters now and the 10 s sample nearest before the window's start.
+
+    A rate is what came since that sample divided by the time since it, per minute: a crawl
+    30 s old that fetched 1000 pages reads 2000 pages/min, not 1000 (issue 19: a trailing
+    count over 60 s halved the rate of a young crawl).  None until a sample is 1 s old."""
     out: dict[str, float | None] = {"pages_per_min": None, "items_per_min": None,
-                                    "block_rate": None}
+                                    "block_rate": None, "window_s": None}
     minute = _before(samples, now - 60)
-    if minute is not None:
-        span = max(now - minute.t, 60.0)
+    if minute is not None and now - minute.t >= 1.0:
+        span = now - minute.t
         out["pages_per_min"] = round(max(0, pages - minute.pages) * 60 / span, 3)
         out["items_per_min"] = round(max(0, items - minute.items) * 60 / span, 3)
+        out["window_s"] = round(span, 1)
     five = _before(samples, now - 300)
     if five is not None and pages > five.pages:
         out["block_rate"] = round(max(0, bans - five.bans) / (pages - five.pages), 6)
@@ -143,17 +151,20 @@ def _rates(samples: list[series_mod.Sample], now: float, pages: int, items: int,
 
 
 def _eta(samples: list[series_mod.Sample], now: float, depth: int) -> float | None:
-    """Seconds until the frontier is empty at the rate its depth fell over the last 5 min
-    (None while it does not fall); 0 when it is empty."""
+    """Seconds until the frontier is empty at the rate its depth fell since its highest point
+    of the last 5 min (None while it does not fall, or fell for less than 10 s); 0 when it is
+    empty.  From the highest point, not from the sample 5 min ago: a queue that grew (a push,
+    the first pages' links) then fell has an ETA as soon as it falls."""
     if depth == 0:
         return 0.0
-    then = _before(samples, now - 300)
-    if then is None or now - then.t < 10:
+    window = [s for s in samples if now - 300 <= s.t <= now - 10]
+    if not window:
         return None
-    before = then.due + then.scheduled + then.leased + then.parked
+    peak = max(window, key=lambda s: (s.due + s.scheduled + s.leased + s.parked, s.t))
+    before = peak.due + peak.scheduled + peak.leased + peak.parked
     if before <= depth:
         return None
-    return round(depth * (now - then.t) / (before - depth), 1)
+    return round(depth * (now - peak.t) / (before - depth), 1)
 
 
 def _worker_row(worker_id: str, seen_ms: float, info: dict[str, str], now: float,

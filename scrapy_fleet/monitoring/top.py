@@ -3,8 +3,9 @@
 One frame (:func:`render`) shows the frontier's depth by state and pages/min as sparklines of
 the ``10s`` series (the last hour, as much as fits), the current rates, block rate and ETA,
 every worker with its state and health, the top hosts and the alerts.  :func:`run_top`
-redraws it every ``interval`` seconds until Ctrl-C, which exits cleanly (status 0, the
-terminal restored).  While Redis cannot be read the last frame stays, under an error line.
+redraws it every ``interval`` seconds until Ctrl-C or SIGTERM, which exit cleanly (status 0,
+the terminal restored); piped, it prints one flushed frame after another.  While Redis
+cannot be read the last frame stays, under an error line.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from scrapy_fleet.monitoring.screen import rate_window
 from scrapy_fleet.monitoring.source import DEPTH_SERIES, READ_ERRORS, Points, Source
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -114,12 +116,14 @@ def render(snap: Mapping[str, Any], series: Mapping[str, Points], *, width: int 
     pages = [v for _, v in series.get("pages_per_min", [])]
     figures.add_row("pages/min", _fmt(rates.get("pages_per_min"), 1),
                     Text(sparkline(pages, spark_width), style="green"))
+    figures.add_row("", "", Text(f"rates per minute{rate_window(rates)}; the sparkline: "
+                                 "each 10 s step's rate", style="dim"))
     parts.append(figures)
 
     responses = counters.get("responses") or {}
     totals = Text()
     totals.append(f"pages {_fmt(counters.get('pages'))}  "
-                  f"items {_fmt(counters.get('items_scraped'))}"
+                  f"items (reported) {_fmt(counters.get('items_scraped'))}"
                   f"  items/min {_fmt(rates.get('items_per_min'), 1)}  block rate "
                   f"{_pct(rates.get('block_rate'))}  ETA {_eta(snap.get('eta_seconds'))}  ")
     totals.append("  ".join(f"{k} {_fmt(responses.get(k))}" for k in
@@ -146,7 +150,7 @@ def render(snap: Mapping[str, Any], series: Mapping[str, Points], *, width: int 
 
     host_rows = [h for h in snap.get("hosts") or [] if isinstance(h, Mapping)][:hosts]
     htable = Table(title="top hosts", box=box.SIMPLE_HEAD, title_justify="left")
-    for name in ("host", "queued", "leased", "pages", "bans", "block rate", "held until"):
+    for name in ("host", "queued", "downloading", "pages", "bans", "block rate", "held until"):
         htable.add_column(name, justify="left" if name == "host" else "right")
     for h in host_rows:
         htable.add_row(str(h.get("host", "?")), _fmt(h.get("queued")), _fmt(h.get("leased")),
@@ -190,6 +194,12 @@ def run_top(source: Source, interval: float = 2.0, once: bool = False, hosts: in
             console: Console | None = None) -> int:
     """Draw frames until Ctrl-C (or one frame with *once*); returns the exit status (0).
 
+    On a terminal the frame is redrawn in place on the alternate screen, which is left (the
+    terminal restored) when the view ends.  Anywhere else (a pipe, a file) each frame is
+    printed after the previous one and flushed at once, so a reader sees every frame as it
+    is drawn and keeps them all whatever ends the view.  KeyboardInterrupt ends it (the
+    caller turns SIGTERM into one: actions.py).
+
     The first read must succeed (the caller pinged Redis); later failures keep the last
     frame on screen under an error line and the view retries every *interval* seconds."""
     if console is None:
@@ -202,17 +212,49 @@ def run_top(source: Source, interval: float = 2.0, once: bool = False, hosts: in
         console.print(render(snap, series, width=console.width, hosts=hosts))
         return 0
     try:
-        with Live(render(snap, series, width=console.width, hosts=hosts), console=console,
-                  auto_refresh=False, screen=console.is_terminal, transient=False) as live:
+        if console.is_terminal:
+            with Live(render(snap, series, width=console.width, hosts=hosts),
+                      console=console, auto_refresh=False, screen=True,
+                      transient=False) as live:
+                while True:
+                    snap, series, error = _next_frame(source, interval, snap, series)
+                    live.update(render(snap, series, width=console.width, error=error,
+                                       hosts=hosts), refresh=True)
+        else:
+            # rich's Live prints nothing to a non-terminal until it stops (which a SIGTERM
+            # or a broken pipe never lets it do): one printed, flushed frame per interval
+            error = None
             while True:
-                time.sleep(max(0.1, interval))
-                error = None
-                try:
-                    snap, series = read_frame(source)
-                except READ_ERRORS as exc:
-                    error = f"{type(exc).__name__}: {exc}"
-                live.update(render(snap, series, width=console.width, error=error,
-                                   hosts=hosts), refresh=True)
+                console.print(render(snap, series, width=console.width, error=error,
+                                     hosts=hosts))
+                console.file.flush()
+                snap, series, error = _next_frame(source, interval, snap, series)
     except KeyboardInterrupt:
         pass
+    except BrokenPipeError:  # `top | head`: the reader has gone
+        _silence_stdout()
     return 0
+
+
+def _next_frame(source: Source, interval: float, snap: dict[str, Any],
+                series: dict[str, Points]) -> tuple[dict[str, Any], dict[str, Points],
+                                                    str | None]:
+    """After *interval* seconds: the next snapshot and series, or the last ones with the
+    read's error."""
+    time.sleep(max(0.1, interval))
+    try:
+        snap, series = read_frame(source)
+    except READ_ERRORS as exc:
+        return snap, series, f"{type(exc).__name__}: {exc}"
+    return snap, series, None
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush of a closed pipe does
+    not print a BrokenPipeError at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass

@@ -153,6 +153,26 @@ def _run(admin: PoolAdmin, action: str, args: list[str], as_json: bool,
     return EXIT_UNMATCHED if unmatched else EXIT_OK
 
 
+def unused_pool_hint(action: str, status: int, config: ProxyConfig, crawl_id: str,
+                     pool: str) -> str | None:
+    """The warning ``proxies add`` prints inside a project whose settings do not send the
+    crawl's requests through pool *pool*: none name a pool (its workers go direct), or they
+    name another one.  None when the crawl uses *pool* (or the action is not a done add)."""
+    if action != "add" or status != EXIT_OK:
+        return None
+    if not config.enabled:
+        return (f"warning: the settings of crawl {crawl_id!r} name no proxy pool "
+                "(FLEET_PROXIES and FLEET_PROXY_POOL are unset): its workers send every "
+                f"request directly and never use pool {pool!r}; set FLEET_PROXY_POOL = "
+                f"{pool!r} (or FLEET_PROXIES) in the settings to crawl through it "
+                "(docs/proxies.md)")
+    used = config.pool_name(crawl_id)
+    if used != pool:
+        return (f"warning: crawl {crawl_id!r} uses proxy pool {used!r} "
+                f"(FLEET_PROXY_POOL), not {pool!r}: its workers never use these exits")
+    return None
+
+
 def admin_for(redis_url: str, prefix: str, pool: str, config: ProxyConfig | None = None,
               timeout: float = 10.0) -> PoolAdmin:
     """A :class:`PoolAdmin` on its own blocking client (close ``.client`` after use)."""

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 from scrapy import Request, signals
-from scrapy.exceptions import NotConfigured
+from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
 
@@ -57,6 +57,12 @@ _REDIS_ERRORS = (redis.RedisError, ConnectionError, TimeoutError, OSError)
 MAX_WAIT_STEP = 5.0
 #: seconds a verdict may wait for the next choice to carry it
 REPORT_DELAY = 0.05
+#: a waiting request checks this often (seconds) whether the worker drains
+DRAIN_CHECK = 0.5
+#: the pool has no exit that may carry a request (lua/proxies.lua's reasons): a WARNING,
+#: repeated at most every NO_EXIT_LOG_EVERY seconds
+NO_EXIT_WHY = {"dead": "every exit is dead", "empty": "no exit, or every one drained"}
+NO_EXIT_LOG_EVERY = 60.0
 
 
 def _exit_of(request: Request) -> tuple[str, int] | None:
@@ -221,7 +227,22 @@ class FleetProxyMiddleware:
         return None
 
     async def _choose(self, request: Request, site: str, session: str | None) -> Choice:
-        """Ask until an exit is free: never sends the request without one (fail closed)."""
+        """Ask until an exit is free: never sends the request without one (fail closed).
+
+        While it waits the scheduler knows why (its heartbeat state ``no_exit`` when the
+        pool has no exit that may carry it); once the worker drains (SIGTERM) a request
+        that only waited is given back to the frontier at once (IgnoreRequest here; its
+        lease released, never acknowledged), not waited on until FLEET_DRAIN_TIMEOUT."""
+        scheduler = engine_hooks.scheduler_of(self.crawler)
+        try:
+            return await self._choose_or_wait(request, site, session, scheduler)
+        finally:
+            note = getattr(scheduler, "note_exit_wait", None)
+            if note is not None:
+                note(request, None)
+
+    async def _choose_or_wait(self, request: Request, site: str, session: str | None,
+                              scheduler: Any) -> Choice:
         while True:
             reports, self._pending = self._pending, []
             try:
@@ -241,16 +262,47 @@ class FleetProxyMiddleware:
             assert isinstance(result, Wait)
             self._inc("waits")
             self._inc(f"waits/{result.why}")
-            self._log_wait(site, result.why,
-                           f"No exit may carry requests to {site} now ({result.why}); "
-                           f"waiting {result.seconds:.1f} s (never sent without a proxy)")
-            await asyncio.sleep(min(max(result.seconds, 0.01), MAX_WAIT_STEP))
+            note = getattr(scheduler, "note_exit_wait", None)
+            if note is not None:
+                note(request, result.why)
+            if result.why in NO_EXIT_WHY:
+                self._log_wait("*", "no_exit", f"No live exit in proxy pool "
+                               f"{self.pool().keys.pool!r} ({NO_EXIT_WHY[result.why]}): "
+                               f"requests wait (never sent without a proxy), e.g. to {site}; "
+                               "`scrapy fleet proxies list` shows the exits, `proxies add` "
+                               "adds some", level=logging.WARNING, every=NO_EXIT_LOG_EVERY)
+            else:
+                self._log_wait(site, result.why,
+                               f"No exit may carry requests to {site} now ({result.why}); "
+                               f"waiting {result.seconds:.1f} s (never sent without a proxy)")
+            await self._sleep_unless_draining(min(max(result.seconds, 0.01), MAX_WAIT_STEP),
+                                              request, scheduler)
 
-    def _log_wait(self, site: str, why: str, message: str) -> None:
+    async def _sleep_unless_draining(self, seconds: float, request: Request,
+                                     scheduler: Any) -> None:
+        """Sleep *seconds*, in steps of DRAIN_CHECK at most; once the worker drains, give
+        *request* back to the frontier and raise IgnoreRequest (the engine drops it)."""
+        until = time.monotonic() + seconds
+        while True:
+            if getattr(scheduler, "draining", False) and scheduler.give_back(request):
+                self._inc("given_back")
+                logger.info("Worker draining: %s only waited for a proxy exit; its lease goes "
+                            "back to the frontier", request.url,
+                            extra={"spider": self.crawler.spider})
+                raise IgnoreRequest("waited for a proxy exit while the worker drained: "
+                                    "given back to the frontier")
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            await asyncio.sleep(min(left, DRAIN_CHECK))
+
+    def _log_wait(self, site: str, why: str, message: str, level: int = logging.INFO,
+                  every: float = 30.0) -> None:
+        """Log *message* at *level*, at most once per *every* seconds per (site, why)."""
         now = time.monotonic()
-        if now - self._last_wait_log.get((site, why), -1e9) >= 30.0:
+        if now - self._last_wait_log.get((site, why), -1e9) >= every:
             self._last_wait_log[(site, why)] = now
-            logger.info(message, extra={"spider": self.crawler.spider})
+            logger.log(level, message, extra={"spider": self.crawler.spider})
 
     # -- verdicts --------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@
   const $ = (id) => document.getElementById(id);
   let tier = TIERS[0] || "10s";
   let timer = null;
+  let lastSnap = null;  // the snapshot drawn last: the legends show its figures
 
   const tierSelect = $("tier");
   for (const t of TIERS) {
@@ -75,7 +76,7 @@
       const item = el("span", {"data-series": s.name});
       const swatch = el("i"); swatch.style.background = s.color;
       item.appendChild(swatch);
-      item.appendChild(document.createTextNode(s.label + " " + fmt(s.last)));
+      item.appendChild(document.createTextNode(s.label + " " + fmt(s.now)));
       legend.appendChild(item);
     }
     if (!total) {
@@ -126,12 +127,29 @@
     return 10 * p;
   }
 
+  // "last 60 s", or the crawl's age while it is younger: what the rates are taken over
+  function rateWindow(r) {
+    const w = r && r.window_s;
+    if (w === null || w === undefined) return "";
+    return " (last " + (w >= 59.5 ? 60 : Math.round(w)) + " s)";
+  }
+  // the figure the cards show for each series: one definition for a card and its legend
+  function nowValues(snap) {
+    if (!snap) return {};
+    const f = snap.frontier || {}, r = snap.rates || {};
+    return {depth_due: f.due, depth_scheduled: f.scheduled, depth_leased: f.leased,
+            depth_parked: f.parked, depth_dead: f.dead, pages_per_min: r.pages_per_min,
+            items_per_min: r.items_per_min};
+  }
+
   function figures(snap) {
     const f = snap.frontier || {}, c = snap.counters || {}, r = snap.rates || {};
-    const rows = [["due", fmt(f.due)], ["scheduled", fmt(f.scheduled)], ["leased", fmt(f.leased)],
+    const win = rateWindow(r);
+    const rows = [["due", fmt(f.due)], ["scheduled", fmt(f.scheduled)],
+                  ["leased (held by workers)", fmt(f.leased)],
                   ["parked", fmt(f.parked)], ["dead letters", fmt(f.dead)],
                   ["runnable now", fmt(snap.runnable_now)], ["pages", fmt(c.pages)],
-                  ["items", fmt(c.items_scraped)], ["pages/min", fmt(r.pages_per_min)],
+                  ["items (reported)", fmt(c.items_scraped)], ["pages/min", fmt(r.pages_per_min)],
                   ["items/min", fmt(r.items_per_min)], ["block rate", pct(r.block_rate)],
                   ["ETA", duration(snap.eta_seconds)], ["workers alive", fmt(snap.workers_alive)]];
     // what was not done: failed requests (scrapy fleet failed), items a pipeline could not write
@@ -141,7 +159,7 @@
     for (const [k, v] of rows) {
       const d = el("div", {class: "figure", "data-key": k});
       d.appendChild(el("div", {class: "v"}, v));
-      d.appendChild(el("div", {class: "k"}, k));
+      d.appendChild(el("div", {class: "k"}, k.endsWith("/min") ? k + win : k));
       box.appendChild(d);
     }
   }
@@ -193,12 +211,16 @@
       [fmt(h.bans), "n"], [pct(h.block_rate), "n"], [h.hold_until ? clock(h.hold_until) : "–"]]);
     $("updated").textContent = "updated " + clock(now);
   }
-  function chartSeries(defs, data) {
+  // the legend shows the snapshot's figure (the card's), else the last point drawn
+  function chartSeries(defs, data, values) {
+    const win = lastSnap ? rateWindow(lastSnap.rates) : "";
     return defs.map(([name, label, color]) => {
       const points = (data.series || {})[name] || [];
       let last = null;
       for (const p of points) if (p[1] !== null) last = p[1];
-      return {name, label, color, points, last};
+      const known = values[name] !== undefined && values[name] !== null;
+      return {name, label: label.endsWith("/min") && known ? label + win : label, color,
+              points, now: known ? values[name] : last};
     });
   }
   function timeSpan(data) {
@@ -237,14 +259,19 @@
         getJSON("/api/snapshot"),
         getJSON("/api/series?name=" + names + "&tier=" + encodeURIComponent(tier))]);
       if (snap.ok) {
+        lastSnap = snap.payload;
         render(snap.payload);
       } else if (snap.payload && snap.payload.last_snapshot) {
+        lastSnap = snap.payload.last_snapshot;
         render(snap.payload.last_snapshot);
       }
       if (series.ok) {
         const span = timeSpan(series.payload);
-        lineChart($("chart-depth"), chartSeries(DEPTH, series.payload), $("legend-depth"), span);
-        lineChart($("chart-pages"), chartSeries(PAGES, series.payload), $("legend-pages"), span);
+        const values = nowValues(lastSnap);
+        lineChart($("chart-depth"), chartSeries(DEPTH, series.payload, values),
+                  $("legend-depth"), span);
+        lineChart($("chart-pages"), chartSeries(PAGES, series.payload, values),
+                  $("legend-pages"), span);
       }
       const failed = !snap.ok ? snap : !series.ok ? series : null;
       if (failed) {
