@@ -39,6 +39,7 @@ from scrapy_fleet.errors import (
     RedisPermissionError,
     RedisUnavailableError,
 )
+from scrapy_fleet.frontier import layout
 from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys
 from scrapy_fleet.redact import redact
 
@@ -88,6 +89,7 @@ def check_worker(crawler: Crawler) -> FleetConfig:
         FleetConfigError: naming the wrong setting and its value.
         RedisUnavailableError: naming the URL, password redacted.
         RedisPermissionError: naming the commands the Redis user may not run.
+        CrawlLayoutError: the crawl's keys were written by another layout of the package.
     """
     settings = crawler.settings
     config = FleetConfig.from_settings(settings)
@@ -127,6 +129,7 @@ def check_worker(crawler: Crawler) -> FleetConfig:
                         if proxy is not None and proxy.enabled else None)
                 acl.check_sync(client, CrawlKeys(config.key_prefix, crawl_id), "worker",
                                cluster=target.kind == "cluster", pool=pool)
+                layout.check_sync(client, CrawlKeys(config.key_prefix, crawl_id))
         finally:
             client.close()
     return config

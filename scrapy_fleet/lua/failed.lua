@@ -1,7 +1,8 @@
--- failed.lua: failed requests and the crawl marker, for frontier.lua (library part: lua/__init__
--- prepends it; it defines locals only).  docs/failures.md describes the model.
+-- failed.lua: failed requests and the crawl marker, for the frontier call (lua/step_ack.lua,
+-- lua/step_check.lua) and failed_retry.lua; it defines locals only.  docs/failures.md
+-- describes the model.
 --
--- Keys (the caller passes them, built by keys.CrawlKeys.failed_keys, never here):
+-- Keys (fields of the caller's key table, keys.py):
 --   failed     HASH  entry id -> msgpack {url, method, reason, message, status, attempts,
 --                    worker, host, at (server ms, set here), data (encoded request, set here)}
 --   failed_at  ZSET  entry id -> at: oldest first, trimmed past the cap (fm)
@@ -11,6 +12,8 @@
 -- A failed request is acknowledged like any other (its entry leaves the frontier) and, in the
 -- same atomic call, recorded here: the record is exact (never lost, never counted twice; a
 -- replayed call returns the cached reply before reaching this code).
+-- Work per call: a GET of the marker; per failure recorded 3 writes and 4 more per record
+-- trimmed past the cap.
 
 -- nil, or why the failure records of the acknowledgements `acks` ({id, token[, record]}) are
 -- not acceptable (checked before the script's first write)

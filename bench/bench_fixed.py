@@ -1,0 +1,122 @@
+"""The frontier call's fixed part: Redis time of a call with no acks, no links, take 0.
+
+Every worker call pays it (reply cache, marker, idle bookkeeping, heartbeat and counters), so
+it is the floor under a fleet's Redis time per call.  Per tree (this one and ``--baseline``,
+in alternating rounds, each on a fresh ``redis-server``): a crawl is seeded (``--entries``
+queued requests over ``--hosts`` hosts, ``--leased`` of them leased by another worker), then
+one worker makes ``--calls`` empty calls as its pump does between pages (a heartbeat in
+ARGV[2], a fresh op id naming its previous one).  Reported: EVALSHA ``usec`` per call (INFO
+commandstats: the script's own time and the commands it runs), the Redis commands per call,
+min and median over the rounds, and the ratio of this tree's minimum to the baseline's.
+
+``--replay FILE`` also replays recorded worker calls (bench_replay.py, same rounds) and prints
+their ratio beside it, so both of issue 20's figures come from one run.
+
+Usage: ``.venv/bin/python bench/bench_fixed.py --baseline ../base [--replay /tmp/calls]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import _harness as h
+
+#: run in a child process whose PYTHONPATH is the tree measured: its own keys, argument
+#: packing and Lua (so two layouts of KEYS are each called as their own client calls them)
+CHILD = r"""
+import json, sys, uuid
+import msgpack, redis
+from scrapy_fleet import lua
+from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.frontier.protocol import FrontierParams, SyncBatch, _arg
+
+port, calls, entries, hosts, leased = (int(x) for x in sys.argv[1:6])
+r = redis.Redis(port=port)
+script = r.register_script(lua.source("frontier.lua"))
+k = CrawlKeys("fleet", "fixed")
+params = FrontierParams(host_concurrency=4, host_interval=0.05)
+prev = {"": "-", "w-busy": "-", "w-idle": "-"}
+
+
+def call(batch, worker, monitor=b""):
+    op = uuid.uuid4().hex
+    keys = k.frontier_keys(op, prev[worker], worker)
+    prev[worker] = op
+    return script(keys=keys, args=[_arg(batch, worker, params), monitor])
+
+
+pushes = [[i.to_bytes(12, "big"), 0, b"x" * 200, 0, "h%d.example" % (i % hosts)]
+          for i in range(entries)]
+for at in range(0, len(pushes), 500):
+    call(SyncBatch(pushes=pushes[at:at + 500]), "")
+call(SyncBatch(take=leased), "w-busy")
+hb = msgpack.packb({"hb": {"st": "crawling", "l": 0, "dl": 0, "pg": 0, "it": 0, "er": 0,
+                           "sv": "2.19", "fv": "0.1", "h": "m1", "pid": 1, "sa": 1.0,
+                           "ro": "all"}, "da": 15000, "fa": 120000}, use_bin_type=False)
+call(SyncBatch(beat=True), "w-idle", hb)
+r.config_resetstat()
+for _ in range(calls):
+    call(SyncBatch(beat=True), "w-idle", hb)
+st = r.info("commandstats")
+ev = st.get("cmdstat_evalsha", {"usec": 0, "calls": 1})
+others = sum(int(v["calls"]) for name, v in st.items()
+             if name not in ("cmdstat_evalsha", "cmdstat_config", "cmdstat_info"))
+print(json.dumps({"usec": ev["usec"] / ev["calls"], "commands": others / ev["calls"]}))
+"""
+
+
+def fixed_once(tree: Path, root: Path, args: argparse.Namespace) -> dict[str, float]:
+    with h.Redis(root) as server:
+        env = dict(os.environ, PYTHONPATH=str(tree))
+        out = subprocess.run([h.PYTHON, "-c", CHILD, str(server.port), str(args.calls),
+                              str(args.entries), str(args.hosts), str(args.leased)],
+                             env=env, cwd=root, check=True, capture_output=True,
+                             text=True).stdout
+        return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--baseline", type=Path, required=True)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--calls", type=int, default=2000)
+    p.add_argument("--entries", type=int, default=2000)
+    p.add_argument("--hosts", type=int, default=50)
+    p.add_argument("--leased", type=int, default=20)
+    p.add_argument("--replay", type=Path, default=None, help="recorded calls (bench_replay)")
+    args = p.parse_args()
+    trees = {"this": h.REPO_ROOT, "base": args.baseline.resolve()}
+    rows: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
+    with h.workdir("fleet-fixed-") as root:
+        for k in range(args.rounds):
+            for name, tree in trees.items():
+                rows[name].append(fixed_once(tree, root / f"{name}-{k}", args))
+    figures: dict[str, Any] = {"machine": h.machine(), "fixed": {}}
+    for name, got in rows.items():
+        usec = [x["usec"] for x in got]
+        figures["fixed"][name] = {"usec_min": round(min(usec), 1),
+                                  "usec_median": round(h.median(usec), 1),
+                                  "commands_per_call": round(got[0]["commands"], 1)}
+    this, base = figures["fixed"]["this"], figures["fixed"]["base"]
+    ratio = round(this["usec_min"] / base["usec_min"], 3)
+    figures["fixed_ratio"] = ratio
+    print(f"empty call: this {this['usec_min']} µs (median {this['usec_median']}, "
+          f"{this['commands_per_call']} commands), base {base['usec_min']} µs (median "
+          f"{base['usec_median']}, {base['commands_per_call']} commands): x{ratio}", flush=True)
+    if args.replay:
+        import bench_replay as br
+
+        rep = br.compare(args.replay, trees, args.rounds, skip=50)
+        figures["replay"] = rep
+        print(f"replayed worker calls: this {rep['this']} µs/call, base {rep['base']} µs/call:"
+              f" x{rep['ratio']}", flush=True)
+    h.emit_json(figures)
+
+
+if __name__ == "__main__":
+    main()
