@@ -38,7 +38,7 @@ end
 
 local function ctx_put(ctx, key, host, value)
   if ctx.memo == nil then return end
-  if ctx.empty then ctx.empty[key] = nil end
+  if ctx.empty then ctx.empty[key] = false end
   if ctx.memo[key] == nil then ctx.memo[key] = {} end
   ctx.memo[key][host] = value
 end

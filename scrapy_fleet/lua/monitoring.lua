@@ -39,30 +39,38 @@ local function mon_counter_ok(name)
       or string.match(name, '^errors/[a-z_]+$') ~= nil and #name <= 40
 end
 
--- The monitoring keys hold what this script writes there, or nothing: checked before the
--- call's first write, since a wrong type met after it would leave the call half done (and a
--- retry would run it again).  Returns nil, or an error message naming the key.
-local function monitor_check_keys(K)
-  for _, it in ipairs({{K.worker_info, 'hash'}, {K.mon, 'hash'}, {K.hoststats, 'hash'},
-                       {K.hostbans, 'zset'}}) do
+-- The monitoring keys this call writes hold what this script writes there, or nothing:
+-- checked before the call's first write, since a wrong type met after it would leave the call
+-- half done (and a retry would run it again); the per-host keys only when the call carries
+-- per-host deltas (`hp`, m's), the only writes to them.  Returns nil, or an error message
+-- naming the key, and whether the worker's heartbeat hash is missing (a new worker).
+local function monitor_check_keys(K, m)
+  local checks = {{K.worker_info, 'hash'}, {K.mon, 'hash'}}
+  if m and m.hp ~= nil and #m.hp > 0 then
+    checks[3], checks[4] = {K.hoststats, 'hash'}, {K.hostbans, 'zset'}
+  end
+  local fresh = false
+  for i, it in ipairs(checks) do
     local key, t = it[1], it[2]
     local got = redis.call('TYPE', key).ok
     if got ~= 'none' and got ~= t then
       return 'key ' .. key .. ' holds a ' .. got .. ', not a ' .. t ..
              ' (not written by the fleet): delete it'
     end
+    if i == 1 then fresh = got == 'none' end
   end
-  return nil
+  return nil, fresh
 end
 
 -- Parse and check ARGV[2] (and the keys) before the call's first write.
 -- Returns the map (or {}), or nil and an error message.
 local function monitor_parse(raw, K)
-  local bad_key = monitor_check_keys(K)
-  if bad_key then return nil, bad_key end
-  if raw == nil or raw == '' then return {} end
-  local ok, m = pcall(cmsgpack.unpack, raw)
-  if not ok or type(m) ~= 'table' then return nil, 'bad monitoring argument' end
+  local m = {}
+  if raw ~= nil and raw ~= '' then
+    local ok
+    ok, m = pcall(cmsgpack.unpack, raw)
+    if not ok or type(m) ~= 'table' then return nil, 'bad monitoring argument' end
+  end
   if m.hb ~= nil then
     if type(m.hb) ~= 'table' then return nil, 'hb must be a map' end
     for k, v in pairs(m.hb) do
@@ -91,6 +99,9 @@ local function monitor_parse(raw, K)
     end
   end
   if m.cs ~= nil and type(m.cs) ~= 'number' then return nil, 'cs must be a number' end
+  local bad_key, fresh = monitor_check_keys(K, m)
+  if bad_key then return nil, bad_key end
+  m.fresh = fresh  -- (not a field of ARGV[2]: the worker's heartbeat hash is missing)
   return m
 end
 
@@ -104,12 +115,12 @@ local function monitor_apply(m, K, now, worker, acked)
   local fk = K
   local dead_ms = tonumber(m.da) or 15000
   local forget_ms = tonumber(m.fa) or 120000
-  if acked > 0 then redis.call('HSET', MON, 'la', now) end
+  local mon_set = {}  -- fields of MON written once, below
+  if acked > 0 then mon_set[#mon_set + 1], mon_set[#mon_set + 2] = 'la', now end
   if worker ~= '' then
-    local fresh = redis.call('EXISTS', INFO) == 0
-    local last_cs = tonumber(redis.call('HGET', INFO, 'cs')) or 0
     local cs = tonumber(m.cs)
-    if cs ~= nil and cs > last_cs then
+    local info_set = {}  -- fields of INFO written once, below
+    if cs ~= nil and cs > (tonumber(redis.call('HGET', INFO, 'cs')) or 0) then
       for name, n in pairs(m.c or {}) do
         if n > 0 then hincrby(fk.stats, name, n) end
       end
@@ -121,24 +132,28 @@ local function monitor_apply(m, K, now, worker, acked)
           redis.call('ZINCRBY', HOSTBANS, e[3], e[1])
         end
       end
-      redis.call('HSET', INFO, 'cs', cs)
+      info_set = {'cs', cs}
     end
     local fields = {'seen', now}
     for name, v in pairs(m.hb or {}) do
       fields[#fields + 1] = name
       fields[#fields + 1] = v
     end
+    for _, v in ipairs(info_set) do fields[#fields + 1] = v end
+    if m.fresh or acked > 0 then
+      fields[#fields + 1] = 'la'
+      fields[#fields + 1] = now
+    end
     redis.call('HSET', INFO, unpack(fields))
-    if fresh then redis.call('HSET', INFO, 'la', now) end
-    if acked > 0 then redis.call('HSET', INFO, 'la', now) end
     redis.call('PEXPIRE', INFO, forget_ms)
-    redis.call('HSET', MON, 'lw', now)
+    mon_set[#mon_set + 1], mon_set[#mon_set + 2] = 'lw', now
   end
   redis.call('ZREMRANGEBYSCORE', fk.workers, '-inf', now - forget_ms)  -- departed workers
-  redis.call('HSETNX', MON, 't0', now)
 
   -- one sample per tier whose step changed since its last sample, fleet-wide
-  local last = redis.call('HMGET', MON, 's1', 's2', 's3')
+  local last = redis.call('HMGET', MON, 's1', 's2', 's3', 't0')
+  if not last[4] then mon_set[#mon_set + 1], mon_set[#mon_set + 2] = 't0', now end
+  if #mon_set > 0 then redis.call('HSET', MON, unpack(mon_set)) end
   if math.floor(now / MON_TIERS[1][1]) == tonumber(last[1]) then return end
   local c = redis.call('HMGET', fk.stats, 'pages', 'items_scraped', 'bans')
   local vals = {now, Queue.queued(K), redis.call('ZCARD', fk.delayed),

@@ -7,8 +7,8 @@
 -- to stats by step_reply), c.qw (lua/queue.lua's writer) and c.st (lua/frontier_state.lua).
 -- Keys (of K): marker, layout (SET once, with the marker: the crawl's first push or first
 -- worker call; frontier/layout.py refuses a crawl of another layout at start), hostconf,
--- crawldelay, hold (EXISTS: an empty one is not read per host).
--- Writes: marker and layout, once per crawl.  Work per call: 4 commands.
+-- crawldelay, hold (EXISTS, when a step first asks: an empty one is not read per host).
+-- Writes: marker and layout, once per crawl.  Work per call: 1 command (TIME).
 
 local function begin_call(c)
   local K, req = c.K, c.req
@@ -17,10 +17,16 @@ local function begin_call(c)
   if marker and not c.marker then redis.call('SET', K.layout, CRAWL_LAYOUT) end
   local ctx = new_host_ctx(c.now, K.tat, K.hold, K.hostlive, K.hostconf, K.crawldelay, req)
   ctx.memo = {}  -- per-host fields read once per call (hosts.lua, ctx_get)
-  ctx.empty = {}  -- per-host hashes without any field: not read per host (a write clears it)
-  for _, key in ipairs({K.hostconf, K.crawldelay, K.hold}) do
-    if redis.call('EXISTS', key) == 0 then ctx.empty[key] = true end
-  end
+  -- per-host hashes without any field (hostconf, crawldelay, hold: no call writes them), not
+  -- read per host: each looked at (EXISTS) the first time a step asks, so that a call that
+  -- asks none (no lease, no hold) sends none
+  local lazy = {[K.hostconf] = true, [K.crawldelay] = true, [K.hold] = true}
+  ctx.empty = setmetatable({}, {__index = function(t, key)
+    if not lazy[key] then return nil end
+    local v = redis.call('EXISTS', key) == 0
+    rawset(t, key, v)
+    return v
+  end})
   c.ctx = ctx
   c.out = {leased = {}, lost = {}, pf = {}, rf = {}, pd = {}, new = 0, dup = 0, acked = 0,
            released = 0, reclaimed = 0, dead = 0, parked = 0, deferred = 0, resumed = 0,

@@ -43,7 +43,8 @@ local function step_idle(c)
   out.rq = {math.max(st.host_count(STAGE_HOST) - (tonumber(rq[2]) or 0), 0),
             math.max((tonumber(rq[1]) or 0) - (tonumber(rq[3]) or 0), 0)}
   out.holds = {}
-  if worker ~= '' and not c.ctx.empty[K.hold] and redis.call('HLEN', K.hold) <= 1000 then
+  local on_hold = worker ~= '' and redis.call('HLEN', K.hold) or 0  -- (0: no hash)
+  if on_hold > 0 and on_hold <= 1000 then
     local all = redis.call('HGETALL', K.hold)
     for i = 1, #all, 2 do
       local left = (tonumber(all[i + 1]) or 0) - now
