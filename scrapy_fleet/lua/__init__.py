@@ -19,7 +19,8 @@ from typing import Any
 from scrapy_fleet import keys
 
 #: the frontier call's parts, in order (lua/frontier.lua is the driver)
-FRONTIER_PARTS = ("common.lua", "hosts.lua", "queue.lua", "bloom.lua", "failed.lua",
+FRONTIER_PARTS = ("common.lua", "hosts.lua", "queue.lua", "bloom.lua", "bloom_write.lua",
+                  "failed.lua",
                   "monitoring.lua", "frontier_state.lua", "step_check.lua", "step_begin.lua",
                   "step_reclaim.lua", "step_release.lua", "step_push.lua", "step_ack.lua",
                   "step_lease.lua", "step_idle.lua", "step_reply.lua")
@@ -30,9 +31,9 @@ SCRIPTS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
     "failed_retry.lua": (("common.lua", "queue.lua", "failed.lua"), keys.RETRY_CALL),
     "sample.lua": (("common.lua", "queue.lua", "monitoring.lua"), keys.SAMPLE_CALL),
     "politeness.lua": (("common.lua", "hosts.lua"), None),
-    "bloom_add.lua": (("common.lua", "bloom.lua"), None),
+    "bloom_add.lua": (("common.lua", "bloom.lua", "bloom_write.lua"), None),
     "seeding.lua": (("common.lua",), None),
-    "proxies.lua": (("common.lua",), None),
+    "proxies.lua": (("common.lua", "proxies_pool.lua"), None),
     "acl_probe.lua": ((), None),
 }
 
