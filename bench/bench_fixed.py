@@ -9,6 +9,9 @@ ARGV[2], a fresh op id naming its previous one).  Reported: EVALSHA ``usec`` per
 commandstats: the script's own time and the commands it runs), the Redis commands per call,
 min and median over the rounds, and the ratio of this tree's minimum to the baseline's.
 
+``--functions`` also measures this tree's call loaded as one Redis Functions library (FUNCTION
+LOAD, FCALL: the parts' definitions run once, at load, instead of at every EVALSHA).
+
 ``--replay FILE`` also replays recorded worker calls (bench_replay.py, same rounds) and prints
 their ratio beside it, so both of issue 20's figures come from one run.
 
@@ -35,9 +38,30 @@ from scrapy_fleet import lua
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.frontier.protocol import FrontierParams, SyncBatch, _arg
 
-port, calls, entries, hosts, leased = (int(x) for x in sys.argv[1:6])
+port, calls, entries, hosts, leased, functions = (int(x) for x in sys.argv[1:7])
 r = redis.Redis(port=port)
 script = r.register_script(lua.source("frontier.lua"))
+if functions:
+    # the same source as one Redis Functions library: the parts' definitions run once, at
+    # FUNCTION LOAD; each FCALL runs the prologue and the driver only
+    from importlib import resources
+
+    from scrapy_fleet.keys import FRONTIER_CALL
+
+    folder = resources.files("scrapy_fleet") / "lua"
+    parts, _ = lua.SCRIPTS["frontier.lua"]
+    # (a library's load runs without math: the one constant computed with it, written out)
+    defs = "\n".join((folder / p).read_text() for p in parts).replace(
+        "math.log(2) * math.log(2)", "0.4804530139182014")
+    pro = lua.prologue(FRONTIER_CALL).replace("local K = {", "K = {").replace(
+        "local CRAWL_LAYOUT", "CRAWL_LAYOUT")
+    r.function_load("#!lua name=fleetbench\nlocal KEYS, ARGV, K, CRAWL_LAYOUT\n" + defs
+                    + "\nredis.register_function('frontier', function(keys, args)\n"
+                    "KEYS, ARGV = keys, args\n" + pro + (folder / "frontier.lua").read_text()
+                    + "\nend)\n", replace=True)
+
+    def script(keys, args):  # noqa: F811 - the FCALL twin of the registered script
+        return r.fcall("frontier", len(keys), *keys, *args)
 k = CrawlKeys("fleet", "fixed")
 params = FrontierParams(host_concurrency=4, host_interval=0.05)
 prev = {"": "-", "w-busy": "-", "w-idle": "-"}
@@ -63,18 +87,21 @@ r.config_resetstat()
 for _ in range(calls):
     call(SyncBatch(beat=True), "w-idle", hb)
 st = r.info("commandstats")
-ev = st.get("cmdstat_evalsha", {"usec": 0, "calls": 1})
+ev = st.get("cmdstat_fcall" if functions else "cmdstat_evalsha", {"usec": 0, "calls": 1})
 others = sum(int(v["calls"]) for name, v in st.items()
-             if name not in ("cmdstat_evalsha", "cmdstat_config", "cmdstat_info"))
+             if name not in ("cmdstat_evalsha", "cmdstat_fcall", "cmdstat_config",
+                             "cmdstat_info"))
 print(json.dumps({"usec": ev["usec"] / ev["calls"], "commands": others / ev["calls"]}))
 """
 
 
-def fixed_once(tree: Path, root: Path, args: argparse.Namespace) -> dict[str, float]:
+def fixed_once(tree: Path, root: Path, args: argparse.Namespace,
+               functions: bool = False) -> dict[str, float]:
     with h.Redis(root) as server:
         env = dict(os.environ, PYTHONPATH=str(tree))
         out = subprocess.run([h.PYTHON, "-c", CHILD, str(server.port), str(args.calls),
-                              str(args.entries), str(args.hosts), str(args.leased)],
+                              str(args.entries), str(args.hosts), str(args.leased),
+                              str(int(functions))],
                              env=env, cwd=root, check=True, capture_output=True,
                              text=True).stdout
         return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
@@ -89,13 +116,19 @@ def main() -> None:
     p.add_argument("--hosts", type=int, default=50)
     p.add_argument("--leased", type=int, default=20)
     p.add_argument("--replay", type=Path, default=None, help="recorded calls (bench_replay)")
+    p.add_argument("--functions", action="store_true",
+                   help="also this tree's call as a Redis Functions library (FCALL)")
     args = p.parse_args()
     trees = {"this": h.REPO_ROOT, "base": args.baseline.resolve()}
     rows: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
+    if args.functions:
+        rows["fcall"] = []
     with h.workdir("fleet-fixed-") as root:
         for k in range(args.rounds):
             for name, tree in trees.items():
                 rows[name].append(fixed_once(tree, root / f"{name}-{k}", args))
+            if args.functions:
+                rows["fcall"].append(fixed_once(h.REPO_ROOT, root / f"fcall-{k}", args, True))
     figures: dict[str, Any] = {"machine": h.machine(), "fixed": {}}
     for name, got in rows.items():
         usec = [x["usec"] for x in got]
@@ -108,6 +141,11 @@ def main() -> None:
     print(f"empty call: this {this['usec_min']} µs (median {this['usec_median']}, "
           f"{this['commands_per_call']} commands), base {base['usec_min']} µs (median "
           f"{base['usec_median']}, {base['commands_per_call']} commands): x{ratio}", flush=True)
+    if args.functions:
+        fc = figures["fixed"]["fcall"]
+        print(f"this tree's call as a Functions library (FCALL): {fc['usec_min']} µs (median "
+              f"{fc['usec_median']}): x{round(fc['usec_min'] / this['usec_min'], 3)} of its "
+              "EVALSHA", flush=True)
     if args.replay:
         import bench_replay as br
 

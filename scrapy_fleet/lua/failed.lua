@@ -34,9 +34,10 @@ end
 -- The crawl marker.  `expected` (ARGV field mk): "" on a client's first call, then the value
 -- the crawl's first call wrote.  Returns (error message or nil, current value or false); no
 -- write.  A client that has seen a marker and finds it gone (or another one) talks to a Redis
--- that lost the crawl's state (restarted without its data, flushed, purged).
-local function failed_check_marker(marker_key, expected)
-  local current = redis.call('GET', marker_key)
+-- that lost the crawl's state (restarted without its data, flushed, purged).  `current`: the
+-- marker's value when the caller read it already (false: none), else it is read here.
+local function failed_check_marker(marker_key, expected, current)
+  if current == nil then current = redis.call('GET', marker_key) end
   if type(expected) == 'string' and expected ~= '' and current ~= expected then
     return 'ERR fleet: crawl state lost: the crawl marker ' .. marker_key ..
       (current and ' changed' or ' is gone') ..

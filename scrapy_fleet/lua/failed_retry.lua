@@ -30,9 +30,10 @@ for _, e in ipairs(req.e) do
 end
 local queue_max = tonumber(req.qm) or 0
 local now = server_now_ms()
-local size = Queue.size(K)
+local queued = Queue.queued(K)
+local size = Queue.size(K, queued)
 local out = {retried = 0, gone = 0, full = 0}
-local qw = Queue.writer(K, now, nil)  -- (every request is given: none is read from `data`)
+local qw = Queue.writer(K, now, nil, queued)  -- (every request is given, none read from `data`)
 for _, e in ipairs(req.e) do
   local id, host, priority, data = e[1], e[2], e[3], e[4]
   local present

@@ -46,11 +46,13 @@
 --
 -- Bounded work per call: the sum of its steps' bounds (each step's header).
 
-local cached = redis.call('GET', K.op)
-if cached then
-  return cached
+-- (what every call reads first, in one command: its cached reply, the crawl marker, the
+-- queued count and since when the fleet is idle)
+local head = redis.call('MGET', K.op, K.marker, K.queue_count, K.idle_since)
+if head[1] then
+  return head[1]
 end
-local c, err = check_call(K)
+local c, err = check_call(K, head)
 if not c then return redis.error_reply(err) end
 begin_call(c)
 step_due(c)

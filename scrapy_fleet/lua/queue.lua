@@ -75,9 +75,11 @@ function Queue.queued(K)
   return tonumber(redis.call('GET', K.queue_count)) or 0
 end
 
--- The frontier's size: queued + leased + deferred entries.
-function Queue.size(K)
-  return Queue.queued(K) + redis.call('ZCARD', K.leases) + redis.call('ZCARD', K.delayed)
+-- The frontier's size: queued + leased + deferred entries (`queued`: the count when the
+-- caller knows it, else it is read).
+function Queue.size(K, queued)
+  return (queued or Queue.queued(K)) + redis.call('ZCARD', K.leases)
+    + redis.call('ZCARD', K.delayed)
 end
 
 -- A writer: the queue writes of one call, collected and sent in few commands by flush
@@ -85,9 +87,12 @@ end
 -- comes back (reclaimed, released, deferred, parked, retried) to its head, as the oldest: its
 -- request was pushed before every entry behind it.  Its encoded request, unless given, is
 -- read from `data` (where a leased or deferred entry keeps it) and deleted there; one that
--- has none goes to on_missing(id, host) (the caller dead-letters it).
-function Queue.writer(K, now, on_missing)
+-- has none goes to on_missing(id, host) (the caller dead-letters it).  w.queued: the count of
+-- queued entries (K.queue_count) as this call changes it, from `queued`, its value when the
+-- call began (read then, with other keys, by the frontier call; nil: read here).
+function Queue.writer(K, now, on_missing, queued)
   local w = {qi = {}}  -- qi: the index as read or written by this call (false: no bucket)
+  w.queued = queued or Queue.queued(K)
   local q_tail, q_head, q_need, ready_add = {}, {}, {}, {}
   local data_add, data_del, exp_del, lease_del, leases_del = {}, {}, {}, {}, {}
 
@@ -196,7 +201,7 @@ function Queue.writer(K, now, on_missing)
       end
     end
     w.index_update(pushed_to, {})
-    if added > 0 then redis.call('INCRBY', K.queue_count, added) end
+    if added > 0 then w.queued = redis.call('INCRBY', K.queue_count, added) end
     local hosts = {}
     for h in pairs(ready_add) do
       hosts[#hosts + 1] = now
@@ -224,7 +229,7 @@ function Queue.writer(K, now, on_missing)
         redis.call('LTRIM', K.bucket_prefix .. b, n, -1)
         if len[b] and n >= len[b] then gone[#gone + 1] = b end
       end
-      redis.call('DECRBY', K.queue_count, #taken)
+      w.queued = redis.call('DECRBY', K.queue_count, #taken)
       w.index_update({}, gone)
     elseif #empty > 0 then
       w.index_update({}, empty)

@@ -37,7 +37,8 @@ local function begin_call(c)
     counters[name] = (counters[name] or 0) + n
   end
   local st
-  c.qw = Queue.writer(K, c.now, function(id, host) st.to_dead(id, 'entry has no data', host) end)
+  c.qw = Queue.writer(K, c.now, function(id, host) st.to_dead(id, 'entry has no data', host) end,
+                      tonumber(c.head[3]) or 0)
   st = State.new(c)
   c.st = st
 end

@@ -2,15 +2,17 @@
 -- (a runtime error after a write keeps the earlier writes; OOM is only checked before the
 -- first write).  Defines one local, check_call.
 --
--- check_call(K) returns the call `c` (c.req: ARGV[1] with its lists defaulted, c.mon:
--- ARGV[2] parsed, c.marker: the crawl marker as read, and the call's parameters), or nil and
--- the error message.  frontier/protocol.py documents ARGV[1]'s fields (lua/frontier.lua
+-- check_call(K, head) returns the call `c` (c.req: ARGV[1] with its lists defaulted, c.mon:
+-- ARGV[2] parsed, c.marker: the crawl marker as read, c.head: what lua/frontier.lua read
+-- first {reply cache, marker, queued count, idle since}, and the call's parameters), or nil
+-- and the error message.  frontier/protocol.py documents ARGV[1]'s fields (lua/frontier.lua
 -- names them too).
--- Keys (of K): marker (GET), bloom_meta and prev_op (only when the worker left out known
--- duplicates: ld > 0), the monitoring keys (TYPE, lua/monitoring.lua).  Writes: nothing.
--- Work per call: 5 commands (7 with ld > 0), and one pass over the call's lists.
+-- Keys (of K): bloom_meta and prev_op (only when the worker left out known duplicates: ld >
+-- 0), the monitoring keys (TYPE, lua/monitoring.lua); the marker as read in head.  Writes:
+-- nothing.  Work per call: 2 commands (4 with per-host deltas, 2 more with ld > 0), and one
+-- pass over the call's lists.
 
-local function check_call(K)
+local function check_call(K, head)
   local ok, req = pcall(cmsgpack.unpack, ARGV[1])
   if not ok or type(req) ~= 'table' then
     return nil, 'ERR fleet: bad frontier call argument'
@@ -27,7 +29,7 @@ local function check_call(K)
   local n_acks = #req.a
   local bad_failure = failed_check_acks(req.a)
   if bad_failure then return nil, 'ERR fleet: ' .. bad_failure end
-  local marker_error, marker = failed_check_marker(K.marker, req.mk)
+  local marker_error, marker = failed_check_marker(K.marker, req.mk, head[2])
   if marker_error then return nil, marker_error end
   for _, p in ipairs(req.p) do
     if type(p) ~= 'table' or type(p[1]) ~= 'string' or type(p[2]) ~= 'number'
@@ -50,7 +52,7 @@ local function check_call(K)
       return nil, 'ERR fleet: stale filter generation'
     end
   end
-  return {K = K, req = req, mon = mon, marker = marker, local_dups = local_dups,
+  return {K = K, req = req, mon = mon, marker = marker, head = head, local_dups = local_dups,
           take = tonumber(req.t) or 0, lease_ms = tonumber(req.lm) or 30000,
           max_leases = tonumber(req.ml) or 3, queue_max = tonumber(req.qm) or 0,
           host_max = tonumber(req.hm) or 0, defer_ms = tonumber(req.dd) or 10000,

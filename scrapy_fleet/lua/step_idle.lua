@@ -11,31 +11,34 @@
 -- the worker's entry in K.workers (its last call).
 -- Keys (of K): queue_count, queue_index, leases, delayed, parked, idle_since, stats, hold,
 -- workers, hostq.  Writes: idle_since, queue_count (0 when no bucket holds an entry), workers.
--- Work per call: about 10 commands; HGETALL of hold when it has at most 1000 hosts.
+-- Work per call: about 8 commands; HGETALL of hold when it has at most 1000 hosts.
 
 local function step_idle(c)
   local K, st, out, now, worker = c.K, c.st, c.out, c.now, c.worker
   st.flush_hostq()
   st.flush_slots()
-  out.queued = Queue.queued(K)
+  out.queued = c.qw.queued  -- (K.queue_count: read when the call began, then its changes)
   if out.queued ~= 0 and redis.call('HLEN', K.queue_index) == 0 then
     -- no bucket holds an entry: the count is 0 (entries written into a bucket by hand, and
     -- dead-lettered as corrupt, were taken off a count that never had them)
     redis.call('SET', K.queue_count, 0)
     out.queued = 0
+    c.qw.queued = 0
   end
   out.inflight = redis.call('ZCARD', K.leases)
   out.delayed = redis.call('ZCARD', K.delayed)
   out.size = out.queued + out.inflight + out.delayed
+  -- (K.idle_since as read when the call began: no step before this one writes it)
+  local idle_since = c.head[4]
   if out.size == 0 and redis.call('LLEN', K.parked) == 0 then
-    local since = tonumber(redis.call('GET', K.idle_since))
+    local since = tonumber(idle_since)
     if not since then
       redis.call('SET', K.idle_since, now)
       since = now
     end
     out.idle = now - since
   else
-    if redis.call('EXISTS', K.idle_since) == 1 then redis.call('DEL', K.idle_since) end
+    if idle_since then redis.call('DEL', K.idle_since) end
     out.idle = -1
   end
   local rq = redis.call('HMGET', K.stats, 'response_queue_bytes', 'response_queue_deferred',

@@ -27,7 +27,7 @@ function Push.prepare(c)
   qw.flush()
   -- (the size matters only to the bounds: not read without one)
   c.size = 0
-  if queue_max > 0 then c.size = Queue.size(K) end
+  if queue_max > 0 then c.size = Queue.size(K, qw.queued) end
   local bloom, present = nil, {}
   if #req.p > 0 then
     local fps, where = {}, {}
