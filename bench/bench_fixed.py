@@ -38,7 +38,16 @@ from scrapy_fleet import lua
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.frontier.protocol import FrontierParams, SyncBatch, _arg
 
-port, calls, entries, hosts, leased, functions = (int(x) for x in sys.argv[1:7])
+port, calls, entries, hosts, leased, functions, pid = (int(x) for x in sys.argv[1:8])
+
+
+def server_cpu():
+    # utime + stime of the redis-server, seconds (not inflated when the machine's load
+    # preempts it, unlike the commandstats' wall time)
+    import os
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
 r = redis.Redis(port=port)
 script = r.register_script(lua.source("frontier.lua"))
 if functions:
@@ -84,14 +93,17 @@ hb = msgpack.packb({"hb": {"st": "crawling", "l": 0, "dl": 0, "pg": 0, "it": 0, 
                            "ro": "all"}, "da": 15000, "fa": 120000}, use_bin_type=False)
 call(SyncBatch(beat=True), "w-idle", hb)
 r.config_resetstat()
+cpu0 = server_cpu()
 for _ in range(calls):
     call(SyncBatch(beat=True), "w-idle", hb)
+cpu = server_cpu() - cpu0
 st = r.info("commandstats")
 ev = st.get("cmdstat_fcall" if functions else "cmdstat_evalsha", {"usec": 0, "calls": 1})
 others = sum(int(v["calls"]) for name, v in st.items()
              if name not in ("cmdstat_evalsha", "cmdstat_fcall", "cmdstat_config",
                              "cmdstat_info"))
-print(json.dumps({"usec": ev["usec"] / ev["calls"], "commands": others / ev["calls"]}))
+print(json.dumps({"usec": ev["usec"] / ev["calls"], "commands": others / ev["calls"],
+                  "cpu_us": cpu * 1e6 / calls}))
 """
 
 
@@ -99,9 +111,10 @@ def fixed_once(tree: Path, root: Path, args: argparse.Namespace,
                functions: bool = False) -> dict[str, float]:
     with h.Redis(root) as server:
         env = dict(os.environ, PYTHONPATH=str(tree))
+        pid = server.proc.pid  # type: ignore[union-attr]
         out = subprocess.run([h.PYTHON, "-c", CHILD, str(server.port), str(args.calls),
                               str(args.entries), str(args.hosts), str(args.leased),
-                              str(int(functions))],
+                              str(int(functions)), str(pid)],
                              env=env, cwd=root, check=True, capture_output=True,
                              text=True).stdout
         return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
@@ -134,25 +147,31 @@ def main() -> None:
         usec = [x["usec"] for x in got]
         figures["fixed"][name] = {"usec_min": round(min(usec), 1),
                                   "usec_median": round(h.median(usec), 1),
+                                  "cpu_us_min": round(min(x["cpu_us"] for x in got), 1),
                                   "commands_per_call": round(got[0]["commands"], 1)}
     this, base = figures["fixed"]["this"], figures["fixed"]["base"]
     ratio = round(this["usec_min"] / base["usec_min"], 3)
     figures["fixed_ratio"] = ratio
+    figures["fixed_cpu_ratio"] = round(this["cpu_us_min"] / base["cpu_us_min"], 3)
     print(f"empty call: this {this['usec_min']} µs (median {this['usec_median']}, "
           f"{this['commands_per_call']} commands), base {base['usec_min']} µs (median "
-          f"{base['usec_median']}, {base['commands_per_call']} commands): x{ratio}", flush=True)
+          f"{base['usec_median']}, {base['commands_per_call']} commands): x{ratio}; "
+          f"redis-server CPU per call: this {this['cpu_us_min']} µs, base "
+          f"{base['cpu_us_min']} µs: x{figures['fixed_cpu_ratio']}", flush=True)
     if args.functions:
         fc = figures["fixed"]["fcall"]
         print(f"this tree's call as a Functions library (FCALL): {fc['usec_min']} µs (median "
-              f"{fc['usec_median']}): x{round(fc['usec_min'] / this['usec_min'], 3)} of its "
-              "EVALSHA", flush=True)
+              f"{fc['usec_median']}, CPU {fc['cpu_us_min']}): "
+              f"x{round(fc['usec_min'] / this['usec_min'], 3)} of its EVALSHA "
+              f"(CPU x{round(fc['cpu_us_min'] / this['cpu_us_min'], 3)})", flush=True)
     if args.replay:
         import bench_replay as br
 
         rep = br.compare(args.replay, trees, args.rounds, skip=50)
         figures["replay"] = rep
         print(f"replayed worker calls: this {rep['this']} µs/call, base {rep['base']} µs/call:"
-              f" x{rep['ratio']}", flush=True)
+              f" x{rep['ratio']}; redis-server CPU per call: this {rep['cpu_this']} µs, base "
+              f"{rep['cpu_base']} µs: x{rep['cpu_ratio']}", flush=True)
     h.emit_json(figures)
 
 

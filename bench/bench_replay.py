@@ -398,7 +398,11 @@ def compare(path: Path, trees: dict[str, Path], rounds: int, skip: int) -> dict[
     results = run_rounds(read_calls(path), trees, rounds, skip)
     this = min(x["usec_per_call"] for x in results["this"])
     base = min(x["usec_per_call"] for x in results["base"])
+    cpu_this = min(x["cpu_us_per_call"] for x in results["this"])
+    cpu_base = min(x["cpu_us_per_call"] for x in results["base"])
     return {"this": round(this, 1), "base": round(base, 1), "ratio": round(this / base, 3),
+            "cpu_this": round(cpu_this, 1), "cpu_base": round(cpu_base, 1),
+            "cpu_ratio": round(cpu_this / cpu_base, 3),
             "errors": max(x["errors"] for rows in results.values() for x in rows)}
 
 
