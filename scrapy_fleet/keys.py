@@ -108,6 +108,16 @@ FRONTIER_CALL = ("op", "prev_op", "data", "leases", "lease", "expiries", "dead",
 RETRY_CALL = ("failed", "failed_at", "failed_by", "dead", "hostq", "stats", "seq", "leases",
               "delayed", "queue_index", "queue_count", "bucket_prefix", "ready")
 
+#: KEYS of lua/politeness.lua, in order.
+POLITENESS_CALL = ("ready", "tat", "hold", "hostlive", "hostconf", "crawldelay", "fails", "robots",
+                   "robots_lock")
+
+#: KEYS of lua/seeding.lua.
+SEEDING_CALL = ("seeding",)
+
+#: KEYS of lua/bloom_add.lua, in order.
+BLOOM_ADD_CALL = ("op", "prev_op", "bloom_meta", "bloom_slices")
+
 #: KEYS of lua/sample.lua, in order.
 SAMPLE_CALL = ("stats", "workers", "leases", "delayed", "parked", "dead", "queue_count",
                *MONITOR_CALL)
@@ -227,9 +237,13 @@ class CrawlKeys:
         return self._k("robots_lock")
 
     def politeness_keys(self) -> list[str]:
-        """KEYS of lua/politeness.lua, in the order its header lists them."""
-        return [self.ready, self.tat, self.hold, self.hostlive, self.hostconf, self.crawldelay,
-                self.fails, self.robots, self.robots_lock]
+        """KEYS of lua/politeness.lua (POLITENESS_CALL)."""
+        return self.call_keys(POLITENESS_CALL)
+
+    def bloom_add_keys(self, op_id: str, prev_op_id: str) -> list[str]:
+        """KEYS of lua/bloom_add.lua (BLOOM_ADD_CALL): this call's and the previous call's
+        reply caches, the filter's meta and slices."""
+        return self.call_keys(BLOOM_ADD_CALL, op_id, prev_op_id)
 
     @property
     def config(self) -> str:

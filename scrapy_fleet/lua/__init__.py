@@ -30,9 +30,9 @@ SCRIPTS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
     "frontier.lua": (FRONTIER_PARTS, keys.FRONTIER_CALL),
     "failed_retry.lua": (("common.lua", "queue.lua", "failed.lua"), keys.RETRY_CALL),
     "sample.lua": (("common.lua", "queue.lua", "monitoring.lua"), keys.SAMPLE_CALL),
-    "politeness.lua": (("common.lua", "hosts.lua"), None),
-    "bloom_add.lua": (("common.lua", "bloom.lua", "bloom_write.lua"), None),
-    "seeding.lua": (("common.lua",), None),
+    "politeness.lua": (("common.lua", "hosts.lua"), keys.POLITENESS_CALL),
+    "bloom_add.lua": (("common.lua", "bloom.lua", "bloom_write.lua"), keys.BLOOM_ADD_CALL),
+    "seeding.lua": (("common.lua",), keys.SEEDING_CALL),
     "proxies.lua": (("common.lua", "proxies_pool.lua"), None),
     "acl_probe.lua": ((), None),
 }
