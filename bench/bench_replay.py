@@ -27,6 +27,15 @@ acknowledged per call (from the replies) and so µs per page; the ratio of the m
 tree's; the longest call and the calls over 2 ms (``SLOWLOG`` at >= 1 ms), of the round with
 the fewest.
 
+``identity FILE --baseline DIR``: every recorded call, on a fresh server per tree, with the
+server's clock pinned to the call's recorded time (``redis.call('TIME')`` of each tree's source
+reads a key the replay sets before each call: fencing tokens, expiries and every time written
+are then the same in both trees); each call's KEYS are rebuilt by each tree's own
+``CrawlKeys.frontier_keys`` (two layouts of KEYS are each called as their client calls them).
+Compared: every reply (bytes, or the error), then every key of the final data (its type and
+content; a cached reply decoded).  Keys only one tree writes by design are named
+(``--only-this``: this tree's layout version key).
+
 Usage: ``.venv/bin/python bench/bench_replay.py record /tmp/calls-16x100 --clients 16
 --hosts 100`` then ``.venv/bin/python bench/bench_replay.py replay /tmp/calls-16x100
 --baseline ../base``.
@@ -35,7 +44,10 @@ Usage: ``.venv/bin/python bench/bench_replay.py record /tmp/calls-16x100 --clien
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -54,6 +66,43 @@ def frontier_source(tree: Path, cwd: Path) -> str:
     # (cwd: not a checkout, so that the tree on PYTHONPATH is the one imported)
     return subprocess.run([h.PYTHON, "-c", code], env=env, cwd=cwd, check=True,
                           capture_output=True, text=True).stdout
+
+
+PIN_TIME_KEY = "__bench_time"  # (not a crawl key: left out of the comparison)
+PIN_TIME = """local function bench_pinned_time()
+  local us = tonumber(redis.call('GET', '__bench_time'))
+  return {string.format('%d', math.floor(us / 1000000)), string.format('%d', us % 1000000)}
+end
+"""
+
+
+def pinned(source: str) -> str:
+    """*source* with the server's clock read from PIN_TIME_KEY (microseconds)."""
+    assert "redis.call('TIME')" in source
+    return PIN_TIME + source.replace("redis.call('TIME')", "bench_pinned_time()")
+
+
+def key_template(tree: Path, cwd: Path, prefix: str, crawl: str) -> list[str]:
+    """The frontier call's KEYS of *tree* for op "@OP@", previous op "@PREV@", worker "@W@"."""
+    code = ("import json, sys; from scrapy_fleet.keys import CrawlKeys; "
+            f"print(json.dumps(CrawlKeys({prefix!r}, {crawl!r})"
+            ".frontier_keys('@OP@', '@PREV@', '@W@')))")
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    out = subprocess.run([h.PYTHON, "-c", code], env=env, cwd=cwd, check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)  # type: ignore[no-any-return]
+
+
+def call_names(keys: list[str]) -> tuple[str, str, str, str, str]:
+    """(prefix, crawl id, op id, previous op id, worker id) of a recorded call's KEYS (found by
+    their names, whatever their order)."""
+    stats = next(k for k in keys if k.endswith(":stats"))
+    m = re.fullmatch(r"(.*):\{(.*)\}:stats", stats)
+    assert m, stats
+    base = stats[:-len(":stats")]
+    ops = [k[len(base) + 4:] for k in keys if k.startswith(base + ":op:")]
+    worker = next((k[len(base) + 8:] for k in keys if k.startswith(base + ":worker:")), "")
+    return m.group(1), m.group(2), ops[0], ops[1], worker
 
 
 def read_calls(path: Path) -> list[list[Any]]:
@@ -76,8 +125,12 @@ def recorded_generation(calls: list[list[Any]]) -> bytes | None:
 class Replay:
     """One replay on one server: recorded calls with their entries mapped to this replay's."""
 
-    def __init__(self, r: Any, sha: str, generation: bytes | None) -> None:
+    def __init__(self, r: Any, sha: str, generation: bytes | None,
+                 template: list[str] | None = None, pin: bool = False) -> None:
         self.r, self.sha, self.generation = r, sha, generation
+        #: this tree's KEYS for "@OP@" "@PREV@" "@W@" (None: the recorded KEYS as they are)
+        self.template, self.pin = template, pin
+        self.replies: list[Any] = []  # (pin) each call's reply bytes, or its error
         self.held: dict[bytes, list[list[Any]]] = {}  # worker -> [[id, token]] leased here
         self.calls = self.errors = self.acked = self.lost = 0
         self.first = True
@@ -98,28 +151,37 @@ class Replay:
         return msgpack.packb(req, use_bin_type=False), worker
 
     def call(self, record: list[Any]) -> None:
-        _, keys, arg, monitor = record
+        at, keys, arg, monitor = record
+        if self.template is not None:
+            _, _, op, prev, worker_id = call_names(keys)
+            keys = [k.replace("@OP@", op).replace("@PREV@", prev).replace("@W@", worker_id)
+                    for k in self.template]
         arg, worker = self.remap(arg)
         self.calls += 1
+        if self.pin:
+            self.r.set(PIN_TIME_KEY, int(at * 1e6))
         try:
             reply = self.r.evalsha(self.sha, len(keys), *keys, arg, monitor)
-        except Exception:  # (counted and reported: a replay that errs is no figure)
+        except Exception as exc:  # (counted and reported: a replay that errs is no figure)
             self.errors += 1
+            self.replies.append(f"error: {exc}")
             return
+        self.replies.append(reply)
         out = msgpack.unpackb(reply, raw=True, strict_map_key=False)
         self.held.setdefault(worker, []).extend([e[0], e[1]] for e in out.get(b"leased") or [])
         self.acked += out.get(b"acked") or 0
         self.lost += len(out.get(b"lost") or [])
         if self.first and self.generation:
-            self.r.hset(keys[32], "g", self.generation)  # KEYS[33]: the Bloom filter's meta
+            meta = next(k for k in keys if k.endswith(":bloom:meta"))
+            self.r.hset(meta, "g", self.generation)
         self.first = False
 
 
 def replay_once(source: str, calls: list[list[Any]], skip: int, generation: bytes | None,
-                root: Path) -> dict[str, float]:
+                root: Path, template: list[str] | None = None) -> dict[str, float]:
     with h.Redis(root) as server:
         r = server.client()
-        rp = Replay(r, r.script_load(source), generation)
+        rp = Replay(r, r.script_load(source), generation, template)
         for record in calls[:skip]:
             rp.call(record)
         acked0 = rp.acked
@@ -142,6 +204,165 @@ def replay_once(source: str, calls: list[list[Any]], skip: int, generation: byte
                 "over_2ms": sum(1 for d in slow if d > 2000)}
 
 
+def data_of(r: Any) -> dict[bytes, Any]:
+    """Every key of a server (but PIN_TIME_KEY): its type and content, a cached reply
+    (``:op:`` keys) decoded."""
+    out: dict[bytes, Any] = {}
+    for key in sorted(r.scan_iter(count=1000)):
+        if key == PIN_TIME_KEY.encode():
+            continue
+        t = r.type(key)
+        if t == b"string":
+            v: Any = r.get(key)
+            if b":op:" in key:
+                v = msgpack.unpackb(v, raw=True, strict_map_key=False)
+        elif t == b"hash":
+            v = sorted(r.hgetall(key).items())
+        elif t == b"list":
+            v = r.lrange(key, 0, -1)
+        elif t == b"zset":
+            v = r.zrange(key, 0, -1, withscores=True)
+        elif t == b"set":
+            v = sorted(r.smembers(key))
+        else:
+            v = repr(t)
+        out[key] = (t, v)
+    return out
+
+
+def identity_once(source: str, template: list[str], calls: list[list[Any]],
+                  generation: bytes | None, root: Path) -> tuple[list[Any], dict[bytes, Any]]:
+    with h.Redis(root) as server:
+        r = server.client()
+        rp = Replay(r, r.script_load(pinned(source)), generation, template, pin=True)
+        for record in calls:
+            rp.call(record)
+        data = data_of(r)
+        r.close()
+        return rp.replies, data
+
+
+def identity(args: argparse.Namespace) -> None:
+    calls = read_calls(Path(args.file))
+    generation = recorded_generation(calls)
+    prefix, crawl, *_ = call_names(calls[0][1])
+    trees = {"this": h.REPO_ROOT, "base": args.baseline.resolve()}
+    got = {}
+    with h.workdir("fleet-identity-") as root:
+        for name, tree in trees.items():
+            got[name] = identity_once(frontier_source(tree, root),
+                                      key_template(tree, root, prefix, crawl), calls,
+                                      generation, root / name)
+    (this_replies, this_data), (base_replies, base_data) = got["this"], got["base"]
+    same_bytes = sum(1 for a, b in zip(this_replies, base_replies, strict=True) if a == b)
+
+    def decoded(x: Any) -> Any:
+        return msgpack.unpackb(x, raw=True, strict_map_key=False) if isinstance(x, bytes) else x
+
+    same_value = sum(1 for a, b in zip(this_replies, base_replies, strict=True)
+                     if decoded(a) == decoded(b))
+    errors = sum(1 for x in base_replies if isinstance(x, str))
+    only = {k.encode() for k in (args.only_this or [])}
+    this_keys = {k for k in this_data if not any(k.endswith(o) for o in only)}
+    differ = sorted(k for k in this_keys | set(base_data) if this_data.get(k) != base_data.get(k))
+    leased = sum(len(decoded(x).get(b"leased") or []) for x in base_replies
+                 if isinstance(x, bytes))
+    kinds: dict[str, int] = {}
+    for x in base_replies:
+        if isinstance(x, bytes):
+            d = decoded(x)
+            for name in ("new", "dup", "acked", "released", "reclaimed", "dead", "parked",
+                         "deferred", "resumed", "refused"):
+                kinds[name] = kinds.get(name, 0) + int(d.get(name.encode()) or 0)
+            kinds["lost"] = kinds.get("lost", 0) + len(d.get(b"lost") or [])
+    figures = {"calls": len(calls), "replies_identical_bytes": same_bytes, "in_replies": kinds,
+               "replies_identical_decoded": same_value, "errors_in_both": errors,
+               "leases_in_replies": leased, "keys_compared": len(base_data),
+               "keys_only_this_by_design": sorted(k.decode() for k in set(this_data) - this_keys),
+               "keys_differing": [k.decode(errors="replace") for k in differ[:20]],
+               "n_keys_differing": len(differ)}
+    print(f"{len(calls)} calls replayed with the clock pinned: replies identical {same_bytes} "
+          f"(bytes), {same_value} (decoded) of {len(base_replies)} ({errors} errors in the "
+          f"baseline, {leased} leases); data: {len(base_data)} keys compared, "
+          f"{len(differ)} differ; only in this tree by design: "
+          f"{figures['keys_only_this_by_design']}; the replies hold {kinds}", flush=True)
+    h.emit_json(figures)
+
+
+def record_mix(args: argparse.Namespace) -> None:
+    """Frontier calls of every kind, from a seeded random mix of 4 workers and the push helper
+    on one fresh server (this tree's FrontierAdmin, recorded as bench_capacity records): the
+    bounds (FLEET_QUEUE_MAX, FLEET_HOST_QUEUE_MAX: refusals, parking, deferrals), a host
+    concurrency cap and interval, acknowledgements with links and failure records, downloads
+    over, extensions, releases, dead letters, stale tokens, expired leases (short leases and
+    pauses), delayed pushes, heartbeats and counter deltas."""
+    import random
+    import time
+
+    from scrapy_fleet.frontier.admin import FrontierAdmin
+    from scrapy_fleet.frontier.protocol import FrontierParams, SyncBatch
+
+    path = Path(args.file).resolve()
+    path.unlink(missing_ok=True)
+    bc.record_calls(str(path))
+    rng = random.Random(args.seed)
+    params = FrontierParams(lease_timeout=0.3, max_leases=2, queue_max=300, host_queue_max=40,
+                            host_concurrency=3, host_interval=0.002, defer_delay=0.05)
+    urls = [f"http://h{i % 23}.test/{i}" for i in range(3000)]
+
+    def push_entry(url: str, group: int, delay: int = 0) -> tuple[Any, ...]:
+        fp = hashlib.blake2b(url.encode(), digest_size=12).digest()
+        return (fp, rng.randint(-2, 2), url.encode() * 3, group, url.split("/")[2], delay)
+
+    with h.workdir("fleet-mix-") as root, h.Redis(root) as server:
+        url = f"redis://127.0.0.1:{server.port}/0"
+        helper = FrontierAdmin(url, "mix", params=params)
+        workers = {f"w{i}": FrontierAdmin(url, "mix", params=params) for i in range(4)}
+        held: dict[str, list[Any]] = {w: [] for w in workers}
+        helper.push([push_entry(u, 0) for u in urls[:200]])
+        for n in range(args.calls):
+            if rng.random() < 0.05:
+                helper.push([push_entry(rng.choice(urls), 0, rng.choice([0, 0, 30]))
+                             for _ in range(rng.randint(1, 30))])
+                continue
+            w = rng.choice(list(workers))
+            mine = held[w]
+            rng.shuffle(mine)
+            batch = SyncBatch(take=rng.choice([0, 1, 2, 4, 8]), beat=True)
+            for e in mine[:rng.randint(0, 4)]:
+                batch.downloaded.append((e.entry_id, e.token))
+            done = mine[:rng.randint(0, min(len(mine), 5))]
+            for e in done:
+                r = rng.random()
+                if r < 0.08:
+                    batch.releases.append((e.entry_id, e.token))
+                elif r < 0.1:
+                    batch.dead.append((e.entry_id, e.token, "cannot decode"))
+                else:
+                    token = e.token if rng.random() > 0.03 else e.token - 1  # a stale one
+                    if rng.random() < 0.1:
+                        record = msgpack.packb({"reason": "http_500", "url": "x"},
+                                               use_bin_type=False)
+                        batch.acks.append((e.entry_id, token, record))
+                    else:
+                        batch.acks.append((e.entry_id, token))
+                    k = len(batch.acks)
+                    batch.pushes += [push_entry(rng.choice(urls), k)
+                                     for _ in range(rng.randint(0, 12))]
+            batch.extends += [(e.entry_id, e.token) for e in mine[len(done):]
+                              if rng.random() < 0.3]
+            monitor = msgpack.packb({"hb": {"st": "crawling", "l": len(mine), "pg": n},
+                                     "cs": n + 1, "c": {"pages": len(batch.acks)},
+                                     "hp": [["h1.test", 1, 0]], "da": 15000, "fa": 120000},
+                                    use_bin_type=False)
+            result = workers[w].sync(batch, worker=w, monitor=monitor)
+            gone = {e[0] for e in [*batch.acks, *batch.releases, *batch.dead]} | set(result.lost)
+            held[w] = [e for e in mine if e.entry_id not in gone] + list(result.leased)
+            if rng.random() < 0.03:
+                time.sleep(0.35)  # leases expire: reclaimed by the next calls
+    print(f"recorded {len(read_calls(path))} calls of the mix", flush=True)
+
+
 def record(args: argparse.Namespace) -> None:
     path = Path(args.file).resolve()
     path.unlink(missing_ok=True)
@@ -153,19 +374,44 @@ def record(args: argparse.Namespace) -> None:
           f"{cell['pages']} pages, {cell['exec_us_per_page']} µs/page live", flush=True)
 
 
-def replay(args: argparse.Namespace) -> None:
-    calls = read_calls(Path(args.file))
+def run_rounds(calls: list[list[Any]], trees: dict[str, Path], rounds: int, skip: int,
+               ) -> dict[str, list[dict[str, float]]]:
+    """Per round, each tree's replay on a fresh server (KEYS rebuilt by each tree's own
+    CrawlKeys)."""
     generation = recorded_generation(calls)
-    trees = {"this": h.REPO_ROOT}
-    if args.baseline:
-        trees["base"] = args.baseline.resolve()
+    prefix, crawl, *_ = call_names(calls[0][1])
     results: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     with h.workdir("fleet-replay-") as root:
         sources = {name: frontier_source(tree, root) for name, tree in trees.items()}
-        for k in range(args.rounds):
+        templates = {name: key_template(tree, root, prefix, crawl)
+                     for name, tree in trees.items()}
+        for k in range(rounds):
             for name in trees:
-                results[name].append(replay_once(sources[name], calls, args.skip, generation,
-                                                 root / f"{name}-{k}"))
+                results[name].append(replay_once(sources[name], calls, skip, generation,
+                                                 root / f"{name}-{k}", templates[name]))
+    return results
+
+
+def compare(path: Path, trees: dict[str, Path], rounds: int, skip: int) -> dict[str, float]:
+    """Minimum EVALSHA µs per call of trees "this" and "base" over *rounds*, and their ratio
+    (for bench_fixed.py)."""
+    results = run_rounds(read_calls(path), trees, rounds, skip)
+    this = min(x["usec_per_call"] for x in results["this"])
+    base = min(x["usec_per_call"] for x in results["base"])
+    cpu_this = min(x["cpu_us_per_call"] for x in results["this"])
+    cpu_base = min(x["cpu_us_per_call"] for x in results["base"])
+    return {"this": round(this, 1), "base": round(base, 1), "ratio": round(this / base, 3),
+            "cpu_this": round(cpu_this, 1), "cpu_base": round(cpu_base, 1),
+            "cpu_ratio": round(cpu_this / cpu_base, 3),
+            "errors": max(x["errors"] for rows in results.values() for x in rows)}
+
+
+def replay(args: argparse.Namespace) -> None:
+    calls = read_calls(Path(args.file))
+    trees = {"this": h.REPO_ROOT}
+    if args.baseline:
+        trees["base"] = args.baseline.resolve()
+    results = run_rounds(calls, trees, args.rounds, args.skip)
     print(f"{len(calls)} calls, {len(calls) - args.skip} measured, {args.rounds} rounds")
     base_min = min(x["usec_per_call"] for x in results["this"])
     figures: dict[str, Any] = {"machine": h.machine(), "calls": len(calls), "trees": {}}
@@ -206,9 +452,23 @@ def main() -> None:
     rep.add_argument("--baseline", type=Path, default=None)
     rep.add_argument("--rounds", type=int, default=3)
     rep.add_argument("--skip", type=int, default=50)
+    mix = sub.add_parser("record-mix", help="record a seeded mix of every kind of call")
+    mix.add_argument("file")
+    mix.add_argument("--calls", type=int, default=3000)
+    mix.add_argument("--seed", type=int, default=20)
+    ide = sub.add_parser("identity", help="replies and data of this tree and a baseline, "
+                                          "clock pinned")
+    ide.add_argument("file")
+    ide.add_argument("--baseline", type=Path, required=True)
+    ide.add_argument("--only-this", nargs="*", default=[":layout"],
+                     help="key name endings only this tree writes by design")
     args = p.parse_args()
     if args.action == "record":
         record(args)
+    elif args.action == "record-mix":
+        record_mix(args)
+    elif args.action == "identity":
+        identity(args)
     else:
         replay(args)
 

@@ -12,25 +12,19 @@ prefix ``fleet`` and crawl id ``docs``::
                                                               host's buckets that hold entries,
                                                               ascending (best first)
     fleet:{docs}:qn           STRING  count                   entries in the buckets
-    fleet:{docs}:queue        ZSET  "<host>\t<priority key>\t<entry id>" -> 0  previous format
-                                                              only: moved into the buckets by
-                                                              lua/frontier.lua, never written
     fleet:{docs}:data         HASH  entry id -> bytes         encoded request of a leased or
                                                               deferred entry (codec.py)
     fleet:{docs}:leases       ZSET  entry id -> expiry (ms)   leased requests, by server time
     fleet:{docs}:lease        HASH  entry id -> "token|score|host\tworker"  current lease of
                                                               each entry ("!worker": download
-                                                              over; previous format
-                                                              "token|score|worker" still read)
+                                                              over)
     fleet:{docs}:expiries     HASH  entry id -> count         lease expiries of an entry so far
     fleet:{docs}:dead         HASH  entry id -> msgpack       dead letters {reason, at, data}
     fleet:{docs}:delayed      ZSET  "id|score|host" -> ready (ms)  deferred requests (back
-                                                              pressure; "id|score": previous)
+                                                              pressure)
     fleet:{docs}:parked       LIST  msgpack [id, score, host, data]  parked requests (outside the
                                                               size), oldest first
     fleet:{docs}:hostq        HASH  host -> count             entries per host in the frontier
-    fleet:{docs}:ehost        HASH  entry id -> host          previous format only: read and
-                                                              emptied, never written
     fleet:{docs}:ready        ZSET  host -> time (ms)         hosts with queued entries, by the
                                                               time they may be fetched again
     fleet:{docs}:tat          HASH  host -> ms                GCRA theoretical arrival time
@@ -68,6 +62,9 @@ prefix ``fleet`` and crawl id ``docs``::
     fleet:{docs}:claim:<id>   STRING  "<host>\t<pid>\t<start>": the last worker that started
                                       with worker id <id>; expires FLEET_WORKER_DEAD_AFTER
                                       after its start (identity.py)
+    fleet:{docs}:layout       STRING  LAYOUT_VERSION of the crawl's keys, written with the
+                                      marker; a crawl of another layout is refused at start
+                                      (frontier/layout.py)
     fleet:{docs}:op:<op id>   STRING  cached reply of a mutating script (safe retries), short TTL
     fleet:{docs}:worker:<id>  HASH    heartbeat of one worker (state, leases, pages, versions,
                                       last seen...), expires FLEET_WORKER_FORGET_AFTER after
@@ -80,6 +77,11 @@ prefix ``fleet`` and crawl id ``docs``::
     fleet:{docs}:hostbans     ZSET    host -> bans (the most banned hosts, in O(log n))
 
 Entry ids are the 15-digit, zero-padded value of ``seq``: lexicographic order is push order.
+
+The KEYS of a script are declared once, as a tuple of names (``FRONTIER_CALL``, ``RETRY_CALL``,
+``SAMPLE_CALL``): :meth:`CrawlKeys.call_keys` builds the KEYS list from it, and lua/__init__.py
+the script's prologue, a table ``K`` of the same names bound to their ``KEYS[i]``.  No key
+position is written anywhere else.
 """
 
 from __future__ import annotations
@@ -91,6 +93,45 @@ from scrapy_fleet.config import validate_crawl_id
 #: Slices a scalable Bloom filter may grow to (slice N holds capacity * 2**N fingerprints, so
 #: 12 slices hold 4095 times FLEET_DUPEFILTER_CAPACITY).
 BLOOM_MAX_SLICES = 12
+
+#: The layout of a crawl's keys (this module's docstring), stored in its ``layout`` key when
+#: the crawl is created.  A crawl without that key (written before it existed: layout 1, the
+#: queue ZSET and the ``ehost`` hash) or of another version is refused at start.
+LAYOUT_VERSION = 2
+
+#: The monitoring keys of a call (lua/monitoring.lua), last in the calls that carry them.
+MONITOR_CALL = ("worker_info", "mon", "series_10s", "series_1m", "series_10m", "hoststats",
+                "hostbans")
+
+#: KEYS of lua/frontier.lua, in order.
+FRONTIER_CALL = ("op", "prev_op", "data", "leases", "lease", "expiries", "dead", "seq", "token",
+                 "stats", "idle_since", "workers", "delayed", "parked", "hostq", "ready", "tat",
+                 "hold", "hostlive", "hostconf", "crawldelay", "wlive", "robots", "failed",
+                 "failed_at", "failed_by", "marker", "layout", "queue_index", "queue_count",
+                 "bucket_prefix", "bloom_meta", "bloom_slices", *MONITOR_CALL)
+
+#: KEYS of lua/failed_retry.lua, in order.
+RETRY_CALL = ("failed", "failed_at", "failed_by", "dead", "hostq", "stats", "seq", "leases",
+              "delayed", "queue_index", "queue_count", "bucket_prefix", "ready")
+
+#: KEYS of lua/politeness.lua, in order.
+POLITENESS_CALL = ("ready", "tat", "hold", "hostlive", "hostconf", "crawldelay", "fails", "robots",
+                   "robots_lock")
+
+#: KEYS of lua/seeding.lua.
+SEEDING_CALL = ("seeding",)
+
+#: KEYS of lua/bloom_add.lua, in order.
+BLOOM_ADD_CALL = ("op", "prev_op", "bloom_meta", "bloom_slices")
+
+#: KEYS of lua/sample.lua, in order.
+SAMPLE_CALL = ("stats", "workers", "leases", "delayed", "parked", "dead", "queue_count",
+               *MONITOR_CALL)
+
+
+def key_width(name: str) -> int:
+    """How many KEYS the declared name stands for (the Bloom slices: BLOOM_MAX_SLICES)."""
+    return BLOOM_MAX_SLICES if name == "bloom_slices" else 1
 
 
 @dataclass(frozen=True)
@@ -109,10 +150,6 @@ class CrawlKeys:
 
     def _k(self, name: str) -> str:
         return f"{self.base}:{name}"
-
-    @property
-    def queue(self) -> str:
-        return self._k("queue")
 
     @property
     def queue_index(self) -> str:
@@ -166,10 +203,6 @@ class CrawlKeys:
         return self._k("hostq")
 
     @property
-    def ehost(self) -> str:
-        return self._k("ehost")
-
-    @property
     def ready(self) -> str:
         return self._k("ready")
 
@@ -209,22 +242,14 @@ class CrawlKeys:
     def robots_lock(self) -> str:
         return self._k("robots_lock")
 
-    @property
-    def size_keys(self) -> tuple[str, str, str]:
-        """The ZSETs whose sizes add up to the frontier's size, which FLEET_QUEUE_MAX bounds,
-        with the count in ``queue_count``: queued entries of the previous format, leased,
-        deferred (lua/frontier.lua counts the same)."""
-        return self.queue, self.leases, self.delayed
-
     def politeness_keys(self) -> list[str]:
-        """KEYS of lua/politeness.lua, in the order its header lists them."""
-        return [self.ready, self.tat, self.hold, self.hostlive, self.hostconf, self.crawldelay,
-                self.fails, self.robots, self.robots_lock]
+        """KEYS of lua/politeness.lua (POLITENESS_CALL)."""
+        return self.call_keys(POLITENESS_CALL)
 
-    def host_keys(self) -> list[str]:
-        """Per-host politeness state, in the order lua/hosts.lua's callers pass it."""
-        return [self.ready, self.tat, self.hold, self.hostlive, self.hostconf, self.crawldelay,
-                self.wlive, self.robots]
+    def bloom_add_keys(self, op_id: str, prev_op_id: str) -> list[str]:
+        """KEYS of lua/bloom_add.lua (BLOOM_ADD_CALL): this call's and the previous call's
+        reply caches, the filter's meta and slices."""
+        return self.call_keys(BLOOM_ADD_CALL, op_id, prev_op_id)
 
     @property
     def config(self) -> str:
@@ -284,16 +309,19 @@ class CrawlKeys:
         """STRING: the crawl marker, a random id written by the crawl's first frontier call."""
         return self._k("marker")
 
-    def failed_keys(self) -> list[str]:
-        """KEYS of lua/failed.lua's functions inside lua/frontier.lua: failed, failed_at,
-        failed_by, marker."""
-        return [self.failed, self.failed_at, self.failed_by, self.marker]
+    @property
+    def layout(self) -> str:
+        """STRING: the LAYOUT_VERSION of the crawl's keys, written with the marker."""
+        return self._k("layout")
+
+    def layout1_keys(self) -> list[str]:
+        """The queue ZSET and entry-host hash of layout 1 (before LAYOUT_VERSION): only to
+        recognise such a crawl (frontier/layout.py), never read or written."""
+        return [self._k("queue"), self._k("ehost")]
 
     def retry_keys(self) -> list[str]:
-        """KEYS of lua/failed_retry.lua, in the order its header lists them."""
-        return [self.failed, self.failed_at, self.failed_by, self.dead, self.queue, self.data,
-                self.ehost, self.hostq, self.ready, self.stats, self.seq, self.leases,
-                self.delayed, self.queue_index, self.queue_count, self.bucket_prefix]
+        """KEYS of lua/failed_retry.lua (RETRY_CALL)."""
+        return self.call_keys(RETRY_CALL)
 
     @property
     def spider(self) -> str:
@@ -342,33 +370,31 @@ class CrawlKeys:
     def hostbans(self) -> str:
         return self._k("hostbans")
 
-    def monitor_keys(self, worker_id: str) -> list[str]:
-        """KEYS of lua/monitoring.lua, appended to those of lua/frontier.lua (its header lists
-        them; their number is its MON_NKEYS)."""
-        from scrapy_fleet.monitoring.series import TIERS
-
-        return [self.worker_info(worker_id), self.mon, *(self.series(t) for t in TIERS),
-                self.hoststats, self.hostbans]
-
     def sample_keys(self) -> list[str]:
-        """KEYS of lua/sample.lua, in the order its header lists them."""
-        return [self.stats, self.workers, self.queue, self.leases, self.delayed, self.parked,
-                self.dead, self.queue_count, *self.monitor_keys("")]
+        """KEYS of lua/sample.lua (SAMPLE_CALL)."""
+        return self.call_keys(SAMPLE_CALL)
 
     def frontier_keys(self, op_id: str, prev_op_id: str, worker_id: str = "") -> list[str]:
-        """KEYS of lua/frontier.lua, in the order its header lists them.
+        """KEYS of lua/frontier.lua (FRONTIER_CALL): *op_id* names this call's reply cache,
+        *prev_op_id* the previous call's of the same client, *worker_id* the heartbeat hash.
 
         The Bloom slices are passed as keys too (``BLOOM_MAX_SLICES`` of them), so that no
-        script ever builds a key name itself; the monitoring keys of *worker_id*
-        (:meth:`monitor_keys`) come last.
+        script ever builds a key name itself.
         """
-        return [self.queue, self.data, self.leases, self.lease, self.expiries, self.dead,
-                self.seq, self.token, self.stats, self.idle_since, self.workers, self.op(op_id),
-                self.op(prev_op_id), self.delayed, self.parked, self.hostq, self.ehost,
-                *self.host_keys(), *self.failed_keys(), self.queue_index, self.queue_count,
-                self.bucket_prefix, self.bloom_meta,
-                *(self.bloom_slice(n) for n in range(BLOOM_MAX_SLICES)),
-                *self.monitor_keys(worker_id)]
+        return self.call_keys(FRONTIER_CALL, op_id, prev_op_id, worker_id)
+
+    def call_keys(self, names: tuple[str, ...], op_id: str = "", prev_op_id: str = "",
+                  worker_id: str = "") -> list[str]:
+        """The KEYS of a script declared by *names* (FRONTIER_CALL, ...), in their order."""
+        special = {"op": [self.op(op_id)], "prev_op": [self.op(prev_op_id)],
+                   "bloom_slices": [self.bloom_slice(n) for n in range(BLOOM_MAX_SLICES)],
+                   "worker_info": [self.worker_info(worker_id)],
+                   "series_10s": [self.series("10s")], "series_1m": [self.series("1m")],
+                   "series_10m": [self.series("10m")]}
+        keys: list[str] = []
+        for name in names:
+            keys.extend(special[name] if name in special else [getattr(self, name)])
+        return keys
 
 
 def _session_part(session: str) -> str:

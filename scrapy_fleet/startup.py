@@ -43,6 +43,7 @@ from scrapy_fleet.errors import (
     RedisUnavailableError,
     WorkerIdInUseError,
 )
+from scrapy_fleet.frontier import layout
 from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys
 from scrapy_fleet.redact import redact
 
@@ -103,6 +104,7 @@ def check_worker(crawler: Crawler) -> FleetConfig:
         WorkerIdInUseError: naming the live worker (host, pid, start).
         RedisUnavailableError: naming the URL, password redacted.
         RedisPermissionError: naming the commands the Redis user may not run.
+        CrawlLayoutError: the crawl's keys were written by another layout of the package.
     """
     settings = crawler.settings
     config = FleetConfig.from_settings(settings)
@@ -143,6 +145,7 @@ def check_worker(crawler: Crawler) -> FleetConfig:
                 keys = CrawlKeys(config.key_prefix, crawl_id)
                 acl.check_sync(client, keys, "worker",
                                cluster=target.kind == "cluster", pool=pool)
+                layout.check_sync(client, keys)
                 if fleet_scheduler and name:
                     _claim(crawler, client, keys, config, name)
         finally:

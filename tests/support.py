@@ -281,9 +281,8 @@ def worker_stats(log_path: Path) -> dict[str, float]:
 
 
 def queued(client: Any, keys: Any) -> int:
-    """Entries queued in a crawl (``keys``: a CrawlKeys): the queue buckets' count, and any
-    entries of the previous format's queue ZSET."""
-    return int(client.get(keys.queue_count) or 0) + int(client.zcard(keys.queue))
+    """Entries queued in a crawl (``keys``: a CrawlKeys): the queue buckets' count."""
+    return int(client.get(keys.queue_count) or 0)
 
 
 def queue_entries(client: Any, keys: Any) -> list[tuple[str, int, str]]:

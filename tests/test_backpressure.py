@@ -90,7 +90,7 @@ def test_leftover_links_park_the_parent_until_there_is_room(redis_url):
     client = redis.Redis.from_url(redis_url)
     keys = admin.keys
     assert client.hget(keys.data, parent.entry_id) is None
-    assert client.hget(keys.ehost, parent.entry_id) is None
+    assert client.exists(*keys.layout1_keys()) == 0  # nor a per-entry host field
     assert int(client.hget(keys.hostq, "a.test")) == 2  # a/0 and a/1
     # the first slot freed goes to the parked parent, which keeps its entry id
     first = admin.sync(SyncBatch(take=1), worker="w").leased[0]

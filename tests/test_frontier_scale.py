@@ -11,7 +11,6 @@ import time
 import pytest
 import redis
 from scrapy import Request
-from support import queue_entries
 
 from scrapy_fleet import codec, lua
 from scrapy_fleet.frontier.bloom import CLASSIC, bloom_key, slice_params
@@ -155,44 +154,6 @@ def test_filter_of_the_previous_format_is_read_and_gets_a_generation(redis_url):
     assert all(client.getbit(k.bloom_slice(0), b) for b in _old_positions(new_fp, capacity, rate))
 
 
-def test_entries_of_the_previous_format_are_acked_reclaimed_and_resumed(redis_url):
-    """Leases "token|score|worker" and deferred members "id|score" with the host in `ehost`
-    (the previous layout) work, and leave no field behind."""
-    admin = FrontierAdmin(redis_url, "old", params=FrontierParams(lease_timeout=30.0))
-    k, c = admin.keys, admin.client
-    payload = codec.encode(Request("http://a.test/1"))
-    now_ms = int(c.time()[0]) * 1000
-    # an old lease, held by "w" with token 7, download not over (its slot counts)
-    c.hset(k.data, mapping={"000000000000001": payload, "000000000000002": payload,
-                            "000000000000003": payload})
-    c.hset(k.ehost, mapping={"000000000000001": "a.test", "000000000000002": "a.test",
-                             "000000000000003": "a.test"})
-    c.hset(k.hostq, "a.test", 3)
-    c.hset(k.lease, mapping={"000000000000001": "7|0|w", "000000000000002": "8|-5|w"})
-    c.zadd(k.leases, {"000000000000001": now_ms + 60_000, "000000000000002": 1})  # 2: expired
-    c.hset(k.hostlive, "a.test", 2)
-    c.hset(k.wlive, "w|a.test", 2)
-    c.zadd(k.delayed, {"000000000000003|0": 1})  # due
-    c.set(k.token, 8)
-    c.set(k.seq, 3)
-    result = admin.sync(SyncBatch(acks=[("000000000000001", 7)], take=0), worker="w")
-    assert (result.acked, result.reclaimed) == (1, 1)
-    assert c.hget(k.ehost, "000000000000001") is None  # gone with its entry
-    assert c.hget(k.hostq, "a.test") == b"2"  # 2 (reclaimed) and 3 (deferred) queued
-    assert c.hget(k.hostlive, "a.test") is None and c.hget(k.wlive, "w|a.test") is None
-    assert queue_entries(c, k) == [("a.test", 5, "000000000000002"),
-                                   ("a.test", 0, "000000000000003")]
-    assert c.hlen(k.data) == 0  # a queued entry's request is in its bucket's entry
-    leased = admin.sync(SyncBatch(take=5), worker="w").leased
-    assert sorted(e.entry_id for e in leased) == ["000000000000002", "000000000000003"]
-    assert c.hlen(k.ehost) == 0  # leased in the new format: host in the lease value
-    value = c.hget(k.lease, "000000000000002").decode()
-    assert value.split("|", 2)[2] == "a.test\tw"
-    done = admin.sync(SyncBatch(acks=[(e.entry_id, e.token) for e in leased]), worker="w")
-    assert done.acked == 2
-    assert c.hlen(k.hostq) == 0 and c.hlen(k.data) == 0 and c.hlen(k.lease) == 0
-
-
 def test_deferred_entry_keeps_its_host_in_the_member(redis_url):
     admin = FrontierAdmin(redis_url, "dfr", params=FrontierParams(host_queue_max=1,
                                                                   defer_delay=0.05))
@@ -221,7 +182,6 @@ def test_worker_client_cache_after_a_new_filter_and_after_a_purge(redis_url):
 
     from scrapy_fleet.errors import CrawlStateLostError
     from scrapy_fleet.frontier.client import AsyncFrontier
-    from scrapy_fleet.keys import CrawlKeys
 
     keys = CrawlKeys("fleet", "async")
 
@@ -252,105 +212,6 @@ def test_worker_client_cache_after_a_new_filter_and_after_a_purge(redis_url):
 
 #: a commit of main before issue 12's port: its frontier.lua writes the previous format
 #: (host in `ehost`, leases "token|score|worker", deferred members "id|score")
-PREVIOUS_FORMAT_COMMIT = "03f195a71d73ff740fe7c6b5d562c54c660d6b7f"
-
-
-def _previous_frontier_source() -> str:
-    """frontier.lua of PREVIOUS_FORMAT_COMMIT with its libraries, read from git."""
-    import os
-    import subprocess
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parent.parent
-    parts = []
-    for name in ("common.lua", "bloom.lua", "hosts.lua", "failed.lua", "monitoring.lua",
-                 "frontier.lua"):
-        done = subprocess.run(["git", "-C", str(root), "show",
-                               f"{PREVIOUS_FORMAT_COMMIT}:scrapy_fleet/lua/{name}"],
-                              capture_output=True, check=False)
-        if done.returncode != 0:
-            message = f"needs the git history ({PREVIOUS_FORMAT_COMMIT[:7]} not found)"
-            shallow = subprocess.run(["git", "-C", str(root), "rev-parse",
-                                      "--is-shallow-repository"], capture_output=True,
-                                     text=True, check=False)
-            # a full clone must have it (fail under CI); a shallow clone, an unpacked sdist
-            # or a copy without .git cannot (skip)
-            if shallow.returncode == 0 and shallow.stdout.strip() == "false" \
-                    and os.environ.get("CI"):
-                pytest.fail(message + " in a full clone (CI is set)", pytrace=False)
-            pytest.skip(message)
-        parts.append(done.stdout.decode())
-    return "\n".join(parts)
-
-
-class _PreviousKeys(CrawlKeys):
-    """The KEYS order of the previous frontier.lua: without the queue buckets' three."""
-
-    def frontier_keys(self, op_id: str, prev_op_id: str, worker_id: str = "") -> list[str]:
-        keys = super().frontier_keys(op_id, prev_op_id, worker_id)
-        assert keys[29:32] == [self.queue_index, self.queue_count, self.bucket_prefix]
-        return keys[:29] + keys[32:]
-
-
-def test_a_crawl_written_by_the_previous_script_is_served_by_this_one(redis_url):
-    """The previous frontier.lua (from git) writes every kind of entry: queued (also a stored
-    response, host "~parse"), leased (one download over, one lease expired), deferred by a
-    delay (robots.txt), parked (links over the bound).  This script then serves all of them:
-    each request is leased and acknowledged once, and no per-entry field, count or slot is
-    left behind."""
-    old = FrontierAdmin(redis_url, "prev", params=FrontierParams(queue_max=8))
-    old.keys = _PreviousKeys("fleet", "prev")
-    k, c = old.keys, old.client
-    old._script = c.register_script(_previous_frontier_source())
-    urls = [f"http://a.test/{i}" for i in range(3)] + ["http://b.test/1"]
-    pushed = old.push([entry(u, host=u.split("/")[2]) for u in urls]
-                      + [(b"", 0, codec.encode(Request("http://s.test/stored")), 0, "~parse"),
-                         (*entry("http://c.test/late", host="c.test"), 1)])  # 1 ms delay
-    assert pushed.push_flags == [1] * 6
-    assert c.hlen(k.ehost) == 6 and c.zcard(k.delayed) == 1  # the previous format
-    leased = old.sync(SyncBatch(take=3), worker="w").leased
-    assert len(leased) == 3
-    first, second, third = leased
-    # first: download over ("!w"); second: its lease expired; third: acked with 6 links,
-    # more than the bound leaves room for: parked
-    old.sync(SyncBatch(downloaded=[(first.entry_id, first.token)]), worker="w")
-    links = [entry(f"http://d.test/{i}", group=1, host="d.test") for i in range(6)]
-    parked = old.sync(SyncBatch(acks=[(third.entry_id, third.token)], pushes=links),
-                      worker="w")
-    assert parked.parked == 1 and c.llen(k.parked) == 1
-    c.zadd(k.leases, {second.entry_id: 1})
-    assert b"\t" not in c.hget(k.lease, first.entry_id)  # "token|score|!w"
-    assert c.hget(k.lease, first.entry_id).endswith(b"|!w")
-
-    new = FrontierAdmin(redis_url, "prev", params=FrontierParams(queue_max=8))
-    done = new.sync(SyncBatch(acks=[(first.entry_id, first.token)]), worker="w")
-    assert (done.acked, done.reclaimed) == (1, 1)
-    fetched = [first.payload]
-    for _ in range(20):
-        time.sleep(0.002)  # the delayed entry's 1 ms
-        result = new.sync(SyncBatch(take=8), worker="w2")
-        if not result.leased and not result.size and not c.llen(k.parked):
-            break
-        fetched += [e.payload for e in result.leased]
-        # the parked request, fetched again, finds its links again (the rest are new)
-        again = [g for g, e in enumerate(result.leased, 1)
-                 if codec.decode_dict(e.payload)["url"] == urls[2]]
-        acked = new.sync(SyncBatch(acks=[(e.entry_id, e.token) for e in result.leased],
-                                   pushes=[(*link[:3], g, link[4]) for g in again
-                                           for link in links]), worker="w2")
-        assert acked.acked + acked.parked == len(result.leased)
-    got = sorted(codec.decode_dict(p)["url"] for p in fetched)
-    # the parked request is fetched again (its rest of links were pushed when resumed)
-    want = sorted(urls + ["http://s.test/stored", "http://c.test/late", urls[2]]
-                  + [f"http://d.test/{i}" for i in range(6)])
-    assert got == want
-    status = new.status()
-    assert (status["queued"], status["leased"], status["size"], status["parked"]) == (0, 0, 0, 0)
-    for key in (k.ehost, k.hostq, k.hostlive, k.wlive, k.lease, k.data, k.expiries):
-        assert c.hlen(key) == 0, key
-    assert int(c.hget(k.stats, "response_queue_bytes") or 0) == 0
-
-
 def test_cache_is_not_trusted_after_a_rollback_that_lost_the_last_call(redis_url):
     """A failover to a lagging replica: the crawl comes back as it was before the worker's
     last call (every key restored from a snapshot taken before it; same filter generation).

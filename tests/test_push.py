@@ -226,7 +226,9 @@ def test_a_queue_member_the_script_did_not_write_is_skipped_not_fatal(redis_url)
     admin = FrontierAdmin(redis_url, "junk")
     admin.push([(b"k" * 12, 0, codec.encode_dict({"url": "http://a.test/1"}), 0, "a.test")])
     client = redis.Redis.from_url(redis_url)
-    client.zadd(admin.keys.queue, {"a.test\t-00000000000001\t000000000000009": 0})
+    # a bucket entry without an id, at the head of a better bucket than the pushed one's
+    client.rpush(admin.keys.bucket("a.test", 1), "junk")
+    client.hset(admin.keys.queue_index, "a.test", f"{10**15 - 1:016d} {10**15:016d}")
     got = []
     for _ in range(3):
         got += admin.sync(SyncBatch(take=5), worker="w").leased

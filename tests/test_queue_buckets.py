@@ -28,7 +28,7 @@ def test_a_queued_request_lives_in_its_bucket_entry_only(redis_url):
     k, c = admin.keys, admin.client
     admin.push([entry("http://a.test/1"), entry("http://a.test/2", priority=3),
                 entry("http://b.test/1", host="b.test")])
-    assert c.hlen(k.data) == 0 and c.zcard(k.queue) == 0
+    assert c.hlen(k.data) == 0 and c.exists(*k.layout1_keys()) == 0
     assert c.get(k.queue_count) == b"3" and admin.status()["queued"] == 3
     p0, p3 = f"{10**15:016d}", f"{10**15 - 3:016d}"  # priority keys of priorities 0 and 3
     assert c.hgetall(k.queue_index) == {b"a.test": f"{p3} {p0}".encode(), b"b.test": p0.encode()}
@@ -74,46 +74,6 @@ def test_a_bucket_entry_not_written_by_the_scripts_is_dead_lettered(redis_url):
     assert status["queued"] == 0
     (record,) = admin.dead_letters()
     assert record["reason"] == "corrupt queue entry" and record["data"] == b"no tab here"
-
-
-def test_a_big_queue_of_the_previous_format_moves_in_order(redis_url):
-    """450 entries in the previous format's queue ZSET (request in `data`) over two hosts and
-    two priorities: moved 200 per call, then leased best priority first, FIFO."""
-    admin = FrontierAdmin(redis_url, "oldq")
-    k, c = admin.keys, admin.client
-    members, data = {}, {}
-    for i in range(450):
-        host = "a.test" if i % 3 else "b.test"
-        prio = 1 if i % 5 == 0 else 0
-        entry_id = f"{i + 1:015d}"
-        members[f"{host}\t{-prio + 10**15:016d}\t{entry_id}"] = 0
-        data[entry_id] = codec.encode(Request(f"http://{host}/{i}", priority=prio))
-    c.zadd(k.queue, members)
-    c.hset(k.data, mapping=data)
-    c.hset(k.hostq, mapping={"a.test": 300, "b.test": 150})
-    c.zadd(k.ready, {"a.test": 0, "b.test": 0})
-    c.set(k.seq, 450)
-    assert admin.status()["queued"] == 450
-    first = admin.sync(SyncBatch(), worker="w")  # moves 200 (the last ones)
-    assert (c.zcard(k.queue), queued(c, k), first.queued) == (250, 450, 450)
-    for _ in range(2):
-        admin.sync(SyncBatch(), worker="w")
-    assert (c.zcard(k.queue), c.hlen(k.data), queued(c, k)) == (0, 0, 450)
-    per_host: dict[str, list[tuple[int, int]]] = {}
-    for _ in range(100):
-        got = admin.sync(SyncBatch(take=64), worker="w").leased
-        if not got:
-            break
-        for e in got:
-            d = codec.decode_dict(e.payload)
-            host = d["url"].split("/")[2]
-            per_host.setdefault(host, []).append((-d.get("priority", 0),
-                                                  int(d["url"].rsplit("/", 1)[1])))
-        admin.sync(SyncBatch(acks=[(e.entry_id, e.token) for e in got]), worker="w")
-    assert sum(len(v) for v in per_host.values()) == 450
-    for host, order in per_host.items():
-        assert order == sorted(order), host  # priority first, then push order
-    assert admin.status()["size"] == 0 and c.hlen(k.hostq) == 0
 
 
 def test_blocked_bloom_layout_sets_the_documented_bits(redis_url):

@@ -40,6 +40,7 @@ from scrapy_fleet.errors import (
     RedisUnavailableError,
 )
 from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams
+from scrapy_fleet.frontier.layout import CrawlLayoutError
 from scrapy_fleet.monitoring import actions as monitoring_actions
 
 #: ``(status, meaning)`` of both commands' exit statuses (shown by ``--help``)
@@ -298,7 +299,7 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
                 print(f"error: {ctx.crawl.no_record()}", file=sys.stderr)
                 return push.EXIT_NO_CRAWL
         return spec.run(ctx)
-    except (RedisUnavailableError, RedisPermissionError) as exc:
+    except (RedisUnavailableError, RedisPermissionError, CrawlLayoutError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return push.EXIT_ERROR
     except redis.exceptions.NoPermissionError as exc:  # a command the probe does not know

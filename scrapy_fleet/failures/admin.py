@@ -17,6 +17,7 @@ import msgpack
 from scrapy_fleet import codec, lua, redis_client
 from scrapy_fleet.errors import RequestDecodeError, RequestEncodeError
 from scrapy_fleet.failures.record import FailureRecord
+from scrapy_fleet.frontier import layout
 from scrapy_fleet.keys import CrawlKeys
 
 #: records put back per script call
@@ -124,9 +125,11 @@ def retry(client: Any, keys: CrawlKeys, url: str, *, dead: bool = False,
 
     Raises:
         RedisUnavailableError: Redis unreachable (records already retried stay retried).
+        CrawlLayoutError: the crawl was written by another layout (frontier/layout.py).
     """
     from scrapy_fleet.politeness import hosts as politeness
 
+    layout.check_sync(client, keys)
     script = lua.load(client, "failed_retry.lua")
     report = RetryReport()
     entries: list[list[Any]] = []

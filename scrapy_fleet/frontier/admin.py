@@ -15,6 +15,7 @@ import redis
 
 from scrapy_fleet import lua, redis_client
 from scrapy_fleet.config import STAGE_HOST
+from scrapy_fleet.frontier import layout
 from scrapy_fleet.frontier.dupecache import STALE_GENERATION, DupeCache, _expand
 from scrapy_fleet.frontier.protocol import (
     FrontierParams,
@@ -26,6 +27,7 @@ from scrapy_fleet.frontier.protocol import (
     _needs_payloads,
     _queue_size_reads,
     _size_of,
+    frontier_size,
 )
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.politeness.hosts import effective_policy
@@ -115,8 +117,13 @@ class FrontierAdmin:
     def sync(self, batch: SyncBatch, worker: str = "", op_id: str | None = None,
              monitor: bytes = b"") -> SyncResult:
         """Run one batch (see :class:`AsyncFrontier.sync`), blocking.  *op_id* (default: a
-        fresh one) names the call: the same id again replays the first reply."""
+        fresh one) names the call: the same id again replays the first reply.
+
+        Raises:
+            CrawlLayoutError: (first call) the crawl was written by another layout.
+        """
         if self._script is None:
+            layout.check_sync(self.client, self.keys)  # (once: a crawl of another layout)
             self._script = lua.load(self.client, "frontier.lua")
         # a call named by the caller may be a replay: it must carry what the first one did,
         # whatever the cache learned since, so it is sent whole
@@ -168,7 +175,6 @@ class FrontierAdmin:
         the fleet-wide counters of the stats hash (pushed, duplicates, leased, acked, ...)."""
         k = self.keys
         with self.client.pipeline(transaction=False) as pipe:
-            pipe.zcard(k.queue)
             pipe.zcard(k.leases)
             pipe.hlen(k.dead)
             pipe.hgetall(k.bloom_meta)
@@ -180,9 +186,9 @@ class FrontierAdmin:
             pipe.llen(k.parked)
             pipe.hget(k.hostq, STAGE_HOST)
             pipe.get(k.queue_count)
-            (queued, leased, dead, meta, stats, workers, idle, seeded, delayed,
+            (leased, dead, meta, stats, workers, idle, seeded, delayed,
              parked, stored, bucketed) = pipe.execute()
-        queued += _int(bucketed)  # (the queue ZSET: entries of the previous format)
+        queued = _int(bucketed)
         server_ms = self.server_ms()  # not in the pipeline: a cluster pipeline refuses TIME
         meta = {a.decode(errors="replace"): b.decode(errors="replace") for a, b in meta.items()}
         seen = sum(_int(v) for name, v in meta.items() if name.startswith("c"))
@@ -194,7 +200,7 @@ class FrontierAdmin:
             "dead": dead,
             "delayed": delayed,
             "parked": parked,
-            "size": queued + leased + delayed,
+            "size": frontier_size(queued, leased, delayed),
             "seen": seen,
             "bloom_slices": _int(meta.get("slices", 0)),
             "counters": {a.decode(errors="replace"): _int(b) for a, b in stats.items()},
@@ -287,7 +293,7 @@ class FrontierAdmin:
         counter, a worker its bounds and heartbeat, every call the counters."""
         k = self.keys
         return bool(self.client.exists(k.seq, k.stats, k.config, k.workers, k.bloom_meta,
-                                       k.queue, k.queue_count, k.dead))
+                                       k.queue_count, k.dead, k.layout))
 
     def no_record(self) -> str:
         """Why Redis may hold nothing of this crawl, for a command that found nothing

@@ -33,6 +33,7 @@ import redis.asyncio
 from scrapy_fleet import lua, redis_client
 from scrapy_fleet.config import STAGE_HOST  # noqa: F401 (importable from here before the split)
 from scrapy_fleet.errors import CrawlStateLostError, RedisUnavailableError  # noqa: F401 (idem)
+from scrapy_fleet.frontier import layout
 from scrapy_fleet.frontier.admin import FrontierAdmin, _policy_defaults, _seeding_state
 from scrapy_fleet.frontier.dupecache import (
     DUPE_CACHE_SIZE,
@@ -136,14 +137,18 @@ class AsyncFrontier:
         to *patience* seconds: the start-up check has just reached Redis, so a failure now
         is a failover or a restart under way, which a worker waits out.
 
+        Then refuse a crawl written by another layout of the package (frontier/layout.py).
+
         Raises:
             RedisUnavailableError: still unreachable after *patience* seconds.
+            CrawlLayoutError: the crawl's keys are of another layout.
         """
         deadline = time.monotonic() + patience
         delay = 0.1
         while True:
             try:
-                return await redis_client.ping_async(self.client, self.url, self.keys.stats)
+                await redis_client.ping_async(self.client, self.url, self.keys.stats)
+                return await layout.check_async(self.client, self.keys)
             except RedisUnavailableError as exc:
                 if time.monotonic() + delay > deadline:
                     raise

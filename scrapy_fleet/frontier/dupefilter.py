@@ -19,7 +19,7 @@ from scrapy_fleet import lua, redis_client
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.fingerprint import fast_bloom_key, is_default_fingerprinter
-from scrapy_fleet.keys import BLOOM_MAX_SLICES, CrawlKeys
+from scrapy_fleet.keys import CrawlKeys
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -85,8 +85,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         op = uuid.uuid4().hex
         args = [self.config.dupefilter_capacity, self.config.dupefilter_error_rate, OP_TTL_MS,
                 self.bloom_key(request)]
-        ks = [keys.op(op), keys.op(self._prev_op), keys.bloom_meta] + [
-            keys.bloom_slice(i) for i in range(BLOOM_MAX_SLICES)]
+        ks = keys.bloom_add_keys(op, self._prev_op)
         reply = redis_client.call_retrying(lambda: self._script(keys=ks, args=args),
                                            self.config.redis_url, self.config.redis_retries)
         self._prev_op = op

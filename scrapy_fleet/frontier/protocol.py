@@ -263,15 +263,20 @@ def _fill_payloads(result: SyncResult, payloads: list[Any]) -> SyncResult:
     return result
 
 
+def frontier_size(queued: int, leased: int, delayed: int) -> int:
+    """The frontier's size, which FLEET_QUEUE_MAX bounds: queued + leased + deferred entries
+    (lua/queue.lua's Queue.size is the same sum, inside the scripts)."""
+    return queued + leased + delayed
+
+
 def _queue_size_reads(pipe: Any, keys: CrawlKeys) -> None:
     """Queue on *pipe* (sync or asyncio) the reads :func:`_size_of` adds up."""
-    for key in keys.size_keys:
-        pipe.zcard(key)
     pipe.get(keys.queue_count)
+    pipe.zcard(keys.leases)
+    pipe.zcard(keys.delayed)
 
 
 def _size_of(replies: list[Any]) -> int:
     """The frontier's size from the replies of :func:`_queue_size_reads`."""
-    *sizes, queued = replies
-    return int(sum(sizes)) + _int(queued)
-
+    queued, leased, delayed = replies
+    return frontier_size(_int(queued), int(leased), int(delayed))

@@ -1,7 +1,8 @@
 -- Scalable Bloom filter on plain Redis strings (no module needed).
 --
--- Library part: lua/__init__.py prepends this file to the entry scripts that use it
--- (frontier.lua, bloom_add.lua); it defines locals only.
+-- A part of the scripts that use it (frontier.lua, bloom_add.lua; lua/__init__.py puts it
+-- before them, with lua/bloom_write.lua, the adds); it defines locals only.  Keys: the
+-- caller's meta key and slice keys (bloom_open).  Writes: nothing (bloom_write.lua writes).
 --
 -- Follows P. S. Almeida, C. Baquero, N. Preguica, D. Hutchison, "Scalable Bloom Filters",
 -- Information Processing Letters 101 (2007): slice i holds n0 * 2^i fingerprints at error
@@ -39,7 +40,8 @@
 --
 -- Cost per call: one HMGET, then per slice one GETRANGE per fingerprint not found yet (v 2;
 -- v 1: one BITFIELD_RO for all of them), one BITFIELD for all the adds (writes), and one
--- HINCRBY of the count: bloom_lookup, bloom_mark (adds), bloom_flush (writes).
+-- HINCRBY of the count: bloom_lookup, bloom_mark (adds), bloom_flush (writes): this file's
+-- work per call is the lookups'.
 
 local LN2SQ = math.log(2) * math.log(2)
 -- BITFIELD subcommands per command (GET takes 3 arguments, SET 4; Lua's unpack stops near
@@ -230,81 +232,4 @@ local function bloom_lookup(state, fps)
     end
   end
   return present
-end
-
--- Slices are created at their full size: growing a string bit by bit makes Redis
--- over-allocate (up to +1 MB, or x2 below 1 MB).  Larger slices than PREALLOC_MAX bytes are
--- left to grow (building the zero string would cost the script that much memory), and no
--- slice may pass Redis's largest bit offset, 2^32 - 1.
-local PREALLOC_MAX = 64 * 1024 * 1024
-local MAX_BITS = 4294967296
-
-local function bloom_create_slice(state, s)
-  local m = bloom_params(state, s)[2]
-  local bytes = math.ceil(m / 8)
-  if bytes <= PREALLOC_MAX and redis.call('EXISTS', state.keys[s + 1]) == 0 then
-    redis.call('SET', state.keys[s + 1], string.rep('\0', bytes))
-  end
-end
-
--- A new generation id: the server's TIME in microseconds (calls never share one).
-local function bloom_new_gen()
-  local t = redis.call('TIME')
-  return t[1] .. string.format('%06d', tonumber(t[2]))
-end
-
--- Add fp, known to be absent (bloom_lookup, and not added earlier in this call), to the
--- current slice; its bits are written by bloom_flush.  Returns true as a second value when
--- the filter has reached its last slice.
-local function bloom_mark(state, fp)
-  if state.count == 0 then
-    state.count = 1
-    state.gen = bloom_new_gen()
-    redis.call('HSET', state.meta, 'n0', state.n0, 'p', state.p, 'slices', 1, 'g', state.gen,
-               'v', state.v)
-    bloom_create_slice(state, 0)
-  elseif state.gen == nil then
-    state.gen = bloom_new_gen()  -- a filter of the previous format: give it an id now
-    redis.call('HSET', state.meta, 'g', state.gen)
-  end
-  local s = state.count - 1
-  if state.counts[s] == nil then
-    state.counts[s] = tonumber(redis.call('HGET', state.meta, 'c' .. s)) or 0
-  end
-  local sets = state.sets[s]
-  if sets == nil then
-    sets = {n = 0}
-    state.sets[s] = sets
-  end
-  sets.n = bloom_offsets(state, fp, s, sets, sets.n, SET_U1, 1)
-  state.adds[s] = (state.adds[s] or 0) + 1
-  local full = false
-  if state.counts[s] + state.adds[s] >= bloom_params(state, s)[1] then
-    local next_m = bloom_params(state, state.count)[2]
-    if state.count < #state.keys and next_m <= MAX_BITS then
-      state.count = state.count + 1
-      redis.call('HSET', state.meta, 'slices', state.count)
-      bloom_create_slice(state, state.count - 1)
-    else
-      full = true
-    end
-  end
-  return 1, full
-end
-
--- Write the bits and counts of this call's adds (one BITFIELD per BITFIELD_CHUNK bits).
-local function bloom_flush(state)
-  for s, args in pairs(state.sets) do
-    local per = BITFIELD_CHUNK * 4
-    for from = 1, args.n, per do
-      redis.call('BITFIELD', state.keys[s + 1], unpack(args, from, math.min(args.n, from + per - 1)))
-    end
-    hincrby(state.meta, 'c' .. s, state.adds[s])
-  end
-  state.sets, state.adds = {}, {}
-end
-
--- Is fp (probably) in the filter?  (One lookup; bloom_lookup checks many at once.)
-local function bloom_contains(state, fp)
-  return bloom_lookup(state, {fp})[1]
 end

@@ -2,11 +2,12 @@
 -- Used by RedisBloomDupeFilter.request_seen() when the filter runs outside FleetScheduler
 -- (the scheduler checks fingerprints inside frontier.lua, in the same round trip as its pushes).
 --
--- KEYS: 1 op (this call)  2 op (previous call)  3 bloom meta  4.. bloom slices
+-- Keys (of K, keys.BLOOM_ADD_CALL): op (this call's reply cache), prev_op (the previous
+--   call's), bloom_meta, bloom_slices
 -- ARGV: 1 capacity  2 error rate  3 op ttl (ms)  4.. fingerprints (12 bytes each)
 -- Reply: msgpack array of 1 (new) / 0 (seen), one per fingerprint.
 
-local cached = redis.call('GET', KEYS[1])
+local cached = redis.call('GET', K.op)
 if cached then
   return cached
 end
@@ -15,9 +16,7 @@ for i = 4, #ARGV do
     return redis.error_reply('ERR fleet: fingerprints must be 12 bytes')
   end
 end
-local slice_keys = {}
-for i = 4, #KEYS do slice_keys[#slice_keys + 1] = KEYS[i] end
-local bloom = bloom_open(KEYS[3], slice_keys, tonumber(ARGV[1]), tonumber(ARGV[2]))
+local bloom = bloom_open(K.bloom_meta, K.bloom_slices, tonumber(ARGV[1]), tonumber(ARGV[2]))
 local fps = {}
 for i = 4, #ARGV do fps[#fps + 1] = ARGV[i] end
 local present = bloom_lookup(bloom, fps)
@@ -33,8 +32,8 @@ for i, fp in ipairs(fps) do
 end
 bloom_flush(bloom)
 local reply = cmsgpack.pack(flags)
-redis.call('SET', KEYS[1], reply, 'PX', tonumber(ARGV[3]))
-if KEYS[2] ~= KEYS[1] then
-  redis.call('DEL', KEYS[2])
+redis.call('SET', K.op, reply, 'PX', tonumber(ARGV[3]))
+if K.prev_op ~= K.op then
+  redis.call('DEL', K.prev_op)
 end
 return reply

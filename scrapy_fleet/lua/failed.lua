@@ -1,7 +1,8 @@
--- failed.lua: failed requests and the crawl marker, for frontier.lua (library part: lua/__init__
--- prepends it; it defines locals only).  docs/failures.md describes the model.
+-- failed.lua: failed requests and the crawl marker, for the frontier call (lua/step_ack.lua,
+-- lua/step_check.lua) and failed_retry.lua; it defines locals only.  docs/failures.md
+-- describes the model.
 --
--- Keys (the caller passes them, built by keys.CrawlKeys.failed_keys, never here):
+-- Keys (fields of the caller's key table, keys.py):
 --   failed     HASH  entry id -> msgpack {url, method, reason, message, status, attempts,
 --                    worker, host, at (server ms, set here), data (encoded request, set here)}
 --   failed_at  ZSET  entry id -> at: oldest first, trimmed past the cap (fm)
@@ -11,6 +12,8 @@
 -- A failed request is acknowledged like any other (its entry leaves the frontier) and, in the
 -- same atomic call, recorded here: the record is exact (never lost, never counted twice; a
 -- replayed call returns the cached reply before reaching this code).
+-- Work per call: a GET of the marker; per failure recorded 3 writes and 4 more per record
+-- trimmed past the cap.
 
 local function failed_bad_record(raw)
   if type(raw) ~= 'string' then return true end
@@ -48,9 +51,10 @@ end
 -- The crawl marker.  `expected` (ARGV field mk): "" on a client's first call, then the value
 -- the crawl's first call wrote.  Returns (error message or nil, current value or false); no
 -- write.  A client that has seen a marker and finds it gone (or another one) talks to a Redis
--- that lost the crawl's state (restarted without its data, flushed, purged).
-local function failed_check_marker(marker_key, expected)
-  local current = redis.call('GET', marker_key)
+-- that lost the crawl's state (restarted without its data, flushed, purged).  `current`: the
+-- marker's value when the caller read it already (false: none), else it is read here.
+local function failed_check_marker(marker_key, expected, current)
+  if current == nil then current = redis.call('GET', marker_key) end
   if type(expected) == 'string' and expected ~= '' and current ~= expected then
     return 'ERR fleet: crawl state lost: the crawl marker ' .. marker_key ..
       (current and ' changed' or ' is gone') ..

@@ -1,14 +1,9 @@
--- Per-host politeness state, shared by frontier.lua and politeness.lua (library part:
--- scripts.py prepends it; it defines locals only).  docs/politeness.md describes the model.
+-- hosts.lua: per-host politeness state, shared by the frontier call's lease step and
+-- politeness.lua (it defines locals only).  docs/politeness.md describes the model.
 --
--- Queued entries are "<entry id>\t<encoded request>" in LISTs, one per host and priority (a
--- bucket, named "<host>\t<priority key>", the key -priority + 10^15 zero-padded to 16 digits),
--- FIFO; the index HASH gives, per host, the priority keys of its buckets that hold entries,
--- ascending (highest Request.priority first), so that one HMGET tells the best bucket of
--- every candidate host of a call.  A list entry costs its bytes
--- and ~2 more in a listpack, where a ZSET member and a hash field cost ~150 and ~130 bytes
--- (docs/sizing.md).  The previous format's queue ZSET held members
--- "<host>\t<priority key>\t<entry id>" (the request in the data hash); frontier.lua moves them.
+-- Keys: the ctx's key names (tat, hold, hostlive, hostconf, crawldelay).  Writes: tat
+-- (host_take_token_ctx).  Work per call: one HGET per host and key looked at (none twice in a
+-- call with ctx.memo), one HSET per token taken.
 --
 -- Rate: GCRA, the Generic Cell Rate Algorithm (ATM Forum Traffic Management 4.1; ITU-T
 -- I.371 "virtual scheduling"): with emission interval T (ms between requests) and burst b,
@@ -19,21 +14,6 @@
 -- ctx: {now, tat, hold, hostlive, hostconf, crawldelay (key names),
 --       defaults = {T, b, cap, rate}}: rate 1 when T comes from a rate (requests per
 --       second, which may catch up on a late turn), 0 when from a delay (a minimum gap)
-
-local FAR = 9e15
--- The pseudo-host of stored responses waiting for a parse worker (FLEET_ROLE, docs/stages.md):
--- no URL's host key can start with "~".  It has no rate, no cap, no robots.txt.
-local STAGE_HOST = '~parse'
-local PRIO_OFFSET = 1e15
--- |Request.priority| the frontier accepts (frontier.py PRIORITY_LIMIT): far inside the range
--- the 16-digit queue key and Lua's doubles represent exactly
-local PRIORITY_LIMIT = 2147483648
-
--- The Redis server's clock, in ms: the only clock the fleet's limits use.
-local function server_now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 
 -- A per-host field read through ctx: remembered for the rest of the call when ctx.memo is a
 -- table (frontier.lua looks at the same hosts many times per call and writes its changes
@@ -58,7 +38,7 @@ end
 
 local function ctx_put(ctx, key, host, value)
   if ctx.memo == nil then return end
-  if ctx.empty then ctx.empty[key] = nil end
+  if ctx.empty then ctx.empty[key] = false end
   if ctx.memo[key] == nil then ctx.memo[key] = {} end
   ctx.memo[key][host] = value
 end
@@ -70,53 +50,6 @@ local function new_host_ctx(now, tat, hold, hostlive, hostconf, crawldelay, req)
           crawldelay = crawldelay,
           defaults = {tonumber(req.pt) or 0, tonumber(req.pb) or 1, tonumber(req.pc) or 0,
                       tonumber(req.pr) or 0}}
-end
-
--- The bucket of host's entries of score (-priority): its member in the index, and the suffix
--- of its key name (after the bucket prefix).
-local function bucket_name(host, score)
-  return host .. '\t' .. string.format('%016d', score + PRIO_OFFSET)
-end
-
--- The index's value of a host: the priority keys of its buckets, ascending (best first),
--- space-separated.  index_with / index_without return it with / without key (nil when empty).
-local function index_keys(value)
-  local keys = {}
-  for key in string.gmatch(value or '', '%d+') do keys[#keys + 1] = key end
-  return keys
-end
-local function index_with(value, key)
-  local keys = index_keys(value)
-  for _, k in ipairs(keys) do
-    if k == key then return value end
-  end
-  keys[#keys + 1] = key
-  table.sort(keys)
-  return table.concat(keys, ' ')
-end
-local function index_without(value, key)
-  local keep = {}
-  for _, k in ipairs(index_keys(value)) do
-    if k ~= key then keep[#keep + 1] = k end
-  end
-  if #keep == 0 then return nil end
-  return table.concat(keep, ' ')
-end
-
--- id and encoded request of a bucket's entry (nil when it is not of that form: not written by
--- these scripts)
-local function entry_parts(entry)
-  local tab = string.find(entry, '\t', 1, true)
-  if not tab or tab == 1 then return nil, nil end
-  return string.sub(entry, 1, tab - 1), string.sub(entry, tab + 1)
-end
-
--- (score, id) of a member of host's queue
--- (nil when the member is not of that form: it was not written by this script)
-local function member_parts(host, member)
-  local key, id = string.match(string.sub(member, #host + 2), '^(%d+)\t(.+)$')
-  if not key then return nil, nil end
-  return tonumber(key) - PRIO_OFFSET, id
 end
 
 -- Interval T (ms), tolerance tau (ms) and concurrency cap (0: none) of a host: the fleet's

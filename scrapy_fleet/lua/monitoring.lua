@@ -1,14 +1,18 @@
--- monitoring.lua (library, prepended to frontier.lua; defines locals only): worker
--- heartbeats, exact fleet-wide counters and the bounded time series (docs/monitoring.md),
--- applied inside the frontier call a worker makes anyway.  A call repeated with the same op
--- id returns its cached reply before any of this runs, so a delta sent with a call is applied
--- once; a batch of deltas resent after a call whose every retry failed carries the same
--- sequence number (cs) and is skipped when it was applied already.
+-- monitoring.lua: worker heartbeats, exact fleet-wide counters and the bounded time series
+-- (docs/monitoring.md), applied inside the frontier call a worker makes anyway (and by
+-- sample.lua); it defines locals only.  A call repeated with the same op id returns its
+-- cached reply before any of this runs, so a delta sent with a call is applied once; a batch
+-- of deltas resent after a call whose every retry failed carries the same sequence number
+-- (cs) and is skipped when it was applied already.
 --
--- KEYS: the last MON_NKEYS of the call (keys.CrawlKeys.monitor_keys), from index k:
---   k worker info (HASH, expires fa ms after the worker's last call)  k+1 mon (HASH)
---   k+2 series:10s  k+3 series:1m  k+4 series:10m (STRING ring buffers)
---   k+5 hoststats (HASH "p|host", "b|host", "f|host")  k+6 hostbans (ZSET host -> bans)
+-- Keys (of K): worker_info (HASH, expires fa ms after the worker's last call), mon (HASH),
+--   series_10s, series_1m, series_10m (STRING ring buffers), hoststats (HASH "p|host",
+--   "b|host", "f|host"), hostbans (ZSET host -> bans); read for the samples: stats, workers,
+--   queue_count, leases, delayed, parked, dead.
+-- Writes: worker_info, mon, stats (counter deltas), hoststats, hostbans, workers (departed
+--   ones removed), the series.
+-- Work per call: 4 TYPE (checks), about 8 commands, one HINCRBY per counter delta and 1-4
+--   per host delta; a sample (once per 10 s fleet-wide) about 15 more.
 -- ARGV[2] (optional; absent for the push helper): msgpack map
 --   hb  heartbeat {st state, l leases, dl downloads, pg pages, it items, er errors,
 --       sv Scrapy version, fv package version, h host, pid, sa started at (unix s)}
@@ -20,8 +24,8 @@
 -- Series sample (monitoring/series.py): t_ms due scheduled leased parked dead pages items bans
 -- workers_alive, as i64 at slot (t / step) mod points of each tier.
 
-local MON_NKEYS = 7
 local MON_TIERS = {{10000, 360}, {60000, 1440}, {600000, 1008}}
+local MON_SERIES = {'series_10s', 'series_1m', 'series_10m'}  -- (their keys, of K)
 local MON_FIELDS = 10
 local MON_HB_FIELDS = {st = true, l = true, dl = true, pg = true, it = true, er = true,
                        sv = true, fv = true, h = true, pid = true, sa = true, ro = true}
@@ -35,29 +39,38 @@ local function mon_counter_ok(name)
       or string.match(name, '^errors/[a-z_]+$') ~= nil and #name <= 40
 end
 
--- The monitoring keys (from index k) hold what this script writes there, or nothing: checked
--- before the call's first write, since a wrong type met after it would leave the call half
--- done (and a retry would run it again).  Returns nil, or an error message naming the key.
-local function monitor_check_keys(k)
-  for _, it in ipairs({{0, 'hash'}, {1, 'hash'}, {5, 'hash'}, {6, 'zset'}}) do
-    local i, t = it[1], it[2]
-    local got = redis.call('TYPE', KEYS[k + i]).ok
+-- The monitoring keys this call writes hold what this script writes there, or nothing:
+-- checked before the call's first write, since a wrong type met after it would leave the call
+-- half done (and a retry would run it again); the per-host keys only when the call carries
+-- per-host deltas (`hp`, m's), the only writes to them.  Returns nil, or an error message
+-- naming the key, and whether the worker's heartbeat hash is missing (a new worker).
+local function monitor_check_keys(K, m)
+  local checks = {{K.worker_info, 'hash'}, {K.mon, 'hash'}}
+  if m and m.hp ~= nil and #m.hp > 0 then
+    checks[3], checks[4] = {K.hoststats, 'hash'}, {K.hostbans, 'zset'}
+  end
+  local fresh = false
+  for i, it in ipairs(checks) do
+    local key, t = it[1], it[2]
+    local got = redis.call('TYPE', key).ok
     if got ~= 'none' and got ~= t then
-      return 'key ' .. KEYS[k + i] .. ' holds a ' .. got .. ', not a ' .. t ..
+      return 'key ' .. key .. ' holds a ' .. got .. ', not a ' .. t ..
              ' (not written by the fleet): delete it'
     end
+    if i == 1 then fresh = got == 'none' end
   end
-  return nil
+  return nil, fresh
 end
 
--- Parse and check ARGV[2] (and the keys, from index k) before the call's first write.
+-- Parse and check ARGV[2] (and the keys) before the call's first write.
 -- Returns the map (or {}), or nil and an error message.
-local function monitor_parse(raw, k)
-  local bad_key = monitor_check_keys(k)
-  if bad_key then return nil, bad_key end
-  if raw == nil or raw == '' then return {} end
-  local ok, m = pcall(cmsgpack.unpack, raw)
-  if not ok or type(m) ~= 'table' then return nil, 'bad monitoring argument' end
+local function monitor_parse(raw, K)
+  local m = {}
+  if raw ~= nil and raw ~= '' then
+    local ok
+    ok, m = pcall(cmsgpack.unpack, raw)
+    if not ok or type(m) ~= 'table' then return nil, 'bad monitoring argument' end
+  end
   if m.hb ~= nil then
     if type(m.hb) ~= 'table' then return nil, 'hb must be a map' end
     for k, v in pairs(m.hb) do
@@ -86,6 +99,9 @@ local function monitor_parse(raw, k)
     end
   end
   if m.cs ~= nil and type(m.cs) ~= 'number' then return nil, 'cs must be a number' end
+  local bad_key, fresh = monitor_check_keys(K, m)
+  if bad_key then return nil, bad_key end
+  m.fresh = fresh  -- (not a field of ARGV[2]: the worker's heartbeat hash is missing)
   return m
 end
 
@@ -94,18 +110,17 @@ local function mon_int(v)
 end
 
 -- Apply a parsed map: heartbeat, deltas, worker expiry, and one sample per due tier.
--- fk: {stats, workers, q, qn, leases, delayed, parked, dead} key names of the frontier (q the
--- previous format's queue, qn the count of the queue buckets).
-local function monitor_apply(m, k, now, worker, fk, acked)
-  local INFO, MON, HOSTSTATS, HOSTBANS = KEYS[k], KEYS[k + 1], KEYS[k + 5], KEYS[k + 6]
+local function monitor_apply(m, K, now, worker, acked)
+  local INFO, MON, HOSTSTATS, HOSTBANS = K.worker_info, K.mon, K.hoststats, K.hostbans
+  local fk = K
   local dead_ms = tonumber(m.da) or 15000
   local forget_ms = tonumber(m.fa) or 120000
-  if acked > 0 then redis.call('HSET', MON, 'la', now) end
+  local mon_set = {}  -- fields of MON written once, below
+  if acked > 0 then mon_set[#mon_set + 1], mon_set[#mon_set + 2] = 'la', now end
   if worker ~= '' then
-    local fresh = redis.call('EXISTS', INFO) == 0
-    local last_cs = tonumber(redis.call('HGET', INFO, 'cs')) or 0
     local cs = tonumber(m.cs)
-    if cs ~= nil and cs > last_cs then
+    local info_set = {}  -- fields of INFO written once, below
+    if cs ~= nil and cs > (tonumber(redis.call('HGET', INFO, 'cs')) or 0) then
       for name, n in pairs(m.c or {}) do
         if n > 0 then hincrby(fk.stats, name, n) end
       end
@@ -117,35 +132,38 @@ local function monitor_apply(m, k, now, worker, fk, acked)
           redis.call('ZINCRBY', HOSTBANS, e[3], e[1])
         end
       end
-      redis.call('HSET', INFO, 'cs', cs)
+      info_set = {'cs', cs}
     end
     local fields = {'seen', now}
     for name, v in pairs(m.hb or {}) do
       fields[#fields + 1] = name
       fields[#fields + 1] = v
     end
+    for _, v in ipairs(info_set) do fields[#fields + 1] = v end
+    if m.fresh or acked > 0 then
+      fields[#fields + 1] = 'la'
+      fields[#fields + 1] = now
+    end
     redis.call('HSET', INFO, unpack(fields))
-    if fresh then redis.call('HSET', INFO, 'la', now) end
-    if acked > 0 then redis.call('HSET', INFO, 'la', now) end
     redis.call('PEXPIRE', INFO, forget_ms)
-    redis.call('HSET', MON, 'lw', now)
+    mon_set[#mon_set + 1], mon_set[#mon_set + 2] = 'lw', now
   end
   redis.call('ZREMRANGEBYSCORE', fk.workers, '-inf', now - forget_ms)  -- departed workers
-  redis.call('HSETNX', MON, 't0', now)
 
   -- one sample per tier whose step changed since its last sample, fleet-wide
-  local last = redis.call('HMGET', MON, 's1', 's2', 's3')
+  local last = redis.call('HMGET', MON, 's1', 's2', 's3', 't0')
+  if not last[4] then mon_set[#mon_set + 1], mon_set[#mon_set + 2] = 't0', now end
+  if #mon_set > 0 then redis.call('HSET', MON, unpack(mon_set)) end
   if math.floor(now / MON_TIERS[1][1]) == tonumber(last[1]) then return end
   local c = redis.call('HMGET', fk.stats, 'pages', 'items_scraped', 'bans')
-  local queued = (tonumber(redis.call('GET', fk.qn)) or 0) + redis.call('ZCARD', fk.q)
-  local vals = {now, queued, redis.call('ZCARD', fk.delayed),
+  local vals = {now, Queue.queued(K), redis.call('ZCARD', fk.delayed),
                 redis.call('ZCARD', fk.leases), redis.call('LLEN', fk.parked),
                 redis.call('HLEN', fk.dead), tonumber(c[1]) or 0, tonumber(c[2]) or 0,
                 tonumber(c[3]) or 0, redis.call('ZCOUNT', fk.workers, now - dead_ms, '+inf')}
   for i, tier in ipairs(MON_TIERS) do
     local slot = math.floor(now / tier[1])
     if slot ~= tonumber(last[i]) then
-      local key = KEYS[k + 1 + i]
+      local key = K[MON_SERIES[i]]
       local size = tier[2] * MON_FIELDS * 8
       if redis.call('EXISTS', key) == 1 and (redis.call('TYPE', key).ok ~= 'string'
           or redis.call('STRLEN', key) ~= size) then

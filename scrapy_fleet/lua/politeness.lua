@@ -1,7 +1,7 @@
 -- politeness.lua: per-host operations outside the frontier's lease step (docs/politeness.md).
 --
--- KEYS: 1 ready  2 tat  3 hold  4 hostlive  5 hostconf  6 crawldelay  7 fails  8 robots
---       9 robots_lock
+-- Keys (of K, keys.POLITENESS_CALL): ready, tat, hold, hostlive, hostconf, crawldelay, fails,
+--       robots, robots_lock
 -- ARGV[1]: msgpack map {op, h (host), pt, pb, pc (fleet defaults, as in frontier.lua), ...}
 --   take         the guard: a GCRA token for a request that did not come from the frontier;
 --                reply {wait = ms} (0: taken)
@@ -32,8 +32,9 @@
 -- None of these is retried by the client: a repeated token take only slows the host down,
 -- a repeated back-off only lengthens it.
 
-local READY, TAT, HOLD, HOSTLIVE = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local HOSTCONF, CRAWLDELAY, FAILS, ROBOTS, ROBOTS_LOCK = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local READY, TAT, HOLD, HOSTLIVE = K.ready, K.tat, K.hold, K.hostlive
+local HOSTCONF, CRAWLDELAY, FAILS, ROBOTS, ROBOTS_LOCK = K.hostconf, K.crawldelay, K.fails,
+  K.robots, K.robots_lock
 
 local ok, req = pcall(cmsgpack.unpack, ARGV[1])
 if not ok or type(req) ~= 'table' or type(req.op) ~= 'string' or type(req.h) ~= 'string' then

@@ -1,7 +1,7 @@
 -- seeding.lua: who consumes the spider's start requests (FLEET_START_REQUESTS = "once"), as a
 -- lease that another worker takes over when its holder stops renewing it.
 --
--- KEYS: 1 seeding (HASH: holder, until (server ms), progress, done)
+-- Keys (of K, keys.SEEDING_CALL): seeding (HASH: holder, until (server ms), progress, done)
 -- ARGV: 1 op: "claim" | "renew" | "done" | "release"   2 worker id   3 lease ms
 --   4 progress (renew, done, release)
 -- Reply: {status, value}:
@@ -21,22 +21,22 @@ if (op ~= 'claim' and op ~= 'renew' and op ~= 'done' and op ~= 'release') or me 
   return redis.error_reply('ERR fleet: bad seeding call')
 end
 local now = server_now_ms()
-local state = redis.call('HMGET', KEYS[1], 'holder', 'until', 'progress', 'done')
+local state = redis.call('HMGET', K.seeding, 'holder', 'until', 'progress', 'done')
 local holder, until_ms = state[1], tonumber(state[2]) or 0
 local stored = tonumber(state[3]) or 0
 if op == 'claim' then
   if state[4] == '1' then return {'done', stored} end
   if holder and holder ~= me and until_ms > now then return {'busy', holder} end
-  redis.call('HSET', KEYS[1], 'holder', me, 'until', now + lease_ms, 'progress', stored)
+  redis.call('HSET', K.seeding, 'holder', me, 'until', now + lease_ms, 'progress', stored)
   return {'won', stored}
 end
 if holder ~= me then return {'lost', holder or ''} end
 progress = math.max(progress, stored)
 if op == 'release' then
-  redis.call('HSET', KEYS[1], 'until', 0, 'progress', progress)
-  redis.call('HDEL', KEYS[1], 'holder')
+  redis.call('HSET', K.seeding, 'until', 0, 'progress', progress)
+  redis.call('HDEL', K.seeding, 'holder')
   return {'ok', progress}
 end
-redis.call('HSET', KEYS[1], 'until', now + lease_ms, 'progress', progress)
-if op == 'done' then redis.call('HSET', KEYS[1], 'done', '1') end
+redis.call('HSET', K.seeding, 'until', now + lease_ms, 'progress', progress)
+if op == 'done' then redis.call('HSET', K.seeding, 'done', '1') end
 return {'ok', progress}

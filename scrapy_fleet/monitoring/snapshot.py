@@ -19,6 +19,7 @@ import redis
 from scrapy_fleet import redis_client
 from scrapy_fleet.config import STAGE_HOST
 from scrapy_fleet.failures.admin import failed_counts_of
+from scrapy_fleet.frontier.protocol import frontier_size
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.monitoring import alerts as alerts_mod
 from scrapy_fleet.monitoring import series as series_mod
@@ -250,7 +251,8 @@ def _frontier_status(keys: CrawlKeys, now_ms: int, counts: tuple[int, ...],
     holder, _, done = [*seeded, None, None, None][:3]
     return {
         "crawl_id": keys.crawl_id, "queued": queued, "leased": leased, "dead": dead,
-        "delayed": delayed, "parked": parked, "size": queued + leased + delayed, "seen": seen,
+        "delayed": delayed, "parked": parked, "size": frontier_size(queued, leased, delayed),
+        "seen": seen,
         "bloom_slices": _strict_int(meta.get("slices", 0)),
         "counters": {_s(a): _strict_int(b) for a, b in raw_stats.items()},
         "workers": {_s(w): round((now_ms - score) / 1000, 1) for w, score in workers},
@@ -273,7 +275,6 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
     srv = client.time(**node)
     memory = client.info("memory", **node)
     with client.pipeline(transaction=False) as pipe:
-        pipe.zcard(k.queue)
         pipe.zcard(k.delayed)
         pipe.zcard(k.leases)
         pipe.llen(k.parked)
@@ -291,16 +292,16 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
         pipe.hlen(k.failed)
         pipe.get(k.queue_count)
         pipe.hgetall(k.failed_by)  # a few reasons: what the alerts on kept records read
-        defaults: list[Any] = [0, 0, 0, 0, 0, {}, {}, [], {}, None, None, 0, None, [], None, 0,
+        defaults: list[Any] = [0, 0, 0, 0, {}, {}, [], {}, None, None, 0, None, [], None, 0,
                                None, {}]
         if status:  # what FrontierAdmin.status reads besides
             pipe.get(k.idle_since)
             pipe.hmget(k.seeding, "holder", "progress", "done")
             defaults += [None, [None, None, None]]
         replies1 = _results(pipe, defaults)
-    (due, scheduled, leased, parked, dead, meta, raw_stats, workers, mon, raw10, raw1m,
-     n_hosts, conf_cap, top_banned, stored, failed, bucketed, failed_by) = replies1[:18]
-    due += _i(bucketed)  # queued in the buckets; the queue ZSET: the previous format
+    (scheduled, leased, parked, dead, meta, raw_stats, workers, mon, raw10, raw1m,
+     n_hosts, conf_cap, top_banned, stored, failed, bucketed, failed_by) = replies1[:17]
+    due = _i(bucketed)  # queued in the buckets
     now = _now(srv)
     now_ms = int(now * 1000)
     stats = {_s(a): _i(b) for a, b in raw_stats.items()}
@@ -412,7 +413,7 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
                                          cfg)
     extra: dict[str, Any] = {}
     if status:
-        idle, seeded = replies1[18:]
+        idle, seeded = replies1[17:]
         now_ms_exact = int(srv[0]) * 1000 + int(srv[1]) // 1000  # as FrontierAdmin.server_ms
         extra["frontier"] = _frontier_status(
             k, now_ms_exact, (due, leased, dead, scheduled, parked), meta_s, raw_stats,

@@ -1,6 +1,6 @@
 """Fleet-wide politeness: what counts as one host, and the per-host calls of the workers.
 
-The frontier's lease step (lua/frontier_lease.lua with lua/hosts.lua) hands out a request
+The frontier's lease step (lua/step_lease.lua with lua/hosts.lua) hands out a request
 only when its host may be fetched: not on hold, under its concurrency cap, and with a GCRA
 token.  This module holds the rest, used by the downloader middlewares: the guard for
 requests that did not come from the frontier, back-off, and the shared robots.txt.

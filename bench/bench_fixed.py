@@ -1,0 +1,179 @@
+"""The frontier call's fixed part: Redis time of a call with no acks, no links, take 0.
+
+Every worker call pays it (reply cache, marker, idle bookkeeping, heartbeat and counters), so
+it is the floor under a fleet's Redis time per call.  Per tree (this one and ``--baseline``,
+in alternating rounds, each on a fresh ``redis-server``): a crawl is seeded (``--entries``
+queued requests over ``--hosts`` hosts, ``--leased`` of them leased by another worker), then
+one worker makes ``--calls`` empty calls as its pump does between pages (a heartbeat in
+ARGV[2], a fresh op id naming its previous one).  Reported: EVALSHA ``usec`` per call (INFO
+commandstats: the script's own time and the commands it runs), the Redis commands per call,
+min and median over the rounds, and the ratio of this tree's minimum to the baseline's.
+
+``--functions`` also measures this tree's call loaded as one Redis Functions library (FUNCTION
+LOAD, FCALL: the parts' definitions run once, at load, instead of at every EVALSHA).
+
+``--replay FILE`` also replays recorded worker calls (bench_replay.py, same rounds) and prints
+their ratio beside it, so both of issue 20's figures come from one run.
+
+Usage: ``.venv/bin/python bench/bench_fixed.py --baseline ../base [--replay /tmp/calls]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import _harness as h
+
+#: run in a child process whose PYTHONPATH is the tree measured: its own keys, argument
+#: packing and Lua (so two layouts of KEYS are each called as their own client calls them)
+CHILD = r"""
+import json, sys, uuid
+import msgpack, redis
+from scrapy_fleet import lua
+from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.frontier.protocol import FrontierParams, SyncBatch, _arg
+
+port, calls, entries, hosts, leased, functions, pid = (int(x) for x in sys.argv[1:8])
+
+
+def server_cpu():
+    # utime + stime of the redis-server, seconds (not inflated when the machine's load
+    # preempts it, unlike the commandstats' wall time)
+    import os
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+r = redis.Redis(port=port)
+script = r.register_script(lua.source("frontier.lua"))
+if functions:
+    # the same source as one Redis Functions library: the parts' definitions run once, at
+    # FUNCTION LOAD; each FCALL runs the prologue and the driver only
+    from importlib import resources
+
+    from scrapy_fleet.keys import FRONTIER_CALL
+
+    folder = resources.files("scrapy_fleet") / "lua"
+    parts, _ = lua.SCRIPTS["frontier.lua"]
+    # (a library's load runs without math: the one constant computed with it, written out)
+    defs = "\n".join((folder / p).read_text() for p in parts).replace(
+        "math.log(2) * math.log(2)", "0.4804530139182014")
+    pro = lua.prologue(FRONTIER_CALL).replace("local K = {", "K = {").replace(
+        "local CRAWL_LAYOUT", "CRAWL_LAYOUT")
+    r.function_load("#!lua name=fleetbench\nlocal KEYS, ARGV, K, CRAWL_LAYOUT\n" + defs
+                    + "\nredis.register_function('frontier', function(keys, args)\n"
+                    "KEYS, ARGV = keys, args\n" + pro + (folder / "frontier.lua").read_text()
+                    + "\nend)\n", replace=True)
+
+    def script(keys, args):  # noqa: F811 - the FCALL twin of the registered script
+        return r.fcall("frontier", len(keys), *keys, *args)
+k = CrawlKeys("fleet", "fixed")
+params = FrontierParams(host_concurrency=4, host_interval=0.05)
+prev = {"": "-", "w-busy": "-", "w-idle": "-"}
+
+
+def call(batch, worker, monitor=b""):
+    op = uuid.uuid4().hex
+    keys = k.frontier_keys(op, prev[worker], worker)
+    prev[worker] = op
+    return script(keys=keys, args=[_arg(batch, worker, params), monitor])
+
+
+pushes = [[i.to_bytes(12, "big"), 0, b"x" * 200, 0, "h%d.example" % (i % hosts)]
+          for i in range(entries)]
+for at in range(0, len(pushes), 500):
+    call(SyncBatch(pushes=pushes[at:at + 500]), "")
+call(SyncBatch(take=leased), "w-busy")
+hb = msgpack.packb({"hb": {"st": "crawling", "l": 0, "dl": 0, "pg": 0, "it": 0, "er": 0,
+                           "sv": "2.19", "fv": "0.1", "h": "m1", "pid": 1, "sa": 1.0,
+                           "ro": "all"}, "da": 15000, "fa": 120000}, use_bin_type=False)
+call(SyncBatch(beat=True), "w-idle", hb)
+r.config_resetstat()
+cpu0 = server_cpu()
+for _ in range(calls):
+    call(SyncBatch(beat=True), "w-idle", hb)
+cpu = server_cpu() - cpu0
+st = r.info("commandstats")
+ev = st.get("cmdstat_fcall" if functions else "cmdstat_evalsha", {"usec": 0, "calls": 1})
+others = sum(int(v["calls"]) for name, v in st.items()
+             if name not in ("cmdstat_evalsha", "cmdstat_fcall", "cmdstat_config",
+                             "cmdstat_info"))
+print(json.dumps({"usec": ev["usec"] / ev["calls"], "commands": others / ev["calls"],
+                  "cpu_us": cpu * 1e6 / calls}))
+"""
+
+
+def fixed_once(tree: Path, root: Path, args: argparse.Namespace,
+               functions: bool = False) -> dict[str, float]:
+    with h.Redis(root) as server:
+        env = dict(os.environ, PYTHONPATH=str(tree))
+        pid = server.proc.pid  # type: ignore[union-attr]
+        out = subprocess.run([h.PYTHON, "-c", CHILD, str(server.port), str(args.calls),
+                              str(args.entries), str(args.hosts), str(args.leased),
+                              str(int(functions)), str(pid)],
+                             env=env, cwd=root, check=True, capture_output=True,
+                             text=True).stdout
+        return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--baseline", type=Path, required=True)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--calls", type=int, default=2000)
+    p.add_argument("--entries", type=int, default=2000)
+    p.add_argument("--hosts", type=int, default=50)
+    p.add_argument("--leased", type=int, default=20)
+    p.add_argument("--replay", type=Path, default=None, help="recorded calls (bench_replay)")
+    p.add_argument("--functions", action="store_true",
+                   help="also this tree's call as a Redis Functions library (FCALL)")
+    args = p.parse_args()
+    trees = {"this": h.REPO_ROOT, "base": args.baseline.resolve()}
+    rows: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
+    if args.functions:
+        rows["fcall"] = []
+    with h.workdir("fleet-fixed-") as root:
+        for k in range(args.rounds):
+            for name, tree in trees.items():
+                rows[name].append(fixed_once(tree, root / f"{name}-{k}", args))
+            if args.functions:
+                rows["fcall"].append(fixed_once(h.REPO_ROOT, root / f"fcall-{k}", args, True))
+    figures: dict[str, Any] = {"machine": h.machine(), "fixed": {}}
+    for name, got in rows.items():
+        usec = [x["usec"] for x in got]
+        figures["fixed"][name] = {"usec_min": round(min(usec), 1),
+                                  "usec_median": round(h.median(usec), 1),
+                                  "cpu_us_min": round(min(x["cpu_us"] for x in got), 1),
+                                  "commands_per_call": round(got[0]["commands"], 1)}
+    this, base = figures["fixed"]["this"], figures["fixed"]["base"]
+    ratio = round(this["usec_min"] / base["usec_min"], 3)
+    figures["fixed_ratio"] = ratio
+    figures["fixed_cpu_ratio"] = round(this["cpu_us_min"] / base["cpu_us_min"], 3)
+    print(f"empty call: this {this['usec_min']} µs (median {this['usec_median']}, "
+          f"{this['commands_per_call']} commands), base {base['usec_min']} µs (median "
+          f"{base['usec_median']}, {base['commands_per_call']} commands): x{ratio}; "
+          f"redis-server CPU per call: this {this['cpu_us_min']} µs, base "
+          f"{base['cpu_us_min']} µs: x{figures['fixed_cpu_ratio']}", flush=True)
+    if args.functions:
+        fc = figures["fixed"]["fcall"]
+        print(f"this tree's call as a Functions library (FCALL): {fc['usec_min']} µs (median "
+              f"{fc['usec_median']}, CPU {fc['cpu_us_min']}): "
+              f"x{round(fc['usec_min'] / this['usec_min'], 3)} of its EVALSHA "
+              f"(CPU x{round(fc['cpu_us_min'] / this['cpu_us_min'], 3)})", flush=True)
+    if args.replay:
+        import bench_replay as br
+
+        rep = br.compare(args.replay, trees, args.rounds, skip=50)
+        figures["replay"] = rep
+        print(f"replayed worker calls: this {rep['this']} µs/call, base {rep['base']} µs/call:"
+              f" x{rep['ratio']}; redis-server CPU per call: this {rep['cpu_this']} µs, base "
+              f"{rep['cpu_base']} µs: x{rep['cpu_ratio']}", flush=True)
+    h.emit_json(figures)
+
+
+if __name__ == "__main__":
+    main()

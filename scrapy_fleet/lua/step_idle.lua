@@ -1,0 +1,60 @@
+-- step_idle.lua: the frontier's state after the call, for the reply and the fleet's
+-- idleness.  Defines one local, step_idle.
+--
+-- Flushes the per-host counts and slots (lua/frontier_state.lua); out.queued, out.inflight,
+-- out.delayed, out.size (queued + leased + deferred: lua/queue.lua); out.idle: ms since the
+-- fleet became idle (nothing queued, leased, deferred or parked: K.idle_since holds since
+-- when), -1 when busy; out.rq: stored responses waiting for a parse worker, count and bytes
+-- (those deferred until their links' hosts have room left out: fetch workers stop leasing
+-- when the response queue is full); out.holds: hosts on hold now (429/503/failures) with the
+-- ms left, for a worker (checked locally before each download of a request leased earlier);
+-- the worker's entry in K.workers (its last call).
+-- Keys (of K): queue_count, queue_index, leases, delayed, parked, idle_since, stats, hold,
+-- workers, hostq.  Writes: idle_since, queue_count (0 when no bucket holds an entry), workers.
+-- Work per call: about 8 commands; HGETALL of hold when it has at most 1000 hosts.
+
+local function step_idle(c)
+  local K, st, out, now, worker = c.K, c.st, c.out, c.now, c.worker
+  st.flush_hostq()
+  st.flush_slots()
+  out.queued = c.qw.queued  -- (K.queue_count: read when the call began, then its changes)
+  if out.queued ~= 0 and redis.call('HLEN', K.queue_index) == 0 then
+    -- no bucket holds an entry: the count is 0 (entries written into a bucket by hand, and
+    -- dead-lettered as corrupt, were taken off a count that never had them)
+    redis.call('SET', K.queue_count, 0)
+    out.queued = 0
+    c.qw.queued = 0
+  end
+  out.inflight = redis.call('ZCARD', K.leases)
+  out.delayed = redis.call('ZCARD', K.delayed)
+  out.size = out.queued + out.inflight + out.delayed
+  -- (K.idle_since as read when the call began: no step before this one writes it)
+  local idle_since = c.head[4]
+  if out.size == 0 and redis.call('LLEN', K.parked) == 0 then
+    local since = tonumber(idle_since)
+    if not since then
+      redis.call('SET', K.idle_since, now)
+      since = now
+    end
+    out.idle = now - since
+  else
+    if idle_since then redis.call('DEL', K.idle_since) end
+    out.idle = -1
+  end
+  local rq = redis.call('HMGET', K.stats, 'response_queue_bytes', 'response_queue_deferred',
+                        'response_queue_deferred_bytes')
+  out.rq = {math.max(st.host_count(STAGE_HOST) - (tonumber(rq[2]) or 0), 0),
+            math.max((tonumber(rq[1]) or 0) - (tonumber(rq[3]) or 0), 0)}
+  out.holds = {}
+  local on_hold = worker ~= '' and redis.call('HLEN', K.hold) or 0  -- (0: no hash)
+  if on_hold > 0 and on_hold <= 1000 then
+    local all = redis.call('HGETALL', K.hold)
+    for i = 1, #all, 2 do
+      local left = (tonumber(all[i + 1]) or 0) - now
+      if left > 0 then out.holds[#out.holds + 1] = {all[i], left} end
+    end
+  end
+  if worker ~= '' then
+    redis.call('ZADD', K.workers, now, worker)
+  end
+end
