@@ -21,7 +21,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_fleet.commands import cli
 from scrapy_fleet.config import FleetConfig
-from scrapy_fleet.errors import CrawlSpiderError, FleetConfigError
+from scrapy_fleet.errors import CrawlLayoutError, CrawlSpiderError, FleetConfigError
 from scrapy_fleet.frontier.client import FrontierAdmin
 from scrapy_fleet.monitoring.alerts import AlertConfig
 from scrapy_fleet.startup import warn_unknown_settings
@@ -226,14 +226,19 @@ class Command(ScrapyCommand):
     def _own_crawl(config: FleetConfig, crawl_id: str, spidercls: Any, action: str) -> bool:
         """Record *spidercls* as the crawl's spider, or check it is the recorded one
         (identity.py); False (and one line on stderr) when the crawl is another spider's.
-        A Redis that does not answer is left to the action, which reports it its way."""
+        A Redis that does not answer, or a crawl of another layout (frontier/layout.py), is
+        left to the action, which reports it its way."""
         from scrapy_fleet import identity, redis_client
+        from scrapy_fleet.frontier import layout
         from scrapy_fleet.keys import CrawlKeys
 
         client = redis_client.sync_client(config.redis_url, config.redis_timeout)
+        keys = CrawlKeys(config.key_prefix, crawl_id)
         try:
-            identity.claim_crawl(client, CrawlKeys(config.key_prefix, crawl_id),
-                                 spidercls.name, identity.spider_path(spidercls))
+            layout.check_sync(client, keys)  # (a crawl of another layout: nothing written here)
+            identity.claim_crawl(client, keys, spidercls.name, identity.spider_path(spidercls))
+        except CrawlLayoutError:
+            pass  # the action refuses it, in its own words
         except CrawlSpiderError as exc:
             fix = identity.SPIDER_FIX.format(owner=exc.owner[0])
             done = "pushed" if action == "push" else "retried"
