@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import ipaddress
 import json
 import re
 import sys
@@ -121,6 +122,10 @@ def _validate_url(url: Any, max_length: int) -> str:
     try:
         host = parts.hostname
         parts.port  # noqa: B018 - raises ValueError on a bad port
+        if host and "[" in parts.netloc and not host.startswith("v"):
+            # what urlsplit checks itself from Python 3.11.4 on (3.10 does not): a bracketed
+            # host is an IP address ("v..." is the IPvFuture form, left to the URL parser)
+            ipaddress.ip_address(host)
     except ValueError as exc:
         raise PushLineError(f"url is malformed: {exc}") from None
     if not host:
