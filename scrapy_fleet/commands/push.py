@@ -123,7 +123,7 @@ def _validate_url(url: Any, max_length: int) -> str:
         host = parts.hostname
         parts.port  # noqa: B018 - raises ValueError on a bad port
         if host and "[" in parts.netloc and not host.startswith("v"):
-            # what urlsplit checks itself from Python 3.11.4 on (3.10 does not): a bracketed
+            # what urlsplit checks itself on Python 3.11.7 but not on 3.10.13: a bracketed
             # host is an IP address ("v..." is the IPvFuture form, left to the URL parser)
             ipaddress.ip_address(host)
     except ValueError as exc:
