@@ -87,9 +87,9 @@ def test_sdist_holds_the_package_data_and_the_licence(dist: Path) -> None:
     sdist = _one(dist, "scrapy_fleet-*.tar.gz")
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
-    assert {"LICENSE", "setup.cfg", "pyproject.toml", "README.md"} <= names
+    assert {"LICENSE", "CHANGELOG.md", "setup.cfg", "pyproject.toml", "README.md"} <= names
     assert set(_tracked("scrapy_fleet")) <= names
-    assert not [n for n in names if n.startswith("testsite/")]
+    assert not [n for n in names if n.startswith(("testsite/", "tests/", "bench/"))]
 
 
 def test_wheel_installed_alone_runs_scrapy_fleet_help(dist: Path, tmp_path: Path) -> None:
