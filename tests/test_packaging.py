@@ -105,8 +105,12 @@ def test_wheel_installed_alone_runs_scrapy_fleet_help(dist: Path, tmp_path: Path
                                check=True).stdout.strip())
     deps = [p for p in sys.path if p.endswith("site-packages")]
     (site / "zz_test_deps.pth").write_text("\n".join(deps) + "\n", encoding="utf-8")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
-                    "--no-deps", "--no-index", str(wheel)], check=True, timeout=300)
+    # --prefix: the venv's own site-packages and bin/ (same Python version); --ignore-installed:
+    # this environment's editable install must not count as the package being there already
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--ignore-installed",
+                    "--prefix", str(venv),
+                    "--no-deps", "--no-index", "--no-warn-script-location", str(wheel)],
+                   check=True, timeout=300)
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
@@ -127,7 +131,9 @@ def test_wheel_installed_alone_runs_scrapy_fleet_help(dist: Path, tmp_path: Path
                             env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "scrapy fleet" in result.stdout and "push" in result.stdout
-    cli = subprocess.run([str(venv / "bin" / "scrapy-fleet"), "--help"], cwd=tmp_path,
+    # the console script, run by the venv's Python (pip wrote the installing Python's path in
+    # its first line)
+    cli = subprocess.run([str(python), str(venv / "bin" / "scrapy-fleet"), "--help"], cwd=tmp_path,
                          env=env, capture_output=True, text=True, timeout=120)
     assert cli.returncode == 0, cli.stderr[-2000:]
     with pytest.raises(subprocess.CalledProcessError):
