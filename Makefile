@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 # with its own redis-server, halve its time; a test file stays on one worker.
 PYTEST_WORKERS ?= 2
 
-.PHONY: venv system redis demo test lint clean distclean
+.PHONY: venv system redis demo test test-oldest dist lint clean distclean
 
 venv: $(VENV)/.installed
 
@@ -63,12 +63,32 @@ test: venv system
 	@$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests collected"; exit 1; fi; exit $$rc
 
+# The oldest releases setup.cfg allows (constraints/oldest.txt: Scrapy 2.13.0, Twisted 23.8.0,
+# redis-py 5.0.1, ...) on the oldest Python claimed, 3.10: tox.ini's `oldest` environment, a
+# subset of the suite that covers every component (tox.ini says which). Python 3.10 is taken
+# from pyenv when it has one (the machines here do), else python3.10 on PATH; nothing is
+# downloaded but the packages, from the package index.
+OLDEST_PYTHON ?= $(shell v=$$(pyenv versions --bare 2>/dev/null | grep -E '^3\.10(\.[0-9]+)?$$' | tail -1); \
+	if [ -n "$$v" ]; then echo "$$(pyenv root)/versions/$$v/bin/python3.10"; else command -v python3.10; fi)
+test-oldest: venv system
+	@if [ -z "$(OLDEST_PYTHON)" ] || [ ! -x "$(OLDEST_PYTHON)" ]; then \
+	    echo "make test-oldest needs Python 3.10 (the oldest Python scrapy-fleet claims):"; \
+	    echo "install it (pyenv install 3.10) or name it: make test-oldest OLDEST_PYTHON=/path/to/python3.10"; \
+	    exit 1; fi
+	$(VENV)/bin/tox run -e oldest --discover $(OLDEST_PYTHON) -- $(PYTEST_ARGS)
+
+# An sdist and a wheel in dist/ (what a release uploads): the package, its Lua scripts, the
+# dashboard's static files, py.typed and LICENSE; not tests/, bench/ or testsite/.
+dist: venv
+	rm -rf dist
+	$(PY) -m build
+
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf .demo .pytest_cache .mypy_cache .ruff_cache build dist
+	rm -rf .demo .pytest_cache .mypy_cache .ruff_cache .tox build dist
 	find . -name __pycache__ -type d -not -path './$(VENV)/*' -prune -exec rm -rf {} +
 
 distclean: clean

@@ -29,7 +29,7 @@ for _path in (REPO_ROOT, EXAMPLE_PROJECT):  # scrapy_fleet, example_project (the
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from scrapy_fleet.testsite.processes import (  # noqa: E402 - after the path set-up above
+from testsite.processes import (  # noqa: E402 - after the path set-up above
     RedisServer,
     free_port,
     stop_process,
@@ -52,14 +52,14 @@ def workdir(prefix: str = "fleet-bench-") -> Iterator[Path]:
 
 class Redis(RedisServer):
     """``redis-server --save '' --appendonly no`` on a free loopback port, data in *root*/redis
-    (the launcher of scrapy_fleet.testsite.processes, as a context manager)."""
+    (the launcher of testsite.processes, as a context manager)."""
 
     def __init__(self, root: Path) -> None:
         super().__init__(root / "redis")
 
 
 class Site:
-    """``python -m scrapy_fleet.testsite serve DIR --port P --log FILE`` in a subprocess."""
+    """``python -m testsite serve DIR --port P --log FILE`` in a subprocess."""
 
     def __init__(self, root: Path, log: Path) -> None:
         self.root = root
@@ -70,7 +70,7 @@ class Site:
 
     def __enter__(self) -> Site:
         self.proc = subprocess.Popen(
-            [PYTHON, "-m", "scrapy_fleet.testsite", "serve", str(self.root),
+            [PYTHON, "-m", "testsite", "serve", str(self.root),
              "--port", str(self.port), "--log", str(self.log)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
         assert self.proc.stdout is not None

@@ -45,7 +45,7 @@ from typing import Any
 import _harness as h
 
 from scrapy_fleet.frontier.client import FrontierAdmin
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 EXT = {"benchext.BenchStats": 0}
 SCRAPY_FLEET = Path(h.PYTHON).with_name("scrapy-fleet")

@@ -50,7 +50,7 @@ from scrapy_fleet.frontier.client import FrontierAdmin, SyncBatch
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.monitoring import series
 from scrapy_fleet.monitoring.snapshot import read_snapshot
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 
 def main_tree(root: Path) -> Path:

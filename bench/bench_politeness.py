@@ -2,7 +2,7 @@
 
 Every figure comes from the test site server's own request log (``t``: the server's
 ``time.time()`` when a request arrived), never from the workers.  The site is
-``python -m scrapy_fleet.testsite serve`` bound to several loopback addresses (127.0.0.2,
+``python -m testsite serve`` bound to several loopback addresses (127.0.0.2,
 127.0.0.3, ... are distinct hosts); workers are real ``scrapy crawl fetch`` processes of the
 tests' project (tests/project: the ``fetch`` spider fetches what is pushed and follows
 nothing), pushed with ``scrapy fleet push fetch -f FILE``.  One private redis-server,
@@ -64,7 +64,7 @@ from typing import Any
 
 import _harness as h
 
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 TEST_PROJECT = h.REPO_ROOT / "tests" / "project"
 SPIDER = "fetch"
@@ -106,7 +106,7 @@ class MultiSite:
         self.urls: dict[str, str] = {}
 
     def __enter__(self) -> MultiSite:
-        args = [h.PYTHON, "-m", "scrapy_fleet.testsite", "serve", str(self.www), "--port", "0",
+        args = [h.PYTHON, "-m", "testsite", "serve", str(self.www), "--port", "0",
                 "--log", str(self.log)]
         for addr in self.binds:
             args += ["--bind", addr]

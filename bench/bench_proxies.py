@@ -49,7 +49,7 @@ from scrapy_fleet import redis_client
 from scrapy_fleet.keys import ProxyPoolKeys
 from scrapy_fleet.proxies.pool import Choice, ProxyPool, Report
 from scrapy_fleet.proxies.settings import proxy_config
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 EXT = {"benchext.BenchStats": 0}
 

@@ -31,7 +31,7 @@ from typing import Any
 import _harness as h
 
 from scrapy_fleet.keys import CrawlKeys
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 TEST_PROJECT = h.REPO_ROOT / "tests" / "project"
 KEYS = CrawlKeys("fleet", "staged")
@@ -94,7 +94,7 @@ def memory(root: Path, site: h.Site, paths: list[str], store: int) -> dict[str, 
 
 
 def configure(site: h.Site, behaviour: dict[str, Any]) -> None:
-    """PUT the site server's behaviour (delays; scrapy_fleet.testsite.server)."""
+    """PUT the site server's behaviour (delays; testsite.server)."""
     request = urllib.request.Request(site.url + "_testsite/config", method="PUT",
                                      data=json.dumps(behaviour).encode())
     with urllib.request.urlopen(request, timeout=10) as answer:

@@ -1,7 +1,7 @@
 """Pages/s of ONE fleet worker vs plain Scrapy (in-memory scheduler) on the same site.
 
 Both sides run the example project's ``docs`` parse code against the same generated site
-(``--pages`` x ``--links``, default 2000 x 10) served by ``python -m scrapy_fleet.testsite``:
+(``--pages`` x ``--links``, default 2000 x 10) served by ``python -m testsite``:
 
 * plain: ``scrapy runspider bench/plain_docs.py -a start=URL`` with ``ADDONS={}``,
   ``SCHEDULER=scrapy.core.scheduler.Scheduler``, ``DUPEFILTER_CLASS=RFPDupeFilter`` (checked:
@@ -54,7 +54,7 @@ from typing import Any
 
 import _harness as h
 
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 EXT = {"benchext.BenchStats": 0}
 PIPELINE = {"scrapy_fleet.pipelines.jsonlines.JsonLinesPipeline": 800}

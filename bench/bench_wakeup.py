@@ -40,7 +40,7 @@ from scrapy import Request
 from scrapy_fleet import codec
 from scrapy_fleet.config import DEFAULTS
 from scrapy_fleet.frontier.client import FrontierAdmin
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 #: mode -> worker settings.  poll5 also gets a long lease timeout, so that the idle
 #: busy-poll (see bench/README.md) cannot start between its pushes: its pushes then show the

@@ -43,11 +43,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from scrapy_fleet.testsite.generate import positive_int
-from scrapy_fleet.testsite.processes import RedisServer, stop_process
-
 PROJECT_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PROJECT_DIR.parent
+if str(REPO_ROOT) not in sys.path:  # testsite/ is a folder of the checkout, not installed
+    sys.path.insert(0, str(REPO_ROOT))
+
+from testsite.generate import positive_int  # noqa: E402 - after the path set-up above
+from testsite.processes import RedisServer, stop_process  # noqa: E402
+
 DEMO_DIR = REPO_ROOT / ".demo"
 SPIDER = "docs"
 # Where MongoPipeline writes with its defaults (FLEET_MONGO_DATABASE, collection = spider name).
@@ -84,7 +87,7 @@ def serve_site(stack: ExitStack, root: Path) -> str:
     args = [
         sys.executable,
         "-m",
-        "scrapy_fleet.testsite",
+        "testsite",
         "serve",
         str(root),
         "--bind",
@@ -94,7 +97,8 @@ def serve_site(stack: ExitStack, root: Path) -> str:
         "--log",
         str(DEMO_DIR / "site-requests.jsonl"),
     ]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, start_new_session=True,
+                            cwd=REPO_ROOT)  # testsite/ is a folder of the checkout
     stack.callback(stop, proc)
     assert proc.stdout is not None
     base = proc.stdout.readline().strip()
@@ -161,7 +165,7 @@ class SiteYield:
 
 
 def _serve(root: Path, path: str) -> tuple[int, Path | None]:
-    """The site server's answer to *path*: (status, file) (scrapy_fleet/testsite/server.py)."""
+    """The site server's answer to *path*: (status, file) (testsite/server.py)."""
     target = (root / unquote(path).lstrip("/")).resolve()
     if not target.is_relative_to(root):
         return 404, None
@@ -297,7 +301,7 @@ def main() -> int:
 
     expected: set[str] | None = None
     if args.site is None:
-        from scrapy_fleet.testsite import generate_site
+        from testsite import generate_site
 
         site_dir = DEMO_DIR / "site"
         shutil.rmtree(site_dir, ignore_errors=True)

@@ -229,7 +229,8 @@ def _check_url_options(url: str, name: str) -> None:
         pool = redis.ConnectionPool.from_url(url)
         pool.make_connection()  # builds the connection object only: no I/O
     except (TypeError, ValueError, redis.RedisError) as exc:  # RedisError: "protocol must be..."
-        found = re.search(r"argument '(\w+)'|for '(\w+)'", str(exc))
+        # "for 'x'" (current redis-py) or "for `x`" (redis-py 5.0)
+        found = re.search(r"argument '(\w+)'|for ['`](\w+)['`]", str(exc))
         named = next((g for g in found.groups() if g), None) if found else None
         what = f"the URL option {named!r} is unknown or has a bad value" if named else str(exc)
         raise FleetConfigError(f"{name}={redact(url)!r} is invalid: {what} (redis-py "

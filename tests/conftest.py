@@ -34,7 +34,7 @@ from support import (  # tests/ is on sys.path (pytest's rootdir-relative "prepe
     start_site,
 )
 
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 SITE_PAGES = 60
 SITE_LINKS = 5

@@ -1,7 +1,7 @@
 """Helpers shared by the tests: real processes (redis-server, the test site, Scrapy workers).
 
 Nothing here fakes a service: Redis is a real ``redis-server``, the site is served over TCP by
-``python -m scrapy_fleet.testsite serve`` in a subprocess (the Twisted reactor of the test
+``python -m testsite serve`` in a subprocess (the Twisted reactor of the test
 process stays untouched), and workers are real ``scrapy crawl`` processes.
 """
 
@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 # one launcher for the tests, the benchmarks and the demo (re-exported for the tests)
-from scrapy_fleet.testsite.processes import RedisServer as RedisServer
-from scrapy_fleet.testsite.processes import free_port as free_port
-from scrapy_fleet.testsite.processes import stop_process as stop_process
+from testsite.processes import RedisServer as RedisServer
+from testsite.processes import free_port as free_port
+from testsite.processes import stop_process as stop_process
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE_PROJECT = REPO_ROOT / "example_project"
@@ -44,7 +44,7 @@ STARTUP_TIMEOUT = 20.0
 
 @dataclass
 class SiteProcess:
-    """``python -m scrapy_fleet.testsite serve`` running in a subprocess."""
+    """``python -m testsite serve`` running in a subprocess."""
 
     root: Path
     proc: subprocess.Popen[str]
@@ -101,7 +101,7 @@ def start_site(
 ) -> SiteProcess:
     """Serve ``root`` in a subprocess; returns once it prints its base URLs."""
     binds = list(binds)
-    args = [sys.executable, "-m", "scrapy_fleet.testsite", "serve", str(root), "--port", str(port)]
+    args = [sys.executable, "-m", "testsite", "serve", str(root), "--port", str(port)]
     args += ["--log", str(log_path)]
     for addr in binds:
         args += ["--bind", addr]
@@ -109,7 +109,9 @@ def start_site(
         config = Path(tempfile.mkstemp(prefix="testsite-", suffix=".json", dir=log_path.parent)[1])
         config.write_text(json.dumps(behaviour), encoding="utf-8")
         args += ["--config", str(config)]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # cwd: `testsite` is a folder of the checkout, not an installed package
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO_ROOT)
     urls = []
     assert proc.stdout is not None
     for _ in binds:

@@ -28,7 +28,7 @@ from scrapy_fleet.config import DEFAULT_REQUEST_CLASSES, FleetConfig
 from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
 from scrapy_fleet.frontier.memory import memory_warnings
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 CLI = [sys.executable, "-m", "scrapy_fleet.commands.cli"]
 

@@ -25,7 +25,7 @@ from support import (
 )
 
 from scrapy_fleet.frontier.client import FrontierAdmin
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "example_project"

@@ -12,7 +12,7 @@ import sys
 import pytest
 from support import EXAMPLE_PROJECT, PYDOCS_DIR, PYDOCS_PAGES
 
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 _spec = importlib.util.spec_from_file_location("run_demo", EXAMPLE_PROJECT / "run_demo.py")
 assert _spec is not None and _spec.loader is not None

@@ -34,7 +34,7 @@ from support import (
 
 from scrapy_fleet.frontier.client import FrontierAdmin
 from scrapy_fleet.keys import CrawlKeys
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 pytestmark = pytest.mark.slow
 

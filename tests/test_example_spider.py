@@ -15,7 +15,7 @@ sys.path.insert(0, str(EXAMPLE_PROJECT))
 
 from example_project.spiders.docs import DocsSpider, directory_of
 
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 PAGE = """<!DOCTYPE html>
 <html><head><title>  os — Miscellaneous

@@ -21,7 +21,7 @@ from scrapy_fleet import codec
 from scrapy_fleet.failures import admin as failures
 from scrapy_fleet.failures.record import FailureRecord
 from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 CLI = [sys.executable, "-m", "scrapy_fleet.commands.cli"]
 

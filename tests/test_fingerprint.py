@@ -61,8 +61,10 @@ def test_dupefilter_keys_equal_scrapys_and_take_the_url_path_for_plain_gets():
     for request in requests:  # the same URLs again: remembered
         assert df.bloom_key(Request(request.url)) == bloom_key(fingerprint(request))
     assert fast.url_bloom_key.cache_info().hits == len(URLS)
-    # verbatim_url changes Scrapy's fingerprint, and so the key
-    assert df.bloom_key(slow[2]) != df.bloom_key(Request(URLS[2]))
+    # verbatim_url changes Scrapy's fingerprint, and so the key (a meta key of newer Scrapy,
+    # not in 2.16: before, the request is fingerprinted as any other, checked above)
+    if fingerprint(slow[2]) != fingerprint(Request(URLS[2])):
+        assert df.bloom_key(slow[2]) != df.bloom_key(Request(URLS[2]))
 
 
 class HeaderFingerprinter(RequestFingerprinter):

@@ -30,7 +30,7 @@ from support import (
 )
 
 from scrapy_fleet.keys import CrawlKeys
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 TIMEOUT = 60.0
 

@@ -94,7 +94,7 @@ def test_a_crawl_of_another_layout_version_is_refused_and_a_new_one_gets_the_ver
 
 def test_a_worker_and_push_refuse_an_old_crawl_in_one_line_and_purge_starts_it_afresh(
         site_factory, tmp_path, worker_env, redis_url):
-    from scrapy_fleet.testsite import generate_site
+    from testsite import generate_site
 
     generate_site(tmp_path / "www", 3, 1)
     site = site_factory(tmp_path / "www")

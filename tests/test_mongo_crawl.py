@@ -30,7 +30,7 @@ from support import read_items, run_scrapy, start_worker, tail, wait_all
 
 from scrapy_fleet.frontier.client import FrontierAdmin
 from scrapy_fleet.pipelines.mongo import default_document_id
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "example_project"
 KILL_AFTER_DOCS = 8  # worker 0 dies with its update that brings it to this many documents

@@ -27,7 +27,7 @@ from scrapy_fleet.codec import decode_dict
 from scrapy_fleet.frontier.client import FrontierAdmin
 from scrapy_fleet.pipelines import DocumentRejected, MongoPipeline
 from scrapy_fleet.pipelines.mongo import default_document_id
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 Action = Callable[[Any], bool] | str | None
 

@@ -28,7 +28,7 @@ from scrapy_fleet.monitoring import alerts, series
 from scrapy_fleet.monitoring.heartbeat import WorkerMonitor, error_kind, fleet_counters
 from scrapy_fleet.monitoring.sampler import sample
 from scrapy_fleet.monitoring.snapshot import counters_of, read_series, read_snapshot
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 
 def payload(cs: int | None = None, counters: dict[str, int] | None = None,

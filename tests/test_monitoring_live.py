@@ -38,7 +38,7 @@ from support import (
     wait_until,
 )
 
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 pytestmark = pytest.mark.slow
 

@@ -26,7 +26,7 @@ from support import TEST_PROJECT, RedisServer, read_items, start_worker, tail, w
 from scrapy_fleet.commands.push import default_fingerprinter, push_lines
 from scrapy_fleet.frontier.client import FrontierAdmin
 from scrapy_fleet.politeness.hosts import robots_origin
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 pytestmark = pytest.mark.slow
 

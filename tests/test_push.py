@@ -345,7 +345,7 @@ def test_a_push_cut_off_by_redis_says_what_was_pushed_and_where_to_resume(tmp_pa
     line that may not be (trial: it said only "cannot reach Redis")."""
     from scrapy_fleet.commands.push import default_fingerprinter, push_lines
     from scrapy_fleet.errors import RedisUnavailableError
-    from scrapy_fleet.testsite.processes import RedisServer
+    from testsite.processes import RedisServer
 
     server = RedisServer(tmp_path / "r")
     server.start()

@@ -21,7 +21,7 @@ from support import (
 )
 
 from scrapy_fleet.frontier.client import FrontierAdmin, SyncBatch
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 
 def test_script_cache_flush_is_survived(redis_url):
@@ -124,7 +124,7 @@ def test_start_requests_outlast_a_redis_restart(tmp_path, site_factory, worker_e
     reading them, and the one waiting to take over, wait for Redis; none is lost."""
     import subprocess
 
-    from scrapy_fleet.testsite.processes import free_port, stop_process
+    from testsite.processes import free_port, stop_process
 
     n = 200
     generate_site(tmp_path / "www", n, 1, seed=5)

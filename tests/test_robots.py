@@ -34,7 +34,7 @@ from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.client import FrontierAdmin, SyncBatch
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.politeness.hosts import robots_origin
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 
 def run_probe(n: int, urls: list[str], redis_url: str, env: dict[str, str], tmp_path: Path,

@@ -22,7 +22,7 @@ from scrapy_fleet import codec
 from scrapy_fleet.failures import admin as failures
 from scrapy_fleet.failures.record import FailureRecord
 from scrapy_fleet.frontier.client import FrontierAdmin, SyncBatch
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 
 def _unstorable(url: str, parent: str = "") -> bytes:

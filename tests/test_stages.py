@@ -29,7 +29,7 @@ from scrapy_fleet.frontier.client import FrontierAdmin
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.monitoring.snapshot import read_snapshot
 from scrapy_fleet.stages import records
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 CLASSES = ["scrapy.http.request.Request"]
 

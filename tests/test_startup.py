@@ -20,7 +20,7 @@ from support import TEST_PROJECT, free_port, run_scrapy, stop_process
 
 from scrapy_fleet.frontier.client import FrontierAdmin
 from scrapy_fleet.keys import CrawlKeys
-from scrapy_fleet.testsite import generate_site
+from testsite import generate_site
 
 PASSWORD = "pw-Zq81-secret"  # must never appear in the output
 TIMEOUT = 30.0  # seconds per scrapy process at most (each takes about one)

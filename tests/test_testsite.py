@@ -14,8 +14,8 @@ from urllib.parse import urldefrag, urljoin, urlsplit
 import pytest
 from support import SiteProcess
 
-from scrapy_fleet.testsite import generate_site
-from scrapy_fleet.testsite.generate import EXTERNAL_URL
+from testsite import generate_site
+from testsite.generate import EXTERNAL_URL
 
 HREF = re.compile(r'<a href="([^"]*)"')
 
@@ -260,8 +260,8 @@ def test_generate_refuses_sizes_below_one_with_a_usage_error(tmp_path, args):
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "scrapy_fleet.testsite", "generate",
+    result = subprocess.run([sys.executable, "-m", "testsite", "generate",
                              str(tmp_path / "s"), *args], capture_output=True, text=True,
-                            timeout=60)
+                            timeout=60, cwd=Path(__file__).resolve().parents[1])
     assert result.returncode == 2
     assert "expected an integer >= 1" in result.stderr and "Traceback" not in result.stderr

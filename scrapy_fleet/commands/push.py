@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import ipaddress
 import json
 import re
 import sys
@@ -125,6 +126,10 @@ def _validate_url(url: Any, max_length: int) -> str:
     try:
         host = parts.hostname
         parts.port  # noqa: B018 - raises ValueError on a bad port
+        if host and "[" in parts.netloc and not host.startswith("v"):
+            # what urlsplit checks itself on Python 3.11.7 but not on 3.10.13: a bracketed
+            # host is an IP address ("v..." is the IPvFuture form, left to the URL parser)
+            ipaddress.ip_address(host)
     except ValueError as exc:
         raise PushLineError(f"url is malformed: {exc}") from None
     if not host:

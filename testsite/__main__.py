@@ -1,4 +1,4 @@
-"""``python -m scrapy_fleet.testsite generate|serve`` — see :mod:`scrapy_fleet.testsite`."""
+"""``python -m testsite generate|serve`` — see :mod:`testsite`."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import json
 import sys
 from pathlib import Path
 
-from scrapy_fleet.testsite.generate import generate_site, positive_int
+from testsite.generate import generate_site, positive_int
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scrapy_fleet.testsite")
+    parser = argparse.ArgumentParser(prog="python -m testsite")
     sub = parser.add_subparsers(dest="command", required=True)
 
     gen = sub.add_parser("generate", help="write a deterministic static site into DIR")
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from twisted.internet import reactor
 
-    from scrapy_fleet.testsite.server import Behaviour, SiteServer
+    from testsite.server import Behaviour, SiteServer
 
     if not args.dir.is_dir():
         parser.error(f"not a directory: {args.dir}")
