@@ -21,7 +21,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_fleet.commands import cli
 from scrapy_fleet.config import FleetConfig
-from scrapy_fleet.errors import CrawlLayoutError, CrawlSpiderError, FleetConfigError
+from scrapy_fleet.errors import CrawlSpiderError, FleetConfigError
 from scrapy_fleet.frontier.client import FrontierAdmin
 from scrapy_fleet.monitoring.alerts import AlertConfig
 from scrapy_fleet.startup import warn_unknown_settings
@@ -237,7 +237,7 @@ class Command(ScrapyCommand):
         try:
             layout.check_sync(client, keys)  # (a crawl of another layout: nothing written here)
             identity.claim_crawl(client, keys, spidercls.name, identity.spider_path(spidercls))
-        except CrawlLayoutError:
+        except layout.CrawlLayoutError:
             pass  # the action refuses it, in its own words
         except CrawlSpiderError as exc:
             fix = identity.SPIDER_FIX.format(owner=exc.owner[0])
