@@ -38,7 +38,7 @@ import _harness as h
 from scrapy import Request
 
 from scrapy_fleet import codec
-from scrapy_fleet.config import DEFAULTS
+from scrapy_fleet.catalog import DEFAULTS
 from scrapy_fleet.frontier.client import FrontierAdmin
 from scrapy_fleet.testsite import generate_site
 

@@ -86,7 +86,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scrapy_fleet.config import validate_crawl_id
+from scrapy_fleet.checks import validate_crawl_id
+
+#: the frontier's pseudo-host of stored responses (stages/records.py, lua/hosts.lua)
+STAGE_HOST = "~parse"
 
 #: Slices a scalable Bloom filter may grow to (slice N holds capacity * 2**N fingerprints, so
 #: 12 slices hold 4095 times FLEET_DUPEFILTER_CAPACITY).
@@ -345,9 +348,8 @@ class CrawlKeys:
     def monitor_keys(self, worker_id: str) -> list[str]:
         """KEYS of lua/monitoring.lua, appended to those of lua/frontier.lua (its header lists
         them; their number is its MON_NKEYS)."""
-        from scrapy_fleet.monitoring.series import TIERS
-
-        return [self.worker_info(worker_id), self.mon, *(self.series(t) for t in TIERS),
+        return [self.worker_info(worker_id), self.mon,
+                *(self.series(t) for t in ("10s", "1m", "10m")),  # monitoring/series.py TIERS
                 self.hoststats, self.hostbans]
 
     def sample_keys(self) -> list[str]:

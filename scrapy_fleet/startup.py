@@ -34,7 +34,8 @@ from scrapy.utils.misc import load_object
 from scrapy.utils.reactor import is_asyncio_reactor_installed
 
 from scrapy_fleet import acl, identity, redis_client, redis_url
-from scrapy_fleet.config import SETTINGS_HELP, FleetConfig, unknown_settings
+from scrapy_fleet.catalog import SETTINGS_HELP, unknown_settings
+from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import (
     CrawlSpiderError,
     FleetConfigError,

@@ -24,7 +24,8 @@ from support import (
 )
 
 from scrapy_fleet import codec
-from scrapy_fleet.config import DEFAULT_REQUEST_CLASSES, FleetConfig
+from scrapy_fleet.catalog import DEFAULT_REQUEST_CLASSES
+from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
 from scrapy_fleet.frontier.memory import memory_warnings

@@ -9,7 +9,7 @@ import redis
 from scrapy import Request
 
 from scrapy_fleet import codec
-from scrapy_fleet.config import DEFAULT_REQUEST_CLASSES
+from scrapy_fleet.catalog import DEFAULT_REQUEST_CLASSES
 from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
 

@@ -30,8 +30,8 @@ from support import (
 )
 
 from scrapy_fleet import codec
+from scrapy_fleet.catalog import DEFAULT_REQUEST_CLASSES
 from scrapy_fleet.commands.push import default_fingerprinter, push_lines
-from scrapy_fleet.config import DEFAULT_REQUEST_CLASSES
 from scrapy_fleet.failures import admin as failures
 from scrapy_fleet.failures.record import FailureRecord
 from scrapy_fleet.frontier.client import FrontierAdmin, SyncBatch

@@ -23,17 +23,10 @@ import redis
 from scrapy import Request
 
 from scrapy_fleet import acl, redis_url
+from scrapy_fleet.catalog import DEFAULTS, SETTINGS, format_default, settings_listing
+from scrapy_fleet.checks import validate_crawl_id, validate_key_prefix
 from scrapy_fleet.commands import handlers, push
-from scrapy_fleet.config import (
-    DEFAULTS,
-    HOST_KEY_MODES,
-    SETTINGS,
-    format_default,
-    settings_listing,
-    validate_crawl_id,
-    validate_key_prefix,
-    validate_redis_url,
-)
+from scrapy_fleet.config import HOST_KEY_MODES
 from scrapy_fleet.errors import (
     FleetConfigError,
     RedisPermissionError,
@@ -41,6 +34,7 @@ from scrapy_fleet.errors import (
 )
 from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams
 from scrapy_fleet.monitoring import actions as monitoring_actions
+from scrapy_fleet.redis_url import validate_redis_url
 
 #: ``(status, meaning)`` of both commands' exit statuses (shown by ``--help``)
 EXIT_STATUSES: tuple[tuple[int, str], ...] = (

@@ -14,7 +14,6 @@ import msgpack
 import redis
 
 from scrapy_fleet import lua, redis_client
-from scrapy_fleet.config import STAGE_HOST
 from scrapy_fleet.frontier.dupecache import STALE_GENERATION, DupeCache, _expand
 from scrapy_fleet.frontier.protocol import (
     FrontierParams,
@@ -27,7 +26,7 @@ from scrapy_fleet.frontier.protocol import (
     _queue_size_reads,
     _size_of,
 )
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys import STAGE_HOST, CrawlKeys
 from scrapy_fleet.politeness.hosts import effective_policy
 
 

@@ -31,7 +31,6 @@ import redis
 import redis.asyncio
 
 from scrapy_fleet import lua, redis_client
-from scrapy_fleet.config import STAGE_HOST  # noqa: F401 (importable from here before the split)
 from scrapy_fleet.errors import CrawlStateLostError, RedisUnavailableError  # noqa: F401 (idem)
 from scrapy_fleet.frontier.admin import FrontierAdmin, _policy_defaults, _seeding_state
 from scrapy_fleet.frontier.dupecache import (

@@ -55,11 +55,10 @@ from scrapy_fleet.frontier.pump import (
     Out,
 )
 from scrapy_fleet.frontier.spidermw import FleetSpiderMiddleware
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys import STAGE_HOST, CrawlKeys
 from scrapy_fleet.politeness import hosts as politeness
 from scrapy_fleet.politeness.middlewares import robots_of
 from scrapy_fleet.redis_client import is_oom
-from scrapy_fleet.stages import records as stored_responses
 from scrapy_fleet.stages.roles import StageRole
 
 if TYPE_CHECKING:
@@ -505,7 +504,7 @@ class FleetScheduler(FrontierPump, BaseScheduler):
         atomic frontier call: the request is done exactly when its response is stored)."""
         lease = self._by_entry[request.meta[LEASE_META_KEY]]
         lease.children.append((request.url, b"", clamp_priority(request.priority), payload,
-                               stored_responses.STAGE_HOST, 0))
+                               STAGE_HOST, 0))
 
     def _redacted_url(self) -> str:
         from scrapy_fleet.redact import redact
