@@ -15,7 +15,7 @@ from support import queue_entries
 
 from scrapy_fleet import codec, lua
 from scrapy_fleet.frontier.bloom import CLASSIC, bloom_key, slice_params
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch, _arg
+from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch, call_args
 from scrapy_fleet.keys import CrawlKeys
 
 
@@ -75,7 +75,7 @@ def test_stale_generation_is_refused_before_any_write(redis_url):
     leased = admin.sync(SyncBatch(take=1), worker="w").leased[0]
     script = lua.load(admin.client, "frontier.lua")
     batch = SyncBatch(acks=[(leased.entry_id, leased.token)], pushes=[entry("http://h.test/x", 1)])
-    arg = _arg(batch, "w", admin.params, left_out=3, gen="not-the-filter")
+    arg = call_args(batch, "w", admin.params, left_out=3, gen="not-the-filter")
     with pytest.raises(redis.ResponseError, match="stale filter generation"):
         script(keys=admin.keys.frontier_keys("op1", "-"), args=[arg])
     status = admin.status()

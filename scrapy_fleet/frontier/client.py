@@ -32,13 +32,13 @@ import redis.asyncio
 
 from scrapy_fleet import lua, redis_client
 from scrapy_fleet.errors import CrawlStateLostError, RedisUnavailableError  # noqa: F401 (idem)
-from scrapy_fleet.frontier.admin import FrontierAdmin, _policy_defaults, _seeding_state
+from scrapy_fleet.frontier.admin import FrontierAdmin, policy_defaults, seeding_state
 from scrapy_fleet.frontier.dupecache import (
     DUPE_CACHE_SIZE,
     STALE_GENERATION,
     DupeCache,
     StaleDupeCache,
-    _expand,
+    expand_result,
 )
 from scrapy_fleet.frontier.protocol import (
     OP_TTL_MS,
@@ -48,15 +48,15 @@ from scrapy_fleet.frontier.protocol import (
     LeasedEntry,
     SyncBatch,
     SyncResult,
-    _arg,
-    _fill_payloads,
-    _int,
-    _needs_payloads,
-    _pair,
-    _queue_size_reads,
-    _size_of,
-    _state_lost,
+    as_int,
+    as_pair,
+    call_args,
     clamp_priority,
+    fill_payloads,
+    needs_payloads,
+    queue_size_reads,
+    size_of,
+    state_lost,
 )
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.politeness.hosts import effective_policy  # noqa: F401 (idem)
@@ -75,19 +75,19 @@ __all__ = [
     "StaleDupeCache",
     "SyncBatch",
     "SyncResult",
-    "_arg",
-    "_expand",
-    "_fill_payloads",
-    "_int",
-    "_needs_payloads",
-    "_pair",
-    "_policy_defaults",
-    "_queue_size_reads",
-    "_seeding_state",
-    "_size_of",
-    "_state_lost",
+    "as_int",
+    "as_pair",
+    "call_args",
     "clamp_priority",
+    "expand_result",
+    "fill_payloads",
     "frontier_size",
+    "needs_payloads",
+    "policy_defaults",
+    "queue_size_reads",
+    "seeding_state",
+    "size_of",
+    "state_lost",
 ]
 
 logger = logging.getLogger(__name__)
@@ -96,8 +96,8 @@ logger = logging.getLogger(__name__)
 async def frontier_size(client: redis.asyncio.Redis, keys: CrawlKeys) -> int:
     """Entries held against FLEET_QUEUE_MAX (queued + leased + deferred), one round trip."""
     async with client.pipeline(transaction=False) as pipe:
-        _queue_size_reads(pipe, keys)
-        return _size_of(await pipe.execute())
+        queue_size_reads(pipe, keys)
+        return size_of(await pipe.execute())
 
 
 class AsyncFrontier:
@@ -185,7 +185,7 @@ class AsyncFrontier:
         sent, kept, left_out = split
         op = uuid.uuid4().hex
         keys = self.keys.frontier_keys(op, self._prev_op, self.worker)
-        arg = _arg(sent, self.worker, self.params, self.marker, left_out, self.dupes.gen)
+        arg = call_args(sent, self.worker, self.params, self.marker, left_out, self.dupes.gen)
 
         async def attempt() -> bytes:
             self.roundtrips += 1
@@ -195,7 +195,7 @@ class AsyncFrontier:
         try:
             reply = await redis_client.call_retrying_async(attempt, self.url, self.retries)
         except redis.ResponseError as exc:
-            lost = _state_lost(exc, self.url)
+            lost = state_lost(exc, self.url)
             if lost is not None:
                 raise lost from None
             raise
@@ -209,11 +209,11 @@ class AsyncFrontier:
         if not self.marker:
             self.marker = result.marker
         self.dupes.learn(sent, result)
-        result = _expand(result, kept, len(batch.pushes), left_out)
-        missing = _needs_payloads(result)
+        result = expand_result(result, kept, len(batch.pushes), left_out)
+        missing = needs_payloads(result)
         if missing:
             self.roundtrips += 1
-            result = _fill_payloads(result, await self.client.hmget(self.keys.data, missing))
+            result = fill_payloads(result, await self.client.hmget(self.keys.data, missing))
         return result
 
     async def close(self) -> None:

@@ -1,6 +1,6 @@
 """The worker's cache of Bloom keys known to be in the fleet's filter (FLEET_DUPEFILTER_CACHE).
 
-:class:`DupeCache` leaves known duplicates out of a call; :func:`_expand` gives the reply of
+:class:`DupeCache` leaves known duplicates out of a call; :func:`expand_result` gives the reply of
 such a call the indexes of the whole batch again; :class:`StaleDupeCache` is the refusal of a
 call that left keys out of a filter that has since been replaced.
 """
@@ -92,7 +92,7 @@ class DupeCache:
                 del keys[key]
 
 
-def _expand(result: SyncResult, kept: list[int], total: int, left_out: int) -> SyncResult:
+def expand_result(result: SyncResult, kept: list[int], total: int, left_out: int) -> SyncResult:
     """*result* of a call sent without the pushes the cache left out, with indexes of the
     whole batch again: a left-out push is a duplicate (flag 0, in ``seen``)."""
     if not left_out:
