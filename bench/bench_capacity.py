@@ -134,7 +134,8 @@ class Site:
 
 async def fleet_client(url: str, n: int, site: Site, stop_at: list[float], stats: dict[str, Any],
                        go: asyncio.Event) -> None:
-    from scrapy_fleet.frontier.client import AsyncFrontier, FrontierParams, SyncBatch
+    from scrapy_fleet.frontier.client import AsyncFrontier
+    from scrapy_fleet.frontier.protocol import FrontierParams, SyncBatch
     from scrapy_fleet.keys import CrawlKeys
 
     try:  # the worker's bound of links per call (pump.PUSH_CHUNK), in the tree under test
@@ -240,7 +241,8 @@ def seed(impl: str, url: str, site: Site) -> None:
                                  pickle.dumps(req.to_dict(spider=site.spider), 5))
         pipe.execute()
         return
-    from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams
+    from scrapy_fleet.frontier.admin import FrontierAdmin
+    from scrapy_fleet.frontier.protocol import FrontierParams
 
     admin = FrontierAdmin(url, "cap",
                           params=FrontierParams(host_concurrency=8, queue_max=1_000_000))

@@ -20,7 +20,8 @@ import _harness as h
 
 from scrapy_fleet import codec
 from scrapy_fleet.failures.record import FailureRecord
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.protocol import FrontierParams, SyncBatch
 
 BATCH = 16
 

@@ -46,7 +46,8 @@ import _harness as h
 import msgpack
 from bench_throughput import Monitor
 
-from scrapy_fleet.frontier.client import FrontierAdmin, SyncBatch
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.protocol import SyncBatch
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.monitoring import series
 from scrapy_fleet.monitoring.snapshot import read_snapshot

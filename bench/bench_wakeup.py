@@ -39,7 +39,7 @@ from scrapy import Request
 
 from scrapy_fleet import codec
 from scrapy_fleet.catalog import DEFAULTS
-from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.testsite import generate_site
 
 #: mode -> worker settings.  poll5 also gets a long lease timeout, so that the idle

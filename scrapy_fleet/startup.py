@@ -113,7 +113,7 @@ def check_worker(crawler: Crawler) -> FleetConfig:
         config.resolve_crawl_id(spider.name)
     if settings.get("FLEET_MONGO_URI"):
         try:
-            from scrapy_fleet.pipelines.mongo import MongoConfig
+            from scrapy_fleet.pipelines.mongo_config import MongoConfig
         except ImportError:  # pymongo missing: the pipeline itself reports it
             pass
         else:

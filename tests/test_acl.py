@@ -25,7 +25,7 @@ from support import (
 
 from scrapy_fleet import acl
 from scrapy_fleet.errors import RedisPermissionError
-from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys
 
 PASSWORD = "s3cret-acl"
@@ -398,7 +398,7 @@ def test_a_least_privileged_worker_puts_requests_back_at_the_head_of_their_bucke
 
     from scrapy_fleet import codec
     from scrapy_fleet.frontier.bloom import bloom_key
-    from scrapy_fleet.frontier.client import FrontierParams, SyncBatch
+    from scrapy_fleet.frontier.protocol import FrontierParams, SyncBatch
 
     url = acl_users("fleet-worker-back", acl.acl_rule("worker", crawl_id="back"))
     fr = FrontierAdmin(url, "back", params=FrontierParams(lease_timeout=30.0))

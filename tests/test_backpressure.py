@@ -26,9 +26,10 @@ from support import (
 from scrapy_fleet import codec
 from scrapy_fleet.catalog import DEFAULT_REQUEST_CLASSES
 from scrapy_fleet.config import FleetConfig
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import bloom_key
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
 from scrapy_fleet.frontier.memory import memory_warnings
+from scrapy_fleet.frontier.protocol import FrontierParams, SyncBatch
 from scrapy_fleet.testsite import generate_site
 
 CLI = [sys.executable, "-m", "scrapy_fleet.commands.cli"]

@@ -20,7 +20,8 @@ from support import TEST_PROJECT, free_port, read_items, run_scrapy, start_worke
 from scrapy_fleet import codec
 from scrapy_fleet.failures import admin as failures
 from scrapy_fleet.failures.record import FailureRecord
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.protocol import FrontierParams, SyncBatch
 from scrapy_fleet.testsite import generate_site
 
 CLI = [sys.executable, "-m", "scrapy_fleet.commands.cli"]

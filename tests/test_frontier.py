@@ -10,8 +10,9 @@ from scrapy import Request
 
 from scrapy_fleet import codec
 from scrapy_fleet.catalog import DEFAULT_REQUEST_CLASSES
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import bloom_key
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.frontier.protocol import FrontierParams, SyncBatch
 
 
 def make_admin(url: str, crawl: str = "t", lease: float = 30.0, max_leases: int = 3):

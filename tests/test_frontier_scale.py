@@ -14,8 +14,9 @@ from scrapy import Request
 from support import queue_entries
 
 from scrapy_fleet import codec, lua
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import CLASSIC, bloom_key, slice_params
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch, call_args
+from scrapy_fleet.frontier.protocol import FrontierParams, SyncBatch, call_args
 from scrapy_fleet.keys import CrawlKeys
 
 

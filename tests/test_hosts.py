@@ -17,8 +17,9 @@ from scrapy_fleet import codec, lua
 from scrapy_fleet.addon import Addon
 from scrapy_fleet.catalog import DEFAULT_REQUEST_CLASSES
 from scrapy_fleet.config import FleetConfig
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import bloom_key
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.frontier.protocol import FrontierParams, SyncBatch
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.politeness.hosts import host_key
 

@@ -9,7 +9,9 @@ import pytest
 import redis
 
 from scrapy_fleet.errors import CrawlStateLostError
-from scrapy_fleet.frontier.client import AsyncFrontier, FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.client import AsyncFrontier
+from scrapy_fleet.frontier.protocol import FrontierParams, SyncBatch
 from scrapy_fleet.keys import CrawlKeys
 
 

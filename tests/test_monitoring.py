@@ -22,7 +22,8 @@ import pytest
 import redis
 from support import TEST_PROJECT, queued, read_items, start_worker, tail, wait_all, wait_until
 
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.protocol import FrontierParams, SyncBatch
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.monitoring import alerts, series
 from scrapy_fleet.monitoring.heartbeat import WorkerMonitor, error_kind, fleet_counters

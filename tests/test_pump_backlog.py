@@ -10,8 +10,11 @@ from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
 
 from scrapy_fleet import codec
-from scrapy_fleet.frontier.client import AsyncFrontier, FrontierAdmin, SyncBatch
-from scrapy_fleet.frontier.pump import PUSH_CHUNK, Lease
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.client import AsyncFrontier
+from scrapy_fleet.frontier.leases import Lease
+from scrapy_fleet.frontier.protocol import SyncBatch
+from scrapy_fleet.frontier.pump import PUSH_CHUNK
 from scrapy_fleet.frontier.scheduler import FleetScheduler
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.politeness.hosts import host_key

@@ -16,7 +16,8 @@ from support import EXAMPLE_PROJECT, TEST_PROJECT, free_port, run_scrapy
 from scrapy_fleet import codec
 from scrapy_fleet.commands.push import default_fingerprinter, parse_line, push_lines
 from scrapy_fleet.errors import PushLineError
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.protocol import FrontierParams, SyncBatch
 from scrapy_fleet.keys import CrawlKeys
 
 CLI = [sys.executable, "-m", "scrapy_fleet.commands.cli"]

@@ -22,8 +22,9 @@ from scrapy_fleet.commands.push import (
     push_lines,
 )
 from scrapy_fleet.errors import PushLineError
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import bloom_key
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.frontier.protocol import FrontierParams, SyncBatch
 
 #: URLs whose safe and canonical forms differ from the text in every way w3lib knows
 VARIED_URLS = [

@@ -34,7 +34,8 @@ from scrapy_fleet.catalog import DEFAULT_REQUEST_CLASSES
 from scrapy_fleet.commands.push import default_fingerprinter, push_lines
 from scrapy_fleet.failures import admin as failures
 from scrapy_fleet.failures.record import FailureRecord
-from scrapy_fleet.frontier.client import FrontierAdmin, SyncBatch
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.protocol import SyncBatch
 
 pytestmark = pytest.mark.slow
 

@@ -10,8 +10,9 @@ from scrapy import Request
 from support import queued
 
 from scrapy_fleet import codec
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import BLOCK_BITS, BLOCK_PRIME, BLOCKED, bloom_key, slice_params
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.frontier.protocol import FrontierParams, SyncBatch
 
 
 def entry(url: str, priority: int = 0, host: str = "a.test", group: int = 0):
@@ -176,7 +177,7 @@ def test_a_deferred_stored_response_leaves_the_response_queue_to_the_fetch_worke
     FLEET_HOST_QUEUE_MAX) is deferred; it waits for that host, which only the fetch workers
     drain, so it does not count in the response queue that stops them (a stall: a parse worker
     re-parsed the deferred responses forever while the fetch workers waited)."""
-    from scrapy_fleet.frontier.client import FrontierParams
+    from scrapy_fleet.frontier.protocol import FrontierParams
 
     params = FrontierParams(host_queue_max=1, defer_delay=60.0)
     parse = FrontierAdmin(redis_url, "stall", params=FrontierParams(

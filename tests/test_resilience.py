@@ -20,7 +20,8 @@ from support import (
     wait_all,
 )
 
-from scrapy_fleet.frontier.client import FrontierAdmin, SyncBatch
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.protocol import SyncBatch
 from scrapy_fleet.testsite import generate_site
 
 

@@ -30,8 +30,9 @@ from support import (
 from scrapy_fleet import codec, lua
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import FleetConfigError
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import bloom_key
-from scrapy_fleet.frontier.client import FrontierAdmin, SyncBatch
+from scrapy_fleet.frontier.protocol import SyncBatch
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.politeness.hosts import robots_origin
 from scrapy_fleet.testsite import generate_site

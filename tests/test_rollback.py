@@ -8,7 +8,8 @@ from __future__ import annotations
 import time
 
 from scrapy_fleet import codec
-from scrapy_fleet.frontier.client import FrontierAdmin, SyncBatch
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.protocol import SyncBatch
 
 
 def _payload(url: str) -> bytes:

@@ -16,7 +16,8 @@ from scrapy.utils.test import get_crawler
 from support import frontier_payloads
 
 from scrapy_fleet import codec
-from scrapy_fleet.frontier.client import AsyncFrontier, FrontierAdmin
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.scheduler import FleetScheduler
 from scrapy_fleet.keys import CrawlKeys
 

@@ -21,7 +21,8 @@ from support import TEST_PROJECT, read_items, run_scrapy, start_worker, tail, wa
 from scrapy_fleet import codec
 from scrapy_fleet.failures import admin as failures
 from scrapy_fleet.failures.record import FailureRecord
-from scrapy_fleet.frontier.client import FrontierAdmin, SyncBatch
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.protocol import SyncBatch
 from scrapy_fleet.testsite import generate_site
 
 

@@ -25,7 +25,7 @@ from support import (
 )
 
 from scrapy_fleet.errors import RequestDecodeError
-from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.monitoring.snapshot import read_snapshot
 from scrapy_fleet.stages import records
@@ -214,7 +214,7 @@ def test_a_parse_worker_holding_stored_responses_says_parsing(role: str, state: 
     from scrapy import Spider
     from scrapy.utils.test import get_crawler
 
-    from scrapy_fleet.frontier.pump import Lease
+    from scrapy_fleet.frontier.leases import Lease
     from scrapy_fleet.frontier.scheduler import FleetScheduler
 
     crawler = get_crawler(Spider, {"FLEET_ROLE": role})

@@ -32,7 +32,8 @@ from scrapy_fleet.errors import (
     RedisPermissionError,
     RedisUnavailableError,
 )
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.protocol import FrontierParams
 from scrapy_fleet.monitoring import actions as monitoring_actions
 from scrapy_fleet.redis_url import validate_redis_url
 

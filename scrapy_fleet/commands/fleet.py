@@ -22,7 +22,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy_fleet.commands import cli
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import CrawlSpiderError, FleetConfigError
-from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.monitoring.alerts import AlertConfig
 from scrapy_fleet.startup import warn_unknown_settings
 

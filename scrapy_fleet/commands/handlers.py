@@ -17,7 +17,8 @@ from scrapy_fleet import codec
 from scrapy_fleet.commands import push
 from scrapy_fleet.errors import RequestDecodeError
 from scrapy_fleet.failures import admin as failures
-from scrapy_fleet.frontier.client import PRIORITY_LIMIT, FrontierAdmin
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.protocol import PRIORITY_LIMIT
 from scrapy_fleet.politeness import hosts as politeness
 
 

@@ -17,7 +17,7 @@ the first reply back instead of running twice.
 This module holds the asyncio client (:class:`AsyncFrontier`, :func:`frontier_size`); the
 call protocol (SyncBatch, SyncResult, FrontierParams, the ARGV packing, replay fill-in) is in
 ``protocol.py``, the worker's duplicate cache in ``dupecache.py``, the blocking client of the
-commands in ``admin.py``.  Every name of those is importable from here too.
+commands in ``admin.py`` (import each name from its home).
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ import redis
 import redis.asyncio
 
 from scrapy_fleet import lua, redis_client
-from scrapy_fleet.errors import CrawlStateLostError, RedisUnavailableError  # noqa: F401 (idem)
-from scrapy_fleet.frontier.admin import FrontierAdmin, policy_defaults, seeding_state
+from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.frontier.dupecache import (
     DUPE_CACHE_SIZE,
     STALE_GENERATION,
@@ -41,17 +40,10 @@ from scrapy_fleet.frontier.dupecache import (
     expand_result,
 )
 from scrapy_fleet.frontier.protocol import (
-    OP_TTL_MS,
-    PRIORITY_LIMIT,
-    RECLAIM_LIMIT,
     FrontierParams,
-    LeasedEntry,
     SyncBatch,
     SyncResult,
-    as_int,
-    as_pair,
     call_args,
-    clamp_priority,
     fill_payloads,
     needs_payloads,
     queue_size_reads,
@@ -59,36 +51,6 @@ from scrapy_fleet.frontier.protocol import (
     state_lost,
 )
 from scrapy_fleet.keys import CrawlKeys
-from scrapy_fleet.politeness.hosts import effective_policy  # noqa: F401 (idem)
-
-__all__ = [
-    "DUPE_CACHE_SIZE",
-    "OP_TTL_MS",
-    "PRIORITY_LIMIT",
-    "RECLAIM_LIMIT",
-    "STALE_GENERATION",
-    "AsyncFrontier",
-    "DupeCache",
-    "FrontierAdmin",
-    "FrontierParams",
-    "LeasedEntry",
-    "StaleDupeCache",
-    "SyncBatch",
-    "SyncResult",
-    "as_int",
-    "as_pair",
-    "call_args",
-    "clamp_priority",
-    "expand_result",
-    "fill_payloads",
-    "frontier_size",
-    "needs_payloads",
-    "policy_defaults",
-    "queue_size_reads",
-    "seeding_state",
-    "size_of",
-    "state_lost",
-]
 
 logger = logging.getLogger(__name__)
 

@@ -33,8 +33,10 @@ import redis
 from scrapy_fleet import codec, engine_hooks, outage
 from scrapy_fleet.browser import pagemethods
 from scrapy_fleet.errors import CrawlStateLostError, RedisUnavailableError, RequestEncodeError
-from scrapy_fleet.frontier.client import AsyncFrontier, StaleDupeCache, SyncBatch, SyncResult
+from scrapy_fleet.frontier.client import AsyncFrontier
+from scrapy_fleet.frontier.dupecache import StaleDupeCache
 from scrapy_fleet.frontier.leases import Lease, Out, unstorable_record
+from scrapy_fleet.frontier.protocol import SyncBatch, SyncResult
 from scrapy_fleet.frontier.wake import wait_set
 from scrapy_fleet.monitoring.heartbeat import WorkerMonitor
 from scrapy_fleet.politeness import hosts as politeness

@@ -43,16 +43,16 @@ from scrapy_fleet import codec, engine_hooks
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.frontier import memory
-from scrapy_fleet.frontier.client import AsyncFrontier, clamp_priority
+from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.dupefilter import RedisBloomDupeFilter
+from scrapy_fleet.frontier.leases import Lease, Out
+from scrapy_fleet.frontier.protocol import clamp_priority
 from scrapy_fleet.frontier.pump import (
     LEASE_META_KEY,
     PARSE_HELD,
     PUSH_CHUNK,
     START_META_KEY,
     FrontierPump,
-    Lease,
-    Out,
 )
 from scrapy_fleet.frontier.spidermw import FleetSpiderMiddleware
 from scrapy_fleet.keys import STAGE_HOST, CrawlKeys

@@ -57,7 +57,6 @@ from scrapy.utils.defer import maybe_deferred_to_future
 
 from scrapy_fleet import engine_hooks
 from scrapy_fleet.pipelines.mongo_config import (
-    MONGO_DEFAULTS,
     MongoConfig,
     default_document_id,
 )
@@ -83,12 +82,6 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
 logger = logging.getLogger(__name__)
-
-#: re-exported: their home is mongo_config / mongo_writes (names kept for importers)
-__all__ = [
-    "MONGO_DEFAULTS", "MongoConfig", "MongoPipeline", "default_document_id", "fatal_error",
-    "redact_uri", "stop_acknowledging", "write_batch",
-]
 
 
 class MongoPipeline:
