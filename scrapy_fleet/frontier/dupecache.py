@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
+from scrapy_fleet.errors import FleetError
 from scrapy_fleet.frontier.protocol import SyncBatch, SyncResult
 
 #: Bloom keys a worker remembers as being in the filter (FLEET_DUPEFILTER_CACHE's default)
@@ -17,7 +18,7 @@ DUPE_CACHE_SIZE = 100_000
 STALE_GENERATION = "stale filter generation"
 
 
-class StaleDupeCache(Exception):
+class StaleDupeCache(FleetError):
     """The frontier refused a call that left known duplicates out: the Bloom filter is not
     the one the DupeCache knew (purge, failover).  The cache is cleared; nothing changed."""
 

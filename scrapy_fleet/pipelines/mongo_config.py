@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 #: Every setting this pipeline reads, with its default: the ``mongo`` rows of
-#: :data:`scrapy_fleet.config.SETTINGS` (docs/mongo.md describes each one).
+#: :data:`scrapy_fleet.catalog.SETTINGS` (docs/mongo.md describes each one).
 MONGO_DEFAULTS: dict[str, Any] = {s.name: s.default for s in SETTINGS if s.section == "mongo"}
 
 

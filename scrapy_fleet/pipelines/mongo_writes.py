@@ -22,6 +22,7 @@ from pymongo.errors import (
 )
 
 from scrapy_fleet import engine_hooks
+from scrapy_fleet.errors import FleetError
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -56,7 +57,7 @@ UNAUTHORIZED_REASON = "mongo_unauthorized"
 CONFIG_ERROR_REASON = "mongo_config_error"
 
 
-class DocumentRejected(Exception):
+class DocumentRejected(FleetError):
     """An item's document MongoDB (or pymongo's BSON encoding) refused for good: the item was
     not written.  Raised by ``MongoPipeline.process_item``; its request fails with the reason
     ``item/mongo/<code>`` (``fleet_reason``: ``121`` validation, ``11000`` duplicate of a

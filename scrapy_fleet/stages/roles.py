@@ -30,7 +30,7 @@ from scrapy.http import Response
 from twisted.internet import defer
 
 from scrapy_fleet import codec, engine_hooks
-from scrapy_fleet.errors import RequestEncodeError
+from scrapy_fleet.errors import FleetError, RequestEncodeError
 from scrapy_fleet.stages import records
 
 if TYPE_CHECKING:
@@ -45,7 +45,7 @@ STORED_META_KEY = codec.PRIVATE_META_PREFIX + "stored"
 ROLES = ("all", "fetch", "parse")
 
 
-class StoredResponseTooLarge(IgnoreRequest):
+class StoredResponseTooLarge(FleetError, IgnoreRequest):
     """A fetch worker's response is bigger than ``FLEET_MAX_STORED_RESPONSE`` and
     ``FLEET_LARGE_RESPONSE = "fail"``: the request's errback gets this failure."""
 
