@@ -17,7 +17,7 @@ from scrapy_fleet import codec
 from scrapy_fleet.commands.push import default_fingerprinter, parse_line, push_lines
 from scrapy_fleet.errors import PushLineError
 from scrapy_fleet.frontier.admin import FrontierAdmin
-from scrapy_fleet.frontier.protocol import FrontierParams, SyncBatch
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 from scrapy_fleet.keys import CrawlKeys
 
 CLI = [sys.executable, "-m", "scrapy_fleet.commands.cli"]
@@ -230,7 +230,7 @@ def test_a_queue_member_the_script_did_not_write_is_skipped_not_fatal(redis_url)
     client.zadd(admin.keys.queue, {"a.test\t-00000000000001\t000000000000009": 0})
     got = []
     for _ in range(3):
-        got += admin.sync(SyncBatch(take=5), worker="w").leased
+        got += admin.call(CallBatch(take=5), worker="w").leased
     assert [codec.decode_dict(e.payload)["url"] for e in got] == ["http://a.test/1"]
     assert admin.status()["counters"]["bad_queue_members"] == 1
 

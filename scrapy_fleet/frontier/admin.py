@@ -16,9 +16,9 @@ import redis
 from scrapy_fleet import lua, redis_client
 from scrapy_fleet.frontier.dupecache import STALE_GENERATION, DupeCache, expand_result
 from scrapy_fleet.frontier.protocol import (
+    CallBatch,
+    CallResult,
     FrontierParams,
-    SyncBatch,
-    SyncResult,
     as_int,
     call_args,
     fill_payloads,
@@ -111,9 +111,9 @@ class FrontierAdmin:
         seconds, micros = self.client.time(**self._node())
         return int(seconds) * 1000 + int(micros) // 1000
 
-    def sync(self, batch: SyncBatch, worker: str = "", op_id: str | None = None,
-             monitor: bytes = b"") -> SyncResult:
-        """Run one batch (see :class:`AsyncFrontier.sync`), blocking.  *op_id* (default: a
+    def call(self, batch: CallBatch, worker: str = "", op_id: str | None = None,
+             monitor: bytes = b"") -> CallResult:
+        """Run one batch (see :class:`AsyncFrontier.call`), blocking.  *op_id* (default: a
         fresh one) names the call: the same id again replays the first reply."""
         if self._script is None:
             self._script = lua.load(self.client, "frontier.lua")
@@ -121,16 +121,16 @@ class FrontierAdmin:
         # whatever the cache learned since, so it is sent whole
         whole = (batch, list(range(len(batch.pushes))), 0)
         try:
-            return self._sync(batch, worker, op_id,
+            return self._call(batch, worker, op_id,
                               self.dupes.split(batch) if op_id is None else whole, monitor)
         except redis.ResponseError as exc:
             if STALE_GENERATION not in str(exc):
                 raise
             self.dupes.clear()
-            return self._sync(batch, worker, None, whole, monitor)
+            return self._call(batch, worker, None, whole, monitor)
 
-    def _sync(self, batch: SyncBatch, worker: str, op_id: str | None,
-              split: tuple[SyncBatch, list[int], int], monitor: bytes) -> SyncResult:
+    def _call(self, batch: CallBatch, worker: str, op_id: str | None,
+              split: tuple[CallBatch, list[int], int], monitor: bytes) -> CallResult:
         sent, kept, left_out = split
         op = op_id or uuid.uuid4().hex
         keys = self.keys.frontier_keys(op, self._prev_op, worker)
@@ -143,7 +143,7 @@ class FrontierAdmin:
                                                     self.wait_replicas, self.timeout)
             if acked < self.wait_replicas:
                 self.unreplicated += 1
-        result = SyncResult.from_reply(reply)
+        result = CallResult.from_reply(reply)
         self.dupes.learn(sent, result)
         result = expand_result(result, kept, len(batch.pushes), left_out)
         missing = needs_payloads(result)
@@ -151,10 +151,10 @@ class FrontierAdmin:
             result = fill_payloads(result, self.client.hmget(self.keys.data, missing))
         return result
 
-    def push(self, pushes: list[tuple[Any, ...]]) -> SyncResult:
+    def push(self, pushes: list[tuple[Any, ...]]) -> CallResult:
         """Push ``(bloom_key or b"", priority, payload[, 0, host])`` entries without parent;
         ``push_flags`` say new/duplicate, ``refused`` which ones the bounds refused."""
-        return self.sync(SyncBatch(pushes=pushes))
+        return self.call(CallBatch(pushes=pushes))
 
     def size(self) -> int:
         """Entries the frontier holds against FLEET_QUEUE_MAX: queued + leased + deferred."""

@@ -1,7 +1,7 @@
 """The Redis URL frontier: batches of pushes, leases, acknowledgements in one round trip.
 
-:class:`SyncBatch` is what a worker sends (lua/frontier.lua documents each field),
-:class:`SyncResult` what it gets back.  :class:`AsyncFrontier` runs batches from the reactor
+:class:`CallBatch` is what a worker sends (lua/frontier.lua documents each field),
+:class:`CallResult` what it gets back.  :class:`AsyncFrontier` runs batches from the reactor
 (redis.asyncio); :class:`FrontierAdmin` runs them and the read-only queries from commands.
 
 Lease life cycle of an entry (docs/architecture.md has the picture)::
@@ -15,7 +15,7 @@ Each call carries a fresh operation id; a call repeated after a lost reply (same
 the first reply back instead of running twice.
 
 This module holds the asyncio client (:class:`AsyncFrontier`, :func:`frontier_size`); the
-call protocol (SyncBatch, SyncResult, FrontierParams, the ARGV packing, replay fill-in) is in
+call protocol (CallBatch, CallResult, FrontierParams, the ARGV packing, replay fill-in) is in
 ``protocol.py``, the worker's duplicate cache in ``dupecache.py``, the blocking client of the
 commands in ``admin.py`` (import each name from its home).
 """
@@ -40,9 +40,9 @@ from scrapy_fleet.frontier.dupecache import (
     expand_result,
 )
 from scrapy_fleet.frontier.protocol import (
+    CallBatch,
+    CallResult,
     FrontierParams,
-    SyncBatch,
-    SyncResult,
     call_args,
     fill_payloads,
     needs_payloads,
@@ -67,7 +67,7 @@ class AsyncFrontier:
 
     Raises:
         RedisUnavailableError: from :meth:`connect` when Redis cannot be reached, and from
-            :meth:`sync` when it stays unreachable through ``retries`` retries.
+            :meth:`call` when it stays unreachable through ``retries`` retries.
     """
 
     def __init__(self, url: str, keys: CrawlKeys, worker: str, params: FrontierParams,
@@ -113,8 +113,8 @@ class AsyncFrontier:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
-    async def sync(self, batch: SyncBatch, monitor: bytes = b"",
-                   resend: bool = True) -> SyncResult:
+    async def call(self, batch: CallBatch, monitor: bytes = b"",
+                   resend: bool = True) -> CallResult:
         """Run one batch atomically; retried with the same op id on connection errors.
         *monitor*: ARGV[2] of lua/frontier.lua (heartbeat and counter deltas,
         ``monitoring.heartbeat.WorkerMonitor.payload``).
@@ -133,17 +133,17 @@ class AsyncFrontier:
                 changed.
         """
         try:
-            return await self._sync(batch, self.dupes.split(batch), monitor)
+            return await self._call(batch, self.dupes.split(batch), monitor)
         except redis.ResponseError as exc:
             if STALE_GENERATION not in str(exc):
                 raise
             self.dupes.clear()
             if not resend:
                 raise StaleDupeCache(str(exc)) from exc
-            return await self._sync(batch, (batch, list(range(len(batch.pushes))), 0), monitor)
+            return await self._call(batch, (batch, list(range(len(batch.pushes))), 0), monitor)
 
-    async def _sync(self, batch: SyncBatch, split: tuple[SyncBatch, list[int], int],
-                    monitor: bytes) -> SyncResult:
+    async def _call(self, batch: CallBatch, split: tuple[CallBatch, list[int], int],
+                    monitor: bytes) -> CallResult:
         sent, kept, left_out = split
         op = uuid.uuid4().hex
         keys = self.keys.frontier_keys(op, self._prev_op, self.worker)
@@ -167,7 +167,7 @@ class AsyncFrontier:
                 self.client, self.keys.stats, self.wait_replicas, self.timeout)
             if acked < self.wait_replicas:
                 self.unreplicated += 1
-        result = SyncResult.from_reply(reply)
+        result = CallResult.from_reply(reply)
         if not self.marker:
             self.marker = result.marker
         self.dupes.learn(sent, result)

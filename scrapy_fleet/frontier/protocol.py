@@ -1,8 +1,8 @@
 """The call protocol of lua/frontier.lua: what one call carries, what it gets back.
 
-:class:`SyncBatch` is what a worker sends (lua/frontier.lua documents each field) and
+:class:`CallBatch` is what a worker sends (lua/frontier.lua documents each field) and
 :class:`FrontierParams` the per-crawl constants sent with it, packed by :func:`call_args` into
-ARGV[1]; :class:`SyncResult` is the parsed reply (:class:`LeasedEntry` per lease).  Also
+ARGV[1]; :class:`CallResult` is the parsed reply (:class:`LeasedEntry` per lease).  Also
 here: the fill-in of payloads a replayed reply leaves out (a call repeated after a lost reply
 with the same op id gets the first reply back, without the payloads), the error of a lost
 crawl marker, and the reads of the frontier's size, shared by the asyncio client
@@ -37,7 +37,7 @@ def clamp_priority(priority: int) -> int:
 
 
 @dataclass
-class SyncBatch:
+class CallBatch:
     """One worker call.  Ids are entry ids (str), tokens fencing tokens (int), priorities ints.
 
     ``pushes`` holds ``(bloom_key, priority, payload[, group, host, delay_ms])``: bloom_key
@@ -84,7 +84,7 @@ class LeasedEntry:
 
 
 @dataclass
-class SyncResult:
+class CallResult:
     leased: list[LeasedEntry]
     lost: list[str]  #: entries whose ack/extend carried a stale token
     push_flags: list[int]  #: per push, 1 new entry / 0 duplicate, refused or not pushed
@@ -123,7 +123,7 @@ class SyncResult:
     prev_lost: bool = False
 
     @classmethod
-    def from_reply(cls, reply: bytes) -> SyncResult:
+    def from_reply(cls, reply: bytes) -> CallResult:
         # Redis's cmsgpack packs every string as msgpack "raw": read them as bytes.
         d = {k.decode(): v for k, v in msgpack.unpackb(reply, raw=True).items()}
         leased = [LeasedEntry(e[0].decode(), int(e[1]), e[2], int(e[3]))
@@ -183,7 +183,7 @@ class FrontierParams:
 
 
 
-def call_args(batch: SyncBatch, worker: str, params: FrontierParams, marker: str = "",
+def call_args(batch: CallBatch, worker: str, params: FrontierParams, marker: str = "",
          left_out: int = 0, gen: str | None = None) -> bytes:
     """ARGV[1] of lua/frontier.lua.  *marker*: the crawl marker the client saw ("" before
     its first call, or for a client that must not require one, like the push helper);
@@ -246,12 +246,12 @@ def state_lost(exc: redis.ResponseError, url: str) -> CrawlStateLostError | None
                                f"{text.split('crawl state lost: ', 1)[-1]}")
 
 
-def needs_payloads(result: SyncResult) -> list[str]:
+def needs_payloads(result: CallResult) -> list[str]:
     """Entry ids whose payload is missing: the reply was a cached replay (see frontier.lua)."""
     return [e.entry_id for e in result.leased if not e.payload]
 
 
-def fill_payloads(result: SyncResult, payloads: list[Any]) -> SyncResult:
+def fill_payloads(result: CallResult, payloads: list[Any]) -> CallResult:
     filled = []
     it = iter(payloads)
     for e in result.leased:
