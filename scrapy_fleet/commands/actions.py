@@ -1,4 +1,4 @@
-"""The handlers of the frontier's actions (push, status, dead, failed, retry, purge): what
+"""The frontier's actions (push, status, dead, failed, retry, purge): what
 ``scrapy-fleet ACTION`` and ``scrapy fleet ACTION SPIDER`` run once commands/cli.py has parsed
 the arguments, pinged Redis and checked the crawl's state.  Each returns an exit status
 (:data:`scrapy_fleet.commands.cli.EXIT_STATUSES`)."""
