@@ -169,3 +169,17 @@ def test_the_monitoring_keys_name_every_series_tier():
     keys = CrawlKeys("fleet", "c")
     assert [k for k in keys.monitor_keys("w") if ":series:" in k] == [
         keys.series(t) for t in TIERS]
+
+
+def test_components_reach_the_scheduler_through_its_ledger_only():
+    """The middlewares, the failure watch and the pipeline get the scheduler's typed
+    interface (frontier/ledger.py's LeaseLedger, engine_hooks.ledger_of), never the
+    scheduler object itself (engine_hooks.scheduler_of and getattr probing)."""
+    users = []
+    for name, (path, _) in MODULES.items():
+        if name == "scrapy_fleet.engine_hooks":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        users.extend(f"{name}:{node.lineno}" for node in ast.walk(tree)
+                     if isinstance(node, ast.Attribute) and node.attr == "scheduler_of")
+    assert users == []

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -117,6 +118,7 @@ class FleetScheduler(FrontierPump, BaseScheduler):
                 "TWISTED_REACTOR must be the asyncio reactor "
                 "(twisted.internet.asyncioreactor.AsyncioSelectorReactor) for scrapy_fleet")
         self.spider = spider
+        engine_hooks.publish_ledger(self.crawler, self)
         if hasattr(self.df, "open"):
             self.df.open()
         crawl_id = self.config.resolve_crawl_id(spider.name)
@@ -478,6 +480,10 @@ class FleetScheduler(FrontierPump, BaseScheduler):
         requests."""
         return self._closing or self._drain_started is not None or \
             engine_hooks.engine_closing(self.crawler)
+
+    def note_hold(self, host: str, seconds: float) -> None:
+        """Put *host* on hold for *seconds* at once (others learn it at their next call)."""
+        self.holds[host] = max(self.holds.get(host, 0.0), time.monotonic() + seconds)
 
     def download_over(self, request: Request) -> None:
         """A leased request's download is over (response or failure): its host's concurrency

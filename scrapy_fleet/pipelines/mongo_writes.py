@@ -131,11 +131,10 @@ def stop_acknowledging(crawler: Crawler | None, reason: str) -> bool:
     Returns:
         False when there is no running engine or its scheduler cannot withhold.
     """
-    scheduler = engine_hooks.scheduler_of(crawler)
-    withhold = getattr(scheduler, "withhold_acknowledgements", None)
-    if not callable(withhold):
+    ledger = engine_hooks.ledger_of(crawler)
+    if ledger is None:
         return False
-    withhold(reason)
+    ledger.withhold_acknowledgements(reason)
     return True
 
 
