@@ -44,7 +44,7 @@ from typing import Any
 
 import _harness as h
 
-from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from testsite import generate_site
 
 EXT = {"benchext.BenchStats": 0}

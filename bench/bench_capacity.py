@@ -134,8 +134,15 @@ class Site:
 
 async def fleet_client(url: str, n: int, site: Site, stop_at: list[float], stats: dict[str, Any],
                        go: asyncio.Event) -> None:
-    from scrapy_fleet.frontier.client import AsyncFrontier, FrontierParams, SyncBatch
+    from scrapy_fleet.frontier.client import AsyncFrontier
     from scrapy_fleet.keys import CrawlKeys
+
+    try:
+        from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
+    except ImportError:  # a tree from before issue 20's names (a baseline)
+        from scrapy_fleet.frontier.client import FrontierParams  # type: ignore[no-redef]
+        from scrapy_fleet.frontier.client import SyncBatch as CallBatch  # type: ignore[no-redef]
+        AsyncFrontier.call = AsyncFrontier.sync  # type: ignore[attr-defined]
 
     try:  # the worker's bound of links per call (pump.PUSH_CHUNK), in the tree under test
         from scrapy_fleet.frontier.pump import PUSH_CHUNK as push_chunk
@@ -149,7 +156,7 @@ async def fleet_client(url: str, n: int, site: Site, stop_at: list[float], stats
     await go.wait()
     try:
         while time.monotonic() < stop_at[0]:
-            batch = SyncBatch()
+            batch = CallBatch()
             done = 0
             for e in held:
                 m = PAGE_RE.search(e.payload)
@@ -172,7 +179,7 @@ async def fleet_client(url: str, n: int, site: Site, stop_at: list[float], stats
             if calls % 20 == 0:
                 batch.extends = [(e.entry_id, e.token) for e in held]
             t0 = time.perf_counter()
-            r = await fr.sync(batch)
+            r = await fr.call(batch)
             stats["lat"].append(time.perf_counter() - t0)
             stats["links"] += len(batch.pushes)
             stats["pages"] += r.acked
@@ -240,7 +247,8 @@ def seed(impl: str, url: str, site: Site) -> None:
                                  pickle.dumps(req.to_dict(spider=site.spider), 5))
         pipe.execute()
         return
-    from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams
+    from scrapy_fleet.frontier.admin import FrontierAdmin
+    from scrapy_fleet.frontier.protocol import FrontierParams
 
     admin = FrontierAdmin(url, "cap",
                           params=FrontierParams(host_concurrency=8, queue_max=1_000_000))
@@ -397,7 +405,13 @@ def storm(tree: Path, root: Path, n: int = 10_000) -> dict[str, Any]:
     """n leases expire at once; calls of a normal client then reclaim them."""
     code = r'''
 import sys, time, json
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
+try:
+    from scrapy_fleet.frontier.admin import FrontierAdmin
+    from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
+except ImportError:  # a tree from before issue 20's names (a baseline)
+    from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams
+    from scrapy_fleet.frontier.client import SyncBatch as CallBatch
+    FrontierAdmin.call = FrontierAdmin.sync
 url, n = sys.argv[1], int(sys.argv[2])
 admin = FrontierAdmin(url, "storm", params=FrontierParams(lease_timeout=600.0))
 for s in range(0, n, 500):
@@ -405,7 +419,7 @@ for s in range(0, n, 500):
                 for i in range(s, min(n, s + 500))])
 held = 0
 while held < n:
-    got = admin.sync(SyncBatch(take=500), worker="holder").leased
+    got = admin.call(CallBatch(take=500), worker="holder").leased
     if not got: break
     held += len(got)
 # every lease expires at once: as if the holder had died 600 s ago
@@ -415,7 +429,7 @@ sys.stdin.readline()
 normal = FrontierAdmin(url, "storm")
 calls, reclaimed = 0, 0
 while admin.client.zcount(admin.keys.leases, "-inf", 1) > 0 and calls < 100000:
-    r = normal.sync(SyncBatch(), worker="w1")
+    r = normal.call(CallBatch(), worker="w1")
     calls += 1
     reclaimed += r.reclaimed + r.dead_lettered
 import scrapy_fleet

@@ -23,7 +23,7 @@ from scrapy import FormRequest, Request
 from scrapy.utils.request import request_from_dict
 
 from scrapy_fleet import codec
-from scrapy_fleet.config import DEFAULT_REQUEST_CLASSES
+from scrapy_fleet.catalog import DEFAULT_REQUEST_CLASSES
 
 BASE = "https://docs.python.org/3/"
 

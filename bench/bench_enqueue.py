@@ -5,7 +5,7 @@ One process, no crawl: the links the example project's ``docs`` spider yields on
 ``Referer`` header and ``meta["depth"]``, as the spider middlewares leave them), page after
 page: each page links to ``--links`` pages drawn at random (seeded; ~90 % of the links are
 duplicates, most of them known to the worker's cache by then), and every ``--calls-every``
-pages the fleet makes one frontier call (``_sync_once``: acknowledgements are left out,
+pages the fleet makes one frontier call (``_call_once``: acknowledgements are left out,
 only the pushes), as a worker does (bench_throughput: ~15 pages per call).
 
 * *plain*: ``scrapy.core.scheduler.Scheduler`` with ``RFPDupeFilter`` and its memory queue
@@ -125,7 +125,7 @@ def run_fleet(site: list[tuple[str, list[str]]], scope: str, redis_url: str,
                 n += links
                 if (i + 1) % calls_every == 0 or i == len(site) - 1:
                     t0 = time.process_time()
-                    await sched._sync_once(final=True)  # pushes only: leases nothing
+                    await sched._call_once(final=True)  # pushes only: leases nothing
                     called += time.process_time() - t0
                     calls += 1
         finally:

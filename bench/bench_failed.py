@@ -20,7 +20,8 @@ import _harness as h
 
 from scrapy_fleet import codec
 from scrapy_fleet.failures.record import FailureRecord
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 
 BATCH = 16
 
@@ -38,7 +39,7 @@ def one_round(url: str, crawl: str, entries: int, failed: bool) -> tuple[float, 
     spent = 0.0
     done = 0
     while done < entries:
-        leased = admin.sync(SyncBatch(take=BATCH), worker="bench").leased
+        leased = admin.call(CallBatch(take=BATCH), worker="bench").leased
         acks = []
         for e in leased:
             if failed:
@@ -50,7 +51,7 @@ def one_round(url: str, crawl: str, entries: int, failed: bool) -> tuple[float, 
             else:
                 acks.append((e.entry_id, e.token))
         started = time.perf_counter()
-        admin.sync(SyncBatch(acks=acks), worker="bench")
+        admin.call(CallBatch(acks=acks), worker="bench")
         spent += time.perf_counter() - started
         done += len(leased)
     after = int(admin.client.info("memory")["used_memory"])

@@ -36,7 +36,7 @@ import json, sys, uuid
 import msgpack, redis
 from scrapy_fleet import lua
 from scrapy_fleet.keys import CrawlKeys
-from scrapy_fleet.frontier.protocol import FrontierParams, SyncBatch, _arg
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams, call_args
 
 port, calls, entries, hosts, leased, functions, pid = (int(x) for x in sys.argv[1:8])
 
@@ -80,22 +80,22 @@ def call(batch, worker, monitor=b""):
     op = uuid.uuid4().hex
     keys = k.frontier_keys(op, prev[worker], worker)
     prev[worker] = op
-    return script(keys=keys, args=[_arg(batch, worker, params), monitor])
+    return script(keys=keys, args=[call_args(batch, worker, params), monitor])
 
 
 pushes = [[i.to_bytes(12, "big"), 0, b"x" * 200, 0, "h%d.example" % (i % hosts)]
           for i in range(entries)]
 for at in range(0, len(pushes), 500):
-    call(SyncBatch(pushes=pushes[at:at + 500]), "")
-call(SyncBatch(take=leased), "w-busy")
+    call(CallBatch(pushes=pushes[at:at + 500]), "")
+call(CallBatch(take=leased), "w-busy")
 hb = msgpack.packb({"hb": {"st": "crawling", "l": 0, "dl": 0, "pg": 0, "it": 0, "er": 0,
                            "sv": "2.19", "fv": "0.1", "h": "m1", "pid": 1, "sa": 1.0,
                            "ro": "all"}, "da": 15000, "fa": 120000}, use_bin_type=False)
-call(SyncBatch(beat=True), "w-idle", hb)
+call(CallBatch(beat=True), "w-idle", hb)
 r.config_resetstat()
 cpu0 = server_cpu()
 for _ in range(calls):
-    call(SyncBatch(beat=True), "w-idle", hb)
+    call(CallBatch(beat=True), "w-idle", hb)
 cpu = server_cpu() - cpu0
 st = r.info("commandstats")
 ev = st.get("cmdstat_fcall" if functions else "cmdstat_evalsha", {"usec": 0, "calls": 1})

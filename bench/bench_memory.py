@@ -41,7 +41,7 @@ def child(args: argparse.Namespace) -> None:
 
     import scrapy_fleet
     from scrapy_fleet.commands.push import default_fingerprinter, push_lines
-    from scrapy_fleet.frontier.client import FrontierAdmin
+    from scrapy_fleet.frontier.admin import FrontierAdmin
 
     assert len(url(0, 1)) == 50
     r = redis.Redis.from_url(args.url)

@@ -30,7 +30,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from scrapy_fleet.commands import push
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.protocol import FrontierParams
 from scrapy_fleet.monitoring import metrics, server
 from scrapy_fleet.monitoring.snapshot import read_snapshot
 from scrapy_fleet.monitoring.source import VIEW_SERIES, FleetSource

@@ -31,7 +31,8 @@ from mockupdb import MockupDB
 from pymongo import MongoClient
 from scrapy.utils.test import get_crawler
 
-from scrapy_fleet.pipelines.mongo import MongoPipeline, default_document_id
+from scrapy_fleet.pipelines.mongo import MongoPipeline
+from scrapy_fleet.pipelines.mongo_config import default_document_id
 
 
 def start_server() -> MockupDB:

@@ -46,7 +46,8 @@ import _harness as h
 import msgpack
 from bench_throughput import Monitor
 
-from scrapy_fleet.frontier.client import FrontierAdmin, SyncBatch
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.protocol import CallBatch
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.monitoring import series
 from scrapy_fleet.monitoring.snapshot import read_snapshot
@@ -161,7 +162,7 @@ def series_bytes(redis: h.Redis) -> dict[str, Any]:
     for n in range(500):
         arg = msgpack.packb({"hb": {"st": "idle"}, "cs": 1, "c": {"pages": 1}, "fa": 1000},
                             use_bin_type=False)
-        admin.sync(SyncBatch(beat=True), worker=f"churn{n}:{n}:1", monitor=arg)
+        admin.call(CallBatch(beat=True), worker=f"churn{n}:{n}:1", monitor=arg)
     after = sizes()
     return {"first_sample": first, "week_filled": week, "after_churn": after}
 

@@ -78,7 +78,7 @@ def one_run(root: Path, name: str, tree: Path, data: Path, urls: int) -> dict[st
 
 def batch_run(root: Path, batch: int, urls: int, hosts: int) -> dict[str, Any]:
     from scrapy_fleet.commands.push import default_fingerprinter, push_lines
-    from scrapy_fleet.frontier.client import FrontierAdmin
+    from scrapy_fleet.frontier.admin import FrontierAdmin
 
     with h.Redis(root / f"b-{batch}-{time.monotonic_ns()}") as server:
         client = redis.Redis.from_url(server.url)

@@ -300,7 +300,7 @@ def record_mix(args: argparse.Namespace) -> None:
     import time
 
     from scrapy_fleet.frontier.admin import FrontierAdmin
-    from scrapy_fleet.frontier.protocol import FrontierParams, SyncBatch
+    from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 
     path = Path(args.file).resolve()
     path.unlink(missing_ok=True)
@@ -328,7 +328,7 @@ def record_mix(args: argparse.Namespace) -> None:
             w = rng.choice(list(workers))
             mine = held[w]
             rng.shuffle(mine)
-            batch = SyncBatch(take=rng.choice([0, 1, 2, 4, 8]), beat=True)
+            batch = CallBatch(take=rng.choice([0, 1, 2, 4, 8]), beat=True)
             for e in mine[:rng.randint(0, 4)]:
                 batch.downloaded.append((e.entry_id, e.token))
             done = mine[:rng.randint(0, min(len(mine), 5))]
@@ -355,7 +355,7 @@ def record_mix(args: argparse.Namespace) -> None:
                                      "cs": n + 1, "c": {"pages": len(batch.acks)},
                                      "hp": [["h1.test", 1, 0]], "da": 15000, "fa": 120000},
                                     use_bin_type=False)
-            result = workers[w].sync(batch, worker=w, monitor=monitor)
+            result = workers[w].call(batch, worker=w, monitor=monitor)
             gone = {e[0] for e in [*batch.acks, *batch.releases, *batch.dead]} | set(result.lost)
             held[w] = [e for e in mine if e.entry_id not in gone] + list(result.leased)
             if rng.random() < 0.03:

@@ -34,7 +34,7 @@ import _harness as h
 from scrapy import Request
 
 from scrapy_fleet import codec
-from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.frontier.admin import FrontierAdmin
 
 
 def proc_cpu(pid: int) -> float:

@@ -38,8 +38,8 @@ import _harness as h
 from scrapy import Request
 
 from scrapy_fleet import codec
-from scrapy_fleet.config import DEFAULTS
-from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.catalog import DEFAULTS
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from testsite import generate_site
 
 #: mode -> worker settings.  poll5 also gets a long lease timeout, so that the idle

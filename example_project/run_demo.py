@@ -126,7 +126,7 @@ class Progress:
         self.lines = dict.fromkeys(outputs, 0)
         self.admin: Any = None
         try:
-            from scrapy_fleet.frontier.client import FrontierAdmin
+            from scrapy_fleet.frontier.admin import FrontierAdmin
 
             self.admin = FrontierAdmin(redis_url, SPIDER)
         except Exception as exc:  # the status is a nicety; line counts always work

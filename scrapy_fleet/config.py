@@ -8,73 +8,55 @@ setting with its type, default and meaning.
 
 from __future__ import annotations
 
-import codecs
-import math
 import os
-import re
 import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
-from urllib.parse import parse_qs, urlsplit
+from typing import Any
 
-import redis
 from scrapy.settings import BaseSettings
 
-from scrapy_fleet.catalog import (  # noqa: F401 - re-exported: the names config.py always had
-    DEFAULT_REQUEST_CLASSES,
-    DEFAULTS,
-    SECTIONS,
-    SETTINGS,
-    SETTINGS_HELP,
-    Setting,
-    format_default,
-    settings_listing,
-    unknown_settings,
+from scrapy_fleet.browser.handler import RESOURCE_TYPES, abort_types
+from scrapy_fleet.checks import (
+    boolean,
+    bound,
+    check,
+    is_fraction,
+    number,
+    setting_value,
+    validate_crawl_id,
+    validate_key_prefix,
 )
 from scrapy_fleet.errors import FleetConfigError
-from scrapy_fleet.redact import redact
+from scrapy_fleet.frontier.bloom import MAX_SLICE_BITS, slice_params
+from scrapy_fleet.frontier.protocol import FrontierParams
+from scrapy_fleet.keys import STAGE_HOST
+from scrapy_fleet.proxies.settings import ProxyConfig, proxy_config
+from scrapy_fleet.redis_url import validate_redis_url
 
-if TYPE_CHECKING:
-    from scrapy_fleet.proxies.settings import ProxyConfig
-
-T = TypeVar("T")
-#: the frontier's pseudo-host of stored responses (stages/records.py, lua/hosts.lua)
-STAGE_HOST = "~parse"
-
-_CRAWL_ID_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
 _START_MODES = ("once", "always", "never")
-
-def _proxy_config(settings: BaseSettings | Mapping[str, Any]) -> Any:
-    """The proxy pool's settings (proxies/settings.py, imported here to keep the import graph
-    one-way: that module uses this one's checks)."""
-    from scrapy_fleet.proxies.settings import proxy_config
-
-    return proxy_config(settings)
 
 
 def _stages(g: Callable[[str], Any]) -> dict[str, Any]:
     """FLEET_ROLE and the bounds of the response queue (stages/roles.py)."""
     role = g("FLEET_ROLE")
-    _check("FLEET_ROLE", role, role in ("all", "fetch", "parse"), '"all", "fetch" or "parse"')
+    check("FLEET_ROLE", role, role in ("all", "fetch", "parse"), '"all", "fetch" or "parse"')
     large = g("FLEET_LARGE_RESPONSE")
-    _check("FLEET_LARGE_RESPONSE", large, large in ("parse", "fail"), '"parse" or "fail"')
+    check("FLEET_LARGE_RESPONSE", large, large in ("parse", "fail"), '"parse" or "fail"')
     out: dict[str, Any] = {"role": role, "large_response": large}
     for name, attr in (("FLEET_RESPONSE_QUEUE_MAX", "response_queue_max"),
                        ("FLEET_RESPONSE_QUEUE_BYTES", "response_queue_bytes"),
                        ("FLEET_MAX_STORED_RESPONSE", "max_stored_response")):
-        out[attr] = _number(name, g(name), int, 1, "an integer >= 1")
+        out[attr] = number(name, g(name), int, 1, "an integer >= 1")
     return out
 
 
 def _browser(g: Callable[[str], Any]) -> dict[str, Any]:
     """FLEET_PLAYWRIGHT and FLEET_PLAYWRIGHT_ABORT (browser/handler.py)."""
-    from scrapy_fleet.browser.handler import RESOURCE_TYPES, abort_types
-
-    enabled = _bool("FLEET_PLAYWRIGHT", g("FLEET_PLAYWRIGHT"))
+    enabled = boolean("FLEET_PLAYWRIGHT", g("FLEET_PLAYWRIGHT"))
     abort = abort_types(g("FLEET_PLAYWRIGHT_ABORT"))
-    _check("FLEET_PLAYWRIGHT_ABORT", abort,
+    check("FLEET_PLAYWRIGHT_ABORT", abort,
            isinstance(abort, (list, tuple)) and all(t in RESOURCE_TYPES for t in abort),
            f"a list of Playwright resource types ({', '.join(sorted(RESOURCE_TYPES))})")
     if enabled:
@@ -86,76 +68,6 @@ def _browser(g: Callable[[str], Any]) -> dict[str, Any]:
                 "(and a browser: PLAYWRIGHT_LAUNCH_OPTIONS = {\"executable_path\": ...})"
             ) from None
     return {"playwright": enabled, "playwright_abort": tuple(abort)}
-
-
-def _get(settings: BaseSettings | Mapping[str, Any], name: str) -> Any:
-    """The value of *name*, or its default when unset or None.
-
-    Raises:
-        KeyError: *name* has no row in :data:`SETTINGS` (a programming error).
-    """
-    default = DEFAULTS[name]
-    value = settings.get(name, default)
-    return default if value is None else value
-
-
-def _check(name: str, value: Any, ok: bool, expected: str) -> None:
-    if not ok:
-        raise FleetConfigError(f"{name}={value!r} is invalid: expected {expected}")
-
-
-def _number(name: str, value: Any, cast: Callable[[Any], T], minimum: float,
-            expected: str, exclusive: bool = False) -> T:
-    if isinstance(value, bool):
-        raise FleetConfigError(f"{name}={value!r} is invalid: expected {expected}")
-    try:
-        number = cast(value)
-    except (TypeError, ValueError):
-        raise FleetConfigError(f"{name}={value!r} is invalid: expected {expected}") from None
-    if cast is int and isinstance(value, float) and not float(value).is_integer():
-        raise FleetConfigError(f"{name}={value!r} is invalid: expected {expected}")
-    if not math.isfinite(number):  # type: ignore[arg-type]
-        raise FleetConfigError(f"{name}={value!r} is invalid: expected a finite number, "
-                               f"{expected}")
-    below = number <= minimum if exclusive else number < minimum  # type: ignore[operator]
-    if below:
-        raise FleetConfigError(f"{name}={value!r} is invalid: expected {expected}")
-    return number
-
-
-def _is_fraction(value: Any) -> bool:
-    try:
-        return 0.0 <= float(value) <= 1.0
-    except (TypeError, ValueError):
-        return False
-
-
-def _bool(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in ("1", "0", "true", "false", "yes",
-                                                             "no", "on", "off"):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    raise FleetConfigError(f"{name}={value!r} is invalid: expected a boolean")
-
-
-def _bound(name: str, value: Any) -> int | None:
-    """A size bound: an integer >= 1, or None for unbounded; 0 (and "0", "", "None" on the
-    command line) also means unbounded, as in ``scrapy-fleet --queue-max 0`` and the bounds
-    the workers store in Redis."""
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
-        return None
-    number = _number(name, value, int, 0, "an integer >= 0 or None (0 or None: unbounded)")
-    return number or None
-
-
-def _optional_int(name: str, value: Any) -> int | None:
-    """An integer >= 1, or None (None, "" or "none")."""
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
-        return None
-    return _number(name, value, int, 1, "an integer >= 1 or None")
 
 
 def _host_overrides(value: Any) -> dict[str, tuple[float | None, int | None, int | None, bool]]:
@@ -171,114 +83,34 @@ def _host_overrides(value: Any) -> dict[str, tuple[float | None, int | None, int
         except ValueError:
             raise FleetConfigError(f"{name}={value!r} is invalid: expected a dict "
                                    "(JSON on the command line)") from None
-    _check(name, value, isinstance(value, dict), "a dict of host -> {rate, burst, "
+    check(name, value, isinstance(value, dict), "a dict of host -> {rate, burst, "
            "concurrency, delay}")
     out: dict[str, tuple[float | None, int | None, int | None, bool]] = {}
     for host, spec in value.items():
         where = f"{name}[{host!r}]"
-        _check(where, spec, isinstance(host, str) and isinstance(spec, dict)
+        check(where, spec, isinstance(host, str) and isinstance(spec, dict)
                and set(spec) <= {"rate", "burst", "concurrency", "delay"},
                "a dict with keys among rate, burst, concurrency, delay")
         interval = None
         is_rate = False
         if spec.get("rate") is not None:
-            interval = 1.0 / _number(f"{where}['rate']", spec["rate"], float, 0.0,
+            interval = 1.0 / number(f"{where}['rate']", spec["rate"], float, 0.0,
                                      "requests per second > 0", exclusive=True)
             is_rate = True
         if spec.get("delay") is not None:
-            d = _number(f"{where}['delay']", spec["delay"], float, 0.0, "seconds >= 0")
+            d = number(f"{where}['delay']", spec["delay"], float, 0.0, "seconds >= 0")
             if d >= (interval or 0.0):
                 interval, is_rate = d, False
-        burst = None if spec.get("burst") is None else _number(
+        burst = None if spec.get("burst") is None else number(
             f"{where}['burst']", spec["burst"], int, 1, "an integer >= 1")
-        conc = None if spec.get("concurrency") is None else _number(
+        conc = None if spec.get("concurrency") is None else number(
             f"{where}['concurrency']", spec["concurrency"], int, 0, "an integer >= 0")
         out[host.lower()] = (interval, burst, conc, is_rate)
     return out
 
 
-#: redis-py URL options that change what the client returns: the fleet reads every reply as
-#: bytes (msgpack from its scripts, raw payloads) and builds key names as UTF-8, so these
-#: would make every frontier call fail (decode_responses: UnicodeDecodeError, also with
-#: "False", which redis-py takes as a true string) or silently name other keys (encoding).
-_REPLY_OPTIONS = {
-    "decode_responses": "the fleet reads Redis replies as bytes; remove it from the URL",
-    "encoding": "key names and arguments are sent as UTF-8; remove it from the URL",
-}
-
-
-def _check_url_options(url: str, name: str) -> None:
-    """Refuse the URL options that break the fleet's replies, and those redis-py does not
-    know (which would fail at the first command with a TypeError)."""
-    for option, values in parse_qs(urlsplit(url).query).items():
-        why = _REPLY_OPTIONS.get(option)
-        if option == "encoding" and values and _is_utf8(values[0]):
-            continue
-        if why:
-            raise FleetConfigError(f"{name}={redact(url)!r} is invalid: the URL option "
-                                   f"{option!r} is not supported ({why})")
-    parts = urlsplit(url)
-    if parts.scheme not in ("redis", "rediss", "unix"):
-        return  # Cluster and Sentinel URLs: redis_url.parse checked their options
-    db = parts.path.strip("/")
-    if parts.scheme != "unix" and db and not db.isdigit():
-        # redis-py would silently use database 0 for redis://host/x
-        raise FleetConfigError(f"{name}={redact(url)!r} is invalid: the database number "
-                               f"{db!r} is not a number (redis://HOST:PORT/0)")
-    try:
-        pool = redis.ConnectionPool.from_url(url)
-        pool.make_connection()  # builds the connection object only: no I/O
-    except (TypeError, ValueError, redis.RedisError) as exc:  # RedisError: "protocol must be..."
-        # "for 'x'" (current redis-py) or "for `x`" (redis-py 5.0)
-        found = re.search(r"argument '(\w+)'|for ['`](\w+)['`]", str(exc))
-        named = next((g for g in found.groups() if g), None) if found else None
-        what = f"the URL option {named!r} is unknown or has a bad value" if named else str(exc)
-        raise FleetConfigError(f"{name}={redact(url)!r} is invalid: {what} (redis-py "
-                               "connection options only)") from None
-
-
-def _is_utf8(encoding: str) -> bool:
-    try:
-        return codecs.lookup(encoding).name == "utf-8"
-    except LookupError:
-        return False
-
-
-def validate_redis_url(url: Any, name: str = "FLEET_REDIS_URL") -> str:
-    """Return *url* if it names a Redis deployment (scrapy_fleet/redis_url.py lists the
-    schemes: one server, Cluster, Sentinel, each with or without TLS) with valid options.
-
-    Raises:
-        FleetConfigError: naming *name*, the URL (password redacted) and what is wrong.
-    """
-    from scrapy_fleet import redis_url
-
-    redis_url.parse(url, name)
-    _check_url_options(url, name)
-    return str(url)
-
-
 #: values of FLEET_HOST_KEY (politeness.host_key)
 HOST_KEY_MODES = ("host", "domain", "ip")
-
-
-def validate_key_prefix(prefix: Any, name: str = "FLEET_KEY_PREFIX") -> str:
-    """*prefix* of every key of the crawl (no ``{``: the hash tag is the crawl id's).
-
-    Raises:
-        FleetConfigError: naming *name* and the value.
-    """
-    _check(name, prefix,
-           isinstance(prefix, str) and bool(re.match(r"^[A-Za-z0-9_.\-:]{1,50}$", prefix)),
-           "1-50 characters of letters, digits, '_.-:'")
-    return str(prefix)
-
-
-def validate_crawl_id(value: Any, name: str = "FLEET_CRAWL_ID") -> str:
-    """A crawl id is 1-100 characters of letters, digits, ``_ . -``."""
-    _check(name, value, isinstance(value, str) and bool(_CRAWL_ID_RE.match(value)),
-           "1-100 characters of letters, digits, '_', '.', '-'")
-    return str(value)
 
 
 def default_worker_id() -> str:
@@ -296,7 +128,7 @@ def _ban_statuses(value: Any) -> tuple[int, ...]:
         value = [v for v in value.replace(",", " ").split() if v]
     ok = isinstance(value, (list, tuple)) and all(
         not isinstance(v, bool) and str(v).isdigit() and 100 <= int(v) <= 599 for v in value)
-    _check(name, value, ok, "a list of HTTP status codes (100-599)")
+    check(name, value, ok, "a list of HTTP status codes (100-599)")
     return tuple(sorted({int(v) for v in value}))
 
 
@@ -379,49 +211,47 @@ class FleetConfig:
             frozen = getattr(settings, "frozen", False)
             if cached is not None and frozen:
                 return cached  # type: ignore[no-any-return]
-        g = lambda name: _get(settings, name)  # noqa: E731
+        g = lambda name: setting_value(settings, name)  # noqa: E731
         crawl_id = g("FLEET_CRAWL_ID")
         if crawl_id is not None:
             validate_crawl_id(crawl_id)
         prefix = validate_key_prefix(g("FLEET_KEY_PREFIX"))
         worker_id = g("FLEET_WORKER_ID") or default_worker_id()
-        _check("FLEET_WORKER_ID", worker_id, isinstance(worker_id, str) and len(worker_id) <= 200,
+        check("FLEET_WORKER_ID", worker_id, isinstance(worker_id, str) and len(worker_id) <= 200,
                "a string of at most 200 characters")
         idle = g("FLEET_IDLE_TIMEOUT")
         if isinstance(idle, str) and idle.strip().lower() in ("", "none", "null"):
             idle = None
         start_mode = g("FLEET_START_REQUESTS")
-        _check("FLEET_START_REQUESTS", start_mode, start_mode in _START_MODES,
+        check("FLEET_START_REQUESTS", start_mode, start_mode in _START_MODES,
                f"one of {', '.join(_START_MODES)}")
         classes = g("FLEET_REQUEST_CLASSES")
         if isinstance(classes, str):
             classes = [c.strip() for c in classes.split(",") if c.strip()]
-        _check("FLEET_REQUEST_CLASSES", classes,
+        check("FLEET_REQUEST_CLASSES", classes,
                isinstance(classes, (list, tuple)) and all(isinstance(c, str) for c in classes),
                "a list of import paths")
-        error_rate = _number("FLEET_DUPEFILTER_ERROR_RATE", g("FLEET_DUPEFILTER_ERROR_RATE"),
+        error_rate = number("FLEET_DUPEFILTER_ERROR_RATE", g("FLEET_DUPEFILTER_ERROR_RATE"),
                              float, 0.0, "a probability between 0 and 0.5", exclusive=True)
-        _check("FLEET_DUPEFILTER_ERROR_RATE", error_rate, error_rate <= 0.5,
+        check("FLEET_DUPEFILTER_ERROR_RATE", error_rate, error_rate <= 0.5,
                "a probability between 0 and 0.5")
-        low = _number("FLEET_QUEUE_LOW_WATERMARK", g("FLEET_QUEUE_LOW_WATERMARK"), float, 0.0,
+        low = number("FLEET_QUEUE_LOW_WATERMARK", g("FLEET_QUEUE_LOW_WATERMARK"), float, 0.0,
                       "a fraction of FLEET_QUEUE_MAX between 0 and 1", exclusive=True)
-        _check("FLEET_QUEUE_LOW_WATERMARK", low, low < 1.0,
+        check("FLEET_QUEUE_LOW_WATERMARK", low, low < 1.0,
                "a fraction of FLEET_QUEUE_MAX between 0 and 1")
-        capacity = _number("FLEET_DUPEFILTER_CAPACITY", g("FLEET_DUPEFILTER_CAPACITY"), int, 1,
+        capacity = number("FLEET_DUPEFILTER_CAPACITY", g("FLEET_DUPEFILTER_CAPACITY"), int, 1,
                            "an integer >= 1")
-        from scrapy_fleet.frontier.bloom import MAX_SLICE_BITS, slice_params
-
-        _check("FLEET_DUPEFILTER_CAPACITY", capacity,
+        check("FLEET_DUPEFILTER_CAPACITY", capacity,
                slice_params(capacity, error_rate, 0).bits <= MAX_SLICE_BITS,
                "a capacity whose first Bloom slice fits in one Redis string (512 MB)")
         host_key = g("FLEET_HOST_KEY")
-        _check("FLEET_HOST_KEY", host_key, host_key in HOST_KEY_MODES,
+        check("FLEET_HOST_KEY", host_key, host_key in HOST_KEY_MODES,
                "one of host, domain, ip")
         rate = g("FLEET_HOST_RATE")
         if isinstance(rate, str) and rate.strip().lower() in ("", "none"):
             rate = None
         if rate is not None:
-            rate = _number("FLEET_HOST_RATE", rate, float, 0.0,
+            rate = number("FLEET_HOST_RATE", rate, float, 0.0,
                            "requests per second > 0 or None", exclusive=True)
         delay = g("FLEET_HOST_DELAY")
         if delay is None:  # the add-on moves the project's DOWNLOAD_DELAY here
@@ -431,7 +261,7 @@ class FleetConfig:
             concurrency = settings.get("CONCURRENT_REQUESTS_PER_DOMAIN", 8)
         overrides = _host_overrides(g("FLEET_HOST_OVERRIDES"))
         jsonl = g("FLEET_JSONL_PATH")
-        _check("FLEET_JSONL_PATH", jsonl, jsonl is None or (isinstance(jsonl, str) and jsonl != ""),
+        check("FLEET_JSONL_PATH", jsonl, jsonl is None or (isinstance(jsonl, str) and jsonl != ""),
                "a file path or None")
         if jsonl is not None:
             try:
@@ -451,105 +281,105 @@ class FleetConfig:
                                                                                    Request)
             except (ImportError, NameError, ValueError, AttributeError):
                 classes_ok = False
-        _check("FLEET_REQUEST_CLASSES", classes, classes_ok,
+        check("FLEET_REQUEST_CLASSES", classes, classes_ok,
                "import paths of scrapy.Request subclasses")
-        dead_after = _number("FLEET_WORKER_DEAD_AFTER", g("FLEET_WORKER_DEAD_AFTER"), float, 0.0,
+        dead_after = number("FLEET_WORKER_DEAD_AFTER", g("FLEET_WORKER_DEAD_AFTER"), float, 0.0,
                              "seconds > 0", exclusive=True)
-        forget_after = _number("FLEET_WORKER_FORGET_AFTER", g("FLEET_WORKER_FORGET_AFTER"),
+        forget_after = number("FLEET_WORKER_FORGET_AFTER", g("FLEET_WORKER_FORGET_AFTER"),
                                float, 0.0, "seconds > 0", exclusive=True)
-        _check("FLEET_WORKER_FORGET_AFTER", g("FLEET_WORKER_FORGET_AFTER"),
+        check("FLEET_WORKER_FORGET_AFTER", g("FLEET_WORKER_FORGET_AFTER"),
                forget_after >= dead_after,
                "seconds >= FLEET_WORKER_DEAD_AFTER (a dead worker is shown until forgotten)")
-        heartbeat = _number("FLEET_HEARTBEAT_INTERVAL", g("FLEET_HEARTBEAT_INTERVAL"), float,
+        heartbeat = number("FLEET_HEARTBEAT_INTERVAL", g("FLEET_HEARTBEAT_INTERVAL"), float,
                             0.0, "seconds > 0", exclusive=True)
-        _check("FLEET_HEARTBEAT_INTERVAL", g("FLEET_HEARTBEAT_INTERVAL"), heartbeat < dead_after,
+        check("FLEET_HEARTBEAT_INTERVAL", g("FLEET_HEARTBEAT_INTERVAL"), heartbeat < dead_after,
                f"seconds < FLEET_WORKER_DEAD_AFTER={dead_after!r} (else a live worker is "
                "shown dead between two heartbeats)")
         for name in ("FLEET_ALERT_BLOCK_RATE", "FLEET_ALERT_MEMORY_RATIO"):
             value = g(name)
-            _check(name, value, not isinstance(value, bool) and isinstance(value, (int, float, str))
-                   and _is_fraction(value), "a fraction between 0 and 1")
+            check(name, value, not isinstance(value, bool) and isinstance(value, (int, float, str))
+                   and is_fraction(value), "a fraction between 0 and 1")
         config = cls(
             redis_url=validate_redis_url(g("FLEET_REDIS_URL")),
-            redis_timeout=_number("FLEET_REDIS_TIMEOUT", g("FLEET_REDIS_TIMEOUT"), float, 0.0,
+            redis_timeout=number("FLEET_REDIS_TIMEOUT", g("FLEET_REDIS_TIMEOUT"), float, 0.0,
                                   "seconds > 0", exclusive=True),
-            redis_retries=_number("FLEET_REDIS_RETRIES", g("FLEET_REDIS_RETRIES"), int, 0,
+            redis_retries=number("FLEET_REDIS_RETRIES", g("FLEET_REDIS_RETRIES"), int, 0,
                                   "an integer >= 0"),
-            redis_wait_replicas=_number("FLEET_REDIS_WAIT_REPLICAS",
+            redis_wait_replicas=number("FLEET_REDIS_WAIT_REPLICAS",
                                         g("FLEET_REDIS_WAIT_REPLICAS"), int, 0,
                                         "an integer >= 0"),
             crawl_id=crawl_id,
             key_prefix=prefix,
             worker_id=worker_id,
-            lease_timeout=_number("FLEET_LEASE_TIMEOUT", g("FLEET_LEASE_TIMEOUT"), float, 1.0,
+            lease_timeout=number("FLEET_LEASE_TIMEOUT", g("FLEET_LEASE_TIMEOUT"), float, 1.0,
                                   "seconds >= 1"),
-            max_leases=_number("FLEET_MAX_LEASES", g("FLEET_MAX_LEASES"), int, 1,
+            max_leases=number("FLEET_MAX_LEASES", g("FLEET_MAX_LEASES"), int, 1,
                                "an integer >= 1"),
-            prefetch=_number("FLEET_PREFETCH", g("FLEET_PREFETCH"), int, 1, "an integer >= 1"),
-            poll_interval=_number("FLEET_POLL_INTERVAL", g("FLEET_POLL_INTERVAL"), float, 0.0,
+            prefetch=number("FLEET_PREFETCH", g("FLEET_PREFETCH"), int, 1, "an integer >= 1"),
+            poll_interval=number("FLEET_POLL_INTERVAL", g("FLEET_POLL_INTERVAL"), float, 0.0,
                                   "seconds > 0", exclusive=True),
-            flush_interval=_number("FLEET_FLUSH_INTERVAL", g("FLEET_FLUSH_INTERVAL"), float, 0.0,
+            flush_interval=number("FLEET_FLUSH_INTERVAL", g("FLEET_FLUSH_INTERVAL"), float, 0.0,
                                    "seconds >= 0"),
-            idle_timeout=None if idle is None else _number(
+            idle_timeout=None if idle is None else number(
                 "FLEET_IDLE_TIMEOUT", idle, float, 0.0, "seconds >= 0 or None"),
             start_requests=start_mode,
             request_classes=tuple(classes),
             dupefilter_capacity=capacity,
             dupefilter_error_rate=error_rate,
-            dupefilter_cache=_number("FLEET_DUPEFILTER_CACHE", g("FLEET_DUPEFILTER_CACHE"), int,
+            dupefilter_cache=number("FLEET_DUPEFILTER_CACHE", g("FLEET_DUPEFILTER_CACHE"), int,
                                      0, "an integer >= 0"),
-            queue_max=_bound("FLEET_QUEUE_MAX", g("FLEET_QUEUE_MAX")),
+            queue_max=bound("FLEET_QUEUE_MAX", g("FLEET_QUEUE_MAX")),
             queue_low_watermark=low,
-            host_queue_max=_bound("FLEET_HOST_QUEUE_MAX", g("FLEET_HOST_QUEUE_MAX")),
-            backpressure_delay=_number("FLEET_BACKPRESSURE_DELAY",
+            host_queue_max=bound("FLEET_HOST_QUEUE_MAX", g("FLEET_HOST_QUEUE_MAX")),
+            backpressure_delay=number("FLEET_BACKPRESSURE_DELAY",
                                        g("FLEET_BACKPRESSURE_DELAY"), float, 0.0,
                                        "seconds >= 0"),
             host_rate=rate,
-            host_burst=_number("FLEET_HOST_BURST", g("FLEET_HOST_BURST"), int, 1,
+            host_burst=number("FLEET_HOST_BURST", g("FLEET_HOST_BURST"), int, 1,
                                "an integer >= 1"),
-            host_delay=_number("FLEET_HOST_DELAY", delay, float, 0.0, "seconds >= 0"),
-            host_concurrency=_number("FLEET_HOST_CONCURRENCY", concurrency, int, 0,
+            host_delay=number("FLEET_HOST_DELAY", delay, float, 0.0, "seconds >= 0"),
+            host_concurrency=number("FLEET_HOST_CONCURRENCY", concurrency, int, 0,
                                      "an integer >= 0 (0: no cap)"),
             host_overrides=overrides,
             host_key=host_key,
-            robots_obey=_bool("ROBOTSTXT_OBEY", settings.get("ROBOTSTXT_OBEY", False) or False),
-            robotstxt_ttl=_number("FLEET_ROBOTSTXT_TTL", g("FLEET_ROBOTSTXT_TTL"), float, 1.0,
+            robots_obey=boolean("ROBOTSTXT_OBEY", settings.get("ROBOTSTXT_OBEY", False) or False),
+            robotstxt_ttl=number("FLEET_ROBOTSTXT_TTL", g("FLEET_ROBOTSTXT_TTL"), float, 1.0,
                                   "seconds >= 1"),
-            robotstxt_hold=_number("FLEET_ROBOTSTXT_HOLD", g("FLEET_ROBOTSTXT_HOLD"), float,
+            robotstxt_hold=number("FLEET_ROBOTSTXT_HOLD", g("FLEET_ROBOTSTXT_HOLD"), float,
                                    0.0, "seconds >= 0"),
-            robotstxt_max_attempts=_number("FLEET_ROBOTSTXT_MAX_ATTEMPTS",
+            robotstxt_max_attempts=number("FLEET_ROBOTSTXT_MAX_ATTEMPTS",
                                            g("FLEET_ROBOTSTXT_MAX_ATTEMPTS"), int, 0,
                                            "an integer >= 0 (0: no limit)"),
-            max_crawl_delay=_number("FLEET_MAX_CRAWL_DELAY", g("FLEET_MAX_CRAWL_DELAY"), float,
+            max_crawl_delay=number("FLEET_MAX_CRAWL_DELAY", g("FLEET_MAX_CRAWL_DELAY"), float,
                                     0.0, "seconds >= 0"),
-            backoff_base=_number("FLEET_BACKOFF_BASE", g("FLEET_BACKOFF_BASE"), float, 0.0,
+            backoff_base=number("FLEET_BACKOFF_BASE", g("FLEET_BACKOFF_BASE"), float, 0.0,
                                  "seconds > 0", exclusive=True),
-            backoff_max=_number("FLEET_BACKOFF_MAX", g("FLEET_BACKOFF_MAX"), float, 0.0,
+            backoff_max=number("FLEET_BACKOFF_MAX", g("FLEET_BACKOFF_MAX"), float, 0.0,
                                 "seconds > 0", exclusive=True),
             jsonl_path=jsonl,
-            jsonl_fsync=_bool("FLEET_JSONL_FSYNC", g("FLEET_JSONL_FSYNC")),
-            failed_max=_number("FLEET_FAILED_MAX", g("FLEET_FAILED_MAX"), int, 1,
+            jsonl_fsync=boolean("FLEET_JSONL_FSYNC", g("FLEET_JSONL_FSYNC")),
+            failed_max=number("FLEET_FAILED_MAX", g("FLEET_FAILED_MAX"), int, 1,
                                "an integer >= 1"),
             heartbeat_interval=heartbeat,
             worker_dead_after=dead_after,
             worker_forget_after=forget_after,
-            stall_after=_number("FLEET_STALL_AFTER", g("FLEET_STALL_AFTER"), float, 0.0,
+            stall_after=number("FLEET_STALL_AFTER", g("FLEET_STALL_AFTER"), float, 0.0,
                                 "seconds > 0", exclusive=True),
             ban_statuses=_ban_statuses(g("FLEET_BAN_STATUSES")),
-            drain_timeout=_number("FLEET_DRAIN_TIMEOUT", g("FLEET_DRAIN_TIMEOUT"), float, 0.0,
+            drain_timeout=number("FLEET_DRAIN_TIMEOUT", g("FLEET_DRAIN_TIMEOUT"), float, 0.0,
                                   "seconds >= 0"),
-            alert_depth_minutes=_number("FLEET_ALERT_DEPTH_MINUTES",
+            alert_depth_minutes=number("FLEET_ALERT_DEPTH_MINUTES",
                                         g("FLEET_ALERT_DEPTH_MINUTES"), int, 1,
                                         "an integer >= 1 (minutes)"),
-            alert_block_rate=_number("FLEET_ALERT_BLOCK_RATE", g("FLEET_ALERT_BLOCK_RATE"),
+            alert_block_rate=number("FLEET_ALERT_BLOCK_RATE", g("FLEET_ALERT_BLOCK_RATE"),
                                      float, 0.0, "a fraction between 0 and 1"),
-            alert_block_min_pages=_number("FLEET_ALERT_BLOCK_MIN_PAGES",
+            alert_block_min_pages=number("FLEET_ALERT_BLOCK_MIN_PAGES",
                                           g("FLEET_ALERT_BLOCK_MIN_PAGES"), int, 1,
                                           "an integer >= 1"),
-            alert_memory_ratio=_number("FLEET_ALERT_MEMORY_RATIO", g("FLEET_ALERT_MEMORY_RATIO"),
+            alert_memory_ratio=number("FLEET_ALERT_MEMORY_RATIO", g("FLEET_ALERT_MEMORY_RATIO"),
                                        float, 0.0, "a fraction between 0 and 1",
                                        exclusive=True),
-            proxy=_proxy_config(settings),
+            proxy=proxy_config(settings),
             **_browser(g),
             **_stages(g),
         )
@@ -560,10 +390,8 @@ class FleetConfig:
                 pass
         return config
 
-    def frontier_params(self) -> Any:
-        """The per-call constants of lua/frontier.lua (a ``frontier.FrontierParams``)."""
-        from scrapy_fleet.frontier.client import FrontierParams
-
+    def frontier_params(self) -> FrontierParams:
+        """The per-call constants of lua/frontier.lua."""
         return FrontierParams(self.lease_timeout, self.max_leases, self.dupefilter_capacity,
                               self.dupefilter_error_rate, self.queue_max, self.host_queue_max,
                               self.backpressure_delay, self.host_interval,

@@ -17,12 +17,16 @@ parent's ack, the idle worker woken at once) fail if a Scrapy release changes ei
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scrapy.crawler import Crawler
 
 from scrapy_fleet.errors import FleetError
+
+if TYPE_CHECKING:
+    from scrapy_fleet.frontier.ledger import LeaseLedger
 
 
 class UnsupportedScrapyError(FleetError, RuntimeError):
@@ -89,6 +93,28 @@ def scheduler_of(crawler: Crawler | None) -> Any:
     """The scheduler of the crawler's running engine, or None."""
     slot = getattr(running_engine(crawler), "_slot", None)
     return getattr(slot, "scheduler", None)
+
+
+#: crawler -> the lease ledger its fleet scheduler published (frontier/ledger.py)
+_LEDGERS: weakref.WeakKeyDictionary[Any, LeaseLedger] = weakref.WeakKeyDictionary()
+
+
+def publish_ledger(crawler: Crawler, ledger: LeaseLedger) -> None:
+    """Called once by the fleet's scheduler when it opens: *ledger* is what
+    :func:`ledger_of` gives the crawler's other components."""
+    _LEDGERS[crawler] = ledger
+
+
+def ledger_of(crawler: Crawler | None) -> LeaseLedger | None:
+    """The lease ledger of the crawler's running engine: its scheduler, when that is the
+    fleet's and has published itself; None otherwise (no engine yet, closed, or another
+    scheduler)."""
+    if crawler is None:
+        return None
+    ledger = _LEDGERS.get(crawler)
+    if ledger is None or scheduler_of(crawler) is not ledger:
+        return None
+    return ledger
 
 
 def wake_engine(crawler: Crawler) -> None:

@@ -88,7 +88,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scrapy_fleet.config import validate_crawl_id
+from scrapy_fleet.checks import validate_crawl_id
+
+#: the frontier's pseudo-host of stored responses (stages/records.py, lua/hosts.lua)
+STAGE_HOST = "~parse"
 
 #: Slices a scalable Bloom filter may grow to (slice N holds capacity * 2**N fingerprints, so
 #: 12 slices hold 4095 times FLEET_DUPEFILTER_CAPACITY).

@@ -26,10 +26,14 @@ the user in the URL is the data nodes' one).  A TLS option on a URL without TLS,
 
 from __future__ import annotations
 
+import codecs
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
+
+import redis
 
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.redact import redact, userinfo
@@ -185,3 +189,62 @@ def _check_tls(target: RedisTarget, name: str, url: str) -> None:
     if ("ssl_keyfile" in target.options) != ("ssl_certfile" in target.options):
         raise _fail(name, url, "ssl_certfile and ssl_keyfile together (the client "
                     "certificate and its key)")
+
+
+#: redis-py URL options that change what the client returns: the fleet reads every reply as
+#: bytes (msgpack from its scripts, raw payloads) and builds key names as UTF-8, so these
+#: would make every frontier call fail (decode_responses: UnicodeDecodeError, also with
+#: "False", which redis-py takes as a true string) or silently name other keys (encoding).
+_REPLY_OPTIONS = {
+    "decode_responses": "the fleet reads Redis replies as bytes; remove it from the URL",
+    "encoding": "key names and arguments are sent as UTF-8; remove it from the URL",
+}
+
+
+def _check_url_options(url: str, name: str) -> None:
+    """Refuse the URL options that break the fleet's replies, and those redis-py does not
+    know (which would fail at the first command with a TypeError)."""
+    for option, values in parse_qs(urlsplit(url).query).items():
+        why = _REPLY_OPTIONS.get(option)
+        if option == "encoding" and values and _is_utf8(values[0]):
+            continue
+        if why:
+            raise FleetConfigError(f"{name}={redact(url)!r} is invalid: the URL option "
+                                   f"{option!r} is not supported ({why})")
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        return  # Cluster and Sentinel URLs: redis_url.parse checked their options
+    db = parts.path.strip("/")
+    if parts.scheme != "unix" and db and not db.isdigit():
+        # redis-py would silently use database 0 for redis://host/x
+        raise FleetConfigError(f"{name}={redact(url)!r} is invalid: the database number "
+                               f"{db!r} is not a number (redis://HOST:PORT/0)")
+    try:
+        pool = redis.ConnectionPool.from_url(url)
+        pool.make_connection()  # builds the connection object only: no I/O
+    except (TypeError, ValueError, redis.RedisError) as exc:  # RedisError: "protocol must be..."
+        # "for 'x'" (current redis-py) or "for `x`" (redis-py 5.0)
+        found = re.search(r"argument '(\w+)'|for ['`](\w+)['`]", str(exc))
+        named = next((g for g in found.groups() if g), None) if found else None
+        what = f"the URL option {named!r} is unknown or has a bad value" if named else str(exc)
+        raise FleetConfigError(f"{name}={redact(url)!r} is invalid: {what} (redis-py "
+                               "connection options only)") from None
+
+
+def _is_utf8(encoding: str) -> bool:
+    try:
+        return codecs.lookup(encoding).name == "utf-8"
+    except LookupError:
+        return False
+
+
+def validate_redis_url(url: Any, name: str = "FLEET_REDIS_URL") -> str:
+    """Return *url* if it names a Redis deployment (scrapy_fleet/redis_url.py lists the
+    schemes: one server, Cluster, Sentinel, each with or without TLS) with valid options.
+
+    Raises:
+        FleetConfigError: naming *name*, the URL (password redacted) and what is wrong.
+    """
+    parse(url, name)
+    _check_url_options(url, name)
+    return str(url)

@@ -34,7 +34,8 @@ from scrapy.utils.misc import load_object
 from scrapy.utils.reactor import is_asyncio_reactor_installed
 
 from scrapy_fleet import acl, identity, redis_client, redis_url
-from scrapy_fleet.config import SETTINGS_HELP, FleetConfig, unknown_settings
+from scrapy_fleet.catalog import SETTINGS_HELP, unknown_settings
+from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import (
     CrawlSpiderError,
     FleetConfigError,
@@ -114,7 +115,7 @@ def check_worker(crawler: Crawler) -> FleetConfig:
         config.resolve_crawl_id(spider.name)
     if settings.get("FLEET_MONGO_URI"):
         try:
-            from scrapy_fleet.pipelines.mongo import MongoConfig
+            from scrapy_fleet.pipelines.mongo_config import MongoConfig
         except ImportError:  # pymongo missing: the pipeline itself reports it
             pass
         else:

@@ -25,7 +25,7 @@ from support import (
 
 from scrapy_fleet import acl
 from scrapy_fleet.errors import RedisPermissionError
-from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys
 
 PASSWORD = "s3cret-acl"
@@ -398,20 +398,20 @@ def test_a_least_privileged_worker_puts_requests_back_at_the_head_of_their_bucke
 
     from scrapy_fleet import codec
     from scrapy_fleet.frontier.bloom import bloom_key
-    from scrapy_fleet.frontier.client import FrontierParams, SyncBatch
+    from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 
     url = acl_users("fleet-worker-back", acl.acl_rule("worker", crawl_id="back"))
     fr = FrontierAdmin(url, "back", params=FrontierParams(lease_timeout=30.0))
     fr.push([(bloom_key(u.encode()), 0, codec.encode(Request(u)), 0, "a.test")
              for u in ("http://a.test/1", "http://a.test/2")])
-    first, second = fr.sync(SyncBatch(take=2), worker="w").leased
-    released = fr.sync(SyncBatch(releases=[(first.entry_id, first.token)]), worker="w")
+    first, second = fr.call(CallBatch(take=2), worker="w").leased
+    released = fr.call(CallBatch(releases=[(first.entry_id, first.token)]), worker="w")
     assert released.released == 1
     redis_server.client().zadd(fr.keys.leases, {second.entry_id: 1})  # its lease expired
-    again = fr.sync(SyncBatch(take=2), worker="w2")
+    again = fr.call(CallBatch(take=2), worker="w2")
     assert again.reclaimed == 1
     assert sorted(e.entry_id for e in again.leased) == sorted([first.entry_id, second.entry_id])
-    fr.sync(SyncBatch(acks=[(e.entry_id, e.token) for e in again.leased]), worker="w2")
+    fr.call(CallBatch(acks=[(e.entry_id, e.token) for e in again.leased]), worker="w2")
     status = fr.status()
     assert (status["queued"], status["leased"], status["dead"]) == (0, 0, 0)
 

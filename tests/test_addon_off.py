@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from support import run_scrapy
 
-from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.frontier.admin import FrontierAdmin
 
 TIMEOUT = 60.0
 ADDON_OFF = (

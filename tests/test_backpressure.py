@@ -24,10 +24,12 @@ from support import (
 )
 
 from scrapy_fleet import codec
-from scrapy_fleet.config import DEFAULT_REQUEST_CLASSES, FleetConfig
+from scrapy_fleet.catalog import DEFAULT_REQUEST_CLASSES
+from scrapy_fleet.config import FleetConfig
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import bloom_key
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
 from scrapy_fleet.frontier.memory import memory_warnings
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 from testsite import generate_site
 
 CLI = [sys.executable, "-m", "scrapy_fleet.commands.cli"]
@@ -54,10 +56,10 @@ def test_pushes_without_parent_stop_at_the_cap(redis_url):
     assert (result.pushed, result.refused) == (5, [5, 6, 7])
     assert admin.size() == 5
     # a refused URL was not added to the Bloom filter: it is new once there is room
-    admin.sync(SyncBatch(take=2), worker="w")  # leased entries still count
+    admin.call(CallBatch(take=2), worker="w")  # leased entries still count
     assert admin.push([link("http://a.test/7")]).refused == [0]
-    lease = admin.sync(SyncBatch(take=1), worker="w").leased[0]
-    admin.sync(SyncBatch(acks=[(lease.entry_id, lease.token)]), worker="w")
+    lease = admin.call(CallBatch(take=1), worker="w").leased[0]
+    admin.call(CallBatch(acks=[(lease.entry_id, lease.token)]), worker="w")
     again = admin.push([link("http://a.test/7")])
     assert (again.pushed, again.refused) == (1, [])
 
@@ -65,9 +67,9 @@ def test_pushes_without_parent_stop_at_the_cap(redis_url):
 def test_links_that_fit_are_pushed_with_the_acknowledgement(redis_url):
     admin = admin_for(redis_url, queue_max=10)
     admin.push([link("http://a.test/")])
-    parent = admin.sync(SyncBatch(take=1), worker="w").leased[0]
+    parent = admin.call(CallBatch(take=1), worker="w").leased[0]
     links = [link(f"http://a.test/{i}", group=1) for i in range(4)]
-    result = admin.sync(SyncBatch(acks=[(parent.entry_id, parent.token)], pushes=links),
+    result = admin.call(CallBatch(acks=[(parent.entry_id, parent.token)], pushes=links),
                         worker="w")
     assert (result.acked, result.pushed, result.parked) == (1, 4, 0)
     assert admin.size() == 4
@@ -76,10 +78,10 @@ def test_links_that_fit_are_pushed_with_the_acknowledgement(redis_url):
 def test_leftover_links_park_the_parent_until_there_is_room(redis_url):
     admin = admin_for(redis_url, queue_max=4)
     admin.push([link("http://a.test/"), link("http://b.test/x"), link("http://b.test/y")])
-    parent = admin.sync(SyncBatch(take=1), worker="w").leased[0]
+    parent = admin.call(CallBatch(take=1), worker="w").leased[0]
     assert url_of(parent) == "http://a.test/"
     links = [link(f"http://a.test/{i}", group=1) for i in range(5)]
-    result = admin.sync(SyncBatch(acks=[(parent.entry_id, parent.token)], pushes=links),
+    result = admin.call(CallBatch(acks=[(parent.entry_id, parent.token)], pushes=links),
                         worker="w")
     # size 3 with the parent leased: room 1, +1 for the parent's own slot = 2 links
     assert (result.acked, result.pushed, result.parked) == (0, 2, 1)
@@ -93,21 +95,21 @@ def test_leftover_links_park_the_parent_until_there_is_room(redis_url):
     assert client.exists(*keys.layout1_keys()) == 0  # nor a per-entry host field
     assert int(client.hget(keys.hostq, "a.test")) == 2  # a/0 and a/1
     # the first slot freed goes to the parked parent, which keeps its entry id
-    first = admin.sync(SyncBatch(take=1), worker="w").leased[0]
+    first = admin.call(CallBatch(take=1), worker="w").leased[0]
     assert url_of(first) == "http://b.test/x"
-    res = admin.sync(SyncBatch(acks=[(first.entry_id, first.token)]), worker="w")
+    res = admin.call(CallBatch(acks=[(first.entry_id, first.token)]), worker="w")
     assert (res.resumed, res.size) == (1, 4)
     assert admin.status()["parked"] == 0
-    again = admin.sync(SyncBatch(take=1), worker="w").leased[0]
+    again = admin.call(CallBatch(take=1), worker="w").leased[0]
     assert (again.entry_id, url_of(again)) == (parent.entry_id, "http://a.test/")
     # fetched again, it finds the same links: two are known, one more fits, it parks again
-    result = admin.sync(SyncBatch(acks=[(again.entry_id, again.token)], pushes=links),
+    result = admin.call(CallBatch(acks=[(again.entry_id, again.token)], pushes=links),
                         worker="w")
     assert (result.acked, result.pushed, result.duplicates, result.parked) == (0, 1, 2, 1)
     # drain to the end, re-fetching the parent whenever it comes back
     fetched = {"http://a.test/": 2, "http://b.test/x": 1}
     for _ in range(50):
-        res = admin.sync(SyncBatch(take=1), worker="w")
+        res = admin.call(CallBatch(take=1), worker="w")
         assert res.size <= 4
         if not res.leased:
             break
@@ -115,7 +117,7 @@ def test_leftover_links_park_the_parent_until_there_is_room(redis_url):
         url = url_of(e)
         fetched[url] = fetched.get(url, 0) + 1
         pushes = links if url == "http://a.test/" else []
-        res = admin.sync(SyncBatch(acks=[(e.entry_id, e.token)], pushes=pushes), worker="w")
+        res = admin.call(CallBatch(acks=[(e.entry_id, e.token)], pushes=pushes), worker="w")
         assert res.size <= 4
     assert set(fetched) == {"http://a.test/", "http://b.test/x", "http://b.test/y",
                             *(f"http://a.test/{i}" for i in range(5))}
@@ -131,7 +133,7 @@ def test_a_corrupt_parked_record_is_dead_lettered(redis_url):
     admin = admin_for(redis_url, queue_max=4)
     client = redis.Redis.from_url(redis_url)
     client.rpush(admin.keys.parked, b"\xc1 not msgpack")
-    res = admin.sync(SyncBatch(take=1), worker="w")
+    res = admin.call(CallBatch(take=1), worker="w")
     assert (res.dead_lettered, res.leased) == (1, [])
     dead = list(admin.dead_letters())
     assert [d["reason"] for d in dead] == ["corrupt parked record"]
@@ -143,8 +145,8 @@ def test_links_of_a_full_host_take_the_parent_s_own_place(redis_url):
     admin = admin_for(redis_url, queue_max=None, host_max=2)
     admin.push([link("http://h.test/0"), link("http://h.test/1")])
     assert admin.push([link("http://h.test/x")]).refused == [0]
-    e = admin.sync(SyncBatch(take=1), worker="w").leased[0]
-    res = admin.sync(SyncBatch(acks=[(e.entry_id, e.token)],
+    e = admin.call(CallBatch(take=1), worker="w").leased[0]
+    res = admin.call(CallBatch(acks=[(e.entry_id, e.token)],
                                pushes=[link(f"http://h.test/{i}", group=1)
                                        for i in (2, 3, 4)]), worker="w")
     # h.test has 2 entries, the parent's place takes one link; the parent parks, the host
@@ -154,15 +156,15 @@ def test_links_of_a_full_host_take_the_parent_s_own_place(redis_url):
     assert int(client.hget(admin.keys.hostq, "h.test")) == 2
     # a link to the full host is not pushed: its parent is deferred, not parked
     admin.push([link("http://o.test/")])
-    held = admin.sync(SyncBatch(take=5), worker="w").leased
+    held = admin.call(CallBatch(take=5), worker="w").leased
     o = next(x for x in held if url_of(x) == "http://o.test/")
-    res = admin.sync(SyncBatch(acks=[(o.entry_id, o.token)],
+    res = admin.call(CallBatch(acks=[(o.entry_id, o.token)],
                                pushes=[link("http://h.test/5", group=1)]), worker="w")
     assert (res.deferred, res.parked) == (1, 0)
     assert admin.status()["parked"] == 1
     # a leased h.test entry is done: its place goes to the parked parent, back in the queue
     first = next(x for x in held if url_of(x).startswith("http://h.test/"))
-    res = admin.sync(SyncBatch(acks=[(first.entry_id, first.token)]), worker="w")
+    res = admin.call(CallBatch(acks=[(first.entry_id, first.token)]), worker="w")
     assert (res.acked, res.resumed) == (1, 1)
     assert admin.status()["parked"] == 0
     assert int(client.hget(admin.keys.hostq, "h.test")) == 2
@@ -173,14 +175,14 @@ def test_parent_is_deferred_when_no_link_host_has_room(redis_url):
     admin.push([link("http://full.test/1"), link("http://full.test/2"),
                 link("http://other.test/")])
     assert admin.push([link("http://full.test/3")]).refused == [0]  # per-host bound
-    parent = admin.sync(SyncBatch(take=3), worker="w").leased
+    parent = admin.call(CallBatch(take=3), worker="w").leased
     p = next(e for e in parent if url_of(e) == "http://other.test/")
-    res = admin.sync(SyncBatch(acks=[(p.entry_id, p.token)],
+    res = admin.call(CallBatch(acks=[(p.entry_id, p.token)],
                                pushes=[link("http://full.test/4", group=1)]), worker="w")
     assert (res.acked, res.deferred, res.pushed) == (0, 1, 0)
     assert admin.status()["delayed"] == 1
     time.sleep(0.4)
-    back = admin.sync(SyncBatch(take=1), worker="w")
+    back = admin.call(CallBatch(take=1), worker="w")
     assert [url_of(e) for e in back.leased] == ["http://other.test/"]
 
 
@@ -198,7 +200,7 @@ def test_a_bounded_crawl_of_a_random_site_fetches_every_page(redis_url):
     peak = 0
     held: list = []
     for _ in range(100_000):
-        res = admin.sync(SyncBatch(take=3 - len(held)), worker="w")
+        res = admin.call(CallBatch(take=3 - len(held)), worker="w")
         held += res.leased
         peak = max(peak, res.size)
         if not held:
@@ -209,7 +211,7 @@ def test_a_bounded_crawl_of_a_random_site_fetches_every_page(redis_url):
         fetched[url] = fetched.get(url, 0) + 1
         n = int(url.rsplit("/", 1)[1])
         links = [link(f"http://g.test/{m}", group=1) for m in graph[n]]
-        res = admin.sync(SyncBatch(acks=[(e.entry_id, e.token)], pushes=links), worker="w")
+        res = admin.call(CallBatch(acks=[(e.entry_id, e.token)], pushes=links), worker="w")
         peak = max(peak, res.size)
     assert set(fetched) == {f"http://g.test/{n}" for n in range(pages)}
     assert peak <= cap
@@ -238,9 +240,9 @@ def test_push_helper_waits_for_the_low_watermark_then_finishes(redis_url, tmp_pa
     def drain() -> None:  # a slow consumer, acknowledging 5 entries every 0.2 s
         deadline = time.monotonic() + 50
         while len(drained) < 60 and time.monotonic() < deadline:
-            res = admin.sync(SyncBatch(take=5), worker="drain")
+            res = admin.call(CallBatch(take=5), worker="drain")
             for e in res.leased:
-                admin.sync(SyncBatch(acks=[(e.entry_id, e.token)]), worker="drain")
+                admin.call(CallBatch(acks=[(e.entry_id, e.token)]), worker="drain")
                 drained.append(url_of(e))
             time.sleep(0.2)
 

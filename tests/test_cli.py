@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from support import EXAMPLE_PROJECT, run_scrapy, scrapy_command
 
+from scrapy_fleet.catalog import SETTINGS, format_default
 from scrapy_fleet.commands import cli as cli_module
-from scrapy_fleet.config import SETTINGS, format_default
-from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.frontier.admin import FrontierAdmin
 
 CLI = [sys.executable, "-m", "scrapy_fleet.commands.cli"]
 PASSWORD = "pw-9k2-secret"  # must never appear in the output

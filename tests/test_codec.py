@@ -13,7 +13,7 @@ from scrapy import Request, Spider
 from scrapy.http import FormRequest, JsonRequest
 
 from scrapy_fleet import codec
-from scrapy_fleet.config import DEFAULT_REQUEST_CLASSES
+from scrapy_fleet.catalog import DEFAULT_REQUEST_CLASSES
 from scrapy_fleet.errors import RequestDecodeError, RequestEncodeError
 
 ALLOWED = DEFAULT_REQUEST_CLASSES

@@ -9,14 +9,9 @@ import pytest
 from scrapy.settings import Settings
 
 from scrapy_fleet.addon import Addon
-from scrapy_fleet.config import (
-    DEFAULTS,
-    SETTINGS,
-    FleetConfig,
-    _get,
-    format_default,
-    unknown_settings,
-)
+from scrapy_fleet.catalog import DEFAULTS, SETTINGS, format_default, unknown_settings
+from scrapy_fleet.checks import setting_value
+from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import FleetConfigError
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1] / "scrapy_fleet"
@@ -173,7 +168,7 @@ def test_unknown_fleet_settings_are_found_with_the_closest_name():
 
 def test_a_setting_without_a_row_in_the_table_cannot_be_read():
     with pytest.raises(KeyError):
-        _get(Settings(), "FLEET_NOT_IN_THE_TABLE")
+        setting_value(Settings(), "FLEET_NOT_IN_THE_TABLE")
 
 
 def _source_setting_names() -> set[str]:

@@ -24,7 +24,7 @@ from support import (
     wait_all,
 )
 
-from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from testsite import generate_site
 
 ROOT = Path(__file__).resolve().parents[1]

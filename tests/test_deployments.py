@@ -32,7 +32,7 @@ from support import (
     wait_all,
 )
 
-from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.keys import CrawlKeys
 from testsite import generate_site
 

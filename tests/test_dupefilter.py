@@ -10,9 +10,10 @@ from scrapy import Request
 from scrapy.utils.test import get_crawler
 
 from scrapy_fleet import codec
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import bloom_key, slice_params
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams
 from scrapy_fleet.frontier.dupefilter import RedisBloomDupeFilter
+from scrapy_fleet.frontier.protocol import FrontierParams
 
 URLS = [f"http://127.0.0.1/page/{i}" for i in range(300)]
 

@@ -20,7 +20,8 @@ from support import TEST_PROJECT, free_port, read_items, run_scrapy, start_worke
 from scrapy_fleet import codec
 from scrapy_fleet.failures import admin as failures
 from scrapy_fleet.failures.record import FailureRecord
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 from testsite import generate_site
 
 CLI = [sys.executable, "-m", "scrapy_fleet.commands.cli"]
@@ -38,19 +39,19 @@ def _record(url: str, reason: str = "http/500") -> bytes:
 
 def _fail(admin: FrontierAdmin, urls: list[str], reason: str = "http/500",
           op_id: str | None = None) -> None:
-    leased = admin.sync(SyncBatch(take=len(urls)), worker="w").leased
+    leased = admin.call(CallBatch(take=len(urls)), worker="w").leased
     by_url = {codec.decode_dict(e.payload)["url"]: e for e in leased}
     acks = [(by_url[u].entry_id, by_url[u].token, _record(u, reason)) for u in urls]
-    admin.sync(SyncBatch(acks=acks), worker="w", op_id=op_id)
+    admin.call(CallBatch(acks=acks), worker="w", op_id=op_id)
 
 
 def test_failure_is_recorded_with_its_ack_once_even_when_the_call_is_replayed(redis_url):
     admin = FrontierAdmin(redis_url, "rec")
     admin.push([_entry("http://h.test/a")])
-    lease = admin.sync(SyncBatch(take=1), worker="w").leased[0]
-    batch = SyncBatch(acks=[(lease.entry_id, lease.token, _record("http://h.test/a"))])
-    first = admin.sync(batch, worker="w", op_id="op-1")
-    again = admin.sync(batch, worker="w", op_id="op-1")  # a resent call after a lost reply
+    lease = admin.call(CallBatch(take=1), worker="w").leased[0]
+    batch = CallBatch(acks=[(lease.entry_id, lease.token, _record("http://h.test/a"))])
+    first = admin.call(batch, worker="w", op_id="op-1")
+    again = admin.call(batch, worker="w", op_id="op-1")  # a resent call after a lost reply
     assert first.acked == again.acked == 1
     counters = admin.status()["counters"]
     assert counters["failed"] == 1 and counters["acked"] == 1
@@ -80,10 +81,10 @@ def test_failed_records_are_capped_oldest_first_and_counted(redis_url):
 def test_bad_failure_record_is_refused_before_any_write(redis_url):
     admin = FrontierAdmin(redis_url, "badrec")
     admin.push([_entry("http://h.test/a")])
-    lease = admin.sync(SyncBatch(take=1), worker="w").leased[0]
+    lease = admin.call(CallBatch(take=1), worker="w").leased[0]
     before = sorted(admin.client.keys("*"))
     with pytest.raises(redis.ResponseError, match="bad failure record"):
-        admin.sync(SyncBatch(acks=[(lease.entry_id, lease.token,
+        admin.call(CallBatch(acks=[(lease.entry_id, lease.token,
                                     msgpack.packb({"url": "x"}))]), worker="w")
     assert sorted(admin.client.keys("*")) == before
     assert admin.status()["leased"] == 1
@@ -99,7 +100,7 @@ def test_retry_pushes_each_record_once_at_the_head_of_its_priority(redis_url):
     again = failures.retry(admin.client, admin.keys, redis_url, reason="http/500")
     assert again.retried == 0  # nothing left to retry: pushed once
     assert failures.failed_counts(admin.client, admin.keys) == {}
-    leased = admin.sync(SyncBatch(take=3), worker="w").leased
+    leased = admin.call(CallBatch(take=3), worker="w").leased
     assert [codec.decode_dict(e.payload)["url"] for e in leased] == [
         "http://h.test/bad", "http://h.test/x", "http://h.test/y"]
     counters = admin.status()["counters"]
@@ -109,8 +110,8 @@ def test_retry_pushes_each_record_once_at_the_head_of_its_priority(redis_url):
 def test_retry_of_dead_letters(redis_url):
     admin = FrontierAdmin(redis_url, "deadretry")
     admin.push([_entry("http://h.test/corrupt")])
-    lease = admin.sync(SyncBatch(take=1), worker="w").leased[0]
-    admin.sync(SyncBatch(dead=[(lease.entry_id, lease.token, "bad entry")]), worker="w")
+    lease = admin.call(CallBatch(take=1), worker="w").leased[0]
+    admin.call(CallBatch(dead=[(lease.entry_id, lease.token, "bad entry")]), worker="w")
     assert admin.status()["dead"] == 1
     out = subprocess.run([*CLI, "--redis", redis_url, "retry", "deadretry", "--all", "--dead"],
                          capture_output=True, text=True, timeout=60)

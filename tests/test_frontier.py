@@ -9,9 +9,10 @@ import redis
 from scrapy import Request
 
 from scrapy_fleet import codec
-from scrapy_fleet.config import DEFAULT_REQUEST_CLASSES
+from scrapy_fleet.catalog import DEFAULT_REQUEST_CLASSES
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import bloom_key
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 
 
 def make_admin(url: str, crawl: str = "t", lease: float = 30.0, max_leases: int = 3):
@@ -36,7 +37,7 @@ def test_priority_first_then_fifo(redis_url):
     admin.push(pushes)
     taken = []
     for _ in range(3):  # several calls: order holds across batches
-        taken += urls_of(admin.sync(SyncBatch(take=2), worker="w"))
+        taken += urls_of(admin.call(CallBatch(take=2), worker="w"))
     assert taken == ["http://h/b1", "http://h/b2", "http://h/a1", "http://h/a2", "http://h/a3",
                      "http://h/c1"]
 
@@ -45,7 +46,7 @@ def test_identical_dont_filter_requests_are_two_entries(redis_url):
     admin = make_admin(redis_url)
     result = admin.push([entry("http://h/same", dont_filter=True)] * 2)
     assert (result.pushed, result.duplicates) == (2, 0)
-    leased = admin.sync(SyncBatch(take=10), worker="w")
+    leased = admin.call(CallBatch(take=10), worker="w")
     assert urls_of(leased) == ["http://h/same", "http://h/same"]
     assert len({e.entry_id for e in leased.leased}) == 2
 
@@ -63,23 +64,23 @@ def test_duplicates_are_filtered_and_flagged(redis_url):
 def test_expired_lease_is_redelivered_and_stale_token_is_fenced(redis_url):
     admin = make_admin(redis_url, lease=1.0)
     admin.push([entry("http://h/x")])
-    first = admin.sync(SyncBatch(take=1), worker="dead-worker").leased[0]
-    assert admin.sync(SyncBatch(take=1), worker="w2").leased == []  # leased, not queued
+    first = admin.call(CallBatch(take=1), worker="dead-worker").leased[0]
+    assert admin.call(CallBatch(take=1), worker="w2").leased == []  # leased, not queued
     time.sleep(1.2)
-    second = admin.sync(SyncBatch(take=1), worker="w2")
+    second = admin.call(CallBatch(take=1), worker="w2")
     assert second.reclaimed == 1
     again = second.leased[0]
     assert (again.entry_id, again.expiries) == (first.entry_id, 1)
     assert again.token > first.token
     # the first worker comes back and acknowledges with its stale token: nothing changes
-    stale = admin.sync(SyncBatch(acks=[(first.entry_id, first.token)]), worker="dead-worker")
+    stale = admin.call(CallBatch(acks=[(first.entry_id, first.token)]), worker="dead-worker")
     assert (stale.acked, stale.lost) == (0, [first.entry_id])
     assert admin.status()["leased"] == 1
     # a stale extension is refused too, the current one works
-    ext = admin.sync(SyncBatch(extends=[(first.entry_id, first.token),
+    ext = admin.call(CallBatch(extends=[(first.entry_id, first.token),
                                         (again.entry_id, again.token)]), worker="w2")
     assert ext.lost == [first.entry_id]
-    ok = admin.sync(SyncBatch(acks=[(again.entry_id, again.token)]), worker="w2")
+    ok = admin.call(CallBatch(acks=[(again.entry_id, again.token)]), worker="w2")
     assert (ok.acked, ok.lost) == (1, [])
     status = admin.status()
     assert (status["queued"], status["leased"], status["dead"]) == (0, 0, 0)
@@ -90,10 +91,10 @@ def test_expired_lease_is_redelivered_and_stale_token_is_fenced(redis_url):
 def test_extension_keeps_a_lease_alive(redis_url):
     admin = make_admin(redis_url, lease=1.0)
     admin.push([entry("http://h/long")])
-    lease = admin.sync(SyncBatch(take=1), worker="w").leased[0]
+    lease = admin.call(CallBatch(take=1), worker="w").leased[0]
     for _ in range(3):
         time.sleep(0.5)
-        result = admin.sync(SyncBatch(extends=[(lease.entry_id, lease.token)]), worker="w")
+        result = admin.call(CallBatch(extends=[(lease.entry_id, lease.token)]), worker="w")
         assert result.lost == [] and result.reclaimed == 0
     assert admin.status()["leased"] == 1
 
@@ -102,9 +103,9 @@ def test_dead_letter_after_max_lease_expiries(redis_url):
     admin = make_admin(redis_url, lease=1.0, max_leases=2)
     admin.push([entry("http://h/poison")])
     for _ in range(2):
-        assert len(admin.sync(SyncBatch(take=1), worker="w").leased) == 1
+        assert len(admin.call(CallBatch(take=1), worker="w").leased) == 1
         time.sleep(1.1)
-    result = admin.sync(SyncBatch(take=1), worker="w")
+    result = admin.call(CallBatch(take=1), worker="w")
     assert result.leased == [] and result.dead_lettered == 1
     letters = list(admin.dead_letters())
     assert len(letters) == 1
@@ -116,9 +117,9 @@ def test_dead_letter_after_max_lease_expiries(redis_url):
 def test_release_requeues_without_counting_an_expiry(redis_url):
     admin = make_admin(redis_url)
     admin.push([entry("http://h/r", priority=4), entry("http://h/s")])
-    got = admin.sync(SyncBatch(take=2), worker="w").leased
-    admin.sync(SyncBatch(releases=[(e.entry_id, e.token) for e in got]), worker="w")
-    again = admin.sync(SyncBatch(take=2), worker="w2")
+    got = admin.call(CallBatch(take=2), worker="w").leased
+    admin.call(CallBatch(releases=[(e.entry_id, e.token) for e in got]), worker="w")
+    again = admin.call(CallBatch(take=2), worker="w2")
     assert urls_of(again) == ["http://h/r", "http://h/s"]  # priority kept
     assert [e.expiries for e in again.leased] == [0, 0]
 
@@ -126,8 +127,8 @@ def test_release_requeues_without_counting_an_expiry(redis_url):
 def test_worker_reported_dead_letter_keeps_reason(redis_url):
     admin = make_admin(redis_url)
     admin.push([entry("http://h/bad")])
-    e = admin.sync(SyncBatch(take=1), worker="w").leased[0]
-    admin.sync(SyncBatch(dead=[(e.entry_id, e.token, "RequestDecodeError: corrupt")]),
+    e = admin.call(CallBatch(take=1), worker="w").leased[0]
+    admin.call(CallBatch(dead=[(e.entry_id, e.token, "RequestDecodeError: corrupt")]),
                worker="w")
     assert [d["reason"] for d in admin.dead_letters()] == ["RequestDecodeError: corrupt"]
     assert admin.status()["leased"] == 0
@@ -136,13 +137,13 @@ def test_worker_reported_dead_letter_keeps_reason(redis_url):
 def test_repeated_call_replays_instead_of_running_twice(redis_url):
     admin = make_admin(redis_url)
     admin.push([entry(f"http://h/{i}") for i in range(5)])
-    first = admin.sync(SyncBatch(take=2), worker="w", op_id="op-1")
-    replay = admin.sync(SyncBatch(take=2), worker="w", op_id="op-1")
+    first = admin.call(CallBatch(take=2), worker="w", op_id="op-1")
+    replay = admin.call(CallBatch(take=2), worker="w", op_id="op-1")
     assert [(e.entry_id, e.token, e.payload) for e in replay.leased] == [
         (e.entry_id, e.token, e.payload) for e in first.leased]
     assert admin.status()["queued"] == 3  # the replay leased nothing more
-    pushed = admin.sync(SyncBatch(pushes=[entry("http://h/new")]), op_id="op-2")
-    admin.sync(SyncBatch(pushes=[entry("http://h/new")]), op_id="op-2")
+    pushed = admin.call(CallBatch(pushes=[entry("http://h/new")]), op_id="op-2")
+    admin.call(CallBatch(pushes=[entry("http://h/new")]), op_id="op-2")
     assert pushed.push_flags == [1]
     assert admin.status()["queued"] == 4
 
@@ -150,14 +151,14 @@ def test_repeated_call_replays_instead_of_running_twice(redis_url):
 def test_fleet_idle_time_is_tracked_on_the_server(redis_url):
     admin = make_admin(redis_url)
     admin.push([entry("http://h/only")])
-    busy = admin.sync(SyncBatch(take=1), worker="w")
+    busy = admin.call(CallBatch(take=1), worker="w")
     assert busy.idle_ms == -1  # leased, so not idle
-    admin.sync(SyncBatch(acks=[(busy.leased[0].entry_id, busy.leased[0].token)]), worker="w")
+    admin.call(CallBatch(acks=[(busy.leased[0].entry_id, busy.leased[0].token)]), worker="w")
     time.sleep(0.3)
-    later = admin.sync(SyncBatch(take=1), worker="w")
+    later = admin.call(CallBatch(take=1), worker="w")
     assert 250 <= later.idle_ms < 5000
     admin.push([entry("http://h/more")])
-    assert admin.sync(SyncBatch(), worker="w").idle_ms == -1
+    assert admin.call(CallBatch(), worker="w").idle_ms == -1
     assert admin.status()["idle_seconds"] is None
 
 
@@ -165,8 +166,8 @@ def test_every_key_carries_the_crawl_hash_tag_and_purge_is_scoped(redis_url):
     admin = make_admin(redis_url, crawl="alpha")
     other = make_admin(redis_url, crawl="beta")
     admin.push([entry("http://h/1"), entry("http://h/2", dont_filter=True)])
-    lease = admin.sync(SyncBatch(take=1), worker="w").leased[0]
-    admin.sync(SyncBatch(acks=[(lease.entry_id, lease.token)]), worker="w")
+    lease = admin.call(CallBatch(take=1), worker="w").leased[0]
+    admin.call(CallBatch(acks=[(lease.entry_id, lease.token)]), worker="w")
     other.push([entry("http://h/1")])
     client = redis.Redis.from_url(redis_url)
     names = sorted(k.decode() for k in client.keys("*"))
@@ -179,5 +180,5 @@ def test_every_key_carries_the_crawl_hash_tag_and_purge_is_scoped(redis_url):
 def test_bad_call_argument_is_refused_before_any_write(redis_url):
     admin = make_admin(redis_url)
     with pytest.raises(redis.ResponseError, match="bad push entry"):
-        admin.sync(SyncBatch(pushes=[(b"short", 0, b"\x01x")]))
+        admin.call(CallBatch(pushes=[(b"short", 0, b"\x01x")]))
     assert redis.Redis.from_url(redis_url).dbsize() == 0

@@ -13,8 +13,9 @@ import redis
 from scrapy import Request
 
 from scrapy_fleet import codec, lua
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import CLASSIC, bloom_key, slice_params
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch, _arg
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams, call_args
 from scrapy_fleet.keys import CrawlKeys
 
 
@@ -47,8 +48,8 @@ def test_known_duplicates_are_left_out_and_still_counted(redis_url):
 def test_known_duplicate_links_of_an_ack_do_not_park_it(redis_url):
     admin = admin_for(redis_url, cache=1000)
     admin.push([entry("http://h.test/seen")])
-    leased = admin.sync(SyncBatch(take=1), worker="w").leased[0]
-    result = admin.sync(SyncBatch(acks=[(leased.entry_id, leased.token)],
+    leased = admin.call(CallBatch(take=1), worker="w").leased[0]
+    result = admin.call(CallBatch(acks=[(leased.entry_id, leased.token)],
                                   pushes=[entry("http://h.test/seen", group=1)]), worker="w")
     assert (result.acked, result.parked, result.cached) == (1, 0, 1)
     assert admin.status()["size"] == 0
@@ -71,10 +72,10 @@ def test_cache_after_purge_pushes_the_url_again(redis_url):
 def test_stale_generation_is_refused_before_any_write(redis_url):
     admin = admin_for(redis_url)
     admin.push([entry("http://h.test/a")])
-    leased = admin.sync(SyncBatch(take=1), worker="w").leased[0]
+    leased = admin.call(CallBatch(take=1), worker="w").leased[0]
     script = lua.load(admin.client, "frontier.lua")
-    batch = SyncBatch(acks=[(leased.entry_id, leased.token)], pushes=[entry("http://h.test/x", 1)])
-    arg = _arg(batch, "w", admin.params, left_out=3, gen="not-the-filter")
+    batch = CallBatch(acks=[(leased.entry_id, leased.token)], pushes=[entry("http://h.test/x", 1)])
+    arg = call_args(batch, "w", admin.params, left_out=3, gen="not-the-filter")
     with pytest.raises(redis.ResponseError, match="stale filter generation"):
         script(keys=admin.keys.frontier_keys("op1", "-"), args=[arg])
     status = admin.status()
@@ -85,10 +86,10 @@ def test_stale_generation_is_refused_before_any_write(redis_url):
 def test_two_identical_new_links_in_one_call_make_one_entry(redis_url):
     admin = admin_for(redis_url)
     admin.push([entry("http://h.test/root")])
-    leased = admin.sync(SyncBatch(take=1), worker="w").leased[0]
+    leased = admin.call(CallBatch(take=1), worker="w").leased[0]
     links = [entry("http://h.test/new", 1), entry("http://h.test/other", 1),
              entry("http://h.test/new", 1)]
-    result = admin.sync(SyncBatch(acks=[(leased.entry_id, leased.token)], pushes=links),
+    result = admin.call(CallBatch(acks=[(leased.entry_id, leased.token)], pushes=links),
                         worker="w")
     assert result.push_flags == [1, 1, 0]
     assert (result.pushed, result.duplicates, result.seen) == (2, 1, [2])
@@ -110,15 +111,15 @@ def test_many_fingerprints_in_one_call_match_one_by_one(redis_url):
 def test_replayed_op_id_returns_the_first_reply(redis_url):
     admin = admin_for(redis_url, cache=1000)
     admin.push([entry("http://h.test/a"), entry("http://h.test/b")])
-    first = admin.sync(SyncBatch(take=2), worker="w", op_id="op-lease")
-    again = admin.sync(SyncBatch(take=2), worker="w", op_id="op-lease")
+    first = admin.call(CallBatch(take=2), worker="w", op_id="op-lease")
+    again = admin.call(CallBatch(take=2), worker="w", op_id="op-lease")
     assert [(e.entry_id, e.token, e.payload) for e in again.leased] == \
         [(e.entry_id, e.token, e.payload) for e in first.leased]
     assert all(e.payload for e in again.leased)  # filled from the data hash
     acks = [(e.entry_id, e.token) for e in first.leased]
     links = [entry("http://h.test/a", 1), entry("http://h.test/c", 1)]
-    done = admin.sync(SyncBatch(acks=acks, pushes=links), worker="w", op_id="op-ack")
-    redo = admin.sync(SyncBatch(acks=acks, pushes=links), worker="w", op_id="op-ack")
+    done = admin.call(CallBatch(acks=acks, pushes=links), worker="w", op_id="op-ack")
+    redo = admin.call(CallBatch(acks=acks, pushes=links), worker="w", op_id="op-ack")
     assert (redo.acked, redo.pushed, redo.push_flags, redo.seen) == \
         (done.acked, done.pushed, done.push_flags, done.seen) == (2, 1, [0, 1], [0])
     assert stat(admin, "acked") == 2 and stat(admin, "pushed") == 3
@@ -158,17 +159,17 @@ def test_deferred_entry_keeps_its_host_in_the_member(redis_url):
     admin = FrontierAdmin(redis_url, "dfr", params=FrontierParams(host_queue_max=1,
                                                                   defer_delay=0.05))
     admin.push([entry("http://a.test/1", host="a.test"), entry("http://b.test/1", host="b.test")])
-    leased = {e.entry_id: e for e in admin.sync(SyncBatch(take=2), worker="w").leased}
+    leased = {e.entry_id: e for e in admin.call(CallBatch(take=2), worker="w").leased}
     b_id = next(i for i, e in leased.items() if b"b.test" in e.payload)
     # b's only link is for the full host a.test: nothing can be pushed, b is deferred
-    result = admin.sync(SyncBatch(acks=[(b_id, leased[b_id].token)],
+    result = admin.call(CallBatch(acks=[(b_id, leased[b_id].token)],
                                   pushes=[entry("http://a.test/2", 1, host="a.test")]),
                         worker="w")
     assert result.deferred == 1
     member = admin.client.zrange(admin.keys.delayed, 0, -1)[0].decode()
     assert member.endswith("|b.test") and member.startswith(b_id + "|")
     time.sleep(0.1)
-    back = admin.sync(SyncBatch(take=5), worker="w2").leased
+    back = admin.call(CallBatch(take=5), worker="w2").leased
     assert [e.entry_id for e in back] == [b_id]
     assert admin.client.hget(admin.keys.lease, b_id).split(b"|", 2)[2] == b"b.test\tw2"
 
@@ -188,16 +189,16 @@ def test_worker_client_cache_after_a_new_filter_and_after_a_purge(redis_url):
     async def run() -> tuple[list[int], int, list[int], int, int, int]:
         fr = AsyncFrontier(redis_url, keys, "w1", FrontierParams())
         try:
-            await fr.sync(SyncBatch(pushes=[entry("http://h.test/a")]))
-            known = await fr.sync(SyncBatch(pushes=[entry("http://h.test/a"),
+            await fr.call(CallBatch(pushes=[entry("http://h.test/a")]))
+            known = await fr.call(CallBatch(pushes=[entry("http://h.test/a"),
                                                     entry("http://h.test/b")]))
             await fr.client.delete(keys.bloom_meta, keys.bloom_slice(0))  # a new filter
-            after = await fr.sync(SyncBatch(pushes=[entry("http://h.test/a"),
+            after = await fr.call(CallBatch(pushes=[entry("http://h.test/a"),
                                                     entry("http://h.test/b")]))
             queued = int(await fr.client.get(keys.queue_count) or 0)
             FrontierAdmin(redis_url, "async").purge()
             with pytest.raises(CrawlStateLostError):
-                await fr.sync(SyncBatch(pushes=[entry("http://h.test/a")]))
+                await fr.call(CallBatch(pushes=[entry("http://h.test/a")]))
             left = int(await fr.client.get(keys.queue_count) or 0)
             return known.push_flags, known.cached, after.push_flags, after.cached, queued, left
         finally:

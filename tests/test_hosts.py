@@ -15,9 +15,11 @@ from scrapy.settings import Settings
 
 from scrapy_fleet import codec, lua
 from scrapy_fleet.addon import Addon
-from scrapy_fleet.config import DEFAULT_REQUEST_CLASSES, FleetConfig
+from scrapy_fleet.catalog import DEFAULT_REQUEST_CLASSES
+from scrapy_fleet.config import FleetConfig
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import bloom_key
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.politeness.hosts import host_key
 
@@ -45,10 +47,10 @@ def politeness_call(url: str, op: str, host: str, **args):
 def test_gcra_spaces_leases_by_the_servers_clock(redis_url):
     admin = FrontierAdmin(redis_url, "hosts", params=FrontierParams(host_interval=0.4))
     admin.push([entry(f"http://a.test/{i}") for i in range(3)])
-    replies = [admin.sync(SyncBatch(take=3), worker="w")]
+    replies = [admin.call(CallBatch(take=3), worker="w")]
     while sum(len(r.leased) for r in replies) < 3:
         time.sleep(0.02)
-        replies.append(admin.sync(SyncBatch(take=3), worker="w"))
+        replies.append(admin.call(CallBatch(take=3), worker="w"))
     got = [len(r.leased) for r in replies]
     assert got[0] == 1 and max(got) == 1  # one per interval, even when three are asked for
     # the third waited two intervals, on the server's clock: each lease put the host's next
@@ -67,14 +69,14 @@ def test_a_call_that_leases_less_than_asked_says_when_the_next_host_may_go(redis
     admin = FrontierAdmin(redis_url, "hosts", params=FrontierParams(host_interval=0.2))
     admin.push([entry(f"http://a.test/{i}") for i in range(3)]
                + [entry(f"http://b.test/{i}") for i in range(2)])
-    first = admin.sync(SyncBatch(take=5), worker="w")
+    first = admin.call(CallBatch(take=5), worker="w")
     assert len(first.leased) == 2  # one per host
     assert first.next_ready is not None and 0 < first.next_ready <= 0.2
-    later = admin.sync(SyncBatch(), worker="w")  # asked for nothing: no time to report
+    later = admin.call(CallBatch(), worker="w")  # asked for nothing: no time to report
     assert later.next_ready is None
-    admin.sync(SyncBatch(take=5), worker="w")
+    admin.call(CallBatch(take=5), worker="w")
     for _ in range(40):  # lease what is left; once nothing waits for a turn, no time
-        last = admin.sync(SyncBatch(take=5), worker="w")
+        last = admin.call(CallBatch(take=5), worker="w")
         if not last.leased and last.queued == 0:
             break
         time.sleep(0.05)
@@ -85,18 +87,18 @@ def test_burst_lets_that_many_go_at_once(redis_url):
     admin = FrontierAdmin(redis_url, "hosts", params=FrontierParams(host_interval=10,
                                                                     host_burst=3))
     admin.push([entry(f"http://a.test/{i}") for i in range(5)])
-    assert len(admin.sync(SyncBatch(take=5), worker="w").leased) == 3
+    assert len(admin.call(CallBatch(take=5), worker="w").leased) == 3
 
 
 def test_concurrency_slot_comes_back_when_a_lease_expires(redis_url):
     admin = FrontierAdmin(redis_url, "hosts", params=FrontierParams(lease_timeout=1,
                                                                     host_concurrency=1))
     admin.push([entry("http://a.test/1"), entry("http://a.test/2"), entry("http://b.test/1")])
-    first = admin.sync(SyncBatch(take=3), worker="dies")
+    first = admin.call(CallBatch(take=3), worker="dies")
     assert sorted(url_of(e) for e in first.leased) == ["http://a.test/1", "http://b.test/1"]
-    assert admin.sync(SyncBatch(take=3), worker="w2").leased == []  # a.test is at its cap
+    assert admin.call(CallBatch(take=3), worker="w2").leased == []  # a.test is at its cap
     time.sleep(1.2)
-    again = admin.sync(SyncBatch(take=3), worker="w2")  # the dead worker's leases expire
+    again = admin.call(CallBatch(take=3), worker="w2")  # the dead worker's leases expire
     assert {url_of(e) for e in again.leased} >= {"http://a.test/1"}
     assert len([e for e in again.leased if "a.test" in url_of(e)]) == 1  # still one at a time
 
@@ -104,21 +106,21 @@ def test_concurrency_slot_comes_back_when_a_lease_expires(redis_url):
 def test_concurrency_slot_comes_back_when_the_download_is_over(redis_url):
     admin = FrontierAdmin(redis_url, "hosts", params=FrontierParams(host_concurrency=1))
     admin.push([entry(f"http://a.test/{i}") for i in range(3)])
-    first = admin.sync(SyncBatch(take=3), worker="w").leased
+    first = admin.call(CallBatch(take=3), worker="w").leased
     assert [url_of(e) for e in first] == ["http://a.test/0"]
     lease = (first[0].entry_id, first[0].token)
     live = redis.Redis.from_url(redis_url)
     keys = CrawlKeys("fleet", "hosts")
     # a notice with a stale token changes nothing
-    stale = admin.sync(SyncBatch(downloaded=[(lease[0], lease[1] + 1)], take=3), worker="w")
+    stale = admin.call(CallBatch(downloaded=[(lease[0], lease[1] + 1)], take=3), worker="w")
     assert stale.leased == []
     # the download is over: the next request of the host may go while this one is parsed
-    second = admin.sync(SyncBatch(downloaded=[lease], take=3), worker="w").leased
+    second = admin.call(CallBatch(downloaded=[lease], take=3), worker="w").leased
     assert [url_of(e) for e in second] == ["http://a.test/1"]
     assert int(live.hget(keys.hostlive, "a.test")) == 1
     # the same notice again, then the ack: the slot is not given back twice
-    admin.sync(SyncBatch(downloaded=[lease]), worker="w")
-    res = admin.sync(SyncBatch(acks=[lease], take=3), worker="w")
+    admin.call(CallBatch(downloaded=[lease]), worker="w")
+    res = admin.call(CallBatch(acks=[lease], take=3), worker="w")
     assert (res.acked, res.leased) == (1, [])
     assert int(live.hget(keys.hostlive, "a.test")) == 1
     assert live.hget(keys.wlive, "w|a.test") == b"1"
@@ -132,16 +134,16 @@ def test_download_over_and_ack_in_one_call_free_the_slot_once(redis_url):
     admin.push([entry(f"http://a.test/{i}") for i in range(3)])
     keys = CrawlKeys("fleet", "hosts")
     live = redis.Redis.from_url(redis_url)
-    (first,) = admin.sync(SyncBatch(take=3), worker="w").leased
+    (first,) = admin.call(CallBatch(take=3), worker="w").leased
     lease = (first.entry_id, first.token)
-    res = admin.sync(SyncBatch(downloaded=[lease], acks=[lease], take=3), worker="w")
+    res = admin.call(CallBatch(downloaded=[lease], acks=[lease], take=3), worker="w")
     assert res.acked == 1
     assert [url_of(e) for e in res.leased] == ["http://a.test/1"]
     assert int(live.hget(keys.hostlive, "a.test")) == 1  # the new lease's slot only
     assert live.hget(keys.wlive, "w|a.test") == b"1"
     assert live.hexists(keys.lease, first.entry_id) == 0
     # a stale notice and ack of the same lease again: nothing more is freed
-    again = admin.sync(SyncBatch(downloaded=[lease], acks=[lease], take=3), worker="w")
+    again = admin.call(CallBatch(downloaded=[lease], acks=[lease], take=3), worker="w")
     assert (again.acked, again.leased, again.lost) == (0, [], [first.entry_id])
     assert int(live.hget(keys.hostlive, "a.test")) == 1
 
@@ -153,9 +155,9 @@ def test_one_call_leases_many_heads_of_one_host_in_order(redis_url):
     admin.push([entry(f"http://a.test/{i:02d}") for i in range(40)])
     hi = Request("http://a.test/urgent", priority=5)
     admin.push([(bloom_key(hi.url.encode()), 5, codec.encode(hi), 0, "a.test")])
-    got = [url_of(e) for e in admin.sync(SyncBatch(take=30), worker="w").leased]
+    got = [url_of(e) for e in admin.call(CallBatch(take=30), worker="w").leased]
     assert got == ["http://a.test/urgent"] + [f"http://a.test/{i:02d}" for i in range(29)]
-    rest = [url_of(e) for e in admin.sync(SyncBatch(take=30), worker="w").leased]
+    rest = [url_of(e) for e in admin.call(CallBatch(take=30), worker="w").leased]
     assert rest == [f"http://a.test/{i:02d}" for i in range(29, 40)]
 
 
@@ -164,11 +166,11 @@ def test_hold_blocks_a_host_and_not_the_others(redis_url):
     admin.push([entry("http://a.test/1"), entry("http://b.test/1")])
     reply = politeness_call(redis_url, "backoff", "a.test", ra=0.6)
     assert reply["delay"] == 600
-    assert [url_of(e) for e in admin.sync(SyncBatch(take=2), worker="w").leased] == [
+    assert [url_of(e) for e in admin.call(CallBatch(take=2), worker="w").leased] == [
         "http://b.test/1"]
     assert politeness_call(redis_url, "hold", "a.test")["wait"] > 0
     time.sleep(0.7)
-    assert [url_of(e) for e in admin.sync(SyncBatch(take=2), worker="w").leased] == [
+    assert [url_of(e) for e in admin.call(CallBatch(take=2), worker="w").leased] == [
         "http://a.test/1"]
     assert politeness_call(redis_url, "hold", "a.test")["wait"] == 0
 
@@ -185,7 +187,7 @@ def test_backoff_without_retry_after_doubles_and_success_resets(redis_url):
 def test_guard_token_shares_the_frontiers_limiter(redis_url):
     admin = FrontierAdmin(redis_url, "hosts", params=FrontierParams(host_interval=1.0))
     admin.push([entry("http://a.test/1")])
-    assert len(admin.sync(SyncBatch(take=1), worker="w").leased) == 1  # token taken
+    assert len(admin.call(CallBatch(take=1), worker="w").leased) == 1  # token taken
     wait = politeness_call(redis_url, "take", "a.test", pt=1000, pb=1, pc=0)["wait"]
     assert 800 < wait <= 1000  # the guard must wait for the same host's next turn
     assert politeness_call(redis_url, "take", "b.test", pt=1000, pb=1, pc=0)["wait"] == 0

@@ -19,7 +19,9 @@ from support import TEST_PROJECT, run_scrapy
 
 from scrapy_fleet import codec
 from scrapy_fleet.failures import admin as failures_admin
-from scrapy_fleet.frontier.client import AsyncFrontier, FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.client import AsyncFrontier
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 from scrapy_fleet.frontier.layout import CrawlLayoutError
 from scrapy_fleet.keys import LAYOUT_VERSION, CrawlKeys
 
@@ -57,7 +59,7 @@ def test_a_crawl_of_the_previous_layout_is_refused_by_every_frontier_client(redi
     c, k = admin.client, admin.keys
     before = old_crawl(c, k)
     with pytest.raises(CrawlLayoutError) as refused:
-        admin.sync(SyncBatch(take=1), worker="w")
+        admin.call(CallBatch(take=1), worker="w")
     text = str(refused.value)
     assert text == (f"crawl 'old1' in Redis was written by another version of scrapy-fleet (no "
                     f"layout version; this version reads layout {LAYOUT_VERSION}): finish it "
@@ -86,9 +88,9 @@ def test_a_crawl_of_another_layout_version_is_refused_and_a_new_one_gets_the_ver
     assert c.get(k.layout) == str(LAYOUT_VERSION).encode()  # written with the marker
     c.set(k.layout, LAYOUT_VERSION + 1)  # a later version wrote this crawl
     with pytest.raises(CrawlLayoutError, match=f"layout version {LAYOUT_VERSION + 1}; "):
-        FrontierAdmin(redis_url, "fresh").sync(SyncBatch(take=1), worker="w")
+        FrontierAdmin(redis_url, "fresh").call(CallBatch(take=1), worker="w")
     c.set(k.layout, LAYOUT_VERSION)
-    leased = FrontierAdmin(redis_url, "fresh").sync(SyncBatch(take=1), worker="w").leased
+    leased = FrontierAdmin(redis_url, "fresh").call(CallBatch(take=1), worker="w").leased
     assert len(leased) == 1
 
 

@@ -9,7 +9,9 @@ import pytest
 import redis
 
 from scrapy_fleet.errors import CrawlStateLostError
-from scrapy_fleet.frontier.client import AsyncFrontier, FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.client import AsyncFrontier
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 from scrapy_fleet.keys import CrawlKeys
 
 
@@ -20,19 +22,19 @@ def test_a_worker_notices_that_redis_lost_the_crawl(redis_url):
     async def main() -> None:
         frontier = AsyncFrontier(redis_url, keys, "w1", FrontierParams())
         try:
-            first = await frontier.sync(SyncBatch(take=1))
+            first = await frontier.call(CallBatch(take=1))
             assert first.marker and client.get(keys.marker) == first.marker.encode()
-            again = await frontier.sync(SyncBatch(take=1))
+            again = await frontier.call(CallBatch(take=1))
             assert again.marker == first.marker
             client.flushall()  # what a Redis restarted without its data looks like
             with pytest.raises(CrawlStateLostError, match=r"crawl marker .* is gone"):
-                await frontier.sync(SyncBatch(take=1))
+                await frontier.call(CallBatch(take=1))
             assert client.dbsize() == 0  # refused before any write
             FrontierAdmin(redis_url, "mark").push([(b"", 0, b"\x01\x81\xa1u\xa8http://x/")])
             with pytest.raises(CrawlStateLostError, match="changed"):  # a new crawl's marker
-                await frontier.sync(SyncBatch(take=1))
+                await frontier.call(CallBatch(take=1))
             other = AsyncFrontier(redis_url, keys, "w2", FrontierParams())
-            assert len((await other.sync(SyncBatch(take=1))).leased) == 1  # a new worker works
+            assert len((await other.call(CallBatch(take=1))).leased) == 1  # a new worker works
             await other.close()
         finally:
             await frontier.close()

@@ -28,8 +28,8 @@ import pytest
 from mongowire import MongoWireServer
 from support import read_items, run_scrapy, start_worker, tail, wait_all
 
-from scrapy_fleet.frontier.client import FrontierAdmin
-from scrapy_fleet.pipelines.mongo import default_document_id
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.pipelines.mongo_config import default_document_id
 from testsite import generate_site
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "example_project"

@@ -37,12 +37,9 @@ from scrapy.utils.test import get_crawler
 from scrapy_fleet import engine_hooks
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.pipelines import DocumentRejected, MongoPipeline
-from scrapy_fleet.pipelines.mongo import (
-    MongoConfig,
-    default_document_id,
-    fatal_error,
-    redact_uri,
-)
+from scrapy_fleet.pipelines.mongo_config import MongoConfig, default_document_id
+from scrapy_fleet.pipelines.mongo_writes import fatal_error
+from scrapy_fleet.redact import redact as redact_uri
 
 FAST = {"FLEET_MONGO_RETRY_BACKOFF": 0.001, "FLEET_MONGO_RETRY_MAX_BACKOFF": 0.005}
 

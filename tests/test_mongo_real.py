@@ -17,7 +17,7 @@ from pymongo import MongoClient
 from scrapy.utils.test import get_crawler
 
 from scrapy_fleet.pipelines import DocumentRejected, MongoPipeline
-from scrapy_fleet.pipelines.mongo import default_document_id
+from scrapy_fleet.pipelines.mongo_config import default_document_id
 
 pytestmark = [pytest.mark.mongo]
 

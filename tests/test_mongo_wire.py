@@ -24,9 +24,9 @@ from scrapy.utils.test import get_crawler
 from support import frontier_payloads, read_items, run_scrapy, start_worker, tail, wait_all
 
 from scrapy_fleet.codec import decode_dict
-from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.pipelines import DocumentRejected, MongoPipeline
-from scrapy_fleet.pipelines.mongo import default_document_id
+from scrapy_fleet.pipelines.mongo_config import default_document_id
 from testsite import generate_site
 
 Action = Callable[[Any], bool] | str | None

@@ -22,7 +22,8 @@ import pytest
 import redis
 from support import TEST_PROJECT, queued, read_items, start_worker, tail, wait_all, wait_until
 
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.monitoring import alerts, series
 from scrapy_fleet.monitoring.heartbeat import WorkerMonitor, error_kind, fleet_counters
@@ -69,7 +70,7 @@ def test_two_workers_adding_to_one_counter_concurrently_lose_nothing(redis_url):
     def worker(name: str) -> None:
         admin = FrontierAdmin(redis_url, "conc")
         for n in range(1, calls + 1):
-            admin.sync(SyncBatch(beat=True), worker=name,
+            admin.call(CallBatch(beat=True), worker=name,
                        monitor=payload(n, {"resp/200": 1, "pages": 1, "items_scraped": 2},
                                        [["h.test", 1, 0]]))
         admin.close()
@@ -88,15 +89,15 @@ def test_two_workers_adding_to_one_counter_concurrently_lose_nothing(redis_url):
 def test_a_replayed_call_counts_once(redis_url):
     admin = FrontierAdmin(redis_url, "replay")
     arg = payload(1, {"resp/200": 3, "pages": 3})
-    first = admin.sync(SyncBatch(beat=True), worker="w:1:1", op_id="op-1", monitor=arg)
-    again = admin.sync(SyncBatch(beat=True), worker="w:1:1", op_id="op-1", monitor=arg)
+    first = admin.call(CallBatch(beat=True), worker="w:1:1", op_id="op-1", monitor=arg)
+    again = admin.call(CallBatch(beat=True), worker="w:1:1", op_id="op-1", monitor=arg)
     assert first.now_ms == again.now_ms  # the cached reply: the script did not run again
     assert snapshot(redis_url, "replay")["counters"]["pages"] == 3
     # the same batch resent with a new op id (every retry of a call failed after the script
     # ran): its sequence number was applied already, so it is skipped
-    admin.sync(SyncBatch(beat=True), worker="w:1:1", monitor=arg)
+    admin.call(CallBatch(beat=True), worker="w:1:1", monitor=arg)
     assert snapshot(redis_url, "replay")["counters"]["pages"] == 3
-    admin.sync(SyncBatch(beat=True), worker="w:1:1", monitor=payload(2, {"pages": 1}))
+    admin.call(CallBatch(beat=True), worker="w:1:1", monitor=payload(2, {"pages": 1}))
     assert snapshot(redis_url, "replay")["counters"]["pages"] == 4
 
 
@@ -109,7 +110,7 @@ def test_a_bad_monitoring_argument_is_refused_before_any_write(redis_url):
                 msgpack.packb({"c": {"pages": -5}, "cs": 1}),
                 msgpack.packb({"hb": {"st": "x" * 500}})):
         with pytest.raises(redis.ResponseError, match="fleet: "):
-            admin.sync(SyncBatch(take=1), worker="w:1:1", monitor=arg)
+            admin.call(CallBatch(take=1), worker="w:1:1", monitor=arg)
     assert client.hgetall(admin.keys.stats) == before
     assert client.zcard(admin.keys.leases) == 0  # the take did not run either
 
@@ -124,12 +125,12 @@ def test_a_monitoring_key_of_another_type_is_one_clear_error_and_changes_nothing
     client.delete(keys.series("1m"))
     client.lpush(keys.series("1m"), "a list")
     with pytest.raises(redis.ResponseError, match=r"fleet:\{foreign\}:mon holds a string"):
-        admin.sync(SyncBatch(take=1), worker="w:1:1", monitor=payload())
+        admin.call(CallBatch(take=1), worker="w:1:1", monitor=payload())
     assert (queued(client, keys), client.zcard(keys.leases)) == (1, 0)
     snap = snapshot(redis_url, "foreign")  # status still reads what it can
     assert snap["frontier"]["due"] == 1 and snap["started_at"] is None
     client.delete(keys.mon, keys.hostbans)
-    admin.sync(SyncBatch(take=1), worker="w:1:1", monitor=payload())  # a ring of the wrong
+    admin.call(CallBatch(take=1), worker="w:1:1", monitor=payload())  # a ring of the wrong
     assert client.strlen(keys.series("1m")) == series.tier_bytes("1m")  # type starts afresh
 
 
@@ -417,7 +418,7 @@ def test_churned_worker_ids_leave_no_keys_behind(redis_url, pause):
     params = FrontierParams(op_ttl=1.0, max_leases=10_000)
     resident = FrontierAdmin(redis_url, "churn", params=params)
     resident.push([(bytes([i]) * 12, 0, b"x", 0, "h.test") for i in range(1, 30)])
-    resident.sync(SyncBatch(beat=True), worker="resident:1:1",
+    resident.call(CallBatch(beat=True), worker="resident:1:1",
                   monitor=payload(forget_ms=CHURN_FORGET_MS))
     client = redis.Redis.from_url(redis_url)
     registered = []  # per churned worker: was it in the worker list, with its info, at once?
@@ -428,7 +429,7 @@ def test_churned_worker_ids_leave_no_keys_behind(redis_url, pause):
                                   params=FrontierParams(op_ttl=1.0, lease_timeout=1.0,
                                                         max_leases=10_000))
             worker = f"gone{n}:{n}:1"
-            admin.sync(SyncBatch(take=1), worker=worker,
+            admin.call(CallBatch(take=1), worker=worker,
                        monitor=payload(1, {"pages": 1}, [[f"h{n}.test", 1, 1]],
                                        forget_ms=CHURN_FORGET_MS))
             # (checked after its own call, not after all 200: a call forgets the ids silent
@@ -440,7 +441,7 @@ def test_churned_worker_ids_leave_no_keys_behind(redis_url, pause):
 
     churn(range(1))  # the crawl-wide keys it creates (stats, hoststats, expiries...) stay
     time.sleep(CHURN_FORGET_MS / 1000 + 1)
-    resident.sync(SyncBatch(beat=True), worker="resident:1:1",
+    resident.call(CallBatch(beat=True), worker="resident:1:1",
                   monitor=payload(forget_ms=CHURN_FORGET_MS))
     baseline = sorted(client.keys("*"))
     churn(range(1, 201))
@@ -448,7 +449,7 @@ def test_churned_worker_ids_leave_no_keys_behind(redis_url, pause):
     # (at least CHURN_FORGET_MS after the last churned call, and the leases' 1 s)
     time.sleep(CHURN_FORGET_MS / 1000 + 1)
     # the resident's next call reclaims the expired leases and forgets the departed ids
-    resident.sync(SyncBatch(beat=True), worker="resident:1:1",
+    resident.call(CallBatch(beat=True), worker="resident:1:1",
                   monitor=payload(forget_ms=CHURN_FORGET_MS))
     keys_now = sorted(client.keys("*"))
 
@@ -477,7 +478,7 @@ def test_series_have_fixed_bytes_whatever_the_crawl(redis_url):
         admin.push([(f"{chunk:04d}{i:08d}".encode(), 0, b"x", 0, f"h{i % 1000}")
                     for i in range(500)])
     for n in range(100):
-        admin.sync(SyncBatch(beat=True), worker=f"w{n}:1:1", monitor=payload(1, {"pages": 1}))
+        admin.call(CallBatch(beat=True), worker=f"w{n}:1:1", monitor=payload(1, {"pages": 1}))
     assert {t: client.strlen(keys.series(t)) for t in series.TIERS} == sizes
     points = read_series(client, keys, "depth_due")
     assert len(points) == 360
@@ -575,7 +576,7 @@ def test_runnable_now_counts_what_the_caps_let_run(redis_url):
     admin.push([(f"{i:012d}".encode(), 0, b"x", 0, "one.test") for i in range(1000)])
     assert snapshot(redis_url, "run")["runnable_now"] == 2  # 1000 queued, capped at 2
     for _ in range(3):  # a capped host's slots are shared among the live workers: one first
-        admin.sync(SyncBatch(take=10), worker="w:1:1", monitor=payload())
+        admin.call(CallBatch(take=10), worker="w:1:1", monitor=payload())
     snap = snapshot(redis_url, "run")
     assert (snap["frontier"]["leased"], snap["runnable_now"]) == (2, 2)  # never 0 in flight
     admin.push([(f"x{i:011d}".encode(), 0, b"x", 0, f"h{i}.test") for i in range(50)])

@@ -28,7 +28,7 @@ from support import (
 )
 
 from scrapy_fleet import redis_client
-from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from testsite import generate_site
 
 pytestmark = pytest.mark.slow

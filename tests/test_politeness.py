@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from support import TEST_PROJECT, read_items, run_scrapy, start_worker, tail, wait_all
 
-from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from testsite import generate_site
 
 BINDS = ("127.0.0.1", "127.0.0.2", "127.0.0.3")

@@ -24,7 +24,7 @@ import redis
 from support import TEST_PROJECT, RedisServer, read_items, start_worker, tail, wait_all
 
 from scrapy_fleet.commands.push import default_fingerprinter, push_lines
-from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.politeness.hosts import robots_origin
 from testsite import generate_site
 

@@ -10,8 +10,11 @@ from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
 
 from scrapy_fleet import codec
-from scrapy_fleet.frontier.client import AsyncFrontier, FrontierAdmin, SyncBatch
-from scrapy_fleet.frontier.pump import PUSH_CHUNK, Lease
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.client import AsyncFrontier
+from scrapy_fleet.frontier.leases import Lease
+from scrapy_fleet.frontier.protocol import CallBatch
+from scrapy_fleet.frontier.pump import PUSH_CHUNK
 from scrapy_fleet.frontier.scheduler import FleetScheduler
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.politeness.hosts import host_key
@@ -46,7 +49,7 @@ def test_a_backlog_of_finished_pages_goes_in_back_to_back_calls(redis_url):
     async def run() -> tuple[int, Any]:
         sched.frontier = AsyncFrontier(redis_url, CrawlKeys("fleet", "backlog"), "w1", params)
         try:
-            leased = (await sched.frontier.sync(SyncBatch(take=PAGES))).leased
+            leased = (await sched.frontier.call(CallBatch(take=PAGES))).leased
             assert len(leased) == PAGES  # one per host
             for entry in leased:
                 lease = Lease(entry.entry_id, entry.token)

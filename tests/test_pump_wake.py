@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from scrapy_fleet.frontier.pump import wait_set
+from scrapy_fleet.frontier.wake import wait_set
 
 
 async def _turns_after_set(wait: Callable[[asyncio.Event], Awaitable[None]]) -> int:

@@ -16,7 +16,8 @@ from support import EXAMPLE_PROJECT, TEST_PROJECT, free_port, run_scrapy
 from scrapy_fleet import codec
 from scrapy_fleet.commands.push import default_fingerprinter, parse_line, push_lines
 from scrapy_fleet.errors import PushLineError
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 from scrapy_fleet.keys import CrawlKeys
 
 CLI = [sys.executable, "-m", "scrapy_fleet.commands.cli"]
@@ -231,7 +232,7 @@ def test_a_queue_member_the_script_did_not_write_is_skipped_not_fatal(redis_url)
     client.hset(admin.keys.queue_index, "a.test", f"{10**15 - 1:016d} {10**15:016d}")
     got = []
     for _ in range(3):
-        got += admin.sync(SyncBatch(take=5), worker="w").leased
+        got += admin.call(CallBatch(take=5), worker="w").leased
     assert [codec.decode_dict(e.payload)["url"] for e in got] == ["http://a.test/1"]
     assert admin.status()["counters"]["bad_queue_members"] == 1
 

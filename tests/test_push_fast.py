@@ -22,8 +22,9 @@ from scrapy_fleet.commands.push import (
     push_lines,
 )
 from scrapy_fleet.errors import PushLineError
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import bloom_key
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 
 #: URLs whose safe and canonical forms differ from the text in every way w3lib knows
 VARIED_URLS = [
@@ -167,8 +168,8 @@ class Recorder:
 
     def size(self) -> int:
         size = self.admin.size()
-        leased = self.admin.sync(SyncBatch(take=size), worker="drain").leased
-        self.admin.sync(SyncBatch(acks=[(e.entry_id, e.token) for e in leased]),
+        leased = self.admin.call(CallBatch(take=size), worker="drain").leased
+        self.admin.call(CallBatch(acks=[(e.entry_id, e.token) for e in leased]),
                         worker="drain")
         return size
 

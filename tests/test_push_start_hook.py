@@ -30,11 +30,12 @@ from support import (
 )
 
 from scrapy_fleet import codec
+from scrapy_fleet.catalog import DEFAULT_REQUEST_CLASSES
 from scrapy_fleet.commands.push import default_fingerprinter, push_lines
-from scrapy_fleet.config import DEFAULT_REQUEST_CLASSES
 from scrapy_fleet.failures import admin as failures
 from scrapy_fleet.failures.record import FailureRecord
-from scrapy_fleet.frontier.client import FrontierAdmin, SyncBatch
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.protocol import CallBatch
 
 pytestmark = pytest.mark.slow
 
@@ -167,14 +168,14 @@ def test_a_retried_failed_pushed_request_is_still_a_start_request(redis_url):
     admin.push([(b"", 0, stored, 0, "b.test")])
 
     def lease_both() -> tuple[list, dict[str, bool]]:
-        leased = admin.sync(SyncBatch(take=2), worker="w").leased
+        leased = admin.call(CallBatch(take=2), worker="w").leased
         requests = [codec.decode(e.payload, None, DEFAULT_REQUEST_CLASSES) for e in leased]
         return list(zip(leased, requests, strict=True)), {
             r.url: codec.PUSHED_META_KEY in r.meta for r in requests}
 
     pairs, marked = lease_both()
     assert marked == {"http://a.test/pushed": True, "http://b.test/stored": False}
-    admin.sync(SyncBatch(acks=[(e.entry_id, e.token, FailureRecord(
+    admin.call(CallBatch(acks=[(e.entry_id, e.token, FailureRecord(
         url=r.url, method="GET", reason="http/500", status=500, attempts=3, worker="w",
         host=r.url.split("/")[2]).encode()) for e, r in pairs]), worker="w")
     assert failures.retry(admin.client, admin.keys, redis_url).retried == 2

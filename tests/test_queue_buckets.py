@@ -10,8 +10,9 @@ from scrapy import Request
 from support import queued
 
 from scrapy_fleet import codec
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import BLOCK_BITS, BLOCK_PRIME, BLOCKED, bloom_key, slice_params
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams, SyncBatch
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 
 
 def entry(url: str, priority: int = 0, host: str = "a.test", group: int = 0):
@@ -36,14 +37,14 @@ def test_a_queued_request_lives_in_its_bucket_entry_only(redis_url):
     assert len(raw) == 1
     entry_id, request = raw[0].split(b"\t", 1)
     assert codec.decode_dict(request)["url"] == "http://a.test/2"
-    leased = admin.sync(SyncBatch(take=1, ), worker="w").leased
+    leased = admin.call(CallBatch(take=1, ), worker="w").leased
     # the best head of the hosts ready longest: a.test's priority 3
     assert [e.entry_id for e in leased] == [entry_id.decode()]
     assert c.hget(k.data, leased[0].entry_id) == request  # a leased entry keeps it in `data`
     assert not c.exists(k.bucket("a.test", 3))  # an emptied bucket is gone, index too
     assert c.hget(k.queue_index, "a.test") == f"{10**15:016d}".encode()
     assert c.get(k.queue_count) == b"2"
-    admin.sync(SyncBatch(acks=[(leased[0].entry_id, leased[0].token)]), worker="w")
+    admin.call(CallBatch(acks=[(leased[0].entry_id, leased[0].token)]), worker="w")
     assert c.hlen(k.data) == 0
 
 
@@ -51,11 +52,11 @@ def test_priority_first_fifo_within_and_a_reclaimed_entry_back_at_its_bucket_hea
     admin = FrontierAdmin(redis_url, "fifo", params=FrontierParams(lease_timeout=30.0))
     k, c = admin.keys, admin.client
     admin.push([entry(f"http://a.test/{i}") for i in range(4)])
-    first = admin.sync(SyncBatch(take=1), worker="w").leased
+    first = admin.call(CallBatch(take=1), worker="w").leased
     assert urls_of(first) == ["http://a.test/0"]
     admin.push([entry("http://a.test/late")])
     c.zadd(k.leases, {first[0].entry_id: 1})  # its lease expired: reclaimed by the next call
-    got = admin.sync(SyncBatch(take=10), worker="w2")
+    got = admin.call(CallBatch(take=10), worker="w2")
     assert got.reclaimed == 1
     assert urls_of(got.leased) == [f"http://a.test/{i}" for i in range(4)] + [
         "http://a.test/late"]
@@ -67,7 +68,7 @@ def test_a_bucket_entry_not_written_by_the_scripts_is_dead_lettered(redis_url):
     k, c = admin.keys, admin.client
     admin.push([entry("http://a.test/1"), entry("http://a.test/2")])
     c.lset(k.bucket("a.test", 0), 0, b"no tab here")
-    got = admin.sync(SyncBatch(take=5), worker="w")
+    got = admin.call(CallBatch(take=5), worker="w")
     assert urls_of(got.leased) == ["http://a.test/2"]
     status = admin.status()
     assert status["counters"]["bad_queue_members"] == 1 and status["dead"] == 1
@@ -123,9 +124,9 @@ def test_entries_written_into_a_bucket_by_hand_leave_the_count_at_0_when_done(re
     k, c = admin.keys, admin.client
     admin.push([entry("http://a.test/1")])
     c.rpush(k.bucket("a.test", 0), "no tab", "")
-    got = admin.sync(SyncBatch(take=5), worker="w")
+    got = admin.call(CallBatch(take=5), worker="w")
     assert urls_of(got.leased) == ["http://a.test/1"]
-    done = admin.sync(SyncBatch(acks=[(e.entry_id, e.token) for e in got.leased]), worker="w")
+    done = admin.call(CallBatch(acks=[(e.entry_id, e.token) for e in got.leased]), worker="w")
     assert admin.status()["dead"] == 2
     assert (done.queued, done.size) == (0, 0) and done.idle_ms >= 0
     assert c.get(k.queue_count) == b"0"
@@ -136,7 +137,7 @@ def test_a_deferred_stored_response_leaves_the_response_queue_to_the_fetch_worke
     FLEET_HOST_QUEUE_MAX) is deferred; it waits for that host, which only the fetch workers
     drain, so it does not count in the response queue that stops them (a stall: a parse worker
     re-parsed the deferred responses forever while the fetch workers waited)."""
-    from scrapy_fleet.frontier.client import FrontierParams
+    from scrapy_fleet.frontier.protocol import FrontierParams
 
     params = FrontierParams(host_queue_max=1, defer_delay=60.0)
     parse = FrontierAdmin(redis_url, "stall", params=FrontierParams(
@@ -145,9 +146,9 @@ def test_a_deferred_stored_response_leaves_the_response_queue_to_the_fetch_worke
     fetch.push([entry("http://a.test/1")])  # a.test at its bound of 1
     stored = b"a stored response" * 10
     fetch.push([(b"", 0, stored, 0, "~parse")])
-    assert fetch.sync(SyncBatch(), worker="f").response_queue == (1, len(stored))
-    (resp,) = parse.sync(SyncBatch(take=1), worker="p").leased
-    done = parse.sync(SyncBatch(acks=[(resp.entry_id, resp.token)],
+    assert fetch.call(CallBatch(), worker="f").response_queue == (1, len(stored))
+    (resp,) = parse.call(CallBatch(take=1), worker="p").leased
+    done = parse.call(CallBatch(acks=[(resp.entry_id, resp.token)],
                                 pushes=[entry("http://a.test/2", group=1)]), worker="p")
     assert done.deferred == 1
     assert done.response_queue == (0, 0)  # not waiting for a parse worker any more
@@ -156,4 +157,4 @@ def test_a_deferred_stored_response_leaves_the_response_queue_to_the_fetch_worke
     # when it is due again it is the parse workers' again
     fetch.client.zadd(fetch.keys.delayed, {m: 1 for m in
                                            fetch.client.zrange(fetch.keys.delayed, 0, -1)})
-    assert fetch.sync(SyncBatch(), worker="f").response_queue == (1, len(stored))
+    assert fetch.call(CallBatch(), worker="f").response_queue == (1, len(stored))

@@ -20,7 +20,8 @@ from support import (
     wait_all,
 )
 
-from scrapy_fleet.frontier.client import FrontierAdmin, SyncBatch
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.protocol import CallBatch
 from testsite import generate_site
 
 
@@ -28,7 +29,7 @@ def test_script_cache_flush_is_survived(redis_url):
     admin = FrontierAdmin(redis_url, "flush")
     admin.push([(b"", 0, b"\x01\x81\xa1u\xa8http://x/")])
     admin.client.script_flush()  # what a restarted Redis looks like to a client
-    result = admin.sync(SyncBatch(take=1), worker="w")
+    result = admin.call(CallBatch(take=1), worker="w")
     assert len(result.leased) == 1
 
 
@@ -183,9 +184,9 @@ def test_counters_not_written_by_the_fleet_do_not_break_frontier_calls(redis_url
     client.hset(admin.keys.stats, mapping={"leased": "1.5", "pushed": "abc"})
     client.hset(admin.keys.hostq, "a.test", "many")
     admin.push([(b"k" * 12, 0, b"\x01\x81\xa1u\xaehttp://a.test/", 0, "a.test")])
-    res = admin.sync(SyncBatch(take=1), worker="w")
+    res = admin.call(CallBatch(take=1), worker="w")
     assert len(res.leased) == 1
-    res = admin.sync(SyncBatch(acks=[(res.leased[0].entry_id, res.leased[0].token)]),
+    res = admin.call(CallBatch(acks=[(res.leased[0].entry_id, res.leased[0].token)]),
                      worker="w")
     assert res.acked == 1
     counters = admin.status()["counters"]

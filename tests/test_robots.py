@@ -30,8 +30,9 @@ from support import (
 from scrapy_fleet import codec, lua
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import FleetConfigError
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import bloom_key
-from scrapy_fleet.frontier.client import FrontierAdmin, SyncBatch
+from scrapy_fleet.frontier.protocol import CallBatch
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.politeness.hosts import robots_origin
 from testsite import generate_site
@@ -234,9 +235,9 @@ def test_a_delayed_push_is_leased_only_after_its_delay(redis_url):
     url = "http://a.test/p"
     admin.push([(bloom_key(url.encode()), 0, codec.encode(Request(url)), 0, "a.test", 600)])
     assert admin.status()["delayed"] == 1
-    assert admin.sync(SyncBatch(take=5), worker="w").leased == []
+    assert admin.call(CallBatch(take=5), worker="w").leased == []
     time.sleep(0.7)
-    leased = admin.sync(SyncBatch(take=5), worker="w").leased
+    leased = admin.call(CallBatch(take=5), worker="w").leased
     assert [codec.decode_dict(e.payload)["url"] for e in leased] == [url]
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import time
 
 from scrapy_fleet import codec
-from scrapy_fleet.frontier.client import FrontierAdmin, SyncBatch
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.protocol import CallBatch
 
 
 def _payload(url: str) -> bytes:
@@ -36,23 +37,23 @@ def test_a_lost_lease_never_acknowledges_another_request_after_a_rollback(redis_
     (id, token), the other request the promoted replica gives that id to."""
     admin = FrontierAdmin(redis_url, "rollback")
     admin.push([(b"a" * 12, 0, _payload("http://h/a"), 0, "h")])
-    a = admin.sync(SyncBatch(take=1), worker="w1").leased[0]
-    admin.sync(SyncBatch(acks=[(a.entry_id, a.token)]), worker="w1")
+    a = admin.call(CallBatch(take=1), worker="w1").leased[0]
+    admin.call(CallBatch(acks=[(a.entry_id, a.token)]), worker="w1")
     before = _snapshot(admin)
     # lost calls: a push of B, leased by worker 1 (it fetches B and will acknowledge it)
     admin.push([(b"b" * 12, 0, _payload("http://h/b"), 0, "h")])
-    b = admin.sync(SyncBatch(take=1), worker="w1").leased[0]
+    b = admin.call(CallBatch(take=1), worker="w1").leased[0]
     _rollback(admin, before)  # failover: the replica never saw them
     time.sleep(0.01)  # the clock moves on (a failover takes seconds)
     # on the promoted replica: C is pushed and gets B's id (B's push is lost though its
     # pusher was told "pushed": what FLEET_REDIS_WAIT_REPLICAS reports), worker 2 leases C
     admin.push([(b"c" * 12, 0, _payload("http://h/c"), 0, "h")])
-    c = admin.sync(SyncBatch(take=1), worker="w2").leased[0]
+    c = admin.call(CallBatch(take=1), worker="w2").leased[0]
     assert c.entry_id == b.entry_id  # the id counter was rolled back
     assert c.token != b.token  # the token counter too, but tokens never repeat
     # worker 1 acknowledges B with its stale lease: refused, C stays leased to worker 2
-    result = admin.sync(SyncBatch(acks=[(b.entry_id, b.token)]), worker="w1")
+    result = admin.call(CallBatch(acks=[(b.entry_id, b.token)]), worker="w1")
     assert result.acked == 0 and result.lost == [b.entry_id]
     assert admin.status()["leased"] == 1
-    assert admin.sync(SyncBatch(acks=[(c.entry_id, c.token)]), worker="w2").acked == 1
+    assert admin.call(CallBatch(acks=[(c.entry_id, c.token)]), worker="w2").acked == 1
     admin.close()

@@ -16,7 +16,8 @@ from scrapy.utils.test import get_crawler
 from support import frontier_payloads
 
 from scrapy_fleet import codec
-from scrapy_fleet.frontier.client import AsyncFrontier, FrontierAdmin
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.scheduler import FleetScheduler
 from scrapy_fleet.keys import CrawlKeys
 
@@ -61,11 +62,11 @@ def test_known_duplicate_is_buffered_unencoded_left_out_and_counted(redis_url):
         try:
             assert sched.enqueue_request(Request("http://h.test/a")) is True
             first = sched._outbox[0][3]
-            await sched._sync_once(final=True)
+            await sched._call_once(final=True)
             assert sched.enqueue_request(Request("http://h.test/a")) is True
             assert sched.enqueue_request(Request("http://h.test/b")) is True
             lazy = [type(o[3]) for o in sched._outbox]
-            result = await sched._sync_once(final=True)
+            result = await sched._call_once(final=True)
             return first, lazy, result
         finally:
             await sched.frontier.close()
@@ -95,14 +96,14 @@ def test_known_duplicates_are_encoded_and_sent_when_the_filter_is_not_the_cached
         assert sched.frontier is not None
         try:
             sched.enqueue_request(Request("http://h.test/a"))
-            await sched._sync_once(final=True)
+            await sched._call_once(final=True)
             start = Request("http://h.test/a", meta={codec.START_META_KEY: 0})
             sched.enqueue_request(start)
             sched.enqueue_request(Request("http://h.test/c"))
             lazy = [type(o[3]) for o in sched._outbox]
             pending = sched.first_unpushed_start()
             await sched.frontier.client.delete(keys.bloom_meta, keys.bloom_slice(0))
-            result = await sched._sync_once(final=True)
+            result = await sched._call_once(final=True)
             return lazy, pending, result, sched.first_unpushed_start()
         finally:
             await sched.frontier.close()
@@ -127,7 +128,7 @@ def test_a_request_with_a_live_page_is_refused_even_when_known(redis_url):
         assert sched.frontier is not None
         try:
             sched.enqueue_request(Request("http://h.test/p"))
-            await sched._sync_once(final=True)
+            await sched._call_once(final=True)
             return sched.enqueue_request(Request("http://h.test/p",
                                                  meta={"playwright_page": object()}))
         finally:

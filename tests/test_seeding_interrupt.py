@@ -11,7 +11,7 @@ import pytest
 import redis
 from support import TEST_PROJECT, read_items, start_worker, tail, wait_all
 
-from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from testsite import generate_site
 
 pytestmark = pytest.mark.slow

@@ -21,7 +21,8 @@ from support import TEST_PROJECT, read_items, run_scrapy, start_worker, tail, wa
 from scrapy_fleet import codec
 from scrapy_fleet.failures import admin as failures
 from scrapy_fleet.failures.record import FailureRecord
-from scrapy_fleet.frontier.client import FrontierAdmin, SyncBatch
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.protocol import CallBatch
 from testsite import generate_site
 
 
@@ -39,13 +40,13 @@ def test_unstorable_records_ride_on_the_ack_once_even_when_the_call_is_replayed(
     try:
         page = "http://h.test/page"
         admin.push([(b"", 0, codec.encode_dict({"url": page}), 0, "h.test")])
-        lease = admin.sync(SyncBatch(take=1), worker="w").leased[0]
-        batch = SyncBatch(acks=[(lease.entry_id, lease.token, b"",
+        lease = admin.call(CallBatch(take=1), worker="w").leased[0]
+        batch = CallBatch(acks=[(lease.entry_id, lease.token, b"",
                                  [_unstorable("http://other.test/1", page),
                                   _unstorable("http://other.test/2", page)])],
                           unstorable=[_unstorable("http://other.test/start")])
-        first = admin.sync(batch, worker="w", op_id="op-u")
-        again = admin.sync(batch, worker="w", op_id="op-u")  # resent after a lost reply
+        first = admin.call(batch, worker="w", op_id="op-u")
+        again = admin.call(batch, worker="w", op_id="op-u")  # resent after a lost reply
         assert first.acked == again.acked == 1
         counters = admin.status()["counters"]
         assert (counters["failed"], counters["unstorable"], counters["acked"]) == (3, 3, 1)
@@ -65,7 +66,7 @@ def test_unstorable_records_ride_on_the_ack_once_even_when_the_call_is_replayed(
         # the page that found them, once, counted under its own host
         assert admin.client.hgetall(admin.keys.hostq) == {b"h.test": b"1"}
         queued = [codec.decode_dict(e.payload)["url"]
-                  for e in admin.sync(SyncBatch(take=10), worker="w").leased]
+                  for e in admin.call(CallBatch(take=10), worker="w").leased]
         assert queued == [page]
         assert [rec.url for _, rec in failures.failed_records(admin.client, admin.keys)] == [
             "http://other.test/start"]
@@ -77,13 +78,13 @@ def test_bad_unstorable_record_is_refused_before_any_write(redis_url):
     admin = FrontierAdmin(redis_url, "unstbad")
     try:
         admin.push([(b"", 0, codec.encode_dict({"url": "http://h.test/a"}), 0, "h.test")])
-        lease = admin.sync(SyncBatch(take=1), worker="w").leased[0]
+        lease = admin.call(CallBatch(take=1), worker="w").leased[0]
         before = sorted(admin.client.keys("*"))
-        for batch in (SyncBatch(acks=[(lease.entry_id, lease.token, b"",
+        for batch in (CallBatch(acks=[(lease.entry_id, lease.token, b"",
                                        [msgpack.packb({"url": "x"})])]),
-                      SyncBatch(unstorable=[msgpack.packb({"url": "x"})])):
+                      CallBatch(unstorable=[msgpack.packb({"url": "x"})])):
             with pytest.raises(redis.ResponseError, match="bad failure record"):
-                admin.sync(batch, worker="w")
+                admin.call(batch, worker="w")
             assert sorted(admin.client.keys("*")) == before
         assert admin.status()["leased"] == 1
     finally:

@@ -25,8 +25,8 @@ from support import (
 )
 
 from scrapy_fleet.errors import RequestDecodeError
-from scrapy_fleet.frontier.client import FrontierAdmin
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.keys import STAGE_HOST, CrawlKeys
 from scrapy_fleet.monitoring.snapshot import read_snapshot
 from scrapy_fleet.stages import records
 from testsite import generate_site
@@ -179,18 +179,18 @@ def test_response_queue_is_bounded_and_a_killed_fetch_worker_loses_nothing(
                                 FLEET_RESPONSE_QUEUE_MAX=5, CONCURRENT_REQUESTS=2)
         peak, deadline = 0, time.monotonic() + 60
         while time.monotonic() < deadline:
-            stored = int(client.hget(keys.hostq, records.STAGE_HOST) or 0)
+            stored = int(client.hget(keys.hostq, STAGE_HOST) or 0)
             peak = max(peak, stored)
             if stored >= 5:
                 break
             time.sleep(0.05)
         time.sleep(2)  # it must stop leasing: the queue stays bounded
-        stored = int(client.hget(keys.hostq, records.STAGE_HOST) or 0)
+        stored = int(client.hget(keys.hostq, STAGE_HOST) or 0)
         assert 5 <= stored <= 5 + 2 + 3, stored  # bound + in flight (cap 2 + a quarter)
         assert "Response queue full" in tail(flog)
         # the cockpit shows the response queue and the fetch worker's role
         snap = read_snapshot(client, keys)
-        assert snap["frontier"]["stored"] == int(client.hget(keys.hostq, records.STAGE_HOST))
+        assert snap["frontier"]["stored"] == int(client.hget(keys.hostq, STAGE_HOST))
         assert snap["frontier"]["stored_bytes"] == int(client.hget(keys.stats,
                                                                    "response_queue_bytes"))
         assert [w["role"] for w in snap["workers"]] == ["fetch"]
@@ -203,7 +203,7 @@ def test_response_queue_is_bounded_and_a_killed_fetch_worker_loses_nothing(
     items = read_items([tmp_path / "out-parse-0.jsonl"])
     assert {i["url"] for i in items} == expected
     assert client.hget(keys.stats, "response_queue_bytes") in (b"0", None)
-    assert int(client.hget(keys.hostq, records.STAGE_HOST) or 0) == 0
+    assert int(client.hget(keys.hostq, STAGE_HOST) or 0) == 0
 
 
 @pytest.mark.parametrize("role,state", [("parse", "parsing"), ("fetch", "fetching"),
@@ -214,7 +214,7 @@ def test_a_parse_worker_holding_stored_responses_says_parsing(role: str, state: 
     from scrapy import Spider
     from scrapy.utils.test import get_crawler
 
-    from scrapy_fleet.frontier.pump import Lease
+    from scrapy_fleet.frontier.leases import Lease
     from scrapy_fleet.frontier.scheduler import FleetScheduler
 
     crawler = get_crawler(Spider, {"FLEET_ROLE": role})

@@ -18,7 +18,7 @@ import pytest
 import redis
 from support import TEST_PROJECT, free_port, run_scrapy, stop_process
 
-from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.keys import CrawlKeys
 from testsite import generate_site
 

@@ -23,25 +23,20 @@ import redis
 from scrapy import Request
 
 from scrapy_fleet import acl, redis_url
-from scrapy_fleet.commands import handlers, push
-from scrapy_fleet.config import (
-    DEFAULTS,
-    HOST_KEY_MODES,
-    SETTINGS,
-    format_default,
-    settings_listing,
-    validate_crawl_id,
-    validate_key_prefix,
-    validate_redis_url,
-)
+from scrapy_fleet.catalog import DEFAULTS, SETTINGS, format_default, settings_listing
+from scrapy_fleet.checks import validate_crawl_id, validate_key_prefix
+from scrapy_fleet.commands import actions, push
+from scrapy_fleet.config import HOST_KEY_MODES
 from scrapy_fleet.errors import (
     FleetConfigError,
     RedisPermissionError,
     RedisUnavailableError,
 )
-from scrapy_fleet.frontier.client import FrontierAdmin, FrontierParams
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.layout import CrawlLayoutError
+from scrapy_fleet.frontier.protocol import FrontierParams
 from scrapy_fleet.monitoring import actions as monitoring_actions
+from scrapy_fleet.redis_url import validate_redis_url
 
 #: ``(status, meaning)`` of both commands' exit statuses (shown by ``--help``)
 EXIT_STATUSES: tuple[tuple[int, str], ...] = (
@@ -148,21 +143,21 @@ def _acl_action(ctx: ActionContext) -> int:
 ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("push", "push URLs or JSON request lines into the crawl's frontier",
            "[URL ...] [-f FILE | -] [--dont-filter] [--priority N] [--no-wait] [--timeout S]",
-           lambda c: handlers.run_push(c.crawl, c.urls, c.opts, c.fingerprint,
+           lambda c: actions.run_push(c.crawl, c.urls, c.opts, c.fingerprint,
                                        c.low_watermark, c.has_method, c.host_key_mode),
            takes_urls=True),
     Action("status", "show the crawl's counts, workers and bounds", "[--json] [--hosts]",
-           lambda c: handlers.run_status(c.crawl, c.opts, c.label, c.low_watermark,
+           lambda c: actions.run_status(c.crawl, c.opts, c.label, c.low_watermark,
                                          c.alerts_config),
            needs_state=True),
     Action("dead", "list the crawl's dead letters", "[--limit N] [--json]",
-           lambda c: handlers.run_dead(c.crawl, c.opts), needs_state=True),
+           lambda c: actions.run_dead(c.crawl, c.opts), needs_state=True),
     Action("failed", "list the requests that failed for good",
-           "[--reason R] [--limit N] [--json]", lambda c: handlers.run_failed(c.crawl, c.opts),
+           "[--reason R] [--limit N] [--json]", lambda c: actions.run_failed(c.crawl, c.opts),
            needs_state=True),
     Action("retry", "push failed requests (--dead: dead letters) again, once each",
            "(--reason R | --all) [--dead]",
-           lambda c: handlers.run_retry(c.crawl, c.opts, c.host_key_mode), needs_state=True),
+           lambda c: actions.run_retry(c.crawl, c.opts, c.host_key_mode), needs_state=True),
     Action("top", "live terminal view: depth, pages/min, workers, hosts, alerts",
            "[--interval S] [--once] [--limit N]",
            lambda c: monitoring_actions.run("top", c.crawl, c.opts, c.alerts_config,
@@ -172,7 +167,7 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            lambda c: monitoring_actions.run("monitor", c.crawl, c.opts, c.alerts_config,
                                         c.forget_after)),
     Action("purge", "delete every key of the crawl (asks first)", "[--yes]",
-           lambda c: handlers.run_purge(c.crawl, c.opts, c.label, c.confirm)),
+           lambda c: actions.run_purge(c.crawl, c.opts, c.label, c.confirm)),
     Action("settings", "list every FLEET_* setting with its type, default and meaning",
            "[--json]", _settings_action, needs_redis=False),
     Action("acl", "print the least-privilege ACL rules of the crawl's roles (worker, "
@@ -192,7 +187,7 @@ def _hanging(head: str, text: str, indent: int) -> str:
                          break_long_words=False).replace("\0", " ")
 
 
-#: ``proxies`` has sub-actions of its own and its own parser (proxies/admin.py), so it is not
+#: ``proxies`` has sub-actions of its own and its own parser (proxies/actions.py), so it is not
 #: a row of ACTIONS; the help texts list it after them
 PROXIES_USAGE = ("list|add|remove|drain|reset {crawl} [URL or ID ...] [--pool P] [--site S] "
                  "[--json]")
@@ -265,7 +260,7 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 #: action -> the least-privilege role it needs (scrapy_fleet/acl.py), checked at start;
-#: every ``proxies`` action runs as ``admin`` (proxies/admin.py probes the pool's keys)
+#: every ``proxies`` action runs as ``admin`` (proxies/actions.py probes the pool's keys)
 ACL_ROLES = {"push": "worker", "retry": "admin", "purge": "admin", "status": "monitor",
              "dead": "monitor", "failed": "monitor", "top": "monitor", "monitor": "monitor"}
 
@@ -400,27 +395,27 @@ def _stored_bounds(url: str, crawl_id: str, prefix: str) -> dict[str, Any]:
 
 
 # -- proxies: scrapy-fleet [--redis URL] [--prefix P] proxies ACTION CRAWL_ID [ARGS] --------
-# (the logic is in scrapy_fleet/proxies/admin.py; this block only parses the command line)
+# (the logic is in scrapy_fleet/proxies/actions.py; this block only parses the command line)
 
 
 def build_proxies_parser() -> argparse.ArgumentParser:
     """``scrapy-fleet ... proxies list|add|remove|drain|reset CRAWL_ID [ARGS]``."""
-    from scrapy_fleet.proxies import admin as proxies_admin
+    from scrapy_fleet.proxies import actions as proxies_actions
 
     parser = argparse.ArgumentParser(
         prog="scrapy-fleet proxies", description="Show and change a fleet proxy pool.",
-        epilog=proxies_admin.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=proxies_actions.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--redis", default=os.environ.get("FLEET_REDIS_URL",
                                                           DEFAULTS["FLEET_REDIS_URL"]),
                         help="Redis URL (default: $FLEET_REDIS_URL or %(default)s)")
     parser.add_argument("--prefix", default=DEFAULTS["FLEET_KEY_PREFIX"],
                         help="key prefix, FLEET_KEY_PREFIX (default %(default)s)")
     parser.add_argument("command", choices=["proxies"])
-    parser.add_argument("proxies_action", choices=list(proxies_admin.ACTIONS))
+    parser.add_argument("proxies_action", choices=list(proxies_actions.ACTIONS))
     parser.add_argument("crawl_id", help="FLEET_CRAWL_ID of the crawl (default: spider name)")
     parser.add_argument("args", nargs="*", help="add: proxy URLs; remove, drain, reset: exits")
     parser.add_argument("--json", action="store_true", help="list: print JSON")
-    proxies_admin.add_proxies_arguments(parser)
+    proxies_actions.add_proxies_arguments(parser)
     return parser
 
 
@@ -448,14 +443,14 @@ def _crawl_options(parser: argparse.ArgumentParser, opts: Any) -> tuple[str, str
 
 
 def proxies_main(argv: list[str]) -> int:
-    from scrapy_fleet.proxies import admin as proxies_admin
+    from scrapy_fleet.proxies import actions as proxies_actions
 
     parser = build_proxies_parser()
     opts = parser.parse_intermixed_args(argv)
     url, crawl_id, pool = _crawl_options(parser, opts)
-    admin = proxies_admin.admin_for(url, opts.prefix, pool or crawl_id)
+    admin = proxies_actions.admin_for(url, opts.prefix, pool or crawl_id)
     try:
-        return proxies_admin.run(admin, opts.proxies_action, opts.args, as_json=opts.json,
+        return proxies_actions.run(admin, opts.proxies_action, opts.args, as_json=opts.json,
                                  sites=opts.site)
     finally:
         admin.client.close()

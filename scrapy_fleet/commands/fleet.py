@@ -22,7 +22,7 @@ from scrapy.utils.misc import build_from_crawler, load_object
 from scrapy_fleet.commands import cli
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import CrawlSpiderError, FleetConfigError
-from scrapy_fleet.frontier.client import FrontierAdmin
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.monitoring.alerts import AlertConfig
 from scrapy_fleet.startup import warn_unknown_settings
 
@@ -114,7 +114,7 @@ class Command(ScrapyCommand):
         parser.formatter_class = FleetHelpFormatter
         parser.epilog = cli.help_epilog()
         cli.add_action_arguments(parser)
-        from scrapy_fleet.proxies.admin import add_proxies_arguments
+        from scrapy_fleet.proxies.actions import add_proxies_arguments
 
         add_proxies_arguments(parser)
 
@@ -253,21 +253,21 @@ class Command(ScrapyCommand):
     @staticmethod
     def _proxies(config: FleetConfig, crawl_id: str, action: str, args: list[str],
                  opts: argparse.Namespace) -> int:
-        from scrapy_fleet.proxies import admin as proxies_admin
+        from scrapy_fleet.proxies import actions as proxies_actions
 
         assert config.proxy is not None
         pool = opts.pool or config.proxy.pool_name(crawl_id)
         try:
-            admin = proxies_admin.admin_for(config.redis_url, config.key_prefix, pool,
+            admin = proxies_actions.admin_for(config.redis_url, config.key_prefix, pool,
                                             config.proxy, config.redis_timeout)
         except FleetConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         try:
-            status = proxies_admin.run(admin, action, args, as_json=opts.json, sites=opts.site)
+            status = proxies_actions.run(admin, action, args, as_json=opts.json, sites=opts.site)
         finally:
             admin.client.close()
-        hint = proxies_admin.unused_pool_hint(action, status, config.proxy, crawl_id, pool)
+        hint = proxies_actions.unused_pool_hint(action, status, config.proxy, crawl_id, pool)
         if hint:
             print(hint, file=sys.stderr)
         return status

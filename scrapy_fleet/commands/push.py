@@ -52,9 +52,14 @@ from w3lib.url import canonicalize_url, safe_url_string
 
 from scrapy_fleet import codec
 from scrapy_fleet.browser import pagemethods
-from scrapy_fleet.errors import PushLineError, RedisUnavailableError, RequestEncodeError
+from scrapy_fleet.errors import (
+    FleetError,
+    PushLineError,
+    RedisUnavailableError,
+    RequestEncodeError,
+)
+from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import bloom_key
-from scrapy_fleet.frontier.client import FrontierAdmin
 from scrapy_fleet.frontier.fingerprint import default_fingerprint, is_default_fingerprinter
 from scrapy_fleet.redis_client import is_oom
 
@@ -360,7 +365,7 @@ def read_lines(sources: Iterable[str],
                 yield n, text
 
 
-class FrontierFull(Exception):
+class FrontierFull(FleetError):
     """The frontier stayed full: ``no_wait`` was set or the ``timeout`` expired."""
 
 

@@ -131,16 +131,15 @@ class FleetFailureWatch:
                    f"item not written: {type(exc).__name__}: {exc}", status)
 
     def _note(self, request: Request, reason: str, message: str, status: int) -> None:
-        scheduler = engine_hooks.scheduler_of(self.crawler)
-        note = getattr(scheduler, "note_failure", None)
-        if note is None:
+        ledger = engine_hooks.ledger_of(self.crawler)
+        if ledger is None:
             return
         record = FailureRecord(
             url=request.url, method=request.method, reason=reason, message=message,
             status=int(status or 0), attempts=int(request.meta.get("retry_times", 0) or 0) + 1,
             worker=self.config.worker_id,
             host=politeness.host_key(request.url, self.config.host_key))
-        if note(request, record.encode()):
+        if ledger.note_failure(request, record.encode()):
             stats = self.crawler.stats
             if stats is not None:
                 stats.inc_value("fleet/failed/noted")

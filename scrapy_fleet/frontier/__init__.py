@@ -5,7 +5,7 @@ fleet-wide Bloom dupefilter, the spider middleware for start requests, memory ch
 | --- | --- |
 | ``client`` | ``AsyncFrontier``: the workers' client, one ``lua/frontier.lua`` round trip a call |
 | ``admin`` | ``FrontierAdmin``: the blocking client of the commands (push, status, purge) |
-| ``protocol`` | a call's arguments (``SyncBatch``, ``FrontierParams``) and reply (``SyncResult``) |
+| ``protocol`` | a call's arguments (``CallBatch``, ``FrontierParams``) and reply (``CallResult``) |
 | ``dupecache`` | ``DupeCache``: Bloom keys a worker knows to be duplicates |
 | ``scheduler`` | ``FleetScheduler``: Scrapy's scheduler interface over the frontier |
 | ``dupefilter`` | ``RedisBloomDupeFilter``: the dupefilter interface over the same Bloom filter |

@@ -14,37 +14,36 @@ import msgpack
 import redis
 
 from scrapy_fleet import lua, redis_client
-from scrapy_fleet.config import STAGE_HOST
 from scrapy_fleet.frontier import layout
-from scrapy_fleet.frontier.dupecache import STALE_GENERATION, DupeCache, _expand
+from scrapy_fleet.frontier.dupecache import STALE_GENERATION, DupeCache, expand_result
 from scrapy_fleet.frontier.protocol import (
+    CallBatch,
+    CallResult,
     FrontierParams,
-    SyncBatch,
-    SyncResult,
-    _arg,
-    _fill_payloads,
-    _int,
-    _needs_payloads,
-    _queue_size_reads,
-    _size_of,
+    as_int,
+    call_args,
+    fill_payloads,
+    needs_payloads,
+    queue_size_reads,
+    size_of,
     frontier_size,
 )
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys import STAGE_HOST, CrawlKeys
 from scrapy_fleet.politeness.hosts import effective_policy
 
 
-def _policy_defaults(config: Any) -> dict[str, Any]:
+def policy_defaults(config: Any) -> dict[str, Any]:
     """The per-host defaults of the crawl's ``config`` hash (hosts.policy_fields), with
     neutral values for the fields a worker has not written (or not as numbers)."""
     text = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in config.items()}
     out: dict[str, Any] = {"host_key": text.get("host_key", "host")}
     for name, default in (("host_interval_ms", 0), ("host_interval_is_rate", 0),
                           ("host_burst", 1), ("host_concurrency", 0)):
-        out[name] = _int(text.get(name), default)
+        out[name] = as_int(text.get(name), default)
     return out
 
 
-def _seeding_state(fields: list[bytes | None]) -> str | None:
+def seeding_state(fields: list[bytes | None]) -> str | None:
     """"done", "in progress", or None (no worker consumed start requests yet)."""
     holder, _, done = fields
     if done == b"1":
@@ -114,9 +113,9 @@ class FrontierAdmin:
         seconds, micros = self.client.time(**self._node())
         return int(seconds) * 1000 + int(micros) // 1000
 
-    def sync(self, batch: SyncBatch, worker: str = "", op_id: str | None = None,
-             monitor: bytes = b"") -> SyncResult:
-        """Run one batch (see :class:`AsyncFrontier.sync`), blocking.  *op_id* (default: a
+    def call(self, batch: CallBatch, worker: str = "", op_id: str | None = None,
+             monitor: bytes = b"") -> CallResult:
+        """Run one batch (see :class:`AsyncFrontier.call`), blocking.  *op_id* (default: a
         fresh one) names the call: the same id again replays the first reply.
 
         Raises:
@@ -129,20 +128,20 @@ class FrontierAdmin:
         # whatever the cache learned since, so it is sent whole
         whole = (batch, list(range(len(batch.pushes))), 0)
         try:
-            return self._sync(batch, worker, op_id,
+            return self._call(batch, worker, op_id,
                               self.dupes.split(batch) if op_id is None else whole, monitor)
         except redis.ResponseError as exc:
             if STALE_GENERATION not in str(exc):
                 raise
             self.dupes.clear()
-            return self._sync(batch, worker, None, whole, monitor)
+            return self._call(batch, worker, None, whole, monitor)
 
-    def _sync(self, batch: SyncBatch, worker: str, op_id: str | None,
-              split: tuple[SyncBatch, list[int], int], monitor: bytes) -> SyncResult:
+    def _call(self, batch: CallBatch, worker: str, op_id: str | None,
+              split: tuple[CallBatch, list[int], int], monitor: bytes) -> CallResult:
         sent, kept, left_out = split
         op = op_id or uuid.uuid4().hex
         keys = self.keys.frontier_keys(op, self._prev_op, worker)
-        arg = _arg(sent, worker, self.params, "", left_out, self.dupes.gen)
+        arg = call_args(sent, worker, self.params, "", left_out, self.dupes.gen)
         reply = redis_client.call_retrying(lambda: self._script(keys=keys, args=[arg, monitor]),
                                            self.url, self.retries)
         self._prev_op = op
@@ -151,24 +150,24 @@ class FrontierAdmin:
                                                     self.wait_replicas, self.timeout)
             if acked < self.wait_replicas:
                 self.unreplicated += 1
-        result = SyncResult.from_reply(reply)
+        result = CallResult.from_reply(reply)
         self.dupes.learn(sent, result)
-        result = _expand(result, kept, len(batch.pushes), left_out)
-        missing = _needs_payloads(result)
+        result = expand_result(result, kept, len(batch.pushes), left_out)
+        missing = needs_payloads(result)
         if missing:
-            result = _fill_payloads(result, self.client.hmget(self.keys.data, missing))
+            result = fill_payloads(result, self.client.hmget(self.keys.data, missing))
         return result
 
-    def push(self, pushes: list[tuple[Any, ...]]) -> SyncResult:
+    def push(self, pushes: list[tuple[Any, ...]]) -> CallResult:
         """Push ``(bloom_key or b"", priority, payload[, 0, host])`` entries without parent;
         ``push_flags`` say new/duplicate, ``refused`` which ones the bounds refused."""
-        return self.sync(SyncBatch(pushes=pushes))
+        return self.call(CallBatch(pushes=pushes))
 
     def size(self) -> int:
         """Entries the frontier holds against FLEET_QUEUE_MAX: queued + leased + deferred."""
         with self.client.pipeline(transaction=False) as pipe:
-            _queue_size_reads(pipe, self.keys)
-            return _size_of(pipe.execute())
+            queue_size_reads(pipe, self.keys)
+            return size_of(pipe.execute())
 
     def status(self) -> dict[str, Any]:
         """Counts of the crawl: queued, leased, dead, seen (Bloom), workers, idle seconds, and
@@ -188,11 +187,11 @@ class FrontierAdmin:
             pipe.get(k.queue_count)
             (leased, dead, meta, stats, workers, idle, seeded, delayed,
              parked, stored, bucketed) = pipe.execute()
-        queued = _int(bucketed)
+        queued = as_int(bucketed)
         server_ms = self.server_ms()  # not in the pipeline: a cluster pipeline refuses TIME
         meta = {a.decode(errors="replace"): b.decode(errors="replace") for a, b in meta.items()}
-        seen = sum(_int(v) for name, v in meta.items() if name.startswith("c"))
-        idle_ms = _int(idle, None) if idle is not None else None
+        seen = sum(as_int(v) for name, v in meta.items() if name.startswith("c"))
+        idle_ms = as_int(idle, None) if idle is not None else None
         return {
             "crawl_id": k.crawl_id,
             "queued": queued,
@@ -202,15 +201,15 @@ class FrontierAdmin:
             "parked": parked,
             "size": frontier_size(queued, leased, delayed),
             "seen": seen,
-            "bloom_slices": _int(meta.get("slices", 0)),
-            "counters": {a.decode(errors="replace"): _int(b) for a, b in stats.items()},
+            "bloom_slices": as_int(meta.get("slices", 0)),
+            "counters": {a.decode(errors="replace"): as_int(b) for a, b in stats.items()},
             "workers": {w.decode(): round((server_ms - score) / 1000, 1) for w, score in workers},
             "idle_seconds": None if idle_ms is None else round((server_ms - idle_ms) / 1000, 1),
             "seeded_by": seeded[0].decode(errors="replace") if seeded[0] else None,
-            "start_requests": _seeding_state(seeded),
+            "start_requests": seeding_state(seeded),
             # stages (FLEET_ROLE): stored responses waiting for or in a parse worker
-            "stored_responses": _int(stored),
-            "stored_bytes": _int(stats.get(b"response_queue_bytes", 0)),
+            "stored_responses": as_int(stored),
+            "stored_bytes": as_int(stats.get(b"response_queue_bytes", 0)),
         }
 
     def hosts(self, limit: int = 50) -> list[dict[str, Any]]:
@@ -229,7 +228,7 @@ class FrontierAdmin:
             pipe.hgetall(k.config)
             queued, live, ready, hold, delay, fails, conf, config = pipe.execute()
         now = self.server_ms()  # not in the pipeline: a cluster pipeline refuses TIME
-        defaults = _policy_defaults(config)
+        defaults = policy_defaults(config)
         ready_at = {h: score for h, score in ready}
         names = set(queued) | set(live) | set(hold) | set(ready_at)
         rows = []
@@ -237,7 +236,7 @@ class FrontierAdmin:
             at = ready_at.get(h)
             interval, burst, cap, _ = effective_policy(
                 defaults, conf[h].decode(errors="replace") if h in conf else None,
-                _int(delay[h], None) if h in delay else None)
+                as_int(delay[h], None) if h in delay else None)
             rows.append({
                 "host": h.decode(),
                 "entries": int(queued.get(h, 0)),
@@ -264,7 +263,7 @@ class FrontierAdmin:
         config = self.client.hgetall(self.keys.config)
         if b"host_interval_ms" not in config:
             return None
-        defaults = _policy_defaults(config)
+        defaults = policy_defaults(config)
         interval = int(defaults["host_interval_ms"]) / 1000
         return {"host_key": defaults.get("host_key", "host"), "interval": interval,
                 "rate": round(1 / interval, 3) if interval > 0 else None,

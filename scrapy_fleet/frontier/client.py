@@ -1,7 +1,7 @@
 """The Redis URL frontier: batches of pushes, leases, acknowledgements in one round trip.
 
-:class:`SyncBatch` is what a worker sends (lua/frontier.lua documents each field),
-:class:`SyncResult` what it gets back.  :class:`AsyncFrontier` runs batches from the reactor
+:class:`CallBatch` is what a worker sends (lua/frontier.lua documents each field),
+:class:`CallResult` what it gets back.  :class:`AsyncFrontier` runs batches from the reactor
 (redis.asyncio); :class:`FrontierAdmin` runs them and the read-only queries from commands.
 
 Lease life cycle of an entry (docs/architecture.md has the picture)::
@@ -15,9 +15,9 @@ Each call carries a fresh operation id; a call repeated after a lost reply (same
 the first reply back instead of running twice.
 
 This module holds the asyncio client (:class:`AsyncFrontier`, :func:`frontier_size`); the
-call protocol (SyncBatch, SyncResult, FrontierParams, the ARGV packing, replay fill-in) is in
+call protocol (CallBatch, CallResult, FrontierParams, the ARGV packing, replay fill-in) is in
 ``protocol.py``, the worker's duplicate cache in ``dupecache.py``, the blocking client of the
-commands in ``admin.py``.  Every name of those is importable from here too.
+commands in ``admin.py`` (import each name from its home).
 """
 
 from __future__ import annotations
@@ -31,66 +31,27 @@ import redis
 import redis.asyncio
 
 from scrapy_fleet import lua, redis_client
-from scrapy_fleet.config import STAGE_HOST  # noqa: F401 (importable from here before the split)
-from scrapy_fleet.errors import CrawlStateLostError, RedisUnavailableError  # noqa: F401 (idem)
+from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.frontier import layout
-from scrapy_fleet.frontier.admin import FrontierAdmin, _policy_defaults, _seeding_state
 from scrapy_fleet.frontier.dupecache import (
     DUPE_CACHE_SIZE,
     STALE_GENERATION,
     DupeCache,
     StaleDupeCache,
-    _expand,
+    expand_result,
 )
 from scrapy_fleet.frontier.protocol import (
-    OP_TTL_MS,
-    PRIORITY_LIMIT,
-    RECLAIM_LIMIT,
+    CallBatch,
+    CallResult,
     FrontierParams,
-    LeasedEntry,
-    SyncBatch,
-    SyncResult,
-    _arg,
-    _fill_payloads,
-    _int,
-    _needs_payloads,
-    _pair,
-    _queue_size_reads,
-    _size_of,
-    _state_lost,
-    clamp_priority,
+    call_args,
+    fill_payloads,
+    needs_payloads,
+    queue_size_reads,
+    size_of,
+    state_lost,
 )
 from scrapy_fleet.keys import CrawlKeys
-from scrapy_fleet.politeness.hosts import effective_policy  # noqa: F401 (idem)
-
-__all__ = [
-    "DUPE_CACHE_SIZE",
-    "OP_TTL_MS",
-    "PRIORITY_LIMIT",
-    "RECLAIM_LIMIT",
-    "STALE_GENERATION",
-    "AsyncFrontier",
-    "DupeCache",
-    "FrontierAdmin",
-    "FrontierParams",
-    "LeasedEntry",
-    "StaleDupeCache",
-    "SyncBatch",
-    "SyncResult",
-    "_arg",
-    "_expand",
-    "_fill_payloads",
-    "_int",
-    "_needs_payloads",
-    "_pair",
-    "_policy_defaults",
-    "_queue_size_reads",
-    "_seeding_state",
-    "_size_of",
-    "_state_lost",
-    "clamp_priority",
-    "frontier_size",
-]
 
 logger = logging.getLogger(__name__)
 
@@ -98,8 +59,8 @@ logger = logging.getLogger(__name__)
 async def frontier_size(client: redis.asyncio.Redis, keys: CrawlKeys) -> int:
     """Entries held against FLEET_QUEUE_MAX (queued + leased + deferred), one round trip."""
     async with client.pipeline(transaction=False) as pipe:
-        _queue_size_reads(pipe, keys)
-        return _size_of(await pipe.execute())
+        queue_size_reads(pipe, keys)
+        return size_of(await pipe.execute())
 
 
 class AsyncFrontier:
@@ -107,7 +68,7 @@ class AsyncFrontier:
 
     Raises:
         RedisUnavailableError: from :meth:`connect` when Redis cannot be reached, and from
-            :meth:`sync` when it stays unreachable through ``retries`` retries.
+            :meth:`call` when it stays unreachable through ``retries`` retries.
     """
 
     def __init__(self, url: str, keys: CrawlKeys, worker: str, params: FrontierParams,
@@ -157,8 +118,8 @@ class AsyncFrontier:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
-    async def sync(self, batch: SyncBatch, monitor: bytes = b"",
-                   resend: bool = True) -> SyncResult:
+    async def call(self, batch: CallBatch, monitor: bytes = b"",
+                   resend: bool = True) -> CallResult:
         """Run one batch atomically; retried with the same op id on connection errors.
         *monitor*: ARGV[2] of lua/frontier.lua (heartbeat and counter deltas,
         ``monitoring.heartbeat.WorkerMonitor.payload``).
@@ -177,21 +138,21 @@ class AsyncFrontier:
                 changed.
         """
         try:
-            return await self._sync(batch, self.dupes.split(batch), monitor)
+            return await self._call(batch, self.dupes.split(batch), monitor)
         except redis.ResponseError as exc:
             if STALE_GENERATION not in str(exc):
                 raise
             self.dupes.clear()
             if not resend:
                 raise StaleDupeCache(str(exc)) from exc
-            return await self._sync(batch, (batch, list(range(len(batch.pushes))), 0), monitor)
+            return await self._call(batch, (batch, list(range(len(batch.pushes))), 0), monitor)
 
-    async def _sync(self, batch: SyncBatch, split: tuple[SyncBatch, list[int], int],
-                    monitor: bytes) -> SyncResult:
+    async def _call(self, batch: CallBatch, split: tuple[CallBatch, list[int], int],
+                    monitor: bytes) -> CallResult:
         sent, kept, left_out = split
         op = uuid.uuid4().hex
         keys = self.keys.frontier_keys(op, self._prev_op, self.worker)
-        arg = _arg(sent, self.worker, self.params, self.marker, left_out, self.dupes.gen)
+        arg = call_args(sent, self.worker, self.params, self.marker, left_out, self.dupes.gen)
 
         async def attempt() -> bytes:
             self.roundtrips += 1
@@ -201,7 +162,7 @@ class AsyncFrontier:
         try:
             reply = await redis_client.call_retrying_async(attempt, self.url, self.retries)
         except redis.ResponseError as exc:
-            lost = _state_lost(exc, self.url)
+            lost = state_lost(exc, self.url)
             if lost is not None:
                 raise lost from None
             raise
@@ -211,15 +172,15 @@ class AsyncFrontier:
                 self.client, self.keys.stats, self.wait_replicas, self.timeout)
             if acked < self.wait_replicas:
                 self.unreplicated += 1
-        result = SyncResult.from_reply(reply)
+        result = CallResult.from_reply(reply)
         if not self.marker:
             self.marker = result.marker
         self.dupes.learn(sent, result)
-        result = _expand(result, kept, len(batch.pushes), left_out)
-        missing = _needs_payloads(result)
+        result = expand_result(result, kept, len(batch.pushes), left_out)
+        missing = needs_payloads(result)
         if missing:
             self.roundtrips += 1
-            result = _fill_payloads(result, await self.client.hmget(self.keys.data, missing))
+            result = fill_payloads(result, await self.client.hmget(self.keys.data, missing))
         return result
 
     async def close(self) -> None:

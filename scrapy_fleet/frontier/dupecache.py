@@ -1,6 +1,6 @@
 """The worker's cache of Bloom keys known to be in the fleet's filter (FLEET_DUPEFILTER_CACHE).
 
-:class:`DupeCache` leaves known duplicates out of a call; :func:`_expand` gives the reply of
+:class:`DupeCache` leaves known duplicates out of a call; :func:`expand_result` gives the reply of
 such a call the indexes of the whole batch again; :class:`StaleDupeCache` is the refusal of a
 call that left keys out of a filter that has since been replaced.
 """
@@ -10,14 +10,15 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
-from scrapy_fleet.frontier.protocol import SyncBatch, SyncResult
+from scrapy_fleet.errors import FleetError
+from scrapy_fleet.frontier.protocol import CallBatch, CallResult
 
 #: Bloom keys a worker remembers as being in the filter (FLEET_DUPEFILTER_CACHE's default)
 DUPE_CACHE_SIZE = 100_000
 STALE_GENERATION = "stale filter generation"
 
 
-class StaleDupeCache(Exception):
+class StaleDupeCache(FleetError):
     """The frontier refused a call that left known duplicates out: the Bloom filter is not
     the one the DupeCache knew (purge, failover).  The cache is cleared; nothing changed."""
 
@@ -53,7 +54,7 @@ class DupeCache:
         self._keys.clear()
         self.gen = None
 
-    def split(self, batch: SyncBatch) -> tuple[SyncBatch, list[int], int]:
+    def split(self, batch: CallBatch) -> tuple[CallBatch, list[int], int]:
         """(the batch to send, index in *batch* of each push sent, pushes left out)."""
         if not self._keys or self.gen is None or not batch.pushes:
             return batch, list(range(len(batch.pushes))), 0
@@ -68,7 +69,7 @@ class DupeCache:
         sent = replace(batch, pushes=[batch.pushes[i] for i in kept])
         return sent, kept, left_out
 
-    def learn(self, sent: SyncBatch, result: SyncResult) -> None:
+    def learn(self, sent: CallBatch, result: CallResult) -> None:
         """Remember the keys of *sent* that *result* found in the filter or added to it."""
         if result.prev_lost:
             self.clear()  # the state may have rolled back: nothing learnt before holds
@@ -92,7 +93,7 @@ class DupeCache:
                 del keys[key]
 
 
-def _expand(result: SyncResult, kept: list[int], total: int, left_out: int) -> SyncResult:
+def expand_result(result: CallResult, kept: list[int], total: int, left_out: int) -> CallResult:
     """*result* of a call sent without the pushes the cache left out, with indexes of the
     whole batch again: a left-out push is a duplicate (flag 0, in ``seen``)."""
     if not left_out:

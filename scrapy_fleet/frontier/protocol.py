@@ -1,8 +1,8 @@
 """The call protocol of lua/frontier.lua: what one call carries, what it gets back.
 
-:class:`SyncBatch` is what a worker sends (lua/frontier.lua documents each field) and
-:class:`FrontierParams` the per-crawl constants sent with it, packed by :func:`_arg` into
-ARGV[1]; :class:`SyncResult` is the parsed reply (:class:`LeasedEntry` per lease).  Also
+:class:`CallBatch` is what a worker sends (lua/frontier.lua documents each field) and
+:class:`FrontierParams` the per-crawl constants sent with it, packed by :func:`call_args` into
+ARGV[1]; :class:`CallResult` is the parsed reply (:class:`LeasedEntry` per lease).  Also
 here: the fill-in of payloads a replayed reply leaves out (a call repeated after a lost reply
 with the same op id gets the first reply back, without the payloads), the error of a lost
 crawl marker, and the reads of the frontier's size, shared by the asyncio client
@@ -37,7 +37,7 @@ def clamp_priority(priority: int) -> int:
 
 
 @dataclass
-class SyncBatch:
+class CallBatch:
     """One worker call.  Ids are entry ids (str), tokens fencing tokens (int), priorities ints.
 
     ``pushes`` holds ``(bloom_key, priority, payload[, group, host, delay_ms])``: bloom_key
@@ -84,7 +84,7 @@ class LeasedEntry:
 
 
 @dataclass
-class SyncResult:
+class CallResult:
     leased: list[LeasedEntry]
     lost: list[str]  #: entries whose ack/extend carried a stale token
     push_flags: list[int]  #: per push, 1 new entry / 0 duplicate, refused or not pushed
@@ -123,7 +123,7 @@ class SyncResult:
     prev_lost: bool = False
 
     @classmethod
-    def from_reply(cls, reply: bytes) -> SyncResult:
+    def from_reply(cls, reply: bytes) -> CallResult:
         # Redis's cmsgpack packs every string as msgpack "raw": read them as bytes.
         d = {k.decode(): v for k, v in msgpack.unpackb(reply, raw=True).items()}
         leased = [LeasedEntry(e[0].decode(), int(e[1]), e[2], int(e[3]))
@@ -144,7 +144,7 @@ class SyncResult:
             bloom_full=bool(d.get("full", False)),
             holds={h.decode(): float(left) / 1000 for h, left in d.get("holds", [])},
             next_ready=float(d["nr"]) / 1000 if d.get("nr") is not None else None,
-            response_queue=_pair(d.get("rq")),
+            response_queue=as_pair(d.get("rq")),
             marker=(d.get("mk") or b"").decode(errors="replace"),
             seen=[int(x) for x in d.get("pd", [])],
             bloom_gen=d["bg"].decode() if isinstance(d.get("bg"), bytes) else None,
@@ -152,7 +152,7 @@ class SyncResult:
         )
 
 
-def _pair(value: Any) -> tuple[int, int]:
+def as_pair(value: Any) -> tuple[int, int]:
     """``[count, bytes]`` of the reply's ``rq`` (0, 0 when absent)."""
     if isinstance(value, (list, tuple)) and len(value) == 2:
         return int(value[0]), int(value[1])
@@ -183,7 +183,7 @@ class FrontierParams:
 
 
 
-def _arg(batch: SyncBatch, worker: str, params: FrontierParams, marker: str = "",
+def call_args(batch: CallBatch, worker: str, params: FrontierParams, marker: str = "",
          left_out: int = 0, gen: str | None = None) -> bytes:
     """ARGV[1] of lua/frontier.lua.  *marker*: the crawl marker the client saw ("" before
     its first call, or for a client that must not require one, like the push helper);
@@ -225,7 +225,7 @@ def _arg(batch: SyncBatch, worker: str, params: FrontierParams, marker: str = ""
     }, use_bin_type=False)  # Redis's cmsgpack cannot read msgpack "bin"
 
 
-def _int(value: Any, default: Any = 0) -> Any:
+def as_int(value: Any, default: Any = 0) -> Any:
     """*value* (bytes or str from Redis) as an int; *default* when it is not one (a value not
     written by the fleet must not stop ``status``)."""
     try:
@@ -235,7 +235,7 @@ def _int(value: Any, default: Any = 0) -> Any:
 
 
 
-def _state_lost(exc: redis.ResponseError, url: str) -> CrawlStateLostError | None:
+def state_lost(exc: redis.ResponseError, url: str) -> CrawlStateLostError | None:
     """*exc* as a :class:`CrawlStateLostError` when frontier.lua found the crawl marker gone."""
     text = str(exc)
     if "fleet: crawl state lost" not in text:
@@ -246,12 +246,12 @@ def _state_lost(exc: redis.ResponseError, url: str) -> CrawlStateLostError | Non
                                f"{text.split('crawl state lost: ', 1)[-1]}")
 
 
-def _needs_payloads(result: SyncResult) -> list[str]:
+def needs_payloads(result: CallResult) -> list[str]:
     """Entry ids whose payload is missing: the reply was a cached replay (see frontier.lua)."""
     return [e.entry_id for e in result.leased if not e.payload]
 
 
-def _fill_payloads(result: SyncResult, payloads: list[Any]) -> SyncResult:
+def fill_payloads(result: CallResult, payloads: list[Any]) -> CallResult:
     filled = []
     it = iter(payloads)
     for e in result.leased:
@@ -269,14 +269,14 @@ def frontier_size(queued: int, leased: int, delayed: int) -> int:
     return queued + leased + delayed
 
 
-def _queue_size_reads(pipe: Any, keys: CrawlKeys) -> None:
-    """Queue on *pipe* (sync or asyncio) the reads :func:`_size_of` adds up."""
+def queue_size_reads(pipe: Any, keys: CrawlKeys) -> None:
+    """Queue on *pipe* (sync or asyncio) the reads :func:`size_of` adds up."""
     pipe.get(keys.queue_count)
     pipe.zcard(keys.leases)
     pipe.zcard(keys.delayed)
 
 
-def _size_of(replies: list[Any]) -> int:
-    """The frontier's size from the replies of :func:`_queue_size_reads`."""
+def size_of(replies: list[Any]) -> int:
+    """The frontier's size from the replies of :func:`queue_size_reads`."""
     queued, leased, delayed = replies
-    return frontier_size(_int(queued), int(leased), int(delayed))
+    return frontier_size(as_int(queued), int(leased), int(delayed))

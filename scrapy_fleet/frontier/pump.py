@@ -33,8 +33,10 @@ import redis
 from scrapy_fleet import codec, engine_hooks, outage
 from scrapy_fleet.browser import pagemethods
 from scrapy_fleet.errors import CrawlStateLostError, RedisUnavailableError, RequestEncodeError
-from scrapy_fleet.frontier.client import AsyncFrontier, StaleDupeCache, SyncBatch, SyncResult
+from scrapy_fleet.frontier.client import AsyncFrontier
+from scrapy_fleet.frontier.dupecache import StaleDupeCache
 from scrapy_fleet.frontier.leases import Lease, Out, unstorable_record
+from scrapy_fleet.frontier.protocol import CallBatch, CallResult
 from scrapy_fleet.frontier.wake import wait_set
 from scrapy_fleet.monitoring.heartbeat import WorkerMonitor
 from scrapy_fleet.politeness import hosts as politeness
@@ -231,7 +233,7 @@ class FrontierPump:
                 await asyncio.sleep(self.config.flush_interval)  # coalesce a burst
             sent_at = time.monotonic()
             try:
-                await self._sync_once(final=False)
+                await self._call_once(final=False)
                 backoff = 0.1
                 if self._done or (self._outbox
                                   and time.monotonic() >= self._outbox_hold_until):
@@ -338,10 +340,10 @@ class FrontierPump:
             logging.shutdown()
             os._exit(0)
 
-    def _build_batch(self, final: bool) -> tuple[SyncBatch, int, int, int]:
+    def _build_batch(self, final: bool) -> tuple[CallBatch, int, int, int]:
         """The next call: finished requests with their links (all of a request's links in
         one call), requests without a parent, dead letters, heartbeats, a lease request."""
-        batch = SyncBatch()
+        batch = CallBatch()
         n_done = 0
         for lease in self._done:
             self._materialize(lease.children, lease)
@@ -395,7 +397,7 @@ class FrontierPump:
                 batch.take = want
         return batch, n_out, n_done, len(dead)  # (every download notice goes with it)
 
-    async def _sync_once(self, final: bool, again: bool = True) -> SyncResult | None:
+    async def _call_once(self, final: bool, again: bool = True) -> CallResult | None:
         assert self.frontier is not None
         self._flush_counts()
         batch, n_out, n_done, n_dead = self._build_batch(final)
@@ -410,12 +412,12 @@ class FrontierPump:
         try:
             # links buffered as known duplicates have no payload yet: after a refusal the
             # call is built again (with the cache cleared, they are encoded then)
-            result = await self.frontier.sync(batch, monitor, resend=False)
+            result = await self.frontier.call(batch, monitor, resend=False)
         except StaleDupeCache:
             if not again:
                 raise
             self._inc("fleet/dupefilter/cache_cleared")
-            return await self._sync_once(final, again=False)
+            return await self._call_once(final, again=False)
         except redis.ResponseError as exc:
             if not is_oom(exc):
                 raise
@@ -464,7 +466,7 @@ class FrontierPump:
             self._receive(result)
         return result
 
-    def _account(self, result: SyncResult, batch: SyncBatch, sent: list[Out]) -> None:
+    def _account(self, result: CallResult, batch: CallBatch, sent: list[Out]) -> None:
         self._inc("fleet/redis/roundtrips")
         for key, count in (("fleet/frontier/pushed", result.pushed),
                            ("fleet/dupefilter/cached", result.cached),
@@ -514,7 +516,7 @@ class FrontierPump:
         """Seconds *host* is still on hold as of the last frontier call (no I/O)."""
         return max(0.0, self.holds.get(host, 0.0) - time.monotonic())
 
-    def _receive(self, result: SyncResult) -> None:
+    def _receive(self, result: CallResult) -> None:
         now = time.monotonic()
         self.holds = {h: now + left for h, left in result.holds.items()}
         self._next_ready_at = None if result.next_ready is None else now + result.next_ready
@@ -569,7 +571,7 @@ class FrontierPump:
         try:
             for _ in range(1000):
                 before = (len(self._outbox), len(self._done))
-                result = await self._sync_once(final=True)
+                result = await self._call_once(final=True)
                 if result is not None:
                     self._prefetch.clear()
                     self._inflight.clear()

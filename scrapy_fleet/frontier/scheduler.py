@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -43,23 +44,22 @@ from scrapy_fleet import codec, engine_hooks
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.frontier import memory
-from scrapy_fleet.frontier.client import AsyncFrontier, clamp_priority
+from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.dupefilter import RedisBloomDupeFilter
+from scrapy_fleet.frontier.leases import Lease, Out
+from scrapy_fleet.frontier.protocol import clamp_priority
 from scrapy_fleet.frontier.pump import (
     LEASE_META_KEY,
     PARSE_HELD,
     PUSH_CHUNK,
     START_META_KEY,
     FrontierPump,
-    Lease,
-    Out,
 )
 from scrapy_fleet.frontier.spidermw import FleetSpiderMiddleware
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys import STAGE_HOST, CrawlKeys
 from scrapy_fleet.politeness import hosts as politeness
 from scrapy_fleet.politeness.middlewares import robots_of
 from scrapy_fleet.redis_client import is_oom
-from scrapy_fleet.stages import records as stored_responses
 from scrapy_fleet.stages.roles import StageRole
 
 if TYPE_CHECKING:
@@ -118,6 +118,7 @@ class FleetScheduler(FrontierPump, BaseScheduler):
                 "TWISTED_REACTOR must be the asyncio reactor "
                 "(twisted.internet.asyncioreactor.AsyncioSelectorReactor) for scrapy_fleet")
         self.spider = spider
+        engine_hooks.publish_ledger(self.crawler, self)
         if hasattr(self.df, "open"):
             self.df.open()
         crawl_id = self.config.resolve_crawl_id(spider.name)
@@ -480,6 +481,10 @@ class FleetScheduler(FrontierPump, BaseScheduler):
         return self._closing or self._drain_started is not None or \
             engine_hooks.engine_closing(self.crawler)
 
+    def note_hold(self, host: str, seconds: float) -> None:
+        """Put *host* on hold for *seconds* at once (others learn it at their next call)."""
+        self.holds[host] = max(self.holds.get(host, 0.0), time.monotonic() + seconds)
+
     def download_over(self, request: Request) -> None:
         """A leased request's download is over (response or failure): its host's concurrency
         slot goes back to the fleet with the next frontier call, while the response is still
@@ -505,7 +510,7 @@ class FleetScheduler(FrontierPump, BaseScheduler):
         atomic frontier call: the request is done exactly when its response is stored)."""
         lease = self._by_entry[request.meta[LEASE_META_KEY]]
         lease.children.append((request.url, b"", clamp_priority(request.priority), payload,
-                               stored_responses.STAGE_HOST, 0))
+                               STAGE_HOST, 0))
 
     def _redacted_url(self) -> str:
         from scrapy_fleet.redact import redact

@@ -71,6 +71,8 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
+    from scrapy_fleet.frontier.ledger import LeaseLedger
+
 logger = logging.getLogger(__name__)
 
 #: seconds between two checks of the frontier's size while reading start requests, at most
@@ -96,7 +98,7 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
         self._holding = False
         self._crawl_keys: CrawlKeys | None = None
         #: the FleetScheduler's note_parent (None until a scheduler that has one is seen)
-        self._note: Callable[[Request, Request | None], None] | None = None
+        self._ledger: LeaseLedger | None = None
         crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
 
     @classmethod
@@ -106,12 +108,11 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
     def get_processed_request(self, request: Request,
                               response: Response | None) -> Request | None:
         if response is not None:
-            note = self._note
-            if note is None:  # looked up once: one scheduler per crawl (for every link)
-                scheduler = engine_hooks.scheduler_of(self.crawler)
-                note = self._note = getattr(scheduler, "note_parent", None)
-            if note is not None:
-                note(request, response.request)
+            ledger = self._ledger
+            if ledger is None:  # looked up once: one scheduler per crawl (for every link)
+                ledger = self._ledger = engine_hooks.ledger_of(self.crawler)
+            if ledger is not None:
+                ledger.note_parent(request, response.request)
         return request
 
     def _keys(self) -> CrawlKeys:
@@ -181,8 +182,8 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
     def _progress(self) -> int:
         """Start requests (in yield order) the frontier accepted: all those yielded, up to the
         first this worker still holds unpushed."""
-        scheduler = engine_hooks.scheduler_of(self.crawler)
-        first = getattr(scheduler, "first_unpushed_start", lambda: None)()
+        ledger = engine_hooks.ledger_of(self.crawler)
+        first = None if ledger is None else ledger.first_unpushed_start()
         return self._yielded if first is None else min(first, self._yielded)
 
     async def _renew_seeding(self, client: Any, lost: Any) -> None:
@@ -209,8 +210,8 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
 
     def _local(self) -> int:
         """Requests this worker buffered but has not pushed yet."""
-        scheduler = engine_hooks.scheduler_of(self.crawler)
-        return int(getattr(scheduler, "outbox_size", 0))
+        ledger = engine_hooks.ledger_of(self.crawler)
+        return 0 if ledger is None else ledger.outbox_size
 
     async def _wait_for_room(self, client: Any) -> int:
         """Return the frontier's size (with this worker's unpushed requests) at once when it
@@ -239,9 +240,9 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
             return
         client = redis_client.async_client(self.config.redis_url, self.config.redis_timeout)
         renewer: asyncio.Task[None] | None = None
-        scheduler = engine_hooks.scheduler_of(self.crawler)
-        if hasattr(scheduler, "start_active"):
-            scheduler.start_active = True  # no idle close while start requests may come
+        ledger = engine_hooks.ledger_of(self.crawler)
+        if ledger is not None:
+            ledger.start_active = True  # no idle close while start requests may come
         try:
             await self._patiently(lambda: redis_client.ping_async(
                 client, self.config.redis_url, self._keys().seeding))
@@ -279,7 +280,7 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
             if mode == "once" and not lost.is_set():
                 self._yielded = max(self._yielded, skip)
                 while self._progress() < self._yielded:  # the last ones are being pushed
-                    if getattr(scheduler, "closing", False):
+                    if ledger is not None and ledger.closing:
                         return  # not all pushed: a later worker takes the rest over
                     await asyncio.sleep(self.config.poll_interval)
                 await self._patiently(lambda: self._seeding(client, "done", self._progress()))
@@ -287,8 +288,8 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
                 logger.info("Start requests done: %d", self._yielded,
                             extra={"spider": self.crawler.spider})
         finally:
-            if hasattr(scheduler, "start_active"):
-                scheduler.start_active = False
+            if ledger is not None:
+                ledger.start_active = False
             if renewer is not None:
                 renewer.cancel()
             await client.aclose()

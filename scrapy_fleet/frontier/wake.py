@@ -1,5 +1,5 @@
 """The pump's wait for a poke (:func:`wait_set`), apart from frontier/pump.py to keep that
-module's size in bounds; ``frontier.pump`` re-exports it."""
+module's size in bounds."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@
 --             delay: a request whose origin's robots.txt could not be fetched yet)
 --   parked:   one msgpack record [id, score, host, payload] in `parked`, nothing else
 --
--- ARGV[1]: msgpack map (frontier/protocol.py, _arg):
+-- ARGV[1]: msgpack map (frontier/protocol.py, call_args):
 --   w worker id ("" for the push helper), lm lease ms, ml max leases, ot op ttl ms,
 --   a acks [[id, token[, failure record]]...], r releases [[id, token]...], d dead [[id,
 --   token, reason]...], x extends [[id, token]...], s downloads over [[id, token]...],
@@ -39,7 +39,7 @@
 --   failure records of requests its callback yielded that the worker could not encode
 --   (codec/...); u: records of such requests without a parent (lua/step_ack.lua).
 -- ARGV[2] (optional): heartbeat, counter deltas and sampling of lua/monitoring.lua.
--- Reply: msgpack map (frontier/protocol.py, SyncResult.from_reply): leased [[id, token,
+-- Reply: msgpack map (frontier/protocol.py, CallResult.from_reply): leased [[id, token,
 --   payload, expiries]...], lost [id...], pf [1 new / 0 not new, per push], rf [refused push
 --   indexes (0-based)], pd [indexes (0-based) of pushes found in the filter], bg filter
 --   generation (when pushes were checked), counts new dup acked released reclaimed dead

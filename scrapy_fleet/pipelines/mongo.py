@@ -57,21 +57,20 @@ from scrapy.utils.defer import maybe_deferred_to_future
 
 from scrapy_fleet import engine_hooks
 from scrapy_fleet.pipelines.mongo_config import (
-    MONGO_DEFAULTS,
     MongoConfig,
     default_document_id,
 )
 from scrapy_fleet.pipelines.mongo_writes import (
-    _STAT,
     AUTH_FAILED_REASON,
+    STAT_PREFIX,
     UNAUTHORIZED_REASON,
     DocumentRejected,
     FatalError,
-    _describe,
-    _Op,
-    _Outcome,
-    _plain,
+    WriteOp,
+    WriteOutcome,
+    describe_error,
     fatal_error,
+    plain_value,
     stop_acknowledging,
     write_batch,
 )
@@ -83,12 +82,6 @@ if TYPE_CHECKING:
     from scrapy.statscollectors import StatsCollector
 
 logger = logging.getLogger(__name__)
-
-#: re-exported: their home is mongo_config / mongo_writes (names kept for importers)
-__all__ = [
-    "MONGO_DEFAULTS", "MongoConfig", "MongoPipeline", "default_document_id", "fatal_error",
-    "redact_uri", "stop_acknowledging", "write_batch",
-]
 
 
 class MongoPipeline:
@@ -131,7 +124,7 @@ class MongoPipeline:
         self._executor: ThreadPoolExecutor | None = None
         self._writers: asyncio.Semaphore | None = None
         self._room: asyncio.Semaphore | None = None
-        self._buffers: dict[str, list[_Op]] = {}
+        self._buffers: dict[str, list[WriteOp]] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._indexed: set[str] = set()
@@ -289,7 +282,7 @@ class MongoPipeline:
             values.append(value)
         return default_document_id(values)
 
-    def build_op(self, item: Any) -> _Op:
+    def build_op(self, item: Any) -> WriteOp:
         """The pending upsert of *item* (the ``$set``/``$setOnInsert`` document of the docs).
 
         Raises:
@@ -301,18 +294,18 @@ class MongoPipeline:
             self._inc("dropped/missing_id")
             fields = ", ".join(self.config.id_fields) or "FLEET_MONGO_ID_FUNCTION"
             raise DropItem(f"MongoPipeline: item has no stable id (from {fields})")
-        fields_doc = {name: _plain(value) for name, value in adapter.items()}
+        fields_doc = {name: plain_value(value) for name, value in adapter.items()}
         fields_doc.pop("_id", None)
         fields_doc.pop(self.config.first_seen_field, None)
         now = datetime.now(timezone.utc)
         fields_doc[self.config.updated_field] = now
         update = {"$set": fields_doc, "$setOnInsert": {self.config.first_seen_field: now}}
         assert self._loop is not None
-        return _Op(self.collection_name(item), doc_id, update, self._loop.create_future())
+        return WriteOp(self.collection_name(item), doc_id, update, self._loop.create_future())
 
     # -- batching -----------------------------------------------------------------------------
 
-    def _enqueue(self, op: _Op) -> None:
+    def _enqueue(self, op: WriteOp) -> None:
         assert self._loop is not None
         buffer = self._buffers.setdefault(op.collection, [])
         buffer.append(op)
@@ -334,7 +327,7 @@ class MongoPipeline:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _write(self, name: str, ops: list[_Op]) -> None:
+    async def _write(self, name: str, ops: list[WriteOp]) -> None:
         """Write *ops* to collection *name* until each one is written or rejected."""
         assert self._loop is not None and self._writers is not None
         attempt = 0
@@ -364,7 +357,7 @@ class MongoPipeline:
                                             else RuntimeError("MongoDB write cancelled"))
             raise
 
-    def _attempt(self, name: str, ops: Sequence[_Op]) -> _Outcome:
+    def _attempt(self, name: str, ops: Sequence[WriteOp]) -> WriteOutcome:
         """One write attempt, in a worker thread."""
         if name not in self._indexed:
             try:
@@ -372,11 +365,11 @@ class MongoPipeline:
             except PyMongoError as exc:  # only the failures waiting cannot heal get here
                 stop = fatal_error(exc)
                 if stop is None:
-                    return _Outcome(retry=list(range(len(ops))), error=exc)
-                return _Outcome(stop=stop)
+                    return WriteOutcome(retry=list(range(len(ops))), error=exc)
+                return WriteOutcome(stop=stop)
         return write_batch(self.client[self.config.database][name], ops)
 
-    def _settle(self, name: str, ops: list[_Op], outcome: _Outcome) -> list[_Op]:
+    def _settle(self, name: str, ops: list[WriteOp], outcome: WriteOutcome) -> list[WriteOp]:
         """Complete the futures of settled ops, update stats; return the ops to retry."""
         self._inc("batches")
         if outcome.stop is not None:
@@ -422,7 +415,8 @@ class MongoPipeline:
                 raise
             logger.warning("MongoDB at %s cannot be reached yet (%s); the crawl starts anyway "
                            "and items wait in the pipeline until it can be reached",
-                           redact_uri(self.config.uri), _scrub(_describe(exc), self.config.uri))
+                           redact_uri(self.config.uri),
+                           _scrub(describe_error(exc), self.config.uri))
             return False
         return True
 
@@ -457,7 +451,7 @@ class MongoPipeline:
                 # writing may still be allowed (a custom role): the first write will tell
                 logger.warning("The MongoDB user may not create indexes on %s.%s (%s); going "
                                "on without them: create them yourself or grant createIndex",
-                               cfg.database, name, _scrub(_describe(exc), cfg.uri))
+                               cfg.database, name, _scrub(describe_error(exc), cfg.uri))
                 self._indexed.add(name)
                 return
             if fatal is not None:
@@ -513,7 +507,7 @@ class MongoPipeline:
                        closing: bool, pending: int) -> str:
         cfg = self.config
         uri = redact_uri(cfg.uri)
-        cause = _scrub(_describe(fatal.exc), cfg.uri)
+        cause = _scrub(describe_error(fatal.exc), cfg.uri)
         if fatal.reason == AUTH_FAILED_REASON:
             text = (f"MongoDB refused the credentials of FLEET_MONGO_URI={uri} ({cause}). "
                     "Retrying cannot fix this: check the user name, the password and "
@@ -557,4 +551,4 @@ class MongoPipeline:
 
     def _inc(self, key: str, count: int = 1) -> None:
         if self.stats is not None and count:
-            self.stats.inc_value(_STAT + key, count)
+            self.stats.inc_value(STAT_PREFIX + key, count)

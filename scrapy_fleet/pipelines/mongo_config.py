@@ -14,7 +14,8 @@ from pymongo import MongoClient
 from scrapy.exceptions import NotConfigured
 from scrapy.utils.misc import load_object
 
-from scrapy_fleet.config import SETTINGS, _check, _number
+from scrapy_fleet.catalog import SETTINGS
+from scrapy_fleet.checks import check, number
 from scrapy_fleet.errors import FleetConfigError
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 
 #: Every setting this pipeline reads, with its default: the ``mongo`` rows of
-#: :data:`scrapy_fleet.config.SETTINGS` (docs/mongo.md describes each one).
+#: :data:`scrapy_fleet.catalog.SETTINGS` (docs/mongo.md describes each one).
 MONGO_DEFAULTS: dict[str, Any] = {s.name: s.default for s in SETTINGS if s.section == "mongo"}
 
 
@@ -39,21 +40,21 @@ def _callable_setting(name: str, value: Any) -> Callable[..., Any] | None:
         except (ImportError, AttributeError, ValueError, NameError) as exc:
             raise FleetConfigError(
                 f"{name}={value!r} is invalid: cannot import it ({exc})") from None
-    _check(name, value, callable(value), "a callable or the import path of one")
+    check(name, value, callable(value), "a callable or the import path of one")
     return value  # type: ignore[no-any-return]
 
 
 def _field_list(name: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [v.strip() for v in value.split(",") if v.strip()]
-    _check(name, value, isinstance(value, (list, tuple))
+    check(name, value, isinstance(value, (list, tuple))
            and all(isinstance(v, str) and v and not v.startswith("$") for v in value),
            "a list of field names")
     return tuple(value)
 
 
 def _field_name(name: str, value: Any) -> str:
-    _check(name, value, isinstance(value, str) and bool(value) and not value.startswith("$")
+    check(name, value, isinstance(value, str) and bool(value) and not value.startswith("$")
            and "." not in value and value != "_id", "a field name (no '$', no '.', not _id)")
     return str(value)
 
@@ -102,11 +103,11 @@ class MongoConfig:
         uri = g("FLEET_MONGO_URI")
         if not uri:
             raise NotConfigured("FLEET_MONGO_URI is not set")
-        _check("FLEET_MONGO_URI", uri, isinstance(uri, str)
+        check("FLEET_MONGO_URI", uri, isinstance(uri, str)
                and uri.startswith(("mongodb://", "mongodb+srv://")),
                "a mongodb:// or mongodb+srv:// URI")
         database = g("FLEET_MONGO_DATABASE")
-        _check("FLEET_MONGO_DATABASE", database, isinstance(database, str) and 0 < len(database)
+        check("FLEET_MONGO_DATABASE", database, isinstance(database, str) and 0 < len(database)
                < 64 and not any(c in database for c in '/\\. "$\x00'),
                "a database name (1-63 characters, none of / \\ . \" $ or space)")
         collection = g("FLEET_MONGO_COLLECTION") or None
@@ -115,29 +116,29 @@ class MongoConfig:
                 sample = collection % {"spider": "spider", "item_class": "Item"}
             except (TypeError, KeyError, ValueError):
                 sample = None
-            _check("FLEET_MONGO_COLLECTION", collection, isinstance(sample, str)
+            check("FLEET_MONGO_COLLECTION", collection, isinstance(sample, str)
                    and bool(sample) and "$" not in sample and "\x00" not in sample
                    and not sample.startswith("system."),
                    "a collection name, optionally with %(spider)s and %(item_class)s")
         id_function = _callable_setting("FLEET_MONGO_ID_FUNCTION", g("FLEET_MONGO_ID_FUNCTION"))
         id_fields = _field_list("FLEET_MONGO_ID_FIELDS", g("FLEET_MONGO_ID_FIELDS"))
-        _check("FLEET_MONGO_ID_FIELDS", g("FLEET_MONGO_ID_FIELDS"),
+        check("FLEET_MONGO_ID_FIELDS", g("FLEET_MONGO_ID_FIELDS"),
                bool(id_fields) or id_function is not None,
                "at least one field name (or set FLEET_MONGO_ID_FUNCTION)")
-        batch_size = _number("FLEET_MONGO_BATCH_SIZE", g("FLEET_MONGO_BATCH_SIZE"), int, 1,
+        batch_size = number("FLEET_MONGO_BATCH_SIZE", g("FLEET_MONGO_BATCH_SIZE"), int, 1,
                              "an integer between 1 and 100000")
-        _check("FLEET_MONGO_BATCH_SIZE", batch_size, batch_size <= 100_000,
+        check("FLEET_MONGO_BATCH_SIZE", batch_size, batch_size <= 100_000,
                "an integer between 1 and 100000")
-        backoff = _number("FLEET_MONGO_RETRY_BACKOFF", g("FLEET_MONGO_RETRY_BACKOFF"), float,
+        backoff = number("FLEET_MONGO_RETRY_BACKOFF", g("FLEET_MONGO_RETRY_BACKOFF"), float,
                           0.0, "seconds > 0", exclusive=True)
-        max_backoff = _number("FLEET_MONGO_RETRY_MAX_BACKOFF", g("FLEET_MONGO_RETRY_MAX_BACKOFF"),
+        max_backoff = number("FLEET_MONGO_RETRY_MAX_BACKOFF", g("FLEET_MONGO_RETRY_MAX_BACKOFF"),
                               float, backoff, "seconds >= FLEET_MONGO_RETRY_BACKOFF")
         ttl = g("FLEET_MONGO_TTL")
         if isinstance(ttl, str) and ttl.strip().lower() in ("", "none", "null"):
             ttl = None
         updated_field = _field_name("FLEET_MONGO_UPDATED_FIELD", g("FLEET_MONGO_UPDATED_FIELD"))
         first_seen = _field_name("FLEET_MONGO_FIRST_SEEN_FIELD", g("FLEET_MONGO_FIRST_SEEN_FIELD"))
-        _check("FLEET_MONGO_FIRST_SEEN_FIELD", first_seen, first_seen != updated_field,
+        check("FLEET_MONGO_FIRST_SEEN_FIELD", first_seen, first_seen != updated_field,
                "a field name other than FLEET_MONGO_UPDATED_FIELD")
         factory = _callable_setting("FLEET_MONGO_CLIENT_FACTORY", g("FLEET_MONGO_CLIENT_FACTORY"))
         return cls(
@@ -147,17 +148,17 @@ class MongoConfig:
             id_fields=id_fields,
             id_function=id_function,
             batch_size=batch_size,
-            flush_interval=_number("FLEET_MONGO_FLUSH_INTERVAL", g("FLEET_MONGO_FLUSH_INTERVAL"),
+            flush_interval=number("FLEET_MONGO_FLUSH_INTERVAL", g("FLEET_MONGO_FLUSH_INTERVAL"),
                                    float, 0.0, "seconds >= 0"),
-            max_pending=_number("FLEET_MONGO_MAX_PENDING", g("FLEET_MONGO_MAX_PENDING"), int, 1,
+            max_pending=number("FLEET_MONGO_MAX_PENDING", g("FLEET_MONGO_MAX_PENDING"), int, 1,
                                 "an integer >= 1"),
-            concurrency=_number("FLEET_MONGO_CONCURRENCY", g("FLEET_MONGO_CONCURRENCY"), int, 1,
+            concurrency=number("FLEET_MONGO_CONCURRENCY", g("FLEET_MONGO_CONCURRENCY"), int, 1,
                                 "an integer >= 1"),
             retry_backoff=backoff,
             retry_max_backoff=max_backoff,
             updated_field=updated_field,
             first_seen_field=first_seen,
-            ttl=None if ttl is None else _number("FLEET_MONGO_TTL", ttl, int, 1,
+            ttl=None if ttl is None else number("FLEET_MONGO_TTL", ttl, int, 1,
                                                   "whole seconds >= 1 or None"),
             unique_fields=_field_list("FLEET_MONGO_UNIQUE_FIELDS", g("FLEET_MONGO_UNIQUE_FIELDS")),
             client_factory=factory or _default_client_factory,

@@ -22,6 +22,7 @@ from pymongo.errors import (
 )
 
 from scrapy_fleet import engine_hooks
+from scrapy_fleet.errors import FleetError
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -40,7 +41,7 @@ DUPLICATE_KEY_RETRIES = 3
 #: Largest document MongoDB accepts (bytes).
 MAX_BSON_SIZE = 16 * 1024 * 1024
 
-_STAT = "fleet/mongo/"
+STAT_PREFIX = "fleet/mongo/"
 
 #: Server error codes that no retry heals: the URI's credentials, or its user's rights.
 AUTHENTICATION_FAILED = 18
@@ -56,7 +57,7 @@ UNAUTHORIZED_REASON = "mongo_unauthorized"
 CONFIG_ERROR_REASON = "mongo_config_error"
 
 
-class DocumentRejected(Exception):
+class DocumentRejected(FleetError):
     """An item's document MongoDB (or pymongo's BSON encoding) refused for good: the item was
     not written.  Raised by ``MongoPipeline.process_item``; its request fails with the reason
     ``item/mongo/<code>`` (``fleet_reason``: ``121`` validation, ``11000`` duplicate of a
@@ -111,7 +112,7 @@ def fatal_error(exc: BaseException) -> FatalError | None:
     return None
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
     if isinstance(exc, OperationFailure):
         details = exc.details if isinstance(exc.details, Mapping) else {}
         name = details.get("codeName")
@@ -130,11 +131,10 @@ def stop_acknowledging(crawler: Crawler | None, reason: str) -> bool:
     Returns:
         False when there is no running engine or its scheduler cannot withhold.
     """
-    scheduler = engine_hooks.scheduler_of(crawler)
-    withhold = getattr(scheduler, "withhold_acknowledgements", None)
-    if not callable(withhold):
+    ledger = engine_hooks.ledger_of(crawler)
+    if ledger is None:
         return False
-    withhold(reason)
+    ledger.withhold_acknowledgements(reason)
     return True
 
 
@@ -142,7 +142,7 @@ def stop_acknowledging(crawler: Crawler | None, reason: str) -> bool:
 _SCALARS = (str, int, float, bool, bytes, datetime, type(None))
 
 
-def _plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
     """*value* with nested items (of any ItemAdapter type) turned into dicts, for BSON.
 
     Same result as ``ItemAdapter.asdict`` but scalars, the bulk of item fields, are returned
@@ -151,15 +151,15 @@ def _plain(value: Any) -> Any:
     if isinstance(value, _SCALARS):
         return value
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain_value(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain_value(v) for v in value]
     if ItemAdapter.is_item(value):
-        return {k: _plain(v) for k, v in ItemAdapter(value).items()}
+        return {k: plain_value(v) for k, v in ItemAdapter(value).items()}
     return value
 
 
-class _Op:
+class WriteOp:
     """One item's pending upsert, and the future completed when it is settled."""
 
     __slots__ = ("collection", "doc_id", "dup_retries", "future", "update")
@@ -174,7 +174,7 @@ class _Op:
 
 
 @dataclass
-class _Outcome:
+class WriteOutcome:
     """What one ``bulk_write`` attempt did with a batch (indices into the batch)."""
 
     written: list[int] = field(default_factory=list)
@@ -188,9 +188,9 @@ class _Outcome:
     stop: FatalError | None = None  # credentials, rights, configuration: stop the crawl
 
 
-def _isolate_bad_documents(ops: Sequence[_Op], exc: BaseException) -> _Outcome:
+def _isolate_bad_documents(ops: Sequence[WriteOp], exc: BaseException) -> WriteOutcome:
     """A batch that pymongo refused to encode: find which documents are at fault."""
-    out = _Outcome()
+    out = WriteOutcome()
     for i, op in enumerate(ops):
         try:
             size = len(bson.encode({"q": {"_id": op.doc_id}, "u": op.update}))
@@ -202,12 +202,12 @@ def _isolate_bad_documents(ops: Sequence[_Op], exc: BaseException) -> _Outcome:
         else:
             out.retry.append(i)
     if not out.rejected:  # could not pin it on a document: do not loop on it
-        return _Outcome(fatal=exc)
+        return WriteOutcome(fatal=exc)
     out.retry_now = True
     return out
 
 
-def write_batch(collection: Any, ops: Sequence[_Op]) -> _Outcome:
+def write_batch(collection: Any, ops: Sequence[WriteOp]) -> WriteOutcome:
     """Send *ops* as one ``bulk_write(ordered=False)``, once, and classify the result.
 
     Runs in a worker thread (blocking I/O).  Never raises: the outcome says which ops were
@@ -223,18 +223,18 @@ def write_batch(collection: Any, ops: Sequence[_Op]) -> _Outcome:
     except PyMongoError as exc:
         stop = fatal_error(exc)
         if stop is not None:  # credentials, rights, configuration: waiting does not help
-            return _Outcome(stop=stop)
+            return WriteOutcome(stop=stop)
         # network, elections, timeouts...: retried
-        return _Outcome(retry=list(range(len(ops))), error=exc)
+        return WriteOutcome(retry=list(range(len(ops))), error=exc)
     except Exception as exc:  # a bug, not an outage: surface it
-        return _Outcome(fatal=exc)
-    return _Outcome(written=list(range(len(ops))), upserted=result.upserted_count,
+        return WriteOutcome(fatal=exc)
+    return WriteOutcome(written=list(range(len(ops))), upserted=result.upserted_count,
                     modified=result.modified_count)
 
 
-def _classify_bulk_error(ops: Sequence[_Op], exc: BulkWriteError) -> _Outcome:
+def _classify_bulk_error(ops: Sequence[WriteOp], exc: BulkWriteError) -> WriteOutcome:
     details = exc.details or {}
-    out = _Outcome(upserted=int(details.get("nUpserted", 0)),
+    out = WriteOutcome(upserted=int(details.get("nUpserted", 0)),
                    modified=int(details.get("nModified", 0)), error=exc)
     failed: set[int] = set()
     for err in details.get("writeErrors") or []:

@@ -150,9 +150,8 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
             # leased from the frontier: its token was taken then, but a 429/503 seen by any
             # worker since may have put the host on hold; every frontier call brings the
             # fleet's holds, so this check needs no round trip of its own
-            scheduler = engine_hooks.scheduler_of(self.crawler)
-            hold_left = getattr(scheduler, "hold_left", None)
-            while hold_left is not None and (hold := hold_left(host)) > 0:
+            ledger = engine_hooks.ledger_of(self.crawler)
+            while ledger is not None and (hold := ledger.hold_left(host)) > 0:
                 self._inc(_STAT + "hold_waits")
                 await asyncio.sleep(min(hold, 60.0))
             return None
@@ -165,16 +164,15 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
 
     def _note_hold(self, host: str, seconds: float) -> None:
         """Tell this worker's scheduler at once (others learn it at their next call)."""
-        scheduler = engine_hooks.scheduler_of(self.crawler)
-        holds = getattr(scheduler, "holds", None)
-        if isinstance(holds, dict):
-            holds[host] = max(holds.get(host, 0.0), time.monotonic() + seconds)
+        ledger = engine_hooks.ledger_of(self.crawler)
+        if ledger is not None:
+            ledger.note_hold(host, seconds)
 
     def _download_over(self, request: Request) -> None:
         """The host's concurrency slot of a leased request can go (after any hold is set)."""
-        download_over = getattr(engine_hooks.scheduler_of(self.crawler), "download_over", None)
-        if download_over is not None and request.meta.get(LEASE_META_KEY):
-            download_over(request)
+        ledger = engine_hooks.ledger_of(self.crawler)
+        if ledger is not None and request.meta.get(LEASE_META_KEY):
+            ledger.download_over(request)
 
     async def process_response(self, request: Request, response: Response,
                                spider: Any = None) -> Response:
@@ -325,10 +323,9 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
             logger.error("%s; its requests fail with RobotsTxtUnavailable (errback) and go to "
                          "the dead letters (scrapy fleet dead) (logged once per origin)",
                          message, extra={"spider": self.crawler.spider})
-        scheduler = engine_hooks.scheduler_of(self.crawler)
-        dead_letter = getattr(scheduler, "dead_letter", None)
-        if dead_letter is not None and request.meta.get(LEASE_META_KEY):
-            dead_letter(request, message)
+        ledger = engine_hooks.ledger_of(self.crawler)
+        if ledger is not None and request.meta.get(LEASE_META_KEY):
+            ledger.dead_letter(request, message)
         raise RobotsTxtUnavailable(message, origin)
 
     async def _state(self, request: Request, origin: str) -> _RobotsState:

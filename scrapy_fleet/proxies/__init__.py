@@ -4,7 +4,7 @@
 * :mod:`.verdicts`: what an answer says about the exit that carried it, and the ban policy.
 * :mod:`.middleware`: ``FleetProxyMiddleware``, enabled by the add-on when ``FLEET_PROXIES``
   or ``FLEET_PROXY_POOL`` is set.
-* :mod:`.admin`: ``scrapy fleet proxies list|add|remove|drain|reset``.
+* :mod:`.actions`: ``scrapy fleet proxies list|add|remove|drain|reset``.
 """
 
 from __future__ import annotations

@@ -44,6 +44,8 @@ from scrapy_fleet.proxies.verdicts import Verdict, VerdictRules, build_policy
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
+    from scrapy_fleet.frontier.ledger import LeaseLedger
+
 logger = logging.getLogger(__name__)
 
 SESSION_META = "fleet_proxy_session"
@@ -233,16 +235,15 @@ class FleetProxyMiddleware:
         pool has no exit that may carry it); once the worker drains (SIGTERM) a request
         that only waited is given back to the frontier at once (IgnoreRequest here; its
         lease released, never acknowledged), not waited on until FLEET_DRAIN_TIMEOUT."""
-        scheduler = engine_hooks.scheduler_of(self.crawler)
+        ledger = engine_hooks.ledger_of(self.crawler)
         try:
-            return await self._choose_or_wait(request, site, session, scheduler)
+            return await self._choose_or_wait(request, site, session, ledger)
         finally:
-            note = getattr(scheduler, "note_exit_wait", None)
-            if note is not None:
-                note(request, None)
+            if ledger is not None:
+                ledger.note_exit_wait(request, None)
 
     async def _choose_or_wait(self, request: Request, site: str, session: str | None,
-                              scheduler: Any) -> Choice:
+                              ledger: LeaseLedger | None) -> Choice:
         while True:
             reports, self._pending = self._pending, []
             try:
@@ -262,9 +263,8 @@ class FleetProxyMiddleware:
             assert isinstance(result, Wait)
             self._inc("waits")
             self._inc(f"waits/{result.why}")
-            note = getattr(scheduler, "note_exit_wait", None)
-            if note is not None:
-                note(request, result.why)
+            if ledger is not None:
+                ledger.note_exit_wait(request, result.why)
             if result.why in NO_EXIT_WHY:
                 self._log_wait("*", "no_exit", f"No live exit in proxy pool "
                                f"{self.pool().keys.pool!r} ({NO_EXIT_WHY[result.why]}): "
@@ -276,15 +276,15 @@ class FleetProxyMiddleware:
                                f"No exit may carry requests to {site} now ({result.why}); "
                                f"waiting {result.seconds:.1f} s (never sent without a proxy)")
             await self._sleep_unless_draining(min(max(result.seconds, 0.01), MAX_WAIT_STEP),
-                                              request, scheduler)
+                                              request, ledger)
 
     async def _sleep_unless_draining(self, seconds: float, request: Request,
-                                     scheduler: Any) -> None:
+                                     ledger: LeaseLedger | None) -> None:
         """Sleep *seconds*, in steps of DRAIN_CHECK at most; once the worker drains, give
         *request* back to the frontier and raise IgnoreRequest (the engine drops it)."""
         until = time.monotonic() + seconds
         while True:
-            if getattr(scheduler, "draining", False) and scheduler.give_back(request):
+            if ledger is not None and ledger.draining and ledger.give_back(request):
                 self._inc("given_back")
                 logger.info("Worker draining: %s only waited for a proxy exit; its lease goes "
                             "back to the frontier", request.url,
@@ -410,7 +410,6 @@ class FleetProxyMiddleware:
     def _download_over(self, request: Request) -> None:
         """The request's host slot goes back to the fleet now (the politeness middleware does
         it for answers it sees; a request retried here goes back to the frontier)."""
-        scheduler = engine_hooks.scheduler_of(self.crawler)
-        download_over = getattr(scheduler, "download_over", None)
-        if download_over is not None and request.meta.get(LEASE_META_KEY):
-            download_over(request)
+        ledger = engine_hooks.ledger_of(self.crawler)
+        if ledger is not None and request.meta.get(LEASE_META_KEY):
+            ledger.download_over(request)

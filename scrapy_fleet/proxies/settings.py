@@ -13,19 +13,18 @@ from urllib.parse import urlsplit
 
 from scrapy.settings import BaseSettings
 
-from scrapy_fleet.config import _check, _get, _number, _optional_int, validate_crawl_id
+from scrapy_fleet.checks import check, number, optional_int, setting_value, validate_crawl_id
 from scrapy_fleet.errors import FleetConfigError
+from scrapy_fleet.redact import redact
 
 #: schemes of proxy URLs Scrapy's HTTP download handler can use
 PROXY_SCHEMES = ("http", "https")
 
 
-def _proxy_urls(value: Any) -> tuple[str, ...]:
+def proxy_urls(value: Any) -> tuple[str, ...]:
     """``FLEET_PROXIES``: a list of URLs, or a string: the path of a file (one URL a line,
     ``#`` comments) or URLs separated by commas or white space.  Errors never show a
     password."""
-    from scrapy_fleet.redact import redact
-
     name = "FLEET_PROXIES"
     if value is None:
         return ()
@@ -97,7 +96,7 @@ class ProxyConfig:
 
 
 def _regex(name: str, pattern: Any) -> re.Pattern[bytes]:
-    _check(name, pattern, isinstance(pattern, (str, bytes)), "a regular expression")
+    check(name, pattern, isinstance(pattern, (str, bytes)), "a regular expression")
     try:
         return re.compile(pattern.encode("utf-8") if isinstance(pattern, str) else pattern)
     except re.error as exc:
@@ -121,7 +120,7 @@ def proxy_config(settings: BaseSettings | Mapping[str, Any]) -> ProxyConfig:
     Raises:
         FleetConfigError: naming the setting (a proxy URL only with its password hidden).
     """
-    g = lambda name: _get(settings, name)  # noqa: E731
+    g = lambda name: setting_value(settings, name)  # noqa: E731
     pool = g("FLEET_PROXY_POOL")
     if isinstance(pool, str) and pool.strip().lower() in ("", "none"):
         pool = None
@@ -130,24 +129,24 @@ def proxy_config(settings: BaseSettings | Mapping[str, Any]) -> ProxyConfig:
     statuses = _json_or("FLEET_PROXY_BAN_STATUSES", g("FLEET_PROXY_BAN_STATUSES"))
     if isinstance(statuses, str):
         statuses = [s for s in re.split(r"[\s,]+", statuses) if s]
-    _check("FLEET_PROXY_BAN_STATUSES", statuses, isinstance(statuses, (list, tuple, set)),
+    check("FLEET_PROXY_BAN_STATUSES", statuses, isinstance(statuses, (list, tuple, set)),
            "a list of HTTP status codes")
-    codes = {_number("FLEET_PROXY_BAN_STATUSES", s, int, 100, "HTTP status codes 100-599")
+    codes = {number("FLEET_PROXY_BAN_STATUSES", s, int, 100, "HTTP status codes 100-599")
              for s in statuses}
-    _check("FLEET_PROXY_BAN_STATUSES", statuses,
+    check("FLEET_PROXY_BAN_STATUSES", statuses,
            all(c < 600 for c in codes) and not codes & {404, 410, 429, 407},
            "HTTP status codes 100-599, not 404/410 (never a ban), 429 (rate_limited) or 407 "
            "(proxy_dead)")
     patterns = _json_or("FLEET_PROXY_BAN_PATTERNS", g("FLEET_PROXY_BAN_PATTERNS"))
     if isinstance(patterns, (str, bytes)):
         patterns = [patterns]
-    _check("FLEET_PROXY_BAN_PATTERNS", patterns, isinstance(patterns, (list, tuple)),
+    check("FLEET_PROXY_BAN_PATTERNS", patterns, isinstance(patterns, (list, tuple)),
            "a list of regular expressions")
     headers = _json_or("FLEET_PROXY_BAN_HEADERS", g("FLEET_PROXY_BAN_HEADERS"))
-    _check("FLEET_PROXY_BAN_HEADERS", headers, isinstance(headers, Mapping),
+    check("FLEET_PROXY_BAN_HEADERS", headers, isinstance(headers, Mapping),
            "a dict of header name -> regular expression")
     policy = g("FLEET_PROXY_BAN_POLICY")
-    _check("FLEET_PROXY_BAN_POLICY", policy, isinstance(policy, str) and bool(policy),
+    check("FLEET_PROXY_BAN_POLICY", policy, isinstance(policy, str) and bool(policy),
            "the import path of a ban policy class")
     try:
         from scrapy.utils.misc import load_object
@@ -155,25 +154,25 @@ def proxy_config(settings: BaseSettings | Mapping[str, Any]) -> ProxyConfig:
         policy_cls = load_object(policy)
     except (ImportError, NameError, ValueError, AttributeError) as exc:
         raise FleetConfigError(f"FLEET_PROXY_BAN_POLICY={policy!r} is invalid: {exc}") from None
-    _check("FLEET_PROXY_BAN_POLICY", policy, isinstance(policy_cls, type)
+    check("FLEET_PROXY_BAN_POLICY", policy, isinstance(policy_cls, type)
            and callable(getattr(policy_cls, "response_verdict", None)),
            "a class with response_verdict(request, response, site)")
-    base = _number("FLEET_PROXY_COOLDOWN_BASE", g("FLEET_PROXY_COOLDOWN_BASE"), float, 0.0,
+    base = number("FLEET_PROXY_COOLDOWN_BASE", g("FLEET_PROXY_COOLDOWN_BASE"), float, 0.0,
                    "seconds > 0", exclusive=True)
-    cap = _number("FLEET_PROXY_COOLDOWN_MAX", g("FLEET_PROXY_COOLDOWN_MAX"), float, 0.0,
+    cap = number("FLEET_PROXY_COOLDOWN_MAX", g("FLEET_PROXY_COOLDOWN_MAX"), float, 0.0,
                   "seconds > 0", exclusive=True)
-    _check("FLEET_PROXY_COOLDOWN_MAX", cap, cap >= base, "seconds >= FLEET_PROXY_COOLDOWN_BASE")
+    check("FLEET_PROXY_COOLDOWN_MAX", cap, cap >= base, "seconds >= FLEET_PROXY_COOLDOWN_BASE")
     rate = g("FLEET_PROXY_RATE")
     if isinstance(rate, str) and rate.strip().lower() in ("", "none"):
         rate = None
     ticket_ttl = g("FLEET_PROXY_TICKET_TTL")
     if ticket_ttl is None:
         ticket_ttl = float(settings.get("DOWNLOAD_TIMEOUT", 180) or 180) + 60.0
-    conc = _optional_int("FLEET_PROXY_CONCURRENCY", g("FLEET_PROXY_CONCURRENCY"))
+    conc = optional_int("FLEET_PROXY_CONCURRENCY", g("FLEET_PROXY_CONCURRENCY"))
     return ProxyConfig(
-        proxies=_proxy_urls(g("FLEET_PROXIES")),
+        proxies=proxy_urls(g("FLEET_PROXIES")),
         pool=pool,
-        max_retries=_number("FLEET_PROXY_MAX_RETRIES", g("FLEET_PROXY_MAX_RETRIES"), int, 0,
+        max_retries=number("FLEET_PROXY_MAX_RETRIES", g("FLEET_PROXY_MAX_RETRIES"), int, 0,
                             "an integer >= 0"),
         ban_statuses=frozenset(codes),
         ban_patterns=tuple(_regex("FLEET_PROXY_BAN_PATTERNS", p) for p in patterns),
@@ -182,15 +181,15 @@ def proxy_config(settings: BaseSettings | Mapping[str, Any]) -> ProxyConfig:
         ban_policy=policy,
         cooldown_base=base,
         cooldown_max=cap,
-        dead_after=_number("FLEET_PROXY_DEAD_AFTER", g("FLEET_PROXY_DEAD_AFTER"), int, 1,
+        dead_after=number("FLEET_PROXY_DEAD_AFTER", g("FLEET_PROXY_DEAD_AFTER"), int, 1,
                            "an integer >= 1"),
-        dead_recheck=_number("FLEET_PROXY_DEAD_RECHECK", g("FLEET_PROXY_DEAD_RECHECK"), float,
+        dead_recheck=number("FLEET_PROXY_DEAD_RECHECK", g("FLEET_PROXY_DEAD_RECHECK"), float,
                              0.0, "seconds > 0", exclusive=True),
-        rate=None if rate is None else _number("FLEET_PROXY_RATE", rate, float, 0.0,
+        rate=None if rate is None else number("FLEET_PROXY_RATE", rate, float, 0.0,
                                                "requests per second > 0 or None",
                                                exclusive=True),
         concurrency=conc or 0,
-        session_ttl=_number("FLEET_PROXY_SESSION_TTL", g("FLEET_PROXY_SESSION_TTL"), float,
+        session_ttl=number("FLEET_PROXY_SESSION_TTL", g("FLEET_PROXY_SESSION_TTL"), float,
                             1.0, "seconds >= 1"),
-        ticket_ttl=_number("FLEET_PROXY_TICKET_TTL", ticket_ttl, float, 1.0, "seconds >= 1"),
+        ticket_ttl=number("FLEET_PROXY_TICKET_TTL", ticket_ttl, float, 1.0, "seconds >= 1"),
     )

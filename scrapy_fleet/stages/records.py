@@ -32,7 +32,6 @@ from scrapy.http import Response
 from scrapy.utils.misc import load_object
 
 from scrapy_fleet import codec
-from scrapy_fleet.config import STAGE_HOST as STAGE_HOST
 from scrapy_fleet.errors import RequestDecodeError
 
 VERSION = 2

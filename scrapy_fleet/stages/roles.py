@@ -23,20 +23,21 @@ Both roles hook one place, the engine's ``downloader.fetch`` (engine_hooks.wrap_
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 from twisted.internet import defer
 
 from scrapy_fleet import codec, engine_hooks
-from scrapy_fleet.errors import RequestEncodeError
+from scrapy_fleet.errors import FleetError, RequestEncodeError
 from scrapy_fleet.stages import records
 
 if TYPE_CHECKING:
-    from scrapy import Request
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
 
-    from scrapy_fleet.frontier.scheduler import FleetScheduler
+    from scrapy_fleet.config import FleetConfig
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ STORED_META_KEY = codec.PRIVATE_META_PREFIX + "stored"
 ROLES = ("all", "fetch", "parse")
 
 
-class StoredResponseTooLarge(IgnoreRequest):
+class StoredResponseTooLarge(FleetError, IgnoreRequest):
     """A fetch worker's response is bigger than ``FLEET_MAX_STORED_RESPONSE`` and
     ``FLEET_LARGE_RESPONSE = "fail"``: the request's errback gets this failure."""
 
@@ -57,10 +58,28 @@ def _stored(response: Response, **kwargs: Any) -> list[Any]:
     return []
 
 
+class StageScheduler(Protocol):
+    """What the hook needs of the scheduler that builds it (frontier/scheduler.py's
+    ``FleetScheduler``), so that this module does not import the scheduler back."""
+
+    config: FleetConfig
+    crawler: Crawler
+    spider: Spider | None
+
+    def inc(self, key: str, count: int = 1) -> None:
+        """Add *count* to the Scrapy stat *key*."""
+
+    def holds_lease(self, request: Request) -> bool:
+        """True while *request* is one of this worker's leases."""
+
+    def attach_stored(self, request: Request, payload: bytes) -> None:
+        """Send *payload* (a stored response) with the acknowledgement of *request*."""
+
+
 class StageRole:
     """The hook of one worker (see module docstring); built by the scheduler at open."""
 
-    def __init__(self, scheduler: FleetScheduler) -> None:
+    def __init__(self, scheduler: StageScheduler) -> None:
         self.scheduler = scheduler
         self.config = scheduler.config
         self.role = self.config.role

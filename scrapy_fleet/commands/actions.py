@@ -1,4 +1,4 @@
-"""The handlers of the frontier's actions (push, status, dead, failed, retry, purge): what
+"""The frontier's actions (push, status, dead, failed, retry, purge): what
 ``scrapy-fleet ACTION`` and ``scrapy fleet ACTION SPIDER`` run once commands/cli.py has parsed
 the arguments, pinged Redis and checked the crawl's state.  Each returns an exit status
 (:data:`scrapy_fleet.commands.cli.EXIT_STATUSES`)."""
@@ -17,7 +17,8 @@ from scrapy_fleet import codec
 from scrapy_fleet.commands import push
 from scrapy_fleet.errors import RequestDecodeError
 from scrapy_fleet.failures import admin as failures
-from scrapy_fleet.frontier.client import PRIORITY_LIMIT, FrontierAdmin
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.protocol import PRIORITY_LIMIT
 from scrapy_fleet.politeness import hosts as politeness
 
 

@@ -29,7 +29,7 @@ from scrapy_fleet import acl
 from scrapy_fleet.errors import FleetConfigError, RedisPermissionError
 from scrapy_fleet.keys import ProxyPoolKeys
 from scrapy_fleet.proxies.pool import PoolAdmin, describe, host_port
-from scrapy_fleet.proxies.settings import ProxyConfig, _proxy_urls, proxy_config
+from scrapy_fleet.proxies.settings import ProxyConfig, proxy_config, proxy_urls
 
 ACTIONS = ("list", "add", "remove", "drain", "reset")
 EXIT_OK, EXIT_UNMATCHED, EXIT_ERROR = 0, 1, 2
@@ -123,7 +123,7 @@ def _run(admin: PoolAdmin, action: str, args: list[str], as_json: bool,
             print("error: proxies add needs proxy URLs", file=sys.stderr)
             return EXIT_ERROR
         try:
-            urls = list(_proxy_urls(list(args)))
+            urls = list(proxy_urls(list(args)))
         except FleetConfigError as exc:
             print(f"error: {str(exc).replace('FLEET_PROXIES: ', '')}", file=sys.stderr)
             return EXIT_ERROR

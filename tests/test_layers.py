@@ -1,0 +1,185 @@
+"""The package's layers, read from its source with ``ast`` (no import is run).
+
+* No import cycle among scrapy_fleet modules, counting every ``import`` and ``from ... import``
+  anywhere in a module (inside functions and methods too: an import deferred into a function
+  is still a dependency, only a hidden one), and those under ``if TYPE_CHECKING:`` too: they
+  never run, but a type named from a module above is still a dependency on it (stages/roles.py
+  names what it needs of the scheduler with a Protocol instead).
+* No ``_private`` name imported from another scrapy_fleet module (dunders such as
+  ``__version__`` are public).
+* The bottom layer (keys, codec, errors, Redis connection and URL parsing, settings catalog
+  and checks) imports nothing of the package above it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.monitoring.series import TIERS
+
+PACKAGE = Path(__file__).resolve().parents[1] / "scrapy_fleet"
+
+#: the bottom layer: these modules import each other only
+BOTTOM = {
+    "scrapy_fleet.catalog",
+    "scrapy_fleet.checks",
+    "scrapy_fleet.codec",
+    "scrapy_fleet.errors",
+    "scrapy_fleet.keys",
+    "scrapy_fleet.outage",
+    "scrapy_fleet.redact",
+    "scrapy_fleet.redis_client",
+    "scrapy_fleet.redis_url",
+    "scrapy_fleet.browser.pagemethods",  # the codec's PageMethod extension
+    "scrapy_fleet.browser",  # (its __init__, run when pagemethods is imported)
+}
+
+
+def _modules() -> dict[str, tuple[Path, str]]:
+    """Module name -> (file, the package relative imports start from)."""
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+            package = ".".join(parts)
+        else:
+            package = ".".join(parts[:-1])
+        out[".".join(parts)] = (path, package)
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str) -> list[tuple[str, str | None, int]]:
+    """(module imported, name imported from it or None, line) for every scrapy_fleet import
+    of module *name*, at any depth (in functions, under ``if TYPE_CHECKING:``)."""
+    path, package = MODULES[name]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out: list[tuple[str, str | None, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.extend((a.name, None, node.lineno) for a in node.names
+                       if a.name.split(".")[0] == "scrapy_fleet")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            if source.split(".")[0] != "scrapy_fleet":
+                continue
+            for alias in node.names:
+                sub = f"{source}.{alias.name}"
+                out.append((sub, None, node.lineno) if sub in MODULES
+                           else (source, alias.name, node.lineno))
+    return out
+
+
+def _edges() -> dict[str, set[str]]:
+    """Module -> the scrapy_fleet modules it imports (a module imports its packages too, but
+    for the top one, ``scrapy_fleet/__init__.py``: the public face, which every import runs
+    and which a module depends on only when it imports a name of it)."""
+    edges: dict[str, set[str]] = {}
+    for name in MODULES:
+        targets = set()
+        for module, _, _ in _imports(name):
+            parts = module.split(".")
+            targets.update(".".join(parts[:i]) for i in range(2, len(parts) + 1))
+        edges[name] = {t for t in targets if t in MODULES and t != name
+                       and not name.startswith(t + ".")}
+    return edges
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_reader_sees_imports_inside_functions_and_under_type_checking():
+    """The checks below rely on this reader: it must count an import hidden in a function
+    (config.py's FleetConfig.frontier_params once imported frontier.client that way)."""
+    imports = {module for module, _, _ in _imports("scrapy_fleet.commands.cli")}
+    assert "scrapy_fleet.proxies.actions" in imports  # in a function
+    assert "scrapy_fleet.config" in {  # under TYPE_CHECKING
+        m for m, _, _ in _imports("scrapy_fleet.stages.roles")}
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(edges) == [["a", "b", "c"]]
+
+
+def test_no_import_cycle():
+    assert _cycles(_edges()) == []
+
+
+def test_no_private_name_imported_from_another_module():
+    found = []
+    for name in MODULES:
+        for module, imported, line in _imports(name):
+            if (imported and imported.startswith("_") and not imported.startswith("__")
+                    and module != name):
+                found.append(f"{name}:{line} imports {module}.{imported}")
+    assert found == []
+
+
+def test_the_bottom_layer_imports_nothing_above_it():
+    edges = _edges()
+    assert BOTTOM <= set(MODULES)
+    above = {f"{name} -> {target}" for name in BOTTOM for target in edges[name]
+             if target not in BOTTOM}
+    assert above == set()
+
+
+def test_the_monitoring_keys_name_every_series_tier():
+    """keys.py names the series keys without importing monitoring/series.py (the layer
+    above it): the two lists must agree."""
+    keys = CrawlKeys("fleet", "c")
+    assert [k for k in keys.monitor_keys("w") if ":series:" in k] == [
+        keys.series(t) for t in TIERS]
+
+
+def test_components_reach_the_scheduler_through_its_ledger_only():
+    """The middlewares, the failure watch and the pipeline get the scheduler's typed
+    interface (frontier/ledger.py's LeaseLedger, engine_hooks.ledger_of), never the
+    scheduler object itself (engine_hooks.scheduler_of and getattr probing)."""
+    users = []
+    for name, (path, _) in MODULES.items():
+        if name == "scrapy_fleet.engine_hooks":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        users.extend(f"{name}:{node.lineno}" for node in ast.walk(tree)
+                     if isinstance(node, ast.Attribute) and node.attr == "scheduler_of")
+    assert users == []
