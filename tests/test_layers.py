@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys import MONITOR_CALL, CrawlKeys
 from scrapy_fleet.monitoring.series import TIERS
 
 PACKAGE = Path(__file__).resolve().parents[1] / "scrapy_fleet"
@@ -164,10 +164,12 @@ def test_the_bottom_layer_imports_nothing_above_it():
 
 
 def test_the_monitoring_keys_name_every_series_tier():
-    """keys.py names the series keys without importing monitoring/series.py (the layer
-    above it): the two lists must agree."""
+    """keys.py declares the series keys of the monitoring step (MONITOR_CALL) without
+    importing monitoring/series.py (the layer above it): the two lists must agree."""
     keys = CrawlKeys("fleet", "c")
-    assert [k for k in keys.monitor_keys("w") if ":series:" in k] == [
+    declared = [name for name in MONITOR_CALL if name.startswith("series_")]
+    assert declared == [f"series_{t}" for t in TIERS]
+    assert [k for k in keys.call_keys(MONITOR_CALL, worker_id="w") if ":series:" in k] == [
         keys.series(t) for t in TIERS]
 
 

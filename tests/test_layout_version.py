@@ -21,8 +21,8 @@ from scrapy_fleet import codec
 from scrapy_fleet.failures import admin as failures_admin
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.client import AsyncFrontier
-from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 from scrapy_fleet.frontier.layout import CrawlLayoutError
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 from scrapy_fleet.keys import LAYOUT_VERSION, CrawlKeys
 
 TIMEOUT = 60.0

@@ -23,10 +23,10 @@ from scrapy_fleet.frontier.protocol import (
     as_int,
     call_args,
     fill_payloads,
+    frontier_size,
     needs_payloads,
     queue_size_reads,
     size_of,
-    frontier_size,
 )
 from scrapy_fleet.keys import STAGE_HOST, CrawlKeys
 from scrapy_fleet.politeness.hosts import effective_policy
