@@ -371,7 +371,7 @@ def test_views_say_what_leased_and_items_count():
         assert "downloading" in text and " leased " not in text.split("host")[-1], text
     status = screen.render(snap)
     assert "leased 8 (held by workers: prefetched, downloading or parsing)" in status
-    assert "scraped 4900  dropped 7 (as the workers reported them)" in status
+    assert "scraped 4900  dropped 7  failed 0 (as the workers reported them)" in status
     assert "items/min (last 30 s)" in status
     frame = frame_text(snap, SERIES)
     assert "items (reported) 4,900" in frame
