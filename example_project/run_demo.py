@@ -143,6 +143,15 @@ class Progress:
                 self.lines[path] += complete.count(b"\n")
         return sum(self.lines.values())
 
+    def workers_seen(self) -> int | None:
+        """Workers that have sent a heartbeat (their engine runs), or None if unknown."""
+        if self.admin is None:
+            return None
+        try:
+            return int(self.admin.client.zcard(self.admin.keys.workers))
+        except Exception:
+            return None
+
     def status(self) -> dict[str, Any] | None:
         if self.admin is None:
             return None
@@ -283,6 +292,9 @@ def main() -> int:
                         help="size of the generated site")
     parser.add_argument("--links", type=positive_int, default=8, help="links per generated page")
     parser.add_argument("--idle-timeout", type=float, default=5, help="FLEET_IDLE_TIMEOUT (s)")
+    parser.add_argument("--host-delay", type=float, default=0,
+                        help="FLEET_HOST_DELAY (s): fleet-wide seconds between two requests "
+                             "to the site (default: the project's)")
     parser.add_argument("--timeout", type=float, default=1800, help="give up after (s)")
     parser.add_argument(
         "--mongo-uri",
@@ -370,6 +382,7 @@ def main() -> int:
                     f"FLEET_IDLE_TIMEOUT={args.idle_timeout:g}",
                     "-s",
                     f"FLEET_JSONL_PATH={out}",
+                    *(["-s", f"FLEET_HOST_DELAY={args.host_delay:g}"] if args.host_delay else []),
                     *mongo_args,
                 ]
                 workers.append(
@@ -389,6 +402,12 @@ def main() -> int:
         while any(w.poll() is None for w in workers):
             elapsed = time.monotonic() - started
             if elapsed > args.timeout:
+                # a SIGTERM that reaches a worker before its engine runs is lost (Scrapy
+                # stops a crawl that has not begun, which then begins): stop running ones
+                seen = progress.workers_seen()
+                if seen is not None and seen < len(workers) and elapsed < args.timeout + 60:
+                    time.sleep(0.1)
+                    continue
                 log(f"timeout after {args.timeout:g} s: stopping the workers")
                 break
             running = sum(w.poll() is None for w in workers)

@@ -40,7 +40,9 @@ def test_demo_ends_with_ok_and_shows_the_404(tmp_path, worker_env):
 
 
 def test_demo_stopped_early_ends_with_failed(tmp_path, worker_env):
-    result = demo(tmp_path, worker_env, "--timeout", "0")
+    # stopped once both workers run (run_demo waits for their heartbeats), with the site
+    # fetched at most 4 pages/s fleet-wide: the 31 pages cannot all be fetched by then
+    result = demo(tmp_path, worker_env, "--timeout", "0", "--host-delay", "0.25")
     assert result.returncode == 1, result.stdout + result.stderr
     last = result.stdout.splitlines()[-1]
     assert last.startswith("FAILED: "), last

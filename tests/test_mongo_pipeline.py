@@ -757,6 +757,7 @@ def test_fatal_write_error_drops_everything_acks_nothing_closes_the_spider(
     slot = engine._slot
     scheduler = slot.scheduler
     engine_hooks.on_request_done(crawler, scheduler.request_done)  # as FleetScheduler.open
+    engine_hooks.publish_ledger(crawler, scheduler)  # idem: the pipeline's way to withhold
     done, page_a, page_b = (scrapy.Request(f"http://site/{n}") for n in "0ab")
     slot.inprogress |= {done, page_a, page_b}
     products, dicts = client["scrapy"]["Product"], client["scrapy"]["dict"]
