@@ -57,8 +57,6 @@ logger = logging.getLogger("scrapy_fleet.frontier.scheduler")  # one logger for 
 #: links goes alone).  100 links the worker does not know take ~1.7 ms of Redis (all new;
 #: bench_push.py --batches, 2026-12-01): under the 2 ms bound of issue 12
 PUSH_CHUNK = 100
-LEASE_META_KEY = codec.LEASE_META_KEY
-START_META_KEY = codec.START_META_KEY
 
 #: stored responses a parse worker (FLEET_ROLE = "parse") holds leased at most
 PARSE_HELD = 2
@@ -83,7 +81,7 @@ class FrontierPump:
         self._downloaded: list[Lease] = []  # downloads over, not yet told to the frontier
         self._outbox: list[Out] = []  # requests without a parent in flight
         self._enqueued = self._dequeued = 0  # not yet in the stats (_flush_counts)
-        #: id(outbox entry) -> index of a start request (middlewares.START_META_KEY) not yet
+        #: id(outbox entry) -> index of a start request (codec.START_META_KEY) not yet
         #: accepted by the frontier
         self._start_pending: dict[int, int] = {}
         #: FleetSpiderMiddleware is reading start requests, or waiting to take them over:

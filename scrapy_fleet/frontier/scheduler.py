@@ -41,6 +41,7 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.reactor import is_asyncio_reactor_installed
 
 from scrapy_fleet import codec, engine_hooks
+from scrapy_fleet.codec import LEASE_META_KEY, START_META_KEY
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.frontier import memory
@@ -48,13 +49,7 @@ from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.dupefilter import RedisBloomDupeFilter
 from scrapy_fleet.frontier.leases import Lease, Out
 from scrapy_fleet.frontier.protocol import clamp_priority
-from scrapy_fleet.frontier.pump import (
-    LEASE_META_KEY,
-    PARSE_HELD,
-    PUSH_CHUNK,
-    START_META_KEY,
-    FrontierPump,
-)
+from scrapy_fleet.frontier.pump import FrontierPump
 from scrapy_fleet.frontier.spidermw import FleetSpiderMiddleware
 from scrapy_fleet.keys import STAGE_HOST, CrawlKeys
 from scrapy_fleet.politeness import hosts as politeness
@@ -68,7 +63,7 @@ if TYPE_CHECKING:
     from scrapy.dupefilters import BaseDupeFilter
     from twisted.internet.defer import Deferred
 
-__all__ = ["LEASE_META_KEY", "PARSE_HELD", "PUSH_CHUNK", "START_META_KEY", "FleetScheduler"]
+__all__ = ["FleetScheduler"]
 
 logger = logging.getLogger(__name__)
 
