@@ -98,6 +98,22 @@ def test_console_script_pushes_good_lines_around_bad_ones(redis_url, tmp_path: P
     assert status["queued"] == 3
 
 
+def test_json_words_and_strings_take_the_json_path_of_a_real_push(redis_url, tmp_path: Path):
+    """Through the push helper (whose plain-URL fast path once took every line not starting
+    with { or [): null, true and a number are refused as JSON, a quoted URL is pushed."""
+    lines = tmp_path / "json.txt"
+    lines.write_text('null\n"http://h.test/q"\ntrue\n12\nhttp://h.test/plain\n')
+    result = cli("--redis", redis_url, "push", "words", "-f", str(lines))
+    assert result.returncode == 1
+    assert ("line 1: rejected: a JSON line must be an object (a request) or a string (its "
+            "URL), not null") in result.stderr
+    assert "line 3: rejected: a JSON line must be an object" in result.stderr
+    assert "line 4: rejected: a JSON line must be an object" in result.stderr
+    assert "url has no scheme" not in result.stderr
+    assert "pushed 2, duplicates 0, rejected 3" in result.stdout
+    assert FrontierAdmin(redis_url, "words").status()["queued"] == 2
+
+
 def test_lines_that_are_not_utf8_are_rejected_alone(redis_url, tmp_path: Path):
     data = tmp_path / "mixed.txt"
     data.write_bytes(b"http://h.test/ok1\nhttp://h.test/\xfb\xfe\xff\nhttp://h.test/ok2\n")

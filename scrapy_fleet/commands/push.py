@@ -199,6 +199,15 @@ def _not_a_request(value: Any) -> str:
     return (f"a JSON line must be an object (a request) or a string (its URL), not {kind}")
 
 
+def _json_line(line: str) -> bool:
+    """Whether *line* is JSON rather than a plain URL (an object, an array, a string, a
+    number or a JSON word): :func:`parse_line` reads those."""
+    text = line.strip()
+    first = text[:1]
+    return (first in ("{", "[", '"') or text in _JSON_WORDS
+            or (first in "-0123456789" and _JSON_NUMBER.fullmatch(text) is not None))
+
+
 def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
                dont_filter: bool = False, priority: int = 0,
                has_method: Callable[[str], Any] | None = None,
@@ -425,7 +434,7 @@ def push_lines(admin: FrontierAdmin, lines: Iterable[tuple[int, str]],
     def entries() -> Iterator[tuple[int, tuple[bytes, int, bytes, int, str]]]:
         for lineno, text in lines:
             try:
-                if fast and not text.lstrip().startswith(("{", "[")):
+                if fast and not _json_line(text):
                     url, payload, digest = plain_url_entry(text, max_url_length, dont_filter,
                                                            priority)
                     key = b"" if dont_filter else bloom_key(digest)
