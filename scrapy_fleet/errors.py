@@ -54,13 +54,14 @@ class RobotsTxtUnavailable(FleetError, IgnoreRequest):
 class CrawlSpiderError(FleetError):
     """The crawl (its ``FLEET_CRAWL_ID``) belongs to another spider: a worker or a push of a
     second spider would lease the first one's requests and run its own callbacks on them.
-    ``owner`` and ``spider`` are ``(name, class path)`` pairs."""
+    ``owner`` and ``spider`` are ``(name, class path)`` pairs, ``crawl_id`` the crawl's id."""
 
     def __init__(self, message: str, owner: tuple[str, str] = ("", ""),
-                 spider: tuple[str, str] = ("", "")) -> None:
+                 spider: tuple[str, str] = ("", ""), crawl_id: str = "") -> None:
         super().__init__(message)
         self.owner = owner
         self.spider = spider
+        self.crawl_id = crawl_id
 
 
 class WorkerIdInUseError(FleetError):

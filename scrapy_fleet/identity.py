@@ -36,6 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import redis
+
 from scrapy_fleet.errors import CrawlSpiderError, WorkerIdInUseError
 from scrapy_fleet.keys import CrawlKeys
 
@@ -43,7 +45,17 @@ logger = logging.getLogger(__name__)
 
 #: how to fix a CrawlSpiderError (one line, appended to its message)
 SPIDER_FIX = ("Give each spider its own FLEET_CRAWL_ID (by default the crawl id is the "
-              "spider's name), or purge the crawl first (`scrapy fleet purge {owner} --yes`)")
+              "spider's name), or purge the crawl first (`{purge}`)")
+
+
+def spider_fix(exc: CrawlSpiderError) -> str:
+    """How to fix *exc*: SPIDER_FIX with the purge command of that very crawl (its
+    FLEET_CRAWL_ID named when it is not the owner's name: the command's default)."""
+    owner = exc.owner[0]
+    purge = f"scrapy fleet purge {owner} --yes"
+    if exc.crawl_id and exc.crawl_id != owner:
+        purge = f"scrapy fleet purge {owner} -s FLEET_CRAWL_ID={exc.crawl_id} --yes"
+    return SPIDER_FIX.format(purge=purge)
 #: how to fix a WorkerIdInUseError
 WORKER_ID_FIX = ("Give each worker its own FLEET_WORKER_ID (unset, each process gets a "
                  "unique host:pid:start id), or stop that worker first")
@@ -60,26 +72,44 @@ def spider_path(spidercls: type) -> str:
     return f"{spidercls.__module__}.{spidercls.__qualname__}"
 
 
-def claim_crawl(client: Any, keys: CrawlKeys, name: str, path: str) -> bool:
-    """Record spider *name* (class *path*) as the owner of the crawl of *keys* unless one is
-    recorded; returns True when this call recorded it.
+def recorded_spider(client: Any, keys: CrawlKeys) -> str | None:
+    """The name of the spider the crawl of *keys* belongs to, or None (none recorded, or
+    Redis did not answer: the caller's own command reports that).  One GET, blocking."""
+    try:
+        value = client.get(keys.spider)
+    except redis.RedisError:
+        return None
+    return _text(value).partition("\t")[0] if value is not None else None
 
-    One ``SET key value NX GET`` (Redis >= 7.0), blocking, on a sync redis-py client.
+
+def claim_crawl(client: Any, keys: CrawlKeys, name: str, path: str,
+                record: bool = True) -> bool:
+    """Record spider *name* (class *path*) as the owner of the crawl of *keys* unless one is
+    recorded; returns True when this call recorded it.  With *record* False it only checks
+    (a command that writes no request of its own, such as ``retry``, must not claim a crawl
+    that has none): returns False.
+
+    One ``SET key value NX GET`` (Redis >= 7.0; a ``GET`` with *record* False), blocking, on a
+    sync redis-py client.
 
     Raises:
         CrawlSpiderError: the crawl belongs to a spider of another name (message: the crawl
             id, both spiders' names and class paths).
         redis.RedisError: from the call (an out-of-memory Redis: ``OutOfMemoryError``).
     """
-    old = client.set(keys.spider, f"{name}\t{path}", nx=True, get=True)
+    if record:
+        old = client.set(keys.spider, f"{name}\t{path}", nx=True, get=True)
+    else:
+        old = client.get(keys.spider)
     if old is None:
-        return True
+        return record
     owner, _, owner_path = _text(old).partition("\t")
     if owner == name:
         return False
     raise CrawlSpiderError(
         f"crawl {keys.crawl_id!r} belongs to spider {owner!r} ({owner_path or '?'}), not to "
-        f"spider {name!r} ({path})", owner=(owner, owner_path), spider=(name, path))
+        f"spider {name!r} ({path})", owner=(owner, owner_path), spider=(name, path),
+        crawl_id=keys.crawl_id)
 
 
 @dataclass(frozen=True)

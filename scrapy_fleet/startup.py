@@ -256,7 +256,7 @@ def hint(exc: FleetError) -> str:
                     "Redis user")
         return "Start Redis there, or set FLEET_REDIS_URL to the address of a running Redis"
     if isinstance(exc, CrawlSpiderError):
-        return identity.SPIDER_FIX.format(owner=exc.owner[0])
+        return identity.spider_fix(exc)
     if isinstance(exc, WorkerIdInUseError):
         return identity.WORKER_ID_FIX
     if isinstance(exc, FleetConfigError):

@@ -94,7 +94,7 @@ def test_a_second_spider_on_a_crawl_is_refused_by_worker_and_push(site, worker_e
         "(fleettest.spiders.StartsSpider), not to spider 'fetch' "
         "(fleettest.spiders.FetchSpider). Give each spider its own FLEET_CRAWL_ID (by default "
         "the crawl id is the spider's name), or purge the crawl first (`scrapy fleet purge "
-        "starts --yes`)."), line
+        "starts -s FLEET_CRAWL_ID=shared --yes`)."), line
     assert snapshot(client, keys) == before  # the frontier was not touched
 
     settings = [a for s in common for a in ("-s", s)]
@@ -105,7 +105,7 @@ def test_a_second_spider_on_a_crawl_is_refused_by_worker_and_push(site, worker_e
         "error: crawl 'shared' belongs to spider 'starts' (fleettest.spiders.StartsSpider), "
         "not to spider 'fetch' (fleettest.spiders.FetchSpider): nothing pushed. Give each "
         "spider its own FLEET_CRAWL_ID (by default the crawl id is the spider's name), or "
-        "purge the crawl first (`scrapy fleet purge starts --yes`)"]
+        "purge the crawl first (`scrapy fleet purge starts -s FLEET_CRAWL_ID=shared --yes`)"]
     assert "Traceback" not in pushed.stderr
     retried = run_scrapy(TEST_PROJECT, ["fleet", "retry", "fetch", "--all", *settings],
                          worker_env, timeout=TIMEOUT)
@@ -117,8 +117,16 @@ def test_a_second_spider_on_a_crawl_is_refused_by_worker_and_push(site, worker_e
     own = run_scrapy(TEST_PROJECT, ["fleet", "push", "starts", site.url + "y", *settings],
                      worker_env, timeout=TIMEOUT)
     assert own.returncode == 0, own.stderr
+    # status asked as the other spider names the crawl's own
+    status = run_scrapy(TEST_PROJECT, ["fleet", "status", "fetch", *settings], worker_env,
+                        timeout=TIMEOUT)
+    assert "crawl 'shared' (spider 'starts', not 'fetch')" in status.stdout, status.stdout
 
-    purged = run_scrapy(TEST_PROJECT, ["fleet", "purge", "starts", "--yes", *settings],
+    # the hint's own command purges this crawl (it names the crawl id: the command's default
+    # would be the spider's name, another crawl)
+    hint = pushed.stderr.split("`")[1].split()
+    assert hint[:2] == ["scrapy", "fleet"]
+    purged = run_scrapy(TEST_PROJECT, [*hint[1:], "-s", f"FLEET_REDIS_URL={redis_url}"],
                         worker_env, timeout=TIMEOUT)
     assert purged.returncode == 0, purged.stderr
     assert client.exists(keys.spider) == 0
@@ -261,3 +269,19 @@ def test_jsonl_path_under_a_file_is_one_line(site, worker_env, redis_url, tmp_pa
                            f"FLEET_JSONL_PATH={proc_path}", "FLEET_IDLE_TIMEOUT=1"))
     assert f"FLEET_JSONL_PATH='{proc_path}' is invalid: cannot write '{proc_path}': " in line
     assert site.requests() == []
+
+
+def test_retry_of_a_crawl_never_pushed_claims_nothing(worker_env, redis_url):
+    """retry writes no request of its own: on a crawl id Redis has no record of it says so
+    and leaves no spider record (which would refuse the crawl's real spider later)."""
+    client = redis.Redis.from_url(redis_url)
+    settings = ["-s", f"FLEET_REDIS_URL={redis_url}", "-s", "FLEET_CRAWL_ID=never"]
+    retried = run_scrapy(TEST_PROJECT, ["fleet", "retry", "starts", "--all", *settings],
+                         worker_env, timeout=TIMEOUT)
+    assert retried.returncode == 4, retried.stderr
+    assert client.keys("*never*") == []
+    pushed = run_scrapy(TEST_PROJECT, ["fleet", "push", "fetch", "http://h.test/", *settings],
+                        worker_env, timeout=TIMEOUT)
+    assert pushed.returncode == 0, pushed.stderr
+    assert client.get(CrawlKeys("fleet", "never").spider) == (
+        b"fetch\tfleettest.spiders.FetchSpider")

@@ -19,6 +19,7 @@ from scrapy.crawler import Crawler
 from scrapy.exceptions import UsageError
 from scrapy.utils.misc import build_from_crawler, load_object
 
+from scrapy_fleet import identity
 from scrapy_fleet.commands import cli
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import CrawlSpiderError, FleetConfigError
@@ -210,9 +211,13 @@ class Command(ScrapyCommand):
                               params=config.frontier_params(), timeout=config.redis_timeout,
                               retries=config.redis_retries,
                               wait_replicas=config.redis_wait_replicas)
+        label = f"spider {spidercls.name!r}"
+        owner = identity.recorded_spider(admin.client, admin.keys)
+        if owner is not None and owner != spidercls.name:  # (status of another spider's crawl)
+            label = f"spider {owner!r}, not {spidercls.name!r}"
         try:
             self.exitcode = cli.run_action(action, admin, urls, opts, fingerprinter.fingerprint,
-                                           label=f"spider {spidercls.name!r}",
+                                           label=label,
                                            low_watermark=config.queue_low,
                                            host_key_mode=config.host_key,
                                            alerts_config=AlertConfig.from_config(config),
@@ -224,11 +229,12 @@ class Command(ScrapyCommand):
 
     @staticmethod
     def _own_crawl(config: FleetConfig, crawl_id: str, spidercls: Any, action: str) -> bool:
-        """Record *spidercls* as the crawl's spider, or check it is the recorded one
-        (identity.py); False (and one line on stderr) when the crawl is another spider's.
+        """Record *spidercls* as the crawl's spider (push; retry only checks: it writes no
+        request of its own), or check it is the recorded one (identity.py); False (and one
+        line on stderr) when the crawl is another spider's.
         A Redis that does not answer, or a crawl of another layout (frontier/layout.py), is
         left to the action, which reports it its way."""
-        from scrapy_fleet import identity, redis_client
+        from scrapy_fleet import redis_client
         from scrapy_fleet.frontier import layout
         from scrapy_fleet.keys import CrawlKeys
 
@@ -236,11 +242,12 @@ class Command(ScrapyCommand):
         keys = CrawlKeys(config.key_prefix, crawl_id)
         try:
             layout.check_sync(client, keys)  # (a crawl of another layout: nothing written here)
-            identity.claim_crawl(client, keys, spidercls.name, identity.spider_path(spidercls))
+            identity.claim_crawl(client, keys, spidercls.name, identity.spider_path(spidercls),
+                                 record=action == "push")
         except layout.CrawlLayoutError:
             pass  # the action refuses it, in its own words
         except CrawlSpiderError as exc:
-            fix = identity.SPIDER_FIX.format(owner=exc.owner[0])
+            fix = identity.spider_fix(exc)
             done = "pushed" if action == "push" else "retried"
             print(f"error: {exc}: nothing {done}. {fix}", file=sys.stderr)
             return False
