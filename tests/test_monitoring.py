@@ -553,12 +553,18 @@ def test_the_eta_shows_as_soon_as_the_queue_falls(redis_url):
     now = sec + usec / 1e6
     client.set(keys.series("10s"), _ring([(now - 30, 100, 0), (now - 20, 16000, 500),
                                           (now - 10, 11000, 1000)]))
+    client.hset(keys.stats, "pages", 1500)  # pages fetched (what the workers counted)
     snap = read_snapshot(client, keys)
     window = snap["at"] - (now - 30)
     # 16000 -> 6000 in 20 s since the peak: 6000 more take 12 s
     assert snap["frontier"]["depth"] == 6000
     assert snap["eta_seconds"] == pytest.approx(6000 * (now + window - 30 - (now - 20))
                                                 / 10000, abs=0.5)
+    # a queue that fell, then no page fetched over the last minute (no worker left): no ETA
+    client.set(keys.series("10s"), _ring([(now - 80, 100, 0), (now - 70, 16000, 500),
+                                          (now - 60, 11000, 1500), (now - 1, 6000, 1500)]))
+    stalled = read_snapshot(client, keys)
+    assert stalled["rates"]["pages_per_min"] == 0 and stalled["eta_seconds"] is None
     # a queue that does not fall has no ETA
     client.set(keys.series("10s"), _ring([(now - 20, 100, 0), (now - 10, 5000, 10)]))
     assert read_snapshot(client, keys)["eta_seconds"] is None

@@ -393,7 +393,10 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
                      "stored": _i(stored), "stored_bytes": stats.get("response_queue_bytes", 0)},
         "counters": counters,
         "rates": rates,
-        "eta_seconds": _eta(samples10, now, depth),
+        # no page fetched over the last minute: nothing drains the frontier (no worker
+        # alive, or every host held), so no ETA from an earlier fall
+        "eta_seconds": (None if depth and rates["pages_per_min"] == 0
+                        else _eta(samples10, now, depth)),
         "runnable_now": runnable_now,
         "workers": rows,
         "workers_alive": sum(1 for r in rows if r["health"] != "dead"),
