@@ -130,7 +130,8 @@ def evaluate(snap: dict[str, Any], samples1m: list[Sample], banned_hosts: list[d
         out.append(_alert(
             "requests_unstorable", "warning",
             f"{unstorable} request(s) the spider yielded could not be stored (a callback or "
-            "meta value the fleet's codec cannot encode, e.g. a lambda): they were not crawled",
+            "meta value the fleet's codec cannot encode, e.g. a lambda): not crawled from "
+            "there (a URL may still be crawled through another link)",
             where, None,
             f"scrapy fleet failed {crawl} (reasons codec/...); fix the spider, then "
             f"scrapy fleet retry {crawl} --reason codec/<error> (docs/failures.md)"))
