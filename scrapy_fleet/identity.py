@@ -39,6 +39,7 @@ from typing import Any
 import redis
 
 from scrapy_fleet.errors import CrawlSpiderError, WorkerIdInUseError
+from scrapy_fleet.frontier.protocol import as_int
 from scrapy_fleet.keys import CrawlKeys
 
 logger = logging.getLogger(__name__)
@@ -132,14 +133,7 @@ class Holder:
     def decode(cls, value: Any) -> Holder:
         host, _, rest = _text(value).partition("\t")
         pid, _, started = rest.partition("\t")
-        return cls(host, _int(pid), _float(started))
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(_text(value))
-    except ValueError:
-        return 0
+        return cls(host, as_int(pid), _float(started))
 
 
 def _float(value: Any) -> float:
@@ -202,8 +196,8 @@ def claim_worker_id(client: Any, keys: CrawlKeys, worker_id: str, me: Holder,
     while True:
         seen_raw, host, pid, started = client.hmget(info, "seen", "h", "pid", "sa")
         now = _server_ms(client, info)
-        seen = _int(seen_raw) if seen_raw is not None else None
-        beat = Holder(_text(host), _int(pid), _float(started))
+        seen = as_int(seen_raw) if seen_raw is not None else None
+        beat = Holder(_text(host), as_int(pid), _float(started))
         age = now - seen if seen is not None else ttl_ms
         fresh = age < ttl_ms and not gone_here(beat)
         if looked and fresh and seen != first_seen:
