@@ -202,7 +202,7 @@ def test_cluster_master_failover_mid_crawl_itemises_every_page(cluster, site_fac
             # reaches no replica (on loopback a frozen replica would still get it all, in
             # its socket buffer), so it dies with the master
             os.kill(replica.pid, signal.SIGSTOP)
-            redis.Redis(port=killed["old"]).client_kill_filter(_type="replica")
+            redis.Redis(port=killed["old"]).client_kill_filter(_type="slave")
             time.sleep(lag)
         killed["items_before"] = len(read_items(outs, growing=True))
         cluster.kill(killed["old"])
@@ -250,7 +250,7 @@ def test_sentinel_failover_mid_crawl_itemises_every_page(site_factory, worker_en
             replica = sentinel.procs[sentinel.replica_ports[0]]
             if lag:
                 os.kill(replica.pid, signal.SIGSTOP)
-                redis.Redis(port=killed["old"]).client_kill_filter(_type="replica")
+                redis.Redis(port=killed["old"]).client_kill_filter(_type="slave")
                 time.sleep(lag)
             killed["items_before"] = len(read_items(outs, growing=True))
             sentinel.kill(killed["old"])

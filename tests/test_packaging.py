@@ -90,6 +90,10 @@ def test_sdist_holds_the_package_data_and_the_licence(dist: Path) -> None:
     assert {"LICENSE", "CHANGELOG.md", "setup.cfg", "pyproject.toml", "README.md"} <= names
     assert set(_tracked("scrapy_fleet")) <= names
     assert not [n for n in names if n.startswith(("testsite/", "tests/", "bench/"))]
+    # every docs/ file README.md links to is in the sdist (a link into docs/ was dead there)
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    linked = {m.split("#", 1)[0] for m in re.findall(r"\]\((docs/[^)\s]+)\)", readme)}
+    assert linked and linked <= names
 
 
 def test_wheel_installed_alone_runs_scrapy_fleet_help(dist: Path, tmp_path: Path) -> None:
