@@ -6,7 +6,6 @@ and the read-only queries of the commands: status, hosts, dead letters, purge.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,16 +14,14 @@ import redis
 
 from scrapy_fleet import lua, redis_client
 from scrapy_fleet.frontier import layout
-from scrapy_fleet.frontier.dupecache import STALE_GENERATION, DupeCache, expand_result
+from scrapy_fleet.frontier.call import FrontierCall, RunScript, Step, WaitReplicas, drive
+from scrapy_fleet.frontier.dupecache import DupeCache
 from scrapy_fleet.frontier.protocol import (
     CallBatch,
     CallResult,
     FrontierParams,
     as_int,
-    call_args,
-    fill_payloads,
     frontier_size,
-    needs_payloads,
     queue_size_reads,
     size_of,
 )
@@ -69,12 +66,13 @@ class FrontierAdmin:
         self.timeout = timeout
         #: FLEET_REDIS_WAIT_REPLICAS: after each call, WAIT for that many replicas
         self.wait_replicas = wait_replicas
-        self.unreplicated = 0  #: calls fewer replicas than wait_replicas acknowledged
         self._client: Any = None
         self._script: Any = None
-        self._prev_op = "-"
-        #: Bloom keys known to be in the filter (*dupe_cache* > 0; see DupeCache)
-        self.dupes = DupeCache(dupe_cache)
+        #: the description of this client's frontier calls (frontier/call.py): a command
+        #: WAITs after every call and requires no crawl marker
+        self.calls = FrontierCall(self.keys, self.params, url=url,
+                                  dupes=DupeCache(dupe_cache), wait_replicas=wait_replicas,
+                                  wait_every_call=True, keep_marker=False)
 
     @property
     def client(self) -> Any:
@@ -85,7 +83,7 @@ class FrontierAdmin:
             RedisUnavailableError: a cluster none of whose start-up nodes answers.
         """
         if self._client is None:
-            self._client = redis_client.sync_client(self.url, self.timeout)
+            self._client = redis_client.make_client(self.url, self.timeout)
         return self._client
 
     def ping(self, role: str | None = None) -> None:
@@ -115,48 +113,40 @@ class FrontierAdmin:
 
     def call(self, batch: CallBatch, worker: str = "", op_id: str | None = None,
              monitor: bytes = b"") -> CallResult:
-        """Run one batch (see :class:`AsyncFrontier.call`), blocking.  *op_id* (default: a
-        fresh one) names the call: the same id again replays the first reply.
+        """Run one batch (:meth:`FrontierCall.plan`), blocking, retried with the same op id
+        on connection errors.  *op_id* (default: a fresh one) names the call: the same id
+        again replays the first reply.  *worker*: the worker id the call is made as ("":
+        none); the description of the calls is per worker id (its previous op id).
 
         Raises:
             CrawlLayoutError: (first call) the crawl was written by another layout.
+            RedisUnavailableError: Redis stayed unreachable through :attr:`retries` retries.
         """
         if self._script is None:
             layout.check_sync(self.client, self.keys)  # (once: a crawl of another layout)
             self._script = lua.load(self.client, "frontier.lua")
-        # a call named by the caller may be a replay: it must carry what the first one did,
-        # whatever the cache learned since, so it is sent whole
-        whole = (batch, list(range(len(batch.pushes))), 0)
-        try:
-            return self._call(batch, worker, op_id,
-                              self.dupes.split(batch) if op_id is None else whole, monitor)
-        except redis.ResponseError as exc:
-            if STALE_GENERATION not in str(exc):
-                raise
-            self.dupes.clear()
-            return self._call(batch, worker, None, whole, monitor)
+        self.calls.worker = worker
+        return drive(self.calls.plan(batch, monitor, op_id), self._run)
 
-    def _call(self, batch: CallBatch, worker: str, op_id: str | None,
-              split: tuple[CallBatch, list[int], int], monitor: bytes) -> CallResult:
-        sent, kept, left_out = split
-        op = op_id or uuid.uuid4().hex
-        keys = self.keys.frontier_keys(op, self._prev_op, worker)
-        arg = call_args(sent, worker, self.params, "", left_out, self.dupes.gen)
-        reply = redis_client.call_retrying(lambda: self._script(keys=keys, args=[arg, monitor]),
-                                           self.url, self.retries)
-        self._prev_op = op
-        if self.wait_replicas:
-            acked = redis_client.wait_replicas_sync(self.client, self.keys.stats,
-                                                    self.wait_replicas, self.timeout)
-            if acked < self.wait_replicas:
-                self.unreplicated += 1
-        result = CallResult.from_reply(reply)
-        self.dupes.learn(sent, result)
-        result = expand_result(result, kept, len(batch.pushes), left_out)
-        missing = needs_payloads(result)
-        if missing:
-            result = fill_payloads(result, self.client.hmget(self.keys.data, missing))
-        return result
+    def _run(self, step: Step) -> Any:
+        """The blocking transport of a call's steps (frontier/call.py)."""
+        if isinstance(step, RunScript):
+            return redis_client.call_retrying(
+                lambda: self._script(keys=step.keys, args=step.args), self.url, self.retries)
+        if isinstance(step, WaitReplicas):
+            return redis_client.wait_replicas(self.client, step.key, step.replicas,
+                                              self.timeout)
+        return self.client.hmget(step.key, step.entry_ids)
+
+    @property
+    def dupes(self) -> DupeCache:
+        """Bloom keys known to be in the filter (*dupe_cache* > 0; see DupeCache)."""
+        return self.calls.dupes
+
+    @property
+    def unreplicated(self) -> int:
+        """Calls fewer replicas than :attr:`wait_replicas` acknowledged in time."""
+        return self.calls.unreplicated
 
     def push(self, pushes: list[tuple[Any, ...]]) -> CallResult:
         """Push ``(bloom_key or b"", priority, payload[, 0, host])`` entries without parent;
