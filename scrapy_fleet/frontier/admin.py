@@ -1,7 +1,9 @@
 """The blocking frontier client of commands and scripts (:class:`FrontierAdmin`).
 
-It runs the calls of lua/frontier.lua (push) like the worker's asyncio client (``client.py``)
-and the read-only queries of the commands: status, hosts, dead letters, purge.
+It runs the calls of lua/frontier.lua (push): the blocking transport of the call's
+description (``call.py``), which the worker's asyncio client (``client.py``) shares; and the
+queries of the commands: status (read by ``monitoring/snapshot.py``), hosts, dead letters,
+purge.
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ from scrapy_fleet.frontier.protocol import (
     CallResult,
     FrontierParams,
     as_int,
-    frontier_size,
     queue_size_reads,
     size_of,
 )
-from scrapy_fleet.keys import STAGE_HOST, CrawlKeys
+from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.monitoring.snapshot import read_counts
 from scrapy_fleet.politeness.hosts import effective_policy
 
 
@@ -38,15 +40,6 @@ def policy_defaults(config: Any) -> dict[str, Any]:
                           ("host_burst", 1), ("host_concurrency", 0)):
         out[name] = as_int(text.get(name), default)
     return out
-
-
-def seeding_state(fields: list[bytes | None]) -> str | None:
-    """"done", "in progress", or None (no worker consumed start requests yet)."""
-    holder, _, done = fields
-    if done == b"1":
-        return "done"
-    return "in progress" if holder else None
-
 
 
 class FrontierAdmin:
@@ -160,52 +153,22 @@ class FrontierAdmin:
             return size_of(pipe.execute())
 
     def status(self) -> dict[str, Any]:
-        """Counts of the crawl: queued, leased, dead, seen (Bloom), workers, idle seconds, and
-        the fleet-wide counters of the stats hash (pushed, duplicates, leased, acked, ...)."""
-        k = self.keys
-        with self.client.pipeline(transaction=False) as pipe:
-            pipe.zcard(k.leases)
-            pipe.hlen(k.dead)
-            pipe.hgetall(k.bloom_meta)
-            pipe.hgetall(k.stats)
-            pipe.zrange(k.workers, 0, -1, withscores=True)
-            pipe.get(k.idle_since)
-            pipe.hmget(k.seeding, "holder", "progress", "done")
-            pipe.zcard(k.delayed)
-            pipe.llen(k.parked)
-            pipe.hget(k.hostq, STAGE_HOST)
-            pipe.get(k.queue_count)
-            (leased, dead, meta, stats, workers, idle, seeded, delayed,
-             parked, stored, bucketed) = pipe.execute()
-        queued = as_int(bucketed)
-        server_ms = self.server_ms()  # not in the pipeline: a cluster pipeline refuses TIME
-        meta = {a.decode(errors="replace"): b.decode(errors="replace") for a, b in meta.items()}
-        seen = sum(as_int(v) for name, v in meta.items() if name.startswith("c"))
-        idle_ms = as_int(idle, None) if idle is not None else None
-        return {
-            "crawl_id": k.crawl_id,
-            "queued": queued,
-            "leased": leased,
-            "dead": dead,
-            "delayed": delayed,
-            "parked": parked,
-            "size": frontier_size(queued, leased, delayed),
-            "seen": seen,
-            "bloom_slices": as_int(meta.get("slices", 0)),
-            "counters": {a.decode(errors="replace"): as_int(b) for a, b in stats.items()},
-            "workers": {w.decode(): round((server_ms - score) / 1000, 1) for w, score in workers},
-            "idle_seconds": None if idle_ms is None else round((server_ms - idle_ms) / 1000, 1),
-            "seeded_by": seeded[0].decode(errors="replace") if seeded[0] else None,
-            "start_requests": seeding_state(seeded),
-            # stages (FLEET_ROLE): stored responses waiting for or in a parse worker
-            "stored_responses": as_int(stored),
-            "stored_bytes": as_int(stats.get(b"response_queue_bytes", 0)),
-        }
+        """The frontier's counts (``monitoring.snapshot.read_counts``, the snapshot's own
+        reads): ``queued``, ``deferred``, ``leased``, ``parked``, ``dead``, ``size``, ``seen``
+        (Bloom), ``workers`` (id -> seconds since its last call), ``idle_seconds``, the start
+        requests' state, and ``counters``: the crawl's stats hash (pushed, duplicates, leased,
+        acked, ...).
+
+        Raises:
+            redis.RedisError: when Redis cannot be read.
+        """
+        return read_counts(self.client, self.keys)
 
     def hosts(self, limit: int = 50) -> list[dict[str, Any]]:
-        """Per-host politeness state, busiest hosts first (up to *limit*): entries in the
-        frontier, requests in flight, seconds until the host may be fetched, hold left,
-        Crawl-delay, consecutive failures, override."""
+        """Per-host politeness state, busiest hosts first (up to *limit*): ``queued``
+        (entries of the host in the frontier), ``leased`` (downloads in flight), ``next_in``
+        (seconds until the host may be fetched), ``hold_left`` (s), ``crawl_delay`` (s),
+        ``failures`` (consecutive), ``override``, and the policy applied."""
         k = self.keys
         with self.client.pipeline(transaction=False) as pipe:
             pipe.hgetall(k.hostq)
@@ -229,8 +192,8 @@ class FrontierAdmin:
                 as_int(delay[h], None) if h in delay else None)
             rows.append({
                 "host": h.decode(),
-                "entries": int(queued.get(h, 0)),
-                "in_flight": int(live.get(h, 0)),
+                "queued": int(queued.get(h, 0)),
+                "leased": int(live.get(h, 0)),
                 "next_in": None if at is None or at >= 9e15 else max(0.0, (at - now) / 1000),
                 "waits_for_slot": at is not None and at >= 9e15,
                 "hold_left": max(0.0, (int(hold.get(h, 0)) - now) / 1000),
@@ -243,7 +206,7 @@ class FrontierAdmin:
                 "burst": burst,
                 "cap": cap,
             })
-        rows.sort(key=lambda r: (-r["entries"], -r["in_flight"], r["host"]))
+        rows.sort(key=lambda r: (-r["queued"], -r["leased"], r["host"]))
         return rows[:limit]
 
     def host_policy(self) -> dict[str, Any] | None:

@@ -14,10 +14,11 @@ Lease life cycle of an entry (docs/architecture.md has the picture)::
 Each call carries a fresh operation id; a call repeated after a lost reply (same op id) gets
 the first reply back instead of running twice.
 
-This module holds the asyncio client (:class:`AsyncFrontier`, :func:`frontier_size`); the
-call protocol (CallBatch, CallResult, FrontierParams, the ARGV packing, replay fill-in) is in
-``protocol.py``, the worker's duplicate cache in ``dupecache.py``, the blocking client of the
-commands in ``admin.py`` (import each name from its home).
+This module holds the asyncio client (:class:`AsyncFrontier`, :func:`frontier_size`): the
+asyncio transport of the call's description (``call.py``: the steps of a call, written once
+for both clients); the call protocol (CallBatch, CallResult, FrontierParams, the ARGV packing,
+replay fill-in) is in ``protocol.py``, the worker's duplicate cache in ``dupecache.py``, the
+blocking client of the commands in ``admin.py`` (import each name from its home).
 """
 
 from __future__ import annotations
