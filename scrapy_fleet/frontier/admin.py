@@ -54,18 +54,29 @@ class FrontierAdmin:
                  retries: int = 3, wait_replicas: int = 0, dupe_cache: int = 0) -> None:
         self.url = url
         self.keys = CrawlKeys(prefix, crawl_id)
-        self.params = params or FrontierParams()
         self.retries = retries
         self.timeout = timeout
-        #: FLEET_REDIS_WAIT_REPLICAS: after each call, WAIT for that many replicas
-        self.wait_replicas = wait_replicas
         self._client: Any = None
         self._script: Any = None
         #: the description of this client's frontier calls (frontier/call.py): a command
-        #: WAITs after every call and requires no crawl marker
-        self.calls = FrontierCall(self.keys, self.params, url=url,
+        #: WAITs after every call (FLEET_REDIS_WAIT_REPLICAS) and requires no crawl marker
+        self.calls = FrontierCall(self.keys, params or FrontierParams(), url=url,
                                   dupes=DupeCache(dupe_cache), wait_replicas=wait_replicas,
                                   wait_every_call=True, keep_marker=False)
+
+    @property
+    def params(self) -> FrontierParams:
+        """The per-crawl constants sent with every call (those of :attr:`calls`)."""
+        return self.calls.params
+
+    @params.setter
+    def params(self, params: FrontierParams) -> None:
+        self.calls.params = params
+
+    @property
+    def wait_replicas(self) -> int:
+        """FLEET_REDIS_WAIT_REPLICAS: after each call, WAIT for that many replicas."""
+        return self.calls.wait_replicas
 
     @property
     def client(self) -> Any:

@@ -67,13 +67,8 @@ class AsyncFrontier:
                  dupe_cache: int = DUPE_CACHE_SIZE) -> None:
         self.url = url
         self.keys = keys
-        self.worker = worker
-        self.params = params
         self.retries = retries
         self.timeout = timeout
-        #: FLEET_REDIS_WAIT_REPLICAS: after a call that pushed requests without a parent
-        #: (start requests), WAIT for that many replicas
-        self.wait_replicas = wait_replicas
         self.client: redis.asyncio.Redis = redis_client.make_client(url, timeout, is_async=True)
         self._script = lua.load(self.client, "frontier.lua")
         self.roundtrips = 0  #: round trips of the calls (each attempt, each payload read)
@@ -141,6 +136,22 @@ class AsyncFrontier:
                                                     self.timeout)
         self.roundtrips += 1
         return await self.client.hmget(step.key, step.entry_ids)
+
+    @property
+    def worker(self) -> str:
+        """The worker id the calls are made as."""
+        return self.calls.worker
+
+    @property
+    def params(self) -> FrontierParams:
+        """The per-crawl constants sent with every call (those of :attr:`calls`)."""
+        return self.calls.params
+
+    @property
+    def wait_replicas(self) -> int:
+        """FLEET_REDIS_WAIT_REPLICAS: after a call that pushed requests without a parent
+        (start requests), WAIT for that many replicas."""
+        return self.calls.wait_replicas
 
     @property
     def dupes(self) -> DupeCache:
