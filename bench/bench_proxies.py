@@ -94,7 +94,7 @@ def crawl_once(root: Path, redis: Redis, site_url: str, proxies: list[str], tag:
 
 async def script_alone(url: str, requests: int, exits: int) -> dict[str, Any]:
     config = proxy_config({"FLEET_PROXY_POOL": "bench"})
-    client = redis_client.async_client(url)
+    client = redis_client.make_client(url, is_async=True)
     await client.flushall()
     pool = ProxyPool(client, ProxyPoolKeys("fleet", "bench"), config)
     await pool.seed([f"http://user{n}:pw@127.0.0.1:{3000 + n}" for n in range(exits)])

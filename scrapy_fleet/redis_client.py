@@ -10,16 +10,17 @@ The URL picks the client (scrapy_fleet/redis_url.py): one server (``redis.Redis`
 Cluster (``redis.cluster.RedisCluster``: it follows MOVED/ASK itself and re-reads the slot
 map after a connection error, so a retried call reaches the replica promoted by a failover),
 or Sentinel (``redis.sentinel``: a connection asks the sentinels for the current master, and
-a connection to a demoted master is dropped on READONLY).  The asyncio clients are their
-``redis.asyncio`` twins.
+a connection to a demoted master is dropped on READONLY); :func:`make_client` builds either
+the blocking or the ``redis.asyncio`` one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import redis
@@ -88,49 +89,42 @@ def _sentinel_kwargs(target: redis_url.RedisTarget, timeout: float,
     return sentinels, {**master, **_options(timeout)}
 
 
-def sync_client(url: str, timeout: float = 10.0) -> Any:
-    """A blocking client for commands and the push helper (never in the reactor's path):
-    ``redis.Redis``, ``redis.cluster.RedisCluster`` or a Sentinel-managed ``redis.Redis``.
+#: redis-py's client classes, blocking and asyncio: (one server, cluster, cluster node,
+#: sentinel)
+_CLASSES: dict[bool, tuple[Any, Any, Any, Any]] = {
+    False: (redis.Redis, redis.cluster.RedisCluster, redis.cluster.ClusterNode,
+            redis.sentinel.Sentinel),
+    True: (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster,
+           redis.asyncio.cluster.ClusterNode, redis.asyncio.sentinel.Sentinel),
+}
+
+
+def make_client(url: str, timeout: float = 10.0, *, is_async: bool = False) -> Any:
+    """The client of *url*: ``redis.Redis``, ``redis.cluster.RedisCluster`` or a
+    Sentinel-managed ``redis.Redis``; with *is_async*, their ``redis.asyncio`` versions (a
+    worker's, inside Scrapy's asyncio reactor).  A blocking client is for commands and the
+    push helper, never in the reactor's path.
 
     Raises:
         FleetConfigError: *url* is not a valid ``FLEET_REDIS_URL``.
-        RedisUnavailableError: a cluster whose start-up node cannot be reached (the cluster
-            client reads the slot map when it is built).
+        RedisUnavailableError: (blocking) a cluster whose start-up node cannot be reached
+            (the blocking cluster client reads the slot map when it is built; the asyncio one
+            on its first command).
     """
+    plain, cluster, cluster_node, sentinel = _CLASSES[is_async]
     target = redis_url.parse(url)
     if target.kind == "cluster":
-        nodes = [redis.cluster.ClusterNode(host, port) for host, port in target.hosts]
+        nodes = [cluster_node(host, port) for host, port in target.hosts]
         try:
-            return redis.cluster.RedisCluster(startup_nodes=nodes, **_node_kwargs(target),
-                                              **_cluster_options(timeout))
+            return cluster(startup_nodes=nodes, **_node_kwargs(target),
+                           **_cluster_options(timeout))
         except (RedisClusterException, *_PING_ERRORS) as exc:
             raise _unreachable(exc, url) from exc
     if target.kind == "sentinel":
         sentinels, master = _sentinel_kwargs(target, timeout)
-        return redis.sentinel.Sentinel(list(target.hosts), sentinel_kwargs=sentinels,
-                                       ).master_for(target.service, **master)
-    return redis.Redis.from_url(target.url, **_options(timeout))
-
-
-def async_client(url: str, timeout: float = 10.0) -> Any:
-    """An asyncio client, used by workers inside Scrapy's asyncio reactor: the
-    ``redis.asyncio`` twin of :func:`sync_client`'s (it connects on its first command).
-
-    Raises:
-        FleetConfigError: *url* is not a valid ``FLEET_REDIS_URL``.
-    """
-    target = redis_url.parse(url)
-    if target.kind == "cluster":
-        anodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in target.hosts]
-        return redis.asyncio.cluster.RedisCluster(startup_nodes=anodes,
-                                                  **_node_kwargs(target),
-                                                  **_cluster_options(timeout))
-    if target.kind == "sentinel":
-        sentinels, master = _sentinel_kwargs(target, timeout)
-        return redis.asyncio.sentinel.Sentinel(
-            list(target.hosts), sentinel_kwargs=sentinels,
-        ).master_for(target.service, **master)
-    return redis.asyncio.Redis.from_url(target.url, **_options(timeout))
+        return sentinel(list(target.hosts), sentinel_kwargs=sentinels,
+                        ).master_for(target.service, **master)
+    return plain.from_url(target.url, **_options(timeout))
 
 
 def is_cluster(client: Any) -> bool:
@@ -154,20 +148,15 @@ def wait_timeout_ms(timeout: float) -> int:
     return max(1, int(min(1.0, timeout / 2) * 1000))
 
 
-def wait_replicas_sync(client: Any, key: str, replicas: int, timeout: float) -> int:
-    """``WAIT replicas`` after a write: blocks until *replicas* replicas acknowledged every
-    write sent before on this connection, or ``wait_timeout_ms(timeout)``; returns how many
-    did.  Sent on the node of *key* (the crawl's), through the connection the write just
-    used: redis-py's pools hand out the last released connection first, and the caller
-    (one thread, one call at a time) has released nothing else since.
+def wait_replicas(client: Any, key: str, replicas: int, timeout: float) -> Any:
+    """``WAIT replicas`` after a write: how many replicas acknowledged every write sent
+    before on this connection, within ``wait_timeout_ms(timeout)`` (an int; from an asyncio
+    client, an awaitable of it).  Sent on the node of *key* (the crawl's), through the
+    connection the write just used: redis-py's pools hand out the last released connection
+    first, and the caller (one call at a time on its client) has released nothing else
+    since.
     """
-    return int(client.wait(replicas, wait_timeout_ms(timeout), **node_of(client, key)))
-
-
-async def wait_replicas_async(client: Any, key: str, replicas: int, timeout: float) -> int:
-    """The asyncio twin of :func:`wait_replicas_sync` (its caller, the frontier's pump, is
-    the only user of its client while a call runs)."""
-    return int(await client.wait(replicas, wait_timeout_ms(timeout), **node_of(client, key)))
+    return client.wait(replicas, wait_timeout_ms(timeout), **node_of(client, key))
 
 
 #: errors after which a call may succeed when sent again (with the same operation id):
@@ -202,26 +191,56 @@ def _unreachable(exc: BaseException, url: str) -> RedisUnavailableError:
     return RedisUnavailableError(f"cannot reach Redis at {redact(url)} (FLEET_REDIS_URL): {exc}")
 
 
-def ping_sync(client: Any, url: str, key: str | None = None) -> None:
-    """PING or raise :class:`RedisUnavailableError` naming the (redacted) URL.  On a cluster
-    with *key*: PING the node that holds *key* (the crawl's), not the client's default node,
-    which may be a dead master the cluster has failed over."""
+@contextlib.contextmanager
+def _reachable(url: str) -> Iterator[None]:
+    """Errors of a PING inside as :class:`RedisUnavailableError` naming the (redacted) URL."""
     try:
-        client.ping(**(node_of(client, key) if key is not None else {}))
+        yield
     except (*_PING_ERRORS, RedisClusterException) as exc:
         raise _unreachable(exc, url) from exc
 
 
+def ping_sync(client: Any, url: str, key: str | None = None) -> None:
+    """PING or raise :class:`RedisUnavailableError` naming the (redacted) URL.  On a cluster
+    with *key*: PING the node that holds *key* (the crawl's), not the client's default node,
+    which may be a dead master the cluster has failed over."""
+    with _reachable(url):
+        client.ping(**(node_of(client, key) if key is not None else {}))
+
+
 async def ping_async(client: Any, url: str, key: str | None = None) -> None:
-    """The asyncio twin of :func:`ping_sync`."""
-    try:
+    """:func:`ping_sync` for an asyncio client (which reads a cluster's slot map first)."""
+    with _reachable(url):
         if key is not None and is_cluster(client):
             await client.initialize()  # reads the slot map (once; again after errors)
             await client.ping(**node_of(client, key))
         else:
             await client.ping()
-    except (*_PING_ERRORS, RedisClusterException) as exc:
-        raise _unreachable(exc, url) from exc
+
+
+class _Backoff:
+    """The back-off of a call retried up to *retries* times: 0.1 s doubling to 5 s, one line
+    per outage (outage.py), counted from when the failed call was sent."""
+
+    def __init__(self, url: str, retries: int) -> None:
+        self.url, self.retries = url, retries
+        self.delay = _FIRST_BACKOFF
+
+    def succeeded(self) -> None:
+        outage.tracker(self.url).recovered()
+
+    def failed(self, exc: BaseException, attempt: int, sent_at: float) -> float:
+        """The seconds to sleep before the next attempt.
+
+        Raises:
+            RedisUnavailableError: *attempt* was the last one.
+        """
+        if attempt == self.retries:
+            raise _unreachable(exc, self.url) from exc
+        delay = self.delay
+        outage.tracker(self.url).failed(exc, delay, sent_at)
+        self.delay = min(delay * 2, _MAX_BACKOFF)
+        return delay
 
 
 def call_retrying(call: Callable[[], T], url: str, retries: int) -> T:
@@ -231,39 +250,31 @@ def call_retrying(call: Callable[[], T], url: str, retries: int) -> T:
     Raises:
         RedisUnavailableError: still failing after the retries.
     """
-    delay = _FIRST_BACKOFF
+    backoff = _Backoff(url, retries)
     for attempt in range(retries + 1):
         sent_at = time.monotonic()
         try:
             result = call()
-            outage.tracker(url).recovered()
-            return result
         except RETRYABLE as exc:
-            if attempt == retries:
-                raise _unreachable(exc, url) from exc
-            # one line per outage (outage.py), counted from when the failed call was sent
-            outage.tracker(url).failed(exc, delay, sent_at)
-            time.sleep(delay)
-            delay = min(delay * 2, _MAX_BACKOFF)
+            time.sleep(backoff.failed(exc, attempt, sent_at))
+            continue
+        backoff.succeeded()
+        return result
     raise AssertionError("unreachable")
 
 
 async def call_retrying_async(call: Callable[[], Awaitable[T]], url: str, retries: int) -> T:
-    """The asyncio twin of :func:`call_retrying` (sleeps without blocking the loop)."""
-    delay = _FIRST_BACKOFF
+    """:func:`call_retrying` for an asyncio call (sleeps without blocking the loop)."""
+    backoff = _Backoff(url, retries)
     for attempt in range(retries + 1):
         sent_at = time.monotonic()
         try:
             result = await call()
-            outage.tracker(url).recovered()
-            return result
         except RETRYABLE as exc:
-            if attempt == retries:
-                raise _unreachable(exc, url) from exc
-            # one line per outage (outage.py), counted from when the failed call was sent
-            outage.tracker(url).failed(exc, delay, sent_at)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, _MAX_BACKOFF)
+            await asyncio.sleep(backoff.failed(exc, attempt, sent_at))
+            continue
+        backoff.succeeded()
+        return result
     raise AssertionError("unreachable")
 
 

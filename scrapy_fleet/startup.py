@@ -134,7 +134,7 @@ def check_worker(crawler: Crawler) -> FleetConfig:
             logger.warning("FLEET_REDIS_URL has ssl_cert_reqs=none: TLS certificate "
                            "verification is off, so any server can pose as %s",
                            redact(config.redis_url), extra={"crawler": crawler})
-        client = redis_client.sync_client(config.redis_url, config.redis_timeout)
+        client = redis_client.make_client(config.redis_url, config.redis_timeout)
         try:
             redis_client.ping_sync(client, config.redis_url)
             name = getattr(spider, "name", None)

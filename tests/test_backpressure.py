@@ -180,7 +180,7 @@ def test_parent_is_deferred_when_no_link_host_has_room(redis_url):
     res = admin.call(CallBatch(acks=[(p.entry_id, p.token)],
                                pushes=[link("http://full.test/4", group=1)]), worker="w")
     assert (res.acked, res.deferred, res.pushed) == (0, 1, 0)
-    assert admin.status()["delayed"] == 1
+    assert admin.status()["deferred"] == 1
     time.sleep(0.4)
     back = admin.call(CallBatch(take=1), worker="w")
     assert [url_of(e) for e in back.leased] == ["http://other.test/"]

@@ -186,7 +186,8 @@ def test_protocol_3_in_the_url_works(redis_url):
     status = cli("--redis", f"{redis_url}?protocol=3", "status", "resp3", "--json", "--hosts")
     assert status.returncode == 0, status.stderr
     data = json.loads(status.stdout)
-    assert (data["queued"], data["seen"], data["hosts"][0]["host"]) == (1, 1, "h.test")
+    assert (data["frontier"]["due"], data["frontier"]["seen"], data["hosts"][0]["host"]) == (
+        1, 1, "h.test")
 
 
 # -- FLEET_QUEUE_MAX=0 and unknown settings --------------------------------------------------
@@ -351,10 +352,12 @@ def test_project_status_into_a_closed_pipe_is_quiet(redis_url, worker_env):
 
 
 def test_status_reads_the_frontier_once_with_the_same_figures(redis_url, redis_server):
-    """``status`` read the frontier twice (FrontierAdmin.status, then the snapshot): now the
-    snapshot's round trips bring FrontierAdmin.status's figures too, the same ones."""
-    from scrapy_fleet.failures.admin import failed_counts, failed_counts_of
-    from scrapy_fleet.monitoring.snapshot import read_snapshot, read_status
+    """One reader of the frontier: ``FrontierAdmin.status`` (``snapshot.read_counts``) and
+    the snapshot make the same reads and give the same figures; ``status`` reads the frontier
+    once (it read it twice: FrontierAdmin.status, then the snapshot), and its JSON is the
+    snapshot's, with one name per figure (no ``totals`` beside ``counters``)."""
+    from scrapy_fleet.failures.admin import failed_counts
+    from scrapy_fleet.monitoring.snapshot import read_snapshot
 
     pushed = cli("--redis", redis_url, "push", "once", "http://h.test/a", "http://h.test/b",
                  "http://other.test/c")
@@ -366,25 +369,28 @@ def test_status_reads_the_frontier_once_with_the_same_figures(redis_url, redis_s
     client.set(admin.keys.idle_since, idle_since)
     client.hset(admin.keys.seeding, mapping={"holder": "w1", "done": 1})
     client.hset(admin.keys.stats, "not-a-number", "x")
-    snap, legacy, failed_by = read_status(admin.client, admin.keys)
-    before = admin.status()
+    snap = read_snapshot(admin.client, admin.keys)
+    counts = admin.status()
     read_at = admin.server_ms()
     # idle_seconds: Redis's clock at each read, minus idle_since (rounded to 0.1 s); the
-    # status after the snapshot, and before the clock read after it
-    assert abs(legacy["idle_seconds"] - (snap["at"] - idle_since / 1000)) <= 0.051
-    assert legacy["idle_seconds"] <= before["idle_seconds"] <= round(
+    # counts after the snapshot, and before the clock read after them
+    assert abs(snap["idle_seconds"] - (snap["at"] - idle_since / 1000)) <= 0.051
+    assert snap["idle_seconds"] <= counts["idle_seconds"] <= round(
         (read_at - idle_since) / 1000, 1)
-    legacy.pop("idle_seconds")
-    before.pop("idle_seconds")
-    assert legacy == before
-    assert legacy["queued"] == 3 and legacy["start_requests"] == "done"
-    assert legacy["seeded_by"] == "w1" and legacy["counters"]["not-a-number"] == 0
-    assert failed_counts_of(failed_by) == failed_counts(admin.client, admin.keys) == {
+    fr = snap["frontier"]
+    names = ("queued", "deferred", "leased", "parked", "dead", "size", "seen", "bloom_slices")
+    assert tuple(counts[n] for n in names) == tuple(
+        fr[n] for n in ("due", "deferred", "leased", "parked", "dead", "size", "seen",
+                        "bloom_slices"))
+    assert (counts["queued"], counts["size"], counts["seen"]) == (3, 3, 3)
+    assert counts["start_requests"] == snap["start_requests"]["state"] == "done"
+    assert counts["seeded_by"] == snap["start_requests"]["seeded_by"] == "w1"
+    assert counts["counters"]["not-a-number"] == 0
+    assert counts["counters"]["pushed"] == snap["counters"]["requests"]["pushed"] == 3
+    assert (counts["stored_responses"], counts["stored_bytes"]) == (
+        fr["stored"], fr["stored_bytes"]) == (0, 0)
+    assert snap["failed_by"] == failed_counts(admin.client, admin.keys) == {
         "http/404": 1, "http/500": 2}
-    alone = read_snapshot(admin.client, admin.keys)
-    volatile = ("at", "redis")  # the clock, Redis's memory use
-    assert {k: v for k, v in snap.items() if k not in volatile} == \
-        {k: v for k, v in alone.items() if k not in volatile}
     admin.close()
     # the command: each of the frontier's counts read once (ZCARD of the delayed entries and
     # of the leases; the queued count is a GET: the previous layout's queue ZSET is gone), no
@@ -396,10 +402,12 @@ def test_status_reads_the_frontier_once_with_the_same_figures(redis_url, redis_s
     assert stats["cmdstat_zcard"]["calls"] == 2, stats
     assert stats["cmdstat_time"]["calls"] == 1, stats
     data = json.loads(shown.stdout)
-    assert (data["queued"], data["size"], data["totals"]["pushed"]) == (3, 3, 3)
-    assert data["failed"] == {"http/404": 1, "http/500": 2}
-    assert data["start_requests"] == "done"
+    assert (data["frontier"]["due"], data["frontier"]["size"],
+            data["counters"]["requests"]["pushed"]) == (3, 3, 3)
+    assert data["failed_by"] == {"http/404": 1, "http/500": 2}
+    assert data["start_requests"] == {"state": "done", "seeded_by": "w1"}
     assert abs(data["idle_seconds"] - (data["at"] - idle_since / 1000)) <= 0.051
+    assert not {"totals", "failed", "queued", "delayed", "crawl_id"} & set(data)
     client.close()
 
 

@@ -181,9 +181,9 @@ def test_failed_requests_of_a_real_crawl_are_listed_and_retried(redis_url, tmp_p
             "proxy/banned 1, spider/ValueError 1)" in status.stdout), status.stdout
     as_json = json.loads(run_scrapy(TEST_PROJECT, ["fleet", "status", "fails", "--json", *args],
                                     worker_env).stdout)
-    assert as_json["failed"] == {"download/DownloadConnectionRefusedError": 1, "http/500": 1,
+    assert as_json["failed_by"] == {"download/DownloadConnectionRefusedError": 1, "http/500": 1,
                                  "proxy/banned": 1, "spider/ValueError": 1}
-    assert as_json["totals"]["failed"] == 4 and as_json["queued"] == 0
+    assert as_json["counters"]["requests"]["failed"] == 4 and as_json["frontier"]["due"] == 0
 
     site.configure({})  # the server is fixed: the URL answers 200 now
     retried = run_scrapy(TEST_PROJECT, ["fleet", "retry", "fails", "--reason", "http/500",

@@ -48,7 +48,7 @@ def test_worker_logs_and_status_shows_the_fleet_wide_host_policy(redis_url, site
                                      "burst": 1, "cap": 1, "is_rate": False}
     rows = {row["host"]: row for row in status["hosts"]}
     assert (rows["127.0.0.1"]["interval"], rows["127.0.0.1"]["rate"],
-            rows["127.0.0.1"]["cap"], rows["127.0.0.1"]["entries"]) == (1.0, 1.0, 1, 1)
+            rows["127.0.0.1"]["cap"], rows["127.0.0.1"]["queued"]) == (1.0, 1.0, 1, 1)
     assert (rows["other.test"]["interval"], rows["other.test"]["rate"],
             rows["other.test"]["cap"]) == (2.5, 0.4, 3)
 

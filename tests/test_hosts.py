@@ -228,4 +228,4 @@ def test_status_hosts_shows_per_host_state(redis_url):
                              redis_url, "status", "hostview", "--hosts", "--json"],
                             capture_output=True, text=True, timeout=60)
     rows = {r["host"]: r for r in json.loads(result.stdout)["hosts"]}
-    assert (rows["a.test"]["entries"], rows["b.test"]["entries"]) == (2, 1)
+    assert (rows["a.test"]["queued"], rows["b.test"]["queued"]) == (2, 1)

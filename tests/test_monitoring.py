@@ -222,7 +222,7 @@ def test_offsite_filtered_requests_are_counted_as_such_not_as_download_errors():
 def test_a_worker_waiting_with_no_live_proxy_exit_raises_proxy_no_exit():
     snap = {"crawl": "c", "at": 1000.0, "runnable_now": 1, "started_at": 900.0,
             "last_ack_at": 990.0, "redis": {"used_memory": 0, "maxmemory": 0},
-            "frontier": {"due": 0, "scheduled": 0, "leased": 3, "parked": 0, "dead": 0},
+            "frontier": {"due": 0, "deferred": 0, "leased": 3, "parked": 0, "dead": 0},
             "workers": [{"id": "w1", "health": "alive", "state": "no_exit", "leases": 3,
                          "last_ack": 950.0, "host": "h", "pid": 1, "last_seen": 999.0},
                         {"id": "w2", "health": "alive", "state": "fetching", "leases": 0,
@@ -284,7 +284,7 @@ def test_counts_after_a_crawl_with_a_known_share_of_403_are_exact(redis_url, sit
                              redis_url, "status", "many_starts", "--json"],
                             capture_output=True, text=True, timeout=60)
     data = json.loads(result.stdout)
-    assert data["counters"] == c and data["schema"] == 1 and data["queued"] == 0
+    assert data["counters"] == c and data["schema"] == 2 and data["frontier"]["due"] == 0
     text = status_text(redis_url, "many_starts")
     assert f"4xx {len(banned)}" in text and f"403: {len(banned)}" in text, text
     assert f"bans {len(banned)}" in text
@@ -609,7 +609,7 @@ def test_alerts_on_growing_depth_blocked_host_dead_letters_and_memory():
     now = 1_800_000_000.0
     snap = {"crawl": "c", "at": now, "runnable_now": 3, "started_at": now - 3600,
             "last_ack_at": now - 1, "last_worker_at": now,
-            "frontier": {"due": 300, "scheduled": 0, "leased": 2, "parked": 0, "dead": 4},
+            "frontier": {"due": 300, "deferred": 0, "leased": 2, "parked": 0, "dead": 4},
             "workers": [{"id": "w", "health": "alive", "leases": 2, "host": "vm", "pid": 1,
                          "last_seen": now, "last_ack": now - 1}],
             "redis": {"used_memory": 95, "maxmemory": 100}}
@@ -639,7 +639,7 @@ def test_a_dead_workers_alert_tells_whether_its_leases_are_still_out():
             "last_seen": now - 60, "last_ack": now - 61}
     snap = {"crawl": "c", "at": now, "runnable_now": 0, "started_at": now - 3600,
             "last_ack_at": now - 1, "last_worker_at": now, "workers": [dead],
-            "frontier": {"due": 0, "scheduled": 0, "leased": 0, "parked": 0, "dead": 0},
+            "frontier": {"due": 0, "deferred": 0, "leased": 0, "parked": 0, "dead": 0},
             "redis": {"used_memory": 1, "maxmemory": 0}}
 
     def what(**frontier: int) -> str:

@@ -23,11 +23,11 @@ from scrapy_fleet.monitoring import metrics, server, top
 from scrapy_fleet.monitoring.source import Points
 
 SNAPSHOT: dict[str, Any] = {
-    "schema": 1,
+    "schema": 2,
     "crawl": "docs",
     "at": 1764582000.123,
-    "frontier": {"due": 12, "scheduled": 3, "leased": 8, "parked": 0, "dead": 1,
-                 "failed": 0, "seen": 5012},
+    "frontier": {"due": 12, "deferred": 3, "leased": 8, "parked": 0, "dead": 1,
+                 "failed": 0, "seen": 5012, "size": 23},
     "counters": {
         "responses": {"1xx": 0, "2xx": 4900, "3xx": 20, "4xx": 80, "5xx": 2},
         "pages": 5002,
@@ -67,6 +67,7 @@ SNAPSHOT: dict[str, Any] = {
     "redis": {"used_memory": 3400000, "maxmemory": 0},
     "hosts_total": 7, "hosts_sampled": False, "hosts_ready": 5,
     "started_at": 1764581000.0, "last_ack_at": 1764581999.5, "last_worker_at": 1764581999.0,
+    "idle_seconds": None, "start_requests": {"state": "done", "seeded_by": "vm:123:1764581000"},
 }
 
 SERIES: dict[str, Points] = {
@@ -134,7 +135,7 @@ def test_metrics_carry_the_snapshot_exactly_with_prometheus_names():
     got = samples(exposition(SNAPSHOT))
     assert got[("scrapy_fleet_up", ())] == 1
     assert got[("scrapy_fleet_frontier_requests", (("state", "due"),))] == 12
-    assert got[("scrapy_fleet_frontier_requests", (("state", "scheduled"),))] == 3
+    assert got[("scrapy_fleet_frontier_requests", (("state", "deferred"),))] == 3
     assert got[("scrapy_fleet_frontier_requests", (("state", "dead"),))] == 1
     assert got[("scrapy_fleet_dupefilter_fingerprints", ())] == 5012
     assert got[("scrapy_fleet_runnable_requests", ())] == 4
@@ -259,7 +260,7 @@ def test_top_frame_shows_depth_rates_workers_hosts_and_alerts():
     pages = next(line for line in lines if line.strip().startswith("pages/min"))
     assert "612.0" in pages and top.sparkline([0, 300, 600, 612], 80) in pages
     depth = next(line for line in lines if line.strip().startswith("depth"))
-    assert " 23 " in depth  # due 12 + scheduled 3 + leased 8 + parked 0
+    assert " 23 " in depth  # due 12 + deferred 3 + leased 8 + parked 0
     assert "block rate 1.6 %" in text and "ETA 95 s" in text
     for worker in SNAPSHOT["workers"]:
         row = next(line for line in lines if worker["id"] in line)

@@ -131,7 +131,7 @@ def test_a_frozen_redis_outage_counts_from_the_call_that_hung(tmp_path, caplog):
     server = RedisServer(tmp_path / "frozen")
     server.start()
     url = server.url
-    client = redis_client.sync_client(url, timeout=1.0)
+    client = redis_client.make_client(url, timeout=1.0)
     try:
         client.ping()
         os.kill(server.proc.pid, signal.SIGSTOP)

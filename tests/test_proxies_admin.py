@@ -57,7 +57,7 @@ def test_project_command_uses_the_pool_setting(redis_url, worker_env):
     added = run_scrapy(TEST_PROJECT, ["fleet", "proxies", "add", "proxy_pages", C, *base],
                        worker_env)
     assert added.returncode == 0, added.stderr
-    client = redis_client.sync_client(redis_url)
+    client = redis_client.make_client(redis_url)
     assert client.hkeys("fleet:{proxypool:shared}:proxies") == [proxy_id(C).encode()]
     listing = run_scrapy(TEST_PROJECT, ["fleet", "proxies", "list", "proxy_pages", "--json",
                                         *base], worker_env)

@@ -21,8 +21,8 @@ C = "http://127.0.0.1:3129"
 def _pool(url: str, **settings: object) -> tuple[ProxyPool, PoolAdmin]:
     config = proxy_config({"FLEET_PROXY_POOL": "t", **settings})
     keys = ProxyPoolKeys("fleet", "t")
-    return (ProxyPool(redis_client.async_client(url), keys, config),
-            PoolAdmin(redis_client.sync_client(url), keys, config))
+    return (ProxyPool(redis_client.make_client(url, is_async=True), keys, config),
+            PoolAdmin(redis_client.make_client(url), keys, config))
 
 
 def run(coro):

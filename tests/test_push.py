@@ -131,7 +131,8 @@ def test_console_script_reads_stdin_and_exits_0_when_all_good(redis_url):
     assert "pushed 2, duplicates 0, rejected 0" in result.stdout
     status = cli("--redis", redis_url, "status", "crawl2", "--json")
     data = json.loads(status.stdout)
-    assert (data["queued"], data["leased"], data["dead"], data["seen"]) == (2, 0, 0, 2)
+    fr = data["frontier"]
+    assert (fr["due"], fr["leased"], fr["dead"], fr["seen"]) == (2, 0, 0, 2)
 
 
 def test_missing_redis_is_a_clear_error():
@@ -222,7 +223,7 @@ def test_acl_user_password_and_unix_socket_urls(redis_server, tmp_path):
         result = cli("--redis", f"unix://{sock}?db=0", "push", "sock", "http://h.test/u")
         assert result.returncode == 0, result.stderr
         status = json.loads(cli("--redis", f"unix://{sock}", "status", "sock", "--json").stdout)
-        assert status["queued"] == 1
+        assert status["frontier"]["due"] == 1
     finally:
         proc.terminate()
         proc.wait(10)

@@ -153,7 +153,7 @@ def test_a_deferred_stored_response_leaves_the_response_queue_to_the_fetch_worke
     assert done.deferred == 1
     assert done.response_queue == (0, 0)  # not waiting for a parse worker any more
     status = fetch.status()
-    assert status["stored_responses"] == 1 and status["delayed"] == 1
+    assert status["stored_responses"] == 1 and status["deferred"] == 1
     # when it is due again it is the parse workers' again
     fetch.client.zadd(fetch.keys.delayed, {m: 1 for m in
                                            fetch.client.zrange(fetch.keys.delayed, 0, -1)})

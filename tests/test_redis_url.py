@@ -57,19 +57,19 @@ def test_unverified_only_when_asked():
 
 
 def test_clients_of_each_kind(redis_url):
-    standalone = redis_client.sync_client(redis_url)
+    standalone = redis_client.make_client(redis_url)
     assert isinstance(standalone, redis.Redis) and not redis_client.is_cluster(standalone)
     assert redis_client.node_of(standalone, "k") == {}
     standalone.close()
-    sentinel = redis_client.sync_client("redis+sentinel://127.0.0.1:1/mymaster/0")
+    sentinel = redis_client.make_client("redis+sentinel://127.0.0.1:1/mymaster/0")
     assert isinstance(sentinel.connection_pool, redis.sentinel.SentinelConnectionPool)
     assert sentinel.connection_pool.service_name == "mymaster"
-    acluster = redis_client.async_client("redis+cluster://127.0.0.1:1")
+    acluster = redis_client.make_client("redis+cluster://127.0.0.1:1", is_async=True)
     assert isinstance(acluster, redis.asyncio.cluster.RedisCluster)
     # a sync cluster client reads the slot map when it is made: one clear error
     with pytest.raises(RedisUnavailableError, match="cannot reach Redis at redis\\+cluster"):
-        redis_client.sync_client("redis+cluster://127.0.0.1:1", timeout=0.5)
+        redis_client.make_client("redis+cluster://127.0.0.1:1", timeout=0.5)
     # no retries inside the client: callers retry with their operation ids
-    tls = redis_client.sync_client("rediss://127.0.0.1:1/0?ssl_ca_certs=/etc/hostname")
+    tls = redis_client.make_client("rediss://127.0.0.1:1/0?ssl_ca_certs=/etc/hostname")
     kwargs = tls.connection_pool.connection_kwargs
     assert kwargs["ssl_ca_certs"] == "/etc/hostname" and kwargs["retry"]._retries == 0

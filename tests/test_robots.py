@@ -95,7 +95,7 @@ def test_unfetchable_robots_txt_is_retried_then_its_requests_fail(
     assert [codec.decode_dict(d["data"])["url"] for d in letters] == [url]
     assert letters[0]["reason"] == items[0]["message"]
     status = admin.status()
-    assert (status["queued"], status["leased"], status["delayed"]) == (0, 0, 0)
+    assert (status["queued"], status["leased"], status["deferred"]) == (0, 0, 0)
     # logged once per origin, by the worker that gave up
     gave_up = sum(log.read_text().count("could not be fetched in 3 attempt(s)") for log in logs)
     assert gave_up == 1
@@ -234,7 +234,7 @@ def test_a_delayed_push_is_leased_only_after_its_delay(redis_url):
     admin = FrontierAdmin(redis_url, "delayed")
     url = "http://a.test/p"
     admin.push([(bloom_key(url.encode()), 0, codec.encode(Request(url)), 0, "a.test", 600)])
-    assert admin.status()["delayed"] == 1
+    assert admin.status()["deferred"] == 1
     assert admin.call(CallBatch(take=5), worker="w").leased == []
     time.sleep(0.7)
     leased = admin.call(CallBatch(take=5), worker="w").leased

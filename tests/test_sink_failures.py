@@ -134,8 +134,9 @@ def test_item_a_sink_cannot_write_fails_its_request_and_is_retried(
     assert all("Unwritable is not JSON serializable" in r["message"] for r in rows)
 
     status = json.loads(_fleet(worker_env, redis_url, "status", "item_trouble", "--json"))
-    assert status["failed"] == {"item/TypeError": 2}
-    assert status["totals"]["failed"] == 2 and status["totals"]["acked"] == 5
+    assert status["failed_by"] == {"item/TypeError": 2}
+    requests = status["counters"]["requests"]
+    assert requests["failed"] == 2 and requests["acked"] == 5
     assert (status["counters"]["items_scraped"], status["counters"]["items_dropped"],
             status["counters"]["items_failed"]) == (4, 1, 2)
     alerts = {a["id"]: a for a in status["alerts"]}
@@ -193,7 +194,8 @@ def test_requests_the_codec_cannot_store_are_recorded_and_alerted(
 
     status = json.loads(_fleet(worker_env, redis_url, "status", "unstorable", "--json"))
     assert status["counters"]["requests"]["unstorable"] == 3
-    assert status["totals"]["failed"] == 3 and sum(status["failed"].values()) == 3
+    assert status["counters"]["requests"]["failed"] == 3
+    assert sum(status["failed_by"].values()) == 3
     alerts = {a["id"]: a for a in status["alerts"]}
     assert alerts["requests_unstorable"]["what"].startswith("3 request(s) the spider yielded "
                                                             "could not be stored")

@@ -118,40 +118,32 @@ def run_push(admin: FrontierAdmin, urls: list[str], opts: Any,
 def run_status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int | None,
             alerts_config: Any = None) -> int:
     from scrapy_fleet.monitoring import screen
-    from scrapy_fleet.monitoring.snapshot import read_status
+    from scrapy_fleet.monitoring.snapshot import read_snapshot
 
-    # one read of the frontier: the snapshot's round trips also bring the counts of before
-    # (FrontierAdmin.status's) and the failed requests per reason
-    snap, legacy, failed_by = read_status(admin.client, admin.keys, hosts=opts.limit,
-                                          alerts_config=alerts_config)
-    # the snapshot (the stable JSON, docs/monitoring.md) and the frontier counts of before,
-    # under the names they had (queued, size, idle_seconds, totals...)
-    status: dict[str, Any] = {**{k: v for k, v in legacy.items()
-                                 if k not in ("counters", "workers")}, **snap}
-    status["totals"] = legacy["counters"]
-    status["queue_max"] = admin.params.queue_max
-    status["low_watermark"] = low_watermark
-    status["failed"] = failures.failed_counts_of(failed_by)
+    # the snapshot (docs/monitoring.md: the schema of status --json), read once, with the
+    # bounds of the frontier's size beside it
+    snap = read_snapshot(admin.client, admin.keys, hosts=opts.limit,
+                         alerts_config=alerts_config)
+    status: dict[str, Any] = {**snap, "queue_max": admin.params.queue_max,
+                              "low_watermark": low_watermark}
     if getattr(opts, "hosts", False):
         top = {row["host"]: row for row in snap["hosts"]}
         rows = admin.hosts(limit=opts.limit)
         for row in rows:  # the snapshot's per-host fields beside the politeness state
             extra = top.get(row["host"], {})
-            row.setdefault("queued", row["entries"])
-            row.setdefault("leased", row["in_flight"])
-            for name in ("pages", "bans", "block_rate", "hold_until"):
+            for name in ("pages", "bans", "block_rate", "hold_until", "first_ban"):
                 row.setdefault(name, extra.get(name))
         status["hosts"] = rows
         status["host_policy"] = admin.host_policy()
     if opts.json:
         print(json.dumps(status, indent=2, sort_keys=True))
         return push.EXIT_OK
-    print(screen.render(snap, label, admin.params.queue_max, low_watermark,
-                        legacy["idle_seconds"]))
-    if legacy["stored_responses"]:  # stages: fetch workers' responses for parse workers
-        print(f"  stored   {legacy['stored_responses']} responses "
-              f"({legacy['stored_bytes']} bytes) for parse workers")
-    print(failures.failed_status_line(status["failed"], legacy["counters"]))
+    print(screen.render(snap, label, admin.params.queue_max, low_watermark))
+    fr = snap["frontier"]
+    if fr["stored"]:  # stages: fetch workers' responses for parse workers
+        print(f"  stored   {fr['stored']} responses ({fr['stored_bytes']} bytes) for parse "
+              "workers")
+    print(failures.failed_status_line(snap["failed_by"], snap["counters"]["requests"]))
     if getattr(opts, "hosts", False):
         policy = status.get("host_policy")
         if policy is None:
@@ -168,7 +160,7 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int |
             delay = "-" if row["crawl_delay"] is None else f"{row['crawl_delay']:.1f}s"
             interval = f"{row['interval']:.3f}s" if row["interval"] else "-"
             cap = row["cap"] or "-"
-            print(f"           {row['host'][:32]:<32} {row['entries']:>8} {row['in_flight']:>6} "
+            print(f"           {row['host'][:32]:<32} {row['queued']:>8} {row['leased']:>6} "
                   f"{nxt:>8} {row['hold_left']:>6.1f}s {delay:>6} {row['failures']:>5} "
                   f"{interval:>9} {cap:>4}")
     return push.EXIT_OK

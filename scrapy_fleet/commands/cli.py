@@ -369,7 +369,7 @@ def _stored_bounds(url: str, crawl_id: str, prefix: str) -> dict[str, Any]:
     from scrapy_fleet.keys import CrawlKeys
 
     try:
-        client = redis_client.sync_client(url, 5.0)
+        client = redis_client.make_client(url, 5.0)
     except RedisUnavailableError:  # reported by the action itself, with a clear message
         return {}
     try:

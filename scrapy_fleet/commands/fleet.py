@@ -238,7 +238,7 @@ class Command(ScrapyCommand):
         from scrapy_fleet.frontier import layout
         from scrapy_fleet.keys import CrawlKeys
 
-        client = redis_client.sync_client(config.redis_url, config.redis_timeout)
+        client = redis_client.make_client(config.redis_url, config.redis_timeout)
         keys = CrawlKeys(config.key_prefix, crawl_id)
         try:
             layout.check_sync(client, keys)  # (a crawl of another layout: nothing written here)

@@ -43,7 +43,8 @@ def failed_counts_of(raw: dict[bytes, Any]) -> dict[str, int]:
 
 
 def failed_status_line(counts: dict[str, int], counters: dict[str, int]) -> str:
-    """The ``failed`` line of ``status``: kept, per reason, and the fleet-wide totals."""
+    """The ``failed`` line of ``status``: kept, per reason (*counts*: the snapshot's
+    ``failed_by``), and the fleet-wide totals (*counters*: its ``counters.requests``)."""
     kept = sum(counts.values())
     by = ", ".join(f"{r} {n}" for r, n in counts.items())
     extra = [f"{name} {counters[name]}" for name in ("failed", "failed_trimmed", "retried",

@@ -3,8 +3,9 @@ fleet-wide Bloom dupefilter, the spider middleware for start requests, memory ch
 
 | module | what |
 | --- | --- |
-| ``client`` | ``AsyncFrontier``: the workers' client, one ``lua/frontier.lua`` round trip a call |
-| ``admin`` | ``FrontierAdmin``: the blocking client of the commands (push, status, purge) |
+| ``call`` | ``FrontierCall``: one call of ``lua/frontier.lua`` described without IO (its steps) |
+| ``client`` | ``AsyncFrontier``: the workers' client, the asyncio transport of ``FrontierCall`` |
+| ``admin`` | ``FrontierAdmin``: the commands' blocking client (its transport; push, purge...) |
 | ``protocol`` | a call's arguments (``CallBatch``, ``FrontierParams``) and reply (``CallResult``) |
 | ``dupecache`` | ``DupeCache``: Bloom keys a worker knows to be duplicates |
 | ``scheduler`` | ``FleetScheduler``: Scrapy's scheduler interface over the frontier |

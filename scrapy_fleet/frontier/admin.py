@@ -1,12 +1,13 @@
 """The blocking frontier client of commands and scripts (:class:`FrontierAdmin`).
 
-It runs the calls of lua/frontier.lua (push) like the worker's asyncio client (``client.py``)
-and the read-only queries of the commands: status, hosts, dead letters, purge.
+It runs the calls of lua/frontier.lua (push): the blocking transport of the call's
+description (``call.py``), which the worker's asyncio client (``client.py``) shares; and the
+queries of the commands: status (read by ``monitoring/snapshot.py``), hosts, dead letters,
+purge.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,20 +16,18 @@ import redis
 
 from scrapy_fleet import lua, redis_client
 from scrapy_fleet.frontier import layout
-from scrapy_fleet.frontier.dupecache import STALE_GENERATION, DupeCache, expand_result
+from scrapy_fleet.frontier.call import FrontierCall, RunScript, Step, WaitReplicas, drive
+from scrapy_fleet.frontier.dupecache import DupeCache
 from scrapy_fleet.frontier.protocol import (
     CallBatch,
     CallResult,
     FrontierParams,
     as_int,
-    call_args,
-    fill_payloads,
-    frontier_size,
-    needs_payloads,
     queue_size_reads,
     size_of,
 )
-from scrapy_fleet.keys import STAGE_HOST, CrawlKeys
+from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.monitoring.snapshot import read_counts
 from scrapy_fleet.politeness.hosts import effective_policy
 
 
@@ -43,15 +42,6 @@ def policy_defaults(config: Any) -> dict[str, Any]:
     return out
 
 
-def seeding_state(fields: list[bytes | None]) -> str | None:
-    """"done", "in progress", or None (no worker consumed start requests yet)."""
-    holder, _, done = fields
-    if done == b"1":
-        return "done"
-    return "in progress" if holder else None
-
-
-
 class FrontierAdmin:
     """Blocking frontier access for commands and scripts: push, status, purge, dead letters.
 
@@ -64,17 +54,29 @@ class FrontierAdmin:
                  retries: int = 3, wait_replicas: int = 0, dupe_cache: int = 0) -> None:
         self.url = url
         self.keys = CrawlKeys(prefix, crawl_id)
-        self.params = params or FrontierParams()
         self.retries = retries
         self.timeout = timeout
-        #: FLEET_REDIS_WAIT_REPLICAS: after each call, WAIT for that many replicas
-        self.wait_replicas = wait_replicas
-        self.unreplicated = 0  #: calls fewer replicas than wait_replicas acknowledged
         self._client: Any = None
         self._script: Any = None
-        self._prev_op = "-"
-        #: Bloom keys known to be in the filter (*dupe_cache* > 0; see DupeCache)
-        self.dupes = DupeCache(dupe_cache)
+        #: the description of this client's frontier calls (frontier/call.py): a command
+        #: WAITs after every call (FLEET_REDIS_WAIT_REPLICAS) and requires no crawl marker
+        self.calls = FrontierCall(self.keys, params or FrontierParams(), url=url,
+                                  dupes=DupeCache(dupe_cache), wait_replicas=wait_replicas,
+                                  wait_every_call=True, keep_marker=False)
+
+    @property
+    def params(self) -> FrontierParams:
+        """The per-crawl constants sent with every call (those of :attr:`calls`)."""
+        return self.calls.params
+
+    @params.setter
+    def params(self, params: FrontierParams) -> None:
+        self.calls.params = params
+
+    @property
+    def wait_replicas(self) -> int:
+        """FLEET_REDIS_WAIT_REPLICAS: after each call, WAIT for that many replicas."""
+        return self.calls.wait_replicas
 
     @property
     def client(self) -> Any:
@@ -85,7 +87,7 @@ class FrontierAdmin:
             RedisUnavailableError: a cluster none of whose start-up nodes answers.
         """
         if self._client is None:
-            self._client = redis_client.sync_client(self.url, self.timeout)
+            self._client = redis_client.make_client(self.url, self.timeout)
         return self._client
 
     def ping(self, role: str | None = None) -> None:
@@ -115,48 +117,40 @@ class FrontierAdmin:
 
     def call(self, batch: CallBatch, worker: str = "", op_id: str | None = None,
              monitor: bytes = b"") -> CallResult:
-        """Run one batch (see :class:`AsyncFrontier.call`), blocking.  *op_id* (default: a
-        fresh one) names the call: the same id again replays the first reply.
+        """Run one batch (:meth:`FrontierCall.plan`), blocking, retried with the same op id
+        on connection errors.  *op_id* (default: a fresh one) names the call: the same id
+        again replays the first reply.  *worker*: the worker id the call is made as ("":
+        none); the description of the calls is per worker id (its previous op id).
 
         Raises:
             CrawlLayoutError: (first call) the crawl was written by another layout.
+            RedisUnavailableError: Redis stayed unreachable through :attr:`retries` retries.
         """
         if self._script is None:
             layout.check_sync(self.client, self.keys)  # (once: a crawl of another layout)
             self._script = lua.load(self.client, "frontier.lua")
-        # a call named by the caller may be a replay: it must carry what the first one did,
-        # whatever the cache learned since, so it is sent whole
-        whole = (batch, list(range(len(batch.pushes))), 0)
-        try:
-            return self._call(batch, worker, op_id,
-                              self.dupes.split(batch) if op_id is None else whole, monitor)
-        except redis.ResponseError as exc:
-            if STALE_GENERATION not in str(exc):
-                raise
-            self.dupes.clear()
-            return self._call(batch, worker, None, whole, monitor)
+        self.calls.worker = worker
+        return drive(self.calls.plan(batch, monitor, op_id), self._run)
 
-    def _call(self, batch: CallBatch, worker: str, op_id: str | None,
-              split: tuple[CallBatch, list[int], int], monitor: bytes) -> CallResult:
-        sent, kept, left_out = split
-        op = op_id or uuid.uuid4().hex
-        keys = self.keys.frontier_keys(op, self._prev_op, worker)
-        arg = call_args(sent, worker, self.params, "", left_out, self.dupes.gen)
-        reply = redis_client.call_retrying(lambda: self._script(keys=keys, args=[arg, monitor]),
-                                           self.url, self.retries)
-        self._prev_op = op
-        if self.wait_replicas:
-            acked = redis_client.wait_replicas_sync(self.client, self.keys.stats,
-                                                    self.wait_replicas, self.timeout)
-            if acked < self.wait_replicas:
-                self.unreplicated += 1
-        result = CallResult.from_reply(reply)
-        self.dupes.learn(sent, result)
-        result = expand_result(result, kept, len(batch.pushes), left_out)
-        missing = needs_payloads(result)
-        if missing:
-            result = fill_payloads(result, self.client.hmget(self.keys.data, missing))
-        return result
+    def _run(self, step: Step) -> Any:
+        """The blocking transport of a call's steps (frontier/call.py)."""
+        if isinstance(step, RunScript):
+            return redis_client.call_retrying(
+                lambda: self._script(keys=step.keys, args=step.args), self.url, self.retries)
+        if isinstance(step, WaitReplicas):
+            return redis_client.wait_replicas(self.client, step.key, step.replicas,
+                                              self.timeout)
+        return self.client.hmget(step.key, step.entry_ids)
+
+    @property
+    def dupes(self) -> DupeCache:
+        """Bloom keys known to be in the filter (*dupe_cache* > 0; see DupeCache)."""
+        return self.calls.dupes
+
+    @property
+    def unreplicated(self) -> int:
+        """Calls fewer replicas than :attr:`wait_replicas` acknowledged in time."""
+        return self.calls.unreplicated
 
     def push(self, pushes: list[tuple[Any, ...]]) -> CallResult:
         """Push ``(bloom_key or b"", priority, payload[, 0, host])`` entries without parent;
@@ -170,52 +164,22 @@ class FrontierAdmin:
             return size_of(pipe.execute())
 
     def status(self) -> dict[str, Any]:
-        """Counts of the crawl: queued, leased, dead, seen (Bloom), workers, idle seconds, and
-        the fleet-wide counters of the stats hash (pushed, duplicates, leased, acked, ...)."""
-        k = self.keys
-        with self.client.pipeline(transaction=False) as pipe:
-            pipe.zcard(k.leases)
-            pipe.hlen(k.dead)
-            pipe.hgetall(k.bloom_meta)
-            pipe.hgetall(k.stats)
-            pipe.zrange(k.workers, 0, -1, withscores=True)
-            pipe.get(k.idle_since)
-            pipe.hmget(k.seeding, "holder", "progress", "done")
-            pipe.zcard(k.delayed)
-            pipe.llen(k.parked)
-            pipe.hget(k.hostq, STAGE_HOST)
-            pipe.get(k.queue_count)
-            (leased, dead, meta, stats, workers, idle, seeded, delayed,
-             parked, stored, bucketed) = pipe.execute()
-        queued = as_int(bucketed)
-        server_ms = self.server_ms()  # not in the pipeline: a cluster pipeline refuses TIME
-        meta = {a.decode(errors="replace"): b.decode(errors="replace") for a, b in meta.items()}
-        seen = sum(as_int(v) for name, v in meta.items() if name.startswith("c"))
-        idle_ms = as_int(idle, None) if idle is not None else None
-        return {
-            "crawl_id": k.crawl_id,
-            "queued": queued,
-            "leased": leased,
-            "dead": dead,
-            "delayed": delayed,
-            "parked": parked,
-            "size": frontier_size(queued, leased, delayed),
-            "seen": seen,
-            "bloom_slices": as_int(meta.get("slices", 0)),
-            "counters": {a.decode(errors="replace"): as_int(b) for a, b in stats.items()},
-            "workers": {w.decode(): round((server_ms - score) / 1000, 1) for w, score in workers},
-            "idle_seconds": None if idle_ms is None else round((server_ms - idle_ms) / 1000, 1),
-            "seeded_by": seeded[0].decode(errors="replace") if seeded[0] else None,
-            "start_requests": seeding_state(seeded),
-            # stages (FLEET_ROLE): stored responses waiting for or in a parse worker
-            "stored_responses": as_int(stored),
-            "stored_bytes": as_int(stats.get(b"response_queue_bytes", 0)),
-        }
+        """The frontier's counts (``monitoring.snapshot.read_counts``, the snapshot's own
+        reads): ``queued``, ``deferred``, ``leased``, ``parked``, ``dead``, ``size``, ``seen``
+        (Bloom), ``workers`` (id -> seconds since its last call), ``idle_seconds``, the start
+        requests' state, and ``counters``: the crawl's stats hash (pushed, duplicates, leased,
+        acked, ...).
+
+        Raises:
+            redis.RedisError: when Redis cannot be read.
+        """
+        return read_counts(self.client, self.keys)
 
     def hosts(self, limit: int = 50) -> list[dict[str, Any]]:
-        """Per-host politeness state, busiest hosts first (up to *limit*): entries in the
-        frontier, requests in flight, seconds until the host may be fetched, hold left,
-        Crawl-delay, consecutive failures, override."""
+        """Per-host politeness state, busiest hosts first (up to *limit*): ``queued``
+        (entries of the host in the frontier), ``leased`` (downloads in flight), ``next_in``
+        (seconds until the host may be fetched), ``hold_left`` (s), ``crawl_delay`` (s),
+        ``failures`` (consecutive), ``override``, and the policy applied."""
         k = self.keys
         with self.client.pipeline(transaction=False) as pipe:
             pipe.hgetall(k.hostq)
@@ -239,8 +203,8 @@ class FrontierAdmin:
                 as_int(delay[h], None) if h in delay else None)
             rows.append({
                 "host": h.decode(),
-                "entries": int(queued.get(h, 0)),
-                "in_flight": int(live.get(h, 0)),
+                "queued": int(queued.get(h, 0)),
+                "leased": int(live.get(h, 0)),
                 "next_in": None if at is None or at >= 9e15 else max(0.0, (at - now) / 1000),
                 "waits_for_slot": at is not None and at >= 9e15,
                 "hold_left": max(0.0, (int(hold.get(h, 0)) - now) / 1000),
@@ -253,7 +217,7 @@ class FrontierAdmin:
                 "burst": burst,
                 "cap": cap,
             })
-        rows.sort(key=lambda r: (-r["entries"], -r["in_flight"], r["host"]))
+        rows.sort(key=lambda r: (-r["queued"], -r["leased"], r["host"]))
         return rows[:limit]
 
     def host_policy(self) -> dict[str, Any] | None:

@@ -14,10 +14,11 @@ Lease life cycle of an entry (docs/architecture.md has the picture)::
 Each call carries a fresh operation id; a call repeated after a lost reply (same op id) gets
 the first reply back instead of running twice.
 
-This module holds the asyncio client (:class:`AsyncFrontier`, :func:`frontier_size`); the
-call protocol (CallBatch, CallResult, FrontierParams, the ARGV packing, replay fill-in) is in
-``protocol.py``, the worker's duplicate cache in ``dupecache.py``, the blocking client of the
-commands in ``admin.py`` (import each name from its home).
+This module holds the asyncio client (:class:`AsyncFrontier`, :func:`frontier_size`): the
+asyncio transport of the call's description (``call.py``: the steps of a call, written once
+for both clients); the call protocol (CallBatch, CallResult, FrontierParams, the ARGV packing,
+replay fill-in) is in ``protocol.py``, the worker's duplicate cache in ``dupecache.py``, the
+blocking client of the commands in ``admin.py`` (import each name from its home).
 """
 
 from __future__ import annotations
@@ -25,31 +26,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
+from typing import Any
 
-import redis
 import redis.asyncio
 
 from scrapy_fleet import lua, redis_client
 from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.frontier import layout
-from scrapy_fleet.frontier.dupecache import (
-    DUPE_CACHE_SIZE,
-    STALE_GENERATION,
-    DupeCache,
-    StaleDupeCache,
-    expand_result,
-)
+from scrapy_fleet.frontier.call import FrontierCall, RunScript, Step, WaitReplicas, drive_async
+from scrapy_fleet.frontier.dupecache import DUPE_CACHE_SIZE, DupeCache
 from scrapy_fleet.frontier.protocol import (
     CallBatch,
     CallResult,
     FrontierParams,
-    call_args,
-    fill_payloads,
-    needs_payloads,
     queue_size_reads,
     size_of,
-    state_lost,
 )
 from scrapy_fleet.keys import CrawlKeys
 
@@ -76,22 +67,14 @@ class AsyncFrontier:
                  dupe_cache: int = DUPE_CACHE_SIZE) -> None:
         self.url = url
         self.keys = keys
-        self.worker = worker
-        self.params = params
         self.retries = retries
         self.timeout = timeout
-        #: FLEET_REDIS_WAIT_REPLICAS: after a call that pushed requests without a parent
-        #: (start requests), WAIT for that many replicas
-        self.wait_replicas = wait_replicas
-        self.unreplicated = 0  #: calls fewer replicas than wait_replicas acknowledged
-        self.client: redis.asyncio.Redis = redis_client.async_client(url, timeout)
+        self.client: redis.asyncio.Redis = redis_client.make_client(url, timeout, is_async=True)
         self._script = lua.load(self.client, "frontier.lua")
-        self._prev_op = "-"
-        self.roundtrips = 0
-        #: the crawl marker seen by this worker's first call; every later call requires it
-        self.marker = ""
-        #: Bloom keys known to be in the filter (links with them are not sent)
-        self.dupes = DupeCache(dupe_cache)
+        self.roundtrips = 0  #: round trips of the calls (each attempt, each payload read)
+        #: the description of this worker's frontier calls (frontier/call.py)
+        self.calls = FrontierCall(keys, params, worker=worker, url=url,
+                                  dupes=DupeCache(dupe_cache), wait_replicas=wait_replicas)
 
     async def connect(self, patience: float = 30.0) -> None:
         """PING the crawl's node, trying again with back-off (0.1 s doubling to 5 s) for up
@@ -120,9 +103,9 @@ class AsyncFrontier:
 
     async def call(self, batch: CallBatch, monitor: bytes = b"",
                    resend: bool = True) -> CallResult:
-        """Run one batch atomically; retried with the same op id on connection errors.
-        *monitor*: ARGV[2] of lua/frontier.lua (heartbeat and counter deltas,
-        ``monitoring.heartbeat.WorkerMonitor.payload``).
+        """Run one batch atomically (:meth:`FrontierCall.plan`); retried with the same op
+        id on connection errors.  *monitor*: ARGV[2] of lua/frontier.lua (heartbeat and
+        counter deltas, ``monitoring.heartbeat.WorkerMonitor.payload``).
 
         Links whose Bloom key :attr:`dupes` holds are left out of the call (counted as
         duplicates by the script); after a purge (another filter generation) or a failover
@@ -136,52 +119,54 @@ class AsyncFrontier:
                 (Redis restarted without its data, or the crawl was purged); nothing changed.
             StaleDupeCache: *resend* is False and the call was refused as above; nothing
                 changed.
+            RedisUnavailableError: Redis stayed unreachable through :attr:`retries` retries.
         """
-        try:
-            return await self._call(batch, self.dupes.split(batch), monitor)
-        except redis.ResponseError as exc:
-            if STALE_GENERATION not in str(exc):
-                raise
-            self.dupes.clear()
-            if not resend:
-                raise StaleDupeCache(str(exc)) from exc
-            return await self._call(batch, (batch, list(range(len(batch.pushes))), 0), monitor)
+        return await drive_async(self.calls.plan(batch, monitor, resend=resend), self._run)
 
-    async def _call(self, batch: CallBatch, split: tuple[CallBatch, list[int], int],
-                    monitor: bytes) -> CallResult:
-        sent, kept, left_out = split
-        op = uuid.uuid4().hex
-        keys = self.keys.frontier_keys(op, self._prev_op, self.worker)
-        arg = call_args(sent, self.worker, self.params, self.marker, left_out, self.dupes.gen)
+    async def _run(self, step: Step) -> Any:
+        """The asyncio transport of a call's steps (frontier/call.py); counts round trips."""
+        if isinstance(step, RunScript):
+            async def attempt() -> Any:
+                self.roundtrips += 1
+                return await self._script(keys=step.keys, args=step.args)
 
-        async def attempt() -> bytes:
-            self.roundtrips += 1
-            return await self._script(  # type: ignore[no-any-return]
-                keys=keys, args=[arg, monitor])
+            return await redis_client.call_retrying_async(attempt, self.url, self.retries)
+        if isinstance(step, WaitReplicas):
+            return await redis_client.wait_replicas(self.client, step.key, step.replicas,
+                                                    self.timeout)
+        self.roundtrips += 1
+        return await self.client.hmget(step.key, step.entry_ids)
 
-        try:
-            reply = await redis_client.call_retrying_async(attempt, self.url, self.retries)
-        except redis.ResponseError as exc:
-            lost = state_lost(exc, self.url)
-            if lost is not None:
-                raise lost from None
-            raise
-        self._prev_op = op
-        if self.wait_replicas and any(len(p) > 3 and not p[3] for p in batch.pushes):
-            acked = await redis_client.wait_replicas_async(
-                self.client, self.keys.stats, self.wait_replicas, self.timeout)
-            if acked < self.wait_replicas:
-                self.unreplicated += 1
-        result = CallResult.from_reply(reply)
-        if not self.marker:
-            self.marker = result.marker
-        self.dupes.learn(sent, result)
-        result = expand_result(result, kept, len(batch.pushes), left_out)
-        missing = needs_payloads(result)
-        if missing:
-            self.roundtrips += 1
-            result = fill_payloads(result, await self.client.hmget(self.keys.data, missing))
-        return result
+    @property
+    def worker(self) -> str:
+        """The worker id the calls are made as."""
+        return self.calls.worker
+
+    @property
+    def params(self) -> FrontierParams:
+        """The per-crawl constants sent with every call (those of :attr:`calls`)."""
+        return self.calls.params
+
+    @property
+    def wait_replicas(self) -> int:
+        """FLEET_REDIS_WAIT_REPLICAS: after a call that pushed requests without a parent
+        (start requests), WAIT for that many replicas."""
+        return self.calls.wait_replicas
+
+    @property
+    def dupes(self) -> DupeCache:
+        """Bloom keys known to be in the filter (links with them are not sent)."""
+        return self.calls.dupes
+
+    @property
+    def marker(self) -> str:
+        """The crawl marker seen by this worker's first call; every later call requires it."""
+        return self.calls.marker
+
+    @property
+    def unreplicated(self) -> int:
+        """Calls fewer replicas than :attr:`wait_replicas` acknowledged in time."""
+        return self.calls.unreplicated
 
     async def close(self) -> None:
         await self.client.aclose()

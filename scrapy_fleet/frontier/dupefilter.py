@@ -79,7 +79,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
         spider = self.crawler.spider
         keys = self.keys_for(spider.name if spider else "default")
         if self._client is None:
-            self._client = redis_client.sync_client(self.config.redis_url,
+            self._client = redis_client.make_client(self.config.redis_url,
                                                     self.config.redis_timeout)
             self._script = lua.load(self._client, "bloom_add.lua")
         op = uuid.uuid4().hex

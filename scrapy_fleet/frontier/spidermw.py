@@ -238,7 +238,8 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
         if mode == "never":
             self._skipped()
             return
-        client = redis_client.async_client(self.config.redis_url, self.config.redis_timeout)
+        client = redis_client.make_client(self.config.redis_url, self.config.redis_timeout,
+                                          is_async=True)
         renewer: asyncio.Task[None] | None = None
         ledger = engine_hooks.ledger_of(self.crawler)
         if ledger is not None:
@@ -302,7 +303,8 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
         if not self._holding:
             return
         self._holding = False
-        client = redis_client.async_client(self.config.redis_url, self.config.redis_timeout)
+        client = redis_client.make_client(self.config.redis_url, self.config.redis_timeout,
+                                          is_async=True)
         self._seeding_script = None  # registered with the client process_start closed
         try:
             status, value = await self._seeding(client, "release", self._progress())

@@ -70,7 +70,7 @@ def run(action: str, admin: Any, opts: Any, alerts_config: Any = None,
     if action == "monitor" and (opts.port is None or not 0 <= opts.port <= 65535):
         print("error: monitor needs --port P (0 to 65535; 0: any free port)", file=sys.stderr)
         return EXIT_USAGE
-    client = redis_client.sync_client(admin.url, READ_TIMEOUT)
+    client = redis_client.make_client(admin.url, READ_TIMEOUT)
     try:
         if action == "top":
             from scrapy_fleet.monitoring.top import run_top

@@ -61,7 +61,7 @@ def evaluate(snap: dict[str, Any], samples1m: list[Sample], banned_hosts: list[d
     now = snap["at"]
     fr = snap["frontier"]
     out: list[dict[str, Any]] = []
-    work = fr["due"] + fr["scheduled"] + fr["leased"] + fr["parked"]
+    work = fr["due"] + fr["deferred"] + fr["leased"] + fr["parked"]
     alive = [w for w in snap["workers"] if w["health"] != "dead"]
     if work and not alive:
         since = snap.get("last_worker_at")
@@ -95,7 +95,7 @@ def evaluate(snap: dict[str, Any], samples1m: list[Sample], banned_hosts: list[d
     # depth growing at every 1 min sample for depth_minutes
     recent = [s for s in samples1m if s.t >= now - 60 * (cfg.depth_minutes + 1)]
     if len(recent) >= cfg.depth_minutes + 1:
-        depths = [s.due + s.scheduled + s.leased + s.parked for s in recent]
+        depths = [s.due + s.deferred + s.leased + s.parked for s in recent]
         if all(b > a for a, b in itertools.pairwise(depths)):
             out.append(_alert(
                 "depth_growing", "warning",

@@ -31,7 +31,7 @@ PREFIX = "scrapy_fleet_"
 HOST_METRICS_MAX = 50
 SERIES_PER_HOST = 5
 
-FRONTIER_STATES = ("due", "scheduled", "leased", "parked", "dead", "failed", "stored")
+FRONTIER_STATES = ("due", "deferred", "leased", "parked", "dead", "failed", "stored")
 STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
 ERROR_KINDS = ("timeout", "dns", "connection", "tls", "other")
 REQUEST_EVENTS = ("pushed", "duplicate", "leased", "acked", "reclaimed", "dead_lettered",
@@ -77,7 +77,8 @@ def families(snap: Mapping[str, Any], host_metrics: int = 0) -> list[Metric]:
 
     out.append(_labelled(GaugeMetricFamily(
         p + "frontier_requests", "Requests in the frontier by state: due (may be fetched now), "
-        "scheduled (deferred or held), leased (being fetched), parked (outside the bound), "
+        "deferred (waiting for a later time: back pressure, a delay), leased (being "
+        "fetched), parked (outside the bound), "
         "dead (dead letters), failed (kept failed requests), stored (responses of fetch "
         "workers for parse workers, a part of due and leased)", labels=["state"]),
         FRONTIER_STATES, frontier))

@@ -62,17 +62,18 @@ def _pct(value: float | None) -> str:
 
 
 def render(snap: dict[str, Any], label: str = "", queue_max: int | None = None,
-           low_watermark: int | None = None, idle_seconds: float | None = None) -> str:
+           low_watermark: int | None = None) -> str:
     """The status screen of snapshot *snap*; *label* names where the settings came from
     (``spider 'docs'``); *queue_max*, *low_watermark*: the bounds, shown with the size."""
     now = snap["at"]
     fr, c, r = snap["frontier"], snap["counters"], snap["rates"]
     lines = [f"crawl {snap['crawl']!r}" + (f" ({label})" if label else "")
              + f"  at {_clock(now)}"]
-    size = fr["due"] + fr["scheduled"] + fr["leased"]
+    size = fr["size"]
+    idle_seconds = snap["idle_seconds"]
     bound = (f"{size} / {queue_max}" if queue_max else f"{size} / unbounded") + (
         f" (producers resume below {low_watermark})" if queue_max and low_watermark else "")
-    lines.append(f"  frontier   due {fr['due']}  scheduled {fr['scheduled']}  leased "
+    lines.append(f"  frontier   due {fr['due']}  deferred {fr['deferred']}  leased "
                  f"{fr['leased']} (held by workers: prefetched, downloading or parsing)  "
                  f"parked {fr['parked']}  dead {fr['dead']}  seen {fr['seen']}"
                  + (f"  stored {fr['stored']}" if fr.get("stored") else ""))

@@ -5,7 +5,7 @@ check is against the Redis server's clock, inside the frontier call of any worke
 process samples with the same script).  A sample is ``FIELDS`` signed 64-bit big-endian
 integers (Redis ``BITFIELD i64``) written at slot ``(t_ms // step_ms) % points``::
 
-    t_ms, due, scheduled, leased, parked, dead, pages, items, bans, workers_alive
+    t_ms, due, deferred, leased, parked, dead, pages, items, bans, workers_alive
 
 ``pages``, ``items`` and ``bans`` are the fleet-wide counters at the sample time, so a rate is
 the difference of two samples divided by their time apart (a missed step loses nothing).  A
@@ -23,13 +23,13 @@ from typing import Any
 #: tier -> (step seconds, points): 10 s for an hour, 1 min for a day, 10 min for a week
 TIERS: dict[str, tuple[int, int]] = {"10s": (10, 360), "1m": (60, 1440), "10m": (600, 1008)}
 #: i64 fields of one sample, in slot order (lua/monitoring.lua writes the same)
-FIELDS = ("t_ms", "due", "scheduled", "leased", "parked", "dead", "pages", "items", "bans",
+FIELDS = ("t_ms", "due", "deferred", "leased", "parked", "dead", "pages", "items", "bans",
           "workers_alive")
 SLOT_BYTES = 8 * len(FIELDS)
 _SLOT = struct.Struct(">" + "q" * len(FIELDS))
 
 #: series names of :func:`read_series` (each one value per step, None where no data)
-SERIES: tuple[str, ...] = ("depth_due", "depth_scheduled", "depth_leased", "depth_parked",
+SERIES: tuple[str, ...] = ("depth_due", "depth_deferred", "depth_leased", "depth_parked",
                            "depth_dead", "pages_per_min", "items_per_min", "block_rate",
                            "workers_alive")
 
@@ -45,7 +45,7 @@ class Sample:
 
     t: float
     due: int
-    scheduled: int
+    deferred: int
     leased: int
     parked: int
     dead: int

@@ -1,17 +1,20 @@
-"""The one reader of the cockpit's data: :func:`read_snapshot` and :func:`read_series`.
+"""The one reader of the crawl's state: :func:`read_snapshot`, :func:`read_counts` (the
+frontier's counts alone: ``FrontierAdmin.status``) and :func:`read_series`.
 
-Both are blocking (a sync redis-py client), take a bounded number of pipelined round trips
+All are blocking (a sync redis-py client), take a bounded number of pipelined round trips
 (3 for a snapshot, 2 for a series) and cost the same whatever the frontier's size: no scan of
 entries; hosts are read from the per-host counts, at most ``HOST_SAMPLE`` of them (an exact
 top list up to that many hosts in the frontier, a sample beyond, flagged ``hosts_sampled``).
-The snapshot's shape is the stable JSON of ``scrapy fleet status SPIDER --json``
-(/work/brief/cockpit-schema.md; docs/monitoring.md documents each field): keys are only ever
-added, and missing data reads 0 or None, never absent.
+The snapshot's shape is the JSON of ``scrapy fleet status SPIDER --json`` and of the
+monitor's ``/api/snapshot``, version :data:`SCHEMA` (docs/monitoring.md documents each field,
+its type and unit; tests/e2e/test_status_schema.py checks a real crawl's against it): missing
+data reads 0 or None, never absent.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -26,10 +29,12 @@ from scrapy_fleet.monitoring.alerts import AlertConfig
 from scrapy_fleet.monitoring.heartbeat import OFFSITE_FIELD
 from scrapy_fleet.monitoring.series import SERIES, TIERS
 
-__all__ = ["SCHEMA", "SERIES", "TIERS", "AlertConfig", "read_series", "read_snapshot",
-           "read_status"]
+__all__ = ["SCHEMA", "SERIES", "TIERS", "AlertConfig", "read_counts", "read_series",
+           "read_snapshot"]
 
-SCHEMA = 1
+#: the version of the snapshot's shape (``schema``), documented field by field in
+#: docs/monitoring.md; raised when a field is renamed or removed
+SCHEMA = 2
 #: hosts read at most per snapshot (per-host counts, ready hosts for runnable_now)
 HOST_SAMPLE = 2000
 READY_SAMPLE = 1000
@@ -50,6 +55,14 @@ def _i(value: Any, default: int = 0) -> int:
             return int(float(value))
         except (TypeError, ValueError):
             return default
+
+
+def _opt_i(value: Any) -> int | None:
+    """*value* as an int, None when absent or not a number."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _f(value: Any) -> float | None:
@@ -106,8 +119,12 @@ def counters_of(stats: dict[str, int]) -> dict[str, Any]:
             "reclaimed": stats.get("reclaimed", 0),
             "dead_lettered": stats.get("dead_lettered", 0),
             "released": stats.get("released", 0), "parked": stats.get("parked", 0),
-            "deferred": stats.get("deferred", 0), "refused": stats.get("refused", 0),
-            "unstorable": stats.get("unstorable", 0),
+            "deferred": stats.get("deferred", 0), "resumed": stats.get("resumed", 0),
+            "refused": stats.get("refused", 0), "unstorable": stats.get("unstorable", 0),
+            "stale_acks": stats.get("stale_acks", 0), "failed": stats.get("failed", 0),
+            "failed_trimmed": stats.get("failed_trimmed", 0),
+            "retried": stats.get("retried", 0),
+            "bad_queue_members": stats.get("bad_queue_members", 0),
         },
         "bans": stats.get("bans", 0), "rate_limited": stats.get("rate_limited", 0),
         "proxy_bans": stats.get("proxy_bans", 0),
@@ -160,8 +177,8 @@ def _eta(samples: list[series_mod.Sample], now: float, depth: int) -> float | No
     window = [s for s in samples if now - 300 <= s.t <= now - 10]
     if not window:
         return None
-    peak = max(window, key=lambda s: (s.due + s.scheduled + s.leased + s.parked, s.t))
-    before = peak.due + peak.scheduled + peak.leased + peak.parked
+    peak = max(window, key=lambda s: (s.due + s.deferred + s.leased + s.parked, s.t))
+    before = peak.due + peak.deferred + peak.leased + peak.parked
     if before <= depth:
         return None
     return round(depth * (now - peak.t) / (before - depth), 1)
@@ -212,60 +229,111 @@ def read_snapshot(client: redis.Redis, keys: CrawlKeys, *, hosts: int = 10,
     Raises:
         redis.RedisError: when Redis cannot be read (connection, authentication...).
     """
-    return _read(client, keys, hosts, alerts_config, status=False)[0]
+    return _read(client, keys, hosts, alerts_config)
 
 
-def read_status(client: redis.Redis, keys: CrawlKeys, *, hosts: int = 10,
-                alerts_config: AlertConfig | None = None,
-                ) -> tuple[dict[str, Any], dict[str, Any], dict[bytes, Any]]:
-    """What ``scrapy fleet status`` shows, in the snapshot's round trips (one read of the
-    frontier): (the snapshot of :func:`read_snapshot`, the frontier's counts as
-    ``FrontierAdmin.status`` gives them, the ``failed_by`` hash as read, for
-    ``failures.admin.failed_counts_of``).  The first pipeline also reads the idle mark, the
-    start requests' state and the failed requests per reason.
+def read_counts(client: redis.Redis, keys: CrawlKeys) -> dict[str, Any]:
+    """The frontier's counts alone (``FrontierAdmin.status``), one pipelined round trip and
+    the server's clock, with the snapshot's own reads: ``crawl_id``; ``queued``, ``deferred``,
+    ``leased``, ``parked``, ``dead`` entries; ``size`` (queued + deferred + leased: what
+    FLEET_QUEUE_MAX bounds); ``seen`` (Bloom fingerprints), ``bloom_slices``; ``counters``
+    (the crawl's stats hash as read: field -> int, 0 for a value that is not a number);
+    ``workers`` (worker id -> seconds since its last call); ``idle_seconds`` (None: busy);
+    ``seeded_by``, ``start_requests`` ("done", "in progress" or None); ``stored_responses``,
+    ``stored_bytes`` (stages).
 
     Raises:
         redis.RedisError: when Redis cannot be read (connection, authentication...).
     """
-    snap, extra = _read(client, keys, hosts, alerts_config, status=True)
-    return snap, extra["frontier"], extra["failed_by"]
-
-
-def _strict_int(value: Any, default: Any = 0) -> Any:
-    """As ``FrontierAdmin.status`` reads a number: int(value), else *default*."""
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
-
-
-def _frontier_status(keys: CrawlKeys, now_ms: int, counts: tuple[int, ...],
-                     meta: dict[str, str], raw_stats: dict[bytes, Any],
-                     workers: list[tuple[bytes, float]], idle: Any, seeded: list[Any],
-                     stored: Any) -> dict[str, Any]:
-    """``FrontierAdmin.status``'s dict (frontier/admin.py), from the snapshot's replies."""
-    queued, leased, dead, delayed, parked = counts
-    seen = sum(_strict_int(v) for name, v in meta.items() if name.startswith("c"))
-    idle_ms = _strict_int(idle, None) if idle is not None else None
-    holder, _, done = [*seeded, None, None, None][:3]
+    with client.pipeline(transaction=False) as pipe:
+        replies = _results(pipe, _frontier_reads(pipe, keys))
+    # not in the pipeline: a cluster pipeline refuses TIME
+    fr = _Frontier.of(replies, _now_ms(client.time(**redis_client.node_of(client, keys.stats))))
     return {
-        "crawl_id": keys.crawl_id, "queued": queued, "leased": leased, "dead": dead,
-        "delayed": delayed, "parked": parked, "size": frontier_size(queued, leased, delayed),
-        "seen": seen,
-        "bloom_slices": _strict_int(meta.get("slices", 0)),
-        "counters": {_s(a): _strict_int(b) for a, b in raw_stats.items()},
-        "workers": {_s(w): round((now_ms - score) / 1000, 1) for w, score in workers},
-        "idle_seconds": None if idle_ms is None else round((now_ms - idle_ms) / 1000, 1),
-        "seeded_by": _s(holder) if holder else None,
-        "start_requests": "done" if done == b"1" else ("in progress" if holder else None),
-        "stored_responses": _strict_int(stored),
-        "stored_bytes": _strict_int(raw_stats.get(b"response_queue_bytes", 0)),
+        "crawl_id": keys.crawl_id, "queued": fr.due, "leased": fr.leased, "dead": fr.dead,
+        "deferred": fr.deferred, "parked": fr.parked, "size": fr.size, "seen": fr.seen,
+        "bloom_slices": fr.bloom_slices, "counters": fr.stats,
+        "workers": {w: round((fr.now_ms - score) / 1000, 1) for w, score in fr.workers},
+        "idle_seconds": fr.idle_seconds, "seeded_by": fr.seeded_by,
+        "start_requests": fr.start_requests, "stored_responses": fr.stored,
+        "stored_bytes": fr.stats.get("response_queue_bytes", 0),
     }
 
 
+def _frontier_reads(pipe: Any, k: CrawlKeys) -> list[Any]:
+    """Queue on *pipe* the reads of the frontier's counts (:class:`_Frontier`); returns the
+    default of each reply (for :func:`_results`)."""
+    pipe.get(k.queue_count)  # due: the buckets' count
+    pipe.zcard(k.delayed)
+    pipe.zcard(k.leases)
+    pipe.llen(k.parked)
+    pipe.hlen(k.dead)
+    pipe.hgetall(k.bloom_meta)
+    pipe.hgetall(k.stats)
+    pipe.zrange(k.workers, 0, -1, withscores=True)
+    pipe.hget(k.hostq, STAGE_HOST)  # stages: stored responses
+    pipe.get(k.idle_since)
+    pipe.hmget(k.seeding, "holder", "progress", "done")
+    return [None, 0, 0, 0, 0, {}, {}, [], None, None, [None, None, None]]
+
+
+@dataclass(frozen=True)
+class _Frontier:
+    """The frontier's counts, from the replies of :func:`_frontier_reads`."""
+
+    now_ms: int  #: the Redis server's clock
+    due: int
+    deferred: int  #: entries waiting for a later time (the ``delayed`` ZSET)
+    leased: int
+    parked: int
+    dead: int
+    seen: int
+    bloom_slices: int
+    stats: dict[str, int]  #: the stats hash, field -> int
+    workers: list[tuple[str, float]]  #: (worker id, last call in ms)
+    stored: int
+    idle_ms: int | None
+    seeded_by: str | None
+    seeding_done: bool
+
+    @classmethod
+    def of(cls, replies: list[Any], now_ms: int) -> _Frontier:
+        (bucketed, deferred, leased, parked, dead, meta, raw_stats, workers, stored, idle,
+         seeded) = replies
+        meta_s = {_s(a): _s(b) for a, b in meta.items()}
+        holder, _, done = [*(seeded or []), None, None, None][:3]
+        return cls(
+            now_ms=now_ms, due=_i(bucketed), deferred=_i(deferred), leased=_i(leased),
+            parked=_i(parked), dead=_i(dead),
+            seen=sum(_i(v) for name, v in meta_s.items() if name.startswith("c")),
+            bloom_slices=_i(meta_s.get("slices", 0)),
+            stats={_s(a): _i(b) for a, b in raw_stats.items()},
+            workers=[(_s(w), float(score)) for w, score in workers], stored=_i(stored),
+            idle_ms=_opt_i(idle),
+            seeded_by=_s(holder) if holder else None, seeding_done=done == b"1")
+
+    @property
+    def size(self) -> int:
+        return frontier_size(self.due, self.leased, self.deferred)
+
+    @property
+    def idle_seconds(self) -> float | None:
+        return None if self.idle_ms is None else round((self.now_ms - self.idle_ms) / 1000, 1)
+
+    @property
+    def start_requests(self) -> str | None:
+        if self.seeding_done:
+            return "done"
+        return "in progress" if self.seeded_by else None
+
+
+def _now_ms(srv: Any) -> int:
+    """TIME's reply in whole milliseconds."""
+    return int(srv[0]) * 1000 + int(srv[1]) // 1000
+
+
 def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
-          alerts_config: AlertConfig | None, status: bool,
-          ) -> tuple[dict[str, Any], dict[str, Any]]:
+          alerts_config: AlertConfig | None) -> dict[str, Any]:
     cfg = alerts_config or AlertConfig()
     k = keys
     # keyless commands (TIME, INFO) go to the crawl's node apart: a cluster pipeline refuses
@@ -274,40 +342,25 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
     srv = client.time(**node)
     memory = client.info("memory", **node)
     with client.pipeline(transaction=False) as pipe:
-        pipe.zcard(k.delayed)
-        pipe.zcard(k.leases)
-        pipe.llen(k.parked)
-        pipe.hlen(k.dead)
-        pipe.hgetall(k.bloom_meta)
-        pipe.hgetall(k.stats)
-        pipe.zrange(k.workers, 0, -1, withscores=True)
+        defaults = _frontier_reads(pipe, k)
         pipe.hgetall(k.mon)
         pipe.get(k.series("10s"))
         pipe.get(k.series("1m"))
         pipe.hlen(k.hostq)
         pipe.hget(k.config, "host_concurrency")
         pipe.zrevrange(k.hostbans, 0, max(hosts, 10) - 1, withscores=True)
-        pipe.hget(k.hostq, STAGE_HOST)
         pipe.hlen(k.failed)
-        pipe.get(k.queue_count)
         pipe.hgetall(k.failed_by)  # a few reasons: what the alerts on kept records read
-        defaults: list[Any] = [0, 0, 0, 0, {}, {}, [], {}, None, None, 0, None, [], None, 0,
-                               None, {}]
-        if status:  # what FrontierAdmin.status reads besides
-            pipe.get(k.idle_since)
-            pipe.hmget(k.seeding, "holder", "progress", "done")
-            defaults += [None, [None, None, None]]
-        replies1 = _results(pipe, defaults)
-    (scheduled, leased, parked, dead, meta, raw_stats, workers, mon, raw10, raw1m,
-     n_hosts, conf_cap, top_banned, stored, failed, bucketed, failed_by) = replies1[:17]
-    due = _i(bucketed)  # queued in the buckets
+        replies1 = _results(pipe, [*defaults, {}, None, None, 0, None, [], 0, {}])
     now = _now(srv)
     now_ms = int(now * 1000)
-    stats = {_s(a): _i(b) for a, b in raw_stats.items()}
-    meta_s = {_s(a): _s(b) for a, b in meta.items()}
-    seen = sum(_i(v) for name, v in meta_s.items() if name.startswith("c"))
+    fr = _Frontier.of(replies1[:len(defaults)], _now_ms(srv))
+    (mon, raw10, raw1m, n_hosts, conf_cap, top_banned, failed,
+     failed_by) = replies1[len(defaults):]
+    due, deferred, leased, parked = fr.due, fr.deferred, fr.leased, fr.parked
+    stats = fr.stats
     default_cap = _i(conf_cap)
-    worker_ids = [(_s(w), float(score)) for w, score in workers]
+    worker_ids = fr.workers
 
     with client.pipeline(transaction=False) as pipe:
         for wid, _ in worker_ids:
@@ -376,7 +429,7 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
     counters = counters_of(stats)
     rates = _rates(samples10, now, counters["pages"], counters["items_scraped"],
                    counters["bans"])
-    depth = due + scheduled + leased + parked
+    depth = due + deferred + leased + parked
     rows = [_worker_row(wid, score, {_s(a): _s(b) for a, b in info.items()}, now, cfg)
             for (wid, score), info in zip(worker_ids, infos, strict=True)]
     rows.sort(key=lambda r: (r["health"] == "dead", r["id"]))
@@ -387,10 +440,14 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
         "schema": SCHEMA,
         "crawl": k.crawl_id,
         "at": round(now, 3),
-        "frontier": {"due": due, "scheduled": scheduled, "leased": leased, "parked": parked,
-                     "dead": dead, "failed": _i(failed), "seen": seen, "depth": depth,
-                     # stages: stored responses waiting for (or in) a parse worker
-                     "stored": _i(stored), "stored_bytes": stats.get("response_queue_bytes", 0)},
+        "frontier": {"due": due, "deferred": deferred, "leased": leased, "parked": parked,
+                     "dead": fr.dead, "failed": _i(failed), "seen": fr.seen, "depth": depth,
+                     "size": fr.size, "bloom_slices": fr.bloom_slices,
+                     # stages: stored responses waiting for (or in) a parse worker, and
+                     # those deferred (their links' hosts full: docs/stages.md)
+                     "stored": fr.stored, "stored_bytes": stats.get("response_queue_bytes", 0),
+                     "stored_deferred": stats.get("response_queue_deferred", 0),
+                     "stored_deferred_bytes": stats.get("response_queue_deferred_bytes", 0)},
         "counters": counters,
         "rates": rates,
         # no page fetched over the last minute: nothing drains the frontier (no worker
@@ -410,18 +467,12 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
         "started_at": _i(mon_s.get("t0")) / 1000 or None,
         "last_ack_at": _i(mon_s.get("la")) / 1000 or None,
         "last_worker_at": _i(mon_s.get("lw")) / 1000 or None,
+        "idle_seconds": fr.idle_seconds,
+        "start_requests": {"state": fr.start_requests, "seeded_by": fr.seeded_by},
     }
     snap["alerts"] = alerts_mod.evaluate(snap, samples1m, [host_rows[h] for h, _ in banned],
                                          cfg)
-    extra: dict[str, Any] = {}
-    if status:
-        idle, seeded = replies1[17:]
-        now_ms_exact = int(srv[0]) * 1000 + int(srv[1]) // 1000  # as FrontierAdmin.server_ms
-        extra["frontier"] = _frontier_status(
-            k, now_ms_exact, (due, leased, dead, scheduled, parked), meta_s, raw_stats,
-            workers, idle, seeded, stored)
-        extra["failed_by"] = failed_by
-    return snap, extra
+    return snap
 
 
 def read_series(client: redis.Redis, keys: CrawlKeys, name: str, tier: str = "10s",

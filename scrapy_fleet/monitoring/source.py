@@ -25,7 +25,7 @@ from scrapy_fleet.monitoring import snapshot as snapshot_api
 READ_ERRORS = (redis.RedisError, OSError, RedisUnavailableError)
 
 #: depth series drawn as "queue depth", in the dashboard's and ``top``'s order
-DEPTH_SERIES = ("depth_due", "depth_scheduled", "depth_leased", "depth_parked", "depth_dead")
+DEPTH_SERIES = ("depth_due", "depth_deferred", "depth_leased", "depth_parked", "depth_dead")
 #: series a view fetches by default: depth by state, pages per minute, workers alive
 VIEW_SERIES = (*DEPTH_SERIES, "pages_per_min", "items_per_min", "block_rate", "workers_alive")
 

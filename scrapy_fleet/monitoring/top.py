@@ -71,7 +71,7 @@ def _clock(t: Any) -> str:
 
 
 def depth_values(series: Mapping[str, Points]) -> list[float | None]:
-    """Total depth (due + scheduled + leased + parked; dead letters apart) per step."""
+    """Total depth (due + deferred + leased + parked; dead letters apart) per step."""
     steps: dict[float, float | None] = {}
     for name in DEPTH_SERIES[:-1]:
         for t, v in series.get(name, []):
@@ -107,9 +107,9 @@ def render(snap: Mapping[str, Any], series: Mapping[str, Points], *, width: int 
     figures.add_column(no_wrap=True)
     depth = depth_values(series)
     figures.add_row("depth", _fmt(sum(int(frontier.get(s) or 0) for s in
-                                      ("due", "scheduled", "leased", "parked"))),
+                                      ("due", "deferred", "leased", "parked"))),
                     Text(sparkline(depth, spark_width), style="blue"))
-    for state in ("due", "scheduled", "leased", "parked", "dead"):
+    for state in ("due", "deferred", "leased", "parked", "dead"):
         values = [v for _, v in series.get(f"depth_{state}", [])]
         figures.add_row(f"  {state}", _fmt(frontier.get(state)),
                         Text(sparkline(values, spark_width), style="dim"))

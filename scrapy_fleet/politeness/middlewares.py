@@ -99,7 +99,8 @@ class _FleetDownloaderMiddleware:
             spider = self.crawler.spider
             assert spider is not None
             keys = CrawlKeys(self.config.key_prefix, self.config.resolve_crawl_id(spider.name))
-            client = redis_client.async_client(self.config.redis_url, self.config.redis_timeout)
+            client = redis_client.make_client(self.config.redis_url, self.config.redis_timeout,
+                                              is_async=True)
             self._politeness = politeness.Politeness(
                 client, keys, self.config, self.config.worker_id,
                 on_call=lambda: self._inc(_STAT + "redis_calls"))

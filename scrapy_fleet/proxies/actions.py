@@ -178,5 +178,5 @@ def admin_for(redis_url: str, prefix: str, pool: str, config: ProxyConfig | None
     """A :class:`PoolAdmin` on its own blocking client (close ``.client`` after use)."""
     from scrapy_fleet import redis_client
 
-    client = redis_client.sync_client(redis_url, timeout)
+    client = redis_client.make_client(redis_url, timeout)
     return PoolAdmin(client, ProxyPoolKeys(prefix, pool), config or proxy_config({}))

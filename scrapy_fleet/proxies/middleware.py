@@ -125,7 +125,8 @@ class FleetProxyMiddleware:
             spider = self.crawler.spider
             assert spider is not None
             name = self.proxy.pool_name(self.config.resolve_crawl_id(spider.name))
-            client = redis_client.async_client(self.config.redis_url, self.config.redis_timeout)
+            client = redis_client.make_client(self.config.redis_url, self.config.redis_timeout,
+                                              is_async=True)
             self._pool = ProxyPool(client, ProxyPoolKeys(self.config.key_prefix, name),
                                    self.proxy)
         return self._pool

@@ -6,7 +6,7 @@
   const body = document.body;
   const REFRESH_MS = Math.max(500, parseInt(body.dataset.refreshMs, 10) || 2000);
   const TIERS = (body.dataset.tiers || "10s").split(",").filter(Boolean);
-  const DEPTH = [["depth_due", "due", "#1f6feb"], ["depth_scheduled", "scheduled", "#8250df"],
+  const DEPTH = [["depth_due", "due", "#1f6feb"], ["depth_deferred", "deferred", "#8250df"],
                  ["depth_leased", "leased", "#1a7f37"], ["depth_parked", "parked", "#9a6700"],
                  ["depth_dead", "dead", "#b3261e"]];
   const PAGES = [["pages_per_min", "pages/min", "#1f6feb"], ["items_per_min", "items/min", "#1a7f37"]];
@@ -137,7 +137,7 @@
   function nowValues(snap) {
     if (!snap) return {};
     const f = snap.frontier || {}, r = snap.rates || {};
-    return {depth_due: f.due, depth_scheduled: f.scheduled, depth_leased: f.leased,
+    return {depth_due: f.due, depth_deferred: f.deferred, depth_leased: f.leased,
             depth_parked: f.parked, depth_dead: f.dead, pages_per_min: r.pages_per_min,
             items_per_min: r.items_per_min};
   }
@@ -145,7 +145,7 @@
   function figures(snap) {
     const f = snap.frontier || {}, c = snap.counters || {}, r = snap.rates || {};
     const win = rateWindow(r);
-    const rows = [["due", fmt(f.due)], ["scheduled", fmt(f.scheduled)],
+    const rows = [["due", fmt(f.due)], ["deferred", fmt(f.deferred)],
                   ["leased (held by workers)", fmt(f.leased)],
                   ["parked", fmt(f.parked)], ["dead letters", fmt(f.dead)],
                   ["runnable now", fmt(snap.runnable_now)], ["pages", fmt(c.pages)],
