@@ -59,8 +59,8 @@ def _stored(response: Response, **kwargs: Any) -> list[Any]:
 
 
 class StageScheduler(Protocol):
-    """What the hook needs of the scheduler that builds it (frontier/scheduler.py's
-    ``FleetScheduler``), so that this module does not import the scheduler back."""
+    """What the hook needs of the worker's lease book (frontier/book.py's ``LeaseBook``,
+    which the scheduler builds it with), so that this module does not import it back."""
 
     config: FleetConfig
     crawler: Crawler
