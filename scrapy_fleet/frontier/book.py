@@ -202,7 +202,7 @@ class LeaseBook:
         if any(why in NO_EXIT for why in self._exit_waits.values()):
             return "no_exit"  # requests wait for a proxy exit, and the pool has none live
         # a parse worker (FLEET_ROLE = "parse") holds stored responses: it fetches nothing
-        return "parsing" if self.config.role == "parse" else "fetching"
+        return "parsing" if self.config.stages.role == "parse" else "fetching"
 
     def hold_left(self, host: str) -> float:
         """Seconds *host* is still on hold as of the last frontier call (no I/O)."""

@@ -98,7 +98,7 @@ class FrontierPump:
         concurrency = crawler.settings.getint("CONCURRENT_REQUESTS")
         #: leases this worker holds at most: its downloader's concurrency and a quarter more
         self._max_held = concurrency + max(1, concurrency // 4)
-        if config.role == "parse":
+        if config.stages.role == "parse":
             # parsing is processor-bound and one callback at a time: a parse worker holds
             # few stored responses, so one that dies leaves few to parse again
             self._max_held = PARSE_HELD

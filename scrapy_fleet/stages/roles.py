@@ -43,7 +43,6 @@ logger = logging.getLogger(__name__)
 
 #: meta key of a leased request whose response is stored (set by the scheduler, never stored)
 STORED_META_KEY = codec.PRIVATE_META_PREFIX + "stored"
-ROLES = ("all", "fetch", "parse")
 
 
 class StoredResponseTooLarge(FleetError, IgnoreRequest):
@@ -81,7 +80,7 @@ class StageRole:
 
     def __init__(self, scheduler: StageScheduler) -> None:
         self.scheduler = scheduler
-        self.config = scheduler.config
+        self.config = scheduler.config.stages
         self.role = self.config.role
         self._logged: set[str] = set()
         self._uninstall: Any = None
