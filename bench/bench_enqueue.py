@@ -5,7 +5,7 @@ One process, no crawl: the links the example project's ``docs`` spider yields on
 ``Referer`` header and ``meta["depth"]``, as the spider middlewares leave them), page after
 page: each page links to ``--links`` pages drawn at random (seeded; ~90 % of the links are
 duplicates, most of them known to the worker's cache by then), and every ``--calls-every``
-pages the fleet makes one frontier call (``_call_once``: acknowledgements are left out,
+pages the fleet makes one frontier call (``pump.call``: acknowledgements are left out,
 only the pushes), as a worker does (bench_throughput: ~15 pages per call).
 
 * *plain*: ``scrapy.core.scheduler.Scheduler`` with ``RFPDupeFilter`` and its memory queue
@@ -110,12 +110,12 @@ def run_fleet(site: list[tuple[str, list[str]]], scope: str, redis_url: str,
         "DUPEFILTER_CLASS": "scrapy_fleet.frontier.dupefilter.RedisBloomDupeFilter"})
     crawler.stats.open_spider()
     sched = FleetScheduler.from_crawler(crawler)
-    sched.spider = DocsLike.from_crawler(crawler)
-    sched.frontier = AsyncFrontier(redis_url, CrawlKeys("fleet", crawl), "w1",
-                                   sched.config.frontier_params())
+    sched.book.spider = DocsLike.from_crawler(crawler)
+    sched.pump.frontier = AsyncFrontier(redis_url, CrawlKeys("fleet", crawl), "w1",
+                                        sched.config.frontier_params())
 
     async def run() -> tuple[float, float, int, int]:
-        assert sched.frontier is not None
+        assert sched.pump.frontier is not None
         spent = called = 0.0
         n = calls = 0
         try:
@@ -125,11 +125,11 @@ def run_fleet(site: list[tuple[str, list[str]]], scope: str, redis_url: str,
                 n += links
                 if (i + 1) % calls_every == 0 or i == len(site) - 1:
                     t0 = time.process_time()
-                    await sched._call_once(final=True)  # pushes only: leases nothing
+                    await sched.pump.call(final=True)  # pushes only: leases nothing
                     called += time.process_time() - t0
                     calls += 1
         finally:
-            await sched.frontier.close()
+            await sched.pump.frontier.close()
         return spent, called, n, calls
 
     spent, called, n, calls = asyncio.run(run())

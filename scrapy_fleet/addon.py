@@ -76,7 +76,7 @@ class Addon:
     def _browser_settings(settings: BaseSettings) -> None:
         """``FLEET_PLAYWRIGHT = True``: scrapy-playwright's download handlers, the asyncio
         reactor and the abort rule for heavy resources (browser/handler.py).  Wrong values
-        are reported by the start-up check, which validates them again (config.py)."""
+        are reported by the start-up check, which validates them again (browser/settings.py)."""
         try:
             enabled = settings.getbool("FLEET_PLAYWRIGHT")
         except ValueError:

@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from scrapy.settings import BaseSettings
 
-from scrapy_fleet.browser.handler import RESOURCE_TYPES, abort_types
+from scrapy_fleet.browser.settings import BrowserConfig, browser_config
 from scrapy_fleet.checks import (
     boolean,
     bound,
@@ -34,40 +34,9 @@ from scrapy_fleet.frontier.protocol import FrontierParams
 from scrapy_fleet.keys import STAGE_HOST
 from scrapy_fleet.proxies.settings import ProxyConfig, proxy_config
 from scrapy_fleet.redis_url import validate_redis_url
+from scrapy_fleet.stages.settings import StageConfig, stage_config
 
 _START_MODES = ("once", "always", "never")
-
-
-def _stages(g: Callable[[str], Any]) -> dict[str, Any]:
-    """FLEET_ROLE and the bounds of the response queue (stages/roles.py)."""
-    role = g("FLEET_ROLE")
-    check("FLEET_ROLE", role, role in ("all", "fetch", "parse"), '"all", "fetch" or "parse"')
-    large = g("FLEET_LARGE_RESPONSE")
-    check("FLEET_LARGE_RESPONSE", large, large in ("parse", "fail"), '"parse" or "fail"')
-    out: dict[str, Any] = {"role": role, "large_response": large}
-    for name, attr in (("FLEET_RESPONSE_QUEUE_MAX", "response_queue_max"),
-                       ("FLEET_RESPONSE_QUEUE_BYTES", "response_queue_bytes"),
-                       ("FLEET_MAX_STORED_RESPONSE", "max_stored_response")):
-        out[attr] = number(name, g(name), int, 1, "an integer >= 1")
-    return out
-
-
-def _browser(g: Callable[[str], Any]) -> dict[str, Any]:
-    """FLEET_PLAYWRIGHT and FLEET_PLAYWRIGHT_ABORT (browser/handler.py)."""
-    enabled = boolean("FLEET_PLAYWRIGHT", g("FLEET_PLAYWRIGHT"))
-    abort = abort_types(g("FLEET_PLAYWRIGHT_ABORT"))
-    check("FLEET_PLAYWRIGHT_ABORT", abort,
-           isinstance(abort, (list, tuple)) and all(t in RESOURCE_TYPES for t in abort),
-           f"a list of Playwright resource types ({', '.join(sorted(RESOURCE_TYPES))})")
-    if enabled:
-        try:
-            import scrapy_playwright  # noqa: F401
-        except ImportError:
-            raise FleetConfigError(
-                "FLEET_PLAYWRIGHT=True needs scrapy-playwright: pip install scrapy-playwright "
-                "(and a browser: PLAYWRIGHT_LAUNCH_OPTIONS = {\"executable_path\": ...})"
-            ) from None
-    return {"playwright": enabled, "playwright_abort": tuple(abort)}
 
 
 def _host_overrides(value: Any) -> dict[str, tuple[float | None, int | None, int | None, bool]]:
@@ -178,13 +147,10 @@ class FleetConfig:
     backoff_max: float
     jsonl_path: str | None
     jsonl_fsync: bool
-    role: str = "all"
-    response_queue_max: int = 1000
-    response_queue_bytes: int = 256 * 1024 * 1024
-    max_stored_response: int = 8 * 1024 * 1024
-    large_response: str = "parse"
-    playwright: bool = False
-    playwright_abort: tuple[str, ...] = ("image", "media", "font")
+    #: FLEET_ROLE and the response queue's bounds (stages/settings.py)
+    stages: StageConfig = field(default_factory=StageConfig)
+    #: FLEET_PLAYWRIGHT and FLEET_PLAYWRIGHT_ABORT (browser/settings.py)
+    browser: BrowserConfig = field(default_factory=BrowserConfig)
     heartbeat_interval: float = 5.0
     worker_dead_after: float = 15.0
     worker_forget_after: float = 120.0
@@ -195,6 +161,7 @@ class FleetConfig:
     alert_block_rate: float = 0.2
     alert_block_min_pages: int = 20
     alert_memory_ratio: float = 0.9
+    #: FLEET_PROXIES and FLEET_PROXY_* (proxies/settings.py)
     proxy: ProxyConfig | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     failed_max: int = 10_000  #: FLEET_FAILED_MAX (docs/failures.md)
@@ -380,8 +347,8 @@ class FleetConfig:
                                        float, 0.0, "a fraction between 0 and 1",
                                        exclusive=True),
             proxy=proxy_config(settings),
-            **_browser(g),
-            **_stages(g),
+            browser=browser_config(settings),
+            stages=stage_config(settings),
         )
         if isinstance(settings, BaseSettings) and getattr(settings, "frozen", False):
             try:
@@ -399,8 +366,9 @@ class FleetConfig:
                               self.robots_obey,
                               self.host_rate is not None
                               and 1.0 / self.host_rate > self.host_delay,
-                              lease_only_host=STAGE_HOST if self.role == "parse" else "",
-                              lease_except_host=STAGE_HOST if self.role == "fetch" else "",
+                              lease_only_host=STAGE_HOST if self.stages.role == "parse" else "",
+                              lease_except_host=STAGE_HOST if self.stages.role == "fetch"
+                              else "",
                               failed_max=self.failed_max)
 
     @property

@@ -82,6 +82,12 @@ def running_engine(crawler: Crawler | None) -> Any:
         return None
 
 
+def active_downloads(crawler: Crawler | None) -> int:
+    """Requests the crawler's downloader is downloading now (0 when no engine runs)."""
+    downloader = getattr(running_engine(crawler), "downloader", None)
+    return len(getattr(downloader, "active", ()) or ())
+
+
 def engine_closing(crawler: Crawler | None) -> bool:
     """Has the crawler's running engine begun to close its spider (SIGTERM, idle close,
     ``CloseSpider``)?  False when no engine runs."""
@@ -95,26 +101,28 @@ def scheduler_of(crawler: Crawler | None) -> Any:
     return getattr(slot, "scheduler", None)
 
 
-#: crawler -> the lease ledger its fleet scheduler published (frontier/ledger.py)
-_LEDGERS: weakref.WeakKeyDictionary[Any, LeaseLedger] = weakref.WeakKeyDictionary()
+#: crawler -> (the lease ledger its fleet scheduler published (frontier/ledger.py), that
+#: scheduler)
+_LEDGERS: weakref.WeakKeyDictionary[Any, tuple[LeaseLedger, Any]] = weakref.WeakKeyDictionary()
 
 
-def publish_ledger(crawler: Crawler, ledger: LeaseLedger) -> None:
-    """Called once by the fleet's scheduler when it opens: *ledger* is what
-    :func:`ledger_of` gives the crawler's other components."""
-    _LEDGERS[crawler] = ledger
+def publish_ledger(crawler: Crawler, ledger: LeaseLedger, scheduler: Any = None) -> None:
+    """Called once by the fleet's scheduler when it opens: *ledger* (its lease book) is what
+    :func:`ledger_of` gives the crawler's other components while *scheduler* (default: the
+    ledger itself) is the running engine's scheduler."""
+    _LEDGERS[crawler] = (ledger, ledger if scheduler is None else scheduler)
 
 
 def ledger_of(crawler: Crawler | None) -> LeaseLedger | None:
-    """The lease ledger of the crawler's running engine: its scheduler, when that is the
-    fleet's and has published itself; None otherwise (no engine yet, closed, or another
+    """The lease ledger of the crawler's running engine: the one its scheduler published,
+    when that is the fleet's; None otherwise (no engine yet, closed, or another
     scheduler)."""
     if crawler is None:
         return None
-    ledger = _LEDGERS.get(crawler)
-    if ledger is None or scheduler_of(crawler) is not ledger:
+    published = _LEDGERS.get(crawler)
+    if published is None or scheduler_of(crawler) is not published[1]:
         return None
-    return ledger
+    return published[0]
 
 
 def wake_engine(crawler: Crawler) -> None:

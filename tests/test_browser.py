@@ -85,7 +85,7 @@ def test_pushed_line_page_methods() -> None:
 def test_settings() -> None:
     config = FleetConfig.from_settings({"FLEET_PLAYWRIGHT": "true",
                                         "FLEET_PLAYWRIGHT_ABORT": "image,font"})
-    assert (config.playwright, config.playwright_abort) == (True, ("image", "font"))
+    assert (config.browser.playwright, config.browser.abort) == (True, ("image", "font"))
     with pytest.raises(FleetConfigError, match=r"FLEET_PLAYWRIGHT_ABORT.*resource types"):
         FleetConfig.from_settings({"FLEET_PLAYWRIGHT_ABORT": ["pictures"]})
 

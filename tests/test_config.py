@@ -205,3 +205,29 @@ def test_a_database_that_is_not_a_number_is_refused(path):
     with pytest.raises(FleetConfigError, match="database number"):
         FleetConfig.from_settings(Settings({"FLEET_REDIS_URL": f"redis://127.0.0.1:6379{path}"}))
     assert FleetConfig.from_settings(Settings({"FLEET_REDIS_URL": "redis://h:1/15"}))
+
+
+def test_the_fleet_config_composes_the_features_own_frozen_configs():
+    """Issue 20 item 4: a feature's settings are read and validated by its own module into
+    its own frozen config (stages/settings.py, browser/settings.py, proxies/settings.py),
+    which FleetConfig holds whole; config.py validates none of them itself."""
+    import dataclasses
+
+    from scrapy_fleet.browser.settings import BrowserConfig
+    from scrapy_fleet.proxies.settings import ProxyConfig
+    from scrapy_fleet.stages.settings import StageConfig
+
+    config = FleetConfig.from_settings(Settings({
+        "FLEET_ROLE": "parse", "FLEET_RESPONSE_QUEUE_MAX": 5, "FLEET_PLAYWRIGHT_ABORT": "font"}))
+    assert config.stages == StageConfig(role="parse", response_queue_max=5)
+    assert config.browser == BrowserConfig(playwright=False, abort=("font",))
+    assert isinstance(config.proxy, ProxyConfig)
+    for part in (config.stages, config.browser, config.proxy):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            part.__setattr__(dataclasses.fields(part)[0].name, None)
+    with pytest.raises(FleetConfigError, match="FLEET_ROLE"):
+        FleetConfig.from_settings(Settings({"FLEET_ROLE": "both"}))
+    source = (Path(__file__).resolve().parents[1] / "scrapy_fleet" / "config.py").read_text()
+    # no setting of theirs is read there (its name as a string literal)
+    assert not re.search(r"[\"']FLEET_(ROLE|LARGE_RESPONSE|RESPONSE_QUEUE|MAX_STORED|PLAYWRIGHT)",
+                         source)

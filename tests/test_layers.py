@@ -9,6 +9,10 @@
   ``__version__`` are public).
 * The bottom layer (keys, codec, errors, Redis connection and URL parsing, settings catalog
   and checks) imports nothing of the package above it.
+* No module reads or writes a ``_private`` attribute of an object other than ``self`` or
+  ``cls`` (with ``getattr`` either: only engine_hooks.py touches Scrapy's internals).
+* The scheduler is an adapter: it holds the pump and its lease book (no base class of
+  the package) and uses their public interface only, never the buffers the pump handles.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from scrapy_fleet.frontier.book import BUFFERS
 from scrapy_fleet.keys import MONITOR_CALL, CrawlKeys
 from scrapy_fleet.monitoring.series import TIERS
 
@@ -185,3 +190,83 @@ def test_components_reach_the_scheduler_through_its_ledger_only():
         users.extend(f"{name}:{node.lineno}" for node in ast.walk(tree)
                      if isinstance(node, ast.Attribute) and node.attr == "scheduler_of")
     assert users == []
+
+
+#: (module, private attribute) read on another object, each with its reason
+PRIVATE_REACH_ALLOWED = {
+    ("scrapy_fleet.frontier.pump", "_exit"),  # os._exit: the drain timeout's hard exit
+    # FleetConfig's cache on Scrapy's settings object (its own attribute)
+    ("scrapy_fleet.config", "_fleet_config"),
+    # Scrapy's RequestFingerprinter._fingerprint: is it Scrapy's own fingerprint function?
+    ("scrapy_fleet.frontier.fingerprint", "_fingerprint"),
+}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_no_module_reaches_into_another_objects_private_attributes():
+    """``x._name`` on ``self`` or ``cls`` only, and ``getattr(x, "_name")`` likewise; the
+    engine's internals (``engine._slot``) only in engine_hooks.py."""
+    found = []
+    for name, (path, _) in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and _private(node.attr):
+                if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                    continue
+                attr = node.attr
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                  and node.func.id in ("getattr", "setattr", "hasattr", "delattr")
+                  and len(node.args) > 1 and isinstance(node.args[1], ast.Constant)
+                  and isinstance(node.args[1].value, str) and _private(node.args[1].value)):
+                if name == "scrapy_fleet.engine_hooks":
+                    continue
+                attr = node.args[1].value
+            else:
+                continue
+            if (name, attr) not in PRIVATE_REACH_ALLOWED:
+                found.append(f"{name}:{node.lineno} {ast.unparse(node)}")
+    assert found == []
+
+
+def _class(module: str, name: str) -> ast.ClassDef:
+    tree = ast.parse(MODULES[module][0].read_text(encoding="utf-8"))
+    return next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+
+
+def _members(cls: ast.ClassDef) -> set[str]:
+    """Names a class defines: its methods and properties, and the attributes its methods
+    assign on ``self``."""
+    names = {n.name for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+    for node in ast.walk(cls):
+        if (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name) and node.value.id == "self"):
+            names.add(node.attr)
+    return names
+
+
+def test_the_scheduler_holds_the_pump_and_uses_its_public_interface_only():
+    """FleetScheduler inherits nothing of the package (it once inherited the pump and used
+    20 of its private attributes); what it uses of the pump and the lease book (``self.pump``,
+    ``self.book`` and locals named ``pump``/``book``) is a public member of theirs, and none
+    of the buffers the pump alone handles (book.BUFFERS)."""
+    scheduler = _class("scrapy_fleet.frontier.scheduler", "FleetScheduler")
+    assert [ast.unparse(b) for b in scheduler.bases] == ["BaseScheduler"]
+    members = {"pump": _members(_class("scrapy_fleet.frontier.pump", "FrontierPump")),
+               "book": _members(_class("scrapy_fleet.frontier.book", "LeaseBook"))}
+    assert set(BUFFERS) <= members["book"]
+    used: dict[str, set[str]] = {"pump": set(), "book": set()}
+    for node in ast.walk(scheduler):
+        if not isinstance(node, ast.Attribute):
+            continue
+        owner = node.value
+        if (isinstance(owner, ast.Attribute) and isinstance(owner.value, ast.Name)
+                and owner.value.id == "self" and owner.attr in used):
+            used[owner.attr].add(node.attr)
+        elif isinstance(owner, ast.Name) and owner.id in used:
+            used[owner.id].add(node.attr)
+    assert used["pump"] and used["book"]  # the reader sees them
+    for part, names in used.items():
+        assert {n for n in names if _private(n) or n not in members[part]} == set(), part
+    assert used["book"] & set(BUFFERS) == set()

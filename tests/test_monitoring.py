@@ -135,6 +135,8 @@ def test_a_monitoring_key_of_another_type_is_one_clear_error_and_changes_nothing
 
 
 def test_worker_monitor_resends_an_unconfirmed_batch_unchanged():
+    from scrapy_fleet.stages.settings import StageConfig
+
     class Stats:
         def __init__(self) -> None:
             self.values: dict[str, int] = {}
@@ -146,7 +148,7 @@ def test_worker_monitor_resends_an_unconfirmed_batch_unchanged():
         ban_statuses = (403,)
         worker_dead_after = 15.0
         worker_forget_after = 120.0
-        role = "all"
+        stages = StageConfig(role="all")
 
     stats = Stats()
     mon = WorkerMonitor(stats, Config(), 1.0, "vm", 7)

@@ -36,7 +36,8 @@ def test_a_backlog_of_finished_pages_goes_in_back_to_back_calls(redis_url):
         "FLEET_POLL_INTERVAL": 5, "FLEET_HEARTBEAT_INTERVAL": 5, "FLEET_HOST_DELAY": 60})
     sched = FleetScheduler.from_crawler(crawler)
     crawler.stats.open_spider()
-    sched.spider = _Spider()
+    pump, book = sched.pump, sched.book
+    book.spider = _Spider()
     params = sched.config.frontier_params()
     admin = FrontierAdmin(redis_url, "backlog", params=params)
     pages = [Request(f"http://h{i}.test/page") for i in range(PAGES)]
@@ -47,9 +48,9 @@ def test_a_backlog_of_finished_pages_goes_in_back_to_back_calls(redis_url):
     waits: list[tuple[int, bool]] = []
 
     async def run() -> tuple[int, Any]:
-        sched.frontier = AsyncFrontier(redis_url, CrawlKeys("fleet", "backlog"), "w1", params)
+        frontier = AsyncFrontier(redis_url, CrawlKeys("fleet", "backlog"), "w1", params)
         try:
-            leased = (await sched.frontier.call(CallBatch(take=PAGES))).leased
+            leased = (await frontier.call(CallBatch(take=PAGES))).leased
             assert len(leased) == PAGES  # one per host
             for entry in leased:
                 lease = Lease(entry.entry_id, entry.token)
@@ -58,37 +59,35 @@ def test_a_backlog_of_finished_pages_goes_in_back_to_back_calls(redis_url):
                     link = Request(f"http://{host}/link/{j}")
                     lease.children.append((link.url, sched.df.bloom_key(link), 0,
                                            codec.encode(link), host_key(link.url), 0))
-                sched._done.append(lease)
-            calls0 = sched.frontier.roundtrips
-            wake = sched._wake = asyncio.Event()
-            wake.set()  # one poke, as the last page's acknowledgement gives
+                book.done.append(lease)
+            calls0 = frontier.roundtrips
             settled = asyncio.Event()  # the backlog is sent, or the pump waits with some left
-            wait_time = sched._wait_time
+            wait_time = pump.wait_time
 
             def noted_wait_time() -> float:
-                waits.append((len(sched._done), wake.is_set()))
-                if not (sched._done and wake.is_set()):
+                waits.append((len(book.done), pump.poked))
+                if not (book.done and pump.poked):
                     settled.set()
                 return wait_time()
 
-            sched._wait_time = noted_wait_time  # type: ignore[method-assign]
-            task = asyncio.ensure_future(sched._pump())
+            pump.wait_time = noted_wait_time  # type: ignore[method-assign]
+            pump.start(frontier)  # its loop, poked once, as the last page's acknowledgement
             await settled.wait()
-            sched._closing = True
-            wake.set()
-            await task
-            return sched.frontier.roundtrips - calls0, admin.status()
+            calls = frontier.roundtrips - calls0
+            await pump.close("finished")  # nothing left to send: no call
+            assert frontier.roundtrips - calls0 == calls
+            return calls, admin.status()
         finally:
-            await sched.frontier.close()
+            await frontier.close()
 
     calls, status = asyncio.run(run())
     admin.close()
-    assert not sched._done
+    assert not book.done
     # each call after the first was made at once, poked by the one before: the pump never
     # waited for its poll timer with finished pages buffered (before: one call per
     # FLEET_POLL_INTERVAL, 6 calls in 25 s)
     assert [poked for pending, poked in waits if pending] == [True] * calls
     assert calls == PAGES * LINKS // PUSH_CHUNK
-    assert sched.stats.get_value("fleet/frontier/acked") == PAGES
-    assert sched.stats.get_value("fleet/frontier/pushed") == PAGES * LINKS
+    assert crawler.stats.get_value("fleet/frontier/acked") == PAGES
+    assert crawler.stats.get_value("fleet/frontier/pushed") == PAGES * LINKS
     assert status["queued"] == PAGES * LINKS

@@ -35,14 +35,14 @@ def scheduler_for(redis_url: str) -> FleetScheduler:
         "DUPEFILTER_CLASS": "scrapy_fleet.frontier.dupefilter.RedisBloomDupeFilter"})
     sched = FleetScheduler.from_crawler(crawler)
     crawler.stats.open_spider()
-    sched.spider = _Spider()
-    sched.frontier = AsyncFrontier(redis_url, CrawlKeys("fleet", "enq"), "w1",
+    sched.book.spider = _Spider()
+    sched.pump.frontier = AsyncFrontier(redis_url, CrawlKeys("fleet", "enq"), "w1",
                                    sched.config.frontier_params())
     return sched
 
 
 def stat(sched: FleetScheduler, name: str) -> Any:
-    return sched.stats.get_value(name) if sched.stats is not None else None
+    return sched.crawler.stats.get_value(name) if sched.crawler.stats is not None else None
 
 
 def stored_urls(redis_url: str) -> list[str]:
@@ -58,18 +58,18 @@ def test_known_duplicate_is_buffered_unencoded_left_out_and_counted(redis_url):
     sched = scheduler_for(redis_url)
 
     async def run() -> tuple[Any, Any, Any]:
-        assert sched.frontier is not None
+        assert sched.pump.frontier is not None
         try:
             assert sched.enqueue_request(Request("http://h.test/a")) is True
-            first = sched._outbox[0][3]
-            await sched._call_once(final=True)
+            first = sched.book.outbox[0][3]
+            await sched.pump.call(final=True)
             assert sched.enqueue_request(Request("http://h.test/a")) is True
             assert sched.enqueue_request(Request("http://h.test/b")) is True
-            lazy = [type(o[3]) for o in sched._outbox]
-            result = await sched._call_once(final=True)
+            lazy = [type(o[3]) for o in sched.book.outbox]
+            result = await sched.pump.call(final=True)
             return first, lazy, result
         finally:
-            await sched.frontier.close()
+            await sched.pump.frontier.close()
 
     first, lazy, result = asyncio.run(run())
     assert isinstance(first, bytes)  # unknown: encoded at once
@@ -80,7 +80,7 @@ def test_known_duplicate_is_buffered_unencoded_left_out_and_counted(redis_url):
     assert stat(sched, "scheduler/enqueued") == 3
     assert stat(sched, "dupefilter/filtered") == 1
     assert stat(sched, "fleet/dupefilter/cached") == 1
-    assert not sched._outbox
+    assert not sched.book.outbox
 
 
 def test_known_duplicates_are_encoded_and_sent_when_the_filter_is_not_the_cached_one(
@@ -93,20 +93,20 @@ def test_known_duplicates_are_encoded_and_sent_when_the_filter_is_not_the_cached
     keys = CrawlKeys("fleet", "enq")
 
     async def run() -> tuple[Any, Any, Any, Any]:
-        assert sched.frontier is not None
+        assert sched.pump.frontier is not None
         try:
             sched.enqueue_request(Request("http://h.test/a"))
-            await sched._call_once(final=True)
+            await sched.pump.call(final=True)
             start = Request("http://h.test/a", meta={codec.START_META_KEY: 0})
             sched.enqueue_request(start)
             sched.enqueue_request(Request("http://h.test/c"))
-            lazy = [type(o[3]) for o in sched._outbox]
-            pending = sched.first_unpushed_start()
-            await sched.frontier.client.delete(keys.bloom_meta, keys.bloom_slice(0))
-            result = await sched._call_once(final=True)
-            return lazy, pending, result, sched.first_unpushed_start()
+            lazy = [type(o[3]) for o in sched.book.outbox]
+            pending = sched.book.first_unpushed_start()
+            await sched.pump.frontier.client.delete(keys.bloom_meta, keys.bloom_slice(0))
+            result = await sched.pump.call(final=True)
+            return lazy, pending, result, sched.book.first_unpushed_start()
         finally:
-            await sched.frontier.close()
+            await sched.pump.frontier.close()
 
     lazy, pending, result, pending_after = asyncio.run(run())
     assert lazy == [Request, bytes] and pending == 0
@@ -115,7 +115,7 @@ def test_known_duplicates_are_encoded_and_sent_when_the_filter_is_not_the_cached
     # a twice (the new filter did not know it), c once: nothing was lost to the cache
     assert stored_urls(redis_url) == ["http://h.test/a", "http://h.test/a", "http://h.test/c"]
     assert pending_after is None
-    assert not sched._outbox
+    assert not sched.book.outbox
     FrontierAdmin(redis_url, "enq").purge()
 
 
@@ -125,15 +125,15 @@ def test_a_request_with_a_live_page_is_refused_even_when_known(redis_url):
     sched = scheduler_for(redis_url)
 
     async def run() -> bool:
-        assert sched.frontier is not None
+        assert sched.pump.frontier is not None
         try:
             sched.enqueue_request(Request("http://h.test/p"))
-            await sched._call_once(final=True)
+            await sched.pump.call(final=True)
             return sched.enqueue_request(Request("http://h.test/p",
                                                  meta={"playwright_page": object()}))
         finally:
-            await sched.frontier.close()
+            await sched.pump.frontier.close()
 
     assert asyncio.run(run()) is False
     assert stat(sched, "fleet/codec/encode_error") == 1
-    assert not sched._outbox
+    assert not sched.book.outbox

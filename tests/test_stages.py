@@ -219,8 +219,8 @@ def test_a_parse_worker_holding_stored_responses_says_parsing(role: str, state: 
 
     crawler = get_crawler(Spider, {"FLEET_ROLE": role})
     scheduler = FleetScheduler.from_crawler(crawler)
-    assert scheduler._state() == "idle"
-    scheduler._prefetch.append((Request("http://h.test/"), Lease("e1", 1)))
-    assert scheduler._state() == state
-    hb = msgpack.unpackb(scheduler.monitor.payload(scheduler._state(), 1, 0))["hb"]
+    assert scheduler.book.state == "idle"
+    scheduler.book.prefetch.append((Request("http://h.test/"), Lease("e1", 1)))
+    assert scheduler.book.state == state
+    hb = msgpack.unpackb(scheduler.pump.monitor.payload(scheduler.book.state, 1, 0))["hb"]
     assert (hb["st"], hb["ro"]) == (state, role)

@@ -51,7 +51,7 @@ class AbortResources:
 
 def abort_types(value: Any) -> Any:
     """``FLEET_PLAYWRIGHT_ABORT`` as a list: a comma-separated string is split; any other value
-    is returned as it is (config.py validates it)."""
+    is returned as it is (browser/settings.py validates it)."""
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
     return value

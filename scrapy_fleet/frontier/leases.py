@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 #: (url, bloom key, priority, payload, host, delay ms) of a buffered request; the payload
 #: of a known duplicate is the Request itself and its host "" (encoded only if it must be
-#: sent: FrontierPump._materialize)
+#: sent: LeaseBook.materialize, frontier/book.py)
 Out = tuple[str, bytes, int, "bytes | Request", str, int]
 
 

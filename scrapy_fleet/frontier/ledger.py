@@ -1,9 +1,10 @@
 """What the worker's other components may ask of its scheduler: a :class:`LeaseLedger`.
 
-The scheduler (frontier/scheduler.py) publishes itself once on the crawler when it opens
-(``engine_hooks.publish_ledger``); the middlewares, the failure watch and the MongoDB
-pipeline get it with ``engine_hooks.ledger_of(crawler)`` (None when no fleet scheduler
-runs) and use these members only, typed, instead of probing the scheduler with ``getattr``.
+The scheduler (frontier/scheduler.py) publishes its lease book (frontier/book.py) once on
+the crawler when it opens (``engine_hooks.publish_ledger``); the middlewares, the failure
+watch and the MongoDB pipeline get it with ``engine_hooks.ledger_of(crawler)`` (None when
+no fleet scheduler runs) and use these members only, typed, instead of probing the
+scheduler with ``getattr``.
 """
 
 from __future__ import annotations

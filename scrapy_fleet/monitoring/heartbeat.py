@@ -156,7 +156,7 @@ class WorkerMonitor:
                    "er": int(stats.get("log_count/ERROR", 0) or 0),
                    "sv": scrapy.__version__, "fv": scrapy_fleet.__version__,
                    "h": self.host, "pid": self.pid, "sa": round(self.started_at, 3),
-                   "ro": self.config.role},
+                   "ro": self.config.stages.role},
             "da": int(self.config.worker_dead_after * 1000),
             "fa": int(self.config.worker_forget_after * 1000),
         }

@@ -43,7 +43,6 @@ logger = logging.getLogger(__name__)
 
 #: meta key of a leased request whose response is stored (set by the scheduler, never stored)
 STORED_META_KEY = codec.PRIVATE_META_PREFIX + "stored"
-ROLES = ("all", "fetch", "parse")
 
 
 class StoredResponseTooLarge(FleetError, IgnoreRequest):
@@ -59,8 +58,8 @@ def _stored(response: Response, **kwargs: Any) -> list[Any]:
 
 
 class StageScheduler(Protocol):
-    """What the hook needs of the scheduler that builds it (frontier/scheduler.py's
-    ``FleetScheduler``), so that this module does not import the scheduler back."""
+    """What the hook needs of the worker's lease book (frontier/book.py's ``LeaseBook``,
+    which the scheduler builds it with), so that this module does not import it back."""
 
     config: FleetConfig
     crawler: Crawler
@@ -81,7 +80,7 @@ class StageRole:
 
     def __init__(self, scheduler: StageScheduler) -> None:
         self.scheduler = scheduler
-        self.config = scheduler.config
+        self.config = scheduler.config.stages
         self.role = self.config.role
         self._logged: set[str] = set()
         self._uninstall: Any = None
