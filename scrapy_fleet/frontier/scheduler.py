@@ -46,6 +46,8 @@ from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.frontier import memory
 from scrapy_fleet.frontier.client import AsyncFrontier
+from scrapy_fleet.frontier.partitions import PartitionedFrontier
+from scrapy_fleet.frontier.partitions import check_async as check_partitions
 from scrapy_fleet.frontier.dupefilter import RedisBloomDupeFilter
 from scrapy_fleet.frontier.leases import Lease, Out
 from scrapy_fleet.frontier.protocol import clamp_priority
@@ -118,12 +120,20 @@ class FleetScheduler(FrontierPump, BaseScheduler):
             self.df.open()
         crawl_id = self.config.resolve_crawl_id(spider.name)
         keys = CrawlKeys(self.config.key_prefix, crawl_id)
-        self.frontier = AsyncFrontier(self.config.redis_url, keys, self.config.worker_id,
-                                      self.config.frontier_params(),
-                                      self.config.redis_timeout, self.config.redis_retries,
-                                      self.config.redis_wait_replicas,
-                                      dupe_cache=self.config.dupefilter_cache)
+        if self.config.partitions > 1:  # issue 21: frontier/partitions.py
+            self.frontier = PartitionedFrontier(  # type: ignore[assignment]
+                self.config.redis_url, keys, self.config.worker_id,
+                self.config.frontier_params(), self.config.partitions,
+                self.config.redis_timeout, self.config.redis_retries,
+                self.config.redis_wait_replicas, self.config.idle_timeout)
+        else:
+            self.frontier = AsyncFrontier(self.config.redis_url, keys, self.config.worker_id,
+                                          self.config.frontier_params(),
+                                          self.config.redis_timeout, self.config.redis_retries,
+                                          self.config.redis_wait_replicas,
+                                          dupe_cache=self.config.dupefilter_cache)
         await self.frontier.connect()
+        await check_partitions(self.frontier.client, keys, self.config.partitions)
         await self._until_room(lambda: self._write_config(keys))
         from scrapy import signals
 
@@ -144,8 +154,9 @@ class FleetScheduler(FrontierPump, BaseScheduler):
 
     async def _write_config(self, keys: CrawlKeys) -> None:
         assert self.frontier is not None
-        await politeness.Politeness(self.frontier.client, keys, self.config,
-                                    self.config.worker_id).write_overrides()
+        for part_keys in keys.all_partitions(self.config.partitions):  # (issue 21)
+            await politeness.Politeness(self.frontier.client, part_keys, self.config,
+                                        self.config.worker_id).write_overrides()
         # the bounds the workers run with, for pushes from outside the project
         await self.frontier.client.hset(keys.config, mapping={
             "queue_max": self.config.queue_max or 0,
