@@ -45,7 +45,7 @@ import asyncio
 import uuid
 import zlib
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgpack
@@ -141,6 +141,14 @@ def stored_partitions(client: Any, keys: CrawlKeys) -> int:
     return int(as_int(client.get(keys.partitions), 1) or 1)
 
 
+def partition_params(params: FrontierParams, parts: int) -> FrontierParams:
+    """*params* of one partition of *parts*: FLEET_QUEUE_MAX split evenly (rounded up);
+    FLEET_HOST_QUEUE_MAX stays exact (a host is in one partition)."""
+    if not params.queue_max or parts == 1:
+        return params
+    return replace(params, queue_max=-(-params.queue_max // parts))
+
+
 # -- the lean push -------------------------------------------------------------------------------
 
 def lean_args(pushes: list[tuple[Any, ...]], params: FrontierParams, marker: str) -> bytes:
@@ -216,12 +224,13 @@ class PartitionedFrontier:
         self.keys = keys  #: the control keys (the crawl's own tag)
         self.parts = parts
         self.worker = worker
-        self.params = params
+        #: FLEET_QUEUE_MAX is the crawl's: each partition holds its share, rounded up
+        self.params = partition_params(params, parts)
         self.retries = retries
         self.idle_timeout = idle_timeout
         self.wait_replicas = wait_replicas
         self.part_keys = keys.all_partitions(parts)
-        self.fronts = [AsyncFrontier(url, k, worker, params, timeout, retries, wait_replicas,
+        self.fronts = [AsyncFrontier(url, k, worker, self.params, timeout, retries, wait_replicas,
                                      dupe_cache=0) for k in self.part_keys]
         self.client: redis.asyncio.Redis = redis_client.async_client(url, timeout)
         self._lean = lua.load(self.client, "push_lean.lua")
