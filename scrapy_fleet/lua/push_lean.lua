@@ -28,11 +28,12 @@
 -- Bound of work per call: one pass over the pushes; the filter's lookups and writes
 --   (lua/bloom.lua, lua/bloom_write.lua); one HMGET of hostq when hm > 0; the queue writer's
 --   flush (one command per bucket touched); one HINCRBY per host and per counter that moved.
---   Fixed part: GET op, GET marker, TIME, GET queue_count, the filter's meta read, INCRBY
---   seq, SET op (and ZCARD leases, ZCARD delayed with qm > 0).
+--   Fixed part: MGET (op, marker, queue_count), SET op; with pushes TIME, the filter's meta
+--   read, INCRBY seq; with qm > 0 ZCARD leases and delayed.
 
-local cached = redis.call('GET', K.op)
-if cached then return cached end
+-- (what the call reads first, in one command: its cached reply, the marker, the queued count)
+local head = redis.call('MGET', K.op, K.marker, K.queue_count)
+if head[1] then return head[1] end
 local ok, req = pcall(cmsgpack.unpack, ARGV[1])
 if not ok or type(req) ~= 'table' or type(req.p) ~= 'table' then
   return redis.error_reply('ERR fleet: bad push argument')
@@ -45,9 +46,10 @@ for _, p in ipairs(req.p) do
     return redis.error_reply('ERR fleet: bad push entry')
   end
 end
-local marker_error, marker = failed_check_marker(K.marker, req.mk, nil)
+local marker_error, marker = failed_check_marker(K.marker, req.mk, head[2])
 if marker_error then return redis.error_reply(marker_error) end
-local now = server_now_ms()
+local now = 0
+if #req.p > 0 then now = server_now_ms() end  -- (no TIME for a call without a push)
 -- (the first write is below: everything above only read)
 if not marker and type(req.mc) == 'string' and req.mc ~= '' then
   redis.call('SET', K.marker, req.mc)
@@ -55,7 +57,7 @@ if not marker and type(req.mc) == 'string' and req.mc ~= '' then
   marker = req.mc
 end
 local queue_max, host_max = tonumber(req.qm) or 0, tonumber(req.hm) or 0
-local qw = Queue.writer(K, now, function() end, nil)  -- (every payload is given)
+local qw = Queue.writer(K, now, function() end, tonumber(head[3]) or 0)  -- (payloads given)
 local size = 0
 if queue_max > 0 then size = Queue.size(K, qw.queued) end
 local out = {pf = {}, rf = {}, pd = {}, new = 0, dup = 0, refused = 0, full = false,
