@@ -222,6 +222,7 @@ class Command(ScrapyCommand):
                                            host_key_mode=config.host_key,
                                            alerts_config=AlertConfig.from_config(config),
                                            forget_after=config.worker_forget_after,
+                                           partitions=config.partitions,
                                            has_method=lambda name: getattr(
                                                spidercls, name, None))
         finally:
