@@ -22,13 +22,13 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-import _harness as h  # noqa: E402
+import _harness as h
 
-from scrapy_fleet import lua  # noqa: E402
-from scrapy_fleet.frontier.admin import FrontierAdmin  # noqa: E402
-from scrapy_fleet.frontier.partitions import lean_args  # noqa: E402
-from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams  # noqa: E402
-from scrapy_fleet.keys import PUSH_LEAN_CALL, CrawlKeys  # noqa: E402
+from scrapy_fleet import lua
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.partitions import lean_args
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
+from scrapy_fleet.keys import PUSH_LEAN_CALL, CrawlKeys
 
 PARAMS = FrontierParams(queue_max=1_000_000, host_concurrency=8)
 CALLS = {0: 2000, 1: 2000, 10: 600, 100: 100}

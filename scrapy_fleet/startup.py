@@ -44,8 +44,7 @@ from scrapy_fleet.errors import (
     RedisUnavailableError,
     WorkerIdInUseError,
 )
-from scrapy_fleet.frontier import layout
-from scrapy_fleet.frontier import partitions
+from scrapy_fleet.frontier import layout, partitions
 from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys
 from scrapy_fleet.redact import redact
 

@@ -58,6 +58,9 @@ class PartitionedPush:
         self._script = lua.load(admin.client, "push_lean.lua")
         self._part_params = partition_params(admin.params, parts)
 
+    def _caller(self, keys: list[str], arg: bytes) -> Any:
+        return lambda: self._script(keys=keys, args=[arg])
+
     def size(self) -> int:
         return max(a.size() for a in self._admins) * self.parts
 
@@ -75,9 +78,8 @@ class PartitionedPush:
                      pushes[i][4] if len(pushes[i]) > 4 else "") for i in idx]
             keys = self._admins[q].keys.call_keys(PUSH_LEAN_CALL, uuid.uuid4().hex)
             arg = lean_args(rows, self._part_params, "")
-            reply = redis_client.call_retrying(
-                lambda keys=keys, arg=arg: self._script(keys=keys, args=[arg]),
-                self.url, self.admin.retries)
+            reply = redis_client.call_retrying(self._caller(keys, arg), self.url,
+                                               self.admin.retries)
             res = LeanResult.from_reply(reply)
             for j, i in enumerate(idx):
                 flags[i] = res.flags[j]
@@ -187,7 +189,7 @@ def run_shards(admin: FrontierAdmin, opts: Any, parts: int) -> int:
         return push.EXIT_OK
     by_node: dict[str, list[int]] = {}
     for r in rows:
-        by_node.setdefault(r["node"], []).append(r["partition"])
+        by_node.setdefault(str(r["node"]), []).append(int(str(r["partition"])))
         print(f"  partition {r['partition']:>3}  slot {r['slot']:>5}  {r['node']:<21} "
               f"{r['tag']}")
     for node, ps in sorted(by_node.items()):

@@ -94,10 +94,11 @@ def _verdict(keys: CrawlKeys, parts: int, stored: Any, p1_exists: int) -> FleetC
         have = as_int(stored, None)
         if have == parts:
             return None
+        shown = stored.decode(errors="replace") if isinstance(stored, bytes) else stored
         return FleetConfigError(
             f"FLEET_PARTITIONS={parts} does not match crawl {keys.crawl_id!r}, created with "
-            f"FLEET_PARTITIONS={stored.decode(errors='replace') if isinstance(stored, bytes) else stored}"
-            f": set it to that value, or purge the crawl to start it again")
+            f"FLEET_PARTITIONS={shown}: set it to that value, or purge the crawl to start it "
+            "again")
     if parts > 1 and p1_exists:
         return FleetConfigError(
             f"FLEET_PARTITIONS={parts} does not match crawl {keys.crawl_id!r}, created with "

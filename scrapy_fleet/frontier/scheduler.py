@@ -46,10 +46,10 @@ from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.frontier import memory
 from scrapy_fleet.frontier.client import AsyncFrontier
-from scrapy_fleet.frontier.partitions import PartitionedFrontier
-from scrapy_fleet.frontier.partitions import check_async as check_partitions
 from scrapy_fleet.frontier.dupefilter import RedisBloomDupeFilter
 from scrapy_fleet.frontier.leases import Lease, Out
+from scrapy_fleet.frontier.partitions import PartitionedFrontier
+from scrapy_fleet.frontier.partitions import check_async as check_partitions
 from scrapy_fleet.frontier.protocol import clamp_priority
 from scrapy_fleet.frontier.pump import FrontierPump
 from scrapy_fleet.frontier.spidermw import FleetSpiderMiddleware
@@ -120,25 +120,27 @@ class FleetScheduler(FrontierPump, BaseScheduler):
             self.df.open()
         crawl_id = self.config.resolve_crawl_id(spider.name)
         keys = CrawlKeys(self.config.key_prefix, crawl_id)
-        if self.config.partitions > 1:  # issue 21: frontier/partitions.py
-            self.frontier = PartitionedFrontier(  # type: ignore[assignment]
+        frontier: AsyncFrontier
+        if self.config.partitions > 1:  # issue 21: the same surface, over the partitions
+            frontier = PartitionedFrontier(  # type: ignore[assignment]
                 self.config.redis_url, keys, self.config.worker_id,
                 self.config.frontier_params(), self.config.partitions,
                 self.config.redis_timeout, self.config.redis_retries,
                 self.config.redis_wait_replicas, self.config.idle_timeout)
         else:
-            self.frontier = AsyncFrontier(self.config.redis_url, keys, self.config.worker_id,
-                                          self.config.frontier_params(),
-                                          self.config.redis_timeout, self.config.redis_retries,
-                                          self.config.redis_wait_replicas,
-                                          dupe_cache=self.config.dupefilter_cache)
-        await self.frontier.connect()
-        await check_partitions(self.frontier.client, keys, self.config.partitions)
+            frontier = AsyncFrontier(self.config.redis_url, keys, self.config.worker_id,
+                                     self.config.frontier_params(),
+                                     self.config.redis_timeout, self.config.redis_retries,
+                                     self.config.redis_wait_replicas,
+                                     dupe_cache=self.config.dupefilter_cache)
+        self.frontier = frontier
+        await frontier.connect()
+        await check_partitions(frontier.client, keys, self.config.partitions)
         await self._until_room(lambda: self._write_config(keys))
         from scrapy import signals
 
         self.crawler.signals.connect(self._response_received, signal=signals.response_received)
-        for warning in await memory.check_redis_memory(self.frontier.client, self.config,
+        for warning in await memory.check_redis_memory(frontier.client, self.config,
                                                         keys.stats):
             logger.warning(warning, extra={"spider": spider})
             self._inc("fleet/backpressure/memory_warnings")

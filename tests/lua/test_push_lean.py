@@ -25,7 +25,8 @@ def client(redis_url):
     c.close()
 
 
-def push(client, pushes, params=FrontierParams(), op="op1", marker=""):
+def push(client, pushes, params=None, op="op1", marker=""):
+    params = params or FrontierParams()
     script = lua.load(client, "push_lean.lua")
     reply = script(keys=KEYS.call_keys(PUSH_LEAN_CALL, op),
                    args=[lean_args(pushes, params, marker)])
