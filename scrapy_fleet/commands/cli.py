@@ -339,6 +339,12 @@ def _partitioned_action(ctx: ActionContext, action: str) -> int:
         return partitioned.run_shards(ctx.crawl, ctx.opts, ctx.parts)
     if action == "purge":
         return partitioned.run_purge(ctx.crawl, ctx.opts, ctx.label, ctx.parts, ctx.confirm)
+    if action == "dead":
+        return partitioned.run_dead(ctx.crawl, ctx.opts, ctx.parts)
+    if action == "failed":
+        return partitioned.run_failed(ctx.crawl, ctx.opts, ctx.parts)
+    if action == "retry":
+        return partitioned.run_retry(ctx.crawl, ctx.opts, ctx.parts, ctx.host_key_mode)
     return partitioned.refuse(action, ctx.crawl.keys.crawl_id, ctx.parts)
 
 

@@ -1,7 +1,8 @@
 """The commands on a partitioned crawl (FLEET_PARTITIONS > 1, docs/partitions.md): ``push``
 (batched per partition, lean calls), ``status`` and ``status --json`` (totals, a table per
 partition, a skew line), ``shards`` (which master holds which partition), ``purge`` (every
-partition, on every node).  The other actions refuse such a crawl in one line for now.
+partition, on every node), ``dead``, ``failed`` and ``retry`` over every partition (ids
+``<p>:<id>``).  ``top`` and ``monitor`` refuse such a crawl in one line for now.
 
 A command learns P from the crawl (its ``partitions`` key); a command run inside a project
 whose FLEET_PARTITIONS differs from it is refused (frontier/partitions.py ``check_sync``).
@@ -14,15 +15,18 @@ import sys
 import uuid
 from typing import Any
 
-from scrapy_fleet import lua, redis_client
+from scrapy_fleet import codec, lua, redis_client
 from scrapy_fleet.commands import push
+from scrapy_fleet.errors import RequestDecodeError
+from scrapy_fleet.failures import admin as failures
 from scrapy_fleet.frontier.admin import FrontierAdmin
-from scrapy_fleet.frontier.partitions import LeanResult, lean_args, partition_params
+from scrapy_fleet.frontier.partitions import LeanResult, entry_ref, lean_args, partition_params
 from scrapy_fleet.frontier.protocol import CallResult
 from scrapy_fleet.keys import PUSH_LEAN_CALL, partition_of
+from scrapy_fleet.politeness import hosts as politeness
 
 #: actions that run on a partitioned crawl (the others refuse it, in one line)
-PARTITIONED_ACTIONS = ("push", "status", "shards", "purge")
+PARTITIONED_ACTIONS = ("push", "status", "shards", "purge", "dead", "failed", "retry")
 
 
 def partition_admins(admin: FrontierAdmin, parts: int) -> list[FrontierAdmin]:
@@ -212,6 +216,76 @@ def run_purge(admin: FrontierAdmin, opts: Any, label: str, parts: int,
     deleted = sum(one.purge() for one in admins)
     deleted += admin.purge()  # the control keys, the partitions key last
     print(f"purged {deleted} keys of crawl {admin.keys.crawl_id!r} ({parts} partitions)")
+    return push.EXIT_OK
+
+
+def run_dead(admin: FrontierAdmin, opts: Any, parts: int) -> int:
+    """``dead`` over every partition; ids read ``<p>:<entry id>``."""
+    rows = []
+    for one in partition_admins(admin, parts):
+        for letter in one.dead_letters(limit=opts.limit):
+            try:
+                url = codec.decode_dict(letter["data"])["url"]
+            except RequestDecodeError:
+                url = None
+            rows.append({"entry_id": entry_ref(one.keys.part, letter["entry_id"]),
+                         "reason": letter["reason"], "url": url, "at_ms": letter["at"]})
+    rows = rows[:opts.limit] if opts.limit > 0 else rows
+    if opts.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for row in rows:
+            print(f"{row['entry_id']}  {row['url'] or '<undecodable>'}  {row['reason']}")
+        print(f"{len(rows)} dead letter(s) shown ({parts} partitions)")
+    return push.EXIT_OK
+
+
+def run_failed(admin: FrontierAdmin, opts: Any, parts: int) -> int:
+    """``failed`` over every partition, oldest first by time; ids ``<p>:<record id>``."""
+    rows = [dict(rec.to_json(), id=entry_ref(one.keys.part, rid))
+            for one in partition_admins(admin, parts)
+            for rid, rec in failures.failed_records(one.client, one.keys, opts.reason)]
+    rows.sort(key=lambda row: (row.get("at") or 0, row["id"]))
+    shown = rows[-opts.limit:] if opts.limit > 0 else rows
+    if opts.json:
+        print(json.dumps(shown, indent=2))
+        return push.EXIT_OK
+    for row in shown:
+        print(f"{row['id']}  {row['method']} {row['url']}  {row['reason']}  status "
+              f"{row['status'] or '-'}  attempts {row['attempts']}  worker {row['worker']}")
+    what = f" with reason {opts.reason!r}" if opts.reason else ""
+    print(f"{len(shown)} of {len(rows)} failed request(s){what} shown ({parts} partitions)")
+    return push.EXIT_OK
+
+
+def run_retry(admin: FrontierAdmin, opts: Any, parts: int, host_key_mode: str) -> int:
+    """``retry`` in every partition: a record goes back into its own partition (its host's);
+    the counts are summed."""
+    if not opts.all and opts.reason is None:
+        print("error: retry needs --reason R or --all", file=sys.stderr)
+        return push.EXIT_ERROR
+    if opts.all and opts.reason is not None:
+        print("error: retry takes --reason R or --all, not both", file=sys.stderr)
+        return push.EXIT_ERROR
+    total = failures.RetryReport()
+    for one in partition_admins(admin, parts):
+        report = failures.retry(one.client, one.keys, one.url, dead=opts.dead,
+                                reason=opts.reason, queue_max=one.params.queue_max,
+                                host_key=lambda url: politeness.host_key(url, host_key_mode),
+                                retries=one.retries)
+        for name, value in vars(report).items():
+            setattr(total, name, getattr(total, name) + value)
+    what = "dead letter(s)" if opts.dead else "failed request(s)"
+    print(f"retried {total.retried} {what} (crawl {admin.keys.crawl_id!r}, {parts} partitions)"
+          + (f"; {total.gone} already retried by another run" if total.gone else "")
+          + (f"; {total.unreadable} unreadable, left" if total.unreadable else "")
+          + (f"; {total.unstorable} left: requests without a parent that could not be "
+             "stored" if total.unstorable else ""))
+    if total.full:
+        print(f"error: {total.full} left: a partition is full (FLEET_QUEUE_MAX="
+              f"{admin.params.queue_max}, split over {parts}); run retry again when it has "
+              "room", file=sys.stderr)
+        return push.EXIT_FULL
     return push.EXIT_OK
 
 

@@ -80,3 +80,47 @@ def test_push_status_crawl_shards_purge(redis_url, site_factory, worker_env, tmp
     res = fleet("purge", "--yes", redis_url=redis_url, env=worker_env)
     assert res.returncode == 0, res.stderr
     assert client.keys("fleet:{fetch*") == []
+
+
+def test_failed_retry_and_dead_over_partitions(redis_url, site_factory, worker_env, tmp_path):
+    """Pages that fail for good are recorded in their host's partition; `failed` lists them
+    all (ids <p>:<id>), `retry --all` puts each back into its own partition, and a second
+    crawl fetches them."""
+    from testsite import generate_site
+
+    generate_site(tmp_path / "www", 5, 1, seed=2)
+    binds = BINDS[:4]
+    site = site_factory(tmp_path / "www", binds=binds, behaviour={
+        "failures": [{"prefix": "/site/p/1.html", "status": 500, "host": None}]})
+    urls = [f"{base}site/p/{i}.html" for base in site.urls for i in range(5)]
+    listing = tmp_path / "urls.txt"
+    listing.write_text("\n".join(urls) + "\n")
+    assert fleet("push", "-f", str(listing), redis_url=redis_url,
+                 env=worker_env).returncode == 0
+    settings = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 1, "FLEET_PARTITIONS": 4,
+                "RETRY_TIMES": 0}
+
+    def crawl(tag):
+        out, log = tmp_path / f"out-{tag}.jsonl", tmp_path / f"w-{tag}.log"
+        proc = start_worker(TEST_PROJECT, "fetch", {**settings, "FLEET_JSONL_PATH": out},
+                            worker_env, log)
+        assert wait_all([proc], 180) == [0], tail(log)
+        return [item["url"] for item in read_items([out])]
+
+    failing = sorted(f"{base}site/p/1.html" for base in site.urls)
+    assert sorted(crawl("a")) == sorted(set(urls) - set(failing))
+    res = fleet("failed", "--json", redis_url=redis_url, env=worker_env)
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)
+    assert sorted(row["url"] for row in rows) == failing
+    assert {row["id"].split(":")[0] for row in rows} == {
+        str(partition_of(addr, 4)) for addr in binds}
+    assert fleet("dead", redis_url=redis_url, env=worker_env).stdout.endswith(
+        "0 dead letter(s) shown (4 partitions)\n")
+    site.configure({})
+    res = fleet("retry", "--all", redis_url=redis_url, env=worker_env)
+    assert res.returncode == 0, res.stderr
+    assert "retried 4 failed request(s)" in res.stdout
+    assert sorted(crawl("b")) == failing
+    assert json.loads(fleet("failed", "--json", redis_url=redis_url,
+                            env=worker_env).stdout) == []
