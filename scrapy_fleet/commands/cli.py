@@ -98,6 +98,8 @@ class AclTarget:
     proxies: bool = False
     pool: str | None = None
     cluster: bool = False
+    #: FLEET_PARTITIONS (issue 21): > 1 adds the pattern of the partitions' keys
+    partitions: int = 1
 
 
 @dataclass(frozen=True)
@@ -138,7 +140,8 @@ def _acl_action(ctx: ActionContext) -> int:
     role = getattr(ctx.opts, "role", None)
     for name in [role] if role else list(ACL_ROLE_USES):
         rule = acl.acl_rule(name, key_prefix=target.prefix, crawl_id=target.crawl_id,
-                            cluster=target.cluster, proxies=target.proxies, pool=target.pool)
+                            cluster=target.cluster, proxies=target.proxies, pool=target.pool,
+                            partitions=target.partitions > 1)
         print(f"# {name}: {ACL_ROLE_USES[name]}")
         print(f"ACL SETUSER fleet-{name} on >PASSWORD {rule}")
     return push.EXIT_OK
