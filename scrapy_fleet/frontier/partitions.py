@@ -42,6 +42,7 @@ call to the home partition: fleet-wide figures are sums over partitions.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 import zlib
 from collections import defaultdict
@@ -65,6 +66,8 @@ from scrapy_fleet.frontier.protocol import (
     state_lost,
 )
 from scrapy_fleet.keys import PROBE_CALL, PUSH_LEAN_CALL, CrawlKeys, partition_of
+
+logger = logging.getLogger(__name__)
 
 #: separator of a partition's index and an entry id in the ids a PartitionedFrontier hands out
 ID_SEP = ":"
@@ -242,6 +245,8 @@ class PartitionedFrontier:
         self.roundtrips = 0
         self.foreign_calls = 0  #: lean pushes sent
         self.deferred_parents = 0  #: pages deferred because a foreign push was refused
+        self.partition_errors = 0  #: partition calls that failed (their part was held)
+        self._held: CallBatch | None = None
 
     @property
     def unreplicated(self) -> int:
@@ -263,15 +268,21 @@ class PartitionedFrontier:
 
     # -- routing
 
-    def _route(self, batch: CallBatch) -> _Route:
+    def _route(self, batch: CallBatch, skip: set[int] | None = None) -> _Route:
+        """Split the pump's *batch* by partition; the acknowledgements of the groups in
+        *skip* (1-based) are left out with their links (pushes marked ``(-1, -1, False)``)."""
         parts = self.parts
+        skip = skip or set()
         r = _Route()
         for name in ("releases", "dead", "extends", "downloaded"):
             for item in getattr(batch, name):
                 p, entry_id = split_ref(item[0])
                 getattr(r.per[p], name).append((entry_id, *item[1:]))
-        for ack in batch.acks:
+        for g, ack in enumerate(batch.acks, 1):
             p, entry_id = split_ref(ack[0])
+            if g in skip:
+                r.acks.append((p, -1))
+                continue
             r.per[p].acks.append((entry_id, *ack[1:]))
             r.acks.append((p, len(r.per[p].acks) - 1))
         for push in batch.pushes:
@@ -281,6 +292,9 @@ class PartitionedFrontier:
             if group == 0:
                 r.pushes.append((q, len(r.per[q].pushes), False))
                 r.per[q].pushes.append(push)
+                continue
+            if group in skip:
+                r.pushes.append((-1, -1, False))
                 continue
             p, k = r.acks[group - 1]
             if p == q:
@@ -325,49 +339,130 @@ class PartitionedFrontier:
         entry ids are ``"<p>:<id>"``; its counts are sums, its ``idle_ms`` the fleet's
         (every partition probed) once the partitions reached look idle long enough.
 
+        A partition that cannot be reached does not stop the others: what was bound for it
+        (and the pages whose links for it could not be pushed) is held here and sent again
+        with the next call (:attr:`held`); its pushes are reported as not new.
+
         Raises:
-            RedisUnavailableError: a partition stayed unreachable; what the other partitions
-                did stands (acknowledgements sent again come back as lost leases).
+            RedisUnavailableError: no partition of the call could be reached (nothing is
+                held then: the pump sends the batch again).
             CrawlStateLostError: naming the partition.
         """
-        r = self._route(batch)
+        held, self._held = self._held, None
+        full = _concat(held, batch) if held is not None else batch
+        off = len(full.pushes) - len(batch.pushes)  # the pump's pushes start here
+        first = self._route(full)
         lean: dict[int, LeanResult] = {}
-        if r.foreign:
-            qs = sorted(r.foreign)
-            done = await asyncio.gather(*(self._push_foreign(q, r.foreign[q]) for q in qs))
-            lean = dict(zip(qs, done, strict=True))
-            # push before ack: a page one of whose foreign links was refused is deferred
-            refused_groups = {r.foreign_group[q][i] for q, res in lean.items()
-                              for i in res.refused}
-            for group in refused_groups:
-                p, k = r.acks[group - 1]
-                ack = r.per[p].acks[k]
-                failure = ack[2] if len(ack) > 2 else b""
-                r.per[p].acks[k] = (ack[0], ack[1], failure or b"", [], 1)
-                self.deferred_parents += 1
+        blocked: set[int] = set()  # groups whose links for some partition are not in yet
+        if first.foreign:
+            qs = sorted(first.foreign)
+            done = await asyncio.gather(*(self._push_foreign(q, first.foreign[q])
+                                          for q in qs), return_exceptions=True)
+            for q, res in zip(qs, done, strict=True):
+                if isinstance(res, CrawlStateLostError):
+                    raise res
+                if isinstance(res, BaseException):
+                    if not isinstance(res, Exception):
+                        raise res
+                    blocked.update(first.foreign_group[q])
+                    self._note_failure(q, res)
+                else:
+                    lean[q] = res
+        r = self._route(full, blocked) if blocked else first
+        # push before ack: a page one of whose foreign links was refused is deferred
+        refused_groups = {first.foreign_group[q][i] for q, res in lean.items()
+                          for i in res.refused} - blocked
+        for group in refused_groups:
+            p, k = r.acks[group - 1]
+            ack = r.per[p].acks[k]
+            failure = ack[2] if len(ack) > 2 else b""
+            r.per[p].acks[k] = (ack[0], ack[1], failure or b"", [], 1)
+            self.deferred_parents += 1
         calls = [(p, b) for p, b in sorted(r.per.items()) if not b.is_empty()]
         if self.home not in dict(calls) and monitor:
             calls.append((self.home, CallBatch(beat=True)))
         results = await asyncio.gather(*(
             self.fronts[p].call(b, monitor if p == self.home else b"", resend)
-            for p, b in calls))
+            for p, b in calls), return_exceptions=True)
         self.roundtrips += len(calls)
-        by_part = dict(zip((p for p, _ in calls), results, strict=True))
-        merged = self._merge(batch, r, by_part, lean)
+        by_part: dict[int, CallResult] = {}
+        failed: set[int] = set()
+        errors: list[Exception] = []
+        for (p, _), got in zip(calls, results, strict=True):
+            if isinstance(got, CrawlStateLostError):
+                raise got
+            if isinstance(got, BaseException):
+                if not isinstance(got, Exception):
+                    raise got
+                failed.add(p)
+                errors.append(got)
+                self._note_failure(p, got)
+            else:
+                by_part[p] = got
+        if errors and not by_part and not lean:
+            self._held = held  # nothing went through: the pump sends its batch again
+            raise errors[0]
+        keep = self._subset(full, blocked, failed)
+        merged = self._merge(full, r, by_part, lean, off, failed)
+        refused_held = [full.pushes[i] for i in merged.refused if i < off]
+        merged.refused = [i - off for i in merged.refused if i >= off]
+        merged.seen = [i - off for i in merged.seen if i >= off]
+        merged.push_flags = merged.push_flags[off:]
+        if refused_held:
+            keep.pushes += refused_held
+        self._held = None if keep.is_empty() else keep
         home_result = by_part.get(self.home)
-        if batch.take and home_result is not None and not home_result.leased:
+        if batch.take and (home_result is None or not home_result.leased):
             self.home = (self.home + 1) % self.parts  # nothing to hand out here: move on
         if merged.idle_ms >= 0 and self.idle_timeout is not None \
-                and merged.idle_ms >= self.idle_timeout * 1000:
+                and merged.idle_ms >= self.idle_timeout * 1000 and self._held is None:
             merged.idle_ms = await self.fleet_idle_ms()
+        elif self._held is not None:
+            merged.idle_ms = -1
         return merged
 
+    @property
+    def held(self) -> int:
+        """Acknowledgements and pushes held for a partition that could not be reached."""
+        return 0 if self._held is None else len(self._held.acks) + len(self._held.pushes)
+
+    def _note_failure(self, p: int, exc: Exception) -> None:
+        self.partition_errors += 1
+        logger.debug("Fleet partition %d unreachable, its part of the call is held: %s",
+                     p, exc)
+
+    def _subset(self, full: CallBatch, groups: set[int], parts: set[int]) -> CallBatch:
+        """The part of *full* (pump format) to send again: the acknowledgements of *groups*
+        and those of *parts* with all their links, and everything else bound for *parts*."""
+        out = CallBatch()
+        if not groups and not parts:
+            return out
+        renumber: dict[int, int] = {}
+        for g, ack in enumerate(full.acks, 1):
+            if g in groups or split_ref(ack[0])[0] in parts:
+                out.acks.append(ack)
+                renumber[g] = len(out.acks)
+        for push in full.pushes:
+            g = int(push[3]) if len(push) > 3 else 0
+            if g and g in renumber:
+                out.pushes.append((push[0], push[1], push[2], renumber[g], *push[4:]))
+            elif not g and partition_of(push[4] if len(push) > 4 else "", self.parts) in parts:
+                out.pushes.append(push)
+        for name in ("releases", "dead", "extends", "downloaded"):
+            getattr(out, name).extend(x for x in getattr(full, name)
+                                      if split_ref(x[0])[0] in parts)
+        if self.home in parts:
+            out.unstorable = list(full.unstorable)
+        return out
+
     def _merge(self, batch: CallBatch, r: _Route, by_part: dict[int, CallResult],
-               lean: dict[int, LeanResult]) -> CallResult:
+               lean: dict[int, LeanResult], off: int, failed: set[int]) -> CallResult:
         results = list(by_part.values())
         flags, refused, seen = [], [], []
         for i, (q, j, foreign) in enumerate(r.pushes):
-            if foreign:
+            if q < 0 or (not foreign and q in failed) or (foreign and q not in lean):
+                flags.append(0)  # held: sent again with the next call
+            elif foreign:
                 res_l = lean[q]
                 flags.append(res_l.flags[j] if j < len(res_l.flags) else 0)
                 if j in set(res_l.seen):
@@ -425,6 +520,18 @@ class PartitionedFrontier:
         """How long every partition has been idle, the least of them (-1: one is busy)."""
         idles = [int(row[0]) for row in await self.probe()]
         return -1 if min(idles) < 0 else min(idles)
+
+
+def _concat(a: CallBatch, b: CallBatch) -> CallBatch:
+    """*a* then *b* as one batch of the pump's format (b's groups renumbered after a's)."""
+    n = len(a.acks)
+    pushes = list(a.pushes) + [
+        (p[0], p[1], p[2], int(p[3]) + n if int(p[3]) else 0, *p[4:]) if len(p) > 3 else p
+        for p in b.pushes]
+    return CallBatch(acks=a.acks + b.acks, releases=a.releases + b.releases,
+                     dead=a.dead + b.dead, extends=a.extends + b.extends, pushes=pushes,
+                     take=b.take, downloaded=a.downloaded + b.downloaded, beat=b.beat,
+                     unstorable=a.unstorable + b.unstorable)
 
 
 def s_pair(results: list[CallResult], i: int) -> int:

@@ -154,3 +154,64 @@ def test_no_partitions_key_for_one_partition(redis_url, parts):
     c = redis.Redis.from_url(redis_url)
     check_sync(c, KEYS, parts)
     assert c.keys("*") == []
+
+
+def test_an_unreachable_partition_holds_its_part_and_the_others_go_on(redis_server,
+                                                                      redis_url):
+    """Partition 1 refuses this client (an ACL without its keys, standing for a master being
+    failed over): partition 0 keeps leasing and acknowledging; a page whose link is for
+    partition 1 is held, not acknowledged, and so is a push for it; once partition 1 answers,
+    what was held goes through and nothing is lost."""
+    from scrapy_fleet import acl
+
+    parts = 2
+    a0, a1 = host_in(0, parts, 2)
+    b = host_in(1, parts)[0]
+    tag0 = KEYS.partition(0, parts).base
+    admin = redis_server.client()
+    rule = acl.acl_rule("worker", crawl_id="pf")
+    admin.execute_command("ACL", "SETUSER", "half", "reset", "on", ">pw", *rule.split(),
+                          f"~{tag0}:*")
+    url = f"redis://half:pw@127.0.0.1:{redis_server.port}/0"
+    c = redis.Redis.from_url(redis_url)
+    p1 = KEYS.partition(1, parts)
+
+    async def main():
+        fr = PartitionedFrontier(url, KEYS, "w", FrontierParams(), parts)
+        try:
+            fr.home = 0
+            r = await fr.call(CallBatch(pushes=[row(a0, b"page"), row(b, b"orphan")], take=1))
+            assert r.push_flags == [1, 0] and r.refused == [] and fr.held == 1
+            (page,) = r.leased
+            # (a call none of whose parts gets through raises, for the pump to retry it)
+            batch = CallBatch(acks=[(page.entry_id, page.token)],
+                              pushes=[row(a1, b"local", 1), row(b, b"far", 1)])
+            with pytest.raises(redis.ResponseError):
+                await fr.call(batch)
+            assert fr.held == 1
+            batch.take = 1  # with a part for partition 0, the call goes through
+            r = await fr.call(batch)
+            assert r.acked == 0 and fr.held == 4  # the orphan, the page and its two links
+            # partition 0 goes on meanwhile
+            fr.home = 0
+            r = await fr.call(CallBatch(pushes=[row(a1, b"more")], take=1))
+            assert r.push_flags == [1] and r.leased
+            more = r.leased[0]
+            r = await fr.call(CallBatch(acks=[(more.entry_id, more.token)]))
+            assert r.acked == 1 and fr.held == 4
+            # partition 1 answers again: what was held goes through
+            admin.execute_command("ACL", "SETUSER", "half", f"~{p1.base}:*")
+            r = await fr.call(CallBatch(beat=True))
+            assert r.acked == 1 and fr.held == 0
+        finally:
+            await fr.close()
+    try:
+        run(main())
+    finally:
+        admin.execute_command("ACL", "DELUSER", "half")
+    queued1 = sorted(c.hvals(p1.data)) + [e.split(b"\t", 1)[1] for k in c.keys(
+        p1.bucket_prefix.replace("{", "\\{").replace("}", "\\}") + "*")
+        for e in c.lrange(k, 0, -1)]
+    assert sorted(queued1) == [b"far", b"orphan"]
+    p0 = KEYS.partition(0, parts)
+    assert c.hget(p0.stats, "acked") == b"2"
