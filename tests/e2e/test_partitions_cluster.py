@@ -11,7 +11,7 @@ import pytest
 from redisdeploy import RedisClusterSet
 from support import TEST_PROJECT, read_items, run_scrapy, start_worker, tail, wait_all
 
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys import CrawlKeys, partition_of
 from testsite import generate_site
 
 pytestmark = pytest.mark.slow
@@ -74,3 +74,51 @@ def test_issue_run_four_workers_twelve_partitions(cluster, site_factory, worker_
                                                   tmp_path):
     run_crawl(cluster, site_factory, worker_env, tmp_path, hosts=24, pages=100, workers=4,
               parts=12, crawl="issue")
+
+
+def test_failover_of_one_master_during_a_partitioned_crawl(tmp_path_factory, site_factory,
+                                                           worker_env, tmp_path):
+    """SIGKILL of the master holding partition 0 (3 masters + 3 replicas, P = 6) while 3
+    workers crawl: the other partitions keep being served during the promotion, every page
+    is itemised, and the workers exit by themselves."""
+    import time
+
+    from support import wait_until
+
+    hosts, pages, parts = 6, 30, 6
+    with RedisClusterSet(tmp_path_factory.mktemp("failover")) as cluster:
+        binds = [f"127.0.0.{20 + i}" for i in range(hosts)]
+        generate_site(tmp_path / "www", pages, 1, seed=6)
+        site = site_factory(tmp_path / "www", binds=binds, behaviour={
+            "delays": [{"prefix": "/site/p/", "seconds": 0.3, "host": None}]})
+        urls = [f"{base}site/p/{i}.html" for base in site.urls for i in range(pages)]
+        listing = tmp_path / "urls.txt"
+        listing.write_text("\n".join(urls) + "\n")
+        common = ["-s", f"FLEET_REDIS_URL={cluster.url}", "-s", f"FLEET_PARTITIONS={parts}"]
+        res = run_scrapy(TEST_PROJECT, ["fleet", "push", "fetch", "-f", str(listing),
+                                        *common], worker_env)
+        assert res.returncode == 0, res.stderr
+        keys = CrawlKeys("fleet", "fetch")
+        victim_key = keys.partition(0, parts).stats
+        victim = cluster.master_port_of(victim_key)
+        outs = [tmp_path / f"out-{i}.jsonl" for i in range(3)]
+        logs = [tmp_path / f"w-{i}.log" for i in range(3)]
+        settings = {"FLEET_REDIS_URL": cluster.url, "FLEET_IDLE_TIMEOUT": 3,
+                    "FLEET_PARTITIONS": parts, "CONCURRENT_REQUESTS": 4,
+                    "FLEET_HOST_CONCURRENCY": 2, "FLEET_LEASE_TIMEOUT": 10}
+        procs = [start_worker(TEST_PROJECT, "fetch", {**settings, "FLEET_JSONL_PATH": outs[i]},
+                              worker_env, logs[i]) for i in range(3)]
+        wait_until(lambda: len(read_items(outs, growing=True)) >= 30, 120, "30 pages")
+        cluster.procs[victim].kill()  # SIGKILL
+        killed_at = time.time()
+        new_master = cluster.wait_failover(victim, victim_key, 60)
+        promoted_at = time.time()
+        assert new_master != victim
+        assert wait_all(procs, 600) == [0, 0, 0], tail(logs[0])
+        got = {item["url"] for item in read_items(outs)}
+        assert got == set(urls)
+        # pages of the other partitions were served while partition 0 had no master
+        others = {addr for addr in binds if partition_of(addr, parts) != 0}
+        during = [r for r in site.requests()
+                  if killed_at <= r["t"] <= promoted_at and r["addr"] in others]
+        assert during, "no page served during the promotion"
