@@ -29,16 +29,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-import _harness as h  # noqa: E402
-import bench_capacity as bc  # noqa: E402
+import _harness as h
+import bench_capacity as bc
 
-from scrapy_fleet.commands.partitioned import PartitionedPush  # noqa: E402
-from scrapy_fleet.frontier.admin import FrontierAdmin  # noqa: E402
-from scrapy_fleet.frontier.client import AsyncFrontier  # noqa: E402
-from scrapy_fleet.frontier.partitions import PartitionedFrontier, check_sync  # noqa: E402
-from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams  # noqa: E402
-from scrapy_fleet.keys import CrawlKeys  # noqa: E402
-from testsite.processes import free_port  # noqa: E402
+from scrapy_fleet.commands.partitioned import PartitionedPush
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.client import AsyncFrontier
+from scrapy_fleet.frontier.partitions import PartitionedFrontier, check_sync
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
+from scrapy_fleet.keys import CrawlKeys
+from testsite.processes import free_port
 
 HELD = 16
 PUSH_CHUNK = 100
