@@ -71,7 +71,13 @@ class Cluster:
                 ["redis-server", "--port", str(port), "--cluster-enabled", "yes",
                  "--cluster-config-file", "nodes.conf", "--save", "", "--appendonly", "no",
                  "--dir", str(d)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        time.sleep(0.5)
+        for port in self.ports:  # until each answers
+            for _ in range(200):
+                try:
+                    if redis.Redis(port=port).ping():
+                        break
+                except redis.ConnectionError:
+                    time.sleep(0.1)
         n = len(self.ports)
         for i, port in enumerate(self.ports):
             node = redis.Redis(port=port)
