@@ -34,8 +34,10 @@ Idle close: when the partitions a call reached all report idle for FLEET_IDLE_TI
 partition is probed (lua/partition_probe.lua); the fleet is idle only when each of them is
 idle that long on its own clock (push before ack: no work can hide between partitions).
 
-The worker's cache of known duplicates (FLEET_DUPEFILTER_CACHE) is off on P > 1 (every link
-is sent to its partition's filter).  Monitoring (heartbeat, counter deltas) goes with the
+The worker's cache of known duplicates (FLEET_DUPEFILTER_CACHE) is split over the
+partitions' clients: each leaves out of its calls the links of its own pages it knows to be in
+its filter (the script checks the filter's generation, as on P = 1); foreign links are always
+sent.  Monitoring (heartbeat, counter deltas) goes with the
 call to the home partition: fleet-wide figures are sums over partitions.
 """
 
@@ -223,7 +225,7 @@ class PartitionedFrontier:
 
     def __init__(self, url: str, keys: CrawlKeys, worker: str, params: FrontierParams,
                  parts: int, timeout: float = 10.0, retries: int = 3, wait_replicas: int = 0,
-                 idle_timeout: float | None = None) -> None:
+                 idle_timeout: float | None = None, dupe_cache: int = 0) -> None:
         self.url = url
         self.keys = keys  #: the control keys (the crawl's own tag)
         self.parts = parts
@@ -234,12 +236,15 @@ class PartitionedFrontier:
         self.idle_timeout = idle_timeout
         self.wait_replicas = wait_replicas
         self.part_keys = keys.all_partitions(parts)
+        #: each partition's client keeps its own cache of known duplicates (FLEET_DUPEFILTER_
+        #: CACHE / P keys), for the links of its own pages (never for foreign links)
         self.fronts = [AsyncFrontier(url, k, worker, self.params, timeout, retries, wait_replicas,
-                                     dupe_cache=0) for k in self.part_keys]
+                                     dupe_cache=dupe_cache // parts) for k in self.part_keys]
         self.client: redis.asyncio.Redis = redis_client.async_client(url, timeout)
         self._lean = lua.load(self.client, "push_lean.lua")
         self._probe = lua.load(self.client, "partition_probe.lua")
-        #: no cache of known duplicates on P > 1 (module docstring)
+        #: the pump's view: empty (the pump encodes every link; each partition's client
+        #: leaves out the duplicates it knows: module docstring)
         self.dupes = DupeCache(0)
         self.home = zlib.crc32(worker.encode("utf-8", "surrogatepass")) % parts
         self.roundtrips = 0
@@ -382,7 +387,7 @@ class PartitionedFrontier:
         if self.home not in dict(calls) and monitor:
             calls.append((self.home, CallBatch(beat=True)))
         results = await asyncio.gather(*(
-            self.fronts[p].call(b, monitor if p == self.home else b"", resend)
+            self.fronts[p].call(b, monitor if p == self.home else b"", True)
             for p, b in calls), return_exceptions=True)
         self.roundtrips += len(calls)
         by_part: dict[int, CallResult] = {}
@@ -499,7 +504,7 @@ class PartitionedFrontier:
             response_queue=(s_pair(results, 0), s_pair(results, 1)),
             next_ready=min(ready) if ready else None,
             marker=by_part[self.home].marker if self.home in by_part else "",
-            seen=seen, bloom_gen=None, cached=0,
+            seen=seen, bloom_gen=None, cached=s("cached"),
             prev_lost=any(res.prev_lost for res in results))
 
     # -- the fleet's idleness

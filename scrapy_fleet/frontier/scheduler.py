@@ -126,7 +126,8 @@ class FleetScheduler(FrontierPump, BaseScheduler):
                 self.config.redis_url, keys, self.config.worker_id,
                 self.config.frontier_params(), self.config.partitions,
                 self.config.redis_timeout, self.config.redis_retries,
-                self.config.redis_wait_replicas, self.config.idle_timeout)
+                self.config.redis_wait_replicas, self.config.idle_timeout,
+                self.config.dupefilter_cache)
         else:
             frontier = AsyncFrontier(self.config.redis_url, keys, self.config.worker_id,
                                      self.config.frontier_params(),

@@ -215,3 +215,26 @@ def test_an_unreachable_partition_holds_its_part_and_the_others_go_on(redis_serv
     assert sorted(queued1) == [b"far", b"orphan"]
     p0 = KEYS.partition(0, parts)
     assert c.hget(p0.stats, "acked") == b"2"
+
+
+def test_each_partition_leaves_out_the_duplicates_it_knows(redis_url):
+    """FLEET_DUPEFILTER_CACHE split over the partitions: a link of a page that its partition
+    already holds is left out of the next call (counted as cached), not sent again."""
+    parts = 2
+    a, a2 = host_in(0, parts, 2)
+
+    async def main():
+        fr = PartitionedFrontier(redis_url, KEYS, "w", FrontierParams(), parts,
+                                 dupe_cache=1000)
+        try:
+            fr.home = 0
+            link = row(a2, b"link", 1)
+            await fr.call(CallBatch(pushes=[row(a, b"p1"), row(a, b"p2")]))
+            p1, p2 = (await fr.call(CallBatch(take=2))).leased
+            r = await fr.call(CallBatch(acks=[(p1.entry_id, p1.token)], pushes=[link]))
+            assert r.push_flags == [1] and r.cached == 0
+            r = await fr.call(CallBatch(acks=[(p2.entry_id, p2.token)], pushes=[link]))
+            assert r.acked == 1 and r.push_flags == [0] and r.cached == 1
+        finally:
+            await fr.close()
+    run(main())
