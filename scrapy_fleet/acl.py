@@ -131,19 +131,24 @@ def pool_commands(role: str) -> list[str]:
 
 def acl_rule(role: str, key_prefix: str = "fleet", crawl_id: str | None = None,
              cluster: bool = False, optional: bool = True, proxies: bool = False,
-             pool: str | None = None) -> str:
+             pool: str | None = None, partitions: bool = False) -> str:
     """The ``ACL SETUSER <name> on >PASSWORD ...`` rule, without the first three words,
     that allows *role* exactly its commands on the keys of crawl *crawl_id* (None: every
     crawl under *key_prefix*).  *optional*: a worker may also run INFO and CONFIG GET (the
     memory check at start).  *proxies*: the crawl uses the proxy pool: the rule adds the
     pool's key pattern (pool *pool*, default the crawl's own, ``FLEET_PROXY_POOL``; every
     pool when both are None) and the pool's commands (:func:`pool_commands`; a monitor
-    gets neither).  Redis applies a user's commands to all its key patterns alike."""
+    gets neither).  *partitions*: the crawl has FLEET_PARTITIONS > 1: the rule adds the
+    pattern of its partitions' keys.  Redis applies a user's commands to all its key patterns
+    alike."""
     extra = list(OPTIONAL) if optional and role != "monitor" else []
     use_pool = proxies and role in _POOL_DIRECT
     allowed = " ".join(f"+{name}" for name in (*commands(role, cluster, use_pool), *extra))
     base = f"{key_prefix}:{{*}}" if crawl_id is None else CrawlKeys(key_prefix, crawl_id).base
     patterns = f"~{base}:*"
+    if partitions:  # FLEET_PARTITIONS > 1 (issue 21): the partitions' tags {<crawl>/<p>.<salt>}
+        crawls = "*" if crawl_id is None else crawl_id
+        patterns += f" ~{key_prefix}:{{{crawls}/*}}:*"
     if use_pool:
         name = pool or crawl_id
         pool_base = (f"{key_prefix}:{{proxypool:*}}" if name is None

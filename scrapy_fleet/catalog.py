@@ -83,6 +83,10 @@ SETTINGS: tuple[Setting, ...] = (
             "who consumes the spider's start requests", "frontier"),
     Setting("FLEET_REQUEST_CLASSES", list(DEFAULT_REQUEST_CLASSES), "list of import paths",
             "Request classes that may be rebuilt from the frontier", "frontier"),
+    # issue 21 (partitions): docs/partitions.md
+    Setting("FLEET_PARTITIONS", 1, "int, 1-1024",
+            "partitions of the crawl's frontier, by host (fixed when the crawl is created)",
+            "frontier", "docs/partitions.md"),
     Setting("FLEET_DUPEFILTER_CAPACITY", 1_000_000, "int >= 1",
             "fingerprints the first Bloom slice holds", "dupefilter"),
     Setting("FLEET_DUPEFILTER_ERROR_RATE", 0.001, "float in (0, 0.5]",

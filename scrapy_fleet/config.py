@@ -91,6 +91,42 @@ def default_worker_id() -> str:
 _PROCESS_START = time.time()
 
 
+#: largest FLEET_PARTITIONS (each partition's hash tag is searched for in keys.py)
+MAX_PARTITIONS = 1024
+
+
+def _partitions(settings: BaseSettings | Mapping[str, Any], value: Any, host_key: str) -> int:
+    """FLEET_PARTITIONS, checked against what a partitioned crawl needs (docs/partitions.md):
+    a host key that names the same partition on every worker, and a fingerprinter that keeps
+    equal fingerprints on one host (one Bloom filter per partition)."""
+    parts = number("FLEET_PARTITIONS", value, int, 1, f"an integer from 1 to {MAX_PARTITIONS}")
+    check("FLEET_PARTITIONS", value, parts <= MAX_PARTITIONS,
+          f"an integer from 1 to {MAX_PARTITIONS}")
+    if parts == 1:
+        return parts
+    if host_key == "ip":
+        raise FleetConfigError(
+            f"FLEET_PARTITIONS={parts} cannot be used with FLEET_HOST_KEY='ip': workers that "
+            "resolve a name differently would put one URL in two partitions; use "
+            "FLEET_HOST_KEY='host' or 'domain', or FLEET_PARTITIONS=1")
+    fp_class = settings.get("REQUEST_FINGERPRINTER_CLASS") if hasattr(settings, "get") else None
+    if fp_class is not None:
+        from scrapy.utils.misc import load_object
+        from scrapy.utils.request import RequestFingerprinter
+
+        try:
+            loaded = load_object(fp_class) if isinstance(fp_class, str) else fp_class
+        except (ImportError, NameError, ValueError, AttributeError):
+            loaded = None
+        if loaded is not RequestFingerprinter:
+            raise FleetConfigError(
+                f"FLEET_PARTITIONS={parts} cannot be used with REQUEST_FINGERPRINTER_CLASS="
+                f"{fp_class!r}: a partitioned crawl keeps one Bloom filter per partition of "
+                "hosts, so only Scrapy's own fingerprinter (equal fingerprints only for equal "
+                "URLs, hence one host) is accepted; use FLEET_PARTITIONS=1")
+    return parts
+
+
 def _ban_statuses(value: Any) -> tuple[int, ...]:
     name = "FLEET_BAN_STATUSES"
     if isinstance(value, str):
@@ -165,6 +201,7 @@ class FleetConfig:
     proxy: ProxyConfig | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     failed_max: int = 10_000  #: FLEET_FAILED_MAX (docs/failures.md)
+    partitions: int = 1  #: FLEET_PARTITIONS (docs/partitions.md)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings | Mapping[str, Any]) -> FleetConfig:
@@ -214,6 +251,7 @@ class FleetConfig:
         host_key = g("FLEET_HOST_KEY")
         check("FLEET_HOST_KEY", host_key, host_key in HOST_KEY_MODES,
                "one of host, domain, ip")
+        partitions = _partitions(settings, g("FLEET_PARTITIONS"), host_key)  # issue 21
         rate = g("FLEET_HOST_RATE")
         if isinstance(rate, str) and rate.strip().lower() in ("", "none"):
             rate = None
@@ -347,6 +385,7 @@ class FleetConfig:
                                        float, 0.0, "a fraction between 0 and 1",
                                        exclusive=True),
             proxy=proxy_config(settings),
+            partitions=partitions,
             browser=browser_config(settings),
             stages=stage_config(settings),
         )

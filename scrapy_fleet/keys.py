@@ -78,6 +78,19 @@ prefix ``fleet`` and crawl id ``docs``::
 
 Entry ids are the 15-digit, zero-padded value of ``seq``: lexicographic order is push order.
 
+Partitions (``FLEET_PARTITIONS`` = P > 1, docs/partitions.md): the crawl's frontier is split by
+host into P partitions, each a complete frontier of the layout above under its own hash tag
+``{<crawl id>/<p>.<salt>}`` (:func:`partition_tag`; ``/`` is never in a crawl id), the host of
+a URL in partition :func:`partition_of` (CRC32 of its host key, mod P).  The salt puts the
+tag's cluster slot in the middle half of the p-th of P equal slot ranges, so that a Redis
+Cluster created with equal ranges per master holds P/N partitions per master.  The crawl's own
+tag ``{<crawl id>}`` is then the control tag: ``partitions`` (P, written once when the crawl
+is created), ``spider``, ``claim:*``, ``seeding``, ``config``, and the per-worker keys of the
+commands.  P = 1 is the layout above, unchanged (no ``partitions`` key)::
+
+    fleet:{docs}:partitions   STRING  P                       partitions of a crawl with P > 1
+    fleet:{docs/3.17}:qb:...  the frontier keys of partition 3 (salt 17), as listed above
+
 The KEYS of a script are declared once, as a tuple of names (``FRONTIER_CALL``, ``RETRY_CALL``,
 ``SAMPLE_CALL``): :meth:`CrawlKeys.call_keys` builds the KEYS list from it, and lua/__init__.py
 the script's prologue, a table ``K`` of the same names bound to their ``KEYS[i]``.  No key
@@ -86,7 +99,9 @@ position is written anywhere else.
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
+from functools import lru_cache
 
 from scrapy_fleet.checks import validate_crawl_id
 
@@ -127,6 +142,14 @@ SEEDING_CALL = ("seeding",)
 #: KEYS of lua/bloom_add.lua, in order.
 BLOOM_ADD_CALL = ("op", "prev_op", "bloom_meta", "bloom_slices")
 
+#: KEYS of lua/push_lean.lua, in order (partitions: a push without lease or ack).
+PUSH_LEAN_CALL = ("op", "marker", "layout", "stats", "seq", "data", "leases", "delayed",
+                  "parked", "hostq", "idle_since", "queue_index", "queue_count",
+                  "bucket_prefix", "ready", "bloom_meta", "bloom_slices")
+
+#: KEYS of lua/partition_probe.lua, in order (partitions: one partition's state, read-mostly).
+PROBE_CALL = ("queue_count", "leases", "delayed", "parked", "idle_since", "marker")
+
 #: KEYS of lua/sample.lua, in order.
 SAMPLE_CALL = ("stats", "workers", "leases", "delayed", "parked", "dead", "queue_count",
                *MONITOR_CALL)
@@ -143,13 +166,32 @@ class CrawlKeys:
 
     prefix: str
     crawl_id: str
+    #: the hash tag of one partition (:func:`partition_tag`); "" for the crawl's own tag
+    tag: str = ""
+    #: the partition's index (0 .. P - 1; 0 for the crawl's own tag)
+    part: int = 0
 
     def __post_init__(self) -> None:
         validate_crawl_id(self.crawl_id)
 
     @property
     def base(self) -> str:
-        return f"{self.prefix}:{{{self.crawl_id}}}"
+        return f"{self.prefix}:{{{self.tag or self.crawl_id}}}"
+
+    @property
+    def partitions(self) -> str:
+        """STRING: P, the partitions of a crawl created with FLEET_PARTITIONS > 1 (control)."""
+        return self._k("partitions")
+
+    def partition(self, p: int, parts: int) -> CrawlKeys:
+        """The keys of partition *p* of *parts* (this crawl's own keys when *parts* is 1)."""
+        if parts == 1:
+            return CrawlKeys(self.prefix, self.crawl_id)
+        return CrawlKeys(self.prefix, self.crawl_id, partition_tag(self.crawl_id, p, parts), p)
+
+    def all_partitions(self, parts: int) -> list[CrawlKeys]:
+        """The keys of every partition, in order (``[own keys]`` when *parts* is 1)."""
+        return [self.partition(p, parts) for p in range(parts)]
 
     def _k(self, name: str) -> str:
         return f"{self.base}:{name}"
@@ -398,6 +440,42 @@ class CrawlKeys:
         for name in names:
             keys.extend(special[name] if name in special else [getattr(self, name)])
         return keys
+
+
+#: slots of a Redis Cluster
+CLUSTER_SLOTS = 16384
+
+
+def partition_of(host: str, parts: int) -> int:
+    """The partition (0 .. *parts* - 1) of a host key: CRC32 of its UTF-8 bytes mod *parts*,
+    the same on every machine and Python (never ``hash()``)."""
+    if parts <= 1:
+        return 0
+    return zlib.crc32(host.encode("utf-8", "surrogatepass")) % parts
+
+
+@lru_cache(maxsize=65536)
+def partition_tag(crawl_id: str, p: int, parts: int) -> str:
+    """The hash tag of partition *p* of *parts*: ``<crawl id>/<p>.<salt>``, the salt being the
+    smallest integer that puts the tag's cluster slot in the middle half of the p-th of
+    *parts* equal slot ranges (the whole range when it is narrower than 4 slots); at most
+    ~2 x *parts* CRC16 computations.
+
+    Raises:
+        ValueError: *p* is not in 0 .. *parts* - 1.
+    """
+    from redis.crc import key_slot
+
+    if not 0 <= p < parts:
+        raise ValueError(f"partition {p} is not in 0..{parts - 1}")
+    lo, hi = p * CLUSTER_SLOTS // parts, (p + 1) * CLUSTER_SLOTS // parts
+    if hi - lo >= 4:
+        lo, hi = lo + (hi - lo) // 4, hi - (hi - lo) // 4
+    for salt in range(CLUSTER_SLOTS * 64):
+        tag = f"{crawl_id}/{p}.{salt}"
+        if lo <= key_slot(tag.encode()) < hi:
+            return tag
+    raise AssertionError("no salt found")  # CRC16 reaches every slot well before this
 
 
 def _session_part(session: str) -> str:

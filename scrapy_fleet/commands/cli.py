@@ -25,13 +25,14 @@ from scrapy import Request
 from scrapy_fleet import acl, redis_url
 from scrapy_fleet.catalog import DEFAULTS, SETTINGS, format_default, settings_listing
 from scrapy_fleet.checks import validate_crawl_id, validate_key_prefix
-from scrapy_fleet.commands import actions, push
+from scrapy_fleet.commands import actions, partitioned, push
 from scrapy_fleet.config import HOST_KEY_MODES
 from scrapy_fleet.errors import (
     FleetConfigError,
     RedisPermissionError,
     RedisUnavailableError,
 )
+from scrapy_fleet.frontier import partitions as frontier_partitions
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.layout import CrawlLayoutError
 from scrapy_fleet.frontier.protocol import FrontierParams
@@ -76,6 +77,10 @@ class ActionContext:
     forget_after: float | None = None
     #: what ``acl`` prints the rules for (:class:`AclTarget`; the actions without Redis)
     acl_target: AclTarget | None = None
+    #: FLEET_PARTITIONS of the project (None: the crawl's own, as stored; issue 21)
+    partitions: int | None = None
+    #: the crawl's partitions (set once Redis answered)
+    parts: int = 1
 
     @property
     def crawl(self) -> FrontierAdmin:
@@ -93,6 +98,8 @@ class AclTarget:
     proxies: bool = False
     pool: str | None = None
     cluster: bool = False
+    #: FLEET_PARTITIONS (issue 21): > 1 adds the pattern of the partitions' keys
+    partitions: int = 1
 
 
 @dataclass(frozen=True)
@@ -133,7 +140,8 @@ def _acl_action(ctx: ActionContext) -> int:
     role = getattr(ctx.opts, "role", None)
     for name in [role] if role else list(ACL_ROLE_USES):
         rule = acl.acl_rule(name, key_prefix=target.prefix, crawl_id=target.crawl_id,
-                            cluster=target.cluster, proxies=target.proxies, pool=target.pool)
+                            cluster=target.cluster, proxies=target.proxies, pool=target.pool,
+                            partitions=target.partitions > 1)
         print(f"# {name}: {ACL_ROLE_USES[name]}")
         print(f"ACL SETUSER fleet-{name} on >PASSWORD {rule}")
     return push.EXIT_OK
@@ -168,6 +176,8 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
                                         c.forget_after)),
     Action("purge", "delete every key of the crawl (asks first)", "[--yes]",
            lambda c: actions.run_purge(c.crawl, c.opts, c.label, c.confirm)),
+    Action("shards", "show which Redis master holds which partition of the crawl",
+           "[--json]", lambda c: partitioned.run_shards(c.crawl, c.opts, c.parts)),
     Action("settings", "list every FLEET_* setting with its type, default and meaning",
            "[--json]", _settings_action, needs_redis=False),
     Action("acl", "print the least-privilege ACL rules of the crawl's roles (worker, "
@@ -270,7 +280,8 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
                confirm: Callable[[str], str] = input, low_watermark: int | None = None,
                has_method: Callable[[str], Any] | None = None,
                host_key_mode: str = "host", alerts_config: Any = None,
-               forget_after: float | None = None, acl_target: AclTarget | None = None) -> int:
+               forget_after: float | None = None, acl_target: AclTarget | None = None,
+               partitions: int | None = None) -> int:
     """Run the action named *action* (a key of :data:`ACTIONS`) against *admin*; returns the
     exit status (:data:`EXIT_STATUSES`).  See :class:`ActionContext` for the arguments."""
     spec = ACTIONS.get(action)
@@ -283,18 +294,27 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
               f"error: {action} takes no URL arguments", file=sys.stderr)
         return push.EXIT_ERROR
     ctx = ActionContext(admin, urls, opts, fingerprint, label, confirm, low_watermark,
-                        has_method, host_key_mode, alerts_config, forget_after, acl_target)
+                        has_method, host_key_mode, alerts_config, forget_after, acl_target,
+                        partitions)
     try:
         if spec.needs_redis:
             if redis_url.parse(ctx.crawl.url).unverified:
                 print("warning: ssl_cert_reqs=none in the Redis URL: TLS certificate "
                       "verification is off", file=sys.stderr)
             ctx.crawl.ping(ACL_ROLES.get(action))
+            # issue 21: a partitioned crawl (commands/partitioned.py)
+            ctx.parts = ctx.partitions or frontier_partitions.stored_partitions(
+                ctx.crawl.client, ctx.crawl.keys)
+            frontier_partitions.check_sync(ctx.crawl.client, ctx.crawl.keys, ctx.parts,
+                                           create=action == "push")
+            if ctx.parts > 1:
+                return _partitioned_action(ctx, action)
             if spec.needs_state and not ctx.crawl.has_state():
                 print(f"error: {ctx.crawl.no_record()}", file=sys.stderr)
                 return push.EXIT_NO_CRAWL
         return spec.run(ctx)
-    except (RedisUnavailableError, RedisPermissionError, CrawlLayoutError) as exc:
+    except (RedisUnavailableError, RedisPermissionError, CrawlLayoutError,
+            FleetConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return push.EXIT_ERROR
     except redis.exceptions.NoPermissionError as exc:  # a command the probe does not know
@@ -307,6 +327,28 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
     except KeyboardInterrupt:
         print("\ninterrupted: lines already pushed stay pushed", file=sys.stderr)
         return 130
+
+
+def _partitioned_action(ctx: ActionContext, action: str) -> int:
+    """*action* on a crawl of ctx.parts > 1 partitions (issue 21)."""
+    if action == "push":
+        target = partitioned.PartitionedPush(ctx.crawl, ctx.parts)
+        return actions.run_push(target, ctx.urls, ctx.opts,  # type: ignore[arg-type]
+                                ctx.fingerprint, ctx.low_watermark, ctx.has_method,
+                                ctx.host_key_mode)
+    if action == "status":
+        return partitioned.run_status(ctx.crawl, ctx.opts, ctx.label, ctx.parts)
+    if action == "shards":
+        return partitioned.run_shards(ctx.crawl, ctx.opts, ctx.parts)
+    if action == "purge":
+        return partitioned.run_purge(ctx.crawl, ctx.opts, ctx.label, ctx.parts, ctx.confirm)
+    if action == "dead":
+        return partitioned.run_dead(ctx.crawl, ctx.opts, ctx.parts)
+    if action == "failed":
+        return partitioned.run_failed(ctx.crawl, ctx.opts, ctx.parts)
+    if action == "retry":
+        return partitioned.run_retry(ctx.crawl, ctx.opts, ctx.parts, ctx.host_key_mode)
+    return partitioned.refuse(action, ctx.crawl.keys.crawl_id, ctx.parts)
 
 
 def package_version() -> str:

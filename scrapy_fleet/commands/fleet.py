@@ -195,7 +195,8 @@ class Command(ScrapyCommand):
             pool = opts.pool or (proxy.pool_name(crawl_id) if proxy is not None and
                                  proxy.enabled else None)
             target = cli.AclTarget(crawl_id, config.key_prefix, proxies=uses_pool, pool=pool,
-                                   cluster=redis_url.parse(config.redis_url).kind == "cluster")
+                                   cluster=redis_url.parse(config.redis_url).kind == "cluster",
+                                   partitions=config.partitions)
             self.exitcode = cli.run_action(action, None, [], opts, lambda r: b"",
                                            label=f"spider {spidercls.name!r}",
                                            acl_target=target)
@@ -222,6 +223,7 @@ class Command(ScrapyCommand):
                                            host_key_mode=config.host_key,
                                            alerts_config=AlertConfig.from_config(config),
                                            forget_after=config.worker_forget_after,
+                                           partitions=config.partitions,
                                            has_method=lambda name: getattr(
                                                spidercls, name, None))
         finally:

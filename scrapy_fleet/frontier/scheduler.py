@@ -48,6 +48,8 @@ from scrapy_fleet.frontier import memory
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.dupefilter import RedisBloomDupeFilter
 from scrapy_fleet.frontier.leases import Lease
+from scrapy_fleet.frontier.partitions import PartitionedFrontier
+from scrapy_fleet.frontier.partitions import check_async as check_partitions
 from scrapy_fleet.frontier.protocol import clamp_priority
 from scrapy_fleet.frontier.pump import FrontierPump
 from scrapy_fleet.frontier.spidermw import FleetSpiderMiddleware
@@ -130,13 +132,23 @@ class FleetScheduler(BaseScheduler):
             self.df.open()
         crawl_id = self.config.resolve_crawl_id(spider.name)
         keys = CrawlKeys(self.config.key_prefix, crawl_id)
-        frontier = AsyncFrontier(self.config.redis_url, keys, self.config.worker_id,
-                                 self.config.frontier_params(),
-                                 self.config.redis_timeout, self.config.redis_retries,
-                                 self.config.redis_wait_replicas,
-                                 dupe_cache=self.config.dupefilter_cache)
+        frontier: AsyncFrontier
+        if self.config.partitions > 1:  # issue 21: the same surface, over the partitions
+            frontier = PartitionedFrontier(  # type: ignore[assignment]
+                self.config.redis_url, keys, self.config.worker_id,
+                self.config.frontier_params(), self.config.partitions,
+                self.config.redis_timeout, self.config.redis_retries,
+                self.config.redis_wait_replicas, self.config.idle_timeout,
+                self.config.dupefilter_cache)
+        else:
+            frontier = AsyncFrontier(self.config.redis_url, keys, self.config.worker_id,
+                                     self.config.frontier_params(),
+                                     self.config.redis_timeout, self.config.redis_retries,
+                                     self.config.redis_wait_replicas,
+                                     dupe_cache=self.config.dupefilter_cache)
         self.pump.frontier = frontier  # closed by pump.close
         await frontier.connect()
+        await check_partitions(frontier.client, keys, self.config.partitions)
         await self._until_room(lambda: self._write_config(frontier))
         from scrapy import signals
 
@@ -155,8 +167,9 @@ class FleetScheduler(BaseScheduler):
 
     async def _write_config(self, frontier: AsyncFrontier) -> None:
         keys = frontier.keys
-        await politeness.Politeness(frontier.client, keys, self.config,
-                                    self.config.worker_id).write_overrides()
+        for part_keys in keys.all_partitions(self.config.partitions):  # (issue 21)
+            await politeness.Politeness(frontier.client, part_keys, self.config,
+                                        self.config.worker_id).write_overrides()
         # the bounds the workers run with, for pushes from outside the project
         await frontier.client.hset(keys.config, mapping={
             "queue_max": self.config.queue_max or 0,

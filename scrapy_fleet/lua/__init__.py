@@ -35,6 +35,10 @@ SCRIPTS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
     "seeding.lua": (("common.lua",), keys.SEEDING_CALL),
     "proxies.lua": (("common.lua", "proxies_pool.lua"), None),
     "acl_probe.lua": ((), None),
+    # partitions (issue 21, frontier/partitions.py)
+    "push_lean.lua": (("common.lua", "queue.lua", "bloom.lua", "bloom_write.lua", "failed.lua"),
+                      keys.PUSH_LEAN_CALL),
+    "partition_probe.lua": ((), keys.PROBE_CALL),
 }
 
 

@@ -19,6 +19,8 @@
 -- request (a retry fetches it again, to yield them again), counted in failed and
 -- unstorable.  req.u: records of such requests without a parent, recorded under "u<seq>"
 -- without a request (they cannot be retried).
+-- Partitions (docs/partitions.md): an acknowledgement whose fifth element is 1 is deferred
+-- (as above) without pushing its links: a link of it for another partition was refused there.
 -- Keys (of K): data, parked, delayed, failed, failed_at, failed_by, seq, and the queue's, the
 -- state's and the filter's.  Writes: those, and the counters of the call.
 -- Work per call: one pass over the acknowledgements and their links; one RPUSH and one ZADD
@@ -47,7 +49,9 @@ local function step_ack(c)
       -- may take it even when the host is full
       local own_slot = own_host ~= ''
       local pushed, left_over = 0, false
-      for _, i in ipairs(c.groups[k]) do
+      local defer = a[5] == 1  -- (partitions: a foreign link was refused)
+      if defer then left_over = true end
+      for _, i in ipairs(defer and {} or c.groups[k]) do
         local p = req.p[i]
         local use_own = own_slot and p[5] == own_host and c.host_full(p[5])
         if pushed >= allowed or (c.host_full(p[5]) and not use_own) then

@@ -23,7 +23,7 @@ import redis.asyncio
 
 from scrapy_fleet import lua, outage, redis_client
 from scrapy_fleet.config import FleetConfig
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys import CrawlKeys, partition_of
 
 
 @lru_cache(maxsize=1)
@@ -190,19 +190,29 @@ class Politeness:
                           "pc": params.host_concurrency,
                           "pr": 1 if params.host_interval_is_rate else 0}
         self._keys = keys.politeness_keys()
+        #: FLEET_PARTITIONS > 1 (issue 21): a host's state is in its partition's keys
+        self._part_keys = ([k.politeness_keys() for k in keys.all_partitions(config.partitions)]
+                           if config.partitions > 1 else None)
+
+    def _keys_of(self, host: str, origin: str) -> list[str]:
+        if self._part_keys is None:
+            return self._keys
+        name = host or host_key(origin, self.config.host_key)
+        return self._part_keys[partition_of(name, len(self._part_keys))]
 
     async def _call(self, op: str, host: str, **args: Any) -> dict[str, Any]:
         arg = msgpack.packb({"op": op, "h": host, **self._defaults, **args},
                             use_bin_type=False)
         if self._on_call is not None:
             self._on_call()
+        keys = self._keys_of(host, args.get("o", ""))
         try:
-            reply = await self._script(keys=self._keys, args=[arg])
+            reply = await self._script(keys=keys, args=[arg])
         except redis.ConnectionError:
             # a stale socket fails before the server reads the call: sending it again on a
             # new connection cannot run it twice (a timeout could: it is not sent again)
             await redis_client.drop_idle_async(self.client)
-            reply = await self._script(keys=self._keys, args=[arg])
+            reply = await self._script(keys=keys, args=[arg])
         outage.tracker(self.config.redis_url).recovered()
         decoded = msgpack.unpackb(reply, raw=True)
         if not isinstance(decoded, dict):  # cmsgpack packs an empty table as an array

@@ -1,0 +1,217 @@
+"""Redis CPU per page of a partitioned crawl (issue 21) against the same crawl with P = 1, on
+one N-master Redis Cluster without replicas (all on this machine's loopback).
+
+Synthetic clients make the worker's calls through the tree's own frontier client:
+``AsyncFrontier`` for P = 1, ``PartitionedFrontier`` for P > 1 (so the foreign links of a
+page go through lua/push_lean.lua before its acknowledgement, exactly as a worker sends
+them): each call acknowledges the pages "fetched" since the last one with their links
+(bench_capacity's site: ~10 links per page, ~90 % duplicates, H hosts), says their downloads
+are over, and asks for leases up to 16 held.  Per cell: pages acknowledged, the Redis CPU
+(utime + stime of every master) per page, the busiest master's share of it, the foreign
+(lean) calls per page.  Cells of one run are adjacent, so their ratios are what a loaded
+machine lets one compare.
+
+Usage: .venv/bin/python bench/bench_partitions.py [--masters 2] [--parts 1,4]
+       [--hosts 100,10000] [--clients 16] [--seconds 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+import _harness as h
+import bench_capacity as bc
+
+from scrapy_fleet.commands.partitioned import PartitionedPush
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.client import AsyncFrontier
+from scrapy_fleet.frontier.partitions import PartitionedFrontier, check_sync
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
+from scrapy_fleet.keys import CrawlKeys
+from testsite.processes import free_port
+
+HELD = 16
+PUSH_CHUNK = 100
+PARAMS = FrontierParams(host_concurrency=8, queue_max=1_000_000)
+
+
+class Cluster:
+    def __init__(self, root: Path, masters: int) -> None:
+        self.root = root
+        self.ports = [free_port() for _ in range(masters)]
+        self.procs: list[subprocess.Popen[Any]] = []
+
+    def __enter__(self) -> Cluster:
+        try:
+            self._start()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _start(self) -> None:
+        """N masters, each with an equal contiguous slot range (as redis-cli --cluster create
+        splits them; done by hand: redis-cli wants 3 masters at least)."""
+        import redis
+
+        for port in self.ports:
+            d = self.root / f"n{port}"
+            d.mkdir(parents=True)
+            self.procs.append(subprocess.Popen(
+                ["redis-server", "--port", str(port), "--cluster-enabled", "yes",
+                 "--cluster-config-file", "nodes.conf", "--save", "", "--appendonly", "no",
+                 "--dir", str(d)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        for port in self.ports:  # until each answers
+            for _ in range(200):
+                try:
+                    if redis.Redis(port=port).ping():
+                        break
+                except redis.ConnectionError:
+                    time.sleep(0.1)
+        n = len(self.ports)
+        for i, port in enumerate(self.ports):
+            node = redis.Redis(port=port)
+            node.execute_command("CLUSTER", "ADDSLOTSRANGE", i * 16384 // n,
+                                 (i + 1) * 16384 // n - 1)
+            for other in self.ports[:i]:
+                node.execute_command("CLUSTER", "MEET", "127.0.0.1", other)
+            node.close()
+        for _ in range(200):
+            states = [redis.Redis(port=p).cluster("info").get("cluster_state")
+                      for p in self.ports]
+            if all(s == "ok" for s in states):
+                time.sleep(1)
+                return
+            time.sleep(0.1)
+        raise RuntimeError("cluster not ok")
+
+    def __exit__(self, *exc: Any) -> None:
+        for proc in self.procs:
+            h.stop(proc)
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports)
+
+    def cpu(self) -> list[float]:
+        return [bc.redis_cpu(p.pid) for p in self.procs]
+
+
+async def client(url: str, n: int, parts: int, crawl: str, site: bc.Site,
+                 stop_at: list[float], st: dict[str, Any], go: asyncio.Event) -> None:
+    keys = CrawlKeys("fleet", crawl)
+    fr: Any = (PartitionedFrontier(url, keys, f"w{n}", PARAMS, parts) if parts > 1
+               else AsyncFrontier(url, keys, f"w{n}", PARAMS, dupe_cache=0))
+    rng = random.Random(n)
+    held: list[Any] = []
+    done: list[tuple[Any, list[tuple[Any, ...]]]] = []
+    await go.wait()
+    try:
+        while time.monotonic() < stop_at[0]:
+            for e in held:
+                m = bc.PAGE_RE.search(e.payload)
+                i = int(m.group(1)) if m else 0
+                parent = bc.url_of(i, site.hosts)
+                done.append((e, [site.fleet_push(link, parent) for link in site.links(i, rng)]))
+            batch = CallBatch(downloaded=[(e.entry_id, e.token) for e in held])
+            held = []
+            k = 0
+            for e, links in done:
+                if k and len(batch.pushes) + len(links) > PUSH_CHUNK:
+                    break
+                k += 1
+                batch.acks.append((e.entry_id, e.token))
+                batch.pushes += [(key, prio, pl, k, host) for key, prio, pl, host in links]
+            done = done[k:]
+            batch.take = max(0, HELD - len(done))
+            r = await fr.call(batch)
+            st["pages"] += r.acked
+            st["calls"] += 1
+            held = list(r.leased)
+            if not held and not done:
+                await asyncio.sleep(bc.POLL_INTERVAL)
+    finally:
+        st["foreign"] += getattr(fr, "foreign_calls", 0)
+        await fr.close()
+
+
+def cell(cluster: Cluster, parts: int, hosts: int, clients: int, seconds: float,
+         tag: str) -> dict[str, Any]:
+    crawl = f"b{tag}"
+    site = bc.Site(hosts, max(2000, clients * 32))
+    admin = FrontierAdmin(cluster.url, crawl, params=PARAMS)
+    rows = []
+    for i in range(site.seeds):
+        key, prio, payload, host = site.fleet_push(bc.url_of(i, hosts), None)
+        rows.append((key, prio, payload, 0, host))
+    if parts > 1:
+        check_sync(admin.client, admin.keys, parts)
+        pusher: Any = PartitionedPush(admin, parts)
+    else:
+        pusher = admin
+    for k in range(0, len(rows), 500):
+        pusher.push(rows[k:k + 500])
+    st: dict[str, Any] = {"pages": 0, "calls": 0, "foreign": 0}
+
+    async def main() -> None:
+        go = asyncio.Event()
+        stop_at = [0.0]
+        tasks = [asyncio.ensure_future(client(cluster.url, n, parts, crawl, site, stop_at, st,
+                                              go)) for n in range(clients)]
+        await asyncio.sleep(0.5)
+        stop_at[0] = time.monotonic() + seconds
+        cpu0 = cluster.cpu()
+        go.set()
+        await asyncio.gather(*tasks)
+        st["cpu"] = [b - a for a, b in zip(cpu0, cluster.cpu(), strict=True)]
+
+    asyncio.run(main())
+    admin.close()
+    pages = max(st["pages"], 1)
+    cpu = st["cpu"]
+    return {"parts": parts, "hosts": hosts, "clients": clients, "pages": st["pages"],
+            "cpu_us_per_page": round(sum(cpu) * 1e6 / pages, 1),
+            "busiest_share": round(max(cpu) / sum(cpu), 3) if sum(cpu) else None,
+            "foreign_calls_per_page": round(st["foreign"] / pages, 3),
+            "pages_per_call": round(st["pages"] / max(st["calls"], 1), 2)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--masters", type=int, default=2)
+    ap.add_argument("--parts", default="1,4")
+    ap.add_argument("--hosts", default="100,10000")
+    ap.add_argument("--clients", default="16")
+    ap.add_argument("--seconds", type=float, default=8.0)
+    a = ap.parse_args()
+    with h.workdir("parts-bench-") as root, Cluster(root, a.masters) as cluster:
+        for hosts in [int(x) for x in a.hosts.split(",")]:
+            for clients in [int(x) for x in a.clients.split(",")]:
+                cells = {}
+                for parts in [int(x) for x in a.parts.split(",")]:
+                    c = cell(cluster, parts, hosts, clients, a.seconds,
+                             f"{parts}-{hosts}-{clients}")
+                    c["masters"] = a.masters
+                    c["load"] = [round(x, 2) for x in os.getloadavg()]
+                    cells[parts] = c
+                    print(json.dumps(c), flush=True)
+                base = cells.get(1)
+                for parts, c in cells.items():
+                    if base and parts != 1:
+                        print(json.dumps({"ratio_cpu_per_page": round(
+                            c["cpu_us_per_page"] / base["cpu_us_per_page"], 3),
+                            "parts": parts, "hosts": hosts, "clients": clients}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

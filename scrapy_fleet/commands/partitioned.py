@@ -1,0 +1,295 @@
+"""The commands on a partitioned crawl (FLEET_PARTITIONS > 1, docs/partitions.md): ``push``
+(batched per partition, lean calls), ``status`` and ``status --json`` (totals, a table per
+partition, a skew line), ``shards`` (which master holds which partition), ``purge`` (every
+partition, on every node), ``dead``, ``failed`` and ``retry`` over every partition (ids
+``<p>:<id>``).  ``top`` and ``monitor`` refuse such a crawl in one line for now.
+
+A command learns P from the crawl (its ``partitions`` key); a command run inside a project
+whose FLEET_PARTITIONS differs from it is refused (frontier/partitions.py ``check_sync``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from typing import Any
+
+from scrapy_fleet import codec, lua, redis_client
+from scrapy_fleet.commands import push
+from scrapy_fleet.errors import RequestDecodeError
+from scrapy_fleet.failures import admin as failures
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.partitions import LeanResult, entry_ref, lean_args, partition_params
+from scrapy_fleet.frontier.protocol import CallResult
+from scrapy_fleet.keys import PUSH_LEAN_CALL, partition_of
+from scrapy_fleet.politeness import hosts as politeness
+
+#: actions that run on a partitioned crawl (the others refuse it, in one line)
+PARTITIONED_ACTIONS = ("push", "status", "shards", "purge", "dead", "failed", "retry")
+
+
+def partition_admins(admin: FrontierAdmin, parts: int) -> list[FrontierAdmin]:
+    """One FrontierAdmin per partition (its keys those of the partition), sharing *admin*'s
+    client."""
+    out = []
+    for p, keys in enumerate(admin.keys.all_partitions(parts)):
+        one = FrontierAdmin(admin.url, admin.keys.crawl_id, admin.keys.prefix,
+                            partition_params(admin.params, parts), admin.timeout,
+                            admin.retries)
+        one.keys = keys
+        one._client = admin.client  # (one client: a cluster client routes every key)
+        out.append(one)
+        assert keys.part == p
+    return out
+
+
+class PartitionedPush:
+    """What ``push.push_lines`` needs of an admin, for a partitioned crawl: each batch split
+    by the partition of its entries' hosts, one lean call (lua/push_lean.lua) per partition;
+    ``size`` is that of the fullest partition times P (so that a push waiting for room waits
+    for the partition that refused it)."""
+
+    def __init__(self, admin: FrontierAdmin, parts: int) -> None:
+        self.admin = admin
+        self.parts = parts
+        self.keys = admin.keys
+        self.params = admin.params
+        self.url = admin.url
+        self.unreplicated = 0
+        self.wait_replicas = admin.wait_replicas
+        self._admins = partition_admins(admin, parts)
+        self._script = lua.load(admin.client, "push_lean.lua")
+        self._part_params = partition_params(admin.params, parts)
+
+    def _caller(self, keys: list[str], arg: bytes) -> Any:
+        return lambda: self._script(keys=keys, args=[arg])
+
+    def size(self) -> int:
+        return max(a.size() for a in self._admins) * self.parts
+
+    def push(self, pushes: list[tuple[Any, ...]]) -> CallResult:
+        per: dict[int, list[int]] = {}
+        for i, p in enumerate(pushes):
+            host = p[4] if len(p) > 4 else ""
+            per.setdefault(partition_of(host, self.parts), []).append(i)
+        flags = [0] * len(pushes)
+        refused: list[int] = []
+        pushed = dups = 0
+        size = 0
+        for q, idx in sorted(per.items()):
+            rows = [(pushes[i][0], pushes[i][1], pushes[i][2],
+                     pushes[i][4] if len(pushes[i]) > 4 else "") for i in idx]
+            keys = self._admins[q].keys.call_keys(PUSH_LEAN_CALL, uuid.uuid4().hex)
+            arg = lean_args(rows, self._part_params, "")
+            reply = redis_client.call_retrying(self._caller(keys, arg), self.url,
+                                               self.admin.retries)
+            res = LeanResult.from_reply(reply)
+            for j, i in enumerate(idx):
+                flags[i] = res.flags[j]
+            refused += [idx[j] for j in res.refused]
+            pushed += res.pushed
+            dups += res.duplicates
+            if res.refused and res.size is not None:
+                size = max(size, res.size * self.parts)
+        return CallResult(leased=[], lost=[], push_flags=flags, refused=sorted(refused),
+                          pushed=pushed, duplicates=dups, acked=0, released=0, reclaimed=0,
+                          dead_lettered=0, parked=0, deferred=0, resumed=0, queued=0,
+                          inflight=0, delayed=0, size=size, idle_ms=-1, now_ms=0,
+                          bloom_full=False)
+
+
+def partition_rows(admin: FrontierAdmin, parts: int) -> list[dict[str, Any]]:
+    """Per partition: its tag, slot, node, and the counts of ``FrontierAdmin.status``."""
+    rows = []
+    for one in partition_admins(admin, parts):
+        st = one.status()
+        tag = one.keys.base
+        rows.append({"partition": one.keys.part, "tag": tag, "slot": _slot(tag),
+                     "node": _node(admin.client, one.keys.stats),
+                     "queued": st["queued"], "leased": st["leased"], "deferred": st["deferred"],
+                     "parked": st["parked"], "dead": st["dead"], "seen": st["seen"],
+                     "bound": one.params.queue_max, "idle_seconds": st["idle_seconds"],
+                     "counters": st["counters"], "workers": st["workers"]})
+    return rows
+
+
+def _slot(key: str) -> int:
+    from redis.crc import key_slot
+
+    return int(key_slot(key.encode()))
+
+
+def _node(client: Any, key: str) -> str:
+    """host:port of the master serving *key* ("" on one server)."""
+    if not redis_client.is_cluster(client):
+        return ""
+    node = client.get_node_from_key(key)
+    return f"{node.host}:{node.port}"
+
+
+def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Sums over partitions (the gauges of one sweep: not an atomic snapshot)."""
+    out: dict[str, Any] = {name: sum(r[name] for r in rows)
+                           for name in ("queued", "leased", "deferred", "parked", "dead",
+                                        "seen")}
+    counters: dict[str, int] = {}
+    workers: dict[str, float] = {}
+    for r in rows:
+        for k, v in r["counters"].items():
+            counters[k] = counters.get(k, 0) + v
+        for w, age in r["workers"].items():
+            workers[w] = min(age, workers.get(w, age))
+    out["size"] = out["queued"] + out["leased"] + out["deferred"]
+    out["counters"] = counters
+    out["workers"] = workers
+    idles = [r["idle_seconds"] for r in rows]
+    out["idle_seconds"] = None if any(i is None for i in idles) else min(idles)
+    return out
+
+
+def skew(rows: list[dict[str, Any]], field: str = "queued") -> float:
+    """The largest partition's *field* over the mean (1.0: even; 0.0 when all are 0)."""
+    values = [r[field] for r in rows]
+    mean = sum(values) / len(values)
+    return round(max(values) / mean, 2) if mean else 0.0
+
+
+def run_status(admin: FrontierAdmin, opts: Any, label: str, parts: int) -> int:
+    rows = partition_rows(admin, parts)
+    total = totals(rows)
+    status = {"crawl_id": admin.keys.crawl_id, "partitions": parts, **total,
+              "queue_max": admin.params.queue_max, "skew": skew(rows),
+              "per_partition": [{k: v for k, v in r.items() if k not in ("counters", "workers")}
+                                | {"acked": r["counters"].get("acked", 0)} for r in rows]}
+    if getattr(opts, "json", False):
+        print(json.dumps(status, indent=2, sort_keys=True))
+        return push.EXIT_OK
+    c = total["counters"]
+    print(f"crawl {admin.keys.crawl_id!r} ({label}), {parts} partitions")
+    print(f"  queued {total['queued']}  leased {total['leased']}  deferred {total['deferred']}"
+          f"  parked {total['parked']}  dead {total['dead']}  seen {total['seen']}")
+    print(f"  pushed {c.get('pushed', 0)}  acked {c.get('acked', 0)}  duplicates "
+          f"{c.get('duplicates', 0)}  workers {len(total['workers'])}")
+    print(f"  {'part':>4} {'node':<21} {'queued':>8} {'leased':>7} {'deferred':>8} "
+          f"{'parked':>6} {'bound':>8} {'idle':>7}")
+    for r in rows:
+        idle = "-" if r["idle_seconds"] is None else f"{r['idle_seconds']:.0f}s"
+        print(f"  {r['partition']:>4} {r['node'] or 'local':<21} {r['queued']:>8} "
+              f"{r['leased']:>7} {r['deferred']:>8} {r['parked']:>6} "
+              f"{r['bound'] or '-':>8} {idle:>7}")
+    print(f"  skew: the fullest partition holds {status['skew']}x the mean of queued entries")
+    return push.EXIT_OK
+
+
+def run_shards(admin: FrontierAdmin, opts: Any, parts: int) -> int:
+    """Which master holds which partition (``shards``); moving one is Redis Cluster's own
+    ``redis-cli --cluster reshard`` of its slot (docs/partitions.md)."""
+    rows = [{"partition": one.keys.part, "tag": one.keys.base, "slot": _slot(one.keys.base),
+             "node": _node(admin.client, one.keys.stats) or "local"}
+            for one in partition_admins(admin, parts)]
+    if getattr(opts, "json", False):
+        print(json.dumps(rows, indent=2))
+        return push.EXIT_OK
+    by_node: dict[str, list[int]] = {}
+    for r in rows:
+        by_node.setdefault(str(r["node"]), []).append(int(str(r["partition"])))
+        print(f"  partition {r['partition']:>3}  slot {r['slot']:>5}  {r['node']:<21} "
+              f"{r['tag']}")
+    for node, ps in sorted(by_node.items()):
+        print(f"  {node}: {len(ps)} partition(s)")
+    return push.EXIT_OK
+
+
+def run_purge(admin: FrontierAdmin, opts: Any, label: str, parts: int,
+              confirm: Any = input) -> int:
+    admins = partition_admins(admin, parts)
+    if not opts.yes:
+        try:
+            answer = confirm(f"Delete every key of crawl {admin.keys.crawl_id!r} ({label}) "
+                             f"in its {parts} partitions? [y/N] ")
+        except EOFError:
+            answer = ""
+        if answer.strip().lower() not in ("y", "yes"):
+            print("purge cancelled")
+            return push.EXIT_REJECTED
+    deleted = sum(one.purge() for one in admins)
+    deleted += admin.purge()  # the control keys, the partitions key last
+    print(f"purged {deleted} keys of crawl {admin.keys.crawl_id!r} ({parts} partitions)")
+    return push.EXIT_OK
+
+
+def run_dead(admin: FrontierAdmin, opts: Any, parts: int) -> int:
+    """``dead`` over every partition; ids read ``<p>:<entry id>``."""
+    rows = []
+    for one in partition_admins(admin, parts):
+        for letter in one.dead_letters(limit=opts.limit):
+            try:
+                url = codec.decode_dict(letter["data"])["url"]
+            except RequestDecodeError:
+                url = None
+            rows.append({"entry_id": entry_ref(one.keys.part, letter["entry_id"]),
+                         "reason": letter["reason"], "url": url, "at_ms": letter["at"]})
+    rows = rows[:opts.limit] if opts.limit > 0 else rows
+    if opts.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for row in rows:
+            print(f"{row['entry_id']}  {row['url'] or '<undecodable>'}  {row['reason']}")
+        print(f"{len(rows)} dead letter(s) shown ({parts} partitions)")
+    return push.EXIT_OK
+
+
+def run_failed(admin: FrontierAdmin, opts: Any, parts: int) -> int:
+    """``failed`` over every partition, oldest first by time; ids ``<p>:<record id>``."""
+    rows = [dict(rec.to_json(), id=entry_ref(one.keys.part, rid))
+            for one in partition_admins(admin, parts)
+            for rid, rec in failures.failed_records(one.client, one.keys, opts.reason)]
+    rows.sort(key=lambda row: (row.get("at") or 0, row["id"]))
+    shown = rows[-opts.limit:] if opts.limit > 0 else rows
+    if opts.json:
+        print(json.dumps(shown, indent=2))
+        return push.EXIT_OK
+    for row in shown:
+        print(f"{row['id']}  {row['method']} {row['url']}  {row['reason']}  status "
+              f"{row['status'] or '-'}  attempts {row['attempts']}  worker {row['worker']}")
+    what = f" with reason {opts.reason!r}" if opts.reason else ""
+    print(f"{len(shown)} of {len(rows)} failed request(s){what} shown ({parts} partitions)")
+    return push.EXIT_OK
+
+
+def run_retry(admin: FrontierAdmin, opts: Any, parts: int, host_key_mode: str) -> int:
+    """``retry`` in every partition: a record goes back into its own partition (its host's);
+    the counts are summed."""
+    if not opts.all and opts.reason is None:
+        print("error: retry needs --reason R or --all", file=sys.stderr)
+        return push.EXIT_ERROR
+    if opts.all and opts.reason is not None:
+        print("error: retry takes --reason R or --all, not both", file=sys.stderr)
+        return push.EXIT_ERROR
+    total = failures.RetryReport()
+    for one in partition_admins(admin, parts):
+        report = failures.retry(one.client, one.keys, one.url, dead=opts.dead,
+                                reason=opts.reason, queue_max=one.params.queue_max,
+                                host_key=lambda url: politeness.host_key(url, host_key_mode),
+                                retries=one.retries)
+        for name, value in vars(report).items():
+            setattr(total, name, getattr(total, name) + value)
+    what = "dead letter(s)" if opts.dead else "failed request(s)"
+    print(f"retried {total.retried} {what} (crawl {admin.keys.crawl_id!r}, {parts} partitions)"
+          + (f"; {total.gone} already retried by another run" if total.gone else "")
+          + (f"; {total.unreadable} unreadable, left" if total.unreadable else "")
+          + (f"; {total.unstorable} left: requests without a parent that could not be "
+             "stored" if total.unstorable else ""))
+    if total.full:
+        print(f"error: {total.full} left: a partition is full (FLEET_QUEUE_MAX="
+              f"{admin.params.queue_max}, split over {parts}); run retry again when it has "
+              "room", file=sys.stderr)
+        return push.EXIT_FULL
+    return push.EXIT_OK
+
+
+def refuse(action: str, crawl_id: str, parts: int) -> int:
+    print(f"error: {action} does not run on a partitioned crawl yet (crawl {crawl_id!r} has "
+          f"FLEET_PARTITIONS={parts}; {', '.join(PARTITIONED_ACTIONS)} do)", file=sys.stderr)
+    return push.EXIT_ERROR

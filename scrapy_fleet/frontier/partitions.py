@@ -1,0 +1,543 @@
+"""A crawl's frontier partitioned by host (``FLEET_PARTITIONS`` = P > 1, docs/partitions.md).
+
+Each partition is a complete frontier of today's layout under its own hash tag
+(:meth:`scrapy_fleet.keys.CrawlKeys.partition`): its queue, Bloom filter, leases, politeness
+state, counters, failed and dead records.  A host's URLs all live in the partition
+:func:`scrapy_fleet.keys.partition_of` names, so every guarantee that is atomic inside one
+frontier call (dedup, fencing, per-host rate and concurrency, robots.txt, holds, bounds) stays
+atomic inside the host's partition.  On a Redis Cluster the partitions spread over the masters
+by slot; on one server they are only hash tags.
+
+:class:`PartitionedFrontier` has the surface of :class:`~scrapy_fleet.frontier.client.
+AsyncFrontier` the pump uses (``call``, ``connect``, ``close``, ``keys``, ``client``,
+``dupes``), so the worker's pump runs unchanged on it.  One call of the pump becomes:
+
+1. the links of a finished page whose host belongs to another partition than the page's
+   (*foreign* links) are pushed there first, one lean call per destination
+   (lua/push_lean.lua), concurrently;
+2. then one frontier call per partition the batch touches, concurrently: acknowledgements,
+   extends, releases, dead letters and download notices go to the partition named by their
+   entry id (``"<p>:<id>"``), local links with their page's acknowledgement, pushes without
+   a parent to their host's partition, and the lease request (``take``) to the worker's
+   current *home* partition.
+
+A page is thus acknowledged only after every foreign push carrying its links has returned
+(**push before ack**), so unfinished work is always visible in some partition: queued, leased,
+deferred or parked.  A page one of whose foreign links was refused (that partition is full) is
+not acknowledged but deferred on its own partition (FLEET_BACKPRESSURE_DELAY), to be fetched
+again: nothing is lost and no partition grows past its bound.
+
+Home: a worker starts on partition ``crc32(worker id) mod P`` and moves to the next partition
+whenever its home hands out nothing, so W workers serve P partitions whether W < P or W > P.
+
+Idle close: when the partitions a call reached all report idle for FLEET_IDLE_TIMEOUT, every
+partition is probed (lua/partition_probe.lua); the fleet is idle only when each of them is
+idle that long on its own clock (push before ack: no work can hide between partitions).
+
+The worker's cache of known duplicates (FLEET_DUPEFILTER_CACHE) is split over the
+partitions' clients: each leaves out of its calls the links of its own pages it knows to be in
+its filter (the script checks the filter's generation, as on P = 1); foreign links are always
+sent.  Monitoring (heartbeat, counter deltas) goes with the
+call to the home partition: fleet-wide figures are sums over partitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import msgpack
+import redis
+
+from scrapy_fleet import lua, redis_client
+from scrapy_fleet.errors import CrawlStateLostError, FleetConfigError
+from scrapy_fleet.frontier.client import AsyncFrontier
+from scrapy_fleet.frontier.dupecache import DupeCache
+from scrapy_fleet.frontier.protocol import (
+    OP_TTL_MS,
+    CallBatch,
+    CallResult,
+    FrontierParams,
+    LeasedEntry,
+    as_int,
+    state_lost,
+)
+from scrapy_fleet.keys import PROBE_CALL, PUSH_LEAN_CALL, CrawlKeys, partition_of
+
+logger = logging.getLogger(__name__)
+
+#: separator of a partition's index and an entry id in the ids a PartitionedFrontier hands out
+ID_SEP = ":"
+
+
+def entry_ref(p: int, entry_id: str) -> str:
+    """The id of entry *entry_id* of partition *p* as the worker (and the commands) see it."""
+    return f"{p}{ID_SEP}{entry_id}"
+
+
+def split_ref(ref: str) -> tuple[int, str]:
+    """``(partition, entry id)`` of an id made by :func:`entry_ref`.
+
+    Raises:
+        ValueError: *ref* is not of that form.
+    """
+    p, sep, entry_id = ref.partition(ID_SEP)
+    if not sep or not p.isdigit():
+        raise ValueError(f"not a partitioned entry id: {ref!r}")
+    return int(p), entry_id
+
+
+# -- the crawl's P, stored when it is created ---------------------------------------------------
+
+def _verdict(keys: CrawlKeys, parts: int, stored: Any, p1_exists: int) -> FleetConfigError | None:
+    if stored is not None:
+        have = as_int(stored, None)
+        if have == parts:
+            return None
+        shown = stored.decode(errors="replace") if isinstance(stored, bytes) else stored
+        return FleetConfigError(
+            f"FLEET_PARTITIONS={parts} does not match crawl {keys.crawl_id!r}, created with "
+            f"FLEET_PARTITIONS={shown}: set it to that value, or purge the crawl to start it "
+            "again")
+    if parts > 1 and p1_exists:
+        return FleetConfigError(
+            f"FLEET_PARTITIONS={parts} does not match crawl {keys.crawl_id!r}, created with "
+            "FLEET_PARTITIONS=1: set it to 1, or purge the crawl to start it again")
+    return None
+
+
+def check_sync(client: Any, keys: CrawlKeys, parts: int, create: bool = True) -> None:
+    """Refuse a worker or command whose FLEET_PARTITIONS differs from the crawl's, and store
+    *parts* (P > 1) with a crawl that has none yet when *create* (SET NX: the first wins).
+    P = 1 writes nothing (a crawl without the key is a P = 1 crawl).
+
+    Raises:
+        FleetConfigError: one line naming the crawl, both values and what to do.
+    """
+    stored = client.get(keys.partitions)
+    p1 = 0 if stored is not None or parts == 1 else client.exists(keys.marker, keys.layout)
+    error = _verdict(keys, parts, stored, p1)
+    if error is None and stored is None and parts > 1 and create:
+        if not client.set(keys.partitions, parts, nx=True):
+            error = _verdict(keys, parts, client.get(keys.partitions), 0)
+    if error is not None:
+        raise error
+
+
+async def check_async(client: Any, keys: CrawlKeys, parts: int, create: bool = True) -> None:
+    """:func:`check_sync` with an asyncio client."""
+    stored = await client.get(keys.partitions)
+    p1 = 0 if stored is not None or parts == 1 else await client.exists(keys.marker,
+                                                                          keys.layout)
+    error = _verdict(keys, parts, stored, p1)
+    if error is None and stored is None and parts > 1 and create:
+        if not await client.set(keys.partitions, parts, nx=True):
+            error = _verdict(keys, parts, await client.get(keys.partitions), 0)
+    if error is not None:
+        raise error
+
+
+def stored_partitions(client: Any, keys: CrawlKeys) -> int:
+    """The crawl's P as stored (1 when it has none: a P = 1 crawl, or none at all)."""
+    return int(as_int(client.get(keys.partitions), 1) or 1)
+
+
+def partition_params(params: FrontierParams, parts: int) -> FrontierParams:
+    """*params* of one partition of *parts*: FLEET_QUEUE_MAX split evenly (rounded up);
+    FLEET_HOST_QUEUE_MAX stays exact (a host is in one partition)."""
+    if not params.queue_max or parts == 1:
+        return params
+    return replace(params, queue_max=-(-params.queue_max // parts))
+
+
+# -- the lean push -------------------------------------------------------------------------------
+
+def lean_args(pushes: list[tuple[Any, ...]], params: FrontierParams, marker: str) -> bytes:
+    """ARGV[1] of lua/push_lean.lua: *pushes* are ``(bloom key, priority, payload, host,
+    delay ms)``."""
+    return msgpack.packb({
+        "p": [[p[0], int(p[1]), p[2], p[3], int(p[4]) if len(p) > 4 else 0] for p in pushes],
+        "bn": params.bloom_capacity, "bp": params.bloom_error_rate,
+        "qm": params.queue_max or 0, "hm": params.host_queue_max or 0,
+        "ot": OP_TTL_MS, "mk": marker, "mc": uuid.uuid4().hex,
+    }, use_bin_type=False)
+
+
+@dataclass
+class LeanResult:
+    """Reply of lua/push_lean.lua (indexes 0-based, into the call's pushes)."""
+
+    flags: list[int]
+    refused: list[int]
+    seen: list[int]
+    pushed: int
+    duplicates: int
+    full: bool
+    marker: str
+    size: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_reply(cls, reply: bytes) -> LeanResult:
+        d = {k.decode(): v for k, v in msgpack.unpackb(reply, raw=True).items()}
+        return cls([int(x) for x in d.get("pf", [])], [int(x) for x in d.get("rf", [])],
+                   [int(x) for x in d.get("pd", [])], int(d.get("new", 0)),
+                   int(d.get("dup", 0)), bool(d.get("full", False)),
+                   (d.get("mk") or b"").decode(errors="replace"),
+                   int(d["size"]) if d.get("size") is not None else None)
+
+
+def _lost(exc: redis.ResponseError, url: str, p: int) -> CrawlStateLostError | None:
+    lost = state_lost(exc, url)
+    if lost is None:
+        return None
+    return CrawlStateLostError(f"partition {p}: {lost}")
+
+
+# -- the worker's frontier ----------------------------------------------------------------------
+
+@dataclass
+class _Route:
+    """Where the pump's batch went: per partition its own batch; per push of the batch,
+    (partition, index in that partition's pushes, foreign)."""
+
+    per: dict[int, CallBatch] = field(default_factory=lambda: defaultdict(CallBatch))
+    foreign: dict[int, list[tuple[Any, ...]]] = field(default_factory=lambda: defaultdict(list))
+    pushes: list[tuple[int, int, bool]] = field(default_factory=list)
+    #: per acknowledgement of the batch: (partition, 0-based index in its batch's acks)
+    acks: list[tuple[int, int]] = field(default_factory=list)
+    #: per partition: index in its foreign pushes -> the 1-based group of the pump's batch
+    foreign_group: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
+
+
+class PartitionedFrontier:
+    """The frontier of a crawl with P > 1 partitions, for a worker (see module docstring).
+
+    Raises:
+        RedisUnavailableError: from :meth:`connect` and :meth:`call`, as AsyncFrontier.
+        CrawlStateLostError: a partition's marker is gone (the message names the partition).
+    """
+
+    def __init__(self, url: str, keys: CrawlKeys, worker: str, params: FrontierParams,
+                 parts: int, timeout: float = 10.0, retries: int = 3, wait_replicas: int = 0,
+                 idle_timeout: float | None = None, dupe_cache: int = 0) -> None:
+        self.url = url
+        self.keys = keys  #: the control keys (the crawl's own tag)
+        self.parts = parts
+        self.worker = worker
+        #: FLEET_QUEUE_MAX is the crawl's: each partition holds its share, rounded up
+        self.params = partition_params(params, parts)
+        self.retries = retries
+        self.idle_timeout = idle_timeout
+        self.wait_replicas = wait_replicas
+        self.part_keys = keys.all_partitions(parts)
+        #: each partition's client keeps its own cache of known duplicates (FLEET_DUPEFILTER_
+        #: CACHE / P keys), for the links of its own pages (never for foreign links)
+        self.fronts = [AsyncFrontier(url, k, worker, self.params, timeout, retries, wait_replicas,
+                                     dupe_cache=dupe_cache // parts) for k in self.part_keys]
+        self.client: redis.asyncio.Redis = redis_client.make_client(url, timeout, is_async=True)
+        self._lean = lua.load(self.client, "push_lean.lua")
+        self._probe = lua.load(self.client, "partition_probe.lua")
+        #: the pump's view: empty (the pump encodes every link; each partition's client
+        #: leaves out the duplicates it knows: module docstring)
+        self.dupes = DupeCache(0)
+        self.home = zlib.crc32(worker.encode("utf-8", "surrogatepass")) % parts
+        self.roundtrips = 0
+        self.foreign_calls = 0  #: lean pushes sent
+        self.deferred_parents = 0  #: pages deferred because a foreign push was refused
+        self.partition_errors = 0  #: partition calls that failed (their part was held)
+        self._held: CallBatch | None = None
+
+    @property
+    def unreplicated(self) -> int:
+        return sum(f.unreplicated for f in self.fronts)
+
+    @property
+    def marker(self) -> str:
+        return self.fronts[self.home].marker
+
+    async def connect(self, patience: float = 30.0) -> None:
+        """Reach every partition (and check its layout), then the control keys."""
+        for front in self.fronts:
+            await front.connect(patience)
+
+    async def close(self) -> None:
+        for front in self.fronts:
+            await front.close()
+        await self.client.aclose()
+
+    # -- routing
+
+    def _route(self, batch: CallBatch, skip: set[int] | None = None) -> _Route:
+        """Split the pump's *batch* by partition; the acknowledgements of the groups in
+        *skip* (1-based) are left out with their links (pushes marked ``(-1, -1, False)``)."""
+        parts = self.parts
+        skip = skip or set()
+        r = _Route()
+        for name in ("releases", "dead", "extends", "downloaded"):
+            for item in getattr(batch, name):
+                p, entry_id = split_ref(item[0])
+                getattr(r.per[p], name).append((entry_id, *item[1:]))
+        for g, ack in enumerate(batch.acks, 1):
+            p, entry_id = split_ref(ack[0])
+            if g in skip:
+                r.acks.append((p, -1))
+                continue
+            r.per[p].acks.append((entry_id, *ack[1:]))
+            r.acks.append((p, len(r.per[p].acks) - 1))
+        for push in batch.pushes:
+            host = push[4] if len(push) > 4 else ""
+            group = int(push[3]) if len(push) > 3 else 0
+            q = partition_of(host, parts)
+            if group == 0:
+                r.pushes.append((q, len(r.per[q].pushes), False))
+                r.per[q].pushes.append(push)
+                continue
+            if group in skip:
+                r.pushes.append((-1, -1, False))
+                continue
+            p, k = r.acks[group - 1]
+            if p == q:
+                r.pushes.append((p, len(r.per[p].pushes), False))
+                r.per[p].pushes.append((push[0], push[1], push[2], k + 1, *push[4:]))
+            else:
+                r.pushes.append((q, len(r.foreign[q]), True))
+                r.foreign[q].append((push[0], push[1], push[2], host,
+                                     push[5] if len(push) > 5 else 0))
+                r.foreign_group[q].append(group)
+        home = r.per[self.home]
+        home.take = batch.take
+        home.beat = batch.beat
+        home.unstorable = list(batch.unstorable)
+        return r
+
+    async def _push_foreign(self, q: int, pushes: list[tuple[Any, ...]]) -> LeanResult:
+        keys = self.part_keys[q].call_keys(PUSH_LEAN_CALL, uuid.uuid4().hex)
+        arg = lean_args(pushes, self.params, self.fronts[q].marker)
+
+        async def attempt() -> bytes:
+            self.roundtrips += 1
+            return await self._lean(keys=keys, args=[arg])  # type: ignore[no-any-return]
+
+        try:
+            reply = await redis_client.call_retrying_async(attempt, self.url, self.retries)
+        except redis.ResponseError as exc:
+            lost = _lost(exc, self.url, q)
+            if lost is not None:
+                raise lost from None
+            raise
+        self.foreign_calls += 1
+        result = LeanResult.from_reply(reply)
+        if not self.fronts[q].marker:
+            self.fronts[q].calls.marker = result.marker
+        return result
+
+    async def call(self, batch: CallBatch, monitor: bytes = b"",
+                   resend: bool = True) -> CallResult:
+        """Run the pump's *batch* over the partitions (module docstring): foreign links
+        first, then one frontier call per partition touched, concurrently.  The reply's
+        entry ids are ``"<p>:<id>"``; its counts are sums, its ``idle_ms`` the fleet's
+        (every partition probed) once the partitions reached look idle long enough.
+
+        A partition that cannot be reached does not stop the others: what was bound for it
+        (and the pages whose links for it could not be pushed) is held here and sent again
+        with the next call (:attr:`held`); its pushes are reported as not new.
+
+        Raises:
+            RedisUnavailableError: no partition of the call could be reached (nothing is
+                held then: the pump sends the batch again).
+            CrawlStateLostError: naming the partition.
+        """
+        held, self._held = self._held, None
+        full = _concat(held, batch) if held is not None else batch
+        off = len(full.pushes) - len(batch.pushes)  # the pump's pushes start here
+        first = self._route(full)
+        lean: dict[int, LeanResult] = {}
+        blocked: set[int] = set()  # groups whose links for some partition are not in yet
+        if first.foreign:
+            qs = sorted(first.foreign)
+            done = await asyncio.gather(*(self._push_foreign(q, first.foreign[q])
+                                          for q in qs), return_exceptions=True)
+            for q, res in zip(qs, done, strict=True):
+                if isinstance(res, CrawlStateLostError):
+                    raise res
+                if isinstance(res, BaseException):
+                    if not isinstance(res, Exception):
+                        raise res
+                    blocked.update(first.foreign_group[q])
+                    self._note_failure(q, res)
+                else:
+                    lean[q] = res
+        r = self._route(full, blocked) if blocked else first
+        # push before ack: a page one of whose foreign links was refused is deferred
+        refused_groups = {first.foreign_group[q][i] for q, res in lean.items()
+                          for i in res.refused} - blocked
+        for group in refused_groups:
+            p, k = r.acks[group - 1]
+            ack = r.per[p].acks[k]
+            failure = ack[2] if len(ack) > 2 else b""
+            r.per[p].acks[k] = (ack[0], ack[1], failure or b"", [], 1)
+            self.deferred_parents += 1
+        calls = [(p, b) for p, b in sorted(r.per.items()) if not b.is_empty()]
+        if self.home not in dict(calls) and monitor:
+            calls.append((self.home, CallBatch(beat=True)))
+        results = await asyncio.gather(*(
+            self.fronts[p].call(b, monitor if p == self.home else b"", True)
+            for p, b in calls), return_exceptions=True)
+        self.roundtrips += len(calls)
+        by_part: dict[int, CallResult] = {}
+        failed: set[int] = set()
+        errors: list[Exception] = []
+        for (p, _), got in zip(calls, results, strict=True):
+            if isinstance(got, CrawlStateLostError):
+                raise got
+            if isinstance(got, BaseException):
+                if not isinstance(got, Exception):
+                    raise got
+                failed.add(p)
+                errors.append(got)
+                self._note_failure(p, got)
+            else:
+                by_part[p] = got
+        if errors and not by_part and not lean:
+            self._held = held  # nothing went through: the pump sends its batch again
+            raise errors[0]
+        keep = self._subset(full, blocked, failed)
+        merged = self._merge(full, r, by_part, lean, off, failed)
+        refused_held = [full.pushes[i] for i in merged.refused if i < off]
+        merged.refused = [i - off for i in merged.refused if i >= off]
+        merged.seen = [i - off for i in merged.seen if i >= off]
+        merged.push_flags = merged.push_flags[off:]
+        if refused_held:
+            keep.pushes += refused_held
+        self._held = None if keep.is_empty() else keep
+        home_result = by_part.get(self.home)
+        if batch.take and (home_result is None or not home_result.leased):
+            self.home = (self.home + 1) % self.parts  # nothing to hand out here: move on
+        if merged.idle_ms >= 0 and self.idle_timeout is not None \
+                and merged.idle_ms >= self.idle_timeout * 1000 and self._held is None:
+            merged.idle_ms = await self.fleet_idle_ms()
+        elif self._held is not None:
+            merged.idle_ms = -1
+        return merged
+
+    @property
+    def held(self) -> int:
+        """Acknowledgements and pushes held for a partition that could not be reached."""
+        return 0 if self._held is None else len(self._held.acks) + len(self._held.pushes)
+
+    def _note_failure(self, p: int, exc: Exception) -> None:
+        self.partition_errors += 1
+        logger.debug("Fleet partition %d unreachable, its part of the call is held: %s",
+                     p, exc)
+
+    def _subset(self, full: CallBatch, groups: set[int], parts: set[int]) -> CallBatch:
+        """The part of *full* (pump format) to send again: the acknowledgements of *groups*
+        and those of *parts* with all their links, and everything else bound for *parts*."""
+        out = CallBatch()
+        if not groups and not parts:
+            return out
+        renumber: dict[int, int] = {}
+        for g, ack in enumerate(full.acks, 1):
+            if g in groups or split_ref(ack[0])[0] in parts:
+                out.acks.append(ack)
+                renumber[g] = len(out.acks)
+        for push in full.pushes:
+            g = int(push[3]) if len(push) > 3 else 0
+            if g and g in renumber:
+                out.pushes.append((push[0], push[1], push[2], renumber[g], *push[4:]))
+            elif not g and partition_of(push[4] if len(push) > 4 else "", self.parts) in parts:
+                out.pushes.append(push)
+        for name in ("releases", "dead", "extends", "downloaded"):
+            getattr(out, name).extend(x for x in getattr(full, name)
+                                      if split_ref(x[0])[0] in parts)
+        if self.home in parts:
+            out.unstorable = list(full.unstorable)
+        return out
+
+    def _merge(self, batch: CallBatch, r: _Route, by_part: dict[int, CallResult],
+               lean: dict[int, LeanResult], off: int, failed: set[int]) -> CallResult:
+        results = list(by_part.values())
+        flags, refused, seen = [], [], []
+        for i, (q, j, foreign) in enumerate(r.pushes):
+            if q < 0 or (not foreign and q in failed) or (foreign and q not in lean):
+                flags.append(0)  # held: sent again with the next call
+            elif foreign:
+                res_l = lean[q]
+                flags.append(res_l.flags[j] if j < len(res_l.flags) else 0)
+                if j in set(res_l.seen):
+                    seen.append(i)
+            else:
+                res = by_part[q]
+                flags.append(res.push_flags[j] if j < len(res.push_flags) else 0)
+                if j in set(res.refused):
+                    refused.append(i)
+                if j in set(res.seen):
+                    seen.append(i)
+        leased = [LeasedEntry(entry_ref(p, e.entry_id), e.token, e.payload, e.expiries)
+                  for p, res in by_part.items() for e in res.leased]
+        lost = [entry_ref(p, x) for p, res in by_part.items() for x in res.lost]
+        holds: dict[str, float] = {}
+        for res in results:
+            holds.update(res.holds)
+        ready = [res.next_ready for res in results if res.next_ready is not None]
+        idles = [res.idle_ms for res in results]
+        s = lambda name: sum(getattr(res, name) for res in results)  # noqa: E731
+        return CallResult(
+            leased=leased, lost=lost, push_flags=flags, refused=refused,
+            pushed=s("pushed") + sum(x.pushed for x in lean.values()),
+            duplicates=s("duplicates") + sum(x.duplicates for x in lean.values()),
+            acked=s("acked"), released=s("released"), reclaimed=s("reclaimed"),
+            dead_lettered=s("dead_lettered"), parked=s("parked"), deferred=s("deferred"),
+            resumed=s("resumed"), queued=s("queued"), inflight=s("inflight"),
+            delayed=s("delayed"), size=s("size"),
+            idle_ms=-1 if not idles or min(idles) < 0 else min(idles),
+            now_ms=max((res.now_ms for res in results), default=0),
+            bloom_full=any(res.bloom_full for res in results)
+            or any(x.full for x in lean.values()),
+            holds=holds,
+            response_queue=(s_pair(results, 0), s_pair(results, 1)),
+            next_ready=min(ready) if ready else None,
+            marker=by_part[self.home].marker if self.home in by_part else "",
+            seen=seen, bloom_gen=None, cached=s("cached"),
+            prev_lost=any(res.prev_lost for res in results))
+
+    # -- the fleet's idleness
+
+    async def probe(self, start_clock: bool = True) -> list[list[Any]]:
+        """lua/partition_probe.lua on every partition (concurrently): per partition
+        ``[idle ms, queued, leased, deferred, parked, marker, now ms]``."""
+        async def one(k: CrawlKeys) -> list[Any]:
+            async def attempt() -> list[Any]:
+                return await self._probe(  # type: ignore[no-any-return]
+                    keys=k.call_keys(PROBE_CALL), args=["1" if start_clock else "0"])
+            return await redis_client.call_retrying_async(  # type: ignore[no-any-return]
+                attempt, self.url, self.retries)
+
+        return list(await asyncio.gather(*(one(k) for k in self.part_keys)))
+
+    async def fleet_idle_ms(self) -> int:
+        """How long every partition has been idle, the least of them (-1: one is busy)."""
+        idles = [int(row[0]) for row in await self.probe()]
+        return -1 if min(idles) < 0 else min(idles)
+
+
+def _concat(a: CallBatch, b: CallBatch) -> CallBatch:
+    """*a* then *b* as one batch of the pump's format (b's groups renumbered after a's)."""
+    n = len(a.acks)
+    pushes = list(a.pushes) + [
+        (p[0], p[1], p[2], int(p[3]) + n if int(p[3]) else 0, *p[4:]) if len(p) > 3 else p
+        for p in b.pushes]
+    return CallBatch(acks=a.acks + b.acks, releases=a.releases + b.releases,
+                     dead=a.dead + b.dead, extends=a.extends + b.extends, pushes=pushes,
+                     take=b.take, downloaded=a.downloaded + b.downloaded, beat=b.beat,
+                     unstorable=a.unstorable + b.unstorable)
+
+
+def s_pair(results: list[CallResult], i: int) -> int:
+    return sum(res.response_queue[i] for res in results)

@@ -1,0 +1,141 @@
+-- push_lean.lua: a push-only call into one partition of a partitioned crawl (FLEET_PARTITIONS
+-- > 1, docs/partitions.md): the links a worker found for hosts of another partition than its
+-- page's, pushed there before the page is acknowledged (frontier/partitions.py), and the
+-- push helper's batches.  It does what lua/step_push.lua does for a push without a parent,
+-- and nothing else (no lease, no ack, no reclaim, no monitoring), so that its fixed part is
+-- a few commands (bench/bench_push_lean.py measures it beside the frontier call).
+--
+-- Keys (of K, keys.PUSH_LEAN_CALL): op (this call's reply cache: a call repeated with the
+--   same op id gets the first reply back and writes nothing), marker and layout (checked;
+--   written once when the partition has none), stats (counters pushed, duplicates,
+--   refused), seq, data and delayed (a push with a delay), leases and delayed (the size),
+--   parked (not resumed here: the partition's own frontier calls do that), hostq (entries per
+--   host), idle_since (deleted when an entry is added: the partition is busy), the queue's
+--   (lua/queue.lua: queue_index, queue_count, bucket_prefix, ready), bloom_meta and
+--   bloom_slices (lua/bloom.lua).
+-- ARGV[1]: msgpack map: p [[fp12 or "", priority, payload, host, delay ms]...], bn bloom
+--   capacity, bp bloom error rate, qm frontier size limit (0 none), hm per-host limit (0
+--   none), ot op ttl ms, mk the partition's marker this client saw ("" none: not checked), mc
+--   the marker to write when there is none.
+-- Reply: msgpack map: pf [1 new / 0 not, per push], rf [refused indexes (0-based): the size
+--   or the host's count reached its bound; not looked up in the filter], pd [indexes (0-based)
+--   found in the filter], new, dup, refused, full (the filter is at its last slice), bg (the
+--   filter's generation), mk (the partition's marker), size (after the call, when qm > 0).
+-- Writes: the filter, seq, the queue (buckets, index, count, ready), data and delayed (a
+--   delayed push), hostq, idle_since (DEL), stats, op.
+-- Errors (before any write): a bad argument; "crawl state lost" when mk is given and the
+--   partition's marker is gone or another one.
+-- Bound of work per call: one pass over the pushes; the filter's lookups and writes
+--   (lua/bloom.lua, lua/bloom_write.lua); one HMGET of hostq when hm > 0; the queue writer's
+--   flush (one command per bucket touched); one HINCRBY per host and per counter that moved.
+--   Fixed part: MGET (op, marker, queue_count), SET op; with pushes TIME, the filter's meta
+--   read, INCRBY seq; with qm > 0 ZCARD leases and delayed.
+
+-- (what the call reads first, in one command: its cached reply, the marker, the queued count)
+local head = redis.call('MGET', K.op, K.marker, K.queue_count)
+if head[1] then return head[1] end
+local ok, req = pcall(cmsgpack.unpack, ARGV[1])
+if not ok or type(req) ~= 'table' or type(req.p) ~= 'table' then
+  return redis.error_reply('ERR fleet: bad push argument')
+end
+for _, p in ipairs(req.p) do
+  if type(p) ~= 'table' or type(p[1]) ~= 'string' or (p[1] ~= '' and #p[1] ~= 12)
+      or type(p[2]) ~= 'number' or p[2] ~= p[2] or math.abs(p[2]) > PRIORITY_LIMIT
+      or type(p[3]) ~= 'string' or type(p[4]) ~= 'string'
+      or (p[5] ~= nil and (type(p[5]) ~= 'number' or p[5] ~= p[5] or p[5] < 0)) then
+    return redis.error_reply('ERR fleet: bad push entry')
+  end
+end
+local marker_error, marker = failed_check_marker(K.marker, req.mk, head[2])
+if marker_error then return redis.error_reply(marker_error) end
+local now = 0
+if #req.p > 0 then now = server_now_ms() end  -- (no TIME for a call without a push)
+-- (the first write is below: everything above only read)
+if not marker and type(req.mc) == 'string' and req.mc ~= '' then
+  redis.call('SET', K.marker, req.mc)
+  redis.call('SET', K.layout, CRAWL_LAYOUT)
+  marker = req.mc
+end
+local queue_max, host_max = tonumber(req.qm) or 0, tonumber(req.hm) or 0
+local qw = Queue.writer(K, now, function() end, tonumber(head[3]) or 0)  -- (payloads given)
+local size = 0
+if queue_max > 0 then size = Queue.size(K, qw.queued) end
+local out = {pf = {}, rf = {}, pd = {}, new = 0, dup = 0, refused = 0, full = false,
+             mk = marker or ''}
+local host_count, host_delta = {}, {}
+if host_max > 0 and #req.p > 0 then
+  local hosts, seen = {}, {}
+  for _, p in ipairs(req.p) do
+    if p[4] ~= '' and not seen[p[4]] then
+      seen[p[4]] = true
+      hosts[#hosts + 1] = p[4]
+    end
+  end
+  read_fields(K.hostq, hosts, function(h, v) host_count[h] = tonumber(v) or 0 end)
+end
+local fps, where = {}, {}
+for i, p in ipairs(req.p) do
+  if p[1] ~= '' then
+    fps[#fps + 1] = p[1]
+    where[#fps] = i
+  end
+end
+local bloom, present = nil, {}
+if #fps > 0 then
+  bloom = bloom_open(K.bloom_meta, K.bloom_slices, tonumber(req.bn), tonumber(req.bp))
+  local found = bloom_lookup(bloom, fps)
+  for j, i in ipairs(where) do present[i] = found[j] end
+end
+local added = {}
+local id_next, id_last = 1, 0
+for i, p in ipairs(req.p) do
+  local host = p[4]
+  out.pf[i] = 0
+  if (queue_max > 0 and size >= queue_max)
+      or (host_max > 0 and host ~= '' and (host_count[host] or 0) >= host_max) then
+    out.rf[#out.rf + 1] = i - 1
+    out.refused = out.refused + 1
+  elseif p[1] ~= '' and (present[i] or added[p[1]]) then
+    out.dup = out.dup + 1
+    out.pd[#out.pd + 1] = i - 1
+  else
+    if p[1] ~= '' then
+      local _, full = bloom_mark(bloom, p[1])
+      added[p[1]] = true
+      if full then out.full = true end
+    end
+    if id_next > id_last then  -- one INCRBY for every new entry of the call
+      id_last = redis.call('INCRBY', K.seq, #req.p - i + 1)
+      id_next = id_last - (#req.p - i + 1) + 1
+    end
+    local id = string.format('%015d', id_next)
+    id_next = id_next + 1
+    if p[5] and p[5] > 0 then
+      qw.keep_data(id, p[3])
+      redis.call('ZADD', K.delayed, now + math.floor(p[5]), id .. '|' .. (-p[2]) .. '|' .. host)
+    else
+      qw.enqueue(id, -p[2], host, p[3], false)
+    end
+    if host ~= '' then
+      host_count[host] = (host_count[host] or 0) + 1
+      host_delta[host] = (host_delta[host] or 0) + 1
+    end
+    size = size + 1
+    out.new = out.new + 1
+    out.pf[i] = 1
+  end
+end
+if bloom ~= nil then
+  bloom_flush(bloom)
+  out.bg = bloom.gen
+end
+qw.flush()
+for host, n in pairs(host_delta) do hincrby(K.hostq, host, n) end
+if out.new > 0 then redis.call('DEL', K.idle_since) end
+if out.new > 0 then hincrby(K.stats, 'pushed', out.new) end
+if out.dup > 0 then hincrby(K.stats, 'duplicates', out.dup) end
+if out.refused > 0 then hincrby(K.stats, 'refused', out.refused) end
+if queue_max > 0 then out.size = size end
+local reply = cmsgpack.pack(out)
+redis.call('SET', K.op, reply, 'PX', tonumber(req.ot) or 300000)
+return reply

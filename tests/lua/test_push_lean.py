@@ -1,0 +1,124 @@
+"""lua/push_lean.lua, the push-only call of a partitioned crawl (issue 21), on a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import msgpack
+import pytest
+import redis
+
+from scrapy_fleet import lua
+from scrapy_fleet.frontier.client import AsyncFrontier
+from scrapy_fleet.frontier.partitions import LeanResult, lean_args
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
+from scrapy_fleet.keys import LAYOUT_VERSION, PUSH_LEAN_CALL, CrawlKeys
+
+KEYS = CrawlKeys("fleet", "lean").partition(1, 4)
+
+
+@pytest.fixture
+def client(redis_url):
+    c = redis.Redis.from_url(redis_url)
+    yield c
+    c.close()
+
+
+def push(client, pushes, params=None, op="op1", marker=""):
+    params = params or FrontierParams()
+    script = lua.load(client, "push_lean.lua")
+    reply = script(keys=KEYS.call_keys(PUSH_LEAN_CALL, op),
+                   args=[lean_args(pushes, params, marker)])
+    return LeanResult.from_reply(reply), reply
+
+
+def rows(hosts, tag=b"r"):
+    return [(os.urandom(12), 0, tag + h.encode(), h) for h in hosts]
+
+
+def test_new_entries_are_queued_in_the_partition_and_leased_from_it(client, redis_url):
+    pushes = rows(["a.test", "b.test", "a.test"])
+    res, _ = push(client, pushes)
+    assert res.flags == [1, 1, 1] and res.pushed == 3 and res.refused == []
+    assert int(client.get(KEYS.queue_count)) == 3
+    assert client.hgetall(KEYS.hostq) == {b"a.test": b"2", b"b.test": b"1"}
+    assert sorted(client.zrange(KEYS.ready, 0, -1)) == [b"a.test", b"b.test"]
+    assert client.hget(KEYS.stats, "pushed") == b"3"
+    assert client.get(KEYS.layout) == str(LAYOUT_VERSION).encode()
+    assert client.get(KEYS.marker) == res.marker.encode() and res.marker
+
+    async def lease():
+        fr = AsyncFrontier(redis_url, KEYS, "w", FrontierParams())
+        try:
+            got = (await fr.call(CallBatch(take=10))).leased
+            return sorted(e.payload for e in got)
+        finally:
+            await fr.close()
+    assert asyncio.run(lease()) == sorted(p[2] for p in pushes)
+
+
+def test_duplicates_are_found_in_the_filter_and_in_the_call(client):
+    first = rows(["a.test"])
+    push(client, first)
+    again = [first[0], (first[0][0], 0, b"other", "a.test")]
+    fresh = rows(["c.test"])
+    res, _ = push(client, again + fresh + fresh, op="op2")
+    assert res.flags == [0, 0, 1, 0]
+    assert res.seen == [0, 1, 3] and res.duplicates == 3 and res.pushed == 1
+    assert int(client.get(KEYS.queue_count)) == 2
+    assert client.hget(KEYS.stats, "duplicates") == b"3"
+
+
+def test_a_repeated_call_returns_its_first_reply_and_writes_nothing(client):
+    pushes = rows(["a.test", "b.test"])
+    _, first = push(client, pushes, op="same")
+    before = {k: client.dump(k) for k in client.keys("*") if not k.endswith(b":op:same")}
+    _, second = push(client, pushes, op="same")
+    assert second == first
+    assert {k: client.dump(k) for k in client.keys("*") if not k.endswith(b":op:same")} == before
+
+
+def test_bounds_refuse_without_touching_the_filter(client):
+    params = FrontierParams(queue_max=2, host_queue_max=1)
+    res, _ = push(client, rows(["a.test", "a.test", "b.test", "c.test"]), params)
+    # a.test's second entry: its host is full; c.test: the partition is full
+    assert res.flags == [1, 0, 1, 0] and res.refused == [1, 3]
+    assert client.hget(KEYS.stats, "refused") == b"2"
+    retry = rows(["c.test"])
+    res, _ = push(client, retry, params, op="op2")
+    assert res.refused == [0]
+    res, _ = push(client, retry, FrontierParams(queue_max=10), op="op3")
+    assert res.flags == [1]  # never added to the filter while refused
+
+
+def test_a_push_makes_an_idle_partition_busy(client):
+    client.set(KEYS.idle_since, 1)
+    push(client, rows(["a.test"]))
+    assert client.exists(KEYS.idle_since) == 0
+
+
+def test_a_lost_marker_is_refused_before_any_write(client):
+    res, _ = push(client, rows(["a.test"]))
+    client.delete(KEYS.marker)
+    client.delete(KEYS.layout)
+    before = sorted(client.keys("*"))
+    with pytest.raises(redis.ResponseError, match="crawl state lost"):
+        push(client, rows(["b.test"]), op="op2", marker=res.marker)
+    assert sorted(client.keys("*")) == before
+
+
+def test_a_bad_argument_is_refused_before_any_write(client):
+    script = lua.load(client, "push_lean.lua")
+    bad = msgpack.packb({"p": [["short", 0, "x", "h"]]}, use_bin_type=False)
+    with pytest.raises(redis.ResponseError, match="bad push entry"):
+        script(keys=KEYS.call_keys(PUSH_LEAN_CALL, "op"), args=[bad])
+    assert client.keys("*") == []
+
+
+def test_a_delayed_push_waits_among_the_deferred(client):
+    res, _ = push(client, [(os.urandom(12), 0, b"later", "a.test", 60_000)])
+    assert res.flags == [1]
+    assert client.zcard(KEYS.delayed) == 1
+    assert int(client.get(KEYS.queue_count) or 0) == 0
+    assert list(client.hvals(KEYS.data)) == [b"later"]

@@ -1,0 +1,90 @@
+"""A partitioned crawl (FLEET_PARTITIONS > 1, issue 21) with real workers on one Redis server:
+partitions are hash tags there (docs/partitions.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import redis
+from support import TEST_PROJECT, read_items, start_worker, tail, wait_all
+
+from scrapy_fleet.keys import CrawlKeys, partition_of
+from testsite import generate_site
+
+pytestmark = pytest.mark.slow
+
+#: candidate hosts: the test site answers on each (distinct loopback addresses)
+CANDIDATES = [f"127.0.0.{i}" for i in range(10, 40)]
+
+
+def by_partition(parts: int) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {p: [] for p in range(parts)}
+    for addr in CANDIDATES:
+        out[partition_of(addr, parts)].append(addr)
+    return out
+
+
+def test_idle_close_waits_for_links_held_by_another_partition(redis_url, site_factory,
+                                                                worker_env, tmp_path):
+    """Partition 0 is empty; partition 1 holds one slow page whose 24 links all go to
+    partition 0.  Two workers with FLEET_IDLE_TIMEOUT=1: neither may close while that page is
+    downloading (partition 0 idle for seconds), and every page is itemised once."""
+    hosts = by_partition(2)
+    home_b, fan = hosts[1][0], hosts[0][:3]
+    generate_site(tmp_path / "www", 30, 1, seed=3)
+    site = site_factory(tmp_path / "www", binds=[home_b, *fan], behaviour={
+        "delays": [{"prefix": "/site/p/29.html", "seconds": 4.0, "host": home_b},
+                   {"prefix": "/site/p/", "seconds": 0.2, "host": None}]})
+    start = site.urls[0].rstrip("/") + "/site/p/29.html"
+    fan_urls = site.urls[1:]
+    n = 24
+    outs = [tmp_path / f"out-{i}.jsonl" for i in range(2)]
+    logs = [tmp_path / f"w-{i}.log" for i in range(2)]
+    settings = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 1, "FLEET_PARTITIONS": 2,
+                "CONCURRENT_REQUESTS": 2, "FLEET_POLL_INTERVAL": 0.2}
+    procs = [start_worker(TEST_PROJECT, "fanout", {**settings, "FLEET_JSONL_PATH": outs[i],
+                                                   "FLEET_WORKER_ID": f"w{i}"},
+                          worker_env, logs[i],
+                          {"start": start, "hosts": ",".join(fan_urls), "n": n})
+             for i in range(2)]
+    codes = wait_all(procs, 180)
+    assert codes == [0, 0], tail(logs[0]) + tail(logs[1])
+    items = [read_items([out]) for out in outs]
+    urls = [item["url"] for part in items for item in part]
+    expected = {start} | {f"{fan_urls[i % 3].rstrip('/')}/site/p/{i}.html" for i in range(n)}
+    assert sorted(urls) == sorted(expected)
+    # neither worker closed while the slow page was downloading: both fetched fan-out pages
+    for part in items:
+        assert any(item["url"] != start for item in part), [tail(log) for log in logs]
+    client = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("fleet", "fanout")
+    assert client.get(keys.partitions) == b"2"
+    acked = [int(client.hget(k.stats, "acked") or 0) for k in keys.all_partitions(2)]
+    assert acked == [n, 1]
+    # the control tag holds no frontier key; P = 1's keys were never written
+    assert not client.exists(keys.marker, keys.queue_count, keys.bloom_meta)
+
+
+def test_worker_with_another_partition_count_is_refused(redis_url, site_server, worker_env,
+                                                        tmp_path):
+    """A crawl created with FLEET_PARTITIONS=1 (today's keys) refuses a worker with 2, in one
+    line naming the setting, and the crawl is left as it was."""
+    log1, log2 = tmp_path / "w1.log", tmp_path / "w2.log"
+    start = site_server.url + "site/"
+    base = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 1}
+    first = start_worker(TEST_PROJECT, "starts", base, worker_env, log1, {"start": start})
+    assert wait_all([first], 120) == [0], tail(log1)
+    client = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("fleet", "starts")
+    before = sorted(client.keys("*"))
+    assert client.get(keys.marker) is not None
+    second = start_worker(TEST_PROJECT, "starts", {**base, "FLEET_PARTITIONS": 2}, worker_env,
+                          log2, {"start": start})
+    assert wait_all([second], 120) != [0]
+    text = Path(log2).read_text()
+    lines = [line for line in text.splitlines()
+             if "FLEET_PARTITIONS=2 does not match crawl 'starts'" in line]
+    assert len(lines) == 1, tail(log2)
+    assert "created with FLEET_PARTITIONS=1" in lines[0]
+    assert sorted(client.keys("*")) == before

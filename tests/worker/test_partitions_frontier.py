@@ -1,0 +1,240 @@
+"""PartitionedFrontier (issue 21) against a real Redis server: routing by the lease's
+partition, push before ack, a refused foreign push deferring its page."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+import redis
+
+from scrapy_fleet.frontier.partitions import PartitionedFrontier, partition_params, split_ref
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
+from scrapy_fleet.keys import CrawlKeys, partition_of
+
+KEYS = CrawlKeys("fleet", "pf")
+
+
+def host_in(p: int, parts: int, n: int = 1) -> list[str]:
+    return [h for h in (f"h{i}.test" for i in range(1000)) if partition_of(h, parts) == p][:n]
+
+
+def row(host, tag=b"", group=0):
+    return (os.urandom(12), 0, tag or host.encode(), group, host)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_the_crawl_bound_is_split_over_partitions():
+    assert partition_params(FrontierParams(queue_max=10), 4).queue_max == 3
+    assert partition_params(FrontierParams(queue_max=None), 4).queue_max is None
+    assert partition_params(FrontierParams(queue_max=10, host_queue_max=5),
+                            1).queue_max == 10
+
+
+def test_leases_acks_and_links_go_to_their_partitions(redis_url):
+    parts = 4
+    a, b = host_in(0, parts)[0], host_in(3, parts)[0]
+
+    async def main():
+        fr = PartitionedFrontier(redis_url, KEYS, "w", FrontierParams(), parts)
+        try:
+            await fr.connect()
+            r = await fr.call(CallBatch(pushes=[row(a), row(b)]))
+            assert r.push_flags == [1, 1] and r.refused == []
+            fr.home = 3
+            got = (await fr.call(CallBatch(take=5))).leased
+            assert [split_ref(e.entry_id)[0] for e in got] == [3] and got[0].payload == b.encode()
+            e = got[0]
+            # its links: one for its own partition (with the ack), one for partition 0 (before)
+            batch = CallBatch(acks=[(e.entry_id, e.token)],
+                              pushes=[row(b, b"own", 1), row(a, b"far", 1)])
+            r = await fr.call(batch)
+            assert r.acked == 1 and r.push_flags == [1, 1] and fr.foreign_calls == 1
+            # a stale token: the lost lease is named with its partition
+            r = await fr.call(CallBatch(acks=[(e.entry_id, e.token)]))
+            assert r.lost == [e.entry_id]
+        finally:
+            await fr.close()
+    run(main())
+    c = redis.Redis.from_url(redis_url)
+    p0, p3 = KEYS.partition(0, parts), KEYS.partition(3, parts)
+    assert int(c.get(p0.queue_count)) == 2 and int(c.get(p3.queue_count)) == 1
+    assert c.hget(p3.stats, "acked") == b"1" and c.hget(p3.stats, "stale_acks") == b"1"
+    assert c.hget(p0.stats, "pushed") == b"2"  # one by the push, one foreign link
+    assert not c.exists(KEYS.queue_count)
+
+
+def test_a_refused_foreign_link_defers_its_page_and_nothing_is_lost(redis_url):
+    """Partition 0 is full (FLEET_QUEUE_MAX split 2 ways: 1 each): the link a page of
+    partition 1 found for it is refused there, so the page is not acknowledged but deferred;
+    once partition 0 has room the page is fetched again and its link gets in."""
+    parts = 2
+    a0, a1 = host_in(0, parts, 2)
+    b = host_in(1, parts)[0]
+    params = FrontierParams(queue_max=2, defer_delay=0.3)
+    c = redis.Redis.from_url(redis_url)
+    p0, p1 = KEYS.partition(0, parts), KEYS.partition(1, parts)
+
+    async def main():
+        fr = PartitionedFrontier(redis_url, KEYS, "w", params, parts)
+        try:
+            await fr.connect()
+            r = await fr.call(CallBatch(pushes=[row(a0, b"filler"), row(b, b"page")]))
+            assert r.push_flags == [1, 1]
+            fr.home = 1
+            page = (await fr.call(CallBatch(take=1))).leased[0]
+            link = row(a1, b"link", 1)
+            r = await fr.call(CallBatch(acks=[(page.entry_id, page.token)], pushes=[link]))
+            assert r.acked == 0 and r.deferred == 1 and r.push_flags == [0]
+            assert fr.deferred_parents == 1
+            assert c.zcard(p1.delayed) == 1 and int(c.get(p0.queue_count)) == 1
+            # partition 0 gets room: its filler is fetched and acknowledged
+            fr.home = 0
+            filler = (await fr.call(CallBatch(take=1))).leased[0]
+            assert filler.payload == b"filler"
+            assert (await fr.call(CallBatch(acks=[(filler.entry_id, filler.token)]))).acked == 1
+            # the deferred page comes back, and this time its link is taken
+            fr.home = 1
+            again = []
+            deadline = time.monotonic() + 10
+            while not again and time.monotonic() < deadline:
+                again = (await fr.call(CallBatch(take=1))).leased
+                await asyncio.sleep(0.1)
+            assert again and again[0].payload == b"page"
+            page = again[0]
+            r = await fr.call(CallBatch(acks=[(page.entry_id, page.token)], pushes=[link]))
+            assert r.acked == 1 and r.push_flags == [1]
+        finally:
+            await fr.close()
+    run(main())
+    assert int(c.get(p0.queue_count)) == 1
+    assert c.hget(p1.stats, "deferred") == b"1" and c.hget(p1.stats, "acked") == b"1"
+    assert c.hget(p0.stats, "refused") == b"1"
+
+
+def test_fleet_idle_needs_every_partition_idle(redis_url):
+    parts = 3
+    b = host_in(2, parts)[0]
+
+    async def main():
+        fr = PartitionedFrontier(redis_url, KEYS, "w", FrontierParams(), parts,
+                                 idle_timeout=0.2)
+        try:
+            await fr.connect()
+            await fr.call(CallBatch(pushes=[row(b)]))
+            fr.home = 0
+            r = await fr.call(CallBatch(beat=True))
+            assert 0 <= r.idle_ms < 200  # partition 0's own clock starts
+            await asyncio.sleep(0.5)
+            r = await fr.call(CallBatch(beat=True))
+            assert r.idle_ms == -1  # partition 0 idle long enough, but partition 2 holds one
+            fr.home = 2
+            e = (await fr.call(CallBatch(take=1))).leased[0]
+            await fr.call(CallBatch(acks=[(e.entry_id, e.token)]))
+            fr.home = 0
+            r = await fr.call(CallBatch(beat=True))
+            assert r.idle_ms == -1 or r.idle_ms < 200  # partition 2 only just became idle
+            await asyncio.sleep(0.5)
+            r = await fr.call(CallBatch(beat=True))
+            assert r.idle_ms >= 200
+        finally:
+            await fr.close()
+    run(main())
+
+
+@pytest.mark.parametrize("parts", [1])
+def test_no_partitions_key_for_one_partition(redis_url, parts):
+    from scrapy_fleet.frontier.partitions import check_sync
+
+    c = redis.Redis.from_url(redis_url)
+    check_sync(c, KEYS, parts)
+    assert c.keys("*") == []
+
+
+def test_an_unreachable_partition_holds_its_part_and_the_others_go_on(redis_server,
+                                                                      redis_url):
+    """Partition 1 refuses this client (an ACL without its keys, standing for a master being
+    failed over): partition 0 keeps leasing and acknowledging; a page whose link is for
+    partition 1 is held, not acknowledged, and so is a push for it; once partition 1 answers,
+    what was held goes through and nothing is lost."""
+    from scrapy_fleet import acl
+
+    parts = 2
+    a0, a1 = host_in(0, parts, 2)
+    b = host_in(1, parts)[0]
+    tag0 = KEYS.partition(0, parts).base
+    admin = redis_server.client()
+    rule = acl.acl_rule("worker", crawl_id="pf")
+    admin.execute_command("ACL", "SETUSER", "half", "reset", "on", ">pw", *rule.split(),
+                          f"~{tag0}:*")
+    url = f"redis://half:pw@127.0.0.1:{redis_server.port}/0"
+    c = redis.Redis.from_url(redis_url)
+    p1 = KEYS.partition(1, parts)
+
+    async def main():
+        fr = PartitionedFrontier(url, KEYS, "w", FrontierParams(), parts)
+        try:
+            fr.home = 0
+            r = await fr.call(CallBatch(pushes=[row(a0, b"page"), row(b, b"orphan")], take=1))
+            assert r.push_flags == [1, 0] and r.refused == [] and fr.held == 1
+            (page,) = r.leased
+            # (a call none of whose parts gets through raises, for the pump to retry it)
+            batch = CallBatch(acks=[(page.entry_id, page.token)],
+                              pushes=[row(a1, b"local", 1), row(b, b"far", 1)])
+            with pytest.raises(redis.ResponseError):
+                await fr.call(batch)
+            assert fr.held == 1
+            batch.take = 1  # with a part for partition 0, the call goes through
+            r = await fr.call(batch)
+            assert r.acked == 0 and fr.held == 4  # the orphan, the page and its two links
+            # partition 0 goes on meanwhile
+            fr.home = 0
+            r = await fr.call(CallBatch(pushes=[row(a1, b"more")], take=1))
+            assert r.push_flags == [1] and r.leased
+            more = r.leased[0]
+            r = await fr.call(CallBatch(acks=[(more.entry_id, more.token)]))
+            assert r.acked == 1 and fr.held == 4
+            # partition 1 answers again: what was held goes through
+            admin.execute_command("ACL", "SETUSER", "half", f"~{p1.base}:*")
+            r = await fr.call(CallBatch(beat=True))
+            assert r.acked == 1 and fr.held == 0
+        finally:
+            await fr.close()
+    try:
+        run(main())
+    finally:
+        admin.execute_command("ACL", "DELUSER", "half")
+    queued1 = sorted(c.hvals(p1.data)) + [e.split(b"\t", 1)[1] for k in c.keys(
+        p1.bucket_prefix.replace("{", "\\{").replace("}", "\\}") + "*")
+        for e in c.lrange(k, 0, -1)]
+    assert sorted(queued1) == [b"far", b"orphan"]
+    p0 = KEYS.partition(0, parts)
+    assert c.hget(p0.stats, "acked") == b"2"
+
+
+def test_each_partition_leaves_out_the_duplicates_it_knows(redis_url):
+    """FLEET_DUPEFILTER_CACHE split over the partitions: a link of a page that its partition
+    already holds is left out of the next call (counted as cached), not sent again."""
+    parts = 2
+    a, a2 = host_in(0, parts, 2)
+
+    async def main():
+        fr = PartitionedFrontier(redis_url, KEYS, "w", FrontierParams(), parts,
+                                 dupe_cache=1000)
+        try:
+            fr.home = 0
+            link = row(a2, b"link", 1)
+            await fr.call(CallBatch(pushes=[row(a, b"p1"), row(a, b"p2")]))
+            p1, p2 = (await fr.call(CallBatch(take=2))).leased
+            r = await fr.call(CallBatch(acks=[(p1.entry_id, p1.token)], pushes=[link]))
+            assert r.push_flags == [1] and r.cached == 0
+            r = await fr.call(CallBatch(acks=[(p2.entry_id, p2.token)], pushes=[link]))
+            assert r.acked == 1 and r.push_flags == [0] and r.cached == 1
+        finally:
+            await fr.close()
+    run(main())
