@@ -55,17 +55,19 @@ end
 -- checked by reading what monitor_apply needs of them (HMGET answers WRONGTYPE for another
 -- type): the heartbeat hash's `seen` (every write of it has one: none, a new worker) and
 -- `cs`, and the samples' last slots in `mon`.  Returns nil, or an error message naming the
--- key; sets m.fresh (the worker's heartbeat hash is missing), m.cs_done and m.last.
+-- key; sets m.fresh (the worker's heartbeat hash is missing), m.cs_done, m.seen, m.hd (the
+-- heartbeat hash's `seen`, `cs` and `hd`) and m.last (mon's s1 s2 s3 t0 lw).
 local function monitor_check_keys(K, m)
-  local info = redis.pcall('HMGET', K.worker_info, 'seen', 'cs')
+  local info = redis.pcall('HMGET', K.worker_info, 'seen', 'cs', 'hd')
   if info.err then return mon_wrong_type(K.worker_info, 'hash') or info.err end
-  local last = redis.pcall('HMGET', K.mon, 's1', 's2', 's3', 't0')
+  local last = redis.pcall('HMGET', K.mon, 's1', 's2', 's3', 't0', 'lw')
   if last.err then return mon_wrong_type(K.mon, 'hash') or last.err end
   if m.hp ~= nil and #m.hp > 0 then
     local bad = mon_wrong_type(K.hoststats, 'hash') or mon_wrong_type(K.hostbans, 'zset')
     if bad then return bad end
   end
   m.fresh, m.cs_done, m.last = not info[1], tonumber(info[2]) or 0, last
+  m.seen, m.hd = tonumber(info[1]), info[3]
   return nil
 end
 
@@ -106,7 +108,9 @@ local function monitor_parse(raw, K)
     end
   end
   if m.cs ~= nil and type(m.cs) ~= 'number' then return nil, 'cs must be a number' end
-  -- (m.fresh, m.cs_done, m.last: not fields of ARGV[2], read by monitor_check_keys)
+  -- (m.fresh, m.cs_done, m.seen, m.hd, m.last: not fields of ARGV[2], read by
+  -- monitor_check_keys; m.raw: ARGV[2] as sent)
+  m.raw = raw or ''
   local bad_key = monitor_check_keys(K, m)
   if bad_key then return nil, bad_key end
   return m
@@ -116,12 +120,23 @@ local function mon_int(v)
   return string.format('%d', tonumber(v) or 0)
 end
 
+-- How often (ms) a heartbeat that tells nothing new is written at most: the worker's hash
+-- (its fields, `seen` and its expiry) is rewritten when its heartbeat changed (`hd`: the SHA1
+-- of ARGV[2] as last written), when the call applies counter deltas or acknowledges, and
+-- otherwise once per this many ms (at most a quarter of `da`), so an idle worker calling in a
+-- loop writes its hash about once a second.  Its entry in `workers` (step_idle.lua, every call)
+-- is what tells it alive (monitoring/snapshot.py: the later of that and `seen`); mon's `lw`
+-- (the fleet's last worker call) is written as seldom.
+local MON_BEAT_EVERY = 1000
+
 -- Apply a parsed map: heartbeat, deltas, worker expiry, and one sample per due tier.
 local function monitor_apply(m, K, now, worker, acked)
   local INFO, MON, HOSTSTATS, HOSTBANS = K.worker_info, K.mon, K.hoststats, K.hostbans
   local fk = K
   local dead_ms = tonumber(m.da) or 15000
   local forget_ms = tonumber(m.fa) or 120000
+  local every = math.min(MON_BEAT_EVERY, dead_ms / 4)
+  local last = m.last  -- (read by monitor_check_keys: no step writes MON)
   local mon_set = {}  -- fields of MON written once, below
   if acked > 0 then mon_set[#mon_set + 1], mon_set[#mon_set + 2] = 'la', now end
   if worker ~= '' then
@@ -141,27 +156,34 @@ local function monitor_apply(m, K, now, worker, acked)
       end
       info_set = {'cs', cs}
     end
-    local fields = {'seen', now}
-    for name, v in pairs(m.hb or {}) do
-      fields[#fields + 1] = name
-      fields[#fields + 1] = v
+    local digest = redis.sha1hex(m.raw or '')
+    if m.fresh or acked > 0 or #info_set > 0 or digest ~= m.hd or not m.seen
+        or now - m.seen >= every or now < m.seen then
+      local fields = {'seen', now, 'hd', digest}
+      for name, v in pairs(m.hb or {}) do
+        fields[#fields + 1] = name
+        fields[#fields + 1] = v
+      end
+      for _, v in ipairs(info_set) do fields[#fields + 1] = v end
+      if m.fresh or acked > 0 then
+        fields[#fields + 1] = 'la'
+        fields[#fields + 1] = now
+      end
+      redis.call('HSET', INFO, unpack(fields))
+      redis.call('PEXPIRE', INFO, forget_ms)
     end
-    for _, v in ipairs(info_set) do fields[#fields + 1] = v end
-    if m.fresh or acked > 0 then
-      fields[#fields + 1] = 'la'
-      fields[#fields + 1] = now
+    local lw = tonumber(last[5])
+    if #mon_set > 0 or not lw or now - lw >= every or now < lw then
+      mon_set[#mon_set + 1], mon_set[#mon_set + 2] = 'lw', now
     end
-    redis.call('HSET', INFO, unpack(fields))
-    redis.call('PEXPIRE', INFO, forget_ms)
-    mon_set[#mon_set + 1], mon_set[#mon_set + 2] = 'lw', now
   end
-  redis.call('ZREMRANGEBYSCORE', fk.workers, '-inf', now - forget_ms)  -- departed workers
 
   -- one sample per tier whose step changed since its last sample, fleet-wide
-  local last = m.last  -- (read by monitor_check_keys: no step writes MON)
   if not last[4] then mon_set[#mon_set + 1], mon_set[#mon_set + 2] = 't0', now end
   if #mon_set > 0 then redis.call('HSET', MON, unpack(mon_set)) end
   if math.floor(now / MON_TIERS[1][1]) == tonumber(last[1]) then return end
+  -- (departed workers: looked for with the samples, once per 10 s fleet-wide)
+  redis.call('ZREMRANGEBYSCORE', fk.workers, '-inf', now - forget_ms)
   local c = redis.call('HMGET', fk.stats, 'pages', 'items_scraped', 'bans')
   local vals = {now, Queue.queued(K), redis.call('ZCARD', fk.delayed),
                 redis.call('ZCARD', fk.leases), redis.call('LLEN', fk.parked),

@@ -11,14 +11,16 @@
 -- the worker's entry in K.workers (its last call).
 -- Keys (of K): queue_count, queue_index, leases, delayed, parked, idle_since, stats, hold,
 -- workers, hostq.  Writes: idle_since, queue_count (0 when no bucket holds an entry), workers.
--- Work per call: about 8 commands; HGETALL of hold when it has at most 1000 hosts.
+-- Work per call: about 7 commands (6 without steps); HGETALL of hold when it has at most 1000 hosts.
 
 local function step_idle(c)
   local K, st, out, now, worker = c.K, c.st, c.out, c.now, c.worker
   out.queued = c.queued  -- (K.queue_count: read when the call began, then its changes)
-  if out.queued ~= 0 and redis.call('HLEN', K.queue_index) == 0 then
+  if st and out.queued ~= 0 and redis.call('HLEN', K.queue_index) == 0 then
     -- no bucket holds an entry: the count is 0 (entries written into a bucket by hand, and
-    -- dead-lettered as corrupt, were taken off a count that never had them)
+    -- dead-lettered as corrupt, were taken off a count that never had them; only the steps'
+    -- queue writes can find such entries: a call without steps leaves the count as the last
+    -- call with steps left it, checked)
     redis.call('SET', K.queue_count, 0)
     out.queued = 0
   end
