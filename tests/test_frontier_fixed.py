@@ -7,7 +7,7 @@ A call without work (nothing named, pushed or taken) runs none of the steps (lua
 call_has_work): it still moves a due deferred entry, reclaims an expired lease and resumes a
 parked request.  A heartbeat that tells nothing new is written at most once a second
 (lua/monitoring.lua): the worker stays alive by its entry in `workers`, and a change of its
-heartbeat is written at once.
+heartbeat is written at once; departed workers are still forgotten by the next call.
 """
 
 from __future__ import annotations
@@ -133,13 +133,16 @@ def test_a_heartbeat_that_tells_nothing_new_is_written_once_a_second_and_keeps_t
     assert f.r.zscore(f.keys.workers, worker) == T0 + 1800
 
 
-def test_departed_workers_are_forgotten_with_the_samples(redis_url):
+def test_departed_workers_are_forgotten_by_the_next_call(redis_url):
     f = Frontier(redis_url, "fixed-departed")
     f.call(T0, CallBatch(pushes=[(b"g" * 12, 0, b"x", 0, "h")]))
     f.call(T0 + 1, CallBatch(), "w:gone:1", beat())
     f.call(T0 + 2, CallBatch(), "w:here:1", beat())
+    # 120 s later (FLEET_WORKER_FORGET_AFTER): a call takes the 10 s sample...
+    f.call(T0 + 120_000, CallBatch(), "w:here:1", beat())
     assert f.r.zcard(f.keys.workers) == 2
-    # 120 s later (FLEET_WORKER_FORGET_AFTER): the next call whose 10 s sample is due
-    # forgets the one that made no call since
+    sampled = f.r.hget(f.keys.mon, "s1")
+    # ...and the next one, with no sample due, forgets the worker silent since
     f.call(T0 + 120_002, CallBatch(), "w:here:1", beat())
+    assert f.r.hget(f.keys.mon, "s1") == sampled
     assert [w for w, _ in f.r.zrange(f.keys.workers, 0, -1, withscores=True)] == [b"w:here:1"]

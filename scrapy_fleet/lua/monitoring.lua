@@ -123,9 +123,9 @@ end
 -- How often (ms) a heartbeat that tells nothing new is written at most: the worker's hash
 -- (its fields, `seen` and its expiry) is rewritten when its heartbeat changed (`hd`: the SHA1
 -- of ARGV[2] as last written), when the call applies counter deltas or acknowledges, and
--- otherwise once per this many ms (at most a quarter of `da`), so an idle worker calling in a
--- loop writes its hash about once a second.  Its entry in `workers` (step_idle.lua, every call)
--- is what tells it alive (monitoring/snapshot.py: the later of that and `seen`); mon's `lw`
+-- otherwise once per this many ms (at most a quarter of `da` and of `fa`: the hash outlives
+-- the worker's calls), so an idle worker calling in a loop writes its hash about once a
+-- second.  Its entry in `workers` (step_idle.lua, every call) is what tells it alive (monitoring/snapshot.py: the later of that and `seen`); mon's `lw`
 -- (the fleet's last worker call) is written as seldom.
 local MON_BEAT_EVERY = 1000
 
@@ -135,7 +135,7 @@ local function monitor_apply(m, K, now, worker, acked)
   local fk = K
   local dead_ms = tonumber(m.da) or 15000
   local forget_ms = tonumber(m.fa) or 120000
-  local every = math.min(MON_BEAT_EVERY, dead_ms / 4)
+  local every = math.min(MON_BEAT_EVERY, dead_ms / 4, forget_ms / 4)
   local last = m.last  -- (read by monitor_check_keys: no step writes MON)
   local mon_set = {}  -- fields of MON written once, below
   if acked > 0 then mon_set[#mon_set + 1], mon_set[#mon_set + 2] = 'la', now end
@@ -178,12 +178,12 @@ local function monitor_apply(m, K, now, worker, acked)
     end
   end
 
+  redis.call('ZREMRANGEBYSCORE', fk.workers, '-inf', now - forget_ms)  -- departed workers
+
   -- one sample per tier whose step changed since its last sample, fleet-wide
   if not last[4] then mon_set[#mon_set + 1], mon_set[#mon_set + 2] = 't0', now end
   if #mon_set > 0 then redis.call('HSET', MON, unpack(mon_set)) end
   if math.floor(now / MON_TIERS[1][1]) == tonumber(last[1]) then return end
-  -- (departed workers: looked for with the samples, once per 10 s fleet-wide)
-  redis.call('ZREMRANGEBYSCORE', fk.workers, '-inf', now - forget_ms)
   local c = redis.call('HMGET', fk.stats, 'pages', 'items_scraped', 'bans')
   local vals = {now, Queue.queued(K), redis.call('ZCARD', fk.delayed),
                 redis.call('ZCARD', fk.leases), redis.call('LLEN', fk.parked),
