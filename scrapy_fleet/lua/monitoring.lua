@@ -156,11 +156,12 @@ local function monitor_apply(m, K, now, worker, acked)
       end
       info_set = {'cs', cs}
     end
-    -- (a write the call makes anyway stores no digest, "": a busy worker's heartbeat changes
-    -- at every call; the next call with nothing new stores it)
-    local forced = m.fresh or acked > 0 or #info_set > 0
-    local digest = forced and '' or redis.sha1hex(m.raw or '')
-    if forced or digest ~= m.hd or not m.seen or now - m.seen >= every or now < m.seen then
+    -- (a write a busy call makes anyway, acknowledging or applying deltas, stores no digest,
+    -- "": a busy worker's heartbeat changes at every call; the next call with nothing new
+    -- stores it)
+    local busy = acked > 0 or #info_set > 0
+    local digest = busy and '' or redis.sha1hex(m.raw or '')
+    if busy or m.fresh or digest ~= m.hd or not m.seen or now - m.seen >= every or now < m.seen then
       local fields = {'seen', now, 'hd', digest}
       for name, v in pairs(m.hb or {}) do
         fields[#fields + 1] = name
