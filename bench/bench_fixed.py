@@ -58,12 +58,14 @@ if functions:
     from scrapy_fleet.keys import FRONTIER_CALL
 
     folder = resources.files("scrapy_fleet") / "lua"
-    parts, _ = lua.SCRIPTS["frontier.lua"]
+    # the parts (and the steps' function) between the prologue and the driver, defined once
+    whole, pro = lua.source("frontier.lua"), lua.prologue(FRONTIER_CALL)
+    driver = (folder / "frontier.lua").read_text()
+    assert whole.startswith(pro + "\n") and whole.endswith("\n" + driver)
     # (a library's load runs without math: the one constant computed with it, written out)
-    defs = "\n".join((folder / p).read_text() for p in parts).replace(
+    defs = whole[len(pro) + 1:len(whole) - len(driver) - 1].replace(
         "math.log(2) * math.log(2)", "0.4804530139182014")
-    pro = lua.prologue(FRONTIER_CALL).replace("local K = {", "K = {").replace(
-        "local CRAWL_LAYOUT", "CRAWL_LAYOUT")
+    pro = pro.replace("local K = {", "K = {").replace("local CRAWL_LAYOUT", "CRAWL_LAYOUT")
     r.function_load("#!lua name=fleetbench\nlocal KEYS, ARGV, K, CRAWL_LAYOUT\n" + defs
                     + "\nredis.register_function('frontier', function(keys, args)\n"
                     "KEYS, ARGV = keys, args\n" + pro + (folder / "frontier.lua").read_text()

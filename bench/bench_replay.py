@@ -280,13 +280,29 @@ def identity(args: argparse.Namespace) -> None:
                "leases_in_replies": leased, "keys_compared": len(base_data),
                "keys_only_this_by_design": sorted(k.decode() for k in set(this_data) - this_keys),
                "keys_differing": [k.decode(errors="replace") for k in differ[:20]],
-               "n_keys_differing": len(differ)}
+               "n_keys_differing": len(differ),
+               "hash_fields_differing": fields_differing(this_data, base_data, differ)}
     print(f"{len(calls)} calls replayed with the clock pinned: replies identical {same_bytes} "
           f"(bytes), {same_value} (decoded) of {len(base_replies)} ({errors} errors in the "
           f"baseline, {leased} leases); data: {len(base_data)} keys compared, "
           f"{len(differ)} differ; only in this tree by design: "
           f"{figures['keys_only_this_by_design']}; the replies hold {kinds}", flush=True)
     h.emit_json(figures)
+
+
+def fields_differing(this: dict[bytes, Any], base: dict[bytes, Any],
+                     differ: list[bytes]) -> dict[str, list[str]]:
+    """For each differing key that is a hash in both trees: the fields whose values differ
+    (or that one tree alone has)."""
+    out: dict[str, list[str]] = {}
+    for key in differ:
+        a, b = this.get(key), base.get(key)
+        if a is None or b is None or a[0] != b"hash" or b[0] != b"hash":
+            continue
+        fa, fb = dict(a[1]), dict(b[1])
+        out[key.decode(errors="replace")] = sorted(
+            f.decode(errors="replace") for f in fa.keys() | fb.keys() if fa.get(f) != fb.get(f))
+    return out
 
 
 def record_mix(args: argparse.Namespace) -> None:

@@ -67,8 +67,10 @@ prefix ``fleet`` and crawl id ``docs``::
                                       (frontier/layout.py)
     fleet:{docs}:op:<op id>   STRING  cached reply of a mutating script (safe retries), short TTL
     fleet:{docs}:worker:<id>  HASH    heartbeat of one worker (state, leases, pages, versions,
-                                      last seen...), expires FLEET_WORKER_FORGET_AFTER after
-                                      its last call (docs/monitoring.md)
+                                      last seen..., hd: SHA1 of the heartbeat last written),
+                                      rewritten when it changed or once a second, expires
+                                      FLEET_WORKER_FORGET_AFTER after its last write
+                                      (docs/monitoring.md)
     fleet:{docs}:mon          HASH    monitoring state: last sampled slot per tier (s1 s2 s3),
                                       last acknowledgement (la), last worker call (lw), t0
     fleet:{docs}:series:<tier> STRING ring buffer of samples of one tier (10s, 1m, 10m): fixed

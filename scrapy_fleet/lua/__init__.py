@@ -6,7 +6,11 @@ what it writes and its bound of work per call), then the entry file itself.  A s
 KEYS are declared in :mod:`scrapy_fleet.keys` (``FRONTIER_CALL``...) gets a generated
 prologue first: ``local K = {name = KEYS[i], ...}``, the names and order of that declaration,
 which :meth:`scrapy_fleet.keys.CrawlKeys.call_keys` follows too, so no key position is written
-by hand.  :func:`load` registers a script with a redis-py client, which sends EVALSHA and
+by hand.  A script may also name a *group* of parts put inside one function (``GROUPS``: its
+name, its parts, then its body file): Lua creates the closures of a function's body only when
+the function runs, so the parts a call needs only when it has work (the frontier call's
+steps) cost nothing to a call without any (every EVALSHA runs the whole chunk).
+:func:`load` registers a script with a redis-py client, which sends EVALSHA and
 reloads the script after ``NOSCRIPT`` (a restarted Redis has no scripts).
 """
 
@@ -18,12 +22,14 @@ from typing import Any
 
 from scrapy_fleet import keys
 
-#: the frontier call's parts, in order (lua/frontier.lua is the driver)
-FRONTIER_PARTS = ("common.lua", "hosts.lua", "queue.lua", "bloom.lua", "bloom_write.lua",
-                  "failed.lua",
-                  "monitoring.lua", "frontier_state.lua", "step_check.lua", "step_begin.lua",
+#: the frontier call's parts every call runs, in order (lua/frontier.lua is the driver)
+FRONTIER_PARTS = ("common.lua", "queue.lua", "failed.lua", "monitoring.lua", "step_check.lua",
+                  "step_begin.lua", "step_idle.lua", "step_reply.lua")
+#: the frontier call's steps, inside one function (frontier_steps, lua/frontier_steps.lua its
+#: body) that the driver calls only when the call has work
+FRONTIER_STEPS = ("hosts.lua", "bloom.lua", "bloom_write.lua", "frontier_state.lua",
                   "step_reclaim.lua", "step_release.lua", "step_push.lua", "step_ack.lua",
-                  "step_lease.lua", "step_idle.lua", "step_reply.lua")
+                  "step_lease.lua")
 
 #: entry script -> (parts put before it, its KEYS declaration or None: positional KEYS)
 SCRIPTS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
@@ -39,6 +45,13 @@ SCRIPTS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
     "push_lean.lua": (("common.lua", "queue.lua", "bloom.lua", "bloom_write.lua", "failed.lua"),
                       keys.PUSH_LEAN_CALL),
     "partition_probe.lua": ((), keys.PROBE_CALL),
+}
+
+#: entry script -> (function name, its parts, its body file): put after the script's parts, as
+#: ``local function NAME(c)`` holding the parts and the body (a group's parts may use the
+#: script's parts; the script's parts see only the function)
+GROUPS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "frontier.lua": ("frontier_steps", FRONTIER_STEPS, "frontier_steps.lua"),
 }
 
 
@@ -69,6 +82,11 @@ def source(name: str) -> str:
     parts = [(folder / part).read_text("utf-8") for part in parts_of]
     if declared is not None:
         parts.insert(0, prologue(declared))
+    if name in GROUPS:
+        function, members, body = GROUPS[name]
+        parts.append(f"local function {function}(c)")
+        parts.extend((folder / part).read_text("utf-8") for part in (*members, body))
+        parts.append(f"end  -- {function}")
     parts.append((folder / name).read_text("utf-8"))
     return "\n".join(parts)
 

@@ -10,7 +10,8 @@
 -- monitoring.  All times are the Redis server's clock (TIME), in milliseconds.
 --
 -- Each step is a part of its own (lua/step_*.lua), whose header gives the keys and arguments
--- it uses, what it writes and its bound of work per call; lua/queue.lua owns the queue and
+-- it uses, what it writes and its bound of work per call; the steps that act on entries run
+-- in frontier_steps (lua/frontier_steps.lua), only when the call has work for them; lua/queue.lua owns the queue and
 -- the frontier's size, lua/frontier_state.lua the call's leases, slots and per-host counts.
 -- K: the call's key names (keys.FRONTIER_CALL declares them, in KEYS order; lua/__init__.py
 -- binds them here).
@@ -58,13 +59,7 @@ end
 local c, err = check_call(K, head)
 if not c then return redis.error_reply(err) end
 begin_call(c)
-step_due(c)
-step_reclaim(c)
-step_release(c)
-step_extend(c)
-step_push(c)
-step_ack(c)
-step_lease(c)
+if call_has_work(c) then frontier_steps(c) end
 step_idle(c)
 monitor_apply(c.mon, K, c.now, c.worker, c.out.acked + c.out.parked + c.out.deferred)
 return step_reply(c)

@@ -11,7 +11,7 @@
 --   queue_count, leases, delayed, parked, dead.
 -- Writes: worker_info, mon, stats (counter deltas), hoststats, hostbans, workers (departed
 --   ones removed), the series.
--- Work per call: 4 TYPE (checks), about 8 commands, one HINCRBY per counter delta and 1-4
+-- Work per call: 2 HMGET (checks and reads), about 6 commands, one HINCRBY per counter delta and 1-4
 --   per host delta; a sample (once per 10 s fleet-wide) about 15 more.
 -- ARGV[2] (optional; absent for the push helper): msgpack map
 --   hb  heartbeat {st state, l leases, dl downloads, pg pages, it items, er errors,
@@ -39,27 +39,36 @@ local function mon_counter_ok(name)
       or string.match(name, '^errors/[a-z_]+$') ~= nil and #name <= 40
 end
 
+local function mon_wrong_type(key, want)
+  local got = redis.call('TYPE', key).ok
+  if got ~= 'none' and got ~= want then
+    return 'key ' .. key .. ' holds a ' .. got .. ', not a ' .. want ..
+           ' (not written by the fleet): delete it'
+  end
+  return nil
+end
+
 -- The monitoring keys this call writes hold what this script writes there, or nothing:
 -- checked before the call's first write, since a wrong type met after it would leave the call
 -- half done (and a retry would run it again); the per-host keys only when the call carries
--- per-host deltas (`hp`, m's), the only writes to them.  Returns nil, or an error message
--- naming the key, and whether the worker's heartbeat hash is missing (a new worker).
+-- per-host deltas (`hp`, m's), the only writes to them.  The two hashes every call writes are
+-- checked by reading what monitor_apply needs of them (HMGET answers WRONGTYPE for another
+-- type): the heartbeat hash's `seen` (every write of it has one: none, a new worker) and
+-- `cs`, and the samples' last slots in `mon`.  Returns nil, or an error message naming the
+-- key; sets m.fresh (the worker's heartbeat hash is missing), m.cs_done, m.seen, m.hd (the
+-- heartbeat hash's `seen`, `cs` and `hd`) and m.last (mon's s1 s2 s3 t0 lw).
 local function monitor_check_keys(K, m)
-  local checks = {{K.worker_info, 'hash'}, {K.mon, 'hash'}}
-  if m and m.hp ~= nil and #m.hp > 0 then
-    checks[3], checks[4] = {K.hoststats, 'hash'}, {K.hostbans, 'zset'}
+  local info = redis.pcall('HMGET', K.worker_info, 'seen', 'cs', 'hd')
+  if info.err then return mon_wrong_type(K.worker_info, 'hash') or info.err end
+  local last = redis.pcall('HMGET', K.mon, 's1', 's2', 's3', 't0', 'lw')
+  if last.err then return mon_wrong_type(K.mon, 'hash') or last.err end
+  if m.hp ~= nil and #m.hp > 0 then
+    local bad = mon_wrong_type(K.hoststats, 'hash') or mon_wrong_type(K.hostbans, 'zset')
+    if bad then return bad end
   end
-  local fresh = false
-  for i, it in ipairs(checks) do
-    local key, t = it[1], it[2]
-    local got = redis.call('TYPE', key).ok
-    if got ~= 'none' and got ~= t then
-      return 'key ' .. key .. ' holds a ' .. got .. ', not a ' .. t ..
-             ' (not written by the fleet): delete it'
-    end
-    if i == 1 then fresh = got == 'none' end
-  end
-  return nil, fresh
+  m.fresh, m.cs_done, m.last = not info[1], tonumber(info[2]) or 0, last
+  m.seen, m.hd = tonumber(info[1]), info[3]
+  return nil
 end
 
 -- Parse and check ARGV[2] (and the keys) before the call's first write.
@@ -99,9 +108,11 @@ local function monitor_parse(raw, K)
     end
   end
   if m.cs ~= nil and type(m.cs) ~= 'number' then return nil, 'cs must be a number' end
-  local bad_key, fresh = monitor_check_keys(K, m)
+  -- (m.fresh, m.cs_done, m.seen, m.hd, m.last: not fields of ARGV[2], read by
+  -- monitor_check_keys; m.raw: ARGV[2] as sent)
+  m.raw = raw or ''
+  local bad_key = monitor_check_keys(K, m)
   if bad_key then return nil, bad_key end
-  m.fresh = fresh  -- (not a field of ARGV[2]: the worker's heartbeat hash is missing)
   return m
 end
 
@@ -109,18 +120,29 @@ local function mon_int(v)
   return string.format('%d', tonumber(v) or 0)
 end
 
+-- How often (ms) a heartbeat that tells nothing new is written at most: the worker's hash
+-- (its fields, `seen` and its expiry) is rewritten when its heartbeat changed (`hd`: the SHA1
+-- of ARGV[2] as last written), when the call applies counter deltas or acknowledges, and
+-- otherwise once per this many ms (at most a quarter of `da` and of `fa`: the hash outlives
+-- the worker's calls), so an idle worker calling in a loop writes its hash about once a
+-- second.  Its entry in `workers` (step_idle.lua, every call) is what tells it alive (monitoring/snapshot.py: the later of that and `seen`); mon's `lw`
+-- (the fleet's last worker call) is written as seldom.
+local MON_BEAT_EVERY = 1000
+
 -- Apply a parsed map: heartbeat, deltas, worker expiry, and one sample per due tier.
 local function monitor_apply(m, K, now, worker, acked)
   local INFO, MON, HOSTSTATS, HOSTBANS = K.worker_info, K.mon, K.hoststats, K.hostbans
   local fk = K
   local dead_ms = tonumber(m.da) or 15000
   local forget_ms = tonumber(m.fa) or 120000
+  local every = math.min(MON_BEAT_EVERY, dead_ms / 4, forget_ms / 4)
+  local last = m.last  -- (read by monitor_check_keys: no step writes MON)
   local mon_set = {}  -- fields of MON written once, below
   if acked > 0 then mon_set[#mon_set + 1], mon_set[#mon_set + 2] = 'la', now end
   if worker ~= '' then
     local cs = tonumber(m.cs)
     local info_set = {}  -- fields of INFO written once, below
-    if cs ~= nil and cs > (tonumber(redis.call('HGET', INFO, 'cs')) or 0) then
+    if cs ~= nil and cs > m.cs_done then
       for name, n in pairs(m.c or {}) do
         if n > 0 then hincrby(fk.stats, name, n) end
       end
@@ -134,24 +156,34 @@ local function monitor_apply(m, K, now, worker, acked)
       end
       info_set = {'cs', cs}
     end
-    local fields = {'seen', now}
-    for name, v in pairs(m.hb or {}) do
-      fields[#fields + 1] = name
-      fields[#fields + 1] = v
+    -- (a write a busy call makes anyway, acknowledging or applying deltas, stores no digest,
+    -- "": a busy worker's heartbeat changes at every call; the next call with nothing new
+    -- stores it)
+    local busy = acked > 0 or #info_set > 0
+    local digest = busy and '' or redis.sha1hex(m.raw or '')
+    if busy or m.fresh or digest ~= m.hd or not m.seen or now - m.seen >= every or now < m.seen then
+      local fields = {'seen', now, 'hd', digest}
+      for name, v in pairs(m.hb or {}) do
+        fields[#fields + 1] = name
+        fields[#fields + 1] = v
+      end
+      for _, v in ipairs(info_set) do fields[#fields + 1] = v end
+      if m.fresh or acked > 0 then
+        fields[#fields + 1] = 'la'
+        fields[#fields + 1] = now
+      end
+      redis.call('HSET', INFO, unpack(fields))
+      redis.call('PEXPIRE', INFO, forget_ms)
     end
-    for _, v in ipairs(info_set) do fields[#fields + 1] = v end
-    if m.fresh or acked > 0 then
-      fields[#fields + 1] = 'la'
-      fields[#fields + 1] = now
+    local lw = tonumber(last[5])
+    if #mon_set > 0 or not lw or now - lw >= every or now < lw then
+      mon_set[#mon_set + 1], mon_set[#mon_set + 2] = 'lw', now
     end
-    redis.call('HSET', INFO, unpack(fields))
-    redis.call('PEXPIRE', INFO, forget_ms)
-    mon_set[#mon_set + 1], mon_set[#mon_set + 2] = 'lw', now
   end
+
   redis.call('ZREMRANGEBYSCORE', fk.workers, '-inf', now - forget_ms)  -- departed workers
 
   -- one sample per tier whose step changed since its last sample, fleet-wide
-  local last = redis.call('HMGET', MON, 's1', 's2', 's3', 't0')
   if not last[4] then mon_set[#mon_set + 1], mon_set[#mon_set + 2] = 't0', now end
   if #mon_set > 0 then redis.call('HSET', MON, unpack(mon_set)) end
   if math.floor(now / MON_TIERS[1][1]) == tonumber(last[1]) then return end

@@ -17,10 +17,10 @@ if redis.call('EXISTS', K.stats, K.workers, K.leases, K.delayed, K.parked, K.dea
   return 0
 end
 local now = server_now_ms()
-local bad = monitor_check_keys(K)
+local m = {da = tonumber(ARGV[1]) or 15000, fa = tonumber(ARGV[2]) or 120000}
+local bad = monitor_check_keys(K, m)
 if bad then return redis.error_reply('ERR fleet: ' .. bad) end
-local before = redis.call('HGET', K.mon, 's1')
-monitor_apply({da = tonumber(ARGV[1]) or 15000, fa = tonumber(ARGV[2]) or 120000}, K, now, '',
-              0)
+local before = m.last[1]
+monitor_apply(m, K, now, '', 0)
 if redis.call('HGET', K.mon, 's1') ~= before then return 1 end
 return 0

@@ -1,8 +1,8 @@
 -- step_idle.lua: the frontier's state after the call, for the reply and the fleet's
 -- idleness.  Defines one local, step_idle.
 --
--- Flushes the per-host counts and slots (lua/frontier_state.lua); out.queued, out.inflight,
--- out.delayed, out.size (queued + leased + deferred: lua/queue.lua); out.idle: ms since the
+-- out.queued (c.queued: as read by lua/step_begin.lua, or after lua/frontier_steps.lua's
+-- steps), out.inflight, out.delayed, out.size (queued + leased + deferred: lua/queue.lua); out.idle: ms since the
 -- fleet became idle (nothing queued, leased, deferred or parked: K.idle_since holds since
 -- when), -1 when busy; out.rq: stored responses waiting for a parse worker, count and bytes
 -- (those deferred until their links' hosts have room left out: fetch workers stop leasing
@@ -11,26 +11,26 @@
 -- the worker's entry in K.workers (its last call).
 -- Keys (of K): queue_count, queue_index, leases, delayed, parked, idle_since, stats, hold,
 -- workers, hostq.  Writes: idle_since, queue_count (0 when no bucket holds an entry), workers.
--- Work per call: about 8 commands; HGETALL of hold when it has at most 1000 hosts.
+-- Work per call: about 7 commands (6 without steps); HGETALL of hold when it has at most 1000 hosts.
 
 local function step_idle(c)
   local K, st, out, now, worker = c.K, c.st, c.out, c.now, c.worker
-  st.flush_hostq()
-  st.flush_slots()
-  out.queued = c.qw.queued  -- (K.queue_count: read when the call began, then its changes)
-  if out.queued ~= 0 and redis.call('HLEN', K.queue_index) == 0 then
+  out.queued = c.queued  -- (K.queue_count: read when the call began, then its changes)
+  if st and out.queued ~= 0 and redis.call('HLEN', K.queue_index) == 0 then
     -- no bucket holds an entry: the count is 0 (entries written into a bucket by hand, and
-    -- dead-lettered as corrupt, were taken off a count that never had them)
+    -- dead-lettered as corrupt, were taken off a count that never had them; only the steps'
+    -- queue writes can find such entries: a call without steps leaves the count as the last
+    -- call with steps left it, checked)
     redis.call('SET', K.queue_count, 0)
     out.queued = 0
-    c.qw.queued = 0
   end
   out.inflight = redis.call('ZCARD', K.leases)
   out.delayed = redis.call('ZCARD', K.delayed)
   out.size = out.queued + out.inflight + out.delayed
   -- (K.idle_since as read when the call began: no step before this one writes it)
   local idle_since = c.head[4]
-  if out.size == 0 and redis.call('LLEN', K.parked) == 0 then
+  -- (the parked count as read by call_has_work when no step ran: none wrote it since)
+  if out.size == 0 and (c.parked_len or redis.call('LLEN', K.parked)) == 0 then
     local since = tonumber(idle_since)
     if not since then
       redis.call('SET', K.idle_since, now)
@@ -43,7 +43,10 @@ local function step_idle(c)
   end
   local rq = redis.call('HMGET', K.stats, 'response_queue_bytes', 'response_queue_deferred',
                         'response_queue_deferred_bytes')
-  out.rq = {math.max(st.host_count(STAGE_HOST) - (tonumber(rq[2]) or 0), 0),
+  -- (the steps' count of stored responses, as they wrote it; else as stored)
+  local staged = st and st.host_count(STAGE_HOST)
+    or tonumber(redis.call('HGET', K.hostq, STAGE_HOST)) or 0
+  out.rq = {math.max(staged - (tonumber(rq[2]) or 0), 0),
             math.max((tonumber(rq[1]) or 0) - (tonumber(rq[3]) or 0), 0)}
   out.holds = {}
   local on_hold = worker ~= '' and redis.call('HLEN', K.hold) or 0  -- (0: no hash)

@@ -1,19 +1,20 @@
 -- step_reclaim.lua: entries whose time came, back to the queue.  Defines step_due and
 -- step_reclaim.
 --
--- step_due(c): deferred entries whose delay is over (K.delayed members "<id>|<score>|<host>"
--- scored by the time they are due) go back to the head of their bucket (their request from
+-- step_due(c): deferred entries whose delay is over (c.due, read by lua/step_begin.lua: K.delayed
+-- members "<id>|<score>|<host>" scored by the time they are due) go back to the head of their bucket (their request from
 -- `data`); a stored response's deferred counts are given back (lua/frontier_state.lua).
--- step_reclaim(c): expired leases of any worker (K.leases scored by expiry) are counted in
+-- step_reclaim(c): expired leases of any worker (c.expired, read by lua/step_begin.lua: K.leases
+-- scored by expiry) are counted in
 -- K.expiries and go back to the queue, or to the dead letters after c.max_leases expiries.
 -- Keys (of K): delayed, leases, expiries (and the state's and the queue's).  Writes: delayed
 -- (ZREM), expiries (HINCRBY), the queue, the leases, dead.
 -- Work per call: at most 100 deferred entries moved, req.rc (frontier/protocol.py
--- RECLAIM_LIMIT: 50) expired leases reclaimed; 2 commands when there is nothing to do.
+-- RECLAIM_LIMIT: 50) expired leases reclaimed; no command when there is nothing to do.
 
 local function step_due(c)
   local K, st, qw = c.K, c.st, c.qw
-  local due = redis.call('ZRANGEBYSCORE', K.delayed, '-inf', c.now, 'LIMIT', 0, 100)
+  local due = c.due
   if #due == 0 then return end
   for _, member in ipairs(due) do
     local id, score, host = string.match(member, '^([^|]*)|([^|]*)|?(.*)$')
@@ -25,8 +26,7 @@ end
 
 local function step_reclaim(c)
   local K, st, qw, out = c.K, c.st, c.qw, c.out
-  local expired = redis.call('ZRANGEBYSCORE', K.leases, '-inf', c.now, 'LIMIT', 0,
-                             tonumber(c.req.rc) or 100)
+  local expired = c.expired
   st.prefetch_call_leases(expired)
   if #expired > 0 then
     local counts = {}

@@ -1,0 +1,148 @@
+"""The frontier call's fixed part (issue 20): what a call without work skips, and what it must
+not.  Lua level: lua/frontier.lua run directly, with the server's clock read from a key
+(``redis.call('TIME')`` replaced, as bench/bench_replay.py pins it), so that every step of
+time is the test's, not the machine's.
+
+A call without work (nothing named, pushed or taken) runs none of the steps (lua/step_begin.lua,
+call_has_work): it still moves a due deferred entry, reclaims an expired lease and resumes a
+parked request.  A heartbeat that tells nothing new is written at most once a second
+(lua/monitoring.lua): the worker stays alive by its entry in `workers`, and a change of its
+heartbeat is written at once; departed workers are still forgotten by the next call.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import msgpack
+import redis
+
+from scrapy_fleet import lua
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams, call_args
+from scrapy_fleet.keys import CrawlKeys
+
+CLOCK = "test:clock"  # (not a crawl key) the server's time in ms, as the test sets it
+T0 = 1_900_000_000_000
+PARAMS = FrontierParams(lease_timeout=30.0)
+
+
+class Frontier:
+    """lua/frontier.lua on a pinned clock, called as a worker's client calls it."""
+
+    def __init__(self, redis_url: str, crawl: str) -> None:
+        self.r = redis.Redis.from_url(redis_url)
+        self.keys = CrawlKeys("fleet", crawl)
+        source = lua.source("frontier.lua")
+        assert "redis.call('TIME')" in source
+        clock = ("local function test_time()\n"
+                 f"  local ms = tonumber(redis.call('GET', '{CLOCK}'))\n"
+                 "  return {string.format('%d', math.floor(ms / 1000)),"
+                 " string.format('%d', (ms % 1000) * 1000)}\nend\n")
+        self.script = self.r.register_script(
+            clock + source.replace("redis.call('TIME')", "test_time()"))
+        self.prev: dict[str, str] = {}
+        self.marker = ""
+
+    def call(self, at: int, batch: CallBatch, worker: str = "",
+             monitor: bytes = b"") -> dict[str, Any]:
+        self.r.set(CLOCK, at)
+        op = uuid.uuid4().hex
+        keys = self.keys.frontier_keys(op, self.prev.get(worker, "-"), worker)
+        self.prev[worker] = op
+        raw = self.script(keys=keys, args=[call_args(batch, worker, PARAMS, self.marker),
+                                           monitor])
+        reply: dict[str, Any] = msgpack.unpackb(raw, raw=False)
+        self.marker = reply["mk"]
+        return reply
+
+
+def beat(state: str = "idle", **extra: Any) -> bytes:
+    return msgpack.packb({"hb": {"st": state, "l": 0, "dl": 0, "pg": 0, "it": 0, "er": 0,
+                                 "h": "m1", "pid": 1, "sa": 1.0},
+                          "da": 15000, "fa": 120000, **extra}, use_bin_type=False)
+
+
+def test_a_call_without_work_still_reclaims_an_expired_lease(redis_url):
+    f = Frontier(redis_url, "fixed-reclaim")
+    f.call(T0, CallBatch(pushes=[(b"a" * 12, 0, b"x", 0, "h")]))
+    taken = f.call(T0 + 10, CallBatch(take=1), "w:busy:1")
+    assert len(taken["leased"]) == 1 and taken["inflight"] == 1
+    # an idle worker's call, before the lease expires: nothing to do
+    quiet = f.call(T0 + 20_000, CallBatch(), "w:idle:1", beat())
+    assert (quiet["reclaimed"], quiet["queued"], quiet["inflight"]) == (0, 0, 1)
+    # after it: the same empty call reclaims it (the lease ends 30 s after it was taken)
+    late = f.call(T0 + 30_011, CallBatch(), "w:idle:1", beat())
+    assert (late["reclaimed"], late["queued"], late["inflight"]) == (1, 1, 0)
+    assert f.r.hget(f.keys.expiries, taken["leased"][0][0]) == b"1"
+    assert f.r.hget(f.keys.stats, "reclaimed") == b"1"
+
+
+def test_a_call_without_work_still_queues_a_due_deferred_entry(redis_url):
+    f = Frontier(redis_url, "fixed-due")
+    pushed = f.call(T0, CallBatch(pushes=[(b"d" * 12, 0, b"x", 0, "h", 5000)]))
+    assert (pushed["new"], pushed["queued"], pushed["delayed"]) == (1, 0, 1)
+    assert f.call(T0 + 4000, CallBatch(), "w:idle:1", beat())["delayed"] == 1
+    due = f.call(T0 + 5000, CallBatch(), "w:idle:1", beat())
+    assert (due["queued"], due["delayed"], due["idle"]) == (1, 0, -1)
+    assert f.r.zcard(f.keys.delayed) == 0
+
+
+def test_a_call_without_work_still_resumes_a_parked_request(redis_url):
+    f = Frontier(redis_url, "fixed-parked")
+    f.call(T0, CallBatch(pushes=[(b"p" * 12, 0, b"x", 0, "h")]))
+    taken = f.call(T0 + 1, CallBatch(take=1), "w:busy:1")
+    assert taken["queued"] == 0
+    # a parked request as the acknowledgement step writes one: [id, score, host, payload]
+    f.r.rpush(f.keys.parked, msgpack.packb(["parked-1", 0, "h", "payload"]))
+    resumed = f.call(T0 + 2, CallBatch(), "w:idle:1", beat())
+    assert (resumed["resumed"], resumed["queued"]) == (1, 1)
+    assert f.r.llen(f.keys.parked) == 0
+    again = f.call(T0 + 3, CallBatch(take=1), "w:busy:2")
+    assert [e[:1] + e[2:3] for e in again["leased"]] == [["parked-1", "payload"]]
+
+
+def test_a_heartbeat_that_tells_nothing_new_is_written_once_a_second_and_keeps_the_worker_alive(
+        redis_url):
+    f = Frontier(redis_url, "fixed-beat")
+    f.call(T0, CallBatch(pushes=[(b"b" * 12, 0, b"x", 0, "h")]))
+    worker = "w:beat:1"
+    info = f.keys.worker_info(worker)
+    f.call(T0 + 100, CallBatch(), worker, beat())
+    assert f.r.hget(info, "seen") == str(T0 + 100).encode()
+    assert f.r.hget(f.keys.mon, "lw") == str(T0 + 100).encode()
+    # the same heartbeat 0.5 s later: the hash is not rewritten, the worker's entry in
+    # `workers` (what tells it alive) is
+    f.call(T0 + 600, CallBatch(), worker, beat())
+    assert f.r.hget(info, "seen") == str(T0 + 100).encode()
+    assert f.r.zscore(f.keys.workers, worker) == T0 + 600
+    assert f.r.hget(f.keys.mon, "lw") == str(T0 + 100).encode()
+    # a heartbeat that changed is written at once
+    f.call(T0 + 700, CallBatch(), worker, beat("crawling"))
+    assert f.r.hmget(info, "seen", "st") == [str(T0 + 700).encode(), b"crawling"]
+    # counter deltas too (and applied once)
+    f.call(T0 + 800, CallBatch(), worker, beat("crawling", cs=1, c={"pages": 3}))
+    assert f.r.hmget(info, "seen", "cs") == [str(T0 + 800).encode(), b"1"]
+    assert f.r.hget(f.keys.stats, "pages") == b"3"
+    # the same heartbeat a second after the last write: written again, expiry renewed
+    f.call(T0 + 1800, CallBatch(), worker, beat("crawling", cs=1, c={"pages": 3}))
+    assert f.r.hget(info, "seen") == str(T0 + 1800).encode()
+    assert f.r.hget(f.keys.stats, "pages") == b"3"
+    assert f.r.hget(f.keys.mon, "lw") == str(T0 + 1800).encode()
+    assert 110_000 < f.r.pttl(info) <= 120_000
+    assert f.r.zscore(f.keys.workers, worker) == T0 + 1800
+
+
+def test_departed_workers_are_forgotten_by_the_next_call(redis_url):
+    f = Frontier(redis_url, "fixed-departed")
+    f.call(T0, CallBatch(pushes=[(b"g" * 12, 0, b"x", 0, "h")]))
+    f.call(T0 + 1, CallBatch(), "w:gone:1", beat())
+    f.call(T0 + 2, CallBatch(), "w:here:1", beat())
+    # 120 s later (FLEET_WORKER_FORGET_AFTER): a call takes the 10 s sample...
+    f.call(T0 + 120_000, CallBatch(), "w:here:1", beat())
+    assert f.r.zcard(f.keys.workers) == 2
+    sampled = f.r.hget(f.keys.mon, "s1")
+    # ...and the next one, with no sample due, forgets the worker silent since
+    f.call(T0 + 120_002, CallBatch(), "w:here:1", beat())
+    assert f.r.hget(f.keys.mon, "s1") == sampled
+    assert [w for w, _ in f.r.zrange(f.keys.workers, 0, -1, withscores=True)] == [b"w:here:1"]
