@@ -36,9 +36,8 @@ def partition_admins(admin: FrontierAdmin, parts: int) -> list[FrontierAdmin]:
     for p, keys in enumerate(admin.keys.all_partitions(parts)):
         one = FrontierAdmin(admin.url, admin.keys.crawl_id, admin.keys.prefix,
                             partition_params(admin.params, parts), admin.timeout,
-                            admin.retries)
-        one.keys = keys
-        one._client = admin.client  # (one client: a cluster client routes every key)
+                            admin.retries, keys=keys,
+                            client=admin.client)  # one client: a cluster client routes every key
         out.append(one)
         assert keys.part == p
     return out

@@ -51,12 +51,15 @@ class FrontierAdmin:
 
     def __init__(self, url: str, crawl_id: str, prefix: str = "fleet",
                  params: FrontierParams | None = None, timeout: float = 10.0,
-                 retries: int = 3, wait_replicas: int = 0, dupe_cache: int = 0) -> None:
+                 retries: int = 3, wait_replicas: int = 0, dupe_cache: int = 0, *,
+                 keys: CrawlKeys | None = None, client: Any = None) -> None:
+        """*keys*: another key set than the crawl's own (one partition's, issue 21);
+        *client*: a client to share (the partitions of a crawl share one)."""
         self.url = url
-        self.keys = CrawlKeys(prefix, crawl_id)
+        self.keys = keys or CrawlKeys(prefix, crawl_id)
         self.retries = retries
         self.timeout = timeout
-        self._client: Any = None
+        self._client: Any = client
         self._script: Any = None
         #: the description of this client's frontier calls (frontier/call.py): a command
         #: WAITs after every call (FLEET_REDIS_WAIT_REPLICAS) and requires no crawl marker
