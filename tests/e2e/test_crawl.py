@@ -27,7 +27,7 @@ from support import (
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from testsite import generate_site
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "example_project"
 
 pytestmark = pytest.mark.slow

@@ -32,7 +32,7 @@ from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.pipelines.mongo_config import default_document_id
 from testsite import generate_site
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "example_project"
+EXAMPLE = Path(__file__).resolve().parents[2] / "example_project"
 KILL_AFTER_DOCS = 8  # worker 0 dies with its update that brings it to this many documents
 ITEM_FIELDS = {"url", "title", "headings", "word_count", "fetched_at"}
 

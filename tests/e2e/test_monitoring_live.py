@@ -494,7 +494,7 @@ def test_dashboard_in_chromium_during_a_crawl(redis_url, site_factory, worker_en
 
 def test_the_keda_example_reads_what_the_monitor_serves(redis_url, worker_env, monitors):
     """docs/keda-scaledobject.yaml names a snapshot field and a metric: both must exist."""
-    text = (Path(__file__).resolve().parents[1] / "docs" / "keda-scaledobject.yaml").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "keda-scaledobject.yaml").read_text()
     field = re.search(r'valueLocation: "(\w+)"', text)
     query = re.search(r"query: '(.+)'", text)
     assert field and query

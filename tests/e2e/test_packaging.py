@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = REPO_ROOT / "scrapy_fleet"
 
 

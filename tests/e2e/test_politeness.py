@@ -63,7 +63,7 @@ def test_rate_limit_holds_across_four_workers(redis_url, three_hosts, worker_env
     times = hits(site, "127.0.0.2")
     assert len(times) == 20
     gaps = [b - a for a, b in itertools.pairwise(times)]
-    # GCRA at 2/s, burst 1: one turn every 0.5 s by Redis's clock (tests/test_hosts.py checks
+    # GCRA at 2/s, burst 1: one turn every 0.5 s by Redis's clock (tests/lua/test_hosts.py checks
     # the turns themselves).  Here the times are arrivals at the site: a turn taken late keeps
     # the schedule, and a request may leave its worker late after its turn, so one gap may be
     # short after a long one; but no 1-second window holds more than 3, no 2-second window

@@ -227,7 +227,7 @@ def test_site_rate_cap_holds_while_traffic_is_spread_over_exits(
     log = sorted(site.requests(), key=lambda r: r["t"])
     assert len({r["addr"] for r in log}) == 4  # every exit carried traffic
     times = [r["t"] for r in log]
-    # GCRA at 6/s, burst 1, fleet-wide (as tests/test_politeness.py bounds it: a turn taken
+    # GCRA at 6/s, burst 1, fleet-wide (as tests/e2e/test_politeness.py bounds it: a turn taken
     # late keeps the schedule, so one gap may be short after a long one): no 1-second window
     # holds more than 7 arrivals, no 2-second window more than 13, and the run keeps the rate.
     # Without the fleet's cap, 3 workers x 4 exits would fetch the 31 pages in well under 1 s.

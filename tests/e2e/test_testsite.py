@@ -262,6 +262,6 @@ def test_generate_refuses_sizes_below_one_with_a_usage_error(tmp_path, args):
 
     result = subprocess.run([sys.executable, "-m", "testsite", "generate",
                              str(tmp_path / "s"), *args], capture_output=True, text=True,
-                            timeout=60, cwd=Path(__file__).resolve().parents[1])
+                            timeout=60, cwd=Path(__file__).resolve().parents[2])
     assert result.returncode == 2
     assert "expected an integer >= 1" in result.stderr and "Traceback" not in result.stderr

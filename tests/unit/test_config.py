@@ -14,7 +14,7 @@ from scrapy_fleet.checks import setting_value
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import FleetConfigError
 
-PACKAGE_DIR = Path(__file__).resolve().parents[1] / "scrapy_fleet"
+PACKAGE_DIR = Path(__file__).resolve().parents[2] / "scrapy_fleet"
 DOCS_DIR = PACKAGE_DIR.parent / "docs"
 
 

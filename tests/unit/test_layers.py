@@ -19,7 +19,7 @@ from pathlib import Path
 from scrapy_fleet.keys import MONITOR_CALL, CrawlKeys
 from scrapy_fleet.monitoring.series import TIERS
 
-PACKAGE = Path(__file__).resolve().parents[1] / "scrapy_fleet"
+PACKAGE = Path(__file__).resolve().parents[2] / "scrapy_fleet"
 
 #: the bottom layer: these modules import each other only
 BOTTOM = {

@@ -2,7 +2,7 @@
 Prometheus families, the rich frame of ``top``, and the HTTP routes of the monitor.
 
 The snapshots here are literal dicts of the read API's shape, so each expected value is
-known; tests/test_monitoring_live.py runs the same views on a real crawl."""
+known; tests/e2e/test_monitoring_live.py runs the same views on a real crawl."""
 
 from __future__ import annotations
 

@@ -317,7 +317,7 @@ def test_settings_takes_no_crawl():
 
 
 def test_readme_lists_every_exit_status():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text("utf-8")
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text("utf-8")
     section = readme.split("Exit statuses of `scrapy fleet ...`", 1)[1].split("\n\n", 1)[0]
     for status, _ in cli_module.EXIT_STATUSES:
         assert re.search(rf"(^|[;:] ){status} ", section, re.M), status

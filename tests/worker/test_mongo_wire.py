@@ -336,7 +336,7 @@ def test_read_only_user_stops_at_the_first_write(secured: MongoWireServer,
 
 # -- a real crawl: the pages of refused items are not acknowledged -----------------------------
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "example_project"
+EXAMPLE = Path(__file__).resolve().parents[2] / "example_project"
 
 
 def _stat(log: str, key: str) -> str | None:
