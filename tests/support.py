@@ -313,3 +313,36 @@ def frontier_payloads(client: Any, keys: Any) -> list[bytes]:
         for entry in client.lrange(keys.bucket_prefix + name, 0, -1):
             out.append(entry.split(b"\t", 1)[1])
     return out
+
+
+# -- Redis state ---------------------------------------------------------------------------------
+
+
+def keyspace(client: Any) -> dict[bytes, tuple[bytes, Any]]:
+    """Every key of the client's database with its type and whole value (strings as bytes,
+    hashes as dicts, lists as lists, sets as sorted lists, sorted sets as (member, score)
+    lists): what a contract test compares before and after one script call."""
+    state: dict[bytes, tuple[bytes, Any]] = {}
+    for key in client.scan_iter(count=1000):
+        kind = client.type(key)
+        if kind == b"string":
+            value: Any = client.get(key)
+        elif kind == b"hash":
+            value = client.hgetall(key)
+        elif kind == b"list":
+            value = client.lrange(key, 0, -1)
+        elif kind == b"set":
+            value = sorted(client.smembers(key))
+        elif kind == b"zset":
+            value = client.zrange(key, 0, -1, withscores=True)
+        else:
+            value = kind
+        state[key] = (kind, value)
+    return state
+
+
+def changed_keys(before: Mapping[bytes, Any], after: Mapping[bytes, Any]) -> set[str]:
+    """Names of the keys written between two :func:`keyspace` reads: created, deleted, or
+    holding another value."""
+    return {key.decode() for key in set(before) | set(after)
+            if before.get(key) != after.get(key)}

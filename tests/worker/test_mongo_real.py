@@ -1,7 +1,7 @@
 """MongoPipeline against a real MongoDB server: SecantusDB's ``secantusd-py`` started by the
-``mongo_uri`` fixture (tests/mongoserver.py), or the ``mongod`` at ``MONGO_URI`` when it is set
-(``MONGO_URI=mongodb://127.0.0.1:27017 pytest tests/worker/test_mongo_real.py``).  Each test works in
-a fresh database ``fleet_test_<random>`` and drops it afterwards.
+``mongo_uri`` fixture (tests/mongoserver.py), or the ``mongod`` at ``MONGO_URI`` when it is
+set (``MONGO_URI=mongodb://127.0.0.1:27017 pytest tests/worker/test_mongo_real.py``).  Each
+test works in a fresh database ``fleet_test_<random>`` and drops it afterwards.
 """
 
 from __future__ import annotations
