@@ -346,3 +346,20 @@ def changed_keys(before: Mapping[bytes, Any], after: Mapping[bytes, Any]) -> set
     holding another value."""
     return {key.decode() for key in set(before) | set(after)
             if before.get(key) != after.get(key)}
+
+
+def server_ms(client: Any) -> int:
+    """The Redis server's clock (TIME) in ms: the only clock of the scripts."""
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def wait_server_past(client: Any, ms: float, timeout: float = 30.0) -> None:
+    """Until the Redis server's clock is past *ms* (a lease expiry, a deferred entry's due
+    time...): a test that waits for a script's time window waits for that clock, not for a
+    fixed sleep of its own."""
+    deadline = time.monotonic() + timeout
+    while server_ms(client) <= ms:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the Redis server's clock did not pass {ms} in {timeout} s")
+        time.sleep(0.005)

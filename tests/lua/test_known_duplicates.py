@@ -1,12 +1,9 @@
-"""The frontier's cheaper paths (issue 12) against a real redis-server: the worker's cache of
-seen Bloom keys and its generation check after a purge, batched Bloom reads and writes
-(two identical new links in one call), replays of the new reply, and entries and filters
-written in the previous format."""
+"""The worker's cache of Bloom keys it knows are in the filter (frontier/dupecache.py, issue 12)
+against a real redis-server: known duplicates left out of a call and still counted, the
+filter's generation checked before any write, the cache forgotten after a purge, a new filter
+or a rollback that lost the last call."""
 
 from __future__ import annotations
-
-import math
-import time
 
 import pytest
 import redis
@@ -14,7 +11,7 @@ from scrapy import Request
 
 from scrapy_fleet import codec, lua
 from scrapy_fleet.frontier.admin import FrontierAdmin
-from scrapy_fleet.frontier.bloom import CLASSIC, bloom_key, slice_params
+from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams, call_args
 from scrapy_fleet.keys import CrawlKeys
 
@@ -81,97 +78,6 @@ def test_stale_generation_is_refused_before_any_write(redis_url):
     status = admin.status()
     assert (status["leased"], status["queued"], status["seen"]) == (1, 0, 1)
     assert status["counters"].get("duplicates", 0) == 0
-
-
-def test_two_identical_new_links_in_one_call_make_one_entry(redis_url):
-    admin = admin_for(redis_url)
-    admin.push([entry("http://h.test/root")])
-    leased = admin.call(CallBatch(take=1), worker="w").leased[0]
-    links = [entry("http://h.test/new", 1), entry("http://h.test/other", 1),
-             entry("http://h.test/new", 1)]
-    result = admin.call(CallBatch(acks=[(leased.entry_id, leased.token)], pushes=links),
-                        worker="w")
-    assert result.push_flags == [1, 1, 0]
-    assert (result.pushed, result.duplicates, result.seen) == (2, 1, [2])
-    meta = admin.client.hgetall(admin.keys.bloom_meta)
-    assert meta[b"c0"] == b"3"  # root, new, other
-    assert admin.status()["queued"] == 2
-
-
-def test_many_fingerprints_in_one_call_match_one_by_one(redis_url):
-    """The batched lookup (BITFIELD in chunks) answers as the one-by-one dupefilter does."""
-    admin = admin_for(redis_url)
-    urls = [f"http://h.test/{i}" for i in range(1200)]
-    admin.push([entry(u) for u in urls[:600]])
-    result = admin.push([entry(u) for u in urls])  # 600 seen, 600 new, in one call
-    assert result.push_flags == [0] * 600 + [1] * 600
-    assert admin.status()["seen"] == 1200
-
-
-def test_replayed_op_id_returns_the_first_reply(redis_url):
-    admin = admin_for(redis_url, cache=1000)
-    admin.push([entry("http://h.test/a"), entry("http://h.test/b")])
-    first = admin.call(CallBatch(take=2), worker="w", op_id="op-lease")
-    again = admin.call(CallBatch(take=2), worker="w", op_id="op-lease")
-    assert [(e.entry_id, e.token, e.payload) for e in again.leased] == \
-        [(e.entry_id, e.token, e.payload) for e in first.leased]
-    assert all(e.payload for e in again.leased)  # filled from the data hash
-    acks = [(e.entry_id, e.token) for e in first.leased]
-    links = [entry("http://h.test/a", 1), entry("http://h.test/c", 1)]
-    done = admin.call(CallBatch(acks=acks, pushes=links), worker="w", op_id="op-ack")
-    redo = admin.call(CallBatch(acks=acks, pushes=links), worker="w", op_id="op-ack")
-    assert (redo.acked, redo.pushed, redo.push_flags, redo.seen) == \
-        (done.acked, done.pushed, done.push_flags, done.seen) == (2, 1, [0, 1], [0])
-    assert stat(admin, "acked") == 2 and stat(admin, "pushed") == 3
-    assert admin.status()["queued"] == 1
-
-
-def _old_positions(fp: bytes, capacity: int, rate: float) -> list[int]:
-    """Bit positions of the previous bloom.lua: (h1 + i*h2) mod m, h1/h2 the 48-bit halves."""
-    sp = slice_params(capacity, rate, 0, layout=CLASSIC)
-    h1, h2 = int.from_bytes(fp[:6], "big"), int.from_bytes(fp[6:], "big")
-    return [(h1 + i * h2) % sp.bits for i in range(sp.hashes)]
-
-
-def test_filter_of_the_previous_format_is_read_and_gets_a_generation(redis_url):
-    admin = admin_for(redis_url, cache=100)
-    k = admin.keys
-    capacity, rate = 1000, 0.001
-    admin.params = FrontierParams(bloom_capacity=capacity, bloom_error_rate=rate)
-    sp = slice_params(capacity, rate, 0, layout=CLASSIC)
-    client = admin.client
-    client.set(k.bloom_slice(0), b"\0" * math.ceil(sp.bits / 8))
-    fp = bloom_key(b"http://h.test/old")
-    for bit in _old_positions(fp, capacity, rate):
-        client.setbit(k.bloom_slice(0), bit, 1)
-    client.hset(k.bloom_meta, mapping={"n0": capacity, "p": rate, "slices": 1, "c0": 1})
-    result = admin.push([(fp, 0, codec.encode(Request("http://h.test/old")), 0, "h.test"),
-                         entry("http://h.test/new")])
-    assert result.push_flags == [0, 1]
-    gen = client.hget(k.bloom_meta, "g")
-    assert gen and result.bloom_gen == gen.decode()
-    # and the new entry's bits are where the previous format puts them
-    new_fp = bloom_key(b"http://h.test/new")
-    assert all(client.getbit(k.bloom_slice(0), b) for b in _old_positions(new_fp, capacity, rate))
-
-
-def test_deferred_entry_keeps_its_host_in_the_member(redis_url):
-    admin = FrontierAdmin(redis_url, "dfr", params=FrontierParams(host_queue_max=1,
-                                                                  defer_delay=0.05))
-    admin.push([entry("http://a.test/1", host="a.test"), entry("http://b.test/1", host="b.test")])
-    leased = {e.entry_id: e for e in admin.call(CallBatch(take=2), worker="w").leased}
-    b_id = next(i for i, e in leased.items() if b"b.test" in e.payload)
-    # b's only link is for the full host a.test: nothing can be pushed, b is deferred
-    result = admin.call(CallBatch(acks=[(b_id, leased[b_id].token)],
-                                  pushes=[entry("http://a.test/2", 1, host="a.test")]),
-                        worker="w")
-    assert result.deferred == 1
-    member = admin.client.zrange(admin.keys.delayed, 0, -1)[0].decode()
-    assert member.endswith("|b.test") and member.startswith(b_id + "|")
-    time.sleep(0.1)
-    back = admin.call(CallBatch(take=5), worker="w2").leased
-    assert [e.entry_id for e in back] == [b_id]
-    assert admin.client.hget(admin.keys.lease, b_id).split(b"|", 2)[2] == b"b.test\tw2"
 
 
 def test_worker_client_cache_after_a_new_filter_and_after_a_purge(redis_url):

@@ -17,7 +17,7 @@ from typing import Any
 import msgpack
 import pytest
 import redis
-from support import changed_keys, keyspace
+from support import changed_keys, keyspace, server_ms, wait_server_past
 
 from scrapy_fleet.failures.record import FailureRecord
 from scrapy_fleet.frontier.admin import FrontierAdmin
@@ -108,13 +108,10 @@ class Crawl:
         return int(self.client.hget(self.keys.stats, field) or 0)
 
     def server_ms(self) -> int:
-        seconds, micros = self.client.time()
-        return seconds * 1000 + micros // 1000
+        return server_ms(self.client)
 
     def wait_server_past(self, ms: float) -> None:
-        """Until the Redis server's clock (the scripts' only clock) is past *ms*."""
-        while self.server_ms() <= ms:
-            pass
+        wait_server_past(self.client, ms)
 
 
 def monitor_arg(cs: int | None = None, counters: dict[str, int] | None = None,
