@@ -7,6 +7,7 @@ import time
 import pytest
 import redis
 from scrapy import Request
+from support import wait_server_past
 
 from scrapy_fleet import codec
 from scrapy_fleet.catalog import DEFAULT_REQUEST_CLASSES
@@ -66,7 +67,7 @@ def test_expired_lease_is_redelivered_and_stale_token_is_fenced(redis_url):
     admin.push([entry("http://h/x")])
     first = admin.call(CallBatch(take=1), worker="dead-worker").leased[0]
     assert admin.call(CallBatch(take=1), worker="w2").leased == []  # leased, not queued
-    time.sleep(1.2)
+    wait_server_past(admin.client, admin.client.zscore(admin.keys.leases, first.entry_id))
     second = admin.call(CallBatch(take=1), worker="w2")
     assert second.reclaimed == 1
     again = second.leased[0]
@@ -100,11 +101,11 @@ def test_extension_keeps_a_lease_alive(redis_url):
 
 
 def test_dead_letter_after_max_lease_expiries(redis_url):
-    admin = make_admin(redis_url, lease=1.0, max_leases=2)
+    admin = make_admin(redis_url, lease=0.2, max_leases=2)  # (the test waits for each expiry)
     admin.push([entry("http://h/poison")])
     for _ in range(2):
-        assert len(admin.call(CallBatch(take=1), worker="w").leased) == 1
-        time.sleep(1.1)
+        (leased,) = admin.call(CallBatch(take=1), worker="w").leased
+        wait_server_past(admin.client, admin.client.zscore(admin.keys.leases, leased.entry_id))
     result = admin.call(CallBatch(take=1), worker="w")
     assert result.leased == [] and result.dead_lettered == 1
     letters = list(admin.dead_letters())
@@ -154,9 +155,11 @@ def test_fleet_idle_time_is_tracked_on_the_server(redis_url):
     busy = admin.call(CallBatch(take=1), worker="w")
     assert busy.idle_ms == -1  # leased, so not idle
     admin.call(CallBatch(acks=[(busy.leased[0].entry_id, busy.leased[0].token)]), worker="w")
-    time.sleep(0.3)
+    since = int(admin.client.get(admin.keys.idle_since))  # the server's ms
+    wait_server_past(admin.client, since + 250)
     later = admin.call(CallBatch(take=1), worker="w")
-    assert 250 <= later.idle_ms < 5000
+    # idle for as long as the server's clock says, however slow the machine
+    assert later.idle_ms == later.now_ms - since >= 250
     admin.push([entry("http://h/more")])
     assert admin.call(CallBatch(), worker="w").idle_ms == -1
     assert admin.status()["idle_seconds"] is None
