@@ -46,8 +46,11 @@ def test_ctrl_c_releases_the_seeding_lease_with_its_progress(redis_url, tmp_path
     log = (tmp_path / "w-0.log").read_text(encoding="utf-8")
     assert f"Start requests interrupted (shutdown) after {pushed} of them" in log
 
+    # (the second worker fetches the rest 8 at a time: how fast it crawls is not what is
+    # tested, only that it takes the start requests over at once)
     second = start_worker(TEST_PROJECT, "many_starts", {
-        **settings, "FLEET_JSONL_PATH": tmp_path / "out-1.jsonl"}, worker_env,
+        **settings, "CONCURRENT_REQUESTS": 8, "FLEET_JSONL_PATH": tmp_path / "out-1.jsonl"},
+        worker_env,
         tmp_path / "w-1.log", spider_args={"base": site.url, "n": n})
     # with a 600 s lease not given up, this would time out
     assert wait_all([second], 180) == [0], tail(tmp_path / "w-1.log")
