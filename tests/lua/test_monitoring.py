@@ -35,14 +35,12 @@ def payload(cs: int | None = None, counters: dict[str, int] | None = None,
     return msgpack.packb(arg, use_bin_type=False)
 
 
-
 def snapshot(redis_url: str, crawl: str, **kwargs: object) -> dict:
     client = redis.Redis.from_url(redis_url)
     try:
         return read_snapshot(client, CrawlKeys("fleet", crawl), **kwargs)  # type: ignore[arg-type]
     finally:
         client.close()
-
 
 
 def test_two_workers_adding_to_one_counter_concurrently_lose_nothing(redis_url):
@@ -67,7 +65,6 @@ def test_two_workers_adding_to_one_counter_concurrently_lose_nothing(redis_url):
     assert client.hget(CrawlKeys("fleet", "conc").hoststats, "p|h.test") == b"600"
 
 
-
 def test_a_replayed_call_counts_once(redis_url):
     admin = FrontierAdmin(redis_url, "replay")
     arg = payload(1, {"resp/200": 3, "pages": 3})
@@ -83,7 +80,6 @@ def test_a_replayed_call_counts_once(redis_url):
     assert snapshot(redis_url, "replay")["counters"]["pages"] == 4
 
 
-
 def test_a_bad_monitoring_argument_is_refused_before_any_write(redis_url):
     admin = FrontierAdmin(redis_url, "bad")
     admin.push([(b"a" * 12, 0, b"x", 0, "h")])
@@ -96,7 +92,6 @@ def test_a_bad_monitoring_argument_is_refused_before_any_write(redis_url):
             admin.call(CallBatch(take=1), worker="w:1:1", monitor=arg)
     assert client.hgetall(admin.keys.stats) == before
     assert client.zcard(admin.keys.leases) == 0  # the take did not run either
-
 
 
 def test_a_monitoring_key_of_another_type_is_one_clear_error_and_changes_nothing(redis_url):
@@ -118,11 +113,9 @@ def test_a_monitoring_key_of_another_type_is_one_clear_error_and_changes_nothing
     assert client.strlen(keys.series("1m")) == series.tier_bytes("1m")  # type starts afresh
 
 
-
 #: FLEET_WORKER_FORGET_AFTER of the churn test's calls (ms): a worker id silent that long is
 #: forgotten by the next call
 CHURN_FORGET_MS = 1500
-
 
 
 # pause: seconds between two churned calls; 0.01 stands for a machine on which the 200 calls
@@ -180,7 +173,6 @@ def test_churned_worker_ids_leave_no_keys_behind(redis_url, pause):
     assert snapshot(redis_url, "churn")["counters"]["pages"] == 201
 
 
-
 def test_series_have_fixed_bytes_whatever_the_crawl(redis_url):
     admin = FrontierAdmin(redis_url, "ser")
     client = redis.Redis.from_url(redis_url)
@@ -207,7 +199,6 @@ def test_series_have_fixed_bytes_whatever_the_crawl(redis_url):
         read_series(client, keys, "nope")
 
 
-
 def _ring(samples: list[tuple[float, int, int]]) -> bytes:
     """A 10 s ring holding (t, due, pages) samples, as lua/monitoring.lua writes them."""
     step, points = series.TIERS["10s"]
@@ -217,7 +208,6 @@ def _ring(samples: list[tuple[float, int, int]]) -> bytes:
         series._SLOT.pack_into(raw, (slot % points) * series.SLOT_BYTES,
                                int(t * 1000), due, 0, 0, 0, 0, pages, pages // 2, 0, 1)
     return bytes(raw)
-
 
 
 def test_rates_of_a_young_crawl_are_over_its_age(redis_url):
@@ -239,7 +229,6 @@ def test_rates_of_a_young_crawl_are_over_its_age(redis_url):
     assert rates["items_per_min"] == pytest.approx(750 * 60 / window, rel=1e-3)
     assert rates["window_s"] == pytest.approx(window, abs=0.1)
     client.close()
-
 
 
 def test_the_eta_shows_as_soon_as_the_queue_falls(redis_url):
@@ -269,7 +258,6 @@ def test_the_eta_shows_as_soon_as_the_queue_falls(redis_url):
     client.close()
 
 
-
 def test_runnable_now_counts_what_the_caps_let_run(redis_url):
     params = FrontierParams(host_concurrency=2)
     admin = FrontierAdmin(redis_url, "run", params=params)
@@ -283,7 +271,6 @@ def test_runnable_now_counts_what_the_caps_let_run(redis_url):
     assert (snap["frontier"]["leased"], snap["runnable_now"]) == (2, 2)  # never 0 in flight
     admin.push([(f"x{i:011d}".encode(), 0, b"x", 0, f"h{i}.test") for i in range(50)])
     assert snapshot(redis_url, "run")["runnable_now"] == 52
-
 
 
 def test_no_worker_alert_says_what_where_and_what_next(redis_url):

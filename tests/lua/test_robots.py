@@ -39,12 +39,10 @@ def call(url: str, op: str, host: str, **args):
     return decoded
 
 
-
 def store(url: str, origin: str, status: int, **args):
     fields = {"body": b"", "cd": -1, "hold": 1000, "cap": 4000, "ma": 5, "err": "boom",
               "ra": -1, "w": "w1", **args}
     return call(url, "robots_store", "a.test", o=origin, status=status, **fields)
-
 
 
 def test_robots_failures_wait_longer_each_time_then_give_up(redis_url):
@@ -72,7 +70,6 @@ def test_robots_failures_wait_longer_each_time_then_give_up(redis_url):
     assert again["entry"]["next"] - again["now"] == 1000
 
 
-
 def test_robots_state_and_lock_are_per_origin(redis_url):
     first, second = "http://a.test:8001", "http://a.test:8002"
     assert call(redis_url, "robots_lock", "", o=first, w="w1", ttl=30000)["ok"] == 1
@@ -98,14 +95,12 @@ def test_robots_state_and_lock_are_per_origin(redis_url):
     assert not redis.Redis.from_url(redis_url).hexists(keys.hold, "a.test")
 
 
-
 def test_robots_origin_is_scheme_host_and_port():
     assert robots_origin("http://A.Test/x?y") == "http://a.test:80"
     assert robots_origin("https://a.test/") == "https://a.test:443"
     assert robots_origin("http://a.test:8080/p") == "http://a.test:8080"
     assert robots_origin("http://[::1]:81/") == "http://[::1]:81"
     assert robots_origin("mailto:x@a.test") == ""
-
 
 
 def test_a_delayed_push_is_leased_only_after_its_delay(redis_url):
@@ -119,12 +114,10 @@ def test_a_delayed_push_is_leased_only_after_its_delay(redis_url):
     assert [codec.decode_dict(e.payload)["url"] for e in leased] == [url]
 
 
-
 @pytest.mark.parametrize("value", [-1, 2.5, "many", True])
 def test_max_attempts_setting_is_validated(value):
     with pytest.raises(FleetConfigError, match="FLEET_ROBOTSTXT_MAX_ATTEMPTS"):
         FleetConfig.from_settings(Settings({"FLEET_ROBOTSTXT_MAX_ATTEMPTS": value}))
-
 
 
 def test_max_attempts_setting_default_and_zero():

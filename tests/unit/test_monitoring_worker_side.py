@@ -28,7 +28,6 @@ def payload(cs: int | None = None, counters: dict[str, int] | None = None,
     return msgpack.packb(arg, use_bin_type=False)
 
 
-
 def test_worker_monitor_resends_an_unconfirmed_batch_unchanged():
     class Stats:
         def __init__(self) -> None:
@@ -57,7 +56,6 @@ def test_worker_monitor_resends_an_unconfirmed_batch_unchanged():
     assert (nxt["cs"], nxt["c"]) == (2, {"resp/200": 5, "pages": 5})
 
 
-
 def test_monitoring_settings_are_checked_once_with_clear_errors():
     from scrapy_fleet.config import FleetConfig
     from scrapy_fleet.errors import FleetConfigError
@@ -75,7 +73,6 @@ def test_monitoring_settings_are_checked_once_with_clear_errors():
             ({"FLEET_DRAIN_TIMEOUT": -1}, "FLEET_DRAIN_TIMEOUT=-1 is invalid")):
         with pytest.raises(FleetConfigError, match=re.escape(fragment)):
             FleetConfig.from_settings(settings)
-
 
 
 def test_stats_map_to_fleet_counters():
@@ -99,7 +96,6 @@ def test_stats_map_to_fleet_counters():
         "DownloadFailedError")] == ["connection", "dns", "timeout", "connection"]
 
 
-
 def test_offsite_filtered_requests_are_counted_as_such_not_as_download_errors():
     # issue 19: a request OffsiteMiddleware filters raises IgnoreRequest, which Scrapy's
     # DownloaderStats counts as an exception: it was shown as a download error "other"
@@ -117,7 +113,6 @@ def test_offsite_filtered_requests_are_counted_as_such_not_as_download_errors():
                            "ProxyBanError": 2}, (403,)) == {"errors/other": 2}
 
 
-
 def test_a_worker_waiting_with_no_live_proxy_exit_raises_proxy_no_exit():
     snap = {"crawl": "c", "at": 1000.0, "runnable_now": 1, "started_at": 900.0,
             "last_ack_at": 990.0, "redis": {"used_memory": 0, "maxmemory": 0},
@@ -133,7 +128,6 @@ def test_a_worker_waiting_with_no_live_proxy_exit_raises_proxy_no_exit():
     snap["workers"][0]["health"] = "dead"  # a dead worker's last state raises nothing new
     assert [a["id"] for a in alerts.evaluate(snap, [], [], alerts.AlertConfig())] == [
         "worker_dead"]
-
 
 
 def test_series_decode_keeps_only_the_current_lap():
@@ -156,10 +150,8 @@ def test_series_decode_keeps_only_the_current_lap():
     assert series.points_of(samples, "block_rate")[1][1] == 0.1
 
 
-
 def _sample(t: float, depth: int, dead: int = 0) -> series.Sample:
     return series.Sample(t, depth, 0, 0, 0, dead, 0, 0, 0, 1)
-
 
 
 def test_alerts_on_growing_depth_blocked_host_dead_letters_and_memory():
@@ -186,7 +178,6 @@ def test_alerts_on_growing_depth_blocked_host_dead_letters_and_memory():
     stalled = dict(snap, last_ack_at=now - 500)
     ids = [a["id"] for a in alerts.evaluate(stalled, [], [], alerts.AlertConfig())]
     assert "fleet_stalled" in ids
-
 
 
 def test_a_dead_workers_alert_tells_whether_its_leases_are_still_out():

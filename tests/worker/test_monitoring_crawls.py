@@ -32,7 +32,6 @@ def snapshot(redis_url: str, crawl: str, **kwargs: object) -> dict:
         client.close()
 
 
-
 def status_text(redis_url: str, crawl: str) -> str:
     """``scrapy-fleet --redis URL status CRAWL``'s screen."""
     result = subprocess.run([sys.executable, "-m", "scrapy_fleet.commands.cli", "--redis",
@@ -40,7 +39,6 @@ def status_text(redis_url: str, crawl: str) -> str:
                             timeout=60)
     assert result.returncode == 0, result.stderr
     return result.stdout
-
 
 
 def test_counts_after_a_crawl_with_a_known_share_of_403_are_exact(redis_url, site_factory,
@@ -94,7 +92,6 @@ def test_counts_after_a_crawl_with_a_known_share_of_403_are_exact(redis_url, sit
     assert f"bans {len(banned)}" in text
 
 
-
 def test_robots_denials_are_counted_once_fleet_wide(redis_url, site_factory, worker_env,
                                                      tmp_path):
     pages = 30
@@ -116,13 +113,11 @@ def test_robots_denials_are_counted_once_fleet_wide(redis_url, site_factory, wor
     assert c["items_scraped"] == pages - len(denied)
 
 
-
 def _idle_worker(redis_url: str, worker_env: dict[str, str], log: Path,
                  **settings: object) -> subprocess.Popen[bytes]:
     return start_worker(TEST_PROJECT, "fetch", {"FLEET_REDIS_URL": redis_url,
                                                 "FLEET_IDLE_TIMEOUT": None, **settings},
                         worker_env, log)
-
 
 
 def test_a_sigkilled_worker_is_shown_dead_within_15_s_then_forgotten(redis_url, worker_env,
@@ -170,7 +165,6 @@ def test_a_sigkilled_worker_is_shown_dead_within_15_s_then_forgotten(redis_url, 
     assert "workers    0 alive\n" in text and row["id"] not in text
 
 
-
 def _push_pages(crawl: str, redis_url: str, base: str, n: int) -> FrontierAdmin:
     from scrapy import Request
     from scrapy.utils.request import fingerprint
@@ -182,7 +176,6 @@ def _push_pages(crawl: str, redis_url: str, base: str, n: int) -> FrontierAdmin:
     admin.push([(fingerprint(Request(u))[:12], 0, codec.encode(Request(u), None), 0,
                  "127.0.0.1") for u in urls])
     return admin
-
 
 
 def test_a_worker_holding_leases_without_acknowledging_is_stalled(redis_url, site_factory,
@@ -207,7 +200,6 @@ def test_a_worker_holding_leases_without_acknowledging_is_stalled(redis_url, sit
     assert {"fleet_stalled", "worker_stalled"} <= set(ids), (ids, tail(log))
     assert "no request acknowledged for" in ids["fleet_stalled"]["what"]
     assert ids["worker_stalled"]["where"] == f"worker {row['id']}, crawl stuck"
-
 
 
 def test_sigterm_drains_within_the_drain_timeout_and_leaves_no_lease(redis_url, site_factory,
@@ -241,7 +233,6 @@ def test_sigterm_drains_within_the_drain_timeout_and_leaves_no_lease(redis_url, 
     assert queued(client, admin.keys) == 20  # all back, none lost
     assert "(FLEET_DRAIN_TIMEOUT): releasing its" in tail(log, 20000)
     assert client.zcard(admin.keys.workers) == 0
-
 
 
 def test_sigterm_on_a_fast_crawl_finishes_in_flight_work_and_exits_0(redis_url, site_factory,

@@ -45,10 +45,8 @@ def run_probe(n: int, urls: list[str], redis_url: str, env: dict[str, str], tmp_
     return outs, logs
 
 
-
 def total(logs: list[Path], key: str) -> float:
     return sum(worker_stats(log).get(key, 0) for log in logs)
-
 
 
 @pytest.mark.slow
@@ -100,7 +98,6 @@ def test_unfetchable_robots_txt_is_retried_then_its_requests_fail(
         # FLEET_ROBOTSTXT_HOLD * 2^(n-1): 1 s, then 2 s (a wait is never shorter)
         assert gaps[0] >= 0.95 and gaps[1] >= 1.95, gaps
         assert not [r for r in site.requests() if r["path"].startswith("/site/")]
-
 
 
 @pytest.mark.slow
