@@ -3,7 +3,6 @@ redis-server: recorded with their acknowledgement once even when the call is rep
 capped oldest first, a bad record refused before any write, retried once at the head of
 its priority (worker/test_failed.py runs the retry command and a real crawl's failures)."""
 
-
 from __future__ import annotations
 
 import msgpack

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 
 import msgpack
@@ -219,13 +216,3 @@ def test_addon_turns_per_process_settings_into_fleet_wide_ones():
                                        "FLEET_HOST_OVERRIDES": '{"x.test": {"rate": 0.5}}'})
     assert rated.host_interval == 0.25
     assert rated.host_overrides == {"x.test": (2.0, None, None, True)}
-
-
-def test_status_hosts_shows_per_host_state(redis_url):
-    admin = FrontierAdmin(redis_url, "hostview")
-    admin.push([entry("http://a.test/1"), entry("http://a.test/2"), entry("http://b.test/1")])
-    result = subprocess.run([sys.executable, "-m", "scrapy_fleet.commands.cli", "--redis",
-                             redis_url, "status", "hostview", "--hosts", "--json"],
-                            capture_output=True, text=True, timeout=60)
-    rows = {r["host"]: r for r in json.loads(result.stdout)["hosts"]}
-    assert (rows["a.test"]["entries"], rows["b.test"]["entries"]) == (2, 1)

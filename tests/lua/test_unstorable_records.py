@@ -3,7 +3,6 @@ that yielded them (lua/step_ack.lua, lua/failed.lua), against a real redis-serve
 once even when the call is replayed, a bad record refused before any write
 (worker/test_sink_failures.py runs real crawls)."""
 
-
 from __future__ import annotations
 
 import msgpack

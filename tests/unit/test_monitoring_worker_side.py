@@ -3,7 +3,6 @@ resend of an unconfirmed batch, the monitoring settings, Scrapy stats mapped to 
 counters, error kinds, the series' decoding and the alerts' rules on literal samples
 (split from lua/test_monitoring.py, which keeps what runs against a real redis-server)."""
 
-
 from __future__ import annotations
 
 import re

@@ -3,7 +3,6 @@ redis-server and the test site: exact counts after a crawl, robots.txt denials c
 a SIGKILLed worker shown dead then forgotten, a stalled worker, SIGTERM drains (split from
 lua/test_monitoring.py, which keeps the calls made directly against Redis)."""
 
-
 from __future__ import annotations
 
 import json

@@ -4,7 +4,6 @@ a real redis-server; retried with a growing wait, given up after
 FLEET_ROBOTSTXT_MAX_ATTEMPTS, per origin while politeness stays per host (lua/test_robots.py
 calls the scripts directly)."""
 
-
 from __future__ import annotations
 
 import itertools
