@@ -9,6 +9,7 @@ import pytest
 import redis
 from scrapy import Request
 from scrapy.settings import Settings
+from support import wait_server_past, wait_until
 
 from scrapy_fleet import codec, lua
 from scrapy_fleet.addon import Addon
@@ -88,13 +89,15 @@ def test_burst_lets_that_many_go_at_once(redis_url):
 
 
 def test_concurrency_slot_comes_back_when_a_lease_expires(redis_url):
-    admin = FrontierAdmin(redis_url, "hosts", params=FrontierParams(lease_timeout=1,
+    # (a 3 s lease: the second call must come before it expires, even on a loaded machine)
+    admin = FrontierAdmin(redis_url, "hosts", params=FrontierParams(lease_timeout=3,
                                                                     host_concurrency=1))
     admin.push([entry("http://a.test/1"), entry("http://a.test/2"), entry("http://b.test/1")])
     first = admin.call(CallBatch(take=3), worker="dies")
     assert sorted(url_of(e) for e in first.leased) == ["http://a.test/1", "http://b.test/1"]
     assert admin.call(CallBatch(take=3), worker="w2").leased == []  # a.test is at its cap
-    time.sleep(1.2)
+    wait_server_past(admin.client, max(admin.client.zscore(admin.keys.leases, e.entry_id)
+                                       for e in first.leased))
     again = admin.call(CallBatch(take=3), worker="w2")  # the dead worker's leases expire
     assert {url_of(e) for e in again.leased} >= {"http://a.test/1"}
     assert len([e for e in again.leased if "a.test" in url_of(e)]) == 1  # still one at a time
@@ -161,12 +164,14 @@ def test_one_call_leases_many_heads_of_one_host_in_order(redis_url):
 def test_hold_blocks_a_host_and_not_the_others(redis_url):
     admin = FrontierAdmin(redis_url, "hosts")
     admin.push([entry("http://a.test/1"), entry("http://b.test/1")])
-    reply = politeness_call(redis_url, "backoff", "a.test", ra=0.6)
-    assert reply["delay"] == 600
+    # (a 2 s hold: the next call must come before it ends, even on a loaded machine)
+    reply = politeness_call(redis_url, "backoff", "a.test", ra=2)
+    assert reply["delay"] == 2000
     assert [url_of(e) for e in admin.call(CallBatch(take=2), worker="w").leased] == [
         "http://b.test/1"]
     assert politeness_call(redis_url, "hold", "a.test")["wait"] > 0
-    time.sleep(0.7)
+    wait_until(lambda: politeness_call(redis_url, "hold", "a.test")["wait"] == 0, 30,
+               "the hold to end", interval=0.02)
     assert [url_of(e) for e in admin.call(CallBatch(take=2), worker="w").leased] == [
         "http://a.test/1"]
     assert politeness_call(redis_url, "hold", "a.test")["wait"] == 0
