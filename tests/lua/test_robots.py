@@ -14,6 +14,7 @@ import pytest
 import redis
 from scrapy import Request
 from scrapy.settings import Settings
+from support import wait_server_past
 
 from scrapy_fleet import codec, lua
 from scrapy_fleet.config import FleetConfig
@@ -106,10 +107,12 @@ def test_robots_origin_is_scheme_host_and_port():
 def test_a_delayed_push_is_leased_only_after_its_delay(redis_url):
     admin = FrontierAdmin(redis_url, "delayed")
     url = "http://a.test/p"
-    admin.push([(bloom_key(url.encode()), 0, codec.encode(Request(url)), 0, "a.test", 600)])
+    # (2 s: the first lease call must come before the delay is over, even on a loaded machine)
+    admin.push([(bloom_key(url.encode()), 0, codec.encode(Request(url)), 0, "a.test", 2000)])
     assert admin.status()["delayed"] == 1
     assert admin.call(CallBatch(take=5), worker="w").leased == []
-    time.sleep(0.7)
+    ((_, due),) = admin.client.zrange(admin.keys.delayed, 0, -1, withscores=True)
+    wait_server_past(admin.client, due)
     leased = admin.call(CallBatch(take=5), worker="w").leased
     assert [codec.decode_dict(e.payload)["url"] for e in leased] == [url]
 
