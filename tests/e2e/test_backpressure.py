@@ -25,10 +25,8 @@ from support import (
 
 from scrapy_fleet import codec
 from scrapy_fleet.catalog import DEFAULT_REQUEST_CLASSES
-from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import bloom_key
-from scrapy_fleet.frontier.memory import memory_warnings
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 from testsite import generate_site
 
@@ -285,20 +283,6 @@ def test_push_helper_timeout_exits_3(redis_url):
     assert "pushed 0," in result.stdout
 
 
-@pytest.mark.parametrize("policy,maxmemory,used,expected", [
-    ("noeviction", 0, 10**6, []),
-    ("volatile-lru", 0, 10**6, []),
-    ("allkeys-lru", 0, 10**6, ["maxmemory-policy is 'allkeys-lru'"]),
-    ("noeviction", 50 * 10**6, 10**6, ["may need about"]),
-])
-def test_memory_warnings(policy, maxmemory, used, expected):
-    config = FleetConfig.from_settings({"FLEET_QUEUE_MAX": 1_000_000})
-    warnings = memory_warnings(policy, maxmemory, used, config)
-    assert len(warnings) == len(expected)
-    for warning, fragment in zip(warnings, expected, strict=True):
-        assert fragment in warning
-
-
 def test_oom_makes_the_push_helper_wait_then_finish(redis_server, tmp_path):
     client = redis_server.client()
     client.flushall()
@@ -329,10 +313,6 @@ def test_oom_makes_the_push_helper_wait_then_finish(redis_server, tmp_path):
     finally:
         client.config_set("maxmemory", 0)
         client.flushall()
-
-
-# -- real crawls -------------------------------------------------------------------------------
-
 
 
 class SizeSampler(threading.Thread):

@@ -9,19 +9,15 @@ import itertools
 import json
 from typing import Any
 
-import pytest
 from scrapy import Request
 from scrapy.utils.request import RequestFingerprinter
 
 from scrapy_fleet import codec
 from scrapy_fleet.commands.push import (
     default_fingerprinter,
-    is_default_fingerprinter,
     parse_line,
-    plain_url_entry,
     push_lines,
 )
-from scrapy_fleet.errors import PushLineError
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
@@ -60,53 +56,6 @@ VARIED_URLS = [
     "http://xn--bcher-kva.example/punycode",
     "http://h.test/a?" + "&".join(f"k{i}=v{i}" for i in range(50, 0, -1)),
 ]
-
-
-def scrapy_way(line: str, priority: int, dont_filter: bool) -> tuple[str, bytes, bytes]:
-    """What a worker has for the line: the Request parse_line builds, its encoded dict and
-    Scrapy's default fingerprint of it."""
-    request, d = parse_line(line, dont_filter=dont_filter, priority=priority)
-    return request.url, codec.encode_dict(d), RequestFingerprinter().fingerprint(request)
-
-
-@pytest.mark.parametrize("url", VARIED_URLS)
-@pytest.mark.parametrize("priority,dont_filter", [(0, False), (7, True), (-3, False)])
-def test_a_plain_url_line_gives_what_the_request_gives(url, priority, dont_filter):
-    assert plain_url_entry(url, dont_filter=dont_filter, priority=priority) == scrapy_way(
-        url, priority, dont_filter)
-    # surrounding whitespace of the line is not part of the URL either way
-    assert plain_url_entry(f"  {url}\n", priority=priority, dont_filter=dont_filter) == (
-        scrapy_way(f"  {url}\n", priority, dont_filter))
-
-
-def test_the_fingerprint_equals_scrapys_own_function():
-    from scrapy.utils.request import fingerprint
-
-    for url in VARIED_URLS:
-        assert plain_url_entry(url)[2] == fingerprint(Request(url))
-
-
-@pytest.mark.parametrize("line", [
-    "ftp://example.com/f", "example.com/page", "http:///nohost", "http://exa mple.com/",
-    "http://example.com:99999/", "http://example.com/" + "a" * 2100, "http://[::1/",
-    "http://[x]/", "http://h.test/\udcfb", "", "   ", "http:h.test/", "mailto:a@b.test",
-])
-def test_a_bad_plain_line_is_refused_for_the_same_reason(line):
-    with pytest.raises(PushLineError) as slow:
-        parse_line(line)
-    with pytest.raises(PushLineError) as fast:
-        plain_url_entry(line)
-    assert str(fast.value) == str(slow.value)
-
-
-def test_only_scrapys_own_fingerprinter_takes_the_fast_path():
-    class Subclass(RequestFingerprinter):
-        pass
-
-    assert is_default_fingerprinter(default_fingerprinter())
-    assert is_default_fingerprinter(RequestFingerprinter(None).fingerprint)
-    assert not is_default_fingerprinter(Subclass().fingerprint)
-    assert not is_default_fingerprinter(lambda request: b"x" * 20)
 
 
 def test_a_project_fingerprinter_is_used_for_plain_lines(redis_url):
