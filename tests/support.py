@@ -363,3 +363,52 @@ def wait_server_past(client: Any, ms: float, timeout: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"the Redis server's clock did not pass {ms} in {timeout} s")
         time.sleep(0.005)
+
+
+# -- Frontier calls and monitoring (the Lua and worker tiers) -------------------------------------
+
+
+def link_entry(url: str, group: int = 0, host: str = "h.test") -> tuple[bytes, int, bytes, int,
+                                                                        str]:
+    """A push of a frontier call (CallBatch.pushes) for *url*: its Bloom key, priority 0, the
+    encoded Request, *group* (0: no parent; k: a link of the k-th acknowledgement), *host*."""
+    from scrapy import Request
+
+    from scrapy_fleet import codec
+    from scrapy_fleet.frontier.bloom import bloom_key
+
+    return bloom_key(url.encode()), 0, codec.encode(Request(url)), group, host
+
+
+def host_entry(url: str) -> tuple[bytes, int, bytes, int, str]:
+    """:func:`link_entry` without a parent, counted for its URL's host."""
+    return link_entry(url, 0, url.split("/")[2])
+
+
+def monitor_payload(cs: int | None = None, counters: dict[str, int] | None = None,
+                    hosts: list[list[object]] | None = None, forget_ms: int = 120_000,
+                    leases: int = 0, state: str = "idle") -> bytes:
+    """ARGV[2] of a frontier call, as WorkerMonitor.payload builds it (lua/monitoring.lua's
+    header): a heartbeat, and with *cs* a batch of counter and per-host deltas."""
+    import msgpack
+
+    arg: dict[str, object] = {"hb": {"st": state, "l": leases, "h": "testhost", "pid": 1,
+                                     "sa": 1.0},
+                              "fa": forget_ms, "da": 15_000}
+    if cs is not None:
+        arg.update(cs=cs, c=counters or {}, hp=hosts or [])
+    return msgpack.packb(arg, use_bin_type=False)
+
+
+def crawl_snapshot(redis_url: str, crawl: str, **kwargs: Any) -> dict[str, Any]:
+    """The monitoring snapshot of *crawl* (monitoring/snapshot.py read_snapshot)."""
+    import redis
+
+    from scrapy_fleet.keys import CrawlKeys
+    from scrapy_fleet.monitoring.snapshot import read_snapshot
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        return read_snapshot(client, CrawlKeys("fleet", crawl), **kwargs)
+    finally:
+        client.close()

@@ -8,15 +8,12 @@ from __future__ import annotations
 import math
 
 from scrapy import Request
+from support import link_entry as entry
 
 from scrapy_fleet import codec
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import CLASSIC, bloom_key, slice_params
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
-
-
-def entry(url: str, group: int = 0, host: str = "h.test"):
-    return bloom_key(url.encode()), 0, codec.encode(Request(url)), group, host
 
 
 def admin_for(url: str, cache: int = 0, crawl: str = "s") -> FrontierAdmin:

@@ -3,17 +3,11 @@
 
 from __future__ import annotations
 
-from scrapy import Request
+from support import link_entry as entry
 from support import wait_server_past
 
-from scrapy_fleet import codec
 from scrapy_fleet.frontier.admin import FrontierAdmin
-from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
-
-
-def entry(url: str, group: int = 0, host: str = "h.test"):
-    return bloom_key(url.encode()), 0, codec.encode(Request(url)), group, host
 
 
 def test_deferred_entry_keeps_its_host_in_the_member(redis_url):

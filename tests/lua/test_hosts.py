@@ -9,6 +9,7 @@ import pytest
 import redis
 from scrapy import Request
 from scrapy.settings import Settings
+from support import host_entry as entry
 from support import wait_server_past, wait_until
 
 from scrapy_fleet import codec, lua
@@ -20,11 +21,6 @@ from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.politeness.hosts import host_key
-
-
-def entry(url: str):
-    host = url.split("/")[2]
-    return bloom_key(url.encode()), 0, codec.encode(Request(url)), 0, host
 
 
 def url_of(e) -> str:

@@ -13,6 +13,8 @@ import time
 import msgpack
 import pytest
 import redis
+from support import crawl_snapshot as snapshot
+from support import monitor_payload as payload
 from support import queued
 
 from scrapy_fleet.frontier.admin import FrontierAdmin
@@ -21,26 +23,6 @@ from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.monitoring import series
 from scrapy_fleet.monitoring.sampler import sample
 from scrapy_fleet.monitoring.snapshot import read_series, read_snapshot
-
-
-def payload(cs: int | None = None, counters: dict[str, int] | None = None,
-            hosts: list[list[object]] | None = None, forget_ms: int = 120_000,
-            leases: int = 0, state: str = "idle") -> bytes:
-    """ARGV[2] of a frontier call, as WorkerMonitor.payload builds it."""
-    arg: dict[str, object] = {"hb": {"st": state, "l": leases, "h": "testhost", "pid": 1,
-                                     "sa": 1.0},
-                              "fa": forget_ms, "da": 15_000}
-    if cs is not None:
-        arg.update(cs=cs, c=counters or {}, hp=hosts or [])
-    return msgpack.packb(arg, use_bin_type=False)
-
-
-def snapshot(redis_url: str, crawl: str, **kwargs: object) -> dict:
-    client = redis.Redis.from_url(redis_url)
-    try:
-        return read_snapshot(client, CrawlKeys("fleet", crawl), **kwargs)  # type: ignore[arg-type]
-    finally:
-        client.close()
 
 
 def test_two_workers_adding_to_one_counter_concurrently_lose_nothing(redis_url):

@@ -3,16 +3,10 @@ reply and writes nothing again, against a real redis-server."""
 
 from __future__ import annotations
 
-from scrapy import Request
+from support import link_entry as entry
 
-from scrapy_fleet import codec
 from scrapy_fleet.frontier.admin import FrontierAdmin
-from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
-
-
-def entry(url: str, group: int = 0, host: str = "h.test"):
-    return bloom_key(url.encode()), 0, codec.encode(Request(url)), group, host
 
 
 def admin_for(url: str, cache: int = 0, crawl: str = "s") -> FrontierAdmin:

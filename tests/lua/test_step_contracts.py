@@ -17,7 +17,7 @@ from typing import Any
 import msgpack
 import pytest
 import redis
-from support import changed_keys, keyspace, server_ms, wait_server_past
+from support import changed_keys, keyspace, monitor_payload, server_ms, wait_server_past
 
 from scrapy_fleet.failures.record import FailureRecord
 from scrapy_fleet.frontier.admin import FrontierAdmin
@@ -114,16 +114,6 @@ class Crawl:
         wait_server_past(self.client, ms)
 
 
-def monitor_arg(cs: int | None = None, counters: dict[str, int] | None = None,
-                hosts: list[list[object]] | None = None) -> bytes:
-    """ARGV[2] of a frontier call (lua/monitoring.lua's header), as WorkerMonitor builds it."""
-    arg: dict[str, object] = {"hb": {"st": "crawling", "l": 1, "h": "testhost", "pid": 1,
-                                     "sa": 1.0}, "fa": 120_000, "da": 15_000}
-    if cs is not None:
-        arg.update(cs=cs, c=counters or {}, hp=hosts or [])
-    return msgpack.packb(arg, use_bin_type=False)
-
-
 @pytest.fixture
 def crawl(redis_url):
     crawl = Crawl(redis_url)
@@ -183,7 +173,7 @@ def test_step_check_a_bad_argument_is_refused_before_any_write(crawl):
     before = keyspace(crawl.client)
     with pytest.raises(redis.ResponseError):
         crawl.admin.call(CallBatch(take=1, pushes=[(b"k" * 12, 0, b"p", 0, "h.test")]),
-                         worker=WORKER, monitor=monitor_arg(cs=1, counters={"pages": 1}))
+                         worker=WORKER, monitor=monitor_payload(cs=1, counters={"pages": 1}))
     assert changed_keys(before, keyspace(crawl.client)) == set()
 
 
@@ -432,7 +422,8 @@ def test_step_ack_a_link_past_the_bound_parks_its_parent(redis_url):
 
 
 def test_monitoring_applies_a_workers_deltas_once(crawl):
-    arg = monitor_arg(cs=1, counters={"pages": 2}, hosts=[["h.test", 3, 1]])
+    arg = monitor_payload(cs=1, counters={"pages": 2}, hosts=[["h.test", 3, 1]],
+                          state="crawling")
     _, written = crawl.call(CallBatch(beat=True), monitor=arg)
     assert unnamed(crawl.keys, written) == set()  # MONITOR_CALL keys and stats only
     info = crawl.client.hgetall(crawl.keys.worker_info(WORKER))

@@ -15,18 +15,6 @@ from scrapy_fleet.monitoring.heartbeat import WorkerMonitor, error_kind, fleet_c
 from scrapy_fleet.monitoring.snapshot import counters_of
 
 
-def payload(cs: int | None = None, counters: dict[str, int] | None = None,
-            hosts: list[list[object]] | None = None, forget_ms: int = 120_000,
-            leases: int = 0, state: str = "idle") -> bytes:
-    """ARGV[2] of a frontier call, as WorkerMonitor.payload builds it."""
-    arg: dict[str, object] = {"hb": {"st": state, "l": leases, "h": "testhost", "pid": 1,
-                                     "sa": 1.0},
-                              "fa": forget_ms, "da": 15_000}
-    if cs is not None:
-        arg.update(cs=cs, c=counters or {}, hp=hosts or [])
-    return msgpack.packb(arg, use_bin_type=False)
-
-
 def test_worker_monitor_resends_an_unconfirmed_batch_unchanged():
     class Stats:
         def __init__(self) -> None:

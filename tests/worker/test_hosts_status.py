@@ -8,16 +8,9 @@ import json
 import subprocess
 import sys
 
-from scrapy import Request
+from support import host_entry as entry
 
-from scrapy_fleet import codec
 from scrapy_fleet.frontier.admin import FrontierAdmin
-from scrapy_fleet.frontier.bloom import bloom_key
-
-
-def entry(url: str):
-    host = url.split("/")[2]
-    return bloom_key(url.encode()), 0, codec.encode(Request(url)), 0, host
 
 
 def test_status_hosts_shows_per_host_state(redis_url):

@@ -14,21 +14,13 @@ from pathlib import Path
 
 import redis
 from support import TEST_PROJECT, queued, read_items, start_worker, tail, wait_all, wait_until
+from support import crawl_snapshot as snapshot
 
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.monitoring import alerts
 from scrapy_fleet.monitoring.sampler import sample
-from scrapy_fleet.monitoring.snapshot import read_snapshot
 from testsite import generate_site
-
-
-def snapshot(redis_url: str, crawl: str, **kwargs: object) -> dict:
-    client = redis.Redis.from_url(redis_url)
-    try:
-        return read_snapshot(client, CrawlKeys("fleet", crawl), **kwargs)  # type: ignore[arg-type]
-    finally:
-        client.close()
 
 
 def status_text(redis_url: str, crawl: str) -> str:
