@@ -43,7 +43,7 @@ _POOL_DIRECT = {"worker": ("evalsha", "script|load"),
 _CONNECTION = ("ping", "client|setname")
 #: a probe line of each command: a full command line (Redis 7.0's acl_check_cmd does not
 #: check the arity, and a line shorter than its command crashes the server in key lookup;
-#: tests/test_acl.py checks every line against COMMAND INFO), "@K" standing for a crawl key
+#: tests/e2e/test_acl.py checks every line against COMMAND INFO), "@K" standing for a crawl key
 PROBE_LINES = {
     "evalsha": "evalsha 0000000000000000000000000000000000000000 0",
     "script|load": "script load return", "cluster|slots": "cluster slots",

@@ -1,7 +1,7 @@
 """The catalog of every ``FLEET_*`` setting: name, default, type, one line of meaning, and the
 page documenting it.  One source for the defaults (:data:`DEFAULTS`, read by config.py),
 ``scrapy fleet settings`` (:func:`settings_listing`), the unknown-setting warning
-(:func:`unknown_settings`) and the docs check (tests/test_config.py).  Validation of the values
+(:func:`unknown_settings`) and the docs check (tests/unit/test_config.py).  Validation of the values
 is config.py's, and each feature's own (proxies/settings.py, stages/settings.py,
 browser/settings.py, pipelines/mongo_config.py).
 """

@@ -184,7 +184,7 @@ def _to_dict(request: Request, spider: Spider | None) -> dict[str, Any]:
     """``request.to_dict(spider=spider)``, the callback and errback found by their names:
     Scrapy's ``_find_method`` reads every attribute of the spider (``inspect.getmembers``,
     ~40 µs per request for a plain Spider, more with more members) to find them.  Same dict
-    (tests/test_codec.py compares them), except that a method the spider also has under
+    (tests/unit/test_codec.py compares them), except that a method the spider also has under
     another name may come out under its own name (both decode to the same method)."""
     if type(request).to_dict is not Request.to_dict:
         return request.to_dict(spider=spider)  # a class with its own to_dict: that one

@@ -11,7 +11,7 @@ middlewares go through ``engine.crawl`` before the original is removed, too.
 The second hook wakes the engine when leases arrive, instead of waiting for its 5 s heartbeat.
 Pushed start requests meet the spider middlewares' ``process_start`` through the middleware
 manager's method list (:func:`process_start`), as the engine's start requests do.
-The crawl tests (tests/test_crawl.py: every page acknowledged once, children before their
+The crawl tests (tests/e2e/test_crawl.py: every page acknowledged once, children before their
 parent's ack, the idle worker woken at once) fail if a Scrapy release changes either one.
 """
 

@@ -1,5 +1,19 @@
 """Fixtures: a real redis-server, the generated test site and the docs.python.org mirror.
 
+The tests are in tiers, one folder each, marked with the folder's name (``pytest -m unit``):
+
+* ``unit``: no Redis, no process (codec, settings, layers, views of literal snapshots...);
+* ``lua``: a real redis-server, the scripts called through the frontier call or their admin
+  calls (contract tests of each step: lua/test_step_contracts.py);
+* ``worker``: one Scrapy crawl in-process, or one worker or command process;
+* ``e2e``: several processes, SIGKILL, Redis deployments, the demo, packaging.
+
+The helpers they share live here, at tests/: this file's fixtures, support.py (processes,
+items, the keyspace of a contract test), and the fixtures modules (proxyfixtures.py,
+redisdeploy.py, mongoserver.py, mongowire.py, fakemongo.py, proxysite.py), importable from
+every tier (tests/ is on sys.path: pytest's "prepend" import mode puts this file's folder
+there).  A test module's name is unique across the tiers.
+
 * ``redis_server`` (session): :class:`tests.support.RedisServer` with ``.url``, ``.port``,
   ``.client()``, ``.restart()``.
 * ``redis_url`` (function): FLUSHALL, then the URL.
@@ -119,6 +133,16 @@ def pydocs_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SiteProces
 @pytest.fixture
 def worker_env(tmp_path: Path) -> dict[str, str]:
     return isolated_env(tmp_path)
+
+
+TIERS = ("unit", "lua", "worker", "e2e")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = item.path.parent.name
+        if tier in TIERS:
+            item.add_marker(getattr(pytest.mark, tier))
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -313,3 +313,102 @@ def frontier_payloads(client: Any, keys: Any) -> list[bytes]:
         for entry in client.lrange(keys.bucket_prefix + name, 0, -1):
             out.append(entry.split(b"\t", 1)[1])
     return out
+
+
+# -- Redis state ---------------------------------------------------------------------------------
+
+
+def keyspace(client: Any) -> dict[bytes, tuple[bytes, Any]]:
+    """Every key of the client's database with its type and whole value (strings as bytes,
+    hashes as dicts, lists as lists, sets as sorted lists, sorted sets as (member, score)
+    lists): what a contract test compares before and after one script call."""
+    state: dict[bytes, tuple[bytes, Any]] = {}
+    for key in client.scan_iter(count=1000):
+        kind = client.type(key)
+        if kind == b"string":
+            value: Any = client.get(key)
+        elif kind == b"hash":
+            value = client.hgetall(key)
+        elif kind == b"list":
+            value = client.lrange(key, 0, -1)
+        elif kind == b"set":
+            value = sorted(client.smembers(key))
+        elif kind == b"zset":
+            value = client.zrange(key, 0, -1, withscores=True)
+        else:
+            value = kind
+        state[key] = (kind, value)
+    return state
+
+
+def changed_keys(before: Mapping[bytes, Any], after: Mapping[bytes, Any]) -> set[str]:
+    """Names of the keys written between two :func:`keyspace` reads: created, deleted, or
+    holding another value."""
+    return {key.decode() for key in set(before) | set(after)
+            if before.get(key) != after.get(key)}
+
+
+def server_ms(client: Any) -> int:
+    """The Redis server's clock (TIME) in ms: the only clock of the scripts."""
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def wait_server_past(client: Any, ms: float, timeout: float = 30.0) -> None:
+    """Until the Redis server's clock is past *ms* (a lease expiry, a deferred entry's due
+    time...): a test that waits for a script's time window waits for that clock, not for a
+    fixed sleep of its own."""
+    deadline = time.monotonic() + timeout
+    while server_ms(client) <= ms:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the Redis server's clock did not pass {ms} in {timeout} s")
+        time.sleep(0.005)
+
+
+# -- Frontier calls and monitoring (the Lua and worker tiers) -------------------------------------
+
+
+def link_entry(url: str, group: int = 0, host: str = "h.test") -> tuple[bytes, int, bytes, int,
+                                                                        str]:
+    """A push of a frontier call (CallBatch.pushes) for *url*: its Bloom key, priority 0, the
+    encoded Request, *group* (0: no parent; k: a link of the k-th acknowledgement), *host*."""
+    from scrapy import Request
+
+    from scrapy_fleet import codec
+    from scrapy_fleet.frontier.bloom import bloom_key
+
+    return bloom_key(url.encode()), 0, codec.encode(Request(url)), group, host
+
+
+def host_entry(url: str) -> tuple[bytes, int, bytes, int, str]:
+    """:func:`link_entry` without a parent, counted for its URL's host."""
+    return link_entry(url, 0, url.split("/")[2])
+
+
+def monitor_payload(cs: int | None = None, counters: dict[str, int] | None = None,
+                    hosts: list[list[object]] | None = None, forget_ms: int = 120_000,
+                    leases: int = 0, state: str = "idle") -> bytes:
+    """ARGV[2] of a frontier call, as WorkerMonitor.payload builds it (lua/monitoring.lua's
+    header): a heartbeat, and with *cs* a batch of counter and per-host deltas."""
+    import msgpack
+
+    arg: dict[str, object] = {"hb": {"st": state, "l": leases, "h": "testhost", "pid": 1,
+                                     "sa": 1.0},
+                              "fa": forget_ms, "da": 15_000}
+    if cs is not None:
+        arg.update(cs=cs, c=counters or {}, hp=hosts or [])
+    return msgpack.packb(arg, use_bin_type=False)
+
+
+def crawl_snapshot(redis_url: str, crawl: str, **kwargs: Any) -> dict[str, Any]:
+    """The monitoring snapshot of *crawl* (monitoring/snapshot.py read_snapshot)."""
+    import redis
+
+    from scrapy_fleet.keys import CrawlKeys
+    from scrapy_fleet.monitoring.snapshot import read_snapshot
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        return read_snapshot(client, CrawlKeys("fleet", crawl), **kwargs)
+    finally:
+        client.close()

@@ -13,7 +13,7 @@ GET without a body (nearly every link) the fingerprint depends on the URL string
   hashed once per worker.  ``RedisBloomDupeFilter.bloom_key`` uses it when the crawler's
   fingerprinter is Scrapy's own (:func:`is_default_fingerprinter`).
 
-Both give exactly Scrapy's bytes (tests/test_fingerprint.py compares them over varied URLs).
+Both give exactly Scrapy's bytes (tests/unit/test_fingerprint.py compares them over varied URLs).
 """
 
 from __future__ import annotations

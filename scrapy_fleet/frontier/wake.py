@@ -16,7 +16,7 @@ async def wait_set(event: asyncio.Event, timeout: float) -> None:
     resumes two loop turns after ``set()`` (here one), and three on an event set already (the
     pump's usual case: poked during its previous call; here none).  On a worker's loop each
     turn lasts as long as the callbacks queued before it (parsing), so every freed host slot
-    reached the frontier that much later (tests/test_pump_wake.py counts the turns).
+    reached the frontier that much later (tests/unit/test_pump_wake.py counts the turns).
     """
     if event.is_set():
         return

@@ -1,4 +1,4 @@
-"""Spiders for tests/test_sink_failures.py: items a sink cannot write, requests the codec
+"""Spiders for tests/worker/test_sink_failures.py: items a sink cannot write, requests the codec
 cannot store; each has a setting that "fixes" the spider, for the retry."""
 
 from __future__ import annotations

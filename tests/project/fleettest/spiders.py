@@ -1,4 +1,4 @@
-"""Spiders for tests/test_crawl.py and tests/test_scheduler.py."""
+"""Spiders for tests/e2e/test_crawl.py and tests/test_scheduler.py."""
 
 from __future__ import annotations
 

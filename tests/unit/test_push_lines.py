@@ -1,0 +1,96 @@
+"""The push helper's reading of a line, with no Redis: a JSON spec becomes a request dict,
+bad lines are refused with a reason, a callback's required arguments must be in cb_kwargs,
+a JSON string is that URL (worker/test_push_command.py runs the commands)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from scrapy_fleet import codec
+from scrapy_fleet.commands.push import parse_line
+from scrapy_fleet.errors import PushLineError
+
+
+def test_full_json_spec_becomes_a_request_dict():
+    line = json.dumps({
+        "url": "https://example.com/api", "method": "post", "headers": {"X-A": ["1", "2"]},
+        "body": "héllo", "cookies": {"s": "1"}, "meta": {"depth": 1}, "cb_kwargs": {"n": 2},
+        "callback": "parse_api", "errback": "on_error", "priority": 7, "dont_filter": True})
+    request, d = parse_line(line)
+    assert (request.method, request.priority, request.dont_filter) == ("POST", 7, True)
+    back = codec.decode_dict(codec.encode_dict(d))
+    assert back["callback"] == "parse_api" and back["errback"] == "on_error"
+    assert back["body"] == "héllo".encode()
+    assert back["headers"] == {b"X-A": [b"1", b"2"]}
+    assert (back["meta"], back["cb_kwargs"], back["cookies"]) == ({"depth": 1}, {"n": 2},
+                                                                  {"s": "1"})
+
+
+@pytest.mark.parametrize("line,reason", [
+    ("ftp://example.com/f", "url scheme must be http or https, not 'ftp'"),
+    ("example.com/page", "url has no scheme: write it with http:// or https://"),
+    ("http:///nohost", "url has no host"),
+    ("http://exa mple.com/", "url contains whitespace"),
+    ("http://example.com:99999/", "url is malformed"),
+    ("http://example.com/" + "a" * 2100, "characters long (limit 2083)"),
+    ('{"url": "http://e.com/", "priority": "high"}', "priority must be an integer"),
+    ('{"url": "http://e.com/", "priority": true}', "priority must be an integer"),
+    ('{"url": "http://e.com/", "dont_filter": "yes"}', "dont_filter must be true or false"),
+    ('{"url": "http://e.com/", "headers": {"A": 1}}', "headers['A'] must be a string"),
+    ('{"url": "http://e.com/", "callback": "not a name"}', "callback must be the name"),
+    ('{"url": "http://e.com/", "meta": []}', "meta must be an object"),
+    ('{"url": "http://e.com/", "colour": "red"}', "unknown field(s): colour"),
+    ('{"url": "http://e.com/", ', "invalid JSON"),
+    ('["http://e.com/"]', "JSON line must be an object"),
+    ("null", "a JSON line must be an object (a request) or a string (its URL), not null"),
+    ("  null ", "a JSON line must be an object (a request) or a string (its URL), not null"),
+    ("42", "a JSON line must be an object (a request) or a string (its URL), not a number"),
+    ("false", "a JSON line must be an object (a request) or a string (its URL), not a "
+              "boolean"),
+    ('"http://e.com/', "invalid JSON"),
+    ('"ftp://e.com/"', "url scheme must be http or https, not 'ftp'"),
+    ('{"method": "GET"}', "url must be a non-empty string"),
+    ("http://[::1/", "url is malformed: Invalid IPv6 URL"),
+    ("http://[x]/", "url is malformed"),
+    ('{"url": "http://e.com/a\\u0000b"}', "url contains a NUL character"),
+    ('{"url": "http://e.com/", "priority": 2147483649}', "priority must be within"),
+])
+def test_bad_lines_are_refused_with_a_reason(line, reason):
+    with pytest.raises(PushLineError) as info:
+        parse_line(line)
+    assert reason in str(info.value)
+
+
+def test_a_callback_with_required_arguments_needs_them_in_cb_kwargs():
+    """A callback whose own arguments are required is refused without cb_kwargs that give
+    them (trial: such a request failed with a TypeError in every worker)."""
+    from scrapy_fleet.commands.push import PushLineError, parse_line
+
+    class _Spider:
+        def parse_kw(self, response, n):
+            pass
+
+        def parse_opt(self, response, n=1):
+            pass
+
+    def has(name):
+        return getattr(_Spider, name, False)
+
+    with pytest.raises(PushLineError, match="cb_kwargs do not fit callback 'parse_kw': "
+                                            "missing a required argument: 'n'"):
+        parse_line('{"url": "http://h.test/a", "callback": "parse_kw"}', has_method=has)
+    request, _ = parse_line('{"url": "http://h.test/a", "callback": "parse_kw", '
+                            '"cb_kwargs": {"n": 2}}', has_method=has)
+    assert request.cb_kwargs == {"n": 2}
+    request, _ = parse_line('{"url": "http://h.test/a", "callback": "parse_opt"}',
+                            has_method=has)
+    assert request.cb_kwargs == {}
+
+
+def test_a_url_as_a_json_string_is_pushed_as_that_url():
+    # a JSON line is an object or a string: the string is the URL (issue 19: `null` was
+    # refused as "url has no scheme", as if it were a URL)
+    request, d = parse_line('"http://e.com/a b"'.replace(" ", "%20"))
+    assert request.url == "http://e.com/a%20b" and d["url"] == "http://e.com/a%20b"
