@@ -227,7 +227,7 @@ def test_the_fleet_config_composes_the_features_own_frozen_configs():
             part.__setattr__(dataclasses.fields(part)[0].name, None)
     with pytest.raises(FleetConfigError, match="FLEET_ROLE"):
         FleetConfig.from_settings(Settings({"FLEET_ROLE": "both"}))
-    source = (Path(__file__).resolve().parents[1] / "scrapy_fleet" / "config.py").read_text()
+    source = (PACKAGE_DIR / "config.py").read_text()
     # no setting of theirs is read there (its name as a string literal)
     assert not re.search(r"[\"']FLEET_(ROLE|LARGE_RESPONSE|RESPONSE_QUEUE|MAX_STORED|PLAYWRIGHT)",
                          source)
