@@ -33,6 +33,7 @@ from scrapy_fleet.frontier.bloom import MAX_SLICE_BITS, slice_params
 from scrapy_fleet.frontier.protocol import FrontierParams
 from scrapy_fleet.keys import STAGE_HOST
 from scrapy_fleet.proxies.settings import ProxyConfig, proxy_config
+from scrapy_fleet.recrawl.settings import RecrawlConfig, recrawl_config
 from scrapy_fleet.redis_url import validate_redis_url
 
 _START_MODES = ("once", "always", "never")
@@ -198,6 +199,8 @@ class FleetConfig:
     proxy: ProxyConfig | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     failed_max: int = 10_000  #: FLEET_FAILED_MAX (docs/failures.md)
+    #: FLEET_RECRAWL* (docs/recrawl.md)
+    recrawl: RecrawlConfig = field(default_factory=RecrawlConfig)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings | Mapping[str, Any]) -> FleetConfig:
@@ -380,6 +383,7 @@ class FleetConfig:
                                        float, 0.0, "a fraction between 0 and 1",
                                        exclusive=True),
             proxy=proxy_config(settings),
+            recrawl=recrawl_config(settings),
             **_browser(g),
             **_stages(g),
         )
@@ -401,7 +405,9 @@ class FleetConfig:
                               and 1.0 / self.host_rate > self.host_delay,
                               lease_only_host=STAGE_HOST if self.role == "parse" else "",
                               lease_except_host=STAGE_HOST if self.role == "fetch" else "",
-                              failed_max=self.failed_max)
+                              failed_max=self.failed_max,
+                              recrawl_max=(self.recrawl.max_tracked or 0)
+                              if self.recrawl.enabled else 0)
 
     @property
     def host_interval(self) -> float:

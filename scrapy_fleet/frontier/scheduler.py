@@ -425,6 +425,36 @@ class FleetScheduler(FrontierPump, BaseScheduler):
         lease.failure = record
         return True
 
+    def note_revisit(self, request: Request, state: list[Any] | None,
+                     interval: float = 0.0) -> bool:
+        """recrawl (docs/recrawl.md): leased *request* is revisited in *interval* seconds with
+        *state* (recrawl/schedule.py) in its meta, or not revisited (*state* None), written
+        with its acknowledgement.  Returns False when it is not a lease of this worker in
+        flight (or its leased request cannot be read back)."""
+        from scrapy_fleet.errors import FleetError
+        from scrapy_fleet.recrawl.record import revisit_record
+
+        entry = self._inflight.get(id(request))
+        lease = entry[1] if entry is not None else self._by_entry.get(
+            request.meta.get(LEASE_META_KEY, ""))
+        if lease is None:
+            return False
+        if state is None:
+            lease.revisit = b""
+            return True
+        try:
+            lease.revisit = revisit_record(
+                lease.payload, state, interval,
+                politeness.host_key(request.url, self.config.host_key),
+                clamp_priority(request.priority))
+        except FleetError as exc:  # RequestDecodeError / RequestEncodeError
+            logger.warning("Recrawl: %s is not tracked: %s", request.url, exc,
+                           extra={"spider": self.spider})
+            self._inc("fleet/recrawl/unstorable")
+            lease.revisit = b""
+            return False
+        return True
+
     def dead_letter(self, request: Request, reason: str) -> bool:
         """Send the leased *request* (the object ``next_request`` returned, still in flight) to
         the dead letters with *reason* at the next frontier call, instead of acknowledging it

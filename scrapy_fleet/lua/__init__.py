@@ -22,7 +22,9 @@ from scrapy_fleet import keys
 FRONTIER_PARTS = ("common.lua", "hosts.lua", "queue.lua", "bloom.lua", "bloom_write.lua",
                   "failed.lua",
                   "monitoring.lua", "frontier_state.lua", "step_check.lua", "step_begin.lua",
-                  "step_reclaim.lua", "step_release.lua", "step_push.lua", "step_ack.lua",
+                  "step_reclaim.lua", "step_release.lua", "step_push.lua",
+                  "step_revisit.lua",  # recrawl (issue 22): before step_ack, which calls it
+                  "step_ack.lua",
                   "step_lease.lua", "step_idle.lua", "step_reply.lua")
 
 #: entry script -> (parts put before it, its KEYS declaration or None: positional KEYS)

@@ -3,13 +3,14 @@
 --
 -- Flushes the per-host counts and slots (lua/frontier_state.lua); out.queued, out.inflight,
 -- out.delayed, out.size (queued + leased + deferred: lua/queue.lua); out.idle: ms since the
--- fleet became idle (nothing queued, leased, deferred or parked: K.idle_since holds since
+-- fleet became idle (nothing queued, leased, deferred, parked or scheduled for a revisit:
+-- out.rv, lua/step_revisit.lua; K.idle_since holds since
 -- when), -1 when busy; out.rq: stored responses waiting for a parse worker, count and bytes
 -- (those deferred until their links' hosts have room left out: fetch workers stop leasing
 -- when the response queue is full); out.holds: hosts on hold now (429/503/failures) with the
 -- ms left, for a worker (checked locally before each download of a request leased earlier);
 -- the worker's entry in K.workers (its last call).
--- Keys (of K): queue_count, queue_index, leases, delayed, parked, idle_since, stats, hold,
+-- Keys (of K): revisit_index, revisit_count, queue_count, queue_index, leases, delayed, parked, idle_since, stats, hold,
 -- workers, hostq.  Writes: idle_since, queue_count (0 when no bucket holds an entry), workers.
 -- Work per call: about 8 commands; HGETALL of hold when it has at most 1000 hosts.
 
@@ -30,7 +31,8 @@ local function step_idle(c)
   out.size = out.queued + out.inflight + out.delayed
   -- (K.idle_since as read when the call began: no step before this one writes it)
   local idle_since = c.head[4]
-  if out.size == 0 and redis.call('LLEN', K.parked) == 0 then
+  out.rv = revisit_state(c)  -- recrawl (issue 22): {tracked, ms to the next due slot}
+  if out.size == 0 and redis.call('LLEN', K.parked) == 0 and out.rv[2] < 0 then
     local since = tonumber(idle_since)
     if not since then
       redis.call('SET', K.idle_since, now)

@@ -11,7 +11,7 @@ from scrapy.exceptions import ScrapyDeprecationWarning
 warnings.filterwarnings("error", category=ScrapyDeprecationWarning)
 
 BOT_NAME = "fleettest"
-SPIDER_MODULES = ["fleettest.spiders", "fleettest.sink_spiders"]
+SPIDER_MODULES = ["fleettest.spiders", "fleettest.sink_spiders", "fleettest.recrawl_spiders"]
 ADDONS = {"scrapy_fleet.Addon": 500}
 ROBOTSTXT_OBEY = False
 TELNETCONSOLE_ENABLED = False
