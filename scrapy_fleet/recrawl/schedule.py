@@ -4,7 +4,8 @@ The state travels in the stored request's meta (:data:`STATE_META_KEY`, a short 
 schedule holds it in Redis with the request, nothing else): ``[fetched, interval, signature,
 etag, last_modified, history, gone]``: the last fetch (unix seconds), the interval that fetch
 was scheduled with (seconds), the content signature of the version seen (signature.py, None
-before the first), the validators as the server sent them (None when it sent none), the last
+before the first), the validators as the server sent them (None when it sent none; a
+Last-Modified in the standard form kept as its unix time, :func:`pack_date`), the last
 :data:`HISTORY` observations (seconds since the previous fetch: positive when the page had
 changed, negative when not), and the 404/410 answers in a row.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from email.utils import formatdate, parsedate_to_datetime
 from typing import Any
 
 from scrapy_fleet.recrawl.settings import RecrawlConfig
@@ -47,8 +49,8 @@ class State:
     gone: int = 0
 
     def to_meta(self) -> list[Any]:
-        return [self.fetched, self.interval, self.signature, self.etag, self.last_modified,
-                list(self.history), self.gone]
+        return [self.fetched, self.interval, self.signature, self.etag,
+                pack_date(self.last_modified), list(self.history), self.gone]
 
     @classmethod
     def from_meta(cls, value: Any) -> State | None:
@@ -61,9 +63,30 @@ class State:
                 and isinstance(hist, (list, tuple)) and isinstance(gone, int)):
             return None
         return cls(fetched, interval, sig if isinstance(sig, int) else None,
-                   etag if isinstance(etag, str) else None,
-                   lm if isinstance(lm, str) else None,
+                   etag if isinstance(etag, str) else None, unpack_date(lm),
                    [int(h) for h in hist if isinstance(h, int)][-HISTORY:], gone)
+
+
+def pack_date(value: str | None) -> str | int | None:
+    """A Last-Modified value as kept: the unix time when formatting that time gives the same
+    string back (an IMF-fixdate, RFC 9110: 5 bytes instead of 29), else the string itself
+    (echoed verbatim either way)."""
+    if value is None:
+        return None
+    try:
+        when = int(parsedate_to_datetime(value).timestamp())
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return value
+    return when if formatdate(when, usegmt=True) == value else value
+
+
+def unpack_date(value: Any) -> str | None:
+    """The Last-Modified string of a kept value (:func:`pack_date`)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return formatdate(value, usegmt=True)
+    return None
 
 
 def estimate_rate(history: list[int], prior: float) -> float:
