@@ -155,3 +155,30 @@ def test_a_corrupt_record_in_the_schedule_is_dead_lettered_not_lost(redis_url):
     assert result.leased == [] and result.dead_lettered == 1
     assert stat(client, "revisit_bad_records") == 1
     assert scheduled(client) == 0
+
+
+def test_status_shows_the_schedule_and_metrics_have_prometheus_names(redis_url):
+    from scrapy_fleet.monitoring.metrics import families
+    from scrapy_fleet.recrawl.status import read_recrawl
+
+    admin = admin_of(redis_url)
+    client = redis.Redis.from_url(redis_url)
+    for i in range(2):
+        push(admin, f"http://h/{i}")
+    leased = admin.call(CallBatch(take=2), worker="w").leased
+    states = [State(fetched=1, interval=3600, history=[-3600] * 4),
+              State(fetched=1, interval=600, history=[600] * 4)]
+    admin.call(CallBatch(acks=[
+        (leased[0].entry_id, leased[0].token, b"", [], record_for(leased[0], states[0], 0.3)),
+        (leased[1].entry_id, leased[1].token, b"", [], record_for(leased[1], states[1], 3600))]),
+        worker="w")
+    client.hset(KEYS.stats, mapping={"revisit_not_modified": 3, "revisit_changed": 1})
+    time.sleep(0.8)
+    rv = read_recrawl(client, KEYS)
+    assert (rv["tracked"], rv["scheduled"], rv["due"], rv["overdue"]) == (2, 2, 1, 0)
+    assert rv["next_due_in"] == 0  # one is due now
+    assert rv["not_modified_share"] == 0.75 and rv["sampled"] == 2
+    assert sum(rv["change_rates"].values()) == 2 and 0 < rv["freshness_estimate"] < 1
+    names = {f.name for f in families({"recrawl": rv})}
+    assert {"scrapy_fleet_recrawl_tracked_urls", "scrapy_fleet_recrawl_revisits",
+            "scrapy_fleet_recrawl_outcomes", "scrapy_fleet_recrawl_freshness_ratio"} <= names
