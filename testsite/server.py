@@ -38,6 +38,10 @@ with the same JSON)::
   served directory, or 404); ``robots_status`` makes ``/robots.txt`` answer that status.
 
 ``host`` null or absent matches every host. Delays also apply to failures.
+
+``"changing"`` (recrawl): pages whose content changes by Poisson processes of known rates,
+with ETag, Last-Modified and 304s (testsite/changing.py has its fields); ``GET
+/_testsite/changes`` returns their truth (every change time).
 """
 
 from __future__ import annotations
