@@ -19,8 +19,9 @@
 -- it: revisit_untracked, the page is not revisited).
 -- Keys (of K): revisit_index, revisit_prefix, revisit_count, seq, and the queue's.  Writes:
 -- those (RPUSH / LPOP of slots, ZADD / ZREM of the index, INCRBY / DECRBY of the count).
--- Work per call: one RPUSH per slot written and one ZADD; due: at most 4 slots and
--- REVISIT_DUE_MAX records moved, one INCRBY for their ids.
+-- Work per call: one RPUSH per slot written and one ZADD; due: one ZRANGEBYSCORE, at most 4
+-- slots and REVISIT_DUE_MAX records moved, one INCRBY for their ids; state: a GET (and a
+-- ZRANGE when URLs are tracked).
 
 local REVISIT_DUE_MAX = 100
 
@@ -145,10 +146,12 @@ local function step_revisit_due(c)
 end
 
 -- {tracked URLs, ms until the next slot is due (0: due now; -1: none)} for the reply.
+-- (one GET when nothing is tracked: a crawl without a recrawl pays one command per call)
 local function revisit_state(c)
   local K = c.K
-  local first = redis.call('ZRANGE', K.revisit_index, 0, 0, 'WITHSCORES')
   local n = tonumber(redis.call('GET', K.revisit_count)) or 0
+  if n <= 0 then return {0, -1} end
+  local first = redis.call('ZRANGE', K.revisit_index, 0, 0, 'WITHSCORES')
   if not first[2] then return {n, -1} end
   return {n, math.max(tonumber(first[2]) - c.now, 0)}
 end

@@ -24,6 +24,7 @@ Stats read (docs/monitoring.md has the counter each one feeds)::
     downloader/response_bytes              -> response_bytes
     fleet/proxy/verdict/ban                -> proxy_bans
     fleet/politeness/robots_disallowed     -> robots_denied
+    fleet/recrawl/{not_modified,unchanged,changed,gone} -> revisit_* (docs/recrawl.md)
 """
 
 from __future__ import annotations

@@ -110,6 +110,8 @@ def test_static_page_is_revisited_with_304_its_interval_growing_a_changing_ones_
              if v.isdigit()}
     assert stats["revisit_tracked"] == 3  # the start page and both pages
     assert stats["revisit_rescheduled"] >= 4
+    # the workers' outcome counters reach the fleet-wide counters (status, /metrics)
+    assert stats["revisit_not_modified"] >= 2 and stats["revisit_changed"] >= 2
 
 
 def test_a_worker_killed_during_a_revisit_loses_nothing(redis_url, tmp_path, site_factory,
@@ -176,3 +178,30 @@ def test_a_page_gone_twice_leaves_the_schedule(redis_url, tmp_path, site_factory
     assert client.get(KEYS.revisit_count) == b"2"
     assert site.url + "changing/1.html" not in tracked_states(client)
     assert json.loads(json.dumps(tracked_states(client).keys().__len__())) == 2
+
+
+def test_a_failed_revisit_is_retried_recorded_and_kept_scheduled(redis_url, tmp_path,
+                                                                 site_factory, worker_env):
+    spec = {"pages": 2, "static_share": 1.0}
+    site = site_with(site_factory, tmp_path, spec)
+    client = redis.Redis.from_url(redis_url)
+    proc, log = worker(tmp_path, site, redis_url, worker_env, "w1", FLEET_RECRAWL="fixed",
+                       FLEET_RECRAWL_INTERVAL=1, RETRY_TIMES=1)
+    target = site.url + "changing/1.html"
+    try:
+        wait_until(lambda: len(tracked_states(client)) == 3, 60, "three tracked pages")
+        site.configure({"changing": spec, "failures": [{"prefix": "/changing/1.html",
+                                                        "status": 503}]})
+        wait_until(lambda: client.hlen(KEYS.failed) >= 1, 60, "the failed revisit recorded")
+        site.configure({"changing": spec})
+        failed_at = len(fetches(site, "/changing/1.html"))
+        wait_until(lambda: len(fetches(site, "/changing/1.html")) > failed_at, 60,
+                   "page 1 revisited after its failure")
+    finally:
+        stop(proc, log)
+    statuses = [r["status"] for r in fetches(site, "/changing/1.html")]
+    assert statuses.count(503) >= 2  # the revisit and its retry
+    assert statuses[-1] == 304  # its validators were kept through the failure
+    assert client.get(KEYS.revisit_count) == b"3"
+    assert int(client.hget(KEYS.stats, "revisit_dropped") or 0) == int(
+        client.hget(KEYS.stats, "revisit_tracked") or 0) - 3  # each retry: dropped, tracked
