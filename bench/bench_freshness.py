@@ -40,10 +40,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # testsite: a checkout folder
 
-from testsite.changing import ChangingPages  # noqa: E402
-
-from scrapy_fleet.recrawl.schedule import State, next_interval, observe  # noqa: E402
-from scrapy_fleet.recrawl.settings import RecrawlConfig  # noqa: E402
+from scrapy_fleet.recrawl.schedule import State, next_interval, observe
+from scrapy_fleet.recrawl.settings import RecrawlConfig
+from testsite.changing import ChangingPages
 
 DAY = 86400
 
@@ -78,7 +77,7 @@ def simulate(policy: str, model: ChangingPages, days: float, warm: float, budget
         t = max(t + slot, at)
         if t >= end:
             break
-        version, since = model.version(i, t)
+        version, _since = model.version(i, t)
         if seen[i] >= 0:
             # page i was fresh from its last fetch until its next change after it
             changes = model._changes[i]

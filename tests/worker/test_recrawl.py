@@ -202,6 +202,8 @@ def test_a_failed_revisit_is_retried_recorded_and_kept_scheduled(redis_url, tmp_
     statuses = [r["status"] for r in fetches(site, "/changing/1.html")]
     assert statuses.count(503) >= 2  # the revisit and its retry
     assert statuses[-1] == 304  # its validators were kept through the failure
+    assert target in tracked_states(client) or client.zcard(KEYS.leases) + int(
+        client.get(KEYS.queue_count) or 0) >= 1  # scheduled again (or on its way)
     assert client.get(KEYS.revisit_count) == b"3"
     assert int(client.hget(KEYS.stats, "revisit_dropped") or 0) == int(
         client.hget(KEYS.stats, "revisit_tracked") or 0) - 3  # each retry: dropped, tracked
