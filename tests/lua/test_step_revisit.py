@@ -182,3 +182,24 @@ def test_status_shows_the_schedule_and_metrics_have_prometheus_names(redis_url):
     names = {f.name for f in families({"recrawl": rv})}
     assert {"scrapy_fleet_recrawl_tracked_urls", "scrapy_fleet_recrawl_revisits",
             "scrapy_fleet_recrawl_outcomes", "scrapy_fleet_recrawl_freshness_ratio"} <= names
+
+
+def test_the_schedule_survives_a_redis_restart_from_its_append_only_file(tmp_path):
+    from testsite.processes import RedisServer
+
+    with RedisServer(tmp_path / "redis", persistent=True) as server:
+        admin = admin_of(server.url)
+        push(admin, "http://h/aof")
+        first = admin.call(CallBatch(take=1), worker="w").leased[0]
+        state = State(fetched=1, interval=1, etag='"e"')
+        admin.call(CallBatch(acks=[(first.entry_id, first.token, b"", [],
+                                    record_for(first, state, 0.3))]), worker="w")
+        server.kill()  # SIGKILL: the AOF has every acknowledged write (appendfsync always)
+        server.start()
+        client = server.client()
+        assert client.get(KEYS.revisit_count) == b"1" and scheduled(client) == 1
+        time.sleep(0.8)
+        again = admin_of(server.url).call(CallBatch(take=1), worker="w2").leased
+        assert [e.entry_id[0] for e in again] == ["r"]
+        request = codec.decode(again[0].payload, None, DEFAULT_REQUEST_CLASSES)
+        assert State.from_meta(request.meta[STATE_META_KEY]) == state
