@@ -203,3 +203,23 @@ def test_the_schedule_survives_a_redis_restart_from_its_append_only_file(tmp_pat
         assert [e.entry_id[0] for e in again] == ["r"]
         request = codec.decode(again[0].payload, None, DEFAULT_REQUEST_CLASSES)
         assert State.from_meta(request.meta[STATE_META_KEY]) == state
+
+
+def test_a_purge_ends_the_recrawl(redis_url):
+    admin = admin_of(redis_url)
+    client = redis.Redis.from_url(redis_url)
+    push(admin, "http://h/p")
+    first = admin.call(CallBatch(take=1), worker="w").leased[0]
+    admin.call(CallBatch(acks=[(first.entry_id, first.token, b"", [],
+                                record_for(first, State(fetched=1), 60))]), worker="w")
+    assert scheduled(client) == 1
+    admin.purge()
+    assert client.keys("fleet:{t}:rv*") == []
+    # the crawl pushed again starts a new schedule: the URL is new to the filter and tracked
+    fresh = admin_of(redis_url)
+    push(fresh, "http://h/p")
+    again = fresh.call(CallBatch(take=1), worker="w").leased[0]
+    assert not again.entry_id.startswith("r")
+    fresh.call(CallBatch(acks=[(again.entry_id, again.token, b"", [],
+                                record_for(again, State(fetched=2), 60))]), worker="w")
+    assert client.get(KEYS.revisit_count) == b"1" and scheduled(client) == 1
