@@ -179,6 +179,13 @@ def test_status_shows_the_schedule_and_metrics_have_prometheus_names(redis_url):
     assert rv["next_due_in"] == 0  # one is due now
     assert rv["not_modified_share"] == 0.75 and rv["sampled"] == 2
     assert sum(rv["change_rates"].values()) == 2 and 0 < rv["freshness_estimate"] < 1
+    from scrapy_fleet.monitoring import screen
+    from scrapy_fleet.monitoring.snapshot import read_snapshot
+
+    snap = read_snapshot(client, KEYS)
+    assert snap["recrawl"]["tracked"] == 2
+    assert "recrawl    tracked 2  scheduled 2  due now 1  overdue 0  next due" in screen.render(
+        snap)
     names = {f.name for f in families({"recrawl": rv})}
     assert {"scrapy_fleet_recrawl_tracked_urls", "scrapy_fleet_recrawl_revisits",
             "scrapy_fleet_recrawl_outcomes", "scrapy_fleet_recrawl_freshness_ratio"} <= names
