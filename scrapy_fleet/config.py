@@ -85,13 +85,13 @@ def _host_overrides(value: Any) -> dict[str, tuple[float | None, int | None, int
             raise FleetConfigError(f"{name}={value!r} is invalid: expected a dict "
                                    "(JSON on the command line)") from None
     check(name, value, isinstance(value, dict), "a dict of host -> {rate, burst, "
-           "concurrency, delay}")
+           "concurrency, delay, recrawl_interval}")
     out: dict[str, tuple[float | None, int | None, int | None, bool]] = {}
     for host, spec in value.items():
         where = f"{name}[{host!r}]"
         check(where, spec, isinstance(host, str) and isinstance(spec, dict)
-               and set(spec) <= {"rate", "burst", "concurrency", "delay"},
-               "a dict with keys among rate, burst, concurrency, delay")
+               and set(spec) <= {"rate", "burst", "concurrency", "delay", "recrawl_interval"},
+               "a dict with keys among rate, burst, concurrency, delay, recrawl_interval")
         interval = None
         is_rate = False
         if spec.get("rate") is not None:

@@ -114,7 +114,12 @@ class FleetRecrawlMiddleware:
         if state is None:
             ledger.note_revisit(request, None)
             return
-        interval = next_interval(self.config, state, wanted_interval(request.meta))
+        config = self.config
+        if config.host_intervals:
+            from scrapy_fleet.politeness.hosts import host_key
+
+            config = config.for_host(host_key(request.url, config.host_key))
+        interval = next_interval(config, state, wanted_interval(request.meta))
         state.interval = interval
         ledger.note_revisit(request, state.to_meta(), float(interval))
 
@@ -172,7 +177,7 @@ class FleetRecrawlMiddleware:
     def _keep(self, request: Request, state: State) -> None:
         ledger = engine_hooks.ledger_of(self.crawler)
         if ledger is not None:
-            interval = state.interval or round(self.config.interval)
+            interval = state.interval or max(1, round(self.config.interval))
             ledger.note_revisit(request, state.to_meta(), float(interval))
 
     def _unchanged(self, request: Request, response: Response, state: State) -> Response:

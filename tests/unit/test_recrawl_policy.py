@@ -133,3 +133,14 @@ def test_max_interval_below_min_is_refused_and_defaults_are_off():
     assert recrawl_config({}) == RecrawlConfig()
     assert not RecrawlConfig().enabled
     assert recrawl_config({"FLEET_RECRAWL": "Adaptive"}).mode == "adaptive"
+
+
+def test_a_host_override_sets_its_own_interval():
+    config = recrawl_config({"FLEET_RECRAWL": "fixed", "FLEET_RECRAWL_INTERVAL": 100,
+                             "FLEET_HOST_OVERRIDES": '{"News.example": {"recrawl_interval": 5,'
+                                                     ' "rate": 1}}'})
+    assert config.host_intervals == {"news.example": 5.0}
+    assert next_interval(config.for_host("news.example"), State()) == 5
+    assert next_interval(config.for_host("other.example"), State()) == 100
+    with pytest.raises(FleetConfigError, match="recrawl_interval"):
+        recrawl_config({"FLEET_HOST_OVERRIDES": {"h": {"recrawl_interval": 0}}})
