@@ -44,7 +44,7 @@ from scrapy_fleet.recrawl.schedule import (
     wanted_interval,
 )
 from scrapy_fleet.recrawl.settings import RecrawlConfig, recrawl_config
-from scrapy_fleet.recrawl.signature import page_text, same_version, simhash64
+from scrapy_fleet.recrawl.signature import response_signature, same_version
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -140,7 +140,7 @@ class FleetRecrawlMiddleware:
             self._inc("not_modified")
             return self._unchanged(request, response, state)
         if 200 <= status < 300:
-            signature = simhash64(page_text(response))
+            signature = response_signature(response)
             first = state is None
             if state is None:
                 state = State()

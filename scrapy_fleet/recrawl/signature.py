@@ -62,6 +62,19 @@ def simhash64(text: str) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
+def response_signature(response: Any) -> int:
+    """The signature of a version of *response*'s page: :func:`simhash64` of its text; for a
+    page without words (binary, an image, a PDF, an empty page) a 64-bit hash of its bytes,
+    so that such a page's versions are told apart exactly."""
+    text = page_text(response)
+    if _WORD.search(text):
+        value = simhash64(text)
+        if value != 0:
+            return value
+    value = int.from_bytes(hashlib.blake2b(response.body, digest_size=8).digest(), "big")
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
 def distance(a: int, b: int) -> int:
     """Bits in which signatures *a* and *b* differ (0..64)."""
     return bin((a ^ b) & 0xFFFFFFFFFFFFFFFF).count("1")

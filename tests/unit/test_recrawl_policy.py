@@ -144,3 +144,16 @@ def test_a_host_override_sets_its_own_interval():
     assert next_interval(config.for_host("other.example"), State()) == 100
     with pytest.raises(FleetConfigError, match="recrawl_interval"):
         recrawl_config({"FLEET_HOST_OVERRIDES": {"h": {"recrawl_interval": 0}}})
+
+
+def test_a_page_without_words_is_told_apart_by_its_bytes():
+    from scrapy.http import Response
+
+    from scrapy_fleet.recrawl.signature import response_signature
+
+    one = response_signature(Response("http://h/a.pdf", body=b"%PDF-1.4 \x00\x01 v1"))
+    two = response_signature(Response("http://h/a.pdf", body=b"%PDF-1.4 \x00\x01 v2"))
+    assert not same_version(one, two)  # (a text signature would be 0 for both)
+    assert one == response_signature(Response("http://h/a.pdf", body=b"%PDF-1.4 \x00\x01 v1"))
+    page = html(f"<html><body><p>{TEXT}</p></body></html>")
+    assert response_signature(page) == simhash64(page_text(page))
