@@ -6,7 +6,9 @@ from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
 #: component -> order, added to the project's component dicts
-SPIDER_MIDDLEWARES = {"scrapy_fleet.frontier.spidermw.FleetSpiderMiddleware": 0}
+SPIDER_MIDDLEWARES = {"scrapy_fleet.frontier.spidermw.FleetSpiderMiddleware": 0,
+                      # recrawl: items carry their fetch time and signature (FLEET_RECRAWL)
+                      "scrapy_fleet.recrawl.middleware.FleetRecrawlItems": 950}
 ITEM_PIPELINES = {
     # listed when their setting is given; each also disables itself (NotConfigured) without
     "scrapy_fleet.pipelines.mongo.MongoPipeline": 300,
@@ -20,6 +22,9 @@ DOWNLOADER_MIDDLEWARES = {
     # after politeness, before HttpProxyMiddleware (750); sees answers after redirects (600)
     # and decompression (590): scrapy_fleet/proxies/middleware.py
     "scrapy_fleet.proxies.middleware.FleetProxyMiddleware": 585,
+    # recrawl: conditional GET and the outcome of a fetch, after the retries (550) and
+    # redirects (600) are decided and the body decompressed (590): recrawl/middleware.py
+    "scrapy_fleet.recrawl.middleware.FleetRecrawlMiddleware": 540,
 }
 
 #: first of all extensions: checks the settings and Redis before Scrapy builds its engine,
@@ -34,7 +39,14 @@ _ENABLED_BY: dict[str, tuple[str, ...]] = {
     "scrapy_fleet.pipelines.jsonlines.JsonLinesPipeline": ("FLEET_JSONL_PATH",),
     "scrapy_fleet.proxies.middleware.FleetProxyMiddleware": ("FLEET_PROXIES",
                                                              "FLEET_PROXY_POOL"),
+    "scrapy_fleet.recrawl.middleware.FleetRecrawlMiddleware": ("FLEET_RECRAWL",),
+    "scrapy_fleet.recrawl.middleware.FleetRecrawlItems": ("FLEET_RECRAWL",),
 }
+
+
+def _given(value: object) -> bool:
+    """A setting that enables a component: set, and not "off" (FLEET_RECRAWL's default)."""
+    return bool(value) and not (isinstance(value, str) and value.strip().lower() == "off")
 
 
 class Addon:
@@ -67,7 +79,7 @@ class Addon:
             current = settings.getdict(name)
             for path, order in components.items():
                 needs = _ENABLED_BY.get(path)
-                if needs and not any(settings.get(name) for name in needs):
+                if needs and not any(_given(settings.get(name)) for name in needs):
                     continue  # not configured: not listed (no "Disabled ..." warning)
                 if path not in current and load_object(path) not in current:
                     settings.set_in_component_priority_dict(name, load_object(path), order)

@@ -25,7 +25,8 @@ SETTINGS_HELP = "`scrapy fleet settings` or `scrapy-fleet settings`"
 
 #: Setting sections, in the order ``scrapy fleet settings`` lists them.
 SECTIONS = ("connection", "identity", "frontier", "dupefilter", "bounds", "politeness",
-            "sinks", "mongo", "failures", "monitoring", "proxies", "stages", "browser")
+            "sinks", "mongo", "failures", "monitoring", "proxies", "stages", "browser",
+            "recrawl")
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class Setting:
 _BP, _POL, _MONGO = "docs/backpressure.md", "docs/politeness.md", "docs/mongo.md"
 _STAGES, _BROWSER, _MON = "docs/stages.md", "docs/browser.md", "docs/monitoring.md"
 _PROXY = "docs/proxies.md"
+_RECRAWL = "docs/recrawl.md"
 
 #: Every ``FLEET_*`` setting this package reads: the one source of the defaults
 #: (:data:`DEFAULTS`), of ``scrapy fleet settings`` and of the unknown-setting warning.
@@ -113,7 +115,8 @@ SETTINGS: tuple[Setting, ...] = (
             "int >= 0 (the project's CONCURRENT_REQUESTS_PER_DOMAIN)",
             "requests in flight to one host, fleet-wide; 0: no cap", "politeness", _POL),
     Setting("FLEET_HOST_OVERRIDES", {}, "dict (JSON on the command line)",
-            "per host key: {rate, burst, concurrency, delay}", "politeness", _POL),
+            "per host key: {rate, burst, concurrency, delay, recrawl_interval}", "politeness",
+            _POL),
     Setting("FLEET_HOST_KEY", "host", "host, domain or ip", "what counts as one host",
             "politeness", _POL),
     Setting("FLEET_ROBOTSTXT_TTL", 3600.0, "float >= 1",
@@ -244,6 +247,24 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FLEET_PLAYWRIGHT_ABORT", ["image", "media", "font"], "list of resource types",
             "browser sub-requests not loaded (they bypass the fleet's politeness)", "browser",
             _BROWSER),
+    # recrawl (issue 22): tracked pages come back into the frontier when due
+    Setting("FLEET_RECRAWL", "off", "off, fixed or adaptive",
+            "revisit every page fetched with a 2xx: at a fixed interval, or as often as it "
+            "changes", "recrawl", _RECRAWL),
+    Setting("FLEET_RECRAWL_INTERVAL", 86400.0, "float >= 1",
+            "seconds to a page's first revisit (fixed: every revisit)", "recrawl", _RECRAWL),
+    Setting("FLEET_RECRAWL_MIN_INTERVAL", 3600.0, "float >= 1",
+            "shortest interval the adaptive policy gives a page (seconds)", "recrawl",
+            _RECRAWL),
+    Setting("FLEET_RECRAWL_MAX_INTERVAL", 30 * 86400.0, "float >= FLEET_RECRAWL_MIN_INTERVAL",
+            "longest interval the adaptive policy gives a page (seconds)", "recrawl",
+            _RECRAWL),
+    Setting("FLEET_RECRAWL_MAX", 10_000_000, "int >= 0 or None (0 or None: unbounded)",
+            "tracked URLs at most; past it a newly fetched page is not tracked (counted)",
+            "recrawl", _RECRAWL),
+    Setting("FLEET_RECRAWL_GONE_AFTER", 2, "int >= 1",
+            "404/410 answers in a row after which a URL leaves the schedule", "recrawl",
+            _RECRAWL),
 )
 
 #: name -> default of every setting (from :data:`SETTINGS`)

@@ -33,6 +33,7 @@ from scrapy_fleet.frontier.bloom import MAX_SLICE_BITS, slice_params
 from scrapy_fleet.frontier.protocol import FrontierParams
 from scrapy_fleet.keys import STAGE_HOST
 from scrapy_fleet.proxies.settings import ProxyConfig, proxy_config
+from scrapy_fleet.recrawl.settings import RecrawlConfig, recrawl_config
 from scrapy_fleet.redis_url import validate_redis_url
 from scrapy_fleet.stages.settings import StageConfig, stage_config
 
@@ -53,13 +54,13 @@ def _host_overrides(value: Any) -> dict[str, tuple[float | None, int | None, int
             raise FleetConfigError(f"{name}={value!r} is invalid: expected a dict "
                                    "(JSON on the command line)") from None
     check(name, value, isinstance(value, dict), "a dict of host -> {rate, burst, "
-           "concurrency, delay}")
+           "concurrency, delay, recrawl_interval}")
     out: dict[str, tuple[float | None, int | None, int | None, bool]] = {}
     for host, spec in value.items():
         where = f"{name}[{host!r}]"
         check(where, spec, isinstance(host, str) and isinstance(spec, dict)
-               and set(spec) <= {"rate", "burst", "concurrency", "delay"},
-               "a dict with keys among rate, burst, concurrency, delay")
+               and set(spec) <= {"rate", "burst", "concurrency", "delay", "recrawl_interval"},
+               "a dict with keys among rate, burst, concurrency, delay, recrawl_interval")
         interval = None
         is_rate = False
         if spec.get("rate") is not None:
@@ -202,6 +203,8 @@ class FleetConfig:
     extra: dict[str, Any] = field(default_factory=dict)
     failed_max: int = 10_000  #: FLEET_FAILED_MAX (docs/failures.md)
     partitions: int = 1  #: FLEET_PARTITIONS (docs/partitions.md)
+    #: FLEET_RECRAWL* (docs/recrawl.md)
+    recrawl: RecrawlConfig = field(default_factory=RecrawlConfig)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings | Mapping[str, Any]) -> FleetConfig:
@@ -386,6 +389,7 @@ class FleetConfig:
                                        exclusive=True),
             proxy=proxy_config(settings),
             partitions=partitions,
+            recrawl=recrawl_config(settings),
             browser=browser_config(settings),
             stages=stage_config(settings),
         )
@@ -408,7 +412,9 @@ class FleetConfig:
                               lease_only_host=STAGE_HOST if self.stages.role == "parse" else "",
                               lease_except_host=STAGE_HOST if self.stages.role == "fetch"
                               else "",
-                              failed_max=self.failed_max)
+                              failed_max=self.failed_max,
+                              recrawl_max=(self.recrawl.max_tracked or 0)
+                              if self.recrawl.enabled else 0)
 
     @property
     def host_interval(self) -> float:

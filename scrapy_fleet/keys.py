@@ -41,6 +41,9 @@ prefix ``fleet`` and crawl id ``docs``::
     fleet:{docs}:config       HASH    the workers' bounds     queue_max, low_watermark, ...,
                                       and per-host defaults   host_interval_ms, host_burst,
                                                               host_concurrency, ...
+    fleet:{docs}:rvi          ZSET  slot -> due (ms)          recrawl schedule's slots (recrawl)
+    fleet:{docs}:rv:<slot>    LIST  "<host>\t<score>\t<bytes>"  tracked URLs due in that slot
+    fleet:{docs}:rvn          STRING  count                   tracked URLs
     fleet:{docs}:seq          STRING  counter                 entry ids
     fleet:{docs}:token        STRING  counter                 fencing tokens
     fleet:{docs}:bloom:meta   HASH    Bloom filter parameters, per-slice counts, generation g
@@ -128,7 +131,9 @@ FRONTIER_CALL = ("op", "prev_op", "data", "leases", "lease", "expiries", "dead",
                  "stats", "idle_since", "workers", "delayed", "parked", "hostq", "ready", "tat",
                  "hold", "hostlive", "hostconf", "crawldelay", "wlive", "robots", "failed",
                  "failed_at", "failed_by", "marker", "layout", "queue_index", "queue_count",
-                 "bucket_prefix", "bloom_meta", "bloom_slices", *MONITOR_CALL)
+                 "bucket_prefix", "bloom_meta", "bloom_slices",
+                 # recrawl (issue 22): lua/step_revisit.lua
+                 "revisit_index", "revisit_prefix", "revisit_count", *MONITOR_CALL)
 
 #: KEYS of lua/failed_retry.lua, in order.
 RETRY_CALL = ("failed", "failed_at", "failed_by", "dead", "hostq", "stats", "seq", "leases",
@@ -220,6 +225,26 @@ class CrawlKeys:
     @property
     def data(self) -> str:
         return self._k("data")
+
+    # recrawl (issue 22): the schedule of tracked URLs (lua/step_revisit.lua)
+    @property
+    def revisit_index(self) -> str:
+        """ZSET slot -> due time (ms): the schedule's slots that hold records."""
+        return self._k("rvi")
+
+    @property
+    def revisit_prefix(self) -> str:
+        """Prefix of the schedule's slot LISTs (records ``<host>\t<score>\t<request>``)."""
+        return self._k("rv:")
+
+    def revisit_slot(self, name: str) -> str:
+        """The LIST of schedule slot *name* (a member of :attr:`revisit_index`)."""
+        return f"{self.revisit_prefix}{name}"
+
+    @property
+    def revisit_count(self) -> str:
+        """STRING: tracked URLs (scheduled, or in the frontier as a revisit)."""
+        return self._k("rvn")
 
     @property
     def leases(self) -> str:

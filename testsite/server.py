@@ -38,6 +38,10 @@ with the same JSON)::
   served directory, or 404); ``robots_status`` makes ``/robots.txt`` answer that status.
 
 ``host`` null or absent matches every host. Delays also apply to failures.
+
+``"changing"`` (recrawl): pages whose content changes by Poisson processes of known rates,
+with ETag, Last-Modified and 304s (testsite/changing.py has its fields); ``GET
+/_testsite/changes`` returns their truth (every change time).
 """
 
 from __future__ import annotations
@@ -96,10 +100,12 @@ class Behaviour:
     failures: list[Failure] = field(default_factory=list)
     robots: dict[str, str] = field(default_factory=dict)
     robots_status: dict[str, int] = field(default_factory=dict)
+    #: recrawl: pages that change (testsite/changing.py), or None
+    changing: Any = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Behaviour:
-        unknown = set(data) - {"delays", "failures", "robots", "robots_status"}
+        unknown = set(data) - {"delays", "failures", "robots", "robots_status", "changing"}
         if unknown:
             raise ValueError(f"unknown behaviour keys: {sorted(unknown)}")
         return cls(
@@ -107,6 +113,7 @@ class Behaviour:
             failures=[Failure(**f) for f in data.get("failures", [])],
             robots={host_name(h): str(b) for h, b in data.get("robots", {}).items()},
             robots_status={host_name(h): int(s) for h, s in data.get("robots_status", {}).items()},
+            changing=_changing(data.get("changing")),
         )
 
     def delay_for(self, host: str, path: str) -> float:
@@ -124,6 +131,14 @@ class Behaviour:
                 if rule.first is None or rule.hits <= rule.first:
                     return rule
         return None
+
+
+def _changing(spec: Any) -> Any:
+    if not spec:
+        return None
+    from testsite.changing import ChangingPages
+
+    return ChangingPages(dict(spec))
 
 
 def _matches(prefix: str, rule_host: str | None, host: str, path: str) -> bool:
@@ -217,7 +232,9 @@ class SiteServer:
             self.in_flight[host] -= 1
 
         request.notifyFinish().addBoth(finished)
-        status, headers, body = self._respond(host, path)
+        status, headers, body = self._respond(host, path, {
+            k.decode("latin-1").lower(): vs[0].decode("latin-1")
+            for k, vs in request.requestHeaders.getAllRawHeaders()})
         self._write_log(
             {
                 "t": round(arrived, 6),
@@ -234,7 +251,8 @@ class SiteServer:
         self.reactor.callLater(delay, self._send_later, request, status, headers, body)
         return server.NOT_DONE_YET
 
-    def _respond(self, host: str, path: str) -> tuple[int, dict[str, str], bytes]:
+    def _respond(self, host: str, path: str, request_headers: dict[str, str] | None = None
+                 ) -> tuple[int, dict[str, str], bytes]:
         """Decide the answer: (status, headers, body)."""
         rule = self.behaviour.failure_for(host, path)
         if rule is not None:
@@ -242,6 +260,9 @@ class SiteServer:
             if rule.retry_after is not None:
                 headers["Retry-After"] = str(rule.retry_after)
             return rule.status, headers, f"{rule.status} from the test site\n".encode()
+        changing = self.behaviour.changing
+        if changing is not None and path.startswith(changing.prefix):
+            return changing.respond(path, request_headers or {})
         if path == "/robots.txt":
             if host in self.behaviour.robots_status:
                 status = self.behaviour.robots_status[host]
@@ -289,6 +310,8 @@ class SiteServer:
                 request.setResponseCode(400)
                 return json.dumps({"error": str(exc)}).encode()
             return b'{"ok": true}'
+        if path == CONTROL_PREFIX + "changes" and self.behaviour.changing is not None:
+            return json.dumps(self.behaviour.changing.truth()).encode()
         request.setResponseCode(404)
         return b'{"error": "unknown control path"}'
 

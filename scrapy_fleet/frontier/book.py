@@ -38,11 +38,12 @@ from typing import TYPE_CHECKING
 
 from scrapy_fleet import codec, engine_hooks
 from scrapy_fleet.browser import pagemethods
-from scrapy_fleet.errors import RequestEncodeError
+from scrapy_fleet.errors import FleetError, RequestEncodeError
 from scrapy_fleet.frontier.leases import Lease, Out, unstorable_record
 from scrapy_fleet.frontier.protocol import clamp_priority
 from scrapy_fleet.keys import STAGE_HOST
 from scrapy_fleet.politeness import hosts as politeness
+from scrapy_fleet.recrawl.record import revisit_record
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -382,6 +383,33 @@ class LeaseBook:
         if lease is None or lease.failure is not None:
             return False
         lease.failure = record
+        return True
+
+    def note_revisit(self, request: Request, state: list[object] | None,
+                     interval: float = 0.0) -> bool:
+        """recrawl (docs/recrawl.md): leased *request* is revisited in *interval* seconds with
+        *state* (recrawl/schedule.py) in its meta, or not revisited (*state* None), written
+        with its acknowledgement.  Returns False when it is not a lease of this worker in
+        flight (or its leased request cannot be read back)."""
+        entry = self.inflight.get(id(request))
+        lease = entry[1] if entry is not None else self.by_entry.get(
+            request.meta.get(codec.LEASE_META_KEY, ""))
+        if lease is None:
+            return False
+        if state is None:
+            lease.revisit = b""
+            return True
+        try:
+            lease.revisit = revisit_record(
+                lease.payload, state, interval,
+                politeness.host_key(request.url, self.config.host_key),
+                clamp_priority(request.priority))
+        except FleetError as exc:  # RequestDecodeError / RequestEncodeError
+            logger.warning("Recrawl: %s is not tracked: %s", request.url, exc,
+                           extra={"spider": self.spider})
+            self.inc("fleet/recrawl/unstorable")
+            lease.revisit = b""
+            return False
         return True
 
     def dead_letter(self, request: Request, reason: str) -> bool:

@@ -20,8 +20,8 @@ Out = tuple[str, bytes, int, "bytes | Request", str, int]
 
 
 class Lease:
-    __slots__ = ("children", "downloaded", "entry_id", "failure", "lost", "token", "unstorable",
-                 "url")
+    __slots__ = ("children", "downloaded", "entry_id", "failure", "lost", "payload", "revisit",
+                 "token", "unstorable", "url")
 
     def __init__(self, entry_id: str, token: int) -> None:
         self.entry_id = entry_id
@@ -33,6 +33,21 @@ class Lease:
         #: failure records of the links it found that could not be encoded, sent with its ack
         self.unstorable: list[bytes] = []
         self.url = ""  #: its request's URL (set when the engine takes it)
+        self.payload = b""  #: its request as leased (encoded)
+        #: recrawl: its revisit record, sent with its ack (None: none, b"": not revisited)
+        self.revisit: list[object] | bytes | None = None
+
+    def ack(self) -> tuple[object, ...]:
+        """Its acknowledgement in a CallBatch (frontier/protocol.py): id, token, and what goes
+        with it (failure record, unstorable links' records, revisit record)."""
+        if self.revisit is not None:  # (the fifth: 1 defers it, frontier/partitions.py)
+            return (self.entry_id, self.token, self.failure or b"", self.unstorable, 0,
+                    self.revisit)
+        if self.unstorable:
+            return (self.entry_id, self.token, self.failure or b"", self.unstorable)
+        if self.failure is not None:
+            return (self.entry_id, self.token, self.failure)
+        return (self.entry_id, self.token)
 
 
 def unstorable_record(request: Request, reason: str, message: str, config: FleetConfig,

@@ -61,5 +61,10 @@ class LeaseLedger(Protocol):
         """Record *request* as failed (*record*: an encoded FailureRecord) with its
         acknowledgement; False when it is not a lease of this worker."""
 
+    def note_revisit(self, request: Request, state: list[object] | None,
+                     interval: float = 0.0) -> bool:
+        """recrawl: revisit *request* in *interval* s with *state* (None: not revisited),
+        written with its acknowledgement; False when it is not a lease of this worker."""
+
     def withhold_acknowledgements(self, reason: str) -> None:
         """Acknowledge nothing more (a sink failed for good): leases go back on expiry."""

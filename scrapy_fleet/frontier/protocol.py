@@ -53,7 +53,12 @@ class CallBatch:
     that failed for good is stored with its acknowledgement, in the same atomic call
     (lua/failed.lua), and so are the records of the requests its callback yielded that the
     worker could not encode (reason ``codec/...``).  ``unstorable`` holds the records of
-    requests without a parent that could not be encoded (start requests...).
+    requests without a parent that could not be encoded (start requests...).  A fifth
+    element, 1, defers the request instead (partitions: a link of it for another partition
+    was refused there, docs/partitions.md); a sixth (recrawl, docs/recrawl.md) is the
+    request's revisit record ``[interval ms, host,
+    score, payload]`` (scheduled again at its interval), or ``b""``: not revisited
+    (lua/step_revisit.lua).
     """
 
     acks: list[tuple[Any, ...]] = field(default_factory=list)
@@ -121,6 +126,10 @@ class CallResult:
     #: the reply cache of this client's previous call was gone (expired, or lost in a
     #: failover with that call's writes): what the client learnt of the filter is not trusted
     prev_lost: bool = False
+    #: recrawl: URLs tracked for revisits (scheduled or in the frontier as a revisit)
+    revisits_tracked: int = 0
+    #: recrawl: seconds until the next scheduled revisit is due (0: due now; None: none)
+    next_revisit: float | None = None
 
     @classmethod
     def from_reply(cls, reply: bytes) -> CallResult:
@@ -149,6 +158,9 @@ class CallResult:
             seen=[int(x) for x in d.get("pd", [])],
             bloom_gen=d["bg"].decode() if isinstance(d.get("bg"), bytes) else None,
             prev_lost=bool(d.get("pl", 0)),
+            revisits_tracked=as_pair(d.get("rv"))[0],
+            next_revisit=(float(d["rv"][1]) / 1000 if isinstance(d.get("rv"), (list, tuple))
+                          and len(d["rv"]) == 2 and int(d["rv"][1]) >= 0 else None),
         )
 
 
@@ -180,6 +192,7 @@ class FrontierParams:
     lease_except_host: str = ""
     failed_max: int = 10_000  #: FLEET_FAILED_MAX: failed requests kept, the oldest trimmed
     op_ttl: float = OP_TTL_MS / 1000  #: seconds a call's cached reply is kept (replays)
+    recrawl_max: int = 0  #: FLEET_RECRAWL_MAX: tracked URLs at most (0: no bound)
 
 
 
@@ -219,6 +232,7 @@ def call_args(batch: CallBatch, worker: str, params: FrontierParams, marker: str
         "ho": params.lease_only_host,
         "hx": params.lease_except_host,
         "fm": params.failed_max,
+        "rvm": params.recrawl_max,
         "u": list(batch.unstorable),
         "mk": marker,
         "mc": uuid.uuid4().hex,

@@ -287,13 +287,7 @@ class FrontierPump:
             if n_done and len(batch.pushes) + len(lease.children) > PUSH_CHUNK:
                 break
             n_done += 1
-            if lease.unstorable:
-                batch.acks.append((lease.entry_id, lease.token, lease.failure or b"",
-                                   lease.unstorable))
-            elif lease.failure is not None:
-                batch.acks.append((lease.entry_id, lease.token, lease.failure))
-            else:
-                batch.acks.append((lease.entry_id, lease.token))
+            batch.acks.append(lease.ack())
             batch.pushes += [(key, prio, payload, n_done, host, delay)
                              for _, key, prio, payload, host, delay in lease.children]
         n_out = 0
@@ -474,6 +468,7 @@ class FrontierPump:
         got = 0
         for entry in result.leased:
             lease = Lease(entry.entry_id, entry.token)
+            lease.payload = entry.payload
             try:
                 if stored_responses.is_stored(entry.payload):
                     request, stored = stored_responses.decode(

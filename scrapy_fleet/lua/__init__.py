@@ -24,7 +24,9 @@ from scrapy_fleet import keys
 
 #: the frontier call's parts every call runs, in order (lua/frontier.lua is the driver)
 FRONTIER_PARTS = ("common.lua", "queue.lua", "failed.lua", "monitoring.lua", "step_check.lua",
-                  "step_begin.lua", "step_idle.lua", "step_reply.lua")
+                  "step_begin.lua",
+                  "step_revisit.lua",  # recrawl (issue 22): used by step_ack, step_idle
+                  "step_idle.lua", "step_reply.lua")
 #: the frontier call's steps, inside one function (frontier_steps, lua/frontier_steps.lua its
 #: body) that the driver calls only when the call has work
 FRONTIER_STEPS = ("hosts.lua", "bloom.lua", "bloom_write.lua", "frontier_state.lua",

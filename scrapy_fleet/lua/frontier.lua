@@ -51,15 +51,19 @@
 -- Bounded work per call: the sum of its steps' bounds (each step's header).
 
 -- (what every call reads first, in one command: its cached reply, the crawl marker, the
--- queued count and since when the fleet is idle)
-local head = redis.call('MGET', K.op, K.marker, K.queue_count, K.idle_since)
+-- queued count, since when the fleet is idle and how many URLs are tracked for revisits)
+local head = redis.call('MGET', K.op, K.marker, K.queue_count, K.idle_since,
+                        K.revisit_count)
 if head[1] then
   return head[1]
 end
 local c, err = check_call(K, head)
 if not c then return redis.error_reply(err) end
 begin_call(c)
-if call_has_work(c) then frontier_steps(c) end
+if call_has_work(c) then
+  frontier_steps(c)
+  c.ran = true  -- (what the steps may have changed is read again after them)
+end
 step_idle(c)
 monitor_apply(c.mon, K, c.now, c.worker, c.out.acked + c.out.parked + c.out.deferred)
 return step_reply(c)

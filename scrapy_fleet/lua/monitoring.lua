@@ -31,7 +31,10 @@ local MON_HB_FIELDS = {st = true, l = true, dl = true, pg = true, it = true, er 
                        sv = true, fv = true, h = true, pid = true, sa = true, ro = true}
 local MON_COUNTERS = {pages = true, items_scraped = true, items_dropped = true,
                       items_failed = true, response_bytes = true, bans = true, rate_limited = true,
-                      robots_denied = true, proxy_bans = true}
+                      robots_denied = true, proxy_bans = true,
+                      -- recrawl (issue 22): outcomes of revisits (recrawl/middleware.py)
+                      revisit_not_modified = true, revisit_unchanged = true,
+                      revisit_changed = true, revisit_gone = true}
 
 local function mon_counter_ok(name)
   if MON_COUNTERS[name] then return true end

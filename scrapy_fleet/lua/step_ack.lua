@@ -21,6 +21,7 @@
 -- without a request (they cannot be retried).
 -- Partitions (docs/partitions.md): an acknowledgement whose fifth element is 1 is deferred
 -- (as above) without pushing its links: a link of it for another partition was refused there.
+-- A sixth, the recrawl record (lua/step_revisit.lua).
 -- Keys (of K): data, parked, delayed, failed, failed_at, failed_by, seq, and the queue's, the
 -- state's and the filter's.  Writes: those, and the counters of the call.
 -- Work per call: one pass over the acknowledgements and their links; one RPUSH and one ZADD
@@ -83,6 +84,7 @@ local function step_ack(c)
         st.leave(a[1], own_host)
         c.size = c.size - 1
         out.acked = out.acked + 1
+        revisit_ack(c, a)  -- recrawl (issue 22): tracked / rescheduled / dropped
       elseif pushed > 0 then
         -- park: out of the size and of its host's count, back in the queue when there is room
         local data = redis.call('HGET', K.data, a[1]) or ''
@@ -116,6 +118,7 @@ local function step_ack(c)
     out.bg = c.bloom.gen
   end
   qw.flush()
+  revisit_flush(c)  -- recrawl (issue 22)
   st.settle_slots()
   count('acked', out.acked)
   count('pushed', out.new)

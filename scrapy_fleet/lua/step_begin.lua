@@ -10,12 +10,13 @@
 -- K.leases scored by expiry, at most req.rc); it returns false when the call has nothing for
 -- its steps (lua/frontier_steps.lua): none of these, nothing named by the worker (acks,
 -- releases, dead, extends, downloads over, pushes, unstorable records), take 0, and no parked
--- request (K.parked: every call with work resumes them while there is room).  Such a call
+-- request (K.parked: every call with work resumes them while there is room), no revisit due
+-- (K.revisit_index, looked at when K.revisit_count, read with the call's head, is not 0).  Such a call
 -- runs no step and creates none of their closures: its reply and writes are those the steps
 -- would give, since each of them does nothing without one of these.
 -- Keys (of K): marker, layout (SET once, with the marker: the crawl's first push or first
 -- worker call; frontier/layout.py refuses a crawl of another layout at start), delayed,
--- leases, parked.  Writes: marker and layout, once per crawl.
+-- leases, parked, revisit_index.  Writes: marker and layout, once per crawl.
 -- Work per call: 1 command (TIME), and 2 or 3 reads (ZRANGEBYSCORE x2, LLEN).
 
 local function begin_call(c)
@@ -42,6 +43,11 @@ local function call_has_work(c)
   if #c.due > 0 or #c.expired > 0 or c.take > 0 or #req.a > 0 or #req.r > 0 or #req.d > 0
       or #req.x > 0 or #req.s > 0 or #req.p > 0
       or (type(req.u) == 'table' and #req.u > 0) then
+    return true
+  end
+  -- a revisit due (lua/step_revisit.lua; only a crawl with tracked URLs looks)
+  if (tonumber(c.head[5]) or 0) > 0 and #redis.call('ZRANGEBYSCORE', K.revisit_index, '-inf',
+                                                    c.now, 'LIMIT', 0, 1) > 0 then
     return true
   end
   c.parked_len = redis.call('LLEN', K.parked)

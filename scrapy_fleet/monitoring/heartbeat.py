@@ -24,6 +24,7 @@ Stats read (docs/monitoring.md has the counter each one feeds)::
     downloader/response_bytes              -> response_bytes
     fleet/proxy/verdict/ban                -> proxy_bans
     fleet/politeness/robots_disallowed     -> robots_denied
+    fleet/recrawl/{not_modified,unchanged,changed,gone} -> revisit_* (docs/recrawl.md)
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ _PLAIN = {
     "downloader/response_bytes": "response_bytes",
     "fleet/proxy/verdict/ban": "proxy_bans",
     "fleet/politeness/robots_disallowed": "robots_denied",
+    # recrawl (issue 22): outcomes of revisits (recrawl/middleware.py)
+    "fleet/recrawl/not_modified": "revisit_not_modified",
+    "fleet/recrawl/unchanged": "revisit_unchanged",
+    "fleet/recrawl/changed": "revisit_changed",
+    "fleet/recrawl/gone": "revisit_gone",
 }
 #: exception class name (last part of its path) -> error kind
 _KINDS = {

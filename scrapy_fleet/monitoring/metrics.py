@@ -120,6 +120,7 @@ def families(snap: Mapping[str, Any], host_metrics: int = 0) -> list[Metric]:
             ("response_bytes", "response_bytes", "Bytes of response bodies received")):
         out.append(CounterMetricFamily(p + name, doc, value=_num(counters.get(key))))
 
+    out.extend(_recrawl_families(snap.get("recrawl") or {}))
     for name, key, scale, doc in (
             ("pages_per_second", "pages_per_min", 1 / 60,
              "Responses per second over the last 60 s"),
@@ -189,6 +190,40 @@ def families(snap: Mapping[str, Any], host_metrics: int = 0) -> list[Metric]:
     if n:
         out.extend(_host_families([h for h in snap.get("hosts") or []
                                    if isinstance(h, Mapping)][:n]))
+    return out
+
+
+def _recrawl_families(rv: Mapping[str, Any]) -> list[Metric]:
+    """recrawl (issue 22, docs/recrawl.md): the schedule, the revisits' outcomes, the model's
+    change rates and freshness."""
+    p = PREFIX
+    out: list[Metric] = [GaugeMetricFamily(
+        p + "recrawl_tracked_urls", "URLs tracked for revisits (FLEET_RECRAWL)",
+        value=_num(rv.get("tracked")))]
+    revisits = GaugeMetricFamily(
+        p + "recrawl_revisits", "Revisits in the schedule: scheduled (all), due (may go to the "
+        "frontier now), overdue (due for over a minute)", labels=["state"])
+    for state in ("scheduled", "due", "overdue"):
+        revisits.add_metric([state], _num(rv.get(state)))
+    out.append(revisits)
+    outcomes = CounterMetricFamily(
+        p + "recrawl_outcomes", "Revisits by outcome: not_modified (304), unchanged (same "
+        "signature), changed, gone (dropped after 404/410)", labels=["outcome"])
+    for name, value in (rv.get("outcomes") or {}).items():
+        outcomes.add_metric([name], _num(value))
+    out.append(outcomes)
+    rates = GaugeMetricFamily(
+        p + "recrawl_change_rate_pages", "Sampled tracked pages by estimated change rate",
+        labels=["rate"])
+    for name, value in (rv.get("change_rates") or {}).items():
+        rates.add_metric([name], _num(value))
+    out.append(rates)
+    fresh = GaugeMetricFamily(p + "recrawl_freshness_ratio",
+                              "Freshness the change model expects of the sampled tracked "
+                              "pages at their intervals (0..1; absent with no sample)")
+    if rv.get("freshness_estimate") is not None:
+        fresh.add_metric([], _num(rv["freshness_estimate"]))
+    out.append(fresh)
     return out
 
 

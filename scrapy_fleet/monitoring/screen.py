@@ -86,6 +86,15 @@ def render(snap: dict[str, Any], label: str = "", queue_max: int | None = None,
     resp = c["responses"]
     lines.append("  responses  " + "  ".join(f"{k} {v}" for k, v in resp.items())
                  + f"  (pages {c['pages']}, {_bytes(c['response_bytes'])})")
+    rv = snap.get("recrawl") or {}
+    if rv.get("tracked") or rv.get("scheduled"):  # recrawl (issue 22): docs/recrawl.md
+        nxt = rv.get("next_due_in")
+        lines.append(
+            f"  recrawl    tracked {rv['tracked']}  scheduled {rv['scheduled']}  due now "
+            f"{rv['due']}  overdue {rv['overdue']}  next due "
+            + ("-" if nxt is None else f"in {duration(nxt)}")
+            + f"  304 {_pct(rv['not_modified_share'])}  unchanged 200 "
+            f"{_pct(rv['unchanged_share'])}  freshness est. {_pct(rv['freshness_estimate'])}")
     by_status = c.get("responses_by_status") or {}
     if by_status:
         lines.append("  statuses   " + "  ".join(f"{k}: {v}" for k, v in by_status.items()))

@@ -472,6 +472,10 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
     }
     snap["alerts"] = alerts_mod.evaluate(snap, samples1m, [host_rows[h] for h, _ in banned],
                                          cfg)
+    # recrawl (issue 22): its figures, one pipeline more (recrawl/status.py)
+    from scrapy_fleet.recrawl.status import read_recrawl
+
+    snap["recrawl"] = read_recrawl(client, k)
     return snap
 
 

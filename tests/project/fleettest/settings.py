@@ -11,7 +11,8 @@ from scrapy.exceptions import ScrapyDeprecationWarning
 warnings.filterwarnings("error", category=ScrapyDeprecationWarning)
 
 BOT_NAME = "fleettest"
-SPIDER_MODULES = ["fleettest.spiders", "fleettest.sink_spiders", "fleettest.partition_spiders"]
+SPIDER_MODULES = ["fleettest.spiders", "fleettest.sink_spiders", "fleettest.partition_spiders",
+                  "fleettest.recrawl_spiders"]
 ADDONS = {"scrapy_fleet.Addon": 500}
 ROBOTSTXT_OBEY = False
 TELNETCONSOLE_ENABLED = False

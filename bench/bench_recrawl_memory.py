@@ -1,0 +1,154 @@
+"""Redis memory per tracked URL of the recrawl schedule, and the Redis time of a revisit
+against a first visit (issue 22's goals: <= 200 B per tracked URL with a 50-byte URL, its
+request and validators, measured for 1,000,000 tracked URLs; a revisit's per-page Redis time
+no more than a first visit's).
+
+A fresh ``redis-server`` (no persistence).  Phase 1, first visits: ``--urls`` distinct
+50-byte URLs over ``--hosts`` hosts are pushed (through the Bloom filter), leased and
+acknowledged, each acknowledgement carrying its revisit record (a realistic state: an ETag
+of 20 bytes, a Last-Modified, a signature, 3 observations; intervals spread over 1 h .. 30 d,
+or ``--due`` seconds for all), with the frontier call of the workers
+(``FrontierAdmin.call``), in batches of ``--batch``.  Reported: ``used_memory`` after minus
+before, less the Bloom filter's keys (``MEMORY USAGE``), per tracked URL; and the schedule's
+keys alone (``MEMORY USAGE`` of each slot and the index) per URL.
+Phase 2 (``--revisit``): every slot made due, each URL's revisit leased and acknowledged with a new
+record; Redis time is ``INFO commandstats``' ``evalsha`` usec, per page, for each phase.
+
+Usage: ``.venv/bin/python bench/bench_recrawl_memory.py [--urls 1000000] [--hosts 1000]
+[--revisit]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from typing import Any
+
+import _harness as h
+from scrapy import Request
+
+from scrapy_fleet import codec
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.bloom import bloom_key
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
+from scrapy_fleet.recrawl.record import revisit_record
+from scrapy_fleet.recrawl.schedule import State
+
+
+def url(i: int, hosts: int) -> str:
+    # 50 bytes: "http://h00042.example.org/docs/page/000001234.html"
+    return f"http://h{i % hosts:05d}.example.org/docs/page/{i:09d}.html"
+
+
+def evalsha_usec(client: Any) -> int:
+    stats = client.info("commandstats")
+    return int(stats.get("cmdstat_evalsha", {}).get("usec", 0))
+
+
+def state_for(i: int, rnd: random.Random) -> State:
+    return State(fetched=1796180000 + i % 86400, interval=86400,
+                 signature=rnd.getrandbits(64) - 2**63, etag=f'"{i:08x}-63a2b7c8e9"',
+                 last_modified="Wed, 02 Dec 2026 03:39:42 GMT",
+                 history=[-86400, 43200, -172800], gone=0)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    rnd = random.Random(1)
+    with h.workdir() as root, h.Redis(root) as server:
+        client = server.client()
+        admin = FrontierAdmin(server.url, "mem", params=FrontierParams(lease_timeout=600))
+        keys = admin.keys
+        admin.call(CallBatch(), worker="w")  # the crawl's marker and layout
+        before = int(client.info("memory")["used_memory"])
+        usec0 = evalsha_usec(client)
+        t0 = time.monotonic()
+        for start in range(0, args.urls, args.batch):
+            n = min(args.batch, args.urls - start)
+            pushes = []
+            for i in range(start, start + n):
+                u = url(i, args.hosts)
+                pushes.append((bloom_key(u.encode()), 0, codec.encode(Request(u)), 0,
+                               f"h{i % args.hosts:05d}.example.org"))
+            # (a Bloom false positive is a duplicate: lease what was pushed)
+            n = admin.call(CallBatch(pushes=pushes), worker="w").pushed
+            got: list[Any] = []
+            empty = 0
+            while len(got) < n:
+                more = admin.call(CallBatch(take=min(500, n - len(got))), worker="w").leased
+                empty = 0 if more else empty + 1  # (a call may meet only emptied hosts)
+                if empty > 5:
+                    raise RuntimeError("nothing leased")
+                got.extend(more)
+            acks = []
+            for e in got:
+                req = codec.decode_dict(e.payload)
+                interval = args.due or rnd.uniform(3600, 30 * 86400)
+                acks.append((e.entry_id, e.token, b"", [], revisit_record(
+                    e.payload, state_for(len(acks), rnd).to_meta(), interval,
+                    req["url"].split("/")[2], 0)))
+            admin.call(CallBatch(acks=acks), worker="w")
+        first_s = time.monotonic() - t0
+        first_usec = evalsha_usec(client) - usec0
+        after = int(client.info("memory")["used_memory"])
+        bloom = sum(int(client.memory_usage(k, samples=0) or 0)
+                    for k in client.scan_iter(match=keys.bloom_prefix + "*"))
+        bloom += int(client.memory_usage(keys.bloom_meta, samples=0) or 0)
+        slots = [m.decode() for m in client.zrange(keys.revisit_index, 0, -1)]
+        schedule = sum(int(client.memory_usage(keys.revisit_slot(s), samples=0) or 0)
+                       for s in slots) + int(client.memory_usage(keys.revisit_index,
+                                                                 samples=0) or 0)
+        tracked = int(client.get(keys.revisit_count) or 0)
+        out: dict[str, Any] = {
+            "urls": args.urls, "hosts": args.hosts, "tracked": tracked, "slots": len(slots),
+            "used_memory_delta_per_url": round((after - before) / tracked, 1),
+            "bloom_per_url": round(bloom / tracked, 1),
+            "used_memory_less_bloom_per_url": round((after - before - bloom) / tracked, 1),
+            "schedule_keys_per_url": round(schedule / tracked, 1),
+            "first_visit_evalsha_usec_per_page": round(first_usec / args.urls, 1),
+            "first_visit_seconds": round(first_s, 1),
+        }
+        if args.revisit:
+            # every slot due now (the schedule's index is the only thing that says when)
+            client.zadd(keys.revisit_index, dict.fromkeys(slots, 0))
+            usec1 = evalsha_usec(client)
+            done = 0
+            while done < tracked:
+                got = []
+                while len(got) < args.batch:
+                    more = admin.call(CallBatch(take=min(500, args.batch - len(got))),
+                                      worker="w").leased
+                    if not more:
+                        break
+                    got.extend(more)
+                if not got:
+                    break
+                acks = [(e.entry_id, e.token, b"", [], revisit_record(
+                    e.payload, state_for(i, rnd).to_meta(), 86400,
+                    codec.decode_dict(e.payload)["url"].split("/")[2], 0))
+                    for i, e in enumerate(got)]
+                admin.call(CallBatch(acks=acks), worker="w")
+                done += len(got)
+            out["revisited"] = done
+            out["revisit_evalsha_usec_per_page"] = round(
+                (evalsha_usec(client) - usec1) / max(done, 1), 1)
+        return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--urls", type=int, default=1_000_000)
+    parser.add_argument("--hosts", type=int, default=1000)
+    parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--due", type=float, default=0.0,
+                        help="every URL's interval (0: spread 1 h .. 30 d; --revisit: 1 h)")
+    parser.add_argument("--revisit", action="store_true")
+    args = parser.parse_args()
+    if args.revisit and not args.due:
+        args.due = 3600.0  # made due at once for phase 2
+    figures = {"machine": h.machine(), **run(args)}
+    h.emit_json(figures)
+
+
+if __name__ == "__main__":
+    main()

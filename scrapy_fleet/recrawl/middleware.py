@@ -1,0 +1,235 @@
+"""The recrawl's worker side (docs/recrawl.md): conditional GET and the outcome of a fetch.
+
+``FleetRecrawlMiddleware`` (downloader middleware, order 540: after the retries (550) and
+redirects (600) are decided and the body is decompressed (590)) is enabled by the add-on
+when ``FLEET_RECRAWL`` is not ``off``:
+
+* ``process_request``: a revisit (its request carries its state, meta ``fleet_rv``) sends
+  the validators of the version it saw, verbatim: ``If-None-Match`` (the ETag) and
+  ``If-Modified-Since`` (the Last-Modified the server sent; RFC 9110: If-None-Match wins);
+* ``process_response``: a 304 to a revisit is *unchanged*; a 2xx is *unchanged* when its
+  content signature (recrawl/signature.py) is the last one's, else *changed* (a first visit
+  is tracked).  The new state and the next interval (recrawl/schedule.py) go to the
+  scheduler (``LeaseLedger.note_revisit``), which writes them with the request's
+  acknowledgement.  An unchanged revisit does not reach the callback: ``RevisitUnchanged``
+  (an ``IgnoreRequest``, so no failure is recorded; an errback, if any, gets it) unless the
+  request's meta has ``fleet_recrawl_unchanged = True``.  404/410 ``FLEET_RECRAWL_GONE_AFTER``
+  times in a row drop a URL from the schedule; other final answers and download errors keep
+  it scheduled at its interval (its failure is recorded like any request's).
+
+``FleetRecrawlItems`` (spider middleware) adds ``fleet_fetched_at`` (ISO 8601, UTC) and
+``fleet_signature`` (16 hex digits) to the items of a tracked page, where the item accepts
+them (a dict, or an Item with those fields).
+
+Stats: ``fleet/recrawl/{tracked,changed,unchanged,not_modified,gone,dropped,failed}``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import AsyncIterator, Iterable
+from typing import TYPE_CHECKING, Any
+
+from scrapy.exceptions import IgnoreRequest, NotConfigured
+
+from scrapy_fleet import engine_hooks
+from scrapy_fleet.errors import FleetError
+from scrapy_fleet.recrawl.schedule import (
+    STATE_META_KEY,
+    State,
+    next_interval,
+    observe,
+    opted_out,
+    wanted_interval,
+)
+from scrapy_fleet.recrawl.settings import RecrawlConfig, recrawl_config
+from scrapy_fleet.recrawl.signature import response_signature, same_version
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+#: meta: True calls the callback for an unchanged revisit too (a 304 then reaches the
+#: spider middlewares: add 304 to handle_httpstatus_list)
+UNCHANGED_META_KEY = "fleet_recrawl_unchanged"
+#: private meta: (fetch time, signature) of the version a response is, for FleetRecrawlItems
+VERSION_META_KEY = "_fleet_rv_version"
+
+
+class RevisitUnchanged(FleetError, IgnoreRequest):
+    """A revisit found the page unchanged (304, or the same signature): its callback is not
+    called (recorded as a revisit, not a failure)."""
+
+
+def _header(response: Response, name: bytes) -> str | None:
+    value = response.headers.get(name)
+    return value.decode("latin-1") if value else None
+
+
+class FleetRecrawlMiddleware:
+    """Downloader middleware of the recrawl (module docstring).  Raises NotConfigured when
+    ``FLEET_RECRAWL`` is ``off``."""
+
+    def __init__(self, crawler: Crawler, config: RecrawlConfig) -> None:
+        self.crawler = crawler
+        self.config = config
+        self.stats = crawler.stats
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> FleetRecrawlMiddleware:
+        config = recrawl_config(crawler.settings)
+        if not config.enabled:
+            raise NotConfigured("FLEET_RECRAWL is off")
+        return cls(crawler, config)
+
+    def _inc(self, name: str) -> None:
+        if self.stats is not None:
+            self.stats.inc_value(f"fleet/recrawl/{name}")
+
+    @staticmethod
+    def _state(request: Request) -> State | None:
+        """The state of a revisit (None for a first visit, or a request redirected from its
+        URL: the target is another page)."""
+        if request.meta.get("redirect_urls"):
+            return None
+        return State.from_meta(request.meta.get(STATE_META_KEY))
+
+    def process_request(self, request: Request, spider: Spider | None = None) -> None:
+        if opted_out(request.meta):
+            return
+        state = self._state(request)
+        if state is None:
+            return
+        if state.etag and b"If-None-Match" not in request.headers:
+            request.headers[b"If-None-Match"] = state.etag.encode("latin-1")
+        if state.last_modified and b"If-Modified-Since" not in request.headers:
+            request.headers[b"If-Modified-Since"] = state.last_modified.encode("latin-1")
+
+    def _schedule(self, request: Request, state: State | None) -> None:
+        ledger = engine_hooks.ledger_of(self.crawler)
+        if ledger is None:
+            return
+        if state is None:
+            ledger.note_revisit(request, None)
+            return
+        config = self.config
+        if config.host_intervals:
+            from scrapy_fleet.politeness.hosts import host_key
+
+            config = config.for_host(host_key(request.url, config.host_key))
+        interval = next_interval(config, state, wanted_interval(request.meta))
+        state.interval = interval
+        ledger.note_revisit(request, state.to_meta(), float(interval))
+
+    def process_response(self, request: Request, response: Response,
+                         spider: Spider | None = None) -> Response:
+        if opted_out(request.meta):
+            self._schedule(request, None)
+            return response
+        state = self._state(request)
+        status = response.status
+        now = int(time.time())
+        if status == 304 and state is not None:
+            observe(state, now, changed=False)
+            state.gone = 0
+            state.etag = _header(response, b"ETag") or state.etag
+            state.last_modified = _header(response, b"Last-Modified") or state.last_modified
+            self._schedule(request, state)
+            self._inc("not_modified")
+            return self._unchanged(request, response, state)
+        if 200 <= status < 300:
+            signature = response_signature(response)
+            first = state is None
+            if state is None:
+                state = State()
+            changed = first or not same_version(state.signature, signature)
+            observe(state, now, changed)
+            state.signature = signature
+            state.etag = _header(response, b"ETag")
+            state.last_modified = _header(response, b"Last-Modified")
+            state.gone = 0
+            self._schedule(request, state)
+            request.meta[VERSION_META_KEY] = (now, signature)
+            if first:
+                self._inc("tracked")
+            elif changed:
+                self._inc("changed")
+            else:
+                self._inc("unchanged")
+                return self._unchanged(request, response, state)
+            return response
+        if state is None:
+            return response  # a first visit that failed: not tracked
+        if status in (404, 410):
+            state.gone += 1
+            if state.gone >= self.config.gone_after:
+                self._inc("gone")
+                self._schedule(request, None)
+                return response
+        else:
+            self._inc("failed")
+        # kept at its interval (its history unchanged: this fetch saw no version)
+        self._keep(request, state)
+        return response
+
+    def _keep(self, request: Request, state: State) -> None:
+        ledger = engine_hooks.ledger_of(self.crawler)
+        if ledger is not None:
+            interval = state.interval or max(1, round(self.config.interval))
+            ledger.note_revisit(request, state.to_meta(), float(interval))
+
+    def _unchanged(self, request: Request, response: Response, state: State) -> Response:
+        if request.meta.get(UNCHANGED_META_KEY):
+            request.meta[VERSION_META_KEY] = (state.fetched, state.signature or 0)
+            return response
+        raise RevisitUnchanged(f"revisit of {request.url}: unchanged")
+
+    def process_exception(self, request: Request, exception: BaseException,
+                          spider: Spider | None = None) -> None:
+        if isinstance(exception, IgnoreRequest) or opted_out(request.meta):
+            return None  # a decision (robots.txt, offsite, given back): not rescheduled here
+        state = self._state(request)
+        if state is not None:
+            self._inc("failed")
+            self._keep(request, state)
+        return None
+
+
+def _stamp(item: Any, version: tuple[int, int]) -> Any:
+    from itemadapter import ItemAdapter, is_item
+
+    if not is_item(item):
+        return item
+    adapter = ItemAdapter(item)
+    at = datetime.datetime.fromtimestamp(version[0], datetime.timezone.utc).isoformat()
+    try:
+        adapter["fleet_fetched_at"] = at
+        adapter["fleet_signature"] = f"{version[1] & 0xFFFFFFFFFFFFFFFF:016x}"
+    except KeyError:
+        pass  # an Item without these fields
+    return item
+
+
+class FleetRecrawlItems:
+    """Spider middleware: the items of a tracked page carry when it was fetched and the
+    version's signature (module docstring)."""
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> FleetRecrawlItems:
+        if not recrawl_config(crawler.settings).enabled:
+            raise NotConfigured("FLEET_RECRAWL is off")
+        return cls()
+
+    def process_spider_output(self, response: Response, result: Iterable[Any],
+                              spider: Spider | None = None) -> Iterable[Any]:
+        version = response.meta.get(VERSION_META_KEY) if response.request else None
+        for x in result:
+            yield _stamp(x, version) if version else x
+
+    async def process_spider_output_async(self, response: Response, result: AsyncIterator[Any],
+                                          spider: Spider | None = None) -> AsyncIterator[Any]:
+        version = response.meta.get(VERSION_META_KEY) if response.request else None
+        async for x in result:
+            yield _stamp(x, version) if version else x

@@ -1,0 +1,167 @@
+"""A tracked URL's state and its next interval (docs/recrawl.md).
+
+The state travels in the stored request's meta (:data:`STATE_META_KEY`, a short list: the
+schedule holds it in Redis with the request, nothing else): ``[fetched, interval, signature,
+etag, last_modified, history, gone]``: the last fetch (unix seconds), the interval that fetch
+was scheduled with (seconds), the content signature of the version seen (signature.py, None
+before the first), the validators as the server sent them (None when it sent none; a
+Last-Modified in the standard form kept as its unix time, :func:`pack_date`), the last
+:data:`HISTORY` observations (seconds since the previous fetch: positive when the page had
+changed, negative when not), and the 404/410 answers in a row.
+
+Policies: ``fixed`` revisits every ``FLEET_RECRAWL_INTERVAL``; ``adaptive`` estimates the
+page's change rate from its history (Cho & Garcia-Molina's estimator for irregular intervals,
+with Kolobov's 0.5 smoothing: solve sum over changed of t/(e^(l t) - 1) = sum over unchanged
+of t) and gives it the interval of the optimal allocation of freshness (Cho & Garcia-Molina:
+dF/df = mu with F(l, f) = (f / l)(1 - e^(-l / f))), mu fixed so that a page changing once per
+``FLEET_RECRAWL_INTERVAL`` is revisited once per interval; within the min and max intervals.
+A page changing faster than the budget can follow gets the max interval.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from email.utils import formatdate, parsedate_to_datetime
+from typing import Any
+
+from scrapy_fleet.recrawl.settings import RecrawlConfig
+
+#: meta key of a tracked request's state (kept in the frontier with the request)
+STATE_META_KEY = "fleet_rv"
+#: per-request meta: False opts a URL out of the recrawl; a number (seconds) sets its
+#: interval (fixed for that URL, whatever the policy)
+RECRAWL_META_KEY = "fleet_recrawl"
+#: observations kept per URL
+HISTORY = 8
+
+
+@dataclass
+class State:
+    """A tracked URL's state (the module docstring gives the fields)."""
+
+    fetched: int = 0
+    interval: int = 0
+    signature: int | None = None
+    etag: str | None = None
+    last_modified: str | None = None
+    history: list[int] = field(default_factory=list)
+    gone: int = 0
+
+    def to_meta(self) -> list[Any]:
+        return [self.fetched, self.interval, self.signature, self.etag,
+                pack_date(self.last_modified), list(self.history), self.gone]
+
+    @classmethod
+    def from_meta(cls, value: Any) -> State | None:
+        """The state kept in meta, None when *value* is not one (absent, or not written by
+        this module: such a request is tracked anew)."""
+        if not isinstance(value, (list, tuple)) or len(value) != 7:
+            return None
+        fetched, interval, sig, etag, lm, hist, gone = value
+        if not (isinstance(fetched, int) and isinstance(interval, int)
+                and isinstance(hist, (list, tuple)) and isinstance(gone, int)):
+            return None
+        return cls(fetched, interval, sig if isinstance(sig, int) else None,
+                   etag if isinstance(etag, str) else None, unpack_date(lm),
+                   [int(h) for h in hist if isinstance(h, int)][-HISTORY:], gone)
+
+
+def pack_date(value: str | None) -> str | int | None:
+    """A Last-Modified value as kept: the unix time when formatting that time gives the same
+    string back (an IMF-fixdate, RFC 9110: 5 bytes instead of 29), else the string itself
+    (echoed verbatim either way)."""
+    if value is None:
+        return None
+    try:
+        when = int(parsedate_to_datetime(value).timestamp())
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return value
+    return when if formatdate(when, usegmt=True) == value else value
+
+
+def unpack_date(value: Any) -> str | None:
+    """The Last-Modified string of a kept value (:func:`pack_date`)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return formatdate(value, usegmt=True)
+    return None
+
+
+def estimate_rate(history: list[int], prior: float) -> float:
+    """Changes per second of a page from its *history* (module docstring), by bisection, with
+    half an observation changed and half unchanged at *prior* seconds (the smoothing:
+    finite for all-changed and all-unchanged histories).  Within [1e-6, 1e3] / prior."""
+    changed = [float(t) for t in history if t > 0] + [0.5 * prior]
+    unchanged = sum(-float(t) for t in history if t < 0) + 0.5 * prior
+
+    def excess(rate: float) -> float:
+        return sum(t / math.expm1(min(rate * t, 700.0)) for t in changed) - unchanged
+
+    lo, hi = 1e-6 / prior, 1e3 / prior
+    for _ in range(48):  # geometric bisection of a 1e9 ratio: 1e-13 relative
+        mid = math.sqrt(lo * hi)
+        if excess(mid) > 0:
+            lo = mid
+        else:
+            hi = mid
+    return math.sqrt(lo * hi)
+
+
+def _marginal(rate: float, freq: float) -> float:
+    """dF/df of Cho's freshness F(l, f) = (f / l)(1 - e^(-l / f))."""
+    x = rate / freq
+    return (1 - math.exp(-x)) / rate - math.exp(-x) / freq
+
+
+def optimal_interval(rate: float, base: float) -> float:
+    """Seconds between fetches of a page changing *rate* times a second, at the optimal
+    allocation whose price makes a page changing once per *base* seconds be fetched once per
+    *base* seconds; ``math.inf`` when it is not worth fetching (changes too fast)."""
+    mu = _marginal(1.0 / base, 1.0 / base)
+    if 1.0 / rate <= mu:
+        return math.inf
+    lo, hi = 1e-12, 1e12
+    for _ in range(64):  # geometric bisection of a 1e24 ratio: 1e-17 relative
+        mid = math.sqrt(lo * hi)
+        if _marginal(rate, mid) > mu:
+            lo = mid
+        else:
+            hi = mid
+    return 1.0 / math.sqrt(lo * hi)
+
+
+def wanted_interval(request_meta: Any) -> float | None:
+    """The interval (seconds) a request's meta sets, None for none."""
+    value = request_meta.get(RECRAWL_META_KEY) if hasattr(request_meta, "get") else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        return None
+    return float(value)
+
+
+def opted_out(request_meta: Any) -> bool:
+    """True when the request's meta opts its URL out of the recrawl."""
+    return hasattr(request_meta, "get") and request_meta.get(RECRAWL_META_KEY) is False
+
+
+def next_interval(config: RecrawlConfig, state: State, wanted: float | None = None) -> int:
+    """Seconds to the next fetch of a URL in *state* (its history updated), by the policy of
+    *config*; *wanted*: the request's own interval (meta), which wins."""
+    if wanted is not None:
+        return max(1, round(wanted))
+    if config.mode != "adaptive" or not state.history:
+        return max(1, round(config.interval))
+    rate = estimate_rate(state.history, config.interval)
+    interval = optimal_interval(rate, config.interval)
+    return max(1, round(min(max(interval, config.min_interval), config.max_interval)))
+
+
+def observe(state: State, now: int, changed: bool) -> None:
+    """Add one observation to *state*: the page *changed* (or not) since its last fetch
+    (*now*: unix seconds).  A first fetch (no previous one) adds nothing."""
+    if state.fetched > 0:
+        elapsed = max(1, now - state.fetched)
+        state.history.append(elapsed if changed else -elapsed)
+        del state.history[:-HISTORY]
+    state.fetched = now

@@ -1,0 +1,84 @@
+"""The recrawl settings (``FLEET_RECRAWL*``, docs/recrawl.md), read once into one validated
+:class:`RecrawlConfig`; the catalog rows are in catalog.py."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from scrapy.settings import BaseSettings
+
+from scrapy_fleet.checks import bound, check, number, setting_value
+
+#: FLEET_RECRAWL's values
+MODES = ("off", "fixed", "adaptive")
+
+
+@dataclass(frozen=True)
+class RecrawlConfig:
+    """``mode``: off, fixed or adaptive; intervals in seconds; ``max_tracked``: the schedule's
+    bound (None: unbounded); ``gone_after``: 404/410 answers in a row that drop a URL."""
+
+    mode: str = "off"
+    #: host key -> its own FLEET_RECRAWL_INTERVAL (FLEET_HOST_OVERRIDES' recrawl_interval)
+    host_intervals: dict[str, float] = field(default_factory=dict)
+    #: FLEET_HOST_KEY, to find a URL's host key
+    host_key: str = "host"
+    interval: float = 86400.0
+    min_interval: float = 3600.0
+    max_interval: float = 30 * 86400.0
+    max_tracked: int | None = 10_000_000
+    gone_after: int = 2
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "off"
+
+    def for_host(self, host: str) -> RecrawlConfig:
+        """This config with *host*'s own interval (FLEET_HOST_OVERRIDES) as the interval."""
+        own = self.host_intervals.get(host)
+        return self if own is None else replace(self, interval=own)
+
+
+def recrawl_config(settings: BaseSettings | Mapping[str, Any]) -> RecrawlConfig:
+    """Read and validate the ``FLEET_RECRAWL*`` settings.
+
+    Raises:
+        FleetConfigError: naming the first wrong setting and its value.
+    """
+    g = lambda name: setting_value(settings, name)  # noqa: E731
+    mode = g("FLEET_RECRAWL")
+    if isinstance(mode, bool) and not mode:
+        mode = "off"
+    mode = mode.strip().lower() if isinstance(mode, str) else mode
+    check("FLEET_RECRAWL", g("FLEET_RECRAWL"), mode in MODES, "one of off, fixed, adaptive")
+    interval = number("FLEET_RECRAWL_INTERVAL", g("FLEET_RECRAWL_INTERVAL"), float, 1.0,
+                      "seconds >= 1")
+    low = number("FLEET_RECRAWL_MIN_INTERVAL", g("FLEET_RECRAWL_MIN_INTERVAL"), float, 1.0,
+                 "seconds >= 1")
+    high = number("FLEET_RECRAWL_MAX_INTERVAL", g("FLEET_RECRAWL_MAX_INTERVAL"), float, 1.0,
+                  "seconds >= 1")
+    check("FLEET_RECRAWL_MAX_INTERVAL", g("FLEET_RECRAWL_MAX_INTERVAL"), high >= low,
+          f"seconds >= FLEET_RECRAWL_MIN_INTERVAL={low!r}")
+    host_intervals = {}
+    overrides = g("FLEET_HOST_OVERRIDES")
+    if isinstance(overrides, str):
+        import json
+
+        try:
+            overrides = json.loads(overrides) if overrides.strip() else {}
+        except ValueError:
+            overrides = {}  # (config.py names the setting and the value)
+    if isinstance(overrides, dict):
+        for host, spec in overrides.items():
+            if isinstance(spec, dict) and spec.get("recrawl_interval") is not None:
+                host_intervals[str(host).lower()] = number(
+                    f"FLEET_HOST_OVERRIDES[{host!r}]['recrawl_interval']",
+                    spec["recrawl_interval"], float, 1.0, "seconds >= 1")
+    return RecrawlConfig(
+        host_intervals=host_intervals, host_key=str(g("FLEET_HOST_KEY")),
+        mode=str(mode), interval=interval, min_interval=low, max_interval=high,
+        max_tracked=bound("FLEET_RECRAWL_MAX", g("FLEET_RECRAWL_MAX")),
+        gone_after=number("FLEET_RECRAWL_GONE_AFTER", g("FLEET_RECRAWL_GONE_AFTER"), int, 1,
+                          "an integer >= 1"))
