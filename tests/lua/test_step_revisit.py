@@ -48,7 +48,7 @@ def test_a_tracked_page_comes_back_when_due_and_its_revisit_is_rescheduled(redis
     push(admin, "http://h/p")
     first = admin.call(CallBatch(take=1), worker="w").leased[0]
     state = State(fetched=int(time.time()), interval=1, etag='"v1"')
-    done = admin.call(CallBatch(acks=[(first.entry_id, first.token, b"", [],
+    done = admin.call(CallBatch(acks=[(first.entry_id, first.token, b"", [], 0,
                                        record_for(first, state, 0.3))]), worker="w")
     assert done.acked == 1
     assert (done.revisits_tracked, client.get(KEYS.revisit_count)) == (1, b"1")
@@ -71,7 +71,7 @@ def test_a_tracked_page_comes_back_when_due_and_its_revisit_is_rescheduled(redis
                       ).push_flags == [0]
     # its acknowledgement with a record schedules it again, the count unchanged
     newer = State(fetched=int(time.time()), interval=60, history=[-1])
-    admin.call(CallBatch(acks=[(revisit.entry_id, revisit.token, b"", [],
+    admin.call(CallBatch(acks=[(revisit.entry_id, revisit.token, b"", [], 0,
                                 record_for(revisit, newer, 60))]), worker="w")
     assert client.get(KEYS.revisit_count) == b"1" and scheduled(client) == 1
     assert stat(client, "revisit_rescheduled") == 1
@@ -87,11 +87,11 @@ def test_a_revisit_acknowledged_without_a_record_leaves_the_schedule(redis_url):
     client = redis.Redis.from_url(redis_url)
     push(admin, "http://h/gone")
     first = admin.call(CallBatch(take=1), worker="w").leased[0]
-    admin.call(CallBatch(acks=[(first.entry_id, first.token, b"", [],
+    admin.call(CallBatch(acks=[(first.entry_id, first.token, b"", [], 0,
                                 record_for(first, State(fetched=1), 0.3))]), worker="w")
     time.sleep(0.8)
     revisit = admin.call(CallBatch(take=1), worker="w").leased[0]
-    done = admin.call(CallBatch(acks=[(revisit.entry_id, revisit.token, b"", [], b"")]),
+    done = admin.call(CallBatch(acks=[(revisit.entry_id, revisit.token, b"", [], 0, b"")]),
                       worker="w")
     assert done.acked == 1 and done.revisits_tracked == 0
     assert stat(client, "revisit_dropped") == 1
@@ -105,11 +105,11 @@ def test_a_stale_acknowledgement_tracks_nothing(redis_url):
     first = admin.call(CallBatch(take=1), worker="w1").leased[0]
     time.sleep(1.2)
     second = admin.call(CallBatch(take=1), worker="w2").leased[0]  # reclaimed, leased again
-    stale = admin.call(CallBatch(acks=[(first.entry_id, first.token, b"", [],
+    stale = admin.call(CallBatch(acks=[(first.entry_id, first.token, b"", [], 0,
                                         record_for(first, State(fetched=1), 5))]), worker="w1")
     assert stale.lost == [first.entry_id]
     assert client.get(KEYS.revisit_count) is None and scheduled(client) == 0
-    admin.call(CallBatch(acks=[(second.entry_id, second.token, b"", [],
+    admin.call(CallBatch(acks=[(second.entry_id, second.token, b"", [], 0,
                                 record_for(second, State(fetched=1), 5))]), worker="w2")
     assert client.get(KEYS.revisit_count) == b"1" and scheduled(client) == 1
 
@@ -121,7 +121,7 @@ def test_past_the_bound_new_pages_are_not_tracked_and_counted(redis_url):
         push(admin, f"http://h/{i}")
     leased = admin.call(CallBatch(take=3), worker="w").leased
     assert len(leased) == 3
-    admin.call(CallBatch(acks=[(e.entry_id, e.token, b"", [], record_for(e, State(), 60))
+    admin.call(CallBatch(acks=[(e.entry_id, e.token, b"", [], 0, record_for(e, State(), 60))
                                for e in leased]), worker="w")
     assert client.get(KEYS.revisit_count) == b"2" and scheduled(client) == 2
     assert stat(client, "revisit_untracked") == 1
@@ -132,7 +132,7 @@ def test_due_revisits_wait_while_the_frontier_is_full(redis_url):
     client = redis.Redis.from_url(redis_url)
     push(admin, "http://h/a")
     first = admin.call(CallBatch(take=1), worker="w").leased[0]
-    admin.call(CallBatch(acks=[(first.entry_id, first.token, b"", [],
+    admin.call(CallBatch(acks=[(first.entry_id, first.token, b"", [], 0,
                                 record_for(first, State(fetched=1), 0.3))]), worker="w")
     push(admin, "http://h/b")  # the frontier is full (1 queued)
     time.sleep(0.8)
@@ -169,8 +169,8 @@ def test_status_shows_the_schedule_and_metrics_have_prometheus_names(redis_url):
     states = [State(fetched=1, interval=3600, history=[-3600] * 4),
               State(fetched=1, interval=600, history=[600] * 4)]
     admin.call(CallBatch(acks=[
-        (leased[0].entry_id, leased[0].token, b"", [], record_for(leased[0], states[0], 0.3)),
-        (leased[1].entry_id, leased[1].token, b"", [], record_for(leased[1], states[1], 3600))]),
+        (leased[0].entry_id, leased[0].token, b"", [], 0, record_for(leased[0], states[0], 0.3)),
+        (leased[1].entry_id, leased[1].token, b"", [], 0, record_for(leased[1], states[1], 3600))]),
         worker="w")
     client.hset(KEYS.stats, mapping={"revisit_not_modified": 3, "revisit_changed": 1})
     time.sleep(0.8)
@@ -199,7 +199,7 @@ def test_the_schedule_survives_a_redis_restart_from_its_append_only_file(tmp_pat
         push(admin, "http://h/aof")
         first = admin.call(CallBatch(take=1), worker="w").leased[0]
         state = State(fetched=1, interval=1, etag='"e"')
-        admin.call(CallBatch(acks=[(first.entry_id, first.token, b"", [],
+        admin.call(CallBatch(acks=[(first.entry_id, first.token, b"", [], 0,
                                     record_for(first, state, 0.3))]), worker="w")
         server.kill()  # SIGKILL: the AOF has every acknowledged write (appendfsync always)
         server.start()
@@ -217,7 +217,7 @@ def test_a_purge_ends_the_recrawl(redis_url):
     client = redis.Redis.from_url(redis_url)
     push(admin, "http://h/p")
     first = admin.call(CallBatch(take=1), worker="w").leased[0]
-    admin.call(CallBatch(acks=[(first.entry_id, first.token, b"", [],
+    admin.call(CallBatch(acks=[(first.entry_id, first.token, b"", [], 0,
                                 record_for(first, State(fetched=1), 60))]), worker="w")
     assert scheduled(client) == 1
     admin.purge()
@@ -227,6 +227,6 @@ def test_a_purge_ends_the_recrawl(redis_url):
     push(fresh, "http://h/p")
     again = fresh.call(CallBatch(take=1), worker="w").leased[0]
     assert not again.entry_id.startswith("r")
-    fresh.call(CallBatch(acks=[(again.entry_id, again.token, b"", [],
+    fresh.call(CallBatch(acks=[(again.entry_id, again.token, b"", [], 0,
                                 record_for(again, State(fetched=2), 60))]), worker="w")
     assert client.get(KEYS.revisit_count) == b"1" and scheduled(client) == 1
