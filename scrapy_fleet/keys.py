@@ -155,7 +155,8 @@ PUSH_LEAN_CALL = ("op", "marker", "layout", "stats", "seq", "data", "leases", "d
                   "bucket_prefix", "ready", "bloom_meta", "bloom_slices")
 
 #: KEYS of lua/partition_probe.lua, in order (partitions: one partition's state, read-mostly).
-PROBE_CALL = ("queue_count", "leases", "delayed", "parked", "idle_since", "marker")
+PROBE_CALL = ("queue_count", "leases", "delayed", "parked", "idle_since", "marker",
+              "revisit_index")
 
 #: KEYS of lua/sample.lua, in order.
 SAMPLE_CALL = ("stats", "workers", "leases", "delayed", "parked", "dead", "queue_count",

@@ -230,3 +230,26 @@ def test_a_purge_ends_the_recrawl(redis_url):
     fresh.call(CallBatch(acks=[(again.entry_id, again.token, b"", [], 0,
                                 record_for(again, State(fetched=2), 60))]), worker="w")
     assert client.get(KEYS.revisit_count) == b"1" and scheduled(client) == 1
+
+
+def test_a_partitions_idle_probe_counts_scheduled_revisits_as_work(redis_url):
+    """A partitioned crawl's idle sweep (lua/partition_probe.lua) must not close a crawl whose
+    only work left is scheduled revisits, nor start the partition's idle clock."""
+    from scrapy_fleet import lua
+    from scrapy_fleet.keys import PROBE_CALL
+
+    admin = admin_of(redis_url)
+    client = redis.Redis.from_url(redis_url)
+    probe = lua.load(client, "partition_probe.lua")
+    push(admin, "http://h/p")
+    first = admin.call(CallBatch(take=1), worker="w").leased[0]
+    state = State(fetched=int(time.time()), interval=3600)
+    admin.call(CallBatch(acks=[(first.entry_id, first.token, b"", [], 0,
+                                record_for(first, state, 3600))]), worker="w")
+    assert scheduled(client) == 1
+    reply = probe(keys=KEYS.call_keys(PROBE_CALL), args=["1"])
+    assert reply[0] == -1 and reply[1:5] == [0, 0, 0, 0]  # busy, though nothing is queued
+    assert client.get(KEYS.idle_since) is None
+    client.delete(KEYS.revisit_index)  # the schedule gone: idle, and its clock starts
+    reply = probe(keys=KEYS.call_keys(PROBE_CALL), args=["1"])
+    assert reply[0] == 0 and client.get(KEYS.idle_since) is not None
