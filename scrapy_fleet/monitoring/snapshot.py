@@ -475,7 +475,7 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
     # recrawl (issue 22): its figures, one pipeline more (recrawl/status.py)
     from scrapy_fleet.recrawl.status import read_recrawl
 
-    snap["recrawl"] = read_recrawl(client, k)
+    snap["recrawl"] = read_recrawl(client, k, _now_ms(srv))
     return snap
 
 

@@ -44,15 +44,17 @@ def _int(value: Any) -> int:
         return 0
 
 
-def read_recrawl(client: Any, keys: CrawlKeys) -> dict[str, Any]:
+def read_recrawl(client: Any, keys: CrawlKeys, now_ms: int | None = None) -> dict[str, Any]:
     """The recrawl block (docs/recrawl.md has its fields); all zeros and None for a crawl
-    without a recrawl.
+    without a recrawl.  *now_ms*: the Redis server's clock (ms) as the caller read it (the
+    snapshot: one TIME for all its figures); read here when None.
 
     Raises:
         redis.RedisError: when Redis cannot be read.
     """
-    seconds, micros = client.time(**redis_client.node_of(client, keys.stats))
-    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    if now_ms is None:
+        seconds, micros = client.time(**redis_client.node_of(client, keys.stats))
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
     with client.pipeline(transaction=False) as pipe:
         pipe.get(keys.revisit_count)
         pipe.zrange(keys.revisit_index, 0, SLOTS_READ - 1, withscores=True)
