@@ -8,7 +8,7 @@
 -- Keys (of K): worker_info (HASH, expires fa ms after the worker's last call), mon (HASH),
 --   series_10s, series_1m, series_10m (STRING ring buffers), hoststats (HASH "p|host",
 --   "b|host", "f|host"), hostbans (ZSET host -> bans); read for the samples: stats, workers,
---   queue_count, leases, delayed, parked, dead.
+--   queue_count, leases, deferred, parked, dead.
 -- Writes: worker_info, mon, stats (counter deltas), hoststats, hostbans, workers (departed
 --   ones removed), the series.
 -- Work per call: 2 HMGET (checks and reads), about 6 commands, one HINCRBY per counter delta and 1-4
@@ -191,7 +191,7 @@ local function monitor_apply(m, K, now, worker, acked)
   if #mon_set > 0 then redis.call('HSET', MON, unpack(mon_set)) end
   if math.floor(now / MON_TIERS[1][1]) == tonumber(last[1]) then return end
   local c = redis.call('HMGET', fk.stats, 'pages', 'items_scraped', 'bans')
-  local vals = {now, Queue.queued(K), redis.call('ZCARD', fk.delayed),
+  local vals = {now, Queue.queued(K), redis.call('ZCARD', fk.deferred),
                 redis.call('ZCARD', fk.leases), redis.call('LLEN', fk.parked),
                 redis.call('HLEN', fk.dead), tonumber(c[1]) or 0, tonumber(c[2]) or 0,
                 tonumber(c[3]) or 0, redis.call('ZCOUNT', fk.workers, now - dead_ms, '+inf')}

@@ -2,7 +2,7 @@
 -- for the idle sweep of a worker (frontier/partitions.py) and for `status`: how long the
 -- partition has been idle (nothing queued, leased, deferred or parked) by its server's clock.
 --
--- Keys (of K, keys.PROBE_CALL): queue_count, leases, delayed, parked, idle_since, marker.
+-- Keys (of K, keys.PROBE_CALL): queue_count, leases, deferred, parked, idle_since, marker.
 -- ARGV[1]: "1" to start the partition's idle clock (SET idle_since now) when it is idle and
 --   has none (a partition no frontier call has touched yet), "0" for a read-only probe.
 -- Reply: {idle ms (-1: busy; 0 for an idle partition without a clock in a read-only probe),
@@ -13,7 +13,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local queued = tonumber(redis.call('GET', K.queue_count)) or 0
 local leased = redis.call('ZCARD', K.leases)
-local deferred = redis.call('ZCARD', K.delayed)
+local deferred = redis.call('ZCARD', K.deferred)
 local parked = redis.call('LLEN', K.parked)
 local idle = -1
 if queued + leased + deferred + parked == 0 then
