@@ -56,6 +56,8 @@ prefix ``fleet`` and crawl id ``docs``::
     fleet:{docs}:seeding      HASH    who consumes the start requests: holder, until (ms),
                                       progress (start requests handed on), done
     fleet:{docs}:workers      ZSET    worker id -> last heartbeat (ms)
+    fleet:{docs}:workers_first  STRING  ms                    no score in workers is before it
+                                                              (a lower bound: lua/monitoring.lua)
     fleet:{docs}:failed       HASH  entry id -> msgpack       failed requests {url, method, reason,
                                                               status, attempts, worker, at, data}
     fleet:{docs}:failed_at    ZSET  entry id -> time (ms)     failed requests, oldest first (cap)
@@ -134,7 +136,7 @@ FRONTIER_CALL = ("op", "prev_op", "data", "leases", "lease", "expiries", "dead",
                  "stats", "idle_since", "workers", "deferred", "parked", "hostq", "ready", "tat",
                  "hold", "hostlive", "hostconf", "crawldelay", "wlive", "robots", "failed",
                  "failed_at", "failed_by", "marker", "layout", "queue_index", "queue_count",
-                 "bucket_prefix", "bloom_meta", "bloom_slices", "next_due",
+                 "bucket_prefix", "bloom_meta", "bloom_slices", "next_due", "workers_first",
                  # recrawl (issue 22): lua/step_revisit.lua
                  "revisit_index", "revisit_prefix", "revisit_count", *MONITOR_CALL)
 
@@ -272,6 +274,10 @@ class CrawlKeys:
     @property
     def next_due(self) -> str:
         return self._k("next_due")
+
+    @property
+    def workers_first(self) -> str:
+        return self._k("workers_first")
 
     @property
     def parked(self) -> str:

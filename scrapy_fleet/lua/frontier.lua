@@ -51,10 +51,10 @@
 -- Bounded work per call: the sum of its steps' bounds (each step's header).
 
 -- (what every call reads first, in one command: its cached reply, the crawl marker, the
--- queued count, since when the fleet is idle, how many URLs are tracked for revisits, and
--- before when nothing deferred or leased can be due)
+-- queued count, since when the fleet is idle, how many URLs are tracked for revisits,
+-- before when nothing deferred or leased can be due, and the oldest worker's last call)
 local head = redis.call('MGET', K.op, K.marker, K.queue_count, K.idle_since,
-                        K.revisit_count, K.next_due)
+                        K.revisit_count, K.next_due, K.workers_first)
 if head[1] then
   return head[1]
 end
@@ -67,5 +67,6 @@ if call_has_work(c) then
 end
 keep_next_due(c)
 step_idle(c)
-monitor_apply(c.mon, K, c.now, c.worker, c.out.acked + c.out.parked + c.out.deferred)
+monitor_apply(c.mon, K, c.now, c.worker, c.out.acked + c.out.parked + c.out.deferred,
+              c.workers_first)
 return step_reply(c)

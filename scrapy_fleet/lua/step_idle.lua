@@ -9,9 +9,12 @@
 -- (those deferred until their links' hosts have room left out: fetch workers stop leasing
 -- when the response queue is full); out.holds: hosts on hold now (429/503/failures) with the
 -- ms left, for a worker (checked locally before each download of a request leased earlier);
--- the worker's entry in K.workers (its last call).
+-- the worker's entry in K.workers (its last call); c.workers_first, the bound of the scores
+-- in K.workers as read with the call's head (K.workers_first), nil when this call's entry is
+-- before it (lua/monitoring.lua recomputes it then).
 -- Keys (of K): revisit_index, revisit_count, queue_count, queue_index, leases, deferred,
--- parked, idle_since, stats, hold, workers, hostq.  Writes: idle_since, queue_count (0 when no bucket holds an entry), workers.
+-- parked, idle_since, stats, hold, workers, hostq.  Writes: idle_since, queue_count (0 when
+-- no bucket holds an entry), workers.
 -- Work per call: about 7 commands (6 without steps; 1 or 2 more for a crawl with tracked
 -- revisits); HGETALL of hold when it has at most 1000 hosts.
 
@@ -61,7 +64,11 @@ local function step_idle(c)
       if left > 0 then out.holds[#out.holds + 1] = {all[i], left} end
     end
   end
+  c.workers_first = tonumber(c.head[7])  -- (K.workers_first: for lua/monitoring.lua)
   if worker ~= '' then
     redis.call('ZADD', K.workers, now, worker)
+    -- an earlier score than the bound (an empty set's, or the clock went back): unknown,
+    -- recomputed by monitor_apply
+    if c.workers_first and now < c.workers_first then c.workers_first = nil end
   end
 end

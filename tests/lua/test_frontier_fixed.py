@@ -259,3 +259,31 @@ def test_a_deferral_by_an_acknowledgement_lowers_the_bound(redis_url):
     assert f.next_due() == T0 + 11_000
     due = f.call(T0 + 11_000, CallBatch(), "w:idle:1", beat())
     assert (due["queued"], due["dn"]) == (2, 1)
+
+
+def test_departed_workers_are_looked_for_once_the_oldest_last_call_is_forget_after_old(redis_url):
+    f = Frontier(redis_url, "departed-bound")
+    f.call(T0, CallBatch(pushes=[(b"g" * 12, 0, b"x", 0, "h")]))  # the push helper: no entry
+    assert f.r.get(f.keys.workers_first) == b"9000000000000000"  # none yet
+    f.call(T0 + 1, CallBatch(), "w:gone:1", beat())  # before the bound: it becomes the bound
+    f.call(T0 + 2, CallBatch(), "w:here:1", beat())
+    assert f.r.get(f.keys.workers_first) == str(T0 + 1).encode()
+    removals = int(f.r.info("commandstats").get("cmdstat_zremrangebyscore", {}).get("calls", 0))
+    f.call(T0 + 60_000, CallBatch(), "w:here:1", beat())
+    f.call(T0 + 120_000, CallBatch(), "w:here:1", beat())
+    stats = f.r.info("commandstats").get("cmdstat_zremrangebyscore", {})
+    assert int(stats.get("calls", 0)) == removals  # no worker could be departed: not looked for
+    assert f.r.zcard(f.keys.workers) == 2
+    # w:gone's last call is 120 s old: the next call forgets it, and the bound is the oldest
+    # last call left (this one's)
+    f.call(T0 + 120_001, CallBatch(), "w:here:1", beat())
+    assert [w for w, _ in f.r.zrange(f.keys.workers, 0, -1, withscores=True)] == [b"w:here:1"]
+    assert f.r.get(f.keys.workers_first) == str(T0 + 120_001).encode()
+    # every worker gone (its entry removed by its own leaving: pump._leave), then a new one:
+    # its entry is before the stale bound's departure time, and is forgotten on time
+    f.r.zrem(f.keys.workers, "w:here:1")
+    f.call(T0 + 130_000, CallBatch(), "w:new:1", beat())
+    f.call(T0 + 250_000, CallBatch(), "", b"")  # the push helper
+    assert f.r.zcard(f.keys.workers) == 0
+    f.call(T0 + 250_001, CallBatch(), "w:later:1", beat())
+    assert f.r.get(f.keys.workers_first) == str(T0 + 250_001).encode()
