@@ -22,9 +22,10 @@
 -- due or expired before it.  A step that adds a score (a lease, an extension, a deferral, a
 -- push with a delay; lua/push_lean.lua likewise) tells due_at(c, ms); keep_next_due(c), run
 -- after the steps, writes the bound back: when it had passed, the lower of both sets' first
--- scores (read again after the steps for a set that had entries due: some may remain due,
--- past the limits, and then the new bound is not after now) and of the scores the call
--- added; else the lowest score the call added, when that is before it.  Scores that only
+-- scores after now (read with what is due; read again after the steps for a set with more
+-- entries due than peeked at: some may remain due, past the limits, and then the new bound
+-- is not after now) and of the scores the call added; else the lowest score the call added,
+-- when that is before it.  Scores that only
 -- move later (entries removed, leases extended past the bound) leave it a lower bound, so it
 -- is recomputed only once it passes.  A missing or unreadable bound is read as passed (a new
 -- crawl, a key deleted by hand).
@@ -33,9 +34,9 @@
 -- leases, parked, revisit_index, next_due.  Writes: marker and layout, once per crawl;
 -- next_due.
 -- Work per call: 1 command (TIME), and a read (LLEN) when the call names nothing; when the
--- bound passed, 2 reads (ZRANGE of each set's first entry), per set with entries due a
--- ZRANGEBYSCORE and, after the steps, its first entry again, and a SET of the new bound; a
--- SET when the call added a score before the bound.
+-- bound passed, 2 reads (ZRANGE of each set's first DUE_PEEK entries), per set with more due
+-- a ZRANGEBYSCORE and, after the steps, its first entry again, and a SET of the new bound;
+-- a SET when the call added a score before the bound.
 
 -- (the bound when both sets are empty: no entry can come due)
 local NEXT_DUE_NONE = 9e15
@@ -56,10 +57,23 @@ local function begin_call(c)
   c.queued = tonumber(c.head[3]) or 0
 end
 
--- The first score of the sorted set *key* (NEXT_DUE_NONE when it is empty).
-local function first_score(key)
-  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  return tonumber(first[2]) or NEXT_DUE_NONE
+-- What is due in the sorted set *key* at *now* (at most *limit* members, in score order, as
+-- ZRANGEBYSCORE -inf now LIMIT 0 limit gives them) and its floor: the first score after now
+-- (NEXT_DUE_NONE: none; the first one left due past the limit), or nil when that is not
+-- known (the first DUE_PEEK members are all due: read again after the steps).  One command
+-- when fewer than DUE_PEEK are due.
+local DUE_PEEK = 4
+local function due_in(key, now, limit)
+  local first = redis.call('ZRANGE', key, 0, DUE_PEEK - 1, 'WITHSCORES')
+  local due = {}
+  for i = 1, #first, 2 do
+    -- (past the limit, a due member's score is the floor: it stays due)
+    local score = tonumber(first[i + 1])
+    if score > now or #due == limit then return due, score end
+    due[#due + 1] = first[i]
+  end
+  if #first < 2 * DUE_PEEK then return due, NEXT_DUE_NONE end
+  return redis.call('ZRANGEBYSCORE', key, '-inf', now, 'LIMIT', 0, limit), nil
 end
 
 local function call_has_work(c)
@@ -68,16 +82,10 @@ local function call_has_work(c)
   c.lowest_added = NEXT_DUE_NONE
   c.due, c.expired = {}, {}
   if not c.next_due or c.now >= c.next_due then
-    -- the bound passed: each set's first score tells whether it has anything due (and is
-    -- its part of the next bound, unless entries are due: then read again after the steps)
-    c.floors = {first_score(K.deferred), first_score(K.leases)}
-    if c.floors[1] <= c.now then
-      c.due = redis.call('ZRANGEBYSCORE', K.deferred, '-inf', c.now, 'LIMIT', 0, 100)
-    end
-    if c.floors[2] <= c.now then
-      c.expired = redis.call('ZRANGEBYSCORE', K.leases, '-inf', c.now, 'LIMIT', 0,
-                             tonumber(req.rc) or 100)
-    end
+    -- the bound passed: what is due, and each set's floor for the next bound
+    c.floors = {}
+    c.due, c.floors[1] = due_in(K.deferred, c.now, 100)
+    c.expired, c.floors[2] = due_in(K.leases, c.now, tonumber(req.rc) or 100)
   end
   if #c.due > 0 or #c.expired > 0 or c.take > 0 or #req.a > 0 or #req.r > 0 or #req.d > 0
       or #req.x > 0 or #req.s > 0 or #req.p > 0
@@ -98,13 +106,19 @@ local function due_at(c, ms)
   if ms < c.lowest_added then c.lowest_added = ms end
 end
 
+-- The first score of the sorted set *key* (NEXT_DUE_NONE when it is empty).
+local function first_score(key)
+  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  return tonumber(first[2]) or NEXT_DUE_NONE
+end
+
 local function keep_next_due(c)
   local K, floors = c.K, c.floors
   local bound = c.lowest_added
   if floors then
-    -- (a set that had entries due: its first score after the steps took them)
-    if floors[1] <= c.now then floors[1] = first_score(K.deferred) end
-    if floors[2] <= c.now then floors[2] = first_score(K.leases) end
+    -- (a set with more entries due than peeked at: its first score after the steps)
+    floors[1] = floors[1] or first_score(K.deferred)
+    floors[2] = floors[2] or first_score(K.leases)
     bound = math.min(bound, floors[1], floors[2])
     if bound == c.next_due then return end
   elseif bound >= c.next_due then

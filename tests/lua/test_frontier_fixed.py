@@ -287,3 +287,22 @@ def test_departed_workers_are_looked_for_once_the_oldest_last_call_is_forget_aft
     assert f.r.zcard(f.keys.workers) == 0
     f.call(T0 + 250_001, CallBatch(), "w:later:1", beat())
     assert f.r.get(f.keys.workers_first) == str(T0 + 250_001).encode()
+
+
+def test_expired_leases_past_the_reclaim_limit_are_reclaimed_by_the_next_calls(redis_url):
+    f = Frontier(redis_url, "due-limit")
+    f.call(T0, CallBatch(pushes=[(bytes([65 + i % 26, 65 + i // 26]) * 6, 0, b"x", 0, f"h{i}")
+                                 for i in range(60)]))
+    # a few leases expiring later too: the bound after the first 50 is still not after now
+    assert len(f.call(T0 + 10, CallBatch(take=57), "w:busy:1")["leased"]) == 57
+    assert len(f.call(T0 + 20, CallBatch(take=3), "w:busy:2")["leased"]) == 3
+    assert f.next_due() == T0 + 30_010
+    first = f.call(T0 + 30_015, CallBatch(), "w:idle:1", beat())
+    assert (first["reclaimed"], first["inflight"]) == (50, 10)  # RECLAIM_LIMIT per call
+    assert f.next_due() <= T0 + 30_015
+    second = f.call(T0 + 30_016, CallBatch(), "w:idle:1", beat())
+    assert (second["reclaimed"], second["inflight"]) == (7, 3)
+    assert f.next_due() == T0 + 30_020
+    third = f.call(T0 + 30_020, CallBatch(), "w:idle:1", beat())
+    assert (third["reclaimed"], third["inflight"], third["queued"]) == (3, 0, 60)
+    assert f.next_due() == 9 * 10**15
