@@ -12,6 +12,11 @@ min and median over the rounds, and the ratio of this tree's minimum to the base
 ``--functions`` also measures this tree's call loaded as one Redis Functions library (FUNCTION
 LOAD, FCALL: the parts' definitions run once, at load, instead of at every EVALSHA).
 
+``--cuts`` measures where this tree's empty call spends its time instead: the same call cut
+after each part of the driver (the keys alone, the parts defined, the first MGET, the checks,
+...), and the full call with one of its commands run 20 times more (that command's own cost),
+all on one server, in alternating rounds (minimum per variant).
+
 ``--replay FILE`` also replays recorded worker calls (bench_replay.py, same rounds) and prints
 their ratio beside it, so both of issue 20's figures come from one run.
 
@@ -109,6 +114,74 @@ print(json.dumps({"usec": ev["usec"] / ev["calls"], "commands": others / ev["cal
 """
 
 
+#: the --cuts child: one server, the crawl seeded as above, then each variant of the call
+CUTS = CHILD.split("r.config_resetstat()")[0] + r"""
+from importlib import resources
+from scrapy_fleet.keys import FRONTIER_CALL
+rounds = int(sys.argv[8])
+folder = resources.files("scrapy_fleet") / "lua"
+whole, driver = lua.source("frontier.lua"), (folder / "frontier.lua").read_text()
+parts = whole[:len(whole) - len(driver)]
+marks = {"head": "if head[1] then\n  return head[1]\nend\n",
+         "check": "if not c then return redis.error_reply(err) end\n",
+         "begin": "begin_call(c)\n", "has_work": "keep_next_due(c)\n",
+         "idle": "step_idle(c)\n", "monitor": "c.workers_first)\n"}
+variants = {"keys": lua.prologue(FRONTIER_CALL) + "return 1", "parts": parts + "return 1"}
+for name, mark in marks.items():
+    variants[name] = parts + driver[:driver.index(mark) + len(mark)] + "return 1"
+variants["full"] = whole
+# each command of the empty call, 20 times more, before the call's own return
+more = {"MGET": "redis.call('MGET', K.op, K.marker, K.queue_count, K.idle_since, "
+                "K.revisit_count, K.next_due, K.workers_first)",
+        "HMGET (heartbeat)": "redis.pcall('HMGET', K.worker_info, 'seen', 'cs', 'hd')",
+        "HMGET (mon)": "redis.pcall('HMGET', K.mon, 's1', 's2', 's3', 't0', 'lw')",
+        "TIME": "redis.call('TIME')", "LLEN": "redis.call('LLEN', K.parked)",
+        "ZCARD": "redis.call('ZCARD', K.leases)",
+        "HMGET (stats)": "redis.call('HMGET', K.stats, 'response_queue_bytes', "
+                         "'response_queue_deferred', 'response_queue_deferred_bytes')",
+        "HGET": "redis.call('HGET', K.hostq, '~parse')", "HLEN": "redis.call('HLEN', K.hold)",
+        "ZADD": "redis.call('ZADD', K.workers, 1, 'w-idle')",
+        "ZREMRANGEBYSCORE": "redis.call('ZREMRANGEBYSCORE', K.workers, '-inf', 0)",
+        "DEL": "redis.call('DEL', K.prev_op)",
+        "SET": "redis.call('SET', K.prev_op, string.rep('x', 300), 'PX', 300000)"}
+tail = "return step_reply(c)"
+assert whole.endswith(tail + "\n")
+for name, line in more.items():
+    variants["+20 " + name] = (whole[:len(whole) - len(tail) - 1] + "for _ = 1, 20 do " + line
+                               + " end\n" + tail + "\n")
+best = {}
+for _ in range(rounds):
+    for name, source in variants.items():
+        script = r.register_script(source)
+        call(CallBatch(beat=True), "w-idle", hb)  # (prev names this worker's last op)
+        for _ in range(20):
+            keys = k.frontier_keys(uuid.uuid4().hex, prev["w-idle"], "w-idle")
+            script(keys=keys, args=[call_args(CallBatch(beat=True), "w-idle", params), hb])
+        r.config_resetstat()
+        for _ in range(calls):
+            op = uuid.uuid4().hex
+            keys = k.frontier_keys(op, prev["w-idle"], "w-idle")
+            prev["w-idle"] = op
+            script(keys=keys, args=[call_args(CallBatch(beat=True), "w-idle", params), hb])
+        ev = r.info("commandstats")["cmdstat_evalsha"]
+        best[name] = min(best.get(name, 1e9), ev["usec"] / ev["calls"])
+print(json.dumps(best))
+"""
+
+
+def cuts(root: Path, args: argparse.Namespace) -> dict[str, float]:
+    """µs per EVALSHA of each variant of this tree's empty call (CUTS), minimum of the rounds."""
+    with h.Redis(root) as server:
+        env = dict(os.environ, PYTHONPATH=str(h.REPO_ROOT))
+        pid = server.proc.pid  # type: ignore[union-attr]
+        out = subprocess.run([h.PYTHON, "-c", CUTS, str(server.port), str(args.calls),
+                              str(args.entries), str(args.hosts), str(args.leased), "0",
+                              str(pid), str(args.rounds)],
+                             env=env, cwd=root, check=True, capture_output=True,
+                             text=True).stdout
+        return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
 def fixed_once(tree: Path, root: Path, args: argparse.Namespace,
                functions: bool = False) -> dict[str, float]:
     with h.Redis(root) as server:
@@ -133,7 +206,19 @@ def main() -> None:
     p.add_argument("--replay", type=Path, default=None, help="recorded calls (bench_replay)")
     p.add_argument("--functions", action="store_true",
                    help="also this tree's call as a Redis Functions library (FCALL)")
+    p.add_argument("--cuts", action="store_true",
+                   help="where this tree's empty call spends its time (cut variants), only")
     args = p.parse_args()
+    if args.cuts:
+        with h.workdir("fleet-cuts-") as root:
+            got = cuts(root, args)
+        base = got["full"]
+        for name, usec in got.items():
+            extra = (f"  ({(usec - base) / 20:+.2f} µs per command)" if name.startswith("+")
+                     else "")
+            print(f"{name:24s} {usec:8.1f} µs{extra}", flush=True)
+        h.emit_json({"machine": h.machine(), "cuts": got})
+        return
     trees = {"this": h.REPO_ROOT, "base": args.baseline.resolve()}
     rows: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     if args.functions:

@@ -34,7 +34,10 @@ are then the same in both trees); each call's KEYS are rebuilt by each tree's ow
 ``CrawlKeys.frontier_keys`` (two layouts of KEYS are each called as their client calls them).
 Compared: every reply (bytes, or the error), then every key of the final data (its type and
 content; a cached reply decoded).  Keys only one tree writes by design are named
-(``--only-this``: this tree's layout version key).
+(``--only-this``: this tree's layout version key).  Names changed on purpose are mapped before
+the comparison: ``--key-renamed OLD=NEW`` (a baseline key name's ending, e.g.
+``:delayed=:deferred``) and ``--field-renamed OLD=NEW`` (a field of the baseline's reply map,
+in replies and reply caches, e.g. ``delayed=dn``); replies are then compared decoded.
 
 Usage: ``.venv/bin/python bench/bench_replay.py record /tmp/calls-16x100 --clients 16
 --hosts 100`` then ``.venv/bin/python bench/bench_replay.py replay /tmp/calls-16x100
@@ -254,6 +257,8 @@ def identity(args: argparse.Namespace) -> None:
                                       key_template(tree, root, prefix, crawl), calls,
                                       generation, root / name)
     (this_replies, this_data), (base_replies, base_data) = got["this"], got["base"]
+    base_replies, base_data = renamed(base_replies, base_data, args.key_renamed,
+                                      args.field_renamed)
     same_bytes = sum(1 for a, b in zip(this_replies, base_replies, strict=True) if a == b)
 
     def decoded(x: Any) -> Any:
@@ -290,6 +295,32 @@ def identity(args: argparse.Namespace) -> None:
     h.emit_json(figures)
 
 
+def renamed(replies: list[Any], data: dict[bytes, Any], keys: list[str],
+            fields: list[str]) -> tuple[list[Any], dict[bytes, Any]]:
+    """The baseline's replies and data with the names changed on purpose mapped to this
+    tree's: key name endings (``OLD=NEW``) and reply map fields (``OLD=NEW``, in the replies,
+    re-packed, and in the decoded reply caches)."""
+    key_map = [tuple(x.encode().split(b"=", 1)) for x in keys]
+    field_map = dict(tuple(x.encode().split(b"=", 1)) for x in fields)
+    if not key_map and not field_map:
+        return replies, data
+
+    def fix(reply: dict[bytes, Any]) -> dict[bytes, Any]:
+        return {field_map.get(k, k): v for k, v in reply.items()}
+    out_replies = [msgpack.packb(fix(msgpack.unpackb(x, raw=True, strict_map_key=False)),
+                                 use_bin_type=False) if isinstance(x, bytes) and field_map
+                   else x for x in replies]
+    out_data: dict[bytes, Any] = {}
+    for key, (t, v) in data.items():
+        for old, new in key_map:
+            if key.endswith(old):
+                key = key[:len(key) - len(old)] + new
+        if b":op:" in key and isinstance(v, dict):
+            v = fix(v)
+        out_data[key] = (t, v)
+    return out_replies, out_data
+
+
 def fields_differing(this: dict[bytes, Any], base: dict[bytes, Any],
                      differ: list[bytes]) -> dict[str, list[str]]:
     """For each differing key that is a hash in both trees: the fields whose values differ
@@ -311,7 +342,7 @@ def record_mix(args: argparse.Namespace) -> None:
     bounds (FLEET_QUEUE_MAX, FLEET_HOST_QUEUE_MAX: refusals, parking, deferrals), a host
     concurrency cap and interval, acknowledgements with links and failure records, downloads
     over, extensions, releases, dead letters, stale tokens, expired leases (short leases and
-    pauses), delayed pushes, heartbeats and counter deltas."""
+    pauses), pushes with a delay, heartbeats and counter deltas."""
     import random
     import time
 
@@ -478,6 +509,10 @@ def main() -> None:
     ide.add_argument("--baseline", type=Path, required=True)
     ide.add_argument("--only-this", nargs="*", default=[":layout"],
                      help="key name endings only this tree writes by design")
+    ide.add_argument("--key-renamed", nargs="*", default=[],
+                     help="OLD=NEW: a baseline key name ending this tree names NEW")
+    ide.add_argument("--field-renamed", nargs="*", default=[],
+                     help="OLD=NEW: a field of the baseline's reply this tree names NEW")
     args = p.parse_args()
     if args.action == "record":
         record(args)

@@ -20,8 +20,11 @@ prefix ``fleet`` and crawl id ``docs``::
                                                               over)
     fleet:{docs}:expiries     HASH  entry id -> count         lease expiries of an entry so far
     fleet:{docs}:dead         HASH  entry id -> msgpack       dead letters {reason, at, data}
-    fleet:{docs}:delayed      ZSET  "id|score|host" -> ready (ms)  deferred requests (back
+    fleet:{docs}:deferred     ZSET  "id|score|host" -> ready (ms)  deferred requests (back
                                                               pressure)
+    fleet:{docs}:next_due     STRING  ms                      nothing in deferred or leases is
+                                                              scored before it (a lower bound:
+                                                              lua/step_begin.lua)
     fleet:{docs}:parked       LIST  msgpack [id, score, host, data]  parked requests (outside the
                                                               size), oldest first
     fleet:{docs}:hostq        HASH  host -> count             entries per host in the frontier
@@ -53,6 +56,8 @@ prefix ``fleet`` and crawl id ``docs``::
     fleet:{docs}:seeding      HASH    who consumes the start requests: holder, until (ms),
                                       progress (start requests handed on), done
     fleet:{docs}:workers      ZSET    worker id -> last heartbeat (ms)
+    fleet:{docs}:workers_first  STRING  ms                    no score in workers is before it
+                                                              (a lower bound: lua/monitoring.lua)
     fleet:{docs}:failed       HASH  entry id -> msgpack       failed requests {url, method, reason,
                                                               status, attempts, worker, at, data}
     fleet:{docs}:failed_at    ZSET  entry id -> time (ms)     failed requests, oldest first (cap)
@@ -120,7 +125,7 @@ BLOOM_MAX_SLICES = 12
 #: The layout of a crawl's keys (this module's docstring), stored in its ``layout`` key when
 #: the crawl is created.  A crawl without that key (written before it existed: layout 1, the
 #: queue ZSET and the ``ehost`` hash) or of another version is refused at start.
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
 
 #: The monitoring keys of a call (lua/monitoring.lua), last in the calls that carry them.
 MONITOR_CALL = ("worker_info", "mon", "series_10s", "series_1m", "series_10m", "hoststats",
@@ -128,16 +133,16 @@ MONITOR_CALL = ("worker_info", "mon", "series_10s", "series_1m", "series_10m", "
 
 #: KEYS of lua/frontier.lua, in order.
 FRONTIER_CALL = ("op", "prev_op", "data", "leases", "lease", "expiries", "dead", "seq", "token",
-                 "stats", "idle_since", "workers", "delayed", "parked", "hostq", "ready", "tat",
+                 "stats", "idle_since", "workers", "deferred", "parked", "hostq", "ready", "tat",
                  "hold", "hostlive", "hostconf", "crawldelay", "wlive", "robots", "failed",
                  "failed_at", "failed_by", "marker", "layout", "queue_index", "queue_count",
-                 "bucket_prefix", "bloom_meta", "bloom_slices",
+                 "bucket_prefix", "bloom_meta", "bloom_slices", "next_due", "workers_first",
                  # recrawl (issue 22): lua/step_revisit.lua
                  "revisit_index", "revisit_prefix", "revisit_count", *MONITOR_CALL)
 
 #: KEYS of lua/failed_retry.lua, in order.
 RETRY_CALL = ("failed", "failed_at", "failed_by", "dead", "hostq", "stats", "seq", "leases",
-              "delayed", "queue_index", "queue_count", "bucket_prefix", "ready")
+              "deferred", "queue_index", "queue_count", "bucket_prefix", "ready")
 
 #: KEYS of lua/politeness.lua, in order.
 POLITENESS_CALL = ("ready", "tat", "hold", "hostlive", "hostconf", "crawldelay", "fails", "robots",
@@ -150,16 +155,16 @@ SEEDING_CALL = ("seeding",)
 BLOOM_ADD_CALL = ("op", "prev_op", "bloom_meta", "bloom_slices")
 
 #: KEYS of lua/push_lean.lua, in order (partitions: a push without lease or ack).
-PUSH_LEAN_CALL = ("op", "marker", "layout", "stats", "seq", "data", "leases", "delayed",
+PUSH_LEAN_CALL = ("op", "marker", "layout", "stats", "seq", "data", "leases", "deferred",
                   "parked", "hostq", "idle_since", "queue_index", "queue_count",
-                  "bucket_prefix", "ready", "bloom_meta", "bloom_slices")
+                  "bucket_prefix", "ready", "bloom_meta", "bloom_slices", "next_due")
 
 #: KEYS of lua/partition_probe.lua, in order (partitions: one partition's state, read-mostly).
-PROBE_CALL = ("queue_count", "leases", "delayed", "parked", "idle_since", "marker",
+PROBE_CALL = ("queue_count", "leases", "deferred", "parked", "idle_since", "marker",
               "revisit_index")
 
 #: KEYS of lua/sample.lua, in order.
-SAMPLE_CALL = ("stats", "workers", "leases", "delayed", "parked", "dead", "queue_count",
+SAMPLE_CALL = ("stats", "workers", "leases", "deferred", "parked", "dead", "queue_count",
                *MONITOR_CALL)
 
 
@@ -264,8 +269,16 @@ class CrawlKeys:
         return self._k("dead")
 
     @property
-    def delayed(self) -> str:
-        return self._k("delayed")
+    def deferred(self) -> str:
+        return self._k("deferred")
+
+    @property
+    def next_due(self) -> str:
+        return self._k("next_due")
+
+    @property
+    def workers_first(self) -> str:
+        return self._k("workers_first")
 
     @property
     def parked(self) -> str:

@@ -94,7 +94,7 @@ class PartitionedPush:
         return CallResult(leased=[], lost=[], push_flags=flags, refused=sorted(refused),
                           pushed=pushed, duplicates=dups, acked=0, released=0, reclaimed=0,
                           dead_lettered=0, parked=0, deferred=0, resumed=0, queued=0,
-                          inflight=0, delayed=0, size=size, idle_ms=-1, now_ms=0,
+                          inflight=0, deferred_now=0, size=size, idle_ms=-1, now_ms=0,
                           bloom_full=False)
 
 

@@ -495,7 +495,7 @@ class PartitionedFrontier:
             acked=s("acked"), released=s("released"), reclaimed=s("reclaimed"),
             dead_lettered=s("dead_lettered"), parked=s("parked"), deferred=s("deferred"),
             resumed=s("resumed"), queued=s("queued"), inflight=s("inflight"),
-            delayed=s("delayed"), size=s("size"),
+            deferred_now=s("deferred_now"), size=s("size"),
             idle_ms=-1 if not idles or min(idles) < 0 else min(idles),
             now_ms=max((res.now_ms for res in results), default=0),
             bloom_full=any(res.bloom_full for res in results)

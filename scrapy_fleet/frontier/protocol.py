@@ -105,8 +105,8 @@ class CallResult:
     resumed: int  #: parked requests returned to the queue by this call
     queued: int  #: entries waiting, after this call
     inflight: int  #: entries leased fleet-wide, after this call
-    delayed: int  #: deferred entries, after this call
-    size: int  #: queued + inflight + delayed: what FLEET_QUEUE_MAX bounds
+    deferred_now: int  #: deferred entries (waiting for a later time), after this call
+    size: int  #: queued + inflight + deferred_now: what FLEET_QUEUE_MAX bounds
     idle_ms: int  #: how long the fleet has been idle (nothing queued or leased), -1 if busy
     now_ms: int  #: Redis server time
     bloom_full: bool
@@ -143,7 +143,7 @@ class CallResult:
             push_flags=[int(x) for x in d.get("pf", [])],
             refused=[int(x) for x in d.get("rf", [])],
             parked=int(d.get("parked", 0)), deferred=int(d.get("deferred", 0)),
-            resumed=int(d.get("resumed", 0)), delayed=int(d.get("delayed", 0)),
+            resumed=int(d.get("resumed", 0)), deferred_now=int(d.get("dn", 0)),
             size=int(d.get("size", 0)),
             pushed=int(d.get("new", 0)), duplicates=int(d.get("dup", 0)),
             acked=int(d.get("acked", 0)), released=int(d.get("released", 0)),
@@ -277,20 +277,20 @@ def fill_payloads(result: CallResult, payloads: list[Any]) -> CallResult:
     return result
 
 
-def frontier_size(queued: int, leased: int, delayed: int) -> int:
+def frontier_size(queued: int, leased: int, deferred: int) -> int:
     """The frontier's size, which FLEET_QUEUE_MAX bounds: queued + leased + deferred entries
     (lua/queue.lua's Queue.size is the same sum, inside the scripts)."""
-    return queued + leased + delayed
+    return queued + leased + deferred
 
 
 def queue_size_reads(pipe: Any, keys: CrawlKeys) -> None:
     """Queue on *pipe* (sync or asyncio) the reads :func:`size_of` adds up."""
     pipe.get(keys.queue_count)
     pipe.zcard(keys.leases)
-    pipe.zcard(keys.delayed)
+    pipe.zcard(keys.deferred)
 
 
 def size_of(replies: list[Any]) -> int:
     """The frontier's size from the replies of :func:`queue_size_reads`."""
-    queued, leased, delayed = replies
-    return frontier_size(as_int(queued), int(leased), int(delayed))
+    queued, leased, deferred = replies
+    return frontier_size(as_int(queued), int(leased), int(deferred))

@@ -20,7 +20,7 @@
 --   queued:   "<id>\t<payload>" in the LIST of its host and priority (lua/queue.lua)
 --   leased:   leases[id] = expiry, lease[id] = "<token>|<score>|<host>\t<worker>" (worker
 --             "!worker" once its download is over) + data[id]
---   deferred: delayed member "<id>|<score>|<host>" + data[id] (also a new entry pushed with a
+--   deferred: `deferred` member "<id>|<score>|<host>" + data[id] (also a new entry pushed with a
 --             delay: a request whose origin's robots.txt could not be fetched yet)
 --   parked:   one msgpack record [id, score, host, payload] in `parked`, nothing else
 --
@@ -44,16 +44,17 @@
 --   payload, expiries]...], lost [id...], pf [1 new / 0 not new, per push], rf [refused push
 --   indexes (0-based)], pd [indexes (0-based) of pushes found in the filter], bg filter
 --   generation (when pushes were checked), counts new dup acked released reclaimed dead
---   parked deferred resumed refused, full, now, queued inflight delayed size idle, holds,
+--   parked deferred resumed refused, full, now, queued inflight dn (deferred entries now) size idle, holds,
 --   pl 1 when the previous call's reply cache was not there, mk the crawl marker, nr ms until
 --   the next host may be fetched, rq {stored responses waiting for a parse worker, bytes}.
 --
 -- Bounded work per call: the sum of its steps' bounds (each step's header).
 
 -- (what every call reads first, in one command: its cached reply, the crawl marker, the
--- queued count, since when the fleet is idle and how many URLs are tracked for revisits)
+-- queued count, since when the fleet is idle, how many URLs are tracked for revisits,
+-- before when nothing deferred or leased can be due, and the oldest worker's last call)
 local head = redis.call('MGET', K.op, K.marker, K.queue_count, K.idle_since,
-                        K.revisit_count)
+                        K.revisit_count, K.next_due, K.workers_first)
 if head[1] then
   return head[1]
 end
@@ -64,6 +65,8 @@ if call_has_work(c) then
   frontier_steps(c)
   c.ran = true  -- (what the steps may have changed is read again after them)
 end
+keep_next_due(c)
 step_idle(c)
-monitor_apply(c.mon, K, c.now, c.worker, c.out.acked + c.out.parked + c.out.deferred)
+monitor_apply(c.mon, K, c.now, c.worker, c.out.acked + c.out.parked + c.out.deferred,
+              c.workers_first)
 return step_reply(c)

@@ -8,11 +8,14 @@
 -- Keys (of K): worker_info (HASH, expires fa ms after the worker's last call), mon (HASH),
 --   series_10s, series_1m, series_10m (STRING ring buffers), hoststats (HASH "p|host",
 --   "b|host", "f|host"), hostbans (ZSET host -> bans); read for the samples: stats, workers,
---   queue_count, leases, delayed, parked, dead.
+--   queue_count, leases, deferred, parked, dead; workers_first (the frontier call's only: a
+--   lower bound of the scores in workers, kept by monitor_apply).
 -- Writes: worker_info, mon, stats (counter deltas), hoststats, hostbans, workers (departed
---   ones removed), the series.
--- Work per call: 2 HMGET (checks and reads), about 6 commands, one HINCRBY per counter delta and 1-4
---   per host delta; a sample (once per 10 s fleet-wide) about 15 more.
+--   ones removed), workers_first, the series.
+-- Work per call: 2 HMGET (checks and reads), about 5 commands, one HINCRBY per counter delta
+--   and 1-4 per host delta; a ZREMRANGEBYSCORE of departed workers, a ZRANGE and a SET when
+--   the oldest worker's last call may be forget_ms old (every call of sample.lua); a sample
+--   (once per 10 s fleet-wide) about 15 more.
 -- ARGV[2] (optional; absent for the push helper): msgpack map
 --   hb  heartbeat {st state, l leases, dl downloads, pg pages, it items, er errors,
 --       sv Scrapy version, fv package version, h host, pid, sa started at (unix s)}
@@ -133,7 +136,10 @@ end
 local MON_BEAT_EVERY = 1000
 
 -- Apply a parsed map: heartbeat, deltas, worker expiry, and one sample per due tier.
-local function monitor_apply(m, K, now, worker, acked)
+-- *first*: a lower bound of the scores in K.workers (K.workers_first, read by the frontier
+-- call; nil: unknown): departed workers are looked for only once it is forget_ms old, and
+-- then, when the call has K.workers_first, the bound is recomputed (the set's first score).
+local function monitor_apply(m, K, now, worker, acked, first)
   local INFO, MON, HOSTSTATS, HOSTBANS = K.worker_info, K.mon, K.hoststats, K.hostbans
   local fk = K
   local dead_ms = tonumber(m.da) or 15000
@@ -184,14 +190,21 @@ local function monitor_apply(m, K, now, worker, acked)
     end
   end
 
-  redis.call('ZREMRANGEBYSCORE', fk.workers, '-inf', now - forget_ms)  -- departed workers
+  if not first or now - forget_ms >= first then
+    redis.call('ZREMRANGEBYSCORE', fk.workers, '-inf', now - forget_ms)  -- departed workers
+    if K.workers_first then
+      local oldest = redis.call('ZRANGE', fk.workers, 0, 0, 'WITHSCORES')
+      local bound = string.format('%d', math.floor(tonumber(oldest[2]) or 9e15))
+      if tonumber(bound) ~= first then redis.call('SET', K.workers_first, bound) end
+    end
+  end
 
   -- one sample per tier whose step changed since its last sample, fleet-wide
   if not last[4] then mon_set[#mon_set + 1], mon_set[#mon_set + 2] = 't0', now end
   if #mon_set > 0 then redis.call('HSET', MON, unpack(mon_set)) end
   if math.floor(now / MON_TIERS[1][1]) == tonumber(last[1]) then return end
   local c = redis.call('HMGET', fk.stats, 'pages', 'items_scraped', 'bans')
-  local vals = {now, Queue.queued(K), redis.call('ZCARD', fk.delayed),
+  local vals = {now, Queue.queued(K), redis.call('ZCARD', fk.deferred),
                 redis.call('ZCARD', fk.leases), redis.call('LLEN', fk.parked),
                 redis.call('HLEN', fk.dead), tonumber(c[1]) or 0, tonumber(c[2]) or 0,
                 tonumber(c[3]) or 0, redis.call('ZCOUNT', fk.workers, now - dead_ms, '+inf')}

@@ -3,7 +3,7 @@
 -- partition has been idle (nothing queued, leased, deferred or parked, no revisit scheduled:
 -- lua/step_revisit.lua) by its server's clock.
 --
--- Keys (of K, keys.PROBE_CALL): queue_count, leases, delayed, parked, idle_since, marker,
+-- Keys (of K, keys.PROBE_CALL): queue_count, leases, deferred, parked, idle_since, marker,
 -- revisit_index.
 -- ARGV[1]: "1" to start the partition's idle clock (SET idle_since now) when it is idle and
 --   has none (a partition no frontier call has touched yet), "0" for a read-only probe.
@@ -15,7 +15,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local queued = tonumber(redis.call('GET', K.queue_count)) or 0
 local leased = redis.call('ZCARD', K.leases)
-local deferred = redis.call('ZCARD', K.delayed)
+local deferred = redis.call('ZCARD', K.deferred)
 local parked = redis.call('LLEN', K.parked)
 local idle = -1
 if queued + leased + deferred + parked == 0 and redis.call('EXISTS', K.revisit_index) == 0 then

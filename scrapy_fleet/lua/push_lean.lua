@@ -8,7 +8,8 @@
 -- Keys (of K, keys.PUSH_LEAN_CALL): op (this call's reply cache: a call repeated with the
 --   same op id gets the first reply back and writes nothing), marker and layout (checked;
 --   written once when the partition has none), stats (counters pushed, duplicates,
---   refused), seq, data and delayed (a push with a delay), leases and delayed (the size),
+--   refused), seq, data and deferred (a push with a delay), next_due (lowered by a push with
+--   a delay due before it: lua/step_begin.lua), leases and deferred (the size),
 --   parked (not resumed here: the partition's own frontier calls do that), hostq (entries per
 --   host), idle_since (deleted when an entry is added: the partition is busy), the queue's
 --   (lua/queue.lua: queue_index, queue_count, bucket_prefix, ready), bloom_meta and
@@ -21,18 +22,19 @@
 --   or the host's count reached its bound; not looked up in the filter], pd [indexes (0-based)
 --   found in the filter], new, dup, refused, full (the filter is at its last slice), bg (the
 --   filter's generation), mk (the partition's marker), size (after the call, when qm > 0).
--- Writes: the filter, seq, the queue (buckets, index, count, ready), data and delayed (a
---   delayed push), hostq, idle_since (DEL), stats, op.
+-- Writes: the filter, seq, the queue (buckets, index, count, ready), data and deferred (a push
+--   with a delay; next_due when it comes before the bound), hostq, idle_since (DEL), stats, op.
 -- Errors (before any write): a bad argument; "crawl state lost" when mk is given and the
 --   partition's marker is gone or another one.
 -- Bound of work per call: one pass over the pushes; the filter's lookups and writes
 --   (lua/bloom.lua, lua/bloom_write.lua); one HMGET of hostq when hm > 0; the queue writer's
 --   flush (one command per bucket touched); one HINCRBY per host and per counter that moved.
---   Fixed part: MGET (op, marker, queue_count), SET op; with pushes TIME, the filter's meta
---   read, INCRBY seq; with qm > 0 ZCARD leases and delayed.
+--   Fixed part: MGET (op, marker, queue_count, next_due), SET op; with pushes TIME, the filter's meta
+--   read, INCRBY seq; with qm > 0 ZCARD leases and deferred.
 
--- (what the call reads first, in one command: its cached reply, the marker, the queued count)
-local head = redis.call('MGET', K.op, K.marker, K.queue_count)
+-- (what the call reads first, in one command: its cached reply, the marker, the queued count,
+-- the bound before which nothing is due: lua/step_begin.lua)
+local head = redis.call('MGET', K.op, K.marker, K.queue_count, K.next_due)
 if head[1] then return head[1] end
 local ok, req = pcall(cmsgpack.unpack, ARGV[1])
 if not ok or type(req) ~= 'table' or type(req.p) ~= 'table' then
@@ -63,6 +65,7 @@ if queue_max > 0 then size = Queue.size(K, qw.queued) end
 local out = {pf = {}, rf = {}, pd = {}, new = 0, dup = 0, refused = 0, full = false,
              mk = marker or ''}
 local host_count, host_delta = {}, {}
+local lowest_added = 9e15  -- (the earliest time a push with a delay is due)
 if host_max > 0 and #req.p > 0 then
   local hosts, seen = {}, {}
   for _, p in ipairs(req.p) do
@@ -112,7 +115,9 @@ for i, p in ipairs(req.p) do
     id_next = id_next + 1
     if p[5] and p[5] > 0 then
       qw.keep_data(id, p[3])
-      redis.call('ZADD', K.delayed, now + math.floor(p[5]), id .. '|' .. (-p[2]) .. '|' .. host)
+      local due = now + math.floor(p[5])
+      redis.call('ZADD', K.deferred, due, id .. '|' .. (-p[2]) .. '|' .. host)
+      if due < lowest_added then lowest_added = due end
     else
       qw.enqueue(id, -p[2], host, p[3], false)
     end
@@ -130,6 +135,11 @@ if bloom ~= nil then
   out.bg = bloom.gen
 end
 qw.flush()
+-- (a missing bound is read as passed by the frontier call: it needs no write)
+local next_due = tonumber(head[4])
+if next_due and lowest_added < next_due then
+  redis.call('SET', K.next_due, string.format('%d', lowest_added))
+end
 for host, n in pairs(host_delta) do hincrby(K.hostq, host, n) end
 if out.new > 0 then redis.call('DEL', K.idle_since) end
 if out.new > 0 then hincrby(K.stats, 'pushed', out.new) end

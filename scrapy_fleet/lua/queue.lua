@@ -13,7 +13,7 @@
 -- The frontier's size, which FLEET_QUEUE_MAX bounds (docs/backpressure.md): queued + leased
 -- + deferred entries (Queue.size; frontier/protocol.py frontier_size is the same sum).
 --
--- Keys (of K): queue_count, leases, delayed (size); writer also: queue_index, bucket_prefix,
+-- Keys (of K): queue_count, leases, deferred (size); writer also: queue_index, bucket_prefix,
 -- ready, data, expiries, lease (the deletes of an entry that leaves its lease or `data`).
 -- Writes: buckets (RPUSH new entries at the tail, LPUSH returning ones at the head, LTRIM
 -- taken heads), queue_index, queue_count, ready (ZADD NX), data (HSET kept requests, HDEL
@@ -79,7 +79,7 @@ end
 -- caller knows it, else it is read).
 function Queue.size(K, queued)
   return (queued or Queue.queued(K)) + redis.call('ZCARD', K.leases)
-    + redis.call('ZCARD', K.delayed)
+    + redis.call('ZCARD', K.deferred)
 end
 
 -- A writer: the queue writes of one call, collected and sent in few commands by flush

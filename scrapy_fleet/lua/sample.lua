@@ -3,7 +3,7 @@
 -- go on (depth, workers_alive 0).  At most one sample per tier step fleet-wide, as from the
 -- workers' calls.
 --
--- Keys (of K, keys.SAMPLE_CALL): stats, workers, leases, delayed, parked, dead, queue_count,
+-- Keys (of K, keys.SAMPLE_CALL): stats, workers, leases, deferred, parked, dead, queue_count,
 --   and the monitoring keys (lua/monitoring.lua; worker_info unused).
 -- ARGV[1]: a worker is dead after this many ms without a call (workers_alive)
 -- ARGV[2]: a worker is forgotten (left out of `workers`) after this many ms
@@ -12,7 +12,7 @@
 -- Work per call: 5 commands, and a sample's (lua/monitoring.lua).
 
 -- a crawl Redis holds nothing of (a wrong id, or not begun yet) gets no keys from a watcher
-if redis.call('EXISTS', K.stats, K.workers, K.leases, K.delayed, K.parked, K.dead,
+if redis.call('EXISTS', K.stats, K.workers, K.leases, K.deferred, K.parked, K.dead,
               K.queue_count) == 0 then
   return 0
 end

@@ -10,7 +10,7 @@
 -- rest of its links.  Every fetch thus either completes its request or discovers at least one
 -- new page, so a bounded crawl always ends, with at most twice the fetches of an unbounded
 -- one.  When no link could be pushed (every link's host is full), the request is deferred
--- (K.delayed, for c.defer_ms).  An acknowledgement whose lease was lost (stale token) is
+-- (K.deferred, for c.defer_ms).  An acknowledgement whose lease was lost (stale token) is
 -- reported in out.lost: another worker fetches the request again.  An acknowledgement may
 -- carry a third element, the failure record of a request that failed for good ("" for
 -- none): recorded with it (lua/failed.lua, req.fm the records' cap); and a fourth, the
@@ -22,7 +22,7 @@
 -- Partitions (docs/partitions.md): an acknowledgement whose fifth element is 1 is deferred
 -- (as above) without pushing its links: a link of it for another partition was refused there.
 -- A sixth, the recrawl record (lua/step_revisit.lua).
--- Keys (of K): data, parked, delayed, failed, failed_at, failed_by, seq, and the queue's, the
+-- Keys (of K): data, parked, deferred, failed, failed_at, failed_by, seq, and the queue's, the
 -- state's and the filter's.  Writes: those, and the counters of the call.
 -- Work per call: one pass over the acknowledgements and their links; one RPUSH and one ZADD
 -- per 4000 parked / deferred; resumes parked requests once (lua/step_push.lua); the filter's
@@ -111,7 +111,10 @@ local function step_ack(c)
     count('failed_trimmed', trimmed)
   end
   if #parked_recs > 0 then call_many('RPUSH', K.parked, parked_recs, 4000) end
-  if #deferred_members > 0 then call_many('ZADD', K.delayed, deferred_members, 4000) end
+  if #deferred_members > 0 then
+    call_many('ZADD', K.deferred, deferred_members, 4000)
+    due_at(c, now + c.defer_ms)
+  end
   c.resume_parked(100)  -- the slots freed above (and any room found now) go to parked ones first
   if c.bloom ~= nil then
     bloom_flush(c.bloom)

@@ -2,16 +2,19 @@
 -- idleness.  Defines one local, step_idle.
 --
 -- out.queued (c.queued: as read by lua/step_begin.lua, or after lua/frontier_steps.lua's
--- steps), out.inflight, out.delayed, out.size (queued + leased + deferred: lua/queue.lua);
--- out.idle: ms since the fleet became idle (nothing queued, leased, deferred, parked or scheduled for a revisit:
--- out.rv, lua/step_revisit.lua; K.idle_since holds since
+-- steps), out.inflight, out.dn (deferred entries), out.size (queued + leased + deferred:
+-- lua/queue.lua); out.idle: ms since the fleet became idle (nothing queued, leased, deferred,
+-- parked or scheduled for a revisit: out.rv, lua/step_revisit.lua; K.idle_since holds since
 -- when), -1 when busy; out.rq: stored responses waiting for a parse worker, count and bytes
 -- (those deferred until their links' hosts have room left out: fetch workers stop leasing
 -- when the response queue is full); out.holds: hosts on hold now (429/503/failures) with the
 -- ms left, for a worker (checked locally before each download of a request leased earlier);
--- the worker's entry in K.workers (its last call).
--- Keys (of K): revisit_index, revisit_count, queue_count, queue_index, leases, delayed,
--- parked, idle_since, stats, hold, workers, hostq.  Writes: idle_since, queue_count (0 when no bucket holds an entry), workers.
+-- the worker's entry in K.workers (its last call); c.workers_first, the bound of the scores
+-- in K.workers as read with the call's head (K.workers_first), nil when this call's entry is
+-- before it (lua/monitoring.lua recomputes it then).
+-- Keys (of K): revisit_index, revisit_count, queue_count, queue_index, leases, deferred,
+-- parked, idle_since, stats, hold, workers, hostq.  Writes: idle_since, queue_count (0 when
+-- no bucket holds an entry), workers.
 -- Work per call: about 7 commands (6 without steps; 1 or 2 more for a crawl with tracked
 -- revisits); HGETALL of hold when it has at most 1000 hosts.
 
@@ -27,8 +30,8 @@ local function step_idle(c)
     out.queued = 0
   end
   out.inflight = redis.call('ZCARD', K.leases)
-  out.delayed = redis.call('ZCARD', K.delayed)
-  out.size = out.queued + out.inflight + out.delayed
+  out.dn = redis.call('ZCARD', K.deferred)
+  out.size = out.queued + out.inflight + out.dn
   -- (K.idle_since as read when the call began: no step before this one writes it)
   local idle_since = c.head[4]
   -- (the parked count as read by call_has_work when no step ran: none wrote it since)
@@ -61,7 +64,11 @@ local function step_idle(c)
       if left > 0 then out.holds[#out.holds + 1] = {all[i], left} end
     end
   end
+  c.workers_first = tonumber(c.head[7])  -- (K.workers_first: for lua/monitoring.lua)
   if worker ~= '' then
     redis.call('ZADD', K.workers, now, worker)
+    -- an earlier score than the bound (an empty set's, or the clock went back): unknown,
+    -- recomputed by monitor_apply
+    if c.workers_first and now < c.workers_first then c.workers_first = nil end
   end
 end

@@ -168,6 +168,7 @@ local function step_lease(c)
     local exps = redis.call('HMGET', K.expiries, unpack(ids))
     call_many('HSET', K.lease, lease_set, 4000)
     call_many('ZADD', K.leases, leases_add, 4000)
+    due_at(c, now + lease_ms)
     for i, e in ipairs(pending) do
       -- a leased entry keeps its request in `data` (acknowledged: deleted; back: moved)
       qw.keep_data(e[1], e[5])

@@ -9,13 +9,13 @@
 -- size has reached qm or its host has hm entries; parked requests, which wait for room
 -- already, come first.  req.p [[fp12 or "", priority, payload, group, host, delay]...]: group
 -- k = a link of the k-th acknowledgement (lua/step_ack.lua); delay (ms): the new entry waits
--- in `delayed` that long before it is queued (a request whose origin's robots.txt could not
+-- in `deferred` that long before it is queued (a request whose origin's robots.txt could not
 -- be fetched yet, docs/politeness.md).
 -- Every fingerprint of the call is looked up in the Bloom filter at once (lua/bloom.lua); two
 -- identical links in one call make one entry.
 -- Keys (of K): bloom_meta, bloom_slices, seq (INCRBY: one per call for all its new ids),
--- delayed (a delayed push), parked (LPOP / RPUSH), stats (stored responses' bytes), and the
--- queue's and the state's.  Writes: the filter, seq, the queue, delayed, parked, hostq.
+-- deferred (a push with a delay), parked (LPOP / RPUSH), stats (stored responses' bytes), and the
+-- queue's and the state's.  Writes: the filter, seq, the queue, deferred, parked, hostq.
 -- Work per call: the filter's (lua/bloom.lua); at most 100 parked records looked at per
 -- resume (16 rotated), 2 resumes per call; no command when the call has no push and no ack.
 
@@ -91,7 +91,8 @@ function Push.prepare(c)
     if p[5] == STAGE_HOST then hincrby(K.stats, 'response_queue_bytes', #p[3]) end
     if p[6] and p[6] > 0 then
       qw.keep_data(id, p[3])  -- a deferred entry keeps its request in `data`
-      redis.call('ZADD', K.delayed, c.now + math.floor(p[6]), id .. '|' .. (-p[2]) .. '|' .. p[5])
+      redis.call('ZADD', K.deferred, c.now + math.floor(p[6]), id .. '|' .. (-p[2]) .. '|' .. p[5])
+      due_at(c, c.now + math.floor(p[6]))
     else
       qw.enqueue(id, -p[2], p[5], p[3], false)
     end

@@ -1,13 +1,13 @@
 -- step_reclaim.lua: entries whose time came, back to the queue.  Defines step_due and
 -- step_reclaim.
 --
--- step_due(c): deferred entries whose delay is over (c.due, read by lua/step_begin.lua: K.delayed
+-- step_due(c): deferred entries whose delay is over (c.due, read by lua/step_begin.lua: K.deferred
 -- members "<id>|<score>|<host>" scored by the time they are due) go back to the head of their bucket (their request from
 -- `data`); a stored response's deferred counts are given back (lua/frontier_state.lua).
 -- step_reclaim(c): expired leases of any worker (c.expired, read by lua/step_begin.lua: K.leases
 -- scored by expiry) are counted in
 -- K.expiries and go back to the queue, or to the dead letters after c.max_leases expiries.
--- Keys (of K): delayed, leases, expiries (and the state's and the queue's).  Writes: delayed
+-- Keys (of K): deferred, leases, expiries (and the state's and the queue's).  Writes: deferred
 -- (ZREM), expiries (HINCRBY), the queue, the leases, dead.
 -- Work per call: at most 100 deferred entries moved, req.rc (frontier/protocol.py
 -- RECLAIM_LIMIT: 50) expired leases reclaimed; no command when there is nothing to do.
@@ -21,7 +21,7 @@ local function step_due(c)
     if host == STAGE_HOST then st.stage_deferred(id, -1) end
     qw.enqueue(id, tonumber(score) or 0, host, nil, true)
   end
-  call_many('ZREM', K.delayed, due, 4000)
+  call_many('ZREM', K.deferred, due, 4000)
 end
 
 local function step_reclaim(c)

@@ -46,6 +46,7 @@ local function step_extend(c)
   end
   if #extend > 0 then
     table.insert(extend, 1, 'XX')
+    due_at(c, c.now + c.lease_ms)  -- (earlier than the lease's expiry with a shorter lm)
     call_many('ZADD', K.leases, extend, 4000)
   end
   local marks, acking = {}, {}

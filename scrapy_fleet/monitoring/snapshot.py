@@ -264,7 +264,7 @@ def _frontier_reads(pipe: Any, k: CrawlKeys) -> list[Any]:
     """Queue on *pipe* the reads of the frontier's counts (:class:`_Frontier`); returns the
     default of each reply (for :func:`_results`)."""
     pipe.get(k.queue_count)  # due: the buckets' count
-    pipe.zcard(k.delayed)
+    pipe.zcard(k.deferred)
     pipe.zcard(k.leases)
     pipe.llen(k.parked)
     pipe.hlen(k.dead)
@@ -283,7 +283,7 @@ class _Frontier:
 
     now_ms: int  #: the Redis server's clock
     due: int
-    deferred: int  #: entries waiting for a later time (the ``delayed`` ZSET)
+    deferred: int  #: entries waiting for a later time (the ``deferred`` ZSET)
     leased: int
     parked: int
     dead: int

@@ -408,6 +408,7 @@ def test_a_least_privileged_worker_puts_requests_back_at_the_head_of_their_bucke
     released = fr.call(CallBatch(releases=[(first.entry_id, first.token)]), worker="w")
     assert released.released == 1
     redis_server.client().zadd(fr.keys.leases, {second.entry_id: 1})  # its lease expired
+    redis_server.client().delete(fr.keys.next_due)  # (written by hand: the calls' bound goes)
     again = fr.call(CallBatch(take=2), worker="w2")
     assert again.reclaimed == 1
     assert sorted(e.entry_id for e in again.leased) == sorted([first.entry_id, second.entry_id])

@@ -1,5 +1,5 @@
 """A request deferred because none of its links fit (lua/step_ack.lua) keeps its host in its
-`delayed` member and is leased again once due, against a real redis-server."""
+`deferred` member and is leased again once due, against a real redis-server."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def test_deferred_entry_keeps_its_host_in_the_member(redis_url):
                                   pushes=[entry("http://a.test/2", 1, host="a.test")]),
                         worker="w")
     assert result.deferred == 1
-    ((member, due),) = admin.client.zrange(admin.keys.delayed, 0, -1, withscores=True)
+    ((member, due),) = admin.client.zrange(admin.keys.deferred, 0, -1, withscores=True)
     assert member.decode().endswith("|b.test") and member.decode().startswith(b_id + "|")
     wait_server_past(admin.client, due)  # (defer_delay: 50 ms)
     back = admin.call(CallBatch(take=5), worker="w2").leased

@@ -119,6 +119,6 @@ def test_a_bad_argument_is_refused_before_any_write(client):
 def test_a_delayed_push_waits_among_the_deferred(client):
     res, _ = push(client, [(os.urandom(12), 0, b"later", "a.test", 60_000)])
     assert res.flags == [1]
-    assert client.zcard(KEYS.delayed) == 1
+    assert client.zcard(KEYS.deferred) == 1
     assert int(client.get(KEYS.queue_count) or 0) == 0
     assert list(client.hvals(KEYS.data)) == [b"later"]

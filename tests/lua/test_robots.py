@@ -111,7 +111,7 @@ def test_a_delayed_push_is_leased_only_after_its_delay(redis_url):
     admin.push([(bloom_key(url.encode()), 0, codec.encode(Request(url)), 0, "a.test", 2000)])
     assert admin.status()["deferred"] == 1
     assert admin.call(CallBatch(take=5), worker="w").leased == []
-    ((_, due),) = admin.client.zrange(admin.keys.delayed, 0, -1, withscores=True)
+    ((_, due),) = admin.client.zrange(admin.keys.deferred, 0, -1, withscores=True)
     wait_server_past(admin.client, due)
     leased = admin.call(CallBatch(take=5), worker="w").leased
     assert [codec.decode_dict(e.payload)["url"] for e in leased] == [url]

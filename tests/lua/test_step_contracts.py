@@ -28,13 +28,15 @@ CRAWL = "contract"
 WORKER = "w1:1:1"
 
 #: what every call may write whatever it carries: the parts every call runs.  step_begin
-#: (marker, layout: once per crawl), step_idle (idle_since, queue_count, workers), step_reply
-#: (stats, op, prev_op), lua/monitoring.lua (a worker's heartbeat hash, `mon`, departed
-#: workers, a sample of the series once per step fleet-wide)
-EVERY_CALL = ("marker", "layout", "idle_since", "queue_count", "workers", "stats", "op",
+#: (marker, layout: once per crawl; next_due, the bound of what may be due), step_idle
+#: (idle_since, queue_count, workers), step_reply (stats, op, prev_op), lua/monitoring.lua (a
+#: worker's heartbeat hash, `mon`, departed workers and workers_first, their bound, a sample
+#: of the series once per step fleet-wide)
+EVERY_CALL = ("marker", "layout", "next_due", "idle_since", "queue_count", "workers",
+              "workers_first", "stats", "op",
               "prev_op", *MONITOR_CALL)
 #: lua/queue.lua's keys (a step that says "the queue's")
-QUEUE = ("queue_count", "leases", "delayed", "queue_index", "bucket_prefix", "ready", "data",
+QUEUE = ("queue_count", "leases", "deferred", "queue_index", "bucket_prefix", "ready", "data",
          "expiries", "lease")
 #: lua/frontier_state.lua's keys (a step that says "the state's")
 STATE = ("lease", "leases", "hostlive", "wlive", "hostq", "ready", "data", "dead", "seq",
@@ -136,7 +138,7 @@ def test_a_call_with_nothing_to_do_writes_only_what_every_call_may(crawl):
     # due): no key of any step is written
     result, written = crawl.call(CallBatch(beat=True))
     assert unnamed(crawl.keys, written) == set()
-    assert (result.queued, result.inflight, result.delayed) == (0, 0, 0)
+    assert (result.queued, result.inflight, result.deferred_now) == (0, 0, 0)
     # step_idle: idle since it found the frontier empty (idle_since holds since when)
     assert int(crawl.client.get(crawl.keys.idle_since)) <= crawl.server_ms()
     assert crawl.client.zscore(crawl.keys.workers, WORKER) is not None
@@ -185,7 +187,7 @@ def test_step_push_queues_new_entries_in_their_bucket_and_filter(crawl):
     result, written = crawl.call(CallBatch(pushes=[
         (b"a" * 12, 0, b"pa", 0, "h.test"), (b"b" * 12, 5, b"pb", 0, "h.test"),
         (b"a" * 12, 0, b"pa", 0, "h.test")]), worker="")
-    assert unnamed(crawl.keys, written, *FILTER, "seq", "delayed", "parked", "stats", *QUEUE,
+    assert unnamed(crawl.keys, written, *FILTER, "seq", "deferred", "parked", "stats", *QUEUE,
                    *STATE) == set()
     assert result.push_flags == [1, 1, 0]  # the third one was in the filter
     # two entries, each "<id>\t<payload>" in the bucket of its host and priority, highest first
@@ -197,17 +199,17 @@ def test_step_push_queues_new_entries_in_their_bucket_and_filter(crawl):
     assert int(crawl.client.get(crawl.keys.seq)) > seq  # the new ids
     assert crawl.client.exists(crawl.keys.bloom_meta, crawl.keys.bloom_slice(0)) == 2
     # nothing leased, deferred, parked or dead
-    assert crawl.client.exists(crawl.keys.leases, crawl.keys.lease, crawl.keys.delayed,
+    assert crawl.client.exists(crawl.keys.leases, crawl.keys.lease, crawl.keys.deferred,
                                crawl.keys.parked, crawl.keys.dead) == 0
 
 
 def test_step_push_a_delayed_push_waits_among_the_deferred_entries(crawl):
     result, written = crawl.call(CallBatch(pushes=[(b"d" * 12, 0, b"pd", 0, "h.test", 60_000)]),
                                  worker="")
-    assert unnamed(crawl.keys, written, *FILTER, "seq", "delayed", "parked", "stats", *QUEUE,
+    assert unnamed(crawl.keys, written, *FILTER, "seq", "deferred", "parked", "stats", *QUEUE,
                    *STATE) == set()
     assert result.push_flags == [1]
-    (member, due), = crawl.client.zrange(crawl.keys.delayed, 0, -1, withscores=True)
+    (member, due), = crawl.client.zrange(crawl.keys.deferred, 0, -1, withscores=True)
     entry_id, _, host = member.decode().split("|")
     assert host == "h.test" and due > crawl.server_ms() + 50_000
     assert crawl.client.hget(crawl.keys.data, entry_id) == b"pd"
@@ -326,14 +328,14 @@ def test_step_extend_a_download_over_frees_its_host_slot_and_keeps_the_lease(red
 def test_step_due_moves_a_due_deferred_entry_to_its_bucket_head(crawl):
     crawl.push("http://h.test/queued")
     crawl.push("http://h.test/later", delay_ms=200)
-    (_member, due), = crawl.client.zrange(crawl.keys.delayed, 0, -1, withscores=True)
+    (_member, due), = crawl.client.zrange(crawl.keys.deferred, 0, -1, withscores=True)
     crawl.wait_server_past(due)
     result, written = crawl.call(CallBatch(beat=True))
-    assert unnamed(crawl.keys, written, "delayed", "leases", "expiries", *QUEUE, *STATE) == set()
-    assert crawl.client.zcard(crawl.keys.delayed) == 0
+    assert unnamed(crawl.keys, written, "deferred", "leases", "expiries", *QUEUE, *STATE) == set()
+    assert crawl.client.zcard(crawl.keys.deferred) == 0
     assert [e.split(b"\t", 1)[1] for e in crawl.bucket()] == \
         [b"http://h.test/later", b"http://h.test/queued"]
-    assert (result.queued, result.delayed) == (2, 0)
+    assert (result.queued, result.deferred_now) == (2, 0)
 
 
 def test_step_reclaim_counts_an_expired_lease_and_queues_it_again(redis_url):
@@ -341,7 +343,7 @@ def test_step_reclaim_counts_an_expired_lease_and_queues_it_again(redis_url):
     leased = lease_one(crawl)
     crawl.wait_server_past(crawl.client.zscore(crawl.keys.leases, leased.entry_id))
     result, written = crawl.call(CallBatch(beat=True), worker="other:2:1")
-    assert unnamed(crawl.keys, written, "delayed", "leases", "expiries", "dead", *QUEUE,
+    assert unnamed(crawl.keys, written, "deferred", "leases", "expiries", "dead", *QUEUE,
                    *STATE, worker="other:2:1") == set()
     assert int(crawl.client.hget(crawl.keys.expiries, leased.entry_id)) == 1
     assert crawl.bucket() == [f"{leased.entry_id}\t".encode() + leased.payload]
@@ -355,7 +357,7 @@ def test_step_reclaim_dead_letters_after_max_lease_expiries(redis_url):
     leased = lease_one(crawl)
     crawl.wait_server_past(crawl.client.zscore(crawl.keys.leases, leased.entry_id))
     result, written = crawl.call(CallBatch(beat=True))
-    assert unnamed(crawl.keys, written, "delayed", "leases", "expiries", "dead", *QUEUE,
+    assert unnamed(crawl.keys, written, "deferred", "leases", "expiries", "dead", *QUEUE,
                    *STATE) == set()
     (letter,) = crawl.admin.dead_letters()
     assert letter["data"] == leased.payload
@@ -372,7 +374,7 @@ def test_step_ack_drops_the_lease_and_pushes_the_links_with_it(crawl):
     result, written = crawl.call(CallBatch(
         acks=[(leased.entry_id, leased.token)],
         pushes=[(b"l" * 12, 0, b"http://h.test/link", 1, "h.test")]))
-    assert unnamed(crawl.keys, written, "data", "parked", "delayed", "failed", "failed_at",
+    assert unnamed(crawl.keys, written, "data", "parked", "deferred", "failed", "failed_at",
                    "failed_by", "seq", *QUEUE, *STATE, *FILTER) == set()
     assert crawl.client.zscore(crawl.keys.leases, leased.entry_id) is None
     assert crawl.client.hget(crawl.keys.lease, leased.entry_id) is None
@@ -380,7 +382,7 @@ def test_step_ack_drops_the_lease_and_pushes_the_links_with_it(crawl):
     assert [e.split(b"\t", 1)[1] for e in crawl.bucket()] == [b"http://h.test/link"]
     assert crawl.stat("acked") == acked + 1
     assert result.push_flags == [1]
-    assert crawl.client.exists(crawl.keys.failed, crawl.keys.parked, crawl.keys.delayed) == 0
+    assert crawl.client.exists(crawl.keys.failed, crawl.keys.parked, crawl.keys.deferred) == 0
 
 
 def test_step_ack_with_a_failure_record_records_it_once(crawl):
@@ -389,7 +391,7 @@ def test_step_ack_with_a_failure_record_records_it_once(crawl):
                            attempts=3, worker=WORKER, host="h.test")
     _result, written = crawl.call(CallBatch(acks=[(leased.entry_id, leased.token,
                                                   record.encode())]))
-    assert unnamed(crawl.keys, written, "data", "parked", "delayed", "failed", "failed_at",
+    assert unnamed(crawl.keys, written, "data", "parked", "deferred", "failed", "failed_at",
                    "failed_by", "seq", *QUEUE, *STATE, *FILTER) == set()
     stored = crawl.client.hgetall(crawl.keys.failed)
     assert list(stored) == [leased.entry_id.encode()]
@@ -407,7 +409,7 @@ def test_step_ack_a_link_past_the_bound_parks_its_parent(redis_url):
         acks=[(leased.entry_id, leased.token)],
         pushes=[(b"1" * 12, 0, b"http://h.test/l1", 1, "h.test"),
                 (b"2" * 12, 0, b"http://h.test/l2", 1, "h.test")]))
-    assert unnamed(crawl.keys, written, "data", "parked", "delayed", "failed", "failed_at",
+    assert unnamed(crawl.keys, written, "data", "parked", "deferred", "failed", "failed_at",
                    "failed_by", "seq", *QUEUE, *STATE, *FILTER) == set()
     # room for one link (the parent's own slot): the other one is left, the parent parked
     assert [e.split(b"\t", 1)[1] for e in crawl.bucket()] == [b"http://h.test/l1"]

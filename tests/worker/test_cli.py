@@ -392,7 +392,7 @@ def test_status_reads_the_frontier_once_with_the_same_figures(redis_url, redis_s
     assert snap["failed_by"] == failed_counts(admin.client, admin.keys) == {
         "http/404": 1, "http/500": 2}
     admin.close()
-    # the command: each of the frontier's counts read once (ZCARD of the delayed entries and
+    # the command: each of the frontier's counts read once (ZCARD of the deferred entries and
     # of the leases; the queued count is a GET: the previous layout's queue ZSET is gone), no
     # second TIME
     client.config_resetstat()

@@ -40,7 +40,7 @@ def old_crawl(client: redis.Redis, keys: CrawlKeys) -> dict[bytes, bytes]:
     client.hset(f"{base}:ehost", mapping={f"{i:015d}": "a.test" for i in range(1, 5)})
     client.hset(keys.lease, "000000000000003", "41|0|w")
     client.zadd(keys.leases, {"000000000000003": 10**13})
-    client.zadd(keys.delayed, {"000000000000004|0": 10**13})
+    client.zadd(keys.deferred, {"000000000000004|0": 10**13})
     client.hset(keys.hostq, "a.test", 4)
     client.zadd(keys.ready, {"a.test": 0})
     client.set(keys.seq, 4)

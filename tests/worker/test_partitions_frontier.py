@@ -92,7 +92,7 @@ def test_a_refused_foreign_link_defers_its_page_and_nothing_is_lost(redis_url):
             r = await fr.call(CallBatch(acks=[(page.entry_id, page.token)], pushes=[link]))
             assert r.acked == 0 and r.deferred == 1 and r.push_flags == [0]
             assert fr.deferred_parents == 1
-            assert c.zcard(p1.delayed) == 1 and int(c.get(p0.queue_count)) == 1
+            assert c.zcard(p1.deferred) == 1 and int(c.get(p0.queue_count)) == 1
             # partition 0 gets room: its filler is fetched and acknowledged
             fr.home = 0
             filler = (await fr.call(CallBatch(take=1))).leased[0]
