@@ -202,6 +202,7 @@ class FleetConfig:
     extra: dict[str, Any] = field(default_factory=dict)
     failed_max: int = 10_000  #: FLEET_FAILED_MAX (docs/failures.md)
     partitions: int = 1  #: FLEET_PARTITIONS (docs/partitions.md)
+    partition_flush: float = 0.5  #: FLEET_PARTITION_FLUSH, seconds (docs/partitions.md)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings | Mapping[str, Any]) -> FleetConfig:
@@ -386,6 +387,8 @@ class FleetConfig:
                                        exclusive=True),
             proxy=proxy_config(settings),
             partitions=partitions,
+            partition_flush=number("FLEET_PARTITION_FLUSH", g("FLEET_PARTITION_FLUSH"), float,
+                                   0.0, "seconds >= 0"),
             browser=browser_config(settings),
             stages=stage_config(settings),
         )
