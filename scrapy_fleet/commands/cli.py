@@ -337,7 +337,8 @@ def _partitioned_action(ctx: ActionContext, action: str) -> int:
                                 ctx.fingerprint, ctx.low_watermark, ctx.has_method,
                                 ctx.host_key_mode)
     if action == "status":
-        return partitioned.run_status(ctx.crawl, ctx.opts, ctx.label, ctx.parts)
+        return partitioned.run_status(ctx.crawl, ctx.opts, ctx.label, ctx.parts,
+                                      ctx.low_watermark, ctx.alerts_config)
     if action == "shards":
         return partitioned.run_shards(ctx.crawl, ctx.opts, ctx.parts)
     if action == "purge":

@@ -8,6 +8,7 @@ import json
 import pytest
 import redis
 from support import TEST_PROJECT, read_items, run_scrapy, start_worker, tail, wait_all
+from test_status_schema import check, documented
 
 from scrapy_fleet.keys import CrawlKeys, partition_of
 
@@ -48,7 +49,7 @@ def test_push_status_crawl_shards_purge(redis_url, site_factory, worker_env, tmp
     res = fleet("status", "--json", redis_url=redis_url, env=worker_env)
     assert res.returncode == 0, res.stderr
     status = json.loads(res.stdout)
-    assert status["partitions"] == 4 and status["queued"] == 120
+    assert status["partitions"] == 4 and status["frontier"]["due"] == 120
     assert [row["queued"] for row in status["per_partition"]] == expected
     assert status["skew"] == round(max(expected) / 30, 2)
     text = fleet("status", redis_url=redis_url, env=worker_env).stdout
@@ -74,8 +75,13 @@ def test_push_status_crawl_shards_purge(redis_url, site_factory, worker_env, tmp
     assert sorted(item["url"] for item in items) == sorted(urls)
 
     status = json.loads(fleet("status", "--json", redis_url=redis_url, env=worker_env).stdout)
-    assert status["counters"]["acked"] == 120 and status["queued"] == 0
+    assert status["counters"]["requests"]["acked"] == 120
+    assert status["frontier"]["due"] == 0 and status["schema"] == 2
     assert [row["acked"] for row in status["per_partition"]] == expected
+    # the schema-2 snapshot (docs/monitoring.md), merged, with the partitioned fields
+    check(status, documented(), hosts=False, partitioned=True)
+    assert status["counters"]["pages"] == 120 and status["frontier"]["seen"] == 120
+    assert len(status["workers"]) == 3 and status["idle_seconds"] is not None
 
     res = fleet("purge", "--yes", redis_url=redis_url, env=worker_env)
     assert res.returncode == 0, res.stderr
