@@ -51,10 +51,28 @@ PUSH_CHUNK = 100
 PARAMS = FrontierParams(host_concurrency=8, queue_max=1_000_000)
 
 
+def cluster_port() -> int:
+    """A free port <= 55535 whose cluster bus port (port + 10000) is free too (a node on a
+    port above cannot start: its bus port would pass 65535)."""
+    import socket
+
+    for _ in range(1000):
+        port = free_port()
+        if port > 55535:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
 class Cluster:
     def __init__(self, root: Path, masters: int) -> None:
         self.root = root
-        self.ports = [free_port() for _ in range(masters)]
+        self.ports = [cluster_port() for _ in range(masters)]
         self.procs: list[subprocess.Popen[Any]] = []
 
     def __enter__(self) -> Cluster:
@@ -195,7 +213,8 @@ def cell(cluster: Cluster, parts: int, hosts: int, clients: int, seconds: float,
     admin.close()
     pages = max(st["pages"], 1)
     cpu = st["cpu"]
-    return {"parts": parts, "flush": flush if parts > 1 else None, "hosts": hosts, "clients": clients, "pages": st["pages"],
+    return {"parts": parts, "flush": flush if parts > 1 else None, "hosts": hosts,
+            "clients": clients, "pages": st["pages"],
             "cpu_us_per_page": round(sum(cpu) * 1e6 / pages, 1),
             "cpu_us_per_page_raw": round(sum(st["cpu_raw"]) * 1e6 / pages, 1),
             "busiest_share": round(max(cpu) / sum(cpu), 3) if sum(cpu) else None,

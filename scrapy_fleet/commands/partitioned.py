@@ -1,8 +1,9 @@
 """The commands on a partitioned crawl (FLEET_PARTITIONS > 1, docs/partitions.md): ``push``
-(batched per partition, lean calls), ``status`` and ``status --json`` (totals, a table per
-partition, a skew line), ``shards`` (which master holds which partition), ``purge`` (every
-partition, on every node), ``dead``, ``failed`` and ``retry`` over every partition (ids
-``<p>:<id>``).  ``top`` and ``monitor`` refuse such a crawl in one line for now.
+(batched per partition, lean calls), ``status`` and ``status --json`` (the schema-2 snapshot
+merged over the partitions, monitoring/merge.py, with a table per partition and a skew),
+``shards`` (which master holds which partition), ``purge`` (every partition, on every node),
+``dead``, ``failed`` and ``retry`` over every partition (ids ``<p>:<id>``).  ``top`` and
+``monitor`` refuse such a crawl in one line for now.
 
 A command learns P from the crawl (its ``partitions`` key); a command run inside a project
 whose FLEET_PARTITIONS differs from it is refused (frontier/partitions.py ``check_sync``).
