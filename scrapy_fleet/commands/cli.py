@@ -343,6 +343,9 @@ def _partitioned_action(ctx: ActionContext, action: str) -> int:
         return partitioned.run_shards(ctx.crawl, ctx.opts, ctx.parts)
     if action == "purge":
         return partitioned.run_purge(ctx.crawl, ctx.opts, ctx.label, ctx.parts, ctx.confirm)
+    if action in ("top", "monitor"):
+        return monitoring_actions.run(action, ctx.crawl, ctx.opts, ctx.alerts_config,
+                                      ctx.forget_after, parts=ctx.parts)
     if action == "dead":
         return partitioned.run_dead(ctx.crawl, ctx.opts, ctx.parts)
     if action == "failed":

@@ -2,8 +2,8 @@
 (batched per partition, lean calls), ``status`` and ``status --json`` (the schema-2 snapshot
 merged over the partitions, monitoring/merge.py, with a table per partition and a skew),
 ``shards`` (which master holds which partition), ``purge`` (every partition, on every node),
-``dead``, ``failed`` and ``retry`` over every partition (ids ``<p>:<id>``).  ``top`` and
-``monitor`` refuse such a crawl in one line for now.
+``dead``, ``failed`` and ``retry`` over every partition (ids ``<p>:<id>``); ``top`` and
+``monitor`` read the merged snapshot (monitoring/source.py ``PartitionedSource``).
 
 A command learns P from the crawl (its ``partitions`` key); a command run inside a project
 whose FLEET_PARTITIONS differs from it is refused (frontier/partitions.py ``check_sync``).
@@ -27,7 +27,8 @@ from scrapy_fleet.keys import PUSH_LEAN_CALL, partition_of
 from scrapy_fleet.politeness import hosts as politeness
 
 #: actions that run on a partitioned crawl (the others refuse it, in one line)
-PARTITIONED_ACTIONS = ("push", "status", "shards", "purge", "dead", "failed", "retry")
+PARTITIONED_ACTIONS = ("push", "status", "shards", "purge", "dead", "failed", "retry", "top",
+                       "monitor")
 
 
 def partition_admins(admin: FrontierAdmin, parts: int) -> list[FrontierAdmin]:
@@ -99,35 +100,16 @@ class PartitionedPush:
                           bloom_full=False)
 
 
-def partition_rows(admin: FrontierAdmin, parts: int,
-                   snaps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per partition: its tag, slot, node, and its counts from its snapshot in *snaps*
-    (monitoring/merge.py ``ROW_FIELDS``)."""
-    rows = []
-    for one, snap in zip(partition_admins(admin, parts), snaps, strict=True):
-        fr = snap["frontier"]
-        tag = one.keys.base
-        rows.append({"partition": one.keys.part, "tag": tag, "slot": _slot(tag),
-                     "node": _node(admin.client, one.keys.stats),
-                     "queued": fr["due"], "leased": fr["leased"], "deferred": fr["deferred"],
-                     "parked": fr["parked"], "dead": fr["dead"], "seen": fr["seen"],
-                     "bound": one.params.queue_max, "idle_seconds": snap["idle_seconds"],
-                     "acked": snap["counters"]["requests"]["acked"]})
-    return rows
-
-
 def _slot(key: str) -> int:
-    from redis.crc import key_slot
+    from scrapy_fleet.monitoring.merge import slot_of
 
-    return int(key_slot(key.encode()))
+    return slot_of(key)
 
 
 def _node(client: Any, key: str) -> str:
-    """host:port of the master serving *key* ("" on one server)."""
-    if not redis_client.is_cluster(client):
-        return ""
-    node = client.get_node_from_key(key)
-    return f"{node.host}:{node.port}"
+    from scrapy_fleet.monitoring.merge import node_of
+
+    return node_of(client, key)
 
 
 def read_status(admin: FrontierAdmin, parts: int, hosts: int = 10,
@@ -139,11 +121,9 @@ def read_status(admin: FrontierAdmin, parts: int, hosts: int = 10,
         redis.RedisError: a partition cannot be read.
     """
     from scrapy_fleet.monitoring import merge
-    from scrapy_fleet.monitoring.snapshot import read_snapshot
 
-    snaps = [read_snapshot(admin.client, keys, hosts=hosts, alerts_config=alerts_config)
-             for keys in admin.keys.all_partitions(parts)]
-    return merge.merge(snaps, partition_rows(admin, parts, snaps), hosts)
+    return merge.read_merged(admin.client, admin.keys, parts, hosts, alerts_config,
+                             partition_params(admin.params, parts).queue_max)
 
 
 def run_status(admin: FrontierAdmin, opts: Any, label: str, parts: int,

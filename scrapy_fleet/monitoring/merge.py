@@ -22,7 +22,11 @@ records; a worker's monitoring goes with its calls to its home partition, which 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
+
+from scrapy_fleet import redis_client
+from scrapy_fleet.keys import CrawlKeys
 
 #: fields of a per-partition row (``per_partition[]``, docs/monitoring.md)
 ROW_FIELDS = ("partition", "tag", "slot", "node", "queued", "leased", "deferred", "parked",
@@ -128,3 +132,55 @@ def _weighted(pairs: list[tuple[float | None, float]]) -> float | None:
     if not total:
         return max(v for v, _ in known)
     return round(sum(v * w for v, w in known) / total, 6)
+
+
+def slot_of(key: str) -> int:
+    """The Redis Cluster slot of *key* (of its hash tag)."""
+    from redis.crc import key_slot
+
+    return int(key_slot(key.encode()))
+
+
+def node_of(client: Any, key: str) -> str:
+    """host:port of the master serving *key* ("" on one server)."""
+    if not redis_client.is_cluster(client):
+        return ""
+    node = client.get_node_from_key(key)
+    return f"{node.host}:{node.port}"
+
+
+def read_merged(client: Any, keys: CrawlKeys, parts: int, hosts: int = 10,
+                alerts_config: Any = None, bound: int | None = None) -> dict[str, Any]:
+    """The merged snapshot of crawl *keys* in *parts* partitions (:func:`merge`): every
+    partition's ``read_snapshot``, one after the other; *bound*: each partition's share of
+    FLEET_QUEUE_MAX (None: unbounded).
+
+    Raises:
+        redis.RedisError: a partition cannot be read.
+    """
+    from scrapy_fleet.monitoring.snapshot import read_snapshot
+
+    snaps, rows = [], []
+    for k in keys.all_partitions(parts):
+        snap = read_snapshot(client, k, hosts=hosts, alerts_config=alerts_config)
+        fr = snap["frontier"]
+        snaps.append(snap)
+        rows.append({"partition": k.part, "tag": k.base, "slot": slot_of(k.base),
+                     "node": node_of(client, k.stats), "queued": fr["due"],
+                     "leased": fr["leased"], "deferred": fr["deferred"],
+                     "parked": fr["parked"], "dead": fr["dead"], "seen": fr["seen"],
+                     "bound": bound, "idle_seconds": snap["idle_seconds"],
+                     "acked": snap["counters"]["requests"]["acked"]})
+    return merge(snaps, rows, hosts)
+
+
+def merge_points(series: Iterable[list[tuple[float, float | None]]]
+                 ) -> list[tuple[float, float | None]]:
+    """The partitions' points of one series summed step by step (a step none of them has a
+    value for stays None)."""
+    sums: dict[float, float | None] = {}
+    for points in series:
+        for t, v in points:
+            have = sums.get(t)
+            sums[t] = v if have is None else (have if v is None else have + v)
+    return sorted(sums.items())

@@ -8,6 +8,7 @@ import json
 import pytest
 import redis
 from support import TEST_PROJECT, read_items, run_scrapy, start_worker, tail, wait_all
+from test_monitoring_live import Monitor
 from test_status_schema import check, documented
 
 from scrapy_fleet.keys import CrawlKeys, partition_of
@@ -84,6 +85,24 @@ def test_push_status_crawl_shards_purge(redis_url, site_factory, worker_env, tmp
     assert {p for p, (_, _, where) in rows.items() if where == "partitioned"} <= seen
     assert status["counters"]["pages"] == 120 and status["frontier"]["seen"] == 120
     assert len(status["workers"]) == 3 and status["idle_seconds"] is not None
+
+    # top and monitor read the same merged snapshot; /metrics has a gauge per partition
+    res = fleet("top", "--once", redis_url=redis_url, env=worker_env)
+    assert res.returncode == 0, res.stderr
+    assert "120" in res.stdout and "crawl" in res.stdout.lower(), res.stdout
+    monitor = Monitor(redis_url, "fetch", worker_env)
+    try:
+        metrics = monitor.metrics()
+    finally:
+        assert monitor.stop() == 0
+    assert metrics[("scrapy_fleet_partitions", ())] == 4
+    assert metrics[("scrapy_fleet_pages_total", ())] == 120
+    nodes = {dict(labels)["node"] for name, labels in metrics
+             if name == "scrapy_fleet_partition_requests"}
+    assert nodes == {"local"}
+    for p in range(4):
+        assert metrics[("scrapy_fleet_partition_requests",
+                        (("node", "local"), ("partition", str(p)), ("state", "queued")))] == 0
 
     res = fleet("purge", "--yes", redis_url=redis_url, env=worker_env)
     assert res.returncode == 0, res.stderr
