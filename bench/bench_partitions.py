@@ -7,12 +7,18 @@ page go through lua/push_lean.lua before its acknowledgement, exactly as a worke
 them): each call acknowledges the pages "fetched" since the last one with their links
 (bench_capacity's site: ~10 links per page, ~90 % duplicates, H hosts), says their downloads
 are over, and asks for leases up to 16 held.  Per cell: pages acknowledged, the Redis CPU
-(utime + stime of every master) per page, the busiest master's share of it, the foreign
+(utime + stime of every master, less its idle rate measured just before: `_raw` keeps it) per
+page, the busiest master's share of it, the foreign
 (lean) calls per page.  Cells of one run are adjacent, so their ratios are what a loaded
 machine lets one compare.
 
+P > 1 cells run once per ``--flush`` value (FLEET_PARTITION_FLUSH, seconds: how long a client
+buffers its foreign links per destination; 0: pushed at every call).  ``--rounds R`` runs
+the whole row of cells R times, so that each P > 1 cell has a P = 1 cell just before it
+(the ratio printed is of those two).
+
 Usage: .venv/bin/python bench/bench_partitions.py [--masters 2] [--parts 1,4]
-       [--hosts 100,10000] [--clients 16] [--seconds 8]
+       [--hosts 100,10000] [--clients 16] [--seconds 8] [--flush 0.5] [--rounds 1]
 """
 
 from __future__ import annotations
@@ -45,10 +51,28 @@ PUSH_CHUNK = 100
 PARAMS = FrontierParams(host_concurrency=8, queue_max=1_000_000)
 
 
+def cluster_port() -> int:
+    """A free port <= 55535 whose cluster bus port (port + 10000) is free too (a node on a
+    port above cannot start: its bus port would pass 65535)."""
+    import socket
+
+    for _ in range(1000):
+        port = free_port()
+        if port > 55535:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
 class Cluster:
     def __init__(self, root: Path, masters: int) -> None:
         self.root = root
-        self.ports = [free_port() for _ in range(masters)]
+        self.ports = [cluster_port() for _ in range(masters)]
         self.procs: list[subprocess.Popen[Any]] = []
 
     def __enter__(self) -> Cluster:
@@ -108,9 +132,11 @@ class Cluster:
 
 
 async def client(url: str, n: int, parts: int, crawl: str, site: bc.Site,
-                 stop_at: list[float], st: dict[str, Any], go: asyncio.Event) -> None:
+                 stop_at: list[float], st: dict[str, Any], go: asyncio.Event,
+                 flush: float) -> None:
     keys = CrawlKeys("fleet", crawl)
-    fr: Any = (PartitionedFrontier(url, keys, f"w{n}", PARAMS, parts) if parts > 1
+    fr: Any = (PartitionedFrontier(url, keys, f"w{n}", PARAMS, parts, flush_age=flush)
+               if parts > 1
                else AsyncFrontier(url, keys, f"w{n}", PARAMS, dupe_cache=0))
     rng = random.Random(n)
     held: list[Any] = []
@@ -146,7 +172,7 @@ async def client(url: str, n: int, parts: int, crawl: str, site: bc.Site,
 
 
 def cell(cluster: Cluster, parts: int, hosts: int, clients: int, seconds: float,
-         tag: str) -> dict[str, Any]:
+         tag: str, flush: float = 0.0) -> dict[str, Any]:
     crawl = f"b{tag}"
     site = bc.Site(hosts, max(2000, clients * 32))
     admin = FrontierAdmin(cluster.url, crawl, params=PARAMS)
@@ -167,20 +193,30 @@ def cell(cluster: Cluster, parts: int, hosts: int, clients: int, seconds: float,
         go = asyncio.Event()
         stop_at = [0.0]
         tasks = [asyncio.ensure_future(client(cluster.url, n, parts, crawl, site, stop_at, st,
-                                              go)) for n in range(clients)]
-        await asyncio.sleep(0.5)
+                                              go, flush)) for n in range(clients)]
+        # the masters' own CPU when nothing is sent (serverCron, the cluster bus): measured
+        # over an idle second and taken off the cell's, so that it does not weigh on a cell
+        # by its number of pages
+        idle0, t0 = cluster.cpu(), time.monotonic()
+        await asyncio.sleep(1.0)
+        idle = [(b - a) / (time.monotonic() - t0)
+                for a, b in zip(idle0, cluster.cpu(), strict=True)]
         stop_at[0] = time.monotonic() + seconds
-        cpu0 = cluster.cpu()
+        cpu0, t1 = cluster.cpu(), time.monotonic()
         go.set()
         await asyncio.gather(*tasks)
-        st["cpu"] = [b - a for a, b in zip(cpu0, cluster.cpu(), strict=True)]
+        span = time.monotonic() - t1
+        st["cpu_raw"] = [b - a for a, b in zip(cpu0, cluster.cpu(), strict=True)]
+        st["cpu"] = [max(0.0, c - i * span) for c, i in zip(st["cpu_raw"], idle, strict=True)]
 
     asyncio.run(main())
     admin.close()
     pages = max(st["pages"], 1)
     cpu = st["cpu"]
-    return {"parts": parts, "hosts": hosts, "clients": clients, "pages": st["pages"],
+    return {"parts": parts, "flush": flush if parts > 1 else None, "hosts": hosts,
+            "clients": clients, "pages": st["pages"],
             "cpu_us_per_page": round(sum(cpu) * 1e6 / pages, 1),
+            "cpu_us_per_page_raw": round(sum(st["cpu_raw"]) * 1e6 / pages, 1),
             "busiest_share": round(max(cpu) / sum(cpu), 3) if sum(cpu) else None,
             "foreign_calls_per_page": round(st["foreign"] / pages, 3),
             "pages_per_call": round(st["pages"] / max(st["calls"], 1), 2)}
@@ -193,24 +229,33 @@ def main() -> None:
     ap.add_argument("--hosts", default="100,10000")
     ap.add_argument("--clients", default="16")
     ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--flush", default="0.5")
+    ap.add_argument("--rounds", type=int, default=1)
     a = ap.parse_args()
+    flushes = [float(x) for x in a.flush.split(",")]
+    n = 0
     with h.workdir("parts-bench-") as root, Cluster(root, a.masters) as cluster:
         for hosts in [int(x) for x in a.hosts.split(",")]:
             for clients in [int(x) for x in a.clients.split(",")]:
-                cells = {}
-                for parts in [int(x) for x in a.parts.split(",")]:
-                    c = cell(cluster, parts, hosts, clients, a.seconds,
-                             f"{parts}-{hosts}-{clients}")
-                    c["masters"] = a.masters
-                    c["load"] = [round(x, 2) for x in os.getloadavg()]
-                    cells[parts] = c
-                    print(json.dumps(c), flush=True)
-                base = cells.get(1)
-                for parts, c in cells.items():
-                    if base and parts != 1:
-                        print(json.dumps({"ratio_cpu_per_page": round(
-                            c["cpu_us_per_page"] / base["cpu_us_per_page"], 3),
-                            "parts": parts, "hosts": hosts, "clients": clients}), flush=True)
+                for rnd in range(a.rounds):
+                    base: dict[str, Any] | None = None
+                    for parts in [int(x) for x in a.parts.split(",")]:
+                        for flush in flushes if parts > 1 else [0.0]:
+                            n += 1
+                            c = cell(cluster, parts, hosts, clients, a.seconds,
+                                     f"{n}-{parts}-{hosts}-{clients}", flush)
+                            c["masters"] = a.masters
+                            c["round"] = rnd
+                            c["load"] = [round(x, 2) for x in os.getloadavg()]
+                            print(json.dumps(c), flush=True)
+                            if parts == 1:
+                                base = c
+                            elif base is not None:
+                                print(json.dumps({
+                                    "ratio_cpu_per_page": round(
+                                        c["cpu_us_per_page"] / base["cpu_us_per_page"], 3),
+                                    "parts": parts, "flush": flush, "hosts": hosts,
+                                    "clients": clients, "round": rnd}), flush=True)
 
 
 if __name__ == "__main__":

@@ -89,6 +89,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FLEET_PARTITIONS", 1, "int, 1-1024",
             "partitions of the crawl's frontier, by host (fixed when the crawl is created)",
             "frontier", "docs/partitions.md"),
+    Setting("FLEET_PARTITION_FLUSH", 0.5, "float >= 0",
+            "seconds a worker buffers the links it found for another partition before pushing "
+            "them (sooner at 100 links, and at close); 0: at every call",
+            "frontier", "docs/partitions.md"),
     Setting("FLEET_DUPEFILTER_CAPACITY", 1_000_000, "int >= 1",
             "fingerprints the first Bloom slice holds", "dupefilter"),
     Setting("FLEET_DUPEFILTER_ERROR_RATE", 0.001, "float in (0, 0.5]",

@@ -205,6 +205,7 @@ class FleetConfig:
     partitions: int = 1  #: FLEET_PARTITIONS (docs/partitions.md)
     #: FLEET_RECRAWL* (docs/recrawl.md)
     recrawl: RecrawlConfig = field(default_factory=RecrawlConfig)
+    partition_flush: float = 0.5  #: FLEET_PARTITION_FLUSH, seconds (docs/partitions.md)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings | Mapping[str, Any]) -> FleetConfig:
@@ -390,6 +391,8 @@ class FleetConfig:
             proxy=proxy_config(settings),
             partitions=partitions,
             recrawl=recrawl_config(settings),
+            partition_flush=number("FLEET_PARTITION_FLUSH", g("FLEET_PARTITION_FLUSH"), float,
+                                   0.0, "seconds >= 0"),
             browser=browser_config(settings),
             stages=stage_config(settings),
         )

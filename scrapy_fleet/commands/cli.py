@@ -337,11 +337,15 @@ def _partitioned_action(ctx: ActionContext, action: str) -> int:
                                 ctx.fingerprint, ctx.low_watermark, ctx.has_method,
                                 ctx.host_key_mode)
     if action == "status":
-        return partitioned.run_status(ctx.crawl, ctx.opts, ctx.label, ctx.parts)
+        return partitioned.run_status(ctx.crawl, ctx.opts, ctx.label, ctx.parts,
+                                      ctx.low_watermark, ctx.alerts_config)
     if action == "shards":
         return partitioned.run_shards(ctx.crawl, ctx.opts, ctx.parts)
     if action == "purge":
         return partitioned.run_purge(ctx.crawl, ctx.opts, ctx.label, ctx.parts, ctx.confirm)
+    if action in ("top", "monitor"):
+        return monitoring_actions.run(action, ctx.crawl, ctx.opts, ctx.alerts_config,
+                                      ctx.forget_after, parts=ctx.parts)
     if action == "dead":
         return partitioned.run_dead(ctx.crawl, ctx.opts, ctx.parts)
     if action == "failed":

@@ -1,8 +1,9 @@
 """The commands on a partitioned crawl (FLEET_PARTITIONS > 1, docs/partitions.md): ``push``
-(batched per partition, lean calls), ``status`` and ``status --json`` (totals, a table per
-partition, a skew line), ``shards`` (which master holds which partition), ``purge`` (every
-partition, on every node), ``dead``, ``failed`` and ``retry`` over every partition (ids
-``<p>:<id>``).  ``top`` and ``monitor`` refuse such a crawl in one line for now.
+(batched per partition, lean calls), ``status`` and ``status --json`` (the schema-2 snapshot
+merged over the partitions, monitoring/merge.py, with a table per partition and a skew),
+``shards`` (which master holds which partition), ``purge`` (every partition, on every node),
+``dead``, ``failed`` and ``retry`` over every partition (ids ``<p>:<id>``); ``top`` and
+``monitor`` read the merged snapshot (monitoring/source.py ``PartitionedSource``).
 
 A command learns P from the crawl (its ``partitions`` key); a command run inside a project
 whose FLEET_PARTITIONS differs from it is refused (frontier/partitions.py ``check_sync``).
@@ -26,7 +27,8 @@ from scrapy_fleet.keys import PUSH_LEAN_CALL, partition_of
 from scrapy_fleet.politeness import hosts as politeness
 
 #: actions that run on a partitioned crawl (the others refuse it, in one line)
-PARTITIONED_ACTIONS = ("push", "status", "shards", "purge", "dead", "failed", "retry")
+PARTITIONED_ACTIONS = ("push", "status", "shards", "purge", "dead", "failed", "retry", "top",
+                       "monitor")
 
 
 def partition_admins(admin: FrontierAdmin, parts: int) -> list[FrontierAdmin]:
@@ -98,86 +100,54 @@ class PartitionedPush:
                           bloom_full=False)
 
 
-def partition_rows(admin: FrontierAdmin, parts: int) -> list[dict[str, Any]]:
-    """Per partition: its tag, slot, node, and the counts of ``FrontierAdmin.status``."""
-    rows = []
-    for one in partition_admins(admin, parts):
-        st = one.status()
-        tag = one.keys.base
-        rows.append({"partition": one.keys.part, "tag": tag, "slot": _slot(tag),
-                     "node": _node(admin.client, one.keys.stats),
-                     "queued": st["queued"], "leased": st["leased"], "deferred": st["deferred"],
-                     "parked": st["parked"], "dead": st["dead"], "seen": st["seen"],
-                     "bound": one.params.queue_max, "idle_seconds": st["idle_seconds"],
-                     "counters": st["counters"], "workers": st["workers"]})
-    return rows
-
-
 def _slot(key: str) -> int:
-    from redis.crc import key_slot
+    from scrapy_fleet.monitoring.merge import slot_of
 
-    return int(key_slot(key.encode()))
+    return slot_of(key)
 
 
 def _node(client: Any, key: str) -> str:
-    """host:port of the master serving *key* ("" on one server)."""
-    if not redis_client.is_cluster(client):
-        return ""
-    node = client.get_node_from_key(key)
-    return f"{node.host}:{node.port}"
+    from scrapy_fleet.monitoring.merge import node_of
+
+    return node_of(client, key)
 
 
-def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Sums over partitions (the gauges of one sweep: not an atomic snapshot)."""
-    out: dict[str, Any] = {name: sum(r[name] for r in rows)
-                           for name in ("queued", "leased", "deferred", "parked", "dead",
-                                        "seen")}
-    counters: dict[str, int] = {}
-    workers: dict[str, float] = {}
-    for r in rows:
-        for k, v in r["counters"].items():
-            counters[k] = counters.get(k, 0) + v
-        for w, age in r["workers"].items():
-            workers[w] = min(age, workers.get(w, age))
-    out["size"] = out["queued"] + out["leased"] + out["deferred"]
-    out["counters"] = counters
-    out["workers"] = workers
-    idles = [r["idle_seconds"] for r in rows]
-    out["idle_seconds"] = None if any(i is None for i in idles) else min(idles)
-    return out
+def read_status(admin: FrontierAdmin, parts: int, hosts: int = 10,
+                alerts_config: Any = None) -> dict[str, Any]:
+    """The schema-2 snapshot of a partitioned crawl: every partition's, merged
+    (monitoring/merge.py), with ``partitions``, ``per_partition`` and ``skew``.
+
+    Raises:
+        redis.RedisError: a partition cannot be read.
+    """
+    from scrapy_fleet.monitoring import merge
+
+    return merge.read_merged(admin.client, admin.keys, parts, hosts, alerts_config,
+                             partition_params(admin.params, parts).queue_max)
 
 
-def skew(rows: list[dict[str, Any]], field: str = "queued") -> float:
-    """The largest partition's *field* over the mean (1.0: even; 0.0 when all are 0)."""
-    values = [r[field] for r in rows]
-    mean = sum(values) / len(values)
-    return round(max(values) / mean, 2) if mean else 0.0
+def run_status(admin: FrontierAdmin, opts: Any, label: str, parts: int,
+               low_watermark: int | None = None, alerts_config: Any = None) -> int:
+    """``status`` of a partitioned crawl: the merged snapshot (``--json``: schema 2, with
+    ``queue_max`` and ``low_watermark`` as for one partition), or the screen, a row per
+    partition and the skew line."""
+    from scrapy_fleet.monitoring import screen
 
-
-def run_status(admin: FrontierAdmin, opts: Any, label: str, parts: int) -> int:
-    rows = partition_rows(admin, parts)
-    total = totals(rows)
-    status = {"crawl_id": admin.keys.crawl_id, "partitions": parts, **total,
-              "queue_max": admin.params.queue_max, "skew": skew(rows),
-              "per_partition": [{k: v for k, v in r.items() if k not in ("counters", "workers")}
-                                | {"acked": r["counters"].get("acked", 0)} for r in rows]}
+    snap = read_status(admin, parts, getattr(opts, "limit", 10), alerts_config)
     if getattr(opts, "json", False):
+        status = {**snap, "queue_max": admin.params.queue_max, "low_watermark": low_watermark}
         print(json.dumps(status, indent=2, sort_keys=True))
         return push.EXIT_OK
-    c = total["counters"]
-    print(f"crawl {admin.keys.crawl_id!r} ({label}), {parts} partitions")
-    print(f"  queued {total['queued']}  leased {total['leased']}  deferred {total['deferred']}"
-          f"  parked {total['parked']}  dead {total['dead']}  seen {total['seen']}")
-    print(f"  pushed {c.get('pushed', 0)}  acked {c.get('acked', 0)}  duplicates "
-          f"{c.get('duplicates', 0)}  workers {len(total['workers'])}")
+    print(screen.render(snap, f"{label}, {parts} partitions", admin.params.queue_max,
+                        low_watermark))
     print(f"  {'part':>4} {'node':<21} {'queued':>8} {'leased':>7} {'deferred':>8} "
           f"{'parked':>6} {'bound':>8} {'idle':>7}")
-    for r in rows:
+    for r in snap["per_partition"]:
         idle = "-" if r["idle_seconds"] is None else f"{r['idle_seconds']:.0f}s"
         print(f"  {r['partition']:>4} {r['node'] or 'local':<21} {r['queued']:>8} "
               f"{r['leased']:>7} {r['deferred']:>8} {r['parked']:>6} "
               f"{r['bound'] or '-':>8} {idle:>7}")
-    print(f"  skew: the fullest partition holds {status['skew']}x the mean of queued entries")
+    print(f"  skew: the fullest partition holds {snap['skew']}x the mean of queued entries")
     return push.EXIT_OK
 
 

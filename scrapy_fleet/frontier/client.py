@@ -168,5 +168,13 @@ class AsyncFrontier:
         """Calls fewer replicas than :attr:`wait_replicas` acknowledged in time."""
         return self.calls.unreplicated
 
+    def flush_in(self) -> float | None:
+        """Seconds until buffered work of the client's own is due: None, it buffers nothing
+        (a partitioned crawl's client buffers links for other partitions: partitions.py)."""
+        return None
+
+    def flush_now(self) -> None:
+        """Make buffered work due at the next call (nothing here: see :meth:`flush_in`)."""
+
     async def close(self) -> None:
         await self.client.aclose()

@@ -14,7 +14,12 @@ AsyncFrontier` the pump uses (``call``, ``connect``, ``close``, ``keys``, ``clie
 
 1. the links of a finished page whose host belongs to another partition than the page's
    (*foreign* links) are pushed there first, one lean call per destination
-   (lua/push_lean.lua), concurrently;
+   (lua/push_lean.lua), concurrently.  They are buffered per destination across calls
+   (FLEET_PARTITION_FLUSH): a destination's buffer goes once its oldest link waited that
+   long, once it holds :data:`FLUSH_LINKS` links, and at close (:meth:`flush_now`); the
+   pages whose links wait (and their links for their own partition) wait with them, here,
+   unacknowledged, outside the pump's book (they count neither against the prefetch nor
+   against the leases a worker holds);
 2. then one frontier call per partition the batch touches, concurrently: acknowledgements,
    extends, releases, dead letters and download notices go to the partition named by their
    entry id (``"<p>:<id>"``), local links with their page's acknowledgement, pushes without
@@ -45,6 +50,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 import zlib
 from collections import defaultdict
@@ -55,16 +61,20 @@ import msgpack
 import redis
 
 from scrapy_fleet import lua, redis_client
-from scrapy_fleet.errors import CrawlStateLostError, FleetConfigError
+from scrapy_fleet.errors import CrawlStateLostError
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.dupecache import DupeCache
+from scrapy_fleet.frontier.partition_count import (  # noqa: F401 (re-exported)
+    check_async,
+    check_sync,
+    stored_partitions,
+)
 from scrapy_fleet.frontier.protocol import (
     OP_TTL_MS,
     CallBatch,
     CallResult,
     FrontierParams,
     LeasedEntry,
-    as_int,
     state_lost,
 )
 from scrapy_fleet.keys import PROBE_CALL, PUSH_LEAN_CALL, CrawlKeys, partition_of
@@ -73,6 +83,10 @@ logger = logging.getLogger(__name__)
 
 #: separator of a partition's index and an entry id in the ids a PartitionedFrontier hands out
 ID_SEP = ":"
+
+#: foreign links buffered for one partition that make it due at once, and the links of one
+#: lean call at most (a buffer past it goes in several): the pump's PUSH_CHUNK
+FLUSH_LINKS = 100
 
 
 def entry_ref(p: int, entry_id: str) -> str:
@@ -90,61 +104,6 @@ def split_ref(ref: str) -> tuple[int, str]:
     if not sep or not p.isdigit():
         raise ValueError(f"not a partitioned entry id: {ref!r}")
     return int(p), entry_id
-
-
-# -- the crawl's P, stored when it is created ---------------------------------------------------
-
-def _verdict(keys: CrawlKeys, parts: int, stored: Any, p1_exists: int) -> FleetConfigError | None:
-    if stored is not None:
-        have = as_int(stored, None)
-        if have == parts:
-            return None
-        shown = stored.decode(errors="replace") if isinstance(stored, bytes) else stored
-        return FleetConfigError(
-            f"FLEET_PARTITIONS={parts} does not match crawl {keys.crawl_id!r}, created with "
-            f"FLEET_PARTITIONS={shown}: set it to that value, or purge the crawl to start it "
-            "again")
-    if parts > 1 and p1_exists:
-        return FleetConfigError(
-            f"FLEET_PARTITIONS={parts} does not match crawl {keys.crawl_id!r}, created with "
-            "FLEET_PARTITIONS=1: set it to 1, or purge the crawl to start it again")
-    return None
-
-
-def check_sync(client: Any, keys: CrawlKeys, parts: int, create: bool = True) -> None:
-    """Refuse a worker or command whose FLEET_PARTITIONS differs from the crawl's, and store
-    *parts* (P > 1) with a crawl that has none yet when *create* (SET NX: the first wins).
-    P = 1 writes nothing (a crawl without the key is a P = 1 crawl).
-
-    Raises:
-        FleetConfigError: one line naming the crawl, both values and what to do.
-    """
-    stored = client.get(keys.partitions)
-    p1 = 0 if stored is not None or parts == 1 else client.exists(keys.marker, keys.layout)
-    error = _verdict(keys, parts, stored, p1)
-    if error is None and stored is None and parts > 1 and create:
-        if not client.set(keys.partitions, parts, nx=True):
-            error = _verdict(keys, parts, client.get(keys.partitions), 0)
-    if error is not None:
-        raise error
-
-
-async def check_async(client: Any, keys: CrawlKeys, parts: int, create: bool = True) -> None:
-    """:func:`check_sync` with an asyncio client."""
-    stored = await client.get(keys.partitions)
-    p1 = 0 if stored is not None or parts == 1 else await client.exists(keys.marker,
-                                                                          keys.layout)
-    error = _verdict(keys, parts, stored, p1)
-    if error is None and stored is None and parts > 1 and create:
-        if not await client.set(keys.partitions, parts, nx=True):
-            error = _verdict(keys, parts, await client.get(keys.partitions), 0)
-    if error is not None:
-        raise error
-
-
-def stored_partitions(client: Any, keys: CrawlKeys) -> int:
-    """The crawl's P as stored (1 when it has none: a P = 1 crawl, or none at all)."""
-    return int(as_int(client.get(keys.partitions), 1) or 1)
 
 
 def partition_params(params: FrontierParams, parts: int) -> FrontierParams:
@@ -225,7 +184,8 @@ class PartitionedFrontier:
 
     def __init__(self, url: str, keys: CrawlKeys, worker: str, params: FrontierParams,
                  parts: int, timeout: float = 10.0, retries: int = 3, wait_replicas: int = 0,
-                 idle_timeout: float | None = None, dupe_cache: int = 0) -> None:
+                 idle_timeout: float | None = None, dupe_cache: int = 0,
+                 flush_age: float = 0.0) -> None:
         self.url = url
         self.keys = keys  #: the control keys (the crawl's own tag)
         self.parts = parts
@@ -252,6 +212,11 @@ class PartitionedFrontier:
         self.deferred_parents = 0  #: pages deferred because a foreign push was refused
         self.partition_errors = 0  #: partition calls that failed (their part was held)
         self._held: CallBatch | None = None
+        #: FLEET_PARTITION_FLUSH (seconds; 0: foreign links are pushed at every call)
+        self.flush_age = flush_age
+        #: per partition with foreign links buffered: when the oldest of them was buffered
+        self._since: dict[int, float] = {}
+        self._force = False  #: flush_now: every buffer is due
 
     @property
     def unreplicated(self) -> int:
@@ -260,6 +225,26 @@ class PartitionedFrontier:
     @property
     def marker(self) -> str:
         return self.fronts[self.home].marker
+
+    def flush_now(self) -> None:
+        """Make every buffer of foreign links due (the worker is closing): the next call
+        pushes them all, and the pages waiting for them are acknowledged."""
+        self._force = True
+
+    def flush_in(self) -> float | None:
+        """Seconds until a buffer of foreign links is due (0: now); None when nothing is
+        buffered.  The pump calls then even with nothing of its own to send."""
+        if not self._since:
+            return None
+        if self._force:
+            return 0.0
+        if self.flush_age <= 0:
+            return None  # nothing waits: only what a partition refused, sent with the next call
+        return max(0.0, min(self._since.values()) + self.flush_age - time.monotonic())
+
+    def _due(self, q: int, links: int, now: float) -> bool:
+        return (self._force or self.flush_age <= 0 or links >= FLUSH_LINKS
+                or now - self._since.get(q, now) >= self.flush_age)
 
     async def connect(self, patience: float = 30.0) -> None:
         """Reach every partition (and check its layout), then the control keys."""
@@ -317,6 +302,24 @@ class PartitionedFrontier:
         return r
 
     async def _push_foreign(self, q: int, pushes: list[tuple[Any, ...]]) -> LeanResult:
+        """Push *pushes* into partition *q*, :data:`FLUSH_LINKS` per lean call, one after
+        the other; the reply of them all (indexes into *pushes*)."""
+        out: LeanResult | None = None
+        for start in range(0, len(pushes), FLUSH_LINKS):
+            res = await self._push_chunk(q, pushes[start:start + FLUSH_LINKS])
+            if out is None:
+                out = res
+                continue
+            out.flags += res.flags
+            out.refused += [start + i for i in res.refused]
+            out.seen += [start + i for i in res.seen]
+            out.pushed += res.pushed
+            out.duplicates += res.duplicates
+            out.full = out.full or res.full
+        assert out is not None
+        return out
+
+    async def _push_chunk(self, q: int, pushes: list[tuple[Any, ...]]) -> LeanResult:
         keys = self.part_keys[q].call_keys(PUSH_LEAN_CALL, uuid.uuid4().hex)
         arg = lean_args(pushes, self.params, self.fronts[q].marker)
 
@@ -359,8 +362,12 @@ class PartitionedFrontier:
         first = self._route(full)
         lean: dict[int, LeanResult] = {}
         blocked: set[int] = set()  # groups whose links for some partition are not in yet
-        if first.foreign:
-            qs = sorted(first.foreign)
+        now = time.monotonic()
+        waiting = {q for q, rows in first.foreign.items() if not self._due(q, len(rows), now)}
+        for q in waiting:  # buffered: their pages wait here, unacknowledged
+            blocked.update(first.foreign_group[q])
+        if len(waiting) < len(first.foreign):
+            qs = sorted(set(first.foreign) - waiting)
             done = await asyncio.gather(*(self._push_foreign(q, first.foreign[q])
                                           for q in qs), return_exceptions=True)
             for q, res in zip(qs, done, strict=True):
@@ -407,7 +414,11 @@ class PartitionedFrontier:
         if errors and not by_part and not lean:
             self._held = held  # nothing went through: the pump sends its batch again
             raise errors[0]
-        keep = self._subset(full, blocked, failed)
+        # the links of a waiting page already taken by their partition are not sent again
+        pushed = {i for i, (q, j, foreign) in enumerate(first.pushes)
+                  if foreign and q in lean and j not in set(lean[q].refused)}
+        keep = self._subset(full, blocked, failed, pushed)
+        self._note_buffers(keep, now, set(first.foreign) - waiting)
         merged = self._merge(full, r, by_part, lean, off, failed)
         refused_held = [full.pushes[i] for i in merged.refused if i < off]
         merged.refused = [i - off for i in merged.refused if i >= off]
@@ -436,9 +447,23 @@ class PartitionedFrontier:
         logger.debug("Fleet partition %d unreachable, its part of the call is held: %s",
                      p, exc)
 
-    def _subset(self, full: CallBatch, groups: set[int], parts: set[int]) -> CallBatch:
+    def _note_buffers(self, keep: CallBatch, now: float, tried: set[int]) -> None:
+        """Start the clock of every partition *keep* holds foreign links for (again for
+        those *tried* in this call: refused, or not reached); stop the others'."""
+        dests = set()
+        for push in keep.pushes:
+            g = int(push[3]) if len(push) > 3 else 0
+            if g:
+                q = partition_of(push[4] if len(push) > 4 else "", self.parts)
+                if q != split_ref(keep.acks[g - 1][0])[0]:
+                    dests.add(q)
+        self._since = {q: now if q in tried else self._since.get(q, now) for q in dests}
+
+    def _subset(self, full: CallBatch, groups: set[int], parts: set[int],
+                drop: set[int] | None = None) -> CallBatch:
         """The part of *full* (pump format) to send again: the acknowledgements of *groups*
-        and those of *parts* with all their links, and everything else bound for *parts*."""
+        and those of *parts* with all their links (but the pushes of index in *drop*), and
+        everything else bound for *parts*."""
         out = CallBatch()
         if not groups and not parts:
             return out
@@ -447,8 +472,11 @@ class PartitionedFrontier:
             if g in groups or split_ref(ack[0])[0] in parts:
                 out.acks.append(ack)
                 renumber[g] = len(out.acks)
-        for push in full.pushes:
+        drop = drop or set()
+        for i, push in enumerate(full.pushes):
             g = int(push[3]) if len(push) > 3 else 0
+            if i in drop:
+                continue
             if g and g in renumber:
                 out.pushes.append((push[0], push[1], push[2], renumber[g], *push[4:]))
             elif not g and partition_of(push[4] if len(push) > 4 else "", self.parts) in parts:

@@ -15,14 +15,16 @@ reply back into it.  Its interface, :class:`FrontierPump`:
 * ``book``, ``monitor`` (the heartbeat: monitoring/heartbeat.py), ``stage``.
 
 Nothing else reaches its private attributes (tests/test_layers.py).  Of its frontier client
-it uses ``call``, ``dupes`` (the book's DupeCache), ``unreplicated``/``wait_replicas``, and
-``keys``/``client`` once, to leave the worker list at close.
+it uses ``call``, ``dupes`` (the book's DupeCache), ``unreplicated``/``wait_replicas``,
+``flush_in``/``flush_now`` (what the client buffers itself: a partitioned crawl's links for
+other partitions), and ``keys``/``client`` once, to leave the worker list at close.
 
 When it calls: when poked (something buffered, the prefetch half empty; also right after a
 call that could not carry every finished page), after waiting FLEET_FLUSH_INTERVAL for more
 of a burst, when a host's turn comes (``next_ready``), every
 FLEET_POLL_INTERVAL while the prefetch is short, and every FLEET_HEARTBEAT_INTERVAL
-(``FLEET_LEASE_TIMEOUT / 3`` at most: lease extensions and the heartbeat).  Redis
+(``FLEET_LEASE_TIMEOUT / 3`` at most: lease extensions and the heartbeat), and when the
+client's own buffer is due (``flush_in``), even with nothing else to send.  Redis
 unreachable: back-off from 0.1 s doubling to 10 s.
 """
 
@@ -162,6 +164,9 @@ class FrontierPump:
         if book.drain_started is not None and (book.inflight or book.prefetch):
             left = book.drain_started + self.config.drain_timeout - time.monotonic()
             until_extend = min(until_extend, max(0.05, left))
+        due = self.frontier.flush_in() if self.frontier is not None else None
+        if due is not None:  # links buffered by the client (a partitioned crawl)
+            until_extend = min(until_extend, max(0.005, due))
         if len(book.prefetch) < self.config.prefetch and not book.fleet_done:
             wait = min(self.config.poll_interval, until_extend)
             if self._next_ready_at is not None:  # a host's turn comes before the next poll
@@ -342,8 +347,8 @@ class FrontierPump:
         assert self.frontier is not None
         book.flush_counts()
         batch, n_out, n_done, n_dead = self._build_batch(final)
-        if batch.is_empty():
-            return None
+        if batch.is_empty() and self.frontier.flush_in() != 0:
+            return None  # (0: the client's own buffer is due: it goes with an empty batch)
         outbox = book.outbox[:n_out]
         done = book.done[:n_done]
         # leases held once this call is done (what it releases is gone then)
@@ -514,6 +519,7 @@ class FrontierPump:
         assert self.frontier is not None
         if self._state_lost:
             return
+        self.frontier.flush_now()  # links the client buffered go with the final call
         try:
             for _ in range(1000):
                 before = (len(book.outbox), len(book.done))

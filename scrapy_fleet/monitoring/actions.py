@@ -48,14 +48,27 @@ def _sigterm_stops(signum: int, frame: Any) -> None:
 
 
 def run(action: str, admin: Any, opts: Any, alerts_config: Any = None,
-        forget_after: float | None = None) -> int:
+        forget_after: float | None = None, parts: int = 1) -> int:
     """Run ``top`` or ``monitor`` for the crawl of *admin* (a FrontierAdmin already pinged);
     *alerts_config*: the alerts' thresholds (monitoring.alerts.AlertConfig; default ones
     when None).  Both keep the series sampled while no worker runs (source.Sampling), which
     also forgets workers silent for *forget_after* s (FLEET_WORKER_FORGET_AFTER; None: the
-    default, 120 s)."""
+    default, 120 s).  *parts* > 1: a partitioned crawl (its partitions' snapshots merged,
+    their series summed, each partition sampled)."""
     from scrapy_fleet import redis_client
-    from scrapy_fleet.monitoring.source import FleetSource, Sampling
+    from scrapy_fleet.monitoring.source import FleetSource, PartitionedSource, Sampling
+
+    def make_source(hosts: int) -> FleetSource:
+        if parts > 1:
+            from scrapy_fleet.frontier.partitions import partition_params
+
+            return PartitionedSource(client, admin.keys, parts, hosts, alerts_config,
+                                     partition_params(admin.params, parts).queue_max)
+        return FleetSource(client, admin.keys, hosts=hosts, alerts_config=alerts_config)
+
+    def samplings() -> list[Sampling]:
+        every = admin.keys.all_partitions(parts) if parts > 1 else [admin.keys]
+        return [Sampling(client, k, dead_after, forget).start() for k in every]
 
     interval = opts.interval
     dead_after = float(getattr(alerts_config, "dead_after", 15.0))
@@ -76,16 +89,17 @@ def run(action: str, admin: Any, opts: Any, alerts_config: Any = None,
             from scrapy_fleet.monitoring.top import run_top
 
             hosts = max(1, min(opts.limit, 50))
-            source = FleetSource(client, admin.keys, hosts=hosts, alerts_config=alerts_config)
+            source = make_source(hosts)
             if opts.once:
                 return run_top(source, once=True, hosts=hosts)
             # SIGTERM ends it as Ctrl-C does: the terminal restored, status 0
             previous = signal.signal(signal.SIGTERM, _sigterm_stops)
-            sampling = Sampling(client, admin.keys, dead_after, forget).start()
+            sampling = samplings()
             try:
                 return run_top(source, interval=interval, hosts=hosts)
             finally:
-                sampling.stop()
+                for one in sampling:
+                    one.stop()
                 signal.signal(signal.SIGTERM, previous)
         from scrapy_fleet.monitoring.server import run_monitor
 
@@ -93,15 +107,15 @@ def run(action: str, admin: Any, opts: Any, alerts_config: Any = None,
             print(f"warning: {admin.no_record()}; the views show nothing until a push or "
                   "a worker begins it", file=sys.stderr)
 
-        source = FleetSource(client, admin.keys, hosts=max(10, opts.host_metrics),
-                             alerts_config=alerts_config)
+        source = make_source(max(10, opts.host_metrics))
         previous = signal.signal(signal.SIGTERM, _sigterm_stops)
-        sampling = Sampling(client, admin.keys, dead_after, forget).start()
+        sampling = samplings()
         try:
             return run_monitor(source, admin.keys.crawl_id, opts.host, opts.port, interval,
                                opts.host_metrics)
         finally:
-            sampling.stop()
+            for one in sampling:
+                one.stop()
             signal.signal(signal.SIGTERM, previous)
     finally:
         client.close()

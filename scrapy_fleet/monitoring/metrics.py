@@ -186,6 +186,21 @@ def families(snap: Mapping[str, Any], host_metrics: int = 0) -> list[Metric]:
     out.append(GaugeMetricFamily(p + "snapshot_timestamp_seconds", "Redis server time of "
                                  "the snapshot (unix seconds)", value=_num(snap.get("at"))))
 
+    if snap.get("per_partition"):  # a partitioned crawl (docs/partitions.md)
+        out.append(GaugeMetricFamily(p + "partitions", "Partitions of the crawl's frontier "
+                                     "(FLEET_PARTITIONS)", value=_num(snap.get("partitions"))))
+        part = GaugeMetricFamily(
+            p + "partition_requests", "Requests in one partition of the frontier by state "
+            "(queued: due), with the master holding it", labels=["partition", "node", "state"])
+        for row in snap["per_partition"]:
+            for state in ("queued", "leased", "deferred", "parked", "dead"):
+                part.add_metric([str(row.get("partition")), str(row.get("node") or "local"),
+                                 state], _num(row.get(state)))
+        out.append(part)
+        out.append(GaugeMetricFamily(p + "partition_skew", "The fullest partition's queued "
+                                     "requests over the mean (1: even)",
+                                     value=_num(snap.get("skew"))))
+
     n = max(0, min(int(host_metrics), HOST_METRICS_MAX))
     if n:
         out.extend(_host_families([h for h in snap.get("hosts") or []

@@ -128,6 +128,49 @@ SAMPLING_DENIED = ("warning: the Redis user may not sample the time series ({err
                    "series pause while no worker runs; docs/monitoring.md)")
 
 
+class PartitionedSource(FleetSource):
+    """:class:`FleetSource` of a crawl in *parts* partitions (FLEET_PARTITIONS > 1): the
+    snapshot is the partitions' merged (monitoring/merge.py: sums, ``per_partition``,
+    ``skew``), each series the partitions' summed step by step; *bound*: a partition's
+    share of FLEET_QUEUE_MAX."""
+
+    def __init__(self, client: redis.Redis, keys: CrawlKeys, parts: int, hosts: int = 10,
+                 alerts_config: Any = None, bound: int | None = None) -> None:
+        super().__init__(client, keys, hosts, alerts_config)
+        self.parts = parts
+        self.bound = bound
+
+    def snapshot(self) -> dict[str, Any]:
+        from scrapy_fleet.monitoring import merge
+
+        started = time.perf_counter()
+        try:
+            snap = merge.read_merged(self.client, self.keys, self.parts, self.hosts,
+                                     self.alerts_config, self.bound)
+        except READ_ERRORS as exc:
+            self._failed(exc)
+            raise
+        self.read_seconds = time.perf_counter() - started
+        self._ok()
+        return snap
+
+    def series(self, names: Iterable[str], tier: str = "10s",
+               since_s: float | None = None) -> dict[str, Points]:
+        from scrapy_fleet.monitoring import merge
+
+        names = list(names)
+        per = []
+        for k in self.keys.all_partitions(self.parts):
+            one = FleetSource(self.client, k, self.hosts, self.alerts_config)
+            try:
+                per.append(one.series(names, tier, since_s))
+            except READ_ERRORS as exc:
+                self._failed(exc)
+                raise
+        self._ok()
+        return {name: merge.merge_points(p[name] for p in per) for name in names}
+
+
 class Sampling:
     """A daemon thread that keeps the time series going while no worker runs: it calls the
     data side's ``sampler.sample`` every *interval* seconds (a tier takes at most one sample

@@ -58,7 +58,8 @@ def run_crawl(cluster, site_factory, worker_env, tmp_path, hosts: int, pages: in
     res = run_scrapy(TEST_PROJECT, ["fleet", "status", "fetch", "--json", *common],
                      worker_env)
     status = json.loads(res.stdout)
-    assert status["counters"]["acked"] == len(urls) and status["queued"] == 0
+    assert status["counters"]["requests"]["acked"] == len(urls)
+    assert status["frontier"]["due"] == 0 and status["counters"]["pages"] == len(urls)
     assert {row["node"] for row in status["per_partition"]} == {
         f"127.0.0.1:{port}" for port in masters}
 

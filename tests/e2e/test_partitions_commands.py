@@ -8,6 +8,8 @@ import json
 import pytest
 import redis
 from support import TEST_PROJECT, read_items, run_scrapy, start_worker, tail, wait_all
+from test_monitoring_live import Monitor
+from test_status_schema import check, documented
 
 from scrapy_fleet.keys import CrawlKeys, partition_of
 
@@ -48,7 +50,7 @@ def test_push_status_crawl_shards_purge(redis_url, site_factory, worker_env, tmp
     res = fleet("status", "--json", redis_url=redis_url, env=worker_env)
     assert res.returncode == 0, res.stderr
     status = json.loads(res.stdout)
-    assert status["partitions"] == 4 and status["queued"] == 120
+    assert status["partitions"] == 4 and status["frontier"]["due"] == 120
     assert [row["queued"] for row in status["per_partition"]] == expected
     assert status["skew"] == round(max(expected) / 30, 2)
     text = fleet("status", redis_url=redis_url, env=worker_env).stdout
@@ -74,8 +76,33 @@ def test_push_status_crawl_shards_purge(redis_url, site_factory, worker_env, tmp
     assert sorted(item["url"] for item in items) == sorted(urls)
 
     status = json.loads(fleet("status", "--json", redis_url=redis_url, env=worker_env).stdout)
-    assert status["counters"]["acked"] == 120 and status["queued"] == 0
+    assert status["counters"]["requests"]["acked"] == 120
+    assert status["frontier"]["due"] == 0 and status["schema"] == 2
     assert [row["acked"] for row in status["per_partition"]] == expected
+    # the schema-2 snapshot (docs/monitoring.md), merged, with the partitioned fields
+    rows = documented()
+    seen = check(status, rows, hosts=False, partitioned=True)
+    assert {p for p, (_, _, where) in rows.items() if where == "partitioned"} <= seen
+    assert status["counters"]["pages"] == 120 and status["frontier"]["seen"] == 120
+    assert len(status["workers"]) == 3 and status["idle_seconds"] is not None
+
+    # top and monitor read the same merged snapshot; /metrics has a gauge per partition
+    res = fleet("top", "--once", redis_url=redis_url, env=worker_env)
+    assert res.returncode == 0, res.stderr
+    assert "120" in res.stdout and "crawl" in res.stdout.lower(), res.stdout
+    monitor = Monitor(redis_url, "fetch", worker_env)
+    try:
+        metrics = monitor.metrics()
+    finally:
+        assert monitor.stop() == 0
+    assert metrics[("scrapy_fleet_partitions", ())] == 4
+    assert metrics[("scrapy_fleet_pages_total", ())] == 120
+    nodes = {dict(labels)["node"] for name, labels in metrics
+             if name == "scrapy_fleet_partition_requests"}
+    assert nodes == {"local"}
+    for p in range(4):
+        assert metrics[("scrapy_fleet_partition_requests",
+                        (("node", "local"), ("partition", str(p)), ("state", "queued")))] == 0
 
     res = fleet("purge", "--yes", redis_url=redis_url, env=worker_env)
     assert res.returncode == 0, res.stderr

@@ -88,3 +88,27 @@ def test_worker_with_another_partition_count_is_refused(redis_url, site_server, 
     assert len(lines) == 1, tail(log2)
     assert "created with FLEET_PARTITIONS=1" in lines[0]
     assert sorted(client.keys("*")) == before
+
+
+def test_a_closing_worker_pushes_its_buffered_links_and_acknowledges_their_page(
+        redis_url, site_factory, worker_env, tmp_path):
+    """FLEET_PARTITION_FLUSH=60: the start page's 5 links (all for partition 0) wait in the
+    worker's buffer; the worker closes after that one page (CLOSESPIDER_PAGECOUNT=1) and its
+    final call pushes them and acknowledges the page (not left to its lease's expiry)."""
+    hosts = by_partition(2)
+    home, fan = hosts[1][0], hosts[0][:2]
+    generate_site(tmp_path / "www", 10, 1, seed=3)
+    site = site_factory(tmp_path / "www", binds=[home, *fan])
+    start = site.urls[0].rstrip("/") + "/site/p/9.html"
+    log = tmp_path / "w.log"
+    settings = {"FLEET_REDIS_URL": redis_url, "FLEET_PARTITIONS": 2,
+                "FLEET_PARTITION_FLUSH": 60, "CLOSESPIDER_PAGECOUNT": 1,
+                "FLEET_JSONL_PATH": tmp_path / "out.jsonl", "FLEET_WORKER_ID": "w0"}
+    proc = start_worker(TEST_PROJECT, "fanout", settings, worker_env, log,
+                        {"start": start, "hosts": ",".join(site.urls[1:]), "n": 5})
+    assert wait_all([proc], 120) == [0], tail(log)
+    client = redis.Redis.from_url(redis_url)
+    p0, p1 = CrawlKeys("fleet", "fanout").all_partitions(2)
+    assert client.hget(p1.stats, "acked") == b"1", tail(log)
+    assert int(client.get(p0.queue_count) or 0) == 5
+    assert client.zcard(p1.leases) == 0

@@ -238,3 +238,69 @@ def test_each_partition_leaves_out_the_duplicates_it_knows(redis_url):
         finally:
             await fr.close()
     run(main())
+
+
+def leased_count(c, keys):
+    return c.zcard(keys.leases)
+
+
+def test_foreign_links_wait_in_a_buffer_per_partition_with_their_pages(redis_url):
+    """FLEET_PARTITION_FLUSH: a page's links for another partition are buffered (the page is
+    not acknowledged meanwhile, its lease stays in its partition); the buffer goes at
+    FLUSH_LINKS links, once its oldest link waited FLEET_PARTITION_FLUSH, or at close
+    (flush_now); a link a partition took is not pushed again while its page waits for
+    another partition's buffer."""
+    from scrapy_fleet.frontier.partitions import FLUSH_LINKS
+
+    parts = 4
+    home = host_in(3, parts)[0]
+    far0 = host_in(0, parts, 3)
+    far1 = host_in(1, parts)[0]
+    c = redis.Redis.from_url(redis_url)
+    p0, p1, p3 = (KEYS.partition(p, parts) for p in (0, 1, 3))
+
+    async def main():
+        fr = PartitionedFrontier(redis_url, KEYS, "w", FrontierParams(), parts,
+                                 flush_age=0.4)
+        try:
+            await fr.connect()
+            await fr.call(CallBatch(pushes=[row(home, f"page{i}".encode()) for i in range(4)]))
+            fr.home = 3
+            pages = (await fr.call(CallBatch(take=4))).leased
+            assert len(pages) == 4 and fr.flush_in() is None
+            a, b, d, e = pages
+            # page a: one link for partition 0, one for its own: both wait with the page
+            r = await fr.call(CallBatch(acks=[(a.entry_id, a.token)],
+                                        pushes=[row(far0[0], b"a0", 1), row(home, b"a3", 1)]))
+            assert r.acked == 0 and fr.foreign_calls == 0 and fr.held == 3
+            assert 0 < fr.flush_in() <= 0.4
+            assert leased_count(c, p3) == 4 and not c.exists(p0.queue_count)
+            # page b: FLUSH_LINKS - 1 links for partition 0 (due: 100 buffered) and one for
+            # partition 1 (not due): partition 0's buffer goes, page a is acknowledged, page b
+            # waits for partition 1
+            links = [row(far0[i % 3], f"b{i}".encode(), 1) for i in range(FLUSH_LINKS - 1)]
+            r = await fr.call(CallBatch(acks=[(b.entry_id, b.token)],
+                                        pushes=[*links, row(far1, b"b1", 1)]))
+            assert fr.foreign_calls == 1 and r.acked == 1 and r.pushed == FLUSH_LINKS + 1
+            assert int(c.get(p0.queue_count)) == FLUSH_LINKS and not c.exists(p1.queue_count)
+            assert fr.held == 2  # page b and its link for partition 1 (not its 99 others)
+            # the age bound: partition 1's buffer is due after 0.4 s
+            await asyncio.sleep(0.5)
+            assert fr.flush_in() == 0
+            r = await fr.call(CallBatch())
+            assert r.acked == 1 and r.pushed == 1 and r.duplicates == 0
+            assert fr.foreign_calls == 2 and fr.held == 0 and fr.flush_in() is None
+            # at close: flush_now makes every buffer due at once
+            r = await fr.call(CallBatch(acks=[(d.entry_id, d.token), (e.entry_id, e.token)],
+                                        pushes=[row(far1, b"d1", 1), row(far0[1], b"e0", 2)]))
+            assert r.acked == 0 and fr.held == 4
+            fr.flush_now()
+            assert fr.flush_in() == 0
+            r = await fr.call(CallBatch())
+            assert r.acked == 2 and r.pushed == 2 and fr.foreign_calls == 4
+        finally:
+            await fr.close()
+    run(main())
+    assert int(c.get(p0.queue_count)) == FLUSH_LINKS + 1 and int(c.get(p1.queue_count)) == 2
+    assert c.hget(p3.stats, "acked") == b"4" and leased_count(c, p3) == 0
+    assert c.hget(p0.stats, "duplicates") is None and c.hget(p1.stats, "duplicates") is None

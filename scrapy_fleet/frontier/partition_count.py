@@ -1,0 +1,64 @@
+"""The crawl's P (FLEET_PARTITIONS), stored with the crawl when it is created
+(``fleet:{<crawl>}:partitions``, docs/partitions.md): a worker or command with another value is
+refused in one line.  Re-exported by frontier/partitions.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scrapy_fleet.errors import FleetConfigError
+from scrapy_fleet.frontier.protocol import as_int
+from scrapy_fleet.keys import CrawlKeys
+
+
+def _verdict(keys: CrawlKeys, parts: int, stored: Any, p1_exists: int) -> FleetConfigError | None:
+    if stored is not None:
+        have = as_int(stored, None)
+        if have == parts:
+            return None
+        shown = stored.decode(errors="replace") if isinstance(stored, bytes) else stored
+        return FleetConfigError(
+            f"FLEET_PARTITIONS={parts} does not match crawl {keys.crawl_id!r}, created with "
+            f"FLEET_PARTITIONS={shown}: set it to that value, or purge the crawl to start it "
+            "again")
+    if parts > 1 and p1_exists:
+        return FleetConfigError(
+            f"FLEET_PARTITIONS={parts} does not match crawl {keys.crawl_id!r}, created with "
+            "FLEET_PARTITIONS=1: set it to 1, or purge the crawl to start it again")
+    return None
+
+
+def check_sync(client: Any, keys: CrawlKeys, parts: int, create: bool = True) -> None:
+    """Refuse a worker or command whose FLEET_PARTITIONS differs from the crawl's, and store
+    *parts* (P > 1) with a crawl that has none yet when *create* (SET NX: the first wins).
+    P = 1 writes nothing (a crawl without the key is a P = 1 crawl).
+
+    Raises:
+        FleetConfigError: one line naming the crawl, both values and what to do.
+    """
+    stored = client.get(keys.partitions)
+    p1 = 0 if stored is not None or parts == 1 else client.exists(keys.marker, keys.layout)
+    error = _verdict(keys, parts, stored, p1)
+    if error is None and stored is None and parts > 1 and create:
+        if not client.set(keys.partitions, parts, nx=True):
+            error = _verdict(keys, parts, client.get(keys.partitions), 0)
+    if error is not None:
+        raise error
+
+
+async def check_async(client: Any, keys: CrawlKeys, parts: int, create: bool = True) -> None:
+    """:func:`check_sync` with an asyncio client."""
+    stored = await client.get(keys.partitions)
+    p1 = 0 if stored is not None or parts == 1 else await client.exists(keys.marker,
+                                                                          keys.layout)
+    error = _verdict(keys, parts, stored, p1)
+    if error is None and stored is None and parts > 1 and create:
+        if not await client.set(keys.partitions, parts, nx=True):
+            error = _verdict(keys, parts, await client.get(keys.partitions), 0)
+    if error is not None:
+        raise error
+
+
+def stored_partitions(client: Any, keys: CrawlKeys) -> int:
+    """The crawl's P as stored (1 when it has none: a P = 1 crawl, or none at all)."""
+    return int(as_int(client.get(keys.partitions), 1) or 1)

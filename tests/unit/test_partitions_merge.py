@@ -1,0 +1,63 @@
+"""The merged snapshot of a partitioned crawl (monitoring/merge.py, issue 21): sums, the
+latest row per worker, the busiest hosts of all, series summed step by step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scrapy_fleet.monitoring.merge import merge, merge_points, skew
+
+
+def snap(due: int, pages: int, workers: list[dict[str, Any]], hosts: list[dict[str, Any]],
+         idle: float | None, ppm: float | None) -> dict[str, Any]:
+    return {
+        "schema": 2, "crawl": "c", "at": 100.0 + due,
+        "frontier": {"due": due, "leased": 1, "depth": due + 1, "seen": due * 2},
+        "counters": {"pages": pages, "requests": {"acked": pages}, "responses": {"2xx": pages}},
+        "rates": {"pages_per_min": ppm, "items_per_min": ppm, "window_s": 60.0,
+                  "block_rate": None},
+        "eta_seconds": 30.0 if due else 0.0, "runnable_now": due, "workers": workers,
+        "hosts": hosts, "hosts_total": len(hosts), "hosts_sampled": False, "hosts_ready": 1,
+        "alerts": [{"id": "x", "where": "c", "what": "w", "severity": "warning",
+                    "since": None, "next": ""}],
+        "failed_by": {"http/500": 1}, "redis": {"used_memory": 10, "maxmemory": 0},
+        "started_at": 50.0 + due, "last_ack_at": 90.0 + due, "last_worker_at": None,
+        "idle_seconds": idle, "start_requests": {"state": None, "seeded_by": None},
+    }
+
+
+def worker(wid: str, seen: float, pages: int) -> dict[str, Any]:
+    return {"id": wid, "last_seen": seen, "pages": pages, "health": "alive"}
+
+
+def row(p: int, queued: int) -> dict[str, Any]:
+    return {"partition": p, "tag": f"t{p}", "slot": p, "node": "", "queued": queued,
+            "leased": 1, "deferred": 0, "parked": 0, "dead": 0, "seen": 0, "bound": None,
+            "idle_seconds": None, "acked": 0}
+
+
+def test_partitions_are_summed_and_each_worker_appears_once_with_its_latest_row():
+    a = snap(3, 10, [worker("w1", 5.0, 7), worker("w2", 9.0, 4)],
+             [{"host": "a", "queued": 3}], None, 12.0)
+    b = snap(9, 5, [worker("w1", 8.0, 9)], [{"host": "b", "queued": 9}], 4.0, None)
+    out = merge([a, b], [row(0, 3), row(1, 9)], hosts=1)
+    assert out["frontier"] == {"due": 12, "leased": 2, "depth": 14, "seen": 24}
+    assert out["counters"] == {"pages": 15, "requests": {"acked": 15},
+                               "responses": {"2xx": 15}}
+    assert [(w["id"], w["pages"]) for w in out["workers"]] == [("w1", 9), ("w2", 4)]
+    assert out["workers_alive"] == 2
+    assert out["hosts"] == [{"host": "b", "queued": 9}] and out["hosts_total"] == 2
+    assert out["rates"]["pages_per_min"] == 12.0 and out["runnable_now"] == 12
+    assert out["idle_seconds"] is None  # partition 0 is busy
+    assert out["started_at"] == 53.0 and out["last_ack_at"] == 99.0
+    assert out["failed_by"] == {"http/500": 2} and len(out["alerts"]) == 1
+    assert out["redis"] == {"used_memory": 10, "maxmemory": 0}  # one server, counted once
+    assert out["partitions"] == 2 and out["skew"] == 1.5
+    assert [r["queued"] for r in out["per_partition"]] == [3, 9]
+
+
+def test_series_are_summed_step_by_step_and_skew_of_empty_partitions():
+    assert merge_points([[(0.0, 1.0), (10.0, None)], [(0.0, 2.0), (10.0, None),
+                                                       (20.0, 5.0)]]) == [
+        (0.0, 3.0), (10.0, None), (20.0, 5.0)]
+    assert skew([0, 0]) == 0.0 and skew([2, 2]) == 1.0
