@@ -118,9 +118,30 @@ def merge(snaps: list[dict[str, Any]], rows: list[dict[str, Any]],
     done = [st for st in states if st["state"] == "done"]
     going = [st for st in states if st["state"] == "in progress"]
     out["start_requests"] = (done or going or [{"state": None, "seeded_by": None}])[0]
+    out["recrawl"] = merge_recrawl([s["recrawl"] for s in snaps])
     out["partitions"] = len(snaps)
     out["per_partition"] = [{k: r[k] for k in ROW_FIELDS} for r in rows]
     out["skew"] = skew([r["queued"] for r in rows])
+    return out
+
+
+def merge_recrawl(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The partitions' recrawl blocks (recrawl/status.py, ``read_recrawl``) as one: counts
+    summed, the next revisit the soonest, the shares recomputed from the summed outcomes,
+    the estimated freshness weighed by the URLs each partition sampled."""
+    out: dict[str, Any] = {}
+    for name in ("tracked", "scheduled", "due", "overdue", "dropped", "untracked",
+                 "tracked_total", "revisits_queued", "sampled"):
+        out[name] = sum(b[name] for b in blocks)
+    out["outcomes"] = _sum([b["outcomes"] for b in blocks])
+    out["change_rates"] = _sum([b["change_rates"] for b in blocks])
+    out["next_due_in"] = _opt([b["next_due_in"] for b in blocks], min)
+    revisits = sum(out["outcomes"].values())
+    for share, outcome in (("not_modified_share", "not_modified"),
+                           ("unchanged_share", "unchanged")):
+        out[share] = round(out["outcomes"][outcome] / revisits, 3) if revisits else None
+    fresh = _weighted([(b["freshness_estimate"], b["sampled"]) for b in blocks])
+    out["freshness_estimate"] = None if fresh is None else round(fresh, 3)
     return out
 
 

@@ -23,7 +23,20 @@ def snap(due: int, pages: int, workers: list[dict[str, Any]], hosts: list[dict[s
         "failed_by": {"http/500": 1}, "redis": {"used_memory": 10, "maxmemory": 0},
         "started_at": 50.0 + due, "last_ack_at": 90.0 + due, "last_worker_at": None,
         "idle_seconds": idle, "start_requests": {"state": None, "seeded_by": None},
+        "recrawl": recrawl_block(0, 0, None, (0, 0, 0, 0), 0, None),
     }
+
+
+def recrawl_block(tracked, due, next_due, outcomes, sampled, fresh):
+    return {"tracked": tracked, "scheduled": tracked, "due": due, "overdue": 0,
+            "next_due_in": next_due, "dropped": 1, "untracked": 0,
+            "tracked_total": tracked + 1, "revisits_queued": 2, "sampled": sampled,
+            "outcomes": dict(zip(("not_modified", "unchanged", "changed", "gone"),
+                                 outcomes, strict=True)),
+            "change_rates": {"monthly": sampled, "weekly": 0, "daily": 0, "hourly": 0,
+                             "faster": 0},
+            "not_modified_share": None, "unchanged_share": None,
+            "freshness_estimate": fresh}
 
 
 def worker(wid: str, seen: float, pages: int) -> dict[str, Any]:
@@ -61,3 +74,18 @@ def test_series_are_summed_step_by_step_and_skew_of_empty_partitions():
                                                        (20.0, 5.0)]]) == [
         (0.0, 3.0), (10.0, None), (20.0, 5.0)]
     assert skew([0, 0]) == 0.0 and skew([2, 2]) == 1.0
+
+
+def test_the_partitions_recrawl_blocks_merge_into_one():
+    from scrapy_fleet.monitoring.merge import merge_recrawl
+
+    merged = merge_recrawl([recrawl_block(10, 2, 30.0, (3, 1, 0, 0), 10, 0.9),
+                            recrawl_block(5, 0, None, (1, 0, 4, 0), 30, 0.5),
+                            recrawl_block(0, 0, None, (0, 0, 0, 0), 0, None)])
+    assert (merged["tracked"], merged["due"], merged["dropped"], merged["sampled"]) == (
+        15, 2, 3, 40)
+    assert merged["next_due_in"] == 30.0
+    assert merged["outcomes"] == {"not_modified": 4, "unchanged": 1, "changed": 4, "gone": 0}
+    assert (merged["not_modified_share"], merged["unchanged_share"]) == (0.444, 0.111)
+    assert merged["change_rates"]["monthly"] == 40
+    assert merged["freshness_estimate"] == 0.6  # (0.9 * 10 + 0.5 * 30) / 40
