@@ -226,6 +226,7 @@ function State.new(c)
     st.leave(id, host)
     out.dead = out.dead + 1
     count('dead_lettered', 1)
+    revisit_dead(c, id)  -- recrawl (issue 22): a revisit leaves the schedule
   end
   -- An entry that cannot be read (not written by these scripts) is kept as a dead letter with
   -- its raw bytes, under a new id: never dropped.

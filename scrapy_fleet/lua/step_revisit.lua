@@ -16,7 +16,9 @@
 -- it is scheduled again; without one (404/410 repeated, opted out, redirected, retried as
 -- another entry) it leaves the schedule (counted: revisit_dropped).  Any other entry
 -- acknowledged with a record is tracked, while K.revisit_count < req.rvm (0: no bound; past
--- it: revisit_untracked, the page is not revisited).
+-- it: revisit_untracked, the page is not revisited).  A revisit entry dead-lettered (its lease
+-- expired max_leases times, its worker dead-lettered it, its data is gone) leaves the schedule
+-- too: revisit_dead (lua/frontier_state.lua's st.to_dead) counts it down at once.
 -- Keys (of K): revisit_index, revisit_prefix, revisit_count, seq, and the queue's.  Writes:
 -- those (RPUSH / LPOP of slots, ZADD / ZREM of the index, INCRBY / DECRBY of the count).
 -- Work per call: one RPUSH per slot written and one ZADD; due: one ZRANGEBYSCORE, at most 4
@@ -85,6 +87,15 @@ local function revisit_ack(c, a)
   elseif is_revisit then
     revisit_out.dropped = revisit_out.dropped + 1
   end
+end
+
+-- Entry id dead-lettered (st.to_dead): a revisit ("r...") leaves the schedule (one DECRBY:
+-- rare; at once, since a dead letter may come after revisit_flush, in step_lease).
+local function revisit_dead(c, id)
+  if string.sub(id, 1, 1) ~= 'r' then return end
+  local n = redis.call('DECRBY', c.K.revisit_count, 1)
+  if n < 0 then redis.call('SET', c.K.revisit_count, 0) end
+  c.count('revisit_dropped', 1)
 end
 
 local function revisit_flush(c)

@@ -98,6 +98,25 @@ def test_a_revisit_acknowledged_without_a_record_leaves_the_schedule(redis_url):
     assert scheduled(client) == 0 and done.idle_ms >= 0  # nothing left: the fleet is idle
 
 
+def test_a_revisit_dead_lettered_after_its_leases_expired_leaves_the_count(redis_url):
+    admin = admin_of(redis_url, lease_timeout=0.5, max_leases=1)
+    client = redis.Redis.from_url(redis_url)
+    push(admin, "http://h/slow")
+    first = admin.call(CallBatch(take=1), worker="w").leased[0]
+    admin.call(CallBatch(acks=[(first.entry_id, first.token, b"", [], 0,
+                                record_for(first, State(fetched=1), 0.3))]), worker="w")
+    assert client.get(KEYS.revisit_count) == b"1"
+    time.sleep(0.8)
+    revisit = admin.call(CallBatch(take=1), worker="w").leased[0]
+    assert revisit.entry_id.startswith("r")
+    time.sleep(0.7)  # its lease expires (once: max_leases 1): it is dead-lettered
+    done = admin.call(CallBatch(), worker="w2")
+    assert done.dead_lettered == 1 and client.hexists(KEYS.dead, revisit.entry_id)
+    assert client.get(KEYS.revisit_count) == b"0" and scheduled(client) == 0
+    assert done.revisits_tracked == 0 and done.idle_ms >= 0  # nothing tracked: idle
+    assert stat(client, "revisit_dropped") == 1
+
+
 def test_a_stale_acknowledgement_tracks_nothing(redis_url):
     admin = admin_of(redis_url, lease_timeout=1.0)
     client = redis.Redis.from_url(redis_url)
