@@ -12,10 +12,11 @@ when ``FLEET_RECRAWL`` is not ``off``:
   is tracked).  The new state and the next interval (recrawl/schedule.py) go to the
   scheduler (``LeaseLedger.note_revisit``), which writes them with the request's
   acknowledgement.  An unchanged revisit does not reach the callback: ``RevisitUnchanged``
-  (an ``IgnoreRequest``, so no failure is recorded; an errback, if any, gets it) unless the
-  request's meta has ``fleet_recrawl_unchanged = True``.  404/410 ``FLEET_RECRAWL_GONE_AFTER``
-  times in a row drop a URL from the schedule; other final answers and download errors keep
-  it scheduled at its interval (its failure is recorded like any request's).
+  (an ``IgnoreRequest``, so no failure is recorded; nor does it reach the request's errback:
+  it is a success) unless the request's meta has ``fleet_recrawl_unchanged = True``.
+  404/410 ``FLEET_RECRAWL_GONE_AFTER`` times in a row drop a URL from the schedule; other
+  final answers and download errors keep it scheduled at its interval (its failure is
+  recorded like any request's).
 
 ``FleetRecrawlItems`` (spider middleware) adds ``fleet_fetched_at`` (ISO 8601, UTC) and
 ``fleet_signature`` (16 hex digits) to the items of a tracked page, where the item accepts
@@ -59,8 +60,8 @@ VERSION_META_KEY = "_fleet_rv_version"
 
 
 class RevisitUnchanged(FleetError, IgnoreRequest):
-    """A revisit found the page unchanged (304, or the same signature): its callback is not
-    called (recorded as a revisit, not a failure)."""
+    """A revisit found the page unchanged (304, or the same signature): neither its callback
+    nor its errback is called (recorded as a revisit, not a failure)."""
 
 
 def _header(response: Response, name: bytes) -> str | None:
@@ -184,6 +185,12 @@ class FleetRecrawlMiddleware:
         if request.meta.get(UNCHANGED_META_KEY):
             request.meta[VERSION_META_KEY] = (state.fetched, state.signature or 0)
             return response
+        # A revisit that found the page unchanged is a success, not a failure: the request's
+        # errback is not called (as for a request the dupefilter drops).  Scrapy calls the
+        # errback with an IgnoreRequest raised here, so the request (done: an unchanged
+        # revisit is final, never retried) loses its errback first; without an errback the
+        # scraper drops an IgnoreRequest silently.
+        request.errback = None
         raise RevisitUnchanged(f"revisit of {request.url}: unchanged")
 
     def process_exception(self, request: Request, exception: BaseException,

@@ -53,12 +53,13 @@ def site_with(site_factory: Any, tmp_path: Path, spec: dict[str, Any]) -> Any:
 
 
 def worker(tmp_path: Path, site: Any, redis_url: str, env: dict[str, str], name: str,
-           **settings: Any) -> tuple[subprocess.Popen[bytes], Path]:
+           errbacks: bool = False, **settings: Any) -> tuple[subprocess.Popen[bytes], Path]:
     log = tmp_path / f"{name}.log"
     base = {"FLEET_REDIS_URL": redis_url, "FLEET_POLL_INTERVAL": 0.2,
             "FLEET_JSONL_PATH": str(tmp_path / f"items-{name}.jsonl")}
     proc = start_worker(TEST_PROJECT, "recrawl", {**base, **settings}, env, log,
-                        spider_args={"start": site.url + "changing/"})
+                        spider_args={"start": site.url + "changing/",
+                                     **({"errbacks": "1"} if errbacks else {})})
     return proc, log
 
 
@@ -207,3 +208,25 @@ def test_a_failed_revisit_is_retried_recorded_and_kept_scheduled(redis_url, tmp_
     assert client.get(KEYS.revisit_count) == b"3"
     assert int(client.hget(KEYS.stats, "revisit_dropped") or 0) == int(
         client.hget(KEYS.stats, "revisit_tracked") or 0) - 3  # each retry: dropped, tracked
+
+
+def test_an_errback_sees_a_failed_revisit_but_not_an_unchanged_one(redis_url, tmp_path,
+                                                                   site_factory, worker_env):
+    spec = {"pages": 2, "static_share": 1.0}  # never changing: revisits answered 304
+    site = site_with(site_factory, tmp_path, spec)
+    client = redis.Redis.from_url(redis_url)
+    proc, log = worker(tmp_path, site, redis_url, worker_env, "w1", errbacks=True,
+                       FLEET_RECRAWL="fixed", FLEET_RECRAWL_INTERVAL=1, RETRY_TIMES=0)
+    try:
+        wait_until(lambda: int(client.hget(KEYS.stats, "revisit_not_modified") or 0) >= 4, 60,
+                   "four revisits answered 304")
+        site.configure({"changing": spec, "failures": [{"prefix": "/changing/1.html",
+                                                        "status": 503}]})
+        wait_until(lambda: client.hlen(KEYS.failed) >= 1, 60, "the failed revisit recorded")
+    finally:
+        stop(proc, log)
+    items = read_items([tmp_path / "items-w1.jsonl"])
+    errbacks = [(i["url"], i["errback"]) for i in items if "errback" in i]
+    # the 503 reached the errback (a failure); none of the 304s did (a success)
+    assert errbacks and set(errbacks) == {(site.url + "changing/1.html", "HttpError")}, errbacks
+    assert [r["status"] for r in fetches(site, "/changing/0.html")].count(304) >= 1
