@@ -16,6 +16,7 @@ from support import (
     TEST_PROJECT,
     kill_worker,
     read_items,
+    run_scrapy,
     start_worker,
     tail,
     wait_all,
@@ -230,3 +231,34 @@ def test_an_errback_sees_a_failed_revisit_but_not_an_unchanged_one(redis_url, tm
     # the 503 reached the errback (a failure); none of the 304s did (a success)
     assert errbacks and set(errbacks) == {(site.url + "changing/1.html", "HttpError")}, errbacks
     assert [r["status"] for r in fetches(site, "/changing/0.html")].count(304) >= 1
+
+
+def test_a_purge_while_workers_revisit_stops_them_and_leaves_nothing(redis_url, tmp_path,
+                                                                    site_factory, worker_env):
+    spec = {"pages": 4, "static_share": 0.5, "periods": {"0": 1.0}}
+    site = site_with(site_factory, tmp_path, spec)
+    client = redis.Redis.from_url(redis_url)
+    settings = {"FLEET_RECRAWL": "fixed", "FLEET_RECRAWL_INTERVAL": 1}
+    w1, log1 = worker(tmp_path, site, redis_url, worker_env, "w1", **settings)
+    w2, log2 = worker(tmp_path, site, redis_url, worker_env, "w2", **settings)
+    procs = [w1, w2]
+    try:
+        wait_until(lambda: int(client.hget(KEYS.stats, "revisit_rescheduled") or 0) >= 6, 90,
+                   "revisits under way")
+        assert int(client.get(KEYS.revisit_count) or 0) == 5  # the start page, 4 pages
+        assert client.exists(KEYS.stats) == 1  # (the scan below finds the crawl's keys)
+        purged = run_scrapy(TEST_PROJECT, ["fleet", "purge", "recrawl", "--yes",
+                                           "-s", f"FLEET_REDIS_URL={redis_url}"], worker_env)
+        assert purged.returncode == 0, purged.stderr + purged.stdout
+        codes = wait_all(procs, 90)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert codes == [1, 1], tail(log1) + tail(log2)
+    for log in (log1, log2):
+        text = log.read_text(encoding="utf-8", errors="replace")
+        assert "has lost this crawl's state" in text, tail(log)
+        assert "Spider closed (fleet_state_lost)" in text, tail(log)
+    # nothing of the crawl is left: no schedule, no count, no queue, no stats written after
+    assert sorted(client.scan_iter(match="fleet:{recrawl}*")) == []
