@@ -29,6 +29,7 @@ from scrapy_fleet.checks import (
     validate_key_prefix,
 )
 from scrapy_fleet.errors import FleetConfigError
+from scrapy_fleet.failures.settings import FailuresConfig, failures_config
 from scrapy_fleet.frontier.bloom import MAX_SLICE_BITS, slice_params
 from scrapy_fleet.frontier.protocol import FrontierParams
 from scrapy_fleet.keys import STAGE_HOST
@@ -201,7 +202,8 @@ class FleetConfig:
     #: FLEET_PROXIES and FLEET_PROXY_* (proxies/settings.py)
     proxy: ProxyConfig | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    failed_max: int = 10_000  #: FLEET_FAILED_MAX (docs/failures.md)
+    #: FLEET_FAILED_MAX (failures/settings.py, docs/failures.md)
+    failures: FailuresConfig = field(default_factory=FailuresConfig)
     partitions: int = 1  #: FLEET_PARTITIONS (docs/partitions.md)
     #: FLEET_RECRAWL* (docs/recrawl.md)
     recrawl: RecrawlConfig = field(default_factory=RecrawlConfig)
@@ -367,8 +369,6 @@ class FleetConfig:
                                 "seconds > 0", exclusive=True),
             jsonl_path=jsonl,
             jsonl_fsync=boolean("FLEET_JSONL_FSYNC", g("FLEET_JSONL_FSYNC")),
-            failed_max=number("FLEET_FAILED_MAX", g("FLEET_FAILED_MAX"), int, 1,
-                               "an integer >= 1"),
             heartbeat_interval=heartbeat,
             worker_dead_after=dead_after,
             worker_forget_after=forget_after,
@@ -395,6 +395,7 @@ class FleetConfig:
                                    0.0, "seconds >= 0"),
             browser=browser_config(settings),
             stages=stage_config(settings),
+            failures=failures_config(settings),
         )
         if isinstance(settings, BaseSettings) and getattr(settings, "frozen", False):
             try:
@@ -415,7 +416,7 @@ class FleetConfig:
                               lease_only_host=STAGE_HOST if self.stages.role == "parse" else "",
                               lease_except_host=STAGE_HOST if self.stages.role == "fetch"
                               else "",
-                              failed_max=self.failed_max,
+                              failed_max=self.failures.max_kept,
                               recrawl_max=(self.recrawl.max_tracked or 0)
                               if self.recrawl.enabled else 0)
 
