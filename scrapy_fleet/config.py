@@ -30,7 +30,7 @@ from scrapy_fleet.checks import (
 )
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.failures.settings import FailuresConfig, failures_config
-from scrapy_fleet.frontier.bloom import MAX_SLICE_BITS, slice_params
+from scrapy_fleet.frontier.dupefilter_settings import DupefilterConfig, dupefilter_config
 from scrapy_fleet.frontier.protocol import FrontierParams
 from scrapy_fleet.keys import STAGE_HOST
 from scrapy_fleet.proxies.settings import ProxyConfig, proxy_config
@@ -163,9 +163,8 @@ class FleetConfig:
     idle_timeout: float | None
     start_requests: str
     request_classes: tuple[str, ...]
-    dupefilter_capacity: int
-    dupefilter_error_rate: float
-    dupefilter_cache: int  #: Bloom keys a worker remembers as seen (0: none)
+    #: FLEET_DUPEFILTER_* (frontier/dupefilter_settings.py)
+    dupefilter: DupefilterConfig
     queue_max: int | None
     queue_low_watermark: float
     host_queue_max: int | None
@@ -241,19 +240,11 @@ class FleetConfig:
         check("FLEET_REQUEST_CLASSES", classes,
                isinstance(classes, (list, tuple)) and all(isinstance(c, str) for c in classes),
                "a list of import paths")
-        error_rate = number("FLEET_DUPEFILTER_ERROR_RATE", g("FLEET_DUPEFILTER_ERROR_RATE"),
-                             float, 0.0, "a probability between 0 and 0.5", exclusive=True)
-        check("FLEET_DUPEFILTER_ERROR_RATE", error_rate, error_rate <= 0.5,
-               "a probability between 0 and 0.5")
+        dupefilter = dupefilter_config(settings)
         low = number("FLEET_QUEUE_LOW_WATERMARK", g("FLEET_QUEUE_LOW_WATERMARK"), float, 0.0,
                       "a fraction of FLEET_QUEUE_MAX between 0 and 1", exclusive=True)
         check("FLEET_QUEUE_LOW_WATERMARK", low, low < 1.0,
                "a fraction of FLEET_QUEUE_MAX between 0 and 1")
-        capacity = number("FLEET_DUPEFILTER_CAPACITY", g("FLEET_DUPEFILTER_CAPACITY"), int, 1,
-                           "an integer >= 1")
-        check("FLEET_DUPEFILTER_CAPACITY", capacity,
-               slice_params(capacity, error_rate, 0).bits <= MAX_SLICE_BITS,
-               "a capacity whose first Bloom slice fits in one Redis string (512 MB)")
         host_key = g("FLEET_HOST_KEY")
         check("FLEET_HOST_KEY", host_key, host_key in HOST_KEY_MODES,
                "one of host, domain, ip")
@@ -335,10 +326,7 @@ class FleetConfig:
                 "FLEET_IDLE_TIMEOUT", idle, float, 0.0, "seconds >= 0 or None"),
             start_requests=start_mode,
             request_classes=tuple(classes),
-            dupefilter_capacity=capacity,
-            dupefilter_error_rate=error_rate,
-            dupefilter_cache=number("FLEET_DUPEFILTER_CACHE", g("FLEET_DUPEFILTER_CACHE"), int,
-                                     0, "an integer >= 0"),
+            dupefilter=dupefilter,
             queue_max=bound("FLEET_QUEUE_MAX", g("FLEET_QUEUE_MAX")),
             queue_low_watermark=low,
             host_queue_max=bound("FLEET_HOST_QUEUE_MAX", g("FLEET_HOST_QUEUE_MAX")),
@@ -406,8 +394,8 @@ class FleetConfig:
 
     def frontier_params(self) -> FrontierParams:
         """The per-call constants of lua/frontier.lua."""
-        return FrontierParams(self.lease_timeout, self.max_leases, self.dupefilter_capacity,
-                              self.dupefilter_error_rate, self.queue_max, self.host_queue_max,
+        return FrontierParams(self.lease_timeout, self.max_leases, self.dupefilter.capacity,
+                              self.dupefilter.error_rate, self.queue_max, self.host_queue_max,
                               self.backpressure_delay, self.host_interval,
                               self.host_burst if self.host_rate else 1, self.host_concurrency,
                               self.robots_obey,

@@ -35,8 +35,8 @@ def memory_warnings(policy: str | None, maxmemory: int, used: int,
         needed = config.queue_max * BYTES_PER_ENTRY
         from scrapy_fleet.frontier.bloom import slice_params
 
-        needed += slice_params(config.dupefilter_capacity,
-                               config.dupefilter_error_rate, 0).bytes
+        needed += slice_params(config.dupefilter.capacity,
+                               config.dupefilter.error_rate, 0).bytes
         if needed > maxmemory - used:
             warnings.append(
                 f"Redis maxmemory is {maxmemory} bytes with {used} used, but a frontier of "

@@ -139,13 +139,13 @@ class FleetScheduler(BaseScheduler):
                 self.config.frontier_params(), self.config.partitions,
                 self.config.redis_timeout, self.config.redis_retries,
                 self.config.redis_wait_replicas, self.config.idle_timeout,
-                self.config.dupefilter_cache, self.config.partition_flush)
+                self.config.dupefilter.cache, self.config.partition_flush)
         else:
             frontier = AsyncFrontier(self.config.redis_url, keys, self.config.worker_id,
                                      self.config.frontier_params(),
                                      self.config.redis_timeout, self.config.redis_retries,
                                      self.config.redis_wait_replicas,
-                                     dupe_cache=self.config.dupefilter_cache)
+                                     dupe_cache=self.config.dupefilter.cache)
         self.pump.frontier = frontier  # closed by pump.close
         await frontier.connect()
         await check_partitions(frontier.client, keys, self.config.partitions)

@@ -23,7 +23,7 @@ def test_defaults():
     assert config.redis_url == DEFAULTS["FLEET_REDIS_URL"]
     assert (config.lease_timeout, config.max_leases, config.prefetch) == (30.0, 3, 16)
     assert config.idle_timeout is None
-    assert (config.dupefilter_capacity, config.dupefilter_error_rate) == (1_000_000, 0.001)
+    assert (config.dupefilter.capacity, config.dupefilter.error_rate) == (1_000_000, 0.001)
     assert config.resolve_crawl_id("docs") == "docs"
 
 
