@@ -20,7 +20,6 @@ from scrapy.settings import BaseSettings
 from scrapy_fleet.browser.settings import BrowserConfig, browser_config
 from scrapy_fleet.checks import (
     boolean,
-    bound,
     check,
     is_fraction,
     number,
@@ -30,6 +29,7 @@ from scrapy_fleet.checks import (
 )
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.failures.settings import FailuresConfig, failures_config
+from scrapy_fleet.frontier.backpressure_settings import BackpressureConfig, backpressure_config
 from scrapy_fleet.frontier.dupefilter_settings import DupefilterConfig, dupefilter_config
 from scrapy_fleet.frontier.protocol import FrontierParams
 from scrapy_fleet.keys import STAGE_HOST
@@ -165,10 +165,9 @@ class FleetConfig:
     request_classes: tuple[str, ...]
     #: FLEET_DUPEFILTER_* (frontier/dupefilter_settings.py)
     dupefilter: DupefilterConfig
-    queue_max: int | None
-    queue_low_watermark: float
-    host_queue_max: int | None
-    backpressure_delay: float
+    #: FLEET_QUEUE_MAX, FLEET_QUEUE_LOW_WATERMARK, FLEET_HOST_QUEUE_MAX, FLEET_BACKPRESSURE_DELAY
+    #: (frontier/backpressure_settings.py)
+    backpressure: BackpressureConfig
     host_rate: float | None
     host_burst: int
     host_delay: float
@@ -241,10 +240,7 @@ class FleetConfig:
                isinstance(classes, (list, tuple)) and all(isinstance(c, str) for c in classes),
                "a list of import paths")
         dupefilter = dupefilter_config(settings)
-        low = number("FLEET_QUEUE_LOW_WATERMARK", g("FLEET_QUEUE_LOW_WATERMARK"), float, 0.0,
-                      "a fraction of FLEET_QUEUE_MAX between 0 and 1", exclusive=True)
-        check("FLEET_QUEUE_LOW_WATERMARK", low, low < 1.0,
-               "a fraction of FLEET_QUEUE_MAX between 0 and 1")
+        backpressure = backpressure_config(settings)
         host_key = g("FLEET_HOST_KEY")
         check("FLEET_HOST_KEY", host_key, host_key in HOST_KEY_MODES,
                "one of host, domain, ip")
@@ -327,12 +323,7 @@ class FleetConfig:
             start_requests=start_mode,
             request_classes=tuple(classes),
             dupefilter=dupefilter,
-            queue_max=bound("FLEET_QUEUE_MAX", g("FLEET_QUEUE_MAX")),
-            queue_low_watermark=low,
-            host_queue_max=bound("FLEET_HOST_QUEUE_MAX", g("FLEET_HOST_QUEUE_MAX")),
-            backpressure_delay=number("FLEET_BACKPRESSURE_DELAY",
-                                       g("FLEET_BACKPRESSURE_DELAY"), float, 0.0,
-                                       "seconds >= 0"),
+            backpressure=backpressure,
             host_rate=rate,
             host_burst=number("FLEET_HOST_BURST", g("FLEET_HOST_BURST"), int, 1,
                                "an integer >= 1"),
@@ -395,8 +386,9 @@ class FleetConfig:
     def frontier_params(self) -> FrontierParams:
         """The per-call constants of lua/frontier.lua."""
         return FrontierParams(self.lease_timeout, self.max_leases, self.dupefilter.capacity,
-                              self.dupefilter.error_rate, self.queue_max, self.host_queue_max,
-                              self.backpressure_delay, self.host_interval,
+                              self.dupefilter.error_rate, self.backpressure.queue_max,
+                              self.backpressure.host_queue_max, self.backpressure.delay,
+                              self.host_interval,
                               self.host_burst if self.host_rate else 1, self.host_concurrency,
                               self.robots_obey,
                               self.host_rate is not None
@@ -413,14 +405,6 @@ class FleetConfig:
         """Seconds between two requests to one host, fleet-wide: the longer of
         FLEET_HOST_DELAY (the project's DOWNLOAD_DELAY by default) and 1 / FLEET_HOST_RATE."""
         return max(self.host_delay, 1.0 / self.host_rate if self.host_rate else 0.0)
-
-    @property
-    def queue_low(self) -> int | None:
-        """Size under which paused producers resume (FLEET_QUEUE_LOW_WATERMARK of the max,
-        at least 1: an empty frontier always lets them go on)."""
-        if self.queue_max is None:
-            return None
-        return max(int(self.queue_max * self.queue_low_watermark), 1)
 
     def resolve_crawl_id(self, spider_name: str) -> str:
         """The crawl's namespace: ``FLEET_CRAWL_ID`` or else the spider's name."""

@@ -219,7 +219,7 @@ class Command(ScrapyCommand):
         try:
             self.exitcode = cli.run_action(action, admin, urls, opts, fingerprinter.fingerprint,
                                            label=label,
-                                           low_watermark=config.queue_low,
+                                           low_watermark=config.backpressure.queue_low,
                                            host_key_mode=config.host_key,
                                            alerts_config=AlertConfig.from_config(config),
                                            forget_after=config.worker_forget_after,
