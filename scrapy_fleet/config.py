@@ -21,7 +21,6 @@ from scrapy_fleet.browser.settings import BrowserConfig, browser_config
 from scrapy_fleet.checks import (
     boolean,
     check,
-    is_fraction,
     number,
     setting_value,
     validate_crawl_id,
@@ -33,6 +32,7 @@ from scrapy_fleet.frontier.backpressure_settings import BackpressureConfig, back
 from scrapy_fleet.frontier.dupefilter_settings import DupefilterConfig, dupefilter_config
 from scrapy_fleet.frontier.protocol import FrontierParams
 from scrapy_fleet.keys import STAGE_HOST
+from scrapy_fleet.monitoring.settings import MonitoringConfig, monitoring_config
 from scrapy_fleet.proxies.settings import ProxyConfig, proxy_config
 from scrapy_fleet.recrawl.settings import RecrawlConfig, recrawl_config
 from scrapy_fleet.redis_url import validate_redis_url
@@ -187,16 +187,11 @@ class FleetConfig:
     stages: StageConfig = field(default_factory=StageConfig)
     #: FLEET_PLAYWRIGHT and FLEET_PLAYWRIGHT_ABORT (browser/settings.py)
     browser: BrowserConfig = field(default_factory=BrowserConfig)
-    heartbeat_interval: float = 5.0
-    worker_dead_after: float = 15.0
-    worker_forget_after: float = 120.0
-    stall_after: float = 120.0
+    #: FLEET_HEARTBEAT_INTERVAL, FLEET_WORKER_*_AFTER, FLEET_STALL_AFTER, FLEET_ALERT_*
+    #: (monitoring/settings.py)
+    monitoring: MonitoringConfig = field(default_factory=MonitoringConfig)
     ban_statuses: tuple[int, ...] = (403,)
     drain_timeout: float = 30.0
-    alert_depth_minutes: int = 10
-    alert_block_rate: float = 0.2
-    alert_block_min_pages: int = 20
-    alert_memory_ratio: float = 0.9
     #: FLEET_PROXIES and FLEET_PROXY_* (proxies/settings.py)
     proxy: ProxyConfig | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -281,22 +276,7 @@ class FleetConfig:
                 classes_ok = False
         check("FLEET_REQUEST_CLASSES", classes, classes_ok,
                "import paths of scrapy.Request subclasses")
-        dead_after = number("FLEET_WORKER_DEAD_AFTER", g("FLEET_WORKER_DEAD_AFTER"), float, 0.0,
-                             "seconds > 0", exclusive=True)
-        forget_after = number("FLEET_WORKER_FORGET_AFTER", g("FLEET_WORKER_FORGET_AFTER"),
-                               float, 0.0, "seconds > 0", exclusive=True)
-        check("FLEET_WORKER_FORGET_AFTER", g("FLEET_WORKER_FORGET_AFTER"),
-               forget_after >= dead_after,
-               "seconds >= FLEET_WORKER_DEAD_AFTER (a dead worker is shown until forgotten)")
-        heartbeat = number("FLEET_HEARTBEAT_INTERVAL", g("FLEET_HEARTBEAT_INTERVAL"), float,
-                            0.0, "seconds > 0", exclusive=True)
-        check("FLEET_HEARTBEAT_INTERVAL", g("FLEET_HEARTBEAT_INTERVAL"), heartbeat < dead_after,
-               f"seconds < FLEET_WORKER_DEAD_AFTER={dead_after!r} (else a live worker is "
-               "shown dead between two heartbeats)")
-        for name in ("FLEET_ALERT_BLOCK_RATE", "FLEET_ALERT_MEMORY_RATIO"):
-            value = g(name)
-            check(name, value, not isinstance(value, bool) and isinstance(value, (int, float, str))
-                   and is_fraction(value), "a fraction between 0 and 1")
+        monitoring = monitoring_config(settings)
         config = cls(
             redis_url=validate_redis_url(g("FLEET_REDIS_URL")),
             redis_timeout=number("FLEET_REDIS_TIMEOUT", g("FLEET_REDIS_TIMEOUT"), float, 0.0,
@@ -348,25 +328,10 @@ class FleetConfig:
                                 "seconds > 0", exclusive=True),
             jsonl_path=jsonl,
             jsonl_fsync=boolean("FLEET_JSONL_FSYNC", g("FLEET_JSONL_FSYNC")),
-            heartbeat_interval=heartbeat,
-            worker_dead_after=dead_after,
-            worker_forget_after=forget_after,
-            stall_after=number("FLEET_STALL_AFTER", g("FLEET_STALL_AFTER"), float, 0.0,
-                                "seconds > 0", exclusive=True),
+            monitoring=monitoring,
             ban_statuses=_ban_statuses(g("FLEET_BAN_STATUSES")),
             drain_timeout=number("FLEET_DRAIN_TIMEOUT", g("FLEET_DRAIN_TIMEOUT"), float, 0.0,
                                   "seconds >= 0"),
-            alert_depth_minutes=number("FLEET_ALERT_DEPTH_MINUTES",
-                                        g("FLEET_ALERT_DEPTH_MINUTES"), int, 1,
-                                        "an integer >= 1 (minutes)"),
-            alert_block_rate=number("FLEET_ALERT_BLOCK_RATE", g("FLEET_ALERT_BLOCK_RATE"),
-                                     float, 0.0, "a fraction between 0 and 1"),
-            alert_block_min_pages=number("FLEET_ALERT_BLOCK_MIN_PAGES",
-                                          g("FLEET_ALERT_BLOCK_MIN_PAGES"), int, 1,
-                                          "an integer >= 1"),
-            alert_memory_ratio=number("FLEET_ALERT_MEMORY_RATIO", g("FLEET_ALERT_MEMORY_RATIO"),
-                                       float, 0.0, "a fraction between 0 and 1",
-                                       exclusive=True),
             proxy=proxy_config(settings),
             partitions=partitions,
             recrawl=recrawl_config(settings),
