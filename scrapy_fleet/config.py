@@ -20,18 +20,19 @@ from scrapy.settings import BaseSettings
 from scrapy_fleet.browser.settings import BrowserConfig, browser_config
 from scrapy_fleet.checks import (
     boolean,
-    bound,
     check,
-    is_fraction,
     number,
     setting_value,
     validate_crawl_id,
     validate_key_prefix,
 )
 from scrapy_fleet.errors import FleetConfigError
-from scrapy_fleet.frontier.bloom import MAX_SLICE_BITS, slice_params
+from scrapy_fleet.failures.settings import FailuresConfig, failures_config
+from scrapy_fleet.frontier.backpressure_settings import BackpressureConfig, backpressure_config
+from scrapy_fleet.frontier.dupefilter_settings import DupefilterConfig, dupefilter_config
 from scrapy_fleet.frontier.protocol import FrontierParams
 from scrapy_fleet.keys import STAGE_HOST
+from scrapy_fleet.monitoring.settings import MonitoringConfig, monitoring_config
 from scrapy_fleet.proxies.settings import ProxyConfig, proxy_config
 from scrapy_fleet.recrawl.settings import RecrawlConfig, recrawl_config
 from scrapy_fleet.redis_url import validate_redis_url
@@ -162,13 +163,11 @@ class FleetConfig:
     idle_timeout: float | None
     start_requests: str
     request_classes: tuple[str, ...]
-    dupefilter_capacity: int
-    dupefilter_error_rate: float
-    dupefilter_cache: int  #: Bloom keys a worker remembers as seen (0: none)
-    queue_max: int | None
-    queue_low_watermark: float
-    host_queue_max: int | None
-    backpressure_delay: float
+    #: FLEET_DUPEFILTER_* (frontier/dupefilter_settings.py)
+    dupefilter: DupefilterConfig
+    #: FLEET_QUEUE_MAX, FLEET_QUEUE_LOW_WATERMARK, FLEET_HOST_QUEUE_MAX, FLEET_BACKPRESSURE_DELAY
+    #: (frontier/backpressure_settings.py)
+    backpressure: BackpressureConfig
     host_rate: float | None
     host_burst: int
     host_delay: float
@@ -188,20 +187,16 @@ class FleetConfig:
     stages: StageConfig = field(default_factory=StageConfig)
     #: FLEET_PLAYWRIGHT and FLEET_PLAYWRIGHT_ABORT (browser/settings.py)
     browser: BrowserConfig = field(default_factory=BrowserConfig)
-    heartbeat_interval: float = 5.0
-    worker_dead_after: float = 15.0
-    worker_forget_after: float = 120.0
-    stall_after: float = 120.0
+    #: FLEET_HEARTBEAT_INTERVAL, FLEET_WORKER_*_AFTER, FLEET_STALL_AFTER, FLEET_ALERT_*
+    #: (monitoring/settings.py)
+    monitoring: MonitoringConfig = field(default_factory=MonitoringConfig)
     ban_statuses: tuple[int, ...] = (403,)
     drain_timeout: float = 30.0
-    alert_depth_minutes: int = 10
-    alert_block_rate: float = 0.2
-    alert_block_min_pages: int = 20
-    alert_memory_ratio: float = 0.9
     #: FLEET_PROXIES and FLEET_PROXY_* (proxies/settings.py)
     proxy: ProxyConfig | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    failed_max: int = 10_000  #: FLEET_FAILED_MAX (docs/failures.md)
+    #: FLEET_FAILED_MAX (failures/settings.py, docs/failures.md)
+    failures: FailuresConfig = field(default_factory=FailuresConfig)
     partitions: int = 1  #: FLEET_PARTITIONS (docs/partitions.md)
     #: FLEET_RECRAWL* (docs/recrawl.md)
     recrawl: RecrawlConfig = field(default_factory=RecrawlConfig)
@@ -239,19 +234,8 @@ class FleetConfig:
         check("FLEET_REQUEST_CLASSES", classes,
                isinstance(classes, (list, tuple)) and all(isinstance(c, str) for c in classes),
                "a list of import paths")
-        error_rate = number("FLEET_DUPEFILTER_ERROR_RATE", g("FLEET_DUPEFILTER_ERROR_RATE"),
-                             float, 0.0, "a probability between 0 and 0.5", exclusive=True)
-        check("FLEET_DUPEFILTER_ERROR_RATE", error_rate, error_rate <= 0.5,
-               "a probability between 0 and 0.5")
-        low = number("FLEET_QUEUE_LOW_WATERMARK", g("FLEET_QUEUE_LOW_WATERMARK"), float, 0.0,
-                      "a fraction of FLEET_QUEUE_MAX between 0 and 1", exclusive=True)
-        check("FLEET_QUEUE_LOW_WATERMARK", low, low < 1.0,
-               "a fraction of FLEET_QUEUE_MAX between 0 and 1")
-        capacity = number("FLEET_DUPEFILTER_CAPACITY", g("FLEET_DUPEFILTER_CAPACITY"), int, 1,
-                           "an integer >= 1")
-        check("FLEET_DUPEFILTER_CAPACITY", capacity,
-               slice_params(capacity, error_rate, 0).bits <= MAX_SLICE_BITS,
-               "a capacity whose first Bloom slice fits in one Redis string (512 MB)")
+        dupefilter = dupefilter_config(settings)
+        backpressure = backpressure_config(settings)
         host_key = g("FLEET_HOST_KEY")
         check("FLEET_HOST_KEY", host_key, host_key in HOST_KEY_MODES,
                "one of host, domain, ip")
@@ -292,22 +276,7 @@ class FleetConfig:
                 classes_ok = False
         check("FLEET_REQUEST_CLASSES", classes, classes_ok,
                "import paths of scrapy.Request subclasses")
-        dead_after = number("FLEET_WORKER_DEAD_AFTER", g("FLEET_WORKER_DEAD_AFTER"), float, 0.0,
-                             "seconds > 0", exclusive=True)
-        forget_after = number("FLEET_WORKER_FORGET_AFTER", g("FLEET_WORKER_FORGET_AFTER"),
-                               float, 0.0, "seconds > 0", exclusive=True)
-        check("FLEET_WORKER_FORGET_AFTER", g("FLEET_WORKER_FORGET_AFTER"),
-               forget_after >= dead_after,
-               "seconds >= FLEET_WORKER_DEAD_AFTER (a dead worker is shown until forgotten)")
-        heartbeat = number("FLEET_HEARTBEAT_INTERVAL", g("FLEET_HEARTBEAT_INTERVAL"), float,
-                            0.0, "seconds > 0", exclusive=True)
-        check("FLEET_HEARTBEAT_INTERVAL", g("FLEET_HEARTBEAT_INTERVAL"), heartbeat < dead_after,
-               f"seconds < FLEET_WORKER_DEAD_AFTER={dead_after!r} (else a live worker is "
-               "shown dead between two heartbeats)")
-        for name in ("FLEET_ALERT_BLOCK_RATE", "FLEET_ALERT_MEMORY_RATIO"):
-            value = g(name)
-            check(name, value, not isinstance(value, bool) and isinstance(value, (int, float, str))
-                   and is_fraction(value), "a fraction between 0 and 1")
+        monitoring = monitoring_config(settings)
         config = cls(
             redis_url=validate_redis_url(g("FLEET_REDIS_URL")),
             redis_timeout=number("FLEET_REDIS_TIMEOUT", g("FLEET_REDIS_TIMEOUT"), float, 0.0,
@@ -333,16 +302,8 @@ class FleetConfig:
                 "FLEET_IDLE_TIMEOUT", idle, float, 0.0, "seconds >= 0 or None"),
             start_requests=start_mode,
             request_classes=tuple(classes),
-            dupefilter_capacity=capacity,
-            dupefilter_error_rate=error_rate,
-            dupefilter_cache=number("FLEET_DUPEFILTER_CACHE", g("FLEET_DUPEFILTER_CACHE"), int,
-                                     0, "an integer >= 0"),
-            queue_max=bound("FLEET_QUEUE_MAX", g("FLEET_QUEUE_MAX")),
-            queue_low_watermark=low,
-            host_queue_max=bound("FLEET_HOST_QUEUE_MAX", g("FLEET_HOST_QUEUE_MAX")),
-            backpressure_delay=number("FLEET_BACKPRESSURE_DELAY",
-                                       g("FLEET_BACKPRESSURE_DELAY"), float, 0.0,
-                                       "seconds >= 0"),
+            dupefilter=dupefilter,
+            backpressure=backpressure,
             host_rate=rate,
             host_burst=number("FLEET_HOST_BURST", g("FLEET_HOST_BURST"), int, 1,
                                "an integer >= 1"),
@@ -367,27 +328,10 @@ class FleetConfig:
                                 "seconds > 0", exclusive=True),
             jsonl_path=jsonl,
             jsonl_fsync=boolean("FLEET_JSONL_FSYNC", g("FLEET_JSONL_FSYNC")),
-            failed_max=number("FLEET_FAILED_MAX", g("FLEET_FAILED_MAX"), int, 1,
-                               "an integer >= 1"),
-            heartbeat_interval=heartbeat,
-            worker_dead_after=dead_after,
-            worker_forget_after=forget_after,
-            stall_after=number("FLEET_STALL_AFTER", g("FLEET_STALL_AFTER"), float, 0.0,
-                                "seconds > 0", exclusive=True),
+            monitoring=monitoring,
             ban_statuses=_ban_statuses(g("FLEET_BAN_STATUSES")),
             drain_timeout=number("FLEET_DRAIN_TIMEOUT", g("FLEET_DRAIN_TIMEOUT"), float, 0.0,
                                   "seconds >= 0"),
-            alert_depth_minutes=number("FLEET_ALERT_DEPTH_MINUTES",
-                                        g("FLEET_ALERT_DEPTH_MINUTES"), int, 1,
-                                        "an integer >= 1 (minutes)"),
-            alert_block_rate=number("FLEET_ALERT_BLOCK_RATE", g("FLEET_ALERT_BLOCK_RATE"),
-                                     float, 0.0, "a fraction between 0 and 1"),
-            alert_block_min_pages=number("FLEET_ALERT_BLOCK_MIN_PAGES",
-                                          g("FLEET_ALERT_BLOCK_MIN_PAGES"), int, 1,
-                                          "an integer >= 1"),
-            alert_memory_ratio=number("FLEET_ALERT_MEMORY_RATIO", g("FLEET_ALERT_MEMORY_RATIO"),
-                                       float, 0.0, "a fraction between 0 and 1",
-                                       exclusive=True),
             proxy=proxy_config(settings),
             partitions=partitions,
             recrawl=recrawl_config(settings),
@@ -395,6 +339,7 @@ class FleetConfig:
                                    0.0, "seconds >= 0"),
             browser=browser_config(settings),
             stages=stage_config(settings),
+            failures=failures_config(settings),
         )
         if isinstance(settings, BaseSettings) and getattr(settings, "frozen", False):
             try:
@@ -405,9 +350,10 @@ class FleetConfig:
 
     def frontier_params(self) -> FrontierParams:
         """The per-call constants of lua/frontier.lua."""
-        return FrontierParams(self.lease_timeout, self.max_leases, self.dupefilter_capacity,
-                              self.dupefilter_error_rate, self.queue_max, self.host_queue_max,
-                              self.backpressure_delay, self.host_interval,
+        return FrontierParams(self.lease_timeout, self.max_leases, self.dupefilter.capacity,
+                              self.dupefilter.error_rate, self.backpressure.queue_max,
+                              self.backpressure.host_queue_max, self.backpressure.delay,
+                              self.host_interval,
                               self.host_burst if self.host_rate else 1, self.host_concurrency,
                               self.robots_obey,
                               self.host_rate is not None
@@ -415,7 +361,7 @@ class FleetConfig:
                               lease_only_host=STAGE_HOST if self.stages.role == "parse" else "",
                               lease_except_host=STAGE_HOST if self.stages.role == "fetch"
                               else "",
-                              failed_max=self.failed_max,
+                              failed_max=self.failures.max_kept,
                               recrawl_max=(self.recrawl.max_tracked or 0)
                               if self.recrawl.enabled else 0)
 
@@ -424,14 +370,6 @@ class FleetConfig:
         """Seconds between two requests to one host, fleet-wide: the longer of
         FLEET_HOST_DELAY (the project's DOWNLOAD_DELAY by default) and 1 / FLEET_HOST_RATE."""
         return max(self.host_delay, 1.0 / self.host_rate if self.host_rate else 0.0)
-
-    @property
-    def queue_low(self) -> int | None:
-        """Size under which paused producers resume (FLEET_QUEUE_LOW_WATERMARK of the max,
-        at least 1: an empty frontier always lets them go on)."""
-        if self.queue_max is None:
-            return None
-        return max(int(self.queue_max * self.queue_low_watermark), 1)
 
     def resolve_crawl_id(self, spider_name: str) -> str:
         """The crawl's namespace: ``FLEET_CRAWL_ID`` or else the spider's name."""

@@ -173,9 +173,22 @@ def key_width(name: str) -> int:
     return BLOOM_MAX_SLICES if name == "bloom_slices" else 1
 
 
+class _Key:
+    """A fixed key name of a crawl or pool, read as an attribute: ``keys.leases`` is
+    ``<base>:leases`` (the owner's ``base``); its doc is the ``#:`` comment above it."""
+
+    __slots__ = ("suffix",)
+
+    def __init__(self, suffix: str) -> None:
+        self.suffix = suffix
+
+    def __get__(self, obj: CrawlKeys | ProxyPoolKeys, owner: type | None = None) -> str:
+        return f"{obj.base}:{self.suffix}"
+
+
 @dataclass(frozen=True)
 class CrawlKeys:
-    """Key names of one crawl (see module docstring).  ``all_static`` lists the fixed ones."""
+    """Key names of one crawl (see module docstring)."""
 
     prefix: str
     crawl_id: str
@@ -191,10 +204,8 @@ class CrawlKeys:
     def base(self) -> str:
         return f"{self.prefix}:{{{self.tag or self.crawl_id}}}"
 
-    @property
-    def partitions(self) -> str:
-        """STRING: P, the partitions of a crawl created with FLEET_PARTITIONS > 1 (control)."""
-        return self._k("partitions")
+    #: STRING: P, the partitions of a crawl created with FLEET_PARTITIONS > 1 (control).
+    partitions = _Key("partitions")
 
     def partition(self, p: int, parts: int) -> CrawlKeys:
         """The keys of partition *p* of *parts* (this crawl's own keys when *parts* is 1)."""
@@ -209,124 +220,52 @@ class CrawlKeys:
     def _k(self, name: str) -> str:
         return f"{self.base}:{name}"
 
-    @property
-    def queue_index(self) -> str:
-        return self._k("qidx")
+    queue_index = _Key("qidx")
+    queue_count = _Key("qn")
 
-    @property
-    def queue_count(self) -> str:
-        return self._k("qn")
-
-    @property
-    def bucket_prefix(self) -> str:
-        """Prefix of the queue buckets' key names (passed to the scripts as a key: every
-        bucket shares the crawl's hash tag, so it lives in the same cluster slot)."""
-        return self._k("qb:")
+    #: Prefix of the queue buckets' key names (passed to the scripts as a key: every bucket
+    #: shares the crawl's hash tag, so it lives in the same cluster slot).
+    bucket_prefix = _Key("qb:")
 
     def bucket(self, host: str, priority: int) -> str:
         """The queue bucket of *host*'s entries of Request.priority *priority* (lua/hosts.lua,
         bucket_name: the key is -priority + 10**15, zero-padded to 16 digits)."""
         return f"{self.bucket_prefix}{host}\t{-priority + 10**15:016d}"
 
-    @property
-    def data(self) -> str:
-        return self._k("data")
+    data = _Key("data")
 
     # recrawl (issue 22): the schedule of tracked URLs (lua/step_revisit.lua)
-    @property
-    def revisit_index(self) -> str:
-        """ZSET slot -> due time (ms): the schedule's slots that hold records."""
-        return self._k("rvi")
+    #: ZSET slot -> due time (ms): the schedule's slots that hold records.
+    revisit_index = _Key("rvi")
 
-    @property
-    def revisit_prefix(self) -> str:
-        """Prefix of the schedule's slot LISTs (records ``<host>\t<score>\t<request>``)."""
-        return self._k("rv:")
+    #: Prefix of the schedule's slot LISTs (records ``<host>\t<score>\t<request>``).
+    revisit_prefix = _Key("rv:")
 
     def revisit_slot(self, name: str) -> str:
         """The LIST of schedule slot *name* (a member of :attr:`revisit_index`)."""
         return f"{self.revisit_prefix}{name}"
 
-    @property
-    def revisit_count(self) -> str:
-        """STRING: tracked URLs (scheduled, or in the frontier as a revisit)."""
-        return self._k("rvn")
-
-    @property
-    def leases(self) -> str:
-        return self._k("leases")
-
-    @property
-    def lease(self) -> str:
-        return self._k("lease")
-
-    @property
-    def expiries(self) -> str:
-        return self._k("expiries")
-
-    @property
-    def dead(self) -> str:
-        return self._k("dead")
-
-    @property
-    def deferred(self) -> str:
-        return self._k("deferred")
-
-    @property
-    def next_due(self) -> str:
-        return self._k("next_due")
-
-    @property
-    def workers_first(self) -> str:
-        return self._k("workers_first")
-
-    @property
-    def parked(self) -> str:
-        return self._k("parked")
-
-    @property
-    def hostq(self) -> str:
-        return self._k("hostq")
-
-    @property
-    def ready(self) -> str:
-        return self._k("ready")
-
-    @property
-    def tat(self) -> str:
-        return self._k("tat")
-
-    @property
-    def hold(self) -> str:
-        return self._k("hold")
-
-    @property
-    def hostlive(self) -> str:
-        return self._k("hostlive")
-
-    @property
-    def hostconf(self) -> str:
-        return self._k("hostconf")
-
-    @property
-    def crawldelay(self) -> str:
-        return self._k("crawldelay")
-
-    @property
-    def wlive(self) -> str:
-        return self._k("wlive")
-
-    @property
-    def fails(self) -> str:
-        return self._k("fails")
-
-    @property
-    def robots(self) -> str:
-        return self._k("robots")
-
-    @property
-    def robots_lock(self) -> str:
-        return self._k("robots_lock")
+    #: STRING: tracked URLs (scheduled, or in the frontier as a revisit).
+    revisit_count = _Key("rvn")
+    leases = _Key("leases")
+    lease = _Key("lease")
+    expiries = _Key("expiries")
+    dead = _Key("dead")
+    deferred = _Key("deferred")
+    next_due = _Key("next_due")
+    workers_first = _Key("workers_first")
+    parked = _Key("parked")
+    hostq = _Key("hostq")
+    ready = _Key("ready")
+    tat = _Key("tat")
+    hold = _Key("hold")
+    hostlive = _Key("hostlive")
+    hostconf = _Key("hostconf")
+    crawldelay = _Key("crawldelay")
+    wlive = _Key("wlive")
+    fails = _Key("fails")
+    robots = _Key("robots")
+    robots_lock = _Key("robots_lock")
 
     def politeness_keys(self) -> list[str]:
         """KEYS of lua/politeness.lua (POLITENESS_CALL)."""
@@ -337,68 +276,33 @@ class CrawlKeys:
         reply caches, the filter's meta and slices."""
         return self.call_keys(BLOOM_ADD_CALL, op_id, prev_op_id)
 
-    @property
-    def config(self) -> str:
-        """HASH of the crawl's bounds as its workers run them (queue_max, low_watermark)."""
-        return self._k("config")
+    #: HASH of the crawl's bounds as its workers run them (queue_max, low_watermark).
+    config = _Key("config")
+    seq = _Key("seq")
+    token = _Key("token")
+    bloom_meta = _Key("bloom:meta")
 
-    @property
-    def seq(self) -> str:
-        return self._k("seq")
+    #: Slice N of the Bloom filter is ``bloom_prefix + str(N)``.
+    bloom_prefix = _Key("bloom:")
+    stats = _Key("stats")
+    idle_since = _Key("idle_since")
+    seeding = _Key("seeding")
+    workers = _Key("workers")
 
-    @property
-    def token(self) -> str:
-        return self._k("token")
+    #: HASH entry id -> msgpack record of a request that failed for good (failures/).
+    failed = _Key("failed")
 
-    @property
-    def bloom_meta(self) -> str:
-        return self._k("bloom:meta")
+    #: ZSET entry id -> server time (ms) of its failure: the oldest are trimmed first.
+    failed_at = _Key("failed_at")
 
-    @property
-    def bloom_prefix(self) -> str:
-        """Slice N of the Bloom filter is ``bloom_prefix + str(N)``."""
-        return self._k("bloom:")
+    #: HASH reason -> failed requests kept with that reason.
+    failed_by = _Key("failed_by")
 
-    @property
-    def stats(self) -> str:
-        return self._k("stats")
+    #: STRING: the crawl marker, a random id written by the crawl's first frontier call.
+    marker = _Key("marker")
 
-    @property
-    def idle_since(self) -> str:
-        return self._k("idle_since")
-
-    @property
-    def seeding(self) -> str:
-        return self._k("seeding")
-
-    @property
-    def workers(self) -> str:
-        return self._k("workers")
-
-    @property
-    def failed(self) -> str:
-        """HASH entry id -> msgpack record of a request that failed for good (failures/)."""
-        return self._k("failed")
-
-    @property
-    def failed_at(self) -> str:
-        """ZSET entry id -> server time (ms) of its failure: the oldest are trimmed first."""
-        return self._k("failed_at")
-
-    @property
-    def failed_by(self) -> str:
-        """HASH reason -> failed requests kept with that reason."""
-        return self._k("failed_by")
-
-    @property
-    def marker(self) -> str:
-        """STRING: the crawl marker, a random id written by the crawl's first frontier call."""
-        return self._k("marker")
-
-    @property
-    def layout(self) -> str:
-        """STRING: the LAYOUT_VERSION of the crawl's keys, written with the marker."""
-        return self._k("layout")
+    #: STRING: the LAYOUT_VERSION of the crawl's keys, written with the marker.
+    layout = _Key("layout")
 
     def layout1_keys(self) -> list[str]:
         """The queue ZSET and entry-host hash of layout 1 (before LAYOUT_VERSION): only to
@@ -409,19 +313,15 @@ class CrawlKeys:
         """KEYS of lua/failed_retry.lua (RETRY_CALL)."""
         return self.call_keys(RETRY_CALL)
 
-    @property
-    def spider(self) -> str:
-        """STRING ``"<spider name>\\t<class path>"``: the spider the crawl belongs to."""
-        return self._k("spider")
+    #: STRING ``"<spider name>\t<class path>"``: the spider the crawl belongs to.
+    spider = _Key("spider")
 
     def worker_claim(self, worker_id: str) -> str:
         """STRING ``"<host>\\t<pid>\\t<start>"``: the last process that started with
         *worker_id* (expires by itself)."""
         return self._k("claim:" + worker_id)
 
-    @property
-    def op_prefix(self) -> str:
-        return self._k("op:")
+    op_prefix = _Key("op:")
 
     def op(self, op_id: str) -> str:
         return self.op_prefix + op_id
@@ -440,21 +340,14 @@ class CrawlKeys:
         """HASH of one worker's heartbeat (expires by itself once the worker is gone)."""
         return self._k("worker:" + worker_id)
 
-    @property
-    def mon(self) -> str:
-        return self._k("mon")
+    mon = _Key("mon")
 
     def series(self, tier: str) -> str:
         """STRING ring buffer of tier *tier* (``10s``, ``1m``, ``10m``)."""
         return self._k("series:" + tier)
 
-    @property
-    def hoststats(self) -> str:
-        return self._k("hoststats")
-
-    @property
-    def hostbans(self) -> str:
-        return self._k("hostbans")
+    hoststats = _Key("hoststats")
+    hostbans = _Key("hostbans")
 
     def sample_keys(self) -> list[str]:
         """KEYS of lua/sample.lua (SAMPLE_CALL)."""
@@ -566,45 +459,16 @@ class ProxyPoolKeys:
     def _k(self, name: str) -> str:
         return f"{self.base}:{name}"
 
-    @property
-    def proxies(self) -> str:
-        return self._k("proxies")
-
-    @property
-    def exits(self) -> str:
-        return self._k("exits")
-
-    @property
-    def removed(self) -> str:
-        return self._k("removed")
-
-    @property
-    def live(self) -> str:
-        return self._k("live")
-
-    @property
-    def tat(self) -> str:
-        return self._k("tat")
-
-    @property
-    def tickets(self) -> str:
-        return self._k("tickets")
-
-    @property
-    def ticket(self) -> str:
-        return self._k("ticket")
-
-    @property
-    def seq(self) -> str:
-        return self._k("seq")
-
-    @property
-    def sites(self) -> str:
-        return self._k("sites")
-
-    @property
-    def stats(self) -> str:
-        return self._k("stats")
+    proxies = _Key("proxies")
+    exits = _Key("exits")
+    removed = _Key("removed")
+    live = _Key("live")
+    tat = _Key("tat")
+    tickets = _Key("tickets")
+    ticket = _Key("ticket")
+    seq = _Key("seq")
+    sites = _Key("sites")
+    stats = _Key("stats")
 
     def site(self, site: str) -> str:
         """Per (exit, site) state of *site* (a politeness host key)."""

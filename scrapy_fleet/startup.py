@@ -169,10 +169,10 @@ def _claim(crawler: Crawler, client: Any, keys: CrawlKeys, config: FleetConfig,
     path = identity.spider_path(type(spider))
     until_room(crawler, config, lambda: identity.claim_crawl(client, keys, name, path))
     me = identity.Holder(socket.gethostname(), os.getpid(), time.time())
-    poll = min(1.0, config.heartbeat_interval / 2)
+    poll = min(1.0, config.monitoring.heartbeat_interval / 2)
     until_room(crawler, config, lambda: identity.claim_worker_id(
-        client, keys, config.worker_id, me, config.worker_dead_after, poll,
-        quiet_for=config.heartbeat_interval))
+        client, keys, config.worker_id, me, config.monitoring.worker_dead_after, poll,
+        quiet_for=config.monitoring.heartbeat_interval))
 
 
 def until_room(crawler: Crawler, config: FleetConfig, call: Callable[[], T]) -> T:

@@ -219,10 +219,10 @@ class Command(ScrapyCommand):
         try:
             self.exitcode = cli.run_action(action, admin, urls, opts, fingerprinter.fingerprint,
                                            label=label,
-                                           low_watermark=config.queue_low,
+                                           low_watermark=config.backpressure.queue_low,
                                            host_key_mode=config.host_key,
-                                           alerts_config=AlertConfig.from_config(config),
-                                           forget_after=config.worker_forget_after,
+                                           alerts_config=AlertConfig.from_config(config.monitoring),
+                                           forget_after=config.monitoring.worker_forget_after,
                                            partitions=config.partitions,
                                            has_method=lambda name: getattr(
                                                spidercls, name, None))

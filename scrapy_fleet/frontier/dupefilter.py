@@ -83,7 +83,7 @@ class RedisBloomDupeFilter(BaseDupeFilter):
                                                     self.config.redis_timeout)
             self._script = lua.load(self._client, "bloom_add.lua")
         op = uuid.uuid4().hex
-        args = [self.config.dupefilter_capacity, self.config.dupefilter_error_rate, OP_TTL_MS,
+        args = [self.config.dupefilter.capacity, self.config.dupefilter.error_rate, OP_TTL_MS,
                 self.bloom_key(request)]
         ks = keys.bloom_add_keys(op, self._prev_op)
         reply = redis_client.call_retrying(lambda: self._script(keys=ks, args=args),

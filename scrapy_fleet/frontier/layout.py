@@ -41,13 +41,17 @@ def _verdict(keys: CrawlKeys, layout: Any, begun: int) -> CrawlLayoutError | Non
 
 
 def check_sync(client: Any, keys: CrawlKeys) -> None:
-    """Refuse a crawl of another layout (blocking client; two commands).
+    """Refuse a crawl of another layout (blocking client; two commands, three when the crawl
+    has begun without a layout: read once more, as a first call writes the layout with the
+    keys it creates, atomically, and may have run between the first two).
 
     Raises:
         CrawlLayoutError: naming the crawl and what to do.
     """
     layout = client.get(keys.layout)
     begun = 0 if layout is not None else client.exists(*_frontier_keys(keys))
+    if begun:  # begun between the two reads (another worker's first call)? read it again
+        layout = client.get(keys.layout)
     error = _verdict(keys, layout, begun)
     if error is not None:
         raise error
@@ -57,6 +61,8 @@ async def check_async(client: Any, keys: CrawlKeys) -> None:
     """:func:`check_sync` with an asyncio client."""
     layout = await client.get(keys.layout)
     begun = 0 if layout is not None else await client.exists(*_frontier_keys(keys))
+    if begun:
+        layout = await client.get(keys.layout)
     error = _verdict(keys, layout, begun)
     if error is not None:
         raise error

@@ -31,17 +31,17 @@ def memory_warnings(policy: str | None, maxmemory: int, used: int,
             f"Redis maxmemory-policy is {policy!r}: when memory is full Redis may delete the "
             f"frontier's keys (queue, leases, dupefilter) and lose requests. Use 'noeviction' "
             f"(or a volatile-* policy) for the fleet's Redis.")
-    if maxmemory and config.queue_max:
-        needed = config.queue_max * BYTES_PER_ENTRY
+    if maxmemory and config.backpressure.queue_max:
+        needed = config.backpressure.queue_max * BYTES_PER_ENTRY
         from scrapy_fleet.frontier.bloom import slice_params
 
-        needed += slice_params(config.dupefilter_capacity,
-                               config.dupefilter_error_rate, 0).bytes
+        needed += slice_params(config.dupefilter.capacity,
+                               config.dupefilter.error_rate, 0).bytes
         if needed > maxmemory - used:
             warnings.append(
                 f"Redis maxmemory is {maxmemory} bytes with {used} used, but a frontier of "
-                f"FLEET_QUEUE_MAX={config.queue_max} entries and its Bloom filter may need "
-                f"about {needed} bytes more: expect OOM pauses. Lower FLEET_QUEUE_MAX or "
+                f"FLEET_QUEUE_MAX={config.backpressure.queue_max} entries and its Bloom filter "
+                f"may need about {needed} bytes more: expect OOM pauses. Lower FLEET_QUEUE_MAX or "
                 f"raise maxmemory.")
     return warnings
 

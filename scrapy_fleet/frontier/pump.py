@@ -155,7 +155,7 @@ class FrontierPump:
     @property
     def _heartbeat(self) -> float:
         """Seconds between two calls at most: lease extensions and the worker's heartbeat."""
-        return min(self.config.lease_timeout / 3, self.config.heartbeat_interval)
+        return min(self.config.lease_timeout / 3, self.config.monitoring.heartbeat_interval)
 
     def wait_time(self) -> float:
         """Seconds the pump's loop waits, unless poked, before its next call (no I/O)."""

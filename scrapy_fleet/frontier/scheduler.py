@@ -139,13 +139,13 @@ class FleetScheduler(BaseScheduler):
                 self.config.frontier_params(), self.config.partitions,
                 self.config.redis_timeout, self.config.redis_retries,
                 self.config.redis_wait_replicas, self.config.idle_timeout,
-                self.config.dupefilter_cache, self.config.partition_flush)
+                self.config.dupefilter.cache, self.config.partition_flush)
         else:
             frontier = AsyncFrontier(self.config.redis_url, keys, self.config.worker_id,
                                      self.config.frontier_params(),
                                      self.config.redis_timeout, self.config.redis_retries,
                                      self.config.redis_wait_replicas,
-                                     dupe_cache=self.config.dupefilter_cache)
+                                     dupe_cache=self.config.dupefilter.cache)
         self.pump.frontier = frontier  # closed by pump.close
         await frontier.connect()
         await check_partitions(frontier.client, keys, self.config.partitions)
@@ -172,9 +172,9 @@ class FleetScheduler(BaseScheduler):
                                         self.config.worker_id).write_overrides()
         # the bounds the workers run with, for pushes from outside the project
         await frontier.client.hset(keys.config, mapping={
-            "queue_max": self.config.queue_max or 0,
-            "low_watermark": self.config.queue_low_watermark,
-            "host_queue_max": self.config.host_queue_max or 0,
+            "queue_max": self.config.backpressure.queue_max or 0,
+            "low_watermark": self.config.backpressure.low_watermark,
+            "host_queue_max": self.config.backpressure.host_queue_max or 0,
             "host_key": self.config.host_key,
             "host_concurrency": self.config.host_concurrency})
         # the per-host defaults they run with, for `scrapy fleet status --hosts`

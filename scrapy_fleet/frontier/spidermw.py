@@ -216,7 +216,7 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
     async def _wait_for_room(self, client: Any) -> int:
         """Return the frontier's size (with this worker's unpushed requests) at once when it
         is below FLEET_QUEUE_MAX, else once it is below the low watermark."""
-        queue_max, low = self.config.queue_max, self.config.queue_low
+        queue_max, low = self.config.backpressure.queue_max, self.config.backpressure.queue_low
         assert queue_max is not None and low is not None
         size = await self._patiently(lambda: frontier_size(client, self._keys())) + self._local()
         if size < queue_max:
@@ -257,7 +257,7 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
                 skip = claimed
                 self._holding = True
                 renewer = asyncio.ensure_future(self._renew_seeding(client, lost))
-            queue_max = self.config.queue_max
+            queue_max = self.config.backpressure.queue_max
             estimate, checked_at = 0, 0.0
             index = 0
             async for item_or_request in start:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scrapy_fleet.monitoring.series import Sample
+from scrapy_fleet.monitoring.settings import MonitoringConfig
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,8 @@ class AlertConfig:
     dead_minutes: int = 10  #: dead letters grew within this many minutes
 
     @classmethod
-    def from_config(cls, config: Any) -> AlertConfig:
-        """From a FleetConfig (its monitoring settings)."""
+    def from_config(cls, config: MonitoringConfig) -> AlertConfig:
+        """From the monitoring settings (``FleetConfig.monitoring``)."""
         return cls(dead_after=config.worker_dead_after, stall_after=config.stall_after,
                    depth_minutes=config.alert_depth_minutes, block_rate=config.alert_block_rate,
                    block_min_pages=config.alert_block_min_pages,

@@ -163,8 +163,8 @@ class WorkerMonitor:
                    "sv": scrapy.__version__, "fv": scrapy_fleet.__version__,
                    "h": self.host, "pid": self.pid, "sa": round(self.started_at, 3),
                    "ro": self.config.stages.role},
-            "da": int(self.config.worker_dead_after * 1000),
-            "fa": int(self.config.worker_forget_after * 1000),
+            "da": int(self.config.monitoring.worker_dead_after * 1000),
+            "fa": int(self.config.monitoring.worker_forget_after * 1000),
         }
         batch = self._batch()
         if batch is not None:

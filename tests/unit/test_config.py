@@ -23,7 +23,7 @@ def test_defaults():
     assert config.redis_url == DEFAULTS["FLEET_REDIS_URL"]
     assert (config.lease_timeout, config.max_leases, config.prefetch) == (30.0, 3, 16)
     assert config.idle_timeout is None
-    assert (config.dupefilter_capacity, config.dupefilter_error_rate) == (1_000_000, 0.001)
+    assert (config.dupefilter.capacity, config.dupefilter.error_rate) == (1_000_000, 0.001)
     assert config.resolve_crawl_id("docs") == "docs"
 
 
@@ -102,7 +102,7 @@ def test_addon_sets_components_at_addon_priority_and_keeps_user_values():
 def test_producers_resume_at_least_when_the_frontier_is_empty(queue_max, low, expected):
     config = FleetConfig.from_settings(Settings({"FLEET_QUEUE_MAX": queue_max,
                                                  "FLEET_QUEUE_LOW_WATERMARK": low}))
-    assert config.queue_low == expected
+    assert config.backpressure.queue_low == expected
 
 
 @pytest.mark.parametrize("url,expected", [
@@ -122,7 +122,8 @@ def test_redis_urls_are_redacted_for_logs(url, expected):
 def test_a_bound_of_0_means_unbounded(value):
     config = FleetConfig.from_settings(Settings({"FLEET_QUEUE_MAX": value,
                                                  "FLEET_HOST_QUEUE_MAX": value}))
-    assert (config.queue_max, config.host_queue_max, config.queue_low) == (None, None, None)
+    assert (config.backpressure.queue_max, config.backpressure.host_queue_max,
+            config.backpressure.queue_low) == (None, None, None)
     assert config.frontier_params().queue_max is None
     with pytest.raises(FleetConfigError, match=r"FLEET_QUEUE_MAX=-1 is invalid: expected an "
                                                r"integer >= 0 or None \(0 or None: unbounded\)"):

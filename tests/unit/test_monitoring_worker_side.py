@@ -16,6 +16,7 @@ from scrapy_fleet.monitoring.snapshot import counters_of
 
 
 def test_worker_monitor_resends_an_unconfirmed_batch_unchanged():
+    from scrapy_fleet.monitoring.settings import MonitoringConfig
     from scrapy_fleet.stages.settings import StageConfig
 
     class Stats:
@@ -27,8 +28,7 @@ def test_worker_monitor_resends_an_unconfirmed_batch_unchanged():
 
     class Config:
         ban_statuses = (403,)
-        worker_dead_after = 15.0
-        worker_forget_after = 120.0
+        monitoring = MonitoringConfig(worker_dead_after=15.0, worker_forget_after=120.0)
         stages = StageConfig(role="all")
 
     stats = Stats()
@@ -51,8 +51,8 @@ def test_monitoring_settings_are_checked_once_with_clear_errors():
 
     config = FleetConfig.from_settings({"FLEET_BAN_STATUSES": "403, 451",
                                         "FLEET_ALERT_BLOCK_RATE": "0.5"})
-    assert config.ban_statuses == (403, 451) and config.alert_block_rate == 0.5
-    assert alerts.AlertConfig.from_config(config).block_rate == 0.5
+    assert config.ban_statuses == (403, 451) and config.monitoring.alert_block_rate == 0.5
+    assert alerts.AlertConfig.from_config(config.monitoring).block_rate == 0.5
     for settings, fragment in (
             ({"FLEET_HEARTBEAT_INTERVAL": 20}, "FLEET_HEARTBEAT_INTERVAL=20 is invalid: "
                                                "expected seconds < FLEET_WORKER_DEAD_AFTER"),

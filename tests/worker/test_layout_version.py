@@ -129,3 +129,31 @@ def test_a_worker_and_push_refuse_an_old_crawl_in_one_line_and_purge_starts_it_a
     assert again.returncode == 0, again.stderr + again.stdout
     assert client.get(keys.layout) == str(LAYOUT_VERSION).encode()
     assert not client.exists(*keys.layout1_keys())
+
+
+class _FirstCallDuringCheck:
+    """A real client whose EXISTS runs just after another worker's first frontier call: the
+    interleaving of two workers starting one new crawl at the same moment (the other's call
+    writes the marker and the layout between this check's GET and EXISTS)."""
+
+    def __init__(self, client: redis.Redis, other_call) -> None:
+        self.client, self.other_call = client, other_call
+
+    def get(self, name: str) -> bytes | None:
+        return self.client.get(name)
+
+    def exists(self, *names: str) -> int:
+        self.other_call()
+        return self.client.exists(*names)
+
+
+def test_a_new_crawl_started_by_two_workers_at_once_is_not_refused(redis_url):
+    from scrapy_fleet.frontier import layout
+
+    one, two = FrontierAdmin(redis_url, "race"), FrontierAdmin(redis_url, "race")
+    racing = _FirstCallDuringCheck(two.client, lambda: one.call(CallBatch(), worker="w1:1:1"))
+    layout.check_sync(racing, two.keys)  # the crawl is new: not "another version"
+    assert two.client.get(two.keys.layout) == str(LAYOUT_VERSION).encode()
+    two.call(CallBatch(), worker="w2:1:1")
+    one.close()
+    two.close()
