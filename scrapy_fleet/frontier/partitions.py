@@ -381,6 +381,8 @@ class PartitionedFrontier:
                 else:
                     lean[q] = res
         r = self._route(full, blocked) if blocked else first
+        if batch.beat:
+            self._extend_waiting(full, blocked, r)
         # push before ack: a page one of whose foreign links was refused is deferred
         refused_groups = {first.foreign_group[q][i] for q, res in lean.items()
                           for i in res.refused} - blocked
@@ -441,6 +443,16 @@ class PartitionedFrontier:
     def held(self) -> int:
         """Acknowledgements and pushes held for a partition that could not be reached."""
         return 0 if self._held is None else len(self._held.acks) + len(self._held.pushes)
+
+    @staticmethod
+    def _extend_waiting(full: CallBatch, blocked: set[int], r: _Route) -> None:
+        """With the pump's heartbeat: extend the leases of the pages of *blocked* (waiting
+        for a buffer of foreign links, or for a partition that cannot be reached), each in
+        its own partition.  The pump no longer holds them, so without this a page waiting
+        longer than FLEET_LEASE_TIMEOUT would be leased and fetched again."""
+        for g in sorted(blocked):
+            p, entry_id = split_ref(full.acks[g - 1][0])
+            r.per[p].extends.append((entry_id, full.acks[g - 1][1]))
 
     def _note_failure(self, p: int, exc: Exception) -> None:
         self.partition_errors += 1
