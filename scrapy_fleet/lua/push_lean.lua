@@ -8,7 +8,7 @@
 -- Keys (of K, keys.PUSH_LEAN_CALL): op (this call's reply cache: a call repeated with the
 --   same op id gets the first reply back and writes nothing), marker and layout (checked;
 --   written once when the partition has none), stats (counters pushed, duplicates,
---   refused), seq, data and deferred (a push with a delay), next_due (lowered by a push with
+--   refused, response_queue_bytes: a stored response of lua/step_push.lua's), seq, data and deferred (a push with a delay), next_due (lowered by a push with
 --   a delay due before it: lua/step_begin.lua), leases and deferred (the size),
 --   parked (not resumed here: the partition's own frontier calls do that), hostq (entries per
 --   host), idle_since (deleted when an entry is added: the partition is busy), the queue's
@@ -65,6 +65,7 @@ if queue_max > 0 then size = Queue.size(K, qw.queued) end
 local out = {pf = {}, rf = {}, pd = {}, new = 0, dup = 0, refused = 0, full = false,
              mk = marker or ''}
 local host_count, host_delta = {}, {}
+local stage_bytes = 0  -- (the stored responses' bytes pushed: FLEET_ROLE, docs/stages.md)
 local lowest_added = 9e15  -- (the earliest time a push with a delay is due)
 if host_max > 0 and #req.p > 0 then
   local hosts, seen = {}, {}
@@ -121,6 +122,7 @@ for i, p in ipairs(req.p) do
     else
       qw.enqueue(id, -p[2], host, p[3], false)
     end
+    if host == STAGE_HOST then stage_bytes = stage_bytes + #p[3] end
     if host ~= '' then
       host_count[host] = (host_count[host] or 0) + 1
       host_delta[host] = (host_delta[host] or 0) + 1
@@ -145,6 +147,7 @@ if out.new > 0 then redis.call('DEL', K.idle_since) end
 if out.new > 0 then hincrby(K.stats, 'pushed', out.new) end
 if out.dup > 0 then hincrby(K.stats, 'duplicates', out.dup) end
 if out.refused > 0 then hincrby(K.stats, 'refused', out.refused) end
+if stage_bytes > 0 then hincrby(K.stats, 'response_queue_bytes', stage_bytes) end
 if queue_max > 0 then out.size = size end
 local reply = cmsgpack.pack(out)
 redis.call('SET', K.op, reply, 'PX', tonumber(req.ot) or 300000)
