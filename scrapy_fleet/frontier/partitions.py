@@ -186,6 +186,8 @@ class PartitionedFrontier:
         #: sees the queue drain
         self.stage_part = partition_of(STAGE_HOST, parts)
         self._rq: tuple[int, int] | None = None
+        #: lease requests in a row that got nothing (a sweep over the partitions)
+        self._empty_takes = 0
 
     @property
     def unreplicated(self) -> int:
@@ -405,6 +407,13 @@ class PartitionedFrontier:
         home_result = by_part.get(self.home)
         if batch.take and (home_result is None or not home_result.leased):
             self.home = (self.home + 1) % self.parts  # nothing to hand out here: move on
+            self._empty_takes += 1
+            if self._empty_takes < self.parts:
+                # the sweep over the partitions goes on at once (the work may all be in
+                # one partition); a whole sweep without a lease waits as on P = 1
+                merged.next_ready = 0.0
+        elif batch.take:
+            self._empty_takes = 0
         if merged.idle_ms >= 0 and self.idle_timeout is not None \
                 and merged.idle_ms >= self.idle_timeout * 1000 and self._held is None:
             merged.idle_ms = await self.fleet_idle_ms()

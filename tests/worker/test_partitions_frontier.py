@@ -357,3 +357,28 @@ def test_a_page_waiting_for_an_unreachable_partition_keeps_its_lease(redis_serve
     assert c.hget(p0.stats, "acked") == b"1"
     assert c.hget(p0.stats, "reclaimed") is None and leased_count(c, p0) == 0
     assert c.zcard(p1.leases) == 0 and int(c.get(p1.queue_count)) == 1
+
+
+def test_an_empty_home_sends_the_worker_on_at_once_for_one_sweep(redis_url):
+    """The work all in one partition of 8: a lease request that gets nothing moves the home
+    on and says "again now" (next_ready 0) until a whole sweep found nothing; the pump
+    waited its poll interval after each empty partition, a tenth of P = 1's pages/s."""
+    parts = 8
+    host = host_in(5, parts)[0]
+
+    async def main():
+        fr = PartitionedFrontier(redis_url, KEYS, "w", FrontierParams(), parts)
+        try:
+            await fr.call(CallBatch(pushes=[row(host, b"page")]))
+            fr.home = 6
+            for _ in range(parts - 1):  # 6, 7, 0, ... 4: empty, each says "now"
+                r = await fr.call(CallBatch(take=1))
+                assert r.leased == [] and r.next_ready == 0.0
+            r = await fr.call(CallBatch(take=1))
+            assert len(r.leased) == 1 and fr.home == 5
+            nothing = [await fr.call(CallBatch(take=1)) for _ in range(parts)]
+            # a whole sweep without a lease: the last reply no longer says "now"
+            assert [x.next_ready == 0.0 for x in nothing] == [True] * (parts - 1) + [False]
+        finally:
+            await fr.close()
+    run(main())
