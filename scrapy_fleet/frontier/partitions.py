@@ -33,7 +33,8 @@ not acknowledged but deferred on its own partition (FLEET_BACKPRESSURE_DELAY), t
 again: nothing is lost and no partition grows past its bound.
 
 Home: a worker starts on partition ``crc32(worker id) mod P`` and moves to the next partition
-whenever its home hands out nothing, so W workers serve P partitions whether W < P or W > P.
+whenever its home hands out nothing (at once, until a whole sweep found nothing), so W workers
+serve P partitions whether W < P or W > P.
 
 Idle close: when the partitions a call reached all report idle for FLEET_IDLE_TIMEOUT, every
 partition is probed (lua/partition_probe.lua); the fleet is idle only when each of them is
