@@ -33,7 +33,8 @@ not acknowledged but deferred on its own partition (FLEET_BACKPRESSURE_DELAY), t
 again: nothing is lost and no partition grows past its bound.
 
 Home: a worker starts on partition ``crc32(worker id) mod P`` and moves to the next partition
-whenever its home hands out nothing, so W workers serve P partitions whether W < P or W > P.
+whenever its home hands out nothing (at once, until a whole sweep found nothing), so W workers
+serve P partitions whether W < P or W > P.
 
 Idle close: when the partitions a call reached all report idle for FLEET_IDLE_TIMEOUT, every
 partition is probed (lua/partition_probe.lua); the fleet is idle only when each of them is
@@ -57,27 +58,26 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import msgpack
 import redis
 
 from scrapy_fleet import lua, redis_client
 from scrapy_fleet.errors import CrawlStateLostError
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.dupecache import DupeCache
+from scrapy_fleet.frontier.lean import LeanResult, lean_args
 from scrapy_fleet.frontier.partition_count import (  # noqa: F401 (re-exported)
     check_async,
     check_sync,
     stored_partitions,
 )
 from scrapy_fleet.frontier.protocol import (
-    OP_TTL_MS,
     CallBatch,
     CallResult,
     FrontierParams,
     LeasedEntry,
     state_lost,
 )
-from scrapy_fleet.keys import PROBE_CALL, PUSH_LEAN_CALL, CrawlKeys, partition_of
+from scrapy_fleet.keys import PROBE_CALL, PUSH_LEAN_CALL, STAGE_HOST, CrawlKeys, partition_of
 
 logger = logging.getLogger(__name__)
 
@@ -112,43 +112,6 @@ def partition_params(params: FrontierParams, parts: int) -> FrontierParams:
     if not params.queue_max or parts == 1:
         return params
     return replace(params, queue_max=-(-params.queue_max // parts))
-
-
-# -- the lean push -------------------------------------------------------------------------------
-
-def lean_args(pushes: list[tuple[Any, ...]], params: FrontierParams, marker: str) -> bytes:
-    """ARGV[1] of lua/push_lean.lua: *pushes* are ``(bloom key, priority, payload, host,
-    delay ms)``."""
-    return msgpack.packb({
-        "p": [[p[0], int(p[1]), p[2], p[3], int(p[4]) if len(p) > 4 else 0] for p in pushes],
-        "bn": params.bloom_capacity, "bp": params.bloom_error_rate,
-        "qm": params.queue_max or 0, "hm": params.host_queue_max or 0,
-        "ot": OP_TTL_MS, "mk": marker, "mc": uuid.uuid4().hex,
-    }, use_bin_type=False)
-
-
-@dataclass
-class LeanResult:
-    """Reply of lua/push_lean.lua (indexes 0-based, into the call's pushes)."""
-
-    flags: list[int]
-    refused: list[int]
-    seen: list[int]
-    pushed: int
-    duplicates: int
-    full: bool
-    marker: str
-    size: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_reply(cls, reply: bytes) -> LeanResult:
-        d = {k.decode(): v for k, v in msgpack.unpackb(reply, raw=True).items()}
-        return cls([int(x) for x in d.get("pf", [])], [int(x) for x in d.get("rf", [])],
-                   [int(x) for x in d.get("pd", [])], int(d.get("new", 0)),
-                   int(d.get("dup", 0)), bool(d.get("full", False)),
-                   (d.get("mk") or b"").decode(errors="replace"),
-                   int(d["size"]) if d.get("size") is not None else None)
 
 
 def _lost(exc: redis.ResponseError, url: str, p: int) -> CrawlStateLostError | None:
@@ -217,6 +180,15 @@ class PartitionedFrontier:
         #: per partition with foreign links buffered: when the oldest of them was buffered
         self._since: dict[int, float] = {}
         self._force = False  #: flush_now: every buffer is due
+        #: the partition of the stored responses (FLEET_ROLE, docs/stages.md) and the last
+        #: response queue figures it gave (None: none seen, no stored response in this crawl
+        #: as far as this worker knows); reported with every reply, and once seen that
+        #: partition is called with every heartbeat, so a fetch worker that stopped leasing
+        #: sees the queue drain
+        self.stage_part = partition_of(STAGE_HOST, parts)
+        self._rq: tuple[int, int] | None = None
+        #: lease requests in a row that got nothing (a sweep over the partitions)
+        self._empty_takes = 0
 
     @property
     def unreplicated(self) -> int:
@@ -381,6 +353,8 @@ class PartitionedFrontier:
                 else:
                     lean[q] = res
         r = self._route(full, blocked) if blocked else first
+        if batch.beat:
+            self._extend_waiting(full, blocked, r)
         # push before ack: a page one of whose foreign links was refused is deferred
         refused_groups = {first.foreign_group[q][i] for q, res in lean.items()
                           for i in res.refused} - blocked
@@ -393,6 +367,8 @@ class PartitionedFrontier:
         calls = [(p, b) for p, b in sorted(r.per.items()) if not b.is_empty()]
         if self.home not in dict(calls) and monitor:
             calls.append((self.home, CallBatch(beat=True)))
+        if batch.beat and self._rq is not None and self.stage_part not in dict(calls):
+            calls.append((self.stage_part, CallBatch(beat=True)))
         results = await asyncio.gather(*(
             self.fronts[p].call(b, monitor if p == self.home else b"", True)
             for p, b in calls), return_exceptions=True)
@@ -420,6 +396,8 @@ class PartitionedFrontier:
         keep = self._subset(full, blocked, failed, pushed)
         self._note_buffers(keep, now, set(first.foreign) - waiting)
         merged = self._merge(full, r, by_part, lean, off, failed)
+        self._note_response_queue(lean, by_part)
+        merged.response_queue = self._response_queue(keep)
         refused_held = [full.pushes[i] for i in merged.refused if i < off]
         merged.refused = [i - off for i in merged.refused if i >= off]
         merged.seen = [i - off for i in merged.seen if i >= off]
@@ -430,6 +408,13 @@ class PartitionedFrontier:
         home_result = by_part.get(self.home)
         if batch.take and (home_result is None or not home_result.leased):
             self.home = (self.home + 1) % self.parts  # nothing to hand out here: move on
+            self._empty_takes += 1
+            if self._empty_takes < self.parts:
+                # the sweep over the partitions goes on at once (the work may all be in
+                # one partition); a whole sweep without a lease waits as on P = 1
+                merged.next_ready = 0.0
+        elif batch.take:
+            self._empty_takes = 0
         if merged.idle_ms >= 0 and self.idle_timeout is not None \
                 and merged.idle_ms >= self.idle_timeout * 1000 and self._held is None:
             merged.idle_ms = await self.fleet_idle_ms()
@@ -441,6 +426,34 @@ class PartitionedFrontier:
     def held(self) -> int:
         """Acknowledgements and pushes held for a partition that could not be reached."""
         return 0 if self._held is None else len(self._held.acks) + len(self._held.pushes)
+
+    def _note_response_queue(self, lean: dict[int, LeanResult],
+                             by_part: dict[int, CallResult]) -> None:
+        q = self.stage_part
+        if q in lean and lean[q].rq is not None:
+            self._rq = lean[q].rq
+        if q in by_part and (self._rq is not None or any(by_part[q].response_queue)):
+            self._rq = by_part[q].response_queue  # (the frontier call ran after the lean one)
+
+    def _response_queue(self, keep: CallBatch) -> tuple[int, int]:
+        """The response queue as this worker sees it: the stage partition's last figures
+        plus the stored responses waiting here in a buffer (pushed before long: a fetch
+        worker must not lease on past the bound meanwhile)."""
+        waiting = [push[2] for push in keep.pushes if len(push) > 4 and push[4] == STAGE_HOST]
+        if waiting and self._rq is None:
+            self._rq = (0, 0)
+        count, size = self._rq or (0, 0)
+        return count + len(waiting), size + sum(len(x) for x in waiting)
+
+    @staticmethod
+    def _extend_waiting(full: CallBatch, blocked: set[int], r: _Route) -> None:
+        """With the pump's heartbeat: extend the leases of the pages of *blocked* (waiting
+        for a buffer of foreign links, or for a partition that cannot be reached), each in
+        its own partition.  The pump no longer holds them, so without this a page waiting
+        longer than FLEET_LEASE_TIMEOUT would be leased and fetched again."""
+        for g in sorted(blocked):
+            p, entry_id = split_ref(full.acks[g - 1][0])
+            r.per[p].extends.append((entry_id, full.acks[g - 1][1]))
 
     def _note_failure(self, p: int, exc: Exception) -> None:
         self.partition_errors += 1

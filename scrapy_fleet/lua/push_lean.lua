@@ -8,7 +8,7 @@
 -- Keys (of K, keys.PUSH_LEAN_CALL): op (this call's reply cache: a call repeated with the
 --   same op id gets the first reply back and writes nothing), marker and layout (checked;
 --   written once when the partition has none), stats (counters pushed, duplicates,
---   refused), seq, data and deferred (a push with a delay), next_due (lowered by a push with
+--   refused, response_queue_bytes: a stored response of lua/step_push.lua's), seq, data and deferred (a push with a delay), next_due (lowered by a push with
 --   a delay due before it: lua/step_begin.lua), leases and deferred (the size),
 --   parked (not resumed here: the partition's own frontier calls do that), hostq (entries per
 --   host), idle_since (deleted when an entry is added: the partition is busy), the queue's
@@ -21,7 +21,9 @@
 -- Reply: msgpack map: pf [1 new / 0 not, per push], rf [refused indexes (0-based): the size
 --   or the host's count reached its bound; not looked up in the filter], pd [indexes (0-based)
 --   found in the filter], new, dup, refused, full (the filter is at its last slice), bg (the
---   filter's generation), mk (the partition's marker), size (after the call, when qm > 0).
+--   filter's generation), mk (the partition's marker), size (after the call, when qm > 0),
+--   rq (when a push is a stored response: [stored responses, their bytes] as the frontier
+--   call reports them, lua/step_idle.lua).
 -- Writes: the filter, seq, the queue (buckets, index, count, ready), data and deferred (a push
 --   with a delay; next_due when it comes before the bound), hostq, idle_since (DEL), stats, op.
 -- Errors (before any write): a bad argument; "crawl state lost" when mk is given and the
@@ -30,7 +32,8 @@
 --   (lua/bloom.lua, lua/bloom_write.lua); one HMGET of hostq when hm > 0; the queue writer's
 --   flush (one command per bucket touched); one HINCRBY per host and per counter that moved.
 --   Fixed part: MGET (op, marker, queue_count, next_due), SET op; with pushes TIME, the filter's meta
---   read, INCRBY seq; with qm > 0 ZCARD leases and deferred.
+--   read, INCRBY seq; with qm > 0 ZCARD leases and deferred; with a stored response an HMGET
+--   and an HGET (rq).
 
 -- (what the call reads first, in one command: its cached reply, the marker, the queued count,
 -- the bound before which nothing is due: lua/step_begin.lua)
@@ -65,6 +68,8 @@ if queue_max > 0 then size = Queue.size(K, qw.queued) end
 local out = {pf = {}, rf = {}, pd = {}, new = 0, dup = 0, refused = 0, full = false,
              mk = marker or ''}
 local host_count, host_delta = {}, {}
+local stage_bytes = 0  -- (the stored responses' bytes pushed: FLEET_ROLE, docs/stages.md)
+local stages = false  -- (a stored response in the call: the reply carries rq)
 local lowest_added = 9e15  -- (the earliest time a push with a delay is due)
 if host_max > 0 and #req.p > 0 then
   local hosts, seen = {}, {}
@@ -94,6 +99,7 @@ local id_next, id_last = 1, 0
 for i, p in ipairs(req.p) do
   local host = p[4]
   out.pf[i] = 0
+  if host == STAGE_HOST then stages = true end
   if (queue_max > 0 and size >= queue_max)
       or (host_max > 0 and host ~= '' and (host_count[host] or 0) >= host_max) then
     out.rf[#out.rf + 1] = i - 1
@@ -121,6 +127,7 @@ for i, p in ipairs(req.p) do
     else
       qw.enqueue(id, -p[2], host, p[3], false)
     end
+    if host == STAGE_HOST then stage_bytes = stage_bytes + #p[3] end
     if host ~= '' then
       host_count[host] = (host_count[host] or 0) + 1
       host_delta[host] = (host_delta[host] or 0) + 1
@@ -145,7 +152,15 @@ if out.new > 0 then redis.call('DEL', K.idle_since) end
 if out.new > 0 then hincrby(K.stats, 'pushed', out.new) end
 if out.dup > 0 then hincrby(K.stats, 'duplicates', out.dup) end
 if out.refused > 0 then hincrby(K.stats, 'refused', out.refused) end
+if stage_bytes > 0 then hincrby(K.stats, 'response_queue_bytes', stage_bytes) end
 if queue_max > 0 then out.size = size end
+if stages then  -- (as lua/step_idle.lua reports it, for the fetch workers' back pressure)
+  local rq = redis.call('HMGET', K.stats, 'response_queue_bytes', 'response_queue_deferred',
+                        'response_queue_deferred_bytes')
+  local staged = tonumber(redis.call('HGET', K.hostq, STAGE_HOST)) or 0
+  out.rq = {math.max(staged - (tonumber(rq[2]) or 0), 0),
+            math.max((tonumber(rq[1]) or 0) - (tonumber(rq[3]) or 0), 0)}
+end
 local reply = cmsgpack.pack(out)
 redis.call('SET', K.op, reply, 'PX', tonumber(req.ot) or 300000)
 return reply

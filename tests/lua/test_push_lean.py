@@ -122,3 +122,29 @@ def test_a_delayed_push_waits_among_the_deferred(client):
     assert client.zcard(KEYS.deferred) == 1
     assert int(client.get(KEYS.queue_count) or 0) == 0
     assert list(client.hvals(KEYS.data)) == [b"later"]
+
+
+def test_a_stored_response_counts_in_the_response_queue(client, redis_url):
+    """FLEET_ROLE: a stored response pushed by a lean call counts its bytes, the reply gives
+    the response queue as the frontier call does, and the parse worker's ack takes them off
+    (the figure was left negative)."""
+    from scrapy_fleet.keys import STAGE_HOST
+
+    res, _ = push(client, rows(["a.test"]))
+    assert res.rq is None  # no stored response in the call: no figures (no reads)
+    stored = [(os.urandom(12), 0, b"x" * 100, STAGE_HOST), (os.urandom(12), 0, b"y" * 50,
+                                                            STAGE_HOST)]
+    res, _ = push(client, stored, op="op2")
+    assert res.pushed == 2 and res.rq == (2, 150)
+    assert client.hget(KEYS.stats, "response_queue_bytes") == b"150"
+
+    async def parse():
+        fr = AsyncFrontier(redis_url, KEYS, "w", FrontierParams(lease_only_host=STAGE_HOST))
+        try:
+            got = (await fr.call(CallBatch(take=10))).leased
+            r = await fr.call(CallBatch(acks=[(e.entry_id, e.token) for e in got]))
+            return len(got), r.acked, r.response_queue
+        finally:
+            await fr.close()
+    assert asyncio.run(parse()) == (2, 2, (0, 0))
+    assert client.hget(KEYS.stats, "response_queue_bytes") == b"0"

@@ -304,3 +304,81 @@ def test_foreign_links_wait_in_a_buffer_per_partition_with_their_pages(redis_url
     assert int(c.get(p0.queue_count)) == FLUSH_LINKS + 1 and int(c.get(p1.queue_count)) == 2
     assert c.hget(p3.stats, "acked") == b"4" and leased_count(c, p3) == 0
     assert c.hget(p0.stats, "duplicates") is None and c.hget(p1.stats, "duplicates") is None
+
+
+def test_a_page_waiting_for_an_unreachable_partition_keeps_its_lease(redis_server, redis_url):
+    """A page whose link is for a partition that cannot be reached waits here, outside the
+    pump's book: the heartbeat's extends keep its lease (in its own partition) alive past
+    FLEET_LEASE_TIMEOUT, so no other worker leases it meanwhile; once the partition answers,
+    the page is acknowledged once, having been leased once."""
+    from scrapy_fleet import acl
+
+    parts = 2
+    a = host_in(0, parts)[0]
+    b = host_in(1, parts)[0]
+    tag0 = KEYS.partition(0, parts).base
+    admin = redis_server.client()
+    rule = acl.acl_rule("worker", crawl_id="pf")
+    admin.execute_command("ACL", "SETUSER", "half", "reset", "on", ">pw", *rule.split(),
+                          f"~{tag0}:*")
+    url = f"redis://half:pw@127.0.0.1:{redis_server.port}/0"
+    c = redis.Redis.from_url(redis_url)
+    p0, p1 = KEYS.partition(0, parts), KEYS.partition(1, parts)
+    params = FrontierParams(lease_timeout=1.0)
+
+    async def main():
+        fr = PartitionedFrontier(url, KEYS, "w", params, parts)
+        other = PartitionedFrontier(redis_url, KEYS, "w2", params, parts)
+        try:
+            fr.home = 0
+            r = await fr.call(CallBatch(pushes=[row(a, b"page")], take=1))
+            (page,) = r.leased
+            r = await fr.call(CallBatch(acks=[(page.entry_id, page.token)],
+                                        pushes=[row(b, b"far", 1)], beat=True))
+            assert r.acked == 0 and fr.held == 2
+            # three lease timeouts, with a heartbeat every third of one (as the pump)
+            for _ in range(9):
+                await asyncio.sleep(params.lease_timeout / 3)
+                r = await fr.call(CallBatch(beat=True))
+                assert r.lost == [] and fr.held == 2
+                other.home = 0
+                r = await other.call(CallBatch(take=1))
+                assert r.leased == [] and r.reclaimed == 0
+            admin.execute_command("ACL", "SETUSER", "half", f"~{p1.base}:*")
+            r = await fr.call(CallBatch(beat=True))
+            assert r.acked == 1 and r.lost == [] and fr.held == 0
+        finally:
+            await fr.close()
+            await other.close()
+    try:
+        run(main())
+    finally:
+        admin.execute_command("ACL", "DELUSER", "half")
+    assert c.hget(p0.stats, "acked") == b"1"
+    assert c.hget(p0.stats, "reclaimed") is None and leased_count(c, p0) == 0
+    assert c.zcard(p1.leases) == 0 and int(c.get(p1.queue_count)) == 1
+
+
+def test_an_empty_home_sends_the_worker_on_at_once_for_one_sweep(redis_url):
+    """The work all in one partition of 8: a lease request that gets nothing moves the home
+    on and says "again now" (next_ready 0) until a whole sweep found nothing; the pump
+    waited its poll interval after each empty partition, a tenth of P = 1's pages/s."""
+    parts = 8
+    host = host_in(5, parts)[0]
+
+    async def main():
+        fr = PartitionedFrontier(redis_url, KEYS, "w", FrontierParams(), parts)
+        try:
+            await fr.call(CallBatch(pushes=[row(host, b"page")]))
+            fr.home = 6
+            for _ in range(parts - 1):  # 6, 7, 0, ... 4: empty, each says "now"
+                r = await fr.call(CallBatch(take=1))
+                assert r.leased == [] and r.next_ready == 0.0
+            r = await fr.call(CallBatch(take=1))
+            assert len(r.leased) == 1 and fr.home == 5
+            nothing = [await fr.call(CallBatch(take=1)) for _ in range(parts)]
+            # a whole sweep without a lease: the last reply no longer says "now"
+            assert [x.next_ready == 0.0 for x in nothing] == [True] * (parts - 1) + [False]
+        finally:
+            await fr.close()
+    run(main())

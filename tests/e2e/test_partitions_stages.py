@@ -1,0 +1,116 @@
+"""Fetch and parse stages (FLEET_ROLE, docs/stages.md) on a partitioned crawl
+(FLEET_PARTITIONS > 1, docs/partitions.md): the stored responses live in the partition of
+the pseudo-host ``~parse``, the requests in their hosts' partitions.
+
+Real workers, a real Redis server, a generated site on several loopback hosts.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import TEST_PROJECT, read_items, run_scrapy, start_site, start_worker, tail, wait_all
+
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.keys import STAGE_HOST, CrawlKeys, partition_of
+from testsite import generate_site
+
+PARTS = 4
+
+
+def worker(tmp_path: Path, name: str, redis_url: str, env: dict[str, str],
+           **settings: Any) -> tuple[Any, Path, Path]:
+    out, log = tmp_path / f"out-{name}.jsonl", tmp_path / f"{name}.log"
+    base = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 4, "FLEET_JSONL_PATH": out,
+            "FLEET_LEASE_TIMEOUT": 3, "FLEET_PARTITIONS": PARTS}
+    base.update(settings)
+    return start_worker(TEST_PROJECT, "staged", base, env, log, {"burn": 0}), out, log
+
+
+@pytest.mark.slow
+def test_fetch_and_parse_workers_on_a_partitioned_crawl(tmp_path: Path, redis_url: str,
+                                                        worker_env: dict[str, str]) -> None:
+    """Two fetch workers and a parse worker, P = 4, pages on three hosts (partitions apart
+    from the stored responses'): every page fetched once and itemised once, from its stored
+    response, and the response queue empty at the end."""
+    paths = generate_site(tmp_path / "www", 40, 4, seed=5)
+    site = start_site(tmp_path / "www", tmp_path / "site.log",
+                      binds=[f"127.0.0.{20 + i}" for i in range(3)])
+    expected = {base.rstrip("/") + p for base in site.urls for p in paths} | {
+        base + "site/files/notes.txt" for base in site.urls}
+    (tmp_path / "urls.txt").write_text("".join(f"{base}site/\n" for base in site.urls))
+    keys = CrawlKeys("fleet", "staged")
+    try:
+        pushed = run_scrapy(TEST_PROJECT, ["fleet", "push", "staged", "-f",
+                                           str(tmp_path / "urls.txt"),
+                                           "-s", f"FLEET_REDIS_URL={redis_url}",
+                                           "-s", f"FLEET_PARTITIONS={PARTS}"], worker_env)
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        procs = [worker(tmp_path, f"fetch-{n}", redis_url, worker_env, FLEET_ROLE="fetch")
+                 for n in range(2)]
+        procs.append(worker(tmp_path, "parse-0", redis_url, worker_env, FLEET_ROLE="parse"))
+        codes = wait_all([p for p, _, _ in procs], 240)
+        assert codes == [0, 0, 0], "".join(tail(log) for _, _, log in procs)
+    finally:
+        site.stop()
+    items = read_items([o for _, o, _ in procs])
+    urls = collections.Counter(i["url"] for i in items)
+    assert set(urls) == expected and max(urls.values()) == 1, urls.most_common(3)
+    assert all(i["stored"] for i in items)
+    assert {i["pid"] for i in items} == {procs[2][0].pid}  # parsed by the parse worker only
+    # every page fetched once (and each host's link to a missing page, a 404 without item)
+    fetched = collections.Counter(f"http://{r['host']}{r['path']}" for r in site.requests())
+    missing = {base + "site/p/missing.html" for base in site.urls}
+    assert set(fetched) == expected | missing and max(fetched.values()) == 1, fetched
+    client = FrontierAdmin(redis_url, "staged").client
+    stage = keys.partition(partition_of(STAGE_HOST, PARTS), PARTS)
+    assert int(client.hget(stage.hostq, STAGE_HOST) or 0) == 0
+    assert client.hget(stage.stats, "response_queue_bytes") in (b"0", None)
+
+
+@pytest.mark.slow
+def test_the_response_queue_bound_holds_when_stored_responses_go_to_another_partition(
+        tmp_path: Path, redis_url: str, worker_env: dict[str, str]) -> None:
+    """A fetch worker whose pages are all in other partitions than the stored responses'
+    (pushed there by lean calls) still stops leasing at FLEET_RESPONSE_QUEUE_MAX."""
+    stage_p = partition_of(STAGE_HOST, PARTS)
+    binds = [a for a in (f"127.0.0.{i}" for i in range(20, 40))
+             if partition_of(a, PARTS) != stage_p][:3]
+    paths = generate_site(tmp_path / "www", 20, 4, seed=5)
+    site = start_site(tmp_path / "www", tmp_path / "site.log", binds=binds)
+    expected = {base.rstrip("/") + p for base in site.urls for p in paths}
+    (tmp_path / "urls.txt").write_text("\n".join(sorted(expected)) + "\n")
+    keys = CrawlKeys("fleet", "staged")
+    stage = keys.partition(stage_p, PARTS)
+    client = FrontierAdmin(redis_url, "staged").client
+    try:
+        pushed = run_scrapy(TEST_PROJECT, ["fleet", "push", "staged", "-f",
+                                           str(tmp_path / "urls.txt"),
+                                           "-s", f"FLEET_REDIS_URL={redis_url}",
+                                           "-s", f"FLEET_PARTITIONS={PARTS}"], worker_env)
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        fetch, _, flog = worker(tmp_path, "fetch-0", redis_url, worker_env, FLEET_ROLE="fetch",
+                                FLEET_RESPONSE_QUEUE_MAX=5, CONCURRENT_REQUESTS=2)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if int(client.hget(stage.hostq, STAGE_HOST) or 0) >= 5:
+                break
+            time.sleep(0.05)
+        time.sleep(3)  # it must stop leasing: the queue stays bounded
+        stored = int(client.hget(stage.hostq, STAGE_HOST) or 0)
+        assert 5 <= stored <= 5 + 2 + 3, (stored, tail(flog))
+        procs = [(fetch, tmp_path / "out-fetch-0.jsonl", flog),
+                 worker(tmp_path, "parse-0", redis_url, worker_env, FLEET_ROLE="parse")]
+        assert wait_all([p for p, _, _ in procs], 180) == [0, 0], tail(procs[1][2])
+    finally:
+        site.stop()
+    items = read_items([tmp_path / "out-parse-0.jsonl"])
+    # (the pages link to a text file too, found by the parse worker)
+    assert {i["url"] for i in items} == expected | {base + "site/files/notes.txt"
+                                                    for base in site.urls}
+    assert int(client.hget(stage.hostq, STAGE_HOST) or 0) == 0
+    assert client.hget(stage.stats, "response_queue_bytes") in (b"0", None)
