@@ -41,7 +41,8 @@ import bench_capacity as bc
 from scrapy_fleet.commands.partitioned import PartitionedPush
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.client import AsyncFrontier
-from scrapy_fleet.frontier.partitions import PartitionedFrontier, check_sync
+from scrapy_fleet.frontier.partition_count import check_sync
+from scrapy_fleet.frontier.partitions import PartitionedFrontier
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 from scrapy_fleet.keys import CrawlKeys
 from testsite.processes import free_port

@@ -26,7 +26,7 @@ import _harness as h
 
 from scrapy_fleet import lua
 from scrapy_fleet.frontier.admin import FrontierAdmin
-from scrapy_fleet.frontier.partitions import lean_args
+from scrapy_fleet.frontier.lean import lean_args
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 from scrapy_fleet.keys import PUSH_LEAN_CALL, CrawlKeys
 

@@ -44,7 +44,7 @@ from scrapy_fleet.errors import (
     RedisUnavailableError,
     WorkerIdInUseError,
 )
-from scrapy_fleet.frontier import layout, partitions
+from scrapy_fleet.frontier import layout, partition_count
 from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys
 from scrapy_fleet.redact import redact
 
@@ -148,7 +148,7 @@ def check_worker(crawler: Crawler) -> FleetConfig:
                                cluster=target.kind == "cluster", pool=pool)
                 layout.check_sync(client, keys)
                 # issue 21: FLEET_PARTITIONS is the crawl's, stored when it is created
-                partitions.check_sync(client, keys, config.partitions,
+                partition_count.check_sync(client, keys, config.partitions,
                                       create=fleet_scheduler)
                 if fleet_scheduler and name:
                     _claim(crawler, client, keys, config, name)

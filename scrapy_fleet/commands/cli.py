@@ -32,7 +32,7 @@ from scrapy_fleet.errors import (
     RedisPermissionError,
     RedisUnavailableError,
 )
-from scrapy_fleet.frontier import partitions as frontier_partitions
+from scrapy_fleet.frontier import partition_count
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.layout import CrawlLayoutError
 from scrapy_fleet.frontier.protocol import FrontierParams
@@ -303,9 +303,9 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
                       "verification is off", file=sys.stderr)
             ctx.crawl.ping(ACL_ROLES.get(action))
             # issue 21: a partitioned crawl (commands/partitioned.py)
-            ctx.parts = ctx.partitions or frontier_partitions.stored_partitions(
+            ctx.parts = ctx.partitions or partition_count.stored_partitions(
                 ctx.crawl.client, ctx.crawl.keys)
-            frontier_partitions.check_sync(ctx.crawl.client, ctx.crawl.keys, ctx.parts,
+            partition_count.check_sync(ctx.crawl.client, ctx.crawl.keys, ctx.parts,
                                            create=action == "push")
             if ctx.parts > 1:
                 return _partitioned_action(ctx, action)

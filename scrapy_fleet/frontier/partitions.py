@@ -65,11 +65,6 @@ from scrapy_fleet.errors import CrawlStateLostError
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.dupecache import DupeCache
 from scrapy_fleet.frontier.lean import LeanResult, lean_args
-from scrapy_fleet.frontier.partition_count import (  # noqa: F401 (re-exported)
-    check_async,
-    check_sync,
-    stored_partitions,
-)
 from scrapy_fleet.frontier.protocol import (
     CallBatch,
     CallResult,

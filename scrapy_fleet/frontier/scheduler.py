@@ -48,8 +48,8 @@ from scrapy_fleet.frontier import memory
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.dupefilter import RedisBloomDupeFilter
 from scrapy_fleet.frontier.leases import Lease
+from scrapy_fleet.frontier.partition_count import check_async as check_partitions
 from scrapy_fleet.frontier.partitions import PartitionedFrontier
-from scrapy_fleet.frontier.partitions import check_async as check_partitions
 from scrapy_fleet.frontier.protocol import clamp_priority
 from scrapy_fleet.frontier.pump import FrontierPump
 from scrapy_fleet.frontier.spidermw import FleetSpiderMiddleware

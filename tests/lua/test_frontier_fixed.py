@@ -23,7 +23,7 @@ import msgpack
 import redis
 
 from scrapy_fleet import lua
-from scrapy_fleet.frontier.partitions import lean_args
+from scrapy_fleet.frontier.lean import lean_args
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams, call_args
 from scrapy_fleet.keys import PUSH_LEAN_CALL, CrawlKeys
 

@@ -11,7 +11,7 @@ import redis
 
 from scrapy_fleet import lua
 from scrapy_fleet.frontier.client import AsyncFrontier
-from scrapy_fleet.frontier.partitions import LeanResult, lean_args
+from scrapy_fleet.frontier.lean import LeanResult, lean_args
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 from scrapy_fleet.keys import LAYOUT_VERSION, PUSH_LEAN_CALL, CrawlKeys
 

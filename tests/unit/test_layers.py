@@ -270,3 +270,42 @@ def test_the_scheduler_holds_the_pump_and_uses_its_public_interface_only():
     for part, names in used.items():
         assert {n for n in names if _private(n) or n not in members[part]} == set(), part
     assert used["book"] & set(BUFFERS) == set()
+
+
+def _defined(module: str) -> set[str]:
+    """Names module *module* defines at its top level (functions, classes, assignments,
+    including those under ``if``/``try``), not the names it imports."""
+    tree = ast.parse(MODULES[module][0].read_text(encoding="utf-8"))
+    out: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out.add(node.name)
+            elif isinstance(node, ast.Assign):
+                out.update(n.id for t in node.targets for n in ast.walk(t)
+                           if isinstance(n, ast.Name))
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                out.add(node.target.id)
+            elif isinstance(node, (ast.If, ast.Try)):
+                visit(node.body)
+                visit(node.orelse)
+                for handler in getattr(node, "handlers", []):
+                    visit(handler.body)
+
+    visit(tree.body)
+    return out
+
+
+def test_names_are_imported_from_the_module_that_defines_them():
+    """No re-export shims (issue 20: nothing is released): a name is imported from the module
+    that defines it.  The package's root (``from scrapy_fleet import Addon``, the public API
+    of settings.py) is the one exception."""
+    found = []
+    for name in MODULES:
+        for source, imported, line in _imports(name):
+            if imported is None or source == "scrapy_fleet" or source not in MODULES:
+                continue
+            if imported not in _defined(source):
+                found.append(f"{name}:{line} {imported} from {source}")
+    assert found == []

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from scrapy_fleet import acl, lua
-from scrapy_fleet.frontier.partitions import lean_args
+from scrapy_fleet.frontier.lean import lean_args
 from scrapy_fleet.frontier.protocol import FrontierParams
 from scrapy_fleet.keys import PUSH_LEAN_CALL, CrawlKeys
 

@@ -149,7 +149,7 @@ def test_fleet_idle_needs_every_partition_idle(redis_url):
 
 @pytest.mark.parametrize("parts", [1])
 def test_no_partitions_key_for_one_partition(redis_url, parts):
-    from scrapy_fleet.frontier.partitions import check_sync
+    from scrapy_fleet.frontier.partition_count import check_sync
 
     c = redis.Redis.from_url(redis_url)
     check_sync(c, KEYS, parts)
