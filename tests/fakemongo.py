@@ -5,7 +5,7 @@ pymongo >= 4.10 (it calls pymongo internals that changed), and the pipeline need
 operations.  What this fake does the way a server + pymongo would:
 
 * ``bulk_write(requests, ordered=...)`` takes real ``pymongo.UpdateOne`` objects (``_id``
-  equality filters, ``$set`` / ``$setOnInsert``, ``upsert``), returns a real
+  equality filters, ``$set`` / ``$setOnInsert`` / ``$min`` / ``$max``, ``upsert``), returns a real
   ``pymongo.results.BulkWriteResult`` and raises a real ``pymongo.errors.BulkWriteError`` with
   the server's ``details`` shape (``writeErrors`` with ``index``/``code``/``errmsg``,
   ``nUpserted``, ``nModified``...).  Unordered batches go on after a failed document.
@@ -174,7 +174,9 @@ class FakeCollection:
         doc_id = filt["_id"]
         sets = update.get("$set", {})
         on_insert = update.get("$setOnInsert", {})
-        if set(sets) & set(on_insert):
+        lows, highs = update.get("$min", {}), update.get("$max", {})
+        paths = [*sets, *on_insert, *lows, *highs]
+        if len(paths) != len(set(paths)):
             return {
                 "index": index,
                 "code": 40,
@@ -189,6 +191,15 @@ class FakeCollection:
             _set_path(new, path, value)
         if existing is None:
             for path, value in on_insert.items():
+                _set_path(new, path, value)
+        new = bson.decode(bson.encode(new))  # (compared as stored: BSON datetimes)
+        for path, value in lows.items():  # top-level paths only
+            value = bson.decode(bson.encode({"v": value}))["v"]
+            if path not in new or value < new[path]:
+                _set_path(new, path, value)
+        for path, value in highs.items():
+            value = bson.decode(bson.encode({"v": value}))["v"]
+            if path not in new or value > new[path]:
                 _set_path(new, path, value)
         new = bson.decode(bson.encode(new))
         if self.validator is not None and not self.validator(new):

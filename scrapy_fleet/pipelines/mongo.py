@@ -3,12 +3,14 @@
 Every item becomes one upsert keyed by a stable document id::
 
     UpdateOne({"_id": <stable id>},
-              {"$set": {<item fields>..., "updated_at": <now>},
-               "$setOnInsert": {"first_seen_at": <now>}},
+              {"$set": {<item fields>...},
+               "$min": {"first_seen_at": <now>}, "$max": {"updated_at": <now>}},
               upsert=True)
 
 so a page fetched twice (the fleet delivers at least once) overwrites its document instead of
-adding a copy.  Upserts are grouped per collection and sent with ``bulk_write(ordered=False)``
+adding a copy.  The times go through ``$min`` / ``$max``, so that two workers writing one page
+at once (the later write may carry the earlier time) still leave ``first_seen_at`` the
+earliest write time and ``updated_at`` the latest, never the one before the other.  Upserts are grouped per collection and sent with ``bulk_write(ordered=False)``
 when a batch holds ``FLEET_MONGO_BATCH_SIZE`` items, when its oldest item is
 ``FLEET_MONGO_FLUSH_INTERVAL`` seconds old, and on close.  pymongo runs in a small thread pool
 of this pipeline's own; the reactor never waits on MongoDB.
@@ -283,7 +285,7 @@ class MongoPipeline:
         return default_document_id(values)
 
     def build_op(self, item: Any) -> WriteOp:
-        """The pending upsert of *item* (the ``$set``/``$setOnInsert`` document of the docs).
+        """The pending upsert of *item* (the ``$set``/``$min``/``$max`` document of the docs).
 
         Raises:
             DropItem: the item has no stable id (stat ``fleet/mongo/dropped/missing_id``).
@@ -297,9 +299,10 @@ class MongoPipeline:
         fields_doc = {name: plain_value(value) for name, value in adapter.items()}
         fields_doc.pop("_id", None)
         fields_doc.pop(self.config.first_seen_field, None)
+        fields_doc.pop(self.config.updated_field, None)
         now = datetime.now(timezone.utc)
-        fields_doc[self.config.updated_field] = now
-        update = {"$set": fields_doc, "$setOnInsert": {self.config.first_seen_field: now}}
+        update = {"$set": fields_doc, "$min": {self.config.first_seen_field: now},
+                  "$max": {self.config.updated_field: now}}
         assert self._loop is not None
         return WriteOp(self.collection_name(item), doc_id, update, self._loop.create_future())
 

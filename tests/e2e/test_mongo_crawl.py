@@ -177,7 +177,7 @@ def test_sigkilled_worker_leaves_one_document_per_page(redis_url, site_factory, 
     assert len(lost_replies) >= 1
     by_id = {doc["_id"]: doc for doc in docs}
     for doc_id in lost_replies:
-        # written by worker 0 (first_seen_at kept by $setOnInsert), then again by the worker
+        # written by worker 0 (first_seen_at kept by $min), then again by the worker
         # that re-fetched the page after the lease expired (>= FLEET_LEASE_TIMEOUT later)
         assert writes[doc_id] >= 2, doc_id
         assert by_id[doc_id]["first_seen_at"] < by_id[doc_id]["updated_at"]

@@ -234,10 +234,10 @@ def test_upserts_one_document_per_page_and_keeps_first_seen() -> None:
     filt, update, upsert = ops[0]
     assert filt == {"_id": default_document_id(["http://a/1"])}
     assert upsert is True
-    assert set(update) == {"$set", "$setOnInsert"}
-    assert set(update["$set"]) == {"url", "name", "price", "updated_at"}
-    assert list(update["$setOnInsert"]) == ["first_seen_at"]
-    assert update["$set"]["updated_at"] == update["$setOnInsert"]["first_seen_at"]
+    assert set(update) == {"$set", "$min", "$max"}
+    assert set(update["$set"]) == {"url", "name", "price"}
+    assert list(update["$min"]) == ["first_seen_at"] and list(update["$max"]) == ["updated_at"]
+    assert update["$max"]["updated_at"] == update["$min"]["first_seen_at"]
 
 
 def test_item_timestamp_fields_and_id_do_not_clash(store: Store) -> None:

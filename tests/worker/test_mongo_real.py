@@ -51,6 +51,39 @@ async def feed(pipe: MongoPipeline, items: list[dict[str, Any]]) -> list[Any]:
     return await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def test_a_write_arriving_last_with_the_earlier_time_keeps_first_seen_before_updated(
+        database: Any) -> None:
+    """Two workers write one page at once: the write MongoDB applies last may carry the
+    earlier time.  first_seen_at stays the earliest write time, updated_at the latest (with
+    $setOnInsert / $set the document said updated_at < first_seen_at, found by CI)."""
+    from pymongo import UpdateOne
+
+    client, name, _ = database
+    pipe, _ = build(database)
+
+    async def ops() -> list[Any]:
+        await pipe.open_spider()
+        early = pipe.build_op({"url": "http://site/1", "n": 1})
+        await asyncio.sleep(0.01)
+        late = pipe.build_op({"url": "http://site/1", "n": 2})
+        await pipe.close_spider()
+        return [early, late]
+
+    early, late = asyncio.run(ops())
+    coll = client[name]["books"]
+    for op in (late, early):  # the later write first, the earlier one applied last
+        coll.bulk_write([UpdateOne({"_id": op.doc_id}, op.update, upsert=True)])
+    doc = coll.find_one({"_id": default_document_id(["http://site/1"])})
+    assert doc is not None and doc["n"] == 1  # the fields: last applied write wins
+
+    def stored(when: Any) -> Any:  # BSON datetimes: UTC, naive, milliseconds
+        return when.replace(tzinfo=None, microsecond=when.microsecond // 1000 * 1000)
+
+    assert doc["first_seen_at"] == stored(early.update["$min"]["first_seen_at"])
+    assert doc["updated_at"] == stored(late.update["$max"]["updated_at"])
+    assert doc["first_seen_at"] < doc["updated_at"]
+
+
 def test_two_workers_writing_the_same_pages_leave_one_document_each(database: Any) -> None:
     client, name, _ = database
     pages = [{"url": f"http://site/{i}", "n": i} for i in range(300)]

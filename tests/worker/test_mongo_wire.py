@@ -143,11 +143,12 @@ def test_update_commands_are_unordered_upserts_in_batches(wire: WireServer) -> N
         for update in cmd["updates"]:
             assert update["upsert"] is True
             assert update["multi"] is False
-            assert set(update["u"]) == {"$set", "$setOnInsert"}
+            assert set(update["u"]) == {"$set", "$min", "$max"}
             fields = update["u"]["$set"]
-            assert set(fields) == {"url", "title", "updated_at"}
+            assert set(fields) == {"url", "title"}
             assert update["q"] == {"_id": default_document_id([fields["url"]])}
-            assert set(update["u"]["$setOnInsert"]) == {"first_seen_at"}
+            assert set(update["u"]["$min"]) == {"first_seen_at"}
+            assert set(update["u"]["$max"]) == {"updated_at"}
             sent_ids.append(update["q"]["_id"])
     assert sorted(sent_ids) == sorted(default_document_id([i["url"]]) for i in items(7))
     stats = crawler.stats.get_stats()
