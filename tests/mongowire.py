@@ -3,7 +3,8 @@
 :class:`MongoWireServer` runs one or more mockupdb listeners (a thread per client connection,
 so several worker processes can connect at once) in front of ONE in-memory store.  The store
 applies ``update`` commands with the semantics of :mod:`fakemongo` (``_id`` equality filters,
-``upsert``, ``$set``, ``$setOnInsert``, ``$min``, ``$max``, BSON round trip) and answers as mongod does: ``n``,
+``upsert``, ``$set``, ``$setOnInsert``, ``$min``, ``$max``, BSON round trip) and answers
+as mongod does: ``n``,
 ``nModified``, ``upserted: [{index, _id}]`` and ``writeErrors`` when any.  It also answers
 the handshake (``hello``/``isMaster``, maxWireVersion 17 = MongoDB 6.0), ``ping``,
 ``buildInfo``, ``endSessions``, ``createIndexes``, ``listIndexes``, ``count``, ``find`` and

@@ -10,9 +10,10 @@ Every item becomes one upsert keyed by a stable document id::
 so a page fetched twice (the fleet delivers at least once) overwrites its document instead of
 adding a copy.  The times go through ``$min`` / ``$max``, so that two workers writing one page
 at once (the later write may carry the earlier time) still leave ``first_seen_at`` the
-earliest write time and ``updated_at`` the latest, never the one before the other.  Upserts are grouped per collection and sent with ``bulk_write(ordered=False)``
-when a batch holds ``FLEET_MONGO_BATCH_SIZE`` items, when its oldest item is
-``FLEET_MONGO_FLUSH_INTERVAL`` seconds old, and on close.  pymongo runs in a small thread pool
+earliest write time and ``updated_at`` the latest, never the one before the other.  Upserts
+are grouped per collection and sent with ``bulk_write(ordered=False)`` when a batch holds
+``FLEET_MONGO_BATCH_SIZE`` items, when its oldest item is ``FLEET_MONGO_FLUSH_INTERVAL``
+seconds old, and on close.  pymongo runs in a small thread pool
 of this pipeline's own; the reactor never waits on MongoDB.
 
 Delivery contract (see docs/mongo.md): :meth:`MongoPipeline.process_item` returns only when the
