@@ -218,14 +218,19 @@ class FrontierPump:
     async def _leave(self) -> None:
         """Leave the worker list and drop this worker's heartbeat and its id's claim (best
         effort: they expire by themselves, after FLEET_WORKER_FORGET_AFTER and
-        FLEET_WORKER_DEAD_AFTER)."""
+        FLEET_WORKER_DEAD_AFTER).  A partitioned crawl's heartbeats live in every partition
+        the worker's calls went to: the worker leaves each of them (issue 21)."""
         assert self.frontier is not None
         keys = self.frontier.keys
+        wid = self.config.worker_id
+        parts = keys.all_partitions(self.config.partitions) if self.config.partitions > 1 else []
         try:
             async with self.frontier.client.pipeline(transaction=False) as pipe:
-                pipe.zrem(keys.workers, self.config.worker_id)
-                pipe.delete(keys.worker_info(self.config.worker_id),
-                            keys.worker_claim(self.config.worker_id))
+                pipe.zrem(keys.workers, wid)
+                pipe.delete(keys.worker_info(wid), keys.worker_claim(wid))
+                for k in parts:  # one key per command: partitions may be on other nodes
+                    pipe.zrem(k.workers, wid)
+                    pipe.delete(k.worker_info(wid))
                 await pipe.execute()
         except Exception:
             pass

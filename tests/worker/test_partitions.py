@@ -112,3 +112,37 @@ def test_a_closing_worker_pushes_its_buffered_links_and_acknowledges_their_page(
     assert client.hget(p1.stats, "acked") == b"1", tail(log)
     assert int(client.get(p0.queue_count) or 0) == 5
     assert client.zcard(p1.leases) == 0
+
+
+def test_workers_that_finish_leave_every_partition(redis_url, site_factory, worker_env,
+                                                   tmp_path):
+    """Two workers of a crawl with FLEET_PARTITIONS=4 finish normally: each leaves the worker
+    list and drops its heartbeat in every partition its calls went to, so the merged
+    snapshot lists no worker and raises no worker_dead alert (they were shown dead until
+    FLEET_WORKER_FORGET_AFTER)."""
+    from scrapy_fleet.monitoring.merge import read_merged
+
+    hosts = by_partition(4)
+    home, fan = hosts[0][0], [hosts[p][0] for p in (1, 2, 3)]
+    generate_site(tmp_path / "www", 12, 1, seed=3)
+    site = site_factory(tmp_path / "www", binds=[home, *fan])
+    start = site.urls[0].rstrip("/") + "/site/p/11.html"
+    logs = [tmp_path / f"w-{i}.log" for i in range(2)]
+    settings = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 1, "FLEET_PARTITIONS": 4,
+                "FLEET_POLL_INTERVAL": 0.2}
+    procs = [start_worker(TEST_PROJECT, "fanout",
+                          {**settings, "FLEET_JSONL_PATH": tmp_path / f"out-{i}.jsonl",
+                           "FLEET_WORKER_ID": f"w{i}"}, worker_env, logs[i],
+                          {"start": start, "hosts": ",".join(site.urls[1:]), "n": 9})
+             for i in range(2)]
+    assert wait_all(procs, 180) == [0, 0], tail(logs[0]) + tail(logs[1])
+    client = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("fleet", "fanout")
+    parts = keys.all_partitions(4)
+    # the workers did heartbeat in more than one partition (else the test proves nothing)
+    assert sum(int(client.hget(k.stats, "acked") or 0) > 0 for k in parts) > 1
+    assert [client.zcard(k.workers) for k in [keys, *parts]] == [0] * 5
+    assert not any(client.exists(k.worker_info(w)) for k in [keys, *parts] for w in ("w0", "w1"))
+    snap = read_merged(client, keys, 4)
+    assert snap["workers"] == [], snap["workers"]
+    assert not [a for a in snap["alerts"] if "worker" in str(a)], snap["alerts"]
