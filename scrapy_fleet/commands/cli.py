@@ -307,11 +307,12 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
                 ctx.crawl.client, ctx.crawl.keys)
             partition_count.check_sync(ctx.crawl.client, ctx.crawl.keys, ctx.parts,
                                            create=action == "push")
-            if ctx.parts > 1:
-                return _partitioned_action(ctx, action)
-            if spec.needs_state and not ctx.crawl.has_state():
+            if spec.needs_state and not (partitioned.has_state(ctx.crawl, ctx.parts)
+                                         if ctx.parts > 1 else ctx.crawl.has_state()):
                 print(f"error: {ctx.crawl.no_record()}", file=sys.stderr)
                 return push.EXIT_NO_CRAWL
+            if ctx.parts > 1:
+                return _partitioned_action(ctx, action)
         return spec.run(ctx)
     except (RedisUnavailableError, RedisPermissionError, CrawlLayoutError,
             FleetConfigError) as exc:

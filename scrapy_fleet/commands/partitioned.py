@@ -141,6 +141,7 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, parts: int,
         return push.EXIT_OK
     print(screen.render(snap, f"{label}, {parts} partitions", admin.params.queue_max,
                         low_watermark))
+    print(failures.failed_status_line(snap["failed_by"], snap["counters"]["requests"]))
     print(f"  {'part':>4} {'node':<21} {'queued':>8} {'leased':>7} {'deferred':>8} "
           f"{'parked':>6} {'bound':>8} {'idle':>7}")
     for r in snap["per_partition"]:
@@ -171,9 +172,27 @@ def run_shards(admin: FrontierAdmin, opts: Any, parts: int) -> int:
     return push.EXIT_OK
 
 
+def has_state(admin: FrontierAdmin, parts: int) -> bool:
+    """Whether Redis holds anything of the crawl in any of its *parts* partitions (one EXISTS
+    per partition: FrontierAdmin.has_state)."""
+    return any(one.has_state() for one in partition_admins(admin, parts))
+
+
 def run_purge(admin: FrontierAdmin, opts: Any, label: str, parts: int,
               confirm: Any = input) -> int:
+    """``purge`` of every partition and of the control keys; as with P = 1: nothing to purge
+    (exit 0) when Redis holds no key of the crawl, a warning when workers called it in the last
+    60 s, a question unless ``--yes``."""
     admins = partition_admins(admin, parts)
+    if not admin.crawl_keys() and not any(one.crawl_keys() for one in admins):
+        print(f"nothing to purge for crawl {admin.keys.crawl_id!r}")
+        return push.EXIT_OK
+    live = sorted({w for one in admins for w, age in one.status()["workers"].items()
+                   if age < 60})
+    if live:
+        print(f"warning: {len(live)} worker(s) called this crawl in the last 60 s "
+              f"({', '.join(live[:5])}); purging under them loses their leases and "
+              f"makes them stop with an error (crawl state lost)", file=sys.stderr)
     if not opts.yes:
         try:
             answer = confirm(f"Delete every key of crawl {admin.keys.crawl_id!r} ({label}) "

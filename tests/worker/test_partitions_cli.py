@@ -1,0 +1,66 @@
+"""The commands on a partitioned crawl (FLEET_PARTITIONS > 1, issue 21) where the P = 1 commands
+say more: a crawl Redis does not hold (exit 4, one line), the ``failed`` line of ``status``,
+``purge``'s warning about live workers.  In process (``cli.run_action``, as ``scrapy fleet``
+calls it with the project's FLEET_PARTITIONS) against a real redis-server."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import redis
+
+from scrapy_fleet.commands import cli
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.keys import CrawlKeys
+
+NO_RECORD = "error: Redis has no record of crawl 'gone' (key prefix 'fleet')"
+
+
+def run(redis_url: str, action: str, *args: str, crawl: str = "gone") -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("urls", nargs="*")
+    cli.add_action_arguments(parser)
+    opts = parser.parse_args(list(args))
+    return cli.run_action(action, FrontierAdmin(redis_url, crawl), opts.urls, opts,
+                          lambda r: b"", label=f"crawl {crawl!r}", partitions=4)
+
+
+@pytest.mark.parametrize("action,args", [("status", []), ("status", ["--json"]),
+                                         ("top", ["--once"]), ("dead", []), ("failed", []),
+                                         ("retry", ["--all"])])
+def test_a_crawl_redis_does_not_hold_exits_4_in_one_line(redis_url, capsys, action, args):
+    assert run(redis_url, action, *args) == 4
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1 and err.startswith(NO_RECORD), err
+    assert redis.Redis.from_url(redis_url).keys("*gone*") == []
+
+
+def test_purge_of_a_purged_crawl_has_nothing_to_purge(redis_url, capsys):
+    assert run(redis_url, "push", "http://h.test/a", "http://h.test/b") == 0
+    assert run(redis_url, "purge", "--yes") == 0
+    capsys.readouterr()
+    assert run(redis_url, "purge", "--yes") == 0
+    assert capsys.readouterr().out == "nothing to purge for crawl 'gone'\n"
+    assert run(redis_url, "status") == 4
+    assert capsys.readouterr().err.startswith(NO_RECORD)
+
+
+def test_status_shows_the_failed_line_and_purge_warns_of_live_workers(redis_url, capsys):
+    assert run(redis_url, "push", "http://h.test/a", crawl="kept") == 0
+    client = redis.Redis.from_url(redis_url)
+    parts = CrawlKeys("fleet", "kept").all_partitions(4)
+    client.hset(parts[0].failed_by, "http/500", 2)
+    client.hset(parts[2].failed_by, "http/500", 1)
+    capsys.readouterr()
+    assert run(redis_url, "status", crawl="kept") == 0
+    assert "  failed   3 (http/500 3)\n" in capsys.readouterr().out
+    # a worker's heartbeat in one partition (its home), as its calls write it
+    now_ms = int(client.time()[0]) * 1000
+    client.zadd(parts[3].workers, {"w7": now_ms})
+    assert run(redis_url, "purge", "--yes", crawl="kept") == 0
+    out, err = capsys.readouterr()
+    assert "warning: 1 worker(s) called this crawl in the last 60 s (w7)" in err, err
+    assert "purged" in out
+    assert client.keys("*kept*") == []
