@@ -9,7 +9,10 @@ records; a worker's monitoring goes with its calls to its home partition, which 
   ``failed_by`` are **sums** over the partitions (the gauges of one sweep, partition after
   partition: not an atomic snapshot);
 * ``workers``: one row per worker, the one of its latest call (its home's);
-* ``hosts``: the union (a host lives in one partition), busiest first, cut to the limit;
+* ``hosts``: the union (a host's entries live in one partition), busiest first, cut to the
+  limit; its ``pages``, ``bans``, ``block_rate`` and ``first_ban`` from its counters summed
+  over every partition (a worker records them with its call to its home partition, wherever
+  the host's entries are: :func:`host_totals`);
 * ``idle_seconds``: the least (null while one partition is busy); ``eta_seconds``: the
   largest (null when a partition with work left has none); ``started_at`` the earliest,
   ``last_ack_at``/``last_worker_at`` the latest;
@@ -192,7 +195,44 @@ def read_merged(client: Any, keys: CrawlKeys, parts: int, hosts: int = 10,
                      "parked": fr["parked"], "dead": fr["dead"], "seen": fr["seen"],
                      "bound": bound, "idle_seconds": snap["idle_seconds"],
                      "acked": snap["counters"]["requests"]["acked"]})
-    return merge(snaps, rows, hosts)
+    out = merge(snaps, rows, hosts)
+    names = [h["host"] for h in out["hosts"]]
+    per_part = []
+    for k in keys.all_partitions(parts) if names else []:
+        with client.pipeline(transaction=False) as pipe:
+            for h in names:
+                pipe.hmget(k.hoststats, f"p|{h}", f"b|{h}", f"f|{h}")
+            per_part.append(pipe.execute())
+    if names:
+        out["hosts"] = host_totals(out["hosts"], per_part)
+    return out
+
+
+def host_totals(hosts: list[dict[str, Any]], per_part: list[list[Any]]) -> list[dict[str, Any]]:
+    """*hosts* (merged rows) with ``pages``, ``bans``, ``block_rate`` (bans / pages, None
+    without pages) and ``first_ban`` (epoch seconds, the earliest; None: never banned) from
+    every partition's counters: *per_part* holds, per partition, one ``[pages, bans,
+    first ban ms]`` reply (HMGET of ``p|h``, ``b|h``, ``f|h`` in ``hoststats``; None or bytes
+    values) per row of *hosts*, in order.
+
+    Raises:
+        ValueError: a partition's replies are not one per host row.
+    """
+    out = []
+    for i, row in enumerate(hosts):
+        pages = bans = 0
+        firsts = []
+        for replies in per_part:
+            if len(replies) != len(hosts):
+                raise ValueError("one hoststats reply per host row is needed")
+            p, b, f = (int(v or 0) for v in replies[i])
+            pages, bans = pages + p, bans + b
+            if f:
+                firsts.append(f)
+        out.append({**row, "pages": pages, "bans": bans,
+                    "block_rate": round(bans / pages, 6) if pages else None,
+                    "first_ban": min(firsts) / 1000 if firsts else None})
+    return out
 
 
 def merge_points(series: Iterable[list[tuple[float, float | None]]]

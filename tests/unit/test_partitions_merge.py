@@ -89,3 +89,40 @@ def test_the_partitions_recrawl_blocks_merge_into_one():
     assert (merged["not_modified_share"], merged["unchanged_share"]) == (0.444, 0.111)
     assert merged["change_rates"]["monthly"] == 40
     assert merged["freshness_estimate"] == 0.6  # (0.9 * 10 + 0.5 * 30) / 40
+
+
+def test_a_hosts_counters_are_summed_over_the_partitions_its_workers_recorded_them_in():
+    # workers record a host's pages/bans with their call to their home partition, wherever
+    # the host's entries are: its row sums every partition's counters
+    from scrapy_fleet.monitoring.merge import host_totals
+
+    rows = [{"host": "a", "queued": 5, "pages": 4, "bans": 1, "block_rate": 0.25,
+             "first_ban": 9.0},
+            {"host": "b", "queued": 2, "pages": 0, "bans": 0, "block_rate": None,
+             "first_ban": None}]
+    per_part = [[[b"4", b"1", b"9000"], [None, None, None]],
+                [[b"6", None, None], [None, None, None]],
+                [[b"10", b"3", b"7000"], [b"2", None, None]]]
+    out = host_totals(rows, per_part)
+    assert out == [{"host": "a", "queued": 5, "pages": 20, "bans": 4, "block_rate": 0.2,
+                    "first_ban": 7.0},
+                   {"host": "b", "queued": 2, "pages": 2, "bans": 0, "block_rate": 0.0,
+                    "first_ban": None}]
+
+
+def test_read_merged_sums_a_hosts_counters_over_the_partitions(redis_url):
+    import redis
+
+    from scrapy_fleet.keys import CrawlKeys, partition_of
+    from scrapy_fleet.monitoring.merge import read_merged
+
+    client = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("fleet", "hosts")
+    parts = keys.all_partitions(3)
+    home = partition_of("h.test", 3)
+    client.hset(parts[home].hostq, "h.test", 5)
+    for p, (pages, bans) in enumerate([(4, 1), (6, 0), (10, 3)]):
+        client.hset(parts[p].hoststats, mapping={"p|h.test": pages, "b|h.test": bans})
+    out = read_merged(client, keys, 3)
+    assert [(h["host"], h["queued"], h["pages"], h["bans"], h["block_rate"])
+            for h in out["hosts"]] == [("h.test", 5, 20, 4, 0.2)]
