@@ -46,6 +46,8 @@ from scrapy_fleet.errors import (
 )
 from scrapy_fleet.frontier import layout, partition_count
 from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys
+from scrapy_fleet.recrawl import guard as recrawl_guard
+from scrapy_fleet.recrawl.settings import recrawl_config
 from scrapy_fleet.redact import redact
 
 if TYPE_CHECKING:
@@ -150,6 +152,9 @@ def check_worker(crawler: Crawler) -> FleetConfig:
                 # issue 21: FLEET_PARTITIONS is the crawl's, stored when it is created
                 partition_count.check_sync(client, keys, config.partitions,
                                       create=fleet_scheduler)
+                # issue 22: a worker without FLEET_RECRAWL would drop the crawl's schedule
+                if fleet_scheduler and not recrawl_config(settings).enabled:
+                    recrawl_guard.check_sync(client, keys, config.partitions)
                 if fleet_scheduler and name:
                     _claim(crawler, client, keys, config, name)
         finally:

@@ -22,12 +22,17 @@ when ``FLEET_RECRAWL`` is not ``off``:
 ``fleet_signature`` (16 hex digits) to the items of a tracked page, where the item accepts
 them (a dict, or an Item with those fields).
 
-Stats: ``fleet/recrawl/{tracked,changed,unchanged,not_modified,gone,dropped,failed}``.
+An invalid ``meta["fleet_recrawl"]`` (neither False nor seconds > 0: None, 0, NaN, "abc") is
+one WARNING naming the URL and the value; the page is processed and tracked at the default
+interval (``fleet/recrawl/invalid_meta``).
+
+Stats: ``fleet/recrawl/{tracked,changed,unchanged,not_modified,gone,dropped,failed,invalid_meta}``.
 """
 
 from __future__ import annotations
 
 import datetime
+import logging
 import time
 from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any
@@ -37,8 +42,10 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy_fleet import engine_hooks
 from scrapy_fleet.errors import FleetError
 from scrapy_fleet.recrawl.schedule import (
+    RECRAWL_META_KEY,
     STATE_META_KEY,
     State,
+    invalid_wanted,
     next_interval,
     observe,
     opted_out,
@@ -57,6 +64,8 @@ if TYPE_CHECKING:
 UNCHANGED_META_KEY = "fleet_recrawl_unchanged"
 #: private meta: (fetch time, signature) of the version a response is, for FleetRecrawlItems
 VERSION_META_KEY = "_fleet_rv_version"
+
+logger = logging.getLogger(__name__)
 
 
 class RevisitUnchanged(FleetError, IgnoreRequest):
@@ -109,6 +118,12 @@ class FleetRecrawlMiddleware:
             request.headers[b"If-Modified-Since"] = state.last_modified.encode("latin-1")
 
     def _schedule(self, request: Request, state: State | None) -> None:
+        if state is not None and invalid_wanted(request.meta):
+            self._inc("invalid_meta")
+            logger.warning("Invalid meta[%r]=%r for %s (False, or seconds > 0): tracked at "
+                           "the default interval", RECRAWL_META_KEY,
+                           request.meta[RECRAWL_META_KEY], request.url,
+                           extra={"crawler": self.crawler})
         ledger = engine_hooks.ledger_of(self.crawler)
         if ledger is None:
             return

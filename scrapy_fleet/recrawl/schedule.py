@@ -133,11 +133,21 @@ def optimal_interval(rate: float, base: float) -> float:
 
 
 def wanted_interval(request_meta: Any) -> float | None:
-    """The interval (seconds) a request's meta sets, None for none."""
+    """The interval (seconds) a request's meta sets, None for none or an invalid value (not a
+    finite number > 0: :func:`invalid_wanted` tells which)."""
     value = request_meta.get(RECRAWL_META_KEY) if hasattr(request_meta, "get") else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
+            or not math.isfinite(value):
         return None
     return float(value)
+
+
+def invalid_wanted(request_meta: Any) -> bool:
+    """True when the request's meta has ``fleet_recrawl`` set to neither False (opted out)
+    nor a finite number of seconds > 0 (None, True, 0, -5, NaN, "abc"...)."""
+    if not hasattr(request_meta, "get") or RECRAWL_META_KEY not in request_meta:
+        return False
+    return request_meta[RECRAWL_META_KEY] is not False and wanted_interval(request_meta) is None
 
 
 def opted_out(request_meta: Any) -> bool:

@@ -157,3 +157,45 @@ def test_a_page_without_words_is_told_apart_by_its_bytes():
     assert one == response_signature(Response("http://h/a.pdf", body=b"%PDF-1.4 \x00\x01 v1"))
     page = html(f"<html><body><p>{TEXT}</p></body></html>")
     assert response_signature(page) == simhash64(page_text(page))
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -5, 0, "abc", None, True])
+def test_an_invalid_meta_interval_is_one_warning_and_the_page_is_kept(value, caplog):
+    """Issue 22: meta fleet_recrawl neither False nor seconds > 0 is one WARNING naming the
+    URL and the value; the response goes on to the callback and the default interval is
+    used (NaN raised ValueError in round() and lost the page)."""
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_fleet.recrawl.middleware import FleetRecrawlMiddleware
+    from scrapy_fleet.recrawl.schedule import wanted_interval
+
+    crawler = get_crawler(settings_dict={"FLEET_RECRAWL": "fixed",
+                                         "FLEET_RECRAWL_INTERVAL": 600})
+    mw = FleetRecrawlMiddleware.from_crawler(crawler)
+    url = "http://example.test/page.html"
+    request = Request(url, meta={"fleet_recrawl": value})
+    response = HtmlResponse(url, body=TEXT.encode(), request=request)
+    with caplog.at_level("WARNING"):
+        out = mw.process_response(request, response)
+    assert out is response
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1, warnings
+    assert url in warnings[0] and repr(value) in warnings[0]
+    assert wanted_interval(request.meta) is None
+    assert next_interval(RecrawlConfig(mode="fixed", interval=600), State(),
+                         wanted_interval(request.meta)) == 600
+
+
+@pytest.mark.parametrize("value", [False, 600, 0.5])
+def test_a_valid_meta_interval_is_no_warning(value, caplog):
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_fleet.recrawl.middleware import FleetRecrawlMiddleware
+
+    crawler = get_crawler(settings_dict={"FLEET_RECRAWL": "fixed"})
+    mw = FleetRecrawlMiddleware.from_crawler(crawler)
+    url = "http://example.test/page.html"
+    request = Request(url, meta={"fleet_recrawl": value})
+    with caplog.at_level("WARNING"):
+        mw.process_response(request, HtmlResponse(url, body=TEXT.encode(), request=request))
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]

@@ -262,3 +262,32 @@ def test_a_purge_while_workers_revisit_stops_them_and_leaves_nothing(redis_url, 
         assert "Spider closed (fleet_state_lost)" in text, tail(log)
     # nothing of the crawl is left: no schedule, no count, no queue, no stats written after
     assert sorted(client.scan_iter(match="fleet:{recrawl}*")) == []
+
+
+def test_a_worker_without_recrawl_on_a_crawl_with_a_schedule_is_refused(
+        redis_url, tmp_path, site_factory, worker_env):
+    """Issue 22: a worker started without FLEET_RECRAWL would fetch every due revisit as a
+    plain GET and drop the schedule; it is refused in one line and the crawl is left as it
+    was."""
+    site = site_with(site_factory, tmp_path, {"pages": 2, "static_share": 1.0})
+    client = redis.Redis.from_url(redis_url)
+    proc, log = worker(tmp_path, site, redis_url, worker_env, "w1", FLEET_RECRAWL="fixed",
+                       FLEET_RECRAWL_INTERVAL=3600)
+    try:
+        wait_until(lambda: int(client.get(KEYS.revisit_count) or 0) == 3, 120,
+                   "three tracked pages", interval=0.3)
+    finally:
+        stop(proc, log)
+    before = {k: client.dump(k) for k in client.keys("*") if b":hb" not in k}
+    plain, plain_log = worker(tmp_path, site, redis_url, worker_env, "w2")
+    assert wait_all([plain], 120) != [0]
+    lines = [line for line in plain_log.read_text().splitlines()
+             if "crawl 'recrawl' has 3 URLs scheduled for revisits" in line]
+    assert len(lines) == 1, tail(plain_log)
+    assert "FLEET_RECRAWL" in lines[0]
+    assert int(client.get(KEYS.revisit_count)) == 3
+    assert len(tracked_states(client)) == 3
+    assert not (tmp_path / "items-w2.jsonl").exists() or not read_items(
+        [tmp_path / "items-w2.jsonl"])
+    after = {k: client.dump(k) for k in before}
+    assert after == before
