@@ -108,8 +108,11 @@ def test_a_partition_moved_during_a_crawl_loses_nothing(cluster, site_factory, w
     assert client.execute_command("CLUSTER COUNTKEYSINSLOT", slot,
                                   target_nodes=client.get_node("127.0.0.1", dst)) > 0
     assert cluster.node(src, 5).execute_command("CLUSTER COUNTKEYSINSLOT", slot) == 0
-    # and the workers' calls did meet the half-moved slot (redirected, sent again)
+    # and calls did meet the moving slot: redirected (ASK or TRYAGAIN while it moved, MOVED
+    # after it, for a client whose slot map was stale) and sent again.  (Which of them depends
+    # on the machine's speed: on a loaded machine the workers may not call this partition
+    # while its slot is half moved, only after.)
     errors = [cluster.node(port, 5).info("errorstats") for port in (src, dst)]
     redirected = sum(e.get(name, {}).get("count", 0) for e in errors
-                     for name in ("errorstat_ASK", "errorstat_TRYAGAIN"))
+                     for name in ("errorstat_ASK", "errorstat_TRYAGAIN", "errorstat_MOVED"))
     assert redirected > 0, errors
