@@ -240,25 +240,37 @@ def run_retry(admin: FrontierAdmin, opts: Any, host_key_mode: str) -> int:
     return push.EXIT_OK
 
 
+def warn_live_workers(live: list[str]) -> None:
+    """Warn on stderr that *live* workers (ids that called the crawl in the last 60 s) lose
+    their leases and stop if the crawl is purged under them."""
+    if live:
+        print(f"warning: {len(live)} worker(s) called this crawl in the last 60 s "
+              f"({', '.join(sorted(live)[:5])}); purging under them loses their leases and "
+              f"makes them stop with an error (crawl state lost)", file=sys.stderr)
+
+
+def purge_confirmed(confirm: Callable[[str], str], question: str) -> bool:
+    """Ask *question*; True for y/yes, else prints "purge cancelled" (EOF: no)."""
+    try:
+        answer = confirm(question)
+    except EOFError:
+        answer = ""
+    if answer.strip().lower() in ("y", "yes"):
+        return True
+    print("purge cancelled")
+    return False
+
+
 def run_purge(admin: FrontierAdmin, opts: Any, label: str, confirm: Callable[[str], str]) -> int:
     keys = admin.crawl_keys()
     if not keys:
         print(f"nothing to purge for crawl {admin.keys.crawl_id!r}")
         return push.EXIT_OK
-    live = [w for w, age in admin.status()["workers"].items() if age < 60]
-    if live:
-        print(f"warning: {len(live)} worker(s) called this crawl in the last 60 s "
-              f"({', '.join(sorted(live)[:5])}); purging under them loses their leases and "
-              f"makes them stop with an error (crawl state lost)", file=sys.stderr)
-    if not opts.yes:
-        try:
-            answer = confirm(f"Delete {len(keys)} keys of crawl {admin.keys.crawl_id!r} "
-                             f"({label}): queue, leases, dupefilter, stats? [y/N] ")
-        except EOFError:
-            answer = ""
-        if answer.strip().lower() not in ("y", "yes"):
-            print("purge cancelled")
-            return push.EXIT_REJECTED
+    warn_live_workers([w for w, age in admin.status()["workers"].items() if age < 60])
+    if not opts.yes and not purge_confirmed(
+            confirm, f"Delete {len(keys)} keys of crawl {admin.keys.crawl_id!r} "
+                     f"({label}): queue, leases, dupefilter, stats? [y/N] "):
+        return push.EXIT_REJECTED
     deleted = admin.purge()
     print(f"purged {deleted} keys of crawl {admin.keys.crawl_id!r}")
     return push.EXIT_OK

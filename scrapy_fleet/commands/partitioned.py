@@ -18,6 +18,7 @@ from typing import Any
 
 from scrapy_fleet import codec, lua, redis_client
 from scrapy_fleet.commands import push
+from scrapy_fleet.commands.actions import purge_confirmed, warn_live_workers
 from scrapy_fleet.errors import RequestDecodeError
 from scrapy_fleet.failures import admin as failures
 from scrapy_fleet.frontier.admin import FrontierAdmin
@@ -187,21 +188,12 @@ def run_purge(admin: FrontierAdmin, opts: Any, label: str, parts: int,
     if not admin.crawl_keys() and not any(one.crawl_keys() for one in admins):
         print(f"nothing to purge for crawl {admin.keys.crawl_id!r}")
         return push.EXIT_OK
-    live = sorted({w for one in admins for w, age in one.status()["workers"].items()
-                   if age < 60})
-    if live:
-        print(f"warning: {len(live)} worker(s) called this crawl in the last 60 s "
-              f"({', '.join(live[:5])}); purging under them loses their leases and "
-              f"makes them stop with an error (crawl state lost)", file=sys.stderr)
-    if not opts.yes:
-        try:
-            answer = confirm(f"Delete every key of crawl {admin.keys.crawl_id!r} ({label}) "
-                             f"in its {parts} partitions? [y/N] ")
-        except EOFError:
-            answer = ""
-        if answer.strip().lower() not in ("y", "yes"):
-            print("purge cancelled")
-            return push.EXIT_REJECTED
+    warn_live_workers(sorted({w for one in admins for w, age in one.status()["workers"].items()
+                              if age < 60}))
+    if not opts.yes and not purge_confirmed(
+            confirm, f"Delete every key of crawl {admin.keys.crawl_id!r} ({label}) "
+                     f"in its {parts} partitions? [y/N] "):
+        return push.EXIT_REJECTED
     deleted = sum(one.purge() for one in admins)
     deleted += admin.purge()  # the control keys, the partitions key last
     print(f"purged {deleted} keys of crawl {admin.keys.crawl_id!r} ({parts} partitions)")
