@@ -8,7 +8,7 @@ from typing import Any
 
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.frontier.protocol import as_int
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys import LAYOUT_VERSION, CrawlKeys
 
 
 def _verdict(keys: CrawlKeys, parts: int, stored: Any, p1_exists: int) -> FleetConfigError | None:
@@ -31,7 +31,12 @@ def _verdict(keys: CrawlKeys, parts: int, stored: Any, p1_exists: int) -> FleetC
 def check_sync(client: Any, keys: CrawlKeys, parts: int, create: bool = True) -> None:
     """Refuse a worker or command whose FLEET_PARTITIONS differs from the crawl's, and store
     *parts* (P > 1) with a crawl that has none yet when *create* (SET NX: the first wins).
-    P = 1 writes nothing (a crawl without the key is a P = 1 crawl).
+    P = 1 writes nothing here (a crawl without the key is a P = 1 crawl; a P = 1 worker
+    claims a new crawl with :func:`claim_one_sync` first).
+
+    Two first workers at the same moment: the P > 1 one writes the key, then looks for a
+    P = 1 crawl again (a P = 1 worker writes its layout key, then reads this key): one of them
+    sees the other, the one that sees takes its write back and refuses.
 
     Raises:
         FleetConfigError: one line naming the crawl, both values and what to do.
@@ -42,6 +47,9 @@ def check_sync(client: Any, keys: CrawlKeys, parts: int, create: bool = True) ->
     if error is None and stored is None and parts > 1 and create:
         if not client.set(keys.partitions, parts, nx=True):
             error = _verdict(keys, parts, client.get(keys.partitions), 0)
+        elif client.exists(keys.marker, keys.layout):  # a P = 1 worker began meanwhile
+            client.delete(keys.partitions)
+            error = _verdict(keys, parts, None, 1)
     if error is not None:
         raise error
 
@@ -55,8 +63,29 @@ async def check_async(client: Any, keys: CrawlKeys, parts: int, create: bool = T
     if error is None and stored is None and parts > 1 and create:
         if not await client.set(keys.partitions, parts, nx=True):
             error = _verdict(keys, parts, await client.get(keys.partitions), 0)
+        elif await client.exists(keys.marker, keys.layout):
+            await client.delete(keys.partitions)
+            error = _verdict(keys, parts, None, 1)
     if error is not None:
         raise error
+
+
+def claim_one_sync(client: Any, keys: CrawlKeys) -> None:
+    """A P = 1 worker's start on a crawl: write the crawl's layout key (SET NX, the value its
+    first frontier call writes anyway: no new key), then :func:`check_sync`, so that a P > 1
+    worker starting the same new crawl at the same moment sees one or the other (see there).
+    A refused claim takes back the layout key it wrote.
+
+    Raises:
+        FleetConfigError: the crawl was created with P > 1 (one line, as check_sync).
+    """
+    wrote = client.set(keys.layout, LAYOUT_VERSION, nx=True)
+    try:
+        check_sync(client, keys, 1)
+    except FleetConfigError:
+        if wrote and not client.exists(keys.marker):
+            client.delete(keys.layout)
+        raise
 
 
 def stored_partitions(client: Any, keys: CrawlKeys) -> int:
