@@ -303,9 +303,12 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
                       "verification is off", file=sys.stderr)
             ctx.crawl.ping(ACL_ROLES.get(action))
             # issue 21: a partitioned crawl (commands/partitioned.py)
-            ctx.parts = ctx.partitions or partition_count.stored_partitions(
-                ctx.crawl.client, ctx.crawl.keys)
-            partition_count.check_sync(ctx.crawl.client, ctx.crawl.keys, ctx.parts,
+            if action == "purge":  # the crawl's own P, whatever the caller's
+                ctx.parts = _purged_partitions(ctx)
+            else:
+                ctx.parts = ctx.partitions or partition_count.stored_partitions(
+                    ctx.crawl.client, ctx.crawl.keys)
+                partition_count.check_sync(ctx.crawl.client, ctx.crawl.keys, ctx.parts,
                                            create=action == "push")
             if spec.needs_state and not (partitioned.has_state(ctx.crawl, ctx.parts)
                                          if ctx.parts > 1 else ctx.crawl.has_state()):
@@ -328,6 +331,18 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
     except KeyboardInterrupt:
         print("\ninterrupted: lines already pushed stay pushed", file=sys.stderr)
         return 130
+
+
+def _purged_partitions(ctx: ActionContext) -> int:
+    """The P ``purge`` works with: the crawl's stored one, whatever FLEET_PARTITIONS the
+    caller has (purge is what the P-mismatch line tells to run); says so when they differ."""
+    parts = partition_count.stored_partitions(ctx.crawl.client, ctx.crawl.keys)
+    if ctx.partitions and ctx.partitions != parts and (
+            parts > 1 or ctx.crawl.has_state()):
+        print(f"crawl {ctx.crawl.keys.crawl_id!r} was created with FLEET_PARTITIONS={parts} "
+              f"(FLEET_PARTITIONS={ctx.partitions} here): purging its {parts} "
+              f"partition{'s' if parts > 1 else ''}")
+    return parts
 
 
 def _partitioned_action(ctx: ActionContext, action: str) -> int:

@@ -17,13 +17,13 @@ from scrapy_fleet.keys import CrawlKeys
 NO_RECORD = "error: Redis has no record of crawl 'gone' (key prefix 'fleet')"
 
 
-def run(redis_url: str, action: str, *args: str, crawl: str = "gone") -> int:
+def run(redis_url: str, action: str, *args: str, crawl: str = "gone", parts: int = 4) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("urls", nargs="*")
     cli.add_action_arguments(parser)
     opts = parser.parse_args(list(args))
     return cli.run_action(action, FrontierAdmin(redis_url, crawl), opts.urls, opts,
-                          lambda r: b"", label=f"crawl {crawl!r}", partitions=4)
+                          lambda r: b"", label=f"crawl {crawl!r}", partitions=parts)
 
 
 @pytest.mark.parametrize("action,args", [("status", []), ("status", ["--json"]),
@@ -64,3 +64,29 @@ def test_status_shows_the_failed_line_and_purge_warns_of_live_workers(redis_url,
     assert "warning: 1 worker(s) called this crawl in the last 60 s (w7)" in err, err
     assert "purged" in out
     assert client.keys("*kept*") == []
+
+
+def test_purge_works_whatever_the_callers_partitions_the_others_refuse(redis_url, capsys):
+    """The P-mismatch line says to purge: purge takes the crawl's own P (and says so), every
+    other command refuses the wrong P in that one line, which is then not circular."""
+    client = redis.Redis.from_url(redis_url)
+    assert run(redis_url, "push", "http://a.test/1", "http://b.test/1", crawl="four") == 0
+    assert run(redis_url, "push", "http://a.test/1", crawl="one", parts=1) == 0
+    capsys.readouterr()
+    mismatch = ("error: FLEET_PARTITIONS=2 does not match crawl 'four', created with "
+                "FLEET_PARTITIONS=4: set it to that value, or purge the crawl to start it "
+                "again\n")
+    assert run(redis_url, "status", crawl="four", parts=2) == 2
+    assert capsys.readouterr().err == mismatch
+    assert run(redis_url, "purge", "--yes", crawl="four", parts=2) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("crawl 'four' was created with FLEET_PARTITIONS=4 "
+                          "(FLEET_PARTITIONS=2 here): purging its 4 partitions\n"), out
+    assert "(4 partitions)" in out and err == ""
+    assert client.keys("*four*") == []
+    # a P = 1 crawl, purged from a project with FLEET_PARTITIONS = 4
+    assert run(redis_url, "purge", "--yes", crawl="one", parts=4) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("crawl 'one' was created with FLEET_PARTITIONS=1 "
+                          "(FLEET_PARTITIONS=4 here): purging its 1 partition\n"), out
+    assert client.keys("*one*") == []
