@@ -127,14 +127,7 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int |
     status: dict[str, Any] = {**snap, "queue_max": admin.params.queue_max,
                               "low_watermark": low_watermark}
     if getattr(opts, "hosts", False):
-        top = {row["host"]: row for row in snap["hosts"]}
-        rows = admin.hosts(limit=opts.limit)
-        for row in rows:  # the snapshot's per-host fields beside the politeness state
-            extra = top.get(row["host"], {})
-            for name in ("pages", "bans", "block_rate", "hold_until", "first_ban"):
-                row.setdefault(name, extra.get(name))
-        status["hosts"] = rows
-        status["host_policy"] = admin.host_policy()
+        add_host_rows(status, admin.hosts(limit=opts.limit), admin.host_policy())
     if opts.json:
         print(json.dumps(status, indent=2, sort_keys=True))
         return push.EXIT_OK
@@ -145,25 +138,44 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int |
               "workers")
     print(failures.failed_status_line(snap["failed_by"], snap["counters"]["requests"]))
     if getattr(opts, "hosts", False):
-        policy = status.get("host_policy")
-        if policy is None:
-            print("  per host (fleet-wide): not known yet (no worker has started)")
-        else:
-            print(f"  per host (fleet-wide, FLEET_HOST_KEY={policy['host_key']!r}): "
-                  + politeness.describe_policy(policy["interval"], policy["cap"],
-                                               policy["burst"], policy["is_rate"]))
-        print(f"  hosts    {'host':<32} {'entries':>8} {'flight':>6} {'next':>8} {'hold':>7} "
-              f"{'delay':>6} {'fails':>5} {'interval':>9} {'cap':>4}")
-        for row in status["hosts"]:
-            nxt = "slot" if row["waits_for_slot"] else (
-                "-" if row["next_in"] is None else f"{row['next_in']:.1f}s")
-            delay = "-" if row["crawl_delay"] is None else f"{row['crawl_delay']:.1f}s"
-            interval = f"{row['interval']:.3f}s" if row["interval"] else "-"
-            cap = row["cap"] or "-"
-            print(f"           {row['host'][:32]:<32} {row['queued']:>8} {row['leased']:>6} "
-                  f"{nxt:>8} {row['hold_left']:>6.1f}s {delay:>6} {row['failures']:>5} "
-                  f"{interval:>9} {cap:>4}")
+        print_host_rows(status)
     return push.EXIT_OK
+
+
+def add_host_rows(status: dict[str, Any], rows: list[dict[str, Any]],
+                  policy: dict[str, Any] | None) -> None:
+    """``status --hosts``: *rows* (FrontierAdmin.hosts: the politeness state) as
+    ``status["hosts"]``, each with the snapshot's per-host fields (pages, bans, block_rate,
+    hold_until, first_ban) beside, and *policy* as ``status["host_policy"]``."""
+    top = {row["host"]: row for row in status["hosts"]}
+    for row in rows:  # the snapshot's per-host fields beside the politeness state
+        extra = top.get(row["host"], {})
+        for name in ("pages", "bans", "block_rate", "hold_until", "first_ban"):
+            row.setdefault(name, extra.get(name))
+    status["hosts"] = rows
+    status["host_policy"] = policy
+
+
+def print_host_rows(status: dict[str, Any]) -> None:
+    """The hosts part of the ``status --hosts`` screen (:func:`add_host_rows`'s rows)."""
+    policy = status.get("host_policy")
+    if policy is None:
+        print("  per host (fleet-wide): not known yet (no worker has started)")
+    else:
+        print(f"  per host (fleet-wide, FLEET_HOST_KEY={policy['host_key']!r}): "
+              + politeness.describe_policy(policy["interval"], policy["cap"],
+                                           policy["burst"], policy["is_rate"]))
+    print(f"  hosts    {'host':<32} {'entries':>8} {'flight':>6} {'next':>8} {'hold':>7} "
+          f"{'delay':>6} {'fails':>5} {'interval':>9} {'cap':>4}")
+    for row in status["hosts"]:
+        nxt = "slot" if row["waits_for_slot"] else (
+            "-" if row["next_in"] is None else f"{row['next_in']:.1f}s")
+        delay = "-" if row["crawl_delay"] is None else f"{row['crawl_delay']:.1f}s"
+        interval = f"{row['interval']:.3f}s" if row["interval"] else "-"
+        cap = row["cap"] or "-"
+        print(f"           {row['host'][:32]:<32} {row['queued']:>8} {row['leased']:>6} "
+              f"{nxt:>8} {row['hold_left']:>6.1f}s {delay:>6} {row['failures']:>5} "
+              f"{interval:>9} {cap:>4}")
 
 
 def run_dead(admin: FrontierAdmin, opts: Any) -> int:

@@ -18,7 +18,12 @@ from typing import Any
 
 from scrapy_fleet import codec, lua, redis_client
 from scrapy_fleet.commands import push
-from scrapy_fleet.commands.actions import purge_confirmed, warn_live_workers
+from scrapy_fleet.commands.actions import (
+    add_host_rows,
+    print_host_rows,
+    purge_confirmed,
+    warn_live_workers,
+)
 from scrapy_fleet.errors import RequestDecodeError
 from scrapy_fleet.failures import admin as failures
 from scrapy_fleet.frontier.admin import FrontierAdmin
@@ -136,8 +141,10 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, parts: int,
     from scrapy_fleet.monitoring import screen
 
     snap = read_status(admin, parts, getattr(opts, "limit", 10), alerts_config)
+    status = {**snap, "queue_max": admin.params.queue_max, "low_watermark": low_watermark}
+    if getattr(opts, "hosts", False):
+        add_host_rows(status, host_rows(admin, parts, opts.limit), admin.host_policy())
     if getattr(opts, "json", False):
-        status = {**snap, "queue_max": admin.params.queue_max, "low_watermark": low_watermark}
         print(json.dumps(status, indent=2, sort_keys=True))
         return push.EXIT_OK
     print(screen.render(snap, f"{label}, {parts} partitions", admin.params.queue_max,
@@ -151,7 +158,19 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, parts: int,
               f"{r['leased']:>7} {r['deferred']:>8} {r['parked']:>6} "
               f"{r['bound'] or '-':>8} {idle:>7}")
     print(f"  skew: the fullest partition holds {snap['skew']}x the mean of queued entries")
+    if getattr(opts, "hosts", False):
+        print_host_rows(status)
     return push.EXIT_OK
+
+
+def host_rows(admin: FrontierAdmin, parts: int, limit: int) -> list[dict[str, Any]]:
+    """``status --hosts`` of a partitioned crawl: every partition's hosts (a host's entries
+    and politeness state live in one partition), busiest first, up to *limit*; the policy
+    defaults from the crawl's control ``config``."""
+    rows = [row for one in partition_admins(admin, parts)
+            for row in one.hosts(limit=limit, config_key=admin.keys.config)]
+    rows.sort(key=lambda r: (-r["queued"], -r["leased"], r["host"]))
+    return rows[:limit]
 
 
 def run_shards(admin: FrontierAdmin, opts: Any, parts: int) -> int:

@@ -178,11 +178,13 @@ class FrontierAdmin:
         """
         return read_counts(self.client, self.keys)
 
-    def hosts(self, limit: int = 50) -> list[dict[str, Any]]:
+    def hosts(self, limit: int = 50, config_key: str | None = None) -> list[dict[str, Any]]:
         """Per-host politeness state, busiest hosts first (up to *limit*): ``queued``
         (entries of the host in the frontier), ``leased`` (downloads in flight), ``next_in``
         (seconds until the host may be fetched), ``hold_left`` (s), ``crawl_delay`` (s),
-        ``failures`` (consecutive), ``override``, and the policy applied."""
+        ``failures`` (consecutive), ``override``, and the policy applied (the defaults from
+        the hash *config_key*: this crawl's ``config`` unless given; a partition's are its
+        crawl's control ``config``)."""
         k = self.keys
         with self.client.pipeline(transaction=False) as pipe:
             pipe.hgetall(k.hostq)
@@ -192,8 +194,8 @@ class FrontierAdmin:
             pipe.hgetall(k.crawldelay)
             pipe.hgetall(k.fails)
             pipe.hgetall(k.hostconf)
-            pipe.hgetall(k.config)
-            queued, live, ready, hold, delay, fails, conf, config = pipe.execute()
+            queued, live, ready, hold, delay, fails, conf = pipe.execute()
+        config = self.client.hgetall(config_key or k.config)  # (another slot: the control's)
         now = self.server_ms()  # not in the pipeline: a cluster pipeline refuses TIME
         defaults = policy_defaults(config)
         ready_at = {h: score for h, score in ready}

@@ -53,6 +53,28 @@ def _alert(id_: str, severity: str, what: str, where: str, since: float | None,
             "since": None if since is None else round(since, 3), "next": next_}
 
 
+def host_alerts(banned_hosts: list[dict[str, Any]], crawl: str,
+                cfg: AlertConfig) -> list[dict[str, Any]]:
+    """The ``host_blocked`` alerts of host rows *banned_hosts* ({host, pages, bans,
+    block_rate, first_ban}): one per host whose block rate is above ``cfg.block_rate`` over at
+    least ``cfg.block_min_pages`` pages.  A partitioned crawl calls it on rows summed over
+    the partitions (monitoring/merge.py)."""
+    where = f"crawl {crawl}"
+    out: list[dict[str, Any]] = []
+    for row in banned_hosts:
+        rate = row.get("block_rate")
+        if rate is not None and row["pages"] >= cfg.block_min_pages and rate > cfg.block_rate:
+            out.append(_alert(
+                "host_blocked", "warning",
+                f"{row['bans']} of {row['pages']} responses from {row['host']} were bans "
+                f"(block rate {rate:.0%}, threshold {cfg.block_rate:.0%})",
+                f"host {row['host']}, {where}", row.get("first_ban"),
+                "slow it down: -s 'FLEET_HOST_OVERRIDES={\"" + row["host"]
+                + "\": {\"rate\": 0.5}}' (or change egress: proxies); scrapy fleet status "
+                f"{crawl} --hosts"))
+    return out
+
+
 def evaluate(snap: dict[str, Any], samples1m: list[Sample], banned_hosts: list[dict[str, Any]],
              cfg: AlertConfig) -> list[dict[str, Any]]:
     """The alerts of snapshot *snap* (critical first).  *samples1m*: the 1 min tier's
@@ -104,17 +126,7 @@ def evaluate(snap: dict[str, Any], samples1m: list[Sample], banned_hosts: list[d
                 f"{len(depths) - 1} min: the fleet falls behind", where, recent[0].t,
                 f"add workers (runnable_now={snap['runnable_now']}), or check caps: "
                 f"scrapy fleet status {crawl} --hosts"))
-    for row in banned_hosts:
-        rate = row.get("block_rate")
-        if rate is not None and row["pages"] >= cfg.block_min_pages and rate > cfg.block_rate:
-            out.append(_alert(
-                "host_blocked", "warning",
-                f"{row['bans']} of {row['pages']} responses from {row['host']} were bans "
-                f"(block rate {rate:.0%}, threshold {cfg.block_rate:.0%})",
-                f"host {row['host']}, {where}", row.get("first_ban"),
-                "slow it down: -s 'FLEET_HOST_OVERRIDES={\"" + row["host"]
-                + "\": {\"rate\": 0.5}}' (or change egress: proxies); scrapy fleet status "
-                f"{crawl} --hosts"))
+    out += host_alerts(banned_hosts, crawl, cfg)
     window = [s for s in samples1m if s.t >= now - 60 * cfg.dead_minutes]
     if window and fr["dead"] > window[0].dead:
         since = next((s.t for s in window if s.dead > window[0].dead), window[0].t)

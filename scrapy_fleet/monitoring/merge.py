@@ -17,7 +17,8 @@ records; a worker's monitoring goes with its calls to its home partition, which 
   largest (null when a partition with work left has none); ``started_at`` the earliest,
   ``last_ack_at``/``last_worker_at`` the latest;
 * ``redis``: summed over the distinct masters holding the partitions;
-* ``alerts``: each partition's, once each (same id, where and what);
+* ``alerts``: each partition's, once each (same id, where and what), except ``host_blocked``:
+  evaluated on a host's counters summed over the partitions (:func:`read_merged`);
 * added: ``partitions`` (P), ``per_partition`` (a row per partition: node, queued, leased,
   deferred, parked, bound, idle) and ``skew`` (the fullest partition's queued entries over
   the mean).
@@ -196,16 +197,38 @@ def read_merged(client: Any, keys: CrawlKeys, parts: int, hosts: int = 10,
                      "bound": bound, "idle_seconds": snap["idle_seconds"],
                      "acked": snap["counters"]["requests"]["acked"]})
     out = merge(snaps, rows, hosts)
-    names = [h["host"] for h in out["hosts"]]
+    banned = most_banned(client, keys, parts, max(hosts, 10))
+    listed = [h["host"] for h in out["hosts"]]
+    names = list(dict.fromkeys(listed + banned))
     per_part = []
     for k in keys.all_partitions(parts) if names else []:
         with client.pipeline(transaction=False) as pipe:
             for h in names:
                 pipe.hmget(k.hoststats, f"p|{h}", f"b|{h}", f"f|{h}")
             per_part.append(pipe.execute())
-    if names:
-        out["hosts"] = host_totals(out["hosts"], per_part)
+    by_host = {h: {"host": h} for h in names}
+    by_host.update((h["host"], h) for h in out["hosts"])
+    totals = {r["host"]: r for r in host_totals([by_host[h] for h in names], per_part)}
+    out["hosts"] = [totals[h] for h in listed]
+    # a host's bans are recorded in its workers' home partitions: its alert is the sum's
+    from scrapy_fleet.monitoring.alerts import AlertConfig, host_alerts
+
+    out["alerts"] = [a for a in out["alerts"] if a["id"] != "host_blocked"]
+    out["alerts"] += host_alerts([totals[h] for h in banned], keys.crawl_id,
+                                 alerts_config or AlertConfig())
+    out["alerts"].sort(key=lambda a: a["severity"] != "critical")
     return out
+
+
+def most_banned(client: Any, keys: CrawlKeys, parts: int, n: int) -> list[str]:
+    """The *n* hosts with the most bans summed over the partitions (each partition's
+    ``hostbans`` ZSET counts the bans its workers recorded there), most banned first."""
+    bans: dict[str, float] = {}
+    for k in keys.all_partitions(parts):
+        for host, score in client.zrevrange(k.hostbans, 0, n - 1, withscores=True):
+            name = host.decode(errors="replace") if isinstance(host, bytes) else str(host)
+            bans[name] = bans.get(name, 0) + score
+    return [h for h, _ in sorted(bans.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
 
 
 def host_totals(hosts: list[dict[str, Any]], per_part: list[list[Any]]) -> list[dict[str, Any]]:

@@ -20,3 +20,26 @@ def test_read_merged_sums_a_hosts_counters_over_the_partitions(redis_url):
     out = read_merged(client, keys, 3)
     assert [(h["host"], h["queued"], h["pages"], h["bans"], h["block_rate"])
             for h in out["hosts"]] == [("h.test", 5, 20, 4, 0.2)]
+
+
+def test_host_ban_alerts_are_evaluated_on_the_counters_summed_over_the_partitions(redis_url):
+    """a.test: 10 pages and 2-3 bans in each of three partitions (its workers' homes), under
+    the 20 pages an alert needs in each, 7 of 30 (23 %) in all: one alert, with the sum.
+    b.test: 5 bans of 20 pages (25 %) in one partition, none of 60 in another (6 % in all):
+    no alert."""
+    client = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("fleet", "bans")
+    parts = keys.all_partitions(3)
+    client.hset(parts[partition_of("a.test", 3)].hostq, "a.test", 1)
+    for p, bans in enumerate([2, 2, 3]):
+        client.hset(parts[p].hoststats, mapping={"p|a.test": 10, "b|a.test": bans,
+                                                 "f|a.test": 1000 * (p + 1)})
+        client.zadd(parts[p].hostbans, {"a.test": bans})
+    client.hset(parts[0].hoststats, mapping={"p|b.test": 20, "b|b.test": 5})
+    client.zadd(parts[0].hostbans, {"b.test": 5})
+    client.hset(parts[1].hoststats, mapping={"p|b.test": 60})
+    alerts = [a for a in read_merged(client, keys, 3)["alerts"] if a["id"] == "host_blocked"]
+    assert [(a["where"], a["what"], a["since"]) for a in alerts] == [
+        ("host a.test, crawl bans",
+         "7 of 30 responses from a.test were bans (block rate 23%, threshold 20%)", 1.0)]
+

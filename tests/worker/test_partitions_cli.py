@@ -6,6 +6,7 @@ calls it with the project's FLEET_PARTITIONS) against a real redis-server."""
 from __future__ import annotations
 
 import argparse
+import json
 
 import pytest
 import redis
@@ -17,13 +18,14 @@ from scrapy_fleet.keys import CrawlKeys
 NO_RECORD = "error: Redis has no record of crawl 'gone' (key prefix 'fleet')"
 
 
-def run(redis_url: str, action: str, *args: str, crawl: str = "gone", parts: int = 4) -> int:
+def run(redis_url: str, action: str, *args: str, crawl: str = "gone", parts: int = 4,
+        fingerprint=lambda r: b"") -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("urls", nargs="*")
     cli.add_action_arguments(parser)
     opts = parser.parse_args(list(args))
     return cli.run_action(action, FrontierAdmin(redis_url, crawl), opts.urls, opts,
-                          lambda r: b"", label=f"crawl {crawl!r}", partitions=parts)
+                          fingerprint, label=f"crawl {crawl!r}", partitions=parts)
 
 
 @pytest.mark.parametrize("action,args", [("status", []), ("status", ["--json"]),
@@ -90,3 +92,26 @@ def test_purge_works_whatever_the_callers_partitions_the_others_refuse(redis_url
     assert out.startswith("crawl 'one' was created with FLEET_PARTITIONS=1 "
                           "(FLEET_PARTITIONS=4 here): purging its 1 partition\n"), out
     assert client.keys("*one*") == []
+
+
+def test_status_hosts_lists_the_hosts_of_every_partition(redis_url, capsys):
+    """status --hosts on a partitioned crawl: each host's politeness row, whatever partition
+    holds it (before: the P > 1 status ignored --hosts)."""
+    from scrapy_fleet.keys import partition_of
+
+    hosts = {f"h{i}.test": i + 1 for i in range(6)}
+    assert len({partition_of(h, 4) for h in hosts}) > 1
+    urls = [f"http://{h}/{j}" for h, n in hosts.items() for j in range(n)]
+    assert run(redis_url, "push", *urls, crawl="hosts",
+               fingerprint=lambda r: r.url.encode()) == 0
+    capsys.readouterr()
+    assert run(redis_url, "status", "--hosts", "--json", crawl="hosts") == 0
+    status = json.loads(capsys.readouterr().out)
+    assert [(r["host"], r["queued"], r["leased"], r["failures"]) for r in status["hosts"]] == [
+        (h, n, 0, 0) for h, n in sorted(hosts.items(), key=lambda kv: -kv[1])]
+    assert "host_policy" in status
+    assert run(redis_url, "status", "--hosts", crawl="hosts") == 0
+    out = capsys.readouterr().out
+    assert "  per host (fleet-wide): not known yet (no worker has started)\n" in out
+    for h, n in hosts.items():
+        assert f"           {h:<32} {n:>8} " in out
