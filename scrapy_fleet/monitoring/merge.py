@@ -5,9 +5,10 @@ on its keys) merged into one of the same shape, plus the partitions' table.
 Each partition is a complete frontier with its own counters, series, heartbeats and failed
 records; a worker's monitoring goes with its calls to its home partition, which moves.  So:
 
-* counts, counters, rates (pages/items per minute), ``runnable_now``, hosts' totals and
-  ``failed_by`` are **sums** over the partitions (the gauges of one sweep, partition after
-  partition: not an atomic snapshot);
+* counts, counters, ``runnable_now``, hosts' totals and ``failed_by`` are **sums** over the
+  partitions; rates (pages/items per minute, block rate) are taken from the summed counters
+  over one window for every partition (:func:`merged_rates`) (the gauges of one sweep,
+  partition after partition: not an atomic snapshot);
 * ``workers``: one row per worker, the one of its latest call (its home's);
 * ``hosts``: the union (a host's entries live in one partition), busiest first, cut to the
   limit; its ``pages``, ``bans``, ``block_rate`` and ``first_ban`` from its counters summed
@@ -26,6 +27,7 @@ records; a worker's monitoring goes with its calls to its home partition, which 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from typing import Any
 
@@ -197,6 +199,15 @@ def read_merged(client: Any, keys: CrawlKeys, parts: int, hosts: int = 10,
                      "bound": bound, "idle_seconds": snap["idle_seconds"],
                      "acked": snap["counters"]["requests"]["acked"]})
     out = merge(snaps, rows, hosts)
+    from scrapy_fleet.monitoring import series as series_mod
+
+    with client.pipeline(transaction=False) as pipe:
+        for k in keys.all_partitions(parts):
+            pipe.get(k.series("10s"))
+        raws = pipe.execute()
+    out["rates"] = merged_rates(
+        [(series_mod.decode(raw, "10s", s["at"]), s["counters"], s["started_at"])
+         for raw, s in zip(raws, snaps, strict=True)], out["at"])
     banned = most_banned(client, keys, parts, max(hosts, 10))
     listed = [h["host"] for h in out["hosts"]]
     names = list(dict.fromkeys(listed + banned))
@@ -217,6 +228,64 @@ def read_merged(client: Any, keys: CrawlKeys, parts: int, hosts: int = 10,
     out["alerts"] += host_alerts([totals[h] for h in banned], keys.crawl_id,
                                  alerts_config or AlertConfig())
     out["alerts"].sort(key=lambda a: a["severity"] != "critical")
+    return out
+
+
+def _value_at(samples: list[Any], now_value: tuple[float, float, float], now: float,
+              started: float | None, t: float) -> tuple[float, float, float]:
+    """(pages, items, bans) of one partition at time *t*: interpolated between its 10 s
+    samples and *now_value* (its counters at *now*); 0 before the partition began (*started*);
+    its earliest sample's when *t* is earlier (the ring holds an hour); its counters now
+    when it has no sample (no call for an hour: they have not moved)."""
+    points = [(x.t, (x.pages, x.items, x.bans)) for x in samples] + [(now, now_value)]
+    if t >= now or len(points) == 1:
+        return now_value
+    if t < points[0][0]:
+        return (0.0, 0.0, 0.0) if started is not None and t < started else points[0][1]
+    for (t0, v0), (t1, v1) in itertools.pairwise(points):
+        if t0 <= t <= t1:
+            f = (t - t0) / (t1 - t0) if t1 > t0 else 1.0
+            return tuple(a + (b - a) * f for a, b in zip(v0, v1, strict=True))  # type: ignore[return-value]
+    return now_value
+
+
+def merged_rates(parts: list[tuple[list[Any], dict[str, Any], float | None]],
+                 now: float) -> dict[str, float | None]:
+    """The rates of a partitioned crawl over **one** window for every partition (as for one
+    partition, docs/monitoring.md ``rates``): pages and items per minute over the last
+    60 s, or over the crawl's age while it is younger (from its earliest sample in any
+    partition), block rate over the last 5 min (or the age).  *parts*: per partition, its
+    10 s samples (series.decode), its snapshot's ``counters`` and ``started_at``; each
+    partition's counters at the window's start are read from its samples, interpolated
+    between the two around it (a partition nobody called is sampled only when called, so
+    the partitions' samples are not at the same times: summing each partition's own rate
+    mixed windows, and once the crawl ended the window grew past a minute).  None until the
+    window is 1 s long."""
+    out: dict[str, float | None] = {"pages_per_min": None, "items_per_min": None,
+                                    "block_rate": None, "window_s": None}
+    firsts = [samples[0].t for samples, _, _ in parts if samples]
+    if not firsts:
+        return out
+    first = min(firsts)
+    nows = [(float(c["pages"]), float(c["items_scraped"]), float(c["bans"]))
+            for _, c, _ in parts]
+
+    def total(t: float) -> tuple[float, float, float]:
+        vals = [_value_at(samples, v, now, started, t)
+                for (samples, _, started), v in zip(parts, nows, strict=True)]
+        return (sum(v[0] for v in vals), sum(v[1] for v in vals), sum(v[2] for v in vals))
+
+    pages, items, bans = (sum(v[i] for v in nows) for i in range(3))
+    start = max(now - 60, first)
+    if now - start >= 1.0:
+        p0, i0, _ = total(start)
+        span = now - start
+        out["pages_per_min"] = round(max(0.0, pages - p0) * 60 / span, 3)
+        out["items_per_min"] = round(max(0.0, items - i0) * 60 / span, 3)
+        out["window_s"] = round(span, 1)
+    p5, _, b5 = total(max(now - 300, first))
+    if pages > p5:
+        out["block_rate"] = round(max(0.0, bans - b5) / (pages - p5), 6)
     return out
 
 

@@ -43,3 +43,36 @@ def test_host_ban_alerts_are_evaluated_on_the_counters_summed_over_the_partition
         ("host a.test, crawl bans",
          "7 of 30 responses from a.test were bans (block rate 23%, threshold 20%)", 1.0)]
 
+
+def _sample(client, keys, t_s, pages):
+    from scrapy_fleet.monitoring import series
+
+    step, points = series.TIERS["10s"]
+    key = keys.series("10s")
+    if not client.exists(key):
+        client.set(key, b"\0" * series.tier_bytes("10s"))
+    t_ms = int(t_s * 1000)
+    values = [t_ms, 0, 0, 0, 0, 0, pages, 0, 0, 0]
+    client.setrange(key, (t_ms // (step * 1000)) % points * series.SLOT_BYTES,
+                    series._SLOT.pack(*values))
+
+
+def test_merged_rates_take_every_partition_over_one_window_of_a_minute(redis_url):
+    """Partition 0 was last sampled 100 s ago, partition 1 400 s ago (a crawl nobody calls
+    now: no worker, no monitor sampling), partition 2 is fetching (sampled 130, 65 and 5 s
+    ago: 0, 0, 120 pages; 120 now).  The rates are over one window of 60 s (docs/monitoring.md):
+    partition 2's 110 pages in the last minute, interpolated between its samples; before, the
+    window read 400 s and each partition's rate was over its own."""
+    client = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("fleet", "rates")
+    parts = keys.all_partitions(3)
+    now = float(client.time()[0])
+    for k, points, pages in ((parts[0], [(now - 100, 50)], 50),
+                             (parts[1], [(now - 400, 30)], 30),
+                             (parts[2], [(now - 130, 0), (now - 65, 0), (now - 5, 120)], 120)):
+        for t, n in points:
+            _sample(client, k, t, n)
+        client.hset(k.stats, "pages", pages)
+    rates = read_merged(client, keys, 3)["rates"]
+    assert rates["window_s"] == 60.0
+    assert abs(rates["pages_per_min"] - 110 * 60 / rates["window_s"]) < 3
