@@ -143,7 +143,8 @@ def acl_rule(role: str, key_prefix: str = "fleet", crawl_id: str | None = None,
     alike."""
     extra = list(OPTIONAL) if optional and role != "monitor" else []
     use_pool = proxies and role in _POOL_DIRECT
-    allowed = " ".join(f"+{name}" for name in (*commands(role, cluster, use_pool), *extra))
+    allowed = " ".join(f"+{name}" for name in dict.fromkeys(  # (an admin has INFO already)
+        (*commands(role, cluster, use_pool), *extra)))
     base = f"{key_prefix}:{{*}}" if crawl_id is None else CrawlKeys(key_prefix, crawl_id).base
     patterns = f"~{base}:*"
     if partitions:  # FLEET_PARTITIONS > 1 (issue 21): the partitions' tags {<crawl>/<p>.<salt>}

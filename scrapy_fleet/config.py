@@ -97,13 +97,23 @@ _PROCESS_START = time.time()
 MAX_PARTITIONS = 1024
 
 
+def validate_partitions(value: Any, name: str = "FLEET_PARTITIONS") -> int:
+    """*value* as a FLEET_PARTITIONS (an int from 1 to :data:`MAX_PARTITIONS`); *name*: what
+    the error calls it (``--partitions`` of ``scrapy-fleet``).
+
+    Raises:
+        FleetConfigError: naming *name* and the value.
+    """
+    parts = number(name, value, int, 1, f"an integer from 1 to {MAX_PARTITIONS}")
+    check(name, value, parts <= MAX_PARTITIONS, f"an integer from 1 to {MAX_PARTITIONS}")
+    return parts
+
+
 def _partitions(settings: BaseSettings | Mapping[str, Any], value: Any, host_key: str) -> int:
     """FLEET_PARTITIONS, checked against what a partitioned crawl needs (docs/partitions.md):
     a host key that names the same partition on every worker, and a fingerprinter that keeps
     equal fingerprints on one host (one Bloom filter per partition)."""
-    parts = number("FLEET_PARTITIONS", value, int, 1, f"an integer from 1 to {MAX_PARTITIONS}")
-    check("FLEET_PARTITIONS", value, parts <= MAX_PARTITIONS,
-          f"an integer from 1 to {MAX_PARTITIONS}")
+    parts = validate_partitions(value)
     if parts == 1:
         return parts
     if host_key == "ip":

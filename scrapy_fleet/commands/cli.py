@@ -26,7 +26,7 @@ from scrapy_fleet import acl, redis_url
 from scrapy_fleet.catalog import DEFAULTS, SETTINGS, format_default, settings_listing
 from scrapy_fleet.checks import validate_crawl_id, validate_key_prefix
 from scrapy_fleet.commands import actions, partitioned, push
-from scrapy_fleet.config import HOST_KEY_MODES
+from scrapy_fleet.config import HOST_KEY_MODES, validate_partitions
 from scrapy_fleet.errors import (
     FleetConfigError,
     RedisPermissionError,
@@ -415,6 +415,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--pool", default=None,
                         help="acl --proxies, proxies: the proxy pool, FLEET_PROXY_POOL "
                              "(default: the crawl's own)")
+    parser.add_argument("--partitions", default=None, metavar="P",
+                        help="FLEET_PARTITIONS of the crawl (default: the one stored with it; "
+                             "acl: 1): acl adds the partitions' keys when > 1, the other "
+                             "actions refuse a crawl created with another P")
     parser.add_argument("action", choices=list(ACTIONS), metavar="ACTION",
                         help=f"one of {', '.join(ACTIONS)}, proxies")
     parser.add_argument("crawl_id", nargs="?", metavar="CRAWL_ID",
@@ -504,6 +508,17 @@ def _crawl_options(parser: argparse.ArgumentParser, opts: Any) -> tuple[str, str
     return url, crawl_id, pool
 
 
+def _partitions_option(parser: argparse.ArgumentParser, opts: Any) -> int | None:
+    """``--partitions``, validated as FLEET_PARTITIONS is (None when not given); a bad one is
+    a usage error."""
+    if opts.partitions is None:
+        return None
+    try:
+        return validate_partitions(opts.partitions, "--partitions")
+    except FleetConfigError as exc:
+        parser.error(str(exc))
+
+
 def proxies_main(argv: list[str]) -> int:
     from scrapy_fleet.proxies import actions as proxies_actions
 
@@ -535,7 +550,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{spec.name} takes one CRAWL_ID")
         url, crawl_id, pool = _crawl_options(parser, opts)
         target = AclTarget(crawl_id, opts.prefix, proxies=opts.proxies or pool is not None,
-                           pool=pool, cluster=redis_url.parse(url).kind == "cluster")
+                           pool=pool, cluster=redis_url.parse(url).kind == "cluster",
+                           partitions=_partitions_option(parser, opts) or 1)
         return run_action(spec.name, None, [], opts, push.default_fingerprinter(),
                           label="no project", acl_target=target)
     if not spec.needs_redis:
@@ -552,6 +568,7 @@ def main(argv: list[str] | None = None) -> int:
         validate_key_prefix(opts.prefix, "--prefix")
     except FleetConfigError as exc:
         parser.error(str(exc))
+    parts = _partitions_option(parser, opts)
     stored = _stored_bounds(url, crawl_id, opts.prefix)
     queue_max = opts.queue_max if opts.queue_max is not None else stored.get(
         "queue_max", DEFAULTS["FLEET_QUEUE_MAX"])
@@ -570,7 +587,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run_action(opts.action, admin, opts.urls, opts, push.default_fingerprinter(),
                           label="no project", low_watermark=low,
-                          host_key_mode=stored.get("host_key", "host"))
+                          host_key_mode=stored.get("host_key", "host"), partitions=parts)
     finally:
         admin.close()
 

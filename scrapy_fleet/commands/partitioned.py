@@ -157,7 +157,8 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, parts: int,
         print(f"  {r['partition']:>4} {r['node'] or 'local':<21} {r['queued']:>8} "
               f"{r['leased']:>7} {r['deferred']:>8} {r['parked']:>6} "
               f"{r['bound'] or '-':>8} {idle:>7}")
-    print(f"  skew: the fullest partition holds {snap['skew']}x the mean of queued entries")
+    print(f"  skew: the fullest partition holds {snap['skew']}x the mean of queued entries"
+          if any(r["queued"] for r in snap["per_partition"]) else "  skew: - (nothing queued)")
     if getattr(opts, "hosts", False):
         print_host_rows(status)
     return push.EXIT_OK

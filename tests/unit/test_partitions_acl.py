@@ -58,3 +58,27 @@ def test_a_partitioned_worker_rule_reaches_its_partitions_only(user_url):
     plain = user_url("plain-worker", acl.acl_rule("worker", crawl_id="docs"))
     with pytest.raises(redis.exceptions.NoPermissionError):
         lean_push(plain, "docs")
+
+
+@pytest.mark.parametrize("role", ["worker", "monitor", "admin"])
+def test_each_command_is_allowed_once(role):
+    """The admin role runs the monitor's INFO and gets the optional INFO too: listed once."""
+    for partitions in (False, True):
+        words = [w for w in acl.acl_rule(role, crawl_id="docs", partitions=partitions).split()
+                 if w.startswith("+")]
+        assert sorted(w for w in set(words) if words.count(w) > 1) == []
+
+
+def test_standalone_acl_takes_the_partitions_validated_as_the_setting(capsys):
+    from scrapy_fleet.commands.cli import main as fleet_main
+
+    assert fleet_main(["acl", "docs", "--role", "worker", "--partitions", "4"]) == 0
+    assert "~fleet:{docs}:* ~fleet:{docs/*}:*" in capsys.readouterr().out
+    assert fleet_main(["acl", "docs", "--role", "worker"]) == 0
+    assert "{docs/*}" not in capsys.readouterr().out
+    for bad in ("0", "x", "1025"):
+        with pytest.raises(SystemExit) as exited:
+            fleet_main(["acl", "docs", "--partitions", bad])
+        assert exited.value.code == 2
+        assert (f"error: --partitions='{bad}' is invalid: expected an integer from 1 to 1024"
+                in capsys.readouterr().err)

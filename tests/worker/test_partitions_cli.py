@@ -115,3 +115,11 @@ def test_status_hosts_lists_the_hosts_of_every_partition(redis_url, capsys):
     assert "  per host (fleet-wide): not known yet (no worker has started)\n" in out
     for h, n in hosts.items():
         assert f"           {h:<32} {n:>8} " in out
+
+
+def test_the_skew_of_a_crawl_with_nothing_queued_is_a_dash(redis_url, capsys):
+    client = redis.Redis.from_url(redis_url)
+    client.hset(CrawlKeys("fleet", "empty").all_partitions(4)[1].stats, "pages", 3)
+    assert run(redis_url, "status", crawl="empty") == 0
+    out = capsys.readouterr().out
+    assert "  skew: - (nothing queued)\n" in out and "0.0x" not in out
