@@ -58,6 +58,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import msgpack
 import redis
 
 from scrapy_fleet import lua, redis_client
@@ -184,6 +185,13 @@ class PartitionedFrontier:
         self._rq: tuple[int, int] | None = None
         #: lease requests in a row that got nothing (a sweep over the partitions)
         self._empty_takes = 0
+        #: the partition whose call carried counter deltas that failed (None: none): they go
+        #: there again, unchanged, until it answers (its ``cs`` skips a batch it applied
+        #: already, whose reply was lost; another partition would count it twice)
+        self._deltas_part: int | None = None
+        #: False after a call whose monitoring payload did not get through: the pump keeps
+        #: its counter deltas and sends them again (monitoring/heartbeat.py ``confirmed``)
+        self.monitor_confirmed = True
 
     @property
     def unreplicated(self) -> int:
@@ -360,12 +368,14 @@ class PartitionedFrontier:
             r.per[p].acks[k] = (ack[0], ack[1], failure or b"", [], 1)
             self.deferred_parents += 1
         calls = [(p, b) for p, b in sorted(r.per.items()) if not b.is_empty()]
-        if self.home not in dict(calls) and monitor:
-            calls.append((self.home, CallBatch(beat=True)))
+        payloads = self._payloads(monitor)
+        for p in payloads:
+            if p not in dict(calls):
+                calls.append((p, CallBatch(beat=True)))
         if batch.beat and self._rq is not None and self.stage_part not in dict(calls):
             calls.append((self.stage_part, CallBatch(beat=True)))
         results = await asyncio.gather(*(
-            self.fronts[p].call(b, monitor if p == self.home else b"", True)
+            self.fronts[p].call(b, payloads.get(p, b""), True)
             for p, b in calls), return_exceptions=True)
         self.roundtrips += len(calls)
         by_part: dict[int, CallResult] = {}
@@ -382,6 +392,10 @@ class PartitionedFrontier:
                 self._note_failure(p, got)
             else:
                 by_part[p] = got
+        if monitor:
+            deltas_part = self.home if self._deltas_part is None else self._deltas_part
+            self.monitor_confirmed = deltas_part in by_part
+            self._deltas_part = None if self.monitor_confirmed else deltas_part
         if errors and not by_part and not lean:
             self._held = held  # nothing went through: the pump sends its batch again
             raise errors[0]
@@ -416,6 +430,19 @@ class PartitionedFrontier:
         elif self._held is not None:
             merged.idle_ms = -1
         return merged
+
+    def _payloads(self, monitor: bytes) -> dict[int, bytes]:
+        """partition -> the monitoring payload (lua/monitoring.lua) its call carries: the
+        home's, with the counter deltas, or, while deltas wait for the partition that failed
+        to take them, the whole payload there and the heartbeat alone to the home."""
+        if not monitor:
+            return {}
+        if self._deltas_part is None or self._deltas_part == self.home:
+            return {self.home: monitor}
+        beat = msgpack.unpackb(monitor, raw=False)
+        for name in ("cs", "c", "hp"):
+            beat.pop(name, None)
+        return {self._deltas_part: monitor, self.home: msgpack.packb(beat, use_bin_type=False)}
 
     @property
     def held(self) -> int:
