@@ -6,13 +6,19 @@ as they were (the same op id: a replay, never a second run); nothing is lost or 
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Iterator
 
 import pytest
 from redisdeploy import RedisClusterSet
-from support import TEST_PROJECT, read_items, run_scrapy, start_worker, tail, wait_all
+from support import (
+    TEST_PROJECT,
+    read_items,
+    run_scrapy,
+    start_worker,
+    tail,
+    wait_all,
+    wait_until,
+)
 
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.redis_client import make_client
@@ -32,32 +38,52 @@ def masters(cluster: RedisClusterSet) -> list[int]:
             if cluster.node(p, 2).info("replication")["role"] == "master"]
 
 
-def move_slot(cluster: RedisClusterSet, slot: int, src_port: int, dst_port: int,
-              batch: int = 4, pause: float = 0.05) -> int:
-    """Move *slot* from the master on *src_port* to the one on *dst_port*, *batch* keys per
-    MIGRATE with *pause* s between (the slot stays half-moved meanwhile); returns the keys
-    moved."""
-    src, dst = cluster.node(src_port, 10), cluster.node(dst_port, 10)
-    src_id = src.execute_command("CLUSTER MYID").decode()
-    dst_id = dst.execute_command("CLUSTER MYID").decode()
-    dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src_id)
-    src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
-    moved = 0
-    while True:
-        keys = src.execute_command("CLUSTER GETKEYSINSLOT", slot, batch)
-        if not keys:
-            break
-        src.execute_command("MIGRATE", "127.0.0.1", dst_port, "", 0, 5000, "KEYS", *keys)
-        moved += len(keys)
-        time.sleep(pause)
-    for port in masters(cluster):
-        cluster.node(port, 10).execute_command("CLUSTER SETSLOT", slot, "NODE", dst_id)
-    return moved
+class SlotMove:
+    """Moving *slot* from the master on *src* to the one on *dst* by hand, in steps the test
+    drives (as ``redis-cli --cluster reshard`` does, all at once): :meth:`begin` (SETSLOT
+    IMPORTING / MIGRATING), :meth:`migrate` (MIGRATE *batch* keys at a time), :meth:`finish`
+    (the rest, then SETSLOT NODE on every master)."""
+
+    def __init__(self, cluster: RedisClusterSet, slot: int, src: int, dst: int,
+                 batch: int = 4) -> None:
+        self.cluster, self.slot, self.src, self.dst, self.batch = cluster, slot, src, dst, batch
+        self.moved = 0
+        self.src_node, self.dst_node = cluster.node(src, 10), cluster.node(dst, 10)
+        self.dst_id = self.dst_node.execute_command("CLUSTER MYID").decode()
+
+    def begin(self) -> None:
+        src_id = self.src_node.execute_command("CLUSTER MYID").decode()
+        self.dst_node.execute_command("CLUSTER SETSLOT", self.slot, "IMPORTING", src_id)
+        self.src_node.execute_command("CLUSTER SETSLOT", self.slot, "MIGRATING", self.dst_id)
+
+    def migrate(self, batches: int | None = None) -> int:
+        """MIGRATE up to *batches* batches of keys (None: until none is left); the keys left."""
+        while batches is None or batches > 0:
+            keys = self.src_node.execute_command("CLUSTER GETKEYSINSLOT", self.slot, self.batch)
+            if not keys:
+                break
+            self.src_node.execute_command("MIGRATE", "127.0.0.1", self.dst, "", 0, 5000,
+                                          "KEYS", *keys)
+            self.moved += len(keys)
+            batches = None if batches is None else batches - 1
+        return int(self.src_node.execute_command("CLUSTER COUNTKEYSINSLOT", self.slot))
+
+    def finish(self) -> None:
+        self.migrate()
+        for port in masters(self.cluster):
+            self.cluster.node(port, 10).execute_command("CLUSTER SETSLOT", self.slot, "NODE",
+                                                        self.dst_id)
 
 
-@pytest.mark.skipif(not os.environ.get("FLEET_TEST_FULL"),
-                    reason="timing-sensitive on a loaded 2-core machine (two CI runs here: no "
-                           "ack or no redirect during the move window): FLEET_TEST_FULL=1")
+def redirects(cluster: RedisClusterSet, ports: list[int],
+              names: tuple[str, ...] = ("ASK", "TRYAGAIN")) -> int:
+    """How many replies of *names* (ASK, TRYAGAIN, MOVED) the nodes on *ports* have sent
+    (INFO errorstats)."""
+    errors = [cluster.node(port, 5).info("errorstats") for port in ports]
+    return sum(e.get(f"errorstat_{name}", {}).get("count", 0) for e in errors
+               for name in names)
+
+
 def test_a_partition_moved_during_a_crawl_loses_nothing(cluster, site_factory, worker_env,
                                                         tmp_path):
     parts, hosts, pages = 3, 6, 30
@@ -88,17 +114,28 @@ def test_a_partition_moved_during_a_crawl_loses_nothing(cluster, site_factory, w
     procs = [start_worker(TEST_PROJECT, "fetch", {**settings, "FLEET_JSONL_PATH": outs[i]},
                           worker_env, logs[i]) for i in range(2)]
 
-    def acked() -> int:
-        return sum(int(client.hget(k.stats, "acked") or 0) for k in keys.all_partitions(parts))
+    def acked(skip: int | None = None) -> int:
+        return sum(int(client.hget(k.stats, "acked") or 0) for k in keys.all_partitions(parts)
+                   if k.part != skip)
 
-    deadline = time.monotonic() + 120
-    while acked() < 10 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    before = acked()
-    assert 10 <= before < len(urls), tail(logs[0])
-    moved = move_slot(cluster, slot, src, dst)
-    during = acked()
-    assert moved > 10
+    # the steps of the move are driven at counted points, never timed: it begins once the
+    # workers acknowledged 10 pages, and the slot stays half-moved until the workers have
+    # met it (a redirect counted by the nodes) and acknowledged more pages meanwhile (in the
+    # other partitions: the test reads nothing of the moving one then, so that every
+    # redirect counted is a worker's)
+    wait_until(lambda: acked() >= 10, 120, "10 acknowledgements", interval=0.05)
+    before = acked(skip=0)
+    assert acked() < len(urls), tail(logs[0])
+    move = SlotMove(cluster, slot, src, dst)
+    met = redirects(cluster, [src, dst])
+    move.begin()
+    assert move.migrate(batches=3) > 0  # half-moved: some keys on each side
+    wait_until(lambda: redirects(cluster, [src, dst]) > met, 240,
+               "a worker's call redirected (ASK or TRYAGAIN) by the half-moved slot")
+    during = wait_until(lambda: (n := acked(skip=0)) > before and n, 240,
+                        "an acknowledgement while the slot is half-moved")
+    move.finish()
+    assert move.moved > 10
     assert cluster.master_port_of(part.stats) == dst
     assert wait_all(procs, 300) == [0, 0], tail(logs[0]) + tail(logs[1])
     # the workers went on while the slot moved, and every page was fetched once
@@ -112,11 +149,3 @@ def test_a_partition_moved_during_a_crawl_loses_nothing(cluster, site_factory, w
     assert client.execute_command("CLUSTER COUNTKEYSINSLOT", slot,
                                   target_nodes=client.get_node("127.0.0.1", dst)) > 0
     assert cluster.node(src, 5).execute_command("CLUSTER COUNTKEYSINSLOT", slot) == 0
-    # and calls did meet the moving slot: redirected (ASK or TRYAGAIN while it moved, MOVED
-    # after it, for a client whose slot map was stale) and sent again.  (Which of them depends
-    # on the machine's speed: on a loaded machine the workers may not call this partition
-    # while its slot is half moved, only after.)
-    errors = [cluster.node(port, 5).info("errorstats") for port in (src, dst)]
-    redirected = sum(e.get(name, {}).get("count", 0) for e in errors
-                     for name in ("errorstat_ASK", "errorstat_TRYAGAIN", "errorstat_MOVED"))
-    assert redirected > 0, errors
