@@ -202,3 +202,21 @@ def test_the_partitions_lean_push_makes_a_tracked_url_due(redis_url):
     request = codec.decode(leased[0].payload, None, DEFAULT_REQUEST_CLASSES)
     assert State.from_meta(request.meta[STATE_META_KEY]) == state
     assert place(client, "http://h/p") is None
+
+
+def test_status_and_metrics_count_what_lastmods_came_to(redis_url):
+    from scrapy_fleet.monitoring.metrics import families
+    from scrapy_fleet.recrawl.status import read_recrawl
+
+    admin = FrontierAdmin(redis_url, "t", params=FrontierParams())
+    client = redis.Redis.from_url(redis_url)
+    now = int(time.time())
+    track(admin, "http://h/p", State(fetched=now - 100, interval=3600), 3600)
+    push(admin, "http://h/p", lastmod=now - 1000)  # older
+    push(admin, "http://h/p", lastmod=now)  # newer: due
+    push(admin, "http://h/p", lastmod=now + 10)  # in the frontier now: not in the schedule
+    rv = read_recrawl(client, KEYS)
+    assert rv["lastmod"] == {"due": 1, "older": 1, "unknown": 1}
+    lastmod = next(f for f in families({"recrawl": rv}) if f.name == "scrapy_fleet_recrawl_lastmod")
+    assert {s.labels["result"]: s.value for s in lastmod.samples
+            if s.name.endswith("_total")} == {"due": 1, "older": 1, "unknown": 1}

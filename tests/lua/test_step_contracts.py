@@ -52,8 +52,8 @@ def key_names(keys: CrawlKeys, names: Iterable[str], worker: str = WORKER) -> tu
     exact: set[str] = set()
     prefixes: list[str] = []
     for name in names:
-        if name == "bucket_prefix":
-            prefixes.append(keys.bucket_prefix)
+        if name in ("bucket_prefix", "revisit_prefix", "revisit_place_prefix"):
+            prefixes.append(getattr(keys, name))
         elif name in ("op", "prev_op"):
             prefixes.append(keys.op(""))
         elif name == "bloom_slices":
@@ -418,6 +418,56 @@ def test_step_ack_a_link_past_the_bound_parks_its_parent(redis_url):
     assert (entry_id, host, payload) == (leased.entry_id.encode(), b"h.test", leased.payload)
     assert crawl.client.zcard(crawl.keys.leases) == 0
     assert result.parked == 1
+
+
+# -- lua/step_revisit.lua (recrawl; sitemap <lastmod>) ----------------------------------------
+
+#: lua/step_revisit.lua's keys
+REVISIT = ("revisit_index", "revisit_prefix", "revisit_count", "revisit_popped",
+           "revisit_place_prefix", "revisit_lastmod", "seq")
+
+
+def tracked_with_lastmod(crawl: Crawl, key: bytes = b"k" * 12) -> tuple[Any, set[str]]:
+    """A URL pushed with a lastmod (the crawl uses sitemaps), leased and acknowledged with its
+    revisit record: the result and the keys the acknowledgement wrote."""
+    crawl.admin.call(CallBatch(pushes=[(key, 0, b"http://h.test/s", 0, "h.test", 0, 1)]))
+    leased = crawl.admin.call(CallBatch(take=1), worker=WORKER).leased[0]
+    record = [3_600_000, "h.test", 0, leased.payload, key, 1000]
+    return crawl.call(CallBatch(acks=[(leased.entry_id, leased.token, b"", [], 0, record)]))
+
+
+def test_step_revisit_an_acknowledgement_with_a_record_schedules_and_indexes_it(crawl):
+    result, written = tracked_with_lastmod(crawl)
+    assert result.acked == 1
+    assert unnamed(crawl.keys, written, *REVISIT, "data", *QUEUE, *STATE) == set()
+    (slot,) = crawl.client.zrange(crawl.keys.revisit_index, 0, -1)
+    assert crawl.client.lrange(crawl.keys.revisit_slot(slot.decode()), 0, -1) == [
+        b"h.test\t0\thttp://h.test/s"]
+    place_key, field = crawl.keys.revisit_place(b"k" * 12)
+    assert place_key in {k for k in written} and crawl.client.hexists(place_key, field)
+    assert crawl.client.get(crawl.keys.revisit_count) == b"1"
+
+
+def test_step_revisit_a_newer_lastmod_moves_the_record_to_the_queue(crawl):
+    tracked_with_lastmod(crawl)
+    (slot,) = crawl.client.zrange(crawl.keys.revisit_index, 0, -1)
+    result, written = crawl.call(CallBatch(pushes=[(b"k" * 12, 0, b"http://h.test/s", 0,
+                                                    "h.test", 0, 2000)]))
+    assert result.push_flags == [0]
+    assert unnamed(crawl.keys, written, *REVISIT, *QUEUE, *STATE) == set()
+    assert crawl.client.lrange(crawl.keys.revisit_slot(slot.decode()), 0, -1) == [b""]
+    assert crawl.client.hlen(crawl.keys.revisit_place(b"k" * 12)[0]) == 0
+    (entry,) = crawl.bucket()
+    assert entry.startswith(b"r") and entry.endswith(b"\thttp://h.test/s")
+    assert crawl.stat("revisit_lastmod_due") == 1
+
+
+def test_step_revisit_an_older_lastmod_writes_only_the_flag(crawl):
+    tracked_with_lastmod(crawl)
+    result, written = crawl.call(CallBatch(pushes=[(b"k" * 12, 0, b"http://h.test/s", 0,
+                                                    "h.test", 0, 1001)]))
+    assert result.push_flags == [0] and crawl.stat("revisit_lastmod_older") == 1
+    assert unnamed(crawl.keys, written, "revisit_lastmod", *FILTER) == set()
 
 
 # -- lua/monitoring.lua ------------------------------------------------------------------------
