@@ -470,6 +470,44 @@ def test_step_revisit_an_older_lastmod_writes_only_the_flag(crawl):
     assert unnamed(crawl.keys, written, "revisit_lastmod", *FILTER) == set()
 
 
+def test_step_revisit_due_records_go_to_the_queue_and_the_slots_popped_count_is_kept(crawl):
+    crawl.push("http://h.test/d1", "http://h.test/d2")
+    leased = crawl.admin.call(CallBatch(take=2), worker=WORKER).leased
+    assert len(leased) == 2
+    records = [[300, "h.test", 0, e.payload, bytes([i]) * 12, 1] for i, e in enumerate(leased)]
+    crawl.admin.call(CallBatch(acks=[(e.entry_id, e.token, b"", [], 0, r)
+                                     for e, r in zip(leased, records, strict=True)]))
+    (slot,) = crawl.client.zrange(crawl.keys.revisit_index, 0, -1, withscores=True)
+    crawl.wait_server_past(slot[1])
+    # room for one: the slot is popped in part
+    result, written = crawl.call(CallBatch(), admin=crawl.driver(queue_max=1))
+    assert unnamed(crawl.keys, written, *REVISIT, *QUEUE, *STATE) == set()
+    assert crawl.client.hget(crawl.keys.revisit_popped, slot[0]) == b"1"
+    assert [e.split(b"\t", 1)[1] for e in crawl.bucket()] == [b"http://h.test/d1"]
+    assert crawl.stat("revisit_due") == 1
+
+
+def test_step_revisit_a_revisit_dropped_with_its_key_deletes_its_place(crawl):
+    tracked_with_lastmod(crawl)
+    crawl.admin.call(CallBatch(pushes=[(b"k" * 12, 0, b"http://h.test/s", 0, "h.test", 0,
+                                        2000)]))  # due at once: a revisit
+    revisit = crawl.admin.call(CallBatch(take=1), worker=WORKER).leased[0]
+    record = [3_600_000, "h.test", 0, revisit.payload, b"k" * 12, 2000]
+    crawl.admin.call(CallBatch(acks=[(revisit.entry_id, revisit.token, b"", [], 0, record)]))
+    place_key, field = crawl.keys.revisit_place(b"k" * 12)
+    assert crawl.client.hexists(place_key, field)  # scheduled again: indexed again
+    crawl.admin.call(CallBatch(pushes=[(b"k" * 12, 0, b"http://h.test/s", 0, "h.test", 0,
+                                        4000)]))
+    again = crawl.admin.call(CallBatch(take=1), worker=WORKER).leased[0]
+    crawl.client.hset(place_key, field, b"x" * 14)  # (a place written meanwhile: deleted)
+    result, written = crawl.call(CallBatch(acks=[(again.entry_id, again.token, b"", [], 0,
+                                                  b"k" * 12)]))
+    assert result.acked == 1
+    assert unnamed(crawl.keys, written, *REVISIT, "data", *QUEUE, *STATE) == set()
+    assert not crawl.client.hexists(place_key, field)
+    assert crawl.client.get(crawl.keys.revisit_count) == b"0"
+
+
 # -- lua/monitoring.lua ------------------------------------------------------------------------
 
 
