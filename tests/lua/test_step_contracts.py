@@ -480,7 +480,7 @@ def test_step_revisit_due_records_go_to_the_queue_and_the_slots_popped_count_is_
     (slot,) = crawl.client.zrange(crawl.keys.revisit_index, 0, -1, withscores=True)
     crawl.wait_server_past(slot[1])
     # room for one: the slot is popped in part
-    result, written = crawl.call(CallBatch(), admin=crawl.driver(queue_max=1))
+    _result, written = crawl.call(CallBatch(), admin=crawl.driver(queue_max=1))
     assert unnamed(crawl.keys, written, *REVISIT, *QUEUE, *STATE) == set()
     assert crawl.client.hget(crawl.keys.revisit_popped, slot[0]) == b"1"
     assert [e.split(b"\t", 1)[1] for e in crawl.bucket()] == [b"http://h.test/d1"]
