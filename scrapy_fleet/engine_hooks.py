@@ -341,13 +341,3 @@ def running_command() -> str | None:
     names = [a for a in argv[1:] if not a.startswith("-")]
     return names[0] if names else None
 
-
-def sitemap_body(spider: Any, response: Any) -> bytes | None:
-    """The sitemap body of *response* as ``SitemapSpider`` reads it (its private
-    ``_get_sitemap_body``: gunzipped within ``DOWNLOAD_MAXSIZE``), None when *spider* is not
-    a SitemapSpider or *response* is not a sitemap (recrawl/sitemaps.py)."""
-    from scrapy.spiders import SitemapSpider
-
-    if not isinstance(spider, SitemapSpider) or response.url.endswith("/robots.txt"):
-        return None
-    return spider._get_sitemap_body(response)  # type: ignore[no-any-return]

@@ -3,7 +3,7 @@ says was modified after its last fetch is due at once.
 
 ``FleetSitemapLastmod`` (spider middleware, enabled by the add-on with ``FLEET_RECRAWL``) reads
 each sitemap a ``SitemapSpider`` parses once more (``scrapy.utils.sitemap.Sitemap``, the body
-as the spider reads it: engine_hooks.sitemap_body) and gives each request the spider yields
+as the spider reads it: :func:`sitemap_body`) and gives each request the spider yields
 for a ``<loc>`` with a ``<lastmod>`` the private meta :data:`LASTMOD_META_KEY` (epoch
 seconds, never stored with the request).  The scheduler pushes it with the request
 (frontier/book.py): a URL the Bloom filter knows and the schedule holds is made due at once
@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import datetime
 import re
+import struct
 from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import NotConfigured
 
-from scrapy_fleet import engine_hooks
 from scrapy_fleet.recrawl.settings import recrawl_config
 
 if TYPE_CHECKING:
@@ -73,6 +73,31 @@ def parse_lastmod(text: str | None, now: float | None = None) -> int | None:
     return seconds if 0 < seconds <= limit else None
 
 
+def sitemap_body(spider: Any, response: Response) -> bytes | None:
+    """The sitemap body of *response* as ``SitemapSpider`` reads it (its
+    ``_get_sitemap_body``, with Scrapy's public helpers: an XML response's body; a gzipped one
+    gunzipped within ``download_maxsize``; a body of a URL ending in ``.xml`` or ``.xml.gz``),
+    None when *spider* is not a SitemapSpider or *response* is not a sitemap."""
+    from scrapy.http import XmlResponse
+    from scrapy.spiders import SitemapSpider
+    from scrapy.utils.gz import gunzip, gzip_magic_number
+
+    if not isinstance(spider, SitemapSpider) or response.url.endswith("/robots.txt"):
+        return None
+    if isinstance(response, XmlResponse):
+        return response.body
+    if gzip_magic_number(response):
+        meta = response.meta if response.request is not None else {}
+        max_size = meta.get("download_maxsize", spider.settings.getint("DOWNLOAD_MAXSIZE"))
+        try:
+            return gunzip(response.body, max_size=max_size)
+        except (ValueError, OSError, EOFError, struct.error):  # (past the size, or corrupt)
+            return None
+    if response.url.endswith((".xml", ".xml.gz")):
+        return response.body
+    return None
+
+
 def sitemap_lastmods(body: bytes) -> tuple[dict[str, int], int]:
     """``{<loc> as a Request URL: lastmod}`` of a sitemap (urlset or sitemapindex) *body*, and
     how many ``<lastmod>`` were invalid.  A body that is not a sitemap gives ({}, 0)."""
@@ -113,7 +138,7 @@ class FleetSitemapLastmod:
 
     def _lastmods(self, response: Response) -> dict[str, int]:
         spider = self.crawler.spider
-        body = engine_hooks.sitemap_body(spider, response)
+        body = sitemap_body(spider, response)
         if not body:
             return {}
         found, invalid = sitemap_lastmods(body)

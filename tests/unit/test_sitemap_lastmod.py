@@ -113,3 +113,29 @@ def test_a_revisit_record_carries_its_bloom_key_and_last_fetch_and_its_place_key
     assert record[4:] == [b"\x01\x02" + b"k" * 10, 1_700_000_000]
     keys = CrawlKeys("fleet", "c")
     assert keys.revisit_place(b"\x01\x02" + b"k" * 10) == ("fleet:{c}:rvx:0102", b"k" * 6)
+
+
+def test_the_sitemap_body_is_read_as_the_sitemap_spider_reads_it():
+    import gzip
+
+    from scrapy.http import Response, TextResponse
+    from scrapy.spiders import SitemapSpider, Spider
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_fleet.recrawl.sitemaps import sitemap_body
+
+    crawler = get_crawler(SitemapSpider, {"DOWNLOAD_MAXSIZE": 1000})
+    spider = SitemapSpider.from_crawler(crawler, name="s")
+    xml = b"<urlset><url><loc>http://a.test/</loc></url></urlset>"
+    assert sitemap_body(spider, XmlResponse("http://a.test/s", body=xml)) == xml
+    zipped = Response("http://a.test/s.gz", body=gzip.compress(xml))
+    assert sitemap_body(spider, zipped) == xml
+    big = Response("http://a.test/s.gz", body=gzip.compress(b" " * 5000))
+    assert sitemap_body(spider, big) is None  # past DOWNLOAD_MAXSIZE: not read
+    broken = Response("http://a.test/s.gz", body=b"\x1f\x8b\x08" + b"junk")
+    assert sitemap_body(spider, broken) is None
+    assert sitemap_body(spider, TextResponse("http://a.test/s.xml", body=xml)) == xml
+    assert sitemap_body(spider, HtmlResponse("http://a.test/p.html", body=b"<p>x</p>")) is None
+    assert sitemap_body(spider, TextResponse("http://a.test/robots.txt", body=b"")) is None
+    plain = Spider.from_crawler(get_crawler(Spider), name="p")
+    assert sitemap_body(plain, XmlResponse("http://a.test/s", body=xml)) is None
