@@ -340,4 +340,3 @@ def running_command() -> str | None:
         return None
     names = [a for a in argv[1:] if not a.startswith("-")]
     return names[0] if names else None
-
