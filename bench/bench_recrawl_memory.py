@@ -14,8 +14,15 @@ keys alone (``MEMORY USAGE`` of each slot and the index) per URL.
 Phase 2 (``--revisit``): every slot made due, each URL's revisit leased and acknowledged with a new
 record; Redis time is ``INFO commandstats``' ``evalsha`` usec, per page, for each phase.
 
+``--lastmod`` (sitemap <lastmod>, docs/recrawl.md): the pushes carry a lastmod, as a
+SitemapSpider's do, so the crawl indexes every record (``rvx:*``, reported apart:
+``place_index_per_url``); phase 3 pushes ``--lastmod-due`` known URLs again with a newer
+lastmod (each made due at once) and as many with an older one, in batches of ``--batch``:
+evalsha usec per such push.  The acknowledgements carry each record's Bloom key and fetch time
+as the workers send them.
+
 Usage: ``.venv/bin/python bench/bench_recrawl_memory.py [--urls 1000000] [--hosts 1000]
-[--revisit]``
+[--revisit] [--lastmod [--lastmod-due 10000]]``
 """
 
 from __future__ import annotations
@@ -69,7 +76,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for i in range(start, start + n):
                 u = url(i, args.hosts)
                 pushes.append((bloom_key(u.encode()), 0, codec.encode(Request(u)), 0,
-                               f"h{i % args.hosts:05d}.example.org"))
+                               f"h{i % args.hosts:05d}.example.org", 0,
+                               1796000000 if args.lastmod else 0))
             # (a Bloom false positive is a duplicate: lease what was pushed)
             n = admin.call(CallBatch(pushes=pushes), worker="w").pushed
             got: list[Any] = []
@@ -84,9 +92,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for e in got:
                 req = codec.decode_dict(e.payload)
                 interval = args.due or rnd.uniform(3600, 30 * 86400)
-                acks.append((e.entry_id, e.token, b"", [], revisit_record(
+                acks.append((e.entry_id, e.token, b"", [], 0, revisit_record(
                     e.payload, state_for(len(acks), rnd).to_meta(), interval,
-                    req["url"].split("/")[2], 0)))
+                    req["url"].split("/")[2], 0, bloom_key(req["url"].encode()))))
             admin.call(CallBatch(acks=acks), worker="w")
         first_s = time.monotonic() - t0
         first_usec = evalsha_usec(client) - usec0
@@ -98,6 +106,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         schedule = sum(int(client.memory_usage(keys.revisit_slot(s), samples=0) or 0)
                        for s in slots) + int(client.memory_usage(keys.revisit_index,
                                                                  samples=0) or 0)
+        places = sum(int(client.memory_usage(k, samples=0) or 0)
+                     for k in client.scan_iter(match=keys.revisit_place_prefix + "*",
+                                               count=1000))
+        places += int(client.memory_usage(keys.revisit_popped, samples=0) or 0)
         tracked = int(client.get(keys.revisit_count) or 0)
         out: dict[str, Any] = {
             "urls": args.urls, "hosts": args.hosts, "tracked": tracked, "slots": len(slots),
@@ -105,9 +117,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "bloom_per_url": round(bloom / tracked, 1),
             "used_memory_less_bloom_per_url": round((after - before - bloom) / tracked, 1),
             "schedule_keys_per_url": round(schedule / tracked, 1),
+            "place_index_per_url": round(places / tracked, 1),
             "first_visit_evalsha_usec_per_page": round(first_usec / args.urls, 1),
             "first_visit_seconds": round(first_s, 1),
         }
+        if args.lastmod and args.lastmod_due:
+            out.update(lastmod_phase(admin, client, args, rnd))
         if args.revisit:
             # every slot due now (the schedule's index is the only thing that says when)
             client.zadd(keys.revisit_index, dict.fromkeys(slots, 0))
@@ -123,9 +138,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     got.extend(more)
                 if not got:
                     break
-                acks = [(e.entry_id, e.token, b"", [], revisit_record(
+                acks = [(e.entry_id, e.token, b"", [], 0, revisit_record(
                     e.payload, state_for(i, rnd).to_meta(), 86400,
-                    codec.decode_dict(e.payload)["url"].split("/")[2], 0))
+                    codec.decode_dict(e.payload)["url"].split("/")[2], 0,
+                    bloom_key(codec.decode_dict(e.payload)["url"].encode())))
                     for i, e in enumerate(got)]
                 admin.call(CallBatch(acks=acks), worker="w")
                 done += len(got)
@@ -133,6 +149,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             out["revisit_evalsha_usec_per_page"] = round(
                 (evalsha_usec(client) - usec1) / max(done, 1), 1)
         return out
+
+
+def lastmod_phase(admin: FrontierAdmin, client: Any, args: argparse.Namespace,
+                  rnd: random.Random) -> dict[str, Any]:
+    """Known URLs pushed again with a sitemap lastmod: newer than their last fetch (made due
+    at once), then older (nothing done); evalsha usec per push of each kind."""
+    sample = rnd.sample(range(args.urls), min(args.lastmod_due, args.urls))
+    out: dict[str, Any] = {}
+    for kind, lastmod in (("older", 1796000000), ("newer", 1900000000)):
+        usec0 = evalsha_usec(client)
+        for start in range(0, len(sample), args.batch):
+            pushes = []
+            for i in sample[start:start + args.batch]:
+                u = url(i, args.hosts)
+                pushes.append((bloom_key(u.encode()), 0, codec.encode(Request(u)), 0,
+                               f"h{i % args.hosts:05d}.example.org", 0, lastmod))
+            admin.call(CallBatch(pushes=pushes), worker="w")
+        out[f"lastmod_{kind}_evalsha_usec_per_push"] = round(
+            (evalsha_usec(client) - usec0) / len(sample), 1)
+    stats = client.hgetall(admin.keys.stats)
+    out["lastmod_due"] = int(stats.get(b"revisit_lastmod_due", 0))
+    out["lastmod_older"] = int(stats.get(b"revisit_lastmod_older", 0))
+    return out
 
 
 def main() -> None:
@@ -143,6 +182,10 @@ def main() -> None:
     parser.add_argument("--due", type=float, default=0.0,
                         help="every URL's interval (0: spread 1 h .. 30 d; --revisit: 1 h)")
     parser.add_argument("--revisit", action="store_true")
+    parser.add_argument("--lastmod", action="store_true",
+                        help="pushes carry a sitemap lastmod: every record is indexed")
+    parser.add_argument("--lastmod-due", type=int, default=0,
+                        help="with --lastmod: known URLs pushed again with a newer lastmod")
     args = parser.parse_args()
     if args.revisit and not args.due:
         args.due = 3600.0  # made due at once for phase 2

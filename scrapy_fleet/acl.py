@@ -65,6 +65,8 @@ PROBE_LINES = {
     "zrevrange": "zrevrange @K 0 -1", "hkeys": "hkeys @K", "getrange": "getrange @K 0 1",
     "zmscore": "zmscore @K m", "decrby": "decrby @K 1", "lpush": "lpush @K v",
     "lrange": "lrange @K 0 -1", "ltrim": "ltrim @K 0 -1",
+    # sitemap <lastmod> (lua/step_revisit.lua): a record read and tombstoned at its place
+    "lindex": "lindex @K 0", "lset": "lset @K 0 v",
 }
 #: commands each role sends itself (outside scripts)
 _DIRECT = {

@@ -8,7 +8,9 @@ from scrapy.utils.misc import load_object
 #: component -> order, added to the project's component dicts
 SPIDER_MIDDLEWARES = {"scrapy_fleet.frontier.spidermw.FleetSpiderMiddleware": 0,
                       # recrawl: items carry their fetch time and signature (FLEET_RECRAWL)
-                      "scrapy_fleet.recrawl.middleware.FleetRecrawlItems": 950}
+                      "scrapy_fleet.recrawl.middleware.FleetRecrawlItems": 950,
+                      # recrawl: a sitemap's <lastmod> goes with its links (recrawl/sitemaps.py)
+                      "scrapy_fleet.recrawl.sitemaps.FleetSitemapLastmod": 940}
 ITEM_PIPELINES = {
     # listed when their setting is given; each also disables itself (NotConfigured) without
     "scrapy_fleet.pipelines.mongo.MongoPipeline": 300,
@@ -41,6 +43,7 @@ _ENABLED_BY: dict[str, tuple[str, ...]] = {
                                                              "FLEET_PROXY_POOL"),
     "scrapy_fleet.recrawl.middleware.FleetRecrawlMiddleware": ("FLEET_RECRAWL",),
     "scrapy_fleet.recrawl.middleware.FleetRecrawlItems": ("FLEET_RECRAWL",),
+    "scrapy_fleet.recrawl.sitemaps.FleetSitemapLastmod": ("FLEET_RECRAWL",),
 }
 
 

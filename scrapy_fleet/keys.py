@@ -47,6 +47,12 @@ prefix ``fleet`` and crawl id ``docs``::
     fleet:{docs}:rvi          ZSET  slot -> due (ms)          recrawl schedule's slots (recrawl)
     fleet:{docs}:rv:<slot>    LIST  "<host>\t<score>\t<bytes>"  tracked URLs due in that slot
     fleet:{docs}:rvn          STRING  count                   tracked URLs
+    fleet:{docs}:rvp          HASH  slot -> count             records LPOPped from a slot so far
+    fleet:{docs}:rvx:<b>      HASH  fp[2:8] -> place          where a tracked URL's record is
+                                                              (b: 4 hex digits of fp[0:2]; place:
+                                                              slot, position, last fetch)
+    fleet:{docs}:rvl          STRING  "1"                     a push carried a sitemap <lastmod>:
+                                                              records are indexed in rvx
     fleet:{docs}:seq          STRING  counter                 entry ids
     fleet:{docs}:token        STRING  counter                 fencing tokens
     fleet:{docs}:bloom:meta   HASH    Bloom filter parameters, per-slice counts, generation g
@@ -138,7 +144,9 @@ FRONTIER_CALL = ("op", "prev_op", "data", "leases", "lease", "expiries", "dead",
                  "failed_at", "failed_by", "marker", "layout", "queue_index", "queue_count",
                  "bucket_prefix", "bloom_meta", "bloom_slices", "next_due", "workers_first",
                  # recrawl (issue 22): lua/step_revisit.lua
-                 "revisit_index", "revisit_prefix", "revisit_count", *MONITOR_CALL)
+                 "revisit_index", "revisit_prefix", "revisit_count",
+                 # sitemap <lastmod> (issue 22): lua/step_revisit.lua, revisit_lastmod_due
+                 "revisit_popped", "revisit_place_prefix", "revisit_lastmod", *MONITOR_CALL)
 
 #: KEYS of lua/failed_retry.lua, in order.
 RETRY_CALL = ("failed", "failed_at", "failed_by", "dead", "hostq", "stats", "seq", "leases",
@@ -157,7 +165,9 @@ BLOOM_ADD_CALL = ("op", "prev_op", "bloom_meta", "bloom_slices")
 #: KEYS of lua/push_lean.lua, in order (partitions: a push without lease or ack).
 PUSH_LEAN_CALL = ("op", "marker", "layout", "stats", "seq", "data", "leases", "deferred",
                   "parked", "hostq", "idle_since", "queue_index", "queue_count",
-                  "bucket_prefix", "ready", "bloom_meta", "bloom_slices", "next_due")
+                  "bucket_prefix", "ready", "bloom_meta", "bloom_slices", "next_due",
+                  # sitemap <lastmod> (issue 22): a known URL made due (lua/step_revisit.lua)
+                  "revisit_prefix", "revisit_popped", "revisit_place_prefix", "revisit_lastmod")
 
 #: KEYS of lua/partition_probe.lua, in order (partitions: one partition's state, read-mostly).
 PROBE_CALL = ("queue_count", "leases", "deferred", "parked", "idle_since", "marker",
@@ -247,6 +257,22 @@ class CrawlKeys:
 
     #: STRING: tracked URLs (scheduled, or in the frontier as a revisit).
     revisit_count = _Key("rvn")
+
+    #: HASH slot -> records LPOPped from it so far (a record's absolute position in its slot
+    #: is this count plus its index in the LIST); the field leaves with its slot.
+    revisit_popped = _Key("rvp")
+
+    #: Prefix of the place index's HASHes (sitemap ``<lastmod>``): ``rvx:<4 hex digits of the
+    #: Bloom key's first 2 bytes>``, field: the key's next 6 bytes, value: the record's place
+    #: (lua/step_revisit.lua).
+    revisit_place_prefix = _Key("rvx:")
+
+    def revisit_place(self, bloom_key: bytes) -> tuple[str, bytes]:
+        """The place index's HASH and field of the URL of Bloom key *bloom_key* (12 bytes)."""
+        return f"{self.revisit_place_prefix}{bloom_key[:2].hex()}", bloom_key[2:8]
+
+    #: STRING "1": a push carried a sitemap ``<lastmod>``: records are indexed from then on.
+    revisit_lastmod = _Key("rvl")
     leases = _Key("leases")
     lease = _Key("lease")
     expiries = _Key("expiries")

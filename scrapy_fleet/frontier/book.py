@@ -120,6 +120,9 @@ class LeaseBook:
         self.drain_started: float | None = None
         #: host -> time.monotonic() until which it is on hold, from the last frontier call
         self.holds: dict[str, float] = {}
+        #: recrawl: the Bloom key of a request (the scheduler's filter), sent with a revisit
+        #: record for its sitemap-lastmod place entry (docs/recrawl.md); None: not sent
+        self.bloom_key_of: Callable[[Request], bytes] | None = None
 
     def _known_duplicate(self, key: bytes, request: Request) -> bool:
         """Does this worker's DupeCache know *key* to be in the fleet's Bloom filter (so the
@@ -157,7 +160,7 @@ class LeaseBook:
             return
         kept: list[Out] = []
         for out in outs:
-            url, key, priority, payload, _, delay_ms = out
+            url, key, priority, payload, _, delay_ms, lastmod = out
             if isinstance(payload, bytes) or self._known_duplicate(key, payload):
                 kept.append(out)
                 continue
@@ -166,7 +169,7 @@ class LeaseBook:
             if encoded is None:
                 continue
             new: Out = (url, key, priority, encoded,
-                         politeness.host_key(url, self.config.host_key), delay_ms)
+                         politeness.host_key(url, self.config.host_key), delay_ms, lastmod)
             if start_index is not None:
                 self.start_pending[id(new)] = start_index
             kept.append(new)
@@ -223,25 +226,27 @@ class LeaseBook:
     # -- buffering (the scheduler's Scrapy methods) ----------------------------------------
 
     def buffer(self, request: Request, key: bytes, priority: int, delay_ms: int,
-               parent: Lease | None = None) -> bool:
+               parent: Lease | None = None, lastmod: int = 0) -> bool:
         """Buffer *request* for a coming frontier call (no I/O): with the acknowledgement of
         the lease it was found by (*parent*, else :meth:`parent_of`), or else in the outbox.
         *key*: its Bloom key (``b""``: not filtered); *priority*: already clamped to the
-        frontier's range; *delay_ms*: how long it waits once queued (milliseconds).  Returns
-        False when it cannot be encoded (logged, counted and recorded as failed)."""
+        frontier's range; *delay_ms*: how long it waits once queued (milliseconds); *lastmod*:
+        its sitemap ``<lastmod>`` (epoch seconds, 0 none: such a request is always sent, never
+        left out as a known duplicate: the frontier compares it with the URL's last fetch).
+        Returns False when it cannot be encoded (logged, counted and recorded as failed)."""
         if parent is None:
             parent = self.parent_of(request)
         out: Out
-        if key and self._known_duplicate(key, request):
+        if key and not lastmod and self._known_duplicate(key, request):
             # most links of a crawl: the call leaves it out, so it is encoded only if the
             # frontier asks for the whole call again (materialize)
-            out = (request.url, key, priority, request, "", delay_ms)
+            out = (request.url, key, priority, request, "", delay_ms, 0)
         else:
             payload = self._encode(request, parent)
             if payload is None:
                 return False
             out = (request.url, key, priority, payload,
-                   politeness.host_key(request.url, self.config.host_key), delay_ms)
+                   politeness.host_key(request.url, self.config.host_key), delay_ms, lastmod)
         if parent is not None:
             parent.children.append(out)
         else:
@@ -396,14 +401,20 @@ class LeaseBook:
             request.meta.get(codec.LEASE_META_KEY, ""))
         if lease is None:
             return False
+        key = b""
+        if self.bloom_key_of is not None and not request.dont_filter:
+            try:
+                key = self.bloom_key_of(request)
+            except ValueError:  # (a URL the fingerprinter cannot canonicalize)
+                key = b""
         if state is None:
-            lease.revisit = b""
+            lease.revisit = key  # (a revisit's place entry, if any, goes with it)
             return True
         try:
             lease.revisit = revisit_record(
                 lease.payload, state, interval,
                 politeness.host_key(request.url, self.config.host_key),
-                clamp_priority(request.priority))
+                clamp_priority(request.priority), key)
         except FleetError as exc:  # RequestDecodeError / RequestEncodeError
             logger.warning("Recrawl: %s is not tracked: %s", request.url, exc,
                            extra={"spider": self.spider})
@@ -485,7 +496,7 @@ class LeaseBook:
         atomic frontier call: the request is done exactly when its response is stored)."""
         lease = self.by_entry[request.meta[codec.LEASE_META_KEY]]
         lease.children.append((request.url, b"", clamp_priority(request.priority), payload,
-                               STAGE_HOST, 0))
+                               STAGE_HOST, 0, 0))
 
     def inc(self, key: str, count: int = 1) -> None:
         """Add *count* to this worker's Scrapy stat *key*."""

@@ -55,12 +55,14 @@ class DupeCache:
         self.gen = None
 
     def split(self, batch: CallBatch) -> tuple[CallBatch, list[int], int]:
-        """(the batch to send, index in *batch* of each push sent, pushes left out)."""
+        """(the batch to send, index in *batch* of each push sent, pushes left out).  A push
+        with a sitemap lastmod (its seventh element, docs/recrawl.md) is always sent: the
+        frontier compares it with the URL's last fetch."""
         if not self._keys or self.gen is None or not batch.pushes:
             return batch, list(range(len(batch.pushes))), 0
         kept: list[int] = []
         for i, p in enumerate(batch.pushes):
-            if not (p[0] and p[0] in self._keys):
+            if not (p[0] and p[0] in self._keys) or (len(p) > 6 and p[6]):
                 kept.append(i)
         left_out = len(batch.pushes) - len(kept)
         self.hits += left_out

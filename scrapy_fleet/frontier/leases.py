@@ -13,10 +13,11 @@ if TYPE_CHECKING:
 
     from scrapy_fleet.config import FleetConfig
 
-#: (url, bloom key, priority, payload, host, delay ms) of a buffered request; the payload
-#: of a known duplicate is the Request itself and its host "" (encoded only if it must be
-#: sent: LeaseBook.materialize, frontier/book.py)
-Out = tuple[str, bytes, int, "bytes | Request", str, int]
+#: (url, bloom key, priority, payload, host, delay ms, lastmod s) of a buffered request; the
+#: payload of a known duplicate is the Request itself and its host "" (encoded only if it
+#: must be sent: LeaseBook.materialize, frontier/book.py); lastmod: a sitemap's <lastmod>
+#: (0: none; docs/recrawl.md)
+Out = tuple[str, bytes, int, "bytes | Request", str, int, int]
 
 
 class Lease:

@@ -268,7 +268,8 @@ class PartitionedFrontier:
             else:
                 r.pushes.append((q, len(r.foreign[q]), True))
                 r.foreign[q].append((push[0], push[1], push[2], host,
-                                     push[5] if len(push) > 5 else 0))
+                                     push[5] if len(push) > 5 else 0,
+                                     push[6] if len(push) > 6 else 0))
                 r.foreign_group[q].append(group)
         home = r.per[self.home]
         home.take = batch.take

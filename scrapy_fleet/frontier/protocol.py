@@ -40,13 +40,15 @@ def clamp_priority(priority: int) -> int:
 class CallBatch:
     """One worker call.  Ids are entry ids (str), tokens fencing tokens (int), priorities ints.
 
-    ``pushes`` holds ``(bloom_key, priority, payload[, group, host, delay_ms])``: bloom_key
+    ``pushes`` holds ``(bloom_key, priority, payload[, group, host, delay_ms, lastmod])``: bloom_key
     is 12 bytes, or ``b""`` for a ``dont_filter`` request (never checked, always a new
     entry); group 0 (the default) is a push without a parent, group k (1-based) a link
     found by the request of the k-th acknowledgement, pushed or not with it (see
     lua/frontier.lua); host (default ``""``: not counted per host) is the host name the
     per-host bound applies to; delay_ms (default 0) keeps the new entry among the deferred
-    ones that long before it is queued.
+    ones that long before it is queued; lastmod (default 0: none) is a sitemap's
+    ``<lastmod>`` (epoch seconds): a URL the filter knows and the recrawl tracks is made due
+    at once when it is newer than its last fetch (docs/recrawl.md).
 
     ``acks`` holds ``(entry id, token[, failure record[, unstorable records]])``: the record
     (msgpack bytes, ``failures.record.FailureRecord.encode``; ``b""`` for none) of a request
@@ -57,8 +59,9 @@ class CallBatch:
     element, 1, defers the request instead (partitions: a link of it for another partition
     was refused there, docs/partitions.md); a sixth (recrawl, docs/recrawl.md) is the
     request's revisit record ``[interval ms, host,
-    score, payload]`` (scheduled again at its interval), or ``b""``: not revisited
-    (lua/step_revisit.lua).
+    score, payload[, bloom key, last fetch (s)]`` (scheduled again at its interval), or
+    ``b""`` (or the request's 12-byte Bloom key: its sitemap-lastmod place entry goes too):
+    not revisited (lua/step_revisit.lua).
     """
 
     acks: list[tuple[Any, ...]] = field(default_factory=list)
@@ -215,7 +218,8 @@ def call_args(batch: CallBatch, worker: str, params: FrontierParams, marker: str
         "x": [list(x) for x in batch.extends],
         "s": [list(x) for x in batch.downloaded],
         "p": [[p[0], int(p[1]), p[2], int(p[3]) if len(p) > 3 else 0,
-               p[4] if len(p) > 4 else "", int(p[5]) if len(p) > 5 else 0]
+               p[4] if len(p) > 4 else "", int(p[5]) if len(p) > 5 else 0,
+               int(p[6]) if len(p) > 6 else 0]
               for p in batch.pushes],
         "t": batch.take,
         "bn": params.bloom_capacity,

@@ -298,14 +298,15 @@ class FrontierPump:
                 break
             n_done += 1
             batch.acks.append(lease.ack())
-            batch.pushes += [(key, prio, payload, n_done, host, delay)
-                             for _, key, prio, payload, host, delay in lease.children]
+            batch.pushes += [(key, prio, payload, n_done, host, delay, lastmod)
+                             for _, key, prio, payload, host, delay, lastmod in lease.children]
         n_out = 0
         if final or time.monotonic() >= book.outbox_hold_until:
             book.materialize(book.outbox)
             n_out = max(0, min(len(book.outbox), PUSH_CHUNK - len(batch.pushes)))
-            batch.pushes += [(key, prio, payload, 0, host, delay)
-                             for _, key, prio, payload, host, delay in book.outbox[:n_out]]
+            batch.pushes += [(key, prio, payload, 0, host, delay, lastmod)
+                             for _, key, prio, payload, host, delay, lastmod
+                             in book.outbox[:n_out]]
         batch.unstorable = book.unstorable[:PUSH_CHUNK]
         dead = list(book.dead)
         batch.dead = [(lease.entry_id, lease.token, reason) for lease, reason in dead]

@@ -56,6 +56,7 @@ from scrapy_fleet.frontier.spidermw import FleetSpiderMiddleware
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.politeness import hosts as politeness
 from scrapy_fleet.politeness.middlewares import robots_of
+from scrapy_fleet.recrawl.sitemaps import LASTMOD_META_KEY
 from scrapy_fleet.redis_client import is_oom
 from scrapy_fleet.stages.roles import StageRole
 
@@ -101,6 +102,8 @@ class FleetScheduler(BaseScheduler):
         self.pump = FrontierPump(crawler, config)
         self.book = self.pump.book
         self.book.on_pushed = self._admit_pushed
+        if isinstance(dupefilter, RedisBloomDupeFilter):  # recrawl: a revisit's place entry
+            self.book.bloom_key_of = dupefilter.bloom_key
         self._uninstall_hook: Any = None
         self._logged_clamp = False
         self._start_tasks: set[asyncio.Task[None]] = set()  # pushed requests in the hook
@@ -257,7 +260,9 @@ class FleetScheduler(BaseScheduler):
                                "<%s %s> as %d (logged once)", request.priority, request.method,
                                request.url, priority, extra={"spider": self.spider})
                 self._logged_clamp = True
-        return self.book.buffer(request, key, priority, delay_ms, parent)
+        lastmod = request.meta.get(LASTMOD_META_KEY) if key else None  # (sitemap <lastmod>)
+        lastmod = lastmod if type(lastmod) is int and lastmod > 0 else 0
+        return self.book.buffer(request, key, priority, delay_ms, parent, lastmod)
 
     def _admit_pushed(self, request: Request, lease: Lease) -> None:
         """*request*, just leased, was pushed with ``scrapy fleet push``: it goes through the

@@ -44,7 +44,8 @@ SCRIPTS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
     "proxies.lua": (("common.lua", "proxies_pool.lua"), None),
     "acl_probe.lua": ((), None),
     # partitions (issue 21, frontier/partitions.py)
-    "push_lean.lua": (("common.lua", "queue.lua", "bloom.lua", "bloom_write.lua", "failed.lua"),
+    "push_lean.lua": (("common.lua", "queue.lua", "bloom.lua", "bloom_write.lua", "failed.lua",
+                       "step_revisit.lua"),  # sitemap <lastmod>: revisit_lastmod_due
                       keys.PUSH_LEAN_CALL),
     "partition_probe.lua": ((), keys.PROBE_CALL),
 }

@@ -13,8 +13,11 @@
 --   parked (not resumed here: the partition's own frontier calls do that), hostq (entries per
 --   host), idle_since (deleted when an entry is added: the partition is busy), the queue's
 --   (lua/queue.lua: queue_index, queue_count, bucket_prefix, ready), bloom_meta and
---   bloom_slices (lua/bloom.lua).
--- ARGV[1]: msgpack map: p [[fp12 or "", priority, payload, host, delay ms]...], bn bloom
+--   bloom_slices (lua/bloom.lua); revisit_prefix, revisit_popped, revisit_place_prefix,
+--   revisit_lastmod (a sitemap <lastmod>: lua/step_revisit.lua, revisit_lastmod_due).
+-- ARGV[1]: msgpack map: p [[fp12 or "", priority, payload, host, delay ms, lastmod s (0
+--   none: a known URL pushed with a newer one is made due at once, as in the frontier call)]
+--   ...], bn bloom
 --   capacity, bp bloom error rate, qm frontier size limit (0 none), hm per-host limit (0
 --   none), ot op ttl ms, mk the partition's marker this client saw ("" none: not checked), mc
 --   the marker to write when there is none.
@@ -25,7 +28,8 @@
 --   rq (when a push is a stored response: [stored responses, their bytes] as the frontier
 --   call reports them, lua/step_idle.lua).
 -- Writes: the filter, seq, the queue (buckets, index, count, ready), data and deferred (a push
---   with a delay; next_due when it comes before the bound), hostq, idle_since (DEL), stats, op.
+--   with a delay; next_due when it comes before the bound), hostq, idle_since (DEL), stats, op;
+--   with a lastmod: revisit_lastmod (SET), a slot's record (LSET), place entries (HDEL).
 -- Errors (before any write): a bad argument; "crawl state lost" when mk is given and the
 --   partition's marker is gone or another one.
 -- Bound of work per call: one pass over the pushes; the filter's lookups and writes
@@ -33,7 +37,7 @@
 --   flush (one command per bucket touched); one HINCRBY per host and per counter that moved.
 --   Fixed part: MGET (op, marker, queue_count, next_due), SET op; with pushes TIME, the filter's meta
 --   read, INCRBY seq; with qm > 0 ZCARD leases and deferred; with a stored response an HMGET
---   and an HGET (rq).
+--   and an HGET (rq); with a lastmod a SET, and per known URL pushed with one, step_revisit's.
 
 -- (what the call reads first, in one command: its cached reply, the marker, the queued count,
 -- the bound before which nothing is due: lua/step_begin.lua)
@@ -47,7 +51,8 @@ for _, p in ipairs(req.p) do
   if type(p) ~= 'table' or type(p[1]) ~= 'string' or (p[1] ~= '' and #p[1] ~= 12)
       or type(p[2]) ~= 'number' or p[2] ~= p[2] or math.abs(p[2]) > PRIORITY_LIMIT
       or type(p[3]) ~= 'string' or type(p[4]) ~= 'string'
-      or (p[5] ~= nil and (type(p[5]) ~= 'number' or p[5] ~= p[5] or p[5] < 0)) then
+      or (p[5] ~= nil and (type(p[5]) ~= 'number' or p[5] ~= p[5] or p[5] < 0))
+      or (p[6] ~= nil and (type(p[6]) ~= 'number' or p[6] ~= p[6] or p[6] < 0)) then
     return redis.error_reply('ERR fleet: bad push entry')
   end
 end
@@ -94,6 +99,11 @@ if #fps > 0 then
   local found = bloom_lookup(bloom, fps)
   for j, i in ipairs(where) do present[i] = found[j] end
 end
+local lastmods, lastmod_seen = {}, false  -- (known URLs pushed with a sitemap <lastmod>)
+for i, p in ipairs(req.p) do
+  if (p[6] or 0) > 0 then lastmod_seen = true end
+  if (p[6] or 0) > 0 and present[i] then lastmods[#lastmods + 1] = {p[1], p[6]} end
+end
 local added = {}
 local id_next, id_last = 1, 0
 for i, p in ipairs(req.p) do
@@ -137,6 +147,22 @@ for i, p in ipairs(req.p) do
     out.pf[i] = 1
   end
 end
+local lastmod_due = 0
+if lastmod_seen then
+  redis.call('SET', K.revisit_lastmod, '1')
+  local got = revisit_lastmod_due(K, lastmods, function(host, score, payload)
+    if queue_max > 0 and size >= queue_max then return false end
+    qw.enqueue('r' .. string.format('%015d', redis.call('INCR', K.seq)), score, host, payload,
+               false)
+    host_delta[host] = (host_delta[host] or 0) + 1
+    size = size + 1
+    return true
+  end)
+  lastmod_due = got.due
+  for name, n in pairs(got) do
+    if n > 0 then hincrby(K.stats, 'revisit_lastmod_' .. name, n) end
+  end
+end
 if bloom ~= nil then
   bloom_flush(bloom)
   out.bg = bloom.gen
@@ -148,7 +174,7 @@ if next_due and lowest_added < next_due then
   redis.call('SET', K.next_due, string.format('%d', lowest_added))
 end
 for host, n in pairs(host_delta) do hincrby(K.hostq, host, n) end
-if out.new > 0 then redis.call('DEL', K.idle_since) end
+if out.new + lastmod_due > 0 then redis.call('DEL', K.idle_since) end
 if out.new > 0 then hincrby(K.stats, 'pushed', out.new) end
 if out.dup > 0 then hincrby(K.stats, 'duplicates', out.dup) end
 if out.refused > 0 then hincrby(K.stats, 'refused', out.refused) end

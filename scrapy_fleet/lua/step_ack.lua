@@ -120,6 +120,7 @@ local function step_ack(c)
     bloom_flush(c.bloom)
     out.bg = c.bloom.gen
   end
+  revisit_lastmod_step(c)  -- sitemap <lastmod> (issue 22): known URLs made due at once
   qw.flush()
   revisit_flush(c)  -- recrawl (issue 22)
   st.settle_slots()

@@ -36,7 +36,8 @@ local function check_call(K, head)
         or p[2] ~= p[2] or math.abs(p[2]) > PRIORITY_LIMIT
         or type(p[3]) ~= 'string' or (p[1] ~= '' and #p[1] ~= 12)
         or type(p[4]) ~= 'number' or p[4] < 0 or p[4] > n_acks or type(p[5]) ~= 'string'
-        or (p[6] ~= nil and (type(p[6]) ~= 'number' or p[6] ~= p[6] or p[6] < 0)) then
+        or (p[6] ~= nil and (type(p[6]) ~= 'number' or p[6] ~= p[6] or p[6] < 0))
+        or (p[7] ~= nil and (type(p[7]) ~= 'number' or p[7] ~= p[7] or p[7] < 0)) then
       return nil, 'ERR fleet: bad push entry'
     end
   end

@@ -7,10 +7,12 @@
 -- and each host's entries (K.hostq) against c.host_max (hm, 0 none).  A push without a parent
 -- (push helper, start requests, redirects: group 0) is refused, not even checked, when the
 -- size has reached qm or its host has hm entries; parked requests, which wait for room
--- already, come first.  req.p [[fp12 or "", priority, payload, group, host, delay]...]: group
--- k = a link of the k-th acknowledgement (lua/step_ack.lua); delay (ms): the new entry waits
--- in `deferred` that long before it is queued (a request whose origin's robots.txt could not
--- be fetched yet, docs/politeness.md).
+-- already, come first.  req.p [[fp12 or "", priority, payload, group, host, delay, lastmod]
+-- ...]: group k = a link of the k-th acknowledgement (lua/step_ack.lua); delay (ms): the new
+-- entry waits in `deferred` that long before it is queued (a request whose origin's robots.txt
+-- could not be fetched yet, docs/politeness.md); lastmod (s, 0 none): a sitemap's <lastmod>:
+-- one the filter has goes to c.lastmods {fp12, lastmod} (c.lastmod_seen: any push had one),
+-- made due by lua/step_revisit.lua's revisit_lastmod_step (step_ack calls it).
 -- Every fingerprint of the call is looked up in the Bloom filter at once (lua/bloom.lua); two
 -- identical links in one call make one entry.
 -- Keys (of K): bloom_meta, bloom_slices, seq (INCRBY: one per call for all its new ids),
@@ -44,6 +46,11 @@ function Push.prepare(c)
     end
   end
   c.bloom = bloom
+  c.lastmods, c.lastmod_seen = {}, false  -- (sitemap <lastmod>: lua/step_revisit.lua)
+  for i, p in ipairs(req.p) do  -- (one the filter has: a known URL)
+    if (p[7] or 0) > 0 then c.lastmod_seen = true end
+    if (p[7] or 0) > 0 and present[i] then c.lastmods[#c.lastmods + 1] = {p[1], p[7]} end
+  end
   if host_max > 0 and #req.p > 0 then
     local hosts = {}
     for i, p in ipairs(req.p) do hosts[i] = p[5] end

@@ -141,6 +141,7 @@ def merge_recrawl(blocks: list[dict[str, Any]]) -> dict[str, Any]:
         out[name] = sum(b[name] for b in blocks)
     out["outcomes"] = _sum([b["outcomes"] for b in blocks])
     out["change_rates"] = _sum([b["change_rates"] for b in blocks])
+    out["lastmod"] = _sum([b["lastmod"] for b in blocks])
     out["next_due_in"] = _opt([b["next_due_in"] for b in blocks], min)
     revisits = sum(out["outcomes"].values())
     for share, outcome in (("not_modified_share", "not_modified"),

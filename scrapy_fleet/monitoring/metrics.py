@@ -233,6 +233,13 @@ def _recrawl_families(rv: Mapping[str, Any]) -> list[Metric]:
     for name, value in (rv.get("change_rates") or {}).items():
         rates.add_metric([name], _num(value))
     out.append(rates)
+    lastmod = CounterMetricFamily(
+        p + "recrawl_lastmod", "Known URLs pushed with a sitemap <lastmod>: due (newer than "
+        "the last fetch: made due at once), older (nothing done), unknown (not in the "
+        "schedule)", labels=["result"])
+    for name, value in (rv.get("lastmod") or {}).items():
+        lastmod.add_metric([name], _num(value))
+    out.append(lastmod)
     fresh = GaugeMetricFamily(p + "recrawl_freshness_ratio",
                               "Freshness the change model expects of the sampled tracked "
                               "pages at their intervals (0..1; absent with no sample)")

@@ -94,7 +94,9 @@ def render(snap: dict[str, Any], label: str = "", queue_max: int | None = None,
             f"{rv['due']}  overdue {rv['overdue']}  next due "
             + ("-" if nxt is None else f"in {duration(nxt)}")
             + f"  304 {_pct(rv['not_modified_share'])}  unchanged 200 "
-            f"{_pct(rv['unchanged_share'])}  freshness est. {_pct(rv['freshness_estimate'])}")
+            f"{_pct(rv['unchanged_share'])}  freshness est. {_pct(rv['freshness_estimate'])}"
+            + (f"  sitemap lastmod due {rv['lastmod']['due']}"
+               if (rv.get("lastmod") or {}).get("due") else ""))
     by_status = c.get("responses_by_status") or {}
     if by_status:
         lines.append("  statuses   " + "  ".join(f"{k}: {v}" for k, v in by_status.items()))

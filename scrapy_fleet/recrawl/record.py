@@ -26,7 +26,18 @@ def with_state(payload: bytes, state: list[Any]) -> bytes:
 
 
 def revisit_record(payload: bytes, state: list[Any], interval: float, host: str,
-                   priority: int) -> list[Any]:
-    """The fifth element of an acknowledgement (frontier/protocol.py): ``[interval ms, host,
-    score, payload with state]``; score = -priority (the queue's order)."""
-    return [int(interval * 1000), host, -int(priority), with_state(payload, state)]
+                   priority: int, key: bytes = b"") -> list[Any]:
+    """The sixth element of an acknowledgement (frontier/protocol.py): ``[interval ms, host,
+    score, payload with state]``, score = -priority (the queue's order); with the request's
+    12-byte Bloom *key*, ``[..., key, last fetch (epoch s)]`` besides (the place entry a
+    sitemap's ``<lastmod>`` finds it by: lua/step_revisit.lua).
+
+    Raises:
+        RequestDecodeError: *payload* is not an encoded request.
+        RequestEncodeError: *state* holds a value the codec cannot carry.
+    """
+    record = [int(interval * 1000), host, -int(priority), with_state(payload, state)]
+    if len(key) == 12:
+        fetched = state[0] if state and isinstance(state[0], int) else 0
+        record += [key, fetched]
+    return record

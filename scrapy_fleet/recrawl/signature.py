@@ -64,9 +64,13 @@ def simhash64(text: str) -> int:
 
 def response_signature(response: Any) -> int:
     """The signature of a version of *response*'s page: :func:`simhash64` of its text; for a
-    page without words (binary, an image, a PDF, an empty page) a 64-bit hash of its bytes,
-    so that such a page's versions are told apart exactly."""
-    text = page_text(response)
+    page without words (binary, an image, a PDF, an empty page) and for XML (a sitemap, a
+    feed: data, where a changed ``<lastmod>`` or one more ``<loc>`` among thousands is a new
+    version that the text's simhash would not see) a 64-bit hash of its bytes, so that such
+    a page's versions are told apart exactly."""
+    from scrapy.http import XmlResponse
+
+    text = "" if isinstance(response, XmlResponse) else page_text(response)
     if _WORD.search(text):
         value = simhash64(text)
         if value != 0:

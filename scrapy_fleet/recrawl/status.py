@@ -28,6 +28,9 @@ RATE_CLASSES = ((1 / 30, "monthly"), (1 / 7, "weekly"), (1.0, "daily"), (24.0, "
 #: fleet-wide counters of revisit outcomes (monitoring/heartbeat.py) and of the schedule
 #: (lua/step_revisit.lua)
 OUTCOMES = ("not_modified", "unchanged", "changed", "gone")
+#: what known URLs pushed with a sitemap <lastmod> came to (lua/step_revisit.lua): due (made
+#: due at once), older (not newer than the last fetch), unknown (not in the schedule)
+LASTMOD = ("due", "older", "unknown")
 
 
 def freshness(rate: float, interval: float) -> float:
@@ -59,7 +62,8 @@ def read_recrawl(client: Any, keys: CrawlKeys, now_ms: int | None = None) -> dic
         pipe.get(keys.revisit_count)
         pipe.zrange(keys.revisit_index, 0, SLOTS_READ - 1, withscores=True)
         pipe.hmget(keys.stats, *(f"revisit_{o}" for o in OUTCOMES),
-                   "revisit_tracked", "revisit_dropped", "revisit_untracked", "revisit_due")
+                   "revisit_tracked", "revisit_dropped", "revisit_untracked", "revisit_due",
+                   *(f"revisit_lastmod_{o}" for o in LASTMOD))
         tracked, slots, counts = pipe.execute()
     with client.pipeline(transaction=False) as pipe:
         for name, _ in slots:
@@ -95,7 +99,9 @@ def read_recrawl(client: Any, keys: CrawlKeys, now_ms: int | None = None) -> dic
         n_est += 1
     outcomes = {o: _int(v) for o, v in zip(OUTCOMES, counts[:len(OUTCOMES)], strict=True)}
     revisits = sum(outcomes.values())
-    tracked_n, dropped, untracked, moved = (_int(v) for v in counts[len(OUTCOMES):])
+    tracked_n, dropped, untracked, moved = (_int(v) for v in
+                                            counts[len(OUTCOMES):len(OUTCOMES) + 4])
+    lastmod = {o: _int(v) for o, v in zip(LASTMOD, counts[len(OUTCOMES) + 4:], strict=True)}
     return {
         "tracked": _int(tracked),
         "scheduled": scheduled,
@@ -110,6 +116,7 @@ def read_recrawl(client: Any, keys: CrawlKeys, now_ms: int | None = None) -> dic
         "untracked": untracked,
         "tracked_total": tracked_n,
         "revisits_queued": moved,
+        "lastmod": lastmod,
         "change_rates": classes,
         "freshness_estimate": round(fresh / n_est, 3) if n_est else None,
         "sampled": n_est,

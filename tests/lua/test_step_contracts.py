@@ -52,8 +52,8 @@ def key_names(keys: CrawlKeys, names: Iterable[str], worker: str = WORKER) -> tu
     exact: set[str] = set()
     prefixes: list[str] = []
     for name in names:
-        if name == "bucket_prefix":
-            prefixes.append(keys.bucket_prefix)
+        if name in ("bucket_prefix", "revisit_prefix", "revisit_place_prefix"):
+            prefixes.append(getattr(keys, name))
         elif name in ("op", "prev_op"):
             prefixes.append(keys.op(""))
         elif name == "bloom_slices":
@@ -418,6 +418,94 @@ def test_step_ack_a_link_past_the_bound_parks_its_parent(redis_url):
     assert (entry_id, host, payload) == (leased.entry_id.encode(), b"h.test", leased.payload)
     assert crawl.client.zcard(crawl.keys.leases) == 0
     assert result.parked == 1
+
+
+# -- lua/step_revisit.lua (recrawl; sitemap <lastmod>) ----------------------------------------
+
+#: lua/step_revisit.lua's keys
+REVISIT = ("revisit_index", "revisit_prefix", "revisit_count", "revisit_popped",
+           "revisit_place_prefix", "revisit_lastmod", "seq")
+
+
+def tracked_with_lastmod(crawl: Crawl, key: bytes = b"k" * 12) -> tuple[Any, set[str]]:
+    """A URL pushed with a lastmod (the crawl uses sitemaps), leased and acknowledged with its
+    revisit record: the result and the keys the acknowledgement wrote."""
+    crawl.admin.call(CallBatch(pushes=[(key, 0, b"http://h.test/s", 0, "h.test", 0, 1)]))
+    leased = crawl.admin.call(CallBatch(take=1), worker=WORKER).leased[0]
+    record = [3_600_000, "h.test", 0, leased.payload, key, 1000]
+    return crawl.call(CallBatch(acks=[(leased.entry_id, leased.token, b"", [], 0, record)]))
+
+
+def test_step_revisit_an_acknowledgement_with_a_record_schedules_and_indexes_it(crawl):
+    result, written = tracked_with_lastmod(crawl)
+    assert result.acked == 1
+    assert unnamed(crawl.keys, written, *REVISIT, "data", *QUEUE, *STATE) == set()
+    (slot,) = crawl.client.zrange(crawl.keys.revisit_index, 0, -1)
+    assert crawl.client.lrange(crawl.keys.revisit_slot(slot.decode()), 0, -1) == [
+        b"h.test\t0\thttp://h.test/s"]
+    place_key, field = crawl.keys.revisit_place(b"k" * 12)
+    assert place_key in {k for k in written} and crawl.client.hexists(place_key, field)
+    assert crawl.client.get(crawl.keys.revisit_count) == b"1"
+
+
+def test_step_revisit_a_newer_lastmod_moves_the_record_to_the_queue(crawl):
+    tracked_with_lastmod(crawl)
+    (slot,) = crawl.client.zrange(crawl.keys.revisit_index, 0, -1)
+    result, written = crawl.call(CallBatch(pushes=[(b"k" * 12, 0, b"http://h.test/s", 0,
+                                                    "h.test", 0, 2000)]))
+    assert result.push_flags == [0]
+    assert unnamed(crawl.keys, written, *REVISIT, *QUEUE, *STATE) == set()
+    assert crawl.client.lrange(crawl.keys.revisit_slot(slot.decode()), 0, -1) == [b""]
+    assert crawl.client.hlen(crawl.keys.revisit_place(b"k" * 12)[0]) == 0
+    (entry,) = crawl.bucket()
+    assert entry.startswith(b"r") and entry.endswith(b"\thttp://h.test/s")
+    assert crawl.stat("revisit_lastmod_due") == 1
+
+
+def test_step_revisit_an_older_lastmod_writes_only_the_flag(crawl):
+    tracked_with_lastmod(crawl)
+    result, written = crawl.call(CallBatch(pushes=[(b"k" * 12, 0, b"http://h.test/s", 0,
+                                                    "h.test", 0, 1001)]))
+    assert result.push_flags == [0] and crawl.stat("revisit_lastmod_older") == 1
+    assert unnamed(crawl.keys, written, "revisit_lastmod", *FILTER) == set()
+
+
+def test_step_revisit_due_records_go_to_the_queue_and_the_slots_popped_count_is_kept(crawl):
+    crawl.push("http://h.test/d1", "http://h.test/d2")
+    leased = crawl.admin.call(CallBatch(take=2), worker=WORKER).leased
+    assert len(leased) == 2
+    records = [[300, "h.test", 0, e.payload, bytes([i]) * 12, 1] for i, e in enumerate(leased)]
+    crawl.admin.call(CallBatch(acks=[(e.entry_id, e.token, b"", [], 0, r)
+                                     for e, r in zip(leased, records, strict=True)]))
+    (slot,) = crawl.client.zrange(crawl.keys.revisit_index, 0, -1, withscores=True)
+    crawl.wait_server_past(slot[1])
+    # room for one: the slot is popped in part
+    _result, written = crawl.call(CallBatch(), admin=crawl.driver(queue_max=1))
+    assert unnamed(crawl.keys, written, *REVISIT, *QUEUE, *STATE) == set()
+    assert crawl.client.hget(crawl.keys.revisit_popped, slot[0]) == b"1"
+    assert [e.split(b"\t", 1)[1] for e in crawl.bucket()] == [b"http://h.test/d1"]
+    assert crawl.stat("revisit_due") == 1
+
+
+def test_step_revisit_a_revisit_dropped_with_its_key_deletes_its_place(crawl):
+    tracked_with_lastmod(crawl)
+    crawl.admin.call(CallBatch(pushes=[(b"k" * 12, 0, b"http://h.test/s", 0, "h.test", 0,
+                                        2000)]))  # due at once: a revisit
+    revisit = crawl.admin.call(CallBatch(take=1), worker=WORKER).leased[0]
+    record = [3_600_000, "h.test", 0, revisit.payload, b"k" * 12, 2000]
+    crawl.admin.call(CallBatch(acks=[(revisit.entry_id, revisit.token, b"", [], 0, record)]))
+    place_key, field = crawl.keys.revisit_place(b"k" * 12)
+    assert crawl.client.hexists(place_key, field)  # scheduled again: indexed again
+    crawl.admin.call(CallBatch(pushes=[(b"k" * 12, 0, b"http://h.test/s", 0, "h.test", 0,
+                                        4000)]))
+    again = crawl.admin.call(CallBatch(take=1), worker=WORKER).leased[0]
+    crawl.client.hset(place_key, field, b"x" * 14)  # (a place written meanwhile: deleted)
+    result, written = crawl.call(CallBatch(acks=[(again.entry_id, again.token, b"", [], 0,
+                                                  b"k" * 12)]))
+    assert result.acked == 1
+    assert unnamed(crawl.keys, written, *REVISIT, "data", *QUEUE, *STATE) == set()
+    assert not crawl.client.hexists(place_key, field)
+    assert crawl.client.get(crawl.keys.revisit_count) == b"0"
 
 
 # -- lua/monitoring.lua ------------------------------------------------------------------------

@@ -35,6 +35,7 @@ def recrawl_block(tracked, due, next_due, outcomes, sampled, fresh):
                                  outcomes, strict=True)),
             "change_rates": {"monthly": sampled, "weekly": 0, "daily": 0, "hourly": 0,
                              "faster": 0},
+            "lastmod": {"due": due, "older": 1, "unknown": 0},
             "not_modified_share": None, "unchanged_share": None,
             "freshness_estimate": fresh}
 
@@ -88,6 +89,7 @@ def test_the_partitions_recrawl_blocks_merge_into_one():
     assert merged["outcomes"] == {"not_modified": 4, "unchanged": 1, "changed": 4, "gone": 0}
     assert (merged["not_modified_share"], merged["unchanged_share"]) == (0.444, 0.111)
     assert merged["change_rates"]["monthly"] == 40
+    assert merged["lastmod"] == {"due": 2, "older": 3, "unknown": 0}  # (sitemap <lastmod>)
     assert merged["freshness_estimate"] == 0.6  # (0.9 * 10 + 0.5 * 30) / 40
 
 

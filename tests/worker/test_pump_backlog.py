@@ -58,7 +58,7 @@ def test_a_backlog_of_finished_pages_goes_in_back_to_back_calls(redis_url):
                 for j in range(LINKS):
                     link = Request(f"http://{host}/link/{j}")
                     lease.children.append((link.url, sched.df.bloom_key(link), 0,
-                                           codec.encode(link), host_key(link.url), 0))
+                                           codec.encode(link), host_key(link.url), 0, 0))
                 book.done.append(lease)
             calls0 = frontier.roundtrips
             settled = asyncio.Event()  # the backlog is sent, or the pump waits with some left

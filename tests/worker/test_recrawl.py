@@ -35,6 +35,8 @@ def tracked_states(client: redis.Redis) -> dict[str, State]:
     out = {}
     for slot in client.zrange(KEYS.revisit_index, 0, -1):
         for rec in client.lrange(KEYS.revisit_slot(slot.decode()), 0, -1):
+            if not rec:
+                continue  # a record's tombstone (made due by a sitemap lastmod)
             payload = rec.split(b"\t", 2)[2]
             request = codec.decode_dict(payload)  # (callbacks by name: no spider here)
             state = State.from_meta(request["meta"].get(STATE_META_KEY))
@@ -291,3 +293,60 @@ def test_a_worker_without_recrawl_on_a_crawl_with_a_schedule_is_refused(
         [tmp_path / "items-w2.jsonl"])
     after = {k: client.dump(k) for k in before}
     assert after == before
+
+
+def write_sitemap(root: Path, base: str, lastmods: dict[str, str]) -> None:
+    urls = "".join(f"<url><loc>{base}{path}</loc><lastmod>{lastmod}</lastmod></url>"
+                   for path, lastmod in lastmods.items())
+    (root / "sitemap.xml").write_text(
+        '<?xml version="1.0" encoding="UTF-8"?>'
+        f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{urls}</urlset>')
+
+
+def test_a_sitemap_lastmod_newer_than_the_last_fetch_makes_a_page_due_at_once(
+        redis_url, tmp_path, site_factory, worker_env):
+    """A SitemapSpider whose sitemap (revisited every second) moves page 1's <lastmod> past
+    its last fetch: page 1 is fetched again at once, with its validators (a 304: its state
+    kept), though its own interval is an hour; page 0, whose lastmod is old, is not."""
+    import time
+
+    site = site_with(site_factory, tmp_path, {"pages": 2, "static_share": 1.0})
+    root = tmp_path / "www"
+    old = {"changing/0.html": "2020-01-01", "changing/1.html": "2020-01-01T00:00:00+00:00"}
+    write_sitemap(root, site.url, old)
+    client = redis.Redis.from_url(redis_url)
+    log = tmp_path / "w1.log"
+    proc = start_worker(TEST_PROJECT, "recrawl_sitemap",
+                        {"FLEET_REDIS_URL": redis_url, "FLEET_POLL_INTERVAL": 0.2,
+                         "FLEET_RECRAWL": "fixed", "FLEET_RECRAWL_INTERVAL": 3600,
+                         "FLEET_CRAWL_ID": "recrawl"},
+                        worker_env, log, spider_args={"sitemap": site.url + "sitemap.xml"})
+    try:
+        wait_until(lambda: len(tracked_states(client)) == 3, 60,
+                   "the sitemap and its two pages tracked")
+        sitemap_fetches = len(fetches(site, "/sitemap.xml"))
+        wait_until(lambda: len(fetches(site, "/sitemap.xml")) >= sitemap_fetches + 2, 60,
+                   "two revisits of the unchanged sitemap")
+        assert [len(fetches(site, f"/changing/{i}.html")) for i in (0, 1)] == [1, 1]
+        assert int(client.hget(KEYS.stats, "revisit_lastmod_due") or 0) == 0
+        time.sleep(1.5)  # (the lastmod must be past page 1's fetch + 1 s)
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        write_sitemap(root, site.url, {**old, "changing/1.html": now})
+        wait_until(lambda: len(fetches(site, "/changing/1.html")) == 2, 60,
+                   "page 1 fetched again")
+        wait_until(lambda: site.url + "changing/1.html" in tracked_states(client), 30,
+                   "page 1 scheduled again")
+        wait_until(lambda: len(fetches(site, "/sitemap.xml")) >= sitemap_fetches + 6, 60,
+                   "more revisits of the sitemap")
+    finally:
+        stop(proc, log)
+    assert [r["status"] for r in fetches(site, "/changing/1.html")] == [200, 304]
+    assert len(fetches(site, "/changing/0.html")) == 1
+    stats = {k.decode(): int(v) for k, v in client.hgetall(KEYS.stats).items()
+             if v.isdigit()}
+    assert stats["revisit_lastmod_due"] == 1
+    assert stats["revisit_lastmod_older"] >= 1  # page 0's lastmod, when the sitemap changed
+    assert stats["revisit_tracked"] == 3 and client.get(KEYS.revisit_count) == b"3"
+    # page 1 was fetched with the lastmod of the sitemap that made it due: not again
+    state = tracked_states(client)[site.url + "changing/1.html"]
+    assert state.interval == 3600

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import scrapy
+from scrapy.spiders import SitemapSpider
 
 
 class RecrawlSpider(scrapy.Spider):
@@ -28,3 +29,23 @@ class RecrawlSpider(scrapy.Spider):
 
     def failed(self, failure: Any) -> Any:
         yield {"url": failure.request.url, "errback": failure.type.__name__}
+
+
+class RecrawlSitemapSpider(SitemapSpider):
+    """Reads the sitemap -a sitemap=URL (revisited every -a every=SECONDS, meta
+    ``fleet_recrawl``) and yields one item per page it lists (sitemap <lastmod>, issue 22)."""
+
+    name = "recrawl_sitemap"
+
+    def __init__(self, sitemap: str = "", every: str = "1", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.sitemap_urls = [sitemap] if sitemap else []
+        self.every = float(every)
+
+    async def start(self) -> Any:
+        for url in self.sitemap_urls:
+            yield scrapy.Request(url, callback=self._parse_sitemap,
+                                 meta={"fleet_recrawl": self.every})
+
+    def parse(self, response: Any) -> Any:
+        yield {"url": response.url, "status": response.status}
