@@ -47,6 +47,9 @@ prefix ``fleet`` and crawl id ``docs``::
     fleet:{docs}:rvi          ZSET  slot -> due (ms)          recrawl schedule's slots (recrawl)
     fleet:{docs}:rv:<slot>    LIST  "<host>\t<score>\t<bytes>"  tracked URLs due in that slot
     fleet:{docs}:rvn          STRING  count                   tracked URLs
+    fleet:{docs}:rvb:<host>   HASH  bucket -> pages, "mu" -> price  a host's tracked pages by
+                                                              change rate, and its price of a
+                                                              fetch (recrawl/budget.py)
     fleet:{docs}:seq          STRING  counter                 entry ids
     fleet:{docs}:token        STRING  counter                 fencing tokens
     fleet:{docs}:bloom:meta   HASH    Bloom filter parameters, per-slice counts, generation g
@@ -247,6 +250,13 @@ class CrawlKeys:
 
     #: STRING: tracked URLs (scheduled, or in the frontier as a revisit).
     revisit_count = _Key("rvn")
+
+    #: Prefix of the hosts' budget HASHes (recrawl/budget.py).
+    revisit_budget_prefix = _Key("rvb:")
+
+    def revisit_budget(self, host: str) -> str:
+        """HASH of *host*'s tracked pages by change-rate bucket and its price ``mu``."""
+        return f"{self.revisit_budget_prefix}{host}"
     leases = _Key("leases")
     lease = _Key("lease")
     expiries = _Key("expiries")
