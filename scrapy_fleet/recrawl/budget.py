@@ -130,33 +130,55 @@ class HostBudgets:
 
     async def sync(self) -> None:
         """Add the moves to the hosts' HASHes, read them back, solve and write the prices.
-        A Redis error keeps the moves for the next sync (one WARNING)."""
+        Written only while the crawl's marker exists (WATCHed: a crawl purged meanwhile gets
+        no key back; its moves are dropped); a Redis error keeps the moves for the next sync
+        (one WARNING)."""
         batch, self.pending = self.pending, {}
-        hosts = list(batch)
-        try:
-            async with self.client.pipeline(transaction=False) as pipe:
-                for host in hosts:
-                    hk = self._host_keys(host)
-                    key = hk.revisit_budget(host)
-                    for bucket, (n, total) in batch[host].items():
-                        if n:
-                            pipe.hincrby(key, str(bucket), n)
-                        if total:
-                            pipe.hincrbyfloat(key, f"r{bucket}", total)
-                    pipe.hgetall(key)
-                    pipe.hget(hk.crawldelay, host)
-                replies = await pipe.execute()
-        except Exception as exc:
-            for host, moves in batch.items():
-                mine = self.pending.setdefault(host, {})
-                for bucket, (n, total) in moves.items():
-                    had = mine.get(bucket, (0, 0.0))
-                    mine[bucket] = (had[0] + n, had[1] + total)
-            if not self._warned:
-                self._warned = True
-                logger.warning("Recrawl budgets not synced (%s): retried in %.0f s", exc,
-                               self.period)
-            return
+        groups: dict[CrawlKeys, list[str]] = {}
+        for host in batch:
+            groups.setdefault(self._host_keys(host), []).append(host)
+        for hk, hosts in groups.items():
+            try:
+                replies = await self._exchange(hk, hosts, batch)
+            except Exception as exc:
+                self._keep(hosts, batch)
+                if not self._warned:
+                    self._warned = True
+                    logger.warning("Recrawl budgets not synced (%s): retried in %.0f s", exc,
+                                   self.period)
+                continue
+            if replies is not None:
+                await self._solve(hk, hosts, batch, replies)
+
+    def _keep(self, hosts: list[str], batch: dict[str, dict[int, tuple[int, float]]]) -> None:
+        for host in hosts:
+            mine = self.pending.setdefault(host, {})
+            for bucket, (n, total) in batch[host].items():
+                had = mine.get(bucket, (0, 0.0))
+                mine[bucket] = (had[0] + n, had[1] + total)
+
+    async def _exchange(self, hk: CrawlKeys, hosts: list[str],
+                        batch: dict[str, dict[int, tuple[int, float]]]) -> list[Any] | None:
+        """One transaction on partition *hk*: the moves of *hosts* added, their HASHes and
+        Crawl-delays read; None when the crawl's marker is gone (nothing written)."""
+        async with self.client.pipeline(transaction=True) as pipe:
+            await pipe.watch(hk.marker)
+            if not await pipe.exists(hk.marker):
+                return None
+            pipe.multi()
+            for host in hosts:
+                key = hk.revisit_budget(host)
+                for bucket, (n, total) in batch[host].items():
+                    if n:
+                        pipe.hincrby(key, str(bucket), n)
+                    if total:
+                        pipe.hincrbyfloat(key, f"r{bucket}", total)
+                pipe.hgetall(key)
+                pipe.hget(hk.crawldelay, host)
+            return list(await pipe.execute())
+
+    async def _solve(self, hk: CrawlKeys, hosts: list[str],
+                     batch: dict[str, dict[int, tuple[int, float]]], replies: list[Any]) -> None:
         writes: list[tuple[str, float]] = []
         at = 0
         for host in hosts:
@@ -183,14 +205,19 @@ class HostBudgets:
             self.prices[host] = price
             if fields.get(b"mu") != repr(price).encode():
                 writes.append((host, price))
-        if writes:
-            try:
-                async with self.client.pipeline(transaction=False) as pipe:
-                    for host, price in writes:
-                        pipe.hset(self._host_keys(host).revisit_budget(host), "mu", repr(price))
-                    await pipe.execute()
-            except Exception:
-                pass
+        if not writes:
+            return
+        try:
+            async with self.client.pipeline(transaction=True) as pipe:
+                await pipe.watch(hk.marker)
+                if not await pipe.exists(hk.marker):
+                    return
+                pipe.multi()
+                for host, price in writes:
+                    pipe.hset(hk.revisit_budget(host), "mu", repr(price))
+                await pipe.execute()
+        except Exception:
+            pass
 
     async def close(self) -> None:
         """Wait for a sync under way, then sync the moves left."""
