@@ -13,9 +13,11 @@ Policies: ``fixed`` revisits every ``FLEET_RECRAWL_INTERVAL``; ``adaptive`` esti
 page's change rate from its history (Cho & Garcia-Molina's estimator for irregular intervals,
 with Kolobov's 0.5 smoothing: solve sum over changed of t/(e^(l t) - 1) = sum over unchanged
 of t) and gives it the interval of the optimal allocation of freshness (Cho & Garcia-Molina:
-dF/df = mu with F(l, f) = (f / l)(1 - e^(-l / f))), mu fixed so that a page changing once per
-``FLEET_RECRAWL_INTERVAL`` is revisited once per interval; within the min and max intervals.
-A page changing faster than the budget can follow gets the max interval.
+dF/df = mu with F(l, f) = (f / l)(1 - e^(-l / f))) at its host's price mu (allocation.py,
+budget.py): the base price, at which a page changing once per ``FLEET_RECRAWL_INTERVAL`` is
+revisited once per interval, or higher when the host's pages would exceed its budget; within
+the min and max intervals.  A page changing faster than the budget can follow gets the max
+interval.
 """
 
 from __future__ import annotations
