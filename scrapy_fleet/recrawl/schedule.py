@@ -37,6 +37,9 @@ STATE_META_KEY = "fleet_rv"
 RECRAWL_META_KEY = "fleet_recrawl"
 #: observations kept per URL
 HISTORY = 8
+#: a host's price over the base one lengthens a page's interval by at most this many times
+#: its last one per visit (beyond the base price's interval)
+GROWTH = 4.0
 
 
 @dataclass
@@ -157,6 +160,12 @@ def next_interval(config: RecrawlConfig, state: State, wanted: float | None = No
         return max(1, round(config.interval))
     rate = estimate_rate(state.history, config.interval)
     interval = interval_at(rate, base if price is None else max(price, base))
+    if price is not None and price > base and state.history:
+        # the budget lengthens the interval the base price gives by at most GROWTH times the
+        # last one per visit (an estimate from few observations must not send a page away
+        # for the max interval)
+        interval = min(interval, max(interval_at(rate, base),
+                                     GROWTH * max(abs(state.history[-1]), config.interval)))
     return max(1, round(min(max(interval, config.min_interval), config.max_interval)))
 
 

@@ -93,7 +93,10 @@ def test_a_binding_price_makes_every_interval_longer_or_equal_and_the_fastest_ma
         free = next_interval(config, state)
         assert next_interval(config, state, price=base) == free  # the base price: as before
         assert next_interval(config, state, price=base * 3) >= free
-        assert next_interval(config, state, price=math.inf) == 1000
+        # every page at the max interval, or GROWTH (4) times its last one if shorter, or
+        # the base price's interval if longer
+        assert next_interval(config, state, price=math.inf) == \
+            min(1000, max(free, 4 * max(abs(history[-1]), 10)))
     # a page without history: the base interval unless the price binds
     assert next_interval(config, State(fetched=1)) == 10
     assert next_interval(config, State(fetched=1), price=base * 10) > 10
@@ -141,3 +144,23 @@ def test_a_wrong_budget_share_names_the_setting(value):
 
     with pytest.raises(FleetConfigError, match="FLEET_RECRAWL_BUDGET"):
         FleetConfig.from_settings({"FLEET_RECRAWL": "adaptive", "FLEET_RECRAWL_BUDGET": value})
+
+
+def test_under_a_binding_price_an_interval_grows_at_most_fourfold_per_visit():
+    """A page the raised price sends far away would stay there for the whole interval with an
+    estimate from a few noisy observations (bench/README.md: the budget's freshness): while
+    the host's price is over the base one, it lengthens a page's interval (beyond the base
+    price's) by at most GROWTH times the last one (or the base interval)."""
+    config = RecrawlConfig(mode="adaptive", interval=10.0, min_interval=1.0,
+                           max_interval=100_000.0)
+    high = a.base_price(10.0) * 50
+    slow = State(fetched=1, history=[-10, -12, -14, -17, -20, -24, -29, -35])
+    free = next_interval(config, slow)
+    assert free < 4 * 35
+    assert next_interval(config, slow, price=high) == 4 * 35  # 4 x its last interval
+    changing = State(fetched=1, history=[3, 3, -3])
+    assert next_interval(config, changing) < 40
+    assert next_interval(config, changing, price=math.inf) == 40  # 4 x the base interval
+    # a page not worth fetching at the base price keeps the max interval it had
+    fast = State(fetched=1, history=[2, 2, 2])
+    assert next_interval(config, fast) == next_interval(config, fast, price=high) == 100_000
