@@ -23,6 +23,12 @@ Runs (``--setting``): ``static60``: 500 pages, 60 % never change, the rest log-u
 freshness (bisection), their ratio; ``research``: 500 pages all changing (log-uniform 1/60 ..
 8 a day, research note), the adaptive policy at StormCrawler's budget (912 fetches a day).
 
+``budget`` (``--parts budget``, ``--max-days``: the max interval, 30 days by default): at a
+fixed host rate (250 or 500 fetches a day) the adaptive policy with a base interval asking for
+more (0.3 day) without the budget allocation (due pages wait their turn at the host's rate,
+earliest due first) and with it (recrawl/budget.py's histogram and price, the budget the whole
+rate), and the uniform policy at that rate.
+
 This is the policies' code on the site's model, not workers over HTTP: the workers' path
 (conditional GET, signatures, the schedule in Redis) is tested in tests/worker/test_recrawl.py;
 a day of virtual time here is a day of a real crawl.
@@ -40,6 +46,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # testsite: a checkout folder
 
+from scrapy_fleet.recrawl.budget import history_bucket, host_price
 from scrapy_fleet.recrawl.schedule import State, next_interval, observe
 from scrapy_fleet.recrawl.settings import RecrawlConfig
 from testsite.changing import ChangingPages
@@ -53,11 +60,18 @@ def site(pages: int, static_share: float, seed: int) -> ChangingPages:
 
 
 def simulate(policy: str, model: ChangingPages, days: float, warm: float, budget: float,
-             base_days: float = 1.0, min_days: float = 1 / 24, max_days: float = 90.0
-             ) -> dict[str, Any]:
+             base_days: float = 1.0, min_days: float = 1 / 24, max_days: float = 90.0,
+             share: float | None = None) -> dict[str, Any]:
     """One run: *budget* fetches a day at most (the host's rate); returns fetches a day and
-    freshness after *warm* days.  Times in seconds on the virtual clock."""
+    freshness after *warm* days.  Times in seconds on the virtual clock.  *share*: the
+    adaptive policy with the host's budget allocation (FLEET_RECRAWL_BUDGET = *share*: the
+    workers' histogram of estimated rates, its price solved every 5 s of real time, here
+    every 1/100 day), None without it (every page at the base price)."""
     n = model.pages
+    counts: dict[int, int] = {}
+    sums: dict[int, float] = {}
+    price: float | None = None
+    solved_at = -1.0
     config = RecrawlConfig(mode="adaptive" if policy == "adaptive" else "fixed",
                            interval=base_days * DAY, min_interval=min_days * DAY,
                            max_interval=max_days * DAY)
@@ -78,6 +92,8 @@ def simulate(policy: str, model: ChangingPages, days: float, warm: float, budget
         if t >= end:
             break
         version, _since = model.version(i, t)
+        old = history_bucket(states[i].history, config.interval) \
+            if share is not None and states[i].fetched > 0 else None
         if seen[i] >= 0:
             # page i was fresh from its last fetch until its next change after it
             changes = model._changes[i]
@@ -93,8 +109,16 @@ def simulate(policy: str, model: ChangingPages, days: float, warm: float, budget
         if policy == "uniform":
             interval = uniform
         else:
-            interval = next_interval(config, states[i])
+            if share is not None and t - solved_at >= DAY / 100:
+                price, solved_at = host_price(counts, config, share * budget / DAY, sums), t
+            interval = next_interval(config, states[i], price=price)
             states[i].interval = interval
+            if share is not None:
+                new = history_bucket(states[i].history, config.interval)
+                for side, sign in ((old, -1), (new, 1)):
+                    if side is not None:
+                        counts[side[0]] = counts.get(side[0], 0) + sign
+                        sums[side[0]] = sums.get(side[0], 0.0) + sign * side[1]
         heapq.heappush(due, (t + interval, i))
     for i in range(n):  # close out: fresh from the last fetch until the next change or the end
         changes = model._changes[i]
@@ -144,14 +168,46 @@ def uniform_reaching(pages: int, static: float, seed: int, args: argparse.Namesp
     return best
 
 
+def budget_part(args: argparse.Namespace) -> dict[str, Any]:
+    """At a fixed host rate (fetches a day), the adaptive policy whose base interval asks for
+    more than that rate (0.3 d: about 900 a day in the research's setting) without the
+    allocation (due pages wait their turn at the rate, earliest due first: the backlog) and
+    with it (FLEET_RECRAWL_BUDGET = 1: the price rises until the pages fit the rate), and the
+    uniform policy at the same rate; 500 pages all changing (the research's setting) and 60 %
+    never changing."""
+    out: dict[str, Any] = {}
+    for static in (0.0, 0.6):
+        for rate in (250.0, 500.0):
+            row = {}
+            for name, share in (("without", None), ("with", 1.0)):
+                r = run("adaptive", args.pages, static, args.seed, args, rate, base_days=0.3,
+                        max_days=args.max_days, share=share)
+                row[f"adaptive_{name}_allocation"] = r
+            row["uniform"] = run("uniform", args.pages, static, args.seed, args, rate)
+            out[f"static{round(static * 100)}_rate{round(rate)}"] = row
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--days", type=float, default=150.0)
     parser.add_argument("--warm", type=float, default=50.0)
     parser.add_argument("--pages", type=int, default=500)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--max-days", type=float, default=30.0,
+                        help="budget part: FLEET_RECRAWL_MAX_INTERVAL, days")
+    parser.add_argument("--parts", default="static60,research,budget",
+                        help="comma-separated: static60, research, budget")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     out: dict[str, Any] = {}
+    if "budget" in parts:
+        out["budget"] = budget_part(args)
+    if parts <= {"budget"}:
+        import json
+
+        print(json.dumps(out, indent=1, sort_keys=True))
+        return
     # 60 % never change: the adaptive policy at the fixed-1-day policy's budget and at half of
     # it, against the uniform policy's fetches for the same freshness
     static = run("fixed", args.pages, 0.6, args.seed, args, 10_000.0, base_days=1.0)

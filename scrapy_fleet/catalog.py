@@ -269,6 +269,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FLEET_RECRAWL_GONE_AFTER", 2, "int >= 1",
             "404/410 answers in a row after which a URL leaves the schedule", "recrawl",
             _RECRAWL),
+    Setting("FLEET_RECRAWL_BUDGET", 0.8, "float 0 .. 1",
+            "adaptive: the share of a host's rate its revisits may take (0: no budget)",
+            "recrawl", _RECRAWL),
 )
 
 #: name -> default of every setting (from :data:`SETTINGS`)

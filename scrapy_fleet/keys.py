@@ -53,6 +53,9 @@ prefix ``fleet`` and crawl id ``docs``::
                                                               slot, position, last fetch)
     fleet:{docs}:rvl          STRING  "1"                     a push carried a sitemap <lastmod>:
                                                               records are indexed in rvx
+    fleet:{docs}:rvb:<host>   HASH  bucket -> pages, "mu" -> price  a host's tracked pages by
+                                                              change rate, and its price of a
+                                                              fetch (recrawl/budget.py)
     fleet:{docs}:seq          STRING  counter                 entry ids
     fleet:{docs}:token        STRING  counter                 fencing tokens
     fleet:{docs}:bloom:meta   HASH    Bloom filter parameters, per-slice counts, generation g
@@ -273,6 +276,12 @@ class CrawlKeys:
 
     #: STRING "1": a push carried a sitemap ``<lastmod>``: records are indexed from then on.
     revisit_lastmod = _Key("rvl")
+    #: Prefix of the hosts' budget HASHes (recrawl/budget.py).
+    revisit_budget_prefix = _Key("rvb:")
+
+    def revisit_budget(self, host: str) -> str:
+        """HASH of *host*'s tracked pages by change-rate bucket and its price ``mu``."""
+        return f"{self.revisit_budget_prefix}{host}"
     leases = _Key("leases")
     lease = _Key("lease")
     expiries = _Key("expiries")

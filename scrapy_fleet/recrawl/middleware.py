@@ -41,6 +41,7 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 
 from scrapy_fleet import engine_hooks
 from scrapy_fleet.errors import FleetError
+from scrapy_fleet.recrawl.budget import HostBudgets, history_bucket
 from scrapy_fleet.recrawl.schedule import (
     RECRAWL_META_KEY,
     STATE_META_KEY,
@@ -86,13 +87,63 @@ class FleetRecrawlMiddleware:
         self.crawler = crawler
         self.config = config
         self.stats = crawler.stats
+        #: the hosts' budgets (adaptive with FLEET_RECRAWL_BUDGET > 0), made at the first use
+        self.budgets: HostBudgets | None = None
+        self._budgeted = config.mode == "adaptive" and config.budget > 0
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FleetRecrawlMiddleware:
         config = recrawl_config(crawler.settings)
         if not config.enabled:
             raise NotConfigured("FLEET_RECRAWL is off")
-        return cls(crawler, config)
+        mw = cls(crawler, config)
+        if mw._budgeted:
+            from scrapy import signals
+
+            crawler.signals.connect(mw._closed, signal=signals.spider_closed)
+        return mw
+
+    def _closed(self, spider: Spider | None = None) -> Any:
+        if self.budgets is None:
+            return None
+        from scrapy.utils.defer import deferred_from_coro
+
+        budgets, self.budgets = self.budgets, None
+
+        async def close() -> None:
+            await budgets.close()
+            await budgets.client.aclose()
+
+        return deferred_from_coro(close())
+
+    def _budgets(self) -> HostBudgets | None:
+        """The hosts' budgets, None when off (or before the spider is known)."""
+        if not self._budgeted or self.crawler.spider is None:
+            return None
+        if self.budgets is None:
+            from scrapy_fleet import redis_client
+            from scrapy_fleet.config import FleetConfig
+            from scrapy_fleet.keys import CrawlKeys
+
+            fleet = FleetConfig.from_settings(self.crawler.settings)
+            keys = CrawlKeys(fleet.key_prefix, fleet.resolve_crawl_id(self.crawler.spider.name))
+            client = redis_client.make_client(fleet.redis_url, fleet.redis_timeout,
+                                              is_async=True)
+            self.budgets = HostBudgets(fleet, keys, client)
+        return self.budgets
+
+    def _host(self, request: Request) -> str:
+        from scrapy_fleet.politeness.hosts import host_key
+
+        return host_key(request.url, self.config.host_key)
+
+    def _bucket(self, request: Request, state: State | None) -> tuple[int, float] | None:
+        """The budget bucket *state* counts in now and its rate (None: not counted: no
+        budget, a first visit, or a page with its own interval)."""
+        if not self._budgeted or state is None or state.fetched <= 0 \
+                or wanted_interval(request.meta) is not None:
+            return None
+        return history_bucket(state.history, self.config.for_host(self._host(request)).interval)
 
     def _inc(self, name: str) -> None:
         if self.stats is not None:
@@ -117,7 +168,8 @@ class FleetRecrawlMiddleware:
         if state.last_modified and b"If-Modified-Since" not in request.headers:
             request.headers[b"If-Modified-Since"] = state.last_modified.encode("latin-1")
 
-    def _schedule(self, request: Request, state: State | None) -> None:
+    def _schedule(self, request: Request, state: State | None,
+                  old: tuple[int, float] | None = None) -> None:
         if state is not None and invalid_wanted(request.meta):
             self._inc("invalid_meta")
             logger.warning("Invalid meta[%r]=%r for %s (False, or seconds > 0): tracked at "
@@ -127,17 +179,25 @@ class FleetRecrawlMiddleware:
         ledger = engine_hooks.ledger_of(self.crawler)
         if ledger is None:
             return
+        budgets = self._budgets()
         if state is None:
-            ledger.note_revisit(request, None)
+            if ledger.note_revisit(request, None) and budgets is not None and old is not None:
+                budgets.move(self._host(request), old, None)
+                budgets.maybe_sync()
             return
         config = self.config
+        host = self._host(request) if config.host_intervals or budgets is not None else ""
         if config.host_intervals:
-            from scrapy_fleet.politeness.hosts import host_key
-
-            config = config.for_host(host_key(request.url, config.host_key))
-        interval = next_interval(config, state, wanted_interval(request.meta))
+            config = config.for_host(host)
+        wanted = wanted_interval(request.meta)
+        price = budgets.price(host) if budgets is not None else None
+        interval = next_interval(config, state, wanted, price)
         state.interval = interval
-        ledger.note_revisit(request, state.to_meta(), float(interval))
+        noted = ledger.note_revisit(request, state.to_meta(), float(interval))
+        if budgets is not None and noted:
+            new = None if wanted is not None else history_bucket(state.history, config.interval)
+            budgets.move(host, old, new)
+            budgets.maybe_sync()
 
     def process_response(self, request: Request, response: Response,
                          spider: Spider | None = None) -> Response:
@@ -145,6 +205,7 @@ class FleetRecrawlMiddleware:
             self._schedule(request, None)
             return response
         state = self._state(request)
+        old = self._bucket(request, state)
         status = response.status
         now = int(time.time())
         if status == 304 and state is not None:
@@ -152,7 +213,7 @@ class FleetRecrawlMiddleware:
             state.gone = 0
             state.etag = _header(response, b"ETag") or state.etag
             state.last_modified = _header(response, b"Last-Modified") or state.last_modified
-            self._schedule(request, state)
+            self._schedule(request, state, old)
             self._inc("not_modified")
             return self._unchanged(request, response, state)
         if 200 <= status < 300:
@@ -166,7 +227,7 @@ class FleetRecrawlMiddleware:
             state.etag = _header(response, b"ETag")
             state.last_modified = _header(response, b"Last-Modified")
             state.gone = 0
-            self._schedule(request, state)
+            self._schedule(request, state, old)
             request.meta[VERSION_META_KEY] = (now, signature)
             if first:
                 self._inc("tracked")
@@ -182,7 +243,7 @@ class FleetRecrawlMiddleware:
             state.gone += 1
             if state.gone >= self.config.gone_after:
                 self._inc("gone")
-                self._schedule(request, None)
+                self._schedule(request, None, old)
                 return response
         else:
             self._inc("failed")

@@ -13,9 +13,11 @@ Policies: ``fixed`` revisits every ``FLEET_RECRAWL_INTERVAL``; ``adaptive`` esti
 page's change rate from its history (Cho & Garcia-Molina's estimator for irregular intervals,
 with Kolobov's 0.5 smoothing: solve sum over changed of t/(e^(l t) - 1) = sum over unchanged
 of t) and gives it the interval of the optimal allocation of freshness (Cho & Garcia-Molina:
-dF/df = mu with F(l, f) = (f / l)(1 - e^(-l / f))), mu fixed so that a page changing once per
-``FLEET_RECRAWL_INTERVAL`` is revisited once per interval; within the min and max intervals.
-A page changing faster than the budget can follow gets the max interval.
+dF/df = mu with F(l, f) = (f / l)(1 - e^(-l / f))) at its host's price mu (allocation.py,
+budget.py): the base price, at which a page changing once per ``FLEET_RECRAWL_INTERVAL`` is
+revisited once per interval, or higher when the host's pages would exceed its budget; within
+the min and max intervals.  A page changing faster than the budget can follow gets the max
+interval.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 from email.utils import formatdate, parsedate_to_datetime
 from typing import Any
 
+from scrapy_fleet.recrawl.allocation import base_price, interval_at
 from scrapy_fleet.recrawl.settings import RecrawlConfig
 
 #: meta key of a tracked request's state (kept in the frontier with the request)
@@ -34,6 +37,9 @@ STATE_META_KEY = "fleet_rv"
 RECRAWL_META_KEY = "fleet_recrawl"
 #: observations kept per URL
 HISTORY = 8
+#: a host's price over the base one lengthens a page's interval by at most this many times
+#: its last one per visit (beyond the base price's interval)
+GROWTH = 4.0
 
 
 @dataclass
@@ -109,27 +115,12 @@ def estimate_rate(history: list[int], prior: float) -> float:
     return math.sqrt(lo * hi)
 
 
-def _marginal(rate: float, freq: float) -> float:
-    """dF/df of Cho's freshness F(l, f) = (f / l)(1 - e^(-l / f))."""
-    x = rate / freq
-    return (1 - math.exp(-x)) / rate - math.exp(-x) / freq
-
-
 def optimal_interval(rate: float, base: float) -> float:
     """Seconds between fetches of a page changing *rate* times a second, at the optimal
     allocation whose price makes a page changing once per *base* seconds be fetched once per
-    *base* seconds; ``math.inf`` when it is not worth fetching (changes too fast)."""
-    mu = _marginal(1.0 / base, 1.0 / base)
-    if 1.0 / rate <= mu:
-        return math.inf
-    lo, hi = 1e-12, 1e12
-    for _ in range(64):  # geometric bisection of a 1e24 ratio: 1e-17 relative
-        mid = math.sqrt(lo * hi)
-        if _marginal(rate, mid) > mu:
-            lo = mid
-        else:
-            hi = mid
-    return 1.0 / math.sqrt(lo * hi)
+    *base* seconds (allocation.py); ``math.inf`` when it is not worth fetching (changes too
+    fast)."""
+    return interval_at(rate, base_price(base))
 
 
 def wanted_interval(request_meta: Any) -> float | None:
@@ -155,15 +146,26 @@ def opted_out(request_meta: Any) -> bool:
     return hasattr(request_meta, "get") and request_meta.get(RECRAWL_META_KEY) is False
 
 
-def next_interval(config: RecrawlConfig, state: State, wanted: float | None = None) -> int:
+def next_interval(config: RecrawlConfig, state: State, wanted: float | None = None,
+                  price: float | None = None) -> int:
     """Seconds to the next fetch of a URL in *state* (its history updated), by the policy of
-    *config*; *wanted*: the request's own interval (meta), which wins."""
+    *config*; *wanted*: the request's own interval (meta), which wins; *price*: the host's
+    price of a fetch (seconds, allocation.py; ``math.inf``: every page at the max interval),
+    None for the base interval's (no budget binds).  A page without history gets the base
+    interval unless its host's price is over the base one (then its prior rate's interval)."""
     if wanted is not None:
         return max(1, round(wanted))
-    if config.mode != "adaptive" or not state.history:
+    base = base_price(config.interval)
+    if config.mode != "adaptive" or (not state.history and (price is None or price <= base)):
         return max(1, round(config.interval))
     rate = estimate_rate(state.history, config.interval)
-    interval = optimal_interval(rate, config.interval)
+    interval = interval_at(rate, base if price is None else max(price, base))
+    if price is not None and price > base and state.history:
+        # the budget lengthens the interval the base price gives by at most GROWTH times the
+        # last one per visit (an estimate from few observations must not send a page away
+        # for the max interval)
+        interval = min(interval, max(interval_at(rate, base),
+                                     GROWTH * max(abs(state.history[-1]), config.interval)))
     return max(1, round(min(max(interval, config.min_interval), config.max_interval)))
 
 

@@ -18,7 +18,8 @@ MODES = ("off", "fixed", "adaptive")
 @dataclass(frozen=True)
 class RecrawlConfig:
     """``mode``: off, fixed or adaptive; intervals in seconds; ``max_tracked``: the schedule's
-    bound (None: unbounded); ``gone_after``: 404/410 answers in a row that drop a URL."""
+    bound (None: unbounded); ``gone_after``: 404/410 answers in a row that drop a URL;
+    ``budget``: the share of a host's rate its revisits may take (0: none)."""
 
     mode: str = "off"
     #: host key -> its own FLEET_RECRAWL_INTERVAL (FLEET_HOST_OVERRIDES' recrawl_interval)
@@ -30,6 +31,9 @@ class RecrawlConfig:
     max_interval: float = 30 * 86400.0
     max_tracked: int | None = 10_000_000
     gone_after: int = 2
+    #: adaptive: the share of a host's rate (FLEET_HOST_RATE, DOWNLOAD_DELAY, its override,
+    #: robots.txt Crawl-delay) its revisits may take (recrawl/budget.py); 0: no budget
+    budget: float = 0.8
 
     @property
     def enabled(self) -> bool:
@@ -76,7 +80,11 @@ def recrawl_config(settings: BaseSettings | Mapping[str, Any]) -> RecrawlConfig:
                 host_intervals[str(host).lower()] = number(
                     f"FLEET_HOST_OVERRIDES[{host!r}]['recrawl_interval']",
                     spec["recrawl_interval"], float, 1.0, "seconds >= 1")
-    return RecrawlConfig(
+    budget = number("FLEET_RECRAWL_BUDGET", g("FLEET_RECRAWL_BUDGET"), float, 0.0,
+                    "a share of the host's rate, 0 .. 1")
+    check("FLEET_RECRAWL_BUDGET", g("FLEET_RECRAWL_BUDGET"), budget <= 1.0,
+          "a share of the host's rate, 0 .. 1")
+    return RecrawlConfig(budget=budget,
         host_intervals=host_intervals, host_key=str(g("FLEET_HOST_KEY")),
         mode=str(mode), interval=interval, min_interval=low, max_interval=high,
         max_tracked=bound("FLEET_RECRAWL_MAX", g("FLEET_RECRAWL_MAX")),

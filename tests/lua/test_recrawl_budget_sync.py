@@ -1,0 +1,82 @@
+"""A host's budget in Redis (recrawl/budget.py): the workers' moves add up in one HASH per host,
+every worker solves the same price from it, and a purged crawl gets no key back."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+import redis
+
+from scrapy_fleet import redis_client
+from scrapy_fleet.config import FleetConfig
+from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.recrawl.allocation import base_price, rate_bucket
+from scrapy_fleet.recrawl.budget import HostBudgets, host_budget, host_price
+
+KEYS = CrawlKeys("fleet", "budget")
+BASE = 10.0
+
+
+def fleet(redis_url: str) -> FleetConfig:
+    return FleetConfig.from_settings({
+        "FLEET_REDIS_URL": redis_url, "FLEET_RECRAWL": "adaptive",
+        "FLEET_RECRAWL_INTERVAL": BASE, "FLEET_RECRAWL_MIN_INTERVAL": 1,
+        "FLEET_RECRAWL_MAX_INTERVAL": 1000, "FLEET_HOST_RATE": 2, "FLEET_RECRAWL_BUDGET": 0.5})
+
+
+def test_two_workers_moves_add_up_and_both_solve_the_price_that_fits_the_budget(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    client.set(KEYS.marker, "m1")  # the crawl exists (its first frontier call wrote it)
+    config = fleet(redis_url)
+    rate = 0.1  # changes every 10 s: at the base price fetched every 10 s
+    bucket = (rate_bucket(rate, BASE), rate)
+
+    async def main() -> tuple[float | None, float | None]:
+        one = HostBudgets(config, KEYS, redis_client.make_client(redis_url, is_async=True))
+        two = HostBudgets(config, KEYS, redis_client.make_client(redis_url, is_async=True))
+        try:
+            for _ in range(30):  # 30 pages each: 60 pages asking for 6 fetches a second
+                one.move("h.test", None, bucket)
+                two.move("h.test", None, bucket)
+            one.move("h.test", bucket, None)  # one left the schedule: 59
+            await one.sync()
+            await two.sync()
+            await one.sync()  # (nothing to move: its price stays what it read)
+            one.move("h.test", bucket, bucket)
+            await one.sync()
+            return one.price("h.test"), two.price("h.test")
+        finally:
+            await one.client.aclose()
+            await two.client.aclose()
+
+    price_one, price_two = asyncio.run(main())
+    fields = client.hgetall(KEYS.revisit_budget("h.test"))
+    assert int(fields[str(bucket[0]).encode()]) == 59
+    assert float(fields[f"r{bucket[0]}".encode()]) == pytest.approx(59 * rate)
+    # budget 0.5 x 2 a second: 1 a second for 59 pages, over the base price
+    budget = host_budget(config, "h.test")
+    assert budget == 1.0
+    expected = host_price({bucket[0]: 59}, config.recrawl, budget, {bucket[0]: 59 * rate})
+    assert price_one == price_two == expected
+    assert math.isfinite(expected) and expected > base_price(BASE)
+    assert float(fields[b"mu"]) == expected
+
+
+def test_a_purged_crawl_gets_no_budget_key_back(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    config = fleet(redis_url)
+
+    async def main() -> HostBudgets:
+        budgets = HostBudgets(config, KEYS, redis_client.make_client(redis_url, is_async=True))
+        try:
+            budgets.move("h.test", None, (0, 0.1))
+            await budgets.sync()  # no marker: a crawl purged (or never begun)
+            return budgets
+        finally:
+            await budgets.client.aclose()
+
+    budgets = asyncio.run(main())
+    assert sorted(client.scan_iter(match="fleet:{budget}*")) == []
+    assert budgets.price("h.test") is None and budgets.pending == {}
