@@ -90,18 +90,17 @@ class FleetRecrawlMiddleware:
         #: the hosts' budgets (adaptive with FLEET_RECRAWL_BUDGET > 0), made at the first use
         self.budgets: HostBudgets | None = None
         self._budgeted = config.mode == "adaptive" and config.budget > 0
+        if self._budgeted:
+            from scrapy import signals
+
+            crawler.signals.connect(self._closed, signal=signals.spider_closed)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FleetRecrawlMiddleware:
         config = recrawl_config(crawler.settings)
         if not config.enabled:
             raise NotConfigured("FLEET_RECRAWL is off")
-        mw = cls(crawler, config)
-        if mw._budgeted:
-            from scrapy import signals
-
-            crawler.signals.connect(mw._closed, signal=signals.spider_closed)
-        return mw
+        return cls(crawler, config)
 
     def _closed(self, spider: Spider | None = None) -> Any:
         if self.budgets is None:
