@@ -9,8 +9,10 @@ ARGV[2], a fresh op id naming its previous one).  Reported: EVALSHA ``usec`` per
 commandstats: the script's own time and the commands it runs), the Redis commands per call,
 min and median over the rounds, and the ratio of this tree's minimum to the baseline's.
 
-``--functions`` also measures this tree's call loaded as one Redis Functions library (FUNCTION
-LOAD, FCALL: the parts' definitions run once, at load, instead of at every EVALSHA).
+Each tree's call is sent as its client sends it: FCALL of its Functions library
+(lua/library.py) where it has one, else EVALSHA; the time is FCALL's or EVALSHA's.
+``--evalsha`` also measures this tree's call as one EVALSHA of ``lua.source`` (every call
+defining the parts again), beside its FCALL.
 
 ``--cuts`` measures where this tree's empty call spends its time instead: the same call cut
 after each part of the driver (the keys alone, the parts defined, the first MGET, the checks,
@@ -43,7 +45,7 @@ from scrapy_fleet import lua
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams, call_args
 
-port, calls, entries, hosts, leased, functions, pid = (int(x) for x in sys.argv[1:8])
+port, calls, entries, hosts, leased, evalsha, pid = (int(x) for x in sys.argv[1:8])
 
 
 def server_cpu():
@@ -54,30 +56,10 @@ def server_cpu():
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 r = redis.Redis(port=port)
-script = r.register_script(lua.source("frontier.lua"))
-if functions:
-    # the same source as one Redis Functions library: the parts' definitions run once, at
-    # FUNCTION LOAD; each FCALL runs the prologue and the driver only
-    from importlib import resources
-
-    from scrapy_fleet.keys import FRONTIER_CALL
-
-    folder = resources.files("scrapy_fleet") / "lua"
-    # the parts (and the steps' function) between the prologue and the driver, defined once
-    whole, pro = lua.source("frontier.lua"), lua.prologue(FRONTIER_CALL)
-    driver = (folder / "frontier.lua").read_text()
-    assert whole.startswith(pro + "\n") and whole.endswith("\n" + driver)
-    # (a library's load runs without math: the one constant computed with it, written out)
-    defs = whole[len(pro) + 1:len(whole) - len(driver) - 1].replace(
-        "math.log(2) * math.log(2)", "0.4804530139182014")
-    pro = pro.replace("local K = {", "K = {").replace("local CRAWL_LAYOUT", "CRAWL_LAYOUT")
-    r.function_load("#!lua name=fleetbench\nlocal KEYS, ARGV, K, CRAWL_LAYOUT\n" + defs
-                    + "\nredis.register_function('frontier', function(keys, args)\n"
-                    "KEYS, ARGV = keys, args\n" + pro + (folder / "frontier.lua").read_text()
-                    + "\nend)\n", replace=True)
-
-    def script(keys, args):  # noqa: F811 - the FCALL twin of the registered script
-        return r.fcall("frontier", len(keys), *keys, *args)
+# as the tree's client calls it: a function of its library (FCALL) where the tree has one,
+# else EVALSHA; with evalsha, this tree's source by EVALSHA instead
+script = (r.register_script(lua.source("frontier.lua")) if evalsha
+          else lua.load(r, "frontier.lua"))
 k = CrawlKeys("fleet", "fixed")
 params = FrontierParams(host_concurrency=4, host_interval=0.05)
 prev = {"": "-", "w-busy": "-", "w-idle": "-"}
@@ -105,7 +87,8 @@ for _ in range(calls):
     call(CallBatch(beat=True), "w-idle", hb)
 cpu = server_cpu() - cpu0
 st = r.info("commandstats")
-ev = st.get("cmdstat_fcall" if functions else "cmdstat_evalsha", {"usec": 0, "calls": 1})
+ran = [st[name] for name in ("cmdstat_fcall", "cmdstat_evalsha") if name in st]
+ev = {"usec": sum(x["usec"] for x in ran), "calls": sum(x["calls"] for x in ran) or 1}
 others = sum(int(v["calls"]) for name, v in st.items()
              if name not in ("cmdstat_evalsha", "cmdstat_fcall", "cmdstat_config",
                              "cmdstat_info"))
@@ -183,13 +166,13 @@ def cuts(root: Path, args: argparse.Namespace) -> dict[str, float]:
 
 
 def fixed_once(tree: Path, root: Path, args: argparse.Namespace,
-               functions: bool = False) -> dict[str, float]:
+               evalsha: bool = False) -> dict[str, float]:
     with h.Redis(root) as server:
         env = dict(os.environ, PYTHONPATH=str(tree))
         pid = server.proc.pid  # type: ignore[union-attr]
         out = subprocess.run([h.PYTHON, "-c", CHILD, str(server.port), str(args.calls),
                               str(args.entries), str(args.hosts), str(args.leased),
-                              str(int(functions)), str(pid)],
+                              str(int(evalsha)), str(pid)],
                              env=env, cwd=root, check=True, capture_output=True,
                              text=True).stdout
         return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
@@ -204,8 +187,8 @@ def main() -> None:
     p.add_argument("--hosts", type=int, default=50)
     p.add_argument("--leased", type=int, default=20)
     p.add_argument("--replay", type=Path, default=None, help="recorded calls (bench_replay)")
-    p.add_argument("--functions", action="store_true",
-                   help="also this tree's call as a Redis Functions library (FCALL)")
+    p.add_argument("--evalsha", action="store_true",
+                   help="also this tree's call by EVALSHA of its whole source")
     p.add_argument("--cuts", action="store_true",
                    help="where this tree's empty call spends its time (cut variants), only")
     args = p.parse_args()
@@ -221,14 +204,15 @@ def main() -> None:
         return
     trees = {"this": h.REPO_ROOT, "base": args.baseline.resolve()}
     rows: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
-    if args.functions:
-        rows["fcall"] = []
+    if args.evalsha:
+        rows["evalsha"] = []
     with h.workdir("fleet-fixed-") as root:
         for k in range(args.rounds):
             for name, tree in trees.items():
                 rows[name].append(fixed_once(tree, root / f"{name}-{k}", args))
-            if args.functions:
-                rows["fcall"].append(fixed_once(h.REPO_ROOT, root / f"fcall-{k}", args, True))
+            if args.evalsha:
+                rows["evalsha"].append(fixed_once(h.REPO_ROOT, root / f"evalsha-{k}", args,
+                                                  True))
     figures: dict[str, Any] = {"machine": h.machine(), "fixed": {}}
     for name, got in rows.items():
         usec = [x["usec"] for x in got]
@@ -245,12 +229,12 @@ def main() -> None:
           f"{base['usec_median']}, {base['commands_per_call']} commands): x{ratio}; "
           f"redis-server CPU per call: this {this['cpu_us_min']} µs, base "
           f"{base['cpu_us_min']} µs: x{figures['fixed_cpu_ratio']}", flush=True)
-    if args.functions:
-        fc = figures["fixed"]["fcall"]
-        print(f"this tree's call as a Functions library (FCALL): {fc['usec_min']} µs (median "
-              f"{fc['usec_median']}, CPU {fc['cpu_us_min']}): "
-              f"x{round(fc['usec_min'] / this['usec_min'], 3)} of its EVALSHA "
-              f"(CPU x{round(fc['cpu_us_min'] / this['cpu_us_min'], 3)})", flush=True)
+    if args.evalsha:
+        ev = figures["fixed"]["evalsha"]
+        print(f"this tree's call by EVALSHA of its source: {ev['usec_min']} µs (median "
+              f"{ev['usec_median']}, CPU {ev['cpu_us_min']}): "
+              f"x{round(this['usec_min'] / ev['usec_min'], 3)} for the library's FCALL "
+              f"(CPU x{round(this['cpu_us_min'] / ev['cpu_us_min'], 3)})", flush=True)
     if args.replay:
         import bench_replay as br
 
