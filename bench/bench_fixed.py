@@ -14,10 +14,11 @@ Each tree's call is sent as its client sends it: FCALL of its Functions library
 ``--evalsha`` also measures this tree's call as one EVALSHA of ``lua.source`` (every call
 defining the parts again), beside its FCALL.
 
-``--cuts`` measures where this tree's empty call spends its time instead: the same call cut
-after each part of the driver (the keys alone, the parts defined, the first MGET, the checks,
-...), and the full call with one of its commands run 20 times more (that command's own cost),
-all on one server, in alternating rounds (minimum per variant).
+``--cuts`` measures where this tree's empty call spends its time instead: FCALL of a function
+doing nothing with the call's KEYS, then the library's function cut after each part of its
+entry file (the key table alone, the first MGET, the checks, ...), and the full call with one
+of its commands run 20 times more (that command's own cost), all on one server, in
+alternating rounds (minimum per variant).
 
 ``--replay FILE`` also replays recorded worker calls (bench_replay.py, same rounds) and prints
 their ratio beside it, so both of issue 20's figures come from one run.
@@ -43,7 +44,11 @@ import json, sys, uuid
 import msgpack, redis
 from scrapy_fleet import lua
 from scrapy_fleet.keys import CrawlKeys
-from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams, call_args
+from scrapy_fleet.frontier.protocol import CallBatch, CallResult, FrontierParams, call_args
+try:
+    from scrapy_fleet.frontier.protocol import call_argv
+except ImportError:  # (a tree sending the whole argument in ARGV[1])
+    call_argv = None
 
 port, calls, entries, hosts, leased, evalsha, pid = (int(x) for x in sys.argv[1:8])
 
@@ -65,11 +70,24 @@ params = FrontierParams(host_concurrency=4, host_interval=0.05)
 prev = {"": "-", "w-busy": "-", "w-idle": "-"}
 
 
+marks = {}  # a worker's crawl marker, required from its second call on (as FrontierCall)
+
+
+def argv(batch, worker, monitor):  # the call's ARGV as the tree's client sends it
+    if call_argv is None:
+        return [call_args(batch, worker, params, marks.get(worker, "")), monitor]
+    arg, constants = call_argv(batch, worker, params, marks.get(worker, ""))
+    return [arg, monitor, constants]
+
+
 def call(batch, worker, monitor=b""):
     op = uuid.uuid4().hex
     keys = k.frontier_keys(op, prev[worker], worker)
     prev[worker] = op
-    return script(keys=keys, args=[call_args(batch, worker, params), monitor])
+    reply = script(keys=keys, args=argv(batch, worker, monitor))
+    if worker and worker not in marks:
+        marks[worker] = CallResult.from_reply(reply).marker
+    return reply
 
 
 pushes = [[i.to_bytes(12, "big"), 0, b"x" * 200, 0, "h%d.example" % (i % hosts)]
@@ -98,21 +116,21 @@ print(json.dumps({"usec": ev["usec"] / ev["calls"], "commands": others / ev["cal
 
 
 #: the --cuts child: one server, the crawl seeded as above, then each variant of the call
+#: (this tree's Functions library with the frontier function's entry file cut or added to)
 CUTS = CHILD.split("r.config_resetstat()")[0] + r"""
-from importlib import resources
-from scrapy_fleet.keys import FRONTIER_CALL
+from scrapy_fleet.lua import library
 rounds = int(sys.argv[8])
-folder = resources.files("scrapy_fleet") / "lua"
-whole, driver = lua.source("frontier.lua"), (folder / "frontier.lua").read_text()
-parts = whole[:len(whole) - len(driver)]
-marks = {"head": "if head[1] then\n  return head[1]\nend\n",
-         "check": "if not c then return redis.error_reply(err) end\n",
-         "begin": "begin_call(c)\n", "has_work": "keep_next_due(c)\n",
-         "idle": "step_idle(c)\n", "monitor": "c.workers_first)\n"}
-variants = {"keys": lua.prologue(FRONTIER_CALL) + "return 1", "parts": parts + "return 1"}
-for name, mark in marks.items():
-    variants[name] = parts + driver[:driver.index(mark) + len(mark)] + "return 1"
-variants["full"] = whole
+name, code = library.library()
+driver = lua.entry("frontier.lua")
+assert code.count(driver) == 1
+cut_at = {"head": "if head[1] then\n  return head[1]\nend\n",
+          "check": "if not c then return redis.error_reply(err) end\n",
+          "begin": "begin_call(c)\n", "has_work": "keep_next_due(c)\n",
+          "idle": "step_idle(c)\n", "monitor": "c.workers_first)\n"}
+variants = {"keys": code.replace(driver, "return 1")}
+for cut, mark in cut_at.items():
+    variants[cut] = code.replace(driver, driver[:driver.index(mark) + len(mark)] + "return 1")
+variants["full"] = code
 # each command of the empty call, 20 times more, before the call's own return
 more = {"MGET": "redis.call('MGET', K.op, K.marker, K.queue_count, K.idle_since, "
                 "K.revisit_count, K.next_due, K.workers_first)",
@@ -128,32 +146,36 @@ more = {"MGET": "redis.call('MGET', K.op, K.marker, K.queue_count, K.idle_since,
         "DEL": "redis.call('DEL', K.prev_op)",
         "SET": "redis.call('SET', K.prev_op, string.rep('x', 300), 'PX', 300000)"}
 tail = "return step_reply(c)"
-assert whole.endswith(tail + "\n")
-for name, line in more.items():
-    variants["+20 " + name] = (whole[:len(whole) - len(tail) - 1] + "for _ = 1, 20 do " + line
-                               + " end\n" + tail + "\n")
+assert driver.endswith(tail + "\n")
+for cmd, line in more.items():
+    variants["+20 " + cmd] = code.replace(driver, driver[:len(driver) - len(tail) - 1]
+                                          + "for _ = 1, 20 do " + line + " end\n" + tail + "\n")
+# FCALL of a function doing nothing, with the call's KEYS (no key table)
+variants["fcall"] = code
+r.function_load("#!lua name=fleetcut\nredis.register_function('fleetcut_one', "
+                "function() return 1 end)", replace=True)
+fname = library.function_name("frontier.lua")
 best = {}
 for _ in range(rounds):
-    for name, source in variants.items():
-        script = r.register_script(source)
+    for cut, source in variants.items():
+        r.function_load(source, replace=True)
+        called = "fleetcut_one" if cut == "fcall" else fname
         call(CallBatch(beat=True), "w-idle", hb)  # (prev names this worker's last op)
-        for _ in range(20):
-            keys = k.frontier_keys(uuid.uuid4().hex, prev["w-idle"], "w-idle")
-            script(keys=keys, args=[call_args(CallBatch(beat=True), "w-idle", params), hb])
-        r.config_resetstat()
-        for _ in range(calls):
+        for n in range(20 + calls):
+            if n == 20:
+                r.config_resetstat()
             op = uuid.uuid4().hex
             keys = k.frontier_keys(op, prev["w-idle"], "w-idle")
             prev["w-idle"] = op
-            script(keys=keys, args=[call_args(CallBatch(beat=True), "w-idle", params), hb])
-        ev = r.info("commandstats")["cmdstat_evalsha"]
-        best[name] = min(best.get(name, 1e9), ev["usec"] / ev["calls"])
+            r.fcall(called, len(keys), *keys, *argv(CallBatch(beat=True), "w-idle", hb))
+        ev = r.info("commandstats")["cmdstat_fcall"]
+        best[cut] = min(best.get(cut, 1e9), ev["usec"] / ev["calls"])
 print(json.dumps(best))
 """
 
 
 def cuts(root: Path, args: argparse.Namespace) -> dict[str, float]:
-    """µs per EVALSHA of each variant of this tree's empty call (CUTS), minimum of the rounds."""
+    """µs per FCALL of each variant of this tree's empty call (CUTS), minimum of the rounds."""
     with h.Redis(root) as server:
         env = dict(os.environ, PYTHONPATH=str(h.REPO_ROOT))
         pid = server.proc.pid  # type: ignore[union-attr]
