@@ -72,8 +72,8 @@ PROBE_LINES = {
 #: client that finds it missing
 _DIRECT = {
     # set, time: the start's checks of the crawl's spider and the worker id (identity.py)
-    "worker": ("evalsha", "script|load", "fcall", "function|load", "hset", "hmget", "hgetall", "zrem", "zcard", "set",
-               "time"),
+    "worker": ("evalsha", "script|load", "fcall", "function|load", "hset", "hmget", "hgetall",
+               "zrem", "zcard", "set", "time"),
     "monitor": ("zcard", "hlen", "hgetall", "zrange", "get", "hmget", "llen", "hscan",
                 "time", "exists", "hget", "zrevrange", "zrangebyscore", "zcount", "info"),
     "admin": ("evalsha", "script|load", "fcall", "function|load", "hset", "hmget", "hgetall",

@@ -2,7 +2,8 @@
 
 :class:`CallBatch` is what a worker sends (lua/frontier.lua documents each field) and
 :class:`FrontierParams` the per-crawl constants sent with it, packed by :func:`call_argv` into
-ARGV[1] (the call's own fields) and ARGV[3] (the constants; :func:`call_args`: all in ARGV[1]); :class:`CallResult` is the parsed reply (:class:`LeasedEntry` per lease).  Also
+ARGV[1] (the call's own fields) and ARGV[3] (the constants; :func:`call_args`: all in
+ARGV[1]); :class:`CallResult` is the parsed reply (:class:`LeasedEntry` per lease).  Also
 here: the fill-in of payloads a replayed reply leaves out (a call repeated after a lost reply
 with the same op id gets the first reply back, without the payloads), the error of a lost
 crawl marker, and the reads of the frontier's size, shared by the asyncio client

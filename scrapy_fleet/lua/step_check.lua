@@ -1,6 +1,6 @@
 -- step_check.lua: the frontier call's argument, checked whole before the call's first write
 -- (a runtime error after a write keeps the earlier writes; OOM is only checked before the
--- first write).  Defines one local, check_call.
+-- first write).  Defines check_call, and the cache of ARGV[3] it reads (call_constants).
 --
 -- check_call(K, head) returns the call `c` (c.req: ARGV[1] with its lists defaulted, c.mon:
 -- ARGV[2] parsed, c.marker: the crawl marker as read, c.head: what lua/frontier.lua read

@@ -35,7 +35,8 @@ def row(host: str, tag: bytes = b"r") -> tuple[bytes, int, bytes, int, str]:
 
 def libraries(client) -> list[bytes]:
     """Names of the libraries the server holds (FUNCTION LIST: flat lists in RESP2)."""
-    return [dict(zip(lib[::2], lib[1::2]))[b"library_name"] for lib in client.function_list()]
+    return [dict(zip(lib[::2], lib[1::2], strict=True))[b"library_name"]
+            for lib in client.function_list()]
 
 
 def beat(state: str, pages: int = 0) -> bytes:
@@ -73,7 +74,7 @@ def test_a_server_without_the_library_gets_it_and_each_call_runs_once(client, re
     keys = CrawlKeys("fleet", "fnlean").partition(1, 4)
     lean = LeanResult.from_reply(lua.load(client, "push_lean.lua")(
         keys=keys.call_keys(PUSH_LEAN_CALL, "op1"),
-        args=[lean_args([row("c.test")[:3] + ("c.test",)], FrontierParams(), "")]))
+        args=[lean_args([(*row("c.test")[:3], "c.test")], FrontierParams(), "")]))
     assert lean.pushed == 1 and client.get(keys.queue_count) == b"1"
 
 
