@@ -81,15 +81,19 @@ def prologue(names: tuple[str, ...]) -> str:
             f"local CRAWL_LAYOUT = '{keys.LAYOUT_VERSION}'\n")
 
 
-def parts(name: str) -> list[str]:
+def parts(name: str, flat: bool = False) -> list[str]:
     """The sources of *name*'s parts, then of its group (not its prologue, not the entry
-    file)."""
+    file).  *flat*: the group's parts before its function, which then holds its body only
+    (a Functions library defines every part once, when it is loaded: lua/library.py)."""
     folder = resources.files("scrapy_fleet") / "lua"
     found = [(folder / part).read_text("utf-8") for part in SCRIPTS.get(name, ((), None))[0]]
     if name in GROUPS:
         function, members, body = GROUPS[name]
+        inside = (body,) if flat else (*members, body)
+        if flat:
+            found.extend((folder / part).read_text("utf-8") for part in members)
         found.append(f"local function {function}(c)")
-        found.extend((folder / part).read_text("utf-8") for part in (*members, body))
+        found.extend((folder / part).read_text("utf-8") for part in inside)
         found.append(f"end  -- {function}")
     return found
 
