@@ -8,7 +8,7 @@ compared on identical work (noise ~3 % here).
 
 ``record FILE [--clients 16] [--hosts 100] [--seconds 6]``: one cell of bench_capacity.py (its
 synthetic clients and seeds, this tree), with every frontier.lua call also written to FILE:
-msgpack records ``[time s, KEYS, ARGV[1], ARGV[2]]`` (bench_capacity.Recorder).
+msgpack records ``[time s, KEYS, ARGV[1], ARGV[2][, ARGV[3]]]`` (bench_capacity.Recorder).
 
 ``replay FILE --baseline DIR [--rounds 3] [--skip 50]``: per round, this tree then the
 baseline's, each on a fresh server, each tree's call sent as its clients send it: FCALL of its
@@ -205,7 +205,11 @@ class Replay:
         return msgpack.packb(req, use_bin_type=False), worker
 
     def call(self, record: list[Any]) -> None:
-        at, keys, arg, monitor = record
+        at, keys, arg, monitor, *more = record
+        if more:  # (recorded with ARGV[3]: the whole argument in ARGV[1] again, as call_args)
+            arg = msgpack.packb({**msgpack.unpackb(more[0], raw=True, strict_map_key=False),
+                                 **msgpack.unpackb(arg, raw=True, strict_map_key=False)},
+                                use_bin_type=False)
         if self.template is not None:
             _, _, op, prev, worker_id = call_names(keys)
             keys = [k.replace("@OP@", op).replace("@PREV@", prev).replace("@W@", worker_id)
