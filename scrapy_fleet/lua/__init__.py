@@ -11,7 +11,10 @@ name, its parts, then its body file): Lua creates the closures of a function's b
 the function runs, so the parts a call needs only when it has work (the frontier call's
 steps) cost nothing to a call without any (every EVALSHA runs the whole chunk).
 :func:`load` registers a script with a redis-py client, which sends EVALSHA and
-reloads the script after ``NOSCRIPT`` (a restarted Redis has no scripts).
+reloads the script after ``NOSCRIPT`` (a restarted Redis has no scripts); the scripts of
+``library.FUNCTIONS`` (the frontier call, the lean push) are instead functions of one Redis
+Functions library built from the same files (lua/library.py: every part defined once, at
+FUNCTION LOAD), called by FCALL.
 """
 
 from __future__ import annotations
