@@ -9,13 +9,16 @@ ARGV[2], a fresh op id naming its previous one).  Reported: EVALSHA ``usec`` per
 commandstats: the script's own time and the commands it runs), the Redis commands per call,
 min and median over the rounds, and the ratio of this tree's minimum to the baseline's.
 
-``--functions`` also measures this tree's call loaded as one Redis Functions library (FUNCTION
-LOAD, FCALL: the parts' definitions run once, at load, instead of at every EVALSHA).
+Each tree's call is sent as its client sends it: FCALL of its Functions library
+(lua/library.py) where it has one, else EVALSHA; the time is FCALL's or EVALSHA's.
+``--evalsha`` also measures this tree's call as one EVALSHA of ``lua.source`` (every call
+defining the parts again), beside its FCALL.
 
-``--cuts`` measures where this tree's empty call spends its time instead: the same call cut
-after each part of the driver (the keys alone, the parts defined, the first MGET, the checks,
-...), and the full call with one of its commands run 20 times more (that command's own cost),
-all on one server, in alternating rounds (minimum per variant).
+``--cuts`` measures where this tree's empty call spends its time instead: FCALL of a function
+doing nothing with the call's KEYS, then the library's function cut after each part of its
+entry file (the key table alone, the first MGET, the checks, ...), and the full call with one
+of its commands run 20 times more (that command's own cost), all on one server, in
+alternating rounds (minimum per variant).
 
 ``--replay FILE`` also replays recorded worker calls (bench_replay.py, same rounds) and prints
 their ratio beside it, so both of issue 20's figures come from one run.
@@ -41,9 +44,13 @@ import json, sys, uuid
 import msgpack, redis
 from scrapy_fleet import lua
 from scrapy_fleet.keys import CrawlKeys
-from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams, call_args
+from scrapy_fleet.frontier.protocol import CallBatch, CallResult, FrontierParams, call_args
+try:
+    from scrapy_fleet.frontier.protocol import call_argv
+except ImportError:  # (a tree sending the whole argument in ARGV[1])
+    call_argv = None
 
-port, calls, entries, hosts, leased, functions, pid = (int(x) for x in sys.argv[1:8])
+port, calls, entries, hosts, leased, evalsha, pid = (int(x) for x in sys.argv[1:8])
 
 
 def server_cpu():
@@ -54,40 +61,33 @@ def server_cpu():
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 r = redis.Redis(port=port)
-script = r.register_script(lua.source("frontier.lua"))
-if functions:
-    # the same source as one Redis Functions library: the parts' definitions run once, at
-    # FUNCTION LOAD; each FCALL runs the prologue and the driver only
-    from importlib import resources
-
-    from scrapy_fleet.keys import FRONTIER_CALL
-
-    folder = resources.files("scrapy_fleet") / "lua"
-    # the parts (and the steps' function) between the prologue and the driver, defined once
-    whole, pro = lua.source("frontier.lua"), lua.prologue(FRONTIER_CALL)
-    driver = (folder / "frontier.lua").read_text()
-    assert whole.startswith(pro + "\n") and whole.endswith("\n" + driver)
-    # (a library's load runs without math: the one constant computed with it, written out)
-    defs = whole[len(pro) + 1:len(whole) - len(driver) - 1].replace(
-        "math.log(2) * math.log(2)", "0.4804530139182014")
-    pro = pro.replace("local K = {", "K = {").replace("local CRAWL_LAYOUT", "CRAWL_LAYOUT")
-    r.function_load("#!lua name=fleetbench\nlocal KEYS, ARGV, K, CRAWL_LAYOUT\n" + defs
-                    + "\nredis.register_function('frontier', function(keys, args)\n"
-                    "KEYS, ARGV = keys, args\n" + pro + (folder / "frontier.lua").read_text()
-                    + "\nend)\n", replace=True)
-
-    def script(keys, args):  # noqa: F811 - the FCALL twin of the registered script
-        return r.fcall("frontier", len(keys), *keys, *args)
+# as the tree's client calls it: a function of its library (FCALL) where the tree has one,
+# else EVALSHA; with evalsha, this tree's source by EVALSHA instead
+script = (r.register_script(lua.source("frontier.lua")) if evalsha
+          else lua.load(r, "frontier.lua"))
 k = CrawlKeys("fleet", "fixed")
 params = FrontierParams(host_concurrency=4, host_interval=0.05)
 prev = {"": "-", "w-busy": "-", "w-idle": "-"}
+
+
+marks = {}  # a worker's crawl marker, required from its second call on (as FrontierCall)
+
+
+def argv(batch, worker, monitor):  # the call's ARGV as the tree's client sends it
+    if call_argv is None:
+        return [call_args(batch, worker, params, marks.get(worker, "")), monitor]
+    arg, constants = call_argv(batch, worker, params, marks.get(worker, ""))
+    return [arg, monitor, constants]
 
 
 def call(batch, worker, monitor=b""):
     op = uuid.uuid4().hex
     keys = k.frontier_keys(op, prev[worker], worker)
     prev[worker] = op
-    return script(keys=keys, args=[call_args(batch, worker, params), monitor])
+    reply = script(keys=keys, args=argv(batch, worker, monitor))
+    if worker and worker not in marks:
+        marks[worker] = CallResult.from_reply(reply).marker
+    return reply
 
 
 pushes = [[i.to_bytes(12, "big"), 0, b"x" * 200, 0, "h%d.example" % (i % hosts)]
@@ -105,7 +105,8 @@ for _ in range(calls):
     call(CallBatch(beat=True), "w-idle", hb)
 cpu = server_cpu() - cpu0
 st = r.info("commandstats")
-ev = st.get("cmdstat_fcall" if functions else "cmdstat_evalsha", {"usec": 0, "calls": 1})
+ran = [st[name] for name in ("cmdstat_fcall", "cmdstat_evalsha") if name in st]
+ev = {"usec": sum(x["usec"] for x in ran), "calls": sum(x["calls"] for x in ran) or 1}
 others = sum(int(v["calls"]) for name, v in st.items()
              if name not in ("cmdstat_evalsha", "cmdstat_fcall", "cmdstat_config",
                              "cmdstat_info"))
@@ -115,21 +116,21 @@ print(json.dumps({"usec": ev["usec"] / ev["calls"], "commands": others / ev["cal
 
 
 #: the --cuts child: one server, the crawl seeded as above, then each variant of the call
+#: (this tree's Functions library with the frontier function's entry file cut or added to)
 CUTS = CHILD.split("r.config_resetstat()")[0] + r"""
-from importlib import resources
-from scrapy_fleet.keys import FRONTIER_CALL
+from scrapy_fleet.lua import library
 rounds = int(sys.argv[8])
-folder = resources.files("scrapy_fleet") / "lua"
-whole, driver = lua.source("frontier.lua"), (folder / "frontier.lua").read_text()
-parts = whole[:len(whole) - len(driver)]
-marks = {"head": "if head[1] then\n  return head[1]\nend\n",
-         "check": "if not c then return redis.error_reply(err) end\n",
-         "begin": "begin_call(c)\n", "has_work": "keep_next_due(c)\n",
-         "idle": "step_idle(c)\n", "monitor": "c.workers_first)\n"}
-variants = {"keys": lua.prologue(FRONTIER_CALL) + "return 1", "parts": parts + "return 1"}
-for name, mark in marks.items():
-    variants[name] = parts + driver[:driver.index(mark) + len(mark)] + "return 1"
-variants["full"] = whole
+name, code = library.library()
+driver = lua.entry("frontier.lua")
+assert code.count(driver) == 1
+cut_at = {"head": "if head[1] then\n  return head[1]\nend\n",
+          "check": "if not c then return redis.error_reply(err) end\n",
+          "begin": "begin_call(c)\n", "has_work": "keep_next_due(c)\n",
+          "idle": "step_idle(c)\n", "monitor": "c.workers_first)\n"}
+variants = {"keys": code.replace(driver, "return 1")}
+for cut, mark in cut_at.items():
+    variants[cut] = code.replace(driver, driver[:driver.index(mark) + len(mark)] + "return 1")
+variants["full"] = code
 # each command of the empty call, 20 times more, before the call's own return
 more = {"MGET": "redis.call('MGET', K.op, K.marker, K.queue_count, K.idle_since, "
                 "K.revisit_count, K.next_due, K.workers_first)",
@@ -145,32 +146,36 @@ more = {"MGET": "redis.call('MGET', K.op, K.marker, K.queue_count, K.idle_since,
         "DEL": "redis.call('DEL', K.prev_op)",
         "SET": "redis.call('SET', K.prev_op, string.rep('x', 300), 'PX', 300000)"}
 tail = "return step_reply(c)"
-assert whole.endswith(tail + "\n")
-for name, line in more.items():
-    variants["+20 " + name] = (whole[:len(whole) - len(tail) - 1] + "for _ = 1, 20 do " + line
-                               + " end\n" + tail + "\n")
+assert driver.endswith(tail + "\n")
+for cmd, line in more.items():
+    variants["+20 " + cmd] = code.replace(driver, driver[:len(driver) - len(tail) - 1]
+                                          + "for _ = 1, 20 do " + line + " end\n" + tail + "\n")
+# FCALL of a function doing nothing, with the call's KEYS (no key table)
+variants["fcall"] = code
+r.function_load("#!lua name=fleetcut\nredis.register_function('fleetcut_one', "
+                "function() return 1 end)", replace=True)
+fname = library.function_name("frontier.lua")
 best = {}
 for _ in range(rounds):
-    for name, source in variants.items():
-        script = r.register_script(source)
+    for cut, source in variants.items():
+        r.function_load(source, replace=True)
+        called = "fleetcut_one" if cut == "fcall" else fname
         call(CallBatch(beat=True), "w-idle", hb)  # (prev names this worker's last op)
-        for _ in range(20):
-            keys = k.frontier_keys(uuid.uuid4().hex, prev["w-idle"], "w-idle")
-            script(keys=keys, args=[call_args(CallBatch(beat=True), "w-idle", params), hb])
-        r.config_resetstat()
-        for _ in range(calls):
+        for n in range(20 + calls):
+            if n == 20:
+                r.config_resetstat()
             op = uuid.uuid4().hex
             keys = k.frontier_keys(op, prev["w-idle"], "w-idle")
             prev["w-idle"] = op
-            script(keys=keys, args=[call_args(CallBatch(beat=True), "w-idle", params), hb])
-        ev = r.info("commandstats")["cmdstat_evalsha"]
-        best[name] = min(best.get(name, 1e9), ev["usec"] / ev["calls"])
+            r.fcall(called, len(keys), *keys, *argv(CallBatch(beat=True), "w-idle", hb))
+        ev = r.info("commandstats")["cmdstat_fcall"]
+        best[cut] = min(best.get(cut, 1e9), ev["usec"] / ev["calls"])
 print(json.dumps(best))
 """
 
 
 def cuts(root: Path, args: argparse.Namespace) -> dict[str, float]:
-    """µs per EVALSHA of each variant of this tree's empty call (CUTS), minimum of the rounds."""
+    """µs per FCALL of each variant of this tree's empty call (CUTS), minimum of the rounds."""
     with h.Redis(root) as server:
         env = dict(os.environ, PYTHONPATH=str(h.REPO_ROOT))
         pid = server.proc.pid  # type: ignore[union-attr]
@@ -183,13 +188,13 @@ def cuts(root: Path, args: argparse.Namespace) -> dict[str, float]:
 
 
 def fixed_once(tree: Path, root: Path, args: argparse.Namespace,
-               functions: bool = False) -> dict[str, float]:
+               evalsha: bool = False) -> dict[str, float]:
     with h.Redis(root) as server:
         env = dict(os.environ, PYTHONPATH=str(tree))
         pid = server.proc.pid  # type: ignore[union-attr]
         out = subprocess.run([h.PYTHON, "-c", CHILD, str(server.port), str(args.calls),
                               str(args.entries), str(args.hosts), str(args.leased),
-                              str(int(functions)), str(pid)],
+                              str(int(evalsha)), str(pid)],
                              env=env, cwd=root, check=True, capture_output=True,
                              text=True).stdout
         return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
@@ -204,8 +209,8 @@ def main() -> None:
     p.add_argument("--hosts", type=int, default=50)
     p.add_argument("--leased", type=int, default=20)
     p.add_argument("--replay", type=Path, default=None, help="recorded calls (bench_replay)")
-    p.add_argument("--functions", action="store_true",
-                   help="also this tree's call as a Redis Functions library (FCALL)")
+    p.add_argument("--evalsha", action="store_true",
+                   help="also this tree's call by EVALSHA of its whole source")
     p.add_argument("--cuts", action="store_true",
                    help="where this tree's empty call spends its time (cut variants), only")
     args = p.parse_args()
@@ -221,14 +226,15 @@ def main() -> None:
         return
     trees = {"this": h.REPO_ROOT, "base": args.baseline.resolve()}
     rows: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
-    if args.functions:
-        rows["fcall"] = []
+    if args.evalsha:
+        rows["evalsha"] = []
     with h.workdir("fleet-fixed-") as root:
         for k in range(args.rounds):
             for name, tree in trees.items():
                 rows[name].append(fixed_once(tree, root / f"{name}-{k}", args))
-            if args.functions:
-                rows["fcall"].append(fixed_once(h.REPO_ROOT, root / f"fcall-{k}", args, True))
+            if args.evalsha:
+                rows["evalsha"].append(fixed_once(h.REPO_ROOT, root / f"evalsha-{k}", args,
+                                                  True))
     figures: dict[str, Any] = {"machine": h.machine(), "fixed": {}}
     for name, got in rows.items():
         usec = [x["usec"] for x in got]
@@ -245,12 +251,12 @@ def main() -> None:
           f"{base['usec_median']}, {base['commands_per_call']} commands): x{ratio}; "
           f"redis-server CPU per call: this {this['cpu_us_min']} µs, base "
           f"{base['cpu_us_min']} µs: x{figures['fixed_cpu_ratio']}", flush=True)
-    if args.functions:
-        fc = figures["fixed"]["fcall"]
-        print(f"this tree's call as a Functions library (FCALL): {fc['usec_min']} µs (median "
-              f"{fc['usec_median']}, CPU {fc['cpu_us_min']}): "
-              f"x{round(fc['usec_min'] / this['usec_min'], 3)} of its EVALSHA "
-              f"(CPU x{round(fc['cpu_us_min'] / this['cpu_us_min'], 3)})", flush=True)
+    if args.evalsha:
+        ev = figures["fixed"]["evalsha"]
+        print(f"this tree's call by EVALSHA of its source: {ev['usec_min']} µs (median "
+              f"{ev['usec_median']}, CPU {ev['cpu_us_min']}): "
+              f"x{round(this['usec_min'] / ev['usec_min'], 3)} for the library's FCALL "
+              f"(CPU x{round(this['cpu_us_min'] / ev['cpu_us_min'], 3)})", flush=True)
     if args.replay:
         import bench_replay as br
 

@@ -4,19 +4,26 @@ push-only call (lua/frontier.lua, take 0), on one partition holding 20,000 entri
 hosts.
 
 A floor is measured in the same run: EVALSHA of ``return 1`` with the lean call's 28 KEYS.
-Per call: Redis's own time for the script (INFO commandstats, EVALSHA usec / calls), for k =
+Per call: Redis's own time for the script (INFO commandstats, usec / calls of FCALL and
+EVALSHA: each call is sent as the tree's client sends it, lua.load), for k =
 0, 1, 10, 100 new links; the fixed part is the k = 0 figure (its commands: GET op, GET marker,
 TIME, GET qn, ZCARD x2 with a bound, SET op).  The issue's bound: <= 40 us per call.  Ratios
 lean / full are measured in the same run (adjacent cells), which is what a loaded machine lets
 one compare.
 
-Usage: .venv/bin/python bench/bench_push_lean.py [--rounds 3]
+``--baseline DIR``: each round runs this tree then DIR's (its scrapy_fleet on PYTHONPATH, this
+file's code) in a child process each, on a fresh server each, and prints both trees' figures
+and this tree's ratio to the baseline's (medians over the rounds).
+
+Usage: .venv/bin/python bench/bench_push_lean.py [--rounds 3] [--baseline ../base]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -40,8 +47,37 @@ def rows(n: int, base: int) -> list[tuple[bytes, int, bytes, str]]:
 
 
 def evalsha_usec(client) -> tuple[int, int]:
-    cs = client.info("commandstats").get("cmdstat_evalsha", {})
-    return int(cs.get("calls", 0)), int(cs.get("usec", 0))
+    """Calls and usec of the scripts since the last CONFIG RESETSTAT (FCALL and EVALSHA)."""
+    st = client.info("commandstats")
+    ran = [st[name] for name in ("cmdstat_fcall", "cmdstat_evalsha") if name in st]
+    return sum(int(x["calls"]) for x in ran), sum(int(x["usec"]) for x in ran)
+
+
+def against(baseline: Path, rounds: int) -> None:
+    """Alternate rounds of this tree and *baseline*, one child process each."""
+    got: dict[str, list[dict[str, float]]] = {"this": [], "base": []}
+    trees = {"this": h.REPO_ROOT, "base": baseline.resolve()}
+    with h.workdir("lean-vs-") as root:
+        for _ in range(rounds):
+            for name, tree in trees.items():
+                env = dict(os.environ, PYTHONPATH=str(tree))
+                out = subprocess.run([h.PYTHON, __file__, "--rounds", "1"], env=env, cwd=root,
+                                     check=True, capture_output=True, text=True).stdout
+                got[name].append(json.loads(out.strip().splitlines()[-1]))
+    figures: dict[str, object] = {"load": [round(x, 2) for x in os.getloadavg()]}
+    for name, runs in got.items():
+        for field in runs[0]:
+            if field != "load":
+                values = [r[field] for r in runs]
+                figures[f"{name}_{field}"] = round(h.median(values), 1)
+                figures[f"{name}_{field}_min"] = round(min(values), 1)
+    for k in CALLS:
+        figures[f"this_over_base_k{k}"] = round(
+            figures[f"this_lean_k{k}"] / figures[f"base_lean_k{k}"], 3)  # type: ignore[operator]
+    print(f"lean k=0: this {figures['this_lean_k0_min']} µs (median {figures['this_lean_k0']}),"
+          f" base {figures['base_lean_k0_min']} µs (median {figures['base_lean_k0']}): "
+          f"x{figures['this_over_base_k0']} of the medians", flush=True)
+    h.emit_json(figures)
 
 
 def measure(client, admin: FrontierAdmin, keys: CrawlKeys, kind: str, k: int,
@@ -63,7 +99,10 @@ def measure(client, admin: FrontierAdmin, keys: CrawlKeys, kind: str, k: int,
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--baseline", type=Path, default=None)
     a = ap.parse_args()
+    if a.baseline is not None:
+        return against(a.baseline, a.rounds)
     with h.workdir("lean-bench-") as root:
         srv = h.Redis(root / "redis")
         srv.start()

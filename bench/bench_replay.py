@@ -8,11 +8,14 @@ compared on identical work (noise ~3 % here).
 
 ``record FILE [--clients 16] [--hosts 100] [--seconds 6]``: one cell of bench_capacity.py (its
 synthetic clients and seeds, this tree), with every frontier.lua call also written to FILE:
-msgpack records ``[time s, KEYS, ARGV[1], ARGV[2]]`` (bench_capacity.Recorder).
+msgpack records ``[time s, KEYS, ARGV[1], ARGV[2][, ARGV[3]]]`` (bench_capacity.Recorder).
 
 ``replay FILE --baseline DIR [--rounds 3] [--skip 50]``: per round, this tree then the
-baseline's (``lua.source("frontier.lua")`` of each, libraries included), each on a fresh
-server.  Two things of a recording are the server's and cannot be replayed as they are:
+baseline's, each on a fresh server, each tree's call sent as its clients send it: FCALL of its
+Functions library (lua/library.py) with the recorded ARGV[1] split as ``protocol.call_argv``
+splits it (ARGV[3], the constants; fields equal to their defaults left out), or EVALSHA of
+``lua.source("frontier.lua")`` for a tree without one.  Two things of a recording are the
+server's and cannot be replayed as they are:
 * fencing tokens come from the server's clock, and which entries a call leases depends on the
   order the calls ran in: a replayed call's acknowledgements, downloads over, extensions,
   releases and dead letters name, in order, the entries that *this replay* leased to the same
@@ -20,12 +23,12 @@ server.  Two things of a recording are the server's and cannot be replayed as th
 * the Bloom filter's generation id is the server's TIME when it was created: after the first
   call (which creates it) it is set to the one the recording's calls carry, so that their
   links left out as known duplicates are accepted.
-The first ``--skip`` calls (seeding, warm-up) run unmeasured.  Reported per tree: EVALSHA
-``usec`` per call (INFO commandstats: wall time inside Redis, the commands the script runs
-included), min and median over the rounds; redis-server CPU (utime + stime) per call; pages
-acknowledged per call (from the replies) and so µs per page; the ratio of the minima to this
-tree's; the longest call and the calls over 2 ms (``SLOWLOG`` at >= 1 ms), of the round with
-the fewest.
+The first ``--skip`` calls (seeding, warm-up) run unmeasured.  Reported per tree: FCALL's
+or EVALSHA's ``usec`` per call (INFO commandstats: wall time inside Redis, the commands the
+script runs included), min and median over the rounds; redis-server CPU (utime + stime) per
+call; pages acknowledged per call (from the replies) and so µs per page; the ratio of the
+minima to this tree's; the longest call and the calls over 2 ms (``SLOWLOG`` at >= 1 ms), of
+the round with the fewest.
 
 ``identity FILE --baseline DIR``: every recorded call, on a fresh server per tree, with the
 server's clock pinned to the call's recorded time (``redis.call('TIME')`` of each tree's source
@@ -62,13 +65,48 @@ import msgpack
 ENTRY_LISTS = (b"a", b"s", b"x", b"r", b"d")  # the call's lists of [entry id, token, ...]
 
 
-def frontier_source(tree: Path, cwd: Path) -> str:
-    """lua.source("frontier.lua") of the scrapy_fleet of tree (a child process imports it)."""
-    code = "import sys; from scrapy_fleet import lua; sys.stdout.write(lua.source('frontier.lua'))"
+#: run with a tree on PYTHONPATH: its frontier call as its clients send it
+CODE = r"""
+import json, sys
+from scrapy_fleet import lua
+out = {"source": lua.source("frontier.lua"), "library": None}
+try:
+    from scrapy_fleet.lua import library
+    from scrapy_fleet.frontier.protocol import FrontierParams, call_constants
+except ImportError:  # (a tree running it by EVALSHA, its whole argument in ARGV[1])
+    pass
+else:
+    out.update(library=library.library()[1], function=library.function_name("frontier.lua"),
+               constants=sorted(call_constants(FrontierParams())))
+sys.stdout.write(json.dumps(out))
+"""
+
+
+def frontier_code(tree: Path, cwd: Path) -> dict[str, Any]:
+    """The frontier call of *tree* as its clients send it: ``source`` (EVALSHA), and when the
+    tree has a Functions library (lua/library.py) ``library`` (its code), ``function`` (the
+    frontier call's name) and ``constants`` (the fields its clients send in ARGV[3])."""
     env = dict(os.environ, PYTHONPATH=str(tree))
-    # (cwd: not a checkout, so that the tree on PYTHONPATH is the one imported)
-    return subprocess.run([h.PYTHON, "-c", code], env=env, cwd=cwd, check=True,
-                          capture_output=True, text=True).stdout
+    return json.loads(subprocess.run(  # type: ignore[no-any-return]
+        [h.PYTHON, "-c", CODE], env=env, cwd=cwd, check=True, capture_output=True,
+        text=True).stdout)
+
+
+#: ARGV[1]'s fields a client leaves out when they hold this (protocol.call_argv)
+LEFT_OUT = {b"ld": 0, b"bg": b"", b"mk": b"", b"a": [], b"r": [], b"d": [], b"x": [], b"s": [],
+            b"p": [], b"u": []}
+
+
+def split_arg(arg: bytes, constants: list[bytes]) -> tuple[bytes, bytes]:
+    """A recorded ARGV[1] (every field) as ARGV[1] and ARGV[3] of protocol.call_argv."""
+    req = msgpack.unpackb(arg, raw=True, strict_map_key=False)
+    cst = {k: req.pop(k) for k in constants if k in req}
+    for k, v in LEFT_OUT.items():
+        if k in req and req[k] == v:
+            del req[k]
+    if req.get(b"mk"):
+        req.pop(b"mc", None)
+    return msgpack.packb(req, use_bin_type=False), msgpack.packb(cst, use_bin_type=False)
 
 
 PIN_TIME_KEY = "__bench_time"  # (not a crawl key: left out of the comparison)
@@ -80,9 +118,14 @@ end
 
 
 def pinned(source: str) -> str:
-    """*source* with the server's clock read from PIN_TIME_KEY (microseconds)."""
+    """*source* (a script, or a library: after its first line) with the server's clock read
+    from PIN_TIME_KEY (microseconds)."""
     assert "redis.call('TIME')" in source
-    return PIN_TIME + source.replace("redis.call('TIME')", "bench_pinned_time()")
+    source = source.replace("redis.call('TIME')", "bench_pinned_time()")
+    if source.startswith("#!lua"):
+        first, rest = source.split("\n", 1)
+        return first + "\n" + PIN_TIME + rest
+    return PIN_TIME + source
 
 
 def key_template(tree: Path, cwd: Path, prefix: str, crawl: str) -> list[str]:
@@ -128,9 +171,17 @@ def recorded_generation(calls: list[list[Any]]) -> bytes | None:
 class Replay:
     """One replay on one server: recorded calls with their entries mapped to this replay's."""
 
-    def __init__(self, r: Any, sha: str, generation: bytes | None,
+    def __init__(self, r: Any, code: dict[str, Any], generation: bytes | None,
                  template: list[str] | None = None, pin: bool = False) -> None:
-        self.r, self.sha, self.generation = r, sha, generation
+        """*code*: frontier_code's (its ``library`` or ``source`` pinned when *pin*): the
+        tree's library is loaded and called by FCALL, with ARGV[3], when it has one."""
+        self.r, self.generation = r, generation
+        self.function: str | None = code.get("function") if code.get("library") else None
+        self.constants = [c.encode() for c in code.get("constants") or []]
+        if self.function:
+            r.function_load(pinned(code["library"]) if pin else code["library"], replace=True)
+        else:
+            self.sha = r.script_load(pinned(code["source"]) if pin else code["source"])
         #: this tree's KEYS for "@OP@" "@PREV@" "@W@" (None: the recorded KEYS as they are)
         self.template, self.pin = template, pin
         self.replies: list[Any] = []  # (pin) each call's reply bytes, or its error
@@ -154,7 +205,11 @@ class Replay:
         return msgpack.packb(req, use_bin_type=False), worker
 
     def call(self, record: list[Any]) -> None:
-        at, keys, arg, monitor = record
+        at, keys, arg, monitor, *more = record
+        if more:  # (recorded with ARGV[3]: the whole argument in ARGV[1] again, as call_args)
+            arg = msgpack.packb({**msgpack.unpackb(more[0], raw=True, strict_map_key=False),
+                                 **msgpack.unpackb(arg, raw=True, strict_map_key=False)},
+                                use_bin_type=False)
         if self.template is not None:
             _, _, op, prev, worker_id = call_names(keys)
             keys = [k.replace("@OP@", op).replace("@PREV@", prev).replace("@W@", worker_id)
@@ -164,7 +219,11 @@ class Replay:
         if self.pin:
             self.r.set(PIN_TIME_KEY, int(at * 1e6))
         try:
-            reply = self.r.evalsha(self.sha, len(keys), *keys, arg, monitor)
+            if self.function:
+                arg1, cst = split_arg(arg, self.constants)
+                reply = self.r.fcall(self.function, len(keys), *keys, arg1, monitor, cst)
+            else:
+                reply = self.r.evalsha(self.sha, len(keys), *keys, arg, monitor)
         except Exception as exc:  # (counted and reported: a replay that errs is no figure)
             self.errors += 1
             self.replies.append(f"error: {exc}")
@@ -180,11 +239,19 @@ class Replay:
         self.first = False
 
 
-def replay_once(source: str, calls: list[list[Any]], skip: int, generation: bytes | None,
-                root: Path, template: list[str] | None = None) -> dict[str, float]:
+def script_stats(r: Any) -> dict[str, int]:
+    """usec and calls of FCALL and EVALSHA since the last CONFIG RESETSTAT."""
+    st = r.info("commandstats")
+    ran = [st[name] for name in ("cmdstat_fcall", "cmdstat_evalsha") if name in st]
+    return {"usec": sum(int(x["usec"]) for x in ran), "calls": sum(int(x["calls"]) for x in ran)}
+
+
+def replay_once(code: dict[str, Any], calls: list[list[Any]], skip: int,
+                generation: bytes | None, root: Path,
+                template: list[str] | None = None) -> dict[str, float]:
     with h.Redis(root) as server:
         r = server.client()
-        rp = Replay(r, r.script_load(source), generation, template)
+        rp = Replay(r, code, generation, template)
         for record in calls[:skip]:
             rp.call(record)
         acked0 = rp.acked
@@ -196,7 +263,7 @@ def replay_once(source: str, calls: list[list[Any]], skip: int, generation: byte
         for record in calls[skip:]:
             rp.call(record)
         cpu = bc.redis_cpu(server.proc.pid) - cpu0  # type: ignore[union-attr]
-        st = r.info("commandstats").get("cmdstat_evalsha", {"usec": 0, "calls": 1})
+        st = script_stats(r)
         n = max(int(st["calls"]), 1)
         pages = max(rp.acked - acked0, 1)
         slow = [int(e["duration"]) for e in r.slowlog_get(100000)]
@@ -233,11 +300,11 @@ def data_of(r: Any) -> dict[bytes, Any]:
     return out
 
 
-def identity_once(source: str, template: list[str], calls: list[list[Any]],
+def identity_once(code: dict[str, Any], template: list[str], calls: list[list[Any]],
                   generation: bytes | None, root: Path) -> tuple[list[Any], dict[bytes, Any]]:
     with h.Redis(root) as server:
         r = server.client()
-        rp = Replay(r, r.script_load(pinned(source)), generation, template, pin=True)
+        rp = Replay(r, code, generation, template, pin=True)
         for record in calls:
             rp.call(record)
         data = data_of(r)
@@ -253,7 +320,7 @@ def identity(args: argparse.Namespace) -> None:
     got = {}
     with h.workdir("fleet-identity-") as root:
         for name, tree in trees.items():
-            got[name] = identity_once(frontier_source(tree, root),
+            got[name] = identity_once(frontier_code(tree, root),
                                       key_template(tree, root, prefix, crawl), calls,
                                       generation, root / name)
     (this_replies, this_data), (base_replies, base_data) = got["this"], got["base"]
@@ -429,7 +496,7 @@ def run_rounds(calls: list[list[Any]], trees: dict[str, Path], rounds: int, skip
     prefix, crawl, *_ = call_names(calls[0][1])
     results: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     with h.workdir("fleet-replay-") as root:
-        sources = {name: frontier_source(tree, root) for name, tree in trees.items()}
+        sources = {name: frontier_code(tree, root) for name, tree in trees.items()}
         templates = {name: key_template(tree, root, prefix, crawl)
                      for name, tree in trees.items()}
         for k in range(rounds):
@@ -440,7 +507,7 @@ def run_rounds(calls: list[list[Any]], trees: dict[str, Path], rounds: int, skip
 
 
 def compare(path: Path, trees: dict[str, Path], rounds: int, skip: int) -> dict[str, float]:
-    """Minimum EVALSHA µs per call of trees "this" and "base" over *rounds*, and their ratio
+    """Minimum FCALL/EVALSHA µs per call of trees "this" and "base" over *rounds*, and their ratio
     (for bench_fixed.py)."""
     results = run_rounds(read_calls(path), trees, rounds, skip)
     this = min(x["usec_per_call"] for x in results["this"])

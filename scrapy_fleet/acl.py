@@ -46,7 +46,8 @@ _CONNECTION = ("ping", "client|setname")
 #: tests/e2e/test_acl.py checks every line against COMMAND INFO), "@K" standing for a crawl key
 PROBE_LINES = {
     "evalsha": "evalsha 0000000000000000000000000000000000000000 0",
-    "script|load": "script load return", "cluster|slots": "cluster slots",
+    "script|load": "script load return", "fcall": "fcall fleet 0",
+    "function|load": "function load return", "cluster|slots": "cluster slots",
     "info": "info memory", "config|get": "config get maxmemory", "time": "time",
     "scan": "scan 0", "del": "del @K", "unlink": "unlink @K", "exists": "exists @K",
     "get": "get @K", "mget": "mget @K", "set": "set @K v", "incr": "incr @K",
@@ -68,14 +69,17 @@ PROBE_LINES = {
     # sitemap <lastmod> (lua/step_revisit.lua): a record read and tombstoned at its place
     "lindex": "lindex @K 0", "lset": "lset @K 0 v",
 }
-#: commands each role sends itself (outside scripts)
+#: commands each role sends itself (outside scripts); fcall, function|load: the frontier call
+#: and the lean push are functions of one library (lua/library.py), loaded by the first
+#: client that finds it missing
 _DIRECT = {
     # set, time: the start's checks of the crawl's spider and the worker id (identity.py)
-    "worker": ("evalsha", "script|load", "hset", "hmget", "hgetall", "zrem", "zcard", "set",
-               "time"),
+    "worker": ("evalsha", "script|load", "fcall", "function|load", "hset", "hmget", "hgetall",
+               "zrem", "zcard", "set", "time"),
     "monitor": ("zcard", "hlen", "hgetall", "zrange", "get", "hmget", "llen", "hscan",
                 "time", "exists", "hget", "zrevrange", "zrangebyscore", "zcount", "info"),
-    "admin": ("evalsha", "script|load", "hset", "hmget", "hgetall", "zrem", "zcard", "set", "hlen",
+    "admin": ("evalsha", "script|load", "fcall", "function|load", "hset", "hmget", "hgetall",
+              "zrem", "zcard", "set", "hlen",
               "zrange", "get", "llen", "hscan", "time", "scan", "unlink"),
 }
 #: an admin runs the monitor's reads too (status, top, failed, dead)

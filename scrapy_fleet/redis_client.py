@@ -89,13 +89,31 @@ def _sentinel_kwargs(target: redis_url.RedisTarget, timeout: float,
     return sentinels, {**master, **_options(timeout)}
 
 
-#: redis-py's client classes, blocking and asyncio: (one server, cluster, cluster node,
-#: sentinel)
+class _Cluster(redis.cluster.RedisCluster):
+    """redis-py's cluster client, reading FCALL's keys from its arguments as it reads
+    EVALSHA's: it would otherwise ask a node (``COMMAND GETKEYS``, FCALL's keys being
+    "movable") before every frontier call, one more round trip (lua/library.py)."""
+
+    def determine_slot(self, *args: Any) -> Any:
+        if len(args) > 3 and str(args[0]).upper() == "FCALL" and int(args[2]) > 0:
+            return super().determine_slot("EVALSHA", *args[1:])
+        return super().determine_slot(*args)
+
+
+class _AsyncCluster(redis.asyncio.cluster.RedisCluster):
+    """:class:`_Cluster` for redis.asyncio."""
+
+    async def _determine_slot(self, command: str, *args: Any) -> Any:
+        if len(args) > 2 and command.upper() == "FCALL" and int(args[1]) > 0:
+            return await super()._determine_slot("EVALSHA", *args)
+        return await super()._determine_slot(command, *args)
+
+
+#: the client classes, blocking and asyncio: (one server, cluster, cluster node, sentinel)
 _CLASSES: dict[bool, tuple[Any, Any, Any, Any]] = {
-    False: (redis.Redis, redis.cluster.RedisCluster, redis.cluster.ClusterNode,
-            redis.sentinel.Sentinel),
-    True: (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster,
-           redis.asyncio.cluster.ClusterNode, redis.asyncio.sentinel.Sentinel),
+    False: (redis.Redis, _Cluster, redis.cluster.ClusterNode, redis.sentinel.Sentinel),
+    True: (redis.asyncio.Redis, _AsyncCluster, redis.asyncio.cluster.ClusterNode,
+           redis.asyncio.sentinel.Sentinel),
 }
 
 

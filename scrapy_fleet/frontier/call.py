@@ -39,7 +39,7 @@ from scrapy_fleet.frontier.protocol import (
     CallBatch,
     CallResult,
     FrontierParams,
-    call_args,
+    call_argv,
     fill_payloads,
     needs_payloads,
     state_lost,
@@ -142,9 +142,10 @@ class FrontierCall:
         sent, kept, left_out = split
         op = op_id or uuid.uuid4().hex
         keys = self.keys.frontier_keys(op, self.prev_op, self.worker)
-        arg = call_args(sent, self.worker, self.params, self.marker, left_out, self.dupes.gen)
+        arg, constants = call_argv(sent, self.worker, self.params, self.marker, left_out,
+                                   self.dupes.gen)
         try:
-            reply = yield RunScript(keys, [arg, monitor])
+            reply = yield RunScript(keys, [arg, monitor, constants])
         except redis.ResponseError as exc:
             lost = state_lost(exc, self.url)
             if lost is not None:

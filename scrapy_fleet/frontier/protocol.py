@@ -1,8 +1,9 @@
 """The call protocol of lua/frontier.lua: what one call carries, what it gets back.
 
 :class:`CallBatch` is what a worker sends (lua/frontier.lua documents each field) and
-:class:`FrontierParams` the per-crawl constants sent with it, packed by :func:`call_args` into
-ARGV[1]; :class:`CallResult` is the parsed reply (:class:`LeasedEntry` per lease).  Also
+:class:`FrontierParams` the per-crawl constants sent with it, packed by :func:`call_argv` into
+ARGV[1] (the call's own fields) and ARGV[3] (the constants; :func:`call_args`: all in
+ARGV[1]); :class:`CallResult` is the parsed reply (:class:`LeasedEntry` per lease).  Also
 here: the fill-in of payloads a replayed reply leaves out (a call repeated after a lost reply
 with the same op id gets the first reply back, without the payloads), the error of a lost
 crawl marker, and the reads of the frontier's size, shared by the asyncio client
@@ -199,29 +200,13 @@ class FrontierParams:
 
 
 
-def call_args(batch: CallBatch, worker: str, params: FrontierParams, marker: str = "",
-         left_out: int = 0, gen: str | None = None) -> bytes:
-    """ARGV[1] of lua/frontier.lua.  *marker*: the crawl marker the client saw ("" before
-    its first call, or for a client that must not require one, like the push helper);
-    *left_out*: pushes the worker's DupeCache left out, known to be in the filter of
-    generation *gen*."""
-    return msgpack.packb({
-        "ld": left_out,
-        "bg": gen or "",
-        "w": worker,
+def call_constants(params: FrontierParams) -> dict[str, Any]:
+    """The fields of lua/frontier.lua's argument that *params* gives (the same call after
+    call): ARGV[3] of :func:`call_argv`, part of ARGV[1] in :func:`call_args`."""
+    return {
         "lm": int(params.lease_timeout * 1000),
         "ml": params.max_leases,
         "ot": int(params.op_ttl * 1000),
-        "a": [list(a) for a in batch.acks],
-        "r": [list(r) for r in batch.releases],
-        "d": [list(d) for d in batch.dead],
-        "x": [list(x) for x in batch.extends],
-        "s": [list(x) for x in batch.downloaded],
-        "p": [[p[0], int(p[1]), p[2], int(p[3]) if len(p) > 3 else 0,
-               p[4] if len(p) > 4 else "", int(p[5]) if len(p) > 5 else 0,
-               int(p[6]) if len(p) > 6 else 0]
-              for p in batch.pushes],
-        "t": batch.take,
         "bn": params.bloom_capacity,
         "bp": params.bloom_error_rate,
         "rc": RECLAIM_LIMIT,
@@ -237,10 +222,59 @@ def call_args(batch: CallBatch, worker: str, params: FrontierParams, marker: str
         "hx": params.lease_except_host,
         "fm": params.failed_max,
         "rvm": params.recrawl_max,
+    }
+
+
+def _call_fields(batch: CallBatch, worker: str, marker: str, left_out: int,
+                 gen: str | None, lean: bool) -> dict[str, Any]:
+    """The fields of one call (*lean*: without those the script defaults alike: empty lists,
+    no duplicates left out, no marker to write when the client requires one)."""
+    fields: dict[str, Any] = {
+        "ld": left_out,
+        "bg": gen or "",
+        "w": worker,
+        "a": [list(a) for a in batch.acks],
+        "r": [list(r) for r in batch.releases],
+        "d": [list(d) for d in batch.dead],
+        "x": [list(x) for x in batch.extends],
+        "s": [list(x) for x in batch.downloaded],
+        "p": [[p[0], int(p[1]), p[2], int(p[3]) if len(p) > 3 else 0,
+               p[4] if len(p) > 4 else "", int(p[5]) if len(p) > 5 else 0,
+               int(p[6]) if len(p) > 6 else 0]
+              for p in batch.pushes],
+        "t": batch.take,
         "u": list(batch.unstorable),
         "mk": marker,
-        "mc": uuid.uuid4().hex,
-    }, use_bin_type=False)  # Redis's cmsgpack cannot read msgpack "bin"
+        # (the marker a call writes when the crawl has none: a call requiring one, mk, is
+        # refused then)
+        "mc": "" if lean and marker else uuid.uuid4().hex,
+    }
+    if lean:
+        return {k: v for k, v in fields.items() if v or k in ("w", "t")}
+    return fields
+
+
+def call_args(batch: CallBatch, worker: str, params: FrontierParams, marker: str = "",
+              left_out: int = 0, gen: str | None = None) -> bytes:
+    """ARGV[1] of lua/frontier.lua, every field in it.  *marker*: the crawl marker the
+    client saw ("" before its first call, or for a client that must not require one, like
+    the push helper); *left_out*: pushes the worker's DupeCache left out, known to be in the
+    filter of generation *gen*."""
+    return msgpack.packb({**_call_fields(batch, worker, marker, left_out, gen, False),
+                          **call_constants(params)},
+                         use_bin_type=False)  # Redis's cmsgpack cannot read msgpack "bin"
+
+
+def call_argv(batch: CallBatch, worker: str, params: FrontierParams, marker: str = "",
+              left_out: int = 0, gen: str | None = None) -> tuple[bytes, bytes]:
+    """ARGV[1] and ARGV[3] of lua/frontier.lua as the clients send them (arguments as
+    :func:`call_args`'s): the call's own fields, without those the script defaults alike
+    (empty lists...), and :func:`call_constants`, bytes identical call after call, which the
+    script unpacks and checks once while its Functions library stays loaded
+    (lua/step_check.lua)."""
+    return (msgpack.packb(_call_fields(batch, worker, marker, left_out, gen, True),
+                          use_bin_type=False),
+            msgpack.packb(call_constants(params), use_bin_type=False))
 
 
 def as_int(value: Any, default: Any = 0) -> Any:

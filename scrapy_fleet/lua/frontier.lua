@@ -40,6 +40,12 @@
 --   failure records of requests its callback yielded that the worker could not encode
 --   (codec/...); u: records of such requests without a parent (lua/step_ack.lua).
 -- ARGV[2] (optional): heartbeat, counter deltas and sampling of lua/monitoring.lua.
+-- ARGV[3] (optional): the call's constants, those of ARGV[1]'s fields that a client sends
+--   unchanged call after call (lm ml ot bn bp rc qm hm dd pt pb pc ro pr ho hx fm rvm), as one
+--   msgpack map (protocol.py call_argv), checked once per distinct value (lua/step_check.lua);
+--   a field of ARGV[1] comes first.  The clients also leave out of ARGV[1] the fields equal
+--   to what the script reads for a missing one (empty lists, ld 0, mk "", and mc once mk is
+--   given).
 -- Reply: msgpack map (frontier/protocol.py, CallResult.from_reply): leased [[id, token,
 --   payload, expiries]...], lost [id...], pf [1 new / 0 not new, per push], rf [refused push
 --   indexes (0-based)], pd [indexes (0-based) of pushes found in the filter], bg filter

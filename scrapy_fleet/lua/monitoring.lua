@@ -77,15 +77,10 @@ local function monitor_check_keys(K, m)
   return nil
 end
 
--- Parse and check ARGV[2] (and the keys) before the call's first write.
--- Returns the map (or {}), or nil and an error message.
-local function monitor_parse(raw, K)
-  local m = {}
-  if raw ~= nil and raw ~= '' then
-    local ok
-    ok, m = pcall(cmsgpack.unpack, raw)
-    if not ok or type(m) ~= 'table' then return nil, 'bad monitoring argument' end
-  end
+-- ARGV[2] unpacked and checked: the map, or nil and an error message.
+local function mon_unpack(raw)
+  local ok, m = pcall(cmsgpack.unpack, raw)
+  if not ok or type(m) ~= 'table' then return nil, 'bad monitoring argument' end
   if m.hb ~= nil then
     if type(m.hb) ~= 'table' then return nil, 'hb must be a map' end
     for k, v in pairs(m.hb) do
@@ -114,8 +109,36 @@ local function monitor_parse(raw, K)
     end
   end
   if m.cs ~= nil and type(m.cs) ~= 'number' then return nil, 'cs must be a number' end
+  return m
+end
+
+-- The last ARGV[2] of each worker (by its heartbeat hash's key), unpacked and checked, and
+-- its SHA1 once asked: {raw, map, digest}.  An idle worker sends the same ARGV[2] call after
+-- call, which is then neither unpacked nor checked again.  It lives as long as the script's
+-- chunk: the Functions library's (lua/library.py: until it is loaded again), one call's for
+-- an EVALSHA; it is a cache (what it holds is what unpacking raw gives), bounded: emptied
+-- once it holds MON_MEMO_MAX workers.  The map is never written to (monitor_parse copies it).
+local MON_MEMO, MON_MEMO_MAX = {n = 0, v = {}}, 1024
+
+-- Parse and check ARGV[2] (and the keys) before the call's first write.
+-- Returns the map (or {}), or nil and an error message.
+local function monitor_parse(raw, K)
+  local m = {}
+  if raw ~= nil and raw ~= '' then
+    local entry = MON_MEMO.v[K.worker_info]
+    if not entry or entry[1] ~= raw then
+      local parsed, err = mon_unpack(raw)
+      if not parsed then return nil, err end
+      if MON_MEMO.n >= MON_MEMO_MAX then MON_MEMO.v, MON_MEMO.n = {}, 0 end
+      if not entry then MON_MEMO.n = MON_MEMO.n + 1 end
+      entry = {raw, parsed}
+      MON_MEMO.v[K.worker_info] = entry
+    end
+    for k, v in pairs(entry[2]) do m[k] = v end
+    m.memo = entry
+  end
   -- (m.fresh, m.cs_done, m.seen, m.hd, m.last: not fields of ARGV[2], read by
-  -- monitor_check_keys; m.raw: ARGV[2] as sent)
+  -- monitor_check_keys; m.raw: ARGV[2] as sent; m.memo: its entry in MON_MEMO)
   m.raw = raw or ''
   local bad_key = monitor_check_keys(K, m)
   if bad_key then return nil, bad_key end
@@ -169,7 +192,11 @@ local function monitor_apply(m, K, now, worker, acked, first)
     -- "": a busy worker's heartbeat changes at every call; the next call with nothing new
     -- stores it)
     local busy = acked > 0 or #info_set > 0
-    local digest = busy and '' or redis.sha1hex(m.raw or '')
+    local digest = ''
+    if not busy then
+      digest = m.memo and m.memo[3] or redis.sha1hex(m.raw or '')
+      if m.memo then m.memo[3] = digest end
+    end
     if busy or m.fresh or digest ~= m.hd or not m.seen or now - m.seen >= every or now < m.seen then
       local fields = {'seen', now, 'hd', digest}
       for name, v in pairs(m.hb or {}) do

@@ -1,6 +1,6 @@
 -- step_check.lua: the frontier call's argument, checked whole before the call's first write
 -- (a runtime error after a write keeps the earlier writes; OOM is only checked before the
--- first write).  Defines one local, check_call.
+-- first write).  Defines check_call, and the cache of ARGV[3] it reads (call_constants).
 --
 -- check_call(K, head) returns the call `c` (c.req: ARGV[1] with its lists defaulted, c.mon:
 -- ARGV[2] parsed, c.marker: the crawl marker as read, c.head: what lua/frontier.lua read
@@ -12,12 +12,42 @@
 -- nothing.  Work per call: 2 commands (4 with per-host deltas, 2 more with ld > 0), and one
 -- pass over the call's lists.
 
+-- ARGV[3] (optional): the call's constants (frontier/protocol.py call_config: lease, Bloom,
+-- bounds, politeness and lease-host parameters), one msgpack map of strings and numbers that
+-- a client sends unchanged call after call; ARGV[1]'s fields come before its (it is ARGV[1]'s
+-- metatable's __index).  Each distinct ARGV[3] is unpacked and checked once while the chunk
+-- lives (CALL_CONSTANTS: the Functions library's, lua/library.py, until it is loaded again;
+-- one call's for an EVALSHA): a cache, bounded (emptied at CALL_CONSTANTS_MAX values),
+-- whose metatables are never written to.
+local CALL_CONSTANTS, CALL_CONSTANTS_MAX = {n = 0, v = {}}, 64
+local CALL_LISTS = {'a', 'r', 'd', 'x', 'p', 's'}
+
+local function call_constants(raw)
+  local meta = CALL_CONSTANTS.v[raw]
+  if meta then return meta end
+  local ok, cst = pcall(cmsgpack.unpack, raw)
+  if not ok or type(cst) ~= 'table' then return nil end
+  for k, v in pairs(cst) do
+    if type(k) ~= 'string' or (type(v) ~= 'string' and type(v) ~= 'number') then return nil end
+  end
+  if CALL_CONSTANTS.n >= CALL_CONSTANTS_MAX then CALL_CONSTANTS.v, CALL_CONSTANTS.n = {}, 0 end
+  meta = {__index = cst}
+  CALL_CONSTANTS.v[raw] = meta
+  CALL_CONSTANTS.n = CALL_CONSTANTS.n + 1
+  return meta
+end
+
 local function check_call(K, head)
   local ok, req = pcall(cmsgpack.unpack, ARGV[1])
   if not ok or type(req) ~= 'table' then
     return nil, 'ERR fleet: bad frontier call argument'
   end
-  for _, name in ipairs({'a', 'r', 'd', 'x', 'p', 's'}) do
+  if ARGV[3] ~= nil and ARGV[3] ~= '' then
+    local meta = call_constants(ARGV[3])
+    if not meta then return nil, 'ERR fleet: bad frontier call constants' end
+    setmetatable(req, meta)
+  end
+  for _, name in ipairs(CALL_LISTS) do
     if req[name] == nil then req[name] = {} end
     if type(req[name]) ~= 'table' then
       return nil, 'ERR fleet: field ' .. name .. ' must be a list'

@@ -443,13 +443,14 @@ def test_no_credentials_reach_the_frontier_with_retries_and_redirects(
     import base64
     import threading
 
-    from scrapy_fleet import lua
+    from scrapy_fleet.lua import library
 
     gateway = tinyproxy("127.0.0.2", users=(("alice", "pw-front-789"),))
     site = proxysite({"pages": {"127.0.0.1": 6}, "redirects": True,
                       "limit": [{"prefix": "/site/p/2.html", "first": 1, "retry_after": 0}]})
     push(redis_url, worker_env, site.urls[0] + "site/")
-    frontier_sha = __import__("hashlib").sha1(lua.source("frontier.lua").encode()).hexdigest()
+    # (the frontier call is an FCALL of the library's function, named in the command)
+    frontier_fn = library.function_name("frontier.lua")
     secrets = (b"pw-front-789", base64.b64encode(b"alice:pw-front-789"))
     seen: list[bytes] = []
     monitor_client = redis_server.client()
@@ -459,7 +460,7 @@ def test_no_credentials_reach_the_frontier_with_retries_and_redirects(
         with monitor_client.monitor() as m:
             for command in m.listen():
                 text = command.get("command", "")
-                if frontier_sha in text:
+                if frontier_fn in text:
                     seen.append(text.encode("latin-1", "replace"))
                 if stop.is_set():
                     return

@@ -28,7 +28,8 @@ from testsite import generate_site
 def test_script_cache_flush_is_survived(redis_url):
     admin = FrontierAdmin(redis_url, "flush")
     admin.push([(b"", 0, b"\x01\x81\xa1u\xa8http://x/")])
-    admin.client.script_flush()  # what a restarted Redis looks like to a client
+    admin.client.script_flush()  # what a restarted Redis looks like to a client: no
+    admin.client.function_flush()  # scripts, no functions (the frontier call's library)
     result = admin.call(CallBatch(take=1), worker="w")
     assert len(result.leased) == 1
 

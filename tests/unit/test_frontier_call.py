@@ -36,9 +36,19 @@ def reply(**fields: Any) -> bytes:
     return msgpack.packb(fields, use_bin_type=False)
 
 
+#: what lua/frontier.lua reads for a field ARGV[1] leaves out (protocol.call_argv leaves out
+#: those equal to it)
+READ_AS = {"ld": 0, "bg": b"", "mk": b"", "a": [], "r": [], "d": [], "x": [], "s": [], "p": [],
+           "u": []}
+
+
 def sent(step: RunScript) -> dict[str, Any]:
-    """ARGV[1] of a RunScript step, decoded."""
-    return {k.decode(): v for k, v in msgpack.unpackb(step.args[0], raw=True).items()}
+    """The call's argument as lua/frontier.lua reads it: ARGV[1] of a RunScript step, decoded,
+    over ARGV[3] (the constants) and the defaults of the fields it leaves out."""
+    def decoded(raw: bytes) -> dict[str, Any]:
+        return {k.decode(): v for k, v in msgpack.unpackb(raw, raw=True).items()}
+
+    return {**READ_AS, **decoded(step.args[2]), **decoded(step.args[0])}
 
 
 def push(url: str, group: int = 0) -> tuple[Any, ...]:
