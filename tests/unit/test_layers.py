@@ -199,6 +199,9 @@ PRIVATE_REACH_ALLOWED = {
     ("scrapy_fleet.config", "_fleet_config"),
     # Scrapy's RequestFingerprinter._fingerprint: is it Scrapy's own fingerprint function?
     ("scrapy_fleet.frontier.fingerprint", "_fingerprint"),
+    # redis.asyncio's RedisCluster._determine_slot, overridden by our subclass so that FCALL's
+    # keys are read from its arguments (no COMMAND GETKEYS round trip); in redis-py 5.0.1-8.1
+    ("scrapy_fleet.redis_client", "_determine_slot"),
 }
 
 
