@@ -184,6 +184,13 @@ class PartitionedFrontier:
         self._rq: tuple[int, int] | None = None
         #: lease requests in a row that got nothing (a sweep over the partitions)
         self._empty_takes = 0
+        #: what this worker's calls did, per partition (the pump copies them into its
+        #: stats, fleet/partitions/*): frontier calls, those that asked for leases, those
+        #: of them that got none, leases got
+        self.part_calls = [0] * parts
+        self.part_takes = [0] * parts
+        self.part_empty = [0] * parts
+        self.part_leased = [0] * parts
 
     @property
     def unreplicated(self) -> int:
@@ -369,6 +376,8 @@ class PartitionedFrontier:
             for p, b in calls), return_exceptions=True)
         self.roundtrips += len(calls)
         by_part: dict[int, CallResult] = {}
+        for p, _ in calls:
+            self.part_calls[p] += 1
         failed: set[int] = set()
         errors: list[Exception] = []
         for (p, _), got in zip(calls, results, strict=True):
@@ -382,6 +391,10 @@ class PartitionedFrontier:
                 self._note_failure(p, got)
             else:
                 by_part[p] = got
+                if dict(calls)[p].take:
+                    self.part_takes[p] += 1
+                    self.part_leased[p] += len(got.leased)
+                    self.part_empty[p] += not got.leased
         if errors and not by_part and not lean:
             self._held = held  # nothing went through: the pump sends its batch again
             raise errors[0]
@@ -416,6 +429,17 @@ class PartitionedFrontier:
         elif self._held is not None:
             merged.idle_ms = -1
         return merged
+
+    def partition_counts(self) -> dict[str, Any]:
+        """This worker's counts (stats ``fleet/partitions/*``, docs/stats.md): totals, and
+        per partition (lists indexed by partition) the calls, lease requests, empty lease
+        requests and leases."""
+        return {"calls": sum(self.part_calls), "lease_calls": sum(self.part_takes),
+                "empty_lease_calls": sum(self.part_empty), "lean_calls": self.foreign_calls,
+                "calls_by_partition": list(self.part_calls),
+                "lease_calls_by_partition": list(self.part_takes),
+                "empty_lease_calls_by_partition": list(self.part_empty),
+                "leased_by_partition": list(self.part_leased)}
 
     @property
     def held(self) -> int:
