@@ -67,7 +67,8 @@ def run_shape(root: Path, args: argparse.Namespace, hosts: int) -> dict[str, Any
                               f"{st.get('fleet/partitions/empty_lease_calls')}, leased by "
                               f"partition {st.get('fleet/partitions/leased_by_partition')}")
                 print(f"  round {rnd + 1} {side:5}: {run['items']} items, {run['rate']:.0f} "
-                      f"pages/s, loop blocked {100 * run['blocked']:.0f} %, run queue "
+                      f"pages/s, crawl CPU {run['crawl_cpu_ms_per_page']:.2f} ms/page, "
+                      f"loop blocked {100 * run['blocked']:.0f} %, run queue "
                       f"{100 * run['runq']:.0f} %, roundtrips/page "
                       f"{run.get('worker_roundtrips_per_page', 0):.3f}{counts}", flush=True)
                 if run["items"] != expected:
@@ -90,6 +91,8 @@ def summarize(runs: dict[str, list[dict[str, Any]]], hosts: int,
         fig[f"{side}_pages_per_s"] = round(med(side, "rate"), 1)
         fig[f"{side}_rates"] = [round(r["rate"], 1) for r in runs[side]]
         fig[f"{side}_blocked"] = round(med(side, "blocked"), 3)
+        fig[f"{side}_runq"] = round(med(side, "runq"), 3)
+        fig[f"{side}_crawl_cpu_ms_per_page"] = round(med(side, "crawl_cpu_ms_per_page"), 3)
     fig.update({
         "part_vs_fleet": paired("part", "fleet"), "fleet_vs_base": paired("fleet", "base"),
         "part_vs_base": paired("part", "base"), "fleet_vs_plain": paired("fleet", "plain"),
@@ -128,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{fig['part_vs_fleet']}, P=1/base {fig['fleet_vs_base']}, "
                   f"P={args.partitions}/base {fig['part_vs_base']}; empty lease calls per "
                   f"page {fig['part_empty_lease_calls_per_page']}, lease calls per page "
-                  f"{fig['part_lease_calls_per_page']}", flush=True)
+                  f"{fig['part_lease_calls_per_page']}; crawl CPU ms/page P=1 "
+                  f"{fig['fleet_crawl_cpu_ms_per_page']}, P={args.partitions} "
+                  f"{fig['part_crawl_cpu_ms_per_page']}", flush=True)
     h.emit_json(out)
     return 0
 
