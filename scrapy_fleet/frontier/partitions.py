@@ -164,8 +164,10 @@ class PartitionedFrontier:
         #: leaves out the duplicates it knows: module docstring)
         self.dupes = DupeCache(0)
         #: where the lease requests go (the home partition first: module docstring)
-        self.picker = PartitionPicker(
-            parts, zlib.crc32(worker.encode("utf-8", "surrogatepass")) % parts)
+        self.picker = PartitionPicker(parts, partition_of(params.lease_only_host, parts)
+                                      if params.lease_only_host  # a parse worker: one host
+                                      else zlib.crc32(worker.encode("utf-8", "surrogatepass"))
+                                      % parts)
         self.roundtrips = 0
         self.foreign_calls = 0  #: lean pushes sent
         self.deferred_parents = 0  #: pages deferred because a foreign push was refused
