@@ -32,10 +32,8 @@ deferred or parked.  A page one of whose foreign links was refused (that partiti
 not acknowledged but deferred on its own partition (FLEET_BACKPRESSURE_DELAY), to be fetched
 again: nothing is lost and no partition grows past its bound.
 
-Leases: a worker's *home* partition is ``crc32(worker id) mod P``; its lease requests go
-there first and, once the home comes back short, are split over the partitions that have work
-(:class:`~scrapy_fleet.frontier.picker.PartitionPicker`), concurrently, so W workers serve P
-partitions whether W < P or W > P, and one worker takes from every partition that has work.
+Leases: the home partition first, then the partitions with work, concurrently
+(:class:`~scrapy_fleet.frontier.picker.PartitionPicker`).
 
 Idle close: when the partitions a call reached all report idle for FLEET_IDLE_TIMEOUT, every
 partition is probed (lua/partition_probe.lua); the fleet is idle only when each of them is
@@ -173,7 +171,7 @@ class PartitionedFrontier:
         self.deferred_parents = 0  #: pages deferred because a foreign push was refused
         self.partition_errors = 0  #: partition calls that failed (their part was held)
         self._held: CallBatch | None = None
-        #: FLEET_PARTITION_FLUSH (seconds; 0: foreign links are pushed at every call)
+        #: FLEET_PARTITION_FLUSH (seconds; 0: foreign links pushed at every call)
         self.flush_age = flush_age
         #: per partition with foreign links buffered: when the oldest of them was buffered
         self._since: dict[int, float] = {}
@@ -185,6 +183,8 @@ class PartitionedFrontier:
         #: sees the queue drain
         self.stage_part = partition_of(STAGE_HOST, parts)
         self._rq: tuple[int, int] | None = None
+        #: the last call carried the monitoring payload (else the pump sends it again)
+        self.monitor_sent = True
 
     @property
     def home(self) -> int:
@@ -376,7 +376,10 @@ class PartitionedFrontier:
         for p, n in takes.items():
             r.per[p].take = n
         calls = [(p, b) for p, b in sorted(r.per.items()) if not b.is_empty()]
-        if self.home not in dict(calls) and monitor:
+        # monitoring goes home; not in a call of its own while leasing with no heartbeat due
+        # (the deltas wait, unconfirmed, for the next: the final call asks for no lease)
+        self.monitor_sent = self.home in dict(calls) or bool(batch.beat or not batch.take)
+        if self.home not in dict(calls) and monitor and self.monitor_sent:
             calls.append((self.home, CallBatch(beat=True)))
         if batch.beat and self._rq is not None and self.stage_part not in dict(calls):
             calls.append((self.stage_part, CallBatch(beat=True)))

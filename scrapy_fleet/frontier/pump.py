@@ -386,8 +386,10 @@ class FrontierPump:
                                "now would lose them (counted in fleet/redis/unreplicated)",
                                self.frontier.wait_replicas, extra={"spider": book.spider})
             self._unreplicated = self.frontier.unreplicated
-        # the call succeeded: drop what it carried from the local buffers
-        self.monitor.confirmed()
+        # the call succeeded: drop what it carried from the local buffers (the monitoring
+        # deltas too, unless a partitioned crawl's client kept them for its next call)
+        if getattr(self.frontier, "monitor_sent", True):
+            self.monitor.confirmed()
         if batch.releases and not final:
             released = {entry_id for entry_id, _ in batch.releases}
             book.prefetch = deque((r, lease) for r, lease in book.prefetch

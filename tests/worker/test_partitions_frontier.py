@@ -482,3 +482,39 @@ def test_a_worker_takes_from_every_partition_with_work_home_first(redis_url):
     assert set(later) == set(others)
     assert sorted(p for x in parts_of for p in x) == sorted(
         p for p, k in per.items() for _ in range(k))
+
+
+def test_leasing_elsewhere_does_not_call_the_home_for_the_monitoring_alone(redis_url):
+    """The monitoring goes with a call to the home partition.  A call asking for work that
+    is in another partition, with no heartbeat due, does not call the home for it alone (a
+    second frontier call per pump call: twice the Redis calls of P = 1 on one host): its
+    deltas are kept (``monitor_sent`` False: the pump sends them again); a heartbeat, or a
+    call asking for no lease (the final one), calls the home with them."""
+    from support import monitor_payload
+
+    parts = 8
+    host = host_in(5, parts)[0]
+    mon = monitor_payload(cs=1, counters={"pages": 1})
+
+    async def main():
+        fr = PartitionedFrontier(redis_url, KEYS, "w", FrontierParams(), parts)
+        try:
+            await fr.call(CallBatch(pushes=[row(host, b"m%d" % i) for i in range(10)]))
+            fr.home = 6
+            home_calls = lambda: fr.partition_counts()["calls_by_partition"][6]  # noqa: E731
+            r = await fr.call(CallBatch(take=2), mon)  # the home: nothing there
+            assert r.leased == [] and fr.monitor_sent and home_calls() == 1
+            r = await fr.call(CallBatch(take=2), mon)
+            assert len(r.leased) == 2 and not fr.monitor_sent and home_calls() == 1
+            r = await fr.call(CallBatch(take=2, beat=True), mon)
+            assert fr.monitor_sent and home_calls() == 2
+            e = r.leased[0]
+            r = await fr.call(CallBatch(acks=[(e.entry_id, e.token)]), mon)
+            assert r.acked == 1 and fr.monitor_sent and home_calls() == 3
+        finally:
+            await fr.close()
+    run(main())
+    c = redis.Redis.from_url(redis_url)
+    # the deltas (one batch, sent with three calls to the home) counted there once
+    assert c.hget(KEYS.partition(6, parts).stats, "pages") == b"1"
+    assert c.hget(KEYS.partition(5, parts).stats, "pages") is None
