@@ -6,7 +6,9 @@ and, when it leased fewer than asked, when its next host may be fetched), and sp
 request (the pump's ``take``) over the partitions that have work:
 
 * the **home** partition first (fairness across workers: each worker prefers its own), and
-  all of the request while the home handed out all it was asked last time;
+  all of the request while the home handed out all it was asked last time, but one lease
+  for a partition not seen for 2 P lease requests (so a partition that is no worker's home
+  is never starved by homes that always have work);
 * once the home came back short, the request is split over the home (when it may have work)
   and the other partitions that may: those with queued entries and no host waiting for a
   time or a free slot, and those this very call frees a slot in (a download notice, an
@@ -115,7 +117,15 @@ class PartitionPicker:
         self.calls += 1
         home = self.views[self.home]
         if not home.short or home.queued is None:
-            return {self.home: want}
+            # never starve a partition no worker calls home: one lease of the request for
+            # the partition not seen longest, once each 2 P lease requests at most
+            stale = [p for p in range(self.parts) if p != self.home and home.queued is not None
+                     and self._stale(self.views[p])]
+            if want < 2 or not stale:
+                return {self.home: want}
+            p = min(stale, key=lambda q: self.views[q].seen_call)
+            self.views[p].seen_call = self.calls  # (asked now: not stale again for 2 P)
+            return {self.home: want - 1, p: 1}
         others = [(self.home + 1 + (self._cursor + i) % (self.parts - 1)) % self.parts
                   for i in range(self.parts - 1)]
         self._cursor = (self._cursor + 1) % max(1, self.parts - 1)

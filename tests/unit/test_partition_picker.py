@@ -89,3 +89,18 @@ def test_a_short_call_says_again_now_only_while_a_partition_holds_due_work():
     assert pk.after_call(4, 0, None, NOW) is None
     assert pk.after_call(4, 4, 0.5, NOW) == 0.5  # not short: the partitions' own
     assert pk.empty_calls == 2
+
+
+def test_a_home_that_always_has_work_starves_no_partition():
+    """Partition 2 is no worker's home: a worker whose home never runs short still asks
+    it for one lease once each 2 P lease requests, and every partition at least once."""
+    parts, calls = 4, 200
+    pk = PartitionPicker(parts, 0)
+    asked = [0] * parts
+    for _ in range(calls):
+        for p, n in pk.plan(8, NOW, set()).items():
+            asked[p] += 1
+            pk.note(p, n, n, 100, None, NOW)  # every partition has work, hands out all
+    assert asked[0] == calls
+    for p in (1, 2, 3):
+        assert 1 <= asked[p] <= 1 + calls // (STALE_ROUNDS * parts), asked
