@@ -368,16 +368,14 @@ class PartitionedFrontier:
             failure = ack[2] if len(ack) > 2 else b""
             r.per[p].acks[k] = (ack[0], ack[1], failure or b"", [], 1)
             self.deferred_parents += 1
-        # the lease request, split over the partitions that have work (home first); a
-        # partition this call frees a slot in gets its share with the call it gets anyway
+        # the lease request, split over the partitions that have work (picker.py)
         freed = {p for p, b in r.per.items() if b.downloaded or b.acks or b.releases}
         takes = self.picker.plan(batch.take, now, freed,
                                  {p for p, b in r.per.items() if b.pushes})
         for p, n in takes.items():
             r.per[p].take = n
         calls = [(p, b) for p, b in sorted(r.per.items()) if not b.is_empty()]
-        # monitoring goes home; not in a call of its own while leasing with no heartbeat due
-        # (the deltas wait, unconfirmed, for the next: the final call asks for no lease)
+        # monitoring goes home, not alone while leasing with no heartbeat due (it waits)
         self.monitor_sent = self.home in dict(calls) or bool(batch.beat or not batch.take)
         if self.home not in dict(calls) and monitor and self.monitor_sent:
             calls.append((self.home, CallBatch(beat=True)))
@@ -401,6 +399,7 @@ class PartitionedFrontier:
                 failed.add(p)
                 errors.append(got)
                 self._note_failure(p, got)
+                self.picker.note(p, takes.get(p, 0), 0, 0, None, time.monotonic())
             else:
                 by_part[p] = got
                 self.picker.note(p, takes.get(p, 0), len(got.leased), got.queued,

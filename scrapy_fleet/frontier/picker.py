@@ -194,11 +194,14 @@ class PartitionPicker:
         return ready if next_ready is None else min(ready, next_ready)
 
     def next_ready(self, now: float) -> float | None:
-        """Seconds until a partition may hand out a lease (0: one may now), from what this
-        worker knows; None: none known to have work."""
+        """Seconds until a partition may hand out a lease (0: one may now, or one was never
+        asked: a worker that starts on an empty home discovers the others at once), from
+        what this worker knows; None: none known to have work."""
         waits = []
         for p, v in enumerate(self.views):
-            if v.queued is None or self._stale(v):
+            if v.queued is None:
+                return 0.0
+            if self._stale(v):
                 continue  # (seen again at the next poll)
             if v.queued > 0 and not v.capped:
                 waits.append(max(0.0, v.ready_at - now))
