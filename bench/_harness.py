@@ -61,24 +61,30 @@ class Redis(RedisServer):
 class Site:
     """``python -m testsite serve DIR --port P --log FILE`` in a subprocess."""
 
-    def __init__(self, root: Path, log: Path) -> None:
+    def __init__(self, root: Path, log: Path, binds: Sequence[str] = ()) -> None:
         self.root = root
         self.log = log
         self.port = free_port()
         self.proc: subprocess.Popen[str] | None = None
         self.url = ""
+        #: loopback addresses it answers on (distinct hosts to a crawler); () = 127.0.0.1
+        self.binds = list(binds)
+        self.urls: list[str] = []  #: one base URL per address
 
     def __enter__(self) -> Site:
         self.proc = subprocess.Popen(
             [PYTHON, "-m", "testsite", "serve", str(self.root),
-             "--port", str(self.port), "--log", str(self.log)],
+             "--port", str(self.port), "--log", str(self.log),
+             *(a for addr in self.binds for a in ("--bind", addr))],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
         assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().strip()
-        if not line.startswith("http://"):
-            stop(self.proc)
-            raise RuntimeError(f"site server did not start: {line!r}")
-        self.url = line.rstrip("/") + "/"
+        for _ in range(max(1, len(self.binds))):
+            line = self.proc.stdout.readline().strip()
+            if not line.startswith("http://"):
+                stop(self.proc)
+                raise RuntimeError(f"site server did not start: {line!r}")
+            self.urls.append(line.rstrip("/") + "/")
+        self.url = self.urls[0]
         return self
 
     def __exit__(self, *exc: Any) -> None:

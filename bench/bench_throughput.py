@@ -205,10 +205,11 @@ def run_fleet(root: Path, env: dict[str, str], redis: h.Redis, site: h.Site, sta
     client = redis.client()
     client.flushall()
     # (the crawl's settings that are fixed at its creation, FLEET_PARTITIONS, go with the push)
-    push = h.scrapy_run(["fleet", "push", "docs", start, "-s", f"FLEET_REDIS_URL={redis.url}",
+    push = h.scrapy_run(["fleet", "push", "docs", *start.split(","),
+                         "-s", f"FLEET_REDIS_URL={redis.url}",
                          *(a for k, v in (extra or {}).items() for a in ("-s", f"{k}={v}"))],
                         env)
-    if push.returncode != 0 or "pushed 1," not in push.stdout:
+    if push.returncode != 0 or f"pushed {len(start.split(','))}," not in push.stdout:
         raise RuntimeError(f"push failed: {push.stdout}{push.stderr}")
     client.config_resetstat()
     mon = Monitor(redis.port) if monitor else None

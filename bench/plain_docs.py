@@ -2,7 +2,8 @@
 
 ``scrapy runspider bench/plain_docs.py -a start=URL`` inside example_project/: the same
 ``parse`` code as ``scrapy crawl docs``, only with ``start_urls`` taken from ``-a start=``
-(the fleet version gets its start URL from ``scrapy fleet push`` instead), and a start
+(several URLs separated by commas: one per host of a many-host site; the fleet version
+gets its start URLs from ``scrapy fleet push`` instead), and a start
 request that goes through the dupefilter like a pushed one.
 """
 
@@ -22,7 +23,7 @@ class PlainDocsSpider(DocsSpider):
         super().__init__(**kwargs)
         if not start:
             raise ValueError("pass the start URL with -a start=URL")
-        self.start_urls = [start]
+        self.start_urls = start.split(",")
 
     async def start(self) -> AsyncIterator[Any]:
         # Not dont_filter (Scrapy's default for start_urls): the fleet pushes its start URL

@@ -32,19 +32,15 @@ deferred or parked.  A page one of whose foreign links was refused (that partiti
 not acknowledged but deferred on its own partition (FLEET_BACKPRESSURE_DELAY), to be fetched
 again: nothing is lost and no partition grows past its bound.
 
-Home: a worker starts on partition ``crc32(worker id) mod P`` and moves to the next partition
-whenever its home hands out nothing (at once, until a whole sweep found nothing), so W workers
-serve P partitions whether W < P or W > P.
+Leases: the home partition first, then the partitions with work, concurrently
+(:class:`~scrapy_fleet.frontier.picker.PartitionPicker`).
 
 Idle close: when the partitions a call reached all report idle for FLEET_IDLE_TIMEOUT, every
 partition is probed (lua/partition_probe.lua); the fleet is idle only when each of them is
 idle that long on its own clock (push before ack: no work can hide between partitions).
 
-The worker's cache of known duplicates (FLEET_DUPEFILTER_CACHE) is split over the
-partitions' clients: each leaves out of its calls the links of its own pages it knows to be in
-its filter (the script checks the filter's generation, as on P = 1); foreign links are always
-sent.  Monitoring (heartbeat, counter deltas) goes with the
-call to the home partition: fleet-wide figures are sums over partitions.
+The cache of known duplicates (FLEET_DUPEFILTER_CACHE) is split over the partitions' clients
+(foreign links are always sent).  Monitoring goes with the call to the home partition.
 """
 
 from __future__ import annotations
@@ -66,6 +62,7 @@ from scrapy_fleet.errors import CrawlStateLostError
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.dupecache import DupeCache
 from scrapy_fleet.frontier.lean import LeanResult, lean_args
+from scrapy_fleet.frontier.picker import PartitionPicker
 from scrapy_fleet.frontier.protocol import (
     CallBatch,
     CallResult,
@@ -165,13 +162,17 @@ class PartitionedFrontier:
         #: the pump's view: empty (the pump encodes every link; each partition's client
         #: leaves out the duplicates it knows: module docstring)
         self.dupes = DupeCache(0)
-        self.home = zlib.crc32(worker.encode("utf-8", "surrogatepass")) % parts
+        #: where the lease requests go (the home partition first: module docstring)
+        self.picker = PartitionPicker(parts, partition_of(params.lease_only_host, parts)
+                                      if params.lease_only_host  # a parse worker: one host
+                                      else zlib.crc32(worker.encode("utf-8", "surrogatepass"))
+                                      % parts)
         self.roundtrips = 0
         self.foreign_calls = 0  #: lean pushes sent
         self.deferred_parents = 0  #: pages deferred because a foreign push was refused
         self.partition_errors = 0  #: partition calls that failed (their part was held)
         self._held: CallBatch | None = None
-        #: FLEET_PARTITION_FLUSH (seconds; 0: foreign links are pushed at every call)
+        #: FLEET_PARTITION_FLUSH (seconds; 0: foreign links pushed at every call)
         self.flush_age = flush_age
         #: per partition with foreign links buffered: when the oldest of them was buffered
         self._since: dict[int, float] = {}
@@ -183,15 +184,23 @@ class PartitionedFrontier:
         #: sees the queue drain
         self.stage_part = partition_of(STAGE_HOST, parts)
         self._rq: tuple[int, int] | None = None
-        #: lease requests in a row that got nothing (a sweep over the partitions)
-        self._empty_takes = 0
         #: the partition whose call carried counter deltas that failed (None: none): they go
         #: there again, unchanged, until it answers (its ``cs`` skips a batch it applied
         #: already, whose reply was lost; another partition would count it twice)
         self._deltas_part: int | None = None
-        #: False after a call whose monitoring payload did not get through: the pump keeps
-        #: its counter deltas and sends them again (monitoring/heartbeat.py ``confirmed``)
+        #: False after a call whose monitoring payload did not get through, or was not sent
+        #: (leasing elsewhere with no heartbeat due): the pump keeps its counter deltas and
+        #: sends them again (monitoring/heartbeat.py ``confirmed``)
         self.monitor_confirmed = True
+
+    @property
+    def home(self) -> int:
+        """The home partition: lease requests go there first, the heartbeat with it."""
+        return self.picker.home
+
+    @home.setter
+    def home(self, p: int) -> None:
+        self.picker.home = p
 
     @property
     def unreplicated(self) -> int:
@@ -272,7 +281,6 @@ class PartitionedFrontier:
                                      push[6] if len(push) > 6 else 0))
                 r.foreign_group[q].append(group)
         home = r.per[self.home]
-        home.take = batch.take
         home.beat = batch.beat
         home.unstorable = list(batch.unstorable)
         return r
@@ -368,8 +376,18 @@ class PartitionedFrontier:
             failure = ack[2] if len(ack) > 2 else b""
             r.per[p].acks[k] = (ack[0], ack[1], failure or b"", [], 1)
             self.deferred_parents += 1
+        # the lease request, split over the partitions that have work (picker.py)
+        freed = {p for p, b in r.per.items() if b.downloaded or b.acks or b.releases}
+        takes = self.picker.plan(batch.take, now, freed,
+                                 {p for p, b in r.per.items() if b.pushes})
+        for p, n in takes.items():
+            r.per[p].take = n
         calls = [(p, b) for p, b in sorted(r.per.items()) if not b.is_empty()]
+        # monitoring: the home's payload (or the partition owed the deltas), not sent alone
+        # while leasing elsewhere with no heartbeat due (it waits; the pump keeps it)
         payloads = self._payloads(monitor)
+        if payloads and not (set(payloads) & set(dict(calls)) or batch.beat or not batch.take):
+            payloads = {}
         for p in payloads:
             if p not in dict(calls):
                 calls.append((p, CallBatch(beat=True)))
@@ -380,6 +398,8 @@ class PartitionedFrontier:
             for p, b in calls), return_exceptions=True)
         self.roundtrips += len(calls)
         by_part: dict[int, CallResult] = {}
+        for p, _ in calls:
+            self.picker.part_calls[p] += 1
         failed: set[int] = set()
         errors: list[Exception] = []
         for (p, _), got in zip(calls, results, strict=True):
@@ -391,12 +411,16 @@ class PartitionedFrontier:
                 failed.add(p)
                 errors.append(got)
                 self._note_failure(p, got)
+                self.picker.note(p, takes.get(p, 0), 0, 0, None, time.monotonic())
             else:
                 by_part[p] = got
+                self.picker.note(p, takes.get(p, 0), len(got.leased), got.queued,
+                                 got.next_ready, time.monotonic())
         if monitor:
             deltas_part = self.home if self._deltas_part is None else self._deltas_part
-            self.monitor_confirmed = deltas_part in by_part
-            self._deltas_part = None if self.monitor_confirmed else deltas_part
+            self.monitor_confirmed = bool(payloads) and deltas_part in by_part
+            if payloads:
+                self._deltas_part = None if self.monitor_confirmed else deltas_part
         if errors and not by_part and not lean:
             self._held = held  # nothing went through: the pump sends its batch again
             raise errors[0]
@@ -415,16 +439,8 @@ class PartitionedFrontier:
         if refused_held:
             keep.pushes += refused_held
         self._held = None if keep.is_empty() else keep
-        home_result = by_part.get(self.home)
-        if batch.take and (home_result is None or not home_result.leased):
-            self.home = (self.home + 1) % self.parts  # nothing to hand out here: move on
-            self._empty_takes += 1
-            if self._empty_takes < self.parts:
-                # the sweep over the partitions goes on at once (the work may all be in
-                # one partition); a whole sweep without a lease waits as on P = 1
-                merged.next_ready = 0.0
-        elif batch.take:
-            self._empty_takes = 0
+        merged.next_ready = self.picker.after_call(batch.take, len(merged.leased),
+                                                   merged.next_ready, time.monotonic())
         if merged.idle_ms >= 0 and self.idle_timeout is not None \
                 and merged.idle_ms >= self.idle_timeout * 1000 and self._held is None:
             merged.idle_ms = await self.fleet_idle_ms()
@@ -444,6 +460,10 @@ class PartitionedFrontier:
         for name in ("cs", "c", "hp"):
             beat.pop(name, None)
         return {self._deltas_part: monitor, self.home: msgpack.packb(beat, use_bin_type=False)}
+
+    def partition_counts(self) -> dict[str, Any]:
+        """This worker's counts (stats ``fleet/partitions/*``, docs/stats.md)."""
+        return {**self.picker.counts(), "lean_calls": self.foreign_calls}
 
     @property
     def held(self) -> int:
@@ -587,7 +607,10 @@ class PartitionedFrontier:
 
     async def fleet_idle_ms(self) -> int:
         """How long every partition has been idle, the least of them (-1: one is busy)."""
-        idles = [int(row[0]) for row in await self.probe()]
+        rows = await self.probe()
+        for p, row in enumerate(rows):
+            self.picker.note_probe(p, int(row[1]))
+        idles = [int(row[0]) for row in rows]
         return -1 if min(idles) < 0 else min(idles)
 
 

@@ -423,6 +423,10 @@ class FrontierPump:
     def _account(self, result: CallResult, batch: CallBatch, sent: list[Out]) -> None:
         book = self.book
         book.inc("fleet/redis/roundtrips")
+        counts = getattr(self.frontier, "partition_counts", None)
+        if counts is not None and self.stats is not None:  # a partitioned crawl (issue 21)
+            for name, value in counts().items():
+                self.stats.set_value(f"fleet/partitions/{name}", value)
         for key, count in (("fleet/frontier/pushed", result.pushed),
                            ("fleet/dupefilter/cached", result.cached),
                            ("fleet/frontier/acked", result.acked),

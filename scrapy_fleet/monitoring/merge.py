@@ -3,7 +3,7 @@ schema-2 snapshot of each partition (:func:`~scrapy_fleet.monitoring.snapshot.re
 on its keys) merged into one of the same shape, plus the partitions' table.
 
 Each partition is a complete frontier with its own counters, series, heartbeats and failed
-records; a worker's monitoring goes with its calls to its home partition, which moves.  So:
+records; a worker's monitoring goes with its calls to its home partition.  So:
 
 * counts, counters, ``runnable_now``, hosts' totals and ``failed_by`` are **sums** over the
   partitions; rates (pages/items per minute, block rate) are taken from the summed counters

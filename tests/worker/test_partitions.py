@@ -3,11 +3,13 @@ partitions are hash tags there (docs/partitions.md)."""
 
 from __future__ import annotations
 
+import re
+import zlib
 from pathlib import Path
 
 import pytest
 import redis
-from support import TEST_PROJECT, read_items, start_worker, tail, wait_all
+from support import TEST_PROJECT, read_items, start_worker, tail, wait_all, worker_stats
 
 from scrapy_fleet.keys import CrawlKeys, partition_of
 from testsite import generate_site
@@ -146,3 +148,78 @@ def test_workers_that_finish_leave_every_partition(redis_url, site_factory, work
     snap = read_merged(client, keys, 4)
     assert snap["workers"] == [], snap["workers"]
     assert not [a for a in snap["alerts"] if "worker" in str(a)], snap["alerts"]
+
+
+def _stat_list(log: Path, key: str) -> list[int]:
+    """A list-valued stat of the worker's final stats dump (worker_stats reads numbers)."""
+    text = log.read_text(encoding="utf-8", errors="replace")
+    found = re.search(rf"'{re.escape(key)}': \[([\d,\s]*)\]", text[text.rfind("Dumping"):])
+    assert found, f"no {key} in the stats dump"
+    return [int(x) for x in found.group(1).split(",") if x.strip()]
+
+
+def _home_of(worker: str, parts: int) -> int:
+    return zlib.crc32(worker.encode()) % parts
+
+
+def test_one_worker_leases_where_the_work_is(redis_url, site_factory, worker_env, tmp_path):
+    """FLEET_PARTITIONS=8, one host, so all the work is in one partition, not the worker's
+    home; its host capped at 4 requests in flight (the worker wants up to 16 leases: that
+    partition is often short).  Every page is itemised once, every lease comes from that
+    partition, and the lease requests the other partitions (home aside) got and that found
+    nothing are at most one per partition plus one per 2 P of the worker's lease requests
+    (PartitionPicker's count bound; a worker that moved its home on after each empty
+    request sent 7 of 8 of its requests to empty partitions: bench_throughput, 0.26 of
+    P = 1's pages/s)."""
+    parts, n, wid = 8, 120, "w0"
+    home = _home_of(wid, parts)
+    host = next(a for a in CANDIDATES if partition_of(a, parts) != home)
+    work = partition_of(host, parts)
+    generate_site(tmp_path / "www", n, 1, seed=3)
+    site = site_factory(tmp_path / "www", binds=[host])
+    log, out = tmp_path / "w.log", tmp_path / "out.jsonl"
+    settings = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 1,
+                "FLEET_PARTITIONS": parts, "CONCURRENT_REQUESTS_PER_DOMAIN": 4,
+                "FLEET_JSONL_PATH": out, "FLEET_WORKER_ID": wid}
+    proc = start_worker(TEST_PROJECT, "many_starts", settings, worker_env, log,
+                        {"base": site.urls[0], "n": n})
+    assert wait_all([proc], 240) == [0], tail(log)
+    urls = [item["url"] for item in read_items([out])]
+    assert sorted(urls) == sorted(f"{site.urls[0]}site/p/{i}.html" for i in range(n))
+    leased = _stat_list(log, "fleet/partitions/leased_by_partition")
+    assert leased[work] == n and sum(leased) == n
+    stats = worker_stats(log)
+    requests = int(stats["fleet/partitions/lease_calls"])
+    empty = _stat_list(log, "fleet/partitions/empty_lease_calls_by_partition")
+    others = sum(e for p, e in enumerate(empty) if p not in (home, work))
+    assert others <= (parts - 2) * (1 + requests // (2 * parts)), (empty, requests)
+
+
+def test_one_worker_takes_from_each_partition_with_work(redis_url, site_factory, worker_env,
+                                                        tmp_path):
+    """FLEET_PARTITIONS=8: the start page (its own partition) links to 30 pages on three
+    hosts, each in another partition, none the worker's home.  One worker itemises every
+    page once and leases from each of the four partitions."""
+    parts, n, wid = 8, 30, "w0"
+    home = _home_of(wid, parts)
+    hosts = by_partition(parts)
+    chosen = [hosts[p][0] for p in range(parts) if p != home and hosts[p]][:4]
+    start_host, fan = chosen[0], chosen[1:]
+    generate_site(tmp_path / "www", n, 1, seed=3)
+    site = site_factory(tmp_path / "www", binds=chosen)
+    start = site.urls[0].rstrip("/") + "/site/p/29.html"
+    log, out = tmp_path / "w.log", tmp_path / "out.jsonl"
+    settings = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 1,
+                "FLEET_PARTITIONS": parts, "FLEET_JSONL_PATH": out, "FLEET_WORKER_ID": wid}
+    proc = start_worker(TEST_PROJECT, "fanout", settings, worker_env, log,
+                        {"start": start, "hosts": ",".join(site.urls[1:]), "n": n})
+    assert wait_all([proc], 240) == [0], tail(log)
+    urls = sorted(item["url"] for item in read_items([out]))
+    assert urls == sorted({start} | {f"{site.urls[1 + i % 3].rstrip('/')}/site/p/{i}.html"
+                                     for i in range(n)})
+    leased = _stat_list(log, "fleet/partitions/leased_by_partition")
+    expect = {partition_of(start_host, parts): 1}
+    for i in range(n):
+        q = partition_of(fan[i % 3], parts)
+        expect[q] = expect.get(q, 0) + 1
+    assert {p: c for p, c in enumerate(leased) if c} == expect

@@ -359,26 +359,164 @@ def test_a_page_waiting_for_an_unreachable_partition_keeps_its_lease(redis_serve
     assert c.zcard(p1.leases) == 0 and int(c.get(p1.queue_count)) == 1
 
 
-def test_an_empty_home_sends_the_worker_on_at_once_for_one_sweep(redis_url):
-    """The work all in one partition of 8: a lease request that gets nothing moves the home
-    on and says "again now" (next_ready 0) until a whole sweep found nothing; the pump
-    waited its poll interval after each empty partition, a tenth of P = 1's pages/s."""
+def lease_loop(fr, take, ack_each=True, calls=200):
+    """Drive *fr* as the pump does: each call acknowledges (with its download notice) what
+    the previous one leased and asks for *take* more, until a call leases nothing while
+    nothing is held.  Returns the leases of each call, in order."""
+    async def go():
+        out, held = [], []
+        for _ in range(calls):
+            batch = CallBatch(take=take,
+                              acks=[(e.entry_id, e.token) for e in held] if ack_each else [],
+                              downloaded=[(e.entry_id, e.token) for e in held])
+            r = await fr.call(batch)
+            out.append((r.leased, r.next_ready))
+            held = r.leased if ack_each else held + r.leased
+            if not r.leased and not held and r.next_ready != 0.0:
+                break
+        return out
+    return go()
+
+
+def test_work_in_one_non_home_partition_is_leased_without_a_sweep(redis_url):
+    """The work all in one partition of 8, not the worker's home (bench_throughput on one
+    host: a P = 8 worker at a quarter of P = 1's pages/s).  The worker's lease requests that
+    get nothing: the first (its home, the only one it asks while it knows nothing), and it
+    is told to call again at once; after that every call leases, from that partition; the
+    other partitions get one lease request each (a discovery) while the 40 pages are
+    leased.  (A worker that moved its home on at each empty request made 7 empty calls in a
+    row before each run of leases.)"""
     parts = 8
     host = host_in(5, parts)[0]
+    n = 40
 
     async def main():
         fr = PartitionedFrontier(redis_url, KEYS, "w", FrontierParams(), parts)
         try:
-            await fr.call(CallBatch(pushes=[row(host, b"page")]))
+            await fr.call(CallBatch(pushes=[row(host, b"p%d" % i) for i in range(n)]))
             fr.home = 6
-            for _ in range(parts - 1):  # 6, 7, 0, ... 4: empty, each says "now"
-                r = await fr.call(CallBatch(take=1))
-                assert r.leased == [] and r.next_ready == 0.0
-            r = await fr.call(CallBatch(take=1))
-            assert len(r.leased) == 1 and fr.home == 5
-            nothing = [await fr.call(CallBatch(take=1)) for _ in range(parts)]
-            # a whole sweep without a lease: the last reply no longer says "now"
-            assert [x.next_ready == 0.0 for x in nothing] == [True] * (parts - 1) + [False]
+            calls = await lease_loop(fr, 4)
+            counts = fr.partition_counts()
+        finally:
+            await fr.close()
+        return calls, counts
+    calls, counts = run(main())
+    leased = [e for got, _ in calls for e in got]
+    assert sorted(e.payload for e in leased) == sorted(b"p%d" % i for i in range(n))
+    assert {split_ref(e.entry_id)[0] for e in leased} == {5}
+    empty = [i for i, (got, _) in enumerate(calls) if not got]
+    # the first call (home only), and at the end, once partition 5 is drained, one to
+    # ask the partitions never asked (at once), which have nothing either
+    last = max(i for i, (got, _) in enumerate(calls) if got)
+    assert empty == [0, last + 1, last + 2] and len(calls) == last + 3
+    assert calls[0][1] == 0.0  # partition 5 holds due work: again at once
+    assert calls[-1][1] != 0.0  # nothing due anywhere: the pump waits its poll interval
+    # partition-level: the home's empty request, one discovery request to each other
+    # partition, and the last call's requests (nothing left): at most 2 per partition
+    assert counts["empty_lease_calls"] <= 2 * parts
+    assert counts["lease_calls_by_partition"][5] >= n // 4
+
+
+def test_a_capped_partition_is_asked_with_each_download_notice(redis_url):
+    """A host capped at 2 requests in flight, its partition not the worker's home: each
+    call carrying a download notice of that partition (a slot freed) asks it for leases in
+    the same call, and gets one, until its queue is empty; a call that frees nothing does
+    not ask it again (its hosts are at their cap: no request to it is made for nothing)."""
+    parts = 8
+    host = host_in(5, parts)[0]
+    n = 12
+    params = FrontierParams(host_concurrency=2)
+
+    async def main():
+        fr = PartitionedFrontier(redis_url, KEYS, "w", params, parts)
+        try:
+            await fr.call(CallBatch(pushes=[row(host, b"c%d" % i) for i in range(n)]))
+            fr.home = 6
+            assert (await fr.call(CallBatch(take=4))).leased == []  # the home: nothing
+            held = (await fr.call(CallBatch(take=4))).leased
+            assert len(held) == 2  # the cap
+            before = fr.partition_counts()["lease_calls_by_partition"][5]
+            r = await fr.call(CallBatch(take=2))  # nothing freed
+            assert r.leased == []
+            assert fr.partition_counts()["lease_calls_by_partition"][5] == before
+            got = 2
+            while got < n:
+                done, held = held[0], held[1:]
+                r = await fr.call(CallBatch(acks=[(done.entry_id, done.token)],
+                                            downloaded=[(done.entry_id, done.token)],
+                                            take=2))
+                assert len(r.leased) == 1, got  # the freed slot, at once
+                assert split_ref(r.leased[0].entry_id)[0] == 5
+                held += r.leased
+                got += 1
         finally:
             await fr.close()
     run(main())
+
+
+def test_a_worker_takes_from_every_partition_with_work_home_first(redis_url):
+    """Work in the home partition and in three others: while the home hands out what it is
+    asked, every lease request goes to it alone (each worker prefers its own partition);
+    once it comes back short, the requests are split over the three others, each of which
+    hands out leases, and a call never leases more than it asked."""
+    parts = 8
+    home = 6
+    others = [1, 3, 5]
+    hosts = {p: host_in(p, parts, 3) for p in [home, *others]}
+    per = {home: 6, 1: 5, 3: 5, 5: 5}
+
+    async def main():
+        fr = PartitionedFrontier(redis_url, KEYS, "w", FrontierParams(), parts)
+        try:
+            await fr.call(CallBatch(pushes=[
+                row(hosts[p][i % 3], b"%d-%d" % (p, i)) for p, k in per.items()
+                for i in range(k)]))
+            fr.home = home
+            calls = await lease_loop(fr, 3, ack_each=False)
+        finally:
+            await fr.close()
+        return calls
+    calls = run(main())
+    parts_of = [[split_ref(e.entry_id)[0] for e in got] for got, _ in calls]
+    assert all(len(x) <= 3 for x in parts_of)
+    assert parts_of[0] == [home] * 3 and parts_of[1] == [home] * 3
+    later = [p for x in parts_of[2:] for p in x]
+    assert set(later) == set(others)
+    assert sorted(p for x in parts_of for p in x) == sorted(
+        p for p, k in per.items() for _ in range(k))
+
+
+def test_leasing_elsewhere_does_not_call_the_home_for_the_monitoring_alone(redis_url):
+    """The monitoring goes with a call to the home partition.  A call asking for work that
+    is in another partition, with no heartbeat due, does not call the home for it alone (a
+    second frontier call per pump call: twice the Redis calls of P = 1 on one host): its
+    deltas are kept (``monitor_confirmed`` False: the pump sends them again); a heartbeat, or a
+    call asking for no lease (the final one), calls the home with them."""
+    from support import monitor_payload
+
+    parts = 8
+    host = host_in(5, parts)[0]
+    mon = monitor_payload(cs=1, counters={"pages": 1})
+
+    async def main():
+        fr = PartitionedFrontier(redis_url, KEYS, "w", FrontierParams(), parts)
+        try:
+            await fr.call(CallBatch(pushes=[row(host, b"m%d" % i) for i in range(10)]))
+            fr.home = 6
+            home_calls = lambda: fr.partition_counts()["calls_by_partition"][6]  # noqa: E731
+            r = await fr.call(CallBatch(take=2), mon)  # the home: nothing there
+            assert r.leased == [] and fr.monitor_confirmed and home_calls() == 1
+            r = await fr.call(CallBatch(take=2), mon)
+            assert len(r.leased) == 2 and not fr.monitor_confirmed and home_calls() == 1
+            r = await fr.call(CallBatch(take=2, beat=True), mon)
+            assert fr.monitor_confirmed and home_calls() == 2
+            e = r.leased[0]
+            r = await fr.call(CallBatch(acks=[(e.entry_id, e.token)]), mon)
+            assert r.acked == 1 and fr.monitor_confirmed and home_calls() == 3
+        finally:
+            await fr.close()
+    run(main())
+    c = redis.Redis.from_url(redis_url)
+    # the deltas (one batch, sent with three calls to the home) counted there once
+    assert c.hget(KEYS.partition(6, parts).stats, "pages") == b"1"
+    assert c.hget(KEYS.partition(5, parts).stats, "pages") is None

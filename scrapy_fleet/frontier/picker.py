@@ -1,0 +1,210 @@
+"""Which partitions a worker of a partitioned crawl leases from (issue 21, docs/partitions.md).
+
+IO-free: :class:`PartitionPicker` keeps the worker's view of each partition, from the
+replies of its own calls (every frontier call's reply carries its partition's queued count,
+and, when it leased fewer than asked, when its next host may be fetched), and splits a lease
+request (the pump's ``take``) over the partitions that have work:
+
+* the **home** partition first (fairness across workers: each worker prefers its own), and
+  all of the request while the home handed out all it was asked last time, but one lease
+  for a partition not seen for 2 P lease requests (so a partition that is no worker's home
+  is never starved by homes that always have work);
+* once the home came back short, the request is split over the home (when it may have work)
+  and the other partitions that may: those with queued entries and no host waiting for a
+  time or a free slot, and those this very call frees a slot in (a download notice, an
+  acknowledgement or a release goes to them: their lease request rides on that call), each
+  up to its queued count, most queued first; then, with what is left, one lease each for
+  the partitions never called yet or not seen for a while (a discovery, all at once,
+  concurrently).  The sum is never more than asked, so a worker never holds more than it
+  would on P = 1;
+* a partition found empty, or with all its hosts waiting, is asked again once the worker
+  made 2 P lease requests since it was last seen (a count, not a time: a partition that
+  stays empty costs at most one empty lease request per 2 P of the worker's; an idle
+  worker polls every FLEET_POLL_INTERVAL, so it sees such a partition again within 2 P
+  polls, and at once when the idle check's probe shows it holds work), when this call
+  pushes requests into it, or, for one whose hosts are at their cap, when a download
+  notice of this worker frees one of its slots;
+* when the call leased fewer than asked and a partition still holds due work, the pump is
+  told to call again at once (``next_ready`` 0), never to sleep a poll interval.
+
+A partition this call pushes requests into may hand them out in the same call (the script
+pushes before it leases): it is asked too.
+
+The per-host politeness (rate, concurrency, robots.txt, holds) lives in each host's
+partition, so taking from several at once keeps it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: a partition not seen for this many lease requests (times P) is asked again: one that
+#: stays empty costs at most one lease request per STALE_ROUNDS * P of the worker's
+STALE_ROUNDS = 2
+
+
+@dataclass
+class PartitionView:
+    """What this worker knows of one partition, from its last reply."""
+
+    #: queued entries as last seen (None: never called)
+    queued: int | None = None
+    #: the worker's lease-request count when it was last seen
+    seen_call: int = 0
+    #: its last lease request got fewer than asked
+    short: bool = False
+    #: monotonic time before which its next host may not be fetched (a GCRA turn, a hold);
+    #: 0: none known
+    ready_at: float = 0.0
+    #: its last lease request got fewer than asked with no host waiting for a time: its hosts
+    #: are at their concurrency cap (a download notice frees a slot)
+    capped: bool = False
+
+
+class PartitionPicker:
+    """The lease requests of one worker over *parts* partitions, preferring *home*."""
+
+    def __init__(self, parts: int, home: int) -> None:
+        self.parts = parts
+        self.home = home
+        self.views = [PartitionView() for _ in range(parts)]
+        self.calls = 0  #: lease requests (pump calls with a take) so far
+        self._cursor = 0  #: rotates the order of the other partitions (none starves)
+        #: per partition: this worker's frontier calls (counted by the caller), lease
+        #: requests, those that got nothing, leases got
+        self.part_calls = [0] * parts
+        self.part_takes = [0] * parts
+        self.part_empty = [0] * parts
+        self.part_leased = [0] * parts
+        #: lease requests (pump calls with a take) that got nothing from any partition
+        self.empty_calls = 0
+
+    def counts(self) -> dict[str, int | list[int]]:
+        """Totals and per-partition lists (indexed by partition) of :attr:`part_calls` and
+        the lease requests :meth:`note` filed; ``empty_calls``: the worker's lease requests
+        (each maybe split over several partitions) that got nothing at all."""
+        return {"empty_calls": self.empty_calls, "calls": sum(self.part_calls),
+                "lease_calls": sum(self.part_takes),
+                "empty_lease_calls": sum(self.part_empty),
+                "calls_by_partition": list(self.part_calls),
+                "lease_calls_by_partition": list(self.part_takes),
+                "empty_lease_calls_by_partition": list(self.part_empty),
+                "leased_by_partition": list(self.part_leased)}
+
+    def _stale(self, v: PartitionView) -> bool:
+        return self.calls - v.seen_call >= STALE_ROUNDS * self.parts
+
+    def due(self, p: int, now: float) -> bool:
+        """Partition *p* may hand out a lease now, as far as this worker knows."""
+        v = self.views[p]
+        if v.queued is None:
+            return True
+        if self._stale(v):
+            return True
+        if v.queued <= 0 or v.capped:
+            return False
+        return v.ready_at <= now
+
+    def plan(self, want: int, now: float, freed: set[int],
+             fed: set[int] | None = None) -> dict[int, int]:
+        """Split a lease request of *want* entries: partition -> how many (sum <= *want*,
+        each >= 1).  *freed*: the partitions this call frees a slot in (download notices,
+        acknowledgements, releases go there); *fed*: those it pushes requests into (the
+        script pushes before it leases)."""
+        fed = fed or set()
+        if want <= 0:
+            return {}
+        self.calls += 1
+        home = self.views[self.home]
+        if not home.short or home.queued is None:
+            # never starve a partition no worker calls home: one lease of the request for
+            # the partition not seen longest, once each 2 P lease requests at most
+            stale = [p for p in range(self.parts) if p != self.home and home.queued is not None
+                     and self._stale(self.views[p])]
+            if want < 2 or not stale:
+                return {self.home: want}
+            p = min(stale, key=lambda q: self.views[q].seen_call)
+            self.views[p].seen_call = self.calls  # (asked now: not stale again for 2 P)
+            return {self.home: want - 1, p: 1}
+        others = [(self.home + 1 + (self._cursor + i) % (self.parts - 1)) % self.parts
+                  for i in range(self.parts - 1)]
+        self._cursor = (self._cursor + 1) % max(1, self.parts - 1)
+
+        def may(p: int) -> bool:
+            v = self.views[p]
+            return self.due(p, now) or p in fed or (p in freed and (v.queued or 0) > 0)
+
+        # the home first, then the partitions known to have work (most queued first), then
+        # those to discover or see again
+        known = sorted((p for p in others if may(p) and self.views[p].queued
+                        and not self._stale(self.views[p])),
+                       key=lambda p: -(self.views[p].queued or 0))
+        rest = [p for p in others if may(p) and p not in known]
+        targets = ([self.home] if may(self.home) else []) + known + rest
+        if not targets:
+            return {self.home: want}  # nothing known to be due: the home, as a poll
+        # the partitions with known work first, as much as they hold; then one lease each
+        # for those to discover or see again, with what is left
+        share: dict[int, int] = {}
+        left = want
+        for p in targets:
+            if left <= 0:
+                break
+            v = self.views[p]
+            known_work = v.queued if v.queued is not None and not self._stale(v) else 0
+            share[p] = min(left, max(1, known_work))
+            left -= share[p]
+        if left > 0:  # (counts of this call's pushes unknown) the first takes the rest
+            share[targets[0]] += left
+        return share
+
+    def note(self, p: int, asked: int, leased: int, queued: int,
+             next_ready: float | None, now: float) -> None:
+        """File the reply of partition *p* (*asked*: its lease request, 0: none;
+        *leased*: what it got; *queued*: its queued count after the call; *next_ready*:
+        seconds until its next host may be fetched, when it leased fewer than asked)."""
+        v = self.views[p]
+        v.queued = queued
+        if not asked:
+            return
+        self.part_takes[p] += 1
+        self.part_leased[p] += leased
+        self.part_empty[p] += leased == 0
+        v.seen_call = self.calls
+        v.short = leased < asked
+        v.ready_at = now + next_ready if v.short and next_ready is not None else 0.0
+        v.capped = v.short and next_ready is None and queued > 0
+
+    def note_probe(self, p: int, queued: int) -> None:
+        """Partition *p* holds *queued* entries (lua/partition_probe.lua's answer)."""
+        self.views[p].queued = queued
+
+    def after_call(self, want: int, leased: int, next_ready: float | None,
+                   now: float) -> float | None:
+        """The ``next_ready`` of a call that asked for *want* leases and got *leased*
+        (*next_ready*: the partitions' own, the least): when it got fewer, the pump calls
+        again as soon as a partition known to have work may hand it out (at once when one
+        may now), not only at its next poll."""
+        if not want or leased >= want:
+            return next_ready
+        self.empty_calls += leased == 0
+        ready = self.next_ready(now)
+        if ready is None:
+            return next_ready
+        return ready if next_ready is None else min(ready, next_ready)
+
+    def next_ready(self, now: float) -> float | None:
+        """Seconds until a partition may hand out a lease (0: one may now, or one was never
+        asked: a worker that starts on an empty home discovers the others at once), from
+        what this worker knows; None: none known to have work."""
+        waits = []
+        for p, v in enumerate(self.views):
+            if v.queued is None:
+                return 0.0
+            if self._stale(v):
+                continue  # (seen again at the next poll)
+            if v.queued > 0 and not v.capped:
+                waits.append(max(0.0, v.ready_at - now))
+            if p == self.home and v.short is False and v.queued > 0:
+                waits.append(0.0)
+        return min(waits) if waits else None
