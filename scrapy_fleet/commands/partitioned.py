@@ -28,8 +28,8 @@ from scrapy_fleet.errors import RequestDecodeError
 from scrapy_fleet.failures import admin as failures
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.lean import LeanResult, lean_args
-from scrapy_fleet.frontier.partitions import entry_ref, partition_params
 from scrapy_fleet.frontier.protocol import CallResult
+from scrapy_fleet.frontier.routing import entry_ref, partition_params
 from scrapy_fleet.keys import PUSH_LEAN_CALL, partition_of
 from scrapy_fleet.politeness import hosts as politeness
 

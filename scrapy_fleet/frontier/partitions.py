@@ -50,8 +50,6 @@ import logging
 import time
 import uuid
 import zlib
-from collections import defaultdict
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgpack
@@ -70,41 +68,21 @@ from scrapy_fleet.frontier.protocol import (
     LeasedEntry,
     state_lost,
 )
+from scrapy_fleet.frontier.routing import (
+    Route,
+    concat,
+    entry_ref,
+    partition_params,
+    s_pair,
+    split_ref,
+)
 from scrapy_fleet.keys import PROBE_CALL, PUSH_LEAN_CALL, STAGE_HOST, CrawlKeys, partition_of
 
 logger = logging.getLogger(__name__)
 
-#: separator of a partition's index and an entry id in the ids a PartitionedFrontier hands out
-ID_SEP = ":"
-
 #: foreign links buffered for one partition that make it due at once, and the links of one
 #: lean call at most (a buffer past it goes in several): the pump's PUSH_CHUNK
 FLUSH_LINKS = 100
-
-
-def entry_ref(p: int, entry_id: str) -> str:
-    """The id of entry *entry_id* of partition *p* as the worker (and the commands) see it."""
-    return f"{p}{ID_SEP}{entry_id}"
-
-
-def split_ref(ref: str) -> tuple[int, str]:
-    """``(partition, entry id)`` of an id made by :func:`entry_ref`.
-
-    Raises:
-        ValueError: *ref* is not of that form.
-    """
-    p, sep, entry_id = ref.partition(ID_SEP)
-    if not sep or not p.isdigit():
-        raise ValueError(f"not a partitioned entry id: {ref!r}")
-    return int(p), entry_id
-
-
-def partition_params(params: FrontierParams, parts: int) -> FrontierParams:
-    """*params* of one partition of *parts*: FLEET_QUEUE_MAX split evenly (rounded up);
-    FLEET_HOST_QUEUE_MAX stays exact (a host is in one partition)."""
-    if not params.queue_max or parts == 1:
-        return params
-    return replace(params, queue_max=-(-params.queue_max // parts))
 
 
 def _lost(exc: redis.ResponseError, url: str, p: int) -> CrawlStateLostError | None:
@@ -115,20 +93,6 @@ def _lost(exc: redis.ResponseError, url: str, p: int) -> CrawlStateLostError | N
 
 
 # -- the worker's frontier ----------------------------------------------------------------------
-
-@dataclass
-class _Route:
-    """Where the pump's batch went: per partition its own batch; per push of the batch,
-    (partition, index in that partition's pushes, foreign)."""
-
-    per: dict[int, CallBatch] = field(default_factory=lambda: defaultdict(CallBatch))
-    foreign: dict[int, list[tuple[Any, ...]]] = field(default_factory=lambda: defaultdict(list))
-    pushes: list[tuple[int, int, bool]] = field(default_factory=list)
-    #: per acknowledgement of the batch: (partition, 0-based index in its batch's acks)
-    acks: list[tuple[int, int]] = field(default_factory=list)
-    #: per partition: index in its foreign pushes -> the 1-based group of the pump's batch
-    foreign_group: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
-
 
 class PartitionedFrontier:
     """The frontier of a crawl with P > 1 partitions, for a worker (see module docstring).
@@ -242,12 +206,12 @@ class PartitionedFrontier:
 
     # -- routing
 
-    def _route(self, batch: CallBatch, skip: set[int] | None = None) -> _Route:
+    def _route(self, batch: CallBatch, skip: set[int] | None = None) -> Route:
         """Split the pump's *batch* by partition; the acknowledgements of the groups in
         *skip* (1-based) are left out with their links (pushes marked ``(-1, -1, False)``)."""
         parts = self.parts
         skip = skip or set()
-        r = _Route()
+        r = Route()
         for name in ("releases", "dead", "extends", "downloaded"):
             for item in getattr(batch, name):
                 p, entry_id = split_ref(item[0])
@@ -341,7 +305,7 @@ class PartitionedFrontier:
             CrawlStateLostError: naming the partition.
         """
         held, self._held = self._held, None
-        full = _concat(held, batch) if held is not None else batch
+        full = concat(held, batch) if held is not None else batch
         off = len(full.pushes) - len(batch.pushes)  # the pump's pushes start here
         first = self._route(full)
         lean: dict[int, LeanResult] = {}
@@ -489,7 +453,7 @@ class PartitionedFrontier:
         return count + len(waiting), size + sum(len(x) for x in waiting)
 
     @staticmethod
-    def _extend_waiting(full: CallBatch, blocked: set[int], r: _Route) -> None:
+    def _extend_waiting(full: CallBatch, blocked: set[int], r: Route) -> None:
         """With the pump's heartbeat: extend the leases of the pages of *blocked* (waiting
         for a buffer of foreign links, or for a partition that cannot be reached), each in
         its own partition.  The pump no longer holds them, so without this a page waiting
@@ -544,7 +508,7 @@ class PartitionedFrontier:
             out.unstorable = list(full.unstorable)
         return out
 
-    def _merge(self, batch: CallBatch, r: _Route, by_part: dict[int, CallResult],
+    def _merge(self, batch: CallBatch, r: Route, by_part: dict[int, CallResult],
                lean: dict[int, LeanResult], off: int, failed: set[int]) -> CallResult:
         results = list(by_part.values())
         flags, refused, seen = [], [], []
@@ -613,18 +577,3 @@ class PartitionedFrontier:
         idles = [int(row[0]) for row in rows]
         return -1 if min(idles) < 0 else min(idles)
 
-
-def _concat(a: CallBatch, b: CallBatch) -> CallBatch:
-    """*a* then *b* as one batch of the pump's format (b's groups renumbered after a's)."""
-    n = len(a.acks)
-    pushes = list(a.pushes) + [
-        (p[0], p[1], p[2], int(p[3]) + n if int(p[3]) else 0, *p[4:]) if len(p) > 3 else p
-        for p in b.pushes]
-    return CallBatch(acks=a.acks + b.acks, releases=a.releases + b.releases,
-                     dead=a.dead + b.dead, extends=a.extends + b.extends, pushes=pushes,
-                     take=b.take, downloaded=a.downloaded + b.downloaded, beat=b.beat,
-                     unstorable=a.unstorable + b.unstorable)
-
-
-def s_pair(results: list[CallResult], i: int) -> int:
-    return sum(res.response_queue[i] for res in results)

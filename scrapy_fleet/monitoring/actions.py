@@ -60,7 +60,7 @@ def run(action: str, admin: Any, opts: Any, alerts_config: Any = None,
 
     def make_source(hosts: int) -> FleetSource:
         if parts > 1:
-            from scrapy_fleet.frontier.partitions import partition_params
+            from scrapy_fleet.frontier.routing import partition_params
 
             return PartitionedSource(client, admin.keys, parts, hosts, alerts_config,
                                      partition_params(admin.params, parts).queue_max)

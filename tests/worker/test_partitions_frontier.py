@@ -10,8 +10,9 @@ import time
 import pytest
 import redis
 
-from scrapy_fleet.frontier.partitions import PartitionedFrontier, partition_params, split_ref
+from scrapy_fleet.frontier.partitions import PartitionedFrontier
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
+from scrapy_fleet.frontier.routing import partition_params, split_ref
 from scrapy_fleet.keys import CrawlKeys, partition_of
 
 KEYS = CrawlKeys("fleet", "pf")
