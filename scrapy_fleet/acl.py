@@ -29,9 +29,10 @@ from scrapy_fleet.errors import RedisPermissionError
 from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys
 
 #: entry scripts each role runs
-_SCRIPTS = {"worker": ("frontier.lua", "politeness.lua", "seeding.lua", "bloom_add.lua"),
-            "monitor": (), "admin": ("frontier.lua", "politeness.lua", "seeding.lua",
-                                     "bloom_add.lua", "failed_retry.lua")}
+_SCRIPTS = {"worker": ("frontier.lua", "push_lean.lua", "politeness.lua", "seeding.lua",
+                       "bloom_add.lua"),
+            "monitor": (), "admin": ("frontier.lua", "push_lean.lua", "politeness.lua",
+                                     "seeding.lua", "bloom_add.lua", "failed_retry.lua")}
 #: the proxy pool's script (a worker: choose, report, seed; an admin: the ``proxies`` actions)
 _POOL_SCRIPTS = ("proxies.lua",)
 #: commands each role sends itself to the pool's keys (proxies/pool.py; ``proxies list``
