@@ -19,7 +19,6 @@ from scrapy.settings import BaseSettings
 
 from scrapy_fleet.browser.settings import BrowserConfig, browser_config
 from scrapy_fleet.checks import (
-    boolean,
     check,
     number,
     setting_value,
@@ -31,6 +30,7 @@ from scrapy_fleet.failures.settings import FailuresConfig, failures_config
 from scrapy_fleet.frontier.backpressure_settings import BackpressureConfig, backpressure_config
 from scrapy_fleet.frontier.dupefilter_settings import DupefilterConfig, dupefilter_config
 from scrapy_fleet.frontier.protocol import FrontierParams
+from scrapy_fleet.jsonl_settings import JsonlConfig, jsonl_config
 from scrapy_fleet.keys import STAGE_HOST
 from scrapy_fleet.monitoring.settings import MonitoringConfig, monitoring_config
 from scrapy_fleet.politeness.settings import PolitenessConfig, politeness_config
@@ -129,8 +129,8 @@ class FleetConfig:
     #: FLEET_HOST_*, FLEET_ROBOTSTXT_*, FLEET_MAX_CRAWL_DELAY, FLEET_BACKOFF_* and
     #: ROBOTSTXT_OBEY (politeness/settings.py)
     politeness: PolitenessConfig
-    jsonl_path: str | None
-    jsonl_fsync: bool
+    #: FLEET_JSONL_PATH and FLEET_JSONL_FSYNC (jsonl_settings.py)
+    jsonl: JsonlConfig
     #: FLEET_ROLE and the response queue's bounds (stages/settings.py)
     stages: StageConfig = field(default_factory=StageConfig)
     #: FLEET_PLAYWRIGHT and FLEET_PLAYWRIGHT_ABORT (browser/settings.py)
@@ -187,16 +187,7 @@ class FleetConfig:
         politeness = politeness_config(settings)
         partitions = _partitions(settings, g("FLEET_PARTITIONS"),  # issue 21
                                  politeness.host_key)
-        jsonl = g("FLEET_JSONL_PATH")
-        check("FLEET_JSONL_PATH", jsonl, jsonl is None or (isinstance(jsonl, str) and jsonl != ""),
-               "a file path or None")
-        if jsonl is not None:
-            try:
-                jsonl % {"worker": "w", "pid": 1, "spider": "s", "crawl_id": "c"}
-            except (KeyError, ValueError, TypeError) as exc:
-                raise FleetConfigError(
-                    f"FLEET_JSONL_PATH={jsonl!r} is invalid: placeholders may be %(worker)s, "
-                    f"%(pid)s, %(spider)s, %(crawl_id)s; write %% for a % ({exc!r})") from None
+        jsonl = jsonl_config(settings)
         classes_ok = True
         for path in classes:
             try:
@@ -239,8 +230,7 @@ class FleetConfig:
             dupefilter=dupefilter,
             backpressure=backpressure,
             politeness=politeness,
-            jsonl_path=jsonl,
-            jsonl_fsync=boolean("FLEET_JSONL_FSYNC", g("FLEET_JSONL_FSYNC")),
+            jsonl=jsonl,
             monitoring=monitoring,
             ban_statuses=_ban_statuses(g("FLEET_BAN_STATUSES")),
             drain_timeout=number("FLEET_DRAIN_TIMEOUT", g("FLEET_DRAIN_TIMEOUT"), float, 0.0,
