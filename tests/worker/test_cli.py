@@ -446,3 +446,17 @@ def test_a_command_does_not_load_scrapys_download_handlers(redis_url, worker_env
     assert "scrapy_fleet.config" in imported
     assert "scrapy.core.downloader.handlers.http11" not in imported
     assert "scrapy.core.downloader.contextfactory" not in imported
+
+
+@pytest.mark.parametrize("action", [["status", "docs"], ["push", "docs", "http://h.test/"],
+                                    ["failed", "docs"]])
+def test_a_bad_jsonl_path_is_refused_by_a_command(redis_url, worker_env, action):
+    """FLEET_JSONL_PATH is checked with the fleet's settings (jsonl_settings.py, composed by
+    FleetConfig), so a command refuses a path the workers would refuse, before any write."""
+    result = run_scrapy(EXAMPLE_PROJECT, ["fleet", *action, "-s", f"FLEET_REDIS_URL={redis_url}",
+                                          "-s", "FLEET_JSONL_PATH=out-%(bogus)s.jsonl"],
+                        worker_env)
+    assert result.returncode == 2, result.stderr
+    assert "FLEET_JSONL_PATH='out-%(bogus)s.jsonl' is invalid: placeholders may be" in \
+        result.stderr
+    assert FrontierAdmin(redis_url, "docs").status()["queued"] == 0
