@@ -33,7 +33,9 @@ def crawl(tmp_path: Path, redis_url: str, env: dict[str, str], workers: int,
     logs = [tmp_path / f"worker-{n}.log" for n in range(workers)]
     procs = []
     for n in range(workers):
-        s = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 4, "FLEET_JSONL_PATH": outs[n],
+        # (idle: nothing queued, leased, deferred or parked fleet-wide; a request waiting
+        # for an exit holds its lease, so 1 s of it ends the crawl, not a wait for a proxy)
+        s = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 1, "FLEET_JSONL_PATH": outs[n],
              "CONCURRENT_REQUESTS": 8, "LOG_LEVEL": "INFO", **settings}
         procs.append(start_worker(TEST_PROJECT, "proxy_pages", s, env, logs[n]))
     codes = wait_all(procs, timeout)
