@@ -3,7 +3,8 @@ page documenting it.  One source for the defaults (:data:`DEFAULTS`, read by con
 ``scrapy fleet settings`` (:func:`settings_listing`), the unknown-setting warning
 (:func:`unknown_settings`) and the docs check (tests/unit/test_config.py).  Validation of the values
 is config.py's, and each feature's own (proxies/settings.py, stages/settings.py,
-browser/settings.py, pipelines/mongo_config.py).
+browser/settings.py, politeness/settings.py, jsonl_settings.py,
+pipelines/mongo_config.py).
 """
 
 from __future__ import annotations

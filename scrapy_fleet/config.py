@@ -19,7 +19,6 @@ from scrapy.settings import BaseSettings
 
 from scrapy_fleet.browser.settings import BrowserConfig, browser_config
 from scrapy_fleet.checks import (
-    boolean,
     check,
     number,
     setting_value,
@@ -31,57 +30,16 @@ from scrapy_fleet.failures.settings import FailuresConfig, failures_config
 from scrapy_fleet.frontier.backpressure_settings import BackpressureConfig, backpressure_config
 from scrapy_fleet.frontier.dupefilter_settings import DupefilterConfig, dupefilter_config
 from scrapy_fleet.frontier.protocol import FrontierParams
+from scrapy_fleet.jsonl_settings import JsonlConfig, jsonl_config
 from scrapy_fleet.keys import STAGE_HOST
 from scrapy_fleet.monitoring.settings import MonitoringConfig, monitoring_config
+from scrapy_fleet.politeness.settings import PolitenessConfig, politeness_config
 from scrapy_fleet.proxies.settings import ProxyConfig, proxy_config
 from scrapy_fleet.recrawl.settings import RecrawlConfig, recrawl_config
 from scrapy_fleet.redis_url import validate_redis_url
 from scrapy_fleet.stages.settings import StageConfig, stage_config
 
 _START_MODES = ("once", "always", "never")
-
-
-def _host_overrides(value: Any) -> dict[str, tuple[float | None, int | None, int | None, bool]]:
-    """``{"example.com": {"rate": 0.5, "burst": 2, "concurrency": 1, "delay": 3}}`` ->
-    host -> (interval seconds or None, burst or None, concurrency or None, interval from a
-    rate?)."""
-    name = "FLEET_HOST_OVERRIDES"
-    if isinstance(value, str):
-        import json
-
-        try:
-            value = json.loads(value) if value.strip() else {}
-        except ValueError:
-            raise FleetConfigError(f"{name}={value!r} is invalid: expected a dict "
-                                   "(JSON on the command line)") from None
-    check(name, value, isinstance(value, dict), "a dict of host -> {rate, burst, "
-           "concurrency, delay, recrawl_interval}")
-    out: dict[str, tuple[float | None, int | None, int | None, bool]] = {}
-    for host, spec in value.items():
-        where = f"{name}[{host!r}]"
-        check(where, spec, isinstance(host, str) and isinstance(spec, dict)
-               and set(spec) <= {"rate", "burst", "concurrency", "delay", "recrawl_interval"},
-               "a dict with keys among rate, burst, concurrency, delay, recrawl_interval")
-        interval = None
-        is_rate = False
-        if spec.get("rate") is not None:
-            interval = 1.0 / number(f"{where}['rate']", spec["rate"], float, 0.0,
-                                     "requests per second > 0", exclusive=True)
-            is_rate = True
-        if spec.get("delay") is not None:
-            d = number(f"{where}['delay']", spec["delay"], float, 0.0, "seconds >= 0")
-            if d >= (interval or 0.0):
-                interval, is_rate = d, False
-        burst = None if spec.get("burst") is None else number(
-            f"{where}['burst']", spec["burst"], int, 1, "an integer >= 1")
-        conc = None if spec.get("concurrency") is None else number(
-            f"{where}['concurrency']", spec["concurrency"], int, 0, "an integer >= 0")
-        out[host.lower()] = (interval, burst, conc, is_rate)
-    return out
-
-
-#: values of FLEET_HOST_KEY (politeness.host_key)
-HOST_KEY_MODES = ("host", "domain", "ip")
 
 
 def default_worker_id() -> str:
@@ -178,21 +136,11 @@ class FleetConfig:
     #: FLEET_QUEUE_MAX, FLEET_QUEUE_LOW_WATERMARK, FLEET_HOST_QUEUE_MAX, FLEET_BACKPRESSURE_DELAY
     #: (frontier/backpressure_settings.py)
     backpressure: BackpressureConfig
-    host_rate: float | None
-    host_burst: int
-    host_delay: float
-    host_concurrency: int
-    host_overrides: dict[str, tuple[float | None, int | None, int | None, bool]]
-    host_key: str
-    robots_obey: bool
-    robotstxt_ttl: float
-    robotstxt_hold: float
-    robotstxt_max_attempts: int
-    max_crawl_delay: float
-    backoff_base: float
-    backoff_max: float
-    jsonl_path: str | None
-    jsonl_fsync: bool
+    #: FLEET_HOST_*, FLEET_ROBOTSTXT_*, FLEET_MAX_CRAWL_DELAY, FLEET_BACKOFF_* and
+    #: ROBOTSTXT_OBEY (politeness/settings.py)
+    politeness: PolitenessConfig
+    #: FLEET_JSONL_PATH and FLEET_JSONL_FSYNC (jsonl_settings.py)
+    jsonl: JsonlConfig
     #: FLEET_ROLE and the response queue's bounds (stages/settings.py)
     stages: StageConfig = field(default_factory=StageConfig)
     #: FLEET_PLAYWRIGHT and FLEET_PLAYWRIGHT_ABORT (browser/settings.py)
@@ -246,33 +194,10 @@ class FleetConfig:
                "a list of import paths")
         dupefilter = dupefilter_config(settings)
         backpressure = backpressure_config(settings)
-        host_key = g("FLEET_HOST_KEY")
-        check("FLEET_HOST_KEY", host_key, host_key in HOST_KEY_MODES,
-               "one of host, domain, ip")
-        partitions = _partitions(settings, g("FLEET_PARTITIONS"), host_key)  # issue 21
-        rate = g("FLEET_HOST_RATE")
-        if isinstance(rate, str) and rate.strip().lower() in ("", "none"):
-            rate = None
-        if rate is not None:
-            rate = number("FLEET_HOST_RATE", rate, float, 0.0,
-                           "requests per second > 0 or None", exclusive=True)
-        delay = g("FLEET_HOST_DELAY")
-        if delay is None:  # the add-on moves the project's DOWNLOAD_DELAY here
-            delay = settings.get("DOWNLOAD_DELAY", 0) if hasattr(settings, "get") else 0
-        concurrency = g("FLEET_HOST_CONCURRENCY")
-        if concurrency is None:
-            concurrency = settings.get("CONCURRENT_REQUESTS_PER_DOMAIN", 8)
-        overrides = _host_overrides(g("FLEET_HOST_OVERRIDES"))
-        jsonl = g("FLEET_JSONL_PATH")
-        check("FLEET_JSONL_PATH", jsonl, jsonl is None or (isinstance(jsonl, str) and jsonl != ""),
-               "a file path or None")
-        if jsonl is not None:
-            try:
-                jsonl % {"worker": "w", "pid": 1, "spider": "s", "crawl_id": "c"}
-            except (KeyError, ValueError, TypeError) as exc:
-                raise FleetConfigError(
-                    f"FLEET_JSONL_PATH={jsonl!r} is invalid: placeholders may be %(worker)s, "
-                    f"%(pid)s, %(spider)s, %(crawl_id)s; write %% for a % ({exc!r})") from None
+        politeness = politeness_config(settings)
+        partitions = _partitions(settings, g("FLEET_PARTITIONS"),  # issue 21
+                                 politeness.host_key)
+        jsonl = jsonl_config(settings)
         classes_ok = True
         for path in classes:
             try:
@@ -314,30 +239,8 @@ class FleetConfig:
             request_classes=tuple(classes),
             dupefilter=dupefilter,
             backpressure=backpressure,
-            host_rate=rate,
-            host_burst=number("FLEET_HOST_BURST", g("FLEET_HOST_BURST"), int, 1,
-                               "an integer >= 1"),
-            host_delay=number("FLEET_HOST_DELAY", delay, float, 0.0, "seconds >= 0"),
-            host_concurrency=number("FLEET_HOST_CONCURRENCY", concurrency, int, 0,
-                                     "an integer >= 0 (0: no cap)"),
-            host_overrides=overrides,
-            host_key=host_key,
-            robots_obey=boolean("ROBOTSTXT_OBEY", settings.get("ROBOTSTXT_OBEY", False) or False),
-            robotstxt_ttl=number("FLEET_ROBOTSTXT_TTL", g("FLEET_ROBOTSTXT_TTL"), float, 1.0,
-                                  "seconds >= 1"),
-            robotstxt_hold=number("FLEET_ROBOTSTXT_HOLD", g("FLEET_ROBOTSTXT_HOLD"), float,
-                                   0.0, "seconds >= 0"),
-            robotstxt_max_attempts=number("FLEET_ROBOTSTXT_MAX_ATTEMPTS",
-                                           g("FLEET_ROBOTSTXT_MAX_ATTEMPTS"), int, 0,
-                                           "an integer >= 0 (0: no limit)"),
-            max_crawl_delay=number("FLEET_MAX_CRAWL_DELAY", g("FLEET_MAX_CRAWL_DELAY"), float,
-                                    0.0, "seconds >= 0"),
-            backoff_base=number("FLEET_BACKOFF_BASE", g("FLEET_BACKOFF_BASE"), float, 0.0,
-                                 "seconds > 0", exclusive=True),
-            backoff_max=number("FLEET_BACKOFF_MAX", g("FLEET_BACKOFF_MAX"), float, 0.0,
-                                "seconds > 0", exclusive=True),
-            jsonl_path=jsonl,
-            jsonl_fsync=boolean("FLEET_JSONL_FSYNC", g("FLEET_JSONL_FSYNC")),
+            politeness=politeness,
+            jsonl=jsonl,
             monitoring=monitoring,
             ban_statuses=_ban_statuses(g("FLEET_BAN_STATUSES")),
             drain_timeout=number("FLEET_DRAIN_TIMEOUT", g("FLEET_DRAIN_TIMEOUT"), float, 0.0,
@@ -363,23 +266,16 @@ class FleetConfig:
         return FrontierParams(self.lease_timeout, self.max_leases, self.dupefilter.capacity,
                               self.dupefilter.error_rate, self.backpressure.queue_max,
                               self.backpressure.host_queue_max, self.backpressure.delay,
-                              self.host_interval,
-                              self.host_burst if self.host_rate else 1, self.host_concurrency,
-                              self.robots_obey,
-                              self.host_rate is not None
-                              and 1.0 / self.host_rate > self.host_delay,
+                              self.politeness.host_interval,
+                              self.politeness.host_burst if self.politeness.host_rate else 1,
+                              self.politeness.host_concurrency, self.politeness.robots_obey,
+                              self.politeness.rate_sets_interval,
                               lease_only_host=STAGE_HOST if self.stages.role == "parse" else "",
                               lease_except_host=STAGE_HOST if self.stages.role == "fetch"
                               else "",
                               failed_max=self.failures.max_kept,
                               recrawl_max=(self.recrawl.max_tracked or 0)
                               if self.recrawl.enabled else 0)
-
-    @property
-    def host_interval(self) -> float:
-        """Seconds between two requests to one host, fleet-wide: the longer of
-        FLEET_HOST_DELAY (the project's DOWNLOAD_DELAY by default) and 1 / FLEET_HOST_RATE."""
-        return max(self.host_delay, 1.0 / self.host_rate if self.host_rate else 0.0)
 
     def resolve_crawl_id(self, spider_name: str) -> str:
         """The crawl's namespace: ``FLEET_CRAWL_ID`` or else the spider's name."""

@@ -164,7 +164,7 @@ def check_worker(crawler: Crawler) -> FleetConfig:
                     _claim(crawler, client, keys, config, name)
         finally:
             client.close()
-    if config.jsonl_path:
+    if config.jsonl.path:
         from scrapy_fleet.pipelines.jsonlines import prepare_path
 
         prepare_path(config, getattr(spider, "name", None) or "spider")

@@ -20,8 +20,10 @@ client address in ``<p id="addr">``.  Config (JSON)::
 * redirects: true: every page links to ``/go/<n>``, a 301 to ``/site/``;
 * delay: hold matching answers (arriving after the epoch ``after``) that long.
 
-Every request is logged as one JSON line ``{"t", "host", "addr", "path", "status", "ban"}``
-(``t``: arrival, epoch seconds; ``ban``: 1 for a ban of any kind).
+Every request is logged as one JSON line ``{"t", "host", "addr", "path", "status", "ban",
+"ticket"}`` (``t``: arrival, epoch seconds; ``ban``: 1 for a ban of any kind; ``ticket``: the
+header ``X-Fleet-Test-Ticket`` as an int, or null: the fleet's choice of the exit, sent by
+the test project's ``ProxyTicketHeaderMiddleware``).
 """
 
 from __future__ import annotations
@@ -112,7 +114,9 @@ def handler(site: Site) -> type[BaseHTTPRequestHandler]:
             path = path.split("?", 1)[0]
             addr = self.client_address[0]
             status, headers, body, ban, delay = site.answer(host, addr, path)
-            site.record(t=t, host=host, addr=addr, path=path, status=status, ban=ban)
+            ticket = self.headers.get("X-Fleet-Test-Ticket")
+            site.record(t=t, host=host, addr=addr, path=path, status=status, ban=ban,
+                        ticket=int(ticket) if ticket and ticket.isdigit() else None)
             if delay:
                 time.sleep(delay)
             self.send_response(status)

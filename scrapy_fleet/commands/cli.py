@@ -26,7 +26,7 @@ from scrapy_fleet import acl, redis_url
 from scrapy_fleet.catalog import DEFAULTS, SETTINGS, format_default, settings_listing
 from scrapy_fleet.checks import validate_crawl_id, validate_key_prefix
 from scrapy_fleet.commands import actions, partitioned, push
-from scrapy_fleet.config import HOST_KEY_MODES, validate_partitions
+from scrapy_fleet.config import validate_partitions
 from scrapy_fleet.errors import (
     FleetConfigError,
     RedisPermissionError,
@@ -37,6 +37,7 @@ from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.layout import CrawlLayoutError
 from scrapy_fleet.frontier.protocol import FrontierParams
 from scrapy_fleet.monitoring import actions as monitoring_actions
+from scrapy_fleet.politeness.settings import HOST_KEY_MODES
 from scrapy_fleet.redis_url import validate_redis_url
 
 #: ``(status, meaning)`` of both commands' exit statuses (shown by ``--help``)

@@ -220,7 +220,7 @@ class Command(ScrapyCommand):
             self.exitcode = cli.run_action(action, admin, urls, opts, fingerprinter.fingerprint,
                                            label=label,
                                            low_watermark=config.backpressure.queue_low,
-                                           host_key_mode=config.host_key,
+                                           host_key_mode=config.politeness.host_key,
                                            alerts_config=AlertConfig.from_config(config.monitoring),
                                            forget_after=config.monitoring.worker_forget_after,
                                            partitions=config.partitions,

@@ -138,7 +138,7 @@ class FleetFailureWatch:
             url=request.url, method=request.method, reason=reason, message=message,
             status=int(status or 0), attempts=int(request.meta.get("retry_times", 0) or 0) + 1,
             worker=self.config.worker_id,
-            host=politeness.host_key(request.url, self.config.host_key))
+            host=politeness.host_key(request.url, self.config.politeness.host_key))
         if ledger.note_failure(request, record.encode()):
             stats = self.crawler.stats
             if stats is not None:

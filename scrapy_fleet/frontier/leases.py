@@ -59,4 +59,5 @@ def unstorable_record(request: Request, reason: str, message: str, config: Fleet
     return FailureRecord(
         url=request.url, method=request.method, reason=reason, message=message,
         attempts=0, worker=config.worker_id,
-        host=politeness.host_key(request.url, config.host_key), parent=parent_url).encode()
+        host=politeness.host_key(request.url, config.politeness.host_key),
+        parent=parent_url).encode()

@@ -178,8 +178,8 @@ class FleetScheduler(BaseScheduler):
             "queue_max": self.config.backpressure.queue_max or 0,
             "low_watermark": self.config.backpressure.low_watermark,
             "host_queue_max": self.config.backpressure.host_queue_max or 0,
-            "host_key": self.config.host_key,
-            "host_concurrency": self.config.host_concurrency})
+            "host_key": self.config.politeness.host_key,
+            "host_concurrency": self.config.politeness.host_concurrency})
         # the per-host defaults they run with, for `scrapy fleet status --hosts`
         await frontier.client.hset(keys.config, mapping=politeness.policy_fields(
             self.config))  # type: ignore[arg-type]
@@ -205,8 +205,8 @@ class FleetScheduler(BaseScheduler):
     def _response_received(self, response: Any, request: Any, spider: Any = None) -> None:
         if "fleet-stored" in response.flags:
             return  # a stored response (stages): its fetch worker counted it
-        self.pump.monitor.on_response(politeness.host_key(response.url, self.config.host_key),
-                                      response.status)
+        host = politeness.host_key(response.url, self.config.politeness.host_key)
+        self.pump.monitor.on_response(host, response.status)
 
     def close(self, reason: str) -> Deferred[None]:
         return deferred_from_coro(self._close(reason))
@@ -308,7 +308,7 @@ class FleetScheduler(BaseScheduler):
             book.inc("fleet/start/pushed/items", len(items))
         requests = [o for o in outputs if isinstance(o, Request)]
         main = request if any(o is request for o in requests) else next(iter(requests), None)
-        host_key = self.config.host_key
+        host_key = self.config.politeness.host_key
         if main is not None and politeness.host_key(main.url, host_key) != politeness.host_key(
                 request.url, host_key):
             main = None  # its lease holds the pushed request's host's turn, not this one's

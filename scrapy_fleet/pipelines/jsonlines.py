@@ -42,28 +42,28 @@ def prepare_path(config: FleetConfig, spider_name: str) -> str:
             parent that cannot be made, a file in the way, no permission) or the file cannot
             be opened for appending; the message names the setting, the path and the cause.
     """
-    assert config.jsonl_path
+    assert config.jsonl.path
     values = {
         "worker": re.sub(r"[^A-Za-z0-9_.-]", "_", config.worker_id),
         "pid": os.getpid(),
         "spider": spider_name,
         "crawl_id": config.crawl_id or spider_name,
     }
-    path = config.jsonl_path % values
+    path = config.jsonl.path % values
     if os.path.isdir(path):
-        raise FleetConfigError(f"FLEET_JSONL_PATH={config.jsonl_path!r} is invalid: "
+        raise FleetConfigError(f"FLEET_JSONL_PATH={config.jsonl.path!r} is invalid: "
                                f"{path!r} is a directory")
     folder = os.path.dirname(path)
     blocking = _file_in_the_way(folder)
     if blocking:
-        raise FleetConfigError(f"FLEET_JSONL_PATH={config.jsonl_path!r} is invalid: its folder "
+        raise FleetConfigError(f"FLEET_JSONL_PATH={config.jsonl.path!r} is invalid: its folder "
                                f"{folder!r} cannot exist: {blocking!r} is a file")
     try:
         if folder:
             os.makedirs(folder, exist_ok=True)
         os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
     except OSError as exc:
-        raise FleetConfigError(f"FLEET_JSONL_PATH={config.jsonl_path!r} is invalid: cannot "
+        raise FleetConfigError(f"FLEET_JSONL_PATH={config.jsonl.path!r} is invalid: cannot "
                                f"write {path!r}: {exc.strerror or exc}") from exc
     return path
 
@@ -108,7 +108,7 @@ class JsonLinesPipeline:
     """
 
     def __init__(self, crawler: Crawler, config: FleetConfig) -> None:
-        if not config.jsonl_path:
+        if not config.jsonl.path:
             raise NotConfigured("FLEET_JSONL_PATH is not set")
         self.crawler = crawler
         self.config = config
@@ -133,7 +133,7 @@ class JsonLinesPipeline:
         while view:
             written = os.write(self._fd, view)
             view = view[written:]
-        if self.config.jsonl_fsync:
+        if self.config.jsonl.fsync:
             os.fsync(self._fd)
         stats = self.crawler.stats
         if stats is not None:

@@ -89,7 +89,7 @@ def overrides_to_hostconf(config: FleetConfig) -> dict[str, str]:
     """``FLEET_HOST_OVERRIDES`` as the ``hostconf`` hash: host -> "T ms|burst|cap|rate"
     (rate 1: T comes from a rate and may catch up on a late turn)."""
     out = {}
-    for host, (interval, burst, cap, is_rate) in config.host_overrides.items():
+    for host, (interval, burst, cap, is_rate) in config.politeness.host_overrides.items():
         out[host] = "|".join("" if v is None else str(v) for v in (
             None if interval is None else int(interval * 1000), burst, cap,
             1 if is_rate else 0))
@@ -105,7 +105,7 @@ def policy_fields(config: FleetConfig) -> dict[str, Any]:
     return {"host_interval_ms": int(params.host_interval * 1000),
             "host_interval_is_rate": 1 if params.host_interval_is_rate else 0,
             "host_burst": params.host_burst, "host_concurrency": params.host_concurrency,
-            "host_key": config.host_key}
+            "host_key": config.politeness.host_key}
 
 
 def describe_policy(interval: float, concurrency: int, burst: int = 1,
@@ -125,17 +125,17 @@ def policy_log_line(config: FleetConfig) -> str:
     """The INFO line a worker logs at start: the per-host interval, rate and cap that hold
     for the whole fleet, where they come from, and what to change for a faster crawl
     (docs/politeness.md, "Scrapy's own delays and caps")."""
-    params = config.frontier_params()
-    line = (f"Fleet-wide politeness per host (FLEET_HOST_KEY={config.host_key!r}), whatever "
+    params, pol = config.frontier_params(), config.politeness
+    line = (f"Fleet-wide politeness per host (FLEET_HOST_KEY={pol.host_key!r}), whatever "
             f"the number of workers: "
             + describe_policy(params.host_interval, params.host_concurrency, params.host_burst,
                               params.host_interval_is_rate)
-            + f" (FLEET_HOST_DELAY={config.host_delay:g} s, by default the project's "
-            f"DOWNLOAD_DELAY; FLEET_HOST_RATE={config.host_rate}; FLEET_HOST_CONCURRENCY="
-            f"{config.host_concurrency}, by default CONCURRENT_REQUESTS_PER_DOMAIN)")
-    if config.host_overrides:
-        line += f"; {len(config.host_overrides)} host(s) in FLEET_HOST_OVERRIDES"
-    if config.robots_obey:
+            + f" (FLEET_HOST_DELAY={pol.host_delay:g} s, by default the project's "
+            f"DOWNLOAD_DELAY; FLEET_HOST_RATE={pol.host_rate}; FLEET_HOST_CONCURRENCY="
+            f"{pol.host_concurrency}, by default CONCURRENT_REQUESTS_PER_DOMAIN)")
+    if pol.host_overrides:
+        line += f"; {len(pol.host_overrides)} host(s) in FLEET_HOST_OVERRIDES"
+    if pol.robots_obey:
         line += "; a robots.txt Crawl-delay may slow a host down further"
     if params.host_interval >= 0.5 or 0 < params.host_concurrency <= 2:
         line += ("; for a faster crawl lower DOWNLOAD_DELAY (or set FLEET_HOST_RATE) and raise "
@@ -197,7 +197,7 @@ class Politeness:
     def _keys_of(self, host: str, origin: str) -> list[str]:
         if self._part_keys is None:
             return self._keys
-        name = host or host_key(origin, self.config.host_key)
+        name = host or host_key(origin, self.config.politeness.host_key)
         return self._part_keys[partition_of(name, len(self._part_keys))]
 
     async def _call(self, op: str, host: str, **args: Any) -> dict[str, Any]:
@@ -245,7 +245,8 @@ class Politeness:
         the hold in seconds."""
         reply = await self._call(
             "backoff", host, ra=-1 if retry_after is None else retry_after,
-            base=int(self.config.backoff_base * 1000), max=int(self.config.backoff_max * 1000),
+            base=int(self.config.politeness.backoff_base * 1000),
+            max=int(self.config.politeness.backoff_max * 1000),
             jit=random.uniform(0.5, 1.5))
         return float(reply["delay"]) / 1000
 
@@ -264,7 +265,7 @@ class Politeness:
         failure)}; *origin* as :func:`robots_origin` gives it."""
         reply = await self._call("robots_lock", "", o=origin, w=owner or self.worker,
                                  ttl=int(ttl * 1000),
-                                 rt=int(self.config.robotstxt_ttl * 1000))
+                                 rt=int(self.config.politeness.robotstxt_ttl * 1000))
         return bool(reply["ok"]), _entry(reply.get("entry")), int(reply.get("now", 0))
 
     async def robots_store(self, origin: str, host: str, status: int, body: bytes,
@@ -278,12 +279,12 @@ class Politeness:
         min(cap, FLEET_ROBOTSTXT_HOLD * 2^(n-1))), cap = the larger of FLEET_BACKOFF_MAX and
         FLEET_ROBOTSTXT_HOLD; after FLEET_ROBOTSTXT_MAX_ATTEMPTS of them the entry is marked
         gone.  A *crawl_delay* (s) becomes *host*'s minimum interval."""
-        hold_ms = int(self.config.robotstxt_hold * 1000)
+        hold_ms = int(self.config.politeness.robotstxt_hold * 1000)
         reply = await self._call(
             "robots_store", host, o=origin, status=status, body=body,
             cd=-1 if crawl_delay is None else int(crawl_delay * 1000),
-            hold=hold_ms, cap=max(hold_ms, int(self.config.backoff_max * 1000)),
-            ma=self.config.robotstxt_max_attempts, err=error[:300],
+            hold=hold_ms, cap=max(hold_ms, int(self.config.politeness.backoff_max * 1000)),
+            ma=self.config.politeness.robotstxt_max_attempts, err=error[:300],
             ra=-1 if retry_after is None else int(retry_after * 1000), w=self.worker)
         entry = _entry(reply["entry"])
         assert entry is not None

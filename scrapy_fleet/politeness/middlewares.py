@@ -107,7 +107,7 @@ class _FleetDownloaderMiddleware:
         return self._politeness
 
     def host(self, request: Request) -> str:
-        return politeness.host_key(request.url, self.config.host_key)
+        return politeness.host_key(request.url, self.config.politeness.host_key)
 
     def _redis_trouble(self, exc: BaseException, message: str, *args: Any) -> None:
         """A politeness call to Redis failed: counted; a connection failure is an outage,
@@ -378,7 +378,7 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
             return None
         at = _int(entry.get("at"))
         age_ms = now_ms - at
-        ttl_ms = self.config.robotstxt_ttl * 1000
+        ttl_ms = self.config.politeness.robotstxt_ttl * 1000
         if age_ms >= ttl_ms:
             return None
         now = time.monotonic()
@@ -433,14 +433,14 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
             parsed = Protego.parse(body.decode("utf-8", "replace"))
             cd = parsed.crawl_delay(useragent)
             if cd is not None:
-                delay = min(float(cd), self.config.max_crawl_delay)
+                delay = min(float(cd), self.config.politeness.max_crawl_delay)
         entry, now_ms = await self.politeness().robots_store(
             origin, self.host(request), status, body, delay, error, retry_after)
         state = self._read(origin, entry, now_ms)
         if error:
             self._inc(_STAT + "robots_failed")
             if state is not None and state.kind == "wait":
-                limit = self.config.robotstxt_max_attempts
+                limit = self.config.politeness.robotstxt_max_attempts
                 logger.warning("robots.txt of %s could not be fetched (%s; attempt %d%s): its "
                                "requests wait %.1f s in the frontier, then one worker tries "
                                "again", origin, error, _int(entry.get("fails")),

@@ -150,7 +150,7 @@ class FleetProxyMiddleware:
             await asyncio.shield(self._seeded)
 
     def site(self, request: Request) -> str:
-        return host_key(request.url, self.config.host_key)
+        return host_key(request.url, self.config.politeness.host_key)
 
     def _queue(self, report: Report) -> None:
         """Let *report* ride with the next choice, or go by itself within REPORT_DELAY."""

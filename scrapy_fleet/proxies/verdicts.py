@@ -22,10 +22,10 @@ A ban policy (``FLEET_PROXY_BAN_POLICY``) is asked first, per request; it may an
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from scrapy import exceptions as scrapy_exceptions
-from scrapy.core.downloader.handlers.http11 import TunnelError
 from scrapy.exceptions import IgnoreRequest
 from twisted.internet import error as neterror
 from twisted.web._newclient import ResponseFailed, ResponseNeverReceived
@@ -47,11 +47,20 @@ def _scrapy_errors(*names: str) -> tuple[type[BaseException], ...]:
     return tuple(getattr(scrapy_exceptions, n) for n in names if hasattr(scrapy_exceptions, n))
 
 
-#: failures to reach or talk to the proxy itself (with a proxy, every connection goes to it)
-_CONNECT_ERRORS: tuple[type[BaseException], ...] = (
-    neterror.ConnectionRefusedError, neterror.ConnectError, neterror.DNSLookupError,
-    neterror.NoRouteError, TunnelError, ConnectionRefusedError,
-    *_scrapy_errors("DownloadConnectionRefusedError", "CannotResolveHostError"))
+@lru_cache(maxsize=1)
+def _connect_errors() -> tuple[type[BaseException], ...]:
+    """Failures to reach or talk to the proxy itself (with a proxy, every connection goes to
+    it).  Built at the first verdict on a failure: Scrapy's HTTP/1.1 handler (TunnelError),
+    about a second of start-up on a loaded machine, is imported by a worker's downloader
+    anyway, and never by the commands, which read this module to check
+    FLEET_PROXY_BAN_POLICY."""
+    from scrapy.core.downloader.handlers.http11 import TunnelError
+
+    return (neterror.ConnectionRefusedError, neterror.ConnectError, neterror.DNSLookupError,
+            neterror.NoRouteError, TunnelError, ConnectionRefusedError,
+            *_scrapy_errors("DownloadConnectionRefusedError", "CannotResolveHostError"))
+
+
 #: failures while waiting for the answer: the exit or the site
 _LOST_ERRORS: tuple[type[BaseException], ...] = (
     neterror.TimeoutError, neterror.TCPTimedOutError, neterror.ConnectionLost,
@@ -107,7 +116,7 @@ class VerdictRules:
         if isinstance(exception, IgnoreRequest):
             return None
         name = type(exception).__name__
-        if isinstance(exception, _CONNECT_ERRORS):
+        if isinstance(exception, _connect_errors()):
             return Verdict("proxy_dead", f"error:{name}")
         if isinstance(exception, _LOST_ERRORS):
             if timed_out_elsewhere:

@@ -63,9 +63,9 @@ def host_budget(fleet: FleetConfig, host: str, crawl_delay: float = 0.0) -> floa
     (seconds: its override's or the fleet's, or its robots.txt *crawl_delay* when longer);
     None when it has no interval (no rate, no delay) or the share is 0."""
     share = fleet.recrawl.budget
-    override = fleet.host_overrides.get(host)
+    override = fleet.politeness.host_overrides.get(host)
     interval = override[0] if override is not None and override[0] is not None \
-        else fleet.host_interval
+        else fleet.politeness.host_interval
     interval = max(interval, crawl_delay)
     if share <= 0 or interval <= 0:
         return None

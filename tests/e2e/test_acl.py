@@ -117,7 +117,7 @@ def test_crawl_and_commands_as_least_privileged_users(acl_users, site_server, wo
     outs = [tmp_path / f"out-{n}.jsonl" for n in range(2)]
     logs = [tmp_path / f"w-{n}.log" for n in range(2)]
     procs = [start_worker(EXAMPLE_PROJECT, "docs", {
-        "FLEET_REDIS_URL": worker, "FLEET_IDLE_TIMEOUT": 3, "FLEET_JSONL_PATH": outs[n]},
+        "FLEET_REDIS_URL": worker, "FLEET_IDLE_TIMEOUT": 1, "FLEET_JSONL_PATH": outs[n]},
         worker_env, logs[n]) for n in range(2)]
     codes = wait_all(procs, 90)
     for n, code in enumerate(codes):
@@ -243,7 +243,7 @@ def test_proxy_pool_crawl_and_commands_as_least_privileged_users(
     assert pushed.returncode == 0, pushed.stderr
     out, log = tmp_path / "out.jsonl", tmp_path / "w.log"
     proc = start_worker(TEST_PROJECT, "proxy_pages", {
-        "FLEET_REDIS_URL": worker, "FLEET_PROXIES": proxies, "FLEET_IDLE_TIMEOUT": 3,
+        "FLEET_REDIS_URL": worker, "FLEET_PROXIES": proxies, "FLEET_IDLE_TIMEOUT": 1,
         "FLEET_JSONL_PATH": out, "LOG_LEVEL": "INFO"}, worker_env, log)
     assert wait_all([proc], 120) == [0], tail(log)
     text = tail(log, 10**7)

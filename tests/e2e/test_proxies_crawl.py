@@ -33,7 +33,9 @@ def crawl(tmp_path: Path, redis_url: str, env: dict[str, str], workers: int,
     logs = [tmp_path / f"worker-{n}.log" for n in range(workers)]
     procs = []
     for n in range(workers):
-        s = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 4, "FLEET_JSONL_PATH": outs[n],
+        # (idle: nothing queued, leased, deferred or parked fleet-wide; a request waiting
+        # for an exit holds its lease, so 1 s of it ends the crawl, not a wait for a proxy)
+        s = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 1, "FLEET_JSONL_PATH": outs[n],
              "CONCURRENT_REQUESTS": 8, "LOG_LEVEL": "INFO", **settings}
         procs.append(start_worker(TEST_PROJECT, "proxy_pages", s, env, logs[n]))
     codes = wait_all(procs, timeout)
@@ -161,33 +163,47 @@ def test_cooldown_ends_with_one_probe_then_the_exit_serves(redis_url, tinyproxy,
                       "ban": [{"addr": "127.0.0.3", "first": 2, "prefix": "/site/p/"}],
                       "delay": [{"addr": "127.0.0.3", "seconds": 0.6}]})
     push(redis_url, worker_env, site.urls[0] + "site/")
+    # the test project's middleware sends each choice's ticket to the site, which logs it:
+    # the fleet's order of choice, whatever order the requests arrive in
     settings = {"FLEET_PROXIES": f"{p2.url()},{p3.url()}", "FLEET_PROXY_COOLDOWN_BASE": 1.5,
-                "FLEET_PROXY_COOLDOWN_MAX": 1.5, "FLEET_HOST_RATE": 15, "FLEET_HOST_BURST": 2}
+                "FLEET_PROXY_COOLDOWN_MAX": 1.5, "FLEET_HOST_RATE": 15, "FLEET_HOST_BURST": 2,
+                "DOWNLOADER_MIDDLEWARES": json.dumps(
+                    {"fleettest.spiders.ProxyTicketHeaderMiddleware": 700})}
     items, logs = crawl(tmp_path, redis_url, worker_env, 3, settings)
     assert len({i["url"] for i in items if "url" in i}) == 121
     log = [r for r in site.requests() if r["addr"] == "127.0.0.3"]
+    assert all(isinstance(r["ticket"], int) for r in log), log[:3]
+    bans = [r for r in log if r["ban"]]
+    assert len(bans) == 2
     # the last ban was answered 0.6 s after it arrived: requests arriving before that were
     # sent before the fleet knew of it (in flight)
-    known = max(r["t"] for r in log if r["ban"]) + 0.6
+    known = max(r["t"] for r in bans) + 0.6
     in_flight = [r for r in log if not r["ban"] and known - 0.6 < r["t"] <= known]
     later = [r for r in log if r["t"] > known]
     print(f"in flight through the exit when its last ban was recorded: {len(in_flight)}")
     snap = proxies_list(redis_url, worker_env)
     probes = snap["totals"]["counters"].get("probes", 0)
     assert probes >= 1
-    # the exit is used again after its cool-down, starting with the fleet's one probe (the
-    # workers log its URL): nothing else went through the exit until its (0.6 s) answer.  (A
-    # request sent before the ban was recorded may still arrive after `known`: the proxy
-    # hop; the cool-down is jittered down to 0, so the probe may come right after them.)
     assert len(later) >= 5, later
     assert all(r["status"] == 200 for r in later)
+    # the exit is used again after its cool-down, starting with the fleet's one probe (the
+    # workers log its URL), chosen once a ban was known: it arrived after a ban's answer.
     p3_at = re.escape(p3.url().split("//", 1)[1].rstrip("/"))  # host:port the workers name
     probed = re.findall(rf"Probing exit \S+ {p3_at} for \S+ with (\S+) ",
                         "".join(tail(p, 10**7) for p in logs))
     paths = {"/" + url.split("/", 3)[3] for url in probed}
-    probe = max((r for r in log if r["path"] in paths), key=lambda r: r["t"])  # the last one
-    assert probe in later
-    assert not [r for r in log if probe["t"] < r["t"] < probe["t"] + 0.5], later[:5]
+    probe = max((r for r in log if r["path"] in paths), key=lambda r: r["ticket"])  # the last
+    assert probe["status"] == 200 and not probe["ban"], probe
+    assert any(b["t"] + 0.6 <= probe["t"] for b in bans), (probe, bans)
+    # nothing else was chosen for the exit until the probe's (0.6 s) answer: every request
+    # chosen after it arrived later than that; and they all served.  (Requests chosen before
+    # the probe -- before the ban was recorded -- may still arrive after it: in flight through
+    # the proxy hop. The second ban may be one of them, arriving while the probe is on its
+    # way: the probe's ok, the newer evidence, then brings the exit back.)
+    after = [r for r in log if r["ticket"] > probe["ticket"]]
+    assert len(after) >= 5, after
+    assert not [r for r in after if r["t"] < probe["t"] + 0.5], after[:5]
+    assert all(r["status"] == 200 for r in after)
 
 
 def test_banned_request_fails_to_its_errback_never_to_the_callback(

@@ -208,12 +208,12 @@ def test_addon_turns_per_process_settings_into_fleet_wide_ones():
     Addon().update_settings(settings)
     assert settings.getfloat("DOWNLOAD_DELAY") == 0  # no per-process delay stacks on top
     config = FleetConfig.from_settings(settings)
-    assert (config.host_interval, config.host_concurrency) == (2.5, 3)
+    assert (config.politeness.host_interval, config.politeness.host_concurrency) == (2.5, 3)
     middlewares = {getattr(k, "__qualname__", k): v
                    for k, v in settings.getdict("DOWNLOADER_MIDDLEWARES").items()}
     assert middlewares["RobotsTxtMiddleware"] is None  # replaced by the fleet's shared one
     assert middlewares["FleetRobotsTxtMiddleware"] == 100
     rated = FleetConfig.from_settings({"FLEET_HOST_RATE": 4, "FLEET_HOST_DELAY": 0.1,
                                        "FLEET_HOST_OVERRIDES": '{"x.test": {"rate": 0.5}}'})
-    assert rated.host_interval == 0.25
-    assert rated.host_overrides == {"x.test": (2.0, None, None, True)}
+    assert rated.politeness.host_interval == 0.25
+    assert rated.politeness.host_overrides == {"x.test": (2.0, None, None, True)}

@@ -124,6 +124,34 @@ def test_an_answer_sent_before_the_ban_does_not_end_the_cooldown(redis_url):
     run(go())
 
 
+def test_a_ban_of_an_earlier_choice_reported_while_the_probe_is_out(redis_url):
+    # the sequence of the proxies e2e test's CI failure: two requests chosen before the first
+    # ban is known; the second reaches the site late and is banned while the probe is on its
+    # way (the probe, after it, is served).  Its ban, reported first, starts a new cool-down
+    # and ends the probe; the probe's ok, reported next, is the newer evidence: the exit
+    # serves again with no second probe.  So the last probe may come before the last ban's
+    # answer: the exit's resumption is ordered by choice (ticket), not by arrival.
+    async def go():
+        pool, admin = _pool(redis_url, FLEET_PROXY_COOLDOWN_BASE=0.1,
+                            FLEET_PROXY_COOLDOWN_MAX=0.1)
+        await pool.seed([A])
+        first = await pool.choose("s1")
+        late = await pool.choose("s1")  # in flight, arrives after the probe was chosen
+        await pool.report([Report(first.ticket, first.exit_id, "s1", "ban", True, jitter=1.0)])
+        await asyncio.sleep(0.15)
+        probe = await pool.choose("s1")
+        assert isinstance(probe, Choice) and probe.kind == 1 and probe.ticket > late.ticket
+        await pool.report([Report(late.ticket, late.exit_id, "s1", "ban", True, jitter=1.0)])
+        cooling = await pool.choose("s1")
+        assert isinstance(cooling, Wait) and cooling.why == "cooling"
+        await pool.report([Report(probe.ticket, probe.exit_id, "s1", "ok", True)])
+        again = await pool.choose("s1")
+        assert isinstance(again, Choice) and again.kind == 0 and again.ticket > probe.ticket
+        assert int(admin.client.hget(admin.keys.stats, "probes")) == 1
+        await pool.client.aclose()
+    run(go())
+
+
 def test_sticky_session_rebound_when_banned(redis_url):
     async def go():
         pool, _ = _pool(redis_url)

@@ -124,6 +124,6 @@ def test_max_attempts_setting_is_validated(value):
 
 
 def test_max_attempts_setting_default_and_zero():
-    assert FleetConfig.from_settings(Settings()).robotstxt_max_attempts == 4
+    assert FleetConfig.from_settings(Settings()).politeness.robotstxt_max_attempts == 4
     assert FleetConfig.from_settings(
-        Settings({"FLEET_ROBOTSTXT_MAX_ATTEMPTS": "0"})).robotstxt_max_attempts == 0
+        Settings({"FLEET_ROBOTSTXT_MAX_ATTEMPTS": "0"})).politeness.robotstxt_max_attempts == 0

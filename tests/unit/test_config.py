@@ -34,7 +34,7 @@ def test_command_line_strings_are_converted():
         "FLEET_REDIS_URL": "rediss://user:secret@redis.example:6380/2",
         "FLEET_REQUEST_CLASSES": "scrapy.http.request.Request"}))
     assert (config.idle_timeout, config.lease_timeout, config.max_leases) == (5.0, 12.5, 4)
-    assert config.jsonl_fsync is True
+    assert config.jsonl.fsync is True
     assert config.resolve_crawl_id("ignored") == "my-crawl.1"
     assert config.request_classes == ("scrapy.http.request.Request",)
 

@@ -429,3 +429,34 @@ def test_acl_prints_the_rules_of_the_crawl(redis_url):
         "worker", crawl_id="docs", cluster=True, proxies=True, pool="shared"))
     assert "~fleet:{proxypool:shared}:*" in pool.stdout and "+cluster|slots" in pool.stdout
     assert cli("acl").returncode == 2 and "acl takes one CRAWL_ID" in cli("acl").stderr
+
+
+def test_a_command_does_not_load_scrapys_download_handlers(redis_url, worker_env):
+    """A command checks FLEET_PROXY_BAN_POLICY by importing its class (the default,
+    proxies/verdicts.py, too) but downloads nothing: Scrapy's HTTP/1.1 handler, whose import
+    (TLS context factories, a deprecation shim walking the stack) is a large part of a
+    command's start-up, is left to the workers' downloader."""
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "scrapy", "fleet",
+                             "status", "docs", "-s", f"FLEET_REDIS_URL={redis_url}"],
+                            cwd=EXAMPLE_PROJECT, env=worker_env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 4, result.stderr[-2000:]  # a crawl without state
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "scrapy_fleet.config" in imported
+    assert "scrapy.core.downloader.handlers.http11" not in imported
+    assert "scrapy.core.downloader.contextfactory" not in imported
+
+
+@pytest.mark.parametrize("action", [["status", "docs"], ["push", "docs", "http://h.test/"],
+                                    ["failed", "docs"]])
+def test_a_bad_jsonl_path_is_refused_by_a_command(redis_url, worker_env, action):
+    """FLEET_JSONL_PATH is checked with the fleet's settings (jsonl_settings.py, composed by
+    FleetConfig), so a command refuses a path the workers would refuse, before any write."""
+    result = run_scrapy(EXAMPLE_PROJECT, ["fleet", *action, "-s", f"FLEET_REDIS_URL={redis_url}",
+                                          "-s", "FLEET_JSONL_PATH=out-%(bogus)s.jsonl"],
+                        worker_env)
+    assert result.returncode == 2, result.stderr
+    assert "FLEET_JSONL_PATH='out-%(bogus)s.jsonl' is invalid: placeholders may be" in \
+        result.stderr
+    assert FrontierAdmin(redis_url, "docs").status()["queued"] == 0

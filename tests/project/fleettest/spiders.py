@@ -259,6 +259,19 @@ class ProxyPagesSpider(scrapy.Spider):
                "fleet_reason": getattr(failure.value, "fleet_reason", None)}
 
 
+class ProxyTicketHeaderMiddleware:
+    """A downloader middleware (order 700: after the fleet's proxy middleware, 585, chose the
+    exit) that sends the choice's ticket as header ``X-Fleet-Test-Ticket``, which
+    tests/proxysite.py logs: tickets count up fleet-wide (one INCR per choice), so the site's
+    log gives the order in which the fleet *chose* requests, whatever order they arrived in."""
+
+    def process_request(self, request: Any, spider: Any = None) -> None:
+        value = request.meta.get("fleet_proxy_exit")
+        if isinstance(value, str) and "|" in value:
+            request.headers["X-Fleet-Test-Ticket"] = value.partition("|")[2]
+        return None
+
+
 class TinyproxyAuthPolicy:
     """A ban policy (FLEET_PROXY_BAN_POLICY) for Debian's tinyproxy 1.11, which refuses bad
     proxy credentials with 401 + ``Server: tinyproxy`` instead of 407: the exit's fault."""

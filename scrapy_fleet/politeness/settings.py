@@ -1,0 +1,151 @@
+"""The politeness settings (``FLEET_HOST_*``, ``FLEET_ROBOTSTXT_*``, ``FLEET_MAX_CRAWL_DELAY``,
+``FLEET_BACKOFF_*`` and Scrapy's ``ROBOTSTXT_OBEY``; docs/politeness.md), read once into one
+validated :class:`PolitenessConfig`; the catalog rows are in catalog.py, and
+``FleetConfig.politeness`` holds the worker's."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from scrapy.settings import BaseSettings
+
+from scrapy_fleet.checks import boolean, check, number, setting_value
+from scrapy_fleet.errors import FleetConfigError
+
+#: values of FLEET_HOST_KEY (politeness.hosts.host_key)
+HOST_KEY_MODES = ("host", "domain", "ip")
+
+#: one host's override: (interval seconds or None, burst or None, concurrency or None,
+#: interval from a rate?)
+HostOverride = tuple[float | None, int | None, int | None, bool]
+
+
+def host_overrides(value: Any) -> dict[str, HostOverride]:
+    """``{"example.com": {"rate": 0.5, "burst": 2, "concurrency": 1, "delay": 3}}`` ->
+    host -> (interval seconds or None, burst or None, concurrency or None, interval from a
+    rate?).
+
+    Raises:
+        FleetConfigError: naming ``FLEET_HOST_OVERRIDES`` (or the host's entry) and the value.
+    """
+    name = "FLEET_HOST_OVERRIDES"
+    if isinstance(value, str):
+        try:
+            value = json.loads(value) if value.strip() else {}
+        except ValueError:
+            raise FleetConfigError(f"{name}={value!r} is invalid: expected a dict "
+                                   "(JSON on the command line)") from None
+    check(name, value, isinstance(value, dict), "a dict of host -> {rate, burst, "
+           "concurrency, delay, recrawl_interval}")
+    out: dict[str, HostOverride] = {}
+    for host, spec in value.items():
+        where = f"{name}[{host!r}]"
+        check(where, spec, isinstance(host, str) and isinstance(spec, dict)
+               and set(spec) <= {"rate", "burst", "concurrency", "delay", "recrawl_interval"},
+               "a dict with keys among rate, burst, concurrency, delay, recrawl_interval")
+        interval = None
+        is_rate = False
+        if spec.get("rate") is not None:
+            interval = 1.0 / number(f"{where}['rate']", spec["rate"], float, 0.0,
+                                     "requests per second > 0", exclusive=True)
+            is_rate = True
+        if spec.get("delay") is not None:
+            d = number(f"{where}['delay']", spec["delay"], float, 0.0, "seconds >= 0")
+            if d >= (interval or 0.0):
+                interval, is_rate = d, False
+        burst = None if spec.get("burst") is None else number(
+            f"{where}['burst']", spec["burst"], int, 1, "an integer >= 1")
+        conc = None if spec.get("concurrency") is None else number(
+            f"{where}['concurrency']", spec["concurrency"], int, 0, "an integer >= 0")
+        out[host.lower()] = (interval, burst, conc, is_rate)
+    return out
+
+
+@dataclass(frozen=True)
+class PolitenessConfig:
+    """Validated politeness settings, fleet-wide per host key.  Times are seconds.
+
+    ``host_rate`` requests per second or None, ``host_burst`` (GCRA burst), ``host_delay``
+    (seconds between two requests; the project's DOWNLOAD_DELAY by default),
+    ``host_concurrency`` (requests in flight; 0: no cap), ``host_overrides`` (host ->
+    :data:`HostOverride`), ``host_key`` (one of :data:`HOST_KEY_MODES`), ``robots_obey``
+    (Scrapy's ROBOTSTXT_OBEY), ``robotstxt_ttl``, ``robotstxt_hold``,
+    ``robotstxt_max_attempts`` (0: no limit), ``max_crawl_delay``, ``backoff_base``,
+    ``backoff_max``.
+    """
+
+    host_rate: float | None = None
+    host_burst: int = 1
+    host_delay: float = 0.0
+    host_concurrency: int = 8
+    host_overrides: dict[str, HostOverride] = field(default_factory=dict)
+    host_key: str = "host"
+    robots_obey: bool = False
+    robotstxt_ttl: float = 3600.0
+    robotstxt_hold: float = 60.0
+    robotstxt_max_attempts: int = 4
+    max_crawl_delay: float = 60.0
+    backoff_base: float = 1.0
+    backoff_max: float = 300.0
+
+    @property
+    def host_interval(self) -> float:
+        """Seconds between two requests to one host, fleet-wide: the longer of
+        FLEET_HOST_DELAY (the project's DOWNLOAD_DELAY by default) and 1 / FLEET_HOST_RATE."""
+        return max(self.host_delay, 1.0 / self.host_rate if self.host_rate else 0.0)
+
+    @property
+    def rate_sets_interval(self) -> bool:
+        """Whether 1 / FLEET_HOST_RATE (a GCRA with its burst), not FLEET_HOST_DELAY, sets
+        the interval."""
+        return self.host_rate is not None and 1.0 / self.host_rate > self.host_delay
+
+
+def politeness_config(settings: BaseSettings | Mapping[str, Any]) -> PolitenessConfig:
+    """Read and validate the politeness settings.
+
+    Raises:
+        FleetConfigError: naming the first wrong setting and its value.
+    """
+    g = lambda name: setting_value(settings, name)  # noqa: E731
+    host_key = g("FLEET_HOST_KEY")
+    check("FLEET_HOST_KEY", host_key, host_key in HOST_KEY_MODES, "one of host, domain, ip")
+    rate = g("FLEET_HOST_RATE")
+    if isinstance(rate, str) and rate.strip().lower() in ("", "none"):
+        rate = None
+    if rate is not None:
+        rate = number("FLEET_HOST_RATE", rate, float, 0.0,
+                      "requests per second > 0 or None", exclusive=True)
+    delay = g("FLEET_HOST_DELAY")
+    if delay is None:  # the add-on moves the project's DOWNLOAD_DELAY here
+        delay = settings.get("DOWNLOAD_DELAY", 0) if hasattr(settings, "get") else 0
+    concurrency = g("FLEET_HOST_CONCURRENCY")
+    if concurrency is None:
+        concurrency = settings.get("CONCURRENT_REQUESTS_PER_DOMAIN", 8)
+    overrides = host_overrides(g("FLEET_HOST_OVERRIDES"))
+    return PolitenessConfig(
+        host_rate=rate,
+        host_burst=number("FLEET_HOST_BURST", g("FLEET_HOST_BURST"), int, 1, "an integer >= 1"),
+        host_delay=number("FLEET_HOST_DELAY", delay, float, 0.0, "seconds >= 0"),
+        host_concurrency=number("FLEET_HOST_CONCURRENCY", concurrency, int, 0,
+                                "an integer >= 0 (0: no cap)"),
+        host_overrides=overrides,
+        host_key=host_key,
+        robots_obey=boolean("ROBOTSTXT_OBEY", settings.get("ROBOTSTXT_OBEY", False) or False),
+        robotstxt_ttl=number("FLEET_ROBOTSTXT_TTL", g("FLEET_ROBOTSTXT_TTL"), float, 1.0,
+                             "seconds >= 1"),
+        robotstxt_hold=number("FLEET_ROBOTSTXT_HOLD", g("FLEET_ROBOTSTXT_HOLD"), float, 0.0,
+                              "seconds >= 0"),
+        robotstxt_max_attempts=number("FLEET_ROBOTSTXT_MAX_ATTEMPTS",
+                                      g("FLEET_ROBOTSTXT_MAX_ATTEMPTS"), int, 0,
+                                      "an integer >= 0 (0: no limit)"),
+        max_crawl_delay=number("FLEET_MAX_CRAWL_DELAY", g("FLEET_MAX_CRAWL_DELAY"), float, 0.0,
+                               "seconds >= 0"),
+        backoff_base=number("FLEET_BACKOFF_BASE", g("FLEET_BACKOFF_BASE"), float, 0.0,
+                            "seconds > 0", exclusive=True),
+        backoff_max=number("FLEET_BACKOFF_MAX", g("FLEET_BACKOFF_MAX"), float, 0.0,
+                           "seconds > 0", exclusive=True),
+    )
