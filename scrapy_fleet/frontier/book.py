@@ -169,7 +169,8 @@ class LeaseBook:
             if encoded is None:
                 continue
             new: Out = (url, key, priority, encoded,
-                         politeness.host_key(url, self.config.politeness.host_key), delay_ms, lastmod)
+                         politeness.host_key(url, self.config.politeness.host_key), delay_ms,
+                         lastmod)
             if start_index is not None:
                 self.start_pending[id(new)] = start_index
             kept.append(new)
@@ -246,7 +247,8 @@ class LeaseBook:
             if payload is None:
                 return False
             out = (request.url, key, priority, payload,
-                   politeness.host_key(request.url, self.config.politeness.host_key), delay_ms, lastmod)
+                   politeness.host_key(request.url, self.config.politeness.host_key), delay_ms,
+                   lastmod)
         if parent is not None:
             parent.children.append(out)
         else:
