@@ -152,11 +152,13 @@ def check_worker(crawler: Crawler) -> FleetConfig:
                 # issue 21: FLEET_PARTITIONS is the crawl's, stored when it is created
                 # (a P = 1 worker claims a new crawl first: two first workers with another
                 # P each cannot both pass)
+                # (both may write: they wait while Redis is out of memory, as _claim does)
                 if fleet_scheduler and config.partitions == 1:
-                    partition_count.claim_one_sync(client, keys)
+                    until_room(crawler, config,
+                               lambda: partition_count.claim_one_sync(client, keys))
                 else:
-                    partition_count.check_sync(client, keys, config.partitions,
-                                               create=fleet_scheduler)
+                    until_room(crawler, config, lambda: partition_count.check_sync(
+                        client, keys, config.partitions, create=fleet_scheduler))
                 # issue 22: a worker without FLEET_RECRAWL would drop the crawl's schedule
                 if fleet_scheduler and not recrawl_config(settings).enabled:
                     recrawl_guard.check_sync(client, keys, config.partitions)
