@@ -182,7 +182,7 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("settings", "list every FLEET_* setting with its type, default and meaning",
            "[--json]", _settings_action, needs_redis=False),
     Action("acl", "print the least-privilege ACL rules of the crawl's roles (worker, "
-           "monitor, admin)", "[--role R] [--proxies] [--pool P]", _acl_action,
+           "monitor, admin)", "[--role R] [--proxies] [--pool P] [--partitions P]", _acl_action,
            needs_redis=False, names_crawl=True),
 )}
 

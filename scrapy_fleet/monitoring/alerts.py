@@ -165,13 +165,23 @@ def evaluate(snap: dict[str, Any], samples1m: list[Sample], banned_hosts: list[d
             "redis", None,
             "raise maxmemory (redis-cli CONFIG SET maxmemory ...) or lower FLEET_QUEUE_MAX; "
             "old crawls: scrapy fleet purge <spider>"))
-    for w in snap["workers"]:
+    out += worker_alerts(snap["workers"], fr["leased"], where, now)
+    out.sort(key=lambda a: a["severity"] != "critical")
+    return out
+
+
+def worker_alerts(workers: list[dict[str, Any]], leased: int, where: str,
+                  now: float) -> list[dict[str, Any]]:
+    """``worker_dead`` and ``worker_stalled`` alerts of the snapshot's *workers* rows
+    (*leased*: entries leased crawl-wide now; *where*: ``crawl <id>``; *now*: epoch s)."""
+    out: list[dict[str, Any]] = []
+    for w in workers:
         if w["health"] == "dead":
             # its lease count is the one of its last call: once nothing is leased fleet-wide,
             # those leases have expired and gone back (or were acknowledged in the meantime)
             if not w["leases"]:
                 leases = "it held no lease"
-            elif not fr["leased"]:
+            elif not leased:
                 leases = (f"the {w['leases']} lease(s) it held at its last call have gone "
                           "back to the queue (none is leased now)")
             else:
@@ -189,5 +199,4 @@ def evaluate(snap: dict[str, Any], samples1m: list[Sample], banned_hosts: list[d
                 f"{now - (w['last_ack'] or now):.0f} s", f"worker {w['id']}, {where}",
                 w["last_ack"], f"check its log on {w['host']} (pid {w['pid']}); a stuck "
                 "callback or pipeline?"))
-    out.sort(key=lambda a: a["severity"] != "critical")
     return out

@@ -33,6 +33,7 @@ from typing import Any
 
 from scrapy_fleet import redis_client
 from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.monitoring.alerts import AlertConfig, host_alerts, worker_alerts
 
 #: fields of a per-partition row (``per_partition[]``, docs/monitoring.md)
 ROW_FIELDS = ("partition", "tag", "slot", "node", "queued", "leased", "deferred", "parked",
@@ -92,13 +93,7 @@ def merge(snaps: list[dict[str, Any]], rows: list[dict[str, Any]],
                                                                      strict=True))
                           else _opt(etas, max))
     out["runnable_now"] = sum(s["runnable_now"] for s in snaps)
-    latest: dict[str, dict[str, Any]] = {}
-    for s in snaps:
-        for w in s["workers"]:
-            have = latest.get(w["id"])
-            if have is None or w["last_seen"] > have["last_seen"]:
-                latest[w["id"]] = w
-    out["workers"] = sorted(latest.values(), key=lambda r: (r["health"] == "dead", r["id"]))
+    out["workers"] = merge_workers([w for s in snaps for w in s["workers"]])
     out["workers_alive"] = sum(1 for r in out["workers"] if r["health"] != "dead")
     all_hosts = [h for s in snaps for h in s["hosts"]]
     out["hosts"] = sorted(all_hosts, key=lambda h: (-h["queued"], h["host"]))[:max(hosts, 0)]
@@ -109,7 +104,12 @@ def merge(snaps: list[dict[str, Any]], rows: list[dict[str, Any]],
     for s in snaps:
         for a in s["alerts"]:
             seen_alerts.setdefault((a["id"], a["where"], a["what"]), a)
-    out["alerts"] = list(seen_alerts.values())
+    # a worker's rows are merged (merge_workers): its alerts are the merged row's, once
+    out["alerts"] = [a for a in seen_alerts.values()
+                     if a["id"] not in ("worker_dead", "worker_stalled")]
+    out["alerts"] += worker_alerts(out["workers"], out["frontier"]["leased"],
+                                   f"crawl {out['crawl']}", out["at"])
+    out["alerts"].sort(key=lambda a: a["severity"] != "critical")
     out["failed_by"] = _sum([s["failed_by"] for s in snaps])
     by_node: dict[str, dict[str, Any]] = {}
     for s, r in zip(snaps, rows, strict=True):
@@ -129,6 +129,27 @@ def merge(snaps: list[dict[str, Any]], rows: list[dict[str, Any]],
     out["per_partition"] = [{k: r[k] for k in ROW_FIELDS} for r in rows]
     out["skew"] = skew([r["queued"] for r in rows])
     return out
+
+
+def merge_workers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per worker from its rows in every partition (snapshot ``workers[]``): a
+    worker's heartbeat record (state, counts, host, pid) is written with its calls to its
+    home partition, while its calls to the others only mark it seen; the merged row is the
+    latest row with a state (else the latest row), seen at the latest of them all, and
+    alive when any partition saw it alive.  Dead workers last, then by id."""
+    by_id: dict[str, list[dict[str, Any]]] = {}
+    for w in rows:
+        by_id.setdefault(w["id"], []).append(w)
+    merged = []
+    for group in by_id.values():
+        latest = max(group, key=lambda r: r["last_seen"])
+        full = [r for r in group if r.get("state", "unknown") != "unknown"]
+        row = dict(max(full, key=lambda r: r["last_seen"]) if full else latest)
+        row["last_seen"] = latest["last_seen"]
+        if row["health"] == "dead" and latest["health"] != "dead":
+            row["health"] = latest["health"]
+        merged.append(row)
+    return sorted(merged, key=lambda r: (r["health"] == "dead", r["id"]))
 
 
 def merge_recrawl(blocks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -223,8 +244,6 @@ def read_merged(client: Any, keys: CrawlKeys, parts: int, hosts: int = 10,
     totals = {r["host"]: r for r in host_totals([by_host[h] for h in names], per_part)}
     out["hosts"] = [totals[h] for h in listed]
     # a host's bans are recorded in its workers' home partitions: its alert is the sum's
-    from scrapy_fleet.monitoring.alerts import AlertConfig, host_alerts
-
     out["alerts"] = [a for a in out["alerts"] if a["id"] != "host_blocked"]
     out["alerts"] += host_alerts([totals[h] for h in banned], keys.crawl_id,
                                  alerts_config or AlertConfig())

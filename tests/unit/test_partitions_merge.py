@@ -110,3 +110,38 @@ def test_a_hosts_counters_are_summed_over_the_partitions_its_workers_recorded_th
                     "first_ban": 7.0},
                    {"host": "b", "queued": 2, "pages": 2, "bans": 0, "block_rate": 0.0,
                     "first_ban": None}]
+
+
+def full_row(wid: str, seen: float, health: str, *, state: str = "fetching",
+             pages: int = 66, leases: int = 2, host: str = "vm",
+             pid: int = 12685) -> dict[str, Any]:
+    return {"id": wid, "last_seen": seen, "health": health, "state": state, "pages": pages,
+            "leases": leases, "host": host, "pid": pid, "last_ack": None}
+
+
+def test_a_workers_row_is_its_home_record_seen_at_its_latest_call():
+    """The fresh-user trial: with P = 8 and two workers, ``status`` showed each worker
+    ``unknown`` with 0 pages (the newer row of a partition its calls only mark seen won), and
+    a killed worker twice as ``worker_dead`` with two hosts and pids.  The merged row takes
+    the state and counts of the home's record and the latest time seen; one alert."""
+    home = full_row("w1", 10.0, "alive")
+    elsewhere = full_row("w1", 12.0, "alive", state="unknown", pages=0, leases=0,
+                         host="w1", pid=0)
+    dead_home = full_row("w2", 1.0, "dead", pages=22)
+    dead_elsewhere = full_row("w2", 2.0, "dead", state="unknown", pages=0, leases=0,
+                              host="w2", pid=0)
+    a = snap(3, 10, [home, dead_elsewhere], [], None, 12.0)
+    b = snap(9, 5, [elsewhere, dead_home], [], None, 3.0)
+    for s in (a, b):  # each partition's own alert of the dead worker
+        s["alerts"] = [{"id": "worker_dead", "where": "worker w2, crawl c",
+                        "what": f"worker w2 ... pid {s['workers'][1]['pid']}",
+                        "severity": "warning", "since": None, "next": ""}]
+    out = merge([a, b], [row(0, 3), row(1, 9)])
+    rows = {w["id"]: w for w in out["workers"]}
+    assert (rows["w1"]["state"], rows["w1"]["pages"], rows["w1"]["last_seen"]) == (
+        "fetching", 66, 12.0)
+    assert (rows["w2"]["state"], rows["w2"]["pages"], rows["w2"]["health"]) == (
+        "fetching", 22, "dead")
+    assert out["workers_alive"] == 1
+    dead = [a for a in out["alerts"] if a["id"] == "worker_dead"]
+    assert len(dead) == 1 and "(pid 12685)" in dead[0]["next"] and "vm" in dead[0]["next"]
