@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import redis
+
 sys.path.insert(0, str(Path(__file__).parent))
 import _harness as h
 import bench_capacity as bc
@@ -131,6 +133,22 @@ class Cluster:
     def cpu(self) -> list[float]:
         return [bc.redis_cpu(p.pid) for p in self.procs]
 
+    def reset_stats(self) -> None:
+        for port in self.ports:
+            with redis.Redis(port=port) as c:
+                c.config_resetstat()
+
+    def command_stats(self) -> dict[str, tuple[int, float]]:
+        """command -> (calls, usec) summed over the masters (INFO commandstats; a script's
+        usec includes the commands it ran, which are listed too)."""
+        out: dict[str, tuple[int, float]] = {}
+        for port in self.ports:
+            with redis.Redis(port=port) as c:
+                for name, row in c.info("commandstats").items():
+                    calls, usec = out.get(name, (0, 0.0))
+                    out[name] = (calls + int(row["calls"]), usec + float(row["usec"]))
+        return out
+
 
 async def client(url: str, n: int, parts: int, crawl: str, site: bc.Site,
                  stop_at: list[float], st: dict[str, Any], go: asyncio.Event,
@@ -203,12 +221,14 @@ def cell(cluster: Cluster, parts: int, hosts: int, clients: int, seconds: float,
         idle = [(b - a) / (time.monotonic() - t0)
                 for a, b in zip(idle0, cluster.cpu(), strict=True)]
         stop_at[0] = time.monotonic() + seconds
+        cluster.reset_stats()
         cpu0, t1 = cluster.cpu(), time.monotonic()
         go.set()
         await asyncio.gather(*tasks)
         span = time.monotonic() - t1
         st["cpu_raw"] = [b - a for a, b in zip(cpu0, cluster.cpu(), strict=True)]
         st["cpu"] = [max(0.0, c - i * span) for c, i in zip(st["cpu_raw"], idle, strict=True)]
+        st["commands"] = cluster.command_stats()
 
     asyncio.run(main())
     admin.close()
@@ -220,7 +240,29 @@ def cell(cluster: Cluster, parts: int, hosts: int, clients: int, seconds: float,
             "cpu_us_per_page_raw": round(sum(st["cpu_raw"]) * 1e6 / pages, 1),
             "busiest_share": round(max(cpu) / sum(cpu), 3) if sum(cpu) else None,
             "foreign_calls_per_page": round(st["foreign"] / pages, 3),
-            "pages_per_call": round(st["pages"] / max(st["calls"], 1), 2)}
+            "pages_per_call": round(st["pages"] / max(st["calls"], 1), 2),
+            # per page: round trips (every command the clients sent, scripts as one), the
+            # scripts' Redis time (INFO commandstats usec, their commands included)
+            "roundtrips_per_page": round(sum(
+                n for name, (n, _) in st["commands"].items()
+                if name in ("cmdstat_fcall", "cmdstat_evalsha", "cmdstat_eval")
+                or not _in_script(name)) / pages, 3),
+            "script_us_per_page": round(sum(
+                u for name, (_, u) in st["commands"].items()
+                if name in ("cmdstat_fcall", "cmdstat_evalsha")) / pages, 1),
+            "commands_per_page": {name[8:]: [round(n / pages, 3), round(u / pages, 1)]
+                                  for name, (n, u) in sorted(st["commands"].items(),
+                                                             key=lambda x: -x[1][1])[:14]},
+            "script_calls_per_page": round(sum(
+                n for name, (n, _) in st["commands"].items()
+                if name in ("cmdstat_fcall", "cmdstat_evalsha")) / pages, 3)}
+
+
+def _in_script(name: str) -> bool:
+    """Whether commandstats' *name* is a command the scripts run (not one a client sends)."""
+    return name not in ("cmdstat_cluster", "cmdstat_ping", "cmdstat_client", "cmdstat_info",
+                        "cmdstat_config", "cmdstat_function", "cmdstat_script",
+                        "cmdstat_command", "cmdstat_hello")
 
 
 def main() -> None:

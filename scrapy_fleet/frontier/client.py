@@ -64,12 +64,18 @@ class AsyncFrontier:
 
     def __init__(self, url: str, keys: CrawlKeys, worker: str, params: FrontierParams,
                  timeout: float = 10.0, retries: int = 3, wait_replicas: int = 0,
-                 dupe_cache: int = DUPE_CACHE_SIZE) -> None:
+                 dupe_cache: int = DUPE_CACHE_SIZE,
+                 client: redis.asyncio.Redis | None = None) -> None:
         self.url = url
         self.keys = keys
         self.retries = retries
         self.timeout = timeout
-        self.client: redis.asyncio.Redis = redis_client.make_client(url, timeout, is_async=True)
+        #: *client*: one shared with others (a partitioned crawl's partitions), which
+        #: :meth:`close` leaves open; else this frontier's own
+        self._owns_client = client is None
+        self.client: redis.asyncio.Redis = (
+            client if client is not None
+            else redis_client.make_client(url, timeout, is_async=True))
         self._script = lua.load(self.client, "frontier.lua")
         self.roundtrips = 0  #: round trips of the calls (each attempt, each payload read)
         #: the description of this worker's frontier calls (frontier/call.py)
@@ -177,4 +183,5 @@ class AsyncFrontier:
         """Make buffered work due at the next call (nothing here: see :meth:`flush_in`)."""
 
     async def close(self) -> None:
-        await self.client.aclose()
+        if self._owns_client:
+            await self.client.aclose()

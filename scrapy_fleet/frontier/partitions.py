@@ -118,9 +118,13 @@ class PartitionedFrontier:
         self.part_keys = keys.all_partitions(parts)
         #: each partition's client keeps its own cache of known duplicates (FLEET_DUPEFILTER_
         #: CACHE / P keys), for the links of its own pages (never for foreign links)
-        self.fronts = [AsyncFrontier(url, k, worker, self.params, timeout, retries, wait_replicas,
-                                     dupe_cache=dupe_cache // parts) for k in self.part_keys]
+        #: one client for every partition (a cluster client routes each call by its keys' slot):
+        #: one cluster client per partition cost each worker P slot-map and COMMAND reads at
+        #: start and P connections per master
         self.client: redis.asyncio.Redis = redis_client.make_client(url, timeout, is_async=True)
+        self.fronts = [AsyncFrontier(url, k, worker, self.params, timeout, retries, wait_replicas,
+                                     dupe_cache=dupe_cache // parts, client=self.client)
+                       for k in self.part_keys]
         self._lean = lua.load(self.client, "push_lean.lua")
         self._probe = lua.load(self.client, "partition_probe.lua")
         #: the pump's view: empty (the pump encodes every link; each partition's client
