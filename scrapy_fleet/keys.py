@@ -276,12 +276,14 @@ class CrawlKeys:
 
     #: STRING "1": a push carried a sitemap ``<lastmod>``: records are indexed from then on.
     revisit_lastmod = _Key("rvl")
+
     #: Prefix of the hosts' budget HASHes (recrawl/budget.py).
     revisit_budget_prefix = _Key("rvb:")
 
     def revisit_budget(self, host: str) -> str:
         """HASH of *host*'s tracked pages by change-rate bucket and its price ``mu``."""
         return f"{self.revisit_budget_prefix}{host}"
+
     leases = _Key("leases")
     lease = _Key("lease")
     expiries = _Key("expiries")

@@ -52,7 +52,6 @@ import uuid
 import zlib
 from typing import Any
 
-import msgpack
 import redis
 
 from scrapy_fleet import lua, redis_client
@@ -77,6 +76,7 @@ from scrapy_fleet.frontier.routing import (
     split_ref,
 )
 from scrapy_fleet.keys import PROBE_CALL, PUSH_LEAN_CALL, STAGE_HOST, CrawlKeys, partition_of
+from scrapy_fleet.monitoring.heartbeat import heartbeat_only
 
 logger = logging.getLogger(__name__)
 
@@ -424,10 +424,7 @@ class PartitionedFrontier:
             return {}
         if self._deltas_part is None or self._deltas_part == self.home:
             return {self.home: monitor}
-        beat = msgpack.unpackb(monitor, raw=False)
-        for name in ("cs", "c", "hp"):
-            beat.pop(name, None)
-        return {self._deltas_part: monitor, self.home: msgpack.packb(beat, use_bin_type=False)}
+        return {self._deltas_part: monitor, self.home: heartbeat_only(monitor)}
 
     def partition_counts(self) -> dict[str, Any]:
         """This worker's counts (stats ``fleet/partitions/*``, docs/stats.md)."""

@@ -110,6 +110,20 @@ def fleet_counters(stats: dict[str, Any], ban_statuses: tuple[int, ...]) -> dict
     return out
 
 
+#: the fields of a monitoring payload that carry a counter batch (its number, the counter
+#: deltas, the hosts' pages and bans): what lua/monitoring.lua counts once per ``cs``
+DELTA_FIELDS = ("cs", "c", "hp")
+
+
+def heartbeat_only(payload: bytes) -> bytes:
+    """*payload* (ARGV[2] of a frontier call) without its counter batch: the worker's
+    heartbeat alone, for a partition other than the one the batch goes to."""
+    arg = msgpack.unpackb(payload, raw=False)
+    for name in DELTA_FIELDS:
+        arg.pop(name, None)
+    return msgpack.packb(arg, use_bin_type=False)  # type: ignore[no-any-return]
+
+
 class WorkerMonitor:
     """Heartbeat and counter deltas of one worker (created by the FleetScheduler).
 
@@ -168,7 +182,7 @@ class WorkerMonitor:
         }
         batch = self._batch()
         if batch is not None:
-            arg["cs"], arg["c"], arg["hp"] = batch
+            arg.update(zip(DELTA_FIELDS, batch, strict=True))
         return msgpack.packb(arg, use_bin_type=False)  # type: ignore[no-any-return]
 
     def confirmed(self) -> None:
