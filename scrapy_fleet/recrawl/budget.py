@@ -142,13 +142,17 @@ class HostBudgets:
                 replies = await self._exchange(hk, hosts, batch)
             except Exception as exc:
                 self._keep(hosts, batch)
-                if not self._warned:
-                    self._warned = True
-                    logger.warning("Recrawl budgets not synced (%s): retried in %.0f s", exc,
-                                   self.period)
+                self._warn(exc)
                 continue
             if replies is not None:
                 await self._solve(hk, hosts, batch, replies)
+
+    def _warn(self, exc: Exception) -> None:
+        """One WARNING per worker for a sync that Redis refused (it is tried again)."""
+        if not self._warned:
+            self._warned = True
+            logger.warning("Recrawl budgets not synced (%s): retried in %.0f s", exc,
+                           self.period)
 
     def _keep(self, hosts: list[str], batch: dict[str, dict[int, tuple[int, float]]]) -> None:
         for host in hosts:
@@ -216,8 +220,8 @@ class HostBudgets:
                 for host, price in writes:
                     pipe.hset(hk.revisit_budget(host), "mu", repr(price))
                 await pipe.execute()
-        except Exception:
-            pass
+        except Exception as exc:  # the prices are kept here and written at the next sync
+            self._warn(exc)
 
     async def close(self) -> None:
         """Wait for a sync under way, then sync the moves left."""
