@@ -323,6 +323,23 @@ async def process_start_item(crawler: Crawler, item: Any) -> None:
     await maybe_deferred_to_future(process(item, response=None))
 
 
+def sitemap_body(spider: Any, response: Any) -> bytes | None:
+    """The sitemap body of *response* as a ``SitemapSpider`` reads it, by its own
+    ``_get_sitemap_body`` (Scrapy 2.11+: an XML response's body, a gzipped one gunzipped
+    within the spider's ``download_maxsize``, the body of a URL ending in ``.xml`` or
+    ``.xml.gz``; None otherwise).
+
+    Raises:
+        OSError, EOFError, ValueError: a corrupt gzipped body (as the spider would).
+        FleetError: this Scrapy's SitemapSpider has no such method (not a supported Scrapy).
+    """
+    read = getattr(spider, "_get_sitemap_body", None)
+    if read is None:
+        raise FleetError("scrapy_fleet cannot read this Scrapy's sitemaps (no "
+                         "SitemapSpider._get_sitemap_body); use a supported Scrapy release")
+    return read(response)  # type: ignore[no-any-return]
+
+
 def running_command() -> str | None:
     """The ``scrapy`` command this process runs (``crawl``, ``fleet``...), or None when it is
     not run by Scrapy's command line.

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import NotConfigured
 
+from scrapy_fleet import engine_hooks
 from scrapy_fleet.recrawl.settings import recrawl_config
 
 if TYPE_CHECKING:
@@ -74,28 +75,17 @@ def parse_lastmod(text: str | None, now: float | None = None) -> int | None:
 
 
 def sitemap_body(spider: Any, response: Response) -> bytes | None:
-    """The sitemap body of *response* as ``SitemapSpider`` reads it (its
-    ``_get_sitemap_body``, with Scrapy's public helpers: an XML response's body; a gzipped one
-    gunzipped within ``download_maxsize``; a body of a URL ending in ``.xml`` or ``.xml.gz``),
-    None when *spider* is not a SitemapSpider or *response* is not a sitemap."""
-    from scrapy.http import XmlResponse
+    """The sitemap body of *response* as ``SitemapSpider`` reads it (engine_hooks.py: the
+    spider's own reading), None when *spider* is not a SitemapSpider, *response* is its
+    robots.txt or not a sitemap, or a gzipped body is corrupt (the spider reports it)."""
     from scrapy.spiders import SitemapSpider
-    from scrapy.utils.gz import gunzip, gzip_magic_number
 
     if not isinstance(spider, SitemapSpider) or response.url.endswith("/robots.txt"):
         return None
-    if isinstance(response, XmlResponse):
-        return response.body
-    if gzip_magic_number(response):
-        meta = response.meta if response.request is not None else {}
-        max_size = meta.get("download_maxsize", spider.settings.getint("DOWNLOAD_MAXSIZE"))
-        try:
-            return gunzip(response.body, max_size=max_size)
-        except (ValueError, OSError, EOFError, struct.error):  # (past the size, or corrupt)
-            return None
-    if response.url.endswith((".xml", ".xml.gz")):
-        return response.body
-    return None
+    try:
+        return engine_hooks.sitemap_body(spider, response)
+    except (ValueError, OSError, EOFError, struct.error):  # (a corrupt gzipped body)
+        return None
 
 
 def sitemap_lastmods(body: bytes) -> tuple[dict[str, int], int]:

@@ -118,7 +118,7 @@ def test_a_revisit_record_carries_its_bloom_key_and_last_fetch_and_its_place_key
 def test_the_sitemap_body_is_read_as_the_sitemap_spider_reads_it():
     import gzip
 
-    from scrapy.http import Response, TextResponse
+    from scrapy.http import Request, Response, TextResponse
     from scrapy.spiders import SitemapSpider, Spider
     from scrapy.utils.test import get_crawler
 
@@ -128,11 +128,15 @@ def test_the_sitemap_body_is_read_as_the_sitemap_spider_reads_it():
     spider = SitemapSpider.from_crawler(crawler, name="s")
     xml = b"<urlset><url><loc>http://a.test/</loc></url></urlset>"
     assert sitemap_body(spider, XmlResponse("http://a.test/s", body=xml)) == xml
-    zipped = Response("http://a.test/s.gz", body=gzip.compress(xml))
+    # (responses of requests, as a crawl's are: the spider reads its download_maxsize meta)
+    zipped = Response("http://a.test/s.gz", body=gzip.compress(xml),
+                      request=Request("http://a.test/s.gz"))
     assert sitemap_body(spider, zipped) == xml
-    big = Response("http://a.test/s.gz", body=gzip.compress(b" " * 5000))
+    big = Response("http://a.test/s.gz", body=gzip.compress(b" " * 5000),
+                   request=Request("http://a.test/s.gz"))
     assert sitemap_body(spider, big) is None  # past DOWNLOAD_MAXSIZE: not read
-    broken = Response("http://a.test/s.gz", body=b"\x1f\x8b\x08" + b"junk")
+    broken = Response("http://a.test/s.gz", body=b"\x1f\x8b\x08" + b"junk",
+                      request=Request("http://a.test/s.gz"))
     assert sitemap_body(spider, broken) is None
     assert sitemap_body(spider, TextResponse("http://a.test/s.xml", body=xml)) == xml
     assert sitemap_body(spider, HtmlResponse("http://a.test/p.html", body=b"<p>x</p>")) is None
