@@ -40,14 +40,14 @@ def check(name: str, value: Any, ok: bool, expected: str) -> None:
 
 def number(name: str, value: Any, cast: Callable[[Any], T], minimum: float,
             expected: str, exclusive: bool = False) -> T:
-    if isinstance(value, bool):
+    # an int setting refuses every float, integral or not: `-s NAME=4.0` (the string "4.0")
+    # is refused by int(), so 4.0 in settings.py or custom_settings is refused too
+    if isinstance(value, bool) or (cast is int and isinstance(value, float)):
         raise FleetConfigError(f"{name}={value!r} is invalid: expected {expected}")
     try:
         number = cast(value)
     except (TypeError, ValueError):
         raise FleetConfigError(f"{name}={value!r} is invalid: expected {expected}") from None
-    if cast is int and isinstance(value, float) and not float(value).is_integer():
-        raise FleetConfigError(f"{name}={value!r} is invalid: expected {expected}")
     if not math.isfinite(number):  # type: ignore[arg-type]
         raise FleetConfigError(f"{name}={value!r} is invalid: expected a finite number, "
                                f"{expected}")

@@ -123,8 +123,10 @@ def politeness_config(settings: BaseSettings | Mapping[str, Any]) -> PolitenessC
     if delay is None:  # the add-on moves the project's DOWNLOAD_DELAY here
         delay = settings.get("DOWNLOAD_DELAY", 0) if hasattr(settings, "get") else 0
     concurrency = g("FLEET_HOST_CONCURRENCY")
-    if concurrency is None:
+    if concurrency is None:  # Scrapy's own setting, read as Scrapy reads it (8.0 is 8)
         concurrency = settings.get("CONCURRENT_REQUESTS_PER_DOMAIN", 8)
+        if isinstance(concurrency, float) and concurrency.is_integer():
+            concurrency = int(concurrency)
     overrides = host_overrides(g("FLEET_HOST_OVERRIDES"))
     return PolitenessConfig(
         host_rate=rate,

@@ -77,6 +77,40 @@ def test_wrong_values_name_the_setting_and_value(name, value, fragment):
     assert fragment in message
 
 
+INT_SETTINGS = [s.name for s in SETTINGS if s.type.startswith("int")]
+
+
+@pytest.mark.parametrize("name", INT_SETTINGS)
+@pytest.mark.parametrize("value", [4.0, 2.5])
+def test_an_int_setting_given_as_a_float_is_refused_in_one_line(name, value):
+    """settings.py and custom_settings hand floats through as they are, where `-s NAME=4.0` is
+    the string "4.0": an integral float is refused as "4.0" is, naming the setting."""
+    from scrapy_fleet.pipelines.mongo_config import MongoConfig
+
+    assert len(INT_SETTINGS) == 27  # every int row of the catalog
+    with pytest.raises(FleetConfigError) as info:
+        if name.startswith("FLEET_MONGO_"):
+            MongoConfig.from_settings({"FLEET_MONGO_URI": "mongodb://h", name: value})
+        else:
+            FleetConfig.from_settings(Settings({name: value}))
+    message = str(info.value)
+    assert message.startswith(f"{name}={value!r} is invalid: expected ")
+    assert "\n" not in message and ("integer" in message or "whole seconds" in message)
+    with pytest.raises(FleetConfigError, match=rf"^{name}='4.0' is invalid: expected "):
+        if name.startswith("FLEET_MONGO_"):
+            MongoConfig.from_settings({"FLEET_MONGO_URI": "mongodb://h", name: "4.0"})
+        else:
+            FleetConfig.from_settings(Settings({name: "4.0"}))
+
+
+def test_scrapys_own_concurrency_setting_keeps_scrapys_reading_of_an_integral_float():
+    config = FleetConfig.from_settings(Settings({"CONCURRENT_REQUESTS_PER_DOMAIN": 8.0}))
+    assert config.politeness.host_concurrency == 8
+    with pytest.raises(FleetConfigError, match=r"^FLEET_HOST_OVERRIDES\['a.com'\]\['burst'\]="
+                                               r"2.0 is invalid"):
+        FleetConfig.from_settings(Settings({"FLEET_HOST_OVERRIDES": {"a.com": {"burst": 2.0}}}))
+
+
 def test_addon_sets_components_at_addon_priority_and_keeps_user_values():
     settings = Settings({"SCHEDULER": "my.Scheduler", "FLEET_MONGO_URI": "mongodb://m/",
                          "FLEET_JSONL_PATH": "out.jsonl"}, priority="project")
