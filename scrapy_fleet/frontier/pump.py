@@ -330,9 +330,12 @@ class FrontierPump:
                                  if lease.entry_id not in releasing]
             # a lease holds its host's concurrency slot until its download is over
             # (FLEET_HOST_CONCURRENCY counts them), so a worker holds little more than it can
-            # download at once
-            held = len(book.prefetch) + len(book.inflight)
-            want = min(self.config.prefetch - len(book.prefetch), self._max_held - held)
+            # download at once; a pushed request in the start hook (book.starting) is one of
+            # them: it joins the prefetch once the hook is done (left out, a fetch worker took
+            # as many again meanwhile and passed FLEET_RESPONSE_QUEUE_MAX by that much)
+            held = len(book.prefetch) + len(book.inflight) + len(book.starting)
+            want = min(self.config.prefetch - len(book.prefetch) - len(book.starting),
+                       self._max_held - held)
             if (want > 0 and not book.fleet_done and book.withheld is None
                     and not (self.stage is not None and self.stage.queue_full)
                     and book.drain_started is None):

@@ -95,14 +95,22 @@ def test_the_response_queue_bound_holds_when_stored_responses_go_to_another_part
         assert pushed.returncode == 0, pushed.stdout + pushed.stderr
         fetch, _, flog = worker(tmp_path, "fetch-0", redis_url, worker_env, FLEET_ROLE="fetch",
                                 FLEET_RESPONSE_QUEUE_MAX=5, CONCURRENT_REQUESTS=2)
+        # the most stored responses seen, read all along: until the queue is full, then 3 s
+        # more (it must stop leasing: the queue stays bounded)
+        stored, full_at = 0, None
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if int(client.hget(stage.hostq, STAGE_HOST) or 0) >= 5:
-                break
-            time.sleep(0.05)
-        time.sleep(3)  # it must stop leasing: the queue stays bounded
-        stored = int(client.hget(stage.hostq, STAGE_HOST) or 0)
-        assert 5 <= stored <= 5 + 2 + 3, (stored, tail(flog))
+        while time.monotonic() < deadline and (full_at is None or time.monotonic() < full_at + 3):
+            stored = max(stored, int(client.hget(stage.hostq, STAGE_HOST) or 0))
+            if stored >= 5 and full_at is None:
+                full_at = time.monotonic()
+            time.sleep(0.01)
+        # the bound: the worker leases only while it sees fewer than 5 (at most 4, its own
+        # stored responses waiting for their lean push included); the call that takes its
+        # last leases also acknowledges the pages done since the one before (at most the 3
+        # leases it held), and it holds 3 leases at most (CONCURRENT_REQUESTS 2 and a
+        # quarter more, pushed requests in the start hook included: they were not, and the
+        # worker held 6 and stored 12)
+        assert 5 <= stored <= 4 + 3 + 3, (stored, tail(flog))
         procs = [(fetch, tmp_path / "out-fetch-0.jsonl", flog),
                  worker(tmp_path, "parse-0", redis_url, worker_env, FLEET_ROLE="parse")]
         assert wait_all([p for p, _, _ in procs], 180) == [0, 0], tail(procs[1][2])
