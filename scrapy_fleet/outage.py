@@ -5,7 +5,10 @@ Every caller that retries a Redis call (``redis_client.call_retrying[_async]``, 
 pump) reports here: :meth:`Outage.failed` after a call failed on the connection,
 :meth:`Outage.recovered` after one succeeded.  One tracker per Redis URL and process: a
 worker's frontier, politeness and start-request clients share it, so a worker logs an
-outage once, not once per client or per retry (the retries are logged at DEBUG).
+outage once, not once per client or per retry (the retries are logged at DEBUG).  A call's
+first connection error while no outage is under way is sent again at once before it is
+reported (redis_client ``_Backoff.resend_at_once``): a pooled socket from before a Redis
+restart fails once, and would otherwise start an outage after the real one had ended.
 Stats are the callers' (``fleet/redis/errors``, ``fleet/redis/outages``).
 """
 

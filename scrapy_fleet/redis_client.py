@@ -238,11 +238,30 @@ async def ping_async(client: Any, url: str, key: str | None = None) -> None:
 
 class _Backoff:
     """The back-off of a call retried up to *retries* times: 0.1 s doubling to 5 s, one line
-    per outage (outage.py), counted from when the failed call was sent."""
+    per outage (outage.py), counted from when the failed call was sent.
+
+    A connection error while this process sees Redis up (no outage under way), the call's
+    first, is most likely a socket the client's pool kept from before a Redis restart, which
+    the restarted server never read: the call is sent again at once, on a new connection
+    (:meth:`resend_at_once`), and reported to the outage tracker only if that fails too.
+    Otherwise each stale socket of a pool (a partitioned worker's has one per partition it
+    called concurrently) logged an outage of its own after the real one had ended: one Redis
+    restart was logged as three outages."""
 
     def __init__(self, url: str, retries: int) -> None:
         self.url, self.retries = url, retries
         self.delay = _FIRST_BACKOFF
+        self._resent = False
+
+    def resend_at_once(self, exc: BaseException) -> bool:
+        """Whether the call that just failed with *exc* is sent again at once, unreported
+        (see the class docstring): once per call, for a connection error (never a timeout: a
+        frozen server may still run the call) while no outage is under way."""
+        if (self._resent or not isinstance(exc, redis.ConnectionError)
+                or outage.tracker(self.url).down):
+            return False
+        self._resent = True
+        return True
 
     def succeeded(self) -> None:
         outage.tracker(self.url).recovered()
@@ -261,9 +280,12 @@ class _Backoff:
         return delay
 
 
-def call_retrying(call: Callable[[], T], url: str, retries: int) -> T:
+def call_retrying(call: Callable[[], T], url: str, retries: int, client: Any = None) -> T:
     """``call()``, sent again up to *retries* times after a connection error or timeout
     (back-off 0.1 s doubling to 5 s).  Only for calls that are safe to repeat (operation ids).
+    A first connection error while Redis is up is sent again at once, on a new connection
+    (*client*: its pool's idle connections are closed first), before any back-off
+    (``_Backoff.resend_at_once``).
 
     Raises:
         RedisUnavailableError: still failing after the retries.
@@ -272,7 +294,13 @@ def call_retrying(call: Callable[[], T], url: str, retries: int) -> T:
     for attempt in range(retries + 1):
         sent_at = time.monotonic()
         try:
-            result = call()
+            try:
+                result = call()
+            except RETRYABLE as exc:
+                if not backoff.resend_at_once(exc):
+                    raise
+                drop_idle(client)
+                result = call()
         except RETRYABLE as exc:
             time.sleep(backoff.failed(exc, attempt, sent_at))
             continue
@@ -281,19 +309,38 @@ def call_retrying(call: Callable[[], T], url: str, retries: int) -> T:
     raise AssertionError("unreachable")
 
 
-async def call_retrying_async(call: Callable[[], Awaitable[T]], url: str, retries: int) -> T:
-    """:func:`call_retrying` for an asyncio call (sleeps without blocking the loop)."""
+async def call_retrying_async(call: Callable[[], Awaitable[T]], url: str, retries: int,
+                              client: Any = None) -> T:
+    """:func:`call_retrying` for an asyncio call (sleeps without blocking the loop); *client*
+    the asyncio client the call goes through."""
     backoff = _Backoff(url, retries)
     for attempt in range(retries + 1):
         sent_at = time.monotonic()
         try:
-            result = await call()
+            try:
+                result = await call()
+            except RETRYABLE as exc:
+                if not backoff.resend_at_once(exc):
+                    raise
+                await drop_idle_async(client)
+                result = await call()
         except RETRYABLE as exc:
             await asyncio.sleep(backoff.failed(exc, attempt, sent_at))
             continue
         backoff.succeeded()
         return result
     raise AssertionError("unreachable")
+
+
+def drop_idle(client: Any) -> None:
+    """:func:`drop_idle_async` for a blocking client (None: nothing).  Never raises."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:
+        return
+    try:
+        pool.disconnect(inuse_connections=False)
+    except (*RETRYABLE, redis.RedisError):
+        pass
 
 
 async def drop_idle_async(client: Any) -> None:

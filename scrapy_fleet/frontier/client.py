@@ -136,7 +136,8 @@ class AsyncFrontier:
                 self.roundtrips += 1
                 return await self._script(keys=step.keys, args=step.args)
 
-            return await redis_client.call_retrying_async(attempt, self.url, self.retries)
+            return await redis_client.call_retrying_async(attempt, self.url, self.retries,
+                                                          self.client)
         if isinstance(step, WaitReplicas):
             return await redis_client.wait_replicas(self.client, step.key, step.replicas,
                                                     self.timeout)

@@ -280,7 +280,8 @@ class PartitionedFrontier:
             return await self._lean(keys=keys, args=[arg])  # type: ignore[no-any-return]
 
         try:
-            reply = await redis_client.call_retrying_async(attempt, self.url, self.retries)
+            reply = await redis_client.call_retrying_async(attempt, self.url, self.retries,
+                                                           self.client)
         except redis.ResponseError as exc:
             lost = _lost(exc, self.url, q)
             if lost is not None:
@@ -566,7 +567,7 @@ class PartitionedFrontier:
                 return await self._probe(  # type: ignore[no-any-return]
                     keys=k.call_keys(PROBE_CALL), args=["1" if start_clock else "0"])
             return await redis_client.call_retrying_async(  # type: ignore[no-any-return]
-                attempt, self.url, self.retries)
+                attempt, self.url, self.retries, self.client)
 
         return list(await asyncio.gather(*(one(k) for k in self.part_keys)))
 
