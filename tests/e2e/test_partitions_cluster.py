@@ -80,8 +80,10 @@ def test_issue_run_four_workers_twelve_partitions(cluster, site_factory, worker_
 def test_failover_of_one_master_during_a_partitioned_crawl(tmp_path_factory, site_factory,
                                                            worker_env, tmp_path):
     """SIGKILL of the master holding partition 0 (3 masters + 3 replicas, P = 6) while 3
-    workers crawl: the other partitions keep being served during the promotion, every page
-    is itemised, and the workers exit by themselves."""
+    workers crawl: the other partitions keep being served during the promotion (counted:
+    new leases and acknowledgements in the partitions of the surviving masters between the
+    kill and the promotion; prefetched pages, leased before the kill, cannot explain a new
+    lease), every page is itemised, and the workers exit by themselves."""
     import time
 
     from support import wait_until
@@ -109,17 +111,42 @@ def test_failover_of_one_master_during_a_partitioned_crawl(tmp_path_factory, sit
                     "FLEET_HOST_CONCURRENCY": 2, "FLEET_LEASE_TIMEOUT": 10}
         procs = [start_worker(TEST_PROJECT, "fetch", {**settings, "FLEET_JSONL_PATH": outs[i]},
                               worker_env, logs[i]) for i in range(3)]
+        # the partitions on the other masters, and their exact counters (stats hash)
+        alive = {p: cluster.master_port_of(keys.partition(p, parts).stats)
+                 for p in range(parts)}
+        alive = {p: port for p, port in alive.items() if port != victim}
+        assert 0 not in alive and len(alive) == parts - parts // 3
+
+        def counts() -> dict[str, int]:
+            total = {"leased": 0, "acked": 0}
+            for p, port in alive.items():
+                node = cluster.node(port)
+                try:
+                    got = node.hmget(keys.partition(p, parts).stats, list(total))
+                finally:
+                    node.close()
+                for name, value in zip(list(total), got, strict=True):
+                    total[name] += int(value or 0)
+            return total
+
         wait_until(lambda: len(read_items(outs, growing=True)) >= 30, 120, "30 pages")
         cluster.procs[victim].kill()  # SIGKILL
         killed_at = time.time()
+        at_kill = counts()
         new_master = cluster.wait_failover(victim, victim_key, 60)
+        at_promotion = counts()
         promoted_at = time.time()
         assert new_master != victim
+        # the other masters' partitions served while partition 0 had no master: they handed
+        # out leases (only a call that reached them can) and took acknowledgements
+        served = {name: at_promotion[name] - at_kill[name] for name in at_kill}
+        assert served["leased"] > 0 and served["acked"] > 0, (served, at_kill)
         assert wait_all(procs, 600) == [0, 0, 0], tail(logs[0])
         got = {item["url"] for item in read_items(outs)}
         assert got == set(urls)
-        # pages of the other partitions were served while partition 0 had no master
-        others = {addr for addr in binds if partition_of(addr, parts) != 0}
+        # pages of the other masters' partitions were fetched while partition 0 had no
+        # master (the partition on the victim beside partition 0 had none either)
+        others = {addr for addr in binds if partition_of(addr, parts) in alive}
         during = [r for r in site.requests()
                   if killed_at <= r["t"] <= promoted_at and r["addr"] in others]
         assert during, "no page served during the promotion"
