@@ -89,6 +89,9 @@ class FrontierPump:
         self._last_extend = 0.0
         self._logged_dupe = False
         self._lost_total = 0
+        #: entry ids sent in a call that failed without a reply (Redis unreachable): one
+        #: reported lost later was lost to the outage, not to a stall (_account)
+        self._unsure: set[str] = set()
         self._state_lost = False  # Redis lost the crawl's state: write nothing more there
         #: stages (FLEET_ROLE): the download hook, and the response queue as last seen
         self.stage: StageRole | None = None
@@ -368,6 +371,9 @@ class FrontierPump:
             # links buffered as known duplicates have no payload yet: after a refusal the
             # call is built again (with the cache cleared, they are encoded then)
             result = await self.frontier.call(batch, monitor, resend=False)
+        except RedisUnavailableError:
+            self._unsure.update(_entry_ids(batch))
+            raise
         except StaleDupeCache:
             if not again:
                 raise
@@ -419,6 +425,8 @@ class FrontierPump:
                     book.start_pending.pop(id(o), None)
         children = [c for lease in done for c in lease.children]
         self._account(result, batch, children + outbox)
+        if self._unsure:
+            self._unsure.difference_update(_entry_ids(batch))
         if not final:
             self.receive(result)
         return result
@@ -461,12 +469,25 @@ class FrontierPump:
         if lost:
             book.inc("fleet/frontier/lease_lost", len(lost))
             self._lost_total += len(lost)
-            if self._lost_total <= 5 or self._lost_total % 100 < len(lost):
+            to_outage = lost & self._unsure
+            if to_outage:
+                book.inc("fleet/frontier/lease_lost/outage", len(to_outage))
+                logger.warning(
+                    "%d lease(s) reported lost after a Redis outage (%d so far): the call "
+                    "that carried them failed without a reply, so either it ran before the "
+                    "connection broke (those requests were acknowledged then and are not "
+                    "fetched again) or the outage outlasted FLEET_LEASE_TIMEOUT=%s s (they "
+                    "are fetched again); not a stall of this worker", len(to_outage),
+                    self._lost_total, self.config.lease_timeout,
+                    extra={"spider": book.spider})
+                self._unsure -= to_outage
+            others = len(lost) - len(to_outage)
+            if others and (self._lost_total <= 5 or self._lost_total % 100 < len(lost)):
                 logger.warning(
                     "%d lease(s) lost (%d so far): their requests were leased again elsewhere "
                     "(this worker stalled longer than FLEET_LEASE_TIMEOUT=%s s?), or the crawl "
                     "was purged / Redis lost its data; those pages may be fetched again and "
-                    "their links are left to the new holder", len(lost), self._lost_total,
+                    "their links are left to the new holder", others, self._lost_total,
                     self.config.lease_timeout, extra={"spider": book.spider})
             book.prefetch = deque((r, lease) for r, lease in book.prefetch
                                   if lease.entry_id not in lost)
@@ -559,3 +580,10 @@ class FrontierPump:
                          "pushed, %d not acknowledged; their parents' leases will expire and "
                          "be fetched again. %s", reason, len(book.outbox), len(book.done),
                          exc, extra={"spider": book.spider})
+
+
+def _entry_ids(batch: CallBatch) -> set[str]:
+    """The entry ids of the leases *batch* names (acknowledged, extended, released, dead
+    letters, download notices)."""
+    return {str(item[0]) for name in ("acks", "extends", "releases", "dead", "downloaded")
+            for item in getattr(batch, name)}

@@ -14,19 +14,25 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from scrapy import Request, Spider
+from scrapy.utils.test import get_crawler
 from support import RedisServer
 
-from scrapy_fleet import outage
+from scrapy_fleet import codec, outage
+from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.frontier.partitions import PartitionedFrontier
-from scrapy_fleet.frontier.protocol import FrontierParams
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
+from scrapy_fleet.frontier.scheduler import FleetScheduler
 from scrapy_fleet.keys import CrawlKeys
 
 pytestmark = pytest.mark.slow
 
 PARTS = 4
 KEYS = CrawlKeys("fleet", "outage")
+KEYS_LOST = CrawlKeys("fleet", "lostout")
 
 
 def _lines(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -78,3 +84,70 @@ def test_a_restart_between_calls_is_no_outage_and_an_outage_is_logged_once(
     lines = _lines(caplog)
     assert len(lines) == 2, lines
     assert "unreachable (" in lines[0] and "reachable again after" in lines[1]
+
+
+class _Spider(Spider):
+    name = "lostout"
+
+
+def test_a_lease_lost_to_an_outage_is_said_lost_to_it(tmp_path: Path,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """A call that fails without a reply (Redis killed) may have run: its acknowledgements,
+    sent again after the outage, are then reported lost by the frontier.  The warning says
+    the outage, not a stall of the worker (one 2 s restart was logged as "1 lease lost
+    (stalled longer than FLEET_LEASE_TIMEOUT=10 s?)").  The first call's having run is made
+    by acknowledging its pages from another client while it was down."""
+    server = RedisServer(tmp_path / "redis", persistent=True)
+    server.start()
+    crawler = get_crawler(_Spider, settings_dict={
+        "FLEET_REDIS_URL": server.url, "FLEET_CRAWL_ID": "lostout", "FLEET_PARTITIONS": PARTS,
+        "FLEET_REDIS_RETRIES": 1, "FLEET_REDIS_TIMEOUT": 2, "CONCURRENT_REQUESTS": 2,
+        "DUPEFILTER_CLASS": "scrapy_fleet.frontier.dupefilter.RedisBloomDupeFilter"})
+    sched = FleetScheduler.from_crawler(crawler)
+    crawler.stats.open_spider()
+    crawler.engine = SimpleNamespace(_slot=None)  # no crawl running: nothing to wake
+    pump, book = sched.pump, sched.book
+    book.spider = _Spider()
+    params = sched.config.frontier_params()
+    urls = [f"http://h{n}.test/page" for n in range(2)]
+
+    async def main() -> None:
+        fr = PartitionedFrontier(server.url, KEYS_LOST, "w", params, PARTS, retries=1)
+        other = PartitionedFrontier(server.url, KEYS_LOST, "w", params, PARTS)
+        pump.frontier = fr
+        try:
+            await fr.connect()
+            await fr.call(CallBatch(pushes=[(b"", 0, codec.encode(Request(u)), 0,
+                                             u.split("/")[2]) for u in urls]))
+            for _ in range(2 * PARTS):  # (the home first, then the partitions with work)
+                if len(book.prefetch) == len(urls):
+                    break
+                await pump.call()
+            requests = [book.take() for _ in urls]
+            assert all(r is not None for r in requests)
+            leases = [book.inflight[id(r)][1] for r in requests]
+            for r in requests:
+                book.finished(r)  # done: acknowledged at the next call
+            server.kill()
+            with pytest.raises(RedisUnavailableError):
+                await pump.call()
+            server.start()
+            # the failed call had run before the connection broke: its pages are acknowledged
+            await other.call(CallBatch(acks=[lease.ack() for lease in leases]))
+            result = await pump.call()
+            assert sorted(result.lost) == sorted(lease.entry_id for lease in leases)
+        finally:
+            await fr.close()
+            await other.close()
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="scrapy_fleet.frontier"):
+            asyncio.run(main())
+    finally:
+        server.stop()
+    lost = [r.getMessage() for r in caplog.records if "lost" in r.getMessage()]
+    assert len(lost) == 1, lost
+    assert lost[0].startswith("2 lease(s) reported lost after a Redis outage (2 so far)")
+    assert "not a stall of this worker" in lost[0] and "stalled" not in lost[0]
+    assert crawler.stats.get_value("fleet/frontier/lease_lost") == 2
+    assert crawler.stats.get_value("fleet/frontier/lease_lost/outage") == 2
