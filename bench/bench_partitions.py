@@ -159,6 +159,7 @@ async def client(url: str, n: int, parts: int, crawl: str, site: bc.Site,
                else AsyncFrontier(url, keys, f"w{n}", PARAMS, dupe_cache=0))
     rng = random.Random(n)
     held: list[Any] = []
+    st_calls = [0, 0]  #: (P = 1) frontier calls, those with a lease request
     done: list[tuple[Any, list[tuple[Any, ...]]]] = []
     await go.wait()
     try:
@@ -180,6 +181,8 @@ async def client(url: str, n: int, parts: int, crawl: str, site: bc.Site,
             done = done[k:]
             batch.take = max(0, HELD - len(done))
             r = await fr.call(batch)
+            st_calls[0] += 1
+            st_calls[1] += batch.take > 0
             st["pages"] += r.acked
             st["calls"] += 1
             held = list(r.leased)
@@ -187,6 +190,14 @@ async def client(url: str, n: int, parts: int, crawl: str, site: bc.Site,
                 await asyncio.sleep(bc.POLL_INTERVAL)
     finally:
         st["foreign"] += getattr(fr, "foreign_calls", 0)
+        if parts > 1:
+            counts = fr.partition_counts()
+            st["frontier_calls"] += counts["calls"]
+            st["lease_calls"] += counts["lease_calls"]
+            st["held_parts"] += fr.held_parts
+        else:
+            st["frontier_calls"] += st_calls[0]
+            st["lease_calls"] += st_calls[1]
         await fr.close()
 
 
@@ -206,7 +217,8 @@ def cell(cluster: Cluster, parts: int, hosts: int, clients: int, seconds: float,
         pusher = admin
     for k in range(0, len(rows), 500):
         pusher.push(rows[k:k + 500])
-    st: dict[str, Any] = {"pages": 0, "calls": 0, "foreign": 0}
+    st: dict[str, Any] = {"pages": 0, "calls": 0, "foreign": 0, "frontier_calls": 0,
+                          "lease_calls": 0, "held_parts": 0}
 
     async def main() -> None:
         go = asyncio.Event()
@@ -240,6 +252,11 @@ def cell(cluster: Cluster, parts: int, hosts: int, clients: int, seconds: float,
             "cpu_us_per_page_raw": round(sum(st["cpu_raw"]) * 1e6 / pages, 1),
             "busiest_share": round(max(cpu) / sum(cpu), 3) if sum(cpu) else None,
             "foreign_calls_per_page": round(st["foreign"] / pages, 3),
+            # the clients' own counts: frontier calls (all partitions), those with a lease
+            # request, parts of a pump call held for a partition's next call (P > 1)
+            "frontier_calls_per_page": round(st["frontier_calls"] / pages, 3),
+            "lease_calls_per_page": round(st["lease_calls"] / pages, 3),
+            "held_parts_per_page": round(st["held_parts"] / pages, 3),
             "pages_per_call": round(st["pages"] / max(st["calls"], 1), 2),
             # per page: round trips (every command the clients sent, scripts as one), the
             # scripts' Redis time (INFO commandstats usec, their commands included)

@@ -70,6 +70,8 @@ class PartitionPicker:
         self.views = [PartitionView() for _ in range(parts)]
         self.calls = 0  #: lease requests (pump calls with a take) so far
         self._cursor = 0  #: rotates the order of the other partitions (none starves)
+        #: the lease request that last asked a stale partition in a call of its own
+        self._probed = 0
         #: per partition: this worker's frontier calls (counted by the caller), lease
         #: requests, those that got nothing, leases got
         self.part_calls = [0] * parts
@@ -118,13 +120,19 @@ class PartitionPicker:
         home = self.views[self.home]
         if not home.short or home.queued is None:
             # never starve a partition no worker calls home: one lease of the request for
-            # the partition not seen longest, once each 2 P lease requests at most
+            # the partition not seen longest, once each 2 P lease requests at most (a
+            # request of its own: one more frontier call), or in a call that reaches it
+            # anyway (a download notice, an acknowledgement, a push goes there: no more)
             stale = [p for p in range(self.parts) if p != self.home and home.queued is not None
                      and self._stale(self.views[p])]
-            if want < 2 or not stale:
+            riding = [p for p in stale if p in freed or p in fed]
+            if want < 2 or not stale or (
+                    not riding and self.calls - self._probed < STALE_ROUNDS * self.parts):
                 return {self.home: want}
-            p = min(stale, key=lambda q: self.views[q].seen_call)
+            p = min(riding or stale, key=lambda q: self.views[q].seen_call)
             self.views[p].seen_call = self.calls  # (asked now: not stale again for 2 P)
+            if not riding:
+                self._probed = self.calls
             return {self.home: want - 1, p: 1}
         others = [(self.home + 1 + (self._cursor + i) % (self.parts - 1)) % self.parts
                   for i in range(self.parts - 1)]
