@@ -368,9 +368,11 @@ class PartitionedFrontier:
         # the lease request, split over the partitions that have work (picker.py)
         freed = {p for p, b in r.per.items()
                  if p in due and (b.downloaded or b.acks or b.releases)}
+        parted = {p for p, b in r.per.items() if not b.is_empty()}
         takes = self.picker.plan(batch.take, now, freed,
-                                 {p for p, b in r.per.items() if p in due and b.pushes})
-        hold = {p for p, b in r.per.items() if not b.is_empty()} - due - set(takes)
+                                 {p for p, b in r.per.items() if p in due and b.pushes},
+                                 parted - due)
+        hold = parted - due - set(takes)
         for p in hold:
             del r.per[p]
         for p, n in takes.items():

@@ -108,11 +108,12 @@ class PartitionPicker:
         return v.ready_at <= now
 
     def plan(self, want: int, now: float, freed: set[int],
-             fed: set[int] | None = None) -> dict[int, int]:
+             fed: set[int] | None = None, waiting: set[int] | None = None) -> dict[int, int]:
         """Split a lease request of *want* entries: partition -> how many (sum <= *want*,
         each >= 1).  *freed*: the partitions this call frees a slot in (download notices,
         acknowledgements, releases go there); *fed*: those it pushes requests into (the
-        script pushes before it leases)."""
+        script pushes before it leases); *waiting*: those it holds a part of the worker's
+        calls for (partitions.py), preferred for the lease of a stale partition."""
         fed = fed or set()
         if want <= 0:
             return {}
@@ -120,19 +121,17 @@ class PartitionPicker:
         home = self.views[self.home]
         if not home.short or home.queued is None:
             # never starve a partition no worker calls home: one lease of the request for
-            # the partition not seen longest, once each 2 P lease requests at most (a
-            # request of its own: one more frontier call), or in a call that reaches it
-            # anyway (a download notice, an acknowledgement, a push goes there: no more)
+            # a partition not seen for 2 P lease requests, once each 2 P lease requests at
+            # most (each costs a frontier call, and the acknowledgement of what it leases
+            # another, or a ride on one): the one this worker holds acknowledgements or
+            # download notices for (*waiting*: they go with it), else the one not seen longest
             stale = [p for p in range(self.parts) if p != self.home and home.queued is not None
                      and self._stale(self.views[p])]
-            riding = [p for p in stale if p in freed or p in fed]
-            if want < 2 or not stale or (
-                    not riding and self.calls - self._probed < STALE_ROUNDS * self.parts):
+            if want < 2 or not stale or self.calls - self._probed < STALE_ROUNDS * self.parts:
                 return {self.home: want}
-            p = min(riding or stale, key=lambda q: self.views[q].seen_call)
+            p = min(stale, key=lambda q: (q not in (waiting or ()), self.views[q].seen_call))
             self.views[p].seen_call = self.calls  # (asked now: not stale again for 2 P)
-            if not riding:
-                self._probed = self.calls
+            self._probed = self.calls
             return {self.home: want - 1, p: 1}
         others = [(self.home + 1 + (self._cursor + i) % (self.parts - 1)) % self.parts
                   for i in range(self.parts - 1)]
