@@ -24,7 +24,14 @@ AsyncFrontier` the pump uses (``call``, ``connect``, ``close``, ``keys``, ``clie
    extends, releases, dead letters and download notices go to the partition named by their
    entry id (``"<p>:<id>"``), local links with their page's acknowledgement, pushes without
    a parent to their host's partition, and the lease request (``take``) to the worker's
-   current *home* partition.
+   current *home* partition.  A partition's part that is only acknowledgements (with their
+   own links), download notices and extends, for a partition this call does not otherwise
+   reach (no lease request there, nothing the pump waits an answer for), is **held** for
+   that partition's next call (:func:`~scrapy_fleet.frontier.routing.hold_due`): once the
+   oldest waited :attr:`PartitionedFrontier.hold_age` (FLEET_PARTITION_FLUSH, a quarter of
+   the lease timeout at most), at HOLD_ACKS acknowledgements or :data:`FLUSH_LINKS` links,
+   with a heartbeat (its extends), and at close (:meth:`flush_now`): a pump call makes one
+   frontier call, not one per partition its pages came from (bench_partitions).
 
 A page is thus acknowledged only after every foreign push carrying its links has returned
 (**push before ack**), so unfinished work is always visible in some partition: queued, leased,
@@ -457,7 +464,8 @@ class PartitionedFrontier:
 
     def partition_counts(self) -> dict[str, Any]:
         """This worker's counts (stats ``fleet/partitions/*``, docs/stats.md)."""
-        return {**self.picker.counts(), "lean_calls": self.foreign_calls}
+        return {**self.picker.counts(), "lean_calls": self.foreign_calls,
+                "held_parts": self.held_parts}
 
     @property
     def held(self) -> int:

@@ -6,9 +6,10 @@ and, when it leased fewer than asked, when its next host may be fetched), and sp
 request (the pump's ``take``) over the partitions that have work:
 
 * the **home** partition first (fairness across workers: each worker prefers its own), and
-  all of the request while the home handed out all it was asked last time, but one lease
-  for a partition not seen for 2 P lease requests (so a partition that is no worker's home
-  is never starved by homes that always have work);
+  all of the request while the home handed out all it was asked last time, but, once each
+  2 P lease requests, one lease for a partition not seen for 2 P lease requests (so a
+  partition that is no worker's home is never starved by homes that always have work), one
+  the worker holds acknowledgements for first (they go with it);
 * once the home came back short, the request is split over the home (when it may have work)
   and the other partitions that may: those with queued entries and no host waiting for a
   time or a free slot, and those this very call frees a slot in (a download notice, an
