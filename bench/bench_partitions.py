@@ -17,8 +17,13 @@ buffers its foreign links per destination; 0: pushed at every call).  ``--rounds
 the whole row of cells R times, so that each P > 1 cell has a P = 1 cell just before it
 (the ratio printed is of those two).
 
+``--split``: after each P = 1 cell, N independent P = 1 crawls, one per master, the clients
+shared out among them (the crawl split by hand that P > 1 replaces): its CPU per page over
+the one-master P = 1 cell is what spreading the same work over N redis-server processes costs
+on this machine, whatever the partitions do.
+
 Usage: .venv/bin/python bench/bench_partitions.py [--masters 2] [--parts 1,4]
-       [--hosts 100,10000] [--clients 16] [--seconds 8] [--flush 0.5] [--rounds 1]
+       [--hosts 100,10000] [--clients 16] [--seconds 8] [--flush 0.5] [--rounds 1] [--split]
 """
 
 from __future__ import annotations
@@ -159,60 +164,105 @@ async def client(url: str, n: int, parts: int, crawl: str, site: bc.Site,
                else AsyncFrontier(url, keys, f"w{n}", PARAMS, dupe_cache=0))
     rng = random.Random(n)
     held: list[Any] = []
+    st_calls = [0, 0]  #: (P = 1) frontier calls, those with a lease request
     done: list[tuple[Any, list[tuple[Any, ...]]]] = []
     await go.wait()
+
+    async def one_call(final: bool) -> Any:
+        nonlocal held, done
+        for e in held:
+            m = bc.PAGE_RE.search(e.payload)
+            i = int(m.group(1)) if m else 0
+            parent = bc.url_of(i, site.hosts)
+            done.append((e, [site.fleet_push(link, parent) for link in site.links(i, rng)]))
+        batch = CallBatch(downloaded=[(e.entry_id, e.token) for e in held])
+        held = []
+        k = 0
+        for e, links in done:
+            if k and len(batch.pushes) + len(links) > PUSH_CHUNK:
+                break
+            k += 1
+            batch.acks.append((e.entry_id, e.token))
+            batch.pushes += [(key, prio, pl, k, host) for key, prio, pl, host in links]
+        done = done[k:]
+        batch.take = 0 if final else max(0, HELD - len(done))
+        r = await fr.call(batch)
+        st_calls[0] += 1
+        st_calls[1] += batch.take > 0
+        st["pages"] += r.acked
+        st["calls"] += 1
+        return r
+
     try:
         while time.monotonic() < stop_at[0]:
-            for e in held:
-                m = bc.PAGE_RE.search(e.payload)
-                i = int(m.group(1)) if m else 0
-                parent = bc.url_of(i, site.hosts)
-                done.append((e, [site.fleet_push(link, parent) for link in site.links(i, rng)]))
-            batch = CallBatch(downloaded=[(e.entry_id, e.token) for e in held])
-            held = []
-            k = 0
-            for e, links in done:
-                if k and len(batch.pushes) + len(links) > PUSH_CHUNK:
-                    break
-                k += 1
-                batch.acks.append((e.entry_id, e.token))
-                batch.pushes += [(key, prio, pl, k, host) for key, prio, pl, host in links]
-            done = done[k:]
-            batch.take = max(0, HELD - len(done))
-            r = await fr.call(batch)
-            st["pages"] += r.acked
-            st["calls"] += 1
+            r = await one_call(False)
             held = list(r.leased)
             if not held and not done:
                 await asyncio.sleep(bc.POLL_INTERVAL)
+        # the pages fetched are acknowledged (with what a P > 1 client holds for its
+        # buffers: FLEET_PARTITION_FLUSH), as a worker's close does: their Redis work is in
+        # the cell's CPU, so they count (a cell that left them out charged P > 1 with ~0.5 s
+        # of pages' leases and links it did not count)
+        for _ in range(100):
+            if hasattr(fr, "flush_now"):
+                fr.flush_now()
+            if not (held or done or (parts > 1 and fr.held)):
+                break
+            await one_call(True)
     finally:
         st["foreign"] += getattr(fr, "foreign_calls", 0)
+        if parts > 1:
+            counts = fr.partition_counts()
+            st["frontier_calls"] += counts["calls"]
+            st["lease_calls"] += counts["lease_calls"]
+            st["held_parts"] += getattr(fr, "held_parts", 0)
+        else:
+            st["frontier_calls"] += st_calls[0]
+            st["lease_calls"] += st_calls[1]
         await fr.close()
 
 
+def crawl_on(tag: str, k: int, n: int) -> str:
+    """A crawl id from *tag* whose hash tag's slot is in the k-th of *n* equal slot ranges
+    (master k of the bench's cluster)."""
+    from redis.crc import key_slot
+
+    for salt in range(100_000):
+        crawl = f"b{tag}-{salt}"
+        if k * 16384 // n <= key_slot(f"{{{crawl}}}".encode()) < (k + 1) * 16384 // n:
+            return crawl
+    raise RuntimeError("no crawl id for that master")
+
+
 def cell(cluster: Cluster, parts: int, hosts: int, clients: int, seconds: float,
-         tag: str, flush: float = 0.0) -> dict[str, Any]:
-    crawl = f"b{tag}"
+         tag: str, flush: float = 0.0, split: int = 1) -> dict[str, Any]:
+    """One cell; *split* > 1 (P = 1 only): that many independent crawls, one per master,
+    the clients shared out among them (the crawl split by hand that P > 1 replaces)."""
+    crawls = ([crawl_on(tag, k, split) for k in range(split)] if split > 1 else [f"b{tag}"])
     site = bc.Site(hosts, max(2000, clients * 32))
-    admin = FrontierAdmin(cluster.url, crawl, params=PARAMS)
     rows = []
     for i in range(site.seeds):
         key, prio, payload, host = site.fleet_push(bc.url_of(i, hosts), None)
         rows.append((key, prio, payload, 0, host))
-    if parts > 1:
-        check_sync(admin.client, admin.keys, parts)
-        pusher: Any = PartitionedPush(admin, parts)
-    else:
-        pusher = admin
-    for k in range(0, len(rows), 500):
-        pusher.push(rows[k:k + 500])
-    st: dict[str, Any] = {"pages": 0, "calls": 0, "foreign": 0}
+    for crawl in crawls:
+        admin = FrontierAdmin(cluster.url, crawl, params=PARAMS)
+        if parts > 1:
+            check_sync(admin.client, admin.keys, parts)
+            pusher: Any = PartitionedPush(admin, parts)
+        else:
+            pusher = admin
+        for k in range(0, len(rows), 500):
+            pusher.push(rows[k:k + 500])
+        admin.close()
+    st: dict[str, Any] = {"pages": 0, "calls": 0, "foreign": 0, "frontier_calls": 0,
+                          "lease_calls": 0, "held_parts": 0}
 
     async def main() -> None:
         go = asyncio.Event()
         stop_at = [0.0]
-        tasks = [asyncio.ensure_future(client(cluster.url, n, parts, crawl, site, stop_at, st,
-                                              go, flush)) for n in range(clients)]
+        tasks = [asyncio.ensure_future(client(cluster.url, n, parts, crawls[n % len(crawls)],
+                                              site, stop_at, st, go, flush))
+                 for n in range(clients)]
         # the masters' own CPU when nothing is sent (serverCron, the cluster bus): measured
         # over an idle second and taken off the cell's, so that it does not weigh on a cell
         # by its number of pages
@@ -231,15 +281,20 @@ def cell(cluster: Cluster, parts: int, hosts: int, clients: int, seconds: float,
         st["commands"] = cluster.command_stats()
 
     asyncio.run(main())
-    admin.close()
     pages = max(st["pages"], 1)
     cpu = st["cpu"]
     return {"parts": parts, "flush": flush if parts > 1 else None, "hosts": hosts,
+            "split": split,
             "clients": clients, "pages": st["pages"],
             "cpu_us_per_page": round(sum(cpu) * 1e6 / pages, 1),
             "cpu_us_per_page_raw": round(sum(st["cpu_raw"]) * 1e6 / pages, 1),
             "busiest_share": round(max(cpu) / sum(cpu), 3) if sum(cpu) else None,
             "foreign_calls_per_page": round(st["foreign"] / pages, 3),
+            # the clients' own counts: frontier calls (all partitions), those with a lease
+            # request, parts of a pump call held for a partition's next call (P > 1)
+            "frontier_calls_per_page": round(st["frontier_calls"] / pages, 3),
+            "lease_calls_per_page": round(st["lease_calls"] / pages, 3),
+            "held_parts_per_page": round(st["held_parts"] / pages, 3),
             "pages_per_call": round(st["pages"] / max(st["calls"], 1), 2),
             # per page: round trips (every command the clients sent, scripts as one), the
             # scripts' Redis time (INFO commandstats usec, their commands included)
@@ -274,6 +329,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--flush", default="0.5")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--split", action="store_true",
+                    help="after each P = 1 cell, one of N independent P = 1 crawls, one per "
+                         "master (the clients shared out), as a second baseline")
     a = ap.parse_args()
     flushes = [float(x) for x in a.flush.split(",")]
     n = 0
@@ -293,6 +351,18 @@ def main() -> None:
                             print(json.dumps(c), flush=True)
                             if parts == 1:
                                 base = c
+                                if a.split and a.masters > 1:
+                                    n += 1
+                                    sc = cell(cluster, 1, hosts, clients, a.seconds,
+                                              f"{n}-s-{hosts}-{clients}", 0.0, a.masters)
+                                    sc.update(masters=a.masters, round=rnd, load=[
+                                        round(x, 2) for x in os.getloadavg()])
+                                    print(json.dumps(sc), flush=True)
+                                    print(json.dumps({
+                                        "ratio_split_over_one": round(
+                                            sc["cpu_us_per_page"] / c["cpu_us_per_page"], 3),
+                                        "hosts": hosts, "clients": clients, "round": rnd}),
+                                        flush=True)
                             elif base is not None:
                                 print(json.dumps({
                                     "ratio_cpu_per_page": round(

@@ -92,7 +92,8 @@ SETTINGS: tuple[Setting, ...] = (
             "frontier", "docs/partitions.md"),
     Setting("FLEET_PARTITION_FLUSH", 0.5, "float >= 0",
             "seconds a worker buffers the links it found for another partition before pushing "
-            "them (sooner at 100 links, and at close); 0: at every call",
+            "them (sooner at 100 links, and at close), and the acknowledgements for a "
+            "partition it does not call (lease timeout / 4 at most); 0: at every call",
             "frontier", "docs/partitions.md"),
     Setting("FLEET_DUPEFILTER_CAPACITY", 1_000_000, "int >= 1",
             "fingerprints the first Bloom slice holds", "dupefilter"),

@@ -24,7 +24,14 @@ AsyncFrontier` the pump uses (``call``, ``connect``, ``close``, ``keys``, ``clie
    extends, releases, dead letters and download notices go to the partition named by their
    entry id (``"<p>:<id>"``), local links with their page's acknowledgement, pushes without
    a parent to their host's partition, and the lease request (``take``) to the worker's
-   current *home* partition.
+   current *home* partition.  A partition's part that is only acknowledgements (with their
+   own links), download notices and extends, for a partition this call does not otherwise
+   reach (no lease request there, nothing the pump waits an answer for), is **held** for
+   that partition's next call (:func:`~scrapy_fleet.frontier.routing.hold_due`): once the
+   oldest waited :attr:`PartitionedFrontier.hold_age` (FLEET_PARTITION_FLUSH, a quarter of
+   the lease timeout at most), at HOLD_ACKS acknowledgements or :data:`FLUSH_LINKS` links,
+   with a heartbeat (its extends), and at close (:meth:`flush_now`): a pump call makes one
+   frontier call, not one per partition its pages came from (bench_partitions).
 
 A page is thus acknowledged only after every foreign push carrying its links has returned
 (**push before ack**), so unfinished work is always visible in some partition: queued, leased,
@@ -71,9 +78,12 @@ from scrapy_fleet.frontier.routing import (
     Route,
     concat,
     entry_ref,
+    extend_waiting,
+    hold_due,
     partition_params,
     s_pair,
     split_ref,
+    subset,
 )
 from scrapy_fleet.keys import PROBE_CALL, PUSH_LEAN_CALL, STAGE_HOST, CrawlKeys, partition_of
 from scrapy_fleet.monitoring.heartbeat import heartbeat_only
@@ -145,6 +155,15 @@ class PartitionedFrontier:
         #: per partition with foreign links buffered: when the oldest of them was buffered
         self._since: dict[int, float] = {}
         self._force = False  #: flush_now: every buffer is due
+        #: the parts of the pump's calls held for a partition this worker does not call
+        #: (acknowledgements with their own links, download notices: module docstring), sent
+        #: with its next call, or once the oldest waited this long (FLEET_PARTITION_FLUSH, a
+        #: quarter of the lease timeout at most; 0: never held), or at HOLD_ACKS of them
+        self.hold_age = min(flush_age, self.params.lease_timeout / 4)
+        #: per partition whose part is held: since when
+        self._hold_since: dict[int, float] = {}
+        self._retry: set[int] = set()  #: partitions whose last call failed: due at once
+        self.held_parts = 0  #: partition parts held for a later call, so far
         #: the partition of the stored responses (FLEET_ROLE, docs/stages.md) and the last
         #: response queue figures it gave (None: none seen, no stored response in this crawl
         #: as far as this worker knows); reported with every reply, and once seen that
@@ -186,13 +205,16 @@ class PartitionedFrontier:
     def flush_in(self) -> float | None:
         """Seconds until a buffer of foreign links is due (0: now); None when nothing is
         buffered.  The pump calls then even with nothing of its own to send."""
-        if not self._since:
+        if not self._since and not self._hold_since:
             return None
         if self._force:
             return 0.0
-        if self.flush_age <= 0:
-            return None  # nothing waits: only what a partition refused, sent with the next call
-        return max(0.0, min(self._since.values()) + self.flush_age - time.monotonic())
+        now = time.monotonic()
+        due = [t + self.hold_age - now for t in self._hold_since.values()]
+        if self._since and self.flush_age > 0:
+            due.append(min(self._since.values()) + self.flush_age - now)
+        # (flush_age 0: nothing waits: only what a partition refused, sent with the next call)
+        return max(0.0, min(due)) if due else None
 
     def _due(self, q: int, links: int, now: float) -> bool:
         return (self._force or self.flush_age <= 0 or links >= FLUSH_LINKS
@@ -335,7 +357,7 @@ class PartitionedFrontier:
                     lean[q] = res
         r = self._route(full, blocked) if blocked else first
         if batch.beat:
-            self._extend_waiting(full, blocked, r)
+            extend_waiting(full, blocked, r)
         # push before ack: a page one of whose foreign links was refused is deferred
         refused_groups = {first.foreign_group[q][i] for q, res in lean.items()
                           for i in res.refused} - blocked
@@ -345,16 +367,27 @@ class PartitionedFrontier:
             failure = ack[2] if len(ack) > 2 else b""
             r.per[p].acks[k] = (ack[0], ack[1], failure or b"", [], 1)
             self.deferred_parents += 1
+        # the parts for partitions this call need not reach wait for their next call
+        payloads = self._payloads(monitor)
+        due = set(r.per)
+        if self.hold_age > 0 and not (self._force or batch.beat):
+            due = hold_due(r, full, self.parts, {self.home, *payloads, *self._retry},
+                           self._hold_since, now, self.hold_age, FLUSH_LINKS)
         # the lease request, split over the partitions that have work (picker.py)
-        freed = {p for p, b in r.per.items() if b.downloaded or b.acks or b.releases}
+        freed = {p for p, b in r.per.items()
+                 if p in due and (b.downloaded or b.acks or b.releases)}
+        parted = {p for p, b in r.per.items() if not b.is_empty()}
         takes = self.picker.plan(batch.take, now, freed,
-                                 {p for p, b in r.per.items() if b.pushes})
+                                 {p for p, b in r.per.items() if p in due and b.pushes},
+                                 parted - due)
+        hold = parted - due - set(takes)
+        for p in hold:
+            del r.per[p]
         for p, n in takes.items():
             r.per[p].take = n
         calls = [(p, b) for p, b in sorted(r.per.items()) if not b.is_empty()]
         # monitoring: the home's payload (or the partition owed the deltas), not sent alone
         # while leasing elsewhere with no heartbeat due (it waits; the pump keeps it)
-        payloads = self._payloads(monitor)
         if payloads and not (set(payloads) & set(dict(calls)) or batch.beat or not batch.take):
             payloads = {}
         for p in payloads:
@@ -396,9 +429,12 @@ class PartitionedFrontier:
         # the links of a waiting page already taken by their partition are not sent again
         pushed = {i for i, (q, j, foreign) in enumerate(first.pushes)
                   if foreign and q in lean and j not in set(lean[q].refused)}
-        keep = self._subset(full, blocked, failed, pushed)
+        keep = subset(full, blocked, failed | hold, self.parts, self.home, pushed)
         self._note_buffers(keep, now, set(first.foreign) - waiting)
-        merged = self._merge(full, r, by_part, lean, off, failed)
+        self._retry = failed
+        self._hold_since = {p: self._hold_since.get(p, now) for p in hold}
+        self.held_parts += len(hold)
+        merged = self._merge(full, r, by_part, lean, off, failed | hold)
         self._note_response_queue(lean, by_part)
         merged.response_queue = self._response_queue(keep)
         refused_held = [full.pushes[i] for i in merged.refused if i < off]
@@ -429,7 +465,8 @@ class PartitionedFrontier:
 
     def partition_counts(self) -> dict[str, Any]:
         """This worker's counts (stats ``fleet/partitions/*``, docs/stats.md)."""
-        return {**self.picker.counts(), "lean_calls": self.foreign_calls}
+        return {**self.picker.counts(), "lean_calls": self.foreign_calls,
+                "held_parts": self.held_parts}
 
     @property
     def held(self) -> int:
@@ -454,16 +491,6 @@ class PartitionedFrontier:
         count, size = self._rq or (0, 0)
         return count + len(waiting), size + sum(len(x) for x in waiting)
 
-    @staticmethod
-    def _extend_waiting(full: CallBatch, blocked: set[int], r: Route) -> None:
-        """With the pump's heartbeat: extend the leases of the pages of *blocked* (waiting
-        for a buffer of foreign links, or for a partition that cannot be reached), each in
-        its own partition.  The pump no longer holds them, so without this a page waiting
-        longer than FLEET_LEASE_TIMEOUT would be leased and fetched again."""
-        for g in sorted(blocked):
-            p, entry_id = split_ref(full.acks[g - 1][0])
-            r.per[p].extends.append((entry_id, full.acks[g - 1][1]))
-
     def _note_failure(self, p: int, exc: Exception) -> None:
         self.partition_errors += 1
         logger.debug("Fleet partition %d unreachable, its part of the call is held: %s",
@@ -480,35 +507,6 @@ class PartitionedFrontier:
                 if q != split_ref(keep.acks[g - 1][0])[0]:
                     dests.add(q)
         self._since = {q: now if q in tried else self._since.get(q, now) for q in dests}
-
-    def _subset(self, full: CallBatch, groups: set[int], parts: set[int],
-                drop: set[int] | None = None) -> CallBatch:
-        """The part of *full* (pump format) to send again: the acknowledgements of *groups*
-        and those of *parts* with all their links (but the pushes of index in *drop*), and
-        everything else bound for *parts*."""
-        out = CallBatch()
-        if not groups and not parts:
-            return out
-        renumber: dict[int, int] = {}
-        for g, ack in enumerate(full.acks, 1):
-            if g in groups or split_ref(ack[0])[0] in parts:
-                out.acks.append(ack)
-                renumber[g] = len(out.acks)
-        drop = drop or set()
-        for i, push in enumerate(full.pushes):
-            g = int(push[3]) if len(push) > 3 else 0
-            if i in drop:
-                continue
-            if g and g in renumber:
-                out.pushes.append((push[0], push[1], push[2], renumber[g], *push[4:]))
-            elif not g and partition_of(push[4] if len(push) > 4 else "", self.parts) in parts:
-                out.pushes.append(push)
-        for name in ("releases", "dead", "extends", "downloaded"):
-            getattr(out, name).extend(x for x in getattr(full, name)
-                                      if split_ref(x[0])[0] in parts)
-        if self.home in parts:
-            out.unstorable = list(full.unstorable)
-        return out
 
     def _merge(self, batch: CallBatch, r: Route, by_part: dict[int, CallResult],
                lean: dict[int, LeanResult], off: int, failed: set[int]) -> CallResult:

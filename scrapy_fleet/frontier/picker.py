@@ -6,9 +6,10 @@ and, when it leased fewer than asked, when its next host may be fetched), and sp
 request (the pump's ``take``) over the partitions that have work:
 
 * the **home** partition first (fairness across workers: each worker prefers its own), and
-  all of the request while the home handed out all it was asked last time, but one lease
-  for a partition not seen for 2 P lease requests (so a partition that is no worker's home
-  is never starved by homes that always have work);
+  all of the request while the home handed out all it was asked last time, but, once each
+  2 P lease requests, one lease for a partition not seen for 2 P lease requests (so a
+  partition that is no worker's home is never starved by homes that always have work), one
+  the worker holds acknowledgements for first (they go with it);
 * once the home came back short, the request is split over the home (when it may have work)
   and the other partitions that may: those with queued entries and no host waiting for a
   time or a free slot, and those this very call frees a slot in (a download notice, an
@@ -70,6 +71,8 @@ class PartitionPicker:
         self.views = [PartitionView() for _ in range(parts)]
         self.calls = 0  #: lease requests (pump calls with a take) so far
         self._cursor = 0  #: rotates the order of the other partitions (none starves)
+        #: the lease request that last asked a stale partition in a call of its own
+        self._probed = 0
         #: per partition: this worker's frontier calls (counted by the caller), lease
         #: requests, those that got nothing, leases got
         self.part_calls = [0] * parts
@@ -106,11 +109,12 @@ class PartitionPicker:
         return v.ready_at <= now
 
     def plan(self, want: int, now: float, freed: set[int],
-             fed: set[int] | None = None) -> dict[int, int]:
+             fed: set[int] | None = None, waiting: set[int] | None = None) -> dict[int, int]:
         """Split a lease request of *want* entries: partition -> how many (sum <= *want*,
         each >= 1).  *freed*: the partitions this call frees a slot in (download notices,
         acknowledgements, releases go there); *fed*: those it pushes requests into (the
-        script pushes before it leases)."""
+        script pushes before it leases); *waiting*: those it holds a part of the worker's
+        calls for (partitions.py), preferred for the lease of a stale partition."""
         fed = fed or set()
         if want <= 0:
             return {}
@@ -118,13 +122,17 @@ class PartitionPicker:
         home = self.views[self.home]
         if not home.short or home.queued is None:
             # never starve a partition no worker calls home: one lease of the request for
-            # the partition not seen longest, once each 2 P lease requests at most
+            # a partition not seen for 2 P lease requests, once each 2 P lease requests at
+            # most (each costs a frontier call, and the acknowledgement of what it leases
+            # another, or a ride on one): the one this worker holds acknowledgements or
+            # download notices for (*waiting*: they go with it), else the one not seen longest
             stale = [p for p in range(self.parts) if p != self.home and home.queued is not None
                      and self._stale(self.views[p])]
-            if want < 2 or not stale:
+            if want < 2 or not stale or self.calls - self._probed < STALE_ROUNDS * self.parts:
                 return {self.home: want}
-            p = min(stale, key=lambda q: self.views[q].seen_call)
+            p = min(stale, key=lambda q: (q not in (waiting or ()), self.views[q].seen_call))
             self.views[p].seen_call = self.calls  # (asked now: not stale again for 2 P)
+            self._probed = self.calls
             return {self.home: want - 1, p: 1}
         others = [(self.home + 1 + (self._cursor + i) % (self.parts - 1)) % self.parts
                   for i in range(self.parts - 1)]

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scrapy_fleet.frontier.protocol import CallBatch, CallResult, FrontierParams
+from scrapy_fleet.keys import partition_of
 
 #: separator of a partition's index and an entry id in the ids a PartitionedFrontier hands out
 ID_SEP = ":"
@@ -70,3 +71,78 @@ def concat(a: CallBatch, b: CallBatch) -> CallBatch:
 def s_pair(results: list[CallResult], i: int) -> int:
     """The sum over *results* of their stored-responses figure *i* (0: count, 1: bytes)."""
     return sum(res.response_queue[i] for res in results)
+
+
+#: acknowledgements held for a partition this worker does not call (its part of the pump's
+#: calls: docs/partitions.md) that make that part due at once
+HOLD_ACKS = 32
+
+
+def group_of(push: tuple[Any, ...]) -> int:
+    """The 1-based acknowledgement group of a push of the pump's format (0: no parent)."""
+    return int(push[3]) if len(push) > 3 else 0
+
+
+def host_of(push: tuple[Any, ...]) -> str:
+    return push[4] if len(push) > 4 else ""  # type: ignore[no-any-return]
+
+
+def hold_due(r: Route, full: CallBatch, parts: int, always: set[int],
+             since: dict[int, float], now: float, age: float, links: int) -> set[int]:
+    """The partitions whose part of *r* goes in this call: *always* (the home, the
+    partitions owed a monitoring payload or whose last call failed), those with a push
+    without a parent, a release, a dead letter, an unstorable record or a deferred page
+    (what the pump or a refusal expects an answer to), and those whose part has waited *age*
+    seconds since *since* or holds :data:`HOLD_ACKS` acknowledgements or *links* links.  The
+    others' parts (acknowledgements with their own links, download notices) may wait for
+    the partition's next call."""
+    due = set(always)
+    for push in full.pushes:
+        if not group_of(push):
+            due.add(partition_of(host_of(push), parts))
+    for p, b in r.per.items():
+        if (b.releases or b.dead or b.unstorable or len(b.acks) >= HOLD_ACKS
+                or len(b.pushes) >= links or now - since.get(p, now) >= age
+                or any(len(ack) > 4 and ack[4] for ack in b.acks)):
+            due.add(p)
+    return due
+
+
+def extend_waiting(full: CallBatch, blocked: set[int], r: Route) -> None:
+    """With the pump's heartbeat: extend the leases of the pages of *blocked* (waiting
+    for a buffer of foreign links, or for a partition that cannot be reached), each in
+    its own partition.  The pump no longer holds them, so without this a page waiting
+    longer than FLEET_LEASE_TIMEOUT would be leased and fetched again."""
+    for g in sorted(blocked):
+        p, entry_id = split_ref(full.acks[g - 1][0])
+        r.per[p].extends.append((entry_id, full.acks[g - 1][1]))
+
+
+def subset(full: CallBatch, groups: set[int], held: set[int], parts: int, home: int,
+           drop: set[int] | None = None) -> CallBatch:
+    """The part of *full* (pump format) to send again: the acknowledgements of *groups*
+    and those of partitions *held* with all their links (but the pushes of index in *drop*),
+    and everything else bound for *held* (of *parts* partitions; *home* the worker's)."""
+    out = CallBatch()
+    if not groups and not held:
+        return out
+    renumber: dict[int, int] = {}
+    for g, ack in enumerate(full.acks, 1):
+        if g in groups or split_ref(ack[0])[0] in held:
+            out.acks.append(ack)
+            renumber[g] = len(out.acks)
+    drop = drop or set()
+    for i, push in enumerate(full.pushes):
+        g = group_of(push)
+        if i in drop:
+            continue
+        if g and g in renumber:
+            out.pushes.append((push[0], push[1], push[2], renumber[g], *push[4:]))
+        elif not g and partition_of(host_of(push), parts) in held:
+            out.pushes.append(push)
+    for name in ("releases", "dead", "extends", "downloaded"):
+        getattr(out, name).extend(x for x in getattr(full, name)
+                                  if split_ref(x[0])[0] in held)
+    if home in held:
+        out.unstorable = list(full.unstorable)
+    return out
