@@ -21,6 +21,9 @@
 -- whose metatables are never written to.
 local CALL_CONSTANTS, CALL_CONSTANTS_MAX = {n = 0, v = {}}, 64
 local CALL_LISTS = {'a', 'r', 'd', 'x', 'p', 's'}
+-- (a list ARGV[1] leaves out: one empty table for every call, which no step writes to; made
+-- read only by the first call: a library's code calls nothing when it is loaded)
+local NO_ENTRIES, no_entries_sealed = {}, false
 
 local function call_constants(raw)
   local meta = CALL_CONSTANTS.v[raw]
@@ -47,8 +50,14 @@ local function check_call(K, head)
     if not meta then return nil, 'ERR fleet: bad frontier call constants' end
     setmetatable(req, meta)
   end
+  if not no_entries_sealed then
+    setmetatable(NO_ENTRIES, {__newindex = function()
+      error('fleet: a call list left out is read only')
+    end})
+    no_entries_sealed = true
+  end
   for _, name in ipairs(CALL_LISTS) do
-    if req[name] == nil then req[name] = {} end
+    if req[name] == nil then req[name] = NO_ENTRIES end
     if type(req[name]) ~= 'table' then
       return nil, 'ERR fleet: field ' .. name .. ' must be a list'
     end

@@ -30,6 +30,11 @@ from scrapy_fleet.keys import PUSH_LEAN_CALL, CrawlKeys
 CLOCK = "test:clock"  # (not a crawl key) the server's time in ms, as the test sets it
 T0 = 1_900_000_000_000
 PARAMS = FrontierParams(lease_timeout=30.0)
+#: what the client reads for a field a reply leaves out (frontier/protocol.py CallResult): a
+#: call without events leaves out its lists and counts (lua/step_reply.lua)
+LEFT_OUT = {"leased": [], "lost": [], "pf": [], "rf": [], "pd": [], "new": 0, "dup": 0,
+            "acked": 0, "released": 0, "reclaimed": 0, "dead": 0, "parked": 0, "deferred": 0,
+            "resumed": 0, "refused": 0, "full": False}
 
 
 class Frontier:
@@ -59,10 +64,11 @@ class Frontier:
         self.r.set(CLOCK, at)
         op = uuid.uuid4().hex
         keys = self.keys.frontier_keys(op, self.prev.get(worker, "-"), worker)
-        self.prev[worker] = op
         raw = self.script(keys=keys, args=[call_args(batch, worker, params, self.marker),
                                            monitor])
-        reply: dict[str, Any] = msgpack.unpackb(raw, raw=False)
+        reply: dict[str, Any] = {**LEFT_OUT, **msgpack.unpackb(raw, raw=False)}
+        if not reply.get("nc"):  # (as FrontierCall: a reply not cached names no previous op)
+            self.prev[worker] = op
         self.marker = reply["mk"]
         return reply
 
