@@ -2,7 +2,8 @@
 -- (a runtime error after a write keeps the earlier writes; OOM is only checked before the
 -- first write).  Defines check_call, and the cache of ARGV[3] it reads (call_constants).
 --
--- check_call(K, head) returns the call `c` (c.req: ARGV[1] with its lists defaulted, c.mon:
+-- check_call(K, head) returns the call `c` (c.req: ARGV[1] with its lists defaulted: a list
+-- left out is one read-only empty table shared by every call; c.mon:
 -- ARGV[2] parsed, c.marker: the crawl marker as read, c.head: what lua/frontier.lua read
 -- first {reply cache, marker, queued count, idle since}, and the call's parameters), or nil
 -- and the error message.  frontier/protocol.py documents ARGV[1]'s fields (lua/frontier.lua
@@ -83,7 +84,8 @@ local function check_call(K, head)
   local local_dups = tonumber(req.ld) or 0
   if local_dups > 0 then
     -- the worker's knowledge holds only for this filter (generation g) in a state that has
-    -- every write of the worker's previous call (K.prev_op, its reply cache, still there): a
+    -- every write of the worker's previous cached call (K.prev_op, its reply cache, still
+    -- there; a call without events caches none and leaves it, lua/step_reply.lua): a
     -- failover to a replica that lacked that call's writes rolled the filter back, and
     -- replication is in order, so that key is the one to look at (an expired one, after 5 min
     -- without a call, only costs a full call)
