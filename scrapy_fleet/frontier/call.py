@@ -143,7 +143,8 @@ class FrontierCall:
               op_id: str | None) -> Plan:
         sent, kept, left_out = split
         op = op_id or uuid.uuid4().hex
-        keys = self.keys.frontier_keys(op, self.prev_op, self.worker)
+        # (the Bloom slices only for a call that pushes: only a push reads them)
+        keys = self.keys.frontier_keys(op, self.prev_op, self.worker, slices=bool(sent.pushes))
         arg, constants = call_argv(sent, self.worker, self.params, self.marker, left_out,
                                    self.dupes.gen)
         try:

@@ -71,6 +71,10 @@ local function check_call(K, head)
   if bad_failure then return nil, 'ERR fleet: ' .. bad_failure end
   local marker_error, marker = failed_check_marker(K.marker, req.mk, head[2])
   if marker_error then return nil, marker_error end
+  if #req.p > 0 and K.bloom_slices[1] == nil then
+    -- (a call without pushes may leave the Bloom slices out of its KEYS: keys.frontier_keys)
+    return nil, 'ERR fleet: a call with pushes must name the Bloom slices'
+  end
   for _, p in ipairs(req.p) do
     if type(p) ~= 'table' or type(p[1]) ~= 'string' or type(p[2]) ~= 'number'
         or p[2] ~= p[2] or math.abs(p[2]) > PRIORITY_LIMIT
