@@ -23,6 +23,10 @@ server's and cannot be replayed as they are:
 * the Bloom filter's generation id is the server's TIME when it was created: after the first
   call (which creates it) it is set to the one the recording's calls carry, so that their
   links left out as known duplicates are accepted.
+* the previous op a call names is its client's (frontier/call.py): the op of the client's
+  previous call, unless that call failed or cached no reply (lua/step_reply.lua, ``nc``),
+  and then the op that call named; so each tree's replay names what its own client would,
+  whichever tree recorded the calls (client_order).
 The first ``--skip`` calls (seeding, warm-up) run unmeasured.  Reported per tree: FCALL's
 or EVALSHA's ``usec`` per call (INFO commandstats: wall time inside Redis, the commands the
 script runs included), min and median over the rounds; redis-server CPU (utime + stime) per
@@ -40,7 +44,11 @@ content; a cached reply decoded).  Keys only one tree writes by design are named
 (``--only-this``: this tree's layout version key).  Names changed on purpose are mapped before
 the comparison: ``--key-renamed OLD=NEW`` (a baseline key name's ending, e.g.
 ``:delayed=:deferred``) and ``--field-renamed OLD=NEW`` (a field of the baseline's reply map,
-in replies and reply caches, e.g. ``delayed=dn``); replies are then compared decoded.
+in replies and reply caches, e.g. ``delayed=dn``); replies are then compared decoded.  The
+replies are also compared as the client reads them: a reply of a call that cached none
+(``nc``) leaves out its empty lists and zero counts; and the reply caches (``:op:`` keys) are
+counted apart from the other keys (after a client's last call that cached no reply, its
+previous cached call's reply stays where a tree caching every call keeps that last one's).
 
 Usage: ``.venv/bin/python bench/bench_replay.py record /tmp/calls-16x100 --clients 16
 --hosts 100`` then ``.venv/bin/python bench/bench_replay.py replay /tmp/calls-16x100
@@ -109,6 +117,13 @@ def split_arg(arg: bytes, constants: list[bytes]) -> tuple[bytes, bytes]:
     return msgpack.packb(req, use_bin_type=False), msgpack.packb(cst, use_bin_type=False)
 
 
+#: the fields a reply of a call that cached no reply (nc) leaves out, as the client reads them
+#: (frontier/protocol.py CallResult; lua/step_reply.lua)
+UNCACHED_LEFT_OUT = {b"leased": [], b"lost": [], b"pf": [], b"rf": [], b"pd": [], b"new": 0,
+                     b"dup": 0, b"acked": 0, b"released": 0, b"reclaimed": 0, b"dead": 0,
+                     b"parked": 0, b"deferred": 0, b"resumed": 0, b"refused": 0,
+                     b"full": False}
+
 PIN_TIME_KEY = "__bench_time"  # (not a crawl key: left out of the comparison)
 PIN_TIME = """local function bench_pinned_time()
   local us = tonumber(redis.call('GET', '__bench_time'))
@@ -158,6 +173,36 @@ def read_calls(path: Path) -> list[list[Any]]:
     return calls
 
 
+def client_order(calls: list[list[Any]]) -> dict[str, str]:
+    """op id -> the op id of the same client's call just before it (the recorded previous op
+    of a client's first call).  A client's calls are linked by the previous op each names
+    (the first call of each names none of the recording's), whatever tree recorded them: a
+    tree whose client names the same previous op again after a call that cached no reply
+    (lua/step_reply.lua, ``nc``) links them too.  Each tree's replay then names, as its
+    client would, the previous call of the client whose reply it cached (Replay)."""
+    ops = [call_names(c[1])[2:4] for c in calls]
+    known = {op for op, _ in ops}
+    parent: dict[str, str] = {}
+
+    def root(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for op, prev in ops:
+        if prev in known:
+            parent[root(op)] = root(prev)
+    last: dict[str, str] = {}
+    order: dict[str, str] = {}
+    for op, prev in ops:
+        group = root(op)
+        if op not in order:  # (a repeated op id: the first call's)
+            order[op] = last.get(group, prev)
+        last[group] = op
+    return order
+
+
 def recorded_generation(calls: list[list[Any]]) -> bytes | None:
     """The Bloom generation id most calls carry (field bg of ARGV[1])."""
     seen: dict[bytes, int] = {}
@@ -172,10 +217,17 @@ class Replay:
     """One replay on one server: recorded calls with their entries mapped to this replay's."""
 
     def __init__(self, r: Any, code: dict[str, Any], generation: bytes | None,
-                 template: list[str] | None = None, pin: bool = False) -> None:
+                 template: list[str] | None = None, pin: bool = False,
+                 order: dict[str, str] | None = None) -> None:
         """*code*: frontier_code's (its ``library`` or ``source`` pinned when *pin*): the
-        tree's library is loaded and called by FCALL, with ARGV[3], when it has one."""
+        tree's library is loaded and called by FCALL, with ARGV[3], when it has one.
+        *order*: client_order's; with a *template*, each call names as its previous op the
+        one its client would name in this replay: the client's previous call, or when that
+        one cached no reply (``nc``) or failed, the op that call named (frontier/call.py)."""
         self.r, self.generation = r, generation
+        self.order = order or {}
+        self.alias: dict[str, str] = {}  # op of a call that cached no reply -> its previous op
+        self.uncached = 0  #: replies of calls that cached none (``nc``)
         self.function: str | None = code.get("function") if code.get("library") else None
         self.constants = [c.encode() for c in code.get("constants") or []]
         if self.function:
@@ -210,8 +262,12 @@ class Replay:
             arg = msgpack.packb({**msgpack.unpackb(more[0], raw=True, strict_map_key=False),
                                  **msgpack.unpackb(arg, raw=True, strict_map_key=False)},
                                 use_bin_type=False)
+        op = prev = ""
         if self.template is not None:
             _, _, op, prev, worker_id = call_names(keys)
+            prev = self.order.get(op, prev)
+            while prev in self.alias:
+                prev = self.alias[prev]
             keys = [k.replace("@OP@", op).replace("@PREV@", prev).replace("@W@", worker_id)
                     for k in self.template]
         arg, worker = self.remap(arg)
@@ -227,9 +283,15 @@ class Replay:
         except Exception as exc:  # (counted and reported: a replay that errs is no figure)
             self.errors += 1
             self.replies.append(f"error: {exc}")
+            if op and op != prev:
+                self.alias[op] = prev  # (it wrote nothing: its client names prev again)
             return
         self.replies.append(reply)
         out = msgpack.unpackb(reply, raw=True, strict_map_key=False)
+        if out.get(b"nc"):
+            self.uncached += 1
+            if op and op != prev:
+                self.alias[op] = prev
         self.held.setdefault(worker, []).extend([e[0], e[1]] for e in out.get(b"leased") or [])
         self.acked += out.get(b"acked") or 0
         self.lost += len(out.get(b"lost") or [])
@@ -251,7 +313,7 @@ def replay_once(code: dict[str, Any], calls: list[list[Any]], skip: int,
                 template: list[str] | None = None) -> dict[str, float]:
     with h.Redis(root) as server:
         r = server.client()
-        rp = Replay(r, code, generation, template)
+        rp = Replay(r, code, generation, template, order=client_order(calls))
         for record in calls[:skip]:
             rp.call(record)
         acked0 = rp.acked
@@ -270,7 +332,8 @@ def replay_once(code: dict[str, Any], calls: list[list[Any]], skip: int,
         r.close()
         return {"usec_per_call": st["usec"] / n, "cpu_us_per_call": cpu * 1e6 / n,
                 "pages_per_call": pages / n, "exec_us_per_page": st["usec"] / pages,
-                "errors": rp.errors, "lost": rp.lost, "longest_us": max(slow, default=0),
+                "errors": rp.errors, "lost": rp.lost, "uncached": rp.uncached,
+                "longest_us": max(slow, default=0),
                 "over_2ms": sum(1 for d in slow if d > 2000)}
 
 
@@ -304,7 +367,7 @@ def identity_once(code: dict[str, Any], template: list[str], calls: list[list[An
                   generation: bytes | None, root: Path) -> tuple[list[Any], dict[bytes, Any]]:
     with h.Redis(root) as server:
         r = server.client()
-        rp = Replay(r, code, generation, template, pin=True)
+        rp = Replay(r, code, generation, template, pin=True, order=client_order(calls))
         for record in calls:
             rp.call(record)
         data = data_of(r)
@@ -331,12 +394,28 @@ def identity(args: argparse.Namespace) -> None:
     def decoded(x: Any) -> Any:
         return msgpack.unpackb(x, raw=True, strict_map_key=False) if isinstance(x, bytes) else x
 
+    def as_read(x: Any) -> Any:
+        # a reply as the client reads it: one that cached no reply (nc, lua/step_reply.lua)
+        # leaves out its empty lists and zero counts, which CallResult reads so
+        d = decoded(x)
+        if isinstance(d, dict) and d.get(b"nc"):
+            d = {**UNCACHED_LEFT_OUT, **d}
+            del d[b"nc"]
+        return d
+
     same_value = sum(1 for a, b in zip(this_replies, base_replies, strict=True)
                      if decoded(a) == decoded(b))
+    same_read = sum(1 for a, b in zip(this_replies, base_replies, strict=True)
+                    if as_read(a) == as_read(b))
+    uncached = sum(1 for x in this_replies if isinstance(x, bytes) and decoded(x).get(b"nc"))
     errors = sum(1 for x in base_replies if isinstance(x, str))
     only = {k.encode() for k in (args.only_this or [])}
     this_keys = {k for k in this_data if not any(k.endswith(o) for o in only)}
     differ = sorted(k for k in this_keys | set(base_data) if this_data.get(k) != base_data.get(k))
+    # reply caches (``:op:`` keys): after a client's last call that cached none, its previous
+    # cached call's stays where a tree caching every call keeps that last one's
+    caches = [k for k in differ if b":op:" in k]
+    differ = [k for k in differ if b":op:" not in k]
     leased = sum(len(decoded(x).get(b"leased") or []) for x in base_replies
                  if isinstance(x, bytes))
     kinds: dict[str, int] = {}
@@ -349,15 +428,18 @@ def identity(args: argparse.Namespace) -> None:
             kinds["lost"] = kinds.get("lost", 0) + len(d.get(b"lost") or [])
     figures = {"calls": len(calls), "replies_identical_bytes": same_bytes, "in_replies": kinds,
                "replies_identical_decoded": same_value, "errors_in_both": errors,
+               "replies_identical_as_read": same_read, "replies_uncached_this": uncached,
+               "reply_caches_differing": len(caches),
                "leases_in_replies": leased, "keys_compared": len(base_data),
                "keys_only_this_by_design": sorted(k.decode() for k in set(this_data) - this_keys),
                "keys_differing": [k.decode(errors="replace") for k in differ[:20]],
                "n_keys_differing": len(differ),
                "hash_fields_differing": fields_differing(this_data, base_data, differ)}
     print(f"{len(calls)} calls replayed with the clock pinned: replies identical {same_bytes} "
-          f"(bytes), {same_value} (decoded) of {len(base_replies)} ({errors} errors in the "
+          f"(bytes), {same_value} (decoded), {same_read} (as the client reads them; {uncached} "
+          f"of this tree's cached no reply) of {len(base_replies)} ({errors} errors in the "
           f"baseline, {leased} leases); data: {len(base_data)} keys compared, "
-          f"{len(differ)} differ; only in this tree by design: "
+          f"{len(differ)} differ (and {len(caches)} reply caches); only in this tree by design: "
           f"{figures['keys_only_this_by_design']}; the replies hold {kinds}", flush=True)
     h.emit_json(figures)
 
@@ -409,7 +491,8 @@ def record_mix(args: argparse.Namespace) -> None:
     bounds (FLEET_QUEUE_MAX, FLEET_HOST_QUEUE_MAX: refusals, parking, deferrals), a host
     concurrency cap and interval, acknowledgements with links and failure records, downloads
     over, extensions, releases, dead letters, stale tokens, expired leases (short leases and
-    pauses), pushes with a delay, heartbeats and counter deltas."""
+    pauses), pushes with a delay, heartbeats and counter deltas, calls without events (a
+    heartbeat alone: lua/step_reply.lua caches no reply)."""
     import random
     import time
 
@@ -465,10 +548,11 @@ def record_mix(args: argparse.Namespace) -> None:
                                      for _ in range(rng.randint(0, 12))]
             batch.extends += [(e.entry_id, e.token) for e in mine[len(done):]
                               if rng.random() < 0.3]
-            monitor = msgpack.packb({"hb": {"st": "crawling", "l": len(mine), "pg": n},
-                                     "cs": n + 1, "c": {"pages": len(batch.acks)},
-                                     "hp": [["h1.test", 1, 0]], "da": 15000, "fa": 120000},
-                                    use_bin_type=False)
+            beat: dict[str, Any] = {"hb": {"st": "crawling", "l": len(mine), "pg": n},
+                                    "da": 15000, "fa": 120000}
+            if batch.acks or rng.random() < 0.5:  # (else a heartbeat alone)
+                beat.update(cs=n + 1, c={"pages": len(batch.acks)}, hp=[["h1.test", 1, 0]])
+            monitor = msgpack.packb(beat, use_bin_type=False)
             result = workers[w].call(batch, worker=w, monitor=monitor)
             gone = {e[0] for e in [*batch.acks, *batch.releases, *batch.dead]} | set(result.lost)
             held[w] = [e for e in mine if e.entry_id not in gone] + list(result.leased)
@@ -538,6 +622,7 @@ def replay(args: argparse.Namespace) -> None:
                "exec_us_per_page_min": round(min(x["exec_us_per_page"] for x in rows), 1),
                "ratio_to_this": round(min(usec) / base_min, 3),
                "errors": max(x["errors"] for x in rows), "lost": max(x["lost"] for x in rows),
+               "uncached": max(x.get("uncached", 0) for x in rows),
                # the longest call and the calls over 2 ms: of the round with the fewest (the
                # other rounds add what the machine's load adds)
                "longest_us": min(x["longest_us"] for x in rows),
@@ -547,8 +632,8 @@ def replay(args: argparse.Namespace) -> None:
               f"{row['usec_per_call_median']}), CPU {row['cpu_us_per_call_median']} µs/call, "
               f"{row['pages_per_call']} pages/call, {row['exec_us_per_page_min']} µs/page, "
               f"x{row['ratio_to_this']} this tree's, longest {row['longest_us']} µs, "
-              f"{row['over_2ms']} over 2 ms, errors {row['errors']}, lost {row['lost']}",
-              flush=True)
+              f"{row['over_2ms']} over 2 ms, errors {row['errors']}, lost {row['lost']}, "
+              f"uncached {row['uncached']}", flush=True)
     h.emit_json(figures)
 
 

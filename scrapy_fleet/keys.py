@@ -140,16 +140,18 @@ LAYOUT_VERSION = 3
 MONITOR_CALL = ("worker_info", "mon", "series_10s", "series_1m", "series_10m", "hoststats",
                 "hostbans")
 
-#: KEYS of lua/frontier.lua, in order.
+#: KEYS of lua/frontier.lua, in order.  The Bloom slices come last: a call without pushes
+#: leaves them out (CrawlKeys.frontier_keys), since only a push reads them.
 FRONTIER_CALL = ("op", "prev_op", "data", "leases", "lease", "expiries", "dead", "seq", "token",
                  "stats", "idle_since", "workers", "deferred", "parked", "hostq", "ready", "tat",
                  "hold", "hostlive", "hostconf", "crawldelay", "wlive", "robots", "failed",
                  "failed_at", "failed_by", "marker", "layout", "queue_index", "queue_count",
-                 "bucket_prefix", "bloom_meta", "bloom_slices", "next_due", "workers_first",
+                 "bucket_prefix", "bloom_meta", "next_due", "workers_first",
                  # recrawl (issue 22): lua/step_revisit.lua
                  "revisit_index", "revisit_prefix", "revisit_count",
                  # sitemap <lastmod> (issue 22): lua/step_revisit.lua, revisit_lastmod_due
-                 "revisit_popped", "revisit_place_prefix", "revisit_lastmod", *MONITOR_CALL)
+                 "revisit_popped", "revisit_place_prefix", "revisit_lastmod", *MONITOR_CALL,
+                 "bloom_slices")
 
 #: KEYS of lua/failed_retry.lua, in order.
 RETRY_CALL = ("failed", "failed_at", "failed_by", "dead", "hostq", "stats", "seq", "leases",
@@ -390,14 +392,17 @@ class CrawlKeys:
         """KEYS of lua/sample.lua (SAMPLE_CALL)."""
         return self.call_keys(SAMPLE_CALL)
 
-    def frontier_keys(self, op_id: str, prev_op_id: str, worker_id: str = "") -> list[str]:
+    def frontier_keys(self, op_id: str, prev_op_id: str, worker_id: str = "",
+                      slices: bool = True) -> list[str]:
         """KEYS of lua/frontier.lua (FRONTIER_CALL): *op_id* names this call's reply cache,
         *prev_op_id* the previous call's of the same client, *worker_id* the heartbeat hash.
 
-        The Bloom slices are passed as keys too (``BLOOM_MAX_SLICES`` of them), so that no
-        script ever builds a key name itself.
+        The Bloom slices are passed as keys too (``BLOOM_MAX_SLICES`` of them, last), so that
+        no script ever builds a key name itself; *slices* False leaves them out, for a call
+        that pushes nothing (only a push reads them; the script refuses a push without them).
         """
-        return self.call_keys(FRONTIER_CALL, op_id, prev_op_id, worker_id)
+        keys = self.call_keys(FRONTIER_CALL, op_id, prev_op_id, worker_id)
+        return keys if slices else keys[:-BLOOM_MAX_SLICES]
 
     def call_keys(self, names: tuple[str, ...], op_id: str = "", prev_op_id: str = "",
                   worker_id: str = "") -> list[str]:

@@ -103,7 +103,9 @@ class FrontierCall:
         self.wait_replicas = wait_replicas
         self.wait_every_call = wait_every_call
         self.keep_marker = keep_marker
-        self.prev_op = "-"  #: op id of the previous call (its reply cache is dropped)
+        #: op id of the previous call whose reply was cached (the next cached call drops that
+        #: cache; a call without events leaves it, lua/step_reply.lua)
+        self.prev_op = "-"
         #: the crawl marker seen by the first call (keep_marker); every later call requires it
         self.marker = ""
         self.unreplicated = 0  #: calls fewer replicas than wait_replicas acknowledged
@@ -141,7 +143,8 @@ class FrontierCall:
               op_id: str | None) -> Plan:
         sent, kept, left_out = split
         op = op_id or uuid.uuid4().hex
-        keys = self.keys.frontier_keys(op, self.prev_op, self.worker)
+        # (the Bloom slices only for a call that pushes: only a push reads them)
+        keys = self.keys.frontier_keys(op, self.prev_op, self.worker, slices=bool(sent.pushes))
         arg, constants = call_argv(sent, self.worker, self.params, self.marker, left_out,
                                    self.dupes.gen)
         try:
@@ -151,13 +154,16 @@ class FrontierCall:
             if lost is not None:
                 raise lost from None
             raise
-        self.prev_op = op
+        result = CallResult.from_reply(reply)
+        if not result.uncached:
+            # (a call without events cached no reply: the previous one's stays the evidence
+            # that the writes of this client's last cached call survived, lua/step_reply.lua)
+            self.prev_op = op
         if self.wait_replicas and (self.wait_every_call or any(
                 len(p) > 3 and not p[3] for p in batch.pushes)):
             acked = yield WaitReplicas(self.keys.stats, self.wait_replicas)
             if int(acked) < self.wait_replicas:
                 self.unreplicated += 1
-        result = CallResult.from_reply(reply)
         if self.keep_marker and not self.marker:
             self.marker = result.marker
         self.dupes.learn(sent, result)

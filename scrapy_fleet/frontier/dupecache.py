@@ -33,9 +33,11 @@ class DupeCache:
     generation (``bg``); under another generation the script refuses the call before any
     write and the client clears the cache and sends the full call again.  A failover to a
     replica that lacked the latest writes rolls the filter back without a new generation:
-    the script then finds the reply cache of the client's previous call gone (replication is
-    in order), refuses a call that leaves keys out, and says so in every reply (``pl``), and
-    the cache is cleared.  A link left out costs Redis nothing (no payload, no bit read).
+    the script then finds the reply cache of the client's previous cached call gone
+    (replication is in order; a call without events caches no reply and leaves that one in
+    place, lua/step_reply.lua), refuses a call that leaves keys out, and says so in every
+    reply (``pl``), and the cache is cleared.  A link left out costs Redis nothing (no
+    payload, no bit read).
     """
 
     def __init__(self, size: int = DUPE_CACHE_SIZE) -> None:

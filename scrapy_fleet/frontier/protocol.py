@@ -130,6 +130,9 @@ class CallResult:
     #: the reply cache of this client's previous call was gone (expired, or lost in a
     #: failover with that call's writes): what the client learnt of the filter is not trusted
     prev_lost: bool = False
+    #: the call had no events and cached no reply (lua/step_reply.lua): a repeat of its op id
+    #: runs it again, and the client's next call names the same previous op as this one did
+    uncached: bool = False
     #: recrawl: URLs tracked for revisits (scheduled or in the frontier as a revisit)
     revisits_tracked: int = 0
     #: recrawl: seconds until the next scheduled revisit is due (0: due now; None: none)
@@ -162,6 +165,7 @@ class CallResult:
             seen=[int(x) for x in d.get("pd", [])],
             bloom_gen=d["bg"].decode() if isinstance(d.get("bg"), bytes) else None,
             prev_lost=bool(d.get("pl", 0)),
+            uncached=bool(d.get("nc", 0)),
             revisits_tracked=as_pair(d.get("rv"))[0],
             next_revisit=(float(d["rv"][1]) / 1000 if isinstance(d.get("rv"), (list, tuple))
                           and len(d["rv"]) == 2 and int(d["rv"][1]) >= 0 else None),

@@ -52,7 +52,11 @@
 --   generation (when pushes were checked), counts new dup acked released reclaimed dead
 --   parked deferred resumed refused, full, now, queued inflight dn (deferred entries now) size idle, holds,
 --   pl 1 when the previous call's reply cache was not there, mk the crawl marker, nr ms until
---   the next host may be fetched, rq {stored responses waiting for a parse worker, bytes}.
+--   the next host may be fetched, rq {stored responses waiting for a parse worker, bytes};
+--   nc 1 when the call had no events and cached no reply (lua/step_reply.lua: the client
+--   names the same previous op again; such a reply leaves out its empty lists and 0 counts).
+--   A call repeated with the same op id returns its cached reply, or runs again when it
+--   cached none.
 --
 -- Bounded work per call: the sum of its steps' bounds (each step's header).
 

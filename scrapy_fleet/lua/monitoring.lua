@@ -158,7 +158,8 @@ end
 -- (the fleet's last worker call) is written as seldom.
 local MON_BEAT_EVERY = 1000
 
--- Apply a parsed map: heartbeat, deltas, worker expiry, and one sample per due tier.
+-- Apply a parsed map: heartbeat, deltas, worker expiry, and one sample per due tier; sets
+-- m.applied when it applied a batch of deltas (cs).
 -- *first*: a lower bound of the scores in K.workers (K.workers_first, read by the frontier
 -- call; nil: unknown): departed workers are looked for only once it is forget_ms old, and
 -- then, when the call has K.workers_first, the bound is recomputed (the set's first score).
@@ -187,6 +188,7 @@ local function monitor_apply(m, K, now, worker, acked, first)
         end
       end
       info_set = {'cs', cs}
+      m.applied = true  -- (the call's reply is cached then: lua/step_reply.lua)
     end
     -- (a write a busy call makes anyway, acknowledging or applying deltas, stores no digest,
     -- "": a busy worker's heartbeat changes at every call; the next call with nothing new

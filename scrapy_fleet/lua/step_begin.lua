@@ -11,7 +11,8 @@
 -- worker, K.leases scored by expiry, at most req.rc), both only when K.next_due (read with
 -- the call's first MGET, c.head[6]) is missing or not after now; it returns false when the
 -- call has nothing for its steps (lua/frontier_steps.lua): none of these, nothing named by
--- the worker (acks, releases, dead, extends, downloads over, pushes, unstorable records),
+-- the worker (acks, releases, dead, extends, downloads over, pushes, links left out as known
+-- duplicates: counted by lua/step_ack.lua, unstorable records),
 -- take 0, no parked request (K.parked: every call with work resumes them while there is
 -- room), and no revisit due (K.revisit_index, looked at when K.revisit_count, read with the
 -- call's head, is not 0).  Such a call runs no step and creates none of their closures: its
@@ -88,7 +89,7 @@ local function call_has_work(c)
     c.expired, c.floors[2] = due_in(K.leases, c.now, tonumber(req.rc) or 100)
   end
   if #c.due > 0 or #c.expired > 0 or c.take > 0 or #req.a > 0 or #req.r > 0 or #req.d > 0
-      or #req.x > 0 or #req.s > 0 or #req.p > 0
+      or #req.x > 0 or #req.s > 0 or #req.p > 0 or c.local_dups > 0
       or (type(req.u) == 'table' and #req.u > 0) then
     return true
   end

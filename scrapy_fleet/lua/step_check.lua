@@ -2,7 +2,8 @@
 -- (a runtime error after a write keeps the earlier writes; OOM is only checked before the
 -- first write).  Defines check_call, and the cache of ARGV[3] it reads (call_constants).
 --
--- check_call(K, head) returns the call `c` (c.req: ARGV[1] with its lists defaulted, c.mon:
+-- check_call(K, head) returns the call `c` (c.req: ARGV[1] with its lists defaulted: a list
+-- left out is one read-only empty table shared by every call; c.mon:
 -- ARGV[2] parsed, c.marker: the crawl marker as read, c.head: what lua/frontier.lua read
 -- first {reply cache, marker, queued count, idle since}, and the call's parameters), or nil
 -- and the error message.  frontier/protocol.py documents ARGV[1]'s fields (lua/frontier.lua
@@ -21,6 +22,9 @@
 -- whose metatables are never written to.
 local CALL_CONSTANTS, CALL_CONSTANTS_MAX = {n = 0, v = {}}, 64
 local CALL_LISTS = {'a', 'r', 'd', 'x', 'p', 's'}
+-- (a list ARGV[1] leaves out: one empty table for every call, which no step writes to; made
+-- read only by the first call: a library's code calls nothing when it is loaded)
+local NO_ENTRIES, no_entries_sealed = {}, false
 
 local function call_constants(raw)
   local meta = CALL_CONSTANTS.v[raw]
@@ -47,8 +51,14 @@ local function check_call(K, head)
     if not meta then return nil, 'ERR fleet: bad frontier call constants' end
     setmetatable(req, meta)
   end
+  if not no_entries_sealed then
+    setmetatable(NO_ENTRIES, {__newindex = function()
+      error('fleet: a call list left out is read only')
+    end})
+    no_entries_sealed = true
+  end
   for _, name in ipairs(CALL_LISTS) do
-    if req[name] == nil then req[name] = {} end
+    if req[name] == nil then req[name] = NO_ENTRIES end
     if type(req[name]) ~= 'table' then
       return nil, 'ERR fleet: field ' .. name .. ' must be a list'
     end
@@ -61,6 +71,10 @@ local function check_call(K, head)
   if bad_failure then return nil, 'ERR fleet: ' .. bad_failure end
   local marker_error, marker = failed_check_marker(K.marker, req.mk, head[2])
   if marker_error then return nil, marker_error end
+  if #req.p > 0 and K.bloom_slices[1] == nil then
+    -- (a call without pushes may leave the Bloom slices out of its KEYS: keys.frontier_keys)
+    return nil, 'ERR fleet: a call with pushes must name the Bloom slices'
+  end
   for _, p in ipairs(req.p) do
     if type(p) ~= 'table' or type(p[1]) ~= 'string' or type(p[2]) ~= 'number'
         or p[2] ~= p[2] or math.abs(p[2]) > PRIORITY_LIMIT
@@ -74,7 +88,8 @@ local function check_call(K, head)
   local local_dups = tonumber(req.ld) or 0
   if local_dups > 0 then
     -- the worker's knowledge holds only for this filter (generation g) in a state that has
-    -- every write of the worker's previous call (K.prev_op, its reply cache, still there): a
+    -- every write of the worker's previous cached call (K.prev_op, its reply cache, still
+    -- there; a call without events caches none and leaves it, lua/step_reply.lua): a
     -- failover to a replica that lacked that call's writes rolled the filter back, and
     -- replication is in order, so that key is the one to look at (an expired one, after 5 min
     -- without a call, only costs a full call)

@@ -20,16 +20,22 @@ import uuid
 from typing import Any
 
 import msgpack
+import pytest
 import redis
 
 from scrapy_fleet import lua
 from scrapy_fleet.frontier.lean import lean_args
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams, call_args
-from scrapy_fleet.keys import PUSH_LEAN_CALL, CrawlKeys
+from scrapy_fleet.keys import BLOOM_MAX_SLICES, PUSH_LEAN_CALL, CrawlKeys
 
 CLOCK = "test:clock"  # (not a crawl key) the server's time in ms, as the test sets it
 T0 = 1_900_000_000_000
 PARAMS = FrontierParams(lease_timeout=30.0)
+#: what the client reads for a field a reply leaves out (frontier/protocol.py CallResult): a
+#: call without events leaves out its lists and counts (lua/step_reply.lua)
+LEFT_OUT = {"leased": [], "lost": [], "pf": [], "rf": [], "pd": [], "new": 0, "dup": 0,
+            "acked": 0, "released": 0, "reclaimed": 0, "dead": 0, "parked": 0, "deferred": 0,
+            "resumed": 0, "refused": 0, "full": False}
 
 
 class Frontier:
@@ -59,10 +65,11 @@ class Frontier:
         self.r.set(CLOCK, at)
         op = uuid.uuid4().hex
         keys = self.keys.frontier_keys(op, self.prev.get(worker, "-"), worker)
-        self.prev[worker] = op
         raw = self.script(keys=keys, args=[call_args(batch, worker, params, self.marker),
                                            monitor])
-        reply: dict[str, Any] = msgpack.unpackb(raw, raw=False)
+        reply: dict[str, Any] = {**LEFT_OUT, **msgpack.unpackb(raw, raw=False)}
+        if not reply.get("nc"):  # (as FrontierCall: a reply not cached names no previous op)
+            self.prev[worker] = op
         self.marker = reply["mk"]
         return reply
 
@@ -306,3 +313,22 @@ def test_expired_leases_past_the_reclaim_limit_are_reclaimed_by_the_next_calls(r
     third = f.call(T0 + 30_020, CallBatch(), "w:idle:1", beat())
     assert (third["reclaimed"], third["inflight"], third["queued"]) == (3, 0, 60)
     assert f.next_due() == 9 * 10**15
+
+
+def test_a_call_without_pushes_names_no_bloom_slice_and_a_push_without_them_is_refused(redis_url):
+    # keys.frontier_keys(slices=False): a call that pushes nothing leaves the Bloom slices out
+    # of its KEYS (only a push reads them); one that pushes must name them
+    f = Frontier(redis_url, "slices")
+    f.r.set(CLOCK, T0)
+    pushes = [(b"k" * 12, 0, b"payload", 0, "h.test")]
+    lean = f.keys.frontier_keys("op-lean", "-", "w:1:1", slices=False)
+    refused = f.keys.frontier_keys("op-push", "-", "w:1:1", slices=False)
+    assert len(lean) == len(f.keys.frontier_keys("x", "-")) - BLOOM_MAX_SLICES
+    with pytest.raises(redis.ResponseError, match="must name the Bloom slices"):
+        f.script(keys=refused, args=[call_args(CallBatch(pushes=pushes), "w:1:1", PARAMS), b""])
+    assert f.r.exists(f.keys.marker, f.keys.op("op-push"), f.keys.bloom_meta) == 0
+    reply = msgpack.unpackb(f.script(keys=lean, args=[
+        call_args(CallBatch(take=1, beat=True), "w:1:1", PARAMS), b""]), raw=False)
+    assert (reply["queued"], reply["size"]) == (0, 0) and reply["mk"]  # (the crawl begun)
+    f.call(T0 + 1, CallBatch(pushes=pushes))  # (FrontierCall's keys: the slices with pushes)
+    assert f.r.exists(f.keys.bloom_slice(0)) == 1

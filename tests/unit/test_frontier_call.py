@@ -99,9 +99,26 @@ def test_each_call_names_the_previous_op_and_the_marker_it_learnt():
     drive(fc.plan(CallBatch(take=1)), run)
     second = run.steps[1]
     assert isinstance(second, RunScript)
-    assert second.keys == KEYS.frontier_keys(fc.prev_op, first_op, "w1")
+    # (no pushes: no Bloom slices among its KEYS)
+    assert second.keys == KEYS.frontier_keys(fc.prev_op, first_op, "w1", slices=False)
     assert fc.prev_op != first_op
     assert sent(second)["mk"] == b"m1"
+
+
+def test_a_call_without_events_leaves_the_previous_op_named():
+    # lua/step_reply.lua cached no reply (nc): the next call names the same previous op,
+    # whose cache is the evidence that this client's last cached call's writes survived
+    fc = calls()
+    run = Script(reply(mk="m1"), reply(mk="m1", nc=1), reply(mk="m1"))
+    drive(fc.plan(CallBatch(take=1)), run)
+    cached_op = fc.prev_op
+    result = drive(fc.plan(CallBatch(beat=True)), run)
+    assert result.uncached and fc.prev_op == cached_op
+    drive(fc.plan(CallBatch(beat=True)), run)
+    third = run.steps[2]
+    assert isinstance(third, RunScript)
+    assert third.keys == KEYS.frontier_keys(fc.prev_op, cached_op, "w1", slices=False)
+    assert fc.prev_op != cached_op
 
 
 def test_a_command_requires_no_marker():

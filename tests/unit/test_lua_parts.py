@@ -39,7 +39,13 @@ def test_the_prologue_binds_each_declared_name_to_the_key_call_keys_puts_there(s
         assert built == frontier
         assert frontier[names.index("op")] == "fleet:{c}:op:OP"
         assert frontier[names.index("prev_op")] == "fleet:{c}:op:PREV"
-        assert frontier[-7] == "fleet:{c}:worker:W"
+        assert frontier[names.index("worker_info")] == "fleet:{c}:worker:W"
+        # the Bloom slices last: a call without pushes leaves them out
+        assert names[-1] == "bloom_slices"
+        lean = keys.CrawlKeys("fleet", "c").frontier_keys("OP", "PREV", "W", slices=False)
+        assert lean == frontier[:-keys.BLOOM_MAX_SLICES]
+        assert frontier[-keys.BLOOM_MAX_SLICES:] == [
+            keys.CrawlKeys("fleet", "c").bloom_slice(n) for n in range(keys.BLOOM_MAX_SLICES)]
 
 
 @pytest.mark.parametrize("script", sorted(DECLARED))
