@@ -51,7 +51,10 @@ def run_fleet(tmp_path: Path, redis_url: str, env: dict[str, str], workers: int 
     logs = [tmp_path / f"worker-{n}.log" for n in range(workers)]
     procs = []
     for n in range(workers):
-        settings: dict[str, object] = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 5,
+        # idle 1 s: idleness is fleet-wide (nothing queued, leased or deferred: a killed
+        # worker's leases keep the others open until they expire), and no test here asserts
+        # a late worker's share
+        settings: dict[str, object] = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 1,
                                        "FLEET_JSONL_PATH": outs[n]}
         settings.update(extra or {})
         procs.append(start_worker(project, spider, settings, env, logs[n]))
