@@ -376,7 +376,7 @@ def test_metrics_are_exact_after_a_crawl_with_403s(redis_url, site_factory, work
     push(redis_url, worker_env, site.url + "site/")
     monitor = Monitor(redis_url, "docs", worker_env)
     monitors.append(monitor)
-    procs, logs = start_fleet(tmp_path, redis_url, worker_env, 2, {"FLEET_IDLE_TIMEOUT": 2})
+    procs, logs = start_fleet(tmp_path, redis_url, worker_env, 2, {"FLEET_IDLE_TIMEOUT": 1})
     for n, code in enumerate(wait_all(procs, 180)):
         assert code == 0, tail(logs[n])
     log = [r for r in site.requests() if r["path"] != "/robots.txt"]
