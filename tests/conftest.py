@@ -138,11 +138,27 @@ def worker_env(tmp_path: Path) -> dict[str, str]:
 TIERS = ("unit", "lua", "worker", "e2e")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_configure(config: pytest.Config) -> None:
+    # `-n 2 --dist loadfile` (make test): pytest-xdist hands out whole files in the order of
+    # the collection (see below), not sorted by their number of tests, its default, which
+    # sent the many-test unit files first and left the longest crawls (one or two tests a
+    # file) to the end, where one pytest worker may run one alone while the other waits
+    if getattr(config.option, "loadscopereorder", None) is not None:
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         tier = item.path.parent.name
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
+    if hasattr(config, "workerinput"):
+        # in a pytest-xdist worker (whose collection the scheduler follows): the slow tiers
+        # first (e2e, then worker: files of 5-140 s), the quick ones last (lua, unit: files
+        # under 15 s), so that the files left at the end are short and the two pytest
+        # workers finish together; a file's tests keep their order (a stable sort)
+        rank = {tier: n for n, tier in enumerate(reversed(TIERS))}
+        items.sort(key=lambda item: rank.get(item.path.parent.name, len(TIERS)))
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -343,8 +343,9 @@ def test_bounded_crawl_fetches_every_page_within_the_cap(redis_url, site_factory
     sampler.start()
     outs = [tmp_path / f"out-{n}.jsonl" for n in range(3)]
     logs = [tmp_path / f"w-{n}.log" for n in range(3)]
+    # idle 1 s: fleet-wide, parked links included (lua/step_idle.lua)
     procs = [start_worker(EXAMPLE_PROJECT, "docs", {
-        "FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 3, "FLEET_JSONL_PATH": outs[n],
+        "FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 1, "FLEET_JSONL_PATH": outs[n],
         "FLEET_QUEUE_MAX": 60}, worker_env, logs[n]) for n in range(3)]
     try:
         codes = wait_all(procs, 400)

@@ -51,7 +51,10 @@ def run_fleet(tmp_path: Path, redis_url: str, env: dict[str, str], workers: int 
     logs = [tmp_path / f"worker-{n}.log" for n in range(workers)]
     procs = []
     for n in range(workers):
-        settings: dict[str, object] = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 5,
+        # idle 1 s: idleness is fleet-wide (nothing queued, leased or deferred: a killed
+        # worker's leases keep the others open until they expire), and no test here asserts
+        # a late worker's share
+        settings: dict[str, object] = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 1,
                                        "FLEET_JSONL_PATH": outs[n]}
         settings.update(extra or {})
         procs.append(start_worker(project, spider, settings, env, logs[n]))
@@ -155,11 +158,12 @@ def test_long_request_keeps_the_fleet_open_and_its_lease_alive(redis_url, site_f
                                                                worker_env, tmp_path):
     paths = generate_site(tmp_path / "www", 3, 1, seed=1)
     site = site_factory(tmp_path / "www",
-                        behaviour={"delays": [{"prefix": "/site/", "seconds": 9.0}]})
+                        behaviour={"delays": [{"prefix": "/site/p/0.html", "seconds": 9.0}]})
     site.expected_paths = paths
     push(EXAMPLE, "docs", site.url + "site/p/0.html", redis_url, worker_env)
     # lease timeout 4 s < 9 s response: only heartbeats keep the lease; idle timeout 1 s:
-    # the other worker, with nothing to do, must still wait for the slow request
+    # the other worker, with nothing to do, must still wait for the slow request (the one
+    # slow page: its links, each 9 s too, made a 27 s chain of them)
     extra = {"FLEET_LEASE_TIMEOUT": 4, "FLEET_IDLE_TIMEOUT": 1}
     started = time.time()
     _, outs, logs, _ = run_fleet(tmp_path, redis_url, worker_env, workers=2, extra=extra)

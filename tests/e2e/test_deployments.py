@@ -88,7 +88,9 @@ def crawl(tmp_path: Path, url: str, env: dict[str, str], workers: int = 3,
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for n in range(workers):
-            settings: dict[str, Any] = {"FLEET_REDIS_URL": url, "FLEET_IDLE_TIMEOUT": 4,
+            # idle 1 s (fleet-wide: nothing queued, leased or deferred); the failovers give
+            # their own window
+            settings: dict[str, Any] = {"FLEET_REDIS_URL": url, "FLEET_IDLE_TIMEOUT": 1,
                                         "FLEET_JSONL_PATH": outs[n],
                                         "FLEET_CRAWL_ID": crawl_id}
             settings.update(extra or {})

@@ -65,7 +65,7 @@ def test_three_workers_one_sigkilled_write_one_document_per_page_to_a_real_serve
             procs.append(start_worker(EXAMPLE, "docs", {
                 "FLEET_REDIS_URL": redis_url, "FLEET_MONGO_URI": mongo_uri,
                 "FLEET_MONGO_DATABASE": database, "FLEET_MONGO_FLUSH_INTERVAL": 0.2,
-                "FLEET_IDLE_TIMEOUT": 5, "FLEET_LEASE_TIMEOUT": 3, "FLEET_JSONL_PATH": outs[n],
+                "FLEET_IDLE_TIMEOUT": 1, "FLEET_LEASE_TIMEOUT": 3, "FLEET_JSONL_PATH": outs[n],
                 "CONCURRENT_REQUESTS": 4}, worker_env, logs[n]))
         deadline = time.monotonic() + 60
         while len(read_items(outs[:1], growing=True)) < KILL_AFTER_DOCS:
@@ -141,7 +141,7 @@ def test_sigkilled_worker_leaves_one_document_per_page(redis_url, site_factory, 
                 "FLEET_REDIS_URL": redis_url,
                 "FLEET_MONGO_URI": server.uri(1 if n == 0 else 0),
                 "FLEET_MONGO_FLUSH_INTERVAL": 0.2,
-                "FLEET_IDLE_TIMEOUT": 5,
+                "FLEET_IDLE_TIMEOUT": 1,  # (fleet-wide; an unwritten item keeps its lease)
                 "FLEET_LEASE_TIMEOUT": 3,
                 "FLEET_JSONL_PATH": outs[n],
                 "CONCURRENT_REQUESTS": 4,

@@ -46,6 +46,7 @@ SCRAPY_FLEET = str(Path(sys.executable).parent / "scrapy-fleet")
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run", "--disable-sync"]
+TITLE = "scrapy-fleet top · crawl docs"  # the first line of each frame of `top docs`
 ANSI = re.compile(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07]*\x07|[()][A-Z0-9]|[=>])")
 
 
@@ -172,7 +173,9 @@ def test_monitor_keeps_serving_while_redis_is_down(redis_server, redis_url, work
     assert monitor.stop() == 0  # SIGTERM: a clean exit
 
 
-def _read_pty(fd: int, until: float, need: tuple[str, ...]) -> str:
+def _read_pty(fd: int, until: float, need: tuple[str, ...], times: int = 1) -> str:
+    """The pty's text (ANSI codes taken out) once each of *need* is in it *times* times, or
+    what came until *until* (or the end of the stream)."""
     out = b""
     while time.monotonic() < until:
         ready, _, _ = select.select([fd], [], [], 0.2)
@@ -185,7 +188,7 @@ def _read_pty(fd: int, until: float, need: tuple[str, ...]) -> str:
                 break
             out += chunk
             text = ANSI.sub("", out.decode(errors="replace"))
-            if all(n in text for n in need):
+            if all(text.count(n) >= times for n in need):
                 return text
     return ANSI.sub("", out.decode(errors="replace"))
 
@@ -223,7 +226,10 @@ def test_top_in_a_pseudo_terminal_redraws_and_exits_on_ctrl_c(redis_url, worker_
                             start_new_session=True)
     os.close(slave)
     try:
-        text = _read_pty(master, time.monotonic() + 30, ("crawl docs", "alerts"))
+        # a frame is drawn whole once the next one begins (it ends with its alerts: here
+        # "no worker is alive", not "alerts: none"; waiting for the word "alerts" waited out
+        # the 30 s)
+        text = _read_pty(master, time.monotonic() + 30, (TITLE,), times=2)
         assert "scrapy-fleet top · crawl docs" in text, text
         due = [line for line in text.splitlines() if line.strip().startswith("due")]
         assert due and due[-1].split()[1] == "3", text
@@ -250,8 +256,9 @@ def test_top_in_a_pseudo_terminal_redraws_and_exits_on_ctrl_c(redis_url, worker_
         os.close(master)
 
 
-def _read_raw(fd: int, until: float, need: bytes = b"") -> bytes:
-    """Bytes from *fd* until *until*, the end of the stream, or *need* is among them."""
+def _read_raw(fd: int, until: float, need: bytes = b"", times: int = 1) -> bytes:
+    """Bytes from *fd* until *until*, the end of the stream, or *need* is among them *times*
+    times."""
     out = b""
     while time.monotonic() < until:
         ready, _, _ = select.select([fd], [], [], 0.2)
@@ -263,7 +270,7 @@ def _read_raw(fd: int, until: float, need: bytes = b"") -> bytes:
             if not chunk:
                 break
             out += chunk
-            if need and need in out:
+            if need and out.count(need) >= times:
                 break
     return out
 
@@ -275,11 +282,15 @@ def test_top_in_a_pseudo_terminal_exits_0_on_sigterm_with_the_terminal_restored(
     env = dict(worker_env, TERM="xterm-256color", COLUMNS="120", LINES="40")
     master, slave = pty.openpty()
     proc = subprocess.Popen([SCRAPY_FLEET, "--redis", redis_url, "top", "docs", "--interval",
-                             "0.3"], stdin=slave, stdout=slave, stderr=slave, env=env,
+                             "1"], stdin=slave, stdout=slave, stderr=slave, env=env,
                             start_new_session=True)
     os.close(slave)
     try:
-        raw = _read_raw(master, time.monotonic() + 30, b"alerts")
+        # the second frame begun (waiting for the word "alerts", which a frame with an alert
+        # does not show, waited out the 30 s), then read whole: top waits between frames
+        raw = _read_raw(master, time.monotonic() + 30, TITLE.encode(), times=2)
+        while chunk := _read_raw(master, time.monotonic() + 0.3):
+            raw += chunk
         assert b"\x1b[?1049h" in raw, raw[-2000:]  # on the alternate screen
         proc.send_signal(signal.SIGTERM)
         out = b""
@@ -365,7 +376,7 @@ def test_metrics_are_exact_after_a_crawl_with_403s(redis_url, site_factory, work
     push(redis_url, worker_env, site.url + "site/")
     monitor = Monitor(redis_url, "docs", worker_env)
     monitors.append(monitor)
-    procs, logs = start_fleet(tmp_path, redis_url, worker_env, 2, {"FLEET_IDLE_TIMEOUT": 2})
+    procs, logs = start_fleet(tmp_path, redis_url, worker_env, 2, {"FLEET_IDLE_TIMEOUT": 1})
     for n, code in enumerate(wait_all(procs, 180)):
         assert code == 0, tail(logs[n])
     log = [r for r in site.requests() if r["path"] != "/robots.txt"]

@@ -33,7 +33,7 @@ def run_workers(n: int, redis_url: str, env: dict[str, str], tmp_path: Path,
                 extra: dict[str, object], timeout: float = 180) -> list[Path]:
     outs = [tmp_path / f"out-{i}.jsonl" for i in range(n)]
     logs = [tmp_path / f"w-{i}.log" for i in range(n)]
-    settings = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 2}
+    settings = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 1}  # (fleet-wide)
     settings.update(extra)
     procs = [start_worker(TEST_PROJECT, "fetch", {**settings, "FLEET_JSONL_PATH": outs[i]}, env,
                           logs[i]) for i in range(n)]

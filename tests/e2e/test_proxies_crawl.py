@@ -317,7 +317,8 @@ def test_an_exit_killed_mid_crawl_is_retired_and_no_page_is_lost(
     push(redis_url, worker_env, site.urls[0] + "site/")
     outs = [tmp_path / f"out-{n}.jsonl" for n in range(3)]
     logs = [tmp_path / f"worker-{n}.log" for n in range(3)]
-    settings = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 4, "CONCURRENT_REQUESTS": 4,
+    # idle 1 s (fleet-wide): a request that failed on the killed exit is leased until retried
+    settings = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 1, "CONCURRENT_REQUESTS": 4,
                 "FLEET_PROXIES": ",".join(p.url() for p in (p2, p3, p4)),
                 "FLEET_PROXY_DEAD_AFTER": 2, "FLEET_PROXY_DEAD_RECHECK": 600,
                 "FLEET_HOST_RATE": 15, "FLEET_HOST_BURST": 2, "DOWNLOAD_TIMEOUT": 10}

@@ -45,7 +45,9 @@ def push_start(site: Any, redis_url: str, env: dict[str, str]) -> None:
 def worker(tmp_path: Path, name: str, redis_url: str, env: dict[str, str],
            **settings: Any) -> tuple[Any, Path, Path]:
     out, log = tmp_path / f"out-{name}.jsonl", tmp_path / f"{name}.log"
-    base = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 4, "FLEET_JSONL_PATH": out,
+    # idle 1 s: fleet-wide, and stored responses (queued) or a killed worker's leases keep
+    # every worker open
+    base = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 1, "FLEET_JSONL_PATH": out,
             "FLEET_LEASE_TIMEOUT": 3}
     base.update(settings)
     burn = base.pop("burn", 0)

@@ -69,7 +69,7 @@ def test_two_workers_crawl_javascript_pages(tmp_path: Path, redis_url: str,
         outs = [tmp_path / f"out-{n}.jsonl" for n in range(2)]
         logs = [tmp_path / f"worker-{n}.log" for n in range(2)]
         procs = [start_worker(TEST_PROJECT, "browser_pages",
-                              {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 5,
+                              {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 1,
                                "FLEET_JSONL_PATH": outs[n], **ROLES[roles][n]},
                               worker_env, logs[n])
                  for n in range(2)]

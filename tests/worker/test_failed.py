@@ -70,7 +70,7 @@ def test_failed_requests_of_a_real_crawl_are_listed_and_retried(redis_url, tmp_p
     def crawl(name: str) -> str:
         log = tmp_path / f"{name}.log"
         proc = start_worker(TEST_PROJECT, "fails", {
-            "FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 2, "RETRY_TIMES": 2,
+            "FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 1, "RETRY_TIMES": 2,
             "FLEET_JSONL_PATH": tmp_path / f"{name}.jsonl", "DOWNLOAD_TIMEOUT": 5},
             worker_env, log)
         assert wait_all([proc], 120) == [0], tail(log)

@@ -80,7 +80,7 @@ def test_pushed_requests_meet_the_start_hook_once_each(redis_url, site_factory, 
     outs = [tmp_path / f"out-{n}.jsonl" for n in range(2)]
     logs = [tmp_path / f"worker-{n}.log" for n in range(2)]
     procs = [start_worker(TEST_PROJECT, SPIDER, {"FLEET_REDIS_URL": redis_url,
-                                                 "FLEET_IDLE_TIMEOUT": 2,
+                                                 "FLEET_IDLE_TIMEOUT": 1,
                                                  "FLEET_JSONL_PATH": outs[n]},
                           worker_env, logs[n]) for n in range(2)]
     codes = wait_all(procs, 120)

@@ -24,7 +24,7 @@ from testsite import generate_site
 def _crawl(tmp_path, name, spider, redis_url, env, **settings) -> str:
     log = tmp_path / f"{name}.log"
     proc = start_worker(TEST_PROJECT, spider, {
-        "FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 2,
+        "FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 1,
         "FLEET_JSONL_PATH": tmp_path / f"{name}.jsonl", **settings}, env, log)
     assert wait_all([proc], 120) == [0], tail(log)
     return log.read_text(encoding="utf-8")
