@@ -10,10 +10,12 @@ cannot be read the last frame stays, under an error line.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from rich import box
@@ -213,13 +215,20 @@ def run_top(source: Source, interval: float = 2.0, once: bool = False, hosts: in
         return 0
     try:
         if console.is_terminal:
-            with Live(render(snap, series, width=console.width, hosts=hosts),
-                      console=console, auto_refresh=False, screen=True,
-                      transient=False) as live:
+            live = Live(render(snap, series, width=console.width, hosts=hosts),
+                        console=console, auto_refresh=False, screen=True, transient=False)
+            with _signals_held():
+                live.start(refresh=True)
+            try:
                 while True:
                     snap, series, error = _next_frame(source, interval, snap, series)
-                    live.update(render(snap, series, width=console.width, error=error,
-                                       hosts=hosts), refresh=True)
+                    frame = render(snap, series, width=console.width, error=error,
+                                   hosts=hosts)
+                    with _signals_held():
+                        live.update(frame, refresh=True)
+            finally:
+                with _signals_held():
+                    live.stop()  # (leaves the alternate screen)
         else:
             # rich's Live prints nothing to a non-terminal until it stops (which a SIGTERM
             # or a broken pipe never lets it do): one printed, flushed frame per interval
@@ -234,6 +243,22 @@ def run_top(source: Source, interval: float = 2.0, once: bool = False, hosts: in
     except BrokenPipeError:  # `top | head`: the reader has gone
         _silence_stdout()
     return 0
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM held while a frame is written to the terminal, delivered after
+    it: a KeyboardInterrupt raised in the middle of an escape sequence could leave the
+    terminal on the alternate screen (POSIX ``pthread_sigmask``; elsewhere nothing held)."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _next_frame(source: Source, interval: float, snap: dict[str, Any],

@@ -308,6 +308,40 @@ def test_top_in_a_pseudo_terminal_exits_0_on_sigterm_with_the_terminal_restored(
         os.close(master)
 
 
+def test_top_in_a_pseudo_terminal_restores_the_terminal_on_sigterm_mid_frame(redis_url,
+                                                                             worker_env):
+    # a SIGTERM that lands while a frame is being written (here: frames drawn back to back)
+    # left the alternate screen on in 2 of 4 tries: the signals are held while a frame is
+    # written (monitoring/top.py)
+    push(redis_url, worker_env, "http://127.0.0.1:9/a")
+    env = dict(worker_env, TERM="xterm-256color", COLUMNS="120", LINES="40")
+    for _ in range(4):
+        master, slave = pty.openpty()
+        proc = subprocess.Popen([SCRAPY_FLEET, "--redis", redis_url, "top", "docs",
+                                 "--interval", "0.001"], stdin=slave, stdout=slave,
+                                stderr=slave, env=env, start_new_session=True)
+        os.close(slave)
+        try:
+            raw = _read_raw(master, time.monotonic() + 30, TITLE.encode(), times=5)
+            assert raw.count(TITLE.encode()) >= 5, raw[-2000:]
+            proc.send_signal(signal.SIGTERM)
+            out = b""
+            deadline = time.monotonic() + 15
+            while proc.poll() is None and time.monotonic() < deadline:
+                out += _read_raw(master, time.monotonic() + 0.5)
+            out += _read_raw(master, time.monotonic() + 1)
+            assert proc.poll() == 0, out[-2000:]
+            # the alternate screen left, last: nothing drawn after it
+            assert b"\x1b[?1049l" in out, out[-2000:]
+            assert b"\x1b[?1049h" not in out.rsplit(b"\x1b[?1049l", 1)[1], out[-2000:]
+            assert b"Traceback" not in raw + out
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            os.close(master)
+
+
 def test_top_piped_prints_each_frame_as_it_is_drawn_and_exits_0_on_sigterm(redis_url,
                                                                           worker_env):
     # issue 19: `top --interval 1 | cat` printed nothing while it ran and lost it all on
