@@ -399,7 +399,9 @@ class FrontierPump:
                 self._unsure.update(entry_ids(batch))
             # no reply: it may have run; sent again as it was (a client naming its op id)
             sent.op_id = getattr(self.frontier, "last_op", None)
-            self._unanswered = sent if sent.op_id is not None else None
+            if sent.op_id is not None:  # (at once after the back-off: its leases wait)
+                self._unanswered = sent
+                self._poke()
             raise
         if self.frontier.unreplicated > self._unreplicated:
             book.inc("fleet/redis/unreplicated", self.frontier.unreplicated - self._unreplicated)
