@@ -109,9 +109,9 @@ class FrontierCall:
         #: the crawl marker seen by the first call (keep_marker); every later call requires it
         self.marker = ""
         self.unreplicated = 0  #: calls fewer replicas than wait_replicas acknowledged
-        #: the op id and what was sent of the last plan's script step (None before it): a
-        #: call sent again with that op id after a failure is sent as it was (its split)
-        self.last_call: tuple[str, _Split] | None = None
+        #: the op id, batch and what was sent of the last plan's script step (None before
+        #: it): that batch sent again with that op id (after a failure) is sent as it was
+        self.last_call: tuple[str, CallBatch, _Split] | None = None
 
     @property
     def last_op(self) -> str | None:
@@ -124,8 +124,9 @@ class FrontierCall:
         """The steps of one call of *batch* (*monitor*: ARGV[2], heartbeat and counter
         deltas).  *op_id* (default: a fresh one) names the call: the same id again replays the
         first reply, so such a call carries what the first one did and is sent whole, or, when
-        it is :attr:`last_op` (the last call, failed without a reply), as that one was sent
-        (the links left out then are left out again: its cached reply counts them).
+        it is :attr:`last_op` and *batch* the same (the last call, failed without a
+        reply), as that one was sent (the links left out then are left out again: its cached
+        reply counts them).
 
         Links :attr:`dupes` knows are left out (counted as duplicates by the script).  A call
         refused for a stale filter generation (purge, or a failover that lost writes) clears
@@ -141,7 +142,7 @@ class FrontierCall:
         whole: _Split = (batch, list(range(len(batch.pushes))), 0)
         last, self.last_call = self.last_call, None
         if op_id is not None:
-            first = last[1] if last is not None and last[0] == op_id else whole
+            first = last[2] if last is not None and last[:2] == (op_id, batch) else whole
         else:
             first = self.dupes.split(batch)
         try:
@@ -162,7 +163,7 @@ class FrontierCall:
         keys = self.keys.frontier_keys(op, self.prev_op, self.worker, slices=bool(sent.pushes))
         arg, constants = call_argv(sent, self.worker, self.params, self.marker, left_out,
                                    self.dupes.gen)
-        self.last_call = (op, split)
+        self.last_call = (op, batch, split)
         try:
             reply = yield RunScript(keys, [arg, monitor, constants])
         except redis.ResponseError as exc:

@@ -21,11 +21,13 @@ from typing import Any
 import pytest
 from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
+from support import link_entry
 
 from scrapy_fleet import codec
 from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.client import AsyncFrontier
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 from scrapy_fleet.frontier.scheduler import FleetScheduler
 from scrapy_fleet.keys import CrawlKeys
 
@@ -258,4 +260,41 @@ def test_a_call_sent_again_after_its_reply_cache_expired_runs_again(
     assert sched.crawler.stats.get_value("fleet/frontier/lease_lost/outage") == 2
     lost = [r.getMessage() for r in caplog.records if "lost" in r.getMessage()]
     assert len(lost) == 1 and "after a Redis outage" in lost[0]
+    admin.close()
+
+
+def test_a_call_sent_again_leaves_out_the_known_duplicates_it_left_out(
+        redis_url: str) -> None:
+    """The worker's cache of known duplicates left links out of the failed call; its cached
+    reply counts them left out: the call is sent again as it was (not whole), and the reply
+    reads right (a flag per push, the left-out ones duplicates)."""
+    admin = FrontierAdmin(redis_url, CRAWL)
+    links = [link_entry(f"http://h.test/{n}") for n in range(4)]
+
+    async def main() -> list[Any]:
+        proxy = ReplyEater(int(redis_url.rsplit(":", 1)[1].split("/")[0]))
+        await proxy.start()
+        frontier = AsyncFrontier(proxy.url, CrawlKeys("fleet", CRAWL), "w", FrontierParams(),
+                                 timeout=2, retries=1, dupe_cache=100)
+        try:
+            first = await frontier.call(CallBatch(pushes=links[:2]))
+            batch = CallBatch(pushes=links)  # 0 and 1 known: left out
+            proxy.mode = "eat"
+            with pytest.raises(RedisUnavailableError):
+                await frontier.call(batch)
+            op = frontier.last_op
+            assert proxy.eaten == 1 and op is not None
+            proxy.mode = "pass"
+            again = await frontier.call(batch, op_id=op)
+            return [first.push_flags, again.push_flags, again.pushed, again.duplicates,
+                    again.cached, frontier.dupes.hits]
+        finally:
+            await proxy.close()
+            await frontier.close()
+
+    first, flags, pushed, duplicates, cached, hits = asyncio.run(main())
+    assert first == [1, 1]
+    assert (flags, pushed, duplicates, cached) == ([0, 0, 1, 1], 2, 2, 2)
+    assert hits == 2  # (left out when the call was built; sent again as it was)
+    assert _stat(admin, "pushed") == 4 and admin.status()["queued"] == 4  # each once
     admin.close()
