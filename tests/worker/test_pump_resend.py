@@ -298,3 +298,36 @@ def test_a_call_sent_again_leaves_out_the_known_duplicates_it_left_out(
     assert hits == 2  # (left out when the call was built; sent again as it was)
     assert _stat(admin, "pushed") == 4 and admin.status()["queued"] == 4  # each once
     admin.close()
+
+
+def test_a_call_without_events_sent_again_runs_again(redis_url: str) -> None:
+    """A call without events caches no reply (lua/step_reply.lua ``nc``): sent again with its
+    op id, it runs again, which is safe, and the client keeps naming its last cached call."""
+    admin = FrontierAdmin(redis_url, CRAWL)
+
+    async def main() -> tuple[bool, str, str, bool]:
+        proxy = ReplyEater(int(redis_url.rsplit(":", 1)[1].split("/")[0]))
+        await proxy.start()
+        frontier = AsyncFrontier(proxy.url, CrawlKeys("fleet", CRAWL), "w", FrontierParams(),
+                                 timeout=2, retries=1)
+        try:
+            await frontier.call(CallBatch(pushes=[link_entry("http://h.test/a")]))
+            prev = frontier.calls.prev_op
+            batch = CallBatch(beat=True)
+            proxy.mode = "eat"
+            with pytest.raises(RedisUnavailableError):
+                await frontier.call(batch)
+            op = frontier.last_op
+            assert proxy.eaten == 1 and op is not None
+            proxy.mode = "pass"
+            again = await frontier.call(batch, op_id=op)
+            return (again.uncached, prev, frontier.calls.prev_op,
+                    bool(admin.client.exists(admin.keys.op(op))))
+        finally:
+            await proxy.close()
+            await frontier.close()
+
+    uncached, prev, prev_after, cached = asyncio.run(main())
+    assert uncached and prev_after == prev and not cached
+    assert bool(admin.client.exists(admin.keys.op(prev)))  # the chain's last cached call
+    admin.close()
