@@ -25,7 +25,7 @@ of a burst, when a host's turn comes (``next_ready``), every
 FLEET_POLL_INTERVAL while the prefetch is short, and every FLEET_HEARTBEAT_INTERVAL
 (``FLEET_LEASE_TIMEOUT / 3`` at most: lease extensions and the heartbeat), and when the
 client's own buffer is due (``flush_in``), even with nothing else to send.  Redis
-unreachable: back-off from 0.1 s doubling to 10 s.
+unreachable: back-off from 0.1 s doubling to 10 s, then that call again (frontier/sent.py).
 """
 
 from __future__ import annotations
