@@ -109,12 +109,24 @@ class FrontierCall:
         #: the crawl marker seen by the first call (keep_marker); every later call requires it
         self.marker = ""
         self.unreplicated = 0  #: calls fewer replicas than wait_replicas acknowledged
+        #: the op id, batch and what was sent of the last plan's script step (None before
+        #: it): that batch sent again with that op id (after a failure) is sent as it was
+        self.last_call: tuple[str, CallBatch, _Split] | None = None
+
+    @property
+    def last_op(self) -> str | None:
+        """The op id of the last plan's script step (None: that plan sent none): after a
+        call failed, :meth:`plan` with it sends the call again as it was."""
+        return self.last_call[0] if self.last_call is not None else None
 
     def plan(self, batch: CallBatch, monitor: bytes = b"", op_id: str | None = None,
              resend: bool = True) -> Plan:
         """The steps of one call of *batch* (*monitor*: ARGV[2], heartbeat and counter
         deltas).  *op_id* (default: a fresh one) names the call: the same id again replays the
-        first reply, so such a call carries what the first one did and is sent whole.
+        first reply, so such a call carries what the first one did and is sent whole, or, when
+        it is :attr:`last_op` and *batch* the same (the last call, failed without a
+        reply), as that one was sent (the links left out then are left out again: its cached
+        reply counts them).
 
         Links :attr:`dupes` knows are left out (counted as duplicates by the script).  A call
         refused for a stale filter generation (purge, or a failover that lost writes) clears
@@ -128,7 +140,11 @@ class FrontierCall:
             redis.ResponseError: any other error of the script, as thrown into the plan.
         """
         whole: _Split = (batch, list(range(len(batch.pushes))), 0)
-        first = whole if op_id is not None else self.dupes.split(batch)
+        last, self.last_call = self.last_call, None
+        if op_id is not None:
+            first = last[2] if last is not None and last[:2] == (op_id, batch) else whole
+        else:
+            first = self.dupes.split(batch)
         try:
             return (yield from self._once(batch, first, monitor, op_id))
         except redis.ResponseError as exc:
@@ -147,6 +163,7 @@ class FrontierCall:
         keys = self.keys.frontier_keys(op, self.prev_op, self.worker, slices=bool(sent.pushes))
         arg, constants = call_argv(sent, self.worker, self.params, self.marker, left_out,
                                    self.dupes.gen)
+        self.last_call = (op, batch, split)
         try:
             reply = yield RunScript(keys, [arg, monitor, constants])
         except redis.ResponseError as exc:

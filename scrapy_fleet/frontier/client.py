@@ -107,11 +107,13 @@ class AsyncFrontier:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
-    async def call(self, batch: CallBatch, monitor: bytes = b"",
-                   resend: bool = True) -> CallResult:
+    async def call(self, batch: CallBatch, monitor: bytes = b"", resend: bool = True,
+                   op_id: str | None = None) -> CallResult:
         """Run one batch atomically (:meth:`FrontierCall.plan`); retried with the same op
         id on connection errors.  *monitor*: ARGV[2] of lua/frontier.lua (heartbeat and
-        counter deltas, ``monitoring.heartbeat.WorkerMonitor.payload``).
+        counter deltas, ``monitoring.heartbeat.WorkerMonitor.payload``).  *op_id*: default a
+        fresh one; :attr:`last_op` after this call failed sends it again as it was (a call
+        that ran gives its cached reply, one that did not runs now).
 
         Links whose Bloom key :attr:`dupes` holds are left out of the call (counted as
         duplicates by the script); after a purge (another filter generation) or a failover
@@ -127,7 +129,7 @@ class AsyncFrontier:
                 changed.
             RedisUnavailableError: Redis stayed unreachable through :attr:`retries` retries.
         """
-        return await drive_async(self.calls.plan(batch, monitor, resend=resend), self._run)
+        return await drive_async(self.calls.plan(batch, monitor, op_id, resend), self._run)
 
     async def _run(self, step: Step) -> Any:
         """The asyncio transport of a call's steps (frontier/call.py); counts round trips."""
@@ -143,6 +145,11 @@ class AsyncFrontier:
                                                     self.timeout)
         self.roundtrips += 1
         return await self.client.hmget(step.key, step.entry_ids)
+
+    @property
+    def last_op(self) -> str | None:
+        """The op id of the last call's script step (:attr:`FrontierCall.last_op`)."""
+        return self.calls.last_op
 
     @property
     def worker(self) -> str:

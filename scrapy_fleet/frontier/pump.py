@@ -25,7 +25,7 @@ of a burst, when a host's turn comes (``next_ready``), every
 FLEET_POLL_INTERVAL while the prefetch is short, and every FLEET_HEARTBEAT_INTERVAL
 (``FLEET_LEASE_TIMEOUT / 3`` at most: lease extensions and the heartbeat), and when the
 client's own buffer is due (``flush_in``), even with nothing else to send.  Redis
-unreachable: back-off from 0.1 s doubling to 10 s.
+unreachable: back-off from 0.1 s doubling to 10 s, then that call again (frontier/sent.py).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from scrapy_fleet.frontier.book import LeaseBook
 from scrapy_fleet.frontier.dupecache import StaleDupeCache
 from scrapy_fleet.frontier.leases import Lease, Out
 from scrapy_fleet.frontier.protocol import CallBatch, CallResult
+from scrapy_fleet.frontier.sent import SentCall, entry_ids
 from scrapy_fleet.frontier.wake import wait_set
 from scrapy_fleet.monitoring.heartbeat import WorkerMonitor
 from scrapy_fleet.redis_client import is_oom
@@ -92,6 +93,9 @@ class FrontierPump:
         #: entry ids sent in a call that failed without a reply (Redis unreachable): one
         #: reported lost later was lost to the outage, not to a stall (_account)
         self._unsure: set[str] = set()
+        #: that call, sent again as it was (same op id) before any new batch: one that ran
+        #: gets its cached reply (its leases, its acknowledgements confirmed)
+        self._unanswered: SentCall | None = None
         self._state_lost = False  # Redis lost the crawl's state: write nothing more there
         #: stages (FLEET_ROLE): the download hook, and the response queue as last seen
         self.stage: StageRole | None = None
@@ -357,23 +361,25 @@ class FrontierPump:
         """
         book = self.book
         assert self.frontier is not None
-        book.flush_counts()
-        batch, n_out, n_done, n_dead = self._build_batch(final)
-        if batch.is_empty() and self.frontier.flush_in() != 0:
-            return None  # (0: the client's own buffer is due: it goes with an empty batch)
-        outbox = book.outbox[:n_out]
-        done = book.done[:n_done]
-        # leases held once this call is done (what it releases is gone then)
-        held = max(0, len(book.held_leases()) - len(batch.releases))
-        monitor = self.monitor.payload("closing" if final else book.state, held,
-                                       engine_hooks.active_downloads(self.crawler))
+        sent, self._unanswered = self._unanswered, None
+        if sent is None:
+            book.flush_counts()
+            batch, n_out, n_done, n_dead = self._build_batch(final)
+            if batch.is_empty() and self.frontier.flush_in() != 0:
+                return None  # (0: the client's own buffer is due: it goes with an empty batch)
+            # leases held once this call is done (what it releases is gone then)
+            held = max(0, len(book.held_leases()) - len(batch.releases))
+            monitor = self.monitor.payload("closing" if final else book.state, held,
+                                           engine_hooks.active_downloads(self.crawler))
+            sent = SentCall(batch, n_out, n_done, n_dead, final, monitor,
+                            book.outbox[:n_out], book.done[:n_done])
+        batch, n_out, n_done, n_dead = sent.batch, sent.n_out, sent.n_done, sent.n_dead
+        outbox, done = sent.outbox, sent.done
         try:
             # links buffered as known duplicates have no payload yet: after a refusal the
             # call is built again (with the cache cleared, they are encoded then)
-            result = await self.frontier.call(batch, monitor, resend=False)
-        except RedisUnavailableError:
-            self._unsure.update(_entry_ids(batch))
-            raise
+            result = await self.frontier.call(batch, sent.monitor, resend=False,
+                                              **({"op_id": sent.op_id} if sent.op_id else {}))
         except StaleDupeCache:
             if not again:
                 raise
@@ -388,6 +394,15 @@ class FrontierPump:
                            "acknowledgements until it has room", extra={"spider": book.spider})
             await asyncio.sleep(self.config.poll_interval * 4)
             return None
+        except Exception as exc:
+            if isinstance(exc, RedisUnavailableError):
+                self._unsure.update(entry_ids(batch))
+            # no reply: it may have run; sent again as it was (a client naming its op id)
+            sent.op_id = getattr(self.frontier, "last_op", None)
+            if sent.op_id is not None:  # (at once after the back-off: its leases wait)
+                self._unanswered = sent
+                self._poke()
+            raise
         if self.frontier.unreplicated > self._unreplicated:
             book.inc("fleet/redis/unreplicated", self.frontier.unreplicated - self._unreplicated)
             if not self._unreplicated:
@@ -426,9 +441,11 @@ class FrontierPump:
         children = [c for lease in done for c in lease.children]
         self._account(result, batch, children + outbox)
         if self._unsure:
-            self._unsure.difference_update(_entry_ids(batch))
-        if not final:
+            self._unsure.difference_update(entry_ids(batch))
+        if not sent.final:
             self.receive(result)
+        if final and not sent.final:  # (that was a call sent again: now the final one)
+            return await self.call(final=True)
         return result
 
     def _account(self, result: CallResult, batch: CallBatch, sent: list[Out]) -> None:
@@ -581,9 +598,3 @@ class FrontierPump:
                          "be fetched again. %s", reason, len(book.outbox), len(book.done),
                          exc, extra={"spider": book.spider})
 
-
-def _entry_ids(batch: CallBatch) -> set[str]:
-    """The entry ids of the leases *batch* names (acknowledged, extended, released, dead
-    letters, download notices)."""
-    return {str(item[0]) for name in ("acks", "extends", "releases", "dead", "downloaded")
-            for item in getattr(batch, name)}
