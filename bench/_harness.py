@@ -58,6 +58,84 @@ class Redis(RedisServer):
         super().__init__(root / "redis")
 
 
+def callgrind_argv(out_dir: Path) -> list[str]:
+    """The prefix running a program under ``valgrind --tool=callgrind``, its dumps in
+    *out_dir* (``cg.PID.N``): instructions (Ir) counted whatever the machine's load."""
+    return ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_dir}/cg.%p"]
+
+
+def callgrind_zero(pid: int) -> None:
+    """Zero the counters of the callgrind process *pid* (``callgrind_control --zero``)."""
+    subprocess.run(["callgrind_control", "--zero", str(pid)], check=True,
+                   capture_output=True, timeout=120)
+
+
+def callgrind_dump(pid: int, out_dir: Path) -> int:
+    """Instructions (Ir) the callgrind process *pid* ran since its last zero or dump
+    (``callgrind_control --dump``; the dump file is read and removed)."""
+    before = set(out_dir.glob(f"cg.{pid}.*"))
+    subprocess.run(["callgrind_control", "--dump", str(pid)], check=True,
+                   capture_output=True, timeout=120)
+    for _ in range(200):
+        new = set(out_dir.glob(f"cg.{pid}.*")) - before
+        for path in new:
+            for line in path.read_text(errors="replace").splitlines():
+                if line.startswith("summary:"):
+                    path.unlink()
+                    return int(line.split()[1])
+        time.sleep(0.05)
+    raise RuntimeError(f"no callgrind dump of {pid} in {out_dir}")
+
+
+class CallgrindRedis(Redis):
+    """:class:`Redis` under callgrind (~50x slower): :meth:`zero` and :meth:`count` bracket
+    the instructions of a piece of work, :meth:`idle_rate` is the idle Ir per second
+    (serverCron) to take off a span's count."""
+
+    def start(self, timeout: float = 120.0) -> CallgrindRedis:
+        import redis as redis_py
+
+        log = self.workdir / "redis.log"
+        self.proc = subprocess.Popen(
+            [*callgrind_argv(self.workdir), self.binary, "--port", str(self.port),
+             "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.workdir), "--logfile", str(log)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        with redis_py.Redis(port=self.port, socket_connect_timeout=5) as client:
+            while True:
+                try:
+                    if client.ping():
+                        return self
+                except redis_py.ConnectionError:
+                    if self.proc.poll() is not None or time.monotonic() > deadline:
+                        self.stop()
+                        raise RuntimeError("redis-server under callgrind did not start") \
+                            from None
+                    time.sleep(0.2)
+
+    def __enter__(self) -> CallgrindRedis:
+        return self.start()
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def zero(self) -> None:
+        callgrind_zero(self.pid)
+
+    def count(self) -> int:
+        return callgrind_dump(self.pid, self.workdir)
+
+    def idle_rate(self, seconds: float = 3.0) -> float:
+        """Ir per second of this server left alone for *seconds*."""
+        self.zero()
+        t0 = time.monotonic()
+        time.sleep(seconds)
+        return self.count() / (time.monotonic() - t0)
+
+
 class Site:
     """``python -m testsite serve DIR --port P --log FILE`` in a subprocess."""
 

@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,16 @@ except ImportError:  # (a tree sending the whole argument in ARGV[1])
     call_argv = None
 
 port, calls, entries, hosts, leased, evalsha, pid = (int(x) for x in sys.argv[1:8])
+#: under callgrind (--instructions): the parent zeroes the server's counters when told "zero"
+#: and reads them when told "dump" (each answered by a line on stdin); no SLOWLOG then (its
+#: entry per command would be counted in the call's instructions)
+counted = len(sys.argv) > 8 and sys.argv[8] == "1"
+
+
+def tell(what):
+    print(what, flush=True)
+    sys.stdin.readline()
+
 
 
 def server_cpu():
@@ -117,15 +128,20 @@ call(CallBatch(beat=True), "w-idle", hb)
 r.config_resetstat()
 # every call's own duration too (SLOWLOG at 0 µs): the mean of the faster half is what the
 # machine's load inflates least (a call preempted mid-way is among the slower half)
-r.config_set("slowlog-log-slower-than", 0)
-r.config_set("slowlog-max-len", calls + 10)
-r.slowlog_reset()
+if not counted:
+    r.config_set("slowlog-log-slower-than", 0)
+    r.config_set("slowlog-max-len", calls + 10)
+    r.slowlog_reset()
+else:
+    tell("zero")
 cpu0 = server_cpu()
 for _ in range(calls):
     call(CallBatch(beat=True), "w-idle", hb)
 cpu = server_cpu() - cpu0
+if counted:
+    tell("dump")
 took = sorted(int(e["duration"]) for e in r.slowlog_get(calls + 10)
-              if bytes(e["command"]).split(b" ", 1)[0].upper() in (b"FCALL", b"EVALSHA"))
+              if bytes(e["command"]).split(b" ", 1)[0].upper() in (b"FCALL", b"EVALSHA")) or [0]
 r.config_set("slowlog-log-slower-than", 10000)
 st = r.info("commandstats")
 ran = [st[name] for name in ("cmdstat_fcall", "cmdstat_evalsha") if name in st]
@@ -213,6 +229,40 @@ def cuts(root: Path, args: argparse.Namespace) -> dict[str, float]:
         return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+def instructions_once(tree: Path, root: Path, args: argparse.Namespace) -> dict[str, float]:
+    """The empty call's instructions: the same child against a redis-server under callgrind,
+    its counters zeroed just before the calls and read just after; the server's idle Ir per
+    second (measured over 3 s just after, the crawl still there) times the calls' span is
+    taken off, and reported."""
+    with h.CallgrindRedis(root) as server:
+        env = dict(os.environ, PYTHONPATH=str(tree))
+        child = subprocess.Popen(
+            [h.PYTHON, "-c", CHILD, str(server.port), str(args.calls), str(args.entries),
+             str(args.hosts), str(args.leased), "0", str(server.pid), "1"],
+            env=env, cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert child.stdin is not None and child.stdout is not None
+        got: dict[str, float] = {}
+        t0 = 0.0
+        for line in child.stdout:
+            if line.strip() == "zero":
+                server.zero()
+                t0 = time.monotonic()
+            elif line.strip() == "dump":
+                span = time.monotonic() - t0
+                ir = server.count()
+                idle = server.idle_rate()
+                got = {"ir_raw": ir / args.calls, "idle_ir_per_s": idle,
+                       "ir": (ir - idle * span) / args.calls, "span_s": span}
+            else:
+                got.update(json.loads(line))
+                continue
+            child.stdin.write("\n")
+            child.stdin.flush()
+        if child.wait() != 0 or "ir" not in got:
+            raise RuntimeError(f"child of {tree} failed ({child.returncode})")
+        return got
+
+
 def fixed_once(tree: Path, root: Path, args: argparse.Namespace,
                evalsha: bool = False) -> dict[str, float]:
     with h.Redis(root) as server:
@@ -224,6 +274,43 @@ def fixed_once(tree: Path, root: Path, args: argparse.Namespace,
                              env=env, cwd=root, check=True, capture_output=True,
                              text=True).stdout
         return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def instructions(trees: dict[str, Path], args: argparse.Namespace,
+                 figures: dict[str, Any]) -> None:
+    """--instructions: per tree, the empty call's instructions (Ir) under callgrind, rounds
+    alternating the trees; their ratio to this tree's; the machine's ns per instruction
+    (each tree's redis-server CPU per call of the rounds above over its Ir per call),
+    which converts the Ir into this machine's µs."""
+    got: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
+    with h.workdir("fleet-fixed-ir-") as root:
+        for k in range(args.instructions):
+            for name, tree in trees.items():
+                got[name].append(instructions_once(tree, root / f"{name}-{k}", args))
+    out: dict[str, Any] = {}
+    for name, runs in got.items():
+        ir = [x["ir"] for x in runs]
+        timed = figures["fixed"][name]
+        out[name] = {"ir_per_call": round(h.median(ir)),
+                     "ir_spread": round((max(ir) - min(ir)) / h.median(ir), 4),
+                     "ir_raw_per_call": round(h.median([x["ir_raw"] for x in runs])),
+                     "idle_ir_per_s": round(h.median([x["idle_ir_per_s"] for x in runs])),
+                     "ns_per_ir_cpu": round(timed["cpu_us_min"] * 1000 / h.median(ir), 3),
+                     "ns_per_ir_usec": round(timed["usec_min"] * 1000 / h.median(ir), 3)}
+    this = out["this"]
+    for name, row in out.items():
+        row["ratio_this_over"] = round(this["ir_per_call"] / row["ir_per_call"], 4)
+        print(f"instructions per empty call, {name}: {row['ir_per_call']} Ir (spread "
+              f"{row['ir_spread']:.2%} over {args.instructions} rounds; raw "
+              f"{row['ir_raw_per_call']}, idle {row['idle_ir_per_s']} Ir/s taken off); "
+              f"this over it x{row['ratio_this_over']}; ns/Ir of the timed rounds: "
+              f"{row['ns_per_ir_cpu']} (CPU), {row['ns_per_ir_usec']} (usec)", flush=True)
+    ns = h.median([row["ns_per_ir_usec"] for row in out.values()])
+    figures["instructions"] = out
+    figures["instructions_us_at_median_ns_per_ir"] = {
+        name: round(row["ir_per_call"] * ns / 1000, 1) for name, row in out.items()}
+    print(f"at {ns} ns/Ir (median over the trees, usec): "
+          f"{figures['instructions_us_at_median_ns_per_ir']} µs per empty call", flush=True)
 
 
 def main() -> None:
@@ -239,6 +326,11 @@ def main() -> None:
                    help="also this tree's call by EVALSHA of its whole source")
     p.add_argument("--cuts", action="store_true",
                    help="where this tree's empty call spends its time (cut variants), only")
+    p.add_argument("--also", type=Path, action="append", default=[],
+                   help="one more baseline tree (named by its directory), repeatable")
+    p.add_argument("--instructions", type=int, default=0, metavar="ROUNDS",
+                   help="also that many rounds per tree with the redis-server under callgrind:"
+                        " its instructions per empty call")
     args = p.parse_args()
     if args.cuts:
         with h.workdir("fleet-cuts-") as root:
@@ -250,7 +342,8 @@ def main() -> None:
             print(f"{name:24s} {usec:8.1f} µs{extra}", flush=True)
         h.emit_json({"machine": h.machine(), "cuts": got})
         return
-    trees = {"this": h.REPO_ROOT, "base": args.baseline.resolve()}
+    trees = {"this": h.REPO_ROOT, "base": args.baseline.resolve(),
+             **{path.resolve().name: path.resolve() for path in args.also}}
     rows: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     if args.evalsha:
         rows["evalsha"] = []
@@ -290,6 +383,8 @@ def main() -> None:
               f"{ev['usec_median']}, CPU {ev['cpu_us_min']}): "
               f"x{round(this['usec_min'] / ev['usec_min'], 3)} for the library's FCALL "
               f"(CPU x{round(this['cpu_us_min'] / ev['cpu_us_min'], 3)})", flush=True)
+    if args.instructions:
+        instructions(trees, args, figures)
     if args.replay:
         import bench_replay as br
 

@@ -22,14 +22,26 @@ shared out among them (the crawl split by hand that P > 1 replaces): its CPU per
 the one-master P = 1 cell is what spreading the same work over N redis-server processes costs
 on this machine, whatever the partitions do.
 
+``--instructions``: every master runs under ``valgrind --tool=callgrind`` and each cell also
+reports the instructions (Ir) per page summed over the masters (``callgrind_control --zero``
+just before the cell's calls, ``--dump`` just after), less each master's idle Ir per second
+(serverCron, the cluster bus: measured over 3 s just before) times the cell's span; the
+ratio of a P > 1 cell to its P = 1 cell (``ratio_ir_per_page``) does not depend on the
+machine's load.  The servers run ~50x slower: use ``--pages`` (a few thousand) to end each
+cell at the same number of pages, and a long ``--seconds``; timeouts are lengthened (client
+sockets 120 s, cluster-node-timeout 120 s, leases 600 s).  ``--masters 1``: P = 4 as hash
+tags on one redis-server.
+
 Usage: .venv/bin/python bench/bench_partitions.py [--masters 2] [--parts 1,4]
        [--hosts 100,10000] [--clients 16] [--seconds 8] [--flush 0.5] [--rounds 1] [--split]
+       [--instructions --pages 3000 --seconds 900]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import random
@@ -78,10 +90,14 @@ def cluster_port() -> int:
 
 
 class Cluster:
-    def __init__(self, root: Path, masters: int) -> None:
+    def __init__(self, root: Path, masters: int, counted: bool = False) -> None:
         self.root = root
         self.ports = [cluster_port() for _ in range(masters)]
         self.procs: list[subprocess.Popen[Any]] = []
+        #: each master under callgrind (--instructions): ~50x slower, so a long
+        #: cluster-node-timeout (no failure detected while a node is busy)
+        self.counted = counted
+        self.dirs: list[Path] = []
 
     def __enter__(self) -> Cluster:
         try:
@@ -99,12 +115,15 @@ class Cluster:
         for port in self.ports:
             d = self.root / f"n{port}"
             d.mkdir(parents=True)
+            self.dirs.append(d)
             self.procs.append(subprocess.Popen(
-                ["redis-server", "--port", str(port), "--cluster-enabled", "yes",
+                [*(h.callgrind_argv(d) if self.counted else []),
+                 "redis-server", "--port", str(port), "--cluster-enabled", "yes",
                  "--cluster-config-file", "nodes.conf", "--save", "", "--appendonly", "no",
+                 *(["--cluster-node-timeout", "120000"] if self.counted else []),
                  "--dir", str(d)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         for port in self.ports:  # until each answers
-            for _ in range(200):
+            for _ in range(1200 if self.counted else 200):
                 try:
                     if redis.Redis(port=port).ping():
                         break
@@ -118,7 +137,7 @@ class Cluster:
             for other in self.ports[:i]:
                 node.execute_command("CLUSTER", "MEET", "127.0.0.1", other)
             node.close()
-        for _ in range(200):
+        for _ in range(1200 if self.counted else 200):
             states = [redis.Redis(port=p).cluster("info").get("cluster_state")
                       for p in self.ports]
             if all(s == "ok" for s in states):
@@ -137,6 +156,16 @@ class Cluster:
 
     def cpu(self) -> list[float]:
         return [bc.redis_cpu(p.pid) for p in self.procs]
+
+    def zero(self) -> None:
+        """(counted) Zero every master's instruction counters."""
+        for proc in self.procs:
+            h.callgrind_zero(proc.pid)
+
+    def count(self) -> list[int]:
+        """(counted) Each master's instructions since its last zero or count."""
+        return [h.callgrind_dump(proc.pid, d) for proc, d in zip(self.procs, self.dirs,
+                                                                   strict=True)]
 
     def reset_stats(self) -> None:
         for port in self.ports:
@@ -159,13 +188,18 @@ async def client(url: str, n: int, parts: int, crawl: str, site: bc.Site,
                  stop_at: list[float], st: dict[str, Any], go: asyncio.Event,
                  flush: float) -> None:
     keys = CrawlKeys("fleet", crawl)
-    fr: Any = (PartitionedFrontier(url, keys, f"w{n}", PARAMS, parts, flush_age=flush)
+    timeout = st["timeout"]
+    fr: Any = (PartitionedFrontier(url, keys, f"w{n}", PARAMS, parts, timeout=timeout,
+                                   flush_age=flush)
                if parts > 1
-               else AsyncFrontier(url, keys, f"w{n}", PARAMS, dupe_cache=0))
+               else AsyncFrontier(url, keys, f"w{n}", PARAMS, timeout=timeout, dupe_cache=0))
     rng = random.Random(n)
     held: list[Any] = []
     st_calls = [0, 0]  #: (P = 1) frontier calls, those with a lease request
     done: list[tuple[Any, list[tuple[Any, ...]]]] = []
+    if timeout > 10.0:  # (counted) the cluster client's start (slot map, COMMAND) before
+        await fr.client.ping()  # the cell's idle window and count: a worker's, not a page's
+    st["ready"] += 1
     await go.wait()
 
     async def one_call(final: bool) -> Any:
@@ -194,7 +228,7 @@ async def client(url: str, n: int, parts: int, crawl: str, site: bc.Site,
         return r
 
     try:
-        while time.monotonic() < stop_at[0]:
+        while time.monotonic() < stop_at[0] and st["pages"] < st["max_pages"]:
             r = await one_call(False)
             held = list(r.leased)
             if not held and not done:
@@ -235,7 +269,7 @@ def crawl_on(tag: str, k: int, n: int) -> str:
 
 
 def cell(cluster: Cluster, parts: int, hosts: int, clients: int, seconds: float,
-         tag: str, flush: float = 0.0, split: int = 1) -> dict[str, Any]:
+         tag: str, flush: float = 0.0, split: int = 1, pages: int = 0) -> dict[str, Any]:
     """One cell; *split* > 1 (P = 1 only): that many independent crawls, one per master,
     the clients shared out among them (the crawl split by hand that P > 1 replaces)."""
     crawls = ([crawl_on(tag, k, split) for k in range(split)] if split > 1 else [f"b{tag}"])
@@ -245,7 +279,8 @@ def cell(cluster: Cluster, parts: int, hosts: int, clients: int, seconds: float,
         key, prio, payload, host = site.fleet_push(bc.url_of(i, hosts), None)
         rows.append((key, prio, payload, 0, host))
     for crawl in crawls:
-        admin = FrontierAdmin(cluster.url, crawl, params=PARAMS)
+        admin = FrontierAdmin(cluster.url, crawl, params=PARAMS,
+                              timeout=120.0 if cluster.counted else 10.0)
         if parts > 1:
             check_sync(admin.client, admin.keys, parts)
             pusher: Any = PartitionedPush(admin, parts)
@@ -255,7 +290,9 @@ def cell(cluster: Cluster, parts: int, hosts: int, clients: int, seconds: float,
             pusher.push(rows[k:k + 500])
         admin.close()
     st: dict[str, Any] = {"pages": 0, "calls": 0, "foreign": 0, "frontier_calls": 0,
-                          "lease_calls": 0, "held_parts": 0}
+                          "lease_calls": 0, "held_parts": 0, "ready": 0,
+                          "max_pages": pages or 1 << 62,
+                          "timeout": 120.0 if cluster.counted else 10.0}
 
     async def main() -> None:
         go = asyncio.Event()
@@ -263,19 +300,33 @@ def cell(cluster: Cluster, parts: int, hosts: int, clients: int, seconds: float,
         tasks = [asyncio.ensure_future(client(cluster.url, n, parts, crawls[n % len(crawls)],
                                               site, stop_at, st, go, flush))
                  for n in range(clients)]
+        while st["ready"] < clients:
+            await asyncio.sleep(0.05)
         # the masters' own CPU when nothing is sent (serverCron, the cluster bus): measured
         # over an idle second and taken off the cell's, so that it does not weigh on a cell
         # by its number of pages
         idle0, t0 = cluster.cpu(), time.monotonic()
-        await asyncio.sleep(1.0)
+        if cluster.counted:  # (and the instructions: over 3 s, a node's cron being ~1/s)
+            cluster.zero()
+            await asyncio.sleep(3.0)
+            st["idle_ir"] = [x / (time.monotonic() - t0) for x in cluster.count()]
+        else:
+            await asyncio.sleep(1.0)
         idle = [(b - a) / (time.monotonic() - t0)
                 for a, b in zip(idle0, cluster.cpu(), strict=True)]
         stop_at[0] = time.monotonic() + seconds
         cluster.reset_stats()
+        if cluster.counted:
+            cluster.zero()
         cpu0, t1 = cluster.cpu(), time.monotonic()
         go.set()
         await asyncio.gather(*tasks)
         span = time.monotonic() - t1
+        if cluster.counted:
+            st["ir_raw"] = cluster.count()
+            st["ir"] = [max(0.0, c - i * span)
+                        for c, i in zip(st["ir_raw"], st["idle_ir"], strict=True)]
+            st["span"] = span
         st["cpu_raw"] = [b - a for a, b in zip(cpu0, cluster.cpu(), strict=True)]
         st["cpu"] = [max(0.0, c - i * span) for c, i in zip(st["cpu_raw"], idle, strict=True)]
         st["commands"] = cluster.command_stats()
@@ -283,7 +334,15 @@ def cell(cluster: Cluster, parts: int, hosts: int, clients: int, seconds: float,
     asyncio.run(main())
     pages = max(st["pages"], 1)
     cpu = st["cpu"]
-    return {"parts": parts, "flush": flush if parts > 1 else None, "hosts": hosts,
+    counted: dict[str, Any] = {}
+    if cluster.counted:
+        ir = st["ir"]
+        counted = {"ir_per_page": round(sum(ir) / pages),
+                   "ir_per_page_raw": round(sum(st["ir_raw"]) / pages),
+                   "ir_busiest_share": round(max(ir) / sum(ir), 3) if sum(ir) else None,
+                   "idle_ir_per_s": [round(x) for x in st["idle_ir"]],
+                   "span_s": round(st["span"], 1)}
+    return {"parts": parts, **counted, "flush": flush if parts > 1 else None, "hosts": hosts,
             "split": split,
             "clients": clients, "pages": st["pages"],
             "cpu_us_per_page": round(sum(cpu) * 1e6 / pages, 1),
@@ -329,13 +388,21 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=8.0)
     ap.add_argument("--flush", default="0.5")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--pages", type=int, default=0,
+                    help="end a cell's calls at that many pages acknowledged (0: --seconds)")
+    ap.add_argument("--instructions", action="store_true",
+                    help="every master under callgrind: instructions (Ir) per page summed "
+                         "over the masters, less each one's idle Ir/s over the cell's span")
     ap.add_argument("--split", action="store_true",
                     help="after each P = 1 cell, one of N independent P = 1 crawls, one per "
                          "master (the clients shared out), as a second baseline")
     a = ap.parse_args()
+    if a.instructions:  # (no lease expires while the servers run ~50x slower)
+        global PARAMS
+        PARAMS = dataclasses.replace(PARAMS, lease_timeout=600.0)
     flushes = [float(x) for x in a.flush.split(",")]
     n = 0
-    with h.workdir("parts-bench-") as root, Cluster(root, a.masters) as cluster:
+    with h.workdir("parts-bench-") as root, Cluster(root, a.masters, a.instructions) as cluster:
         for hosts in [int(x) for x in a.hosts.split(",")]:
             for clients in [int(x) for x in a.clients.split(",")]:
                 for rnd in range(a.rounds):
@@ -344,7 +411,7 @@ def main() -> None:
                         for flush in flushes if parts > 1 else [0.0]:
                             n += 1
                             c = cell(cluster, parts, hosts, clients, a.seconds,
-                                     f"{n}-{parts}-{hosts}-{clients}", flush)
+                                     f"{n}-{parts}-{hosts}-{clients}", flush, pages=a.pages)
                             c["masters"] = a.masters
                             c["round"] = rnd
                             c["load"] = [round(x, 2) for x in os.getloadavg()]
@@ -354,7 +421,8 @@ def main() -> None:
                                 if a.split and a.masters > 1:
                                     n += 1
                                     sc = cell(cluster, 1, hosts, clients, a.seconds,
-                                              f"{n}-s-{hosts}-{clients}", 0.0, a.masters)
+                                              f"{n}-s-{hosts}-{clients}", 0.0, a.masters,
+                                              pages=a.pages)
                                     sc.update(masters=a.masters, round=rnd, load=[
                                         round(x, 2) for x in os.getloadavg()])
                                     print(json.dumps(sc), flush=True)
@@ -367,6 +435,9 @@ def main() -> None:
                                 print(json.dumps({
                                     "ratio_cpu_per_page": round(
                                         c["cpu_us_per_page"] / base["cpu_us_per_page"], 3),
+                                    **({"ratio_ir_per_page": round(
+                                        c["ir_per_page"] / base["ir_per_page"], 4)}
+                                       if a.instructions else {}),
                                     "parts": parts, "flush": flush, "hosts": hosts,
                                     "clients": clients, "round": rnd}), flush=True)
 
