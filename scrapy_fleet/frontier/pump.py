@@ -88,8 +88,7 @@ class FrontierPump:
         self._task: asyncio.Task[None] | None = None
         self._unreplicated = 0  # calls seen not acknowledged by the replicas (WAIT)
         self._last_extend = 0.0
-        self._logged_dupe = False
-        self._lost_total = 0
+        self._logged_dupe, self._lost_total = False, 0  # (leases reported lost so far)
         #: entry ids sent in a call that failed without a reply (Redis unreachable): one
         #: reported lost later was lost to the outage, not to a stall (_account)
         self._unsure: set[str] = set()
@@ -499,12 +498,13 @@ class FrontierPump:
                     extra={"spider": book.spider})
                 self._unsure -= to_outage
             others = len(lost) - len(to_outage)
-            if others and (self._lost_total <= 5 or self._lost_total % 100 < len(lost)):
+            if others and (self._lost_total - len(lost) < 5  # (the first ones, then each 100th)
+                           or (self._lost_total - len(lost)) // 100 != self._lost_total // 100):
                 logger.warning(
-                    "%d lease(s) lost (%d so far): their requests were leased again elsewhere "
-                    "(this worker stalled longer than FLEET_LEASE_TIMEOUT=%s s?), or the crawl "
-                    "was purged / Redis lost its data; those pages may be fetched again and "
-                    "their links are left to the new holder", others, self._lost_total,
+                    "%d lease(s) lost (%d so far): their requests were leased again elsewhere (this"
+                    " worker stalled, or Redis was out, longer than FLEET_LEASE_TIMEOUT=%s s?), or "
+                    "the crawl was purged / Redis lost its data; those pages may be fetched again "
+                    "and their links are left to the new holder", others, self._lost_total,
                     self.config.lease_timeout, extra={"spider": book.spider})
             book.prefetch = deque((r, lease) for r, lease in book.prefetch
                                   if lease.entry_id not in lost)

@@ -151,3 +151,58 @@ def test_a_lease_lost_to_an_outage_is_said_lost_to_it(tmp_path: Path,
     assert "not a stall of this worker" in lost[0] and "stalled" not in lost[0]
     assert crawler.stats.get_value("fleet/frontier/lease_lost") == 2
     assert crawler.stats.get_value("fleet/frontier/lease_lost/outage") == 2
+
+
+def test_a_first_batch_of_many_lost_leases_is_logged(tmp_path: Path,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """Leases lost without an outage (here: acknowledged by another client first) are
+    warned of, the first ones and then each 100th: a first batch of 9 was logged by no line
+    (the check read 9 <= 5 or 9 % 100 < 9)."""
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    crawler = get_crawler(_Spider, settings_dict={
+        "FLEET_REDIS_URL": server.url, "FLEET_CRAWL_ID": "lostmany", "FLEET_PARTITIONS": PARTS,
+        "CONCURRENT_REQUESTS": 16,
+        "DUPEFILTER_CLASS": "scrapy_fleet.frontier.dupefilter.RedisBloomDupeFilter"})
+    sched = FleetScheduler.from_crawler(crawler)
+    crawler.stats.open_spider()
+    crawler.engine = SimpleNamespace(_slot=None)  # no crawl running: nothing to wake
+    pump, book = sched.pump, sched.book
+    book.spider = _Spider()
+    params = sched.config.frontier_params()
+    urls = [f"http://h{n % 2}.test/page{n}" for n in range(9)]
+    keys = CrawlKeys("fleet", "lostmany")
+
+    async def main() -> None:
+        fr = PartitionedFrontier(server.url, keys, "w", params, PARTS)
+        other = PartitionedFrontier(server.url, keys, "w", params, PARTS)
+        pump.frontier = fr
+        try:
+            await fr.connect()
+            await fr.call(CallBatch(pushes=[(b"", 0, codec.encode(Request(u)), 0,
+                                             u.split("/")[2]) for u in urls]))
+            for _ in range(4 * PARTS):
+                if len(book.prefetch) == len(urls):
+                    break
+                await pump.call()
+            requests = [book.take() for _ in urls]
+            assert all(r is not None for r in requests)
+            leases = [book.inflight[id(r)][1] for r in requests]
+            await other.call(CallBatch(acks=[lease.ack() for lease in leases]))
+            for r in requests:
+                book.finished(r)
+            result = await pump.call()  # (flush_age 0: no partition's part is held)
+            assert sorted(result.lost) == sorted(lease.entry_id for lease in leases)
+        finally:
+            await fr.close()
+            await other.close()
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="scrapy_fleet.frontier"):
+            asyncio.run(main())
+    finally:
+        server.stop()
+    lost = [r.getMessage() for r in caplog.records if "lost" in r.getMessage()]
+    assert crawler.stats.get_value("fleet/frontier/lease_lost") == 9
+    assert len(lost) == 1, lost
+    assert lost[0].startswith("9 lease(s) lost (9 so far)"), lost
