@@ -8,6 +8,7 @@ Real workers, a real Redis server, a generated site on several loopback hosts.
 from __future__ import annotations
 
 import collections
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,7 @@ def test_the_response_queue_bound_holds_when_stored_responses_go_to_another_part
     keys = CrawlKeys("fleet", "staged")
     stage = keys.partition(stage_p, PARTS)
     client = FrontierAdmin(redis_url, "staged").client
+    started: list[subprocess.Popen[bytes]] = []  # (killed if the test fails: no orphan)
     try:
         pushed = run_scrapy(TEST_PROJECT, ["fleet", "push", "staged", "-f",
                                            str(tmp_path / "urls.txt"),
@@ -95,6 +97,7 @@ def test_the_response_queue_bound_holds_when_stored_responses_go_to_another_part
         assert pushed.returncode == 0, pushed.stdout + pushed.stderr
         fetch, _, flog = worker(tmp_path, "fetch-0", redis_url, worker_env, FLEET_ROLE="fetch",
                                 FLEET_RESPONSE_QUEUE_MAX=5, CONCURRENT_REQUESTS=2)
+        started.append(fetch)
         # the most stored responses seen, read all along: until the queue is full, then 3 s
         # more (it must stop leasing: the queue stays bounded)
         stored, full_at = 0, None
@@ -113,8 +116,13 @@ def test_the_response_queue_bound_holds_when_stored_responses_go_to_another_part
         assert 5 <= stored <= 4 + 3 + 3, (stored, tail(flog))
         procs = [(fetch, tmp_path / "out-fetch-0.jsonl", flog),
                  worker(tmp_path, "parse-0", redis_url, worker_env, FLEET_ROLE="parse")]
+        started.append(procs[1][0])
         assert wait_all([p for p, _, _ in procs], 180) == [0, 0], tail(procs[1][2])
     finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
         site.stop()
     items = read_items([tmp_path / "out-parse-0.jsonl"])
     # (the pages link to a text file too, found by the parse worker)
