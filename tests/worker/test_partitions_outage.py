@@ -15,6 +15,7 @@ import asyncio
 import logging
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from scrapy import Request, Spider
@@ -90,6 +91,36 @@ class _Spider(Spider):
     name = "lostout"
 
 
+def _pump(server: RedisServer, crawl: str, **settings: Any) -> tuple[Any, Any, Any,
+                                                                     FrontierParams]:
+    """(crawler, pump, book, frontier params) of a scheduler on *server* with no crawl
+    running, for calls driven by the test."""
+    crawler = get_crawler(_Spider, settings_dict={
+        "FLEET_REDIS_URL": server.url, "FLEET_CRAWL_ID": crawl, "FLEET_PARTITIONS": PARTS,
+        "DUPEFILTER_CLASS": "scrapy_fleet.frontier.dupefilter.RedisBloomDupeFilter",
+        **settings})
+    sched = FleetScheduler.from_crawler(crawler)
+    crawler.stats.open_spider()
+    crawler.engine = SimpleNamespace(_slot=None)  # no crawl running: nothing to wake
+    sched.book.spider = _Spider()
+    return crawler, sched.pump, sched.book, sched.config.frontier_params()
+
+
+async def _push_and_lease(fr: PartitionedFrontier, pump: Any, book: Any, urls: list[str],
+                          rounds: int) -> tuple[list[Any], list[Any]]:
+    """Push *urls*, lease them all through the pump (the home first, then the partitions
+    with work: at most *rounds* calls) and take them: (requests, their leases)."""
+    await fr.call(CallBatch(pushes=[(b"", 0, codec.encode(Request(u)), 0, u.split("/")[2])
+                                    for u in urls]))
+    for _ in range(rounds):
+        if len(book.prefetch) == len(urls):
+            break
+        await pump.call()
+    requests = [book.take() for _ in urls]
+    assert all(r is not None for r in requests)
+    return requests, [book.inflight[id(r)][1] for r in requests]
+
+
 def test_a_lease_lost_to_an_outage_is_said_lost_to_it(tmp_path: Path,
                                                       caplog: pytest.LogCaptureFixture) -> None:
     """A call that fails without a reply (Redis killed) may have run: its acknowledgements,
@@ -99,16 +130,8 @@ def test_a_lease_lost_to_an_outage_is_said_lost_to_it(tmp_path: Path,
     by acknowledging its pages from another client while it was down."""
     server = RedisServer(tmp_path / "redis", persistent=True)
     server.start()
-    crawler = get_crawler(_Spider, settings_dict={
-        "FLEET_REDIS_URL": server.url, "FLEET_CRAWL_ID": "lostout", "FLEET_PARTITIONS": PARTS,
-        "FLEET_REDIS_RETRIES": 1, "FLEET_REDIS_TIMEOUT": 2, "CONCURRENT_REQUESTS": 2,
-        "DUPEFILTER_CLASS": "scrapy_fleet.frontier.dupefilter.RedisBloomDupeFilter"})
-    sched = FleetScheduler.from_crawler(crawler)
-    crawler.stats.open_spider()
-    crawler.engine = SimpleNamespace(_slot=None)  # no crawl running: nothing to wake
-    pump, book = sched.pump, sched.book
-    book.spider = _Spider()
-    params = sched.config.frontier_params()
+    crawler, pump, book, params = _pump(server, "lostout", FLEET_REDIS_RETRIES=1,
+                                        FLEET_REDIS_TIMEOUT=2, CONCURRENT_REQUESTS=2)
     urls = [f"http://h{n}.test/page" for n in range(2)]
 
     async def main() -> None:
@@ -117,15 +140,7 @@ def test_a_lease_lost_to_an_outage_is_said_lost_to_it(tmp_path: Path,
         pump.frontier = fr
         try:
             await fr.connect()
-            await fr.call(CallBatch(pushes=[(b"", 0, codec.encode(Request(u)), 0,
-                                             u.split("/")[2]) for u in urls]))
-            for _ in range(2 * PARTS):  # (the home first, then the partitions with work)
-                if len(book.prefetch) == len(urls):
-                    break
-                await pump.call()
-            requests = [book.take() for _ in urls]
-            assert all(r is not None for r in requests)
-            leases = [book.inflight[id(r)][1] for r in requests]
+            requests, leases = await _push_and_lease(fr, pump, book, urls, 2 * PARTS)
             for r in requests:
                 book.finished(r)  # done: acknowledged at the next call
             server.kill()
@@ -160,16 +175,7 @@ def test_a_first_batch_of_many_lost_leases_is_logged(tmp_path: Path,
     (the check read 9 <= 5 or 9 % 100 < 9)."""
     server = RedisServer(tmp_path / "redis")
     server.start()
-    crawler = get_crawler(_Spider, settings_dict={
-        "FLEET_REDIS_URL": server.url, "FLEET_CRAWL_ID": "lostmany", "FLEET_PARTITIONS": PARTS,
-        "CONCURRENT_REQUESTS": 16,
-        "DUPEFILTER_CLASS": "scrapy_fleet.frontier.dupefilter.RedisBloomDupeFilter"})
-    sched = FleetScheduler.from_crawler(crawler)
-    crawler.stats.open_spider()
-    crawler.engine = SimpleNamespace(_slot=None)  # no crawl running: nothing to wake
-    pump, book = sched.pump, sched.book
-    book.spider = _Spider()
-    params = sched.config.frontier_params()
+    crawler, pump, book, params = _pump(server, "lostmany", CONCURRENT_REQUESTS=16)
     urls = [f"http://h{n % 2}.test/page{n}" for n in range(9)]
     keys = CrawlKeys("fleet", "lostmany")
 
@@ -179,15 +185,7 @@ def test_a_first_batch_of_many_lost_leases_is_logged(tmp_path: Path,
         pump.frontier = fr
         try:
             await fr.connect()
-            await fr.call(CallBatch(pushes=[(b"", 0, codec.encode(Request(u)), 0,
-                                             u.split("/")[2]) for u in urls]))
-            for _ in range(4 * PARTS):
-                if len(book.prefetch) == len(urls):
-                    break
-                await pump.call()
-            requests = [book.take() for _ in urls]
-            assert all(r is not None for r in requests)
-            leases = [book.inflight[id(r)][1] for r in requests]
+            requests, leases = await _push_and_lease(fr, pump, book, urls, 4 * PARTS)
             await other.call(CallBatch(acks=[lease.ack() for lease in leases]))
             for r in requests:
                 book.finished(r)
