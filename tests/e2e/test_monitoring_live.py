@@ -275,6 +275,17 @@ def _read_raw(fd: int, until: float, need: bytes = b"", times: int = 1) -> bytes
     return out
 
 
+def _sigterm_and_drain(proc: subprocess.Popen[bytes], fd: int) -> bytes:
+    """SIGTERM *proc*, then what it writes to the pty *fd* until it exits (15 s at most)
+    and one more second."""
+    proc.send_signal(signal.SIGTERM)
+    out = b""
+    deadline = time.monotonic() + 15
+    while proc.poll() is None and time.monotonic() < deadline:
+        out += _read_raw(fd, time.monotonic() + 0.5)
+    return out + _read_raw(fd, time.monotonic() + 1)
+
+
 def test_top_in_a_pseudo_terminal_exits_0_on_sigterm_with_the_terminal_restored(
         redis_url, worker_env):
     # issue 19: SIGTERM left exit status 143 and the alternate screen on
@@ -292,12 +303,7 @@ def test_top_in_a_pseudo_terminal_exits_0_on_sigterm_with_the_terminal_restored(
         while chunk := _read_raw(master, time.monotonic() + 0.3):
             raw += chunk
         assert b"\x1b[?1049h" in raw, raw[-2000:]  # on the alternate screen
-        proc.send_signal(signal.SIGTERM)
-        out = b""
-        deadline = time.monotonic() + 15
-        while proc.poll() is None and time.monotonic() < deadline:
-            out += _read_raw(master, time.monotonic() + 0.5)
-        out += _read_raw(master, time.monotonic() + 1)
+        out = _sigterm_and_drain(proc, master)
         assert proc.poll() == 0, out[-2000:]
         assert b"\x1b[?1049l" in out, out[-2000:]  # the alternate screen left
         assert b"Traceback" not in raw + out
@@ -324,12 +330,7 @@ def test_top_in_a_pseudo_terminal_restores_the_terminal_on_sigterm_mid_frame(red
         try:
             raw = _read_raw(master, time.monotonic() + 30, TITLE.encode(), times=5)
             assert raw.count(TITLE.encode()) >= 5, raw[-2000:]
-            proc.send_signal(signal.SIGTERM)
-            out = b""
-            deadline = time.monotonic() + 15
-            while proc.poll() is None and time.monotonic() < deadline:
-                out += _read_raw(master, time.monotonic() + 0.5)
-            out += _read_raw(master, time.monotonic() + 1)
+            out = _sigterm_and_drain(proc, master)
             assert proc.poll() == 0, out[-2000:]
             # the alternate screen left, last: nothing drawn after it
             assert b"\x1b[?1049l" in out, out[-2000:]
