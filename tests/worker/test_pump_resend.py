@@ -14,7 +14,9 @@ lease timeout for one).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -137,17 +139,32 @@ async def _fail_once(sched: Any, admin: FrontierAdmin, proxy: ReplyEater,
     return frontier, acked, frontier.last_op
 
 
+@contextlib.asynccontextmanager
+async def _failed_call(sched: Any, admin: FrontierAdmin, redis_url: str, mode: str
+                       ) -> AsyncIterator[tuple[ReplyEater, AsyncFrontier, list[str], str]]:
+    """:func:`_fail_once` through a :class:`ReplyEater` in front of *redis_url* in *mode*:
+    (the proxy, the frontier, the acknowledged entry ids, the failed call's op id); the
+    proxy and the frontier are closed after."""
+    proxy = ReplyEater(int(redis_url.rsplit(":", 1)[1].split("/")[0]))
+    await proxy.start()
+    frontier = None
+    try:
+        frontier, acked, op = await _fail_once(sched, admin, proxy, mode)
+        yield proxy, frontier, acked, op
+    finally:
+        await proxy.close()
+        if frontier is not None:
+            await frontier.close()
+
+
 def test_a_call_that_ran_without_a_reply_is_sent_again_and_its_leases_reach_the_worker(
         redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
     sched, admin = _setup(redis_url)
     pump, book = sched.pump, sched.book
 
     async def main() -> None:
-        proxy = ReplyEater(int(redis_url.rsplit(":", 1)[1].split("/")[0]))
-        await proxy.start()
-        frontier = None
-        try:
-            frontier, acked, op = await _fail_once(sched, admin, proxy, "eat")
+        async with _failed_call(sched, admin, redis_url, "eat") as (
+                proxy, frontier, acked, op):
             # the call ran: its pages acknowledged, two more leased to a worker that never
             # saw them, its counter deltas applied
             assert proxy.eaten == 1
@@ -161,10 +178,6 @@ def test_a_call_that_ran_without_a_reply_is_sent_again_and_its_leases_reach_the_
             book.finished(book.take())
             assert await pump.call() is not None  # and the next call is a new one
             assert frontier.last_op != op
-        finally:
-            await proxy.close()
-            if frontier is not None:
-                await frontier.close()
 
     with caplog.at_level(logging.WARNING, logger="scrapy_fleet"):
         asyncio.run(main())
@@ -183,21 +196,14 @@ def test_a_call_that_did_not_run_runs_when_sent_again(redis_url: str) -> None:
     pump, book = sched.pump, sched.book
 
     async def main() -> None:
-        proxy = ReplyEater(int(redis_url.rsplit(":", 1)[1].split("/")[0]))
-        await proxy.start()
-        frontier = None
-        try:
-            frontier, acked, op = await _fail_once(sched, admin, proxy, "down")
+        async with _failed_call(sched, admin, redis_url, "down") as (
+                _proxy, frontier, acked, op):
             # it did not run: its pages still leased, nothing more leased
             assert _stat(admin, "acked") == 0 and _redis_leases(admin) == set(acked)
             result = await pump.call()
             assert result is not None and frontier.last_op == op
             assert (result.acked, result.lost, len(result.leased)) == (2, [], 2)
             assert {lease.entry_id for _, lease in book.prefetch} == _redis_leases(admin)
-        finally:
-            await proxy.close()
-            if frontier is not None:
-                await frontier.close()
 
     asyncio.run(main())
     assert _stat(admin, "acked") == 2 and _stat(admin, "pages") == PAGES
@@ -210,19 +216,12 @@ def test_the_final_call_sends_the_failed_call_first_then_releases_its_leases(
     pump, book = sched.pump, sched.book
 
     async def main() -> None:
-        proxy = ReplyEater(int(redis_url.rsplit(":", 1)[1].split("/")[0]))
-        await proxy.start()
-        frontier = None
-        try:
-            frontier, _, op = await _fail_once(sched, admin, proxy, "eat")
+        async with _failed_call(sched, admin, redis_url, "eat") as (
+                _proxy, frontier, _, op):
             assert len(_redis_leases(admin)) == 2
             book.closing = True
             await pump.call(final=True)
             assert frontier.last_op != op  # (the final call came after it)
-        finally:
-            await proxy.close()
-            if frontier is not None:
-                await frontier.close()
 
     asyncio.run(main())
     # nothing left leased: the failed call's two leases reached the worker and went back
@@ -241,18 +240,11 @@ def test_a_call_sent_again_after_its_reply_cache_expired_runs_again(
     pump = sched.pump
 
     async def main() -> None:
-        proxy = ReplyEater(int(redis_url.rsplit(":", 1)[1].split("/")[0]))
-        await proxy.start()
-        frontier = None
-        try:
-            frontier, acked, op = await _fail_once(sched, admin, proxy, "eat")
+        async with _failed_call(sched, admin, redis_url, "eat") as (
+                _proxy, _frontier, acked, op):
             assert admin.client.delete(admin.keys.op(op)) == 1  # (as if expired)
             result = await pump.call()
             assert result is not None and sorted(result.lost) == sorted(acked)
-        finally:
-            await proxy.close()
-            if frontier is not None:
-                await frontier.close()
 
     with caplog.at_level(logging.WARNING, logger="scrapy_fleet"):
         asyncio.run(main())
