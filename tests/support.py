@@ -412,3 +412,17 @@ def crawl_snapshot(redis_url: str, crawl: str, **kwargs: Any) -> dict[str, Any]:
         return read_snapshot(client, CrawlKeys("fleet", crawl), **kwargs)
     finally:
         client.close()
+
+
+def hosts_in_partition(p: int, parts: int, n: int = 1) -> list[str]:
+    """The first *n* host names ``h<i>.test`` that :func:`scrapy_fleet.keys.partition_of`
+    puts in partition *p* of *parts*."""
+    from scrapy_fleet.keys import partition_of
+
+    return [h for h in (f"h{i}.test" for i in range(1000)) if partition_of(h, parts) == p][:n]
+
+
+def push_row(host: str, tag: bytes = b"", group: int = 0) -> tuple[bytes, int, bytes, int, str]:
+    """A push of the pump's format for *host*: a random Bloom key, priority 0, payload *tag*
+    (default: the host's name), acknowledgement group *group*."""
+    return (os.urandom(12), 0, tag or host.encode(), group, host)

@@ -8,27 +8,19 @@ every heartbeat.  Counts, not times: a real redis-server's INFO commandstats."""
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import zlib
 
 import redis
+from support import hosts_in_partition, push_row
 
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.partitions import PartitionedFrontier
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 from scrapy_fleet.frontier.routing import HOLD_ACKS, split_ref
-from scrapy_fleet.keys import CrawlKeys, partition_of
+from scrapy_fleet.keys import CrawlKeys
 
 KEYS = CrawlKeys("fleet", "pc")
-
-
-def host_in(p: int, parts: int, n: int = 1) -> list[str]:
-    return [h for h in (f"h{i}.test" for i in range(1000)) if partition_of(h, parts) == p][:n]
-
-
-def row(host, tag=b"", group=0):
-    return (os.urandom(12), 0, tag or host.encode(), group, host)
 
 
 def run(coro):
@@ -134,7 +126,7 @@ def test_an_acknowledgement_for_a_partition_not_called_waits_within_its_bounds(r
     lease_timeout / 4) it goes, with the next call, alone; HOLD_ACKS of them go at once; a
     heartbeat's call and the close (flush_now) take everything."""
     parts = 4
-    h0, h2 = host_in(0, parts)[0], host_in(2, parts)[0]
+    h0, h2 = hosts_in_partition(0, parts)[0], hosts_in_partition(2, parts)[0]
     c = redis.Redis.from_url(redis_url)
     p2 = KEYS.partition(2, parts)
     params = FrontierParams(lease_timeout=4.0)
@@ -144,8 +136,8 @@ def test_an_acknowledgement_for_a_partition_not_called_waits_within_its_bounds(r
         fr = PartitionedFrontier(redis_url, KEYS, "w", params, parts, flush_age=60)
         assert fr.hold_age == 1.0  # (a quarter of the lease timeout, not the 60 s)
         try:
-            await fr.call(CallBatch(pushes=[row(h2, b"two%d" % i) for i in range(n)]
-                                    + [row(h0, b"zero%d" % i) for i in range(40)]))
+            await fr.call(CallBatch(pushes=[push_row(h2, b"two%d" % i) for i in range(n)]
+                                    + [push_row(h0, b"zero%d" % i) for i in range(40)]))
             fr.home = 2
             pages = (await fr.call(CallBatch(take=n))).leased
             assert len(pages) == n and {split_ref(e.entry_id)[0] for e in pages} == {2}
@@ -155,7 +147,7 @@ def test_an_acknowledgement_for_a_partition_not_called_waits_within_its_bounds(r
             a = pages[0]
             r = await fr.call(CallBatch(acks=[(a.entry_id, a.token)],
                                         downloaded=[(a.entry_id, a.token)],
-                                        pushes=[row(h2, b"own", 1)], take=1))
+                                        pushes=[push_row(h2, b"own", 1)], take=1))
             assert len(r.leased) == 1 and r.acked == 0 and fr.held == 2
             assert calls2() == before and c.zcard(p2.leases) == n
             assert 0 < fr.flush_in() <= 1.0
@@ -198,13 +190,13 @@ def test_an_acknowledgement_for_a_partition_not_called_waits_within_its_bounds(r
 def test_nothing_waits_with_flush_zero(redis_url):
     """FLEET_PARTITION_FLUSH = 0: every part goes with the call that carries it."""
     parts = 4
-    h2 = host_in(2, parts)[0]
-    h0 = host_in(0, parts)[0]
+    h2 = hosts_in_partition(2, parts)[0]
+    h0 = hosts_in_partition(0, parts)[0]
 
     async def main():
         fr = PartitionedFrontier(redis_url, KEYS, "w", FrontierParams(), parts, flush_age=0)
         try:
-            await fr.call(CallBatch(pushes=[row(h2), row(h0)]))
+            await fr.call(CallBatch(pushes=[push_row(h2), push_row(h0)]))
             fr.home = 2
             (e,) = (await fr.call(CallBatch(take=1))).leased
             fr.home = 0

@@ -4,26 +4,18 @@ partition, push before ack, a refused foreign push deferring its page."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 
 import pytest
 import redis
+from support import hosts_in_partition, push_row
 
 from scrapy_fleet.frontier.partitions import PartitionedFrontier
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 from scrapy_fleet.frontier.routing import partition_params, split_ref
-from scrapy_fleet.keys import CrawlKeys, partition_of
+from scrapy_fleet.keys import CrawlKeys
 
 KEYS = CrawlKeys("fleet", "pf")
-
-
-def host_in(p: int, parts: int, n: int = 1) -> list[str]:
-    return [h for h in (f"h{i}.test" for i in range(1000)) if partition_of(h, parts) == p][:n]
-
-
-def row(host, tag=b"", group=0):
-    return (os.urandom(12), 0, tag or host.encode(), group, host)
 
 
 def run(coro):
@@ -39,13 +31,13 @@ def test_the_crawl_bound_is_split_over_partitions():
 
 def test_leases_acks_and_links_go_to_their_partitions(redis_url):
     parts = 4
-    a, b = host_in(0, parts)[0], host_in(3, parts)[0]
+    a, b = hosts_in_partition(0, parts)[0], hosts_in_partition(3, parts)[0]
 
     async def main():
         fr = PartitionedFrontier(redis_url, KEYS, "w", FrontierParams(), parts)
         try:
             await fr.connect()
-            r = await fr.call(CallBatch(pushes=[row(a), row(b)]))
+            r = await fr.call(CallBatch(pushes=[push_row(a), push_row(b)]))
             assert r.push_flags == [1, 1] and r.refused == []
             fr.home = 3
             got = (await fr.call(CallBatch(take=5))).leased
@@ -53,7 +45,7 @@ def test_leases_acks_and_links_go_to_their_partitions(redis_url):
             e = got[0]
             # its links: one for its own partition (with the ack), one for partition 0 (before)
             batch = CallBatch(acks=[(e.entry_id, e.token)],
-                              pushes=[row(b, b"own", 1), row(a, b"far", 1)])
+                              pushes=[push_row(b, b"own", 1), push_row(a, b"far", 1)])
             r = await fr.call(batch)
             assert r.acked == 1 and r.push_flags == [1, 1] and fr.foreign_calls == 1
             # a stale token: the lost lease is named with its partition
@@ -75,8 +67,8 @@ def test_a_refused_foreign_link_defers_its_page_and_nothing_is_lost(redis_url):
     partition 1 found for it is refused there, so the page is not acknowledged but deferred;
     once partition 0 has room the page is fetched again and its link gets in."""
     parts = 2
-    a0, a1 = host_in(0, parts, 2)
-    b = host_in(1, parts)[0]
+    a0, a1 = hosts_in_partition(0, parts, 2)
+    b = hosts_in_partition(1, parts)[0]
     params = FrontierParams(queue_max=2, defer_delay=0.3)
     c = redis.Redis.from_url(redis_url)
     p0, p1 = KEYS.partition(0, parts), KEYS.partition(1, parts)
@@ -85,11 +77,11 @@ def test_a_refused_foreign_link_defers_its_page_and_nothing_is_lost(redis_url):
         fr = PartitionedFrontier(redis_url, KEYS, "w", params, parts)
         try:
             await fr.connect()
-            r = await fr.call(CallBatch(pushes=[row(a0, b"filler"), row(b, b"page")]))
+            r = await fr.call(CallBatch(pushes=[push_row(a0, b"filler"), push_row(b, b"page")]))
             assert r.push_flags == [1, 1]
             fr.home = 1
             page = (await fr.call(CallBatch(take=1))).leased[0]
-            link = row(a1, b"link", 1)
+            link = push_row(a1, b"link", 1)
             r = await fr.call(CallBatch(acks=[(page.entry_id, page.token)], pushes=[link]))
             assert r.acked == 0 and r.deferred == 1 and r.push_flags == [0]
             assert fr.deferred_parents == 1
@@ -120,14 +112,14 @@ def test_a_refused_foreign_link_defers_its_page_and_nothing_is_lost(redis_url):
 
 def test_fleet_idle_needs_every_partition_idle(redis_url):
     parts = 3
-    b = host_in(2, parts)[0]
+    b = hosts_in_partition(2, parts)[0]
 
     async def main():
         fr = PartitionedFrontier(redis_url, KEYS, "w", FrontierParams(), parts,
                                  idle_timeout=0.2)
         try:
             await fr.connect()
-            await fr.call(CallBatch(pushes=[row(b)]))
+            await fr.call(CallBatch(pushes=[push_row(b)]))
             fr.home = 0
             r = await fr.call(CallBatch(beat=True))
             assert 0 <= r.idle_ms < 200  # partition 0's own clock starts
@@ -166,8 +158,8 @@ def test_an_unreachable_partition_holds_its_part_and_the_others_go_on(redis_serv
     from scrapy_fleet import acl
 
     parts = 2
-    a0, a1 = host_in(0, parts, 2)
-    b = host_in(1, parts)[0]
+    a0, a1 = hosts_in_partition(0, parts, 2)
+    b = hosts_in_partition(1, parts)[0]
     tag0 = KEYS.partition(0, parts).base
     admin = redis_server.client()
     rule = acl.acl_rule("worker", crawl_id="pf")
@@ -181,12 +173,13 @@ def test_an_unreachable_partition_holds_its_part_and_the_others_go_on(redis_serv
         fr = PartitionedFrontier(url, KEYS, "w", FrontierParams(), parts)
         try:
             fr.home = 0
-            r = await fr.call(CallBatch(pushes=[row(a0, b"page"), row(b, b"orphan")], take=1))
+            r = await fr.call(CallBatch(pushes=[push_row(a0, b"page"), push_row(b, b"orphan")],
+                                        take=1))
             assert r.push_flags == [1, 0] and r.refused == [] and fr.held == 1
             (page,) = r.leased
             # (a call none of whose parts gets through raises, for the pump to retry it)
             batch = CallBatch(acks=[(page.entry_id, page.token)],
-                              pushes=[row(a1, b"local", 1), row(b, b"far", 1)])
+                              pushes=[push_row(a1, b"local", 1), push_row(b, b"far", 1)])
             with pytest.raises(redis.ResponseError):
                 await fr.call(batch)
             assert fr.held == 1
@@ -195,7 +188,7 @@ def test_an_unreachable_partition_holds_its_part_and_the_others_go_on(redis_serv
             assert r.acked == 0 and fr.held == 4  # the orphan, the page and its two links
             # partition 0 goes on meanwhile
             fr.home = 0
-            r = await fr.call(CallBatch(pushes=[row(a1, b"more")], take=1))
+            r = await fr.call(CallBatch(pushes=[push_row(a1, b"more")], take=1))
             assert r.push_flags == [1] and r.leased
             more = r.leased[0]
             r = await fr.call(CallBatch(acks=[(more.entry_id, more.token)]))
@@ -222,15 +215,15 @@ def test_each_partition_leaves_out_the_duplicates_it_knows(redis_url):
     """FLEET_DUPEFILTER_CACHE split over the partitions: a link of a page that its partition
     already holds is left out of the next call (counted as cached), not sent again."""
     parts = 2
-    a, a2 = host_in(0, parts, 2)
+    a, a2 = hosts_in_partition(0, parts, 2)
 
     async def main():
         fr = PartitionedFrontier(redis_url, KEYS, "w", FrontierParams(), parts,
                                  dupe_cache=1000)
         try:
             fr.home = 0
-            link = row(a2, b"link", 1)
-            await fr.call(CallBatch(pushes=[row(a, b"p1"), row(a, b"p2")]))
+            link = push_row(a2, b"link", 1)
+            await fr.call(CallBatch(pushes=[push_row(a, b"p1"), push_row(a, b"p2")]))
             p1, p2 = (await fr.call(CallBatch(take=2))).leased
             r = await fr.call(CallBatch(acks=[(p1.entry_id, p1.token)], pushes=[link]))
             assert r.push_flags == [1] and r.cached == 0
@@ -254,9 +247,9 @@ def test_foreign_links_wait_in_a_buffer_per_partition_with_their_pages(redis_url
     from scrapy_fleet.frontier.partitions import FLUSH_LINKS
 
     parts = 4
-    home = host_in(3, parts)[0]
-    far0 = host_in(0, parts, 3)
-    far1 = host_in(1, parts)[0]
+    home = hosts_in_partition(3, parts)[0]
+    far0 = hosts_in_partition(0, parts, 3)
+    far1 = hosts_in_partition(1, parts)[0]
     c = redis.Redis.from_url(redis_url)
     p0, p1, p3 = (KEYS.partition(p, parts) for p in (0, 1, 3))
 
@@ -265,23 +258,24 @@ def test_foreign_links_wait_in_a_buffer_per_partition_with_their_pages(redis_url
                                  flush_age=0.4)
         try:
             await fr.connect()
-            await fr.call(CallBatch(pushes=[row(home, f"page{i}".encode()) for i in range(4)]))
+            await fr.call(CallBatch(pushes=[push_row(home, f"page{i}".encode()) for i in range(4)]))
             fr.home = 3
             pages = (await fr.call(CallBatch(take=4))).leased
             assert len(pages) == 4 and fr.flush_in() is None
             a, b, d, e = pages
             # page a: one link for partition 0, one for its own: both wait with the page
             r = await fr.call(CallBatch(acks=[(a.entry_id, a.token)],
-                                        pushes=[row(far0[0], b"a0", 1), row(home, b"a3", 1)]))
+                                        pushes=[push_row(far0[0], b"a0", 1),
+                                                push_row(home, b"a3", 1)]))
             assert r.acked == 0 and fr.foreign_calls == 0 and fr.held == 3
             assert 0 < fr.flush_in() <= 0.4
             assert leased_count(c, p3) == 4 and not c.exists(p0.queue_count)
             # page b: FLUSH_LINKS - 1 links for partition 0 (due: 100 buffered) and one for
             # partition 1 (not due): partition 0's buffer goes, page a is acknowledged, page b
             # waits for partition 1
-            links = [row(far0[i % 3], f"b{i}".encode(), 1) for i in range(FLUSH_LINKS - 1)]
+            links = [push_row(far0[i % 3], f"b{i}".encode(), 1) for i in range(FLUSH_LINKS - 1)]
             r = await fr.call(CallBatch(acks=[(b.entry_id, b.token)],
-                                        pushes=[*links, row(far1, b"b1", 1)]))
+                                        pushes=[*links, push_row(far1, b"b1", 1)]))
             assert fr.foreign_calls == 1 and r.acked == 1 and r.pushed == FLUSH_LINKS + 1
             assert int(c.get(p0.queue_count)) == FLUSH_LINKS and not c.exists(p1.queue_count)
             assert fr.held == 2  # page b and its link for partition 1 (not its 99 others)
@@ -293,7 +287,8 @@ def test_foreign_links_wait_in_a_buffer_per_partition_with_their_pages(redis_url
             assert fr.foreign_calls == 2 and fr.held == 0 and fr.flush_in() is None
             # at close: flush_now makes every buffer due at once
             r = await fr.call(CallBatch(acks=[(d.entry_id, d.token), (e.entry_id, e.token)],
-                                        pushes=[row(far1, b"d1", 1), row(far0[1], b"e0", 2)]))
+                                        pushes=[push_row(far1, b"d1", 1),
+                                                push_row(far0[1], b"e0", 2)]))
             assert r.acked == 0 and fr.held == 4
             fr.flush_now()
             assert fr.flush_in() == 0
@@ -315,8 +310,8 @@ def test_a_page_waiting_for_an_unreachable_partition_keeps_its_lease(redis_serve
     from scrapy_fleet import acl
 
     parts = 2
-    a = host_in(0, parts)[0]
-    b = host_in(1, parts)[0]
+    a = hosts_in_partition(0, parts)[0]
+    b = hosts_in_partition(1, parts)[0]
     tag0 = KEYS.partition(0, parts).base
     admin = redis_server.client()
     rule = acl.acl_rule("worker", crawl_id="pf")
@@ -332,10 +327,10 @@ def test_a_page_waiting_for_an_unreachable_partition_keeps_its_lease(redis_serve
         other = PartitionedFrontier(redis_url, KEYS, "w2", params, parts)
         try:
             fr.home = 0
-            r = await fr.call(CallBatch(pushes=[row(a, b"page")], take=1))
+            r = await fr.call(CallBatch(pushes=[push_row(a, b"page")], take=1))
             (page,) = r.leased
             r = await fr.call(CallBatch(acks=[(page.entry_id, page.token)],
-                                        pushes=[row(b, b"far", 1)], beat=True))
+                                        pushes=[push_row(b, b"far", 1)], beat=True))
             assert r.acked == 0 and fr.held == 2
             # three lease timeouts, with a heartbeat every third of one (as the pump)
             for _ in range(9):
@@ -388,13 +383,13 @@ def test_work_in_one_non_home_partition_is_leased_without_a_sweep(redis_url):
     leased.  (A worker that moved its home on at each empty request made 7 empty calls in a
     row before each run of leases.)"""
     parts = 8
-    host = host_in(5, parts)[0]
+    host = hosts_in_partition(5, parts)[0]
     n = 40
 
     async def main():
         fr = PartitionedFrontier(redis_url, KEYS, "w", FrontierParams(), parts)
         try:
-            await fr.call(CallBatch(pushes=[row(host, b"p%d" % i) for i in range(n)]))
+            await fr.call(CallBatch(pushes=[push_row(host, b"p%d" % i) for i in range(n)]))
             fr.home = 6
             calls = await lease_loop(fr, 4)
             counts = fr.partition_counts()
@@ -424,14 +419,14 @@ def test_a_capped_partition_is_asked_with_each_download_notice(redis_url):
     the same call, and gets one, until its queue is empty; a call that frees nothing does
     not ask it again (its hosts are at their cap: no request to it is made for nothing)."""
     parts = 8
-    host = host_in(5, parts)[0]
+    host = hosts_in_partition(5, parts)[0]
     n = 12
     params = FrontierParams(host_concurrency=2)
 
     async def main():
         fr = PartitionedFrontier(redis_url, KEYS, "w", params, parts)
         try:
-            await fr.call(CallBatch(pushes=[row(host, b"c%d" % i) for i in range(n)]))
+            await fr.call(CallBatch(pushes=[push_row(host, b"c%d" % i) for i in range(n)]))
             fr.home = 6
             assert (await fr.call(CallBatch(take=4))).leased == []  # the home: nothing
             held = (await fr.call(CallBatch(take=4))).leased
@@ -463,14 +458,14 @@ def test_a_worker_takes_from_every_partition_with_work_home_first(redis_url):
     parts = 8
     home = 6
     others = [1, 3, 5]
-    hosts = {p: host_in(p, parts, 3) for p in [home, *others]}
+    hosts = {p: hosts_in_partition(p, parts, 3) for p in [home, *others]}
     per = {home: 6, 1: 5, 3: 5, 5: 5}
 
     async def main():
         fr = PartitionedFrontier(redis_url, KEYS, "w", FrontierParams(), parts)
         try:
             await fr.call(CallBatch(pushes=[
-                row(hosts[p][i % 3], b"%d-%d" % (p, i)) for p, k in per.items()
+                push_row(hosts[p][i % 3], b"%d-%d" % (p, i)) for p, k in per.items()
                 for i in range(k)]))
             fr.home = home
             calls = await lease_loop(fr, 3, ack_each=False)
@@ -496,13 +491,13 @@ def test_leasing_elsewhere_does_not_call_the_home_for_the_monitoring_alone(redis
     from support import monitor_payload
 
     parts = 8
-    host = host_in(5, parts)[0]
+    host = hosts_in_partition(5, parts)[0]
     mon = monitor_payload(cs=1, counters={"pages": 1})
 
     async def main():
         fr = PartitionedFrontier(redis_url, KEYS, "w", FrontierParams(), parts)
         try:
-            await fr.call(CallBatch(pushes=[row(host, b"m%d" % i) for i in range(10)]))
+            await fr.call(CallBatch(pushes=[push_row(host, b"m%d" % i) for i in range(10)]))
             fr.home = 6
             home_calls = lambda: fr.partition_counts()["calls_by_partition"][6]  # noqa: E731
             r = await fr.call(CallBatch(take=2), mon)  # the home: nothing there
