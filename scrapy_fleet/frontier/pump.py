@@ -12,7 +12,8 @@ reply back into it.  Its interface, :class:`FrontierPump`:
 * ``close(reason)``: stop the loop, make the final call(s), leave the worker list;
 * ``call(final)``: one frontier call now; ``receive(result)``: file a call's reply;
 * ``wait_time()``, ``poked``: when the loop calls next;
-* ``book``, ``monitor`` (the heartbeat: monitoring/heartbeat.py), ``stage``.
+* ``book``, ``monitor`` (the heartbeat: monitoring/heartbeat.py), ``lost`` (the leases
+  reported lost, counted and warned of: frontier/lostleases.py), ``stage``.
 
 Nothing else reaches its private attributes (tests/test_layers.py).  Of its frontier client
 it uses ``call``, ``dupes`` (the book's DupeCache), ``unreplicated``/``wait_replicas``,
@@ -45,6 +46,7 @@ from scrapy_fleet.errors import CrawlStateLostError, RedisUnavailableError
 from scrapy_fleet.frontier.book import LeaseBook
 from scrapy_fleet.frontier.dupecache import StaleDupeCache
 from scrapy_fleet.frontier.leases import Lease, Out
+from scrapy_fleet.frontier.lostleases import LostLeases
 from scrapy_fleet.frontier.protocol import CallBatch, CallResult
 from scrapy_fleet.frontier.sent import SentCall, entry_ids
 from scrapy_fleet.frontier.wake import wait_set
@@ -88,10 +90,10 @@ class FrontierPump:
         self._task: asyncio.Task[None] | None = None
         self._unreplicated = 0  # calls seen not acknowledged by the replicas (WAIT)
         self._last_extend = 0.0
-        self._logged_dupe, self._lost_total = False, 0  # (leases reported lost so far)
-        #: entry ids sent in a call that failed without a reply (Redis unreachable): one
-        #: reported lost later was lost to the outage, not to a stall (_account)
-        self._unsure: set[str] = set()
+        self._logged_dupe = False
+        #: the leases reported lost: counted and warned of (those of a call that failed
+        #: without a reply: lost to the outage, not to a stall)
+        self.lost = LostLeases(self.book.inc, config.lease_timeout, lambda: self.book.spider)
         #: that call, sent again as it was (same op id) before any new batch: one that ran
         #: gets its cached reply (its leases, its acknowledgements confirmed)
         self._unanswered: SentCall | None = None
@@ -395,7 +397,7 @@ class FrontierPump:
             return None
         except Exception as exc:
             if isinstance(exc, RedisUnavailableError):
-                self._unsure.update(entry_ids(batch))
+                self.lost.unanswered(entry_ids(batch))
             # no reply: it may have run; sent again as it was (a client naming its op id)
             sent.op_id = getattr(self.frontier, "last_op", None)
             if sent.op_id is not None:  # (at once after the back-off: its leases wait)
@@ -439,8 +441,7 @@ class FrontierPump:
                     book.start_pending.pop(id(o), None)
         children = [c for lease in done for c in lease.children]
         self._account(result, batch, children + outbox)
-        if self._unsure:
-            self._unsure.difference_update(entry_ids(batch))
+        self.lost.answered(entry_ids(batch))
         if not sent.final:
             self.receive(result)
         if final and not sent.final:  # (that was a call sent again: now the final one)
@@ -483,29 +484,7 @@ class FrontierPump:
                            extra={"spider": book.spider})
         lost = set(result.lost)
         if lost:
-            book.inc("fleet/frontier/lease_lost", len(lost))
-            self._lost_total += len(lost)
-            to_outage = lost & self._unsure
-            if to_outage:
-                book.inc("fleet/frontier/lease_lost/outage", len(to_outage))
-                logger.warning(
-                    "%d lease(s) reported lost after a Redis outage (%d so far): the call "
-                    "that carried them failed without a reply, so either it ran before the "
-                    "connection broke (those requests were acknowledged then and are not "
-                    "fetched again) or the outage outlasted FLEET_LEASE_TIMEOUT=%s s (they "
-                    "are fetched again); not a stall of this worker", len(to_outage),
-                    self._lost_total, self.config.lease_timeout,
-                    extra={"spider": book.spider})
-                self._unsure -= to_outage
-            others = len(lost) - len(to_outage)
-            if others and (self._lost_total - len(lost) < 5  # (the first ones, then each 100th)
-                           or (self._lost_total - len(lost)) // 100 != self._lost_total // 100):
-                logger.warning(
-                    "%d lease(s) lost (%d so far): their requests were leased again elsewhere (this"
-                    " worker stalled, or Redis was out, longer than FLEET_LEASE_TIMEOUT=%s s?), or "
-                    "the crawl was purged / Redis lost its data; those pages may be fetched again "
-                    "and their links are left to the new holder", others, self._lost_total,
-                    self.config.lease_timeout, extra={"spider": book.spider})
+            self.lost.report(lost)
             book.prefetch = deque((r, lease) for r, lease in book.prefetch
                                   if lease.entry_id not in lost)
             for lease in [lease for _, lease in book.inflight.values()] + book.starting:
