@@ -7,6 +7,7 @@ process stays untouched), and workers are real ``scrapy crawl`` processes.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -426,3 +427,66 @@ def push_row(host: str, tag: bytes = b"", group: int = 0) -> tuple[bytes, int, b
     """A push of the pump's format for *host*: a random Bloom key, priority 0, payload *tag*
     (default: the host's name), acknowledgement group *group*."""
     return (os.urandom(12), 0, tag or host.encode(), group, host)
+
+
+class ReplyEater:
+    """A TCP proxy to Redis at *port*.  ``mode``: "pass" forwards both ways; "eat" forwards
+    what the client sends and drops Redis's next reply with the connection (``eaten`` counts
+    them), then turns "down"; "down" closes every connection at once, forwarding nothing.
+    With *only* (bytes, say a partition's hash tag) "eat" and "down" apply to the requests
+    that contain it alone: the connection is closed when one comes (forwarded first in
+    "eat"), the others pass."""
+
+    def __init__(self, port: int, only: bytes | None = None) -> None:
+        self.port = port
+        self.only = only
+        self.mode = "pass"
+        self.eaten = 0
+        self.server: asyncio.Server | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"redis://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+    def _down(self) -> bool:
+        return self.mode == "down" and self.only is None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._down():
+            writer.close()
+            return
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.port)
+        eat_next = asyncio.Event()  # (*only*: the reply to the request forwarded last)
+
+        async def to_redis() -> None:
+            while (data := await reader.read(65536)) and not self._down():
+                if self.only is not None and self.only in data and self.mode != "pass":
+                    if self.mode == "down":
+                        return
+                    eat_next.set()
+                up_writer.write(data)
+                await up_writer.drain()
+
+        async def to_client() -> None:
+            while (data := await up_reader.read(65536)) and not self._down():
+                if eat_next.is_set() if self.only is not None else self.mode == "eat":
+                    self.mode = "down"
+                    self.eaten += 1
+                    return
+                writer.write(data)
+                await writer.drain()
+
+        tasks = [asyncio.ensure_future(to_redis()), asyncio.ensure_future(to_client())]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            task.cancel()
+        writer.close()
+        up_writer.close()

@@ -42,6 +42,15 @@ again: nothing is lost and no partition grows past its bound.
 Leases: the home partition first, then the partitions with work, concurrently
 (:class:`~scrapy_fleet.frontier.picker.PartitionPicker`).
 
+A failure without a reply (Redis unreachable through the retries) may hide a call that ran.
+A partition's part that failed so is kept as sent (frontier/sent.py ``SentPart``) and sent
+again as it was, same op id, before that partition's next part (the other partitions go on
+meanwhile); so is a lean push (``SentLean``), before that destination's new links: one that
+ran replies its cached reply (its leases reach the worker, its acknowledgements count once),
+one that did not runs now.  When no part of a call went through, the call raises after
+keeping its work here, and the pump sends its batch again with :attr:`PartitionedFrontier.
+last_op`, which takes nothing new from it (as it does at P = 1, frontier/pump.py).
+
 Idle close: when the partitions a call reached all report idle for FLEET_IDLE_TIMEOUT, every
 partition is probed (lua/partition_probe.lua); the fleet is idle only when each of them is
 idle that long on its own clock (push before ack: no work can hide between partitions).
@@ -62,29 +71,25 @@ from typing import Any
 import redis
 
 from scrapy_fleet import lua, redis_client
-from scrapy_fleet.errors import CrawlStateLostError
+from scrapy_fleet.errors import CrawlStateLostError, RedisUnavailableError
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.dupecache import DupeCache
 from scrapy_fleet.frontier.lean import LeanResult, lean_args
 from scrapy_fleet.frontier.picker import PartitionPicker
-from scrapy_fleet.frontier.protocol import (
-    CallBatch,
-    CallResult,
-    FrontierParams,
-    LeasedEntry,
-    state_lost,
-)
+from scrapy_fleet.frontier.protocol import CallBatch, CallResult, FrontierParams, state_lost
 from scrapy_fleet.frontier.routing import (
     Route,
     concat,
-    entry_ref,
     extend_waiting,
+    foreign_dests,
     hold_due,
+    join_results,
+    merge_results,
     partition_params,
-    s_pair,
-    split_ref,
+    route,
     subset,
 )
+from scrapy_fleet.frontier.sent import SentLean, SentPart, match_rows, send_part
 from scrapy_fleet.keys import PROBE_CALL, PUSH_LEAN_CALL, STAGE_HOST, CrawlKeys, partition_of
 from scrapy_fleet.monitoring.heartbeat import heartbeat_only
 
@@ -163,6 +168,16 @@ class PartitionedFrontier:
         #: per partition whose part is held: since when
         self._hold_since: dict[int, float] = {}
         self._retry: set[int] = set()  #: partitions whose last call failed: due at once
+        #: per partition, its part of a call that failed without a reply, as sent; and per
+        #: destination, the lean pushes whose reply was lost: each sent again as it was
+        #: (same op id) before anything new for it (frontier/sent.py)
+        self._sent: dict[int, SentPart] = {}
+        self._lean_sent: dict[int, list[SentLean]] = {}
+        #: when those are due (a back-off), and the calls that failed in a row
+        self._resend_after: float | None = None
+        self._resend_fails = 0
+        #: (last_op, the pump's batch) of a call that raised with its work held here
+        self._absorbed: tuple[str, CallBatch] | None = None
         self.held_parts = 0  #: partition parts held for a later call, so far
         #: the partition of the stored responses (FLEET_ROLE, docs/stages.md) and the last
         #: response queue figures it gave (None: none seen, no stored response in this crawl
@@ -205,19 +220,21 @@ class PartitionedFrontier:
     def flush_in(self) -> float | None:
         """Seconds until a buffer of foreign links is due (0: now); None when nothing is
         buffered.  The pump calls then even with nothing of its own to send."""
-        if not self._since and not self._hold_since:
+        if not self._since and not self._hold_since and self._resend_after is None:
             return None
         if self._force:
             return 0.0
         now = time.monotonic()
         due = [t + self.hold_age - now for t in self._hold_since.values()]
+        if self._resend_after is not None:
+            due.append(self._resend_after - now)
         if self._since and self.flush_age > 0:
             due.append(min(self._since.values()) + self.flush_age - now)
         # (flush_age 0: nothing waits: only what a partition refused, sent with the next call)
         return max(0.0, min(due)) if due else None
 
     def _due(self, q: int, links: int, now: float) -> bool:
-        return (self._force or self.flush_age <= 0 or links >= FLUSH_LINKS
+        return (self._force or self.flush_age <= 0 or links >= FLUSH_LINKS or q in self._lean_sent
                 or now - self._since.get(q, now) >= self.flush_age)
 
     async def connect(self, patience: float = 30.0) -> None:
@@ -233,73 +250,46 @@ class PartitionedFrontier:
     # -- routing
 
     def _route(self, batch: CallBatch, skip: set[int] | None = None) -> Route:
-        """Split the pump's *batch* by partition; the acknowledgements of the groups in
-        *skip* (1-based) are left out with their links (pushes marked ``(-1, -1, False)``)."""
-        parts = self.parts
-        skip = skip or set()
-        r = Route()
-        for name in ("releases", "dead", "extends", "downloaded"):
-            for item in getattr(batch, name):
-                p, entry_id = split_ref(item[0])
-                getattr(r.per[p], name).append((entry_id, *item[1:]))
-        for g, ack in enumerate(batch.acks, 1):
-            p, entry_id = split_ref(ack[0])
-            if g in skip:
-                r.acks.append((p, -1))
-                continue
-            r.per[p].acks.append((entry_id, *ack[1:]))
-            r.acks.append((p, len(r.per[p].acks) - 1))
-        for push in batch.pushes:
-            host = push[4] if len(push) > 4 else ""
-            group = int(push[3]) if len(push) > 3 else 0
-            q = partition_of(host, parts)
-            if group == 0:
-                r.pushes.append((q, len(r.per[q].pushes), False))
-                r.per[q].pushes.append(push)
-                continue
-            if group in skip:
-                r.pushes.append((-1, -1, False))
-                continue
-            p, k = r.acks[group - 1]
-            if p == q:
-                r.pushes.append((p, len(r.per[p].pushes), False))
-                r.per[p].pushes.append((push[0], push[1], push[2], k + 1, *push[4:]))
-            else:
-                r.pushes.append((q, len(r.foreign[q]), True))
-                r.foreign[q].append((push[0], push[1], push[2], host,
-                                     push[5] if len(push) > 5 else 0,
-                                     push[6] if len(push) > 6 else 0))
-                r.foreign_group[q].append(group)
-        home = r.per[self.home]
-        home.beat = batch.beat
-        home.unstorable = list(batch.unstorable)
-        return r
+        return route(batch, self.parts, self.home, skip)
 
     async def _push_foreign(self, q: int, pushes: list[tuple[Any, ...]]) -> LeanResult:
         """Push *pushes* into partition *q*, :data:`FLUSH_LINKS` per lean call, one after
-        the other; the reply of them all (indexes into *pushes*)."""
-        out: LeanResult | None = None
-        for start in range(0, len(pushes), FLUSH_LINKS):
-            res = await self._push_chunk(q, pushes[start:start + FLUSH_LINKS])
-            if out is None:
-                out = res
-                continue
-            out.flags += res.flags
-            out.refused += [start + i for i in res.refused]
-            out.seen += [start + i for i in res.seen]
+        the other; the reply of them all (indexes into *pushes*).  The lean pushes kept for
+        *q* (their reply lost) whose rows are all in *pushes* go first, as they were (same op
+        id: one that ran replies its cached reply); if one fails, those sent (but one that
+        failed with a reply) are kept to go so again."""
+        kept, rest = match_rows(self._lean_sent.pop(q, []), pushes)
+        chunks = kept + [
+            (SentLean(uuid.uuid4().hex, lean_args([pushes[i] for i in idx], self.params,
+                                                  self.fronts[q].marker),
+                      [pushes[i] for i in idx]), idx)
+            for idx in (rest[k:k + FLUSH_LINKS] for k in range(0, len(rest), FLUSH_LINKS))]
+        out = LeanResult([0] * len(pushes), [], [], 0, 0, False, "")
+        for n, (sent, idx) in enumerate(chunks):
+            try:
+                res = await self._push_chunk(q, sent)
+            except CrawlStateLostError:
+                raise
+            except Exception as exc:
+                self._lean_sent[q] = [c for c, _ in chunks[:n + (
+                    not isinstance(exc, redis.ResponseError))]]
+                raise
+            for j, flag in enumerate(res.flags[:len(idx)]):
+                out.flags[idx[j]] = flag
+            out.refused += [idx[j] for j in res.refused if j < len(idx)]
+            out.seen += [idx[j] for j in res.seen if j < len(idx)]
             out.pushed += res.pushed
             out.duplicates += res.duplicates
             out.full = out.full or res.full
-        assert out is not None
+            out.marker, out.size, out.rq = res.marker, res.size, res.rq or out.rq
         return out
 
-    async def _push_chunk(self, q: int, pushes: list[tuple[Any, ...]]) -> LeanResult:
-        keys = self.part_keys[q].call_keys(PUSH_LEAN_CALL, uuid.uuid4().hex)
-        arg = lean_args(pushes, self.params, self.fronts[q].marker)
+    async def _push_chunk(self, q: int, sent: SentLean) -> LeanResult:
+        keys = self.part_keys[q].call_keys(PUSH_LEAN_CALL, sent.op_id)
 
         async def attempt() -> bytes:
             self.roundtrips += 1
-            return await self._lean(keys=keys, args=[arg])  # type: ignore[no-any-return]
+            return await self._lean(keys=keys, args=[sent.arg])  # type: ignore[no-any-return]
 
         try:
             reply = await redis_client.call_retrying_async(attempt, self.url, self.retries,
@@ -315,8 +305,8 @@ class PartitionedFrontier:
             self.fronts[q].calls.marker = result.marker
         return result
 
-    async def call(self, batch: CallBatch, monitor: bytes = b"",
-                   resend: bool = True) -> CallResult:
+    async def call(self, batch: CallBatch, monitor: bytes = b"", resend: bool = True,
+                   op_id: str | None = None) -> CallResult:
         """Run the pump's *batch* over the partitions (module docstring): foreign links
         first, then one frontier call per partition touched, concurrently.  The reply's
         entry ids are ``"<p>:<id>"``; its counts are sums, its ``idle_ms`` the fleet's
@@ -324,19 +314,32 @@ class PartitionedFrontier:
 
         A partition that cannot be reached does not stop the others: what was bound for it
         (and the pages whose links for it could not be pushed) is held here and sent again
-        with the next call (:attr:`held`); its pushes are reported as not new.
+        with the next call (:attr:`held`); its pushes are reported as not new.  A part (or a
+        lean push) that failed without a reply may have run: it is sent again as it was,
+        same op id, before that partition's next part (frontier/sent.py).
+
+        *op_id*: :attr:`last_op` after a call that raised, with the same *batch*: that
+        call's work is held here already (nothing new is taken from *batch*).
 
         Raises:
-            RedisUnavailableError: no partition of the call could be reached (nothing is
-                held then: the pump sends the batch again).
+            RedisUnavailableError: no partition of the call could be reached (the pump
+                sends the batch again, with :attr:`last_op` when the call may have run).
             CrawlStateLostError: naming the partition.
         """
+        pump_batch = batch
+        replay = op_id is not None and self._absorbed == (op_id, batch)
+        if replay:
+            batch = CallBatch()  # (the failed call's work is held here already)
+        self._absorbed = None
         held, self._held = self._held, None
         full = concat(held, batch) if held is not None else batch
         off = len(full.pushes) - len(batch.pushes)  # the pump's pushes start here
         first = self._route(full)
+        for q in set(self._lean_sent) - set(first.foreign):
+            del self._lean_sent[q]  # (its links are not here: nothing to send again)
         lean: dict[int, LeanResult] = {}
         blocked: set[int] = set()  # groups whose links for some partition are not in yet
+        lean_errors: list[Exception] = []
         now = time.monotonic()
         waiting = {q for q, rows in first.foreign.items() if not self._due(q, len(rows), now)}
         for q in waiting:  # buffered: their pages wait here, unacknowledged
@@ -352,6 +355,7 @@ class PartitionedFrontier:
                     if not isinstance(res, Exception):
                         raise res
                     blocked.update(first.foreign_group[q])
+                    lean_errors.append(res)
                     self._note_failure(q, res)
                 else:
                     lean[q] = res
@@ -371,7 +375,8 @@ class PartitionedFrontier:
         payloads = self._payloads(monitor)
         due = set(r.per)
         if self.hold_age > 0 and not (self._force or batch.beat):
-            due = hold_due(r, full, self.parts, {self.home, *payloads, *self._retry},
+            due = hold_due(r, full, self.parts, {self.home, *payloads, *self._retry,
+                                                 *self._sent},
                            self._hold_since, now, self.hold_age, FLUSH_LINKS)
         # the lease request, split over the partitions that have work (picker.py)
         freed = {p for p, b in r.per.items()
@@ -395,46 +400,69 @@ class PartitionedFrontier:
                 calls.append((p, CallBatch(beat=True)))
         if batch.beat and self._rq is not None and self.stage_part not in dict(calls):
             calls.append((self.stage_part, CallBatch(beat=True)))
+        calls += [(p, CallBatch()) for p in sorted(set(self._sent) - set(dict(calls)))]
+        kept = dict(self._sent)  # (the parts sent again first, their refused pushes)
         results = await asyncio.gather(*(
-            self.fronts[p].call(b, payloads.get(p, b""), True)
+            send_part(self.fronts[p], kept.get(p), b, payloads.get(p, b""),
+                      self._force and not replay)
             for p, b in calls), return_exceptions=True)
-        self.roundtrips += len(calls)
         by_part: dict[int, CallResult] = {}
-        for p, _ in calls:
-            self.picker.part_calls[p] += 1
-        failed: set[int] = set()
+        resent: dict[int, CallResult] = {}
+        failed: set[int] = set()  # (a part not through: held, or kept as sent)
         errors: list[Exception] = []
-        for (p, _), got in zip(calls, results, strict=True):
-            if isinstance(got, CrawlStateLostError):
-                raise got
+        for (p, b), got in zip(calls, results, strict=True):
             if isinstance(got, BaseException):
-                if not isinstance(got, Exception):
-                    raise got
+                raise got  # (CrawlStateLostError, or not an Exception)
+            old, part = got
+            sent_calls = (old is not None) + (part is not None)
+            self.roundtrips += sent_calls
+            self.picker.part_calls[p] += sent_calls
+            if isinstance(old, CallResult):
+                resent[p] = old
+                del self._sent[p]
+                self.picker.note(p, kept[p].batch.take, len(old.leased), old.queued,
+                                 old.next_ready, time.monotonic())
+            exc = old if isinstance(old, Exception) else part
+            if isinstance(exc, Exception):
                 failed.add(p)
-                errors.append(got)
-                self._note_failure(p, got)
+                errors.append(exc)
+                self._note_failure(p, exc)
                 self.picker.note(p, takes.get(p, 0), 0, 0, None, time.monotonic())
-            else:
-                by_part[p] = got
-                self.picker.note(p, takes.get(p, 0), len(got.leased), got.queued,
-                                 got.next_ready, time.monotonic())
+                op = self.fronts[p].last_op
+                if exc is part and not isinstance(exc, redis.ResponseError) and op:
+                    self._sent[p] = SentPart(b, payloads.get(p, b""), op)  # (it may have run)
+            elif isinstance(part, CallResult):
+                by_part[p] = part
+                self.picker.note(p, takes.get(p, 0), len(part.leased), part.queued,
+                                 part.next_ready, time.monotonic())
         if monitor:
             deltas_part = self.home if self._deltas_part is None else self._deltas_part
             self.monitor_confirmed = bool(payloads) and deltas_part in by_part
             if payloads:
                 self._deltas_part = None if self.monitor_confirmed else deltas_part
-        if errors and not by_part and not lean:
-            self._held = held  # nothing went through: the pump sends its batch again
+        for p, old in resent.items():
+            by_part[p] = join_results(old, by_part.get(p))
+        noreply = [e for e in errors + lean_errors if not isinstance(e, redis.ResponseError)]
+        if errors and not by_part and not lean and not noreply:
+            self._held = held  # nothing went through, nothing ran: the pump sends it again
             raise errors[0]
         # the links of a waiting page already taken by their partition are not sent again
         pushed = {i for i, (q, j, foreign) in enumerate(first.pushes)
                   if foreign and q in lean and j not in set(lean[q].refused)}
-        keep = subset(full, blocked, failed | hold, self.parts, self.home, pushed)
+        # (a part kept as sent is not held: it goes again as it was)
+        as_sent = {p for p in failed if p in self._sent and self._sent[p] is not kept.get(p)}
+        keep = subset(full, blocked, (failed - as_sent) | hold, self.parts, self.home, pushed)
+        for p, old in resent.items():  # (pushes without a parent it refused: pushed again)
+            keep.pushes += [kept[p].batch.pushes[j] for j in old.refused]
         self._note_buffers(keep, now, set(first.foreign) - waiting)
         self._retry = failed
+        # (what is kept as sent goes again after a back-off: 0.1 s doubling to 10 s)
+        self._resend_fails = self._resend_fails + 1 if errors or lean_errors else 0
+        self._resend_after = (now + min(10.0, 0.1 * 2 ** min(self._resend_fails - 1, 7))
+                              if self._sent or self._lean_sent else None)
         self._hold_since = {p: self._hold_since.get(p, now) for p in hold}
         self.held_parts += len(hold)
-        merged = self._merge(full, r, by_part, lean, off, failed | hold)
+        merged = merge_results(r, by_part, lean, failed | hold, self.home)
         self._note_response_queue(lean, by_part)
         merged.response_queue = self._response_queue(keep)
         refused_held = [full.pushes[i] for i in merged.refused if i < off]
@@ -444,14 +472,33 @@ class PartitionedFrontier:
         if refused_held:
             keep.pushes += refused_held
         self._held = None if keep.is_empty() else keep
+        if errors and not by_part and not lean:
+            # nothing went through but something may have run: this call's work is held
+            # here (and kept as sent); the pump sends the batch again with last_op
+            self._absorbed = (uuid.uuid4().hex, pump_batch)
+            raise noreply[0]
         merged.next_ready = self.picker.after_call(batch.take, len(merged.leased),
                                                    merged.next_ready, time.monotonic())
         if merged.idle_ms >= 0 and self.idle_timeout is not None \
-                and merged.idle_ms >= self.idle_timeout * 1000 and self._held is None:
-            merged.idle_ms = await self.fleet_idle_ms()
-        elif self._held is not None:
+                and merged.idle_ms >= self.idle_timeout * 1000 and not self.waiting_work:
+            try:
+                merged.idle_ms = await self.fleet_idle_ms()
+            except RedisUnavailableError:
+                merged.idle_ms = -1  # (the call went through: not raised, not sent again)
+        elif self.waiting_work:
             merged.idle_ms = -1
         return merged
+
+    @property
+    def waiting_work(self) -> bool:
+        """Work is held here, or kept to be sent again as it was."""
+        return bool(self._held is not None or self._sent or self._lean_sent)
+
+    @property
+    def last_op(self) -> str | None:
+        """After :meth:`call` raised with work held here that may have run: the id to send
+        that batch again with (the pump's ``op_id``, frontier/pump.py); None otherwise."""
+        return self._absorbed[0] if self._absorbed is not None else None
 
     def _payloads(self, monitor: bytes) -> dict[int, bytes]:
         """partition -> the monitoring payload (lua/monitoring.lua) its call carries: the
@@ -499,61 +546,8 @@ class PartitionedFrontier:
     def _note_buffers(self, keep: CallBatch, now: float, tried: set[int]) -> None:
         """Start the clock of every partition *keep* holds foreign links for (again for
         those *tried* in this call: refused, or not reached); stop the others'."""
-        dests = set()
-        for push in keep.pushes:
-            g = int(push[3]) if len(push) > 3 else 0
-            if g:
-                q = partition_of(push[4] if len(push) > 4 else "", self.parts)
-                if q != split_ref(keep.acks[g - 1][0])[0]:
-                    dests.add(q)
-        self._since = {q: now if q in tried else self._since.get(q, now) for q in dests}
-
-    def _merge(self, batch: CallBatch, r: Route, by_part: dict[int, CallResult],
-               lean: dict[int, LeanResult], off: int, failed: set[int]) -> CallResult:
-        results = list(by_part.values())
-        flags, refused, seen = [], [], []
-        for i, (q, j, foreign) in enumerate(r.pushes):
-            if q < 0 or (not foreign and q in failed) or (foreign and q not in lean):
-                flags.append(0)  # held: sent again with the next call
-            elif foreign:
-                res_l = lean[q]
-                flags.append(res_l.flags[j] if j < len(res_l.flags) else 0)
-                if j in set(res_l.seen):
-                    seen.append(i)
-            else:
-                res = by_part[q]
-                flags.append(res.push_flags[j] if j < len(res.push_flags) else 0)
-                if j in set(res.refused):
-                    refused.append(i)
-                if j in set(res.seen):
-                    seen.append(i)
-        leased = [LeasedEntry(entry_ref(p, e.entry_id), e.token, e.payload, e.expiries)
-                  for p, res in by_part.items() for e in res.leased]
-        lost = [entry_ref(p, x) for p, res in by_part.items() for x in res.lost]
-        holds: dict[str, float] = {}
-        for res in results:
-            holds.update(res.holds)
-        ready = [res.next_ready for res in results if res.next_ready is not None]
-        idles = [res.idle_ms for res in results]
-        s = lambda name: sum(getattr(res, name) for res in results)  # noqa: E731
-        return CallResult(
-            leased=leased, lost=lost, push_flags=flags, refused=refused,
-            pushed=s("pushed") + sum(x.pushed for x in lean.values()),
-            duplicates=s("duplicates") + sum(x.duplicates for x in lean.values()),
-            acked=s("acked"), released=s("released"), reclaimed=s("reclaimed"),
-            dead_lettered=s("dead_lettered"), parked=s("parked"), deferred=s("deferred"),
-            resumed=s("resumed"), queued=s("queued"), inflight=s("inflight"),
-            deferred_now=s("deferred_now"), size=s("size"),
-            idle_ms=-1 if not idles or min(idles) < 0 else min(idles),
-            now_ms=max((res.now_ms for res in results), default=0),
-            bloom_full=any(res.bloom_full for res in results)
-            or any(x.full for x in lean.values()),
-            holds=holds,
-            response_queue=(s_pair(results, 0), s_pair(results, 1)),
-            next_ready=min(ready) if ready else None,
-            marker=by_part[self.home].marker if self.home in by_part else "",
-            seen=seen, bloom_gen=None, cached=s("cached"),
-            prev_lost=any(res.prev_lost for res in results))
+        self._since = {q: now if q in tried else self._since.get(q, now)
+                       for q in foreign_dests(keep, self.parts)}
 
     # -- the fleet's idleness
 

@@ -1,6 +1,6 @@
 """How a partitioned crawl's worker names and splits its work (``FLEET_PARTITIONS`` > 1,
 docs/partitions.md): entry ids that name their partition, a partition's parameters, and the
-route of one pump batch over the partitions (used by
+route of one pump batch over the partitions and the merge of their replies (used by
 :class:`~scrapy_fleet.frontier.partitions.PartitionedFrontier`); no IO."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from scrapy_fleet.frontier.protocol import CallBatch, CallResult, FrontierParams
+from scrapy_fleet.frontier.lean import LeanResult
+from scrapy_fleet.frontier.protocol import CallBatch, CallResult, FrontierParams, LeasedEntry
 from scrapy_fleet.keys import partition_of
 
 #: separator of a partition's index and an entry id in the ids a PartitionedFrontier hands out
@@ -54,6 +55,49 @@ class Route:
     acks: list[tuple[int, int]] = field(default_factory=list)
     #: per partition: index in its foreign pushes -> the 1-based group of the pump's batch
     foreign_group: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
+
+
+def route(batch: CallBatch, parts: int, home: int, skip: set[int] | None = None) -> Route:
+    """Split the pump's *batch* over *parts* partitions (*home*: the worker's, which the
+    heartbeat and unstorable records go to); the acknowledgements of the groups in *skip*
+    (1-based) are left out with their links (pushes marked ``(-1, -1, False)``)."""
+    skip = skip or set()
+    r = Route()
+    for name in ("releases", "dead", "extends", "downloaded"):
+        for item in getattr(batch, name):
+            p, entry_id = split_ref(item[0])
+            getattr(r.per[p], name).append((entry_id, *item[1:]))
+    for g, ack in enumerate(batch.acks, 1):
+        p, entry_id = split_ref(ack[0])
+        if g in skip:
+            r.acks.append((p, -1))
+            continue
+        r.per[p].acks.append((entry_id, *ack[1:]))
+        r.acks.append((p, len(r.per[p].acks) - 1))
+    for push in batch.pushes:
+        host = push[4] if len(push) > 4 else ""
+        group = int(push[3]) if len(push) > 3 else 0
+        q = partition_of(host, parts)
+        if group == 0:
+            r.pushes.append((q, len(r.per[q].pushes), False))
+            r.per[q].pushes.append(push)
+            continue
+        if group in skip:
+            r.pushes.append((-1, -1, False))
+            continue
+        p, k = r.acks[group - 1]
+        if p == q:
+            r.pushes.append((p, len(r.per[p].pushes), False))
+            r.per[p].pushes.append((push[0], push[1], push[2], k + 1, *push[4:]))
+        else:
+            r.pushes.append((q, len(r.foreign[q]), True))
+            r.foreign[q].append((push[0], push[1], push[2], host,
+                                 push[5] if len(push) > 5 else 0,
+                                 push[6] if len(push) > 6 else 0))
+            r.foreign_group[q].append(group)
+    r.per[home].beat = batch.beat
+    r.per[home].unstorable = list(batch.unstorable)
+    return r
 
 
 def concat(a: CallBatch, b: CallBatch) -> CallBatch:
@@ -146,3 +190,84 @@ def subset(full: CallBatch, groups: set[int], held: set[int], parts: int, home: 
     if home in held:
         out.unstorable = list(full.unstorable)
     return out
+
+
+#: the counts of a CallResult that a partition's two replies of one call add up
+_COUNTS = ("pushed", "duplicates", "acked", "released", "reclaimed", "dead_lettered", "parked",
+           "deferred", "resumed", "cached")
+
+
+def join_results(resent: CallResult, then: CallResult | None) -> CallResult:
+    """One partition's reply to a call that sent its part failed without a reply again
+    (*resent*) and then its new part (*then*, None: none went): the leases, lost leases and
+    counts of both; the rest (state after the call, per-push flags) the new part's, or no
+    flags when only the old part went (its pushes are not the call's)."""
+    if then is None:
+        return replace(resent, push_flags=[], refused=[], seen=[])
+    return replace(then, leased=resent.leased + then.leased, lost=resent.lost + then.lost,
+                   bloom_full=resent.bloom_full or then.bloom_full,
+                   prev_lost=resent.prev_lost or then.prev_lost,
+                   **{name: getattr(resent, name) + getattr(then, name) for name in _COUNTS})
+
+
+def merge_results(r: Route, by_part: dict[int, CallResult], lean: dict[int, LeanResult],
+                  skipped: set[int], home: int) -> CallResult:
+    """The reply to the pump's batch routed as *r*: the partitions' replies *by_part* and
+    the lean pushes' *lean* (per destination) merged, entry ids ``"<p>:<id>"``; the pushes
+    bound for a partition of *skipped* (failed, or held) flagged 0 (sent again later)."""
+    results = list(by_part.values())
+    flags, refused, seen = [], [], []
+    for i, (q, j, foreign) in enumerate(r.pushes):
+        if q < 0 or (not foreign and q in skipped) or (foreign and q not in lean):
+            flags.append(0)  # held: sent again with the next call
+        elif foreign:
+            res_l = lean[q]
+            flags.append(res_l.flags[j] if j < len(res_l.flags) else 0)
+            if j in set(res_l.seen):
+                seen.append(i)
+        else:
+            res = by_part[q]
+            flags.append(res.push_flags[j] if j < len(res.push_flags) else 0)
+            if j in set(res.refused):
+                refused.append(i)
+            if j in set(res.seen):
+                seen.append(i)
+    leased = [LeasedEntry(entry_ref(p, e.entry_id), e.token, e.payload, e.expiries)
+              for p, res in by_part.items() for e in res.leased]
+    lost = [entry_ref(p, x) for p, res in by_part.items() for x in res.lost]
+    holds: dict[str, float] = {}
+    for res in results:
+        holds.update(res.holds)
+    ready = [res.next_ready for res in results if res.next_ready is not None]
+    idles = [res.idle_ms for res in results]
+    s = lambda name: sum(getattr(res, name) for res in results)  # noqa: E731
+    return CallResult(
+        leased=leased, lost=lost, push_flags=flags, refused=refused,
+        pushed=s("pushed") + sum(x.pushed for x in lean.values()),
+        duplicates=s("duplicates") + sum(x.duplicates for x in lean.values()),
+        acked=s("acked"), released=s("released"), reclaimed=s("reclaimed"),
+        dead_lettered=s("dead_lettered"), parked=s("parked"), deferred=s("deferred"),
+        resumed=s("resumed"), queued=s("queued"), inflight=s("inflight"),
+        deferred_now=s("deferred_now"), size=s("size"),
+        idle_ms=-1 if not idles or min(idles) < 0 else min(idles),
+        now_ms=max((res.now_ms for res in results), default=0),
+        bloom_full=any(res.bloom_full for res in results) or any(x.full for x in lean.values()),
+        holds=holds,
+        response_queue=(s_pair(results, 0), s_pair(results, 1)),
+        next_ready=min(ready) if ready else None,
+        marker=by_part[home].marker if home in by_part else "",
+        seen=seen, bloom_gen=None, cached=s("cached"),
+        prev_lost=any(res.prev_lost for res in results))
+
+
+def foreign_dests(keep: CallBatch, parts: int) -> set[int]:
+    """The partitions (of *parts*) *keep* (pump format) holds links for that are not their
+    page's: the buffers of foreign links."""
+    dests = set()
+    for push in keep.pushes:
+        g = group_of(push)
+        if g:
+            q = partition_of(host_of(push), parts)
+            if q != split_ref(keep.acks[g - 1][0])[0]:
+                dests.add(q)
+    return dests

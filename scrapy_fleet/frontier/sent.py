@@ -1,13 +1,19 @@
 """A worker's frontier call as the pump sent it (frontier/pump.py), kept when it failed
 without a reply: the pump's next call sends it again as it was, same op id, so a call that
-ran gets its cached reply and one that did not runs now (docs/architecture.md)."""
+ran gets its cached reply and one that did not runs now (docs/architecture.md).  So too, in a
+partitioned crawl (frontier/partitions.py), a partition's part of a call and a lean push."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
+from scrapy_fleet.errors import CrawlStateLostError
 from scrapy_fleet.frontier.leases import Lease, Out
-from scrapy_fleet.frontier.protocol import CallBatch
+from scrapy_fleet.frontier.protocol import CallBatch, CallResult
+
+if TYPE_CHECKING:
+    from scrapy_fleet.frontier.client import AsyncFrontier
 
 
 @dataclass
@@ -33,3 +39,86 @@ def entry_ids(batch: CallBatch) -> set[str]:
     letters, download notices)."""
     return {str(item[0]) for name in ("acks", "extends", "releases", "dead", "downloaded")
             for item in getattr(batch, name)}
+
+
+@dataclass
+class SentPart:
+    """A partition's part of a partitioned worker's call (frontier/partitions.py) as sent, kept
+    when it failed without a reply: sent again as it was (its batch, its monitoring payload,
+    its op id) before that partition's next part, so a part that ran gets its cached reply."""
+
+    batch: CallBatch
+    monitor: bytes
+    op_id: str
+
+
+@dataclass
+class SentLean:
+    """A lean push (lua/push_lean.lua) as sent: its op id, its argument (ARGV[1], which names
+    the marker it may write) and its rows; kept when its reply was lost (it failed without
+    one, or a later lean push of the same links failed), to be sent again as it was."""
+
+    op_id: str
+    arg: bytes
+    rows: list[tuple[Any, ...]]
+
+
+def match_rows(kept: list[SentLean], rows: list[tuple[Any, ...]]
+               ) -> tuple[list[tuple[SentLean, list[int]]], list[int]]:
+    """The lean pushes of *kept* all of whose rows are among *rows*, each with the indexes in
+    *rows* of its rows (in its order; each row of *rows* counts once), and the indexes of
+    the rows none of them carries.  A kept push some of whose rows are gone is dropped."""
+    free: dict[tuple[Any, ...], list[int]] = {}
+    for i, row in enumerate(rows):
+        free.setdefault(tuple(row), []).append(i)
+    out: list[tuple[SentLean, list[int]]] = []
+    for sent in kept:
+        taken: list[tuple[tuple[Any, ...], int]] = []
+        for row in sent.rows:
+            left = free.get(tuple(row))
+            if not left:
+                break
+            taken.append((tuple(row), left.pop(0)))
+        else:
+            out.append((sent, [i for _, i in taken]))
+            continue
+        for row, i in taken:  # (not all there: given back)
+            free[row].insert(0, i)
+    used = {i for _, idx in out for i in idx}
+    return out, [i for i in range(len(rows)) if i not in used]
+
+
+Reply = CallResult | Exception | None
+
+
+async def send_part(front: AsyncFrontier, kept: SentPart | None, part: CallBatch,
+                    monitor: bytes, closing: bool) -> tuple[Reply, Reply]:
+    """A partition's *part* of a call (with the monitoring payload *monitor*) through its
+    client *front*, after its part *kept* as sent, if any, sent again as it was: (the reply
+    or the error of *kept*, of *part*; None: not sent).  *part* is not sent when *kept*
+    fails again, nor when empty.  *closing* (the final call): the leases *kept* gets are
+    released with *part*, not reported.
+
+    Raises:
+        CrawlStateLostError: the partition's marker is gone.
+    """
+    old: Reply = None
+    if kept is not None:
+        try:
+            old = await front.call(kept.batch, kept.monitor, True, kept.op_id)
+        except CrawlStateLostError:
+            raise
+        except Exception as exc:
+            return exc, None
+        if closing and old.leased:
+            part = replace(part, releases=part.releases
+                           + [(e.entry_id, e.token) for e in old.leased])
+            old.leased = []
+    if part.is_empty() and not monitor:
+        return old, None
+    try:
+        return old, await front.call(part, monitor, True)
+    except CrawlStateLostError:
+        raise
+    except Exception as exc:
+        return old, exc

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from scrapy import Request, Spider
 from scrapy.utils.test import get_crawler
-from support import link_entry
+from support import ReplyEater, link_entry
 
 from scrapy_fleet import codec
 from scrapy_fleet.errors import RedisUnavailableError
@@ -40,57 +40,6 @@ PAGES = 3  # responses counted by the worker before the failed call (its counter
 
 class _Spider(Spider):
     name = CRAWL
-
-
-class ReplyEater:
-    """A TCP proxy to Redis at *port*.  ``mode``: "pass" forwards both ways; "eat" forwards
-    what the client sends and drops Redis's next reply with the connection (``eaten`` counts
-    them), then turns "down"; "down" closes every connection at once, forwarding nothing."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.mode = "pass"
-        self.eaten = 0
-        self.server: asyncio.Server | None = None
-
-    @property
-    def url(self) -> str:
-        assert self.server is not None
-        return f"redis://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
-
-    async def start(self) -> None:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-
-    async def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.mode == "down":
-            writer.close()
-            return
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.port)
-
-        async def to_redis() -> None:
-            while (data := await reader.read(65536)) and self.mode != "down":
-                up_writer.write(data)
-                await up_writer.drain()
-
-        async def to_client() -> None:
-            while (data := await up_reader.read(65536)) and self.mode != "down":
-                if self.mode == "eat":
-                    self.mode = "down"
-                    self.eaten += 1
-                    return
-                writer.write(data)
-                await writer.drain()
-
-        tasks = [asyncio.ensure_future(to_redis()), asyncio.ensure_future(to_client())]
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in tasks:
-            task.cancel()
-        writer.close()
-        up_writer.close()
 
 
 def _setup(redis_url: str) -> tuple[Any, FrontierAdmin]:
