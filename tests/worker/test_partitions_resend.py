@@ -237,3 +237,37 @@ def test_a_lean_push_that_ran_without_a_reply_is_sent_again_with_its_op_id(
     assert _stat(c, 0, "acked") == 1
     assert crawler.stats.get_value("fleet/frontier/pushed") == 2
     assert crawler.stats.get_value("fleet/dupefilter/filtered") is None
+
+
+def test_the_final_call_releases_the_leases_of_a_part_sent_again(redis_url: str) -> None:
+    """At close, partition 1's part that failed without a reply goes again first (its
+    acknowledgements confirmed) and the leases its cached reply names are released with the
+    final call: nothing is left leased, in any partition."""
+    crawler, pump, book = _pump(redis_url)
+    c = redis.Redis.from_url(redis_url)
+    h1 = hosts_in_partition(1, PARTS, 4)
+    h0 = hosts_in_partition(0, PARTS, 1)
+    tag1 = KEYS.partition(1, PARTS).base.encode()
+
+    async def main() -> int:
+        async with _through(redis_url, tag1, pump) as (proxy, fr):
+            requests = await _lease_all(fr, pump, book,
+                                        [f"http://{h}/page" for h in h0 + h1[:2]])
+            await fr.call(CallBatch(pushes=[_entry(f"http://{h}/more") for h in h1[2:]]))
+            for r in requests:
+                book.finished(r)
+            fr.home = 1
+            proxy.mode = "eat"
+            await pump.call()
+            assert proxy.eaten == 1 and _stat(c, 1, "acked") == 2
+            granted = len(_leases(c, 1))
+            assert granted and not book.prefetch
+            proxy.mode = "pass"
+            await pump.close("finished")
+            return granted
+
+    granted = asyncio.run(main())
+    assert sum(len(_leases(c, p)) for p in range(PARTS)) == 0
+    assert _stat(c, 1, "acked") == 2 and _stat(c, 1, "released") == granted
+    assert _stat(c, 0, "acked") == 1
+    assert crawler.stats.get_value("fleet/frontier/lease_lost") is None
