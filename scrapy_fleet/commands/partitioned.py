@@ -16,6 +16,8 @@ import sys
 import uuid
 from typing import Any
 
+import redis
+
 from scrapy_fleet import codec, lua, redis_client
 from scrapy_fleet.commands import push
 from scrapy_fleet.commands.actions import (
@@ -69,6 +71,10 @@ class PartitionedPush:
         self._admins = partition_admins(admin, parts)
         self._script = lua.load(admin.client, "push_lean.lua")
         self._part_params = partition_params(admin.params, parts)
+        #: per partition, (rows, reply) of a lean call that went through in a push another
+        #: partition then refused (out of memory: push_lines pushes the batch again): the
+        #: same rows pushed again take that reply instead of running a second time
+        self._answered: dict[int, tuple[list[tuple[Any, ...]], LeanResult]] = {}
 
     def _caller(self, keys: list[str], arg: bytes) -> Any:
         return lambda: self._script(keys=keys, args=[arg])
@@ -85,14 +91,24 @@ class PartitionedPush:
         refused: list[int] = []
         pushed = dups = 0
         size = 0
+        answered, self._answered = self._answered, {}
+        done: dict[int, tuple[list[tuple[Any, ...]], LeanResult]] = {}
         for q, idx in sorted(per.items()):
             rows = [(pushes[i][0], pushes[i][1], pushes[i][2],
                      pushes[i][4] if len(pushes[i]) > 4 else "") for i in idx]
-            keys = self._admins[q].keys.call_keys(PUSH_LEAN_CALL, uuid.uuid4().hex)
-            arg = lean_args(rows, self._part_params, "")
-            reply = redis_client.call_retrying(self._caller(keys, arg), self.url,
-                                               self.admin.retries)
-            res = LeanResult.from_reply(reply)
+            if q in answered and answered[q][0] == rows:
+                res = answered[q][1]
+            else:
+                keys = self._admins[q].keys.call_keys(PUSH_LEAN_CALL, uuid.uuid4().hex)
+                arg = lean_args(rows, self._part_params, "")
+                try:
+                    reply = redis_client.call_retrying(self._caller(keys, arg), self.url,
+                                                       self.admin.retries)
+                except redis.ResponseError:
+                    self._answered = done  # (before any write: the others went through)
+                    raise
+                res = LeanResult.from_reply(reply)
+            done[q] = (rows, res)
             for j, i in enumerate(idx):
                 flags[i] = res.flags[j]
             refused += [idx[j] for j in res.refused]

@@ -271,3 +271,44 @@ def test_the_final_call_releases_the_leases_of_a_part_sent_again(redis_url: str)
     assert _stat(c, 1, "acked") == 2 and _stat(c, 1, "released") == granted
     assert _stat(c, 0, "acked") == 1
     assert crawler.stats.get_value("fleet/frontier/lease_lost") is None
+
+
+def test_a_push_batch_sent_again_takes_the_replies_of_the_partitions_it_reached(
+        redis_server: Any, redis_url: str) -> None:
+    """The push command's batch over two partitions, the second refusing it (an ACL without
+    its keys, standing for a partition out of memory, which push_lines waits out and pushes
+    the batch again): the batch pushed again takes the first partition's reply instead of
+    running there twice (its fingerprinted line would count as a duplicate, its line
+    without a fingerprint be queued twice)."""
+    from scrapy_fleet import acl
+    from scrapy_fleet.commands.partitioned import PartitionedPush
+    from scrapy_fleet.frontier.admin import FrontierAdmin
+
+    keys = CrawlKeys("fleet", "pushp")
+    (h0,) = hosts_in_partition(0, 2)
+    (h1,) = hosts_in_partition(1, 2)
+    c = redis_server.client()
+    rule = acl.acl_rule("worker", crawl_id="pushp")
+    c.execute_command("ACL", "SETUSER", "half", "reset", "on", ">pw", *rule.split(),
+                      f"~{keys.partition(0, 2).base}:*")
+    admin = FrontierAdmin(f"redis://half:pw@127.0.0.1:{redis_server.port}/0", "pushp")
+    try:
+        pusher = PartitionedPush(admin, 2)
+        rows = [(os.urandom(12), 0, b"a", 0, h0), (b"", 0, b"b", 0, h0),
+                (os.urandom(12), 0, b"c", 0, h1)]
+        with pytest.raises(redis.ResponseError):
+            pusher.push(rows)
+        assert _count(c, keys, 0, "pushed") == 2  # (partition 0 went through)
+        c.execute_command("ACL", "SETUSER", "half", f"~{keys.partition(1, 2).base}:*")
+        result = pusher.push(rows)
+    finally:
+        c.execute_command("ACL", "DELUSER", "half")
+        admin.close()
+    assert (result.pushed, result.duplicates, result.push_flags) == (3, 0, [1, 1, 1])
+    assert _count(c, keys, 0, "pushed") == 2 and _count(c, keys, 0, "duplicates") == 0
+    assert int(c.hget(keys.partition(0, 2).hostq, h0)) == 2  # (not 3)
+    assert _count(c, keys, 1, "pushed") == 1
+
+
+def _count(c: redis.Redis, keys: CrawlKeys, p: int, name: str) -> int:
+    return int(c.hget(keys.partition(p, 2).stats, name) or 0)
