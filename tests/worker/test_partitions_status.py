@@ -31,6 +31,19 @@ def _push(redis_url: str, crawl: str, hosts: list[str]) -> None:
         admin.close()
 
 
+def _as_worker(redis_url: str, keys: CrawlKeys, steps) -> None:
+    """Run ``await steps(fr)``, *fr* the connected PartitionedFrontier of worker "w" of a
+    crawl in PARTS partitions (closed after)."""
+    async def main():
+        fr = PartitionedFrontier(redis_url, keys, "w", FrontierParams(), PARTS)
+        try:
+            await fr.connect()
+            await steps(fr)
+        finally:
+            await fr.close()
+    asyncio.run(main())
+
+
 def test_a_workers_last_ack_is_its_latest_in_any_partition(redis_url):
     """The fresh user's trial: worker w's heartbeat (2 leases held) goes with its calls to
     its home partition 0, its acknowledgements land in partition 2, where its pages came
@@ -42,25 +55,20 @@ def test_a_workers_last_ack_is_its_latest_in_any_partition(redis_url):
     client = redis.Redis.from_url(redis_url)
     cfg = AlertConfig(stall_after=2.0)
 
-    async def main():
-        fr = PartitionedFrontier(redis_url, keys, "w", FrontierParams(), PARTS)
-        try:
-            await fr.connect()
-            fr.home = 0
-            await fr.call(CallBatch(beat=True), monitor_payload(leases=2, state="fetching"))
-            first = server_ms(client)
-            await fr.call(CallBatch(pushes=[push_row(host, b"a"), push_row(host, b"b")]))
-            fr.home = 2
-            got = (await fr.call(CallBatch(take=2))).leased
-            assert len(got) == 2
-            fr.home = 0
-            wait_server_past(client, first + 3000)
-            # (leasing elsewhere, no heartbeat due: the call reaches partition 2 alone)
-            r = await fr.call(CallBatch(acks=[(e.entry_id, e.token) for e in got]))
-            assert r.acked == 2
-        finally:
-            await fr.close()
-    asyncio.run(main())
+    async def steps(fr):
+        fr.home = 0
+        await fr.call(CallBatch(beat=True), monitor_payload(leases=2, state="fetching"))
+        first = server_ms(client)
+        await fr.call(CallBatch(pushes=[push_row(host, b"a"), push_row(host, b"b")]))
+        fr.home = 2
+        got = (await fr.call(CallBatch(take=2))).leased
+        assert len(got) == 2
+        fr.home = 0
+        wait_server_past(client, first + 3000)
+        # (leasing elsewhere, no heartbeat due: the call reaches partition 2 alone)
+        r = await fr.call(CallBatch(acks=[(e.entry_id, e.token) for e in got]))
+        assert r.acked == 2
+    _as_worker(redis_url, keys, steps)
     home_la = int(client.hget(keys.partition(0, PARTS).worker_info("w"), "la"))
     ack_la = int(client.hget(keys.partition(2, PARTS).worker_info("w"), "la"))
     assert ack_la > home_la + 3000 - 1
@@ -93,15 +101,10 @@ def test_a_worker_alive_in_its_home_partition_is_alive_for_the_crawl(redis_url):
     keys = CrawlKeys("fleet", crawl)
     _push(redis_url, crawl, [hosts_in_partition(3, PARTS)[0]])
 
-    async def main():
-        fr = PartitionedFrontier(redis_url, keys, "w", FrontierParams(), PARTS)
-        try:
-            await fr.connect()
-            fr.home = 0
-            await fr.call(CallBatch(beat=True), monitor_payload())
-        finally:
-            await fr.close()
-    asyncio.run(main())
+    async def steps(fr):
+        fr.home = 0
+        await fr.call(CallBatch(beat=True), monitor_payload())
+    _as_worker(redis_url, keys, steps)
     client = redis.Redis.from_url(redis_url)
     assert client.zcard(keys.partition(3, PARTS).workers) == 0
     snap = read_merged(client, keys, PARTS)
@@ -122,29 +125,23 @@ def test_fleet_stalled_is_the_crawls_not_one_partitions(redis_url):
     client = redis.Redis.from_url(redis_url)
     cfg = AlertConfig(stall_after=2.0)
 
-    async def main():
-        fr = PartitionedFrontier(redis_url, keys, "w", FrontierParams(), PARTS)
-        try:
-            await fr.connect()
-            fr.home = 1
-            await fr.call(CallBatch(beat=True), monitor_payload())  # (leases nothing)
-            t0 = server_ms(client)
-            fr.home = 0
-            await fr.call(CallBatch(pushes=[push_row(h0, b"a"), push_row(h0, b"b")]))
-            got = (await fr.call(CallBatch(take=1))).leased
-            wait_server_past(client, t0 + 3000)
-            r = await fr.call(CallBatch(acks=[(got[0].entry_id, got[0].token)], take=1),
-                              monitor_payload(leases=1, state="fetching"))
-            assert r.acked == 1 and len(r.leased) == 1
-            fresh = read_merged(client, keys, PARTS, alerts_config=cfg)
-            assert [a["id"] for a in fresh["alerts"]] == []
-            ack = server_ms(client)
-            wait_server_past(client, ack + 3000)
-            await fr.call(CallBatch(beat=True), monitor_payload(leases=1, state="fetching"))
-            # (the lease is extended by the heartbeat: the worker is still at work)
-        finally:
-            await fr.close()
-    asyncio.run(main())
+    async def steps(fr):
+        fr.home = 1
+        await fr.call(CallBatch(beat=True), monitor_payload())  # (leases nothing)
+        t0 = server_ms(client)
+        fr.home = 0
+        await fr.call(CallBatch(pushes=[push_row(h0, b"a"), push_row(h0, b"b")]))
+        got = (await fr.call(CallBatch(take=1))).leased
+        wait_server_past(client, t0 + 3000)
+        r = await fr.call(CallBatch(acks=[(got[0].entry_id, got[0].token)], take=1),
+                          monitor_payload(leases=1, state="fetching"))
+        assert r.acked == 1 and len(r.leased) == 1
+        fresh = read_merged(client, keys, PARTS, alerts_config=cfg)
+        assert [a["id"] for a in fresh["alerts"]] == []
+        wait_server_past(client, server_ms(client) + 3000)
+        # (a heartbeat: the worker is still at work, its lease extended)
+        await fr.call(CallBatch(beat=True), monitor_payload(leases=1, state="fetching"))
+    _as_worker(redis_url, keys, steps)
     snap = read_merged(client, keys, PARTS, alerts_config=cfg)
     stalled = [a for a in snap["alerts"] if a["id"] == "fleet_stalled"]
     assert len(stalled) == 1
