@@ -45,7 +45,7 @@ def test_host_ban_alerts_are_evaluated_on_the_counters_summed_over_the_partition
          "7 of 30 responses from a.test were bans (block rate 23%, threshold 20%)", 1.0)]
 
 
-def _sample(client, keys, t_s, pages):
+def _sample(client, keys, t_s, pages, bans=0):
     from scrapy_fleet.monitoring import series
 
     step, points = series.TIERS["10s"]
@@ -53,9 +53,26 @@ def _sample(client, keys, t_s, pages):
     if not client.exists(key):
         client.set(key, b"\0" * series.tier_bytes("10s"))
     t_ms = int(t_s * 1000)
-    values = [t_ms, 0, 0, 0, 0, 0, pages, 0, 0, 0]
+    values = [t_ms, 0, 0, 0, 0, 0, pages, 0, bans, 0]
     client.setrange(key, (t_ms // (step * 1000)) % points * series.SLOT_BYTES,
                     series._SLOT.pack(*values))
+
+
+def test_the_monitors_block_rate_series_is_the_crawls(redis_url):
+    """``top``/``monitor`` of a partitioned crawl (PartitionedSource): two partitions with 1
+    ban in 10 pages each over one 10 s step read a block rate of 0.1 (each partition's series
+    summed read 0.2); the first step has no rate."""
+    from scrapy_fleet.monitoring.source import PartitionedSource
+
+    client = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("fleet", "blockseries")
+    parts = keys.all_partitions(2)
+    base = (server_ms(client) // 10_000) * 10 - 20  # (a step start 20-30 s ago)
+    for k, offset in ((parts[0], 1), (parts[1], 2)):
+        _sample(client, k, base + offset, 0)
+        _sample(client, k, base + 10 + offset, 10, bans=1)
+    points = dict(PartitionedSource(client, keys, 2).series(["block_rate"])["block_rate"])
+    assert (points[float(base)], points[float(base + 10)]) == (None, 0.1)
 
 
 def test_merged_rates_take_every_partition_over_one_window_of_a_minute(redis_url):
