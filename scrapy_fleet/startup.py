@@ -115,13 +115,15 @@ def check_worker(crawler: Crawler) -> FleetConfig:
     spider = getattr(crawler, "spider", None)
     if spider is not None and getattr(spider, "name", None):
         config.resolve_crawl_id(spider.name)
-    if settings.get("FLEET_MONGO_URI"):
-        try:
-            from scrapy_fleet.pipelines.mongo_config import MongoConfig
-        except ImportError:  # pymongo missing: the pipeline itself reports it
-            pass
-        else:
+    try:
+        from scrapy_fleet.pipelines.mongo_config import MongoConfig
+    except ImportError:  # pymongo missing: the pipeline itself reports it
+        pass
+    else:
+        try:  # every FLEET_MONGO_* value, with or without a URI
             MongoConfig.from_settings(settings)
+        except NotConfigured:
+            pass
     from scrapy_fleet.frontier.dupefilter import RedisBloomDupeFilter
     from scrapy_fleet.frontier.scheduler import FleetScheduler
 

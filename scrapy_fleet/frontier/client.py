@@ -46,6 +46,9 @@ from scrapy_fleet.keys import CrawlKeys
 
 logger = logging.getLogger(__name__)
 
+#: seconds between two lines of a worker waiting for Redis at start (AsyncFrontier.connect)
+CONNECT_LOG_EVERY = 30.0
+
 
 async def frontier_size(client: redis.asyncio.Redis, keys: CrawlKeys) -> int:
     """Entries held against FLEET_QUEUE_MAX (queued + leased + deferred), one round trip."""
@@ -69,6 +72,10 @@ class AsyncFrontier:
         self.url = url
         self.keys = keys
         self.retries = retries
+        #: :meth:`connect`'s failed tries so far (0: reached at once)
+        self.connect_tries = 0
+        #: seconds between two of :meth:`connect`'s "still not reachable" lines
+        self.connect_log_every = CONNECT_LOG_EVERY
         self.timeout = timeout
         #: *client*: one shared with others (a partitioned crawl's partitions), which
         #: :meth:`close` leaves open; else this frontier's own
@@ -89,23 +96,44 @@ class AsyncFrontier:
 
         Then refuse a crawl written by another layout of the package (frontier/layout.py).
 
+        Logs one WARNING at the first failure, then at most one per
+        :attr:`connect_log_every` seconds (30) with the count of failed tries, and one INFO
+        line once Redis answers (:attr:`connect_tries`: the failed tries).
+
         Raises:
             RedisUnavailableError: still unreachable after *patience* seconds.
             CrawlLayoutError: the crawl's keys are of another layout.
         """
         deadline = time.monotonic() + patience
         delay = 0.1
+        first = logged = 0.0
+        self.connect_tries = 0
         while True:
             try:
                 await redis_client.ping_async(self.client, self.url, self.keys.stats)
-                return await layout.check_async(self.client, self.keys)
+                await layout.check_async(self.client, self.keys)
             except RedisUnavailableError as exc:
-                if time.monotonic() + delay > deadline:
+                self.connect_tries += 1
+                now = time.monotonic()
+                if now + delay > deadline:
                     raise
-                logger.warning("Redis not reachable yet (%s): trying again in %.1f s", exc,
-                               delay)
+                # one line at the first failure, then at most one per connect_log_every
+                # seconds with the count, and one once reached (it was one line per try)
+                if self.connect_tries == 1:
+                    first = logged = now
+                    logger.warning("Redis not reachable yet (%s): trying again for up to "
+                                   "%.0f s", exc, patience)
+                elif now - logged >= self.connect_log_every:
+                    logged = now
+                    logger.warning("Redis still not reachable after %d tries (%.0f s): %s",
+                                   self.connect_tries, now - first, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
+            else:
+                if self.connect_tries:
+                    logger.info("Redis reached after %d failed tries (%.1f s)",
+                                self.connect_tries, time.monotonic() - first)
+                return
 
     async def call(self, batch: CallBatch, monitor: bytes = b"", resend: bool = True,
                    op_id: str | None = None) -> CallResult:

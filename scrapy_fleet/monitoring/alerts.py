@@ -20,6 +20,11 @@ from typing import Any
 from scrapy_fleet.monitoring.series import Sample
 from scrapy_fleet.monitoring.settings import MonitoringConfig
 
+#: every id :func:`evaluate` gives (module docstring)
+ALERT_IDS = ("no_worker", "fleet_stalled", "proxy_no_exit", "depth_growing", "host_blocked",
+             "dead_letters_growing", "requests_unstorable", "items_failed", "redis_memory",
+             "worker_dead", "worker_stalled")
+
 
 @dataclass(frozen=True)
 class AlertConfig:
@@ -156,18 +161,24 @@ def evaluate(snap: dict[str, Any], samples1m: list[Sample], banned_hosts: list[d
             "their items (it raised)", where, None,
             f"scrapy fleet failed {crawl} (reasons item/...); fix the spider or the sink, "
             f"then scrapy fleet retry {crawl} --reason item/<error>"))
-    mem = snap["redis"]
-    if mem["maxmemory"] and mem["used_memory"] > cfg.memory_ratio * mem["maxmemory"]:
-        out.append(_alert(
-            "redis_memory", "critical",
-            f"Redis uses {mem['used_memory'] / 2**20:.1f} MiB of its maxmemory "
-            f"{mem['maxmemory'] / 2**20:.1f} MiB ({mem['used_memory'] / mem['maxmemory']:.0%})",
-            "redis", None,
-            "raise maxmemory (redis-cli CONFIG SET maxmemory ...) or lower FLEET_QUEUE_MAX; "
-            "old crawls: scrapy fleet purge <spider>"))
+    out += memory_alerts(snap["redis"], cfg)
     out += worker_alerts(snap["workers"], fr["leased"], where, now)
     out.sort(key=lambda a: a["severity"] != "critical")
     return out
+
+
+def memory_alerts(mem: dict[str, Any], cfg: AlertConfig, node: str = "") -> list[dict[str, Any]]:
+    """The ``redis_memory`` alert of one server's *mem* ({used_memory, maxmemory} of
+    ``INFO memory``), where ``redis`` (``redis <node>`` for a master of a cluster)."""
+    if not (mem["maxmemory"] and mem["used_memory"] > cfg.memory_ratio * mem["maxmemory"]):
+        return []
+    return [_alert(
+        "redis_memory", "critical",
+        f"Redis uses {mem['used_memory'] / 2**20:.1f} MiB of its maxmemory "
+        f"{mem['maxmemory'] / 2**20:.1f} MiB ({mem['used_memory'] / mem['maxmemory']:.0%})",
+        f"redis {node}" if node else "redis", None,
+        "raise maxmemory (redis-cli CONFIG SET maxmemory ...) or lower FLEET_QUEUE_MAX; "
+        "old crawls: scrapy fleet purge <spider>")]
 
 
 def worker_alerts(workers: list[dict[str, Any]], leased: int, where: str,

@@ -9,7 +9,9 @@ records; a worker's monitoring goes with its calls to its home partition.  So:
   partitions; rates (pages/items per minute, block rate) are taken from the summed counters
   over one window for every partition (:func:`merged_rates`) (the gauges of one sweep,
   partition after partition: not an atomic snapshot);
-* ``workers``: one row per worker, the one of its latest call (its home's);
+* ``workers``: one row per worker: its home's record (state, leases, counts), seen at its
+  latest call anywhere, its ``last_ack`` the latest of every partition (its acknowledgements
+  land in the partitions its pages came from, mostly not its home), its health from those;
 * ``hosts``: the union (a host's entries live in one partition), busiest first, cut to the
   limit; its ``pages``, ``bans``, ``block_rate`` and ``first_ban`` from its counters summed
   over every partition (a worker records them with its call to its home partition, wherever
@@ -18,8 +20,12 @@ records; a worker's monitoring goes with its calls to its home partition.  So:
   largest (null when a partition with work left has none); ``started_at`` the earliest,
   ``last_ack_at``/``last_worker_at`` the latest;
 * ``redis``: summed over the distinct masters holding the partitions;
-* ``alerts``: each partition's, once each (same id, where and what), except ``host_blocked``:
-  evaluated on a host's counters summed over the partitions (:func:`read_merged`);
+* ``alerts``: evaluated once on the merged snapshot (``alerts.evaluate``), as on one
+  partition: the frontier's counts summed, the merged worker rows, the crawl's last
+  acknowledgement, the 1 min samples summed step by step (:func:`merge_samples`), the failed
+  records summed, a host's counters summed over the partitions (:func:`read_merged`);
+  ``redis_memory`` once per server; an alert of another id (none today) each partition's,
+  once;
 * added: ``partitions`` (P), ``per_partition`` (a row per partition: node, queued, leased,
   deferred, parked, bound, idle) and ``skew`` (the fullest partition's queued entries over
   the mean).
@@ -28,12 +34,13 @@ records; a worker's monitoring goes with its calls to its home partition.  So:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
 from typing import Any
 
 from scrapy_fleet import redis_client
 from scrapy_fleet.keys import CrawlKeys
-from scrapy_fleet.monitoring.alerts import AlertConfig, host_alerts, worker_alerts
+from scrapy_fleet.monitoring import alerts as alerts_mod
+from scrapy_fleet.monitoring.alerts import AlertConfig
+from scrapy_fleet.monitoring.series import Sample
 
 #: fields of a per-partition row (``per_partition[]``, docs/monitoring.md)
 ROW_FIELDS = ("partition", "tag", "slot", "node", "queued", "leased", "deferred", "parked",
@@ -61,11 +68,23 @@ def skew(queued: list[int]) -> float:
     return round(max(queued) / mean, 2) if mean else 0.0
 
 
+def top_hosts(snaps: list[dict[str, Any]], hosts: int) -> list[dict[str, Any]]:
+    """The *hosts* rows of the partitions' *snaps* with most queued entries (a host's
+    entries live in one partition)."""
+    rows = [h for s in snaps for h in s["hosts"]]
+    return sorted(rows, key=lambda h: (-h["queued"], h["host"]))[:max(hosts, 0)]
+
+
 def merge(snaps: list[dict[str, Any]], rows: list[dict[str, Any]],
-          hosts: int = 10) -> dict[str, Any]:
+          hosts: int = 10, *, cfg: AlertConfig | None = None,
+          samples1m: list[Sample] | None = None,
+          banned: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """One schema-2 snapshot of the partitions' *snaps* (in partition order), with
     ``partitions``, ``per_partition`` (*rows*: one per partition, :data:`ROW_FIELDS`) and
-    ``skew`` (module docstring).  *hosts*: how many hosts to list.
+    ``skew`` (module docstring).  *hosts*: how many hosts to list.  The alerts are the
+    crawl's (thresholds *cfg*): *samples1m*, the 1 min samples summed over the partitions
+    (:func:`merge_samples`); *banned*, host rows of the most banned hosts, their counters
+    summed over the partitions.
 
     Raises:
         ValueError: *snaps* is empty, or *rows* is not one per snapshot.
@@ -93,23 +112,14 @@ def merge(snaps: list[dict[str, Any]], rows: list[dict[str, Any]],
                                                                      strict=True))
                           else _opt(etas, max))
     out["runnable_now"] = sum(s["runnable_now"] for s in snaps)
-    out["workers"] = merge_workers([w for s in snaps for w in s["workers"]])
+    cfg = cfg or AlertConfig()
+    out["workers"] = merge_workers([w for s in snaps for w in s["workers"]], out["at"],
+                                   cfg.stall_after)
     out["workers_alive"] = sum(1 for r in out["workers"] if r["health"] != "dead")
-    all_hosts = [h for s in snaps for h in s["hosts"]]
-    out["hosts"] = sorted(all_hosts, key=lambda h: (-h["queued"], h["host"]))[:max(hosts, 0)]
+    out["hosts"] = top_hosts(snaps, hosts)
     out["hosts_total"] = sum(s["hosts_total"] for s in snaps)
     out["hosts_sampled"] = any(s["hosts_sampled"] for s in snaps)
     out["hosts_ready"] = sum(s["hosts_ready"] for s in snaps)
-    seen_alerts: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for s in snaps:
-        for a in s["alerts"]:
-            seen_alerts.setdefault((a["id"], a["where"], a["what"]), a)
-    # a worker's rows are merged (merge_workers): its alerts are the merged row's, once
-    out["alerts"] = [a for a in seen_alerts.values()
-                     if a["id"] not in ("worker_dead", "worker_stalled")]
-    out["alerts"] += worker_alerts(out["workers"], out["frontier"]["leased"],
-                                   f"crawl {out['crawl']}", out["at"])
-    out["alerts"].sort(key=lambda a: a["severity"] != "critical")
     out["failed_by"] = _sum([s["failed_by"] for s in snaps])
     by_node: dict[str, dict[str, Any]] = {}
     for s, r in zip(snaps, rows, strict=True):
@@ -128,15 +138,75 @@ def merge(snaps: list[dict[str, Any]], rows: list[dict[str, Any]],
     out["partitions"] = len(snaps)
     out["per_partition"] = [{k: r[k] for k in ROW_FIELDS} for r in rows]
     out["skew"] = skew([r["queued"] for r in rows])
+    out["alerts"] = merged_alerts(out, snaps, by_node, cfg, samples1m or [], banned or [])
     return out
 
 
-def merge_workers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def merged_alerts(out: dict[str, Any], snaps: list[dict[str, Any]],
+                  memory: dict[str, dict[str, Any]], cfg: AlertConfig,
+                  samples1m: list[Sample], banned: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The alerts of the merged snapshot *out*, critical first: ``alerts.evaluate`` on it
+    (each partition's own evaluation counted its own requests, workers and acknowledgements:
+    ``no_worker`` said "1 request waits" with 2 due, ``fleet_stalled`` fired for a partition
+    while the crawl acknowledged pages), ``redis_memory`` once per server (*memory*: node ->
+    its ``redis``), and the partitions' alerts of any other id, once each."""
+    found = [a for a in alerts_mod.evaluate(out, samples1m, banned, cfg)
+             if a["id"] != "redis_memory"]
+    for node, mem in memory.items():
+        found += alerts_mod.memory_alerts(mem, cfg, node)
+    others: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for s in snaps:
+        for a in s["alerts"]:
+            if a["id"] not in alerts_mod.ALERT_IDS:
+                others.setdefault((a["id"], a["where"], a["what"]), a)
+    found += others.values()
+    found.sort(key=lambda a: a["severity"] != "critical")
+    return found
+
+
+def merge_samples(per_part: list[list[Sample]], step: float = 60.0) -> list[Sample]:
+    """The partitions' samples of one tier (*step* seconds; each partition's oldest first)
+    as the crawl's: one per step any partition has a sample of, each field summed over the
+    partitions, a partition without a sample in that step counted with its latest earlier
+    one (a partition is sampled only when called: one nobody called has not changed), 0
+    before its first; ``workers_alive`` the most of any partition (a worker calls several);
+    ``t`` the earliest sample of the step."""
+    slots = sorted({int(x.t // step) for samples in per_part for x in samples})
+    at = [0] * len(per_part)  # per partition: its samples up to this step
+    out = []
+    for slot in slots:
+        latest: list[Sample] = []
+        times = []
+        for i, samples in enumerate(per_part):
+            while at[i] < len(samples) and int(samples[at[i]].t // step) <= slot:
+                at[i] += 1
+            if at[i]:
+                last = samples[at[i] - 1]
+                latest.append(last)
+                if int(last.t // step) == slot:
+                    times.append(last.t)
+        out.append(Sample(t=min(times), due=sum(x.due for x in latest),
+                          deferred=sum(x.deferred for x in latest),
+                          leased=sum(x.leased for x in latest),
+                          parked=sum(x.parked for x in latest),
+                          dead=sum(x.dead for x in latest),
+                          pages=sum(x.pages for x in latest),
+                          items=sum(x.items for x in latest),
+                          bans=sum(x.bans for x in latest),
+                          workers_alive=max(x.workers_alive for x in latest)))
+    return out
+
+
+def merge_workers(rows: list[dict[str, Any]], now: float | None = None,
+                  stall_after: float = AlertConfig.stall_after) -> list[dict[str, Any]]:
     """One row per worker from its rows in every partition (snapshot ``workers[]``): a
     worker's heartbeat record (state, counts, host, pid) is written with its calls to its
-    home partition, while its calls to the others only mark it seen; the merged row is the
-    latest row with a state (else the latest row), seen at the latest of them all, and
-    alive when any partition saw it alive.  Dead workers last, then by id."""
+    home partition, while its calls to the others only mark it seen (and the time of their
+    acknowledgements, its pages' partitions'); the merged row is the latest row with a state
+    (else the latest row), seen at the latest of them all, its ``last_ack`` the latest of
+    them all, and alive when any partition saw it alive; *now* given, an alive worker is
+    ``stalled`` as on one partition (holds leases, acknowledged none for *stall_after*
+    seconds) on that latest acknowledgement.  Dead workers last, then by id."""
     by_id: dict[str, list[dict[str, Any]]] = {}
     for w in rows:
         by_id.setdefault(w["id"], []).append(w)
@@ -146,8 +216,14 @@ def merge_workers(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         full = [r for r in group if r.get("state", "unknown") != "unknown"]
         row = dict(max(full, key=lambda r: r["last_seen"]) if full else latest)
         row["last_seen"] = latest["last_seen"]
+        acks = [r["last_ack"] for r in group if r.get("last_ack") is not None]
+        row["last_ack"] = max(acks) if acks else None
         if row["health"] == "dead" and latest["health"] != "dead":
             row["health"] = latest["health"]
+        if now is not None and row["health"] != "dead":
+            stalled = (row.get("leases", 0) > 0 and row["last_ack"] is not None
+                       and now - row["last_ack"] > stall_after)
+            row["health"] = "stalled" if stalled else "alive"
         merged.append(row)
     return sorted(merged, key=lambda r: (r["health"] == "dead", r["id"]))
 
@@ -210,8 +286,11 @@ def read_merged(client: Any, keys: CrawlKeys, parts: int, hosts: int = 10,
     from scrapy_fleet.monitoring.snapshot import read_snapshot
 
     snaps, rows = [], []
+    series: list[dict[str, list[Sample]]] = []  # per partition: its samples, by tier
     for k in keys.all_partitions(parts):
-        snap = read_snapshot(client, k, hosts=hosts, alerts_config=alerts_config)
+        series.append({})
+        snap = read_snapshot(client, k, hosts=hosts, alerts_config=alerts_config,
+                             samples=series[-1])
         fr = snap["frontier"]
         snaps.append(snap)
         rows.append({"partition": k.part, "tag": k.base, "slot": slot_of(k.base),
@@ -220,18 +299,9 @@ def read_merged(client: Any, keys: CrawlKeys, parts: int, hosts: int = 10,
                      "parked": fr["parked"], "dead": fr["dead"], "seen": fr["seen"],
                      "bound": bound, "idle_seconds": snap["idle_seconds"],
                      "acked": snap["counters"]["requests"]["acked"]})
-    out = merge(snaps, rows, hosts)
-    from scrapy_fleet.monitoring import series as series_mod
-
-    with client.pipeline(transaction=False) as pipe:
-        for k in keys.all_partitions(parts):
-            pipe.get(k.series("10s"))
-        raws = pipe.execute()
-    out["rates"] = merged_rates(
-        [(series_mod.decode(raw, "10s", s["at"]), s["counters"], s["started_at"])
-         for raw, s in zip(raws, snaps, strict=True)], out["at"])
     banned = most_banned(client, keys, parts, max(hosts, 10))
-    listed = [h["host"] for h in out["hosts"]]
+    top = top_hosts(snaps, hosts)
+    listed = [h["host"] for h in top]
     names = list(dict.fromkeys(listed + banned))
     per_part = []
     for k in keys.all_partitions(parts) if names else []:
@@ -240,14 +310,16 @@ def read_merged(client: Any, keys: CrawlKeys, parts: int, hosts: int = 10,
                 pipe.hmget(k.hoststats, f"p|{h}", f"b|{h}", f"f|{h}")
             per_part.append(pipe.execute())
     by_host = {h: {"host": h} for h in names}
-    by_host.update((h["host"], h) for h in out["hosts"])
+    by_host.update((h["host"], h) for h in top)
     totals = {r["host"]: r for r in host_totals([by_host[h] for h in names], per_part)}
+    # (a host's bans are recorded in its workers' home partitions: its alert is the sum's)
+    out = merge(snaps, rows, hosts, cfg=alerts_config,
+                samples1m=merge_samples([one["1m"] for one in series]),
+                banned=[totals[h] for h in banned])
     out["hosts"] = [totals[h] for h in listed]
-    # a host's bans are recorded in its workers' home partitions: its alert is the sum's
-    out["alerts"] = [a for a in out["alerts"] if a["id"] != "host_blocked"]
-    out["alerts"] += host_alerts([totals[h] for h in banned], keys.crawl_id,
-                                 alerts_config or AlertConfig())
-    out["alerts"].sort(key=lambda a: a["severity"] != "critical")
+    out["rates"] = merged_rates(
+        [(one["10s"], s["counters"], s["started_at"])
+         for one, s in zip(series, snaps, strict=True)], out["at"])
     return out
 
 
@@ -347,13 +419,31 @@ def host_totals(hosts: list[dict[str, Any]], per_part: list[list[Any]]) -> list[
     return out
 
 
-def merge_points(series: Iterable[list[tuple[float, float | None]]]
-                 ) -> list[tuple[float, float | None]]:
-    """The partitions' points of one series summed step by step (a step none of them has a
-    value for stays None)."""
-    sums: dict[float, float | None] = {}
-    for points in series:
-        for t, v in points:
-            have = sums.get(t)
-            sums[t] = v if have is None else (have if v is None else have + v)
-    return sorted(sums.items())
+def read_merged_series(client: Any, keys: CrawlKeys, parts: int, names: list[str],
+                       tier: str = "10s", since_s: float | None = None
+                       ) -> dict[str, list[tuple[float, float | None]]]:
+    """Series *names* (``snapshot.SERIES``) of tier *tier* of a crawl in *parts*
+    partitions, as ``read_series`` gives one's: one ``(step start, value or None)`` per step
+    from *since_s* (default: the tier's span) to now, taken from the partitions' samples
+    merged step by step (:func:`merge_samples`: a depth is the crawl's, a rate or the block
+    rate the summed counters', ``workers_alive`` the most of any partition).  It was each
+    partition's series summed: a block rate read the sum of the partitions' ratios, a depth
+    dipped at a step a partition was not sampled in.  One round trip (and TIME).
+
+    Raises:
+        redis.RedisError: a partition cannot be read.
+    """
+    from scrapy_fleet.monitoring import series as series_mod
+
+    step, points = series_mod.TIERS[tier]
+    srv = client.time(**redis_client.node_of(client, keys.stats))
+    now = float(srv[0]) + float(srv[1]) / 1e6
+    with client.pipeline(transaction=False) as pipe:
+        for k in keys.all_partitions(parts):
+            pipe.get(k.series(tier))
+        raws = pipe.execute()
+    merged = merge_samples([series_mod.decode(raw, tier, now) for raw in raws], step)
+    earliest = now - step * (points - 1)
+    since = earliest if since_s is None else max(float(since_s), earliest)
+    return {name: series_mod.fill_steps(series_mod.points_of(merged, name), tier, since, now)
+            for name in names}

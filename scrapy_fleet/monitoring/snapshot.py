@@ -221,15 +221,18 @@ def _host_cap(conf: Any, default: int) -> int:
 
 
 def read_snapshot(client: redis.Redis, keys: CrawlKeys, *, hosts: int = 10,
-                  alerts_config: AlertConfig | None = None) -> dict[str, Any]:
+                  alerts_config: AlertConfig | None = None,
+                  samples: dict[str, list[series_mod.Sample]] | None = None) -> dict[str, Any]:
     """The crawl's state now, as a JSON-safe dict (module docstring; docs/monitoring.md).
 
-    *hosts*: how many hosts to list (busiest by queued entries first).
+    *hosts*: how many hosts to list (busiest by queued entries first).  *samples*: a dict
+    to receive the samples read, by tier (``10s``, ``1m``: what a partitioned crawl's
+    merge needs of each partition, monitoring/merge.py).
 
     Raises:
         redis.RedisError: when Redis cannot be read (connection, authentication...).
     """
-    return _read(client, keys, hosts, alerts_config)
+    return _read(client, keys, hosts, alerts_config, samples)
 
 
 def read_counts(client: redis.Redis, keys: CrawlKeys) -> dict[str, Any]:
@@ -333,7 +336,8 @@ def _now_ms(srv: Any) -> int:
 
 
 def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
-          alerts_config: AlertConfig | None) -> dict[str, Any]:
+          alerts_config: AlertConfig | None,
+          samples: dict[str, list[series_mod.Sample]] | None = None) -> dict[str, Any]:
     cfg = alerts_config or AlertConfig()
     k = keys
     # keyless commands (TIME, INFO) go to the crawl's node apart: a cluster pipeline refuses
@@ -426,6 +430,8 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
 
     samples10 = series_mod.decode(raw10, "10s", now)
     samples1m = series_mod.decode(raw1m, "1m", now)
+    if samples is not None:
+        samples.update({"10s": samples10, "1m": samples1m})
     counters = counters_of(stats)
     rates = _rates(samples10, now, counters["pages"], counters["items_scraped"],
                    counters["bans"])

@@ -99,8 +99,12 @@ class FleetSource:
         self._ok()
         return dict(snap)
 
-    def series(self, names: Iterable[str], tier: str = "10s",
-               since_s: float | None = None) -> dict[str, Points]:
+    def _checked(self, names: Iterable[str], tier: str) -> list[str]:
+        """*names* as a list, each a known series, and *tier* a known tier.
+
+        Raises:
+            ValueError: naming the unknown series or tier.
+        """
         names = list(names)
         known = set(self._data.SERIES)
         unknown = [name for name in names if name not in known]
@@ -109,6 +113,11 @@ class FleetSource:
                              f"{', '.join(self._data.SERIES)})")
         if tier not in self._data.TIERS:
             raise ValueError(f"unknown tier {tier!r} (known: {', '.join(self._data.TIERS)})")
+        return names
+
+    def series(self, names: Iterable[str], tier: str = "10s",
+               since_s: float | None = None) -> dict[str, Points]:
+        names = self._checked(names, tier)
         out: dict[str, Points] = {}
         try:
             for name in names:
@@ -131,8 +140,8 @@ SAMPLING_DENIED = ("warning: the Redis user may not sample the time series ({err
 class PartitionedSource(FleetSource):
     """:class:`FleetSource` of a crawl in *parts* partitions (FLEET_PARTITIONS > 1): the
     snapshot is the partitions' merged (monitoring/merge.py: sums, ``per_partition``,
-    ``skew``), each series the partitions' summed step by step; *bound*: a partition's
-    share of FLEET_QUEUE_MAX."""
+    ``skew``), each series taken from the partitions' samples summed step by step
+    (``merge.read_merged_series``); *bound*: a partition's share of FLEET_QUEUE_MAX."""
 
     def __init__(self, client: redis.Redis, keys: CrawlKeys, parts: int, hosts: int = 10,
                  alerts_config: Any = None, bound: int | None = None) -> None:
@@ -158,17 +167,15 @@ class PartitionedSource(FleetSource):
                since_s: float | None = None) -> dict[str, Points]:
         from scrapy_fleet.monitoring import merge
 
-        names = list(names)
-        per = []
-        for k in self.keys.all_partitions(self.parts):
-            one = FleetSource(self.client, k, self.hosts, self.alerts_config)
-            try:
-                per.append(one.series(names, tier, since_s))
-            except READ_ERRORS as exc:
-                self._failed(exc)
-                raise
+        names = self._checked(names, tier)
+        try:
+            out = merge.read_merged_series(self.client, self.keys, self.parts, names, tier,
+                                           since_s)
+        except READ_ERRORS as exc:
+            self._failed(exc)
+            raise
         self._ok()
-        return {name: merge.merge_points(p[name] for p in per) for name in names}
+        return out
 
 
 class Sampling:

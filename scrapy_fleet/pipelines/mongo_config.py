@@ -89,11 +89,13 @@ class MongoConfig:
 
     @classmethod
     def from_settings(cls, settings: BaseSettings | Mapping[str, Any]) -> MongoConfig:
-        """Read and validate every ``FLEET_MONGO_*`` setting.
+        """Read and validate every ``FLEET_MONGO_*`` setting, whether the pipeline is on
+        or not (a wrong value is one clear line at start, not a surprise the day a URI is
+        set).
 
         Raises:
-            NotConfigured: ``FLEET_MONGO_URI`` is unset or empty.
             FleetConfigError: naming the first wrong setting and its value.
+            NotConfigured: every value is right, but ``FLEET_MONGO_URI`` is unset or empty.
         """
 
         def g(name: str) -> Any:
@@ -101,11 +103,10 @@ class MongoConfig:
             return MONGO_DEFAULTS[name] if value is None else value
 
         uri = g("FLEET_MONGO_URI")
-        if not uri:
-            raise NotConfigured("FLEET_MONGO_URI is not set")
-        check("FLEET_MONGO_URI", uri, isinstance(uri, str)
-               and uri.startswith(("mongodb://", "mongodb+srv://")),
-               "a mongodb:// or mongodb+srv:// URI")
+        if uri:
+            check("FLEET_MONGO_URI", uri, isinstance(uri, str)
+                   and uri.startswith(("mongodb://", "mongodb+srv://")),
+                   "a mongodb:// or mongodb+srv:// URI")
         database = g("FLEET_MONGO_DATABASE")
         check("FLEET_MONGO_DATABASE", database, isinstance(database, str) and 0 < len(database)
                < 64 and not any(c in database for c in '/\\. "$\x00'),
@@ -141,7 +142,7 @@ class MongoConfig:
         check("FLEET_MONGO_FIRST_SEEN_FIELD", first_seen, first_seen != updated_field,
                "a field name other than FLEET_MONGO_UPDATED_FIELD")
         factory = _callable_setting("FLEET_MONGO_CLIENT_FACTORY", g("FLEET_MONGO_CLIENT_FACTORY"))
-        return cls(
+        config = cls(
             uri=uri,
             database=database,
             collection=collection,
@@ -163,6 +164,9 @@ class MongoConfig:
             unique_fields=_field_list("FLEET_MONGO_UNIQUE_FIELDS", g("FLEET_MONGO_UNIQUE_FIELDS")),
             client_factory=factory or _default_client_factory,
         )
+        if not uri:
+            raise NotConfigured("FLEET_MONGO_URI is not set")
+        return config
 
 
 def default_document_id(values: Sequence[Any]) -> str:

@@ -4,6 +4,7 @@ sums a host's counters over the partitions its workers recorded them in."""
 from __future__ import annotations
 
 import redis
+from support import server_ms, wait_server_past
 
 from scrapy_fleet.keys import CrawlKeys, partition_of
 from scrapy_fleet.monitoring.merge import read_merged
@@ -44,7 +45,7 @@ def test_host_ban_alerts_are_evaluated_on_the_counters_summed_over_the_partition
          "7 of 30 responses from a.test were bans (block rate 23%, threshold 20%)", 1.0)]
 
 
-def _sample(client, keys, t_s, pages):
+def _sample(client, keys, t_s, pages, bans=0):
     from scrapy_fleet.monitoring import series
 
     step, points = series.TIERS["10s"]
@@ -52,9 +53,26 @@ def _sample(client, keys, t_s, pages):
     if not client.exists(key):
         client.set(key, b"\0" * series.tier_bytes("10s"))
     t_ms = int(t_s * 1000)
-    values = [t_ms, 0, 0, 0, 0, 0, pages, 0, 0, 0]
+    values = [t_ms, 0, 0, 0, 0, 0, pages, 0, bans, 0]
     client.setrange(key, (t_ms // (step * 1000)) % points * series.SLOT_BYTES,
                     series._SLOT.pack(*values))
+
+
+def test_the_monitors_block_rate_series_is_the_crawls(redis_url):
+    """``top``/``monitor`` of a partitioned crawl (PartitionedSource): two partitions with 1
+    ban in 10 pages each over one 10 s step read a block rate of 0.1 (each partition's series
+    summed read 0.2); the first step has no rate."""
+    from scrapy_fleet.monitoring.source import PartitionedSource
+
+    client = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("fleet", "blockseries")
+    parts = keys.all_partitions(2)
+    base = (server_ms(client) // 10_000) * 10 - 20  # (a step start 20-30 s ago)
+    for k, offset in ((parts[0], 1), (parts[1], 2)):
+        _sample(client, k, base + offset, 0)
+        _sample(client, k, base + 10 + offset, 10, bans=1)
+    points = dict(PartitionedSource(client, keys, 2).series(["block_rate"])["block_rate"])
+    assert (points[float(base)], points[float(base + 10)]) == (None, 0.1)
 
 
 def test_merged_rates_take_every_partition_over_one_window_of_a_minute(redis_url):
@@ -76,3 +94,63 @@ def test_merged_rates_take_every_partition_over_one_window_of_a_minute(redis_url
     rates = read_merged(client, keys, 3)["rates"]
     assert rates["window_s"] == 60.0
     assert abs(rates["pages_per_min"] - 110 * 60 / rates["window_s"]) < 3
+
+
+def _sample_1m(client, keys, t_s, due=0, dead=0):
+    """One 1 min sample of *keys* at *t_s* (what lua/monitoring.lua writes), *due* queued
+    entries and *dead* dead letters then."""
+    from scrapy_fleet.monitoring import series
+
+    step, points = series.TIERS["1m"]
+    key = keys.series("1m")
+    if not client.exists(key):
+        client.set(key, b"\0" * series.tier_bytes("1m"))
+    t_ms = int(t_s * 1000)
+    values = [t_ms, due, 0, 0, 0, dead, 0, 0, 0, 1]
+    client.setrange(key, (t_ms // (step * 1000)) % points * series.SLOT_BYTES,
+                    series._SLOT.pack(*values))
+
+
+def test_depth_growing_is_the_crawls_depth_summed_over_the_partitions(redis_url):
+    """Over the last 10 min the crawl's depth grew at every 1 min sample (0 to 10), half of
+    it in partition 0 and half in partition 1, each growing every other minute, sampled at
+    other seconds of each minute: one ``depth_growing`` alert with the crawl's figures (no
+    partition grew at every sample on its own: there was none)."""
+    client = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("fleet", "depth")
+    parts = keys.all_partitions(4)
+    now = server_ms(client) / 1000
+    if now % 60 > 59:  # (both of this minute's samples in the past)
+        wait_server_past(client, (now // 60 + 1) * 60_000)
+        now = server_ms(client) / 1000
+    base = (now // 60) * 60 - 600  # (the start of the minute 10 min ago)
+    for i in range(11):
+        t = base + 60 * i + (now % 60) / 2
+        _sample_1m(client, parts[0], t, due=(i + 1) // 2)
+        _sample_1m(client, parts[1], t + (now % 60) / 3, due=i // 2)
+    client.set(parts[0].queue_count, 5)  # (the depth now; the queue itself is not read)
+    client.set(parts[1].queue_count, 5)
+    alerts = [a for a in read_merged(client, keys, 4)["alerts"] if a["id"] == "depth_growing"]
+    assert [a["what"] for a in alerts] == [
+        "the frontier grew from 0 to 10 requests in the last 10 min: the fleet falls behind"]
+
+
+def test_dead_letters_and_failed_items_alerts_count_every_partition(redis_url):
+    """2 new dead letters in partition 0 and 1 in partition 2 over the last 10 min; failed
+    items kept: 1 in partition 1, 2 in partition 3.  One alert each, with the crawl's
+    figures (each partition listed its own: two alerts each, none with the total)."""
+    client = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("fleet", "deadfail")
+    parts = keys.all_partitions(4)
+    now = float(client.time()[0])
+    for p, new in ((0, 2), (2, 1)):
+        _sample_1m(client, parts[p], now - 300, dead=0)
+        _sample_1m(client, parts[p], now - 30, dead=new)
+        client.hset(parts[p].dead, mapping={f"e{i}": b"x" for i in range(new)})
+    client.hset(parts[1].failed_by, "item/TypeError", 1)
+    client.hset(parts[3].failed_by, "item/TypeError", 2)
+    alerts = read_merged(client, keys, 4)["alerts"]
+    assert sorted((a["id"], a["what"]) for a in alerts) == [
+        ("dead_letters_growing", "3 new dead letter(s) in the last 10 min (3 in all)"),
+        ("items_failed", "3 request(s) failed because an item pipeline could not write one "
+                         "of their items (it raised)")]

@@ -172,7 +172,8 @@ def test_settings_parsed_from_strings() -> None:
     assert cfg.id_function is page_id
 
 
-@pytest.mark.parametrize(("name", "value"), [
+#: (setting, a wrong value of it)
+BAD_SETTINGS = [
     ("FLEET_MONGO_URI", "http://db:27017"),
     ("FLEET_MONGO_DATABASE", "bad.name"),
     ("FLEET_MONGO_COLLECTION", "%(nope)s"),
@@ -193,11 +194,26 @@ def test_settings_parsed_from_strings() -> None:
     ("FLEET_MONGO_UPDATED_FIELD", "_id"),
     ("FLEET_MONGO_FIRST_SEEN_FIELD", "updated_at"),
     ("FLEET_MONGO_CLIENT_FACTORY", "not a path"),
-])
+]
+
+
+@pytest.mark.parametrize(("name", "value"), BAD_SETTINGS)
 def test_bad_setting_names_setting_and_value(name: str, value: Any) -> None:
     with pytest.raises(FleetConfigError) as info:
         MongoConfig.from_settings({"FLEET_MONGO_URI": "mongodb://h", name: value})
     assert name in str(info.value)
+
+
+@pytest.mark.parametrize(("name", "value"),
+                         [(n, v) for n, v in BAD_SETTINGS if n != "FLEET_MONGO_URI"])
+def test_bad_setting_is_refused_without_a_uri_too(name: str, value: Any) -> None:
+    """A wrong FLEET_MONGO_* value is one clear error whether or not the pipeline is on
+    (FLEET_MONGO_BATCH_SIZE = 0 with no URI passed, to fail the day a URI was set)."""
+    with pytest.raises(FleetConfigError) as info:
+        MongoConfig.from_settings({name: value})
+    assert name in str(info.value)
+    with pytest.raises(FleetConfigError):
+        MongoPipeline.from_crawler(get_crawler(settings_dict={name: value}))
     assert repr(value) in str(info.value)
 
 

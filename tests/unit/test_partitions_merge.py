@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from scrapy_fleet.monitoring.merge import merge, merge_points, skew
+from scrapy_fleet.monitoring.merge import merge, merge_samples, skew
+from scrapy_fleet.monitoring.series import Sample, points_of
 
 
 def snap(due: int, pages: int, workers: list[dict[str, Any]], hosts: list[dict[str, Any]],
          idle: float | None, ppm: float | None) -> dict[str, Any]:
     return {
         "schema": 2, "crawl": "c", "at": 100.0 + due,
-        "frontier": {"due": due, "leased": 1, "depth": due + 1, "seen": due * 2},
+        "frontier": {"due": due, "leased": 1, "depth": due + 1, "seen": due * 2,
+                     "deferred": 0, "parked": 0, "dead": 0},
         "counters": {"pages": pages, "requests": {"acked": pages}, "responses": {"2xx": pages}},
         "rates": {"pages_per_min": ppm, "items_per_min": ppm, "window_s": 60.0,
                   "block_rate": None},
@@ -55,7 +57,8 @@ def test_partitions_are_summed_and_each_worker_appears_once_with_its_latest_row(
              [{"host": "a", "queued": 3}], None, 12.0)
     b = snap(9, 5, [worker("w1", 8.0, 9)], [{"host": "b", "queued": 9}], 4.0, None)
     out = merge([a, b], [row(0, 3), row(1, 9)], hosts=1)
-    assert out["frontier"] == {"due": 12, "leased": 2, "depth": 14, "seen": 24}
+    assert out["frontier"] == {"due": 12, "leased": 2, "depth": 14, "seen": 24,
+                               "deferred": 0, "parked": 0, "dead": 0}
     assert out["counters"] == {"pages": 15, "requests": {"acked": 15},
                                "responses": {"2xx": 15}}
     assert [(w["id"], w["pages"]) for w in out["workers"]] == [("w1", 9), ("w2", 4)]
@@ -70,11 +73,31 @@ def test_partitions_are_summed_and_each_worker_appears_once_with_its_latest_row(
     assert [r["queued"] for r in out["per_partition"]] == [3, 9]
 
 
+def sample(t: float, due: int, pages: int, bans: int = 0, alive: int = 1) -> Sample:
+    return Sample(t=t, due=due, deferred=0, leased=0, parked=0, dead=0, pages=pages,
+                  items=0, bans=bans, workers_alive=alive)
+
+
 def test_series_are_summed_step_by_step_and_skew_of_empty_partitions():
-    assert merge_points([[(0.0, 1.0), (10.0, None)], [(0.0, 2.0), (10.0, None),
-                                                       (20.0, 5.0)]]) == [
-        (0.0, 3.0), (10.0, None), (20.0, 5.0)]
+    """Partition 0 sampled at steps 0 and 2, partition 1 at steps 0, 1 and 3: a step one of
+    them has no sample of counts its latest earlier one (a partition is sampled only when
+    called); a step neither has stays out (None in the series); ``workers_alive`` the most
+    of any (a worker calls several partitions)."""
+    merged = merge_samples([[sample(1.0, 1, 10), sample(21.0, 3, 30, alive=2)],
+                            [sample(4.0, 2, 5), sample(12.0, 4, 7),
+                             sample(35.0, 6, 9)]], 10.0)
+    assert [(m.t, m.due, m.pages, m.workers_alive) for m in merged] == [
+        (1.0, 3, 15, 1), (12.0, 5, 17, 1), (21.0, 7, 37, 2), (35.0, 9, 39, 2)]
+    assert [v for _, v in points_of(merged, "depth_due")] == [3.0, 5.0, 7.0, 9.0]
     assert skew([0, 0]) == 0.0 and skew([2, 2]) == 1.0
+
+
+def test_a_block_rate_series_is_the_summed_counters_ratio():
+    """Two partitions, each 1 ban in 10 pages over one step: the crawl's block rate is 0.1
+    (summed per partition, the series read 0.2)."""
+    merged = merge_samples([[sample(0.0, 0, 0), sample(10.0, 0, 10, bans=1)],
+                            [sample(1.0, 0, 0), sample(11.0, 0, 10, bans=1)]], 10.0)
+    assert points_of(merged, "block_rate") == [(0.0, None), (10.0, 0.1)]
 
 
 def test_the_partitions_recrawl_blocks_merge_into_one():

@@ -103,6 +103,9 @@ def test_redis_unreachable(site, worker_env):
     ("FLEET_REDIS_URL=http://127.0.0.1:6379/0", "FLEET_REDIS_URL='http://127.0.0.1:6379/0' is "
                                                 "invalid"),
     ("FLEET_CRAWL_ID=two words", "FLEET_CRAWL_ID='two words' is invalid"),
+    # (checked whatever is enabled: no FLEET_MONGO_URI here)
+    ("FLEET_MONGO_BATCH_SIZE=0", "FLEET_MONGO_BATCH_SIZE='0' is invalid: expected an "
+                                 "integer between 1 and 100000"),
 ])
 def test_invalid_setting(site, worker_env, setting, fragment):
     result = crawl(site, worker_env, setting)
