@@ -175,6 +175,12 @@ class AsyncFrontier:
         return await self.client.hmget(step.key, step.entry_ids)
 
     @property
+    def acks_held(self) -> int:
+        """Acknowledgements waiting in this client: none (a P = 1 call sends them all; the
+        partitioned client's own holds them, frontier/partitions.py)."""
+        return 0
+
+    @property
     def last_op(self) -> str | None:
         """The op id of the last call's script step (:attr:`FrontierCall.last_op`)."""
         return self.calls.last_op

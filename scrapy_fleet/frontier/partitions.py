@@ -520,6 +520,14 @@ class PartitionedFrontier:
         """Acknowledgements and pushes held for a partition that could not be reached."""
         return 0 if self._held is None else len(self._held.acks) + len(self._held.pushes)
 
+    @property
+    def acks_held(self) -> int:
+        """Pages acknowledged by the pump whose acknowledgement waits here (held for its
+        partition's next call, or in a part kept to be sent again): their leases are still
+        in Redis, so the worker's heartbeat counts them among the leases it holds."""
+        return ((0 if self._held is None else len(self._held.acks))
+                + sum(len(part.batch.acks) for part in self._sent.values()))
+
     def _note_response_queue(self, lean: dict[int, LeanResult],
                              by_part: dict[int, CallResult]) -> None:
         q = self.stage_part

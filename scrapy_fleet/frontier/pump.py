@@ -368,8 +368,10 @@ class FrontierPump:
             batch, n_out, n_done, n_dead = self._build_batch(final)
             if batch.is_empty() and self.frontier.flush_in() != 0:
                 return None  # (0: the client's own buffer is due: it goes with an empty batch)
-            # leases held once this call is done (what it releases is gone then)
-            held = max(0, len(book.held_leases()) - len(batch.releases))
+            # leases held once this call is done (what it releases is gone then), with the
+            # pages whose acknowledgement waits in a partitioned client (still leased)
+            held = (max(0, len(book.held_leases()) - len(batch.releases))
+                    + self.frontier.acks_held)
             monitor = self.monitor.payload("closing" if final else book.state, held,
                                            engine_hooks.active_downloads(self.crawler))
             sent = SentCall(batch, n_out, n_done, n_dead, final, monitor,
