@@ -81,6 +81,11 @@ class PartitionPicker:
         self.part_leased = [0] * parts
         #: lease requests (pump calls with a take) that got nothing from any partition
         self.empty_calls = 0
+        #: the lease calls that got nothing, by why (the reply): the partition had nothing
+        #: queued, its hosts with queued work were all at their cap, or waiting for a turn
+        self.empty_no_work = 0
+        self.empty_capped = 0
+        self.empty_waiting = 0
 
     def counts(self) -> dict[str, int | list[int]]:
         """Totals and per-partition lists (indexed by partition) of :attr:`part_calls` and
@@ -89,6 +94,10 @@ class PartitionPicker:
         return {"empty_calls": self.empty_calls, "calls": sum(self.part_calls),
                 "lease_calls": sum(self.part_takes),
                 "empty_lease_calls": sum(self.part_empty),
+                "empty_lease_calls_no_work": self.empty_no_work,
+                "empty_lease_calls_capped": self.empty_capped,
+                "empty_lease_calls_waiting": self.empty_waiting,
+                "home": self.home,
                 "calls_by_partition": list(self.part_calls),
                 "lease_calls_by_partition": list(self.part_takes),
                 "empty_lease_calls_by_partition": list(self.part_empty),
@@ -178,6 +187,13 @@ class PartitionPicker:
         self.part_takes[p] += 1
         self.part_leased[p] += leased
         self.part_empty[p] += leased == 0
+        if leased == 0:
+            if queued <= 0:
+                self.empty_no_work += 1
+            elif next_ready is None:
+                self.empty_capped += 1
+            else:
+                self.empty_waiting += 1
         v.seen_call = self.calls
         v.short = leased < asked
         v.ready_at = now + next_ready if v.short and next_ready is not None else 0.0
