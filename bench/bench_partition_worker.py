@@ -66,14 +66,15 @@ def run_shape(root: Path, args: argparse.Namespace, hosts: int) -> dict[str, Any
                 st = run["stats"]
                 counts = ""
                 if side == "part":
-                    g = lambda k: st.get(f"fleet/partitions/{k}")  # noqa: E731
+                    g = lambda k, st=st: st.get(f"fleet/partitions/{k}")  # noqa: E731
                     counts = (f"; home {g('home')}, calls {g('calls')}, lease calls "
                               f"{g('lease_calls')}, empty {g('empty_lease_calls')} (no work "
                               f"{g('empty_lease_calls_no_work')}, capped "
                               f"{g('empty_lease_calls_capped')}, waiting "
                               f"{g('empty_lease_calls_waiting')}; by partition "
                               f"{g('empty_lease_calls_by_partition')}), held parts "
-                              f"{g('held_parts')}, leased by partition "
+                              f"{g('held_parts')}, skipped lease requests "
+                              f"{g('skipped_lease_requests')}, leased by partition "
                               f"{g('leased_by_partition')}")
                 print(f"  round {rnd + 1} {side:5}: {run['items']} items, {run['rate']:.0f} "
                       f"pages/s, crawl CPU {run['crawl_cpu_ms_per_page']:.2f} ms/page, "

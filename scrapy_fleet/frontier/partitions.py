@@ -373,13 +373,17 @@ class PartitionedFrontier:
         if self.hold_age > 0 and not (self._force or batch.beat):
             due = hold_due(r, full, self.parts, {self.home, *payloads, *self._retry},
                            self._hold_since, now, self.hold_age, FLUSH_LINKS)
-        # the lease request, split over the partitions that have work (picker.py)
-        freed = {p for p, b in r.per.items()
-                 if p in due and (b.downloaded or b.acks or b.releases)}
+        # the lease request, split over the partitions that have work (picker.py): those
+        # this call frees a slot in (a download notice, a release: a lease holds its host's
+        # slot until its download is over, so an acknowledgement frees none), even with a
+        # part that would be held (the lease request takes it along, as P = 1 leases with
+        # the notice; held, a capped partition's notices waited FLEET_PARTITION_FLUSH while
+        # its worker asked its empty home: 0.26 empty lease calls per page, one host, P = 8),
+        # and those it pushes into (for a held part, only when not known to be capped)
+        slots = {p: len(b.downloaded) + len(b.releases) for p, b in r.per.items()}
         parted = {p for p, b in r.per.items() if not b.is_empty()}
-        takes = self.picker.plan(batch.take, now, freed,
-                                 {p for p, b in r.per.items() if p in due and b.pushes},
-                                 parted - due)
+        takes = self.picker.plan(batch.take, now, {p for p, n in slots.items() if n},
+                                 {p for p, b in r.per.items() if b.pushes}, parted - due)
         hold = parted - due - set(takes)
         for p in hold:
             del r.per[p]
@@ -417,7 +421,7 @@ class PartitionedFrontier:
             else:
                 by_part[p] = got
                 self.picker.note(p, takes.get(p, 0), len(got.leased), got.queued,
-                                 got.next_ready, time.monotonic())
+                                 got.next_ready, time.monotonic(), slots.get(p, 0))
         if monitor:
             deltas_part = self.home if self._deltas_part is None else self._deltas_part
             self.monitor_confirmed = bool(payloads) and deltas_part in by_part
