@@ -121,12 +121,13 @@ class PartitionPicker:
     def plan(self, want: int, now: float, freed: set[int],
              fed: set[int] | None = None, waiting: set[int] | None = None) -> dict[int, int]:
         """Split a lease request of *want* entries: partition -> how many (sum <= *want*,
-        each >= 1).  *freed*: the partitions this call frees a slot in (download notices,
-        acknowledgements, releases go there); *fed*: those it pushes requests into (the
-        script pushes before it leases); *waiting*: those it holds a part of the worker's
-        calls for (partitions.py), preferred for the lease of a stale partition; a part
-        held that pushes into a partition whose hosts are at their cap or waiting does not
-        make it *fed* (the same hosts' links; it waits for the slot with its part)."""
+        each >= 1; empty: no lease request, :attr:`skipped`).  *freed*: the partitions this
+        call frees a slot in (its download notices or releases go there, in a part sent or
+        held); *fed*: those it pushes requests into (the script pushes before it leases);
+        *waiting*: those whose part of the call would be held (partitions.py), preferred for
+        the lease of a stale partition; a held part that pushes into a partition whose hosts
+        are at their cap or waiting does not make it *fed* (its own hosts' links, mostly: it
+        waits for a freed slot with its part)."""
         fed = fed or set()
         held = waiting or set()
         self._skipped = False
@@ -144,7 +145,7 @@ class PartitionPicker:
                      and self._stale(self.views[p])]
             if want < 2 or not stale or self.calls - self._probed < STALE_ROUNDS * self.parts:
                 return {self.home: want}
-            p = min(stale, key=lambda q: (q not in (waiting or ()), self.views[q].seen_call))
+            p = min(stale, key=lambda q: (q not in held, self.views[q].seen_call))
             self.views[p].seen_call = self.calls  # (asked now: not stale again for 2 P)
             self._probed = self.calls
             return {self.home: want - 1, p: 1}
