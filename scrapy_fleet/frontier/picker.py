@@ -12,10 +12,11 @@ request (the pump's ``take``) over the partitions that have work:
   the worker holds acknowledgements for first (they go with it);
 * once the home came back short, the request is split over the home (when it may have work)
   and the other partitions that may: those with queued entries and no host waiting for a
-  time or a free slot, and those this very call frees a slot in (a download notice, even
-  one the caller would hold for that partition's next call, an acknowledgement or a release
-  goes to them: their lease request rides on that call, and takes the held part with it),
-  each up to its queued count, most queued first; then, with what is left, one lease each
+  time or a free slot, and those this very call frees a slot in (a download notice or a
+  release goes to them, even one the caller would hold for that partition's next call: the
+  lease request rides on that call and takes the held part with it; an acknowledgement
+  frees no slot, a lease holds its host's slot until its download is over), each up to its
+  queued count, most queued first; then, with what is left, one lease each
   for the partitions never called yet (a discovery, all at once, concurrently) and for
   those not seen for 2 P lease requests: all of them when the work known anywhere is less
   than the request (a worker looking for work), else one, once each 2 P lease requests,
@@ -222,8 +223,8 @@ class PartitionPicker:
 
         A partition at its cap that hands out all it is asked, and at least the slots
         this call freed, is taken to be at its cap still (it handed out the slots freed):
-        asked again with the next slot freed, not by the next call that frees none (with
-        all the work in one partition, one such empty lease call in three pump calls)."""
+        asked again with the next slot freed, not by the next call that frees none (which
+        got nothing); a slot freed by a call that asked it for nothing makes it due."""
         v = self.views[p]
         v.queued = queued
         if not asked:
