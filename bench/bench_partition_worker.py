@@ -16,7 +16,9 @@ from its ``fleet/partitions/*`` stats: frontier calls, lease requests and those 
 nothing, per partition.
 
 Usage: ``.venv/bin/python bench/bench_partition_worker.py --baseline ../base [--partitions 8]
-[--shapes 1,24] [--pages 2000] [--rounds 3]``
+[--shapes 1,24] [--pages 2000] [--rounds 3] [--sides part,fleet] [--part-setting K=V]``
+(``--sides``: a scratch run of some sides, no summary; ``--part-setting``: a setting of the
+P > 1 side only, e.g. ``FLEET_WORKER_ID``, which names its home partition)
 """
 
 from __future__ import annotations
@@ -49,12 +51,14 @@ def run_shape(root: Path, args: argparse.Namespace, hosts: int) -> dict[str, Any
               f"P = {args.partitions} for 'part'", flush=True)
         for rnd in range(args.rounds):
             order = list(SIDES[rnd % 4:] + SIDES[:rnd % 4])
-            for side in order:
+            for side in (s for s in order if s in args.sides):
                 tag = f"{hosts}-{rnd}"
                 if side == "plain":
                     run = bt.run_plain(root, env, redis, site, start, tag)  # type: ignore[arg-type]
                 else:
                     extra = {"FLEET_PARTITIONS": str(args.partitions if side == "part" else 1)}
+                    if side == "part":
+                        extra.update(kv.split("=", 1) for kv in args.part_setting)
                     run = bt.run_fleet(root, env, redis, site, start, f"{side}-{tag}",
                                        extra=extra,
                                        tree=args.baseline.resolve() if side == "base" else None)
@@ -62,10 +66,16 @@ def run_shape(root: Path, args: argparse.Namespace, hosts: int) -> dict[str, Any
                 st = run["stats"]
                 counts = ""
                 if side == "part":
-                    counts = (f"; calls {st.get('fleet/partitions/calls')}, lease calls "
-                              f"{st.get('fleet/partitions/lease_calls')}, empty "
-                              f"{st.get('fleet/partitions/empty_lease_calls')}, leased by "
-                              f"partition {st.get('fleet/partitions/leased_by_partition')}")
+                    g = lambda k, st=st: st.get(f"fleet/partitions/{k}")  # noqa: E731
+                    counts = (f"; home {g('home')}, calls {g('calls')}, lease calls "
+                              f"{g('lease_calls')}, empty {g('empty_lease_calls')} (no work "
+                              f"{g('empty_lease_calls_no_work')}, capped "
+                              f"{g('empty_lease_calls_capped')}, waiting "
+                              f"{g('empty_lease_calls_waiting')}; by partition "
+                              f"{g('empty_lease_calls_by_partition')}), held parts "
+                              f"{g('held_parts')}, skipped lease requests "
+                              f"{g('skipped_lease_requests')}, leased by partition "
+                              f"{g('leased_by_partition')}")
                 print(f"  round {rnd + 1} {side:5}: {run['items']} items, {run['rate']:.0f} "
                       f"pages/s, crawl CPU {run['crawl_cpu_ms_per_page']:.2f} ms/page, "
                       f"loop blocked {100 * run['blocked']:.0f} %, run queue "
@@ -73,6 +83,8 @@ def run_shape(root: Path, args: argparse.Namespace, hosts: int) -> dict[str, Any
                       f"{run.get('worker_roundtrips_per_page', 0):.3f}{counts}", flush=True)
                 if run["items"] != expected:
                     print(f"  WARNING: expected {expected} items, got {run['items']}")
+    if set(args.sides) != set(SIDES):
+        return {}
     return summarize(runs, hosts, expected)
 
 
@@ -117,13 +129,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--shapes", default="1,24", help="hosts per shape, comma-separated")
     parser.add_argument("--baseline", type=Path, required=True, metavar="DIR")
+    parser.add_argument("--sides", default=",".join(SIDES),
+                        help="sides to run, comma-separated (a scratch run: the summary "
+                             "needs all four)")
+    parser.add_argument("--part-setting", action="append", default=[], metavar="K=V",
+                        help="a setting of the P > 1 side only (e.g. FLEET_WORKER_ID=w0: its "
+                             "home partition)")
     args = parser.parse_args(argv)
+    args.sides = args.sides.split(",")
     out: dict[str, Any] = {"bench": "partition_worker", **h.machine(),
                            "partitions": args.partitions, "rounds": args.rounds,
                            "baseline": str(args.baseline), "shapes": []}
     with h.workdir() as root:
         for hosts in (int(x) for x in args.shapes.split(",")):
             fig = run_shape(root, args, hosts)
+            if not fig:
+                continue
             out["shapes"].append(fig)
             print(f"  {hosts} host(s): pages/s plain {fig['plain_pages_per_s']}, fleet P=1 "
                   f"{fig['fleet_pages_per_s']}, P={args.partitions} {fig['part_pages_per_s']}, "

@@ -378,13 +378,17 @@ class PartitionedFrontier:
             due = hold_due(r, full, self.parts, {self.home, *payloads, *self._retry,
                                                  *self._sent},
                            self._hold_since, now, self.hold_age, FLUSH_LINKS)
-        # the lease request, split over the partitions that have work (picker.py)
-        freed = {p for p, b in r.per.items()
-                 if p in due and (b.downloaded or b.acks or b.releases)}
+        # the lease request, split over the partitions that have work (picker.py): those
+        # this call frees a slot in (a download notice, a release: a lease holds its host's
+        # slot until its download is over, so an acknowledgement frees none), even with a
+        # part that would be held (the lease request takes it along, as P = 1 leases with
+        # the notice; held, a capped partition's notices waited FLEET_PARTITION_FLUSH while
+        # its worker asked its empty home: 0.26 empty lease calls per page, one host, P = 8),
+        # and those it pushes into (for a held part, only when not known to be capped)
+        slots = {p: len(b.downloaded) + len(b.releases) for p, b in r.per.items()}
         parted = {p for p, b in r.per.items() if not b.is_empty()}
-        takes = self.picker.plan(batch.take, now, freed,
-                                 {p for p, b in r.per.items() if p in due and b.pushes},
-                                 parted - due)
+        takes = self.picker.plan(batch.take, now, {p for p, n in slots.items() if n},
+                                 {p for p, b in r.per.items() if b.pushes}, parted - due)
         hold = parted - due - set(takes)
         for p in hold:
             del r.per[p]
@@ -421,7 +425,8 @@ class PartitionedFrontier:
                 resent[p] = old
                 del self._sent[p]
                 self.picker.note(p, kept[p].batch.take, len(old.leased), old.queued,
-                                 old.next_ready, time.monotonic())
+                                 old.next_ready, time.monotonic(),
+                                 len(kept[p].batch.downloaded) + len(kept[p].batch.releases))
             exc = old if isinstance(old, Exception) else part
             if isinstance(exc, Exception):
                 failed.add(p)
@@ -434,7 +439,7 @@ class PartitionedFrontier:
             elif isinstance(part, CallResult):
                 by_part[p] = part
                 self.picker.note(p, takes.get(p, 0), len(part.leased), part.queued,
-                                 part.next_ready, time.monotonic())
+                                 part.next_ready, time.monotonic(), slots.get(p, 0))
         if monitor:
             deltas_part = self.home if self._deltas_part is None else self._deltas_part
             self.monitor_confirmed = bool(payloads) and deltas_part in by_part

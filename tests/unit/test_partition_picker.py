@@ -118,3 +118,136 @@ def test_a_worker_starting_on_an_empty_home_discovers_the_others_at_once():
     for p in (0, 2, 3):
         pk.note(p, 1, 0, 0, None, NOW)  # nothing anywhere, or a partition unreachable
     assert pk.after_call(8, 0, None, NOW) is None  # the pump polls: no loop without work
+
+
+def _crawl(pk: PartitionPicker, queued: list[int], cap: int, pages: int, per_call: int,
+           held_max: int = 20) -> tuple[list[int], int]:
+    """A worker's pump calls over partitions whose hosts are capped at *cap* leases in
+    flight each (*queued*: their queued entries), in the order a real worker makes them:
+    *per_call* downloads are over (a call with their notices), then those pages are parsed
+    (a call with their acknowledgements, which free no slot); each call asks for what the
+    worker may still hold, and again at once while told so.  As partitions.py does, a
+    partition's notices go with the call when it is asked or is the home, else they wait
+    for its next call (held) and free their slots then.  Returns the leases got per
+    partition and the most a call asked for over its want."""
+    inflight: list[tuple[int, bool]] = []  # (partition, downloaded), oldest first
+    notices: dict[int, int] = {}  # per partition: download notices not sent yet
+    leased = [0] * pk.parts
+    over = 0
+
+    def call() -> None:
+        for _ in range(pk.parts):  # (and again at once while told so: next_ready 0)
+            if one() != 0.0:
+                return
+
+    def one() -> float | None:
+        nonlocal over
+        want = held_max - len(inflight)
+        share = pk.plan(want, NOW, set(notices), set(), set(notices) - {pk.home})
+        over = max(over, sum(share.values()) - want)
+        got_all = 0
+        for p, n in share.items():
+            freed = notices.pop(p, 0)
+            busy = sum(1 for q, done in inflight if q == p and not done)
+            got = min(n, queued[p], max(0, cap - busy))
+            queued[p] -= got
+            leased[p] += got
+            got_all += got
+            inflight.extend((p, False) for _ in range(got))
+            pk.note(p, n, got, queued[p], None, NOW, freed)
+        if pk.home in notices:  # (the home's part is never held)
+            pk.note(pk.home, 0, 0, queued[pk.home], None, NOW, notices.pop(pk.home))
+        return pk.after_call(want, got_all, None, NOW)
+
+    call()
+    done = 0
+    while done < pages and inflight:
+        for i in [i for i, (_, d) in enumerate(inflight) if not d][:per_call]:
+            p = inflight[i][0]  # a download over: its notice frees a slot
+            inflight[i] = (p, True)
+            notices[p] = notices.get(p, 0) + 1
+        call()
+        acks = [i for i, (_, d) in enumerate(inflight) if d][:per_call]
+        for i in reversed(acks):  # those pages parsed: their acknowledgements
+            del inflight[i]
+        call()
+        done += len(acks)
+    return leased, over
+
+
+def test_work_in_one_capped_partition_is_asked_with_its_download_notices():
+    """One host, in partition 0 of 8, capped at 16 requests in flight; the worker's home is
+    partition 2; 4 pages per call (P = 1 makes ~6.5).  A call that frees slots there
+    (download notices) asks it; a call that only acknowledges asks nobody (it asked the
+    empty home: 0.26 empty lease calls per page and a loop idle a quarter of the crawl at
+    P = 8, bench/README.md).  Empty lease calls: the discovery at start, and one partition
+    not seen for 2 P lease requests once each 2 P of them: at most 0.05 per page."""
+    pk = PartitionPicker(8, 2)
+    pages = 600
+    leased, over = _crawl(pk, [pages + 20] + [0] * 7, 16, pages, 4)
+    assert over == 0
+    assert leased[0] >= pages and sum(leased) == leased[0]
+    counts = pk.counts()
+    assert counts["empty_lease_calls"] <= 0.05 * pages, counts
+    assert counts["empty_lease_calls"] <= 8 + pk.calls // (STALE_ROUNDS * 8), counts
+    # the home is asked only when not seen for 2 P lease requests
+    assert counts["lease_calls_by_partition"][2] <= 2 + pk.calls // (STALE_ROUNDS * 8)
+    # every call with download notices asks partition 0, and leases there (its queue
+    # never runs dry here)
+    assert counts["lease_calls_by_partition"][0] >= pages // 4
+    assert counts["empty_lease_calls_by_partition"][0] == 0
+
+
+def test_work_in_the_home_capped_is_leased_with_each_download_notice():
+    """The same host in the worker's home partition: the same counts."""
+    pk = PartitionPicker(8, 0)
+    pages = 600
+    leased, over = _crawl(pk, [pages + 20] + [0] * 7, 16, pages, 4)
+    assert over == 0 and leased[0] >= pages and sum(leased) == leased[0]
+    counts = pk.counts()
+    assert counts["empty_lease_calls"] <= 0.05 * pages, counts
+    assert counts["empty_lease_calls_by_partition"][0] <= 1, counts
+
+
+def test_work_spread_over_every_partition_capped():
+    """Work in all 8 partitions (3 hosts each, capped at 2 requests in flight each: 6 per
+    partition); the worker holds up to 20.  It leases from every partition, never asks for
+    more than it may hold, and its lease calls that get nothing stay under 0.05 per page."""
+    pk = PartitionPicker(8, 5)
+    pages = 800
+    leased, over = _crawl(pk, [200] * 8, 6, pages, 4)
+    assert over == 0
+    assert all(n > 0 for n in leased), leased
+    counts = pk.counts()
+    assert counts["empty_lease_calls"] <= 0.05 * pages, counts
+    # the home first: it hands out the most
+    assert leased[5] == max(leased), leased
+
+
+def test_a_capped_partition_handing_out_the_slots_freed_is_still_at_its_cap():
+    """Partition 0 of 8 holds the work, its host at its cap; the home (1) is empty.  A call
+    that frees no slot there asks no partition (a skipped lease request, and no "call again
+    at once": the pump waits for a notice or its poll); a call freeing k slots that gets k
+    leases leaves it at its cap; one that gets fewer than it freed, or a slot freed by a
+    call that asked for nothing, makes it due again."""
+    pk = PartitionPicker(8, 1)
+    assert pk.plan(8, NOW, set()) == {1: 8}
+    pk.note(1, 8, 0, 0, None, NOW)
+    for p in range(8):
+        pk.note(p, 0, 0, 50 if p == 0 else 0, None, NOW)
+    assert pk.plan(8, NOW, set()) == {0: 8}
+    pk.note(0, 8, 4, 46, None, NOW)  # 4: its cap
+    assert pk.plan(4, NOW, set()) == {} and pk.after_call(4, 0, None, NOW) is None
+    assert pk.plan(2, NOW, {0}) == {0: 2}
+    pk.note(0, 2, 2, 44, None, NOW, freed=2)  # the 2 slots freed, taken again
+    assert pk.plan(4, NOW, set()) == {}
+    assert pk.plan(2, NOW, {0}) == {0: 2}
+    pk.note(0, 2, 2, 42, None, NOW, freed=3)  # 3 freed, 2 taken: one slot is free
+    assert pk.plan(4, NOW, set()) == {0: 4}
+    pk.note(0, 4, 1, 41, None, NOW)
+    assert pk.plan(4, NOW, set()) == {}
+    pk.note(0, 0, 0, 41, None, NOW, freed=1)  # a notice in a call that asked for nothing
+    assert pk.plan(4, NOW, set()) == {0: 4}
+    counts = pk.counts()
+    assert counts["skipped_lease_requests"] == 3 and counts["empty_lease_calls"] == 1
+    assert pk.empty_calls == 0  # (a skipped request is not an empty one)

@@ -450,6 +450,71 @@ def test_a_capped_partition_is_asked_with_each_download_notice(redis_url):
     run(main())
 
 
+def test_a_capped_partition_is_asked_with_download_notices_that_would_be_held(redis_url):
+    """FLEET_PARTITION_FLUSH 0.5 s (a part for a partition the call does not reach waits for
+    its next call), a host capped at 2 requests in flight, its partition not the worker's
+    home, the home empty.  While that partition holds work, a call carrying one of its
+    download notices asks it for leases (its held part goes with it) and gets the freed slot
+    at once; a call carrying only an acknowledgement of it asks neither it nor the empty
+    home (the work known is at its cap) and holds the acknowledgement for the next call
+    there.  Held, the notices waited for the flush while each call asked the empty home:
+    0.26 empty lease calls per page, one host, P = 8 (bench/README.md)."""
+    parts, home, work = 8, 6, 5
+    host = hosts_in_partition(work, parts)[0]
+    n = 12
+    params = FrontierParams(host_concurrency=2)
+
+    async def main():
+        fr = PartitionedFrontier(redis_url, KEYS, "w", params, parts, flush_age=0.5)
+        asked = lambda p: fr.partition_counts()["lease_calls_by_partition"][p]  # noqa: E731
+        try:
+            await fr.call(CallBatch(pushes=[push_row(host, b"h%d" % i) for i in range(n)]))
+            fr.home = home
+            assert (await fr.call(CallBatch(take=4))).leased == []  # the home: nothing
+            held = (await fr.call(CallBatch(take=4))).leased  # where the push went
+            assert len(held) == 2  # the cap
+            got, acked, drained = 2, 0, None
+            while held:
+                done, held = held[0], held[1:]
+                ref = [(done.entry_id, done.token)]
+                before = asked(work)
+                r = await fr.call(CallBatch(downloaded=ref, take=2))
+                if got < n:
+                    assert len(r.leased) == 1 and asked(work) == before + 1, got
+                got += len(r.leased)
+                if got == n and drained is None:  # (the counts while it held work)
+                    drained = fr.partition_counts()
+                held += r.leased
+                acked += r.acked
+                before = asked(work)
+                r = await fr.call(CallBatch(acks=ref, take=2))
+                if got < n:
+                    assert r.leased == [] and r.acked == 0  # held for the next call there
+                    assert asked(work) == before
+                acked += r.acked
+            fr.flush_now()
+            acked += (await fr.call(CallBatch())).acked
+            counts = fr.partition_counts()
+        finally:
+            await fr.close()
+        return got, acked, drained, counts
+    got, acked, drained, counts = run(main())
+    assert got == n and acked == n
+    assert counts["leased_by_partition"][work] == n
+    # while partition 5 held work: the others were asked once each (never asked yet, while
+    # the work was capped: a discovery) and one of them, or the home, once each 2 P lease
+    # requests (not seen that long); no lease call got nothing there
+    probes = 1 + drained["lease_calls"] // (2 * parts)
+    calls = drained["lease_calls_by_partition"]
+    assert calls[home] <= 1 + probes, drained
+    assert sum(calls[p] for p in range(parts) if p not in (work, home)) <= parts - 2 + probes
+    assert drained["empty_lease_calls_by_partition"][work] == 0, drained
+    # the calls with only an acknowledgement (n - 3 of them by then) that asked nobody:
+    # all but those discovering (two partitions each) or probing
+    skipped = drained["skipped_lease_requests"]
+    assert skipped >= n - 3 - (parts - 2) // 2 - probes, drained
+
+
 def test_a_worker_takes_from_every_partition_with_work_home_first(redis_url):
     """Work in the home partition and in three others: while the home hands out what it is
     asked, every lease request goes to it alone (each worker prefers its own partition);
