@@ -83,6 +83,7 @@ from scrapy_fleet.frontier.routing import (
     partition_params,
     s_pair,
     split_ref,
+    stored_source,
     subset,
 )
 from scrapy_fleet.keys import PROBE_CALL, PUSH_LEAN_CALL, STAGE_HOST, CrawlKeys, partition_of
@@ -266,9 +267,12 @@ class PartitionedFrontier:
                 r.per[p].pushes.append((push[0], push[1], push[2], k + 1, *push[4:]))
             else:
                 r.pushes.append((q, len(r.foreign[q]), True))
+                # a stored response names its page's entry: one per entry (docs/stages.md)
                 r.foreign[q].append((push[0], push[1], push[2], host,
                                      push[5] if len(push) > 5 else 0,
-                                     push[6] if len(push) > 6 else 0))
+                                     push[6] if len(push) > 6 else 0,
+                                     *(stored_source(batch.acks[group - 1][0])
+                                       if host == STAGE_HOST else ())))
                 r.foreign_group[q].append(group)
         home = r.per[self.home]
         home.beat = batch.beat

@@ -33,6 +33,23 @@ def split_ref(ref: str) -> tuple[int, str]:
     return int(p), entry_id
 
 
+#: Redis's bitmap offsets (BITFIELD) are below this: an entry number past it has no bit
+STORED_FROM_BITS = 2**32
+
+
+def stored_source(ref: str) -> tuple[int, int] | tuple[()]:
+    """``(partition, entry number)`` of the leased page *ref* (an id of :func:`entry_ref`)
+    whose stored response goes to another partition, sent with it: that partition queues one
+    stored response per entry (lua/push_lean.lua, ``stored_from``); ``()`` for an id whose
+    number (its digits after a one-letter prefix: ``r`` a revisit...) is past
+    :data:`STORED_FROM_BITS`, or that has none."""
+    p, entry_id = split_ref(ref)
+    number = entry_id[1:] if entry_id[:1] and not entry_id[:1].isdigit() else entry_id
+    if not number.isdigit() or int(number) >= STORED_FROM_BITS:
+        return ()
+    return p, int(number)
+
+
 def partition_params(params: FrontierParams, parts: int) -> FrontierParams:
     """*params* of one partition of *parts*: FLEET_QUEUE_MAX split evenly (rounded up);
     FLEET_HOST_QUEUE_MAX stays exact (a host is in one partition)."""

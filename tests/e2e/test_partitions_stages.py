@@ -8,6 +8,7 @@ Real workers, a real Redis server, a generated site on several loopback hosts.
 from __future__ import annotations
 
 import collections
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -130,3 +131,63 @@ def test_the_response_queue_bound_holds_when_stored_responses_go_to_another_part
                                                     for base in site.urls}
     assert int(client.hget(stage.hostq, STAGE_HOST) or 0) == 0
     assert client.hget(stage.stats, "response_queue_bytes") in (b"0", None)
+
+
+@pytest.mark.slow
+def test_a_fetch_worker_stalled_past_its_leases_gets_no_page_parsed_twice(
+        tmp_path: Path, redis_url: str, worker_env: dict[str, str]) -> None:
+    """A fetch worker stopped (SIGSTOP) for longer than FLEET_LEASE_TIMEOUT while stored
+    responses wait in its buffer for their partition (FLEET_PARTITION_FLUSH = 2 s): its
+    pages are fetched again by the other fetch worker; once it goes on (SIGCONT), its stored
+    responses reach their partition and its acknowledgements are refused.  Every page is
+    itemised once (it was 74 items for 66 pages): a page's first stored response is kept,
+    a later one of the same entry dropped (counted ``stored_again``)."""
+    stage_p = partition_of(STAGE_HOST, PARTS)
+    binds = [a for a in (f"127.0.0.{i}" for i in range(20, 40))
+             if partition_of(a, PARTS) != stage_p][:3]
+    paths = generate_site(tmp_path / "www", 30, 4, seed=5)
+    site = start_site(tmp_path / "www", tmp_path / "site.log", binds=binds)
+    site.configure({"delays": [{"prefix": "/site/p/", "seconds": 0.1, "host": None}]})
+    expected = {base.rstrip("/") + p for base in site.urls for p in paths} | {
+        base + "site/files/notes.txt" for base in site.urls}
+    (tmp_path / "urls.txt").write_text("".join(f"{base}site/\n" for base in site.urls))
+    keys = CrawlKeys("fleet", "staged")
+    started: list[subprocess.Popen[bytes]] = []  # (killed if the test fails: no orphan)
+    try:
+        pushed = run_scrapy(TEST_PROJECT, ["fleet", "push", "staged", "-f",
+                                           str(tmp_path / "urls.txt"),
+                                           "-s", f"FLEET_REDIS_URL={redis_url}",
+                                           "-s", f"FLEET_PARTITIONS={PARTS}"], worker_env)
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        procs = [worker(tmp_path, f"fetch-{n}", redis_url, worker_env, FLEET_ROLE="fetch",
+                        FLEET_PARTITION_FLUSH=2, FLEET_LEASE_TIMEOUT=2)
+                 for n in range(2)]
+        procs.append(worker(tmp_path, "parse-0", redis_url, worker_env, FLEET_ROLE="parse"))
+        started.extend(p for p, _, _ in procs)
+        stalled = procs[0][0]
+        deadline = time.monotonic() + 60
+        while len(site.requests()) < 30 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        stalled.send_signal(signal.SIGSTOP)  # (stored responses wait in its buffer)
+        time.sleep(4)
+        stalled.send_signal(signal.SIGCONT)
+        codes = wait_all([p for p, _, _ in procs], 240)
+        assert codes == [0, 0, 0], "".join(tail(log) for _, _, log in procs)
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+                proc.wait()
+        site.stop()
+    items = read_items([o for _, o, _ in procs])
+    urls = collections.Counter(i["url"] for i in items)
+    assert set(urls) == expected and max(urls.values()) == 1, urls.most_common(3)
+    client = FrontierAdmin(redis_url, "staged").client
+    stage = keys.partition(stage_p, PARTS)
+    assert int(client.hget(stage.hostq, STAGE_HOST) or 0) == 0
+    assert client.hget(stage.stats, "response_queue_bytes") in (b"0", None)
+    # pages fetched twice (the stalled worker's leases lost), their second response dropped
+    fetched = collections.Counter(f"http://{r['host']}{r['path']}" for r in site.requests())
+    again = sum(n - 1 for n in fetched.values())
+    assert again >= 1 and int(client.hget(stage.stats, "stored_again") or 0) <= again
