@@ -33,6 +33,14 @@ def worker(tmp_path: Path, name: str, redis_url: str, env: dict[str, str],
     return start_worker(TEST_PROJECT, "staged", base, env, log, {"burn": 0}), out, log
 
 
+def push(tmp_path: Path, redis_url: str, env: dict[str, str]) -> None:
+    """``scrapy fleet push`` of tmp_path/urls.txt into the crawl, P = PARTS."""
+    pushed = run_scrapy(TEST_PROJECT, ["fleet", "push", "staged", "-f", str(tmp_path / "urls.txt"),
+                                       "-s", f"FLEET_REDIS_URL={redis_url}",
+                                       "-s", f"FLEET_PARTITIONS={PARTS}"], env)
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+
+
 @pytest.mark.slow
 def test_fetch_and_parse_workers_on_a_partitioned_crawl(tmp_path: Path, redis_url: str,
                                                         worker_env: dict[str, str]) -> None:
@@ -47,11 +55,7 @@ def test_fetch_and_parse_workers_on_a_partitioned_crawl(tmp_path: Path, redis_ur
     (tmp_path / "urls.txt").write_text("".join(f"{base}site/\n" for base in site.urls))
     keys = CrawlKeys("fleet", "staged")
     try:
-        pushed = run_scrapy(TEST_PROJECT, ["fleet", "push", "staged", "-f",
-                                           str(tmp_path / "urls.txt"),
-                                           "-s", f"FLEET_REDIS_URL={redis_url}",
-                                           "-s", f"FLEET_PARTITIONS={PARTS}"], worker_env)
-        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        push(tmp_path, redis_url, worker_env)
         procs = [worker(tmp_path, f"fetch-{n}", redis_url, worker_env, FLEET_ROLE="fetch")
                  for n in range(2)]
         procs.append(worker(tmp_path, "parse-0", redis_url, worker_env, FLEET_ROLE="parse"))
@@ -91,11 +95,7 @@ def test_the_response_queue_bound_holds_when_stored_responses_go_to_another_part
     client = FrontierAdmin(redis_url, "staged").client
     started: list[subprocess.Popen[bytes]] = []  # (killed if the test fails: no orphan)
     try:
-        pushed = run_scrapy(TEST_PROJECT, ["fleet", "push", "staged", "-f",
-                                           str(tmp_path / "urls.txt"),
-                                           "-s", f"FLEET_REDIS_URL={redis_url}",
-                                           "-s", f"FLEET_PARTITIONS={PARTS}"], worker_env)
-        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        push(tmp_path, redis_url, worker_env)
         fetch, _, flog = worker(tmp_path, "fetch-0", redis_url, worker_env, FLEET_ROLE="fetch",
                                 FLEET_RESPONSE_QUEUE_MAX=5, CONCURRENT_REQUESTS=2)
         started.append(fetch)
@@ -165,11 +165,7 @@ def test_a_fetch_worker_stalled_past_its_leases_gets_no_page_parsed_twice(
     keys = CrawlKeys("fleet", "staged")
     started: list[subprocess.Popen[bytes]] = []  # (killed if the test fails: no orphan)
     try:
-        pushed = run_scrapy(TEST_PROJECT, ["fleet", "push", "staged", "-f",
-                                           str(tmp_path / "urls.txt"),
-                                           "-s", f"FLEET_REDIS_URL={redis_url}",
-                                           "-s", f"FLEET_PARTITIONS={PARTS}"], worker_env)
-        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        push(tmp_path, redis_url, worker_env)
         procs = [worker(tmp_path, f"fetch-{n}", redis_url, worker_env, FLEET_ROLE="fetch",
                         FLEET_PARTITION_FLUSH=2, FLEET_LEASE_TIMEOUT=2,
                         FLEET_WORKER_ID=f"fetch-{n}")

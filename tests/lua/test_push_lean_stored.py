@@ -15,13 +15,6 @@ from scrapy_fleet.keys import PUSH_LEAN_CALL, STAGE_HOST, CrawlKeys
 KEYS = CrawlKeys("fleet", "lean").partition(1, 4)
 
 
-@pytest.fixture
-def client(redis_url):
-    c = redis.Redis.from_url(redis_url)
-    yield c
-    c.close()
-
-
 def push(client, pushes, op, params=None):
     script = lua.load(client, "push_lean.lua")
     reply = script(keys=KEYS.call_keys(PUSH_LEAN_CALL, op),
@@ -38,7 +31,8 @@ def waiting(client) -> int:
     return int(client.hget(KEYS.hostq, STAGE_HOST) or 0)
 
 
-def test_one_stored_response_is_queued_per_entry_of_a_partition(client):
+def test_one_stored_response_is_queued_per_entry_of_a_partition(redis_url):
+    client = redis.Redis.from_url(redis_url)
     res, raw = push(client, [stored(b"first", 7), stored(b"again, same call", 7),
                              stored(b"another entry", 8), stored(b"another partition", 7, 3)],
                     "op1")
@@ -57,7 +51,8 @@ def test_one_stored_response_is_queued_per_entry_of_a_partition(client):
 
 
 def test_a_stored_response_queued_before_is_dropped_not_refused_when_the_partition_is_full(
-        client):
+        redis_url):
+    client = redis.Redis.from_url(redis_url)
     """Refused, its page would be deferred and fetched again, to no end: it is dropped, and
     its page acknowledged."""
     push(client, [stored(b"first", 7), stored(b"other", 8)], "op1")
@@ -67,7 +62,8 @@ def test_a_stored_response_queued_before_is_dropped_not_refused_when_the_partiti
     assert client.getbit(KEYS.stored_from(2), 9) == 0  # (refused: no bit, sent again later)
 
 
-def test_a_stored_response_without_its_entry_is_queued_each_time(client):
+def test_a_stored_response_without_its_entry_is_queued_each_time(redis_url):
+    client = redis.Redis.from_url(redis_url)
     """(P = 1, or a page of the stored responses' own partition: the stored response goes
     with its page's acknowledgement, atomically, and names no entry.)"""
     row = (b"", 0, b"body", STAGE_HOST, 0, 0)
@@ -82,7 +78,8 @@ def test_a_stored_response_without_its_entry_is_queued_each_time(client):
     ["", 0, "x", STAGE_HOST, 0, 0, -1, 7],
     ["", 0, "x", STAGE_HOST, 0, 0, 2],  # a partition without its entry
 ])
-def test_a_bad_entry_is_refused_before_any_write(client, bad):
+def test_a_bad_entry_is_refused_before_any_write(redis_url, bad):
+    client = redis.Redis.from_url(redis_url)
     script = lua.load(client, "push_lean.lua")
     arg = msgpack.packb({"p": [bad]}, use_bin_type=False)
     with pytest.raises(redis.ResponseError, match="bad push entry"):

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 import redis
-from support import hosts_in_partition, push_row
+from support import hosts_in_partition, partition_user, push_row
 
 from scrapy_fleet.frontier.partitions import PartitionedFrontier
-from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams, LeasedEntry
+from scrapy_fleet.frontier.protocol import CallBatch, CallResult, FrontierParams, LeasedEntry
 from scrapy_fleet.keys import STAGE_HOST, CrawlKeys, partition_of
 
 KEYS = CrawlKeys("fleet", "ps")
@@ -54,6 +55,29 @@ async def lease_again(fr: PartitionedFrontier) -> LeasedEntry:
     raise AssertionError("the page was not leased again")
 
 
+def after_a_stall(redis_url: str, steps: Callable[..., Awaitable[None]]) -> None:
+    """A page leased by fetch worker a, then, once a's lease expired (a stalls), by b; then
+    ``steps(a, b, a's lease, b's lease)``."""
+    host = hosts_in_partition(PAGE_P, PARTS)[0]
+
+    async def main() -> None:
+        a, b = fetcher("a", redis_url), fetcher("b", redis_url)
+        try:
+            await a.call(CallBatch(pushes=[push_row(host, b"page")]))
+            (first,) = (await a.call(CallBatch(take=1))).leased
+            await steps(a, b, first, await lease_again(b))
+        finally:
+            await a.close()
+            await b.close()
+    asyncio.run(main())
+
+
+async def store(fr: PartitionedFrontier, page: LeasedEntry, body: bytes) -> CallResult:
+    """*fr*'s call that stores *page*'s response and acknowledges it."""
+    return await fr.call(CallBatch(acks=[(page.entry_id, page.token)],
+                                   pushes=[stored_row(body, 1)]))
+
+
 async def parse_all(url: str) -> list[bytes]:
     """What a parse worker gets from the stored responses' partition (each acknowledged)."""
     fr = PartitionedFrontier(url, KEYS, "parse", FrontierParams(lease_only_host=STAGE_HOST),
@@ -78,29 +102,16 @@ def test_a_stalled_fetch_workers_late_stored_response_is_not_parsed_again(redis_
     """Worker a stalls past its lease with the page fetched; worker b leases it again, stores
     it and acknowledges it, and a parse worker parses it; then a wakes: its stored response
     reaches the partition, its acknowledgement is refused.  The page is parsed once."""
-    host = hosts_in_partition(PAGE_P, PARTS)[0]
-    c = redis.Redis.from_url(redis_url)
-
-    async def main():
-        a, b = fetcher("a", redis_url), fetcher("b", redis_url)
-        try:
-            await a.call(CallBatch(pushes=[push_row(host, b"page")]))
-            (first,) = (await a.call(CallBatch(take=1))).leased
-            again = await lease_again(b)  # (a stalls: its lease expires)
-            assert again.entry_id == first.entry_id and again.token != first.token
-            r = await b.call(CallBatch(acks=[(again.entry_id, again.token)],
-                                       pushes=[stored_row(b"by b", 1)]))
-            assert r.acked == 1 and r.lost == []
-            assert await parse_all(redis_url) == [b"by b"]
-            r = await a.call(CallBatch(acks=[(first.entry_id, first.token)],
-                                       pushes=[stored_row(b"by a", 1)]))
-            assert r.acked == 0 and r.lost == [first.entry_id]
-            assert await parse_all(redis_url) == []  # nothing to parse twice
-        finally:
-            await a.close()
-            await b.close()
-    asyncio.run(main())
-    assert stage_state(c) == (0, 1)
+    async def steps(a, b, first, again):
+        assert again.entry_id == first.entry_id and again.token != first.token
+        r = await store(b, again, b"by b")
+        assert r.acked == 1 and r.lost == []
+        assert await parse_all(redis_url) == [b"by b"]
+        r = await store(a, first, b"by a")
+        assert r.acked == 0 and r.lost == [first.entry_id]
+        assert await parse_all(redis_url) == []  # nothing to parse twice
+    after_a_stall(redis_url, steps)
+    assert stage_state(redis.Redis.from_url(redis_url)) == (0, 1)
 
 
 def test_the_first_stored_response_of_a_page_is_kept_and_its_second_fetch_acknowledged(
@@ -108,25 +119,13 @@ def test_the_first_stored_response_of_a_page_is_kept_and_its_second_fetch_acknow
     """Worker a stalls past its lease and wakes while b holds the page again: a's stored
     response gets in, its acknowledgement is refused; b's stored response of the same page is
     then dropped, and b's acknowledgement goes through: one stored response, a's."""
-    host = hosts_in_partition(PAGE_P, PARTS)[0]
+    async def steps(a, b, first, again):
+        r = await store(a, first, b"by a")
+        assert r.acked == 0 and r.lost == [first.entry_id]
+        r = await store(b, again, b"by b")
+        assert r.acked == 1 and r.lost == [] and r.refused == []
+    after_a_stall(redis_url, steps)
     c = redis.Redis.from_url(redis_url)
-
-    async def main():
-        a, b = fetcher("a", redis_url), fetcher("b", redis_url)
-        try:
-            await a.call(CallBatch(pushes=[push_row(host, b"page")]))
-            (first,) = (await a.call(CallBatch(take=1))).leased
-            again = await lease_again(b)
-            r = await a.call(CallBatch(acks=[(first.entry_id, first.token)],
-                                       pushes=[stored_row(b"by a", 1)]))
-            assert r.acked == 0 and r.lost == [first.entry_id]
-            r = await b.call(CallBatch(acks=[(again.entry_id, again.token)],
-                                       pushes=[stored_row(b"by b", 1)]))
-            assert r.acked == 1 and r.lost == [] and r.refused == []
-        finally:
-            await a.close()
-            await b.close()
-    asyncio.run(main())
     assert stage_state(c) == (1, 1)
     assert asyncio.run(parse_all(redis_url)) == [b"by a"]
     assert stage_state(c) == (0, 1)
@@ -138,35 +137,24 @@ def test_a_fetch_worker_dead_between_its_stored_response_and_its_ack_loses_nothi
     answer (an ACL without its keys), and a dies there.  Its lease expires, b fetches the
     page again: b's acknowledgement goes through, a's stored response is the one parsed,
     once."""
-    from scrapy_fleet import acl
-
     host = hosts_in_partition(PAGE_P, PARTS)[0]
-    admin = redis_server.client()
-    rule = acl.acl_rule("worker", crawl_id="ps")
-    admin.execute_command("ACL", "SETUSER", "half", "reset", "on", ">pw", *rule.split(),
-                          f"~{KEYS.partition(STAGE_P, PARTS).base}:*")
-    half = f"redis://half:pw@127.0.0.1:{redis_server.port}/0"
     c = redis.Redis.from_url(redis_url)
 
-    async def main():
+    async def main(half: str):
         a, dying, b = fetcher("a", redis_url), fetcher("a", half), fetcher("b", redis_url)
         try:
             await a.call(CallBatch(pushes=[push_row(host, b"page")]))
             (first,) = (await a.call(CallBatch(take=1))).leased
-            r = await dying.call(CallBatch(acks=[(first.entry_id, first.token)],
-                                           pushes=[stored_row(b"by a", 1)]))
+            r = await store(dying, first, b"by a")
             assert r.acked == 0 and dying.held == 1  # pushed; the ack waits ... and a dies
             assert stage_state(c) == (1, 0)
             again = await lease_again(b)
-            r = await b.call(CallBatch(acks=[(again.entry_id, again.token)],
-                                       pushes=[stored_row(b"by b", 1)]))
+            r = await store(b, again, b"by b")
             assert r.acked == 1 and r.refused == []
         finally:
             for fr in (a, dying, b):
                 await fr.close()
-    try:
-        asyncio.run(main())
-    finally:
-        admin.execute_command("ACL", "DELUSER", "half")
+    with partition_user(redis_server, "ps", KEYS.partition(STAGE_P, PARTS).base) as (half, _):
+        asyncio.run(main(half))
     assert stage_state(c) == (1, 1)
     assert asyncio.run(parse_all(redis_url)) == [b"by a"]
