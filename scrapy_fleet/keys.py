@@ -57,6 +57,10 @@ prefix ``fleet`` and crawl id ``docs``::
                                                               change rate, and its price of a
                                                               fetch (recrawl/budget.py)
     fleet:{docs}:seq          STRING  counter                 entry ids
+    fleet:{docs}:sf:<p>       STRING  bits                    partitions with stages: bit n set
+                                                              when a stored response of entry n
+                                                              of partition p was queued here
+                                                              (lua/push_lean.lua: one per entry)
     fleet:{docs}:token        STRING  counter                 fencing tokens
     fleet:{docs}:bloom:meta   HASH    Bloom filter parameters, per-slice counts, generation g
     fleet:{docs}:bloom:N      STRING  bits of Bloom slice N (N = 0 .. BLOOM_MAX_SLICES-1)
@@ -172,7 +176,9 @@ PUSH_LEAN_CALL = ("op", "marker", "layout", "stats", "seq", "data", "leases", "d
                   "parked", "hostq", "idle_since", "queue_index", "queue_count",
                   "bucket_prefix", "ready", "bloom_meta", "bloom_slices", "next_due",
                   # sitemap <lastmod> (issue 22): a known URL made due (lua/step_revisit.lua)
-                  "revisit_prefix", "revisit_popped", "revisit_place_prefix", "revisit_lastmod")
+                  "revisit_prefix", "revisit_popped", "revisit_place_prefix", "revisit_lastmod",
+                  # stages: one stored response per entry of another partition
+                  "stored_from_prefix")
 
 #: KEYS of lua/partition_probe.lua, in order (partitions: one partition's state, read-mostly).
 PROBE_CALL = ("queue_count", "leases", "deferred", "parked", "idle_since", "marker",
@@ -285,6 +291,16 @@ class CrawlKeys:
     def revisit_budget(self, host: str) -> str:
         """HASH of *host*'s tracked pages by change-rate bucket and its price ``mu``."""
         return f"{self.revisit_budget_prefix}{host}"
+
+    #: Prefix of the bitmaps ``sf:<p>`` of the stored responses' partition (stages on a
+    #: partitioned crawl): bit *n* set when a stored response of entry *n* (its id's digits)
+    #: of partition *p* was queued, so that a second fetch of that entry (the first worker's
+    #: lease lost) queues none (lua/push_lean.lua).
+    stored_from_prefix = _Key("sf:")
+
+    def stored_from(self, p: int) -> str:
+        """The bitmap of the stored responses queued here for the entries of partition *p*."""
+        return f"{self.stored_from_prefix}{p}"
 
     leases = _Key("leases")
     lease = _Key("lease")

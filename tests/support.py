@@ -8,6 +8,7 @@ process stays untouched), and workers are real ``scrapy crawl`` processes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -17,7 +18,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -490,3 +491,20 @@ class ReplyEater:
             task.cancel()
         writer.close()
         up_writer.close()
+@contextlib.contextmanager
+def partition_user(redis_server: Any, crawl_id: str,
+                   base: str) -> Iterator[tuple[str, Callable[[str], None]]]:
+    """An ACL user ``half`` with a worker's commands on the keys under *base* only (a
+    partition's ``CrawlKeys.base``): a client of its URL stands for a worker that cannot reach
+    the other partitions (their master being failed over).  Yields its URL and ``reach(b)``,
+    which lets it reach the keys under *b* too; the user is deleted after."""
+    from scrapy_fleet import acl
+
+    admin = redis_server.client()
+    admin.execute_command("ACL", "SETUSER", "half", "reset", "on", ">pw",
+                          *acl.acl_rule("worker", crawl_id=crawl_id).split(), f"~{base}:*")
+    try:
+        yield (f"redis://half:pw@127.0.0.1:{redis_server.port}/0",
+               lambda b: admin.execute_command("ACL", "SETUSER", "half", f"~{b}:*"))
+    finally:
+        admin.execute_command("ACL", "DELUSER", "half")

@@ -18,7 +18,7 @@ scheduler uses the methods: tests/test_layers.py checks it):
   ``download_over``, ``note_exit_wait``, ``give_back``, ``dead_letter``, ``note_failure``,
   ``withhold_acknowledgements``;
 * **the stage hook**: ``config``, ``crawler``, ``spider``, ``inc``, ``holds_lease``,
-  ``attach_stored``.
+  ``lost_lease``, ``attach_stored``.
 
 Buffers: the prefetch (leased and decoded, not yet handed to the engine), the requests in
 flight, those done (acknowledged with their links at the next call), downloads over (their
@@ -301,7 +301,7 @@ class LeaseBook:
         if entry is None:
             return
         lease = entry[1]
-        self.by_entry.pop(lease.entry_id, None)
+        self._forget_entry(lease)
         if lease.lost:
             # another worker fetches this request again and will push its links
             self.inc("fleet/frontier/lease_lost")
@@ -435,7 +435,7 @@ class LeaseBook:
             return False
         del self.inflight[id(request)]
         lease = entry[1]
-        self.by_entry.pop(lease.entry_id, None)
+        self._forget_entry(lease)
         self.dead.append((lease, reason[:500]))
         self.inc("fleet/frontier/dead_letter")
         self.poke()
@@ -463,7 +463,7 @@ class LeaseBook:
         if entry is None or entry[0] is not request or entry[1].lost:
             return False
         del self.inflight[id(request)]
-        self.by_entry.pop(entry[1].entry_id, None)
+        self._forget_entry(entry[1])
         self.given_back.append(entry[1])
         self.inc("fleet/frontier/given_back")
         self.poke()
@@ -480,7 +480,7 @@ class LeaseBook:
         ``FleetPolitenessMiddleware`` calls it once it has put the host on hold if the answer
         asks for that, so that no slot is handed on before the hold.  Redirects and retries
         of the request carry the same entry id; only the first download counts."""
-        lease = self.by_entry.get(request.meta.get(codec.LEASE_META_KEY, ""))
+        lease = self._lease_of(request)
         if lease is None or lease.downloaded or lease.lost:
             return
         lease.downloaded = True
@@ -490,15 +490,37 @@ class LeaseBook:
     def holds_lease(self, request: Request) -> bool:
         """Is *request* (or a redirect/retry made from it) a request this worker leased and
         still holds?"""
-        lease = self.by_entry.get(request.meta.get(codec.LEASE_META_KEY, ""))
+        lease = self._lease_of(request)
         return lease is not None and not lease.lost
+
+    def lost_lease(self, request: Request) -> bool:
+        """Was *request* (or a redirect/retry made from it) leased by this worker, and is that
+        lease lost (leased again elsewhere: its new holder fetches it again)?"""
+        lease = self._lease_of(request)
+        return lease is not None and lease.lost
 
     def attach_stored(self, request: Request, payload: bytes) -> None:
         """Send the stored response *payload* of *request* with its acknowledgement (one
         atomic frontier call: the request is done exactly when its response is stored)."""
-        lease = self.by_entry[request.meta[codec.LEASE_META_KEY]]
+        lease = self._lease_of(request)
+        assert lease is not None
         lease.children.append((request.url, b"", clamp_priority(request.priority), payload,
                                STAGE_HOST, 0, 0))
+
+    def _lease_of(self, request: Request) -> Lease | None:
+        """The lease of *request*: its own while it is in flight (this worker may hold a newer
+        lease of the same entry, leased again after this one was lost), else the one whose
+        entry id it carries (a redirect or retry made from a request in flight)."""
+        entry = self.inflight.get(id(request))
+        if entry is not None and entry[0] is request:
+            return entry[1]
+        return self.by_entry.get(request.meta.get(codec.LEASE_META_KEY, ""))
+
+    def _forget_entry(self, lease: Lease) -> None:
+        """*lease* is no longer in flight: its entry id no longer names it (unless this
+        worker leased the entry again meanwhile: then it names that newer lease)."""
+        if self.by_entry.get(lease.entry_id) is lease:
+            del self.by_entry[lease.entry_id]
 
     def inc(self, key: str, count: int = 1) -> None:
         """Add *count* to this worker's Scrapy stat *key*."""

@@ -15,10 +15,11 @@ from scrapy_fleet.frontier.protocol import OP_TTL_MS, FrontierParams
 
 def lean_args(pushes: list[tuple[Any, ...]], params: FrontierParams, marker: str) -> bytes:
     """ARGV[1] of lua/push_lean.lua: *pushes* are ``(bloom key, priority, payload, host,
-    delay ms[, lastmod s])``."""
+    delay ms[, lastmod s[, partition, entry number]])`` (the last two: a stored response's
+    page, routing.stored_source)."""
     return msgpack.packb({
         "p": [[p[0], int(p[1]), p[2], p[3], int(p[4]) if len(p) > 4 else 0,
-               int(p[5]) if len(p) > 5 else 0] for p in pushes],
+               int(p[5]) if len(p) > 5 else 0, *p[6:8]] for p in pushes],
         "bn": params.bloom_capacity, "bp": params.bloom_error_rate,
         "qm": params.queue_max or 0, "hm": params.host_queue_max or 0,
         "ot": OP_TTL_MS, "mk": marker, "mc": uuid.uuid4().hex,

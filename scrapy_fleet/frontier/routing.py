@@ -11,7 +11,7 @@ from typing import Any
 
 from scrapy_fleet.frontier.lean import LeanResult
 from scrapy_fleet.frontier.protocol import CallBatch, CallResult, FrontierParams, LeasedEntry
-from scrapy_fleet.keys import partition_of
+from scrapy_fleet.keys import STAGE_HOST, partition_of
 
 #: separator of a partition's index and an entry id in the ids a PartitionedFrontier hands out
 ID_SEP = ":"
@@ -32,6 +32,23 @@ def split_ref(ref: str) -> tuple[int, str]:
     if not sep or not p.isdigit():
         raise ValueError(f"not a partitioned entry id: {ref!r}")
     return int(p), entry_id
+
+
+#: Redis's bitmap offsets (BITFIELD) are below this: an entry number past it has no bit
+STORED_FROM_BITS = 2**32
+
+
+def stored_source(ref: str) -> tuple[int, int] | tuple[()]:
+    """``(partition, entry number)`` of the leased page *ref* (an id of :func:`entry_ref`)
+    whose stored response goes to another partition, sent with it: that partition queues one
+    stored response per entry (lua/push_lean.lua, ``stored_from``); ``()`` for an id whose
+    number (its digits after a one-letter prefix: ``r`` a revisit...) is past
+    :data:`STORED_FROM_BITS`, or that has none."""
+    p, entry_id = split_ref(ref)
+    number = entry_id[1:] if entry_id[:1] and not entry_id[:1].isdigit() else entry_id
+    if not number.isdigit() or int(number) >= STORED_FROM_BITS:
+        return ()
+    return p, int(number)
 
 
 def partition_params(params: FrontierParams, parts: int) -> FrontierParams:
@@ -91,9 +108,12 @@ def route(batch: CallBatch, parts: int, home: int, skip: set[int] | None = None)
             r.per[p].pushes.append((push[0], push[1], push[2], k + 1, *push[4:]))
         else:
             r.pushes.append((q, len(r.foreign[q]), True))
+            # a stored response names its page's entry: one per entry (docs/stages.md)
             r.foreign[q].append((push[0], push[1], push[2], host,
                                  push[5] if len(push) > 5 else 0,
-                                 push[6] if len(push) > 6 else 0))
+                                 push[6] if len(push) > 6 else 0,
+                                 *(stored_source(batch.acks[group - 1][0])
+                                   if host == STAGE_HOST else ())))
             r.foreign_group[q].append(group)
     r.per[home].beat = batch.beat
     r.per[home].unstorable = list(batch.unstorable)

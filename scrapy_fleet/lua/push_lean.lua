@@ -14,11 +14,13 @@
 --   host), idle_since (deleted when an entry is added: the partition is busy), the queue's
 --   (lua/queue.lua: queue_index, queue_count, bucket_prefix, ready), bloom_meta and
 --   bloom_slices (lua/bloom.lua); revisit_prefix, revisit_popped, revisit_place_prefix,
---   revisit_lastmod (a sitemap <lastmod>: lua/step_revisit.lua, revisit_lastmod_due).
+--   revisit_lastmod (a sitemap <lastmod>: lua/step_revisit.lua, revisit_lastmod_due);
+--   stored_from_prefix (the bitmaps sf:<p> of the stored responses queued per entry of p).
 -- ARGV[1]: msgpack map: p [[fp12 or "", priority, payload, host, delay ms, lastmod s (0
---   none: a known URL pushed with a newer one is made due at once, as in the frontier call)]
---   ...], bn bloom
---   capacity, bp bloom error rate, qm frontier size limit (0 none), hm per-host limit (0
+--   none: a known URL pushed with a newer one is made due at once, as in the frontier call)[,
+--   p, n: a stored response of entry n of partition p (docs/stages.md): queued only if none
+--   of that entry was (bit n of sf:<p>), else dropped, counted in sa and not refused]] ...],
+--   bn bloom capacity, bp bloom error rate, qm frontier size limit (0 none), hm per-host limit (0
 --   none), ot op ttl ms, mk the partition's marker this client saw ("" none: not checked), mc
 --   the marker to write when there is none.
 -- Reply: msgpack map: pf [1 new / 0 not, per push], rf [refused indexes (0-based): the size
@@ -26,10 +28,11 @@
 --   found in the filter], new, dup, refused, full (the filter is at its last slice), bg (the
 --   filter's generation), mk (the partition's marker), size (after the call, when qm > 0),
 --   rq (when a push is a stored response: [stored responses, their bytes] as the frontier
---   call reports them, lua/step_idle.lua).
+--   call reports them, lua/step_idle.lua), sa (stored responses dropped: queued before).
 -- Writes: the filter, seq, the queue (buckets, index, count, ready), data and deferred (a push
 --   with a delay; next_due when it comes before the bound), hostq, idle_since (DEL), stats, op;
---   with a lastmod: revisit_lastmod (SET), a slot's record (LSET), place entries (HDEL).
+--   with a lastmod: revisit_lastmod (SET), a slot's record (LSET), place entries (HDEL); a
+--   stored response of an entry: its bit (BITFIELD SET), stats stored_again.
 -- Errors (before any write): a bad argument; "crawl state lost" when mk is given and the
 --   partition's marker is gone or another one.
 -- Bound of work per call: one pass over the pushes; the filter's lookups and writes
@@ -37,7 +40,8 @@
 --   flush (one command per bucket touched); one HINCRBY per host and per counter that moved.
 --   Fixed part: MGET (op, marker, queue_count, next_due), SET op; with pushes TIME, the filter's meta
 --   read, INCRBY seq; with qm > 0 ZCARD leases and deferred; with a stored response an HMGET
---   and an HGET (rq); with a lastmod a SET, and per known URL pushed with one, step_revisit's.
+--   and an HGET (rq), and a BITFIELD GET (and SET) per one naming its entry; with a lastmod a
+--   SET, and per known URL pushed with one, step_revisit's.
 
 -- (what the call reads first, in one command: its cached reply, the marker, the queued count,
 -- the bound before which nothing is due: lua/step_begin.lua)
@@ -52,7 +56,10 @@ for _, p in ipairs(req.p) do
       or type(p[2]) ~= 'number' or p[2] ~= p[2] or math.abs(p[2]) > PRIORITY_LIMIT
       or type(p[3]) ~= 'string' or type(p[4]) ~= 'string'
       or (p[5] ~= nil and (type(p[5]) ~= 'number' or p[5] ~= p[5] or p[5] < 0))
-      or (p[6] ~= nil and (type(p[6]) ~= 'number' or p[6] ~= p[6] or p[6] < 0)) then
+      or (p[6] ~= nil and (type(p[6]) ~= 'number' or p[6] ~= p[6] or p[6] < 0))
+      or (p[7] ~= nil and (p[4] ~= STAGE_HOST or type(p[7]) ~= 'number' or p[7] % 1 ~= 0
+                           or p[7] < 0 or type(p[8]) ~= 'number' or p[8] % 1 ~= 0
+                           or p[8] < 0 or p[8] >= 4294967296)) then
     return redis.error_reply('ERR fleet: bad push entry')
   end
 end
@@ -71,7 +78,7 @@ local qw = Queue.writer(K, now, function() end, tonumber(head[3]) or 0)  -- (pay
 local size = 0
 if queue_max > 0 then size = Queue.size(K, qw.queued) end
 local out = {pf = {}, rf = {}, pd = {}, new = 0, dup = 0, refused = 0, full = false,
-             mk = marker or ''}
+             mk = marker or '', sa = 0}
 local host_count, host_delta = {}, {}
 local stage_bytes = 0  -- (the stored responses' bytes pushed: FLEET_ROLE, docs/stages.md)
 local stages = false  -- (a stored response in the call: the reply carries rq)
@@ -110,7 +117,12 @@ for i, p in ipairs(req.p) do
   local host = p[4]
   out.pf[i] = 0
   if host == STAGE_HOST then stages = true end
-  if (queue_max > 0 and size >= queue_max)
+  -- (a stored response of an entry that has one queued already, or had: a second fetch of
+  -- its page, the first worker's lease lost; dropped, so that its page may be acknowledged)
+  local from = p[7] and (K.stored_from_prefix .. string.format('%d', p[7]))
+  if from and redis.call('BITFIELD', from, 'GET', 'u1', p[8])[1] == 1 then
+    out.sa = out.sa + 1
+  elseif (queue_max > 0 and size >= queue_max)
       or (host_max > 0 and host ~= '' and (host_count[host] or 0) >= host_max) then
     out.rf[#out.rf + 1] = i - 1
     out.refused = out.refused + 1
@@ -138,6 +150,7 @@ for i, p in ipairs(req.p) do
       qw.enqueue(id, -p[2], host, p[3], false)
     end
     if host == STAGE_HOST then stage_bytes = stage_bytes + #p[3] end
+    if from then redis.call('BITFIELD', from, 'SET', 'u1', p[8], 1) end
     if host ~= '' then
       host_count[host] = (host_count[host] or 0) + 1
       host_delta[host] = (host_delta[host] or 0) + 1
@@ -179,6 +192,7 @@ if out.new > 0 then hincrby(K.stats, 'pushed', out.new) end
 if out.dup > 0 then hincrby(K.stats, 'duplicates', out.dup) end
 if out.refused > 0 then hincrby(K.stats, 'refused', out.refused) end
 if stage_bytes > 0 then hincrby(K.stats, 'response_queue_bytes', stage_bytes) end
+if out.sa > 0 then hincrby(K.stats, 'stored_again', out.sa) end
 if queue_max > 0 then out.size = size end
 if stages then  -- (as lua/step_idle.lua reports it, for the fetch workers' back pressure)
   local rq = redis.call('HMGET', K.stats, 'response_queue_bytes', 'response_queue_deferred',

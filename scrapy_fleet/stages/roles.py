@@ -30,6 +30,7 @@ from scrapy.http import Response
 from twisted.internet import defer
 
 from scrapy_fleet import codec, engine_hooks
+from scrapy_fleet.browser import pagemethods
 from scrapy_fleet.errors import FleetError, RequestEncodeError
 from scrapy_fleet.stages import records
 
@@ -70,6 +71,9 @@ class StageScheduler(Protocol):
 
     def holds_lease(self, request: Request) -> bool:
         """True while *request* is one of this worker's leases."""
+
+    def lost_lease(self, request: Request) -> bool:
+        """True when *request* was one of this worker's leases and that lease is lost."""
 
     def attach_stored(self, request: Request, payload: bytes) -> None:
         """Send *payload* (a stored response) with the acknowledgement of *request*."""
@@ -139,6 +143,15 @@ class StageRole:
                            extra={"spider": self.scheduler.spider})
 
     def _store(self, result: Any, request: Request) -> Any:
+        if isinstance(result, Response) and self.scheduler.lost_lease(request):
+            # leased again elsewhere (this worker stalled past FLEET_LEASE_TIMEOUT): its new
+            # holder fetches and stores it; parsed here, its page would be itemised twice
+            self.scheduler.inc("fleet/stages/lease_lost")
+            if result.request is None:
+                result.request = request
+            if pagemethods.close_page_of(result.request.meta):
+                self.scheduler.inc("fleet/browser/page_closed")
+            return self._stub(result)
         if not isinstance(result, Response) or not self.scheduler.holds_lease(request):
             return result  # a redirect or retry (a Request), or not a leased request
         if result.request is None:
@@ -165,7 +178,14 @@ class StageRole:
         self.scheduler.attach_stored(request, payload)
         self.scheduler.inc("fleet/stages/stored")
         self.scheduler.inc("fleet/stages/stored_bytes", len(payload))
-        stub = result.request.replace(callback=_stored, errback=None, cb_kwargs={},
-                                      meta={**result.request.meta,
-                                            "handle_httpstatus_all": True})
+        return self._stub(result)
+
+    @staticmethod
+    def _stub(result: Response) -> Response:
+        """*result* with a request whose callback does nothing (every status let through):
+        the engine finishes it here, the spider's callback runs in a parse worker."""
+        request = result.request
+        assert request is not None
+        stub = request.replace(callback=_stored, errback=None, cb_kwargs={},
+                               meta={**request.meta, "handle_httpstatus_all": True})
         return result.replace(request=stub)

@@ -8,6 +8,7 @@ Real workers, a real Redis server, a generated site on several loopback hosts.
 from __future__ import annotations
 
 import collections
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -32,6 +33,14 @@ def worker(tmp_path: Path, name: str, redis_url: str, env: dict[str, str],
     return start_worker(TEST_PROJECT, "staged", base, env, log, {"burn": 0}), out, log
 
 
+def push(tmp_path: Path, redis_url: str, env: dict[str, str]) -> None:
+    """``scrapy fleet push`` of tmp_path/urls.txt into the crawl, P = PARTS."""
+    pushed = run_scrapy(TEST_PROJECT, ["fleet", "push", "staged", "-f", str(tmp_path / "urls.txt"),
+                                       "-s", f"FLEET_REDIS_URL={redis_url}",
+                                       "-s", f"FLEET_PARTITIONS={PARTS}"], env)
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+
+
 @pytest.mark.slow
 def test_fetch_and_parse_workers_on_a_partitioned_crawl(tmp_path: Path, redis_url: str,
                                                         worker_env: dict[str, str]) -> None:
@@ -46,11 +55,7 @@ def test_fetch_and_parse_workers_on_a_partitioned_crawl(tmp_path: Path, redis_ur
     (tmp_path / "urls.txt").write_text("".join(f"{base}site/\n" for base in site.urls))
     keys = CrawlKeys("fleet", "staged")
     try:
-        pushed = run_scrapy(TEST_PROJECT, ["fleet", "push", "staged", "-f",
-                                           str(tmp_path / "urls.txt"),
-                                           "-s", f"FLEET_REDIS_URL={redis_url}",
-                                           "-s", f"FLEET_PARTITIONS={PARTS}"], worker_env)
-        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        push(tmp_path, redis_url, worker_env)
         procs = [worker(tmp_path, f"fetch-{n}", redis_url, worker_env, FLEET_ROLE="fetch")
                  for n in range(2)]
         procs.append(worker(tmp_path, "parse-0", redis_url, worker_env, FLEET_ROLE="parse"))
@@ -90,11 +95,7 @@ def test_the_response_queue_bound_holds_when_stored_responses_go_to_another_part
     client = FrontierAdmin(redis_url, "staged").client
     started: list[subprocess.Popen[bytes]] = []  # (killed if the test fails: no orphan)
     try:
-        pushed = run_scrapy(TEST_PROJECT, ["fleet", "push", "staged", "-f",
-                                           str(tmp_path / "urls.txt"),
-                                           "-s", f"FLEET_REDIS_URL={redis_url}",
-                                           "-s", f"FLEET_PARTITIONS={PARTS}"], worker_env)
-        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        push(tmp_path, redis_url, worker_env)
         fetch, _, flog = worker(tmp_path, "fetch-0", redis_url, worker_env, FLEET_ROLE="fetch",
                                 FLEET_RESPONSE_QUEUE_MAX=5, CONCURRENT_REQUESTS=2)
         started.append(fetch)
@@ -130,3 +131,74 @@ def test_the_response_queue_bound_holds_when_stored_responses_go_to_another_part
                                                     for base in site.urls}
     assert int(client.hget(stage.hostq, STAGE_HOST) or 0) == 0
     assert client.hget(stage.stats, "response_queue_bytes") in (b"0", None)
+
+
+def held_by(client: Any, keys: CrawlKeys, worker_id: str) -> int:
+    """Leases *worker_id* holds in every partition (the lease hash: ``token|score|host\t
+    worker``, ``!worker`` once its download is over)."""
+    return sum(v.rsplit(b"\t", 1)[-1].lstrip(b"!") == worker_id.encode()
+               for k in keys.all_partitions(PARTS) for v in client.hvals(k.lease))
+
+
+@pytest.mark.slow
+def test_a_fetch_worker_stalled_past_its_leases_gets_no_page_parsed_twice(
+        tmp_path: Path, redis_url: str, worker_env: dict[str, str]) -> None:
+    """A fetch worker stopped (SIGSTOP) for longer than FLEET_LEASE_TIMEOUT while stored
+    responses wait in its buffer for their partition (FLEET_PARTITION_FLUSH = 2 s): its
+    pages are fetched again by the other fetch worker; once it goes on (SIGCONT), its stored
+    responses reach their partition and its acknowledgements are refused, and the responses
+    of its requests in flight come in after it learned their leases were lost.  Every page
+    is itemised once, by the parse worker (it was 74 items for 66 pages): a page's first
+    stored response is kept, a later one of the same entry dropped (counted
+    ``stored_again``), and a response whose lease was lost neither stored nor parsed by the
+    fetch worker (it was, with the spider's callback, when the worker had leased the same
+    entry again)."""
+    stage_p = partition_of(STAGE_HOST, PARTS)
+    binds = [a for a in (f"127.0.0.{i}" for i in range(20, 40))
+             if partition_of(a, PARTS) != stage_p][:3]
+    paths = generate_site(tmp_path / "www", 30, 4, seed=5)
+    site = start_site(tmp_path / "www", tmp_path / "site.log", binds=binds)
+    site.configure({"delays": [{"prefix": "/site/p/", "seconds": 0.1, "host": None}]})
+    expected = {base.rstrip("/") + p for base in site.urls for p in paths} | {
+        base + "site/files/notes.txt" for base in site.urls}
+    (tmp_path / "urls.txt").write_text("".join(f"{base}site/\n" for base in site.urls))
+    keys = CrawlKeys("fleet", "staged")
+    started: list[subprocess.Popen[bytes]] = []  # (killed if the test fails: no orphan)
+    try:
+        push(tmp_path, redis_url, worker_env)
+        procs = [worker(tmp_path, f"fetch-{n}", redis_url, worker_env, FLEET_ROLE="fetch",
+                        FLEET_PARTITION_FLUSH=2, FLEET_LEASE_TIMEOUT=2,
+                        FLEET_WORKER_ID=f"fetch-{n}")
+                 for n in range(2)]
+        procs.append(worker(tmp_path, "parse-0", redis_url, worker_env, FLEET_ROLE="parse"))
+        started.extend(p for p, _, _ in procs)
+        stalled = procs[0][0]
+        client = FrontierAdmin(redis_url, "staged").client
+        deadline = time.monotonic() + 60
+        while held_by(client, keys, "fetch-0") < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # (pages in flight, or fetched with their stored responses waiting in its buffer)
+        stalled.send_signal(signal.SIGSTOP)
+        time.sleep(4)
+        stalled.send_signal(signal.SIGCONT)
+        codes = wait_all([p for p, _, _ in procs], 240)
+        assert codes == [0, 0, 0], "".join(tail(log) for _, _, log in procs)
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+                proc.wait()
+        site.stop()
+    items = read_items([o for _, o, _ in procs])
+    urls = collections.Counter(i["url"] for i in items)
+    stage = keys.partition(stage_p, PARTS)
+    assert set(urls) == expected and max(urls.values()) == 1, urls.most_common(3)
+    # (and none by a fetch worker: a response whose lease it lost meanwhile is dropped)
+    assert all(i["stored"] for i in items) and {i["pid"] for i in items} == {procs[2][0].pid}
+    assert int(client.hget(stage.hostq, STAGE_HOST) or 0) == 0
+    assert client.hget(stage.stats, "response_queue_bytes") in (b"0", None)
+    # pages fetched twice (the stalled worker's leases lost), their second response dropped
+    fetched = collections.Counter(f"http://{r['host']}{r['path']}" for r in site.requests())
+    again = sum(n - 1 for n in fetched.values())
+    assert again >= 1 and int(client.hget(stage.stats, "stored_again") or 0) <= again

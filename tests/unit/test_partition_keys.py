@@ -9,6 +9,7 @@ from redis.crc import key_slot
 
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import FleetConfigError
+from scrapy_fleet.frontier.routing import STORED_FROM_BITS, stored_source
 from scrapy_fleet.keys import FRONTIER_CALL, CrawlKeys, partition_of, partition_tag
 
 
@@ -94,3 +95,15 @@ def test_custom_fingerprinter_cannot_be_partitioned():
           "REQUEST_FINGERPRINTER_CLASS": "scrapy.utils.request.RequestFingerprinter"}
     assert FleetConfig.from_settings(ok).partitions == 2
     assert FleetConfig.from_settings({**settings, "FLEET_PARTITIONS": 1}).partitions == 1
+
+
+def test_a_stored_response_names_its_pages_partition_and_entry_number():
+    """(lua/push_lean.lua queues one stored response per entry: bit n of sf:<p>.)"""
+    assert stored_source("3:000000000000042") == (3, 42)
+    assert stored_source("1:r000000000000007") == (1, 7)  # a revisit, a retried failure
+    assert stored_source("0:!000000000000009") == (0, 9)
+    assert stored_source(f"2:{STORED_FROM_BITS - 1:015d}") == (2, STORED_FROM_BITS - 1)
+    assert stored_source(f"2:{STORED_FROM_BITS:015d}") == ()  # past a bitmap's offsets
+    assert stored_source("2:abc") == () and stored_source("2:") == ()
+    keys = CrawlKeys("fleet", "docs").partition(1, 4)
+    assert keys.stored_from(3) == keys.base + ":sf:3"

@@ -12,8 +12,8 @@ import os
 import time
 
 import redis
+from support import partition_user
 
-from scrapy_fleet import acl
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.frontier.partitions import PartitionedFrontier
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
@@ -39,10 +39,6 @@ def test_the_deltas_of_a_failed_home_call_go_again_to_that_partition_and_count_o
     parts = 2
     host0 = next(h for h in (f"h{i}.test" for i in range(100)) if partition_of(h, parts) == 0)
     tag0, tag1 = (KEYS.partition(p, parts).base for p in range(parts))
-    admin = redis_server.client()
-    admin.execute_command("ACL", "SETUSER", "half", "reset", "on", ">pw",
-                          *acl.acl_rule("worker", crawl_id="deltas").split(), f"~{tag0}:*")
-    url = f"redis://half:pw@127.0.0.1:{redis_server.port}/0"
     client = redis.Redis.from_url(redis_url)
     stats = _Stats()
     monitor = WorkerMonitor(stats, FleetConfig.from_settings({}), time.time(), "host", 1)
@@ -70,7 +66,7 @@ def test_the_deltas_of_a_failed_home_call_go_again_to_that_partition_and_count_o
             await call(push(b"b"))
             assert pages() == [0, 0]
             assert client.zscore(KEYS.partition(0, parts).workers, "w") is not None  # the beat
-            admin.execute_command("ACL", "SETUSER", "half", f"~{tag1}:*")  # partition 1 is back
+            reach(tag1)  # partition 1 is back
             await call(push(b"c"))
             assert pages() == [0, 3]  # the first batch, once, where it was sent first
             await call(CallBatch(beat=True))
@@ -78,5 +74,5 @@ def test_the_deltas_of_a_failed_home_call_go_again_to_that_partition_and_count_o
             assert pages() == [2, 3]  # then the next one, at the home
         finally:
             await fr.close()
-            admin.execute_command("ACL", "DELUSER", "half")
-    asyncio.run(main())
+    with partition_user(redis_server, "deltas", tag0) as (url, reach):
+        asyncio.run(main())

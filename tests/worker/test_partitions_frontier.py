@@ -8,7 +8,7 @@ import time
 
 import pytest
 import redis
-from support import hosts_in_partition, push_row
+from support import hosts_in_partition, partition_user, push_row
 
 from scrapy_fleet.frontier.partitions import PartitionedFrontier
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
@@ -155,17 +155,9 @@ def test_an_unreachable_partition_holds_its_part_and_the_others_go_on(redis_serv
     failed over): partition 0 keeps leasing and acknowledging; a page whose link is for
     partition 1 is held, not acknowledged, and so is a push for it; once partition 1 answers,
     what was held goes through and nothing is lost."""
-    from scrapy_fleet import acl
-
     parts = 2
     a0, a1 = hosts_in_partition(0, parts, 2)
     b = hosts_in_partition(1, parts)[0]
-    tag0 = KEYS.partition(0, parts).base
-    admin = redis_server.client()
-    rule = acl.acl_rule("worker", crawl_id="pf")
-    admin.execute_command("ACL", "SETUSER", "half", "reset", "on", ">pw", *rule.split(),
-                          f"~{tag0}:*")
-    url = f"redis://half:pw@127.0.0.1:{redis_server.port}/0"
     c = redis.Redis.from_url(redis_url)
     p1 = KEYS.partition(1, parts)
 
@@ -194,15 +186,13 @@ def test_an_unreachable_partition_holds_its_part_and_the_others_go_on(redis_serv
             r = await fr.call(CallBatch(acks=[(more.entry_id, more.token)]))
             assert r.acked == 1 and fr.held == 4
             # partition 1 answers again: what was held goes through
-            admin.execute_command("ACL", "SETUSER", "half", f"~{p1.base}:*")
+            reach(p1.base)
             r = await fr.call(CallBatch(beat=True))
             assert r.acked == 1 and fr.held == 0
         finally:
             await fr.close()
-    try:
+    with partition_user(redis_server, "pf", KEYS.partition(0, parts).base) as (url, reach):
         run(main())
-    finally:
-        admin.execute_command("ACL", "DELUSER", "half")
     queued1 = sorted(c.hvals(p1.data)) + [e.split(b"\t", 1)[1] for k in c.keys(
         p1.bucket_prefix.replace("{", "\\{").replace("}", "\\}") + "*")
         for e in c.lrange(k, 0, -1)]
@@ -307,17 +297,9 @@ def test_a_page_waiting_for_an_unreachable_partition_keeps_its_lease(redis_serve
     pump's book: the heartbeat's extends keep its lease (in its own partition) alive past
     FLEET_LEASE_TIMEOUT, so no other worker leases it meanwhile; once the partition answers,
     the page is acknowledged once, having been leased once."""
-    from scrapy_fleet import acl
-
     parts = 2
     a = hosts_in_partition(0, parts)[0]
     b = hosts_in_partition(1, parts)[0]
-    tag0 = KEYS.partition(0, parts).base
-    admin = redis_server.client()
-    rule = acl.acl_rule("worker", crawl_id="pf")
-    admin.execute_command("ACL", "SETUSER", "half", "reset", "on", ">pw", *rule.split(),
-                          f"~{tag0}:*")
-    url = f"redis://half:pw@127.0.0.1:{redis_server.port}/0"
     c = redis.Redis.from_url(redis_url)
     p0, p1 = KEYS.partition(0, parts), KEYS.partition(1, parts)
     params = FrontierParams(lease_timeout=1.0)
@@ -340,16 +322,14 @@ def test_a_page_waiting_for_an_unreachable_partition_keeps_its_lease(redis_serve
                 other.home = 0
                 r = await other.call(CallBatch(take=1))
                 assert r.leased == [] and r.reclaimed == 0
-            admin.execute_command("ACL", "SETUSER", "half", f"~{p1.base}:*")
+            reach(p1.base)
             r = await fr.call(CallBatch(beat=True))
             assert r.acked == 1 and r.lost == [] and fr.held == 0
         finally:
             await fr.close()
             await other.close()
-    try:
+    with partition_user(redis_server, "pf", KEYS.partition(0, parts).base) as (url, reach):
         run(main())
-    finally:
-        admin.execute_command("ACL", "DELUSER", "half")
     assert c.hget(p0.stats, "acked") == b"1"
     assert c.hget(p0.stats, "reclaimed") is None and leased_count(c, p0) == 0
     assert c.zcard(p1.leases) == 0 and int(c.get(p1.queue_count)) == 1
