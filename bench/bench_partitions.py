@@ -60,6 +60,7 @@ import bench_capacity as bc
 from scrapy_fleet.commands.partitioned import PartitionedPush
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.client import AsyncFrontier
+from scrapy_fleet.frontier.dupecache import DUPE_CACHE_SIZE
 from scrapy_fleet.frontier.partition_count import check_sync
 from scrapy_fleet.frontier.partitions import PartitionedFrontier
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
@@ -189,10 +190,17 @@ async def client(url: str, n: int, parts: int, crawl: str, site: bc.Site,
                  flush: float) -> None:
     keys = CrawlKeys("fleet", crawl)
     timeout = st["timeout"]
+    cache = st["dupe_cache"]
     fr: Any = (PartitionedFrontier(url, keys, f"w{n}", PARAMS, parts, timeout=timeout,
-                                   flush_age=flush)
+                                   flush_age=flush, dupe_cache=cache)
                if parts > 1
-               else AsyncFrontier(url, keys, f"w{n}", PARAMS, timeout=timeout, dupe_cache=0))
+               else AsyncFrontier(url, keys, f"w{n}", PARAMS, timeout=timeout,
+                                  dupe_cache=cache))
+    if parts > 1 and not st["lean_cache"]:  # (as before 2026-12-02: foreign links always
+        for front in fr.fronts:  # sent, each partition's client with 1/P of the cache)
+            front.dupes.size = cache // parts
+        for dest in fr.lean_dests:
+            dest.dupes.size = 0
     rng = random.Random(n)
     held: list[Any] = []
     st_calls = [0, 0]  #: (P = 1) frontier calls, those with a lease request
@@ -221,6 +229,9 @@ async def client(url: str, n: int, parts: int, crawl: str, site: bc.Site,
         done = done[k:]
         batch.take = 0 if final else max(0, HELD - len(done))
         r = await fr.call(batch)
+        st["links"] += len(batch.pushes)
+        st["new"] += r.pushed
+        st["dup"] += r.duplicates
         st_calls[0] += 1
         st_calls[1] += batch.take > 0
         st["pages"] += r.acked
@@ -245,6 +256,9 @@ async def client(url: str, n: int, parts: int, crawl: str, site: bc.Site,
             await one_call(True)
     finally:
         st["foreign"] += getattr(fr, "foreign_calls", 0)
+        st["foreign_links"] += getattr(fr, "lean_links", 0)
+        st["foreign_dup"] += getattr(fr, "lean_dupes", 0)
+        st["foreign_cached"] += sum(d.dupes.hits for d in getattr(fr, "lean_dests", []))
         if parts > 1:
             counts = fr.partition_counts()
             st["frontier_calls"] += counts["calls"]
@@ -269,7 +283,8 @@ def crawl_on(tag: str, k: int, n: int) -> str:
 
 
 def cell(cluster: Cluster, parts: int, hosts: int, clients: int, seconds: float,
-         tag: str, flush: float = 0.0, split: int = 1, pages: int = 0) -> dict[str, Any]:
+         tag: str, flush: float = 0.0, split: int = 1, pages: int = 0,
+         dupe_cache: int = 0, lean_cache: bool = True) -> dict[str, Any]:
     """One cell; *split* > 1 (P = 1 only): that many independent crawls, one per master,
     the clients shared out among them (the crawl split by hand that P > 1 replaces)."""
     crawls = ([crawl_on(tag, k, split) for k in range(split)] if split > 1 else [f"b{tag}"])
@@ -290,8 +305,11 @@ def cell(cluster: Cluster, parts: int, hosts: int, clients: int, seconds: float,
             pusher.push(rows[k:k + 500])
         admin.close()
     st: dict[str, Any] = {"pages": 0, "calls": 0, "foreign": 0, "frontier_calls": 0,
+                          "links": 0, "new": 0, "dup": 0, "foreign_links": 0,
+                          "foreign_dup": 0, "foreign_cached": 0,
                           "lease_calls": 0, "held_parts": 0, "ready": 0,
-                          "max_pages": pages or 1 << 62,
+                          "max_pages": pages or 1 << 62, "dupe_cache": dupe_cache,
+                          "lean_cache": lean_cache,
                           "timeout": 120.0 if cluster.counted else 10.0}
 
     async def main() -> None:
@@ -343,12 +361,22 @@ def cell(cluster: Cluster, parts: int, hosts: int, clients: int, seconds: float,
                    "idle_ir_per_s": [round(x) for x in st["idle_ir"]],
                    "span_s": round(st["span"], 1)}
     return {"parts": parts, **counted, "flush": flush if parts > 1 else None, "hosts": hosts,
+            "dupe_cache": dupe_cache, "lean_cache": lean_cache if parts > 1 else None,
             "split": split,
             "clients": clients, "pages": st["pages"],
             "cpu_us_per_page": round(sum(cpu) * 1e6 / pages, 1),
             "cpu_us_per_page_raw": round(sum(st["cpu_raw"]) * 1e6 / pages, 1),
             "busiest_share": round(max(cpu) / sum(cpu), 3) if sum(cpu) else None,
             "foreign_calls_per_page": round(st["foreign"] / pages, 3),
+            # per page: links the pump gave the client, those Redis found new and duplicate
+            # (a link a client's cache left out counts as a duplicate), and of them the
+            # foreign links sent in lean calls and the duplicates among those (P > 1)
+            "links_per_page": round(st["links"] / pages, 2),
+            "new_per_page": round(st["new"] / pages, 2),
+            "dup_per_page": round(st["dup"] / pages, 2),
+            "lean_links_per_page": round(st["foreign_links"] / pages, 2),
+            "lean_dup_per_page": round(st["foreign_dup"] / pages, 2),
+            "lean_cached_per_page": round(st["foreign_cached"] / pages, 2),
             # the clients' own counts: frontier calls (all partitions), those with a lease
             # request, parts of a pump call held for a partition's next call (P > 1)
             "frontier_calls_per_page": round(st["frontier_calls"] / pages, 3),
@@ -393,6 +421,14 @@ def main() -> None:
     ap.add_argument("--instructions", action="store_true",
                     help="every master under callgrind: instructions (Ir) per page summed "
                          "over the masters, less each one's idle Ir/s over the cell's span")
+    ap.add_argument("--dupe-cache", type=int, default=DUPE_CACHE_SIZE,
+                    help="each client's FLEET_DUPEFILTER_CACHE (the worker's default; 0: "
+                         "every link goes to Redis, as this bench's runs before 2026-12-02 "
+                         "14:00)")
+    ap.add_argument("--lean-cache", default="on",
+                    help="P > 1 cells once per value: on (the foreign links' known duplicates "
+                         "left out of the lean pushes, frontier/lean.py) or off (always sent, "
+                         "each partition's client with 1/P of the cache: the tree before)")
     ap.add_argument("--split", action="store_true",
                     help="after each P = 1 cell, one of N independent P = 1 crawls, one per "
                          "master (the clients shared out), as a second baseline")
@@ -408,10 +444,13 @@ def main() -> None:
                 for rnd in range(a.rounds):
                     base: dict[str, Any] | None = None
                     for parts in [int(x) for x in a.parts.split(",")]:
-                        for flush in flushes if parts > 1 else [0.0]:
+                        for flush, lean in ([(f, x == "on") for f in flushes
+                                             for x in a.lean_cache.split(",")]
+                                            if parts > 1 else [(0.0, True)]):
                             n += 1
                             c = cell(cluster, parts, hosts, clients, a.seconds,
-                                     f"{n}-{parts}-{hosts}-{clients}", flush, pages=a.pages)
+                                     f"{n}-{parts}-{hosts}-{clients}", flush, pages=a.pages,
+                                     dupe_cache=a.dupe_cache, lean_cache=lean)
                             c["masters"] = a.masters
                             c["round"] = rnd
                             c["load"] = [round(x, 2) for x in os.getloadavg()]
@@ -422,7 +461,7 @@ def main() -> None:
                                     n += 1
                                     sc = cell(cluster, 1, hosts, clients, a.seconds,
                                               f"{n}-s-{hosts}-{clients}", 0.0, a.masters,
-                                              pages=a.pages)
+                                              pages=a.pages, dupe_cache=a.dupe_cache)
                                     sc.update(masters=a.masters, round=rnd, load=[
                                         round(x, 2) for x in os.getloadavg()])
                                     print(json.dumps(sc), flush=True)
@@ -438,7 +477,8 @@ def main() -> None:
                                     **({"ratio_ir_per_page": round(
                                         c["ir_per_page"] / base["ir_per_page"], 4)}
                                        if a.instructions else {}),
-                                    "parts": parts, "flush": flush, "hosts": hosts,
+                                    "parts": parts, "flush": flush, "lean_cache": lean,
+                                    "hosts": hosts,
                                     "clients": clients, "round": rnd}), flush=True)
 
 

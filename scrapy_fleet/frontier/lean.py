@@ -1,27 +1,35 @@
 """The lean push call of a partitioned crawl (lua/push_lean.lua, docs/partitions.md): its
-argument and its reply.  Used by :class:`~scrapy_fleet.frontier.partitions.
+argument and its reply, and a worker's known duplicates of one destination partition
+(:class:`LeanDestination`).  Used by :class:`~scrapy_fleet.frontier.partitions.
 PartitionedFrontier` for foreign links and by the push command."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
+import redis
 
+from scrapy_fleet.frontier.dupecache import STALE_GENERATION, DupeCache
 from scrapy_fleet.frontier.protocol import OP_TTL_MS, FrontierParams
+from scrapy_fleet.keys import PUSH_LEAN_CALL, CrawlKeys
 
 
-def lean_args(pushes: list[tuple[Any, ...]], params: FrontierParams, marker: str) -> bytes:
+def lean_args(pushes: list[tuple[Any, ...]], params: FrontierParams, marker: str,
+              left_out: int = 0, gen: str | None = None) -> bytes:
     """ARGV[1] of lua/push_lean.lua: *pushes* are ``(bloom key, priority, payload, host,
-    delay ms[, lastmod s])``."""
+    delay ms[, lastmod s])``; *left_out*: links the client left out as known duplicates of
+    filter generation *gen* (the script checks that evidence before any write)."""
+    extra: dict[str, Any] = {"lo": left_out, "bg": gen or ""} if left_out else {}
     return msgpack.packb({
         "p": [[p[0], int(p[1]), p[2], p[3], int(p[4]) if len(p) > 4 else 0,
                int(p[5]) if len(p) > 5 else 0] for p in pushes],
         "bn": params.bloom_capacity, "bp": params.bloom_error_rate,
         "qm": params.queue_max or 0, "hm": params.host_queue_max or 0,
-        "ot": OP_TTL_MS, "mk": marker, "mc": uuid.uuid4().hex,
+        "ot": OP_TTL_MS, "mk": marker, "mc": uuid.uuid4().hex, **extra,
     }, use_bin_type=False)
 
 
@@ -40,15 +48,115 @@ class LeanResult:
     extra: dict[str, Any] = field(default_factory=dict)
     #: (stored responses, their bytes) when a push was a stored response (FLEET_ROLE)
     rq: tuple[int, int] | None = None
+    #: the filter's generation (None: the call read no filter)
+    gen: str | None = None
+    #: the reply cache of this client's previous lean call to the partition was gone (a
+    #: failover may have rolled the partition back): what the client knew of it is void
+    prev_lost: bool = False
+    #: pushes the client's cache left out (known duplicates; counted in ``duplicates``)
+    cached: int = 0
 
     @classmethod
     def from_reply(cls, reply: bytes) -> LeanResult:
         d = {k.decode(): v for k, v in msgpack.unpackb(reply, raw=True).items()}
         rq = d.get("rq")
+        bg = d.get("bg")
         return cls([int(x) for x in d.get("pf", [])], [int(x) for x in d.get("rf", [])],
                    [int(x) for x in d.get("pd", [])], int(d.get("new", 0)),
                    int(d.get("dup", 0)), bool(d.get("full", False)),
                    (d.get("mk") or b"").decode(errors="replace"),
                    int(d["size"]) if d.get("size") is not None else None,
                    rq=(int(rq[0]), int(rq[1])) if isinstance(rq, list) and len(rq) == 2
-                   else None)
+                   else None,
+                   gen=bg.decode(errors="replace") if isinstance(bg, bytes) else None,
+                   prev_lost=bool(d.get("pl")))
+
+    def expand(self, kept: list[int], total: int, left_out: int) -> LeanResult:
+        """This reply of a call sent without the pushes a cache left out, with indexes into
+        the whole list again (*kept*: the index of each push sent): a push left out is a
+        duplicate (flag 0, in ``seen``)."""
+        if not left_out:
+            return self
+        flags = [0] * total
+        for j, flag in enumerate(self.flags):
+            flags[kept[j]] = flag
+        kept_set = set(kept)
+        self.seen = sorted({kept[j] for j in self.seen}
+                           | {i for i in range(total) if i not in kept_set})
+        self.refused = [kept[j] for j in self.refused]
+        self.flags = flags
+        self.duplicates += left_out
+        self.cached = left_out
+        return self
+
+
+#: runs lua/push_lean.lua with (KEYS, ARGV[1]), retrying on connection errors with the same
+#: arguments (a repeat gets the first reply): its reply
+LeanRun = Callable[[list[str], bytes], Awaitable[bytes]]
+
+
+class LeanDestination:
+    """What a worker knows of one partition it pushes foreign links into: the Bloom keys
+    known to be in that partition's filter (a :class:`DupeCache` of *size* keys) and the op id
+    of its last lean call there, the evidence that the partition still holds what the cache
+    learnt (as the frontier call's ``prev_op`` chain, lua/step_reply.lua).
+
+    A lean push leaves the known duplicates out and names the filter's generation and the
+    previous call's reply cache (KEYS ``prev_op``); lua/push_lean.lua refuses such a call,
+    before any write, when the generation changed (purge) or that reply cache is gone (a
+    failover to a replica that lacked the latest writes: replication is in order); the cache
+    is then cleared and the call sent again whole, with a new op id.  A call whose
+    evidence is gone without leaving anything out says so (``pl``): the cache is cleared.
+    Lean calls to one partition are made one at a time (the chain would break otherwise:
+    only a cleared cache, never a wrong one).  Separate from the partition's frontier client's
+    cache, whose chain is its own calls'.
+    """
+
+    def __init__(self, keys: CrawlKeys, size: int) -> None:
+        self.keys = keys
+        self.dupes = DupeCache(size)
+        self.prev_op = "-"  #: the op id of the last lean call that got a reply
+        self.sent = 0  #: lean calls sent (each attempt of a refused one counted)
+
+    async def push(self, run: LeanRun, pushes: list[tuple[Any, ...]],
+                   params: FrontierParams, marker: str) -> LeanResult:
+        """Push *pushes* (:func:`lean_args`' rows) in one lean call, the known duplicates
+        left out; the reply with indexes into *pushes*.
+
+        Raises:
+            redis.ResponseError: the script's other errors (crawl state lost, bad argument).
+        """
+        sent, kept, left_out = self._split(pushes)
+        try:
+            res = await self._once(run, sent, params, marker, left_out)
+        except redis.ResponseError as exc:
+            if not left_out or STALE_GENERATION not in str(exc):
+                raise
+            self.dupes.clear()
+            sent, kept, left_out = pushes, list(range(len(pushes))), 0
+            res = await self._once(run, sent, params, marker, 0)
+        self.dupes.hits += left_out
+        self.dupes.learn_keys([p[0] for p in sent], res.flags, res.seen, res.gen,
+                              res.prev_lost)
+        return res.expand(kept, len(pushes), left_out)
+
+    def _split(self, pushes: list[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]],
+                                                             list[int], int]:
+        dupes = self.dupes
+        if not len(dupes) or dupes.gen is None:
+            return pushes, list(range(len(pushes))), 0
+        kept = [i for i, p in enumerate(pushes)
+                if not (p[0] and p[0] in dupes) or (len(p) > 5 and p[5])]
+        if len(kept) == len(pushes):
+            return pushes, kept, 0
+        return [pushes[i] for i in kept], kept, len(pushes) - len(kept)
+
+    async def _once(self, run: LeanRun, pushes: list[tuple[Any, ...]],
+                    params: FrontierParams, marker: str, left_out: int) -> LeanResult:
+        op = uuid.uuid4().hex
+        keys = self.keys.call_keys(PUSH_LEAN_CALL, op, self.prev_op)
+        arg = lean_args(pushes, params, marker, left_out, self.dupes.gen)
+        self.sent += 1
+        reply = await run(keys, arg)
+        self.prev_op = op
+        return LeanResult.from_reply(reply)

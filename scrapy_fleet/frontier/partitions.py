@@ -47,7 +47,9 @@ partition is probed (lua/partition_probe.lua); the fleet is idle only when each 
 idle that long on its own clock (push before ack: no work can hide between partitions).
 
 The cache of known duplicates (FLEET_DUPEFILTER_CACHE) is split over the partitions' clients
-(foreign links are always sent).  Monitoring goes with the call to the home partition.
+(the links of their own pages) and the lean pushes' destinations (foreign links:
+:class:`~scrapy_fleet.frontier.lean.LeanDestination`), half each.  Monitoring goes with the
+call to the home partition.
 """
 
 from __future__ import annotations
@@ -55,7 +57,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 import zlib
 from typing import Any
 
@@ -65,7 +66,7 @@ from scrapy_fleet import lua, redis_client
 from scrapy_fleet.errors import CrawlStateLostError
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.dupecache import DupeCache
-from scrapy_fleet.frontier.lean import LeanResult, lean_args
+from scrapy_fleet.frontier.lean import LeanDestination, LeanResult
 from scrapy_fleet.frontier.picker import PartitionPicker
 from scrapy_fleet.frontier.protocol import (
     CallBatch,
@@ -85,7 +86,7 @@ from scrapy_fleet.frontier.routing import (
     split_ref,
     subset,
 )
-from scrapy_fleet.keys import PROBE_CALL, PUSH_LEAN_CALL, STAGE_HOST, CrawlKeys, partition_of
+from scrapy_fleet.keys import PROBE_CALL, STAGE_HOST, CrawlKeys, partition_of
 from scrapy_fleet.monitoring.heartbeat import heartbeat_only
 
 logger = logging.getLogger(__name__)
@@ -127,14 +128,18 @@ class PartitionedFrontier:
         self.wait_replicas = wait_replicas
         self.part_keys = keys.all_partitions(parts)
         #: each partition's client keeps its own cache of known duplicates (FLEET_DUPEFILTER_
-        #: CACHE / P keys), for the links of its own pages (never for foreign links)
+        #: CACHE / 2P keys), for the links of its own pages (foreign links: lean_dests)
         #: one client for every partition (a cluster client routes each call by its keys' slot):
         #: one cluster client per partition cost each worker P slot-map and COMMAND reads at
         #: start and P connections per master
         self.client: redis.asyncio.Redis = redis_client.make_client(url, timeout, is_async=True)
         self.fronts = [AsyncFrontier(url, k, worker, self.params, timeout, retries, wait_replicas,
-                                     dupe_cache=dupe_cache // parts, client=self.client)
+                                     dupe_cache=dupe_cache // (2 * parts), client=self.client)
                        for k in self.part_keys]
+        #: per destination partition, the known duplicates of the lean pushes there (and
+        #: their evidence, frontier/lean.py): the other half of FLEET_DUPEFILTER_CACHE
+        self.lean_dests = [LeanDestination(k, dupe_cache // (2 * parts))
+                           for k in self.part_keys]
         self._lean = lua.load(self.client, "push_lean.lua")
         self._probe = lua.load(self.client, "partition_probe.lua")
         #: the pump's view: empty (the pump encodes every link; each partition's client
@@ -147,6 +152,7 @@ class PartitionedFrontier:
                                       % parts)
         self.roundtrips = 0
         self.foreign_calls = 0  #: lean pushes sent
+        self.lean_links = self.lean_dupes = 0  #: links the lean pushes sent, duplicates
         self.deferred_parents = 0  #: pages deferred because a foreign push was refused
         self.partition_errors = 0  #: partition calls that failed (their part was held)
         self._held: CallBatch | None = None
@@ -289,28 +295,31 @@ class PartitionedFrontier:
             out.seen += [start + i for i in res.seen]
             out.pushed += res.pushed
             out.duplicates += res.duplicates
+            out.cached += res.cached
             out.full = out.full or res.full
         assert out is not None
         return out
 
     async def _push_chunk(self, q: int, pushes: list[tuple[Any, ...]]) -> LeanResult:
-        keys = self.part_keys[q].call_keys(PUSH_LEAN_CALL, uuid.uuid4().hex)
-        arg = lean_args(pushes, self.params, self.fronts[q].marker)
+        async def run(keys: list[str], arg: bytes) -> bytes:
+            async def attempt() -> bytes:
+                self.roundtrips += 1
+                return await self._lean(keys=keys, args=[arg])  # type: ignore[no-any-return]
 
-        async def attempt() -> bytes:
-            self.roundtrips += 1
-            return await self._lean(keys=keys, args=[arg])  # type: ignore[no-any-return]
+            return await redis_client.call_retrying_async(  # type: ignore[no-any-return]
+                attempt, self.url, self.retries, self.client)
 
         try:
-            reply = await redis_client.call_retrying_async(attempt, self.url, self.retries,
-                                                           self.client)
+            result = await self.lean_dests[q].push(run, pushes, self.params,
+                                                    self.fronts[q].marker)
         except redis.ResponseError as exc:
             lost = _lost(exc, self.url, q)
             if lost is not None:
                 raise lost from None
             raise
         self.foreign_calls += 1
-        result = LeanResult.from_reply(reply)
+        self.lean_links += len(pushes)
+        self.lean_dupes += result.duplicates
         if not self.fronts[q].marker:
             self.fronts[q].calls.marker = result.marker
         return result
@@ -552,7 +561,8 @@ class PartitionedFrontier:
             response_queue=(s_pair(results, 0), s_pair(results, 1)),
             next_ready=min(ready) if ready else None,
             marker=by_part[self.home].marker if self.home in by_part else "",
-            seen=seen, bloom_gen=None, cached=s("cached"),
+            seen=seen, bloom_gen=None,
+            cached=s("cached") + sum(x.cached for x in lean.values()),
             prev_lost=any(res.prev_lost for res in results))
 
     # -- the fleet's idleness
