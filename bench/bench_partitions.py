@@ -91,8 +91,10 @@ def cluster_port() -> int:
 
 
 class Cluster:
-    def __init__(self, root: Path, masters: int, counted: bool = False) -> None:
+    def __init__(self, root: Path, masters: int, counted: bool = False,
+                 config: list[str] | None = None) -> None:
         self.root = root
+        self.config = config or []  #: more redis-server arguments (``--name value``)
         self.ports = [cluster_port() for _ in range(masters)]
         self.procs: list[subprocess.Popen[Any]] = []
         #: each master under callgrind (--instructions): ~50x slower, so a long
@@ -122,7 +124,8 @@ class Cluster:
                  "redis-server", "--port", str(port), "--cluster-enabled", "yes",
                  "--cluster-config-file", "nodes.conf", "--save", "", "--appendonly", "no",
                  *(["--cluster-node-timeout", "120000"] if self.counted else []),
-                 "--dir", str(d)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                 "--dir", str(d), *self.config], stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL))
         for port in self.ports:  # until each answers
             for _ in range(1200 if self.counted else 200):
                 try:
@@ -163,10 +166,11 @@ class Cluster:
         for proc in self.procs:
             h.callgrind_zero(proc.pid)
 
-    def count(self) -> list[int]:
-        """(counted) Each master's instructions since its last zero or count."""
-        return [h.callgrind_dump(proc.pid, d) for proc, d in zip(self.procs, self.dirs,
-                                                                   strict=True)]
+    def count(self, keep: Path | None = None) -> list[int]:
+        """(counted) Each master's instructions since its last zero or count (its dump moved
+        into *keep* when given)."""
+        return [h.callgrind_dump(proc.pid, d, keep)
+                for proc, d in zip(self.procs, self.dirs, strict=True)]
 
     def reset_stats(self) -> None:
         for port in self.ports:
@@ -341,7 +345,8 @@ def cell(cluster: Cluster, parts: int, hosts: int, clients: int, seconds: float,
         await asyncio.gather(*tasks)
         span = time.monotonic() - t1
         if cluster.counted:
-            st["ir_raw"] = cluster.count()
+            keep = os.environ.get("BENCH_KEEP_DUMPS")  # a folder: each cell's dumps there
+            st["ir_raw"] = cluster.count(Path(keep) / tag if keep else None)
             st["ir"] = [max(0.0, c - i * span)
                         for c, i in zip(st["ir_raw"], st["idle_ir"], strict=True)]
             st["span"] = span
@@ -429,6 +434,10 @@ def main() -> None:
                     help="P > 1 cells once per value: on (the foreign links' known duplicates "
                          "left out of the lean pushes, frontier/lean.py) or off (always sent, "
                          "each partition's client with 1/P of the cache: the tree before)")
+    ap.add_argument("--listpack-entries", type=int, default=0,
+                    help="the servers' hash-max-listpack-entries (0: redis-server's own "
+                         "default, 512 in Redis 7.0 without a config file; its shipped "
+                         "redis.conf sets 128)")
     ap.add_argument("--split", action="store_true",
                     help="after each P = 1 cell, one of N independent P = 1 crawls, one per "
                          "master (the clients shared out), as a second baseline")
@@ -438,7 +447,10 @@ def main() -> None:
         PARAMS = dataclasses.replace(PARAMS, lease_timeout=600.0)
     flushes = [float(x) for x in a.flush.split(",")]
     n = 0
-    with h.workdir("parts-bench-") as root, Cluster(root, a.masters, a.instructions) as cluster:
+    with h.workdir("parts-bench-") as root, Cluster(
+            root, a.masters, a.instructions,
+            ["--hash-max-listpack-entries", str(a.listpack_entries)]
+            if a.listpack_entries else []) as cluster:
         for hosts in [int(x) for x in a.hosts.split(",")]:
             for clients in [int(x) for x in a.clients.split(",")]:
                 for rnd in range(a.rounds):
@@ -452,6 +464,7 @@ def main() -> None:
                                      f"{n}-{parts}-{hosts}-{clients}", flush, pages=a.pages,
                                      dupe_cache=a.dupe_cache, lean_cache=lean)
                             c["masters"] = a.masters
+                            c["listpack_entries"] = a.listpack_entries or None
                             c["round"] = rnd
                             c["load"] = [round(x, 2) for x in os.getloadavg()]
                             print(json.dumps(c), flush=True)
