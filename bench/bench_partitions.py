@@ -32,9 +32,17 @@ cell at the same number of pages, and a long ``--seconds``; timeouts are lengthe
 sockets 120 s, cluster-node-timeout 120 s, leases 600 s).  ``--masters 1``: P = 4 as hash
 tags on one redis-server.
 
+Each client keeps the worker's cache of known duplicates (``--dupe-cache``, FLEET_DUPEFILTER_
+CACHE's default; this bench ran with 0 before 2026-12-02 14:00); ``--lean-cache off,on`` runs
+each P > 1 cell without and with the foreign links' share of it (frontier/lean.py).
+``--listpack-entries N``: the servers' ``hash-max-listpack-entries`` (a partition's per-host
+hashes are listpacks up to it: bench/README.md).  ``BENCH_KEEP_DUMPS=DIR``: each cell's
+callgrind dumps kept in DIR/<cell> for ``callgrind_annotate``.
+
 Usage: .venv/bin/python bench/bench_partitions.py [--masters 2] [--parts 1,4]
        [--hosts 100,10000] [--clients 16] [--seconds 8] [--flush 0.5] [--rounds 1] [--split]
-       [--instructions --pages 3000 --seconds 900]
+       [--instructions --pages 3000 --seconds 900] [--dupe-cache 100000]
+       [--lean-cache off,on] [--listpack-entries 128]
 """
 
 from __future__ import annotations
