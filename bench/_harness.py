@@ -70,9 +70,10 @@ def callgrind_zero(pid: int) -> None:
                    capture_output=True, timeout=120)
 
 
-def callgrind_dump(pid: int, out_dir: Path) -> int:
+def callgrind_dump(pid: int, out_dir: Path, keep: Path | None = None) -> int:
     """Instructions (Ir) the callgrind process *pid* ran since its last zero or dump
-    (``callgrind_control --dump``; the dump file is read and removed)."""
+    (``callgrind_control --dump``; the dump file is read and removed, moved into *keep* when
+    given, for ``callgrind_annotate``)."""
     before = set(out_dir.glob(f"cg.{pid}.*"))
     subprocess.run(["callgrind_control", "--dump", str(pid)], check=True,
                    capture_output=True, timeout=120)
@@ -81,7 +82,11 @@ def callgrind_dump(pid: int, out_dir: Path) -> int:
         for path in new:
             for line in path.read_text(errors="replace").splitlines():
                 if line.startswith("summary:"):
-                    path.unlink()
+                    if keep is not None:
+                        keep.mkdir(parents=True, exist_ok=True)
+                        shutil.move(path, keep / path.name)
+                    else:
+                        path.unlink()
                     return int(line.split()[1])
         time.sleep(0.05)
     raise RuntimeError(f"no callgrind dump of {pid} in {out_dir}")

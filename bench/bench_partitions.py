@@ -32,9 +32,17 @@ cell at the same number of pages, and a long ``--seconds``; timeouts are lengthe
 sockets 120 s, cluster-node-timeout 120 s, leases 600 s).  ``--masters 1``: P = 4 as hash
 tags on one redis-server.
 
+Each client keeps the worker's cache of known duplicates (``--dupe-cache``, FLEET_DUPEFILTER_
+CACHE's default; this bench ran with 0 before 2026-12-02 14:00); ``--lean-cache off,on`` runs
+each P > 1 cell without and with the foreign links' share of it (frontier/lean.py).
+``--listpack-entries N``: the servers' ``hash-max-listpack-entries`` (a partition's per-host
+hashes are listpacks up to it: bench/README.md).  ``BENCH_KEEP_DUMPS=DIR``: each cell's
+callgrind dumps kept in DIR/<cell> for ``callgrind_annotate``.
+
 Usage: .venv/bin/python bench/bench_partitions.py [--masters 2] [--parts 1,4]
        [--hosts 100,10000] [--clients 16] [--seconds 8] [--flush 0.5] [--rounds 1] [--split]
-       [--instructions --pages 3000 --seconds 900]
+       [--instructions --pages 3000 --seconds 900] [--dupe-cache 100000]
+       [--lean-cache off,on] [--listpack-entries 128]
 """
 
 from __future__ import annotations
@@ -60,6 +68,7 @@ import bench_capacity as bc
 from scrapy_fleet.commands.partitioned import PartitionedPush
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.client import AsyncFrontier
+from scrapy_fleet.frontier.dupecache import DUPE_CACHE_SIZE
 from scrapy_fleet.frontier.partition_count import check_sync
 from scrapy_fleet.frontier.partitions import PartitionedFrontier
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
@@ -90,8 +99,10 @@ def cluster_port() -> int:
 
 
 class Cluster:
-    def __init__(self, root: Path, masters: int, counted: bool = False) -> None:
+    def __init__(self, root: Path, masters: int, counted: bool = False,
+                 config: list[str] | None = None) -> None:
         self.root = root
+        self.config = config or []  #: more redis-server arguments (``--name value``)
         self.ports = [cluster_port() for _ in range(masters)]
         self.procs: list[subprocess.Popen[Any]] = []
         #: each master under callgrind (--instructions): ~50x slower, so a long
@@ -121,7 +132,8 @@ class Cluster:
                  "redis-server", "--port", str(port), "--cluster-enabled", "yes",
                  "--cluster-config-file", "nodes.conf", "--save", "", "--appendonly", "no",
                  *(["--cluster-node-timeout", "120000"] if self.counted else []),
-                 "--dir", str(d)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                 "--dir", str(d), *self.config], stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL))
         for port in self.ports:  # until each answers
             for _ in range(1200 if self.counted else 200):
                 try:
@@ -162,10 +174,11 @@ class Cluster:
         for proc in self.procs:
             h.callgrind_zero(proc.pid)
 
-    def count(self) -> list[int]:
-        """(counted) Each master's instructions since its last zero or count."""
-        return [h.callgrind_dump(proc.pid, d) for proc, d in zip(self.procs, self.dirs,
-                                                                   strict=True)]
+    def count(self, keep: Path | None = None) -> list[int]:
+        """(counted) Each master's instructions since its last zero or count (its dump moved
+        into *keep* when given)."""
+        return [h.callgrind_dump(proc.pid, d, keep)
+                for proc, d in zip(self.procs, self.dirs, strict=True)]
 
     def reset_stats(self) -> None:
         for port in self.ports:
@@ -189,10 +202,17 @@ async def client(url: str, n: int, parts: int, crawl: str, site: bc.Site,
                  flush: float) -> None:
     keys = CrawlKeys("fleet", crawl)
     timeout = st["timeout"]
+    cache = st["dupe_cache"]
     fr: Any = (PartitionedFrontier(url, keys, f"w{n}", PARAMS, parts, timeout=timeout,
-                                   flush_age=flush)
+                                   flush_age=flush, dupe_cache=cache)
                if parts > 1
-               else AsyncFrontier(url, keys, f"w{n}", PARAMS, timeout=timeout, dupe_cache=0))
+               else AsyncFrontier(url, keys, f"w{n}", PARAMS, timeout=timeout,
+                                  dupe_cache=cache))
+    if parts > 1 and not st["lean_cache"]:  # (as before 2026-12-02: foreign links always
+        for front in fr.fronts:  # sent, each partition's client with 1/P of the cache)
+            front.dupes.size = cache // parts
+        for dest in fr.lean_dests:
+            dest.dupes.size = 0
     rng = random.Random(n)
     held: list[Any] = []
     st_calls = [0, 0]  #: (P = 1) frontier calls, those with a lease request
@@ -221,6 +241,9 @@ async def client(url: str, n: int, parts: int, crawl: str, site: bc.Site,
         done = done[k:]
         batch.take = 0 if final else max(0, HELD - len(done))
         r = await fr.call(batch)
+        st["links"] += len(batch.pushes)
+        st["new"] += r.pushed
+        st["dup"] += r.duplicates
         st_calls[0] += 1
         st_calls[1] += batch.take > 0
         st["pages"] += r.acked
@@ -245,6 +268,9 @@ async def client(url: str, n: int, parts: int, crawl: str, site: bc.Site,
             await one_call(True)
     finally:
         st["foreign"] += getattr(fr, "foreign_calls", 0)
+        st["foreign_links"] += getattr(fr, "lean_links", 0)
+        st["foreign_dup"] += getattr(fr, "lean_dupes", 0)
+        st["foreign_cached"] += sum(d.dupes.hits for d in getattr(fr, "lean_dests", []))
         if parts > 1:
             counts = fr.partition_counts()
             st["frontier_calls"] += counts["calls"]
@@ -269,7 +295,8 @@ def crawl_on(tag: str, k: int, n: int) -> str:
 
 
 def cell(cluster: Cluster, parts: int, hosts: int, clients: int, seconds: float,
-         tag: str, flush: float = 0.0, split: int = 1, pages: int = 0) -> dict[str, Any]:
+         tag: str, flush: float = 0.0, split: int = 1, pages: int = 0,
+         dupe_cache: int = 0, lean_cache: bool = True) -> dict[str, Any]:
     """One cell; *split* > 1 (P = 1 only): that many independent crawls, one per master,
     the clients shared out among them (the crawl split by hand that P > 1 replaces)."""
     crawls = ([crawl_on(tag, k, split) for k in range(split)] if split > 1 else [f"b{tag}"])
@@ -290,8 +317,11 @@ def cell(cluster: Cluster, parts: int, hosts: int, clients: int, seconds: float,
             pusher.push(rows[k:k + 500])
         admin.close()
     st: dict[str, Any] = {"pages": 0, "calls": 0, "foreign": 0, "frontier_calls": 0,
+                          "links": 0, "new": 0, "dup": 0, "foreign_links": 0,
+                          "foreign_dup": 0, "foreign_cached": 0,
                           "lease_calls": 0, "held_parts": 0, "ready": 0,
-                          "max_pages": pages or 1 << 62,
+                          "max_pages": pages or 1 << 62, "dupe_cache": dupe_cache,
+                          "lean_cache": lean_cache,
                           "timeout": 120.0 if cluster.counted else 10.0}
 
     async def main() -> None:
@@ -323,7 +353,8 @@ def cell(cluster: Cluster, parts: int, hosts: int, clients: int, seconds: float,
         await asyncio.gather(*tasks)
         span = time.monotonic() - t1
         if cluster.counted:
-            st["ir_raw"] = cluster.count()
+            keep = os.environ.get("BENCH_KEEP_DUMPS")  # a folder: each cell's dumps there
+            st["ir_raw"] = cluster.count(Path(keep) / tag if keep else None)
             st["ir"] = [max(0.0, c - i * span)
                         for c, i in zip(st["ir_raw"], st["idle_ir"], strict=True)]
             st["span"] = span
@@ -343,12 +374,22 @@ def cell(cluster: Cluster, parts: int, hosts: int, clients: int, seconds: float,
                    "idle_ir_per_s": [round(x) for x in st["idle_ir"]],
                    "span_s": round(st["span"], 1)}
     return {"parts": parts, **counted, "flush": flush if parts > 1 else None, "hosts": hosts,
+            "dupe_cache": dupe_cache, "lean_cache": lean_cache if parts > 1 else None,
             "split": split,
             "clients": clients, "pages": st["pages"],
             "cpu_us_per_page": round(sum(cpu) * 1e6 / pages, 1),
             "cpu_us_per_page_raw": round(sum(st["cpu_raw"]) * 1e6 / pages, 1),
             "busiest_share": round(max(cpu) / sum(cpu), 3) if sum(cpu) else None,
             "foreign_calls_per_page": round(st["foreign"] / pages, 3),
+            # per page: links the pump gave the client, those Redis found new and duplicate
+            # (a link a client's cache left out counts as a duplicate), and of them the
+            # foreign links sent in lean calls and the duplicates among those (P > 1)
+            "links_per_page": round(st["links"] / pages, 2),
+            "new_per_page": round(st["new"] / pages, 2),
+            "dup_per_page": round(st["dup"] / pages, 2),
+            "lean_links_per_page": round(st["foreign_links"] / pages, 2),
+            "lean_dup_per_page": round(st["foreign_dup"] / pages, 2),
+            "lean_cached_per_page": round(st["foreign_cached"] / pages, 2),
             # the clients' own counts: frontier calls (all partitions), those with a lease
             # request, parts of a pump call held for a partition's next call (P > 1)
             "frontier_calls_per_page": round(st["frontier_calls"] / pages, 3),
@@ -393,6 +434,18 @@ def main() -> None:
     ap.add_argument("--instructions", action="store_true",
                     help="every master under callgrind: instructions (Ir) per page summed "
                          "over the masters, less each one's idle Ir/s over the cell's span")
+    ap.add_argument("--dupe-cache", type=int, default=DUPE_CACHE_SIZE,
+                    help="each client's FLEET_DUPEFILTER_CACHE (the worker's default; 0: "
+                         "every link goes to Redis, as this bench's runs before 2026-12-02 "
+                         "14:00)")
+    ap.add_argument("--lean-cache", default="on",
+                    help="P > 1 cells once per value: on (the foreign links' known duplicates "
+                         "left out of the lean pushes, frontier/lean.py) or off (always sent, "
+                         "each partition's client with 1/P of the cache: the tree before)")
+    ap.add_argument("--listpack-entries", type=int, default=0,
+                    help="the servers' hash-max-listpack-entries (0: redis-server's own "
+                         "default, 512 in Redis 7.0 without a config file; its shipped "
+                         "redis.conf sets 128)")
     ap.add_argument("--split", action="store_true",
                     help="after each P = 1 cell, one of N independent P = 1 crawls, one per "
                          "master (the clients shared out), as a second baseline")
@@ -402,17 +455,24 @@ def main() -> None:
         PARAMS = dataclasses.replace(PARAMS, lease_timeout=600.0)
     flushes = [float(x) for x in a.flush.split(",")]
     n = 0
-    with h.workdir("parts-bench-") as root, Cluster(root, a.masters, a.instructions) as cluster:
+    with h.workdir("parts-bench-") as root, Cluster(
+            root, a.masters, a.instructions,
+            ["--hash-max-listpack-entries", str(a.listpack_entries)]
+            if a.listpack_entries else []) as cluster:
         for hosts in [int(x) for x in a.hosts.split(",")]:
             for clients in [int(x) for x in a.clients.split(",")]:
                 for rnd in range(a.rounds):
                     base: dict[str, Any] | None = None
                     for parts in [int(x) for x in a.parts.split(",")]:
-                        for flush in flushes if parts > 1 else [0.0]:
+                        for flush, lean in ([(f, x == "on") for f in flushes
+                                             for x in a.lean_cache.split(",")]
+                                            if parts > 1 else [(0.0, True)]):
                             n += 1
                             c = cell(cluster, parts, hosts, clients, a.seconds,
-                                     f"{n}-{parts}-{hosts}-{clients}", flush, pages=a.pages)
+                                     f"{n}-{parts}-{hosts}-{clients}", flush, pages=a.pages,
+                                     dupe_cache=a.dupe_cache, lean_cache=lean)
                             c["masters"] = a.masters
+                            c["listpack_entries"] = a.listpack_entries or None
                             c["round"] = rnd
                             c["load"] = [round(x, 2) for x in os.getloadavg()]
                             print(json.dumps(c), flush=True)
@@ -422,7 +482,7 @@ def main() -> None:
                                     n += 1
                                     sc = cell(cluster, 1, hosts, clients, a.seconds,
                                               f"{n}-s-{hosts}-{clients}", 0.0, a.masters,
-                                              pages=a.pages)
+                                              pages=a.pages, dupe_cache=a.dupe_cache)
                                     sc.update(masters=a.masters, round=rnd, load=[
                                         round(x, 2) for x in os.getloadavg()])
                                     print(json.dumps(sc), flush=True)
@@ -438,7 +498,8 @@ def main() -> None:
                                     **({"ratio_ir_per_page": round(
                                         c["ir_per_page"] / base["ir_per_page"], 4)}
                                        if a.instructions else {}),
-                                    "parts": parts, "flush": flush, "hosts": hosts,
+                                    "parts": parts, "flush": flush, "lean_cache": lean,
+                                    "hosts": hosts,
                                     "clients": clients, "round": rnd}), flush=True)
 
 

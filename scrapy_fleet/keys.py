@@ -172,8 +172,8 @@ SEEDING_CALL = ("seeding",)
 BLOOM_ADD_CALL = ("op", "prev_op", "bloom_meta", "bloom_slices")
 
 #: KEYS of lua/push_lean.lua, in order (partitions: a push without lease or ack).
-PUSH_LEAN_CALL = ("op", "marker", "layout", "stats", "seq", "data", "leases", "deferred",
-                  "parked", "hostq", "idle_since", "queue_index", "queue_count",
+PUSH_LEAN_CALL = ("op", "prev_op", "marker", "layout", "stats", "seq", "data", "leases",
+                  "deferred", "parked", "hostq", "idle_since", "queue_index", "queue_count",
                   "bucket_prefix", "ready", "bloom_meta", "bloom_slices", "next_due",
                   # sitemap <lastmod> (issue 22): a known URL made due (lua/step_revisit.lua)
                   "revisit_prefix", "revisit_popped", "revisit_place_prefix", "revisit_lastmod",

@@ -75,22 +75,31 @@ class DupeCache:
 
     def learn(self, sent: CallBatch, result: CallResult) -> None:
         """Remember the keys of *sent* that *result* found in the filter or added to it."""
-        if result.prev_lost:
-            self.clear()  # the state may have rolled back: nothing learnt before holds
-        if result.bloom_gen is None:
+        self.learn_keys([p[0] for p in sent.pushes], result.push_flags, result.seen,
+                        result.bloom_gen, result.prev_lost)
+
+    def learn_keys(self, sent: list[bytes], flags: list[int], seen: list[int],
+                   gen: str | None, prev_lost: bool) -> None:
+        """Remember the Bloom keys of a call's pushes (*sent*, in its order) that it added to
+        the filter (*flags*) or found in it (*seen*, indexes), under filter generation *gen*;
+        *prev_lost*: the call found the evidence of the client's previous call gone (the
+        state may have rolled back): nothing learnt before holds."""
+        if prev_lost:
+            self.clear()
+        if gen is None:
             return
-        if result.bloom_gen != self.gen:
+        if gen != self.gen:
             self._keys.clear()
-            self.gen = result.bloom_gen
+            self.gen = gen
         if self.size <= 0:
             return
         keys = self._keys
-        for i, flag in enumerate(result.push_flags):
-            if flag and i < len(sent.pushes) and sent.pushes[i][0]:
-                keys[sent.pushes[i][0]] = None
-        for i in result.seen:
-            if i < len(sent.pushes) and sent.pushes[i][0]:
-                keys[sent.pushes[i][0]] = None
+        for i, flag in enumerate(flags):
+            if flag and i < len(sent) and sent[i]:
+                keys[sent[i]] = None
+        for i in seen:
+            if i < len(sent) and sent[i]:
+                keys[sent[i]] = None
         over = len(keys) - self.size
         if over > 0:
             for key in list(itertools.islice(keys, over + self.size // 10)):

@@ -56,7 +56,9 @@ partition is probed (lua/partition_probe.lua); the fleet is idle only when each 
 idle that long on its own clock (push before ack: no work can hide between partitions).
 
 The cache of known duplicates (FLEET_DUPEFILTER_CACHE) is split over the partitions' clients
-(foreign links are always sent).  Monitoring goes with the call to the home partition.
+(the links of their own pages) and the lean pushes' destinations (foreign links:
+:class:`~scrapy_fleet.frontier.lean.LeanDestination`), half each.  Monitoring goes with the
+call to the home partition.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ from scrapy_fleet import lua, redis_client
 from scrapy_fleet.errors import CrawlStateLostError, RedisUnavailableError
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.dupecache import DupeCache
-from scrapy_fleet.frontier.lean import LeanResult, lean_args
+from scrapy_fleet.frontier.lean import LeanDestination, LeanResult
 from scrapy_fleet.frontier.picker import PartitionPicker
 from scrapy_fleet.frontier.protocol import CallBatch, CallResult, FrontierParams, state_lost
 from scrapy_fleet.frontier.routing import (
@@ -90,7 +92,7 @@ from scrapy_fleet.frontier.routing import (
     subset,
 )
 from scrapy_fleet.frontier.sent import SentLean, SentPart, match_rows, send_part
-from scrapy_fleet.keys import PROBE_CALL, PUSH_LEAN_CALL, STAGE_HOST, CrawlKeys, partition_of
+from scrapy_fleet.keys import PROBE_CALL, STAGE_HOST, CrawlKeys, partition_of
 from scrapy_fleet.monitoring.heartbeat import heartbeat_only
 
 logger = logging.getLogger(__name__)
@@ -132,14 +134,18 @@ class PartitionedFrontier:
         self.wait_replicas = wait_replicas
         self.part_keys = keys.all_partitions(parts)
         #: each partition's client keeps its own cache of known duplicates (FLEET_DUPEFILTER_
-        #: CACHE / P keys), for the links of its own pages (never for foreign links)
+        #: CACHE / 2P keys), for the links of its own pages (foreign links: lean_dests)
         #: one client for every partition (a cluster client routes each call by its keys' slot):
         #: one cluster client per partition cost each worker P slot-map and COMMAND reads at
         #: start and P connections per master
         self.client: redis.asyncio.Redis = redis_client.make_client(url, timeout, is_async=True)
         self.fronts = [AsyncFrontier(url, k, worker, self.params, timeout, retries, wait_replicas,
-                                     dupe_cache=dupe_cache // parts, client=self.client)
+                                     dupe_cache=dupe_cache // (2 * parts), client=self.client)
                        for k in self.part_keys]
+        #: per destination partition, the known duplicates of the lean pushes there (and
+        #: their evidence, frontier/lean.py): the other half of FLEET_DUPEFILTER_CACHE
+        self.lean_dests = [LeanDestination(k, dupe_cache // (2 * parts))
+                           for k in self.part_keys]
         self._lean = lua.load(self.client, "push_lean.lua")
         self._probe = lua.load(self.client, "partition_probe.lua")
         #: the pump's view: empty (the pump encodes every link; each partition's client
@@ -152,6 +158,7 @@ class PartitionedFrontier:
                                       % parts)
         self.roundtrips = 0
         self.foreign_calls = 0  #: lean pushes sent
+        self.lean_links = self.lean_dupes = 0  #: links the lean pushes sent, duplicates
         self.deferred_parents = 0  #: pages deferred because a foreign push was refused
         self.partition_errors = 0  #: partition calls that failed (their part was held)
         self._held: CallBatch | None = None
@@ -259,20 +266,21 @@ class PartitionedFrontier:
         id: one that ran replies its cached reply); if one fails, those sent (but one that
         failed with a reply) are kept to go so again."""
         kept, rest = match_rows(self._lean_sent.pop(q, []), pushes)
-        chunks = kept + [
-            (SentLean(uuid.uuid4().hex, lean_args([pushes[i] for i in idx], self.params,
-                                                  self.fronts[q].marker),
-                      [pushes[i] for i in idx]), idx)
-            for idx in (rest[k:k + FLUSH_LINKS] for k in range(0, len(rest), FLUSH_LINKS))]
+        chunks: list[tuple[SentLean | None, list[int]]] = [*kept, *(
+            (None, rest[k:k + FLUSH_LINKS]) for k in range(0, len(rest), FLUSH_LINKS))]
+        made: list[SentLean] = []
         out = LeanResult([0] * len(pushes), [], [], 0, 0, False, "")
-        for n, (sent, idx) in enumerate(chunks):
+        for sent, idx in chunks:
+            if sent is None:  # (made when it goes: it names the previous call's op id)
+                sent = self.lean_dests[q].prepare([pushes[i] for i in idx], self.params,
+                                                  self.fronts[q].marker)
+            made.append(sent)
             try:
                 res = await self._push_chunk(q, sent)
             except CrawlStateLostError:
                 raise
             except Exception as exc:
-                self._lean_sent[q] = [c for c, _ in chunks[:n + (
-                    not isinstance(exc, redis.ResponseError))]]
+                self._lean_sent[q] = made[:len(made) - isinstance(exc, redis.ResponseError)]
                 raise
             for j, flag in enumerate(res.flags[:len(idx)]):
                 out.flags[idx[j]] = flag
@@ -280,27 +288,31 @@ class PartitionedFrontier:
             out.seen += [idx[j] for j in res.seen if j < len(idx)]
             out.pushed += res.pushed
             out.duplicates += res.duplicates
+            out.cached += res.cached
             out.full = out.full or res.full
             out.marker, out.size, out.rq = res.marker, res.size, res.rq or out.rq
         return out
 
     async def _push_chunk(self, q: int, sent: SentLean) -> LeanResult:
-        keys = self.part_keys[q].call_keys(PUSH_LEAN_CALL, sent.op_id)
+        async def run(keys: list[str], arg: bytes) -> bytes:
+            async def attempt() -> bytes:
+                self.roundtrips += 1
+                return await self._lean(keys=keys, args=[arg])  # type: ignore[no-any-return]
 
-        async def attempt() -> bytes:
-            self.roundtrips += 1
-            return await self._lean(keys=keys, args=[sent.arg])  # type: ignore[no-any-return]
+            return await redis_client.call_retrying_async(  # type: ignore[no-any-return]
+                attempt, self.url, self.retries, self.client)
 
         try:
-            reply = await redis_client.call_retrying_async(attempt, self.url, self.retries,
-                                                           self.client)
+            result = await self.lean_dests[q].send(run, sent, self.params,
+                                                    self.fronts[q].marker)
         except redis.ResponseError as exc:
             lost = _lost(exc, self.url, q)
             if lost is not None:
                 raise lost from None
             raise
         self.foreign_calls += 1
-        result = LeanResult.from_reply(reply)
+        self.lean_links += len(sent.rows)
+        self.lean_dupes += result.duplicates
         if not self.fronts[q].marker:
             self.fronts[q].calls.marker = result.marker
         return result

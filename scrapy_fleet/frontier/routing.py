@@ -276,7 +276,8 @@ def merge_results(r: Route, by_part: dict[int, CallResult], lean: dict[int, Lean
         response_queue=(s_pair(results, 0), s_pair(results, 1)),
         next_ready=min(ready) if ready else None,
         marker=by_part[home].marker if home in by_part else "",
-        seen=seen, bloom_gen=None, cached=s("cached"),
+        seen=seen, bloom_gen=None,
+        cached=s("cached") + sum(x.cached for x in lean.values()),
         prev_lost=any(res.prev_lost for res in results))
 
 

@@ -61,6 +61,15 @@ class SentLean:
     op_id: str
     arg: bytes
     rows: list[tuple[Any, ...]]
+    #: the op id of the previous lean call to that partition, named as the evidence of the
+    #: known duplicates left out (frontier/lean.py LeanDestination; "-": none)
+    prev_op: str = "-"
+    #: the indexes in *rows* of the pushes the argument carries (None: all; the others were
+    #: left out as known duplicates)
+    kept: list[int] | None = None
+    #: its reply, once it came (a push kept because a later one of the same links failed
+    #: is not sent again: the next lean call there deletes this one's reply cache)
+    reply: bytes | None = None
 
 
 def match_rows(kept: list[SentLean], rows: list[tuple[Any, ...]]

@@ -6,7 +6,9 @@
 -- a few commands (bench/bench_push_lean.py measures it beside the frontier call).
 --
 -- Keys (of K, keys.PUSH_LEAN_CALL): op (this call's reply cache: a call repeated with the
---   same op id gets the first reply back and writes nothing), marker and layout (checked;
+--   same op id gets the first reply back and writes nothing), prev_op (the reply cache of the
+--   same client's previous lean call to this partition: deleted; its absence is the evidence
+--   that the partition may have lost that call's writes), marker and layout (checked;
 --   written once when the partition has none), stats (counters pushed, duplicates,
 --   refused, response_queue_bytes: a stored response of lua/step_push.lua's), seq, data and deferred (a push with a delay), next_due (lowered by a push with
 --   a delay due before it: lua/step_begin.lua), leases and deferred (the size),
@@ -22,23 +24,29 @@
 --   of that entry was (bit n of sf:<p>), else dropped, counted in sa and not refused]] ...],
 --   bn bloom capacity, bp bloom error rate, qm frontier size limit (0 none), hm per-host limit (0
 --   none), ot op ttl ms, mk the partition's marker this client saw ("" none: not checked), mc
---   the marker to write when there is none.
+--   the marker to write when there is none; lo (optional) the links the client left out as
+--   known duplicates of this partition's filter (frontier/lean.py LeanDestination), bg the
+--   filter generation it knew them under.
 -- Reply: msgpack map: pf [1 new / 0 not, per push], rf [refused indexes (0-based): the size
 --   or the host's count reached its bound; not looked up in the filter], pd [indexes (0-based)
 --   found in the filter], new, dup, refused, full (the filter is at its last slice), bg (the
 --   filter's generation), mk (the partition's marker), size (after the call, when qm > 0),
 --   rq (when a push is a stored response: [stored responses, their bytes] as the frontier
---   call reports them, lua/step_idle.lua), sa (stored responses dropped: queued before).
+--   call reports them, lua/step_idle.lua), sa (stored responses dropped: queued before), pl 1
+--   when prev_op was gone (the client forgets what it knew of this filter).
 -- Writes: the filter, seq, the queue (buckets, index, count, ready), data and deferred (a push
 --   with a delay; next_due when it comes before the bound), hostq, idle_since (DEL), stats, op;
 --   with a lastmod: revisit_lastmod (SET), a slot's record (LSET), place entries (HDEL); a
 --   stored response of an entry: its bit (BITFIELD SET), stats stored_again.
 -- Errors (before any write): a bad argument; "crawl state lost" when mk is given and the
---   partition's marker is gone or another one.
+--   partition's marker is gone or another one; "stale filter generation" when lo > 0 and the
+--   filter's generation is not bg or prev_op is gone (the client's cache may name keys the
+--   filter lost: it is cleared and the call sent again whole), as lua/step_check.lua.
 -- Bound of work per call: one pass over the pushes; the filter's lookups and writes
 --   (lua/bloom.lua, lua/bloom_write.lua); one HMGET of hostq when hm > 0; the queue writer's
 --   flush (one command per bucket touched); one HINCRBY per host and per counter that moved.
---   Fixed part: MGET (op, marker, queue_count, next_due), SET op; with pushes TIME, the filter's meta
+--   Fixed part: MGET (op, marker, queue_count, next_due), DEL prev_op, SET op; with lo > 0 an
+--   HGET and an EXISTS; with pushes TIME, the filter's meta
 --   read, INCRBY seq; with qm > 0 ZCARD leases and deferred; with a stored response an HMGET
 --   and an HGET (rq), and a BITFIELD GET (and SET) per one naming its entry; with a lastmod a
 --   SET, and per known URL pushed with one, step_revisit's.
@@ -65,6 +73,13 @@ for _, p in ipairs(req.p) do
 end
 local marker_error, marker = failed_check_marker(K.marker, req.mk, head[2])
 if marker_error then return redis.error_reply(marker_error) end
+local left_out = tonumber(req.lo) or 0
+if left_out > 0 then  -- (the client's knowledge of this filter, checked as lua/step_check.lua)
+  local gen = redis.call('HGET', K.bloom_meta, 'g')
+  if not gen or gen ~= tostring(req.bg) or redis.call('EXISTS', K.prev_op) == 0 then
+    return redis.error_reply('ERR fleet: stale filter generation')
+  end
+end
 local now = 0
 if #req.p > 0 then now = server_now_ms() end  -- (no TIME for a call without a push)
 -- (the first write is below: everything above only read)
@@ -189,7 +204,7 @@ end
 for host, n in pairs(host_delta) do hincrby(K.hostq, host, n) end
 if out.new + lastmod_due > 0 then redis.call('DEL', K.idle_since) end
 if out.new > 0 then hincrby(K.stats, 'pushed', out.new) end
-if out.dup > 0 then hincrby(K.stats, 'duplicates', out.dup) end
+if out.dup + left_out > 0 then hincrby(K.stats, 'duplicates', out.dup + left_out) end
 if out.refused > 0 then hincrby(K.stats, 'refused', out.refused) end
 if stage_bytes > 0 then hincrby(K.stats, 'response_queue_bytes', stage_bytes) end
 if out.sa > 0 then hincrby(K.stats, 'stored_again', out.sa) end
@@ -201,6 +216,7 @@ if stages then  -- (as lua/step_idle.lua reports it, for the fetch workers' back
   out.rq = {math.max(staged - (tonumber(rq[2]) or 0), 0),
             math.max((tonumber(rq[1]) or 0) - (tonumber(rq[3]) or 0), 0)}
 end
+if K.prev_op ~= K.op and redis.call('DEL', K.prev_op) == 0 then out.pl = 1 end
 local reply = cmsgpack.pack(out)
 redis.call('SET', K.op, reply, 'PX', tonumber(req.ot) or 300000)
 return reply

@@ -148,3 +148,34 @@ def test_a_stored_response_counts_in_the_response_queue(client, redis_url):
             await fr.close()
     assert asyncio.run(parse()) == (2, 2, (0, 0))
     assert client.hget(KEYS.stats, "response_queue_bytes") == b"0"
+
+
+def chained(client, pushes, op, prev, left_out=0, gen=None):
+    """A lean call as a worker's LeanDestination makes it: naming its previous lean call's
+    reply cache, with *left_out* known duplicates of filter generation *gen*."""
+    script = lua.load(client, "push_lean.lua")
+    reply = script(keys=KEYS.call_keys(PUSH_LEAN_CALL, op, prev),
+                   args=[lean_args(pushes, FrontierParams(), "", left_out, gen)])
+    return LeanResult.from_reply(reply)
+
+
+def test_a_call_leaving_out_known_duplicates_needs_the_previous_reply_cache_and_filter(client):
+    """The evidence of a worker's cache of a partition's filter (frontier/lean.py): the
+    previous lean call's reply cache (a failover to a replica that lacked its writes loses
+    it: replication is in order) and the filter's generation (a purge makes a new one).
+    Without either, a call that leaves links out is refused before any write ("drop your
+    cache"); a call that leaves none out says the evidence was gone (pl)."""
+    first = chained(client, rows(["a.test"]), "op1", "-")
+    assert first.prev_lost and first.gen and first.pushed == 1  # (no previous call yet)
+    known = chained(client, rows(["b.test"]), "op2", "op1", left_out=2, gen=first.gen)
+    assert (known.pushed, known.duplicates, known.prev_lost) == (1, 0, False)
+    assert client.exists(KEYS.op("op1")) == 0 and client.exists(KEYS.op("op2")) == 1
+    assert client.hget(KEYS.stats, "duplicates") == b"2"  # the left-out links counted
+    before = {k: client.dump(k) for k in client.keys("*")}
+    for prev, gen in (("op1", first.gen), ("op2", "another filter")):  # gone; purged
+        with pytest.raises(redis.ResponseError, match="stale filter generation"):
+            chained(client, rows(["c.test"]), "op3", prev, left_out=1, gen=gen)
+    assert {k: client.dump(k) for k in client.keys("*")} == before  # nothing written
+    client.delete(KEYS.op("op2"))  # (lost with a failover)
+    whole = chained(client, rows(["c.test"]), "op3", "op2")
+    assert whole.prev_lost and whole.pushed == 1
