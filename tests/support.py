@@ -436,13 +436,14 @@ class ReplyEater:
     them), then turns "down"; "down" closes every connection at once, forwarding nothing.
     With *only* (bytes, say a partition's hash tag) "eat" and "down" apply to the requests
     that contain it alone: the connection is closed when one comes (forwarded first in
-    "eat"), the others pass."""
+    "eat"), the others pass; in "eat", the first *skip* of them pass too."""
 
     def __init__(self, port: int, only: bytes | None = None) -> None:
         self.port = port
         self.only = only
         self.mode = "pass"
         self.eaten = 0
+        self.skip = 0
         self.server: asyncio.Server | None = None
 
     @property
@@ -472,7 +473,10 @@ class ReplyEater:
                 if self.only is not None and self.only in data and self.mode != "pass":
                     if self.mode == "down":
                         return
-                    eat_next.set()
+                    if self.skip:
+                        self.skip -= 1
+                    else:
+                        eat_next.set()
                 up_writer.write(data)
                 await up_writer.drain()
 

@@ -27,7 +27,7 @@ from support import ReplyEater, hosts_in_partition
 
 from scrapy_fleet import codec
 from scrapy_fleet.errors import RedisUnavailableError
-from scrapy_fleet.frontier.partitions import PartitionedFrontier
+from scrapy_fleet.frontier.partitions import FLUSH_LINKS, PartitionedFrontier
 from scrapy_fleet.frontier.protocol import CallBatch
 from scrapy_fleet.frontier.scheduler import FleetScheduler
 from scrapy_fleet.keys import CrawlKeys
@@ -237,6 +237,48 @@ def test_a_lean_push_that_ran_without_a_reply_is_sent_again_with_its_op_id(
     assert _stat(c, 0, "acked") == 1
     assert crawler.stats.get_value("fleet/frontier/pushed") == 2
     assert crawler.stats.get_value("fleet/dupefilter/filtered") is None
+
+
+def test_of_two_lean_pushes_the_one_whose_reply_came_is_not_sent_again(
+        redis_url: str) -> None:
+    """A page of partition 0 with FLUSH_LINKS + 50 links for partition 2: two lean pushes,
+    one after the other.  The first's reply comes; the second runs but its reply is dropped
+    (and, running, it deleted the first's reply cache: the chain of evidence keeps only the
+    last).  The next call takes the first's reply again from the worker, without sending
+    it, and sends the second again with its op id: every link queued once, none counted a
+    duplicate, the `dont_filter` link of the first push queued once."""
+    crawler, pump, book = _pump(redis_url)
+    c = redis.Redis.from_url(redis_url)
+    (h0,) = hosts_in_partition(0, PARTS)
+    (h2,) = hosts_in_partition(2, PARTS)
+    tag2 = KEYS.partition(2, PARTS).base.encode()
+    n = FLUSH_LINKS + 50
+
+    async def main() -> None:
+        async with _through(redis_url, tag2, pump) as (proxy, fr):
+            fr.home = 0
+            (request,) = await _lease_all(fr, pump, book, [f"http://{h0}/page"])
+            lease = book.inflight[id(request)][1]
+            book.buffer(Request(f"http://{h2}/again", dont_filter=True), b"", 0, 0, lease)
+            for i in range(n - 1):
+                book.buffer(Request(f"http://{h2}/{i}"), os.urandom(12), 0, 0, lease)
+            book.finished(request)
+            proxy.mode, proxy.skip = "eat", 1
+            sent = fr.lean_dests[2].sent
+            result = await pump.call()
+            assert proxy.eaten == 1 and result is not None and result.acked == 0
+            assert _stat(c, 2, "pushed") == n and fr.lean_dests[2].sent == sent + 2
+            proxy.mode = "pass"
+            result = await pump.call()
+            assert result is not None and (result.acked, result.lost) == (1, [])
+            assert result.pushed == n and result.duplicates == 0
+            assert fr.lean_dests[2].sent == sent + 3  # (the second only)
+            assert not fr.waiting_work
+
+    asyncio.run(main())
+    assert _stat(c, 2, "pushed") == n and _stat(c, 2, "duplicates") == 0
+    assert int(c.hget(KEYS.partition(2, PARTS).hostq, h2) or 0) == n
+    assert _stat(c, 0, "acked") == 1
 
 
 def test_the_final_call_releases_the_leases_of_a_part_sent_again(redis_url: str) -> None:
