@@ -279,6 +279,7 @@ def test_of_two_lean_pushes_the_one_whose_reply_came_is_not_sent_again(
     assert _stat(c, 2, "pushed") == n and _stat(c, 2, "duplicates") == 0
     assert int(c.hget(KEYS.partition(2, PARTS).hostq, h2) or 0) == n
     assert _stat(c, 0, "acked") == 1
+    assert crawler.stats.get_value("fleet/frontier/pushed") == n
 
 
 def test_the_final_call_releases_the_leases_of_a_part_sent_again(redis_url: str) -> None:
