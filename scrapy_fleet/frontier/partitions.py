@@ -66,6 +66,7 @@ from scrapy_fleet.errors import CrawlStateLostError
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.dupecache import DupeCache
 from scrapy_fleet.frontier.lean import LeanResult, lean_args
+from scrapy_fleet.frontier.partdupes import Encoder, PartitionDupes, materialize, unencoded
 from scrapy_fleet.frontier.picker import PartitionPicker
 from scrapy_fleet.frontier.protocol import (
     CallBatch,
@@ -115,7 +116,7 @@ class PartitionedFrontier:
     def __init__(self, url: str, keys: CrawlKeys, worker: str, params: FrontierParams,
                  parts: int, timeout: float = 10.0, retries: int = 3, wait_replicas: int = 0,
                  idle_timeout: float | None = None, dupe_cache: int = 0,
-                 flush_age: float = 0.0) -> None:
+                 flush_age: float = 0.0, encode: Encoder | None = None) -> None:
         self.url = url
         self.keys = keys  #: the control keys (the crawl's own tag)
         self.parts = parts
@@ -137,9 +138,11 @@ class PartitionedFrontier:
                        for k in self.part_keys]
         self._lean = lua.load(self.client, "push_lean.lua")
         self._probe = lua.load(self.client, "partition_probe.lua")
-        #: the pump's view: empty (the pump encodes every link; each partition's client
-        #: leaves out the duplicates it knows: module docstring)
-        self.dupes = DupeCache(0)
+        #: the pump's view: a link its partition's cache knows, for its page's partition,
+        #: is buffered unencoded (partdupes.py; *encode*: encodes it if it must be sent)
+        self.encode = encode
+        self.dupes = (PartitionDupes([f.dupes for f in self.fronts]) if encode is not None
+                      else DupeCache(0))
         #: where the lease requests go (the home partition first: module docstring)
         self.picker = PartitionPicker(parts, partition_of(params.lease_only_host, parts)
                                       if params.lease_only_host  # a parse worker: one host
@@ -261,7 +264,7 @@ class PartitionedFrontier:
                 r.pushes.append((-1, -1, False))
                 continue
             p, k = r.acks[group - 1]
-            if p == q:
+            if p == q or type(push[2]) is not bytes:  # (a known duplicate: its page's)
                 r.pushes.append((p, len(r.per[p].pushes), False))
                 r.per[p].pushes.append((push[0], push[1], push[2], k + 1, *push[4:]))
             else:
@@ -332,6 +335,8 @@ class PartitionedFrontier:
             CrawlStateLostError: naming the partition.
         """
         held, self._held = self._held, None
+        if held is not None and self.encode is not None:
+            materialize(held, [f.dupes for f in self.fronts], self.encode)
         full = concat(held, batch) if held is not None else batch
         off = len(full.pushes) - len(batch.pushes)  # the pump's pushes start here
         first = self._route(full)
@@ -395,8 +400,8 @@ class PartitionedFrontier:
                 calls.append((p, CallBatch(beat=True)))
         if batch.beat and self._rq is not None and self.stage_part not in dict(calls):
             calls.append((self.stage_part, CallBatch(beat=True)))
-        results = await asyncio.gather(*(
-            self.fronts[p].call(b, payloads.get(p, b""), True)
+        results = await asyncio.gather(*(  # (links left out unencoded: a stale cache fails)
+            self.fronts[p].call(b, payloads.get(p, b""), not unencoded(b))
             for p, b in calls), return_exceptions=True)
         self.roundtrips += len(calls)
         by_part: dict[int, CallResult] = {}
@@ -502,7 +507,7 @@ class PartitionedFrontier:
         dests = set()
         for push in keep.pushes:
             g = int(push[3]) if len(push) > 3 else 0
-            if g:
+            if g and type(push[2]) is bytes:
                 q = partition_of(push[4] if len(push) > 4 else "", self.parts)
                 if q != split_ref(keep.acks[g - 1][0])[0]:
                     dests.add(q)
