@@ -39,11 +39,18 @@ class PartitionDupes(DupeCache):
     def __init__(self, caches: list[DupeCache]) -> None:
         super().__init__(0)
         self.caches = caches
+        #: the last parent asked about and its partition's cache (a page's links come
+        #: together, and the pump asks again for each before its call)
+        self._last: tuple[str, DupeCache] = ("", DupeCache(0))
 
     def knows(self, key: bytes, parent: str | None = None) -> bool:
         """*key* is known in the cache of the partition of the lease *parent* (``"<p>:<id>"``;
         None, a request of its own: never)."""
-        return parent is not None and self.caches[split_ref(parent)[0]].knows(key)
+        if parent is None:
+            return False
+        if parent is not self._last[0]:
+            self._last = (parent, self.caches[split_ref(parent)[0]])
+        return self._last[1].knows(key)
 
 
 def unencoded(batch: CallBatch) -> bool:

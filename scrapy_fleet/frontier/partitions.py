@@ -517,20 +517,24 @@ class PartitionedFrontier:
                lean: dict[int, LeanResult], off: int, failed: set[int]) -> CallResult:
         results = list(by_part.values())
         flags, refused, seen = [], [], []
+        # (each reply's index lists as sets once, not once per push)
+        lean_seen = {q: set(x.seen) for q, x in lean.items()}
+        part_refused = {q: set(x.refused) for q, x in by_part.items()}
+        part_seen = {q: set(x.seen) for q, x in by_part.items()}
         for i, (q, j, foreign) in enumerate(r.pushes):
             if q < 0 or (not foreign and q in failed) or (foreign and q not in lean):
                 flags.append(0)  # held: sent again with the next call
             elif foreign:
                 res_l = lean[q]
                 flags.append(res_l.flags[j] if j < len(res_l.flags) else 0)
-                if j in set(res_l.seen):
+                if j in lean_seen[q]:
                     seen.append(i)
             else:
                 res = by_part[q]
                 flags.append(res.push_flags[j] if j < len(res.push_flags) else 0)
-                if j in set(res.refused):
+                if j in part_refused[q]:
                     refused.append(i)
-                if j in set(res.seen):
+                if j in part_seen[q]:
                     seen.append(i)
         leased = [LeasedEntry(entry_ref(p, e.entry_id), e.token, e.payload, e.expiries)
                   for p, res in by_part.items() for e in res.leased]
