@@ -46,13 +46,18 @@ def payloads(c: redis.Redis, p: int) -> list[bytes]:
                   if not x.startswith(b"page"))
 
 
-async def pages_of(fr: PartitionedFrontier, host: str, n: int, home: int) -> list:
-    """Push *n* pages of *host* and lease them from partition *home*."""
-    await fr.call(CallBatch(pushes=[push_row(host, b"page%d" % i) for i in range(n)]))
-    fr.home = home
-    leased = (await fr.call(CallBatch(take=n))).leased
-    assert len(leased) == n
-    return leased
+async def known_link(fr: PartitionedFrontier, host: str, key: bytes = b"") -> tuple:
+    """Two pages of *host* (partition 2) leased; the first acknowledged with a link of
+    *host* (Bloom key *key*, default a random one), which partition 2's cache learns: (the
+    second page's lease, the link's Bloom key)."""
+    await fr.call(CallBatch(pushes=[push_row(host, b"page%d" % i) for i in range(2)]))
+    fr.home = 2
+    a, b = (await fr.call(CallBatch(take=2))).leased
+    row = push_row(host, b"link", 1)
+    link = (key or row[0], *row[1:])
+    r = await fr.call(CallBatch(acks=[(a.entry_id, a.token)], pushes=[link]))
+    assert r.push_flags == [1]
+    return b, link[0]
 
 
 def test_a_known_link_of_its_pages_partition_is_left_out_unencoded(redis_url):
@@ -63,11 +68,7 @@ def test_a_known_link_of_its_pages_partition_is_left_out_unencoded(redis_url):
         fr = PartitionedFrontier(redis_url, KEYS, "w", FrontierParams(), PARTS,
                                  dupe_cache=4000, encode=enc)
         try:
-            a, b = await pages_of(fr, h2, 2, home=2)
-            link = push_row(h2, b"link", 1)
-            r = await fr.call(CallBatch(acks=[(a.entry_id, a.token)], pushes=[link]))
-            assert r.push_flags == [1]
-            key = link[0]
+            b, key = await known_link(fr, h2)
             # known in partition 2's cache: for a page of partition 2 only
             assert fr.dupes.knows(key, b.entry_id)
             assert not fr.dupes.knows(key, None) and not fr.dupes.knows(key, "1:x")
@@ -96,13 +97,11 @@ def test_a_held_known_link_its_partition_forgot_is_encoded_and_sent(redis_url):
                                  PARTS, dupe_cache=4000, flush_age=60, encode=enc)
         try:
             await fr.call(CallBatch(pushes=[push_row(h0, b"zero%d" % i) for i in range(4)]))
-            a, b = await pages_of(fr, h2, 2, home=2)
-            link = push_row(h2, b"link", 1)
-            await fr.call(CallBatch(acks=[(a.entry_id, a.token)], pushes=[link]))
+            b, key = await known_link(fr, h2)
             fr.home = 0
             url = f"http://{h2}/l"
             r = await fr.call(CallBatch(acks=[(b.entry_id, b.token)],
-                                        pushes=[lazy(link[0], url, 1)], take=1))
+                                        pushes=[lazy(key, url, 1)], take=1))
             assert r.acked == 0 and fr.held == 2 and enc.requests == []
             fr.fronts[2].dupes.clear()
             c.delete(p2.bloom_meta, p2.bloom_slice(0))
@@ -117,72 +116,48 @@ def test_a_held_known_link_its_partition_forgot_is_encoded_and_sent(redis_url):
     assert payloads(c, 2) == [b"encoded http://" + h2.encode() + b"/l", b"link"]
 
 
-def test_a_stale_filter_generation_under_a_known_link_holds_its_part_then_sends_it(
-        redis_url):
+@pytest.mark.parametrize("alone", [False, True])
+def test_a_stale_filter_generation_under_a_known_link_sends_it_encoded(redis_url, alone):
     """Partition 2's filter replaced under a known link (what a failover that lost writes
-    looks like to its cache): its part of the call is refused before any write and held,
-    the other partition's part goes; the next call sends it encoded."""
+    looks like to its cache): its part of the call is refused before any write.  Beside
+    another partition's part it is held, and the next call sends it encoded; alone, nothing
+    went through: the client holds nothing and raises StaleDupeCache, as a P = 1 client
+    does, and the pump builds its call again (its book encodes the link: the cache forgot
+    it)."""
     h0, h2 = hosts_in_partition(0, PARTS)[0], hosts_in_partition(2, PARTS)[0]
     c = redis.Redis.from_url(redis_url)
     p2 = KEYS.partition(2, PARTS)
     enc = Encoder()
+    url = f"http://{h2}/l"
 
     async def main():
         fr = PartitionedFrontier(redis_url, KEYS, "w", FrontierParams(), PARTS,
                                  dupe_cache=4000, encode=enc)
         try:
             await fr.call(CallBatch(pushes=[push_row(h0, b"zero%d" % i) for i in range(4)]))
-            a, b = await pages_of(fr, h2, 2, home=2)
-            link = push_row(h2, b"link", 1)
-            await fr.call(CallBatch(acks=[(a.entry_id, a.token)], pushes=[link]))
+            b, key = await known_link(fr, h2)
             c.delete(p2.bloom_meta, p2.bloom_slice(0))
-            fr.home = 0
-            r = await fr.call(CallBatch(acks=[(b.entry_id, b.token)],
-                                        pushes=[lazy(link[0], f"http://{h2}/l", 1)], take=1))
-            assert len(r.leased) == 1 and r.acked == 0 and fr.held == 2
-            assert not fr.dupes.knows(link[0], b.entry_id) and enc.requests == []
-            r = await fr.call(CallBatch())
+            ack = [(b.entry_id, b.token)]
+            if alone:
+                with pytest.raises(StaleDupeCache):
+                    await fr.call(CallBatch(acks=ack, pushes=[lazy(key, url, 1)]))
+                assert fr.held == 0 and not fr.dupes.knows(key, b.entry_id)
+                encoded = enc(Request(url))
+                r = await fr.call(CallBatch(acks=ack, pushes=[(key, 0, encoded[0], 1, h2)]))
+            else:
+                fr.home = 0
+                r = await fr.call(CallBatch(acks=ack, pushes=[lazy(key, url, 1)], take=1))
+                assert len(r.leased) == 1 and r.acked == 0 and fr.held == 2
+                assert not fr.dupes.knows(key, b.entry_id) and enc.requests == []
+                r = await fr.call(CallBatch())
             assert r.acked == 1 and r.pushed == 1 and fr.held == 0
         finally:
             await fr.close()
 
     asyncio.run(main())
-    assert len(enc.requests) == 1
-    assert payloads(c, 2) == [b"encoded http://" + h2.encode() + b"/l", b"link"]
+    assert [r.url for r in enc.requests] == [url]
+    assert payloads(c, 2) == [b"encoded " + url.encode(), b"link"]
     assert c.hget(p2.stats, "acked") == b"2"
-
-
-def test_a_stale_filter_generation_in_the_only_partition_called_is_the_pumps_refusal(
-        redis_url):
-    """The same refusal when the call reaches that partition alone: nothing went through,
-    so the client holds nothing and raises StaleDupeCache, as a P = 1 client does; the
-    pump builds the call again (its book encodes the link now: the cache forgot it)."""
-    h2 = hosts_in_partition(2, PARTS)[0]
-    c = redis.Redis.from_url(redis_url)
-    p2 = KEYS.partition(2, PARTS)
-    enc = Encoder()
-
-    async def main():
-        fr = PartitionedFrontier(redis_url, KEYS, "w", FrontierParams(), PARTS,
-                                 dupe_cache=4000, encode=enc)
-        try:
-            a, b = await pages_of(fr, h2, 2, home=2)
-            link = push_row(h2, b"link", 1)
-            await fr.call(CallBatch(acks=[(a.entry_id, a.token)], pushes=[link]))
-            c.delete(p2.bloom_meta, p2.bloom_slice(0))
-            with pytest.raises(StaleDupeCache):
-                await fr.call(CallBatch(acks=[(b.entry_id, b.token)],
-                                        pushes=[lazy(link[0], f"http://{h2}/l", 1)]))
-            assert fr.held == 0 and not fr.dupes.knows(link[0], b.entry_id)
-            r = await fr.call(CallBatch(acks=[(b.entry_id, b.token)],
-                                        pushes=[(link[0], 0, b"again", 1, h2)]))
-            assert r.acked == 1 and r.pushed == 1
-        finally:
-            await fr.close()
-
-    asyncio.run(main())
-    assert enc.requests == []
-    assert payloads(c, 2) == [b"again", b"link"]
 
 
 class _Spider(Spider):
@@ -208,9 +183,7 @@ def test_the_book_leaves_unencoded_only_links_its_pages_partition_knows(redis_ur
 
     async def main():
         try:
-            a, b = await pages_of(fr, h2, 2, home=2)
-            await fr.call(CallBatch(acks=[(a.entry_id, a.token)],
-                                    pushes=[(key, 0, b"link", 1, h2)]))
+            b, _ = await known_link(fr, h2, key)
         finally:
             await fr.close()
         return b
