@@ -47,7 +47,8 @@ partition is probed (lua/partition_probe.lua); the fleet is idle only when each 
 idle that long on its own clock (push before ack: no work can hide between partitions).
 
 The cache of known duplicates (FLEET_DUPEFILTER_CACHE) is split over the partitions' clients
-(foreign links are always sent).  Monitoring goes with the call to the home partition.
+(foreign links are always sent); a link its page's partition knows waits unencoded, as on
+P = 1 (frontier/partdupes.py).  Monitoring goes with the call to the home partition.
 """
 
 from __future__ import annotations
