@@ -124,13 +124,24 @@ class LeaseBook:
         #: record for its sitemap-lastmod place entry (docs/recrawl.md); None: not sent
         self.bloom_key_of: Callable[[Request], bytes] | None = None
 
-    def _known_duplicate(self, key: bytes, request: Request) -> bool:
+    def _known_duplicate(self, key: bytes, request: Request, parent: Lease | None) -> bool:
         """Does this worker's DupeCache know *key* to be in the fleet's Bloom filter (so the
-        next frontier call leaves the request out)?  Never for a request holding a live
-        browser page: it is encoded at once, to be refused and its page closed."""
+        next frontier call leaves the request, found by *parent*, out)?  Never for a request
+        holding a live browser page: it is encoded at once, to be refused and its page
+        closed."""
         dupes = self.dupes
-        return (dupes is not None and dupes.gen is not None and key in dupes
+        return (dupes is not None
+                and dupes.knows(key, parent.entry_id if parent is not None else None)
                 and pagemethods.PAGE_META_KEY not in request.meta)
+
+    def encode_link(self, request: Request) -> tuple[bytes, str] | None:
+        """*request*, buffered as a known duplicate, encoded after all, with its host key (a
+        partitioned crawl's frontier client, whose cache no longer knows it: partdupes.py);
+        None when it cannot be encoded (logged, counted and recorded as failed)."""
+        payload = self._encode(request)
+        if payload is None:
+            return None
+        return payload, politeness.host_key(request.url, self.config.politeness.host_key)
 
     def _encode(self, request: Request, parent: Lease | None = None) -> bytes | None:
         """``codec.encode(request)``, or None when it cannot be encoded: logged, counted and
@@ -161,7 +172,7 @@ class LeaseBook:
         kept: list[Out] = []
         for out in outs:
             url, key, priority, payload, _, delay_ms, lastmod = out
-            if isinstance(payload, bytes) or self._known_duplicate(key, payload):
+            if isinstance(payload, bytes) or self._known_duplicate(key, payload, parent):
                 kept.append(out)
                 continue
             encoded = self._encode(payload, parent)
@@ -238,7 +249,7 @@ class LeaseBook:
         if parent is None:
             parent = self.parent_of(request)
         out: Out
-        if key and not lastmod and self._known_duplicate(key, request):
+        if key and not lastmod and self._known_duplicate(key, request, parent):
             # most links of a crawl: the call leaves it out, so it is encoded only if the
             # frontier asks for the whole call again (materialize)
             out = (request.url, key, priority, request, "", delay_ms, 0)

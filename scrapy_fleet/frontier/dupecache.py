@@ -56,6 +56,12 @@ class DupeCache:
         self._keys.clear()
         self.gen = None
 
+    def knows(self, key: bytes, parent: str | None = None) -> bool:
+        """A link of Bloom key *key* (found by the lease of entry id *parent*, None: a
+        request of its own) is a duplicate the next call may leave out (unencoded: the
+        worker's LeaseBook)."""
+        return self.gen is not None and key in self._keys
+
     def split(self, batch: CallBatch) -> tuple[CallBatch, list[int], int]:
         """(the batch to send, index in *batch* of each push sent, pushes left out).  A push
         with a sitemap lastmod (its seventh element, docs/recrawl.md) is always sent: the

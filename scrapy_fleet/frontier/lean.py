@@ -73,6 +73,19 @@ class LeanResult:
                    gen=bg.decode(errors="replace") if isinstance(bg, bytes) else None,
                    prev_lost=bool(d.get("pl")))
 
+    def add(self, res: LeanResult, idx: list[int]) -> None:
+        """Merge, in place, *res*: the reply of a lean call of the pushes at indexes *idx*
+        of this reply's (one of the calls a buffer of foreign links took)."""
+        for j, flag in enumerate(res.flags[:len(idx)]):
+            self.flags[idx[j]] = flag
+        self.refused += [idx[j] for j in res.refused if j < len(idx)]
+        self.seen += [idx[j] for j in res.seen if j < len(idx)]
+        self.pushed += res.pushed
+        self.duplicates += res.duplicates
+        self.cached += res.cached
+        self.full = self.full or res.full
+        self.marker, self.size, self.rq = res.marker, res.size, res.rq or self.rq
+
     def expand(self, kept: list[int], total: int, left_out: int) -> LeanResult:
         """This reply of a call sent without the pushes a cache left out, with indexes into
         the whole list again (*kept*: the index of each push sent): a push left out is a

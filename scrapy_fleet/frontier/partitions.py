@@ -57,8 +57,9 @@ idle that long on its own clock (push before ack: no work can hide between parti
 
 The cache of known duplicates (FLEET_DUPEFILTER_CACHE) is split over the partitions' clients
 (the links of their own pages) and the lean pushes' destinations (foreign links:
-:class:`~scrapy_fleet.frontier.lean.LeanDestination`), half each.  Monitoring goes with the
-call to the home partition.
+:class:`~scrapy_fleet.frontier.lean.LeanDestination`), half each; a link its page's
+partition knows waits unencoded, as on P = 1 (frontier/partdupes.py).  Monitoring goes
+with the call to the home partition.
 """
 
 from __future__ import annotations
@@ -75,12 +76,12 @@ import redis
 from scrapy_fleet import lua, redis_client
 from scrapy_fleet.errors import CrawlStateLostError, RedisUnavailableError
 from scrapy_fleet.frontier.client import AsyncFrontier
-from scrapy_fleet.frontier.dupecache import DupeCache
+from scrapy_fleet.frontier.dupecache import DupeCache, StaleDupeCache
 from scrapy_fleet.frontier.lean import LeanDestination, LeanResult
+from scrapy_fleet.frontier.partdupes import Encoder, PartitionDupes, encode_part, materialize
 from scrapy_fleet.frontier.picker import PartitionPicker
 from scrapy_fleet.frontier.protocol import CallBatch, CallResult, FrontierParams, state_lost
 from scrapy_fleet.frontier.routing import (
-    Route,
     concat,
     extend_waiting,
     foreign_dests,
@@ -122,7 +123,7 @@ class PartitionedFrontier:
     def __init__(self, url: str, keys: CrawlKeys, worker: str, params: FrontierParams,
                  parts: int, timeout: float = 10.0, retries: int = 3, wait_replicas: int = 0,
                  idle_timeout: float | None = None, dupe_cache: int = 0,
-                 flush_age: float = 0.0) -> None:
+                 flush_age: float = 0.0, encode: Encoder | None = None) -> None:
         self.url = url
         self.keys = keys  #: the control keys (the crawl's own tag)
         self.parts = parts
@@ -148,9 +149,11 @@ class PartitionedFrontier:
                            for k in self.part_keys]
         self._lean = lua.load(self.client, "push_lean.lua")
         self._probe = lua.load(self.client, "partition_probe.lua")
-        #: the pump's view: empty (the pump encodes every link; each partition's client
-        #: leaves out the duplicates it knows: module docstring)
-        self.dupes = DupeCache(0)
+        #: the pump's view: a link its partition's cache knows, for its page's partition,
+        #: is buffered unencoded (partdupes.py; *encode*: encodes it if it must be sent)
+        self.encode = encode
+        self.dupes = (PartitionDupes([f.dupes for f in self.fronts]) if encode is not None
+                      else DupeCache(0))
         #: where the lease requests go (the home partition first: module docstring)
         self.picker = PartitionPicker(parts, partition_of(params.lease_only_host, parts)
                                       if params.lease_only_host  # a parse worker: one host
@@ -256,9 +259,6 @@ class PartitionedFrontier:
 
     # -- routing
 
-    def _route(self, batch: CallBatch, skip: set[int] | None = None) -> Route:
-        return route(batch, self.parts, self.home, skip)
-
     async def _push_foreign(self, q: int, pushes: list[tuple[Any, ...]]) -> LeanResult:
         """Push *pushes* into partition *q*, :data:`FLUSH_LINKS` per lean call, one after
         the other; the reply of them all (indexes into *pushes*).  The lean pushes kept for
@@ -282,15 +282,7 @@ class PartitionedFrontier:
             except Exception as exc:
                 self._lean_sent[q] = made[:len(made) - isinstance(exc, redis.ResponseError)]
                 raise
-            for j, flag in enumerate(res.flags[:len(idx)]):
-                out.flags[idx[j]] = flag
-            out.refused += [idx[j] for j in res.refused if j < len(idx)]
-            out.seen += [idx[j] for j in res.seen if j < len(idx)]
-            out.pushed += res.pushed
-            out.duplicates += res.duplicates
-            out.cached += res.cached
-            out.full = out.full or res.full
-            out.marker, out.size, out.rq = res.marker, res.size, res.rq or out.rq
+            out.add(res, idx)
         return out
 
     async def _push_chunk(self, q: int, sent: SentLean) -> LeanResult:
@@ -344,9 +336,11 @@ class PartitionedFrontier:
             batch = CallBatch()  # (the failed call's work is held here already)
         self._absorbed = None
         held, self._held = self._held, None
+        if held is not None and self.encode is not None:
+            materialize(held, [f.dupes for f in self.fronts], self.encode)
         full = concat(held, batch) if held is not None else batch
         off = len(full.pushes) - len(batch.pushes)  # the pump's pushes start here
-        first = self._route(full)
+        first = route(full, self.parts, self.home)
         for q in set(self._lean_sent) - set(first.foreign):
             del self._lean_sent[q]  # (its links are not here: nothing to send again)
         lean: dict[int, LeanResult] = {}
@@ -371,7 +365,7 @@ class PartitionedFrontier:
                     self._note_failure(q, res)
                 else:
                     lean[q] = res
-        r = self._route(full, blocked) if blocked else first
+        r = route(full, self.parts, self.home, blocked) if blocked else first
         if batch.beat:
             extend_waiting(full, blocked, r)
         # push before ack: a page one of whose foreign links was refused is deferred
@@ -418,9 +412,11 @@ class PartitionedFrontier:
             calls.append((self.stage_part, CallBatch(beat=True)))
         calls += [(p, CallBatch()) for p in sorted(set(self._sent) - set(dict(calls)))]
         kept = dict(self._sent)  # (the parts sent again first, their refused pushes)
+        encode = self.encode
         results = await asyncio.gather(*(
             send_part(self.fronts[p], kept.get(p), b, payloads.get(p, b""),
-                      self._force and not replay)
+                      self._force and not replay,
+                      None if encode is None else lambda part: encode_part(part, encode))
             for p, b in calls), return_exceptions=True)
         by_part: dict[int, CallResult] = {}
         resent: dict[int, CallResult] = {}
@@ -446,7 +442,8 @@ class PartitionedFrontier:
                 self._note_failure(p, exc)
                 self.picker.note(p, takes.get(p, 0), 0, 0, None, time.monotonic())
                 op = self.fronts[p].last_op
-                if exc is part and not isinstance(exc, redis.ResponseError) and op:
+                if exc is part and op and not isinstance(exc, (redis.ResponseError,
+                                                               StaleDupeCache)):
                     self._sent[p] = SentPart(b, payloads.get(p, b""), op)  # (it may have run)
             elif isinstance(part, CallResult):
                 by_part[p] = part

@@ -84,6 +84,13 @@ class CallBatch:
                     or self.take or self.downloaded or self.beat or self.unstorable)
 
 
+def unencoded(batch: CallBatch) -> bool:
+    """*batch* holds a link buffered unencoded: a known duplicate whose payload is still the
+    Request (frontier/partdupes.py); a call of it refused for a stale filter generation cannot
+    be sent again whole."""
+    return any(type(push[2]) is not bytes for push in batch.pushes)
+
+
 @dataclass(frozen=True)
 class LeasedEntry:
     entry_id: str

@@ -103,7 +103,7 @@ def route(batch: CallBatch, parts: int, home: int, skip: set[int] | None = None)
             r.pushes.append((-1, -1, False))
             continue
         p, k = r.acks[group - 1]
-        if p == q:
+        if p == q or type(push[2]) is not bytes:  # (a known duplicate: its page's)
             r.pushes.append((p, len(r.per[p].pushes), False))
             r.per[p].pushes.append((push[0], push[1], push[2], k + 1, *push[4:]))
         else:
@@ -237,20 +237,24 @@ def merge_results(r: Route, by_part: dict[int, CallResult], lean: dict[int, Lean
     bound for a partition of *skipped* (failed, or held) flagged 0 (sent again later)."""
     results = list(by_part.values())
     flags, refused, seen = [], [], []
+    # (each reply's index lists as sets once, not once per push)
+    lean_seen = {q: set(x.seen) for q, x in lean.items()}
+    part_refused = {q: set(x.refused) for q, x in by_part.items()}
+    part_seen = {q: set(x.seen) for q, x in by_part.items()}
     for i, (q, j, foreign) in enumerate(r.pushes):
         if q < 0 or (not foreign and q in skipped) or (foreign and q not in lean):
             flags.append(0)  # held: sent again with the next call
         elif foreign:
             res_l = lean[q]
             flags.append(res_l.flags[j] if j < len(res_l.flags) else 0)
-            if j in set(res_l.seen):
+            if j in lean_seen[q]:
                 seen.append(i)
         else:
             res = by_part[q]
             flags.append(res.push_flags[j] if j < len(res.push_flags) else 0)
-            if j in set(res.refused):
+            if j in part_refused[q]:
                 refused.append(i)
-            if j in set(res.seen):
+            if j in part_seen[q]:
                 seen.append(i)
     leased = [LeasedEntry(entry_ref(p, e.entry_id), e.token, e.payload, e.expiries)
               for p, res in by_part.items() for e in res.leased]
@@ -287,7 +291,7 @@ def foreign_dests(keep: CallBatch, parts: int) -> set[int]:
     dests = set()
     for push in keep.pushes:
         g = group_of(push)
-        if g:
+        if g and type(push[2]) is bytes:  # (a known duplicate goes with its page's part)
             q = partition_of(host_of(push), parts)
             if q != split_ref(keep.acks[g - 1][0])[0]:
                 dests.add(q)

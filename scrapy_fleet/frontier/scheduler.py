@@ -142,7 +142,8 @@ class FleetScheduler(BaseScheduler):
                 self.config.frontier_params(), self.config.partitions,
                 self.config.redis_timeout, self.config.redis_retries,
                 self.config.redis_wait_replicas, self.config.idle_timeout,
-                self.config.dupefilter.cache, self.config.partition_flush)
+                self.config.dupefilter.cache, self.config.partition_flush,
+                encode=self.book.encode_link)
         else:
             frontier = AsyncFrontier(self.config.redis_url, keys, self.config.worker_id,
                                      self.config.frontier_params(),

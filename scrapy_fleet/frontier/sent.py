@@ -5,12 +5,14 @@ partitioned crawl (frontier/partitions.py), a partition's part of a call and a l
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from scrapy_fleet.errors import CrawlStateLostError
+from scrapy_fleet.frontier.dupecache import StaleDupeCache
 from scrapy_fleet.frontier.leases import Lease, Out
-from scrapy_fleet.frontier.protocol import CallBatch, CallResult
+from scrapy_fleet.frontier.protocol import CallBatch, CallResult, unencoded
 
 if TYPE_CHECKING:
     from scrapy_fleet.frontier.client import AsyncFrontier
@@ -101,12 +103,15 @@ Reply = CallResult | Exception | None
 
 
 async def send_part(front: AsyncFrontier, kept: SentPart | None, part: CallBatch,
-                    monitor: bytes, closing: bool) -> tuple[Reply, Reply]:
+                    monitor: bytes, closing: bool,
+                    encode: Callable[[CallBatch], None] | None = None) -> tuple[Reply, Reply]:
     """A partition's *part* of a call (with the monitoring payload *monitor*) through its
     client *front*, after its part *kept* as sent, if any, sent again as it was: (the reply
     or the error of *kept*, of *part*; None: not sent).  *part* is not sent when *kept*
     fails again, nor when empty.  *closing* (the final call): the leases *kept* gets are
-    released with *part*, not reported.
+    released with *part*, not reported.  *kept* refused for a stale filter generation (it
+    did not run) goes again at once, same op id, its unencoded links encoded by *encode*
+    (frontier/partdupes.py encode_part).
 
     Raises:
         CrawlStateLostError: the partition's marker is gone.
@@ -114,7 +119,14 @@ async def send_part(front: AsyncFrontier, kept: SentPart | None, part: CallBatch
     old: Reply = None
     if kept is not None:
         try:
-            old = await front.call(kept.batch, kept.monitor, True, kept.op_id)
+            try:
+                old = await front.call(kept.batch, kept.monitor, not unencoded(kept.batch),
+                                       kept.op_id)
+            except StaleDupeCache:
+                if encode is None:
+                    raise
+                encode(kept.batch)
+                old = await front.call(kept.batch, kept.monitor, True, kept.op_id)
         except CrawlStateLostError:
             raise
         except Exception as exc:
@@ -126,7 +138,8 @@ async def send_part(front: AsyncFrontier, kept: SentPart | None, part: CallBatch
     if part.is_empty() and not monitor:
         return old, None
     try:
-        return old, await front.call(part, monitor, True)
+        # (links left out unencoded, frontier/partdupes.py: a stale cache fails, StaleDupeCache)
+        return old, await front.call(part, monitor, not unencoded(part))
     except CrawlStateLostError:
         raise
     except Exception as exc:
