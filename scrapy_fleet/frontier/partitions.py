@@ -456,7 +456,8 @@ class PartitionedFrontier:
                 self._deltas_part = None if self.monitor_confirmed else deltas_part
         for p, old in resent.items():
             by_part[p] = join_results(old, by_part.get(p))
-        noreply = [e for e in errors + lean_errors if not isinstance(e, redis.ResponseError)]
+        noreply = [e for e in errors + lean_errors  # (refused before any write: did not run)
+                   if not isinstance(e, (redis.ResponseError, StaleDupeCache))]
         if errors and not by_part and not lean and not noreply:
             self._held = held  # nothing went through, nothing ran: the pump sends it again
             raise errors[0]
