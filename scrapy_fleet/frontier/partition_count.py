@@ -88,6 +88,22 @@ def claim_one_sync(client: Any, keys: CrawlKeys) -> None:
         raise
 
 
+def start_sync(client: Any, keys: CrawlKeys, parts: int, create: bool) -> None:
+    """The start of a worker or command on a crawl with FLEET_PARTITIONS=*parts*: one that may
+    create the crawl (*create*: a worker with the fleet's scheduler, ``push``) claims it with
+    :func:`claim_one_sync` when *parts* is 1, else :func:`check_sync`; so that a P = 1 push and
+    a P > 1 worker creating the same crawl at the same moment cannot both pass, as two workers
+    cannot.
+
+    Raises:
+        FleetConfigError: as :func:`check_sync`.
+    """
+    if create and parts == 1:
+        claim_one_sync(client, keys)
+    else:
+        check_sync(client, keys, parts, create=create)
+
+
 def stored_partitions(client: Any, keys: CrawlKeys) -> int:
     """The crawl's P as stored (1 when it has none: a P = 1 crawl, or none at all)."""
     return int(as_int(client.get(keys.partitions), 1) or 1)
