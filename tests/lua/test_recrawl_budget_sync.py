@@ -107,3 +107,32 @@ def test_a_hosts_budget_is_kept_in_its_partition(redis_url):
     assert written == {parts[p].revisit_budget(host) for p, host in hosts.items()}
     assert {p: int(client.hget(parts[p].revisit_budget(h), "0")) for p, h in hosts.items()} == {
         1: 1, 3: 1}
+
+
+def test_a_least_privileged_worker_syncs_the_budgets(redis_server, redis_url):
+    """As the user of `scrapy fleet acl`'s worker rule (acl.py): the sync's transaction
+    (WATCH, MULTI, HINCRBYFLOAT, EXEC) was refused at its WATCH, so no budget ever synced."""
+    from scrapy_fleet import acl
+
+    admin = redis.Redis.from_url(redis_url)
+    admin.set(KEYS.marker, "m1")
+    admin.execute_command("ACL", "SETUSER", "budget-worker", "reset", "on", ">pw",
+                          *acl.acl_rule("worker", crawl_id=KEYS.crawl_id).split())
+    url = f"redis://budget-worker:pw@127.0.0.1:{redis_server.port}/0"
+
+    async def main() -> HostBudgets:
+        budgets = HostBudgets(fleet(url), KEYS, redis_client.make_client(url, is_async=True))
+        try:
+            budgets.move("h.test", None, (0, 0.1))
+            await budgets.sync()
+            return budgets
+        finally:
+            await budgets.client.aclose()
+
+    try:
+        budgets = asyncio.run(main())
+    finally:
+        admin.execute_command("ACL", "DELUSER", "budget-worker")
+    assert budgets.pending == {}
+    assert float(admin.hget(KEYS.revisit_budget("h.test"), "r0")) == pytest.approx(0.1)
+    assert budgets.price("h.test") == float(admin.hget(KEYS.revisit_budget("h.test"), "mu"))
