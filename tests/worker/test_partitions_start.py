@@ -38,6 +38,21 @@ def stored(client: redis.Redis) -> dict[str, bytes]:
     return {k.decode(): client.get(k) for k in client.keys("*")}
 
 
+#: the one line of a P = 2 worker refused by the P = 1 crawl 'race'
+P2_REFUSED = ("FLEET_PARTITIONS=2 does not match crawl 'race', created with FLEET_PARTITIONS=1: "
+              "set it to 1, or purge the crawl to start it again")
+
+
+def _partitioned_worker(client: redis.Redis, errors: list[Exception]):
+    """The start-up check of a P = 2 worker on *client*; its refusal goes to *errors*."""
+    def check() -> None:
+        try:
+            partition_count.check_sync(client, KEYS, 2)
+        except FleetConfigError as exc:
+            errors.append(exc)
+    return check
+
+
 def test_a_one_partition_worker_between_the_check_and_the_write_of_a_partitioned_one(
         redis_url):
     """The P = 1 worker claims the crawl between the P = 2 worker's look for a P = 1 crawl and
@@ -47,9 +62,7 @@ def test_a_one_partition_worker_between_the_check_and_the_write_of_a_partitioned
     racing = _OtherFirst(c, "set", lambda: partition_count.claim_one_sync(c, KEYS))
     with pytest.raises(FleetConfigError) as refused:
         partition_count.check_sync(racing, KEYS, 2)
-    assert str(refused.value) == (
-        "FLEET_PARTITIONS=2 does not match crawl 'race', created with FLEET_PARTITIONS=1: "
-        "set it to 1, or purge the crawl to start it again")
+    assert str(refused.value) == P2_REFUSED
     assert stored(c) == {KEYS.layout: str(LAYOUT_VERSION).encode()}
 
 
@@ -59,16 +72,9 @@ def test_a_partitioned_worker_between_the_claim_and_the_check_of_a_one_partition
     the claim and refuses; the P = 1 worker passes."""
     c = redis.Redis.from_url(redis_url)
     errors: list[Exception] = []
-
-    def partitioned() -> None:
-        try:
-            partition_count.check_sync(c, KEYS, 2)
-        except FleetConfigError as exc:
-            errors.append(exc)
+    partitioned = _partitioned_worker(c, errors)
     partition_count.claim_one_sync(_OtherFirst(c, "get", partitioned), KEYS)
-    assert [str(e) for e in errors] == [
-        "FLEET_PARTITIONS=2 does not match crawl 'race', created with FLEET_PARTITIONS=1: "
-        "set it to 1, or purge the crawl to start it again"]
+    assert [str(e) for e in errors] == [P2_REFUSED]
     assert stored(c) == {KEYS.layout: str(LAYOUT_VERSION).encode()}
 
 
@@ -139,17 +145,10 @@ def test_a_partitioned_worker_just_after_the_check_of_a_one_partition_push(redis
     as a P = 1 worker does): the worker refuses and takes its key back; the push pushes."""
     c = redis.Redis.from_url(redis_url)
     errors: list[Exception] = []
-
-    def partitioned() -> None:
-        try:
-            partition_count.check_sync(c, KEYS, 2)
-        except FleetConfigError as exc:
-            errors.append(exc)
+    partitioned = _partitioned_worker(c, errors)
     code, err = _push(redis_url, _OtherAfter(c, "get", 2, partitioned), capsys)
     assert (code, err) == (0, "")
-    assert [str(e) for e in errors] == [
-        "FLEET_PARTITIONS=2 does not match crawl 'race', created with FLEET_PARTITIONS=1: "
-        "set it to 1, or purge the crawl to start it again"]
+    assert [str(e) for e in errors] == [P2_REFUSED]
     assert c.get(KEYS.partitions) is None
     assert c.get(KEYS.layout) == str(LAYOUT_VERSION).encode()
 
