@@ -154,7 +154,7 @@ def check_worker(crawler: Crawler) -> FleetConfig:
                 # P each cannot both pass)
                 # (both may write: they wait while Redis is out of memory, as _claim does)
                 until_room(crawler, config, lambda: partition_count.start_sync(
-                    client, keys, config.partitions, create=fleet_scheduler))
+                    client, keys, config.partitions, fleet_scheduler, layout_checked=True))
                 # issue 22: a worker without FLEET_RECRAWL would drop the crawl's schedule
                 if fleet_scheduler and not recrawl_config(settings).enabled:
                     recrawl_guard.check_sync(client, keys, config.partitions)
