@@ -67,6 +67,8 @@ PROBE_LINES = {
     "zrevrange": "zrevrange @K 0 -1", "hkeys": "hkeys @K", "getrange": "getrange @K 0 1",
     "zmscore": "zmscore @K m", "decrby": "decrby @K 1", "lpush": "lpush @K v",
     "lrange": "lrange @K 0 -1", "ltrim": "ltrim @K 0 -1",
+    "watch": "watch @K", "multi": "multi", "exec": "exec",
+    "hincrbyfloat": "hincrbyfloat @K f 1",
     # sitemap <lastmod> (lua/step_revisit.lua): a record read and tombstoned at its place
     "lindex": "lindex @K 0", "lset": "lset @K 0 v",
 }
@@ -76,7 +78,10 @@ PROBE_LINES = {
 _DIRECT = {
     # set, time: the start's checks of the crawl's spider and the worker id (identity.py)
     "worker": ("evalsha", "script|load", "fcall", "function|load", "hset", "hmget", "hgetall",
-               "zrem", "zcard", "set", "time"),
+               "zrem", "zcard", "set", "time",
+               # recrawl budgets (recrawl/budget.py): one transaction per sync, WATCHing the
+               # crawl's marker, adds the moves to the hosts' HASHes and reads them back
+               "watch", "multi", "exec", "exists", "hincrby", "hincrbyfloat", "hget"),
     "monitor": ("zcard", "hlen", "hgetall", "zrange", "get", "hmget", "llen", "hscan",
                 "time", "exists", "hget", "zrevrange", "zrangebyscore", "zcount", "info"),
     "admin": ("evalsha", "script|load", "fcall", "function|load", "hset", "hmget", "hgetall",

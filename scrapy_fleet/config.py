@@ -12,7 +12,7 @@ import os
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from scrapy.settings import BaseSettings
@@ -109,7 +109,9 @@ def _ban_statuses(value: Any) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class FleetConfig:
-    """Validated fleet settings.  Times are seconds; see docs/settings.md.
+    """Validated fleet settings.  Times are seconds; see docs/settings.md.  Made by
+    :meth:`from_settings` only: the fields have no defaults of their own, the catalog's
+    (catalog.py) are the one source.
 
     Raises:
         FleetConfigError: from :meth:`from_settings` when a value is wrong; the message names
@@ -142,23 +144,22 @@ class FleetConfig:
     #: FLEET_JSONL_PATH and FLEET_JSONL_FSYNC (jsonl_settings.py)
     jsonl: JsonlConfig
     #: FLEET_ROLE and the response queue's bounds (stages/settings.py)
-    stages: StageConfig = field(default_factory=StageConfig)
+    stages: StageConfig
     #: FLEET_PLAYWRIGHT and FLEET_PLAYWRIGHT_ABORT (browser/settings.py)
-    browser: BrowserConfig = field(default_factory=BrowserConfig)
+    browser: BrowserConfig
     #: FLEET_HEARTBEAT_INTERVAL, FLEET_WORKER_*_AFTER, FLEET_STALL_AFTER, FLEET_ALERT_*
     #: (monitoring/settings.py)
-    monitoring: MonitoringConfig = field(default_factory=MonitoringConfig)
-    ban_statuses: tuple[int, ...] = (403,)
-    drain_timeout: float = 30.0
+    monitoring: MonitoringConfig
+    ban_statuses: tuple[int, ...]  #: FLEET_BAN_STATUSES
+    drain_timeout: float  #: FLEET_DRAIN_TIMEOUT
     #: FLEET_PROXIES and FLEET_PROXY_* (proxies/settings.py)
-    proxy: ProxyConfig | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    proxy: ProxyConfig | None
     #: FLEET_FAILED_MAX (failures/settings.py, docs/failures.md)
-    failures: FailuresConfig = field(default_factory=FailuresConfig)
-    partitions: int = 1  #: FLEET_PARTITIONS (docs/partitions.md)
+    failures: FailuresConfig
+    partitions: int  #: FLEET_PARTITIONS (docs/partitions.md)
     #: FLEET_RECRAWL* (docs/recrawl.md)
-    recrawl: RecrawlConfig = field(default_factory=RecrawlConfig)
-    partition_flush: float = 0.5  #: FLEET_PARTITION_FLUSH, seconds (docs/partitions.md)
+    recrawl: RecrawlConfig
+    partition_flush: float  #: FLEET_PARTITION_FLUSH, seconds (docs/partitions.md)
 
     @classmethod
     def from_settings(cls, settings: BaseSettings | Mapping[str, Any]) -> FleetConfig:

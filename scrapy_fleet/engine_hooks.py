@@ -323,21 +323,55 @@ async def process_start_item(crawler: Crawler, item: Any) -> None:
     await maybe_deferred_to_future(process(item, response=None))
 
 
-def sitemap_body(spider: Any, response: Any) -> bytes | None:
-    """The sitemap body of *response* as a ``SitemapSpider`` reads it, by its own
-    ``_get_sitemap_body`` (Scrapy 2.11+: an XML response's body, a gzipped one gunzipped
-    within the spider's ``download_maxsize``, the body of a URL ending in ``.xml`` or
-    ``.xml.gz``; None otherwise).
+#: SitemapSpider's own reading of a sitemap's body (Scrapy 2.11+), and the attribute that
+#: says it is wrapped (:func:`on_sitemap_entries`)
+_SITEMAP_BODY, _SITEMAP_NOTE_ATTR = "_get_sitemap_body", "_fleet_sitemap_note"
+
+
+def on_sitemap_entries(spider: Any, note: Callable[[Any, dict[str, Any]], None]) -> bool:
+    """Have *note(response, entry)* called with each entry (a dict: ``loc``, ``lastmod``...)
+    of each sitemap *spider* parses, while it parses it: a ``SitemapSpider``'s own
+    ``_parse_sitemap`` (Scrapy 2.11+) reads the body with ``_get_sitemap_body`` (an XML
+    response's body, a gzipped one gunzipped within ``download_maxsize`` and warned of past
+    ``download_warnsize``, the body of a URL ending in ``.xml`` or ``.xml.gz``) and passes
+    the parsed entries through ``sitemap_filter``, in one synchronous call.  Both are wrapped
+    on the instance (once), so that a sitemap is read and parsed once, by the spider.  False
+    when *spider* is not a SitemapSpider.
 
     Raises:
-        OSError, EOFError, ValueError: a corrupt gzipped body (as the spider would).
         FleetError: this Scrapy's SitemapSpider has no such method (not a supported Scrapy).
     """
-    read = getattr(spider, "_get_sitemap_body", None)
+    from scrapy.spiders import SitemapSpider
+
+    if not isinstance(spider, SitemapSpider):
+        return False
+    if getattr(spider, _SITEMAP_NOTE_ATTR, None) is not None:
+        return True
+    read = getattr(spider, _SITEMAP_BODY, None)
     if read is None:
         raise FleetError("scrapy_fleet cannot read this Scrapy's sitemaps (no "
                          "SitemapSpider._get_sitemap_body); use a supported Scrapy release")
-    return read(response)  # type: ignore[no-any-return]
+    reading: list[Any] = [None]  # the response whose body the spider read last
+    own_filter = spider.sitemap_filter
+
+    def get_sitemap_body(response: Any) -> bytes | None:
+        reading[0] = response
+        return read(response)  # type: ignore[no-any-return]
+
+    def sitemap_filter(entries: Any) -> Any:
+        response, reading[0] = reading[0], None
+
+        def noted() -> Any:
+            for entry in entries:
+                if response is not None:
+                    note(response, entry)
+                yield entry
+        return own_filter(noted())
+
+    setattr(spider, _SITEMAP_BODY, get_sitemap_body)
+    spider.sitemap_filter = sitemap_filter  # type: ignore[method-assign]
+    setattr(spider, _SITEMAP_NOTE_ATTR, note)
+    return True
 
 
 def running_command() -> str | None:

@@ -155,12 +155,8 @@ def check_worker(crawler: Crawler) -> FleetConfig:
                 # (a P = 1 worker claims a new crawl first: two first workers with another
                 # P each cannot both pass)
                 # (both may write: they wait while Redis is out of memory, as _claim does)
-                if fleet_scheduler and config.partitions == 1:
-                    until_room(crawler, config,
-                               lambda: partition_count.claim_one_sync(client, keys))
-                else:
-                    until_room(crawler, config, lambda: partition_count.check_sync(
-                        client, keys, config.partitions, create=fleet_scheduler))
+                until_room(crawler, config, lambda: partition_count.start_sync(
+                    client, keys, config.partitions, fleet_scheduler, layout_checked=True))
                 # issue 22: a worker without FLEET_RECRAWL would drop the crawl's schedule
                 if fleet_scheduler and not recrawl_config(settings).enabled:
                     recrawl_guard.check_sync(client, keys, config.partitions)

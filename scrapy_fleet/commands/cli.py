@@ -309,7 +309,7 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
             else:
                 ctx.parts = ctx.partitions or partition_count.stored_partitions(
                     ctx.crawl.client, ctx.crawl.keys)
-                partition_count.check_sync(ctx.crawl.client, ctx.crawl.keys, ctx.parts,
+                partition_count.start_sync(ctx.crawl.client, ctx.crawl.keys, ctx.parts,
                                            create=action == "push")
             if spec.needs_state and not (partitioned.has_state(ctx.crawl, ctx.parts)
                                          if ctx.parts > 1 else ctx.crawl.has_state()):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from scrapy_fleet.errors import FleetConfigError
+from scrapy_fleet.frontier import layout
 from scrapy_fleet.frontier.protocol import as_int
 from scrapy_fleet.keys import LAYOUT_VERSION, CrawlKeys
 
@@ -86,6 +87,28 @@ def claim_one_sync(client: Any, keys: CrawlKeys) -> None:
         if wrote and not client.exists(keys.marker):
             client.delete(keys.layout)
         raise
+
+
+def start_sync(client: Any, keys: CrawlKeys, parts: int, create: bool, *,
+               layout_checked: bool = False) -> None:
+    """The start of a worker or command on a crawl with FLEET_PARTITIONS=*parts*: one that may
+    create the crawl (*create*: a worker with the fleet's scheduler, ``push``) claims it with
+    :func:`claim_one_sync` when *parts* is 1, else :func:`check_sync`; so that a P = 1 push and
+    a P > 1 worker creating the same crawl at the same moment cannot both pass, as two workers
+    cannot.  The claim comes after the crawl's layout check (frontier/layout.py; done here
+    unless *layout_checked*): a crawl of an older layout has no layout key, and the claim's
+    must not make it look current.
+
+    Raises:
+        FleetConfigError: as :func:`check_sync`.
+        CrawlLayoutError: a crawl of another layout (as layout.check_sync).
+    """
+    if create and parts == 1:
+        if not layout_checked:
+            layout.check_sync(client, keys)
+        claim_one_sync(client, keys)
+    else:
+        check_sync(client, keys, parts, create=create)
 
 
 def stored_partitions(client: Any, keys: CrawlKeys) -> int:

@@ -114,8 +114,9 @@ class HostBudgets:
                 moves[side[0]] = (n + sign, total + sign * side[1])
 
     def _host_keys(self, host: str) -> CrawlKeys:
+        """The keys of *host*'s partition (the crawl's own keys when P is 1)."""
         parts = self.fleet.partitions
-        return self.keys if parts <= 1 else self.keys.partition(partition_of(host, parts), parts)
+        return self.keys.partition(partition_of(host, parts), parts)
 
     def maybe_sync(self, now: float | None = None) -> None:
         """Start a sync when the last one is over and :attr:`period` has passed (called by the

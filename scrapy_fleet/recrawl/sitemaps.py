@@ -1,9 +1,9 @@
 """Sitemaps' ``<lastmod>`` for the recrawl (docs/recrawl.md): a tracked URL that a sitemap
 says was modified after its last fetch is due at once.
 
-``FleetSitemapLastmod`` (spider middleware, enabled by the add-on with ``FLEET_RECRAWL``) reads
-each sitemap a ``SitemapSpider`` parses once more (``scrapy.utils.sitemap.Sitemap``, the body
-as the spider reads it: :func:`sitemap_body`) and gives each request the spider yields
+``FleetSitemapLastmod`` (spider middleware, enabled by the add-on with ``FLEET_RECRAWL``) notes
+the entries of each sitemap a ``SitemapSpider`` parses as the spider parses it (its own reading
+and parsing, once: engine_hooks.on_sitemap_entries) and gives each request the spider yields
 for a ``<loc>`` with a ``<lastmod>`` the private meta :data:`LASTMOD_META_KEY` (epoch
 seconds, never stored with the request).  The scheduler pushes it with the request
 (frontier/book.py): a URL the Bloom filter knows and the schedule holds is made due at once
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import datetime
 import re
-import struct
+import weakref
 from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -74,43 +74,45 @@ def parse_lastmod(text: str | None, now: float | None = None) -> int | None:
     return seconds if 0 < seconds <= limit else None
 
 
-def sitemap_body(spider: Any, response: Response) -> bytes | None:
-    """The sitemap body of *response* as ``SitemapSpider`` reads it (engine_hooks.py: the
-    spider's own reading), None when *spider* is not a SitemapSpider, *response* is its
-    robots.txt or not a sitemap, or a gzipped body is corrupt (the spider reports it)."""
-    from scrapy.spiders import SitemapSpider
+class Lastmods:
+    """The ``<lastmod>`` of one sitemap's entries, added one by one (:meth:`add`): ``found``
+    ``{<loc> as a Request URL: epoch seconds}`` and ``invalid``, how many were not valid
+    (:func:`parse_lastmod`, against the clock when the first was added)."""
 
-    if not isinstance(spider, SitemapSpider) or response.url.endswith("/robots.txt"):
-        return None
-    try:
-        return engine_hooks.sitemap_body(spider, response)
-    except (ValueError, OSError, EOFError, struct.error):  # (a corrupt gzipped body)
-        return None
+    __slots__ = ("found", "invalid", "now")
+
+    def __init__(self) -> None:
+        self.found: dict[str, int] = {}
+        self.invalid = 0
+        self.now = datetime.datetime.now().timestamp()
+
+    def add(self, entry: dict[str, Any]) -> None:
+        from w3lib.url import safe_url_string
+
+        loc, text = entry.get("loc"), entry.get("lastmod")
+        if not loc or text is None:
+            return
+        at = parse_lastmod(text, self.now)
+        if at is None:
+            self.invalid += 1
+        else:
+            self.found[safe_url_string(loc)] = at
 
 
 def sitemap_lastmods(body: bytes) -> tuple[dict[str, int], int]:
     """``{<loc> as a Request URL: lastmod}`` of a sitemap (urlset or sitemapindex) *body*, and
-    how many ``<lastmod>`` were invalid.  A body that is not a sitemap gives ({}, 0)."""
+    how many ``<lastmod>`` were invalid.  A body that is not a sitemap gives ({}, 0).  (For
+    tools and tests: a worker notes the entries of the spider's own parse instead.)"""
     from scrapy.utils.sitemap import Sitemap
-    from w3lib.url import safe_url_string
 
     try:
         entries = list(Sitemap(body))
     except Exception:  # (lxml: what the spider itself will report as an invalid sitemap)
         return {}, 0
-    found: dict[str, int] = {}
-    invalid = 0
-    now = datetime.datetime.now().timestamp()
+    lastmods = Lastmods()
     for entry in entries:
-        loc, text = entry.get("loc"), entry.get("lastmod")
-        if not loc or text is None:
-            continue
-        at = parse_lastmod(text, now)
-        if at is None:
-            invalid += 1
-        else:
-            found[safe_url_string(loc)] = at
-    return found, invalid
+        lastmods.add(entry)
+    return lastmods.found, lastmods.invalid
 
 
 class FleetSitemapLastmod:
@@ -118,7 +120,13 @@ class FleetSitemapLastmod:
     ``<lastmod>`` (module docstring).  Raises NotConfigured when ``FLEET_RECRAWL`` is off."""
 
     def __init__(self, crawler: Crawler) -> None:
+        from scrapy import signals
+
         self.crawler = crawler
+        #: response -> the lastmods of the sitemap the spider parsed from it, until the
+        #: requests it yielded are marked
+        self._found: weakref.WeakKeyDictionary[Any, Lastmods] = weakref.WeakKeyDictionary()
+        crawler.signals.connect(self._opened, signal=signals.spider_opened)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FleetSitemapLastmod:
@@ -126,16 +134,23 @@ class FleetSitemapLastmod:
             raise NotConfigured("FLEET_RECRAWL is off")
         return cls(crawler)
 
+    def _opened(self, spider: Any) -> None:
+        engine_hooks.on_sitemap_entries(spider, self._note)
+
+    def _note(self, response: Response, entry: dict[str, Any]) -> None:
+        """An entry of the sitemap the spider is parsing from *response*."""
+        lastmods = self._found.get(response)
+        if lastmods is None:
+            lastmods = self._found[response] = Lastmods()
+        lastmods.add(entry)
+
     def _lastmods(self, response: Response) -> dict[str, int]:
-        spider = self.crawler.spider
-        body = sitemap_body(spider, response)
-        if not body:
+        lastmods = self._found.pop(response, None)
+        if lastmods is None:
             return {}
-        found, invalid = sitemap_lastmods(body)
-        stats = self.crawler.stats
-        if invalid and stats is not None:
-            stats.inc_value("fleet/recrawl/lastmod_invalid", invalid)
-        return found
+        if lastmods.invalid and self.crawler.stats is not None:
+            self.crawler.stats.inc_value("fleet/recrawl/lastmod_invalid", lastmods.invalid)
+        return lastmods.found
 
     def _mark(self, x: Any, found: dict[str, int]) -> Any:
         from scrapy import Request

@@ -139,13 +139,22 @@ def test_retry_after_pauses_one_host_for_every_worker(redis_url, three_hosts, wo
     busy_reqs = sorted((r["t"], r["status"]) for r in site.requests()
                        if r["addr"] == "127.0.0.2" and r["path"].startswith("/site/p/"))
     first_429 = next(t for t, status in busy_reqs if status == 429)
-    # requests leased before the hold was stored (at most the cap of 2: leased and not yet
-    # downloaded) cannot be called back; after that, nobody asks during the 5 s
-    in_flight = [t for t, _ in busy_reqs if first_429 < t < first_429 + 0.2]
-    assert len(in_flight) <= 2
-    after = [t for t, _ in busy_reqs if t >= first_429 + 0.2]
-    assert after and min(after) - first_429 >= 4.9
-    others_during = [t for t in hits(site, "127.0.0.3") if first_429 < t < first_429 + 4.5]
+    # when the hold was stored: Retry-After 5 holds the host until the backoff call's Redis
+    # time + 5 s (Redis's clock and the site's time.time() are this machine's one clock)
+    admin = FrontierAdmin(redis_url, "fetch")
+    hold_until = int(admin.client.hget(admin.keys.hold, "127.0.0.2")) / 1000
+    stored_at = hold_until - 5
+    assert first_429 < stored_at
+    # Until the worker that got the 429 has stored the hold, no one knows of it: the host's
+    # other slot (cap 2, the 429's own slot is kept until the hold is stored) goes on being
+    # leased, fetched and freed (the site answers at once), so any number of requests may
+    # arrive between the 429 and the hold (3 in ~1 run of 10).  Once it is stored, at most
+    # one request leased before it may still arrive (the other slot's, whose worker learns of
+    # the hold at its next frontier call), and nobody else asks until the hold ends.
+    during = [t for t, _ in busy_reqs if stored_at < t < hold_until]
+    assert len(during) <= 1, (first_429, stored_at, busy_reqs)
+    assert [t for t, _ in busy_reqs if t >= hold_until]  # the rest after the hold
+    others_during = [t for t in hits(site, "127.0.0.3") if stored_at < t < stored_at + 4.5]
     assert others_during  # the other host went on
     assert {i["url"] for i in read_items(outs) if i["status"] == 200} >= {
         f"{busy}site/p/{i}.html" for i in range(10)}

@@ -8,6 +8,7 @@ import math
 
 import pytest
 import redis
+from support import hosts_in_partition
 
 from scrapy_fleet import redis_client
 from scrapy_fleet.config import FleetConfig
@@ -19,9 +20,9 @@ KEYS = CrawlKeys("fleet", "budget")
 BASE = 10.0
 
 
-def fleet(redis_url: str) -> FleetConfig:
+def fleet(redis_url: str, parts: int = 1) -> FleetConfig:
     return FleetConfig.from_settings({
-        "FLEET_REDIS_URL": redis_url, "FLEET_RECRAWL": "adaptive",
+        "FLEET_REDIS_URL": redis_url, "FLEET_RECRAWL": "adaptive", "FLEET_PARTITIONS": parts,
         "FLEET_RECRAWL_INTERVAL": BASE, "FLEET_RECRAWL_MIN_INTERVAL": 1,
         "FLEET_RECRAWL_MAX_INTERVAL": 1000, "FLEET_HOST_RATE": 2, "FLEET_RECRAWL_BUDGET": 0.5})
 
@@ -80,3 +81,58 @@ def test_a_purged_crawl_gets_no_budget_key_back(redis_url):
     budgets = asyncio.run(main())
     assert sorted(client.scan_iter(match="fleet:{budget}*")) == []
     assert budgets.price("h.test") is None and budgets.pending == {}
+
+
+def test_a_hosts_budget_is_kept_in_its_partition(redis_url):
+    """FLEET_PARTITIONS=4: each host's HASH is in its partition's keys (the same rule as for
+    P = 1, whose one partition is the crawl's own keys), one transaction per partition."""
+    client = redis.Redis.from_url(redis_url)
+    parts = KEYS.all_partitions(4)
+    for part in parts:
+        client.set(part.marker, "m1")
+    hosts = {p: hosts_in_partition(p, 4)[0] for p in (1, 3)}
+
+    async def main() -> None:
+        budgets = HostBudgets(fleet(redis_url, 4), KEYS,
+                              redis_client.make_client(redis_url, is_async=True))
+        try:
+            for host in hosts.values():
+                budgets.move(host, None, (0, 0.1))
+            await budgets.sync()
+        finally:
+            await budgets.client.aclose()
+
+    asyncio.run(main())
+    written = {k.decode() for k in client.scan_iter(match="fleet:*:rvb:*")}
+    assert written == {parts[p].revisit_budget(host) for p, host in hosts.items()}
+    assert {p: int(client.hget(parts[p].revisit_budget(h), "0")) for p, h in hosts.items()} == {
+        1: 1, 3: 1}
+
+
+def test_a_least_privileged_worker_syncs_the_budgets(redis_server, redis_url):
+    """As the user of `scrapy fleet acl`'s worker rule (acl.py): the sync's transaction
+    (WATCH, MULTI, HINCRBYFLOAT, EXEC) was refused at its WATCH, so no budget ever synced."""
+    from scrapy_fleet import acl
+
+    admin = redis.Redis.from_url(redis_url)
+    admin.set(KEYS.marker, "m1")
+    admin.execute_command("ACL", "SETUSER", "budget-worker", "reset", "on", ">pw",
+                          *acl.acl_rule("worker", crawl_id=KEYS.crawl_id).split())
+    url = f"redis://budget-worker:pw@127.0.0.1:{redis_server.port}/0"
+
+    async def main() -> HostBudgets:
+        budgets = HostBudgets(fleet(url), KEYS, redis_client.make_client(url, is_async=True))
+        try:
+            budgets.move("h.test", None, (0, 0.1))
+            await budgets.sync()
+            return budgets
+        finally:
+            await budgets.client.aclose()
+
+    try:
+        budgets = asyncio.run(main())
+    finally:
+        admin.execute_command("ACL", "DELUSER", "budget-worker")
+    assert budgets.pending == {}
+    assert float(admin.hget(KEYS.revisit_budget("h.test"), "r0")) == pytest.approx(0.1)
+    assert budgets.price("h.test") == float(admin.hget(KEYS.revisit_budget("h.test"), "mu"))

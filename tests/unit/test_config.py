@@ -27,6 +27,22 @@ def test_defaults():
     assert config.resolve_crawl_id("docs") == "docs"
 
 
+def test_the_catalog_is_the_one_source_of_the_defaults():
+    """FleetConfig's fields have no defaults of their own (they repeated the catalog's): a
+    config is made by from_settings only, and gets the catalog's."""
+    import dataclasses
+
+    assert [f.name for f in dataclasses.fields(FleetConfig)
+            if f.default is not dataclasses.MISSING
+            or f.default_factory is not dataclasses.MISSING] == []
+    config = FleetConfig.from_settings(Settings())
+    assert (config.ban_statuses, config.drain_timeout, config.partitions,
+            config.partition_flush) == (tuple(DEFAULTS["FLEET_BAN_STATUSES"]),
+                                        DEFAULTS["FLEET_DRAIN_TIMEOUT"],
+                                        DEFAULTS["FLEET_PARTITIONS"],
+                                        DEFAULTS["FLEET_PARTITION_FLUSH"])
+
+
 def test_command_line_strings_are_converted():
     config = FleetConfig.from_settings(Settings({
         "FLEET_IDLE_TIMEOUT": "5", "FLEET_LEASE_TIMEOUT": "12.5", "FLEET_MAX_LEASES": "4",

@@ -115,31 +115,73 @@ def test_a_revisit_record_carries_its_bloom_key_and_last_fetch_and_its_place_key
     assert keys.revisit_place(b"\x01\x02" + b"k" * 10) == ("fleet:{c}:rvx:0102", b"k" * 6)
 
 
-def test_the_sitemap_body_is_read_as_the_sitemap_spider_reads_it():
+def test_the_sitemap_is_noted_as_the_sitemap_spider_reads_and_parses_it():
+    """The entries are those of the spider's own parse (its body: gunzipped within
+    DOWNLOAD_MAXSIZE...), noted while it parses: nothing read or parsed a second time."""
     import gzip
 
     from scrapy.http import Request, Response, TextResponse
     from scrapy.spiders import SitemapSpider, Spider
     from scrapy.utils.test import get_crawler
 
-    from scrapy_fleet.recrawl.sitemaps import sitemap_body
+    from scrapy_fleet import engine_hooks
 
     crawler = get_crawler(SitemapSpider, {"DOWNLOAD_MAXSIZE": 1000})
     spider = SitemapSpider.from_crawler(crawler, name="s")
+    noted: list[tuple[str, str]] = []
+    assert engine_hooks.on_sitemap_entries(spider, lambda r, e: noted.append((r.url, e["loc"])))
+    assert engine_hooks.on_sitemap_entries(spider, lambda r, e: None)  # (once: kept)
+
+    def parsed(response: Response) -> list[tuple[str, str]]:
+        noted.clear()
+        list(spider._parse_sitemap(response))
+        return list(noted)
+
     xml = b"<urlset><url><loc>http://a.test/</loc></url></urlset>"
-    assert sitemap_body(spider, XmlResponse("http://a.test/s", body=xml)) == xml
+    assert parsed(XmlResponse("http://a.test/s", body=xml)) == [("http://a.test/s",
+                                                                 "http://a.test/")]
     # (responses of requests, as a crawl's are: the spider reads its download_maxsize meta)
     zipped = Response("http://a.test/s.gz", body=gzip.compress(xml),
                       request=Request("http://a.test/s.gz"))
-    assert sitemap_body(spider, zipped) == xml
+    assert parsed(zipped) == [("http://a.test/s.gz", "http://a.test/")]
     big = Response("http://a.test/s.gz", body=gzip.compress(b" " * 5000),
                    request=Request("http://a.test/s.gz"))
-    assert sitemap_body(spider, big) is None  # past DOWNLOAD_MAXSIZE: not read
-    broken = Response("http://a.test/s.gz", body=b"\x1f\x8b\x08" + b"junk",
-                      request=Request("http://a.test/s.gz"))
-    assert sitemap_body(spider, broken) is None
-    assert sitemap_body(spider, TextResponse("http://a.test/s.xml", body=xml)) == xml
-    assert sitemap_body(spider, HtmlResponse("http://a.test/p.html", body=b"<p>x</p>")) is None
-    assert sitemap_body(spider, TextResponse("http://a.test/robots.txt", body=b"")) is None
+    assert parsed(big) == []  # past DOWNLOAD_MAXSIZE: not read
+    assert parsed(TextResponse("http://a.test/s.xml", body=xml)) == [("http://a.test/s.xml",
+                                                                      "http://a.test/")]
+    assert parsed(HtmlResponse("http://a.test/p.html", body=b"<p>x</p>")) == []
+    assert parsed(TextResponse("http://a.test/robots.txt", body=b"")) == []
     plain = Spider.from_crawler(get_crawler(Spider), name="p")
-    assert sitemap_body(plain, XmlResponse("http://a.test/s", body=xml)) is None
+    assert not engine_hooks.on_sitemap_entries(plain, lambda r, e: None)
+
+
+def test_a_gzipped_sitemap_over_the_warning_size_is_warned_of_once(caplog):
+    """The middleware reads the spider's own parse: one gunzip, one warning (it warned twice
+    when it read the body again), and the lastmods still reach the requests."""
+    import gzip
+    import logging
+
+    from scrapy.http import Request, Response
+    from scrapy.spiders import SitemapSpider
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_fleet.recrawl.sitemaps import LASTMOD_META_KEY, FleetSitemapLastmod
+
+    crawler = get_crawler(SitemapSpider, {"DOWNLOAD_WARNSIZE": 2000, "FLEET_RECRAWL": "fixed"})
+    spider = SitemapSpider.from_crawler(crawler, name="s")
+    crawler.spider = spider
+    middleware = FleetSitemapLastmod.from_crawler(crawler)
+    middleware._opened(spider)  # (the spider_opened signal)
+    urls = "".join(f"<url><loc>http://a.test/{i}</loc><lastmod>2026-11-{i + 1:02d}</lastmod>"
+                   f"</url>" for i in range(5))
+    body = gzip.compress(f"<urlset>{urls}<url><loc>http://a.test/x</loc><lastmod>soon"
+                         f"</lastmod></url>{' ' * 3000}</urlset>".encode())
+    assert len(body) < 2000
+    response = Response("http://a.test/s.gz", body=body, request=Request("http://a.test/s.gz"))
+    with caplog.at_level(logging.WARNING):
+        out = list(middleware.process_spider_output(response, spider._parse_sitemap(response)))
+    assert len([r for r in caplog.records if "download warning size" in r.message]) == 1
+    assert [r.meta.get(LASTMOD_META_KEY) for r in out] == [
+        utc(2026, 11, i + 1) for i in range(5)] + [None]
+    assert crawler.stats.get_value("fleet/recrawl/lastmod") == 5
+    assert crawler.stats.get_value("fleet/recrawl/lastmod_invalid") == 1
