@@ -500,7 +500,12 @@ class FrontierPump:
         and whether the fleet is idle; wakes the engine when there is work for it."""
         book = self.book
         now = time.monotonic()
-        book.holds = {h: now + left for h, left in result.holds.items()}
+        # the fleet's holds, and this worker's own not yet in them (its 429 noted while this
+        # call was on its way: book.note_hold): the later end of each
+        holds = {h: until for h, until in book.holds.items() if until > now}
+        for h, left in result.holds.items():
+            holds[h] = max(holds.get(h, 0.0), now + left)
+        book.holds = holds
         self._next_ready_at = None if result.next_ready is None else now + result.next_ready
         if self.stage is not None:
             self.stage.note_response_queue(result.response_queue)
