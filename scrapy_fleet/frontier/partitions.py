@@ -12,26 +12,17 @@ by slot; on one server they are only hash tags.
 AsyncFrontier` the pump uses (``call``, ``connect``, ``close``, ``keys``, ``client``,
 ``dupes``), so the worker's pump runs unchanged on it.  One call of the pump becomes:
 
-1. the links of a finished page whose host belongs to another partition than the page's
-   (*foreign* links) are pushed there first, one lean call per destination
-   (lua/push_lean.lua), concurrently.  They are buffered per destination across calls
-   (FLEET_PARTITION_FLUSH): a destination's buffer goes once its oldest link waited that
-   long, once it holds :data:`FLUSH_LINKS` links, and at close (:meth:`flush_now`); the
-   pages whose links wait (and their links for their own partition) wait with them, here,
-   unacknowledged, outside the pump's book (they count neither against the prefetch nor
-   against the leases a worker holds);
-2. then one frontier call per partition the batch touches, concurrently: acknowledgements,
-   extends, releases, dead letters and download notices go to the partition named by their
-   entry id (``"<p>:<id>"``), local links with their page's acknowledgement, pushes without
-   a parent to their host's partition, and the lease request (``take``) to the worker's
-   current *home* partition.  A partition's part that is only acknowledgements (with their
-   own links), download notices and extends, for a partition this call does not otherwise
-   reach (no lease request there, nothing the pump waits an answer for), is **held** for
-   that partition's next call (:func:`~scrapy_fleet.frontier.routing.hold_due`): once the
-   oldest waited :attr:`PartitionedFrontier.hold_age` (FLEET_PARTITION_FLUSH, a quarter of
-   the lease timeout at most), at HOLD_ACKS acknowledgements or :data:`FLUSH_LINKS` links,
-   with a heartbeat (its extends), and at close (:meth:`flush_now`): a pump call makes one
-   frontier call, not one per partition its pages came from (bench_partitions).
+1. the links of a finished page for another partition than the page's (*foreign* links) are
+   pushed there first, one lean call per destination (lua/push_lean.lua), concurrently,
+   buffered per destination across calls (FLEET_PARTITION_FLUSH, :data:`FLUSH_LINKS`, and at
+   close, :meth:`flush_now`); the pages whose links wait, wait with them here, unacknowledged;
+2. then one frontier call per partition the batch touches, concurrently (entry ids
+   ``"<p>:<id>"``; local links with their page's acknowledgement; the lease request split by
+   :class:`~scrapy_fleet.frontier.picker.PartitionPicker`, the home first).  A part that is
+   only acknowledgements, download notices and extends, for a partition this call does not
+   otherwise reach, is **held** for that partition's next call
+   (:func:`~scrapy_fleet.frontier.routing.hold_due`; at most :attr:`PartitionedFrontier.
+   hold_age`, HOLD_ACKS acknowledgements, :data:`FLUSH_LINKS` links, a heartbeat, the close).
 
 A page is thus acknowledged only after every foreign push carrying its links has returned
 (**push before ack**), so unfinished work is always visible in some partition: queued, leased,
@@ -39,17 +30,13 @@ deferred or parked.  A page one of whose foreign links was refused (that partiti
 not acknowledged but deferred on its own partition (FLEET_BACKPRESSURE_DELAY), to be fetched
 again: nothing is lost and no partition grows past its bound.
 
-Leases: the home partition first, then the partitions with work, concurrently
-(:class:`~scrapy_fleet.frontier.picker.PartitionPicker`).
-
 A failure without a reply (Redis unreachable through the retries) may hide a call that ran.
 A partition's part that failed so is kept as sent (frontier/sent.py ``SentPart``) and sent
 again as it was, same op id, before that partition's next part (the other partitions go on
-meanwhile); so is a lean push (``SentLean``), before that destination's new links: one that
-ran replies its cached reply (its leases reach the worker, its acknowledgements count once),
-one that did not runs now.  When no part of a call went through, the call raises after
-keeping its work here, and the pump sends its batch again with :attr:`PartitionedFrontier.
-last_op`, which takes nothing new from it (as it does at P = 1, frontier/pump.py).
+meanwhile); so is a lean push (``SentLean``), before that destination's new links.  When
+no part of a call went through, one partition it did not reach is called: if it answers, the
+call goes on as a partial failure; else (an outage) it raises after keeping its work here, and
+the pump sends its batch again with :attr:`PartitionedFrontier.last_op` (as at P = 1).
 
 Idle close: when the partitions a call reached all report idle for FLEET_IDLE_TIMEOUT, every
 partition is probed (lua/partition_probe.lua); the fleet is idle only when each of them is
@@ -449,6 +436,9 @@ class PartitionedFrontier:
                 by_part[p] = part
                 self.picker.note(p, takes.get(p, 0), len(part.leased), part.queued,
                                  part.next_ready, time.monotonic(), slots.get(p, 0))
+        if errors and not (by_part or resent or lean) and any(  # (one that may have run)
+                not isinstance(e, (redis.ResponseError, StaleDupeCache)) for e in errors):
+            await self._reach_another(failed, by_part)
         if monitor:
             deltas_part = self.home if self._deltas_part is None else self._deltas_part
             self.monitor_confirmed = bool(payloads) and deltas_part in by_part
@@ -503,6 +493,22 @@ class PartitionedFrontier:
         elif self.waiting_work:
             merged.idle_ms = -1
         return merged
+
+    async def _reach_another(self, failed: set[int], by_part: dict[int, CallResult]) -> None:
+        """No part of this call got through: call one partition it did not reach (the home
+        first), with nothing to do.  If it answers, the others are not down with the failed
+        ones (a partition's slot being moved, its master failed over): the call goes on as one
+        whose failed parts are held or kept as sent, and the pump with new work; else it is an
+        outage, raised (the pump sends its batch again)."""
+        for p in sorted(set(range(self.parts)) - failed, key=lambda q: q != self.home)[:1]:
+            try:
+                by_part[p] = await self.fronts[p].call(CallBatch())
+            except CrawlStateLostError:
+                raise
+            except Exception:  # (unreachable too: an outage, raised by the caller)
+                return
+            self.roundtrips += 1
+            self.picker.part_calls[p] += 1
 
     @property
     def waiting_work(self) -> bool:

@@ -29,6 +29,7 @@ from scrapy_fleet import codec
 from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.frontier.partitions import FLUSH_LINKS, PartitionedFrontier
 from scrapy_fleet.frontier.protocol import CallBatch
+from scrapy_fleet.frontier.routing import split_ref
 from scrapy_fleet.frontier.scheduler import FleetScheduler
 from scrapy_fleet.keys import CrawlKeys
 
@@ -280,6 +281,46 @@ def test_of_two_lean_pushes_the_one_whose_reply_came_is_not_sent_again(
     assert int(c.hget(KEYS.partition(2, PARTS).hostq, h2) or 0) == n
     assert _stat(c, 0, "acked") == 1
     assert crawler.stats.get_value("fleet/frontier/pushed") == n
+
+
+def test_a_call_only_to_an_unreachable_partition_does_not_stop_the_others(
+        redis_url: str) -> None:
+    """A call whose only part (partition 0's acknowledgement) gets no reply, while the home
+    (partition 1) answers: the client calls the home with nothing to do, finds it up and does
+    not raise (raising made the pump send that batch again and again, taking no new work:
+    a worker stalled for as long as one partition's slot was half-moved).  The part is kept
+    as sent; the next calls lease from partition 1; once partition 0 answers, the part goes
+    again as it was and the page is acknowledged once."""
+    _crawler, pump, _book = _pump(redis_url)
+    c = redis.Redis.from_url(redis_url)
+    (h0,) = hosts_in_partition(0, PARTS)
+    (h1,) = hosts_in_partition(1, PARTS)
+    tag0 = KEYS.partition(0, PARTS).base.encode()
+
+    async def main() -> None:
+        async with _through(redis_url, tag0, pump) as (proxy, fr):
+            fr.home = 0
+            await fr.call(CallBatch(pushes=[_entry(f"http://{h0}/page")]))
+            (page,) = (await fr.call(CallBatch(take=1))).leased
+            fr.home = 1
+            proxy.mode = "down"
+            r = await fr.call(CallBatch(acks=[(page.entry_id, page.token)]))
+            assert r.acked == 0 and fr.waiting_work and fr.last_op is None
+            await fr.call(CallBatch(pushes=[_entry(f"http://{h1}/other")]))
+            r = await fr.call(CallBatch(take=1))
+            assert [split_ref(e.entry_id)[0] for e in r.leased] == [1]
+            proxy.mode = "pass"
+            acked, lost = 0, []
+            for _ in range(100):  # (the kept part goes after its back-off: 0.1 s doubling)
+                r = await fr.call(CallBatch(beat=True))
+                acked, lost = acked + r.acked, lost + r.lost
+                if not fr.waiting_work:
+                    break
+                await asyncio.sleep(0.05)
+            assert acked == 1 and lost == [] and not fr.waiting_work
+
+    asyncio.run(main())
+    assert _stat(c, 0, "acked") == 1 and _stat(c, 1, "leased") == 1
 
 
 def test_the_final_call_releases_the_leases_of_a_part_sent_again(redis_url: str) -> None:
