@@ -370,9 +370,10 @@ class FrontierPump:
                 return None  # (0: the client's own buffer is due: it goes with an empty batch)
             # leases held once this call is done (what it releases is gone then), with the
             # pages whose acknowledgement waits in a partitioned client (still leased)
-            held = (max(0, len(book.held_leases()) - len(batch.releases))
-                    + self.frontier.acks_held)
-            monitor = self.monitor.payload("closing" if final else book.state, held,
+            waiting = self.frontier.acks_held
+            held = max(0, len(book.held_leases()) - len(batch.releases)) + waiting
+            state = "fetching" if waiting and book.state == "idle" else book.state
+            monitor = self.monitor.payload("closing" if final else state, held,
                                            engine_hooks.active_downloads(self.crawler))
             sent = SentCall(batch, n_out, n_done, n_dead, final, monitor,
                             book.outbox[:n_out], book.done[:n_done])
