@@ -85,7 +85,7 @@ def redirects(cluster: RedisClusterSet, ports: list[int],
 
 
 def test_a_partition_moved_during_a_crawl_loses_nothing(cluster, site_factory, worker_env,
-                                                        tmp_path):
+                                                        tmp_path, request):
     parts, hosts, pages = 3, 6, 30
     binds = [f"127.0.0.{10 + i}" for i in range(hosts)]
     generate_site(tmp_path / "www", pages, 1, seed=5)
@@ -113,6 +113,7 @@ def test_a_partition_moved_during_a_crawl_loses_nothing(cluster, site_factory, w
                 "CONCURRENT_REQUESTS": 4}
     procs = [start_worker(TEST_PROJECT, "fetch", {**settings, "FLEET_JSONL_PATH": outs[i]},
                           worker_env, logs[i]) for i in range(2)]
+    request.addfinalizer(lambda: [p.kill() for p in procs if p.poll() is None])  # (failed)
 
     def acked(skip: int | None = None) -> int:
         return sum(int(client.hget(k.stats, "acked") or 0) for k in keys.all_partitions(parts)
