@@ -221,9 +221,12 @@ def test_top_in_a_pseudo_terminal_redraws_and_exits_on_ctrl_c(redis_url, worker_
          "http://127.0.0.1:9/c")
     env = dict(worker_env, TERM="xterm-256color", COLUMNS="120", LINES="40")
     master, slave = pty.openpty()
+    # (a terminal's Ctrl-C reaches a process whose SIGINT is not ignored: a suite run in the
+    # background of a shell (`make test &`) starts it ignored, and Python keeps it so)
     proc = subprocess.Popen([SCRAPY_FLEET, "--redis", redis_url, "top", "docs", "--interval",
                              "0.3"], stdin=slave, stdout=slave, stderr=slave, env=env,
-                            start_new_session=True)
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     os.close(slave)
     try:
         # a frame is drawn whole once the next one begins (it ends with its alerts: here
