@@ -314,8 +314,8 @@ class LeaseBook:
         lease = entry[1]
         self._forget_entry(lease)
         if lease.lost:
-            # another worker fetches this request again and will push its links
-            self.inc("fleet/frontier/lease_lost")
+            # another worker fetches this request again and will push its links (counted in
+            # fleet/frontier/lease_lost when the reply said so: frontier/lostleases.py)
             return
         self.done.append(lease)
         self.poke()

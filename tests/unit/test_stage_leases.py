@@ -36,4 +36,6 @@ def test_a_request_in_flight_under_a_lost_lease_does_not_answer_for_the_entrys_n
     assert [c[3] for c in new.children] == [b"stored"] and old.children == []
     book.finished(second)
     assert book.done == [new] and not book.holds_lease(second)
-    assert crawler.stats.get_value("fleet/frontier/lease_lost") == 1
+    # (counted once, where the pump learns it from a reply: LostLeases.report; finishing the
+    # request counted it a second time, 32 against the warning's 16 in a user's trial)
+    assert crawler.stats.get_value("fleet/frontier/lease_lost") is None
