@@ -225,16 +225,30 @@ def _ctrl_c_as_in_a_terminal() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-def test_top_in_a_pseudo_terminal_redraws_and_exits_on_ctrl_c(redis_url, worker_env):
-    push(redis_url, worker_env, "http://127.0.0.1:9/a", "http://127.0.0.1:9/b",
-         "http://127.0.0.1:9/c")
+@contextmanager
+def _top_in_pty(redis_url: str, worker_env: dict[str, str],
+                interval: str) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """``scrapy-fleet top docs --interval INTERVAL`` in a pseudo-terminal of 120 x 40:
+    (the process, the pty's master fd); killed if still running, the fd closed, after."""
     env = dict(worker_env, TERM="xterm-256color", COLUMNS="120", LINES="40")
     master, slave = pty.openpty()
     proc = subprocess.Popen([SCRAPY_FLEET, "--redis", redis_url, "top", "docs", "--interval",
-                             "0.3"], stdin=slave, stdout=slave, stderr=slave, env=env,
+                             interval], stdin=slave, stdout=slave, stderr=slave, env=env,
                             start_new_session=True, preexec_fn=_ctrl_c_as_in_a_terminal)
     os.close(slave)
     try:
+        yield proc, master
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
+def test_top_in_a_pseudo_terminal_redraws_and_exits_on_ctrl_c(redis_url, worker_env):
+    push(redis_url, worker_env, "http://127.0.0.1:9/a", "http://127.0.0.1:9/b",
+         "http://127.0.0.1:9/c")
+    with _top_in_pty(redis_url, worker_env, "0.3") as (proc, master):
         # a frame is drawn whole once the next one begins (it ends with its alerts: here
         # "no worker is alive", not "alerts: none"; waiting for the word "alerts" waited out
         # the 30 s)
@@ -258,11 +272,6 @@ def test_top_in_a_pseudo_terminal_redraws_and_exits_on_ctrl_c(redis_url, worker_
         rest = _drain_until_exit(master, proc, time.monotonic() + 15)
         assert proc.poll() == 0, rest[-2000:]
         assert "Traceback" not in seen + rest
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(master)
 
 
 def _read_raw(fd: int, until: float, need: bytes = b"", times: int = 1) -> bytes:
@@ -299,13 +308,7 @@ def test_top_in_a_pseudo_terminal_exits_0_on_sigterm_with_the_terminal_restored(
         redis_url, worker_env):
     # issue 19: SIGTERM left exit status 143 and the alternate screen on
     push(redis_url, worker_env, "http://127.0.0.1:9/a")
-    env = dict(worker_env, TERM="xterm-256color", COLUMNS="120", LINES="40")
-    master, slave = pty.openpty()
-    proc = subprocess.Popen([SCRAPY_FLEET, "--redis", redis_url, "top", "docs", "--interval",
-                             "1"], stdin=slave, stdout=slave, stderr=slave, env=env,
-                            start_new_session=True)
-    os.close(slave)
-    try:
+    with _top_in_pty(redis_url, worker_env, "1") as (proc, master):
         # the second frame begun (waiting for the word "alerts", which a frame with an alert
         # does not show, waited out the 30 s), then read whole: top waits between frames
         raw = _read_raw(master, time.monotonic() + 30, TITLE.encode(), times=2)
@@ -316,11 +319,6 @@ def test_top_in_a_pseudo_terminal_exits_0_on_sigterm_with_the_terminal_restored(
         assert proc.poll() == 0, out[-2000:]
         assert b"\x1b[?1049l" in out, out[-2000:]  # the alternate screen left
         assert b"Traceback" not in raw + out
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(master)
 
 
 def test_top_in_a_pseudo_terminal_restores_the_terminal_on_sigterm_mid_frame(redis_url,
@@ -329,14 +327,8 @@ def test_top_in_a_pseudo_terminal_restores_the_terminal_on_sigterm_mid_frame(red
     # left the alternate screen on in 2 of 4 tries: the signals are held while a frame is
     # written (monitoring/top.py)
     push(redis_url, worker_env, "http://127.0.0.1:9/a")
-    env = dict(worker_env, TERM="xterm-256color", COLUMNS="120", LINES="40")
     for _ in range(4):
-        master, slave = pty.openpty()
-        proc = subprocess.Popen([SCRAPY_FLEET, "--redis", redis_url, "top", "docs",
-                                 "--interval", "0.001"], stdin=slave, stdout=slave,
-                                stderr=slave, env=env, start_new_session=True)
-        os.close(slave)
-        try:
+        with _top_in_pty(redis_url, worker_env, "0.001") as (proc, master):
             raw = _read_raw(master, time.monotonic() + 30, TITLE.encode(), times=5)
             assert raw.count(TITLE.encode()) >= 5, raw[-2000:]
             out = _sigterm_and_drain(proc, master)
@@ -345,11 +337,6 @@ def test_top_in_a_pseudo_terminal_restores_the_terminal_on_sigterm_mid_frame(red
             assert b"\x1b[?1049l" in out, out[-2000:]
             assert b"\x1b[?1049h" not in out.rsplit(b"\x1b[?1049l", 1)[1], out[-2000:]
             assert b"Traceback" not in raw + out
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            os.close(master)
 
 
 def test_top_piped_prints_each_frame_as_it_is_drawn_and_exits_0_on_sigterm(redis_url,
