@@ -57,18 +57,9 @@ def materialize(batch: CallBatch, caches: list[DupeCache], encode: Encoder) -> N
     """Encode, in place, the links of *batch* (pump format, a held one) buffered unencoded
     whose partition's cache (the partition of their page) no longer knows them; those that
     cannot be encoded are dropped (recorded as failed by *encode*)."""
-    if not unencoded(batch):
-        return
-    kept = []
-    for push in batch.pushes:
-        g = group_of(push)
-        if type(push[2]) is bytes or caches[split_ref(batch.acks[g - 1][0])[0]].knows(push[0]):
-            kept.append(push)
-            continue
-        got = encode(push[2])
-        if got is not None:
-            kept.append((push[0], push[1], got[0], g, got[1], *push[5:]))
-    batch.pushes = kept
+    if unencoded(batch):
+        _encode(batch, encode, lambda push: caches[
+            split_ref(batch.acks[group_of(push) - 1][0])[0]].knows(push[0]))
 
 
 def encode_part(batch: CallBatch, encode: Encoder) -> None:
@@ -76,10 +67,17 @@ def encode_part(batch: CallBatch, encode: Encoder) -> None:
     unencoded: its call was refused for a stale filter generation (nothing ran; the cache
     that knew them is cleared), so it goes again with them all; those that cannot be encoded
     are dropped (recorded as failed by *encode*)."""
+    _encode(batch, encode, lambda push: False)
+
+
+def _encode(batch: CallBatch, encode: Encoder, known: Callable[[tuple[Any, ...]], bool]
+            ) -> None:
+    """Encode, in place, the links of *batch* buffered unencoded but those *known* still
+    leaves out; those that cannot be encoded are dropped."""
     pushes = []
     for push in batch.pushes:
-        if type(push[2]) is bytes:
+        if type(push[2]) is bytes or known(push):
             pushes.append(push)
         elif (got := encode(push[2])) is not None:
-            pushes.append((push[0], push[1], got[0], push[3], got[1], *push[5:]))
+            pushes.append((push[0], push[1], got[0], group_of(push), got[1], *push[5:]))
     batch.pushes = pushes
