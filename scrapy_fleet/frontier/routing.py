@@ -59,7 +59,6 @@ def partition_params(params: FrontierParams, parts: int) -> FrontierParams:
     return replace(params, queue_max=-(-params.queue_max // parts))
 
 
-
 @dataclass
 class Route:
     """Where the pump's batch went: per partition its own batch; per push of the batch,
@@ -92,8 +91,7 @@ def route(batch: CallBatch, parts: int, home: int, skip: set[int] | None = None)
         r.per[p].acks.append((entry_id, *ack[1:]))
         r.acks.append((p, len(r.per[p].acks) - 1))
     for push in batch.pushes:
-        host = push[4] if len(push) > 4 else ""
-        group = int(push[3]) if len(push) > 3 else 0
+        host, group = host_of(push), group_of(push)
         q = partition_of(host, parts)
         if group == 0:
             r.pushes.append((q, len(r.per[q].pushes), False))
