@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -121,6 +122,18 @@ async def _push_and_lease(fr: PartitionedFrontier, pump: Any, book: Any, urls: l
     return requests, [book.inflight[id(r)][1] for r in requests]
 
 
+
+def _lost_lines(main: Callable[[], Coroutine[Any, Any, None]], server: RedisServer,
+                caplog: pytest.LogCaptureFixture) -> list[str]:
+    """Run *main*, then stop *server*: the frontier's warnings that say "lost"."""
+    try:
+        with caplog.at_level(logging.WARNING, logger="scrapy_fleet.frontier"):
+            asyncio.run(main())
+    finally:
+        server.stop()
+    return [r.getMessage() for r in caplog.records if "lost" in r.getMessage()]
+
+
 def test_a_lease_lost_to_an_outage_is_said_lost_to_it(tmp_path: Path,
                                                       caplog: pytest.LogCaptureFixture) -> None:
     """A call that fails without a reply (Redis killed) may have run: its acknowledgements,
@@ -155,12 +168,7 @@ def test_a_lease_lost_to_an_outage_is_said_lost_to_it(tmp_path: Path,
             await fr.close()
             await other.close()
 
-    try:
-        with caplog.at_level(logging.WARNING, logger="scrapy_fleet.frontier"):
-            asyncio.run(main())
-    finally:
-        server.stop()
-    lost = [r.getMessage() for r in caplog.records if "lost" in r.getMessage()]
+    lost = _lost_lines(main, server, caplog)
     assert len(lost) == 1, lost
     assert lost[0].startswith("2 lease(s) reported lost after a Redis outage (2 so far)")
     assert "not a stall of this worker" in lost[0] and "stalled" not in lost[0]
@@ -195,12 +203,7 @@ def test_a_first_batch_of_many_lost_leases_is_logged(tmp_path: Path,
             await fr.close()
             await other.close()
 
-    try:
-        with caplog.at_level(logging.WARNING, logger="scrapy_fleet.frontier"):
-            asyncio.run(main())
-    finally:
-        server.stop()
-    lost = [r.getMessage() for r in caplog.records if "lost" in r.getMessage()]
+    lost = _lost_lines(main, server, caplog)
     assert crawler.stats.get_value("fleet/frontier/lease_lost") == 9
     assert len(lost) == 1, lost
     assert lost[0].startswith("9 lease(s) lost (9 so far)"), lost
