@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
+import redis.asyncio.retry
 import redis.asyncio.sentinel
 import redis.cluster
 import redis.connection
@@ -47,19 +48,26 @@ T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 
-def _options(timeout: float) -> dict[str, Any]:
+def _no_retry(is_async: bool) -> Any:
+    """A retry policy of 0 retries of the client's kind: an asyncio client gets
+    ``redis.asyncio.retry.Retry`` (redis-py >= 8.2 converts a sync ``redis.retry.Retry`` with a
+    ``UserWarning``, an error under ``PYTHONWARNINGS=error``; both classes exist since 4.2)."""
+    return (redis.asyncio.retry.Retry if is_async else Retry)(NoBackoff(), 0)
+
+
+def _options(timeout: float, is_async: bool) -> dict[str, Any]:
     return {
         "socket_timeout": timeout,
         "socket_connect_timeout": timeout,
-        "retry": Retry(NoBackoff(), 0),
+        "retry": _no_retry(is_async),
         "retry_on_timeout": False,
         "health_check_interval": 30,
         "client_name": "scrapy_fleet",
     }
 
 
-def _cluster_options(timeout: float) -> dict[str, Any]:
-    options = _options(timeout)
+def _cluster_options(timeout: float, is_async: bool) -> dict[str, Any]:
+    options = _options(timeout, is_async)
     del options["retry_on_timeout"]  # deprecated for the cluster clients (and their Retry of
     # 0 retries already retries nothing)
     return options
@@ -76,17 +84,17 @@ def _node_kwargs(target: redis_url.RedisTarget) -> dict[str, Any]:
     return node
 
 
-def _sentinel_kwargs(target: redis_url.RedisTarget, timeout: float,
+def _sentinel_kwargs(target: redis_url.RedisTarget, timeout: float, is_async: bool,
                      ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(the sentinels' connection options, the master's) of a Sentinel URL."""
     master = _node_kwargs(target)
     tls = {k: v for k, v in master.items() if k.startswith("ssl")}
     sentinels: dict[str, Any] = {
         "socket_timeout": timeout, "socket_connect_timeout": timeout,
-        "retry": Retry(NoBackoff(), 0), **target.sentinel_options}
+        "retry": _no_retry(is_async), **target.sentinel_options}
     if target.tls:
         sentinels.update(tls)
-    return sentinels, {**master, **_options(timeout)}
+    return sentinels, {**master, **_options(timeout, is_async)}
 
 
 class _Cluster(redis.cluster.RedisCluster):
@@ -135,14 +143,14 @@ def make_client(url: str, timeout: float = 10.0, *, is_async: bool = False) -> A
         nodes = [cluster_node(host, port) for host, port in target.hosts]
         try:
             return cluster(startup_nodes=nodes, **_node_kwargs(target),
-                           **_cluster_options(timeout))
+                           **_cluster_options(timeout, is_async))
         except (RedisClusterException, *_PING_ERRORS) as exc:
             raise _unreachable(exc, url) from exc
     if target.kind == "sentinel":
-        sentinels, master = _sentinel_kwargs(target, timeout)
+        sentinels, master = _sentinel_kwargs(target, timeout, is_async)
         return sentinel(list(target.hosts), sentinel_kwargs=sentinels,
                         ).master_for(target.service, **master)
-    return plain.from_url(target.url, **_options(timeout))
+    return plain.from_url(target.url, **_options(timeout, is_async))
 
 
 def is_cluster(client: Any) -> bool:

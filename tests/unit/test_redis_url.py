@@ -3,9 +3,12 @@ built for them (redis_client.py)."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import redis
 import redis.asyncio.cluster
+import redis.asyncio.retry
 import redis.cluster
 import redis.sentinel
 
@@ -74,3 +77,21 @@ def test_clients_of_each_kind():
     tls = redis_client.make_client("rediss://127.0.0.1:1/0?ssl_ca_certs=/etc/hostname")
     kwargs = tls.connection_pool.connection_kwargs
     assert kwargs["ssl_ca_certs"] == "/etc/hostname" and kwargs["retry"]._retries == 0
+
+
+def test_asyncio_clients_get_an_asyncio_retry_without_a_warning():
+    # a sync redis.retry.Retry given to an asyncio client: redis-py 8.2 converts it with a
+    # UserWarning, which under PYTHONWARNINGS=error killed every worker at its first call
+    # (RuntimeError: Scraper slot not assigned); 5.0.1 kept the sync one
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plain = redis_client.make_client("redis://127.0.0.1:1/0", is_async=True)
+        sentinel = redis_client.make_client("redis+sentinel://127.0.0.1:1/mymaster/0",
+                                            is_async=True)
+        cluster = redis_client.make_client("redis+cluster://127.0.0.1:1", is_async=True)
+    sentinels = sentinel.connection_pool.sentinel_manager.sentinels
+    retries = [plain.connection_pool.connection_kwargs["retry"],
+               sentinel.connection_pool.connection_kwargs["retry"],
+               sentinels[0].connection_pool.connection_kwargs["retry"], cluster.retry]
+    assert [type(r) for r in retries] == [redis.asyncio.retry.Retry] * 4
+    assert [r._retries for r in retries] == [0] * 4
