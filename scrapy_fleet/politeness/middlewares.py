@@ -25,7 +25,7 @@ from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 import redis
-from scrapy import Request
+from scrapy import Request, signals
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
@@ -85,6 +85,13 @@ class _FleetDownloaderMiddleware:
         self.crawler = crawler
         self.config = config
         self._politeness: politeness.Politeness | None = None
+        crawler.signals.connect(self._close_client, signal=signals.spider_closed)
+
+    async def _close_client(self, spider: Any = None) -> None:
+        """Close the Redis client at the spider's end: left to the garbage collector, each of
+        its connections raised a ``ResourceWarning`` (an error under ``-W error``)."""
+        if self._politeness is not None:
+            await self._politeness.client.aclose()
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Any:
