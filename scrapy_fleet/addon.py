@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+
 from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
+
+logger = logging.getLogger(__name__)
+
+#: Scrapy commands that fetch a few pages for a developer and exit (docs/scrapy-compat.md):
+#: in a fleet project they run as plain Scrapy, in their one process.  With the fleet's
+#: scheduler their requests went into the live crawl's frontier (``scrapy parse``'s wrapped
+#: callback could not even be stored: a failed record in the crawl) and the command waited
+#: for work forever.
+ONE_PROCESS_COMMANDS = frozenset({"shell", "parse", "fetch", "view", "check", "bench"})
 
 #: component -> order, added to the project's component dicts
 SPIDER_MIDDLEWARES = {"scrapy_fleet.frontier.spidermw.FleetSpiderMiddleware": 0,
@@ -70,6 +81,13 @@ class Addon:
     """
 
     def update_settings(self, settings: BaseSettings) -> None:
+        from scrapy_fleet import engine_hooks
+
+        command = engine_hooks.running_command()
+        if command in ONE_PROCESS_COMMANDS:
+            logger.info("scrapy %s runs as plain Scrapy in this fleet project: it does not "
+                        "touch the fleet's frontier, filter or politeness in Redis", command)
+            return
         self._politeness_settings(settings)
         self._browser_settings(settings)
         settings.set("SCHEDULER", "scrapy_fleet.frontier.scheduler.FleetScheduler", "addon")

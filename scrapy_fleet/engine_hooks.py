@@ -374,6 +374,10 @@ def on_sitemap_entries(spider: Any, note: Callable[[Any, dict[str, Any]], None])
     return True
 
 
+#: the command :func:`running_command` found at its first call (a one-item list: found)
+_COMMAND: list[str | None] = []
+
+
 def running_command() -> str | None:
     """The ``scrapy`` command this process runs (``crawl``, ``fleet``...), or None when it is
     not run by Scrapy's command line.
@@ -382,12 +386,17 @@ def running_command() -> str | None:
     every command of the ``scrapy.commands`` entry points at each run, whatever the command,
     before it parses the arguments: so the fleet's command class is built by ``scrapy crawl``
     too, and this is how it learns which command runs (the first argument that is not an
-    option, as Scrapy picks it).
+    option, as Scrapy picks it).  Scrapy then pops that name from ``sys.argv``, so the answer
+    of the first call (the fleet command's ``__init__``) is kept for the later ones (the
+    add-on's).
     """
     import sys
 
+    if _COMMAND:
+        return _COMMAND[0]
     argv = sys.argv
     if not argv or not argv[0].replace("\\", "/").endswith(("scrapy", "scrapy/__main__.py")):
         return None
     names = [a for a in argv[1:] if not a.startswith("-")]
-    return names[0] if names else None
+    _COMMAND.append(names[0] if names else None)
+    return _COMMAND[0]
