@@ -33,7 +33,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.misc import load_object
 from scrapy.utils.reactor import is_asyncio_reactor_installed
 
-from scrapy_fleet import acl, identity, redis_client, redis_url
+from scrapy_fleet import acl, compat, identity, redis_client, redis_url
 from scrapy_fleet.catalog import SETTINGS_HELP, unknown_settings
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import (
@@ -94,6 +94,8 @@ def check_worker(crawler: Crawler) -> FleetConfig:
     the permissions of its user (scrapy_fleet/acl.py: one script call that checks every
     command a worker sends, on the crawl's keys, and one on the proxy pool's keys when the
     crawl uses the pool).  A TLS URL with ``ssl_cert_reqs=none`` is logged as a warning.
+    A Scrapy setting that would act per worker in silence (compat.py: ``CLOSESPIDER_*``,
+    AutoThrottle, ``DOWNLOAD_SLOTS``, ``JOBDIR``, feeds...) is logged as one warning each.
     A worker with the fleet's scheduler then records its spider as the crawl's (or checks
     it is the recorded one) and makes sure no live worker runs with its worker id
     (identity.py: this may wait up to FLEET_WORKER_DEAD_AFTER seconds for an earlier
@@ -132,6 +134,8 @@ def check_worker(crawler: Crawler) -> FleetConfig:
         raise FleetConfigError(
             "TWISTED_REACTOR must be the asyncio reactor "
             "(twisted.internet.asyncioreactor.AsyncioSelectorReactor) for scrapy_fleet")
+    if fleet_scheduler:  # Scrapy settings that would act per worker in silence
+        compat.warn_per_worker_settings(settings, logger.warning)
     if fleet_scheduler or _is_subclass(settings, "DUPEFILTER_CLASS", RedisBloomDupeFilter):
         target = redis_url.parse(config.redis_url)
         if target.unverified:

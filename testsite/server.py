@@ -5,7 +5,8 @@
 same port, so that several addresses look like several hosts to a crawler.
 
 Serving: ``/x/`` answers ``x/index.html``; ``/x`` for a directory redirects (301) to ``/x/``;
-the query string is ignored; unknown paths answer 404.
+the query string is ignored; unknown paths answer 404.  A redirect chain: ``/_hops/N/REST``
+answers 302 to ``/_hops/N-1/REST``, and ``/_hops/0/REST`` 302 to ``/REST`` (N + 1 redirects).
 
 Observing: every request is appended to the log file as one JSON line::
 
@@ -141,6 +142,16 @@ def _changing(spec: Any) -> Any:
     return ChangingPages(dict(spec))
 
 
+def _hop(path: str) -> str | None:
+    """Where ``/_hops/N/REST`` redirects (see the module docstring), or None for another
+    path."""
+    parts = path.split("/", 3)  # "", "_hops", N, REST
+    if len(parts) < 4 or parts[1] != "_hops" or not parts[2].isdigit():
+        return None
+    n = int(parts[2])
+    return f"/_hops/{n - 1}/{parts[3]}" if n > 0 else "/" + parts[3]
+
+
 def _matches(prefix: str, rule_host: str | None, host: str, path: str) -> bool:
     return path.startswith(prefix) and (rule_host is None or host_name(rule_host) == host)
 
@@ -260,6 +271,9 @@ class SiteServer:
             if rule.retry_after is not None:
                 headers["Retry-After"] = str(rule.retry_after)
             return rule.status, headers, f"{rule.status} from the test site\n".encode()
+        hops = _hop(path)
+        if hops is not None:
+            return 302, {"Location": hops, "Content-Type": "text/plain"}, b"redirect\n"
         changing = self.behaviour.changing
         if changing is not None and path.startswith(changing.prefix):
             return changing.respond(path, request_headers or {})

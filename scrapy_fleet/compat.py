@@ -1,0 +1,94 @@
+"""Scrapy settings that would act per worker without a word: one start-up warning each.
+
+The audit of every Scrapy setting, component, command and signal that keeps state in one
+process is docs/scrapy-compat.md.  Most rows are fleet-wide (the frontier, the filter, the
+politeness, the meta keys that travel with a request) or per worker by design (a worker's own
+memory, stats, consoles).  The settings here behave per worker although a user means the
+crawl: each gets one WARNING line at start-up naming what to use instead, until the fleet has
+its own form of them (``CLOSESPIDER_*``: issue 34; AutoThrottle: issue 35).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from scrapy.settings import BaseSettings
+
+#: Scrapy's CloseSpider settings (scrapy/extensions/closespider.py), each counted by the
+#: process that reads it
+CLOSESPIDER = ("CLOSESPIDER_PAGECOUNT", "CLOSESPIDER_ITEMCOUNT", "CLOSESPIDER_ERRORCOUNT",
+               "CLOSESPIDER_TIMEOUT", "CLOSESPIDER_PAGECOUNT_NO_ITEM",
+               "CLOSESPIDER_TIMEOUT_NO_ITEM")
+
+
+def _number(settings: BaseSettings, name: str) -> float:
+    try:
+        return settings.getfloat(name)
+    except (TypeError, ValueError):
+        return 0.0  # Scrapy itself reports a value it cannot read
+
+
+def _closespider(settings: BaseSettings) -> Iterator[str]:
+    for name in CLOSESPIDER:
+        value = _number(settings, name)
+        if value > 0:
+            yield (f"{name}={value:g} is counted by each worker, not by the fleet: N workers "
+                   f"go on until each has reached it (a fleet-wide budget is issue 34); to "
+                   f"end a crawl, push only what it needs and set FLEET_IDLE_TIMEOUT")
+
+
+def _autothrottle(settings: BaseSettings) -> Iterator[str]:
+    if settings.getbool("AUTOTHROTTLE_ENABLED"):
+        yield ("AUTOTHROTTLE_ENABLED: each worker runs its own AutoThrottle, which adjusts only "
+               "its own delay (N workers are N controllers; a fleet-wide one is issue 35); the "
+               "fleet-wide limits per host are FLEET_HOST_RATE, FLEET_HOST_CONCURRENCY and "
+               "DOWNLOAD_DELAY")
+
+
+def _slots(settings: BaseSettings) -> Iterator[str]:
+    slots = settings.getdict("DOWNLOAD_SLOTS")
+    if slots:
+        yield (f"DOWNLOAD_SLOTS ({', '.join(sorted(map(str, slots)))}) sets a concurrency and "
+               f"delay in each worker: N workers send N times as much to such a slot; the "
+               f"fleet-wide form is FLEET_HOST_OVERRIDES = {{host: {{\"concurrency\": N, "
+               f"\"delay\": S}}}}")
+    per_ip = _number(settings, "CONCURRENT_REQUESTS_PER_IP")
+    if per_ip > 0:
+        yield (f"CONCURRENT_REQUESTS_PER_IP={per_ip:g} caps each worker's requests per IP "
+               f"address, not the fleet's; the fleet-wide cap per IP is FLEET_HOST_KEY = "
+               f"\"ip\" with FLEET_HOST_CONCURRENCY = {per_ip:g}")
+
+
+def _local_state(settings: BaseSettings) -> Iterator[str]:
+    if settings.get("JOBDIR"):
+        yield ("JOBDIR is not needed by a fleet worker: its queue and seen requests are in "
+               "Redis, and a stopped crawl resumes from there; only spider.state is kept in "
+               "JOBDIR, by each worker for itself")
+    feeds = [str(uri) for uri in settings.getdict("FEEDS")
+             if "://" not in str(uri) or str(uri).startswith("file://")]
+    if feeds:
+        yield (f"FEEDS ({', '.join(feeds)}): each worker writes the items it scraped to its own "
+               f"feed, kept in memory until it closes (a killed worker's are lost; workers on "
+               f"one machine given the same file name overwrite each other's); durable items "
+               f"per worker: FLEET_JSONL_PATH = \"items-%(worker)s.jsonl\"")
+
+
+_CHECKS: tuple[Callable[[BaseSettings], Iterator[str]], ...] = (
+    _closespider, _autothrottle, _slots, _local_state)
+
+
+def per_worker_settings(settings: BaseSettings) -> list[str]:
+    """One line (no trailing period) for each Scrapy setting in *settings* that acts in each
+    worker alone although the user means the crawl (docs/scrapy-compat.md), in a fixed
+    order; empty when there is none."""
+    return [line for check in _CHECKS for line in check(settings)]
+
+
+def warn_per_worker_settings(settings: BaseSettings, warn: Callable[..., Any]) -> int:
+    """Call *warn* (``logger.warning``) once per line of :func:`per_worker_settings`;
+    returns how many."""
+    lines = per_worker_settings(settings)
+    for line in lines:
+        warn("%s", line)
+    return len(lines)
