@@ -23,8 +23,10 @@ CLOSESPIDER = ("CLOSESPIDER_PAGECOUNT", "CLOSESPIDER_ITEMCOUNT", "CLOSESPIDER_ER
 
 
 def _number(settings: BaseSettings, name: str) -> float:
+    # settings[name], not getfloat(): Scrapy's get() warns about a deprecated setting
+    # (CONCURRENT_REQUESTS_PER_IP, Scrapy 2.19) and Scrapy warns once already
     try:
-        return settings.getfloat(name)
+        return float(settings[name] or 0)
     except (TypeError, ValueError):
         return 0.0  # Scrapy itself reports a value it cannot read
 

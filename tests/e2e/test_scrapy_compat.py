@@ -52,6 +52,7 @@ pytestmark = pytest.mark.slow
 DEPTH_LIMIT = 2  # the compat spider's custom_settings
 RETRY_TIMES = 2
 REDIRECT_MAX_TIMES = 2
+DOWNLOAD_DELAY = 0.05
 
 
 @dataclass
@@ -105,6 +106,7 @@ def compat(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory,
     def worker(n: int) -> dict[str, Any]:
         return {"RETRY_TIMES": RETRY_TIMES, "REDIRECT_MAX_TIMES": REDIRECT_MAX_TIMES,
                 "TELNETCONSOLE_ENABLED": True, "LOGSTATS_INTERVAL": 1,
+                "DOWNLOAD_DELAY": DOWNLOAD_DELAY,
                 "HTTPCACHE_ENABLED": True, "HTTPCACHE_DIR": tmp / f"cache-{n}",
                 "HTTPCACHE_IGNORE_HTTP_CODES": "500",
                 "JOBDIR": tmp / f"job-{n}",
@@ -215,14 +217,34 @@ def test_per_worker_components_keep_their_own_state(compat):
         assert (compat.tmp / f"job-{n}" / "spider.state").is_file()  # its own spider.state
         assert (compat.tmp / f"cache-{n}").is_dir()
     assert len(ports) == 2  # a console each
+    # Scrapy's remote control (Scrapy >= 2.16): an HTTP server and job file per worker
+    remote = {p for n in range(2) for p in re.findall(
+        r"Remote control HTTP server listening on port (\d+)", compat.log(n))}
+    assert len(remote) in (0, 2)
     # each worker's stats count its own downloads, their sum the fleet's; each worker's HTTP
     # cache answers only what that worker stored
     assert sum(s.get("downloader/response_count", 0) - s.get("httpcache/hit", 0)
                for s in stats) == fetched
     assert sum(s.get("httpcache/miss", 0) for s in stats) == fetched
+    # STATS_CLASS: each worker's own; the fleet's exact counters are in Redis (status)
+    acked = FrontierAdmin(compat.redis_url, "compat").status()["counters"]["acked"]
+    assert sum(s.get("fleet/frontier/acked", 0) for s in stats) == acked > 0
     feed_items = read_items([compat.tmp / f"feed-{n}.jsonl" for n in range(2)])
     assert sorted(i["url"] for i in feed_items) == \
         sorted(i["url"] for i in read_items(compat.outs))
+
+
+def test_download_delay_is_translated_to_the_fleet_wide_interval(compat):
+    # DOWNLOAD_DELAY becomes FLEET_HOST_DELAY, kept by the fleet for all workers together;
+    # each worker's own Scrapy delay (and its RANDOMIZE_DOWNLOAD_DELAY jitter) is 0
+    for n in range(2):
+        assert f"one request every {DOWNLOAD_DELAY:.3f} s" in compat.log(n)
+    times = sorted(r["t"] for r in compat.site.requests())
+    # on the site's clock, any 1 s holds at most 1 / delay requests (+ 1: a request may leave
+    # its worker late after its turn), as from one Scrapy process; two workers each keeping
+    # their own delay would send twice that
+    busiest = max(sum(1 for t in times if s <= t < s + 1.0) for s in times)
+    assert busiest <= round(1 / DOWNLOAD_DELAY) + 1, busiest
 
 
 def test_per_worker_settings_are_warned_about_once_each(compat):
