@@ -80,6 +80,29 @@ _CHECKS: tuple[Callable[[BaseSettings], Iterator[str]], ...] = (
     _closespider, _autothrottle, _slots, _local_state)
 
 
+def idle_handlers(signal_manager: Any) -> list[Any]:
+    """The receivers of ``spider_idle`` connected so far to *signal_manager* (a crawler's
+    ``signals``: the spider's, connected in its ``from_crawler``; extensions built after the
+    fleet's start-up check are not seen)."""
+    from pydispatch import dispatcher  # Scrapy's signal dispatcher
+    from scrapy import signals
+
+    return list(dispatcher.getAllReceivers(signal_manager.sender, signals.spider_idle))
+
+
+def idle_warning(signal_manager: Any, idle_timeout: float | None) -> str | None:
+    """The warning for a ``spider_idle`` handler that a worker never calls: a fleet worker
+    sends ``spider_idle`` once the whole fleet has been idle for ``FLEET_IDLE_TIMEOUT``
+    seconds, so never with ``FLEET_IDLE_TIMEOUT = None`` (the default).  None: no such
+    handler, or a timeout is set."""
+    if idle_timeout is not None or not idle_handlers(signal_manager):
+        return None
+    return ("a spider_idle handler is connected, but a fleet worker sends spider_idle only "
+            "once the whole fleet has been idle for FLEET_IDLE_TIMEOUT seconds, and never with "
+            "FLEET_IDLE_TIMEOUT=None (the default): set FLEET_IDLE_TIMEOUT, or feed the crawl "
+            "with scrapy fleet push")
+
+
 def per_worker_settings(settings: BaseSettings) -> list[str]:
     """One line (no trailing period) for each Scrapy setting in *settings* that acts in each
     worker alone although the user means the crawl (docs/scrapy-compat.md), in a fixed

@@ -136,6 +136,9 @@ def check_worker(crawler: Crawler) -> FleetConfig:
             "(twisted.internet.asyncioreactor.AsyncioSelectorReactor) for scrapy_fleet")
     if fleet_scheduler:  # Scrapy settings that would act per worker in silence
         compat.warn_per_worker_settings(settings, logger.warning)
+        idle = compat.idle_warning(crawler.signals, config.idle_timeout)
+        if idle:
+            logger.warning("%s", idle, extra={"crawler": crawler})
     if fleet_scheduler or _is_subclass(settings, "DUPEFILTER_CLASS", RedisBloomDupeFilter):
         target = redis_url.parse(config.redis_url)
         if target.unverified:

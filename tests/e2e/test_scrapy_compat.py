@@ -41,6 +41,7 @@ from support import (
     start_worker,
     tail,
     wait_all,
+    wait_until,
     worker_stats,
 )
 
@@ -342,3 +343,22 @@ def test_one_process_commands_leave_the_fleet_alone(redis_url, site_server, work
         assert client.dbsize() == 0  # no crawl key was written
     finally:
         client.close()
+
+
+def test_a_spider_idle_handler_without_an_idle_timeout_is_warned(redis_url, worker_env,
+                                                                  tmp_path):
+    """FLEET_IDLE_TIMEOUT=None (the default): the fleet never sends spider_idle, so the
+    compat spider's handler would never run; each worker says so at start-up."""
+    logs = [tmp_path / f"idle-{n}.log" for n in range(2)]
+    procs = [start_worker(TEST_PROJECT, "compat", {
+        "FLEET_REDIS_URL": redis_url, "FLEET_START_REQUESTS": "never"}, worker_env, log,
+        {"base": "http://127.0.0.1:9/"}) for log in logs]
+    try:
+        for log in logs:
+            wait_until(lambda log=log: "joined crawl" in tail(log), 60, "the worker's start")
+            assert tail(log, 20000).count("a spider_idle handler is connected, but a fleet "
+                                          "worker sends spider_idle only") == 1, tail(log)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        wait_all(procs, 60)

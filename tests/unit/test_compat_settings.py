@@ -4,9 +4,11 @@ only when they are in use (docs/scrapy-compat.md)."""
 from __future__ import annotations
 
 import pytest
+from scrapy import signals
 from scrapy.settings import Settings
+from scrapy.signalmanager import SignalManager
 
-from scrapy_fleet.compat import CLOSESPIDER, per_worker_settings
+from scrapy_fleet.compat import CLOSESPIDER, idle_warning, per_worker_settings
 
 
 def test_scrapy_defaults_warn_about_nothing():
@@ -41,3 +43,17 @@ def test_remote_feeds_and_settings_turned_off_are_not_warned_about():
         "FEEDS": {"s3://bucket/items-%(time)s.json": {"format": "json"}},
         "AUTOTHROTTLE_ENABLED": False, "CLOSESPIDER_PAGECOUNT": 0, "DOWNLOAD_SLOTS": {},
         "CONCURRENT_REQUESTS_PER_IP": 0, "JOBDIR": ""})) == []
+
+
+def test_a_spider_idle_handler_is_warned_about_only_without_an_idle_timeout():
+    manager = SignalManager(object())
+    assert idle_warning(manager, None) is None  # no handler
+
+    def handler() -> None:
+        pass
+
+    manager.connect(handler, signal=signals.spider_idle)
+    assert idle_warning(manager, 30.0) is None
+    warning = idle_warning(manager, None)
+    assert warning is not None and warning.endswith(
+        "set FLEET_IDLE_TIMEOUT, or feed the crawl with scrapy fleet push")
