@@ -5,6 +5,8 @@ from __future__ import annotations
 from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
+from scrapy_fleet.compat.settings import REPLACED, translate
+
 #: component -> order, added to the project's component dicts
 SPIDER_MIDDLEWARES = {"scrapy_fleet.frontier.spidermw.FleetSpiderMiddleware": 0,
                       # recrawl: items carry their fetch time and signature (FLEET_RECRAWL)
@@ -70,11 +72,11 @@ class Addon:
     """
 
     def update_settings(self, settings: BaseSettings) -> None:
+        translate(settings)  # a scrapy-redis project's settings (docs/from-scrapy-redis.md)
         self._politeness_settings(settings)
         self._browser_settings(settings)
-        settings.set("SCHEDULER", "scrapy_fleet.frontier.scheduler.FleetScheduler", "addon")
-        settings.set("DUPEFILTER_CLASS",
-                     "scrapy_fleet.frontier.dupefilter.RedisBloomDupeFilter", "addon")
+        for name, path in REPLACED.items():
+            settings.set(name, path, "addon")
         for name, components in (("SPIDER_MIDDLEWARES", SPIDER_MIDDLEWARES),
                                  ("ITEM_PIPELINES", ITEM_PIPELINES),
                                  ("DOWNLOADER_MIDDLEWARES", DOWNLOADER_MIDDLEWARES),

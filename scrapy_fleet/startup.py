@@ -35,6 +35,7 @@ from scrapy.utils.reactor import is_asyncio_reactor_installed
 
 from scrapy_fleet import acl, identity, redis_client, redis_url
 from scrapy_fleet.catalog import SETTINGS_HELP, unknown_settings
+from scrapy_fleet.compat import settings as compat_settings
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import (
     CrawlSpiderError,
@@ -111,6 +112,7 @@ def check_worker(crawler: Crawler) -> FleetConfig:
     """
     settings = crawler.settings
     config = FleetConfig.from_settings(settings)
+    compat_settings.check(settings)  # scrapy-redis settings the fleet cannot honour
     warn_unknown_settings(settings, logger.warning)
     spider = getattr(crawler, "spider", None)
     if spider is not None and getattr(spider, "name", None):
