@@ -206,7 +206,8 @@ class _Key:
     def __init__(self, suffix: str) -> None:
         self.suffix = suffix
 
-    def __get__(self, obj: CrawlKeys | ProxyPoolKeys | StartKeyKeys, owner: type | None = None) -> str:
+    def __get__(self, obj: CrawlKeys | ProxyPoolKeys | StartKeyKeys,
+                owner: type | None = None) -> str:
         return f"{obj.base}:{self.suffix}"
 
 

@@ -111,7 +111,7 @@ class StartKeyFeeder:
                  ledger: LeaseLedger, enqueue: Callable[[Request], bool]) -> None:
         self.crawler, self.config, self.spider = crawler, config, spider
         self.ledger, self.enqueue = ledger, enqueue
-        self.keys = StartKeyKeys(str(getattr(spider, "redis_key")))
+        self.keys = StartKeyKeys(str(getattr(spider, "redis_key", "")))
         self.kind = start_key_kind(crawler.settings)
         self.batch = batch_size(spider, crawler)
         #: entry id -> index of the last start request made from it (BAD: none made)

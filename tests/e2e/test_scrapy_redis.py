@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 def _site(tmp_path: Path, site_factory: Any, pages: int = 200, behaviour: Any = None) -> Any:
     paths = generate_site(tmp_path / "www", pages, 5)
     site = site_factory(tmp_path / "www", behaviour=behaviour)
-    site.expected_paths = paths + ["/outside/"]
+    site.expected_paths = [*paths, "/outside/"]
     return site
 
 
