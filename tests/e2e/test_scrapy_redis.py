@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import collections
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,6 @@ pytest.importorskip("scrapy_redis", reason="scrapy-redis is not installed (the o
                     "environment leaves it out: tox.ini)")
 
 PROJECT = Path(__file__).resolve().parents[1] / "scrapyredis_project"
-pytestmark = pytest.mark.slow
 
 
 def _site(tmp_path: Path, site_factory: Any, pages: int = 200, behaviour: Any = None) -> Any:
@@ -58,6 +59,7 @@ def _left(client: redis.Redis, start_key: str) -> int:
     return int(size) + int(client.zcard(keys.deadlines))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("partitions", [1, 2])
 @pytest.mark.parametrize("spider", ["mycrawler_redis", "fleet_mycrawler_redis"])
 def test_two_workers_crawl_what_producers_push(tmp_path, redis_url, worker_env, site_factory,
@@ -91,6 +93,7 @@ def test_two_workers_crawl_what_producers_push(tmp_path, redis_url, worker_env, 
     assert sum(s.get("fleet/startkey/done", 0) for s in stats) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("kind", "partitions"), [("set", 2), ("zset", 1)])
 def test_set_and_sorted_set_keys(tmp_path, redis_url, worker_env, site_factory, kind,
                                  partitions):
@@ -141,6 +144,7 @@ def test_set_and_sorted_set_keys(tmp_path, redis_url, worker_env, site_factory, 
     assert _left(client, "myspider:start_urls") == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("partitions", [1, 2])
 def test_worker_killed_after_taking_loses_no_entry(tmp_path, redis_url, worker_env,
                                                    site_factory, partitions):
@@ -169,3 +173,21 @@ def test_worker_killed_after_taking_loses_no_entry(tmp_path, redis_url, worker_e
     assert _left(client, "myspider:start_urls") == 0
     stats = [worker_stats(log) for log in logs]
     assert sum(s.get("fleet/startkey/taken_over", 0) for s in stats) == held
+
+
+@pytest.mark.parametrize(("setting", "words"), [
+    ("SCHEDULER_PERSIST=False", "SCHEDULER_PERSIST=False"),
+    ("SCHEDULER_FLUSH_ON_START=True", "SCHEDULER_FLUSH_ON_START=True")])
+def test_worker_refuses_what_the_fleet_cannot_honour(tmp_path, redis_url, worker_env, setting,
+                                                     words):
+    """One ERROR line, exit status 1, nothing read from the start key."""
+    client = redis.Redis.from_url(redis_url)
+    client.lpush("myspider:start_urls", "http://127.0.0.1:9/")
+    result = subprocess.run(
+        [sys.executable, "-m", "scrapy", "crawl", "myspider_redis", "-s",
+         f"REDIS_URL={redis_url}", "-s", setting], cwd=PROJECT, env=worker_env,
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if " ERROR: " in line]
+    assert len(errors) == 1 and words in errors[0], result.stderr[-3000:]
+    assert client.lrange("myspider:start_urls", 0, -1) == [b"http://127.0.0.1:9/"]
