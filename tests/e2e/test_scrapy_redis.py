@@ -191,3 +191,51 @@ def test_worker_refuses_what_the_fleet_cannot_honour(tmp_path, redis_url, worker
     errors = [line for line in result.stderr.splitlines() if " ERROR: " in line]
     assert len(errors) == 1 and words in errors[0], result.stderr[-3000:]
     assert client.lrange("myspider:start_urls", 0, -1) == [b"http://127.0.0.1:9/"]
+
+
+FINGERPRINTER = "scrapy_fleet.compat.fingerprint.ScrapyRedisFingerprinter"
+
+
+@pytest.mark.slow
+def test_half_crawl_of_scrapy_redis_imported(tmp_path, redis_url, worker_env, site_factory):
+    """A scrapy-redis crawl (its own scheduler and dupefilter: the add-on off) stopped half-way
+    with its state persisted, imported (refused without --trust-pickles, reading nothing),
+    then finished by 2 fleet workers: the pages it had fetched are not fetched again (the
+    fingerprints match under ScrapyRedisFingerprinter), the others are, every page has its
+    item once."""
+    site = _site(tmp_path, site_factory, pages=120)
+    client = redis.Redis.from_url(redis_url)
+    client.lpush("mycrawler:start_urls", site.url.rstrip("/") + "/site/")
+    first = start_worker(PROJECT, "mycrawler_redis", {
+        "ADDONS": "{}", "REDIS_URL": redis_url, "CLOSESPIDER_ITEMCOUNT": 40,
+        "CONCURRENT_REQUESTS": 2, "MAX_IDLE_TIME_BEFORE_CLOSE": 5},
+        worker_env, tmp_path / "scrapy-redis.log", {"domain": "127.0.0.1"})
+    assert wait_all([first], 180) == [0], tail(tmp_path / "scrapy-redis.log")
+    keys = ScrapyRedisKeys("mycrawler_redis")
+    pending = client.zcard(keys.requests)
+    assert pending > 0 and client.scard(keys.dupefilter) > pending
+    before_paths = collections.Counter(r["path"] for r in site.requests())
+    before = set(client.keys("*"))
+    args = ["fleet", "import-scrapy-redis", "mycrawler_redis", "-s", f"REDIS_URL={redis_url}",
+            "-s", f"REQUEST_FINGERPRINTER_CLASS={FINGERPRINTER}"]
+    refused = subprocess.run([sys.executable, "-m", "scrapy", *args], cwd=PROJECT,
+                             env=worker_env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2
+    assert refused.stderr.count("error:") == 1 and "--trust-pickles" in refused.stderr
+    assert set(client.keys("*")) == before  # nothing read, nothing written
+    done = subprocess.run([sys.executable, "-m", "scrapy", *args, "--trust-pickles"],
+                          cwd=PROJECT, env=worker_env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"imported {pending} of {pending} pending requests" in done.stdout, done.stdout
+    assert client.zcard(keys.requests) == pending  # their keys are left as they were
+    procs, logs = _workers(tmp_path, "mycrawler_redis", redis_url, worker_env, 2,
+                           {"REQUEST_FINGERPRINTER_CLASS": FINGERPRINTER})
+    assert wait_all(procs, 240) == [0, 0], "\n".join(tail(log) for log in logs)
+    after_paths = collections.Counter(r["path"] for r in site.requests()) - before_paths
+    fetched_twice = {p for p in after_paths if p in before_paths and p.startswith("/site/p/")}
+    assert fetched_twice == set()
+    urls = _item_urls(client, "mycrawler_redis")
+    assert [u for u, c in collections.Counter(urls).items() if c > 1] == []
+    pages = {u for u in site.expected_urls if "/site/p/" in u}
+    assert pages <= set(urls)

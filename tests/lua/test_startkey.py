@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import redis
-from support import wait_server_past, server_ms
+from support import server_ms, wait_server_past
 
 from scrapy_fleet import lua
 from scrapy_fleet.keys import StartKeyKeys
@@ -70,7 +70,7 @@ def test_overdue_entries_of_a_stopped_worker_are_taken_over(client):
     client.lpush(KEYS.start, b"u1")
     _, _, taken = call(client, "list", "dead", 1, lease_ms=200)
     wait_server_past(client, server_ms(client) + 300)
-    remaining, overdue, again = call(client, "list", "w2", 5)
+    _, overdue, again = call(client, "list", "w2", 5)
     assert overdue == 1
     assert again == taken  # same id, same entry: now w2's
     assert client.hget(KEYS.taking, taken[0][0]) == b"w2\nu1"
