@@ -53,6 +53,11 @@ logger = logging.getLogger(__name__)
 
 #: a taken entry no request could be made from (goes to the bad list at the next step)
 BAD = -1
+#: entries a worker holds taken at most, whatever redis_batch_size says (one script call's
+#: arguments stay far below Lua's unpack limit)
+MAX_BATCH = 1000
+#: seconds between two local checks of whether the frontier holds the held entries' requests
+CONFIRM_CHECK = 0.02
 
 
 def is_start_key_spider(spider: Any) -> bool:
@@ -88,13 +93,16 @@ def take_over(crawler: Crawler, spider: Spider) -> None:
 
 def batch_size(spider: Any, crawler: Crawler) -> int:
     """Entries a worker holds taken at most: the spider's ``redis_batch_size`` (scrapy-redis
-    sets it from ``REDIS_START_URLS_BATCH_SIZE``, else ``CONCURRENT_REQUESTS``)."""
+    sets it from ``REDIS_START_URLS_BATCH_SIZE``, else ``CONCURRENT_REQUESTS``), at most
+    :data:`MAX_BATCH`."""
     size = getattr(spider, "redis_batch_size", None)
     try:
         size = int(size) if size is not None else 0
     except (TypeError, ValueError):
         size = 0
-    return size if size > 0 else max(1, crawler.settings.getint("CONCURRENT_REQUESTS", 16))
+    if size <= 0:
+        size = max(1, crawler.settings.getint("CONCURRENT_REQUESTS", 16))
+    return min(size, MAX_BATCH)
 
 
 class StartKeyFeeder:
@@ -170,9 +178,24 @@ class StartKeyFeeder:
                     full = False
                     await asyncio.sleep(self.config.poll_interval * 4)
                 if not full:
-                    await asyncio.sleep(self.config.poll_interval)
+                    await self._until_confirmed()
         finally:
             await client.aclose()
+
+    async def _until_confirmed(self) -> None:
+        """Wait FLEET_POLL_INTERVAL, or less: until the frontier holds the requests of half a
+        batch of the entries this worker holds, or of all of them (a local check every
+        CONFIRM_CHECK s, no Redis call), so that the next step frees their places and takes
+        as many new entries at once."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.poll_interval
+        enough = max(1, min(len(self.held), self.batch // 2))
+        while self.held and loop.time() < deadline and not self.ledger.closing:
+            done, bad = self._confirmed()
+            if len(done) + len(bad) >= enough:
+                return
+            await asyncio.sleep(CONFIRM_CHECK)
+        await asyncio.sleep(max(0.0, deadline - loop.time()) if not self.held else 0)
 
     def _confirmed(self) -> tuple[list[str], list[str]]:
         """Entries whose requests the frontier accepted, and the bad ones."""
