@@ -7,6 +7,8 @@ import logging
 from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
+from scrapy_fleet.compat.settings import REPLACED, translate
+
 logger = logging.getLogger(__name__)
 
 #: Scrapy commands that fetch a few pages for a developer and exit (docs/scrapy-compat.md):
@@ -88,11 +90,11 @@ class Addon:
             logger.info("scrapy %s runs as plain Scrapy in this fleet project: it does not "
                         "touch the fleet's frontier, filter or politeness in Redis", command)
             return
+        translate(settings)  # a scrapy-redis project's settings (docs/from-scrapy-redis.md)
         self._politeness_settings(settings)
         self._browser_settings(settings)
-        settings.set("SCHEDULER", "scrapy_fleet.frontier.scheduler.FleetScheduler", "addon")
-        settings.set("DUPEFILTER_CLASS",
-                     "scrapy_fleet.frontier.dupefilter.RedisBloomDupeFilter", "addon")
+        for name, path in REPLACED.items():
+            settings.set(name, path, "addon")
         for name, components in (("SPIDER_MIDDLEWARES", SPIDER_MIDDLEWARES),
                                  ("ITEM_PIPELINES", ITEM_PIPELINES),
                                  ("DOWNLOADER_MIDDLEWARES", DOWNLOADER_MIDDLEWARES),

@@ -72,6 +72,10 @@ PUSHED_META_KEY = PRIVATE_META_PREFIX + "pushed"
 
 
 def _default(obj: Any) -> Any:
+    if isinstance(obj, str):
+        # a str subclass (lxml's _ElementUnicodeResult: CrawlSpider's meta["link_text"]) is
+        # stored as the str it is; it decodes as a plain str
+        return str(obj)
     if isinstance(obj, tuple):
         return msgpack.ExtType(_EXT_TUPLE, _pack(list(obj)))
     page_method = pagemethods.page_method_class()

@@ -168,6 +168,9 @@ POLITENESS_CALL = ("ready", "tat", "hold", "hostlive", "hostconf", "crawldelay",
 #: KEYS of lua/seeding.lua.
 SEEDING_CALL = ("seeding",)
 
+#: KEYS of lua/startkey.lua, in order (a scrapy-redis spider's start key: StartKeyKeys).
+START_KEY_CALL = ("start", "taking", "deadlines", "bad")
+
 #: KEYS of lua/bloom_add.lua, in order.
 BLOOM_ADD_CALL = ("op", "prev_op", "bloom_meta", "bloom_slices")
 
@@ -203,7 +206,8 @@ class _Key:
     def __init__(self, suffix: str) -> None:
         self.suffix = suffix
 
-    def __get__(self, obj: CrawlKeys | ProxyPoolKeys, owner: type | None = None) -> str:
+    def __get__(self, obj: CrawlKeys | ProxyPoolKeys | StartKeyKeys,
+                owner: type | None = None) -> str:
         return f"{obj.base}:{self.suffix}"
 
 
@@ -550,3 +554,64 @@ class ProxyPoolKeys:
         """SCAN pattern matching every key of this pool."""
         escaped = self.base.replace("[", "\\[").replace("]", "\\]").replace("*", "\\*")
         return escaped.replace("?", "\\?") + ":*"
+
+
+@dataclass(frozen=True)
+class StartKeyKeys:
+    """Key names around a scrapy-redis spider's start key (``redis_key``, e.g.
+    ``mycrawler:start_urls``), which producers fill with LPUSH, SADD or ZADD
+    (lua/startkey.lua; docs/from-scrapy-redis.md)::
+
+        <start>                      LIST/SET/ZSET  the producers' entries (their key, as is)
+        {<start>}:fleet:taking       HASH    id -> "<worker>\n<entry>": entries taken by a
+                                             worker and not yet confirmed in the frontier;
+                                             field "#" counts the ids
+        {<start>}:fleet:deadlines    ZSET    id -> server ms after which another worker takes
+                                             the entry over (its worker stopped renewing)
+        {<start>}:fleet:bad          LIST    entries no request could be made from
+
+    The three keys carry the start key as their hash tag (or the start key's own tag when it
+    has one), so that on a Redis Cluster they share its slot and one script moves entries
+    between them atomically.
+    """
+
+    start: str
+
+    @property
+    def base(self) -> str:
+        opened = self.start.find("{")
+        closed = self.start.find("}", opened + 1) if opened >= 0 else -1
+        if opened >= 0 and closed > opened + 1:
+            return f"{self.start}:fleet"  # the start key's own hash tag holds
+        return f"{{{self.start}}}:fleet"
+
+    taking = _Key("taking")
+    deadlines = _Key("deadlines")
+    bad = _Key("bad")
+
+    def call_keys(self) -> list[str]:
+        """The KEYS of lua/startkey.lua (:data:`START_KEY_CALL`)."""
+        return [getattr(self, name) for name in START_KEY_CALL]
+
+
+@dataclass(frozen=True)
+class ScrapyRedisKeys:
+    """The keys a scrapy-redis crawl of spider *spider* writes with its default settings
+    (scrapy_redis/defaults.py): what ``scrapy fleet import-scrapy-redis`` reads."""
+
+    spider: str
+
+    @property
+    def requests(self) -> str:
+        """ZSET (PriorityQueue; a LIST for its FIFO/LIFO queues) of pickled requests."""
+        return f"{self.spider}:requests"
+
+    @property
+    def dupefilter(self) -> str:
+        """SET of seen request fingerprints, 40 hex digits each."""
+        return f"{self.spider}:dupefilter"
+
+    @property
+    def items(self) -> str:
+        """LIST of items, JSON (RedisPipeline)."""
+        return f"{self.spider}:items"

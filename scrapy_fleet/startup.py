@@ -33,8 +33,10 @@ from scrapy.exceptions import NotConfigured
 from scrapy.utils.misc import load_object
 from scrapy.utils.reactor import is_asyncio_reactor_installed
 
-from scrapy_fleet import acl, compat, identity, redis_client, redis_url
+from scrapy_fleet import acl, identity, redis_client, redis_url
 from scrapy_fleet.catalog import SETTINGS_HELP, unknown_settings
+from scrapy_fleet.compat import per_worker
+from scrapy_fleet.compat import settings as compat_settings
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import (
     CrawlSpiderError,
@@ -94,7 +96,7 @@ def check_worker(crawler: Crawler) -> FleetConfig:
     the permissions of its user (scrapy_fleet/acl.py: one script call that checks every
     command a worker sends, on the crawl's keys, and one on the proxy pool's keys when the
     crawl uses the pool).  A TLS URL with ``ssl_cert_reqs=none`` is logged as a warning.
-    A Scrapy setting that would act per worker in silence (compat.py: ``CLOSESPIDER_*``,
+    A Scrapy setting that would act per worker in silence (compat/per_worker.py: ``CLOSESPIDER_*``,
     AutoThrottle, ``DOWNLOAD_SLOTS``, ``JOBDIR``, feeds...) is logged as one warning each.
     A worker with the fleet's scheduler then records its spider as the crawl's (or checks
     it is the recorded one) and makes sure no live worker runs with its worker id
@@ -113,6 +115,7 @@ def check_worker(crawler: Crawler) -> FleetConfig:
     """
     settings = crawler.settings
     config = FleetConfig.from_settings(settings)
+    compat_settings.check(settings)  # scrapy-redis settings the fleet cannot honour
     warn_unknown_settings(settings, logger.warning)
     spider = getattr(crawler, "spider", None)
     if spider is not None and getattr(spider, "name", None):
@@ -135,8 +138,8 @@ def check_worker(crawler: Crawler) -> FleetConfig:
             "TWISTED_REACTOR must be the asyncio reactor "
             "(twisted.internet.asyncioreactor.AsyncioSelectorReactor) for scrapy_fleet")
     if fleet_scheduler:  # Scrapy settings that would act per worker in silence
-        compat.warn_per_worker_settings(settings, logger.warning)
-        idle = compat.idle_warning(crawler.signals, config.idle_timeout)
+        per_worker.warn_per_worker_settings(settings, logger.warning)
+        idle = per_worker.idle_warning(crawler.signals, config.idle_timeout)
         if idle:
             logger.warning("%s", idle, extra={"crawler": crawler})
     if fleet_scheduler or _is_subclass(settings, "DUPEFILTER_CLASS", RedisBloomDupeFilter):

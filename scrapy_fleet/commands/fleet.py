@@ -21,12 +21,15 @@ from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_fleet import identity
 from scrapy_fleet.commands import cli
+from scrapy_fleet.compat.settings import translate
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import CrawlSpiderError, FleetConfigError
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.monitoring.alerts import AlertConfig
 from scrapy_fleet.startup import warn_unknown_settings
 
+#: scrapy fleet import-scrapy-redis SPIDER (docs/from-scrapy-redis.md), in a project only
+IMPORT_ACTION = "import-scrapy-redis"
 #: actions that put requests into the crawl: refused when it belongs to another spider
 _WRITES_REQUESTS = ("push", "retry")
 #: the one line of a project whose settings do not enable the add-on
@@ -99,7 +102,7 @@ class Command(ScrapyCommand):
         return "ACTION [SPIDER] [ARGS] (the actions are listed below)"
 
     def short_desc(self) -> str:
-        return f"Fleet actions: {', '.join(cli.ACTIONS)} (scrapy fleet -h)"
+        return f"Fleet actions: {', '.join([*cli.ACTIONS, IMPORT_ACTION])} (scrapy fleet -h)"
 
     def long_desc(self) -> str:
         return cli.help_description(
@@ -115,6 +118,9 @@ class Command(ScrapyCommand):
         parser.formatter_class = FleetHelpFormatter
         parser.epilog = cli.help_epilog()
         cli.add_action_arguments(parser)
+        parser.add_argument("--trust-pickles", action="store_true",
+                            help="import-scrapy-redis: read scrapy-redis's pickled requests "
+                                 "(only when whoever could write that Redis is trusted)")
         from scrapy_fleet.proxies.actions import add_proxies_arguments
 
         add_proxies_arguments(parser)
@@ -136,6 +142,11 @@ class Command(ScrapyCommand):
             self.exitcode = 2
             return
         proxies_action = args[0] == "proxies"
+        if args[0] == IMPORT_ACTION:  # coming from scrapy-redis (compat/importer.py)
+            if len(args) != 2:
+                raise UsageError(f"expected: {IMPORT_ACTION} SPIDER [--trust-pickles]")
+            self._run_in_project(args[0], args[1], [], opts, proxies_action=False)
+            return
         spec = cli.ACTIONS.get(args[0])
         if spec is None and not proxies_action:
             raise UsageError(f"unknown action {args[0]!r} (one of {actions})")
@@ -176,6 +187,7 @@ class Command(ScrapyCommand):
             self.exitcode = 2
             return
         spidercls.update_settings(settings)
+        translate(settings)  # a scrapy-redis project's REDIS_URL... (compat/settings.py)
         warn_unknown_settings(settings, _print_warning)
         try:
             config = FleetConfig.from_settings(settings)
@@ -186,6 +198,9 @@ class Command(ScrapyCommand):
             return
         if proxies_action:
             self.exitcode = self._proxies(config, crawl_id, action, urls, opts)
+            return
+        if action == IMPORT_ACTION:
+            self.exitcode = self._import(config, crawl_id, spidercls, settings, opts)
             return
         if cli.ACTIONS[action].names_crawl:
             from scrapy_fleet import redis_url
@@ -226,6 +241,40 @@ class Command(ScrapyCommand):
                                            partitions=config.partitions,
                                            has_method=lambda name: getattr(
                                                spidercls, name, None))
+        finally:
+            admin.close()
+
+    def _import(self, config: FleetConfig, crawl_id: str, spidercls: Any, settings: Any,
+                opts: argparse.Namespace) -> int:
+        """``import-scrapy-redis SPIDER``: compat/importer.py, into the spider's crawl."""
+        from scrapy_fleet import redis_client
+        from scrapy_fleet.compat import importer
+
+        client = redis_client.make_client(config.redis_url, config.redis_timeout)
+        try:
+            why = importer.refusal(client, config, spidercls.name, opts.trust_pickles)
+        except redis.RedisError as exc:
+            why = f"error: {exc}"
+        finally:
+            client.close()
+        if why is not None:
+            print(why, file=sys.stderr)
+            return 2
+        if not self._own_crawl(config, crawl_id, spidercls, "push"):
+            return 2
+        crawler = Crawler(spidercls, settings)
+        fingerprinter = build_from_crawler(
+            load_object(settings["REQUEST_FINGERPRINTER_CLASS"]), crawler)
+        spider = spidercls.from_crawler(crawler)
+        admin = FrontierAdmin(config.redis_url, crawl_id, prefix=config.key_prefix,
+                              params=config.frontier_params(), timeout=config.redis_timeout,
+                              retries=config.redis_retries)
+        try:
+            return importer.run(admin, config, spider, fingerprinter.fingerprint,
+                                trusted=opts.trust_pickles)
+        except redis.RedisError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         finally:
             admin.close()
 

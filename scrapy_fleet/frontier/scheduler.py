@@ -42,6 +42,7 @@ from scrapy.utils.defer import deferred_from_coro
 from scrapy.utils.reactor import is_asyncio_reactor_installed
 
 from scrapy_fleet import codec, engine_hooks
+from scrapy_fleet.compat.feeder import StartKeyFeeder, is_start_key_spider, take_over
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.frontier import memory
@@ -107,6 +108,8 @@ class FleetScheduler(BaseScheduler):
         self._uninstall_hook: Any = None
         self._logged_clamp = False
         self._start_tasks: set[asyncio.Task[None]] = set()  # pushed requests in the hook
+        #: a scrapy-redis spider's start key, fed into the frontier (compat/feeder.py)
+        self._feeder: StartKeyFeeder | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FleetScheduler:
@@ -165,6 +168,11 @@ class FleetScheduler(BaseScheduler):
         stage = StageRole(self.book)
         stage.install()
         self.pump.start(frontier, stage)
+        if is_start_key_spider(spider):
+            take_over(self.crawler, spider)
+            self._feeder = StartKeyFeeder(self.crawler, self.config, spider, self.book,
+                                          self.enqueue_request)
+            self._feeder.start()
         logger.info("Fleet worker %s joined crawl %r at %s", self.config.worker_id, crawl_id,
                     self._redacted_url(), extra={"spider": spider})
         logger.info(politeness.policy_log_line(self.config), extra={"spider": spider})
@@ -220,7 +228,11 @@ class FleetScheduler(BaseScheduler):
             self._uninstall_hook()
         if self.pump.stage is not None:
             self.pump.stage.uninstall()
+        if self._feeder is not None:
+            await self._feeder.stop()
         await self.pump.close(reason)
+        if self._feeder is not None:
+            await self._feeder.close()
         if hasattr(self.df, "close"):
             self.df.close(reason)
 

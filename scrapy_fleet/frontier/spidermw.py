@@ -62,6 +62,7 @@ from scrapy.spidermiddlewares.base import BaseSpiderMiddleware
 
 from scrapy_fleet import engine_hooks, lua, outage, redis_client
 from scrapy_fleet.codec import START_META_KEY
+from scrapy_fleet.compat.feeder import is_start_key_spider
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.frontier.client import frontier_size
@@ -235,6 +236,8 @@ class FleetSpiderMiddleware(BaseSpiderMiddleware):
 
     async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
         mode = self.config.start_requests
+        if is_start_key_spider(self.crawler.spider):
+            return  # its start requests would pop its start key: the fleet feeds it instead
         if mode == "never":
             self._skipped()
             return

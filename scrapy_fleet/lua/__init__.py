@@ -44,6 +44,8 @@ SCRIPTS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
     "politeness.lua": (("common.lua", "hosts.lua"), keys.POLITENESS_CALL),
     "bloom_add.lua": (("common.lua", "bloom.lua", "bloom_write.lua"), keys.BLOOM_ADD_CALL),
     "seeding.lua": (("common.lua",), keys.SEEDING_CALL),
+    # a scrapy-redis spider's start key (compat/feeder.py)
+    "startkey.lua": ((), keys.START_KEY_CALL),
     "proxies.lua": (("common.lua", "proxies_pool.lua"), None),
     "acl_probe.lua": ((), None),
     # partitions (issue 21, frontier/partitions.py)

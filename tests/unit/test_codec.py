@@ -226,3 +226,17 @@ def test_a_request_class_with_its_own_to_dict_keeps_it():
     allowed = [*ALLOWED, f"{__name__}._TaggedRequest"]
     back = codec.decode(codec.encode(req, spider), spider, allowed)
     assert type(back) is _TaggedRequest and back.meta["tagged"] is True
+
+
+def test_str_subclass_in_meta_is_stored_as_str():
+    """CrawlSpider puts lxml's text (a str subclass) into meta["link_text"]: it is stored as
+    the str it is (issue 36: every link of a CrawlSpider was refused)."""
+    from lxml import html
+
+    link_text = html.fromstring("<a>next page</a>").xpath("//a/text()")[0]
+    assert type(link_text) is not str and isinstance(link_text, str)
+    request = Request("http://h.test/p", meta={"rule": 0, "link_text": link_text,
+                                               "nested": [link_text]})
+    back = codec.decode(codec.encode(request), None, DEFAULT_REQUEST_CLASSES)
+    assert back.meta == {"rule": 0, "link_text": "next page", "nested": ["next page"]}
+    assert type(back.meta["link_text"]) is str

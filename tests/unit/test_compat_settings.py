@@ -1,59 +1,79 @@
-"""scrapy_fleet/compat.py: the Scrapy settings that act per worker get one warning line each,
-only when they are in use (docs/scrapy-compat.md)."""
+"""scrapy-redis's settings in a fleet worker (compat/settings.py, issue 36): translated by the
+add-on, or refused by the start-up check with one line naming the fleet's way."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
-from scrapy import signals
 from scrapy.settings import Settings
-from scrapy.signalmanager import SignalManager
 
-from scrapy_fleet.compat import CLOSESPIDER, idle_warning, per_worker_settings
-
-
-def test_scrapy_defaults_warn_about_nothing():
-    assert per_worker_settings(Settings()) == []
+from scrapy_fleet.addon import Addon
+from scrapy_fleet.compat import settings as compat
+from scrapy_fleet.compat.feeder import start_key_kind
+from scrapy_fleet.errors import FleetConfigError
 
 
-@pytest.mark.parametrize("name", CLOSESPIDER)
-def test_each_closespider_setting_in_use_is_one_line(name):
-    assert per_worker_settings(Settings({name: 60})) == [
-        f"{name}=60 is counted by each worker, not by the fleet: N workers go on until each "
-        f"has reached it (a fleet-wide budget is issue 34); to end a crawl, push only what it "
-        f"needs and set FLEET_IDLE_TIMEOUT"]
+def applied(values: dict, priority: str = "project") -> Settings:
+    settings = Settings()
+    settings.setdict(values, priority)
+    Addon().update_settings(settings)
+    return settings
 
 
-@pytest.mark.parametrize("settings,start", [
-    ({"AUTOTHROTTLE_ENABLED": "True"}, "AUTOTHROTTLE_ENABLED: each worker runs its own"),
-    ({"DOWNLOAD_SLOTS": '{"b.example": {"delay": 2}, "a.example": {}}'},
-     "DOWNLOAD_SLOTS (a.example, b.example) sets a concurrency and delay in each worker"),
-    ({"CONCURRENT_REQUESTS_PER_IP": 4},
-     "CONCURRENT_REQUESTS_PER_IP=4 caps each worker's requests per IP"),
-    ({"JOBDIR": "crawls/one"}, "JOBDIR is not needed by a fleet worker"),
-    ({"FEEDS": {"items.json": {"format": "json"}}}, "FEEDS (items.json): each worker writes"),
-    ({"FEEDS": {"file:///tmp/i.csv": {"format": "csv"}}}, "FEEDS (file:///tmp/i.csv): each"),
+def test_redis_url_is_the_fleets_redis_unless_fleet_redis_url_is_set():
+    assert applied({"REDIS_URL": "redis://r:1/2"})["FLEET_REDIS_URL"] == "redis://r:1/2"
+    both = applied({"REDIS_URL": "redis://r:1/2", "FLEET_REDIS_URL": "redis://f:3/0"})
+    assert both["FLEET_REDIS_URL"] == "redis://f:3/0"
+    assert applied({})["FLEET_REDIS_URL"] is None  # the catalog's default applies
+
+
+def test_redis_host_port_and_params():
+    got = applied({"REDIS_HOST": "h", "REDIS_PORT": 7000,
+                   "REDIS_PARAMS": {"password": "p@ss", "db": 3, "socket_timeout": 30}})
+    assert got["FLEET_REDIS_URL"] == "redis://:p%40ss@h:7000/3"
+    assert applied({"REDIS_PORT": "6380"})["FLEET_REDIS_URL"] == "redis://localhost:6380/0"
+
+
+def test_max_idle_time_becomes_the_fleets_idle_timeout():
+    assert applied({"MAX_IDLE_TIME_BEFORE_CLOSE": 7})["FLEET_IDLE_TIMEOUT"] == 7.0
+    assert applied({"MAX_IDLE_TIME_BEFORE_CLOSE": 0})["FLEET_IDLE_TIMEOUT"] is None
+    kept = applied({"MAX_IDLE_TIME_BEFORE_CLOSE": 7, "FLEET_IDLE_TIMEOUT": 2})
+    assert kept["FLEET_IDLE_TIMEOUT"] == 2
+
+
+def test_scrapy_redis_scheduler_and_dupefilter_are_replaced_with_one_info_line(caplog):
+    with caplog.at_level(logging.INFO, logger="scrapy_fleet.compat.settings"):
+        got = applied({"SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+                       "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+                       "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.SpiderQueue"})
+    assert got["SCHEDULER"] == "scrapy_fleet.frontier.scheduler.FleetScheduler"
+    assert got["DUPEFILTER_CLASS"] == "scrapy_fleet.frontier.dupefilter.RedisBloomDupeFilter"
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1
+    assert "SCHEDULER -> FleetScheduler" in lines[0]
+    assert "SCHEDULER_QUEUE_CLASS" in lines[0]
+    # another project's own scheduler still wins over the add-on
+    own = applied({"SCHEDULER": "myproject.MyScheduler"})
+    assert own["SCHEDULER"] == "myproject.MyScheduler"
+
+
+@pytest.mark.parametrize(("values", "words"), [
+    ({"SCHEDULER_PERSIST": False}, "scrapy fleet purge SPIDER --yes"),
+    ({"SCHEDULER_FLUSH_ON_START": True}, "before starting"),
+    ({"MAX_IDLE_TIME_BEFORE_CLOSE": "soon"}, "FLEET_IDLE_TIMEOUT"),
+    ({"REDIS_START_URLS_AS_SET": True, "REDIS_START_URLS_AS_ZSET": True}, "both true"),
 ])
-def test_each_per_worker_setting_in_use_is_one_line(settings, start):
-    lines = per_worker_settings(Settings(settings))
-    assert len(lines) == 1 and lines[0].startswith(start), lines
+def test_refused_with_one_line(values, words):
+    with pytest.raises(FleetConfigError) as info:
+        compat.check(applied(values))
+    assert words in str(info.value)
+    assert "\n" not in str(info.value)
 
 
-def test_remote_feeds_and_settings_turned_off_are_not_warned_about():
-    assert per_worker_settings(Settings({
-        "FEEDS": {"s3://bucket/items-%(time)s.json": {"format": "json"}},
-        "AUTOTHROTTLE_ENABLED": False, "CLOSESPIDER_PAGECOUNT": 0, "DOWNLOAD_SLOTS": {},
-        "CONCURRENT_REQUESTS_PER_IP": 0, "JOBDIR": ""})) == []
-
-
-def test_a_spider_idle_handler_is_warned_about_only_without_an_idle_timeout():
-    manager = SignalManager(object())
-    assert idle_warning(manager, None) is None  # no handler
-
-    def handler() -> None:
-        pass
-
-    manager.connect(handler, signal=signals.spider_idle)
-    assert idle_warning(manager, 30.0) is None
-    warning = idle_warning(manager, None)
-    assert warning is not None and warning.endswith(
-        "set FLEET_IDLE_TIMEOUT, or feed the crawl with scrapy fleet push")
+def test_accepted():
+    compat.check(applied({"SCHEDULER_PERSIST": True, "SCHEDULER_FLUSH_ON_START": False,
+                          "MAX_IDLE_TIME_BEFORE_CLOSE": 5}))
+    assert start_key_kind(applied({})) == "list"
+    assert start_key_kind(applied({"REDIS_START_URLS_AS_SET": "True"})) == "set"
+    assert start_key_kind(applied({"REDIS_START_URLS_AS_ZSET": True})) == "zset"

@@ -1,0 +1,260 @@
+"""A scrapy-redis spider's start key, fed into the fleet's frontier without loss.
+
+A spider with a ``redis_key`` and a ``make_request_from_data`` method (scrapy-redis's
+``RedisSpider``/``RedisCrawlSpider``, or :mod:`scrapy_fleet.compat.spiders`) reads its start
+data from that key, which producers fill with LPUSH, SADD or ZADD.  Left alone, scrapy-redis
+pops entries from it in the spider's ``start_requests`` and ``spider_idle`` handler: a worker
+killed after a pop loses them, and an entry popped while the spider closes is lost too.
+
+With the add-on, :func:`take_over` is the one hook that replaces that loop: the spider's
+``spider_idle`` handler is disconnected, FleetSpiderMiddleware does not read its start
+requests (which would pop), and each worker runs a :class:`StartKeyFeeder` instead.  Each of
+its steps is one call of lua/startkey.lua, which atomically
+
+* forgets the entries whose requests the frontier now holds (this worker's book confirmed
+  their push: ``first_unpushed_start``), moves those no request could be made from to
+  ``{<key>}:fleet:bad`` (logged and counted), renews the deadlines of the others it holds;
+* takes over the entries of a worker that stopped renewing (killed) for
+  ``FLEET_LEASE_TIMEOUT``, then moves up to ``redis_batch_size`` new entries from the start
+  key into ``{<key>}:fleet:taking`` (in scrapy-redis's order: a list from its head, a set at
+  random, a sorted set highest score first);
+* answers how many entries are left (in the key, and taken by anyone and not yet done).
+
+So an entry leaves the producers' key only into the ``taking`` hash, and leaves that only once
+the frontier holds its requests: a worker SIGKILLed in between leaves it to another worker.
+Delivery is at least once (an entry taken over may have been pushed already; scrapy-redis's
+requests are ``dont_filter``, so it is then fetched twice).  While entries are left the
+worker's ``start_active`` keeps the fleet from closing for idleness; once none are left, the
+fleet's own idle rules (FLEET_IDLE_TIMEOUT) apply.  The key is read from the fleet's Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request, signals
+
+from scrapy_fleet import lua, redis_client
+from scrapy_fleet.codec import START_META_KEY
+from scrapy_fleet.errors import FleetConfigError
+from scrapy_fleet.keys import StartKeyKeys
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+
+    from scrapy_fleet.config import FleetConfig
+    from scrapy_fleet.frontier.ledger import LeaseLedger
+
+logger = logging.getLogger(__name__)
+
+#: a taken entry no request could be made from (goes to the bad list at the next step)
+BAD = -1
+#: entries a worker holds taken at most, whatever redis_batch_size says (one script call's
+#: arguments stay far below Lua's unpack limit)
+MAX_BATCH = 1000
+#: seconds between two local checks of whether the frontier holds the held entries' requests
+CONFIRM_CHECK = 0.02
+
+
+def is_start_key_spider(spider: Any) -> bool:
+    """Does *spider* read its start data from a Redis key as scrapy-redis's spiders do (a str
+    ``redis_key`` and a ``make_request_from_data`` method)?"""
+    return isinstance(getattr(spider, "redis_key", None), str) and callable(
+        getattr(spider, "make_request_from_data", None))
+
+
+def start_key_kind(settings: Any) -> str:
+    """``"list"``, ``"set"`` or ``"zset"``: the type of the start key, as scrapy-redis reads
+    ``REDIS_START_URLS_AS_SET`` and ``REDIS_START_URLS_AS_ZSET`` (set first).
+
+    Raises:
+        FleetConfigError: both are true (scrapy-redis would silently use the set).
+    """
+    as_set = settings.getbool("REDIS_START_URLS_AS_SET")
+    as_zset = settings.getbool("REDIS_START_URLS_AS_ZSET")
+    if as_set and as_zset:
+        raise FleetConfigError("REDIS_START_URLS_AS_SET and REDIS_START_URLS_AS_ZSET are both "
+                               "true: set the one that matches the start key's type")
+    return "set" if as_set else "zset" if as_zset else "list"
+
+
+def take_over(crawler: Crawler, spider: Spider) -> None:
+    """The fleet takes over *spider*'s start-key loop: its ``spider_idle`` handler (which
+    would pop entries, and keep the spider open or close it by its own idle rule) is
+    disconnected.  Its start requests are not read (FleetSpiderMiddleware)."""
+    handler = getattr(spider, "spider_idle", None)
+    if handler is not None:
+        crawler.signals.disconnect(handler, signal=signals.spider_idle)
+
+
+def batch_size(spider: Any, crawler: Crawler) -> int:
+    """Entries a worker holds taken at most: the spider's ``redis_batch_size`` (scrapy-redis
+    sets it from ``REDIS_START_URLS_BATCH_SIZE``, else ``CONCURRENT_REQUESTS``), at most
+    :data:`MAX_BATCH`."""
+    size = getattr(spider, "redis_batch_size", None)
+    try:
+        size = int(size) if size is not None else 0
+    except (TypeError, ValueError):
+        size = 0
+    if size <= 0:
+        size = max(1, crawler.settings.getint("CONCURRENT_REQUESTS", 16))
+    return min(size, MAX_BATCH)
+
+
+class StartKeyFeeder:
+    """Feeds one worker's share of a start key into the frontier (module docstring).
+
+    *enqueue*: the scheduler's ``enqueue_request``; *ledger*: its lease book, which says when
+    the frontier accepted the requests (``first_unpushed_start``) and is kept from an idle
+    close while entries are left (``start_active``).  Stats: ``fleet/startkey/taken``
+    (entries), ``fleet/startkey/taken_over`` (of a stopped worker), ``fleet/startkey/requests``
+    (requests made from them), ``fleet/startkey/bad`` (entries no request was made from),
+    ``fleet/startkey/done`` (entries confirmed in the frontier)."""
+
+    def __init__(self, crawler: Crawler, config: FleetConfig, spider: Spider,
+                 ledger: LeaseLedger, enqueue: Callable[[Request], bool]) -> None:
+        self.crawler, self.config, self.spider = crawler, config, spider
+        self.ledger, self.enqueue = ledger, enqueue
+        self.keys = StartKeyKeys(str(getattr(spider, "redis_key", "")))
+        self.kind = start_key_kind(crawler.settings)
+        self.batch = batch_size(spider, crawler)
+        #: entry id -> index of the last start request made from it (BAD: none made)
+        self.held: dict[str, int] = {}
+        self._index = 0
+        self._script: Any = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        logger.info("Reading start data from Redis key %r (%s, %d at a time) into the fleet's "
+                    "frontier (docs/from-scrapy-redis.md)", self.keys.start, self.kind,
+                    self.batch, extra={"spider": self.spider})
+        self._task = asyncio.ensure_future(self._run())
+
+    async def stop(self) -> None:
+        """Stop taking entries (before the worker's last frontier call)."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def close(self) -> None:
+        """After the worker's last frontier call: forget the entries whose requests it pushed,
+        give the others back at once (another worker takes them over at its next step; a
+        worker killed instead leaves them for FLEET_LEASE_TIMEOUT)."""
+        await self.stop()
+        self.ledger.start_active = False
+        if self._script is None or not self.held:
+            return
+        client = redis_client.make_client(self.config.redis_url, self.config.redis_timeout,
+                                          is_async=True)
+        self._script = lua.load(client, "startkey.lua")
+        try:
+            await self.step(give_back=True)
+        except Exception as exc:  # their deadlines pass by themselves
+            logger.warning("Could not give the start entries this worker held back (%s): "
+                           "another worker takes them over after FLEET_LEASE_TIMEOUT", exc,
+                           extra={"spider": self.spider})
+        finally:
+            await client.aclose()
+
+    async def _run(self) -> None:
+        client = redis_client.make_client(self.config.redis_url, self.config.redis_timeout,
+                                          is_async=True)
+        self._script = lua.load(client, "startkey.lua")
+        self.ledger.start_active = True  # until the first step says whether entries are left
+        try:
+            while not (self.ledger.closing or self.ledger.draining):
+                try:
+                    full = await self.step()
+                except (FleetConfigError, asyncio.CancelledError):
+                    raise
+                except Exception as exc:  # Redis away: the entries wait in Redis meanwhile
+                    logger.warning("Could not read start key %r (%s): trying again",
+                                   self.keys.start, exc, extra={"spider": self.spider})
+                    full = False
+                    await asyncio.sleep(self.config.poll_interval * 4)
+                if not full:
+                    await self._until_confirmed()
+        finally:
+            await client.aclose()
+
+    async def _until_confirmed(self) -> None:
+        """Wait FLEET_POLL_INTERVAL, or less: until the frontier holds the requests of half a
+        batch of the entries this worker holds, or of all of them (a local check every
+        CONFIRM_CHECK s, no Redis call), so that the next step frees their places and takes
+        as many new entries at once."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.poll_interval
+        enough = max(1, min(len(self.held), self.batch // 2))
+        while self.held and loop.time() < deadline and not self.ledger.closing:
+            done, bad = self._confirmed()
+            if len(done) + len(bad) >= enough:
+                return
+            await asyncio.sleep(CONFIRM_CHECK)
+        await asyncio.sleep(max(0.0, deadline - loop.time()) if not self.held else 0)
+
+    def _confirmed(self) -> tuple[list[str], list[str]]:
+        """Entries whose requests the frontier accepted, and the bad ones."""
+        first = self.ledger.first_unpushed_start()
+        done = [i for i, last in self.held.items() if last != BAD and (
+            first is None or first > last)]
+        bad = [i for i, last in self.held.items() if last == BAD]
+        return done, bad
+
+    async def step(self, give_back: bool = False) -> bool:
+        """One call of lua/startkey.lua; returns True when it took a full batch (more may be
+        waiting: the next step follows at once).  *give_back*: take nothing, and give the
+        unconfirmed entries back."""
+        done, bad = self._confirmed()
+        for entry_id in (*done, *bad):
+            del self.held[entry_id]
+        want = 0 if self.ledger.outbox_size >= self.batch else self.batch - len(self.held)
+        want = -1 if give_back else max(0, want)
+        args = [self.kind, self.config.worker_id, int(self.config.lease_timeout * 1000),
+                want, len(done), len(bad), *done, *bad, *self.held]
+        remaining, overdue, taken = await redis_client.call_retrying_async(
+            lambda: self._script(keys=self.keys.call_keys(), args=args),
+            self.config.redis_url, self.config.redis_retries)
+        self._inc("fleet/startkey/done", len(done))
+        self._inc("fleet/startkey/bad", len(bad))
+        self._inc("fleet/startkey/taken_over", int(overdue))
+        pairs = list(zip(taken[::2], taken[1::2], strict=True))
+        self._inc("fleet/startkey/taken", len(pairs))
+        for raw_id, entry in pairs:
+            entry_id = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
+            self.held[entry_id] = self._make(entry)
+        self.ledger.start_active = int(remaining) > 0 or bool(self.held)
+        return want > 0 and len(pairs) >= want
+
+    def _make(self, entry: bytes) -> int:
+        """Enqueue the requests the spider makes from *entry*; the index of the last one, or
+        BAD when it made none (logged)."""
+        try:
+            made = self.spider.make_request_from_data(entry)  # type: ignore[attr-defined]
+            requests = [made] if isinstance(made, Request) else list(
+                made if isinstance(made, Iterable) else ())
+        except Exception as exc:
+            logger.error("No request could be made from start entry %r of %r (%s: %s): moved "
+                         "to %r", entry[:200], self.keys.start, type(exc).__name__, exc,
+                         self.keys.bad, extra={"spider": self.spider})
+            return BAD
+        requests = [r for r in requests if isinstance(r, Request)]
+        if not requests:
+            logger.error("No request made from start entry %r of %r: moved to %r",
+                         entry[:200], self.keys.start, self.keys.bad,
+                         extra={"spider": self.spider})
+            return BAD
+        for request in requests:
+            request.meta[START_META_KEY] = self._index
+            self._index += 1
+            self.enqueue(request)
+        self._inc("fleet/startkey/requests", len(requests))
+        return self._index - 1
+
+    def _inc(self, key: str, count: int) -> None:
+        if count and self.crawler.stats is not None:
+            self.crawler.stats.inc_value(key, count)
