@@ -208,6 +208,9 @@ class FrontierParams:
     failed_max: int = 10_000  #: FLEET_FAILED_MAX: failed requests kept, the oldest trimmed
     op_ttl: float = OP_TTL_MS / 1000  #: seconds a call's cached reply is kept (replays)
     recrawl_max: int = 0  #: FLEET_RECRAWL_MAX: tracked URLs at most (0: no bound)
+    #: FLEET_WORKER_DEAD_AFTER: a lease holder silent this long is dead and its leases are
+    #: reclaimed (lua/step_recover.lua); 0: only FLEET_LEASE_TIMEOUT ends a lease
+    dead_after: float = 0.0
 
 
 
@@ -233,6 +236,7 @@ def call_constants(params: FrontierParams) -> dict[str, Any]:
         "hx": params.lease_except_host,
         "fm": params.failed_max,
         "rvm": params.recrawl_max,
+        "wd": int(params.dead_after * 1000),
     }
 
 

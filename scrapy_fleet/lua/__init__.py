@@ -27,6 +27,7 @@ from scrapy_fleet import keys
 
 #: the frontier call's parts every call runs, in order (lua/frontier.lua is the driver)
 FRONTIER_PARTS = ("common.lua", "queue.lua", "failed.lua", "monitoring.lua", "step_check.lua",
+                  "step_recover.lua",  # recovery (issue 30): used by step_begin
                   "step_begin.lua",
                   "step_revisit.lua",  # recrawl (issue 22): used by step_ack, step_idle
                   "step_idle.lua", "step_reply.lua")
@@ -44,6 +45,7 @@ SCRIPTS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
     "politeness.lua": (("common.lua", "hosts.lua"), keys.POLITENESS_CALL),
     "bloom_add.lua": (("common.lua", "bloom.lua", "bloom_write.lua"), keys.BLOOM_ADD_CALL),
     "seeding.lua": (("common.lua",), keys.SEEDING_CALL),
+    "beat.lua": (("common.lua",), keys.BEAT_CALL),
     "proxies.lua": (("common.lua", "proxies_pool.lua"), None),
     "acl_probe.lua": ((), None),
     # partitions (issue 21, frontier/partitions.py)
