@@ -241,7 +241,7 @@ def call_constants(params: FrontierParams) -> dict[str, Any]:
 
 
 def _call_fields(batch: CallBatch, worker: str, marker: str, left_out: int,
-                 gen: str | None, lean: bool) -> dict[str, Any]:
+                 gen: str | None, lean: bool, first: bool = False) -> dict[str, Any]:
     """The fields of one call (*lean*: without those the script defaults alike: empty lists,
     no duplicates left out, no marker to write when the client requires one)."""
     fields: dict[str, Any] = {
@@ -263,6 +263,9 @@ def _call_fields(batch: CallBatch, worker: str, marker: str, left_out: int,
         # (the marker a call writes when the crawl has none: a call requiring one, mk, is
         # refused then)
         "mc": "" if lean and marker else uuid.uuid4().hex,
+        # (a worker's first call: the leases under its id are a predecessor's,
+        # lua/step_recover.lua recover_predecessor)
+        "nw": 1 if first else 0,
     }
     if lean:
         return {k: v for k, v in fields.items() if v or k in ("w", "t")}
@@ -281,13 +284,14 @@ def call_args(batch: CallBatch, worker: str, params: FrontierParams, marker: str
 
 
 def call_argv(batch: CallBatch, worker: str, params: FrontierParams, marker: str = "",
-              left_out: int = 0, gen: str | None = None) -> tuple[bytes, bytes]:
+              left_out: int = 0, gen: str | None = None,
+              first: bool = False) -> tuple[bytes, bytes]:
     """ARGV[1] and ARGV[3] of lua/frontier.lua as the clients send them (arguments as
     :func:`call_args`'s): the call's own fields, without those the script defaults alike
     (empty lists...), and :func:`call_constants`, bytes identical call after call, which the
     script unpacks and checks once while its Functions library stays loaded
-    (lua/step_check.lua)."""
-    return (msgpack.packb(_call_fields(batch, worker, marker, left_out, gen, True),
+    (lua/step_check.lua).  *first*: the first call of a worker's client (``nw``)."""
+    return (msgpack.packb(_call_fields(batch, worker, marker, left_out, gen, True, first),
                           use_bin_type=False),
             msgpack.packb(call_constants(params), use_bin_type=False))
 

@@ -33,7 +33,8 @@
 --   default burst, pc default host concurrency (0 none), pr 1 when pt comes from a rate, ro 1
 --   when robots.txt is obeyed, p pushes (lua/step_push.lua), ho / hx lease only from / never
 --   from this host (lua/step_lease.lua), fm failed records' cap, wd ms after which a silent
---   lease holder is dead (FLEET_WORKER_DEAD_AFTER; 0 or none: never, lua/step_recover.lua), mk the crawl marker this
+--   lease holder is dead (FLEET_WORKER_DEAD_AFTER; 0 or none: never, lua/step_recover.lua),
+--   nw 1 on a worker's first call (its predecessor's leases back), mk the crawl marker this
 --   client saw ("" before its first call: the call fails before any write when the marker is
 --   gone or another one), mc the marker to write when there is none, ld links left out as
 --   known duplicates and bg the filter generation that knowledge is from (lua/step_check.lua).

@@ -92,6 +92,7 @@ local function call_has_work(c)
     -- the leases of dead workers (lua/step_recover.lua), within the same reclaim limit
     c.floors[3] = recover_due(c, (tonumber(req.rc) or 100) - #c.expired)
   end
+  recover_predecessor(c, (tonumber(req.rc) or 100) - #c.expired - #c.recover)
   if #c.due > 0 or #c.expired > 0 or #c.recover > 0 or c.take > 0 or #req.a > 0 or #req.r > 0 or #req.d > 0
       or #req.x > 0 or #req.s > 0 or #req.p > 0 or c.local_dups > 0
       or (type(req.u) == 'table' and #req.u > 0) then

@@ -1,6 +1,6 @@
 -- step_recover.lua: a dead worker's leases back in the frontier within seconds of its death,
 -- instead of at their FLEET_LEASE_TIMEOUT (issue 30; docs/architecture.md, "Recovery").
--- Defines three locals: recover_gap, recover_due and recover_floor.
+-- Defines four locals: recover_gap, recover_due, recover_floor and recover_predecessor.
 --
 -- Every worker that took leases is in K.holders, scored by its last sign of life (ms, Redis's
 -- clock): its frontier calls with work (lua/step_idle.lua) and a beat from a thread of its
@@ -27,7 +27,8 @@
 -- read by lua/monitoring.lua).  Writes: alive_from (after a gap), holders (ZREM of a dead
 -- holder with no lease left).
 -- Work per call: a SET after a gap; when the bound passed and req.wd > 0: one ZRANGE of the
--- first RECOVER_PEEK holders, and a ZRANGEBYLEX per dead holder (at most RECOVER_PEEK).
+-- first RECOVER_PEEK holders, and a ZRANGEBYLEX per dead holder (at most RECOVER_PEEK); one
+-- ZRANGEBYLEX on a worker's first call (recover_predecessor).
 
 local RECOVER_PEEK = 4
 local RECOVER_NONE = 9e15  -- (no holder: none can die; lua/step_begin.lua's NEXT_DUE_NONE)
@@ -85,4 +86,18 @@ local function recover_floor(c)
   local first = redis.call('ZRANGE', c.K.holders, 0, 0, 'WITHSCORES')
   if not first[2] then return RECOVER_NONE end
   return math.max(tonumber(first[2]), c.alive_from or 0) + c.dead_ms
+end
+
+-- A worker's first call (req.nw = 1: its client has not seen the crawl marker yet) holds no
+-- lease: the
+-- leases filed under its id are a predecessor's, a process that died with the same
+-- FLEET_WORKER_ID (a restart; identity.py lets a new process have the id only once the old
+-- one is dead), whose beats the new one would otherwise keep alive.  They join c.recover (at
+-- most *room*).
+local function recover_predecessor(c, room)
+  local who = c.worker
+  if who == '' or c.dead_ms <= 0 or tonumber(c.req.nw) ~= 1 or room <= 0 then return end
+  local held = redis.call('ZRANGEBYLEX', c.K.held, '[' .. who .. '\t', '[' .. who .. '\t\255',
+                          'LIMIT', 0, room)
+  for _, m in ipairs(held) do c.recover[#c.recover + 1] = {string.sub(m, #who + 2), who} end
 end

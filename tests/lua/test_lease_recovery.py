@@ -140,3 +140,21 @@ def test_a_page_that_kills_its_workers_ends_in_the_dead_letters(redis_url):
         assert sum(r.reclaimed + r.dead_lettered for r in replies) == 1
     assert admin.status()["dead"] == 1
     assert admin.status()["queued"] == 0
+
+
+def test_a_restart_with_the_same_worker_id_takes_back_its_predecessors_leases(redis_url):
+    first = make_admin(redis_url)
+    first.push([entry("http://h/a"), entry("http://h/b")])
+    mine = leased_by(first, "pod-0", 1)
+    leased_by(first, "pod-1", 1)
+    # pod-0 dies; its successor (same FLEET_WORKER_ID, a new process: a client that has not
+    # seen the crawl marker) would keep its predecessor's leases alive with its own beats
+    successor = make_admin(redis_url)
+    successor.calls.keep_marker = True  # (as a worker's client: its first call says so, nw)
+    reply = successor.call(CallBatch(take=2), worker="pod-0")
+    assert reply.reclaimed == 1
+    assert [e.entry_id for e in reply.leased] == [mine[0].entry_id]
+    # later calls of the same process take nothing back from it
+    again = successor.call(CallBatch(), worker="pod-0")
+    assert again.reclaimed == 0
+    assert first.status()["leased"] == 2
