@@ -103,15 +103,20 @@ def test_a_killed_workers_pages_are_fetched_again_long_before_the_lease_timeout(
     site, settings, keys = crawl(tmp_path, site_factory, worker_env, redis_url, parts)
     client = redis.Redis.from_url(redis_url)
     procs, outs, logs = start_fleet(tmp_path, settings, worker_env)
-    victim = holding(client, keys, outs[:1], "w0")
+    holding(client, keys, outs[:1], "w0")
+    # stopped first, so that a call it sent just before is in Redis when its leases are read
+    os.killpg(procs[0].pid, signal.SIGSTOP)
+    killed_at = time.time()
+    time.sleep(0.5)
+    victim = held_urls(client, keys, "w0")
+    assert victim, "the worker held no lease when stopped"
     os.killpg(procs[0].pid, signal.SIGKILL)
     procs[0].wait(10)
-    killed_at = time.time()
     # the others finish the crawl: with the lease timeout at 900 s they could not without
     # the dead worker's leases coming back (the fleet is idle only when nothing is leased)
     assert wait_all(procs[1:], 180) == [0, 0], tail(logs[1]) + tail(logs[2])
     fetched_after = collections.Counter(
-        r["path"] for r in site.requests() if r["t"] >= killed_at - 0.5)
+        r["path"] for r in site.requests() if r["t"] >= killed_at)
     base = site.url.rstrip("/")
     assert all(fetched_after[url[len(base):]] >= 1 for url in victim), (victim, fetched_after)
     urls = [i["url"] for i in read_items(outs)]
