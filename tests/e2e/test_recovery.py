@@ -19,6 +19,7 @@ import pytest
 import redis
 from support import (
     EXAMPLE_PROJECT,
+    TEST_PROJECT,
     read_items,
     run_scrapy,
     start_worker,
@@ -158,3 +159,31 @@ def test_a_stopped_worker_acknowledges_nothing_another_took(redis_url, tmp_path,
     # worker's leases were all reclaimed, none of its entries is still under its name
     assert not held_urls(client, keys, "w0")
     assert victim and taken is not None
+
+
+def test_a_callback_that_blocks_the_reactor_past_the_death_delay_loses_no_lease(
+        redis_url, tmp_path, site_factory, worker_env):
+    """The worker's frontier calls stop while its callback blocks (4 s, twice the death
+    delay): its liveness thread keeps it alive, so another worker takes none of its leases."""
+    generate_site(tmp_path / "www", 6, 1, seed=31)
+    site = site_factory(tmp_path / "www")
+    urls = [f"{site.url}site/p/{i}.html" for i in range(6)]
+    pushed = run_scrapy(TEST_PROJECT, ["fleet", "push", "slow_parse", *urls,
+                                       "-s", f"FLEET_REDIS_URL={redis_url}"], worker_env)
+    assert pushed.returncode == 0, pushed.stderr
+    settings = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 2,
+                "FLEET_LEASE_TIMEOUT": LEASE_TIMEOUT, "FLEET_WORKER_DEAD_AFTER": 2,
+                "FLEET_HEARTBEAT_INTERVAL": 1, "CONCURRENT_REQUESTS": 2}
+    logs = [tmp_path / "slow.log", tmp_path / "other.log"]
+    procs = [start_worker(TEST_PROJECT, "slow_parse", {**settings, "FLEET_WORKER_ID": "slow"},
+                          worker_env, logs[0], spider_args={"block": 4}),
+             start_worker(TEST_PROJECT, "slow_parse", {**settings, "FLEET_WORKER_ID": "other"},
+                          worker_env, logs[1], spider_args={"block": 0})]
+    assert wait_all(procs, 180) == [0, 0], tail(logs[0]) + tail(logs[1])
+    keys = CrawlKeys("fleet", "slow_parse")
+    total = counters(redis.Redis.from_url(redis_url), [keys])
+    slow = tail(logs[0], 10**7)
+    assert re.search(r"'item_scraped_count': [1-9]", slow), slow[-3000:]  # it did block
+    assert (total["recovered"], total["stale_acks"]) == (0, 0), total
+    assert total["acked"] == total["pushed"] == 6
+    assert "lease(s) lost" not in slow
