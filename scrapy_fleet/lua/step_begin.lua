@@ -34,7 +34,8 @@
 -- crawl, a key deleted by hand).
 -- Keys (of K): marker, layout (SET once, with the marker: the crawl's first push or first
 -- worker call; frontier/layout.py refuses a crawl of another layout at start), deferred,
--- leases, parked, revisit_index, next_due.  Writes: marker and layout, once per crawl;
+-- leases, parked, revisit_index, next_due, and lua/step_recover.lua's (holders, held).
+-- Writes: marker and layout, once per crawl;
 -- next_due.
 -- Work per call: 1 command (TIME), and a read (LLEN) when the call names nothing; when the
 -- bound passed, 2 reads (ZRANGE of each set's first DUE_PEEK entries), per set with more due
