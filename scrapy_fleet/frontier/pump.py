@@ -13,7 +13,8 @@ reply back into it.  Its interface, :class:`FrontierPump`:
 * ``call(final)``: one frontier call now; ``receive(result)``: file a call's reply;
 * ``wait_time()``, ``poked``: when the loop calls next;
 * ``book``, ``monitor`` (the heartbeat: monitoring/heartbeat.py), ``lost`` (the leases
-  reported lost, counted and warned of: frontier/lostleases.py), ``stage``.
+  reported lost, counted and warned of: frontier/lostleases.py), ``stage``;
+* ``stalls`` (the liveness thread and the stalls, frontier/liveness.py), ``prefetch_safe()``.
 
 Nothing else reaches its private attributes (tests/test_layers.py).  Of its frontier client
 it uses ``call``, ``dupes`` (the book's DupeCache), ``unreplicated``/``wait_replicas``,
