@@ -30,7 +30,7 @@ from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys
 
 #: entry scripts each role runs
 _SCRIPTS = {"worker": ("frontier.lua", "push_lean.lua", "politeness.lua", "seeding.lua",
-                       "bloom_add.lua"),
+                       "bloom_add.lua", "beat.lua"),
             "monitor": (), "admin": ("frontier.lua", "push_lean.lua", "politeness.lua",
                                      "seeding.lua", "bloom_add.lua", "failed_retry.lua")}
 #: the proxy pool's script (a worker: choose, report, seed; an admin: the ``proxies`` actions)

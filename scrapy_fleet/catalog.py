@@ -182,8 +182,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FLEET_HEARTBEAT_INTERVAL", 5.0, "float > 0",
             "a worker calls Redis at least this often (seconds), with its heartbeat",
             "monitoring", _MON),
-    Setting("FLEET_WORKER_DEAD_AFTER", 15.0, "float > 0",
-            "a worker silent this long (seconds) is shown dead", "monitoring", _MON),
+    Setting("FLEET_WORKER_DEAD_AFTER", 6.0, "float > 0",
+            "a worker silent this long (seconds) is dead: shown so, and its leases go back "
+            "to the frontier", "monitoring", _MON),
     Setting("FLEET_WORKER_FORGET_AFTER", 120.0, "float >= FLEET_WORKER_DEAD_AFTER",
             "a worker silent this long (seconds) leaves the worker list and its keys",
             "monitoring", _MON),

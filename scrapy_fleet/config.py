@@ -276,7 +276,8 @@ class FleetConfig:
                               else "",
                               failed_max=self.failures.max_kept,
                               recrawl_max=(self.recrawl.max_tracked or 0)
-                              if self.recrawl.enabled else 0)
+                              if self.recrawl.enabled else 0,
+                              dead_after=self.monitoring.worker_dead_after)
 
     def resolve_crawl_id(self, spider_name: str) -> str:
         """The crawl's namespace: ``FLEET_CRAWL_ID`` or else the spider's name."""

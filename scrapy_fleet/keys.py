@@ -71,6 +71,15 @@ prefix ``fleet`` and crawl id ``docs``::
     fleet:{docs}:workers      ZSET    worker id -> last heartbeat (ms)
     fleet:{docs}:workers_first  STRING  ms                    no score in workers is before it
                                                               (a lower bound: lua/monitoring.lua)
+    fleet:{docs}:holders      ZSET    worker id -> last sign of life (ms)  workers that took
+                                      leases; one silent for FLEET_WORKER_DEAD_AFTER is dead
+                                      and its leases are reclaimed (lua/step_recover.lua)
+    fleet:{docs}:held         ZSET    "<worker id>\t<entry id>" (score 0)  each lease under its
+                                      holder, read by lex range when the holder is dead
+    fleet:{docs}:alive_from   STRING  ms                      liveness counts from here: set
+                                      when no worker had reached Redis for
+                                      FLEET_WORKER_DEAD_AFTER (an outage), so that none is
+                                      taken for dead when it comes back (lua/beat.lua)
     fleet:{docs}:failed       HASH  entry id -> msgpack       failed requests {url, method, reason,
                                                               status, attempts, worker, at, data}
     fleet:{docs}:failed_at    ZSET  entry id -> time (ms)     failed requests, oldest first (cap)
@@ -151,6 +160,8 @@ FRONTIER_CALL = ("op", "prev_op", "data", "leases", "lease", "expiries", "dead",
                  "hold", "hostlive", "hostconf", "crawldelay", "wlive", "robots", "failed",
                  "failed_at", "failed_by", "marker", "layout", "queue_index", "queue_count",
                  "bucket_prefix", "bloom_meta", "next_due", "workers_first",
+                 # recovery (issue 30): a dead worker's leases back (lua/step_recover.lua)
+                 "holders", "held", "alive_from",
                  # recrawl (issue 22): lua/step_revisit.lua
                  "revisit_index", "revisit_prefix", "revisit_count",
                  # sitemap <lastmod> (issue 22): lua/step_revisit.lua, revisit_lastmod_due
@@ -164,6 +175,9 @@ RETRY_CALL = ("failed", "failed_at", "failed_by", "dead", "hostq", "stats", "seq
 #: KEYS of lua/politeness.lua, in order.
 POLITENESS_CALL = ("ready", "tat", "hold", "hostlive", "hostconf", "crawldelay", "fails", "robots",
                    "robots_lock")
+
+#: KEYS of lua/beat.lua, in order (a worker's sign of life, sent from a thread: issue 30).
+BEAT_CALL = ("workers", "holders", "mon", "alive_from")
 
 #: KEYS of lua/seeding.lua.
 SEEDING_CALL = ("seeding",)
@@ -313,6 +327,12 @@ class CrawlKeys:
     deferred = _Key("deferred")
     next_due = _Key("next_due")
     workers_first = _Key("workers_first")
+    #: workers that took leases -> their last sign of life (ms): lua/step_recover.lua
+    holders = _Key("holders")
+    #: "<worker id>\t<entry id>" of each lease (score 0), by holder: lua/step_recover.lua
+    held = _Key("held")
+    #: server time (ms) from which liveness counts (set after a gap: an outage)
+    alive_from = _Key("alive_from")
     parked = _Key("parked")
     hostq = _Key("hostq")
     ready = _Key("ready")

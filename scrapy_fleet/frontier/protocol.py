@@ -208,6 +208,9 @@ class FrontierParams:
     failed_max: int = 10_000  #: FLEET_FAILED_MAX: failed requests kept, the oldest trimmed
     op_ttl: float = OP_TTL_MS / 1000  #: seconds a call's cached reply is kept (replays)
     recrawl_max: int = 0  #: FLEET_RECRAWL_MAX: tracked URLs at most (0: no bound)
+    #: FLEET_WORKER_DEAD_AFTER: a lease holder silent this long is dead and its leases are
+    #: reclaimed (lua/step_recover.lua); 0: only FLEET_LEASE_TIMEOUT ends a lease
+    dead_after: float = 0.0
 
 
 
@@ -233,11 +236,12 @@ def call_constants(params: FrontierParams) -> dict[str, Any]:
         "hx": params.lease_except_host,
         "fm": params.failed_max,
         "rvm": params.recrawl_max,
+        "wd": int(params.dead_after * 1000),
     }
 
 
 def _call_fields(batch: CallBatch, worker: str, marker: str, left_out: int,
-                 gen: str | None, lean: bool) -> dict[str, Any]:
+                 gen: str | None, lean: bool, first: bool = False) -> dict[str, Any]:
     """The fields of one call (*lean*: without those the script defaults alike: empty lists,
     no duplicates left out, no marker to write when the client requires one)."""
     fields: dict[str, Any] = {
@@ -259,6 +263,9 @@ def _call_fields(batch: CallBatch, worker: str, marker: str, left_out: int,
         # (the marker a call writes when the crawl has none: a call requiring one, mk, is
         # refused then)
         "mc": "" if lean and marker else uuid.uuid4().hex,
+        # (a worker's first call: the leases under its id are a predecessor's,
+        # lua/step_recover.lua recover_predecessor)
+        "nw": 1 if first else 0,
     }
     if lean:
         return {k: v for k, v in fields.items() if v or k in ("w", "t")}
@@ -277,13 +284,14 @@ def call_args(batch: CallBatch, worker: str, params: FrontierParams, marker: str
 
 
 def call_argv(batch: CallBatch, worker: str, params: FrontierParams, marker: str = "",
-              left_out: int = 0, gen: str | None = None) -> tuple[bytes, bytes]:
+              left_out: int = 0, gen: str | None = None,
+              first: bool = False) -> tuple[bytes, bytes]:
     """ARGV[1] and ARGV[3] of lua/frontier.lua as the clients send them (arguments as
     :func:`call_args`'s): the call's own fields, without those the script defaults alike
     (empty lists...), and :func:`call_constants`, bytes identical call after call, which the
     script unpacks and checks once while its Functions library stays loaded
-    (lua/step_check.lua)."""
-    return (msgpack.packb(_call_fields(batch, worker, marker, left_out, gen, True),
+    (lua/step_check.lua).  *first*: the first call of a worker's client (``nw``)."""
+    return (msgpack.packb(_call_fields(batch, worker, marker, left_out, gen, True, first),
                           use_bin_type=False),
             msgpack.packb(call_constants(params), use_bin_type=False))
 

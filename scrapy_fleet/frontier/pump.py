@@ -13,7 +13,8 @@ reply back into it.  Its interface, :class:`FrontierPump`:
 * ``call(final)``: one frontier call now; ``receive(result)``: file a call's reply;
 * ``wait_time()``, ``poked``: when the loop calls next;
 * ``book``, ``monitor`` (the heartbeat: monitoring/heartbeat.py), ``lost`` (the leases
-  reported lost, counted and warned of: frontier/lostleases.py), ``stage``.
+  reported lost, counted and warned of: frontier/lostleases.py), ``stage``;
+* ``stalls`` (the liveness thread and the stalls, frontier/liveness.py), ``prefetch_safe()``.
 
 Nothing else reaches its private attributes (tests/test_layers.py).  Of its frontier client
 it uses ``call``, ``dupes`` (the book's DupeCache), ``unreplicated``/``wait_replicas``,
@@ -46,6 +47,7 @@ from scrapy_fleet.errors import CrawlStateLostError, RedisUnavailableError
 from scrapy_fleet.frontier.book import LeaseBook
 from scrapy_fleet.frontier.dupecache import StaleDupeCache
 from scrapy_fleet.frontier.leases import Lease, Out
+from scrapy_fleet.frontier.liveness import StallGuard, leave
 from scrapy_fleet.frontier.lostleases import LostLeases
 from scrapy_fleet.frontier.protocol import CallBatch, CallResult
 from scrapy_fleet.frontier.sent import SentCall, entry_ids
@@ -102,6 +104,8 @@ class FrontierPump:
         self.stage: StageRole | None = None
         #: time.monotonic() when the next host may be fetched (from the last frontier reply)
         self._next_ready_at: float | None = None
+        #: the worker's sign of life from a thread, and its stalls (frontier/liveness.py)
+        self.stalls = StallGuard(config.monitoring.worker_dead_after)
         #: heartbeat and fleet-wide counter deltas, sent with each frontier call
         self.monitor = WorkerMonitor(self.stats, config, time.time(), socket.gethostname(),
                                      os.getpid())
@@ -129,6 +133,9 @@ class FrontierPump:
         leasing and is told the response queue at each call."""
         self.frontier = frontier
         self.stage = stage
+        self.stalls.start_beat(self.config.redis_url, self.config.worker_id,
+                               getattr(frontier, "part_keys", None) or [frontier.keys],
+                               self.config.redis_timeout)
         self._wake = asyncio.Event()
         self._task = asyncio.ensure_future(self._pump())
         self._wake.set()
@@ -146,10 +153,23 @@ class FrontierPump:
                 logger.exception("Fleet pump failed")
         if self.frontier is not None:
             await self._final_flush(reason)
+            self.stalls.stop_beat(self.book.inc)
             if not self._state_lost:
                 await self._leave()
             await self.frontier.close()
         self.book.flush_counts()
+
+    def prefetch_safe(self) -> bool:
+        """May the engine take a prefetched request now (no I/O)?  Not after a stall that may
+        have made this worker dead to the fleet (frontier/liveness.py StallGuard): the next
+        call then extends every lease held, its reply drops the lost ones from the prefetch,
+        and the engine is woken (``fleet/frontier/revalidated`` counts such holds)."""
+        state = self.stalls.suspect(bool(self.book.prefetch))
+        if state is None:
+            self._last_extend = 0.0  # (the next call is a heartbeat: every lease extended)
+            self.book.inc("fleet/frontier/revalidated")
+            self._poke()
+        return state is False
 
     @property
     def poked(self) -> bool:
@@ -224,24 +244,10 @@ class FrontierPump:
                 backoff = min(backoff * 2, 10.0)
 
     async def _leave(self) -> None:
-        """Leave the worker list and drop this worker's heartbeat and its id's claim (best
-        effort: they expire by themselves, after FLEET_WORKER_FORGET_AFTER and
-        FLEET_WORKER_DEAD_AFTER).  A partitioned crawl's heartbeats live in every partition
-        the worker's calls went to: the worker leaves each of them (issue 21)."""
+        """Leave the worker list (frontier/liveness.py ``leave``)."""
         assert self.frontier is not None
-        keys = self.frontier.keys
-        wid = self.config.worker_id
-        parts = keys.all_partitions(self.config.partitions) if self.config.partitions > 1 else []
-        try:
-            async with self.frontier.client.pipeline(transaction=False) as pipe:
-                pipe.zrem(keys.workers, wid)
-                pipe.delete(keys.worker_info(wid), keys.worker_claim(wid))
-                for k in parts:  # one key per command: partitions may be on other nodes
-                    pipe.zrem(k.workers, wid)
-                    pipe.delete(k.worker_info(wid))
-                await pipe.execute()
-        except Exception:
-            pass
+        await leave(self.frontier.client, self.frontier.keys, self.config.worker_id,
+                    self.config.partitions)
 
     def _lose_state(self, exc: CrawlStateLostError) -> None:
         """Redis no longer holds the crawl (restarted without its data, purged): stop with a
@@ -289,6 +295,7 @@ class FrontierPump:
         book.closing = True
         try:
             await self._final_flush("drain timeout")
+            self.stalls.stop_beat(self.book.inc)
             await self._leave()
         finally:
             logging.shutdown()
@@ -363,6 +370,7 @@ class FrontierPump:
         book = self.book
         assert self.frontier is not None
         sent, self._unanswered = self._unanswered, None
+        fresh = sent is None
         if sent is None:
             book.flush_counts()
             batch, n_out, n_done, n_dead = self._build_batch(final)
@@ -379,6 +387,7 @@ class FrontierPump:
                             book.outbox[:n_out], book.done[:n_done])
         batch, n_out, n_done, n_dead = sent.batch, sent.n_out, sent.n_done, sent.n_dead
         outbox, done = sent.outbox, sent.done
+        started = time.monotonic()
         try:
             # links buffered as known duplicates have no payload yet: after a refusal the
             # call is built again (with the cache cleared, they are encoded then)
@@ -447,6 +456,8 @@ class FrontierPump:
         self.lost.answered(entry_ids(batch))
         if not sent.final:
             self.receive(result)
+        if self.stalls.confirmed(started, fresh and batch.beat):
+            engine_hooks.wake_engine(self.crawler)
         if final and not sent.final:  # (that was a call sent again: now the final one)
             return await self.call(final=True)
         return result

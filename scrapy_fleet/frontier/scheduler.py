@@ -334,6 +334,8 @@ class FleetScheduler(BaseScheduler):
         book.settle_start(lease, main)
 
     def next_request(self) -> Request | None:
+        if not self.pump.prefetch_safe():  # (after a stall: frontier/liveness.py)
+            return None
         return self.book.take()
 
     def __len__(self) -> int:

@@ -27,6 +27,7 @@ from scrapy_fleet import keys
 
 #: the frontier call's parts every call runs, in order (lua/frontier.lua is the driver)
 FRONTIER_PARTS = ("common.lua", "queue.lua", "failed.lua", "monitoring.lua", "step_check.lua",
+                  "step_recover.lua",  # recovery (issue 30): used by step_begin
                   "step_begin.lua",
                   "step_revisit.lua",  # recrawl (issue 22): used by step_ack, step_idle
                   "step_idle.lua", "step_reply.lua")
@@ -46,6 +47,7 @@ SCRIPTS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
     "seeding.lua": (("common.lua",), keys.SEEDING_CALL),
     # a scrapy-redis spider's start key (compat/feeder.py)
     "startkey.lua": ((), keys.START_KEY_CALL),
+    "beat.lua": (("common.lua",), keys.BEAT_CALL),
     "proxies.lua": (("common.lua", "proxies_pool.lua"), None),
     "acl_probe.lua": ((), None),
     # partitions (issue 21, frontier/partitions.py)

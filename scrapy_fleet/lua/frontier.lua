@@ -32,7 +32,9 @@
 --   (0 none), hm per-host limit (0 none), dd defer delay ms, pt default host interval ms, pb
 --   default burst, pc default host concurrency (0 none), pr 1 when pt comes from a rate, ro 1
 --   when robots.txt is obeyed, p pushes (lua/step_push.lua), ho / hx lease only from / never
---   from this host (lua/step_lease.lua), fm failed records' cap, mk the crawl marker this
+--   from this host (lua/step_lease.lua), fm failed records' cap, wd ms after which a silent
+--   lease holder is dead (FLEET_WORKER_DEAD_AFTER; 0 or none: never, lua/step_recover.lua),
+--   nw 1 on a worker's first call (its predecessor's leases back), mk the crawl marker this
 --   client saw ("" before its first call: the call fails before any write when the marker is
 --   gone or another one), mc the marker to write when there is none, ld links left out as
 --   known duplicates and bg the filter generation that knowledge is from (lua/step_check.lua).
@@ -41,7 +43,7 @@
 --   (codec/...); u: records of such requests without a parent (lua/step_ack.lua).
 -- ARGV[2] (optional): heartbeat, counter deltas and sampling of lua/monitoring.lua.
 -- ARGV[3] (optional): the call's constants, those of ARGV[1]'s fields that a client sends
---   unchanged call after call (lm ml ot bn bp rc qm hm dd pt pb pc ro pr ho hx fm rvm), as one
+--   unchanged call after call (lm ml ot bn bp rc qm hm dd pt pb pc ro pr ho hx fm rvm wd), as one
 --   msgpack map (protocol.py call_argv), checked once per distinct value (lua/step_check.lua);
 --   a field of ARGV[1] comes first.  The clients also leave out of ARGV[1] the fields equal
 --   to what the script reads for a missing one (empty lists, ld 0, mk "", and mc once mk is
@@ -62,15 +64,17 @@
 
 -- (what every call reads first, in one command: its cached reply, the crawl marker, the
 -- queued count, since when the fleet is idle, how many URLs are tracked for revisits,
--- before when nothing deferred or leased can be due, and the oldest worker's last call)
+-- before when nothing deferred or leased can be due, the oldest worker's last call, and
+-- from when liveness counts: lua/step_recover.lua)
 local head = redis.call('MGET', K.op, K.marker, K.queue_count, K.idle_since,
-                        K.revisit_count, K.next_due, K.workers_first)
+                        K.revisit_count, K.next_due, K.workers_first, K.alive_from)
 if head[1] then
   return head[1]
 end
 local c, err = check_call(K, head)
 if not c then return redis.error_reply(err) end
 begin_call(c)
+recover_gap(c)
 if call_has_work(c) then
   frontier_steps(c)
   c.ran = true  -- (what the steps may have changed is read again after them)

@@ -154,7 +154,8 @@ function State.new(c)
   function st.drop_lease(id)
     local _, score, who, host = st.parse_lease(st.lease_value(id))
     host = host or ''
-    qw.drop_lease(id)
+    local holder = who and string.gsub(who, '^!', '') or ''
+    qw.drop_lease(id, holder ~= '' and holder .. '\t' .. id or nil)
     lease_cache[id] = false
     if not (who and string.sub(who, 1, 1) == '!') then
       st.free_slot(host, who)

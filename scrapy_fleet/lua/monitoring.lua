@@ -22,7 +22,7 @@
 --   cs  sequence number of the deltas below (per worker, +1 per batch)
 --   c   counter deltas {field: n} into the stats hash (fields: see MON_COUNTER_OK)
 --   hp  per-host deltas [[host, responses, bans]...]
---   da  a worker is dead after this many ms without a call (default 15000)
+--   da  a worker is dead after this many ms without a call (default 6000)
 --   fa  a worker's key and its entry in `workers` are gone after this many ms (default 120000)
 -- Series sample (monitoring/series.py): t_ms due scheduled leased parked dead pages items bans
 -- workers_alive, as i64 at slot (t / step) mod points of each tier.
@@ -166,7 +166,7 @@ local MON_BEAT_EVERY = 1000
 local function monitor_apply(m, K, now, worker, acked, first)
   local INFO, MON, HOSTSTATS, HOSTBANS = K.worker_info, K.mon, K.hoststats, K.hostbans
   local fk = K
-  local dead_ms = tonumber(m.da) or 15000
+  local dead_ms = tonumber(m.da) or 6000
   local forget_ms = tonumber(m.fa) or 120000
   local every = math.min(MON_BEAT_EVERY, dead_ms / 4, forget_ms / 4)
   local last = m.last  -- (read by monitor_check_keys: no step writes MON)

@@ -95,6 +95,7 @@ function Queue.writer(K, now, on_missing, queued)
   w.queued = queued or Queue.queued(K)
   local q_tail, q_head, q_need, ready_add = {}, {}, {}, {}
   local data_add, data_del, exp_del, lease_del, leases_del = {}, {}, {}, {}, {}
+  local held_del = {}
 
   function w.enqueue(id, score, host, payload, back)
     local b = Queue.bucket_name(host, score)
@@ -117,9 +118,11 @@ function Queue.writer(K, now, on_missing, queued)
   -- An entry's request leaves `data`; its expiry count (for good); its lease.
   function w.drop_data(id) data_del[#data_del + 1] = id end
   function w.drop_expiries(id) exp_del[#exp_del + 1] = id end
-  function w.drop_lease(id)
+  -- (*held*: its member of K.held, "<holder>\t<id>": lua/step_recover.lua)
+  function w.drop_lease(id, held)
     leases_del[#leases_del + 1] = id
     lease_del[#lease_del + 1] = id
+    if held then held_del[#held_del + 1] = held end
   end
 
   function w.prefetch_index(hosts)
@@ -173,6 +176,7 @@ function Queue.writer(K, now, on_missing, queued)
     if #data_del > 0 then call_many('HDEL', K.data, data_del, 4000) end
     if #exp_del > 0 then call_many('HDEL', K.expiries, exp_del, 4000) end
     if #lease_del > 0 then call_many('HDEL', K.lease, lease_del, 4000) end
+    if #held_del > 0 then call_many('ZREM', K.held, held_del, 4000) end
     if #leases_del > 0 then call_many('ZREM', K.leases, leases_del, 4000) end
     if #data_add > 0 then call_many('HSET', K.data, data_add, 2000) end
     local added, pushed_to = 0, {}
@@ -213,6 +217,7 @@ function Queue.writer(K, now, on_missing, queued)
     end
     q_tail, q_head, q_need, ready_add = {}, {}, {}, {}
     data_add, data_del, exp_del, lease_del, leases_del = {}, {}, {}, {}, {}
+    held_del = {}
   end
 
   -- Dequeue: the heads a call took (`taken`: head members, `bucket_of` their buckets) leave

@@ -8,7 +8,8 @@
 -- step_reply) and c.queued (the queued count as read when the call began, K.queue_count).
 -- call_has_work(c) reads what is due: c.due (deferred entries whose delay is over,
 -- K.deferred scored by when they are due, at most 100) and c.expired (expired leases of any
--- worker, K.leases scored by expiry, at most req.rc), both only when K.next_due (read with
+-- worker, K.leases scored by expiry, at most req.rc) and c.recover (the leases of dead
+-- workers, lua/step_recover.lua, within the same limit), all only when K.next_due (read with
 -- the call's first MGET, c.head[6]) is missing or not after now; it returns false when the
 -- call has nothing for its steps (lua/frontier_steps.lua): none of these, nothing named by
 -- the worker (acks, releases, dead, extends, downloads over, pushes, links left out as known
@@ -19,8 +20,9 @@
 -- reply and writes are those the steps would give, since each of them does nothing without
 -- one of these.
 --
--- K.next_due (ms) is a lower bound of every score in K.deferred and K.leases: nothing can be
--- due or expired before it.  A step that adds a score (a lease, an extension, a deferral, a
+-- K.next_due (ms) is a lower bound of every score in K.deferred and K.leases, and of the
+-- time the first lease holder may be dead (lua/step_recover.lua): nothing can be due,
+-- expired or recovered before it.  A step that adds a score (a lease, an extension, a deferral, a
 -- push with a delay; lua/push_lean.lua likewise) tells due_at(c, ms); keep_next_due(c), run
 -- after the steps, writes the bound back: when it had passed, the lower of both sets' first
 -- scores after now (read with what is due; read again after the steps for a set with more
@@ -32,7 +34,8 @@
 -- crawl, a key deleted by hand).
 -- Keys (of K): marker, layout (SET once, with the marker: the crawl's first push or first
 -- worker call; frontier/layout.py refuses a crawl of another layout at start), deferred,
--- leases, parked, revisit_index, next_due.  Writes: marker and layout, once per crawl;
+-- leases, parked, revisit_index, next_due, and lua/step_recover.lua's (holders, held).
+-- Writes: marker and layout, once per crawl;
 -- next_due.
 -- Work per call: 1 command (TIME), and a read (LLEN) when the call names nothing; when the
 -- bound passed, 2 reads (ZRANGE of each set's first DUE_PEEK entries), per set with more due
@@ -81,14 +84,17 @@ local function call_has_work(c)
   local K, req = c.K, c.req
   c.next_due = tonumber(c.head[6])
   c.lowest_added = NEXT_DUE_NONE
-  c.due, c.expired = {}, {}
+  c.due, c.expired, c.recover = {}, {}, {}
   if not c.next_due or c.now >= c.next_due then
     -- the bound passed: what is due, and each set's floor for the next bound
     c.floors = {}
     c.due, c.floors[1] = due_in(K.deferred, c.now, 100)
     c.expired, c.floors[2] = due_in(K.leases, c.now, tonumber(req.rc) or 100)
+    -- the leases of dead workers (lua/step_recover.lua), within the same reclaim limit
+    c.floors[3] = recover_due(c, (tonumber(req.rc) or 100) - #c.expired)
   end
-  if #c.due > 0 or #c.expired > 0 or c.take > 0 or #req.a > 0 or #req.r > 0 or #req.d > 0
+  recover_predecessor(c, (tonumber(req.rc) or 100) - #c.expired - #c.recover)
+  if #c.due > 0 or #c.expired > 0 or #c.recover > 0 or c.take > 0 or #req.a > 0 or #req.r > 0 or #req.d > 0
       or #req.x > 0 or #req.s > 0 or #req.p > 0 or c.local_dups > 0
       or (type(req.u) == 'table' and #req.u > 0) then
     return true
@@ -120,7 +126,8 @@ local function keep_next_due(c)
     -- (a set with more entries due than peeked at: its first score after the steps)
     floors[1] = floors[1] or first_score(K.deferred)
     floors[2] = floors[2] or first_score(K.leases)
-    bound = math.min(bound, floors[1], floors[2])
+    floors[3] = floors[3] or recover_floor(c)
+    bound = math.min(bound, floors[1], floors[2], floors[3])
     if bound == c.next_due then return end
   elseif bound >= c.next_due then
     return

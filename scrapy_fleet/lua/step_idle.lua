@@ -13,8 +13,8 @@
 -- in K.workers as read with the call's head (K.workers_first), nil when this call's entry is
 -- before it (lua/monitoring.lua recomputes it then).
 -- Keys (of K): revisit_index, revisit_count, queue_count, queue_index, leases, deferred,
--- parked, idle_since, stats, hold, workers, hostq.  Writes: idle_since, queue_count (0 when
--- no bucket holds an entry), workers.
+-- parked, idle_since, stats, hold, workers, hostq, holders.  Writes: idle_since, queue_count (0
+-- when no bucket holds an entry), workers, holders (ZADD XX, a call with work).
 -- Work per call: about 7 commands (6 without steps; 1 or 2 more for a crawl with tracked
 -- revisits); HGETALL of hold when it has at most 1000 hosts.
 
@@ -67,6 +67,9 @@ local function step_idle(c)
   c.workers_first = tonumber(c.head[7])  -- (K.workers_first: for lua/monitoring.lua)
   if worker ~= '' then
     redis.call('ZADD', K.workers, now, worker)
+    -- a call with work is a lease holder's sign of life too (lua/step_recover.lua; its beat,
+    -- lua/beat.lua, is the other)
+    if c.ran then redis.call('ZADD', K.holders, 'XX', now, worker) end
     -- an earlier score than the bound (an empty set's, or the clock went back): unknown,
     -- recomputed by monitor_apply
     if c.workers_first and now < c.workers_first then c.workers_first = nil end

@@ -13,7 +13,8 @@
 -- may be fetched, when fewer than c.take were leased.
 -- Keys (of K): ready, token, workers, robots, hostlive, hold, hostconf, crawldelay, tat,
 -- expiries, lease, leases, and the queue's.  Writes: ready, token (INCRBY), lease, leases,
--- tat, data (the leased requests), the buckets (LTRIM), the index, hostlive and wlive.
+-- tat, data (the leased requests), the buckets (LTRIM), the index, hostlive and wlive; held
+-- and holders (each lease under its worker: lua/step_recover.lua).
 -- Work per call: 8 to 64 candidate hosts (twice take), heads read 1, 2, 4 ... at a time;
 -- nothing when c.take is 0.
 
@@ -169,6 +170,17 @@ local function step_lease(c)
     call_many('HSET', K.lease, lease_set, 4000)
     call_many('ZADD', K.leases, leases_add, 4000)
     due_at(c, now + lease_ms)
+    if worker ~= '' then
+      -- each lease under its holder, and the holder's sign of life (lua/step_recover.lua)
+      local held = {}
+      for _, e in ipairs(pending) do
+        held[#held + 1] = 0
+        held[#held + 1] = worker .. '\t' .. e[1]
+      end
+      call_many('ZADD', K.held, held, 4000)
+      redis.call('ZADD', K.holders, now, worker)
+      if c.dead_ms > 0 then due_at(c, now + c.dead_ms) end
+    end
     for i, e in ipairs(pending) do
       -- a leased entry keeps its request in `data` (acknowledged: deleted; back: moved)
       qw.keep_data(e[1], e[5])

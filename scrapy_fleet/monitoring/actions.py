@@ -71,7 +71,7 @@ def run(action: str, admin: Any, opts: Any, alerts_config: Any = None,
         return [Sampling(client, k, dead_after, forget).start() for k in every]
 
     interval = opts.interval
-    dead_after = float(getattr(alerts_config, "dead_after", 15.0))
+    dead_after = float(getattr(alerts_config, "dead_after", 6.0))
     forget = max(dead_after, 120.0 if forget_after is None else float(forget_after))
     if not (isinstance(interval, int | float) and math.isfinite(interval) and interval > 0):
         print("error: --interval must be a number of seconds > 0", file=sys.stderr)

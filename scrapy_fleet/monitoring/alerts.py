@@ -35,7 +35,7 @@ class AlertConfig:
     FLEET_ALERT_MEMORY_RATIO).
     """
 
-    dead_after: float = 15.0  #: a worker silent this long is dead
+    dead_after: float = 6.0  #: a worker silent this long is dead
     stall_after: float = 120.0  #: alive, holding leases, no acknowledgement this long: stalled
     depth_minutes: int = 10  #: depth grew at every 1 min sample for this many minutes
     block_rate: float = 0.2  #: a host's bans / responses above this

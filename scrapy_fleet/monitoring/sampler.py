@@ -15,7 +15,7 @@ from scrapy_fleet import lua
 from scrapy_fleet.keys import CrawlKeys
 
 
-def sample(client: redis.Redis, keys: CrawlKeys, dead_after: float = 15.0,
+def sample(client: redis.Redis, keys: CrawlKeys, dead_after: float = 6.0,
            forget_after: float = 120.0) -> bool:
     """Take the samples that are due now; True when a 10 s sample was written (False: one
     was taken this step already).  *dead_after* (seconds): a worker silent longer is not

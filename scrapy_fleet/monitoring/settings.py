@@ -20,7 +20,7 @@ class MonitoringConfig:
     (``monitoring.alerts.AlertConfig.from_config`` reads them)."""
 
     heartbeat_interval: float = 5.0
-    worker_dead_after: float = 15.0
+    worker_dead_after: float = 6.0
     worker_forget_after: float = 120.0
     stall_after: float = 120.0
     alert_depth_minutes: int = 10

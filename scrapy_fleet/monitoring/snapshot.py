@@ -117,6 +117,7 @@ def counters_of(stats: dict[str, int]) -> dict[str, Any]:
             "pushed": stats.get("pushed", 0), "duplicate": stats.get("duplicates", 0),
             "leased": stats.get("leased", 0), "acked": stats.get("acked", 0),
             "reclaimed": stats.get("reclaimed", 0),
+            "recovered": stats.get("recovered", 0),  # (of reclaimed: dead workers' leases)
             "dead_lettered": stats.get("dead_lettered", 0),
             "released": stats.get("released", 0), "parked": stats.get("parked", 0),
             "deferred": stats.get("deferred", 0), "resumed": stats.get("resumed", 0),

@@ -190,7 +190,7 @@ class Sampling:
     once with :data:`SAMPLING_DENIED` (default: a line on standard error), keeps the message
     in ``denied`` and stops; the views go on reading what the workers sample."""
 
-    def __init__(self, client: redis.Redis, keys: CrawlKeys, dead_after: float = 15.0,
+    def __init__(self, client: redis.Redis, keys: CrawlKeys, dead_after: float = 6.0,
                  forget_after: float = 120.0, interval: float = 5.0,
                  say: Callable[[str], None] | None = None) -> None:
         self.client = client

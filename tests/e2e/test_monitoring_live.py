@@ -507,7 +507,7 @@ def test_dashboard_in_chromium_during_a_crawl(redis_url, site_factory, worker_en
                 timeout=20_000)
             page.screenshot(path=str(shot), full_page=True)
             # a SIGKILLed worker turns dead on the page and in /metrics once its heartbeats
-            # are older than FLEET_WORKER_DEAD_AFTER (15 s; + one refresh and one sample)
+            # are older than FLEET_WORKER_DEAD_AFTER (6 s; + one refresh and one sample)
             victim = procs[0]
             assert victim.poll() is None, "the crawl ended before the kill: make it longer"
             kill_worker(victim)

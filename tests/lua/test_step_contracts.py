@@ -29,15 +29,16 @@ WORKER = "w1:1:1"
 
 #: what every call may write whatever it carries: the parts every call runs.  step_begin
 #: (marker, layout: once per crawl; next_due, the bound of what may be due), step_idle
-#: (idle_since, queue_count, workers), step_reply (stats, op, prev_op), lua/monitoring.lua (a
-#: worker's heartbeat hash, `mon`, departed workers and workers_first, their bound, a sample
-#: of the series once per step fleet-wide)
+#: (idle_since, queue_count, workers, holders), step_reply (stats, op, prev_op),
+#: lua/monitoring.lua (a worker's heartbeat hash, `mon`, departed workers and workers_first,
+#: their bound, a sample of the series once per step fleet-wide), step_recover (alive_from
+#: after a gap, a dead holder without leases leaves holders)
 EVERY_CALL = ("marker", "layout", "next_due", "idle_since", "queue_count", "workers",
               "workers_first", "stats", "op",
-              "prev_op", *MONITOR_CALL)
+              "prev_op", "holders", "alive_from", *MONITOR_CALL)
 #: lua/queue.lua's keys (a step that says "the queue's")
 QUEUE = ("queue_count", "leases", "deferred", "queue_index", "bucket_prefix", "ready", "data",
-         "expiries", "lease")
+         "expiries", "lease", "held")
 #: lua/frontier_state.lua's keys (a step that says "the state's")
 STATE = ("lease", "leases", "hostlive", "wlive", "hostq", "ready", "data", "dead", "seq",
          "stats")

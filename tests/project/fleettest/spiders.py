@@ -326,3 +326,20 @@ class TaggedStartsSpider(scrapy.Spider):
         yield {"url": response.url, "start_tags": response.meta.get("start_tags"),
                "is_start_request": response.meta.get("is_start_request", False),
                "generated_by": response.meta.get("generated_by")}
+
+
+class SlowParseSpider(scrapy.Spider):
+    """Fetches what is pushed; its callback blocks the reactor for ``block`` seconds (given
+    with -a), as a slow parse does: the worker's frontier calls stop meanwhile."""
+
+    name = "slow_parse"
+
+    def __init__(self, block: str = "0", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.block = float(block)
+
+    def parse(self, response: Any) -> Any:
+        import time
+
+        time.sleep(self.block)
+        yield {"url": response.url}
