@@ -36,6 +36,20 @@ ADDON_OFF = ("error: this project's settings do not enable scrapy_fleet (ADDONS 
              "`ADDONS = {}` line, as `scrapy startproject` writes, replaces an earlier one)")
 
 
+#: the one line of `scrapy fleet` run outside any Scrapy project
+NO_PROJECT = ("error: not inside a Scrapy project (no scrapy.cfg in this folder or a parent, "
+              "and SCRAPY_SETTINGS_MODULE unset): run `scrapy fleet` in the project's folder, "
+              "or use `scrapy-fleet --redis URL ACTION CRAWL_ID`, which needs no project")
+
+
+def _inside_project() -> bool:
+    """Scrapy's own test (``scrapy.utils.project.inside_project``): a scrapy.cfg in the
+    current folder or a parent, or an importable SCRAPY_SETTINGS_MODULE."""
+    from scrapy.utils.project import inside_project
+
+    return inside_project()
+
+
 def addon_enabled(settings: Any) -> bool:
     """True when ``ADDONS`` (settings, ``-s`` options) lists :class:`scrapy_fleet.Addon` or a
     subclass of it with a priority that is not None."""
@@ -131,6 +145,10 @@ class Command(ScrapyCommand):
         if not args:
             raise UsageError(f"expected an action ({actions})")
         assert self.settings is not None
+        if not _inside_project():
+            print(NO_PROJECT, file=sys.stderr)
+            self.exitcode = 2
+            return
         if not addon_enabled(self.settings):
             print(ADDON_OFF, file=sys.stderr)
             self.exitcode = 2

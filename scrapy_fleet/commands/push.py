@@ -355,11 +355,16 @@ def plain_url_entry(text: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
     return url, payload, default_fingerprint(canonical)
 
 
+#: the byte-order mark some editors write at the start of a UTF-8 file
+_BOM = "\ufeff"
+
+
 def read_lines(sources: Iterable[str],
                files: Iterable[BinaryIO | TextIO]) -> Iterator[tuple[int, str]]:
     """``(line number, text)`` of the URL arguments then of each file, lazily; blank lines and
     ``#`` comments of the files skipped (an argument is always judged: an empty one is
-    rejected, not dropped).  Line numbers count across the inputs, from 1.  Files are read as
+    rejected, not dropped).  Line numbers count across the inputs, from 1.  A UTF-8 byte-order
+    mark (U+FEFF) at the start of a file or of standard input is dropped.  Files are read as
     bytes: a line that is not UTF-8 keeps its bad bytes as surrogates, which
     :func:`parse_line` rejects, so one bad line never stops the others."""
     n = 0
@@ -367,9 +372,11 @@ def read_lines(sources: Iterable[str],
         n += 1
         yield n, text
     for handle in files:
-        for raw in handle:
+        for first, raw in enumerate(handle, start=1):
             n += 1
             text = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
+            if first == 1:  # a file saved "with BOM" (Notepad, PowerShell's Out-File)
+                text = text.removeprefix(_BOM)
             if text.strip() and not text.lstrip().startswith("#"):
                 yield n, text
 
