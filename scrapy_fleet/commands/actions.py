@@ -95,6 +95,20 @@ def run_push(admin: FrontierAdmin, urls: list[str], opts: Any,
                                  on_wait=display, has_method=has_method,
                                  host_key=lambda url: politeness.host_key(url, host_key_mode))
         display.done()
+    return print_push_report(admin, report)
+
+
+def oom_at_start(crawl_id: str) -> int:
+    """A push that gave up before its first line: Redis stayed out of memory (--no-wait or
+    --timeout) while the push made its first writes (the crawl's claims); exit status 3."""
+    print(f"pushed 0, duplicates 0, rejected 0 (crawl {crawl_id!r})")
+    print("error: not pushed from line 1 on: Redis is out of memory (maxmemory): nothing was "
+          "pushed; push again once Redis has room", file=sys.stderr)
+    return push.EXIT_FULL
+
+
+def print_push_report(admin: FrontierAdmin, report: push.PushReport) -> int:
+    """The end of a push: its counts on stdout, why it stopped on stderr; its exit status."""
     print(f"pushed {report.pushed}, duplicates {report.duplicates}, "
           f"rejected {report.rejected} (crawl {admin.keys.crawl_id!r})")
     if admin.unreplicated:

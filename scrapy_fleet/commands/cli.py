@@ -309,8 +309,12 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
             else:
                 ctx.parts = ctx.partitions or partition_count.stored_partitions(
                     ctx.crawl.client, ctx.crawl.keys)
-                partition_count.start_sync(ctx.crawl.client, ctx.crawl.keys, ctx.parts,
-                                           create=action == "push")
+                if action == "push":  # its first writes wait while Redis is out of memory
+                    if not _push_started(ctx):
+                        return actions.oom_at_start(ctx.crawl.keys.crawl_id)
+                else:
+                    partition_count.start_sync(ctx.crawl.client, ctx.crawl.keys, ctx.parts,
+                                               create=False)
             if spec.needs_state and not (partitioned.has_state(ctx.crawl, ctx.parts)
                                          if ctx.parts > 1 else ctx.crawl.has_state()):
                 print(f"error: {ctx.crawl.no_record()}", file=sys.stderr)
@@ -332,6 +336,23 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
     except KeyboardInterrupt:
         print("\ninterrupted: lines already pushed stay pushed", file=sys.stderr)
         return 130
+
+
+def _push_started(ctx: ActionContext) -> bool:
+    """A push's claim of the crawl (partition_count.start_sync), waiting while Redis answers
+    OOM as the push's batches do (docs/backpressure.md); False when it gave up (--no-wait,
+    --timeout: the time waited here counts against it)."""
+    opts = ctx.opts
+    try:
+        waited = push.until_memory(
+            lambda: partition_count.start_sync(ctx.crawl.client, ctx.crawl.keys, ctx.parts,
+                                               create=True),
+            opts.no_wait, opts.timeout, actions.WaitDisplay())
+    except push.FrontierFull:
+        return False
+    if opts.timeout is not None:
+        opts.timeout = max(0.0, opts.timeout - waited)
+    return True
 
 
 def _purged_partitions(ctx: ActionContext) -> int:

@@ -219,10 +219,11 @@ class Command(ScrapyCommand):
                                            label=f"spider {spidercls.name!r}",
                                            acl_target=target)
             return
-        if action in _WRITES_REQUESTS and not self._own_crawl(config, crawl_id, spidercls,
-                                                              action):
-            self.exitcode = 2
-            return
+        if action in _WRITES_REQUESTS:
+            owned = self._own_crawl(config, crawl_id, spidercls, action, opts)
+            if owned is not True:
+                self.exitcode = 2 if owned is False else owned
+                return
         crawler = Crawler(spidercls, settings)
         fingerprinter = build_from_crawler(
             load_object(settings["REQUEST_FINGERPRINTER_CLASS"]), crawler)
@@ -248,13 +249,17 @@ class Command(ScrapyCommand):
             admin.close()
 
     @staticmethod
-    def _own_crawl(config: FleetConfig, crawl_id: str, spidercls: Any, action: str) -> bool:
+    def _own_crawl(config: FleetConfig, crawl_id: str, spidercls: Any, action: str,
+                   opts: argparse.Namespace) -> bool | int:
         """Record *spidercls* as the crawl's spider (push; retry only checks: it writes no
         request of its own), or check it is the recorded one (identity.py); False (and one
-        line on stderr) when the crawl is another spider's.
+        line on stderr) when the crawl is another spider's.  A push waits while Redis is out
+        of memory (as its batches do; the time counts against --timeout), and gives up with
+        exit status 3 (returned) after --no-wait or --timeout.
         A Redis that does not answer, or a crawl of another layout (frontier/layout.py), is
         left to the action, which reports it its way."""
         from scrapy_fleet import redis_client
+        from scrapy_fleet.commands import actions, push
         from scrapy_fleet.frontier import layout
         from scrapy_fleet.keys import CrawlKeys
 
@@ -262,8 +267,17 @@ class Command(ScrapyCommand):
         keys = CrawlKeys(config.key_prefix, crawl_id)
         try:
             layout.check_sync(client, keys)  # (a crawl of another layout: nothing written here)
-            identity.claim_crawl(client, keys, spidercls.name, identity.spider_path(spidercls),
-                                 record=action == "push")
+            claim = lambda: identity.claim_crawl(  # noqa: E731
+                client, keys, spidercls.name, identity.spider_path(spidercls),
+                record=action == "push")
+            if action != "push":
+                claim()
+                return True
+            waited = push.until_memory(claim, opts.no_wait, opts.timeout, actions.WaitDisplay())
+            if opts.timeout is not None:
+                opts.timeout = max(0.0, opts.timeout - waited)
+        except push.FrontierFull:
+            return actions.oom_at_start(crawl_id)
         except layout.CrawlLayoutError:
             pass  # the action refuses it, in its own words
         except CrawlSpiderError as exc:

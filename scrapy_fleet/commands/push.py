@@ -406,6 +406,32 @@ def wait_for_room(admin: FrontierAdmin, low: int, timeout: float | None,
         time.sleep(poll)
 
 
+def until_memory(write: Callable[[], Any], no_wait: bool, timeout: float | None,
+                 on_wait: Callable[[int, float], None] | None = None,
+                 pause: float = 1.0) -> float:
+    """Run *write* (a push's first writes: the crawl's claims) again every *pause* seconds
+    while Redis answers OOM, as :func:`push_lines` does with its batches; returns the seconds
+    waited.  *on_wait* is called with ``(-1, seconds so far)`` while it waits.
+
+    Raises:
+        FrontierFull: Redis stayed out of memory (*no_wait*, or *timeout* seconds passed).
+    """
+    waited = 0.0
+    while True:
+        try:
+            write()
+            return waited
+        except redis.ResponseError as exc:
+            if not is_oom(exc):
+                raise
+            if no_wait or (timeout is not None and waited >= timeout):
+                raise FrontierFull(f"Redis is out of memory after {waited:.0f} s") from None
+            if on_wait:
+                on_wait(-1, waited)
+            time.sleep(pause)
+            waited += pause
+
+
 def push_lines(admin: FrontierAdmin, lines: Iterable[tuple[int, str]],
                fingerprint: Callable[[Request], bytes],
                max_url_length: int = DEFAULT_MAX_URL_LENGTH, dont_filter: bool = False,

@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support import run_scrapy
+import pytest
+import redis
+from support import TEST_PROJECT, run_scrapy, scrapy_command, stop_process, wait_until
 
 from scrapy_fleet.frontier.admin import FrontierAdmin
 
@@ -75,3 +77,71 @@ def test_scrapy_fleet_outside_a_project_says_there_is_no_project(worker_env, tmp
                          "a parent, and SCRAPY_SETTINGS_MODULE unset): run `scrapy fleet` in "
                          "the project's folder, or use `scrapy-fleet --redis URL ACTION "
                          "CRAWL_ID`, which needs no project"], result.stderr
+
+
+# -- item 2: a push into a full Redis -------------------------------------------------------------
+
+
+@pytest.fixture
+def full_redis(redis_url):
+    """The test Redis over its maxmemory with noeviction: every write is refused with OOM."""
+    client = redis.Redis.from_url(redis_url)
+    for chunk in range(25):  # ~5 MB in small fields
+        client.hset("filler", mapping={f"{chunk}-{i}": b"x" * 200 for i in range(1000)})
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", int(client.info("memory")["used_memory"]) - 2_000_000)
+    with pytest.raises(redis.exceptions.OutOfMemoryError):
+        client.set("probe", b"1")
+    try:
+        yield client
+    finally:
+        client.config_set("maxmemory", 0)
+        client.delete("filler")
+        client.close()
+
+
+OOM_LINE = ("error: not pushed from line 1 on: Redis is out of memory (maxmemory): nothing was "
+            "pushed; push again once Redis has room")
+
+
+@pytest.mark.parametrize("known", [False, True], ids=["new-crawl", "known-crawl"])
+@pytest.mark.parametrize("flag", [["--no-wait"], ["--timeout", "1"]])
+def test_a_push_into_a_full_redis_gives_up_with_status_3(redis_url, worker_env, known, flag,
+                                                         request):
+    crawl = "fetch"
+    args = ["-s", f"FLEET_REDIS_URL={redis_url}"]
+    if known:  # a crawl that exists: its claims are there, the push's writes are refused
+        first = run_scrapy(TEST_PROJECT, ["fleet", "push", crawl, "http://h.test/0", *args],
+                           worker_env)
+        assert first.returncode == 0, first.stderr
+    request.getfixturevalue("full_redis")
+    console = cli("--redis", redis_url, "push", crawl, "http://h.test/1", *flag)
+    project = run_scrapy(TEST_PROJECT, ["fleet", "push", crawl, "http://h.test/1", *flag,
+                                        *args], worker_env)
+    for result in (console, project):
+        assert result.returncode == 3, result.stderr
+        assert "Traceback" not in result.stderr
+        assert f"pushed 0, duplicates 0, rejected 0 (crawl '{crawl}')" in result.stdout
+        assert OOM_LINE in result.stderr
+
+
+def test_a_push_into_a_full_redis_waits_until_it_has_room(redis_url, worker_env, full_redis):
+    args = ["-s", f"FLEET_REDIS_URL={redis_url}"]
+    proc = subprocess.Popen(scrapy_command("fleet", "push", "fetch", "http://h.test/w", *args),
+                            cwd=TEST_PROJECT, env=worker_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        errors = lambda: int(full_redis.info("stats").get("total_error_replies", 0))  # noqa
+        before = errors()
+        wait_until(lambda: errors() >= before + 2, 60, "Redis refusing the push's writes")
+        assert proc.poll() is None  # waiting, not crashed
+        full_redis.delete("filler")  # memory is freed: the push goes on
+        out, err = proc.communicate(timeout=60)
+    finally:
+        stop_process(proc)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert "Redis is out of memory (OOM, maxmemory): waiting for memory" in err
+    assert "pushed 1, duplicates 0, rejected 0 (crawl 'fetch')" in out
+    assert FrontierAdmin(redis_url, "fetch").size() == 1
+    assert full_redis.get("fleet:{fetch}:spider") is not None  # the crawl's spider recorded
