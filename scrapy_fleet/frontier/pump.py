@@ -89,6 +89,7 @@ class FrontierPump:
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._unreplicated = 0  # calls seen not acknowledged by the replicas (WAIT)
+        self.oom = outage.OutOfMemory()  #: Redis refusing calls with OOM: logged as a spell
         self._last_extend = 0.0
         self._logged_dupe = False
         #: the leases reported lost: counted and warned of (those of a call that failed
@@ -394,8 +395,7 @@ class FrontierPump:
                 raise
             # Redis refused the call before its first write: nothing changed; keep it all
             book.inc("fleet/backpressure/oom")
-            logger.warning("Redis is out of memory (maxmemory): pausing pushes and "
-                           "acknowledgements until it has room", extra={"spider": book.spider})
+            self.oom.refused(extra={"spider": book.spider})  # (logged once, then each 30 s)
             await asyncio.sleep(self.config.poll_interval * 4)
             return None
         except Exception as exc:
@@ -407,6 +407,7 @@ class FrontierPump:
                 self._unanswered = sent
                 self._poke()
             raise
+        self.oom.recovered(extra={"spider": book.spider})
         if self.frontier.unreplicated > self._unreplicated:
             book.inc("fleet/redis/unreplicated", self.frontier.unreplicated - self._unreplicated)
             if not self._unreplicated:
