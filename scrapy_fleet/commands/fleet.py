@@ -19,7 +19,7 @@ from scrapy.crawler import Crawler
 from scrapy.exceptions import UsageError
 from scrapy.utils.misc import build_from_crawler, load_object
 
-from scrapy_fleet import identity
+from scrapy_fleet import codec, identity
 from scrapy_fleet.commands import cli
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import CrawlSpiderError, FleetConfigError
@@ -243,7 +243,8 @@ class Command(ScrapyCommand):
                                            alerts_config=AlertConfig.from_config(config.monitoring),
                                            forget_after=config.monitoring.worker_forget_after,
                                            partitions=config.partitions,
-                                           has_method=lambda name: getattr(
+                                           has_method=lambda name: codec.callback_problem(
+                                               spidercls, name, pushed=True) or getattr(
                                                spidercls, name, None))
         finally:
             admin.close()

@@ -217,7 +217,10 @@ def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
     it through the spider middlewares' ``process_start`` first).
     *has_method*, when given, tells whether the spider has a method of that name: a bool, or
     the spider class's function itself, against whose signature a callback's ``cb_kwargs``
-    are then checked (``inspect.Signature.bind`` with the spider and the response).
+    are then checked (``inspect.Signature.bind`` with the spider and the response), or a
+    string: why that name is no callback of the spider (``codec.callback_problem``).  A
+    callback or errback name is refused as ``codec.callback_name_problem`` says (dunders,
+    private names, scrapy.Spider's own methods) with or without *has_method*.
 
     Raises:
         PushLineError: the reason, ready to print after the line number.
@@ -296,7 +299,12 @@ def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
         if value is not None:
             if not isinstance(value, str) or not _NAME_RE.match(value):
                 raise PushLineError(f"{name} must be the name of a spider method")
-            found = has_method(value) if has_method is not None else True
+            problem = codec.callback_name_problem(value, pushed=True)
+            found = has_method(value) if has_method is not None and not problem else True
+            if isinstance(found, str):  # the reason the spider gave (commands/fleet.py)
+                problem = found
+            if problem:
+                raise PushLineError(f"{name} {value!r}: {problem}")
             if not found or not (found is True or callable(found)):
                 raise PushLineError(f"{name} {value!r}: the spider has no such method")
             if name == "callback" and callable(found):
@@ -372,11 +380,12 @@ def read_lines(sources: Iterable[str],
         n += 1
         yield n, text
     for handle in files:
-        for first, raw in enumerate(handle, start=1):
+        first = True
+        for raw in handle:
             n += 1
             text = raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
-            if first == 1:  # a file saved "with BOM" (Notepad, PowerShell's Out-File)
-                text = text.removeprefix(_BOM)
+            if first:  # a file saved "with BOM" (Notepad, PowerShell's Out-File)
+                text, first = text.removeprefix(_BOM), False
             if text.strip() and not text.lstrip().startswith("#"):
                 yield n, text
 

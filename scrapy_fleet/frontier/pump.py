@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 import redis
 
 from scrapy_fleet import codec, engine_hooks, outage
-from scrapy_fleet.errors import CrawlStateLostError, RedisUnavailableError
+from scrapy_fleet.errors import CallbackError, CrawlStateLostError, RedisUnavailableError
 from scrapy_fleet.frontier.book import LeaseBook
 from scrapy_fleet.frontier.dupecache import StaleDupeCache
 from scrapy_fleet.frontier.leases import Lease, Out
@@ -523,6 +523,9 @@ class FrontierPump:
                 else:
                     request = codec.decode(entry.payload, book.spider,
                                            self.config.request_classes)
+            except CallbackError as exc:  # a readable request, not one the spider can take
+                book.callback_failed(lease, exc)
+                continue
             except Exception as exc:  # RequestDecodeError, or anything a Request class raises
                 logger.error("Frontier entry %s cannot be used (%s); moved to dead letters",
                              entry.entry_id, exc, extra={"spider": book.spider})

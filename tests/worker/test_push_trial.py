@@ -10,8 +10,21 @@ from pathlib import Path
 
 import pytest
 import redis
-from support import TEST_PROJECT, run_scrapy, scrapy_command, stop_process, wait_until
+from scrapy import Request
+from support import (
+    TEST_PROJECT,
+    run_scrapy,
+    scrapy_command,
+    start_worker,
+    stop_process,
+    tail,
+    wait_all,
+    wait_until,
+)
+from testsite import generate_site
 
+from scrapy_fleet import codec
+from scrapy_fleet.failures.admin import failed_records
 from scrapy_fleet.frontier.admin import FrontierAdmin
 
 CLI = [sys.executable, "-m", "scrapy_fleet.commands.cli"]
@@ -145,3 +158,42 @@ def test_a_push_into_a_full_redis_waits_until_it_has_room(redis_url, worker_env,
     assert "pushed 1, duplicates 0, rejected 0 (crawl 'fetch')" in out
     assert FrontierAdmin(redis_url, "fetch").size() == 1
     assert full_redis.get("fleet:{fetch}:spider") is not None  # the crawl's spider recorded
+
+
+# -- item 5: a callback that is no callback, at the worker ----------------------------------------
+
+
+@pytest.fixture
+def small_site(site_factory, tmp_path):
+    generate_site(tmp_path / "www", 3, 1)
+    return site_factory(tmp_path / "www")
+
+
+def test_an_entry_whose_callback_is_no_callback_is_recorded_as_failed(
+        redis_url, worker_env, small_site, tmp_path):
+    """Entries written without `push`'s checks (an older push, another producer): the worker
+    fetches none of them, acknowledges each with a failure record, counts and logs it."""
+    urls = [small_site.url + f"site/p/{i}.html" for i in range(3)]
+    names = ["__init__", "nope", None]
+    admin = FrontierAdmin(redis_url, "fetch")
+    entries = []
+    for url, name in zip(urls, names):
+        d = {**Request(url).to_dict(), "callback": name, codec.PUSHED_FIELD: True}
+        entries.append((b"", 0, codec.encode_dict(d), 0, "127.0.0.1"))
+    assert admin.push(entries).pushed == 3
+    log = tmp_path / "worker.log"
+    worker = start_worker(TEST_PROJECT, "fetch", {
+        "FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 1, "LOG_LEVEL": "INFO"},
+        worker_env, log)
+    assert wait_all([worker], 120) == [0], tail(log)
+    out = log.read_text(errors="replace")
+    assert [r["path"] for r in small_site.requests()] == ["/site/p/2.html"]
+    rows = {rec.url: rec for _, rec in failed_records(admin.client, admin.keys, None)}
+    assert set(rows) == set(urls[:2])
+    assert {rec.reason for rec in rows.values()} == {"spider/CallbackError"}
+    assert "callback '__init__'" in rows[urls[0]].message
+    assert "a special method of Python" in rows[urls[0]].message
+    assert "the spider has no such method" in rows[urls[1]].message
+    assert out.count("recorded as failed: spider/CallbackError") == 2, out
+    assert "'fleet/failed/noted/spider/CallbackError': 2" in out, out
+    assert admin.status()["dead"] == 0 and admin.size() == 0
