@@ -8,9 +8,9 @@ import logging
 import pytest
 import redis
 from support import TEST_PROJECT, start_worker, stop_process, tail, wait_until
-from testsite import generate_site
 
 from scrapy_fleet.outage import OutOfMemory
+from testsite import generate_site
 
 TIMEOUT = 60.0
 

@@ -5,6 +5,7 @@ a JSON string is that URL (worker/test_push_command.py runs the commands)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -156,3 +157,33 @@ def test_a_name_that_is_no_callback_is_refused_with_its_reason(field, value, rea
     good = json.dumps({"url": "http://h.test/a", "callback": "parse_item",
                        "errback": "parse"})
     assert parse_line(good, has_method=has)[1]["callback"] == "parse_item"
+
+
+@pytest.mark.parametrize("line,reason", [
+    ("http://user:pass@h.test/", "url has credentials (user:password@host), which no worker "
+                                 "can send"),
+    ('{"url": "http://user@h.test/"}', "url has credentials"),
+    ('{"url": "http://:p%40ss@h.test/"}', "url has credentials"),
+    ('{"url": "http://h.test/", "meta": {"download_timeout": "abc"}}',
+     "meta['download_timeout'] must be a number > 0, not 'abc': no worker could send"),
+    ('{"url": "http://h.test/", "meta": {"download_timeout": 0}}', "must be a number > 0"),
+    ('{"url": "http://h.test/", "meta": {"download_maxsize": "1"}}',
+     "meta['download_maxsize'] must be an integer >= 0"),
+    ('{"url": "http://h.test/", "meta": {"max_retry_times": true}}',
+     "meta['max_retry_times'] must be an integer >= 0"),
+    ('{"url": "http://h.test/", "meta": {"proxy": 5}}', "meta['proxy'] must be a string or null"),
+    ('{"url": "http://h.test/", "meta": {"handle_httpstatus_list": [404, "500"]}}',
+     "meta['handle_httpstatus_list'] must be a list of integers"),
+])
+def test_a_line_no_worker_can_send_is_refused_at_push(line, reason):
+    """issue 30, trial item 9: such lines were pushed, then failed in the worker's
+    downloader (ValueError "invalid hostname", TypeError) and put their host on hold."""
+    with pytest.raises(PushLineError, match=re.escape(reason)):
+        parse_line(line)
+
+
+def test_meta_values_a_worker_can_send_are_accepted():
+    request, _ = parse_line(json.dumps({"url": "http://h.test/", "meta": {
+        "download_timeout": 2.5, "download_maxsize": 0, "max_retry_times": 1, "proxy": None,
+        "handle_httpstatus_list": [404], "depth": "anything"}}))
+    assert request.meta["download_timeout"] == 2.5

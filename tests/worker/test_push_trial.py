@@ -21,11 +21,11 @@ from support import (
     wait_all,
     wait_until,
 )
-from testsite import generate_site
 
 from scrapy_fleet import codec
 from scrapy_fleet.failures.admin import failed_records
 from scrapy_fleet.frontier.admin import FrontierAdmin
+from testsite import generate_site
 
 CLI = [sys.executable, "-m", "scrapy_fleet.commands.cli"]
 
@@ -177,7 +177,7 @@ def test_an_entry_whose_callback_is_no_callback_is_recorded_as_failed(
     names = ["__init__", "nope", None]
     admin = FrontierAdmin(redis_url, "fetch")
     entries = []
-    for url, name in zip(urls, names):
+    for url, name in zip(urls, names, strict=True):
         d = {**Request(url).to_dict(), "callback": name, codec.PUSHED_FIELD: True}
         entries.append((b"", 0, codec.encode_dict(d), 0, "127.0.0.1"))
     assert admin.push(entries).pushed == 3
@@ -197,3 +197,34 @@ def test_an_entry_whose_callback_is_no_callback_is_recorded_as_failed(
     assert out.count("recorded as failed: spider/CallbackError") == 2, out
     assert "'fleet/failed/noted/spider/CallbackError': 2" in out, out
     assert admin.status()["dead"] == 0 and admin.size() == 0
+
+
+# -- item 9: a request that fails before its download never holds its host ---------------------
+
+
+def test_a_request_refused_by_the_downloader_fails_alone_and_holds_no_host(
+        redis_url, worker_env, small_site, tmp_path):
+    """Entries written without `push`'s checks: a URL with credentials (the downloader's
+    ValueError) and a meta download_timeout of "abc" (its TypeError) are recorded as failed
+    with their reason; the host is not put on hold, so its good page is fetched at once."""
+    port = small_site.url.split(":")[2].rstrip("/")
+    bad = [f"http://user:pass@127.0.0.1:{port}/site/p/0.html",
+           small_site.url + "site/p/1.html?t"]
+    good = small_site.url + "site/p/2.html"
+    admin = FrontierAdmin(redis_url, "fetch")
+    specs = [Request(bad[0]), Request(bad[1], meta={"download_timeout": "abc"}), Request(good)]
+    entries = [(b"", 0, codec.encode_dict({**r.to_dict(), codec.PUSHED_FIELD: True}), 0,
+                "127.0.0.1") for r in specs]
+    assert admin.push(entries).pushed == 3
+    log = tmp_path / "worker.log"
+    worker = start_worker(TEST_PROJECT, "fetch", {
+        "FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 1, "LOG_LEVEL": "INFO",
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 1}, worker_env, log)
+    assert wait_all([worker], 120) == [0], tail(log)
+    out = log.read_text(errors="replace")
+    rows = {rec.url: rec.reason for _, rec in failed_records(admin.client, admin.keys, None)}
+    assert rows == {bad[0]: "download/ValueError", bad[1]: "download/TypeError"}
+    assert [r["path"] for r in small_site.requests()] == ["/site/p/2.html"]
+    assert "host on hold" not in out, out
+    assert "'fleet/politeness/request_errors': 2" in out, out
+    assert "fleet/politeness/failures" not in out, out
