@@ -130,10 +130,17 @@ class Addon:
         and is set to 0 in each worker, so that per-process delays do not stack on it;
         ``CONCURRENT_REQUESTS_PER_DOMAIN`` is the fleet-wide cap unless
         ``FLEET_HOST_CONCURRENCY`` is set (config.py).  Scrapy's own RobotsTxtMiddleware is
-        replaced by the fleet's shared one."""
+        replaced by the fleet's shared one.  A ``DOWNLOAD_DELAY`` that is no number >= 0 is
+        left in place (and nothing else done here): the start-up check refuses it by the
+        name the user set (politeness/settings.py)."""
         if settings.get("FLEET_HOST_DELAY") is None:
-            settings.set("FLEET_HOST_DELAY", settings.getfloat("DOWNLOAD_DELAY"),
-                         settings.getpriority("DOWNLOAD_DELAY") or 0)
+            try:
+                delay = settings.getfloat("DOWNLOAD_DELAY")
+            except (TypeError, ValueError):
+                delay = -1.0
+            if not 0 <= delay < float("inf"):
+                return  # left as it is: the start-up check names DOWNLOAD_DELAY and the value
+            settings.set("FLEET_HOST_DELAY", delay, settings.getpriority("DOWNLOAD_DELAY") or 0)
         priority = max(settings.getpriority("DOWNLOAD_DELAY") or 0, 15)
         settings.set("DOWNLOAD_DELAY", 0, priority)  # (a 0 delay has no jitter to turn off)
         current = settings.getdict("DOWNLOADER_MIDDLEWARES")

@@ -19,6 +19,7 @@ args and kwargs; never its result).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -28,7 +29,7 @@ from scrapy.utils.misc import load_object
 from scrapy.utils.request import request_from_dict
 
 from scrapy_fleet.browser import pagemethods
-from scrapy_fleet.errors import RequestDecodeError, RequestEncodeError
+from scrapy_fleet.errors import CallbackError, RequestDecodeError, RequestEncodeError
 
 VERSION = 1
 _HEADER = bytes([VERSION])
@@ -271,13 +272,66 @@ def decode_dict(data: bytes) -> dict[str, Any]:
     return d
 
 
+#: names on scrapy.Spider that are its own machinery, never a request's callback (``parse``
+#: and ``_parse``, the default callback, are callbacks); ``closed`` and ``start_requests``:
+#: what Scrapy calls on a spider that defines them
+NOT_CALLBACKS = frozenset(
+    {name for name in vars(Spider) if name not in ("parse", "_parse")}
+    | {"closed", "start_requests"})
+
+
+def callback_name_problem(name: Any, pushed: bool = False) -> str | None:
+    """The part of :func:`callback_problem` that needs no spider: why *name* cannot name a
+    callback whatever the spider (or None)."""
+    if not isinstance(name, str) or not name.isidentifier():
+        return "not the name of a spider method"
+    if name.startswith("__") and name.endswith("__"):
+        return "a special method of Python, not a request callback"
+    if pushed and name.startswith("_"):
+        return "a private name (leading '_'), not a callback a pushed request may name"
+    if name in NOT_CALLBACKS:
+        return "a method of scrapy.Spider itself, not a request callback"
+    return None
+
+
+def callback_problem(owner: Any, name: Any, pushed: bool = False) -> str | None:
+    """Why *name* cannot be the callback (or errback) of a request of spider *owner* (an
+    instance or its class), or None when it can.  The rule (docs/failures.md): the name of a
+    method defined with ``def`` in the spider's class (or a base) and looked up by name
+    (``inspect.getattr_static``: no property or descriptor runs), not a dunder, not one of
+    scrapy.Spider's own (:data:`NOT_CALLBACKS`: ``start``, ``from_crawler``, ``closed``...),
+    not a classmethod, staticmethod or non-callable value; *pushed* (a line of ``push``):
+    not a private name either (``_x``: the spider's own machinery, such as CrawlSpider's
+    ``_callback``, which only the spider's own requests use)."""
+    problem = callback_name_problem(name, pushed)
+    if problem:
+        return problem
+    found = inspect.getattr_static(owner, name, None)
+    if found is None:
+        return "the spider has no such method"
+    if not inspect.isfunction(found):
+        return f"not a method of the spider (a {type(found).__name__})"
+    return None
+
+
+def _check_callbacks(d: Mapping[str, Any], spider: Spider) -> None:
+    for field in ("callback", "errback"):
+        name = d.get(field)
+        if name is not None:
+            problem = callback_problem(spider, name)
+            if problem:
+                raise CallbackError(f"{field} {name!r} of {d.get('url')!r}: {problem}")
+
+
 def decode(data: bytes, spider: Spider | None, allowed_classes: Iterable[str]) -> Request:
     """Rebuild a Request from an entry; a pushed start request gets
     ``meta[PUSHED_META_KEY] = True``.
 
     Raises:
-        RequestDecodeError: corrupt entry, class not in *allowed_classes*, callback not a
-            method of *spider*, or arguments the Request class refuses.
+        CallbackError: its callback or errback is no request callback of *spider*
+            (:func:`callback_problem`).
+        RequestDecodeError: corrupt entry, class not in *allowed_classes*, or arguments the
+            Request class refuses.
     """
     d = decode_dict(data)
     pushed = d.pop(PUSHED_FIELD, False)
@@ -291,6 +345,8 @@ def decode(data: bytes, spider: Spider | None, allowed_classes: Iterable[str]) -
         raise RequestDecodeError(f"cannot import request class {cls_path!r}: {exc}") from exc
     if cls_path == _PLAIN_REQUEST:
         d.pop("_class", None)
+    if spider is not None:
+        _check_callbacks(d, spider)
     try:
         request = request_from_dict(d, spider=spider)
     except Exception as exc:

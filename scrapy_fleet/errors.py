@@ -30,6 +30,11 @@ class RequestDecodeError(FleetError, ValueError):
     """A frontier entry is corrupt, of an unknown format version, or names a forbidden class."""
 
 
+class CallbackError(RequestDecodeError):
+    """An entry names a callback or errback that is no request callback of the spider
+    (``codec.callback_problem``): the worker files it as failed (``spider/CallbackError``)."""
+
+
 class PushLineError(FleetError, ValueError):
     """A line given to the push helper is not a valid URL or request spec."""
 

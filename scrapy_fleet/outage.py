@@ -17,6 +17,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 from scrapy_fleet.redact import redact
 
@@ -82,3 +84,47 @@ def tracker(url: str) -> Outage:
         if found is None:
             found = _TRACKERS[url] = Outage(url)
         return found
+
+
+class OutOfMemory:
+    """A worker's view of Redis refusing its frontier calls with OOM (``maxmemory`` reached
+    with ``noeviction``): one WARNING when the refusals start, at most one reminder per
+    *remind_every* seconds (with the count of refused calls), one when a call succeeds again
+    (with the length), as an outage is logged.  Times are ``time.monotonic()`` seconds
+    (*clock*: for a test)."""
+
+    def __init__(self, remind_every: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.remind_every = remind_every
+        self.clock = clock
+        self.since: float | None = None
+        self.refused_calls = 0
+        self._reminded = 0.0
+
+    def refused(self, extra: dict[str, Any] | None = None) -> None:
+        """A call was refused with OOM (it changed nothing; the caller keeps what it sent)."""
+        now = self.clock()
+        self.refused_calls += 1
+        if self.since is None:
+            self.since = self._reminded = now
+            logger.warning("Redis is out of memory (maxmemory): pausing pushes and "
+                           "acknowledgements until it has room (logged once, then every "
+                           "%.0f s while it lasts)", self.remind_every, extra=extra)
+        elif now - self._reminded >= self.remind_every:
+            self._reminded = now
+            logger.warning("Redis still out of memory after %.0f s (%d refused call(s)): "
+                           "pushes and acknowledgements still paused", now - self.since,
+                           self.refused_calls, extra=extra)
+
+    def recovered(self, extra: dict[str, Any] | None = None) -> float | None:
+        """A call succeeded: returns the length of the out-of-memory spell it ends (logged),
+        else None."""
+        if self.since is None:
+            return None
+        length = self.clock() - self.since
+        logger.warning("Redis has room again after %.1f s out of memory (%d refused "
+                       "call(s)): pushes and acknowledgements resume", length,
+                       self.refused_calls, extra=extra)
+        self.since = None
+        self.refused_calls = 0
+        return length

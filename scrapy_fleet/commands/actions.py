@@ -15,11 +15,12 @@ from scrapy import Request
 
 from scrapy_fleet import codec
 from scrapy_fleet.commands import push
-from scrapy_fleet.errors import RequestDecodeError
+from scrapy_fleet.errors import RedisUnavailableError, RequestDecodeError
 from scrapy_fleet.failures import admin as failures
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.protocol import PRIORITY_LIMIT
 from scrapy_fleet.politeness import hosts as politeness
+from scrapy_fleet.politeness.settings import HOST_KEY_MODES
 
 
 class WaitDisplay:
@@ -95,6 +96,20 @@ def run_push(admin: FrontierAdmin, urls: list[str], opts: Any,
                                  on_wait=display, has_method=has_method,
                                  host_key=lambda url: politeness.host_key(url, host_key_mode))
         display.done()
+    return print_push_report(admin, report)
+
+
+def oom_at_start(crawl_id: str) -> int:
+    """A push that gave up before its first line: Redis stayed out of memory (--no-wait or
+    --timeout) while the push made its first writes (the crawl's claims); exit status 3."""
+    print(f"pushed 0, duplicates 0, rejected 0 (crawl {crawl_id!r})")
+    print("error: not pushed from line 1 on: Redis is out of memory (maxmemory): nothing was "
+          "pushed; push again once Redis has room", file=sys.stderr)
+    return push.EXIT_FULL
+
+
+def print_push_report(admin: FrontierAdmin, report: push.PushReport) -> int:
+    """The end of a push: its counts on stdout, why it stopped on stderr; its exit status."""
     print(f"pushed {report.pushed}, duplicates {report.duplicates}, "
           f"rejected {report.rejected} (crawl {admin.keys.crawl_id!r})")
     if admin.unreplicated:
@@ -286,3 +301,51 @@ def run_purge(admin: FrontierAdmin, opts: Any, label: str, confirm: Callable[[st
     deleted = admin.purge()
     print(f"purged {deleted} keys of crawl {admin.keys.crawl_id!r}")
     return push.EXIT_OK
+
+
+def push_started(admin: FrontierAdmin, parts: int, opts: Any) -> bool:
+    """A push's claim of the crawl (partition_count.start_sync with *parts*), waiting while
+    Redis answers OOM as the push's batches do (docs/backpressure.md); False when it gave up
+    (``opts.no_wait``, ``opts.timeout``: the time waited here is taken off it)."""
+    from scrapy_fleet.frontier import partition_count
+
+    try:
+        waited = push.until_memory(
+            lambda: partition_count.start_sync(admin.client, admin.keys, parts, create=True),
+            opts.no_wait, opts.timeout, WaitDisplay())
+    except push.FrontierFull:
+        return False
+    if opts.timeout is not None:
+        opts.timeout = max(0.0, opts.timeout - waited)
+    return True
+
+
+def stored_bounds(url: str, crawl_id: str, prefix: str) -> dict[str, Any]:
+    """The bounds the crawl's workers stored (empty when none ran yet or Redis is down)."""
+    from scrapy_fleet import redis_client
+    from scrapy_fleet.keys import CrawlKeys
+
+    try:
+        client = redis_client.make_client(url, 5.0)
+    except RedisUnavailableError:  # reported by the action itself, with a clear message
+        return {}
+    try:
+        raw = client.hgetall(CrawlKeys(prefix, crawl_id).config)
+    except Exception:  # reported by the action itself, with a clear message
+        return {}
+    finally:
+        client.close()
+    out: dict[str, Any] = {}
+    try:
+        if b"queue_max" in raw:
+            out["queue_max"] = int(raw[b"queue_max"])
+        if b"low_watermark" in raw:
+            out["low_watermark"] = float(raw[b"low_watermark"])
+        if b"host_queue_max" in raw:
+            out["host_queue_max"] = int(raw[b"host_queue_max"]) or None
+        mode = raw.get(b"host_key")
+        if isinstance(mode, bytes) and mode.decode(errors="replace") in HOST_KEY_MODES:
+            out["host_key"] = mode.decode()
+    except ValueError:
+        return {}
+    return out

@@ -37,7 +37,6 @@ from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.layout import CrawlLayoutError
 from scrapy_fleet.frontier.protocol import FrontierParams
 from scrapy_fleet.monitoring import actions as monitoring_actions
-from scrapy_fleet.politeness.settings import HOST_KEY_MODES
 from scrapy_fleet.redis_url import validate_redis_url
 
 #: ``(status, meaning)`` of both commands' exit statuses (shown by ``--help``)
@@ -309,8 +308,12 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
             else:
                 ctx.parts = ctx.partitions or partition_count.stored_partitions(
                     ctx.crawl.client, ctx.crawl.keys)
-                partition_count.start_sync(ctx.crawl.client, ctx.crawl.keys, ctx.parts,
-                                           create=action == "push")
+                if action == "push":  # its first writes wait while Redis is out of memory
+                    if not actions.push_started(ctx.crawl, ctx.parts, ctx.opts):
+                        return actions.oom_at_start(ctx.crawl.keys.crawl_id)
+                else:
+                    partition_count.start_sync(ctx.crawl.client, ctx.crawl.keys, ctx.parts,
+                                               create=False)
             if spec.needs_state and not (partitioned.has_state(ctx.crawl, ctx.parts)
                                          if ctx.parts > 1 else ctx.crawl.has_state()):
                 print(f"error: {ctx.crawl.no_record()}", file=sys.stderr)
@@ -430,37 +433,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _stored_bounds(url: str, crawl_id: str, prefix: str) -> dict[str, Any]:
-    """The bounds the crawl's workers stored (empty when none ran yet or Redis is down)."""
-    from scrapy_fleet import redis_client
-    from scrapy_fleet.keys import CrawlKeys
-
-    try:
-        client = redis_client.make_client(url, 5.0)
-    except RedisUnavailableError:  # reported by the action itself, with a clear message
-        return {}
-    try:
-        raw = client.hgetall(CrawlKeys(prefix, crawl_id).config)
-    except Exception:  # reported by the action itself, with a clear message
-        return {}
-    finally:
-        client.close()
-    out: dict[str, Any] = {}
-    try:
-        if b"queue_max" in raw:
-            out["queue_max"] = int(raw[b"queue_max"])
-        if b"low_watermark" in raw:
-            out["low_watermark"] = float(raw[b"low_watermark"])
-        if b"host_queue_max" in raw:
-            out["host_queue_max"] = int(raw[b"host_queue_max"]) or None
-        mode = raw.get(b"host_key")
-        if isinstance(mode, bytes) and mode.decode(errors="replace") in HOST_KEY_MODES:
-            out["host_key"] = mode.decode()
-    except ValueError:
-        return {}
-    return out
-
-
 # -- proxies: scrapy-fleet [--redis URL] [--prefix P] proxies ACTION CRAWL_ID [ARGS] --------
 # (the logic is in scrapy_fleet/proxies/actions.py; this block only parses the command line)
 
@@ -570,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     except FleetConfigError as exc:
         parser.error(str(exc))
     parts = _partitions_option(parser, opts)
-    stored = _stored_bounds(url, crawl_id, opts.prefix)
+    stored = actions.stored_bounds(url, crawl_id, opts.prefix)
     queue_max = opts.queue_max if opts.queue_max is not None else stored.get(
         "queue_max", DEFAULTS["FLEET_QUEUE_MAX"])
     low_mark = opts.low_watermark if opts.low_watermark is not None else stored.get(

@@ -19,7 +19,7 @@ from scrapy.crawler import Crawler
 from scrapy.exceptions import UsageError
 from scrapy.utils.misc import build_from_crawler, load_object
 
-from scrapy_fleet import identity
+from scrapy_fleet import codec, identity
 from scrapy_fleet.commands import cli
 from scrapy_fleet.compat.settings import translate
 from scrapy_fleet.config import FleetConfig
@@ -37,6 +37,20 @@ ADDON_OFF = ("error: this project's settings do not enable scrapy_fleet (ADDONS 
              "scrapy_fleet.Addon), so `scrapy crawl` would run as plain Scrapy: put "
              "\"scrapy_fleet.Addon\": 500 into the ADDONS dict of settings.py (a later "
              "`ADDONS = {}` line, as `scrapy startproject` writes, replaces an earlier one)")
+
+
+#: the one line of `scrapy fleet` run outside any Scrapy project
+NO_PROJECT = ("error: not inside a Scrapy project (no scrapy.cfg in this folder or a parent, "
+              "and SCRAPY_SETTINGS_MODULE unset): run `scrapy fleet` in the project's folder, "
+              "or use `scrapy-fleet --redis URL ACTION CRAWL_ID`, which needs no project")
+
+
+def _inside_project() -> bool:
+    """Scrapy's own test (``scrapy.utils.project.inside_project``): a scrapy.cfg in the
+    current folder or a parent, or an importable SCRAPY_SETTINGS_MODULE."""
+    from scrapy.utils.project import inside_project
+
+    return inside_project()
 
 
 def addon_enabled(settings: Any) -> bool:
@@ -137,6 +151,10 @@ class Command(ScrapyCommand):
         if not args:
             raise UsageError(f"expected an action ({actions})")
         assert self.settings is not None
+        if not _inside_project():
+            print(NO_PROJECT, file=sys.stderr)
+            self.exitcode = 2
+            return
         if not addon_enabled(self.settings):
             print(ADDON_OFF, file=sys.stderr)
             self.exitcode = 2
@@ -216,10 +234,11 @@ class Command(ScrapyCommand):
                                            label=f"spider {spidercls.name!r}",
                                            acl_target=target)
             return
-        if action in _WRITES_REQUESTS and not self._own_crawl(config, crawl_id, spidercls,
-                                                              action):
-            self.exitcode = 2
-            return
+        if action in _WRITES_REQUESTS:
+            owned = self._own_crawl(config, crawl_id, spidercls, action, opts)
+            if owned is not True:
+                self.exitcode = 2 if owned is False else owned
+                return
         crawler = Crawler(spidercls, settings)
         fingerprinter = build_from_crawler(
             load_object(settings["REQUEST_FINGERPRINTER_CLASS"]), crawler)
@@ -239,7 +258,8 @@ class Command(ScrapyCommand):
                                            alerts_config=AlertConfig.from_config(config.monitoring),
                                            forget_after=config.monitoring.worker_forget_after,
                                            partitions=config.partitions,
-                                           has_method=lambda name: getattr(
+                                           has_method=lambda name: codec.callback_problem(
+                                               spidercls, name, pushed=True) or getattr(
                                                spidercls, name, None))
         finally:
             admin.close()
@@ -279,13 +299,17 @@ class Command(ScrapyCommand):
             admin.close()
 
     @staticmethod
-    def _own_crawl(config: FleetConfig, crawl_id: str, spidercls: Any, action: str) -> bool:
+    def _own_crawl(config: FleetConfig, crawl_id: str, spidercls: Any, action: str,
+                   opts: argparse.Namespace) -> bool | int:
         """Record *spidercls* as the crawl's spider (push; retry only checks: it writes no
         request of its own), or check it is the recorded one (identity.py); False (and one
-        line on stderr) when the crawl is another spider's.
+        line on stderr) when the crawl is another spider's.  A push waits while Redis is out
+        of memory (as its batches do; the time counts against --timeout), and gives up with
+        exit status 3 (returned) after --no-wait or --timeout.
         A Redis that does not answer, or a crawl of another layout (frontier/layout.py), is
         left to the action, which reports it its way."""
         from scrapy_fleet import redis_client
+        from scrapy_fleet.commands import actions, push
         from scrapy_fleet.frontier import layout
         from scrapy_fleet.keys import CrawlKeys
 
@@ -293,8 +317,17 @@ class Command(ScrapyCommand):
         keys = CrawlKeys(config.key_prefix, crawl_id)
         try:
             layout.check_sync(client, keys)  # (a crawl of another layout: nothing written here)
-            identity.claim_crawl(client, keys, spidercls.name, identity.spider_path(spidercls),
-                                 record=action == "push")
+            claim = lambda: identity.claim_crawl(  # noqa: E731
+                client, keys, spidercls.name, identity.spider_path(spidercls),
+                record=action == "push")
+            if action != "push":
+                claim()
+                return True
+            waited = push.until_memory(claim, opts.no_wait, opts.timeout, actions.WaitDisplay())
+            if opts.timeout is not None:
+                opts.timeout = max(0.0, opts.timeout - waited)
+        except push.FrontierFull:
+            return actions.oom_at_start(crawl_id)
         except layout.CrawlLayoutError:
             pass  # the action refuses it, in its own words
         except CrawlSpiderError as exc:

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 from scrapy_fleet import codec, engine_hooks
 from scrapy_fleet.browser import pagemethods
 from scrapy_fleet.errors import FleetError, RequestEncodeError
-from scrapy_fleet.frontier.leases import Lease, Out, unstorable_record
+from scrapy_fleet.frontier.leases import Lease, Out, callback_failure, unstorable_record
 from scrapy_fleet.frontier.protocol import clamp_priority
 from scrapy_fleet.keys import STAGE_HOST
 from scrapy_fleet.politeness import hosts as politeness
@@ -451,6 +451,20 @@ class LeaseBook:
         self.inc("fleet/frontier/dead_letter")
         self.poke()
         return True
+
+    def callback_failed(self, lease: Lease, exc: BaseException) -> None:
+        """The entry of *lease* names a callback or errback the spider cannot take
+        (``__init__``, a missing method: codec.callback_problem): never fetched, acknowledged
+        with its failure record (``spider/CallbackError``: ``scrapy fleet failed`` lists it,
+        ``retry`` fetches it once the spider has the method), counted in
+        ``fleet/failed/noted`` and logged (ERROR)."""
+        lease.failure = callback_failure(lease, exc, self.config)
+        logger.error("Frontier entry %s not fetched: %s (recorded as failed: "
+                     "spider/CallbackError)", lease.entry_id, exc, extra={"spider": self.spider})
+        self.inc("fleet/failed/noted")
+        self.inc("fleet/failed/noted/spider/CallbackError")
+        self.done.append(lease)
+        self.poke()
 
     def note_exit_wait(self, request: Request, why: str | None) -> None:
         """``FleetProxyMiddleware``: *request* waits for a proxy exit, for lua/proxies.lua's

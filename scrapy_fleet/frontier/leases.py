@@ -61,3 +61,19 @@ def unstorable_record(request: Request, reason: str, message: str, config: Fleet
         attempts=0, worker=config.worker_id,
         host=politeness.host_key(request.url, config.politeness.host_key),
         parent=parent_url).encode()
+
+
+def callback_failure(lease: Lease, exc: BaseException, config: FleetConfig) -> bytes:
+    """The failure record (``spider/CallbackError``) of leased *lease*, whose entry names a
+    callback the spider cannot take (``codec.callback_problem``); sets ``lease.url``."""
+    from scrapy_fleet import codec
+
+    try:
+        d = codec.decode_dict(lease.payload)
+        url, method = str(d.get("url", "")), str(d.get("method") or "GET")
+    except ValueError:  # (codec.decode read it before: not reached)
+        url, method = "", "GET"
+    lease.url = url
+    return FailureRecord(url=url, method=method, reason="spider/CallbackError",
+                         message=str(exc), worker=config.worker_id,
+                         host=politeness.host_key(url, config.politeness.host_key)).encode()

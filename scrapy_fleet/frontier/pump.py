@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 import redis
 
 from scrapy_fleet import codec, engine_hooks, outage
-from scrapy_fleet.errors import CrawlStateLostError, RedisUnavailableError
+from scrapy_fleet.errors import CallbackError, CrawlStateLostError, RedisUnavailableError
 from scrapy_fleet.frontier.book import LeaseBook
 from scrapy_fleet.frontier.dupecache import StaleDupeCache
 from scrapy_fleet.frontier.leases import Lease, Out
@@ -91,6 +91,7 @@ class FrontierPump:
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._unreplicated = 0  # calls seen not acknowledged by the replicas (WAIT)
+        self.oom = outage.OutOfMemory()  #: Redis refusing calls with OOM: logged as a spell
         self._last_extend = 0.0
         self._logged_dupe = False
         #: the leases reported lost: counted and warned of (those of a call that failed
@@ -403,8 +404,7 @@ class FrontierPump:
                 raise
             # Redis refused the call before its first write: nothing changed; keep it all
             book.inc("fleet/backpressure/oom")
-            logger.warning("Redis is out of memory (maxmemory): pausing pushes and "
-                           "acknowledgements until it has room", extra={"spider": book.spider})
+            self.oom.refused(extra={"spider": book.spider})  # (logged once, then each 30 s)
             await asyncio.sleep(self.config.poll_interval * 4)
             return None
         except Exception as exc:
@@ -416,6 +416,7 @@ class FrontierPump:
                 self._unanswered = sent
                 self._poke()
             raise
+        self.oom.recovered(extra={"spider": book.spider})
         if self.frontier.unreplicated > self._unreplicated:
             book.inc("fleet/redis/unreplicated", self.frontier.unreplicated - self._unreplicated)
             if not self._unreplicated:
@@ -533,6 +534,9 @@ class FrontierPump:
                 else:
                     request = codec.decode(entry.payload, book.spider,
                                            self.config.request_classes)
+            except CallbackError as exc:  # a readable request, not one the spider can take
+                book.callback_failed(lease, exc)
+                continue
             except Exception as exc:  # RequestDecodeError, or anything a Request class raises
                 logger.error("Frontier entry %s cannot be used (%s); moved to dead letters",
                              entry.entry_id, exc, extra={"spider": book.spider})

@@ -28,7 +28,7 @@
 --   known duplicates of this partition's filter (frontier/lean.py LeanDestination), bg the
 --   filter generation it knew them under.
 -- Reply: msgpack map: pf [1 new / 0 not, per push], rf [refused indexes (0-based): the size
---   or the host's count reached its bound; not looked up in the filter], pd [indexes (0-based)
+--   or the host's count reached its bound, and the filter does not have it], pd [indexes (0-based)
 --   found in the filter], new, dup, refused, full (the filter is at its last slice), bg (the
 --   filter's generation), mk (the partition's marker), size (after the call, when qm > 0),
 --   rq (when a push is a stored response: [stored responses, their bytes] as the frontier
@@ -137,13 +137,13 @@ for i, p in ipairs(req.p) do
   local from = p[7] and (K.stored_from_prefix .. string.format('%d', p[7]))
   if from and redis.call('BITFIELD', from, 'GET', 'u1', p[8])[1] == 1 then
     out.sa = out.sa + 1
+  elseif p[1] ~= '' and (present[i] or added[p[1]]) then
+    out.dup = out.dup + 1  -- (a duplicate takes no room: counted as one, never refused)
+    out.pd[#out.pd + 1] = i - 1
   elseif (queue_max > 0 and size >= queue_max)
       or (host_max > 0 and host ~= '' and (host_count[host] or 0) >= host_max) then
     out.rf[#out.rf + 1] = i - 1
     out.refused = out.refused + 1
-  elseif p[1] ~= '' and (present[i] or added[p[1]]) then
-    out.dup = out.dup + 1
-    out.pd[#out.pd + 1] = i - 1
   else
     if p[1] ~= '' then
       local _, full = bloom_mark(bloom, p[1])

@@ -5,9 +5,10 @@
 --
 -- Bounds: the frontier's size (lua/queue.lua, Queue.size) against c.queue_max (qm, 0 none)
 -- and each host's entries (K.hostq) against c.host_max (hm, 0 none).  A push without a parent
--- (push helper, start requests, redirects: group 0) is refused, not even checked, when the
--- size has reached qm or its host has hm entries; parked requests, which wait for room
--- already, come first.  req.p [[fp12 or "", priority, payload, group, host, delay, lastmod]
+-- (push helper, start requests, redirects: group 0) is refused when the size has reached qm or
+-- its host has hm entries, unless the filter has it (a duplicate takes no room: counted as a
+-- duplicate, so that a push into a full frontier says which lines were there already);
+-- parked requests, which wait for room already, come first.  req.p [[fp12 or "", priority, payload, group, host, delay, lastmod]
 -- ...]: group k = a link of the k-th acknowledgement (lua/step_ack.lua); delay (ms): the new
 -- entry waits in `deferred` that long before it is queued (a request whose origin's robots.txt
 -- could not be fetched yet, docs/politeness.md); lastmod (s, 0 none): a sitemap's <lastmod>:
@@ -158,7 +159,9 @@ local function step_push(c)
   if c.orphans then c.resume_parked(100) end
   for i, p in ipairs(c.req.p) do
     if p[4] == 0 then
-      if (c.queue_max > 0 and c.size >= c.queue_max) or c.host_full(p[5]) then
+      if c.seen_before(p, i) then
+        c.push(p, i)  -- a duplicate takes no room: counted as one, never refused
+      elseif (c.queue_max > 0 and c.size >= c.queue_max) or c.host_full(p[5]) then
         out.rf[#out.rf + 1] = i - 1
         out.refused = out.refused + 1
       else

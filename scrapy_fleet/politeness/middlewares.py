@@ -127,14 +127,33 @@ class _FleetDownloaderMiddleware:
         logger.log(level, message, *args, extra={"spider": self.crawler.spider})
 
 
+def host_failures(names: list[Any]) -> tuple[type[BaseException], ...]:
+    """The exception classes that are a host's failures (Scrapy's ``RETRY_EXCEPTIONS``: a
+    connection refused, a timeout, a name that does not resolve, ...): only these put a host
+    on hold; a name that cannot be imported is skipped (RetryMiddleware reports it)."""
+    from scrapy.utils.misc import load_object
+
+    found: list[type[BaseException]] = []
+    for name in names:
+        try:
+            cls = load_object(name) if isinstance(name, str) else name
+        except (ImportError, NameError, ValueError, AttributeError):
+            continue
+        if isinstance(cls, type) and issubclass(cls, BaseException):
+            found.append(cls)
+    return tuple(found)
+
+
 class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
     """Guard and back-off.  Stats: ``fleet/politeness/guard_waits``,
     ``fleet/politeness/guard_redis_waits``, ``fleet/politeness/backoff/<status>``,
-    ``fleet/politeness/failures``."""
+    ``fleet/politeness/failures`` (a host's failures: :func:`host_failures`),
+    ``fleet/politeness/request_errors`` (other exceptions: the request's own, no hold)."""
 
     def __init__(self, crawler: Crawler, config: FleetConfig) -> None:
         super().__init__(crawler, config)
         self._failing: set[str] = set()
+        self._host_failures = host_failures(crawler.settings.getlist("RETRY_EXCEPTIONS"))
 
     async def process_request(self, request: Request, spider: Any = None) -> None:
         """Fail closed: while the politeness call fails (Redis unreachable), the request
@@ -217,6 +236,11 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
 
     async def _after_exception(self, request: Request, exception: BaseException) -> None:
         if isinstance(exception, IgnoreRequest):
+            return None
+        if not isinstance(exception, self._host_failures):
+            # the request's own fault (a URL or meta value the downloader refuses before
+            # it connects): not the host's; FleetFailureWatch records it as failed
+            self._inc(_STAT + "request_errors")
             return None
         host = self.host(request)
         try:

@@ -119,20 +119,24 @@ def politeness_config(settings: BaseSettings | Mapping[str, Any]) -> PolitenessC
     if rate is not None:
         rate = number("FLEET_HOST_RATE", rate, float, 0.0,
                       "requests per second > 0 or None", exclusive=True)
-    delay = g("FLEET_HOST_DELAY")
-    if delay is None:  # the add-on moves the project's DOWNLOAD_DELAY here
+    # a value taken from the Scrapy setting it translates is refused under that setting's
+    # name: the one the user wrote (issue 30)
+    delay, delay_name = g("FLEET_HOST_DELAY"), "FLEET_HOST_DELAY"
+    if delay is None:  # the add-on moves a valid DOWNLOAD_DELAY here, leaves a bad one
         delay = settings.get("DOWNLOAD_DELAY", 0) if hasattr(settings, "get") else 0
-    concurrency = g("FLEET_HOST_CONCURRENCY")
+        delay_name = "DOWNLOAD_DELAY"
+    concurrency, concurrency_name = g("FLEET_HOST_CONCURRENCY"), "FLEET_HOST_CONCURRENCY"
     if concurrency is None:  # Scrapy's own setting, read as Scrapy reads it (8.0 is 8)
         concurrency = settings.get("CONCURRENT_REQUESTS_PER_DOMAIN", 8)
+        concurrency_name = "CONCURRENT_REQUESTS_PER_DOMAIN"
         if isinstance(concurrency, float) and concurrency.is_integer():
             concurrency = int(concurrency)
     overrides = host_overrides(g("FLEET_HOST_OVERRIDES"))
     return PolitenessConfig(
         host_rate=rate,
         host_burst=number("FLEET_HOST_BURST", g("FLEET_HOST_BURST"), int, 1, "an integer >= 1"),
-        host_delay=number("FLEET_HOST_DELAY", delay, float, 0.0, "seconds >= 0"),
-        host_concurrency=number("FLEET_HOST_CONCURRENCY", concurrency, int, 0,
+        host_delay=number(delay_name, delay, float, 0.0, "seconds >= 0"),
+        host_concurrency=number(concurrency_name, concurrency, int, 0,
                                 "an integer >= 0 (0: no cap)"),
         host_overrides=overrides,
         host_key=host_key,

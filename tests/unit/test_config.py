@@ -282,3 +282,33 @@ def test_the_fleet_config_composes_the_features_own_frozen_configs():
     # no setting of theirs is read there (its name as a string literal)
     assert not re.search(r"[\"']FLEET_(ROLE|LARGE_RESPONSE|RESPONSE_QUEUE|MAX_STORED|PLAYWRIGHT)",
                          source)
+
+
+@pytest.mark.parametrize("name,value,expected", [
+    ("DOWNLOAD_DELAY", "-3", "seconds >= 0"),
+    ("DOWNLOAD_DELAY", "abc", "seconds >= 0"),
+    ("DOWNLOAD_DELAY", -3, "seconds >= 0"),
+    ("CONCURRENT_REQUESTS_PER_DOMAIN", "-1", "an integer >= 0"),
+    ("CONCURRENT_REQUESTS_PER_DOMAIN", "x", "an integer >= 0"),
+])
+def test_a_bad_translated_scrapy_setting_is_refused_by_the_name_the_user_set(name, value,
+                                                                           expected):
+    """issue 30, trial item 7: `-s DOWNLOAD_DELAY=-3` was refused as FLEET_HOST_DELAY=-3.0
+    (and `=abc` broke the add-on with a traceback); the line names what the user wrote."""
+    settings = Settings({name: value}, priority="cmdline")
+    Addon().update_settings(settings)  # what Scrapy does first: the add-on's translation
+    with pytest.raises(FleetConfigError) as info:
+        FleetConfig.from_settings(settings)
+    assert str(info.value) == f"{name}={value!r} is invalid: expected {expected}" + (
+        " (0: no cap)" if name.startswith("CONCURRENT") else "")
+
+
+def test_a_bad_fleet_host_delay_is_still_refused_under_its_own_name():
+    settings = Settings({"FLEET_HOST_DELAY": "-2", "DOWNLOAD_DELAY": 1}, priority="cmdline")
+    Addon().update_settings(settings)
+    with pytest.raises(FleetConfigError, match=r"^FLEET_HOST_DELAY='-2' is invalid"):
+        FleetConfig.from_settings(settings)
+    good = Settings({"DOWNLOAD_DELAY": "2.5"}, priority="cmdline")
+    Addon().update_settings(good)
+    assert FleetConfig.from_settings(good).politeness.host_delay == 2.5
+    assert good.getfloat("DOWNLOAD_DELAY") == 0  # moved to the fleet-wide interval

@@ -5,6 +5,7 @@ a JSON string is that URL (worker/test_push_command.py runs the commands)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -94,3 +95,95 @@ def test_a_url_as_a_json_string_is_pushed_as_that_url():
     # refused as "url has no scheme", as if it were a URL)
     request, d = parse_line('"http://e.com/a b"'.replace(" ", "%20"))
     assert request.url == "http://e.com/a%20b" and d["url"] == "http://e.com/a%20b"
+
+
+class _CallbackSpider:
+    """A spider class of every kind of attribute a line may name (issue 30, trial item 5)."""
+
+    name = "cbs"
+    custom_settings: dict = {}
+
+    def parse(self, response):
+        pass
+
+    def parse_item(self, response):
+        pass
+
+    def _helper(self, response):
+        pass
+
+    @classmethod
+    def build(cls, response):
+        pass
+
+    @staticmethod
+    def tool(response):
+        pass
+
+    @property
+    def prop(self):
+        raise AssertionError("a property must not run when a name is checked")
+
+    def closed(self, reason):
+        pass
+
+
+@pytest.mark.parametrize("field,value,reason", [
+    ("callback", "__init__", "a special method of Python, not a request callback"),
+    ("errback", "__call__", "a special method of Python, not a request callback"),
+    ("callback", "_helper", "a private name (leading '_'), not a callback a pushed request "
+                            "may name"),
+    ("callback", "start", "a method of scrapy.Spider itself, not a request callback"),
+    ("callback", "from_crawler", "a method of scrapy.Spider itself, not a request callback"),
+    ("callback", "closed", "a method of scrapy.Spider itself, not a request callback"),
+    ("callback", "build", "not a method of the spider (a classmethod)"),
+    ("callback", "tool", "not a method of the spider (a staticmethod)"),
+    ("callback", "prop", "not a method of the spider (a property)"),
+    ("callback", "name", "not a method of the spider (a str)"),
+    ("callback", "nope", "the spider has no such method"),
+])
+def test_a_name_that_is_no_callback_is_refused_with_its_reason(field, value, reason):
+    def has(name):  # what `scrapy fleet push` passes (commands/fleet.py)
+        return codec.callback_problem(_CallbackSpider, name, pushed=True) or getattr(
+            _CallbackSpider, name, None)
+
+    line = json.dumps({"url": "http://h.test/a", field: value})
+    with pytest.raises(PushLineError) as info:
+        parse_line(line, has_method=has)
+    assert str(info.value) == f"{field} {value!r}: {reason}"
+    if value.startswith("_") or reason.startswith("a method of scrapy.Spider"):
+        with pytest.raises(PushLineError, match=f"^{field} {value!r}: "):
+            parse_line(line)  # outside a project too: no spider is needed to say so
+    good = json.dumps({"url": "http://h.test/a", "callback": "parse_item",
+                       "errback": "parse"})
+    assert parse_line(good, has_method=has)[1]["callback"] == "parse_item"
+
+
+@pytest.mark.parametrize("line,reason", [
+    ("http://user:pass@h.test/", "url has credentials (user:password@host), which no worker "
+                                 "can send"),
+    ('{"url": "http://user@h.test/"}', "url has credentials"),
+    ('{"url": "http://:p%40ss@h.test/"}', "url has credentials"),
+    ('{"url": "http://h.test/", "meta": {"download_timeout": "abc"}}',
+     "meta['download_timeout'] must be a number > 0, not 'abc': no worker could send"),
+    ('{"url": "http://h.test/", "meta": {"download_timeout": 0}}', "must be a number > 0"),
+    ('{"url": "http://h.test/", "meta": {"download_maxsize": "1"}}',
+     "meta['download_maxsize'] must be an integer >= 0"),
+    ('{"url": "http://h.test/", "meta": {"max_retry_times": true}}',
+     "meta['max_retry_times'] must be an integer >= 0"),
+    ('{"url": "http://h.test/", "meta": {"proxy": 5}}', "meta['proxy'] must be a string or null"),
+    ('{"url": "http://h.test/", "meta": {"handle_httpstatus_list": [404, "500"]}}',
+     "meta['handle_httpstatus_list'] must be a list of integers"),
+])
+def test_a_line_no_worker_can_send_is_refused_at_push(line, reason):
+    """issue 30, trial item 9: such lines were pushed, then failed in the worker's
+    downloader (ValueError "invalid hostname", TypeError) and put their host on hold."""
+    with pytest.raises(PushLineError, match=re.escape(reason)):
+        parse_line(line)
+
+
+def test_meta_values_a_worker_can_send_are_accepted():
+    request, _ = parse_line(json.dumps({"url": "http://h.test/", "meta": {
+        "download_timeout": 2.5, "download_maxsize": 0, "max_retry_times": 1, "proxy": None,
+        "handle_httpstatus_list": [404], "depth": "anything"}}))
+    assert request.meta["download_timeout"] == 2.5
