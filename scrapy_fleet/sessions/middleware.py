@@ -1,0 +1,176 @@
+"""``FleetCookiesMiddleware``: Scrapy's cookie handling with the jars in Redis, shared by every
+worker (docs/sessions.md).
+
+The add-on puts it at 700, in place of Scrapy's ``CookiesMiddleware`` (unless
+``FLEET_COOKIES`` is False, or ``COOKIES_ENABLED`` is: then Scrapy's own, per process, or
+none).  It is Scrapy's middleware, fed for each request with a jar rebuilt from the fleet's
+(sessions/jar.py), so ``meta["cookiejar"]``, ``meta["dont_merge_cookies"]``,
+``Request.cookies`` and the public-suffix and domain/path/secure rules behave as in one Scrapy
+process:
+
+* ``process_request``: one read of the session's jar, then Scrapy's own ``process_request``
+  on it (the request's own ``cookies`` accepted into the jar, the ``Cookie`` header set); the
+  request's own cookies that were not already stored alike are merged into the fleet's jar
+  (one write, only then).
+* ``process_response``: an answer without ``Set-Cookie`` costs nothing; else Scrapy's own
+  ``process_response`` on an empty recording jar (the stdlib decides which cookies are
+  accepted, which deleted), and one atomic merge of those cookies into the fleet's jar,
+  acknowledged before the answer goes on: a redirect (600) or a callback's link that follows
+  is read with them, whichever worker leases it.
+
+A cookie over ``FLEET_COOKIE_MAX_BYTES`` is not stored: the request fails with
+:class:`~scrapy_fleet.sessions.CookieTooLargeError` (failed record ``cookie/too_large``), the
+other cookies being stored.  ``COOKIES_DEBUG`` logs the headers with every value hidden
+(``redact.cookie_header``).
+
+Stats: ``fleet/cookies/reads``, ``writes``, ``stored``, ``deleted``, ``expired``,
+``too_large``, ``corrupt`` (stored fields that could not be read, skipped).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request, signals
+from scrapy.downloadermiddlewares.cookies import CookiesMiddleware
+from scrapy.exceptions import NotConfigured
+from scrapy.http import Response
+from scrapy.utils.python import to_unicode
+
+from scrapy_fleet import redis_client
+from scrapy_fleet.config import FleetConfig
+from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.redact import cookie_header
+from scrapy_fleet.sessions import CookieTooLargeError
+from scrapy_fleet.sessions.jar import CookieStore, FleetCookieJar, cookie_bytes, session_id
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+_STAT = "fleet/cookies/"
+
+
+class FleetCookiesMiddleware:
+    """See the module docstring.  Scrapy's own middleware (:attr:`scrapy`) does the cookie
+    work, each call on the jar of the request's session alone.
+
+    Raises:
+        NotConfigured: ``COOKIES_ENABLED`` or ``FLEET_COOKIES`` is False.
+    """
+
+    def __init__(self, crawler: Crawler, config: FleetConfig) -> None:
+        #: Scrapy's middleware; its debug lines would show the values: ours hide them
+        self.scrapy = CookiesMiddleware(debug=False)
+        self.scrapy.crawler = crawler
+        self.crawler = crawler
+        self.config = config
+        self.log_cookies = crawler.settings.getbool("COOKIES_DEBUG")
+        self._store: CookieStore | None = None
+        crawler.signals.connect(self._closed, signal=signals.spider_closed)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> FleetCookiesMiddleware:
+        if not crawler.settings.getbool("COOKIES_ENABLED"):
+            raise NotConfigured("COOKIES_ENABLED is False")
+        config = FleetConfig.from_settings(crawler.settings)
+        if not config.cookies.enabled:
+            raise NotConfigured("FLEET_COOKIES is False")
+        return cls(crawler, config)
+
+    def _inc(self, key: str, n: int = 1) -> None:
+        if n and self.crawler.stats is not None:
+            self.crawler.stats.inc_value(_STAT + key, n)
+
+    def store(self) -> CookieStore:
+        if self._store is None:
+            spider = self.crawler.spider
+            assert spider is not None
+            keys = CrawlKeys(self.config.key_prefix,
+                             self.config.resolve_crawl_id(spider.name))
+            client = redis_client.make_client(self.config.redis_url, self.config.redis_timeout,
+                                              is_async=True)
+            self._store = CookieStore(client, keys)
+        return self._store
+
+    async def _closed(self, spider: Any = None) -> None:
+        if self._store is not None:
+            await self._store.client.aclose()
+
+    async def _load(self, session: str) -> FleetCookieJar:
+        store = self.store()
+        corrupt = store.corrupt
+        jar = await redis_client.call_retrying_async(
+            lambda: store.load(session), self.config.redis_url, self.config.redis_retries,
+            store.client)
+        self._inc("reads")
+        self._inc("corrupt", store.corrupt - corrupt)
+        return jar
+
+    async def _save(self, jar: FleetCookieJar, request: Request, session: str) -> None:
+        """Merge what *jar* recorded into *session*'s jar (one write, none when nothing
+        changed); then refuse the request if a cookie was too large."""
+        limit = self.config.cookies.max_bytes
+        large = [c for c in jar.stored.values() if cookie_bytes(c) > limit]
+        fits = [c for c in jar.stored.values() if cookie_bytes(c) <= limit]
+        if fits or jar.cleared:
+            store = self.store()
+            stored, deleted, expired = await redis_client.call_retrying_async(
+                lambda: store.merge(session, fits, jar.cleared), self.config.redis_url,
+                self.config.redis_retries, store.client)
+            self._inc("writes")
+            self._inc("stored", stored)
+            self._inc("deleted", deleted)
+            self._inc("expired", expired)
+        if large:
+            self._inc("too_large", len(large))
+            names = ", ".join(f"{c.name!r} for {c.domain}{c.path} ({cookie_bytes(c)} bytes)"
+                              for c in large)
+            raise CookieTooLargeError(
+                f"cookie {names} of session {session!r} not stored: larger than "
+                f"FLEET_COOKIE_MAX_BYTES={limit} ({request.url})")
+
+    async def process_request(self, request: Request, spider: Any = None) -> None:
+        if request.meta.get("dont_merge_cookies", False):
+            return None
+        key = request.meta.get("cookiejar")
+        session = session_id(key)
+        jar = await self._load(session)
+        self.scrapy.jars[key] = jar  # Scrapy's own handling, on this request's jar only
+        try:
+            self.scrapy.process_request(request)
+        finally:
+            del self.scrapy.jars[key]
+        await self._save(jar, request, session)
+        if self.log_cookies:
+            self._log("Sending cookies to: %s", request, request.headers.getlist("Cookie"),
+                      "Cookie", False)
+        return None
+
+    async def process_response(self, request: Request, response: Response,
+                               spider: Any = None) -> Request | Response:
+        if request.meta.get("dont_merge_cookies", False):
+            return response
+        set_cookies = response.headers.getlist("Set-Cookie")
+        if not set_cookies:
+            return response
+        key = request.meta.get("cookiejar")
+        jar = FleetCookieJar()
+        self.scrapy.jars[key] = jar
+        try:
+            self.scrapy.process_response(request, response)
+        finally:
+            del self.scrapy.jars[key]
+        if self.log_cookies:
+            self._log("Received cookies from: %s", response, set_cookies, "Set-Cookie", True)
+        await self._save(jar, request, session_id(key))
+        return response
+
+    def _log(self, message: str, subject: Any, values: list[bytes], header: str,
+             set_cookie: bool) -> None:
+        lines = "".join(f"\n{header}: {cookie_header(to_unicode(v, errors='replace'), set_cookie)}"
+                        for v in values)
+        if lines:
+            logger.debug(message + lines, subject, extra={"spider": self.crawler.spider})
