@@ -9,6 +9,7 @@ then serves until killed):
 * ``/members/`` and ``/members/p/<i>.html`` (i < N): with a valid ``sid`` the page
   (``<h1 id="member">``; the index links to the N pages), else the login form, status 200,
   as a real site answers;
+* ``/big.html``: sets a cookie ``big`` of 5,000 bytes;
 * ``/mark/``: links to ``/mark/<i>.html`` (i < N), each of which sets its own cookie
   ``m<i>=<i>`` (``Path=/``) and shows how many cookies the request carried.
 
@@ -66,6 +67,8 @@ class Site:
         if path == "/mark/":
             links = "".join(f'<a href="/mark/{i}.html">{i}</a>' for i in range(self.pages))
             return 200, {}, f"<html><body>{links}</body></html>".encode()
+        if path == "/big.html":  # a cookie over 4096 bytes, next to a small one
+            return 200, {"Set-Cookie": "big=" + "b" * 5000 + "; Path=/"}, b"<html>big</html>"
         if path.startswith("/mark/") and path.endswith(".html"):
             num = path[len("/mark/"):-len(".html")]
             return 200, {"Set-Cookie": f"m{num}={num}; Path=/"}, b"<html><body>mark</body></html>"

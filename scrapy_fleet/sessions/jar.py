@@ -159,7 +159,8 @@ class CookieStore:
         self.corrupt = 0
 
     async def load(self, session: str) -> FleetCookieJar:
-        """A jar holding *session*'s live cookies (one read)."""
+        """A jar holding *session*'s live cookies (one read), added in the order of their
+        fields (the stdlib sends the longest paths first, then in that order)."""
         reply = await self._read(keys=[self.keys.cookie_jar(session)])
         now = time.time()
         cookies = []
@@ -168,7 +169,8 @@ class CookieStore:
                 cookies.append(from_attrs(attrs, int(ms_left), now))
             except (ValueError, KeyError, TypeError):
                 self.corrupt += 1
-        return FleetCookieJar(cookies)
+        # in field order: a request sends its cookies in the same order on every worker
+        return FleetCookieJar(sorted(cookies, key=field_of))
 
     async def merge(self, session: str, stored: Iterable[Cookie],
                     cleared: Iterable[str]) -> tuple[int, int, int]:

@@ -13,7 +13,15 @@ from typing import Any
 
 import pytest
 import redis
-from support import TEST_PROJECT, read_items, start_worker, stop_process, tail, wait_all
+from support import (
+    TEST_PROJECT,
+    read_items,
+    run_scrapy,
+    start_worker,
+    stop_process,
+    tail,
+    wait_all,
+)
 
 from scrapy_fleet.keys import CrawlKeys
 
@@ -109,3 +117,20 @@ def test_four_workers_on_one_session_lose_no_cookie(redis_url, login_site, worke
     # cookies the others had set, whichever worker set them
     carried = max(len(r["cookies"]) for r in site.requests() if r["path"].startswith("/mark/"))
     assert carried > 150
+
+
+def test_a_cookie_too_large_is_a_failed_record_never_a_silent_drop(redis_url, login_site,
+                                                                  worker_env, tmp_path):
+    site = login_site(5)
+    items, _ = crawl(tmp_path, redis_url, worker_env, "cookie_marks", 1, site,
+                     spider_args={"extra": "big.html"})
+    assert {"failed": site.url + "big.html", "error": "CookieTooLargeError"} in items
+    assert len([i for i in items if "url" in i]) == 6
+    listed = run_scrapy(TEST_PROJECT, ["fleet", "failed", "cookie_marks", "--json", "-s",
+                                       f"FLEET_REDIS_URL={redis_url}"], worker_env)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [(r["url"], r["reason"]) for r in rows] == [(site.url + "big.html",
+                                                        "cookie/too_large")]
+    assert "'big' for 127.0.0.1/ (5013 bytes)" in rows[0]["message"]
+    assert "bbbb" not in listed.stdout

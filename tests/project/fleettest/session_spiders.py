@@ -30,15 +30,24 @@ class LoginMembersSpider(scrapy.Spider):
 
 class CookieMarksSpider(scrapy.Spider):
     """Fetches /mark/ and every /mark/<i>.html, each of which sets a cookie of its own, all in
-    one session (the default jar, or ``-a jar=NAME``: ``meta["cookiejar"]``)."""
+    one session (the default jar, or ``-a jar=NAME``: ``meta["cookiejar"]``); ``-a
+    extra=PATH`` fetches that path of the site too, with an errback that makes an item of the
+    failure."""
 
     name = "cookie_marks"
     site = "http://127.0.0.1/"
     jar = ""
+    extra = ""
 
     async def start(self) -> Any:
         meta = {"cookiejar": self.jar} if self.jar else {}
         yield scrapy.Request(self.site + "mark/", meta=meta, callback=self.parse)
+        if self.extra:
+            yield scrapy.Request(self.site + self.extra, meta=meta, callback=self.parse,
+                                 errback=self.failed)
+
+    def failed(self, failure: Any) -> Any:
+        yield {"failed": failure.request.url, "error": type(failure.value).__name__}
 
     def parse(self, response: Any) -> Any:
         yield {"url": response.url}
