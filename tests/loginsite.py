@@ -1,6 +1,6 @@
 """A test site with a login (fleet sessions, issue 32).
 
-Run as ``python tests/loginsite.py --pages N --log FILE`` (prints ``http://127.0.0.1:PORT/``,
+Run as ``python tests/loginsite.py --pages N --log FILE [--flaky K]`` (prints ``http://127.0.0.1:PORT/``,
 then serves until killed):
 
 * ``GET /login``: the login form (``<form id="login">``);
@@ -8,7 +8,8 @@ then serves until killed):
   session cookie ``sid`` (``Path=/; HttpOnly``); a wrong password gets the form again;
 * ``/members/`` and ``/members/p/<i>.html`` (i < N): with a valid ``sid`` the page
   (``<h1 id="member">``; the index links to the N pages), else the login form, status 200,
-  as a real site answers;
+  as a real site answers; with ``--flaky K`` the first request of every K-th members page
+  (logged in or not) answers 503, so that it is retried;
 * ``/big.html``: sets a cookie ``big`` of 5,000 bytes;
 * ``/mark/``: links to ``/mark/<i>.html`` (i < N), each of which sets its own cookie
   ``m<i>=<i>`` (``Path=/``) and shows how many cookies the request carried.
@@ -34,8 +35,10 @@ FORM = (b'<html><body><form id="login" method="post" action="/login">'
 
 
 class Site:
-    def __init__(self, pages: int, log_path: str) -> None:
+    def __init__(self, pages: int, log_path: str, flaky: int = 0) -> None:
         self.pages = pages
+        self.flaky = flaky
+        self.failed: set[str] = set()
         self.lock = threading.Lock()
         self.sessions: set[str] = set()
         self.tokens = itertools.count(1)
@@ -61,6 +64,11 @@ class Site:
             return 200, {}, f'<html><body><h1 id="member">index</h1>{links}</body></html>'.encode()
         if path.startswith("/members/p/") and path.endswith(".html") and member:
             num = path[len("/members/p/"):-len(".html")]
+            if self.flaky and num.isdigit() and int(num) % self.flaky == 0:
+                with self.lock:
+                    first, _ = path not in self.failed, self.failed.add(path)
+                if first:
+                    return 503, {}, b"try again"
             return 200, {}, f'<html><body><h1 id="member">page {num}</h1></body></html>'.encode()
         if path == "/login" or path.startswith("/members/"):
             return 200, {}, FORM
@@ -119,8 +127,9 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=50)
     parser.add_argument("--log", required=True)
     parser.add_argument("--bind", default="127.0.0.1")
+    parser.add_argument("--flaky", type=int, default=0)
     args = parser.parse_args()
-    Handler.site = Site(args.pages, args.log)
+    Handler.site = Site(args.pages, args.log, args.flaky)
     server = ThreadingHTTPServer((args.bind, 0), Handler)
     server.daemon_threads = True
     print(f"http://{args.bind}:{server.server_address[1]}/", flush=True)

@@ -23,14 +23,20 @@ A cookie over ``FLEET_COOKIE_MAX_BYTES`` is not stored: the request fails with
 other cookies being stored.  ``COOKIES_DEBUG`` logs the headers with every value hidden
 (``redact.cookie_header``).
 
+While Redis is unreachable a request waits for its jar (the fleet's back-off, then again
+every ``OUTAGE_WAIT`` seconds) until Redis answers or the worker closes.
+
 Stats: ``fleet/cookies/reads``, ``writes``, ``stored``, ``deleted``, ``expired``,
-``too_large``, ``corrupt`` (stored fields that could not be read, skipped).
+``too_large``, ``corrupt`` (stored fields that could not be read, skipped), ``redis_waits``
+(rounds of retries that ended with Redis still unreachable).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from scrapy import Request, signals
 from scrapy.downloadermiddlewares.cookies import CookiesMiddleware
@@ -38,8 +44,9 @@ from scrapy.exceptions import NotConfigured
 from scrapy.http import Response
 from scrapy.utils.python import to_unicode
 
-from scrapy_fleet import redis_client
+from scrapy_fleet import engine_hooks, redis_client
 from scrapy_fleet.config import FleetConfig
+from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.redact import cookie_header
 from scrapy_fleet.sessions import CookieTooLargeError
@@ -51,6 +58,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _STAT = "fleet/cookies/"
+#: seconds between two rounds of retries while Redis stays unreachable
+OUTAGE_WAIT = 1.0
+T = TypeVar("T")
 
 
 class FleetCookiesMiddleware:
@@ -99,12 +109,28 @@ class FleetCookiesMiddleware:
         if self._store is not None:
             await self._store.client.aclose()
 
+    async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()`` with the fleet's back-off (one log line per outage); while Redis stays
+        unreachable the request waits, never sent without its session's cookies, until the
+        worker closes.
+
+        Raises:
+            RedisUnavailableError: Redis is unreachable and the worker is closing.
+        """
+        while True:
+            try:
+                return await redis_client.call_retrying_async(
+                    call, self.config.redis_url, self.config.redis_retries, self.store().client)
+            except RedisUnavailableError:
+                self._inc("redis_waits")
+                if engine_hooks.engine_closing(self.crawler):
+                    raise
+                await asyncio.sleep(OUTAGE_WAIT)
+
     async def _load(self, session: str) -> FleetCookieJar:
         store = self.store()
         corrupt = store.corrupt
-        jar = await redis_client.call_retrying_async(
-            lambda: store.load(session), self.config.redis_url, self.config.redis_retries,
-            store.client)
+        jar = await self._call(lambda: store.load(session))
         self._inc("reads")
         self._inc("corrupt", store.corrupt - corrupt)
         return jar
@@ -117,9 +143,8 @@ class FleetCookiesMiddleware:
         fits = [c for c in jar.stored.values() if cookie_bytes(c) <= limit]
         if fits or jar.cleared:
             store = self.store()
-            stored, deleted, expired = await redis_client.call_retrying_async(
-                lambda: store.merge(session, fits, jar.cleared), self.config.redis_url,
-                self.config.redis_retries, store.client)
+            stored, deleted, expired = await self._call(
+                lambda: store.merge(session, fits, jar.cleared))
             self._inc("writes")
             self._inc("stored", stored)
             self._inc("deleted", deleted)

@@ -189,3 +189,23 @@ def test_concurrent_merges_of_one_session_lose_nothing(redis_url):
 
     run(redis_url, body, workers=4)
     assert sorted(jar(redis_url)) == sorted(f"example.com\t/\tc{n}" for n in range(200))
+
+
+def test_a_request_waits_for_its_jar_while_redis_is_down(redis_server, redis_url):
+    """Never sent without its cookies: the read waits out the outage, then the request goes
+    with the jar's cookies."""
+    async def body(a, b):
+        await answer(a, "http://example.com/", "sid=abc; Path=/")
+        redis_server.client().save()  # the restarted server has the jar back
+        redis_server.stop()
+        request = Request("http://example.com/next")
+        waiting = asyncio.ensure_future(b.process_request(request))
+        while stat(b, "redis_waits") < 1:
+            await asyncio.sleep(0.05)
+        assert not waiting.done()
+        redis_server.restart()
+        (redis_server.workdir / "dump.rdb").unlink()  # (later restarts start empty)
+        await waiting
+        return request.headers.get("Cookie"), stat(b, "reads")
+
+    assert run(redis_url, body, FLEET_REDIS_RETRIES=0) == (b"sid=abc", 1)
