@@ -124,12 +124,14 @@ class FleetCookieJar(CookieJar):
     """Scrapy's ``CookieJar`` holding one session's stored cookies, recording the changes
     made to it after :meth:`record` (:attr:`stored`, :attr:`cleared`)."""
 
-    def __init__(self, cookies: Iterable[Cookie] = (), policy: CookiePolicy | None = None):
+    def __init__(self, cookies: Iterable[tuple[Cookie, str]] = (),
+                 policy: CookiePolicy | None = None):
+        """*cookies*: (cookie, its stored attributes: :func:`to_attrs`) pairs."""
         super().__init__(policy)
         self.jar: _RecordingJar = _RecordingJar(self.policy)
-        for cookie in cookies:
+        for cookie, attrs in cookies:
             self.jar.set_cookie(cookie)
-            self.jar.loaded[field_of(cookie)] = to_attrs(cookie)
+            self.jar.loaded[field_of(cookie)] = attrs
         self.jar.recording = True
 
     @property
@@ -166,11 +168,13 @@ class CookieStore:
         cookies = []
         for attrs, ms_left in zip(reply[::2], reply[1::2], strict=True):
             try:
-                cookies.append(from_attrs(attrs, int(ms_left), now))
+                text = attrs.decode("utf-8", "surrogateescape") if isinstance(attrs, bytes) \
+                    else attrs
+                cookies.append((from_attrs(text, int(ms_left), now), text))
             except (ValueError, KeyError, TypeError):
                 self.corrupt += 1
         # in field order: a request sends its cookies in the same order on every worker
-        return FleetCookieJar(sorted(cookies, key=field_of))
+        return FleetCookieJar(sorted(cookies, key=lambda pair: field_of(pair[0])))
 
     async def merge(self, session: str, stored: Iterable[Cookie],
                     cleared: Iterable[str]) -> tuple[int, int, int]:
