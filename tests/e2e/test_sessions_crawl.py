@@ -119,6 +119,11 @@ def test_four_workers_on_one_session_lose_no_cookie(redis_url, login_site, worke
     # cookies the others had set, whichever worker set them
     carried = max(len(r["cookies"]) for r in site.requests() if r["path"].startswith("/mark/"))
     assert carried > 150
+    # the jars are the crawl's state: purge deletes them with the rest
+    purged = run_scrapy(TEST_PROJECT, ["fleet", "purge", "cookie_marks", "--yes", "-s",
+                                       f"FLEET_REDIS_URL={redis_url}"], worker_env)
+    assert purged.returncode == 0, purged.stderr
+    assert client.exists(CrawlKeys("fleet", "cookie_marks").cookie_jar("shared")) == 0
 
 
 def test_a_cookie_too_large_is_a_failed_record_never_a_silent_drop(redis_url, login_site,
