@@ -105,16 +105,23 @@ def main(argv: list[str] | None = None) -> int:
                 run = _side(kind, redis, args)
                 runs[kind].append(run)
                 print(f"  round {rnd + 1} {kind:6}: {run['cpu_us']:.0f} µs CPU/request, "
-                      f"{run['calls']:.2f} Redis calls/request, "
+                      f"{run['calls']:.2f} Redis commands/request, "
                       f"{run['redis_us']:.1f} Redis µs/request", flush=True)
     med = {k: {f: h.median([r[f] for r in v]) for f in v[0]} for k, v in runs.items()}
     print(f"{args.requests} requests, jar of {args.cookies} cookies, a Set-Cookie every "
           f"{args.set_every} answers; medians of {args.rounds} rounds")
     for kind, m in med.items():
         print(f"  {kind:6}: {m['cpu_us']:.0f} µs CPU/request, {m['calls']:.2f} Redis "
-              f"calls/request, {m['redis_us']:.1f} Redis server µs/request")
+              f"commands/request, {m['redis_us']:.1f} Redis server µs/request")
     fleet, scrapy = med["fleet"]["cpu_us"], med["scrapy"]["cpu_us"]
     print(f"  fleet / scrapy CPU per request: {fleet / scrapy:.2f}x (+{fleet - scrapy:.0f} µs)")
+    h.emit_json({"bench": "cookies", **h.machine(), "requests": args.requests,
+                 "cookies": args.cookies, "set_every": args.set_every, "rounds": args.rounds,
+                 "scrapy_cpu_us_per_request": round(scrapy, 1),
+                 "fleet_cpu_us_per_request": round(fleet, 1),
+                 "fleet_redis_commands_per_request": round(med["fleet"]["calls"], 3),
+                 "fleet_redis_us_per_request": round(med["fleet"]["redis_us"], 1),
+                 "cpu_ratio": round(fleet / scrapy, 3)})
     return 0
 
 
