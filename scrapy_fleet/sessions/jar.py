@@ -160,10 +160,14 @@ class CookieStore:
         #: stored fields that could not be read (not JSON of :func:`to_attrs`): skipped
         self.corrupt = 0
 
-    async def load(self, session: str) -> FleetCookieJar:
-        """A jar holding *session*'s live cookies (one read), added in the order of their
+    async def read(self, session: str) -> list[Any]:
+        """*session*'s live cookies as lua/cookies_read.lua answers them (one read): pass the
+        reply to :meth:`jar`, once per request (a jar records what its request changes)."""
+        return list(await self._read(keys=[self.keys.cookie_jar(session)]))
+
+    def jar(self, reply: list[Any]) -> FleetCookieJar:
+        """A jar holding the cookies of a :meth:`read` reply, added in the order of their
         fields (the stdlib sends the longest paths first, then in that order)."""
-        reply = await self._read(keys=[self.keys.cookie_jar(session)])
         now = time.time()
         cookies = []
         for attrs, ms_left in zip(reply[::2], reply[1::2], strict=True):
@@ -175,6 +179,10 @@ class CookieStore:
                 self.corrupt += 1
         # in field order: a request sends its cookies in the same order on every worker
         return FleetCookieJar(sorted(cookies, key=lambda pair: field_of(pair[0])))
+
+    async def load(self, session: str) -> FleetCookieJar:
+        """:meth:`jar` of a :meth:`read` of *session*."""
+        return self.jar(await self.read(session))
 
     async def merge(self, session: str, stored: Iterable[Cookie],
                     cleared: Iterable[str]) -> tuple[int, int, int]:

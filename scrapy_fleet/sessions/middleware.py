@@ -8,7 +8,8 @@ none).  It is Scrapy's middleware, fed for each request with a jar rebuilt from 
 ``Request.cookies`` and the public-suffix and domain/path/secure rules behave as in one Scrapy
 process:
 
-* ``process_request``: one read of the session's jar, then Scrapy's own ``process_request``
+* ``process_request``: one read of the session's jar (shared by the requests of the session
+  that arrive in the same turn of the event loop), then Scrapy's own ``process_request``
   on it (the request's own ``cookies`` accepted into the jar, the ``Cookie`` header set); the
   request's own cookies that were not already stored alike are merged into the fleet's jar
   (one write, only then).
@@ -26,9 +27,11 @@ other cookies being stored.  ``COOKIES_DEBUG`` logs the headers with every value
 While Redis is unreachable a request waits for its jar (the fleet's back-off, then again
 every ``OUTAGE_WAIT`` seconds) until Redis answers or the worker closes.
 
-Stats: ``fleet/cookies/reads``, ``writes``, ``stored``, ``deleted``, ``expired``,
-``too_large``, ``corrupt`` (stored fields that could not be read, skipped), ``redis_waits``
-(rounds of retries that ended with Redis still unreachable).
+Stats: ``fleet/cookies/jars`` (requests given their session's jar), ``reads`` (Redis reads:
+the requests of one session that arrive in one turn of the event loop share one),
+``writes``, ``stored``, ``deleted``, ``expired``, ``too_large``, ``corrupt`` (stored fields
+that could not be read, skipped), ``redis_waits`` (rounds of retries that ended with Redis
+still unreachable).
 """
 
 from __future__ import annotations
@@ -79,6 +82,9 @@ class FleetCookiesMiddleware:
         self.config = config
         self.log_cookies = crawler.settings.getbool("COOKIES_DEBUG")
         self._store: CookieStore | None = None
+        #: session -> the read that the requests arriving in this turn of the loop share
+        self._reads: dict[str, asyncio.Future[list[Any]]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
         crawler.signals.connect(self._closed, signal=signals.spider_closed)
 
     @classmethod
@@ -128,12 +134,42 @@ class FleetCookiesMiddleware:
                 await asyncio.sleep(OUTAGE_WAIT)
 
     async def _load(self, session: str) -> FleetCookieJar:
+        """*session*'s jar for one request.  Requests of one session that arrive in the same
+        turn of the event loop share one read, sent in the next turn: after each of them
+        arrived, so each sees every merge acknowledged before it (never an earlier read)."""
+        loop = asyncio.get_running_loop()
+        batch = self._reads.get(session)
+        if batch is None:
+            batch = self._reads[session] = loop.create_future()
+            loop.call_soon(self._send_read, session, batch)
+        self._inc("jars")
         store = self.store()
         corrupt = store.corrupt
-        jar = await self._call(lambda: store.load(session))
-        self._inc("reads")
+        jar = store.jar(await asyncio.shield(batch))
         self._inc("corrupt", store.corrupt - corrupt)
         return jar
+
+    def _send_read(self, session: str, batch: asyncio.Future[list[Any]]) -> None:
+        """Close *session*'s batch (a later request starts another) and read its jar."""
+        if self._reads.get(session) is batch:
+            del self._reads[session]
+        store = self.store()
+
+        async def read() -> None:
+            try:
+                reply = await self._call(lambda: store.read(session))
+            except asyncio.CancelledError:
+                batch.cancel()
+                raise
+            except Exception as exc:  # (the requests of the batch get it)
+                batch.set_exception(exc)
+                batch.exception()  # retrieved: cancelled requests may have left the batch
+                return
+            self._inc("reads")
+            batch.set_result(reply)
+
+        self._tasks.add(task := asyncio.ensure_future(read()))
+        task.add_done_callback(self._tasks.discard)
 
     async def _save(self, jar: FleetCookieJar, request: Request, session: str) -> None:
         """Merge what *jar* recorded into *session*'s jar (one write, none when nothing

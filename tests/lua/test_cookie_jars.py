@@ -209,3 +209,19 @@ def test_a_request_waits_for_its_jar_while_redis_is_down(redis_server, redis_url
         return request.headers.get("Cookie"), stat(b, "reads")
 
     assert run(redis_url, body, FLEET_REDIS_RETRIES=0) == (b"sid=abc", 1)
+
+
+def test_requests_arriving_together_share_one_read_and_later_ones_read_again(redis_url):
+    async def body(a, b):
+        await answer(a, "http://example.com/", "sid=abc; Path=/")
+        together = [Request(f"http://example.com/{n}") for n in range(10)]
+        await asyncio.gather(*(b.process_request(r) for r in together))
+        shared = stat(b, "reads")
+        await answer(a, "http://example.com/", "lang=fr; Path=/")
+        later = await sent(b, "http://example.com/later")
+        return ([r.headers.get("Cookie") for r in together], shared, later,
+                stat(b, "reads"), stat(b, "jars"))
+
+    headers, shared, later, reads, jars = run(redis_url, body)
+    assert headers == [b"sid=abc"] * 10
+    assert (shared, later, reads, jars) == (1, "lang=fr; sid=abc", 2, 11)
