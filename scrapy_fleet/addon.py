@@ -93,6 +93,7 @@ class Addon:
         translate(settings)  # a scrapy-redis project's settings (docs/from-scrapy-redis.md)
         self._politeness_settings(settings)
         self._browser_settings(settings)
+        self._cookie_settings(settings)
         for name, path in REPLACED.items():
             settings.set(name, path, "addon")
         for name, components in (("SPIDER_MIDDLEWARES", SPIDER_MIDDLEWARES),
@@ -106,6 +107,29 @@ class Addon:
                     continue  # not configured: not listed (no "Disabled ..." warning)
                 if path not in current and load_object(path) not in current:
                     settings.set_in_component_priority_dict(name, load_object(path), order)
+
+    @staticmethod
+    def _cookie_settings(settings: BaseSettings) -> None:
+        """Scrapy's cookie jars live in Redis (docs/sessions.md): the fleet's
+        ``FleetCookiesMiddleware`` takes the place (700) of Scrapy's ``CookiesMiddleware``,
+        unless ``FLEET_COOKIES`` is False (Scrapy's own, per process).  A wrong value keeps
+        the fleet's: the start-up check names it and stops the worker."""
+        try:
+            enabled = settings.getbool("FLEET_COOKIES", True)
+        except ValueError:
+            enabled = True
+        if not enabled:
+            return
+        current = settings.getdict("DOWNLOADER_MIDDLEWARES")
+        scrapys = "scrapy.downloadermiddlewares.cookies.CookiesMiddleware"
+        if scrapys in current or load_object(scrapys) in current:
+            return  # the project lists (or disables) Scrapy's own: its choice
+        settings.set_in_component_priority_dict("DOWNLOADER_MIDDLEWARES",
+                                                load_object(scrapys), None)
+        fleets = "scrapy_fleet.sessions.middleware.FleetCookiesMiddleware"
+        if fleets not in current and load_object(fleets) not in current:
+            settings.set_in_component_priority_dict("DOWNLOADER_MIDDLEWARES",
+                                                    load_object(fleets), 700)
 
     @staticmethod
     def _browser_settings(settings: BaseSettings) -> None:

@@ -27,7 +27,7 @@ SETTINGS_HELP = "`scrapy fleet settings` or `scrapy-fleet settings`"
 #: Setting sections, in the order ``scrapy fleet settings`` lists them.
 SECTIONS = ("connection", "identity", "frontier", "dupefilter", "bounds", "politeness",
             "sinks", "mongo", "failures", "monitoring", "proxies", "stages", "browser",
-            "recrawl")
+            "recrawl", "sessions")
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,7 @@ _BP, _POL, _MONGO = "docs/backpressure.md", "docs/politeness.md", "docs/mongo.md
 _STAGES, _BROWSER, _MON = "docs/stages.md", "docs/browser.md", "docs/monitoring.md"
 _PROXY = "docs/proxies.md"
 _RECRAWL = "docs/recrawl.md"
+_SESSIONS = "docs/sessions.md"
 
 #: Every ``FLEET_*`` setting this package reads: the one source of the defaults
 #: (:data:`DEFAULTS`), of ``scrapy fleet settings`` and of the unknown-setting warning.
@@ -275,6 +276,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FLEET_RECRAWL_BUDGET", 0.8, "float 0 .. 1",
             "adaptive: the share of a host's rate its revisits may take (0: no budget)",
             "recrawl", _RECRAWL),
+    # sessions (issue 32): Scrapy's cookie jars are fleet state (sessions/)
+    Setting("FLEET_COOKIES", True, "bool",
+            "cookie jars (meta[\"cookiejar\"]) in Redis, shared by every worker; False: "
+            "Scrapy's per-process CookiesMiddleware", "sessions", _SESSIONS),
+    Setting("FLEET_COOKIE_MAX_BYTES", 4096, "int >= 64",
+            "largest cookie a jar stores (name, value, domain, path; bytes); a larger one "
+            "fails its request (cookie/too_large)", "sessions", _SESSIONS),
 )
 
 #: name -> default of every setting (from :data:`SETTINGS`)

@@ -107,6 +107,13 @@ prefix ``fleet`` and crawl id ``docs``::
                                       size, slot (t / step) mod points (monitoring/series.py)
     fleet:{docs}:hoststats    HASH    "p|host" responses, "b|host" bans, "f|host" first ban (ms)
     fleet:{docs}:hostbans     ZSET    host -> bans (the most banned hosts, in O(log n))
+    fleet:{docs}:jar:<S>      HASH  "<domain>\t<path>\t<name>" -> "<expiry ms or 0>\t<JSON>"
+                                                              the cookie jar of session S
+                                                              (Scrapy's meta["cookiejar"]),
+                                                              one field per cookie, expiry by
+                                                              the server's clock (0: a session
+                                                              cookie); always under the crawl's
+                                                              own tag (lua/cookies_merge.lua)
 
 Entry ids are the 15-digit, zero-padded value of ``seq``: lexicographic order is push order.
 
@@ -414,6 +421,11 @@ class CrawlKeys:
 
     def bloom_slice(self, n: int) -> str:
         return f"{self.bloom_prefix}{n}"
+
+    def cookie_jar(self, session: str) -> str:
+        """HASH of the cookie jar of session *session* (sessions/jar.py): its name kept when
+        short and plain, else hashed (as a sticky proxy session's)."""
+        return self._k("jar:" + _session_part(session))
 
     def worker_info(self, worker_id: str) -> str:
         """HASH of one worker's heartbeat (expires by itself once the worker is gone)."""

@@ -45,3 +45,14 @@ def scrub(text: str, url: str) -> str:
     for secret in {password, unquote_plus(password)} if password else ():
         text = text.replace(secret, "***")
     return text
+
+
+def cookie_header(value: str, set_cookie: bool = False) -> str:
+    """A ``Cookie`` header value for logs: each ``name=value`` pair as ``name=***``; with
+    *set_cookie*, a ``Set-Cookie`` value: its first pair hidden so, its attributes (Path,
+    Domain, Expires...) kept."""
+    pairs = value.split(";")
+    hidden = pairs[:1] if set_cookie else pairs
+    out = [pair.split("=", 1)[0].strip() + "=***" if "=" in pair else pair.strip()
+           for pair in hidden]
+    return "; ".join(out + [pair.strip() for pair in pairs[len(hidden):]])

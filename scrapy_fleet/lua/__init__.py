@@ -55,6 +55,9 @@ SCRIPTS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
                        "step_revisit.lua"),  # sitemap <lastmod>: revisit_lastmod_due
                       keys.PUSH_LEAN_CALL),
     "partition_probe.lua": ((), keys.PROBE_CALL),
+    # sessions (issue 32): fleet cookie jars (sessions/jar.py)
+    "cookies_read.lua": (("common.lua",), None),
+    "cookies_merge.lua": (("common.lua",), None),
 }
 
 #: entry script -> (function name, its parts, its body file): put after the script's parts, as

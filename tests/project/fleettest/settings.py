@@ -12,7 +12,8 @@ warnings.filterwarnings("error", category=ScrapyDeprecationWarning)
 
 BOT_NAME = "fleettest"
 SPIDER_MODULES = ["fleettest.spiders", "fleettest.sink_spiders", "fleettest.partition_spiders",
-                  "fleettest.recrawl_spiders", "fleettest.compat_spiders"]
+                  "fleettest.recrawl_spiders", "fleettest.compat_spiders",
+                  "fleettest.session_spiders"]
 ADDONS = {"scrapy_fleet.Addon": 500}
 ROBOTSTXT_OBEY = False
 TELNETCONSOLE_ENABLED = False

@@ -1,0 +1,143 @@
+"""Cookies are fleet state (issue 32, docs/sessions.md): plain Scrapy spiders that log in and
+follow links, several real ``scrapy crawl`` workers, a real Redis and a local login site
+(tests/loginsite.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from support import (
+    TEST_PROJECT,
+    read_items,
+    run_scrapy,
+    start_worker,
+    stop_process,
+    tail,
+    wait_all,
+)
+
+from scrapy_fleet.keys import CrawlKeys
+
+pytestmark = pytest.mark.slow
+
+HERE = Path(__file__).resolve().parents[1]
+
+
+class LoginSite:
+    def __init__(self, proc: subprocess.Popen[str], url: str, log: Path) -> None:
+        self.proc, self.url, self.log = proc, url, log
+
+    def requests(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text("utf-8").splitlines() if line]
+
+
+@pytest.fixture
+def login_site(tmp_path: Path) -> Iterator[Callable[[int], LoginSite]]:
+    started: list[LoginSite] = []
+
+    def factory(pages: int, flaky: int = 0) -> LoginSite:
+        log = tmp_path / f"loginsite-{len(started)}.jsonl"
+        proc = subprocess.Popen([sys.executable, str(HERE / "loginsite.py"), "--pages",
+                                 str(pages), "--log", str(log), "--flaky", str(flaky)],
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://"), proc.stderr.read() if proc.stderr else url
+        site = LoginSite(proc, url, log)
+        started.append(site)
+        return site
+
+    yield factory
+    for site in started:
+        stop_process(site.proc)
+
+
+def crawl(tmp_path: Path, redis_url: str, env: dict[str, str], spider: str, workers: int,
+          site: LoginSite, settings: dict[str, Any] | None = None,
+          spider_args: dict[str, str] | None = None) -> tuple[list[dict[str, Any]], list[Path]]:
+    outs = [tmp_path / f"{spider}-out-{n}.jsonl" for n in range(workers)]
+    logs = [tmp_path / f"{spider}-worker-{n}.log" for n in range(workers)]
+    procs = []
+    for n in range(workers):
+        s = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 2, "FLEET_JSONL_PATH": outs[n],
+             "CONCURRENT_REQUESTS": 8, "FLEET_PREFETCH": 4, "LOG_LEVEL": "INFO",
+             **(settings or {})}
+        procs.append(start_worker(TEST_PROJECT, spider, s, env, logs[n],
+                                  {"site": site.url, **(spider_args or {})}))
+    codes = wait_all(procs, 300)
+    for n, code in enumerate(codes):
+        assert code == 0, f"worker {n} exited {code}:\n{tail(logs[n])}"
+    return read_items(outs), logs
+
+
+def members_outcome(site: LoginSite, items: list[dict[str, Any]]) -> dict[str, int]:
+    pages = [i for i in items if "/members/p/" in i["url"]]
+    seen = [r for r in site.requests() if r["path"].startswith("/members/p/")]
+    return {"items": len(pages), "member_items": sum(i["member"] for i in pages),
+            "login_form_items": sum(i["login_form"] for i in pages),
+            "fetched": len(seen), "fetched_logged_in": sum(r["member"] for r in seen),
+            "logins": sum(r["login"] for r in site.requests())}
+
+
+def test_a_login_holds_for_every_page_whichever_worker_fetches_it(
+        redis_url, login_site, worker_env, tmp_path):
+    """A plain spider (FormRequest login, a 302 with Set-Cookie, then links followed), three
+    workers: every members page is fetched logged in, none comes back as the login form;
+    the retries of the 12 pages that answered 503 first went logged in too."""
+    site = login_site(120, flaky=10)
+    items, logs = crawl(tmp_path, redis_url, worker_env, "login_members", 3, site)
+    assert members_outcome(site, items) == {
+        "items": 120, "member_items": 120, "login_form_items": 0, "fetched": 132,
+        "fetched_logged_in": 132, "logins": 1}
+    workers_with_pages = sum(1 for log in logs if "fleet/cookies/reads" in log.read_text())
+    assert workers_with_pages >= 2, "the pages were not spread over the workers"
+
+
+def test_four_workers_on_one_session_lose_no_cookie(redis_url, login_site, worker_env,
+                                                    tmp_path):
+    """Each page sets a cookie of its own, four workers merge them into one session's jar at
+    once: the jar ends with every one of them (per-cookie merges, no whole-jar overwrite)."""
+    site = login_site(300)
+    items, _ = crawl(tmp_path, redis_url, worker_env, "cookie_marks", 4, site,
+                     spider_args={"jar": "shared"})
+    assert len({i["url"] for i in items}) == 301
+    client = redis.Redis.from_url(redis_url)
+    jar = client.hkeys(CrawlKeys("fleet", "cookie_marks").cookie_jar("shared"))
+    names = {key.decode().split("\t")[2] for key in jar}
+    assert names == {f"m{i}" for i in range(300)}
+    # the fleet's jar is the one the requests used: the pages fetched last carried the
+    # cookies the others had set, whichever worker set them
+    carried = max(len(r["cookies"]) for r in site.requests() if r["path"].startswith("/mark/"))
+    assert carried > 150
+    # the jars are the crawl's state: purge deletes them with the rest
+    purged = run_scrapy(TEST_PROJECT, ["fleet", "purge", "cookie_marks", "--yes", "-s",
+                                       f"FLEET_REDIS_URL={redis_url}"], worker_env)
+    assert purged.returncode == 0, purged.stderr
+    assert client.exists(CrawlKeys("fleet", "cookie_marks").cookie_jar("shared")) == 0
+
+
+def test_a_cookie_too_large_is_a_failed_record_never_a_silent_drop(redis_url, login_site,
+                                                                  worker_env, tmp_path):
+    site = login_site(5)
+    items, _ = crawl(tmp_path, redis_url, worker_env, "cookie_marks", 1, site,
+                     spider_args={"extra": "big.html"})
+    assert {"failed": site.url + "big.html", "error": "CookieTooLargeError"} in items
+    assert len([i for i in items if "url" in i]) == 6
+    listed = run_scrapy(TEST_PROJECT, ["fleet", "failed", "cookie_marks", "--json", "-s",
+                                       f"FLEET_REDIS_URL={redis_url}"], worker_env)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [(r["url"], r["reason"]) for r in rows] == [(site.url + "big.html",
+                                                        "cookie/too_large")]
+    assert "'big' for 127.0.0.1/ (5013 bytes)" in rows[0]["message"]
+    assert "bbbb" not in listed.stdout

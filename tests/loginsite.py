@@ -1,0 +1,141 @@
+"""A test site with a login (fleet sessions, issue 32).
+
+Run as ``python tests/loginsite.py --pages N --log FILE [--flaky K]`` (prints ``http://127.0.0.1:PORT/``,
+then serves until killed):
+
+* ``GET /login``: the login form (``<form id="login">``);
+* ``POST /login`` with ``user=...&password=secret``: a 302 to ``/members/`` that sets a new
+  session cookie ``sid`` (``Path=/; HttpOnly``); a wrong password gets the form again;
+* ``/members/`` and ``/members/p/<i>.html`` (i < N): with a valid ``sid`` the page
+  (``<h1 id="member">``; the index links to the N pages), else the login form, status 200,
+  as a real site answers; with ``--flaky K`` the first request of every K-th members page
+  (logged in or not) answers 503, so that it is retried;
+* ``/big.html``: sets a cookie ``big`` of 5,000 bytes;
+* ``/mark/``: links to ``/mark/<i>.html`` (i < N), each of which sets its own cookie
+  ``m<i>=<i>`` (``Path=/``) and shows how many cookies the request carried.
+
+Each request is logged as one JSON line ``{"method", "path", "member": the request carried a
+valid sid, "cookies": names of the cookies it carried, "login": a login was granted}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import threading
+from http.cookies import SimpleCookie
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs
+
+FORM = (b'<html><body><form id="login" method="post" action="/login">'
+        b'<input name="user"><input name="password" type="password"></form></body></html>')
+
+
+class Site:
+    def __init__(self, pages: int, log_path: str, flaky: int = 0) -> None:
+        self.pages = pages
+        self.flaky = flaky
+        self.failed: set[str] = set()
+        self.lock = threading.Lock()
+        self.sessions: set[str] = set()
+        self.tokens = itertools.count(1)
+        self.log = open(log_path, "a", encoding="utf-8")
+
+    def record(self, **fields: Any) -> None:
+        with self.lock:
+            self.log.write(json.dumps(fields) + "\n")
+            self.log.flush()
+
+    def login(self, body: bytes) -> str | None:
+        form = parse_qs(body.decode("utf-8", "replace"))
+        if form.get("password") != ["secret"]:
+            return None
+        with self.lock:
+            token = f"t{next(self.tokens)}"
+            self.sessions.add(token)
+        return token
+
+    def page(self, path: str, member: bool) -> tuple[int, dict[str, str], bytes]:
+        if path == "/members/" and member:
+            links = "".join(f'<a href="/members/p/{i}.html">{i}</a>' for i in range(self.pages))
+            return 200, {}, f'<html><body><h1 id="member">index</h1>{links}</body></html>'.encode()
+        if path.startswith("/members/p/") and path.endswith(".html") and member:
+            num = path[len("/members/p/"):-len(".html")]
+            if self.flaky and num.isdigit() and int(num) % self.flaky == 0:
+                with self.lock:
+                    first, _ = path not in self.failed, self.failed.add(path)
+                if first:
+                    return 503, {}, b"try again"
+            return 200, {}, f'<html><body><h1 id="member">page {num}</h1></body></html>'.encode()
+        if path == "/login" or path.startswith("/members/"):
+            return 200, {}, FORM
+        if path == "/mark/":
+            links = "".join(f'<a href="/mark/{i}.html">{i}</a>' for i in range(self.pages))
+            return 200, {}, f"<html><body>{links}</body></html>".encode()
+        if path == "/big.html":  # a cookie over 4096 bytes, next to a small one
+            return 200, {"Set-Cookie": "big=" + "b" * 5000 + "; Path=/"}, b"<html>big</html>"
+        if path.startswith("/mark/") and path.endswith(".html"):
+            num = path[len("/mark/"):-len(".html")]
+            return 200, {"Set-Cookie": f"m{num}={num}; Path=/"}, b"<html><body>mark</body></html>"
+        return 404, {}, b"not found"
+
+
+class Handler(BaseHTTPRequestHandler):
+    site: Site
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _cookies(self) -> dict[str, str]:
+        jar: SimpleCookie = SimpleCookie()
+        jar.load(self.headers.get("Cookie", ""))
+        return {k: m.value for k, m in jar.items()}
+
+    def _send(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        cookies = self._cookies()
+        member = cookies.get("sid") in self.site.sessions
+        self.site.record(method="GET", path=self.path, member=member, cookies=sorted(cookies),
+                         login=False)
+        self._send(*self.site.page(self.path, member))
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        token = self.site.login(body) if self.path == "/login" else None
+        self.site.record(method="POST", path=self.path, member=False,
+                         cookies=sorted(self._cookies()), login=token is not None)
+        if token is None:
+            self._send(200, {}, FORM)
+            return
+        self._send(302, {"Location": "/members/", "Set-Cookie": f"sid={token}; Path=/; HttpOnly"},
+                   b"")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pages", type=int, default=50)
+    parser.add_argument("--log", required=True)
+    parser.add_argument("--bind", default="127.0.0.1")
+    parser.add_argument("--flaky", type=int, default=0)
+    args = parser.parse_args()
+    Handler.site = Site(args.pages, args.log, args.flaky)
+    server = ThreadingHTTPServer((args.bind, 0), Handler)
+    server.daemon_threads = True
+    print(f"http://{args.bind}:{server.server_address[1]}/", flush=True)
+    sys.stdout.close()
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

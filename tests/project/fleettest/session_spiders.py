@@ -1,0 +1,56 @@
+"""Spiders of tests/e2e/test_sessions_crawl.py (tests/loginsite.py): plain Scrapy spiders that
+use only Scrapy's own cookie handling, nothing of the fleet."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import scrapy
+
+
+class LoginMembersSpider(scrapy.Spider):
+    """Logs in with a FormRequest (POST /login, a 302 with the session cookie to /members/),
+    then follows every members link; each page is an item saying whether it was the members'
+    page or the login form."""
+
+    name = "login_members"
+    site = "http://127.0.0.1/"
+
+    async def start(self) -> Any:
+        yield scrapy.FormRequest(self.site + "login", formdata={"user": "u",
+                                                                "password": "secret"},
+                                 callback=self.parse)
+
+    def parse(self, response: Any) -> Any:
+        yield {"url": response.url, "member": bool(response.css("#member")),
+               "login_form": bool(response.css("form#login"))}
+        for href in response.css("a::attr(href)").getall():
+            yield response.follow(href, self.parse)
+
+
+class CookieMarksSpider(scrapy.Spider):
+    """Fetches /mark/ and every /mark/<i>.html, each of which sets a cookie of its own, all in
+    one session (the default jar, or ``-a jar=NAME``: ``meta["cookiejar"]``); ``-a
+    extra=PATH`` fetches that path of the site too, with an errback that makes an item of the
+    failure."""
+
+    name = "cookie_marks"
+    site = "http://127.0.0.1/"
+    jar = ""
+    extra = ""
+
+    async def start(self) -> Any:
+        meta = {"cookiejar": self.jar} if self.jar else {}
+        yield scrapy.Request(self.site + "mark/", meta=meta, callback=self.parse)
+        if self.extra:
+            yield scrapy.Request(self.site + self.extra, meta=meta, callback=self.parse,
+                                 errback=self.failed)
+
+    def failed(self, failure: Any) -> Any:
+        yield {"failed": failure.request.url, "error": type(failure.value).__name__}
+
+    def parse(self, response: Any) -> Any:
+        yield {"url": response.url}
+        meta = {"cookiejar": self.jar} if self.jar else {}
+        for href in response.css("a::attr(href)").getall():
+            yield response.follow(href, self.parse, meta=meta)
