@@ -280,8 +280,11 @@ class Command(ScrapyCommand):
         if why is not None:
             print(why, file=sys.stderr)
             return 2
-        if not self._own_crawl(config, crawl_id, spidercls, "push"):
-            return 2
+        # an import into a Redis out of memory gives up at once (exit status 3), as push --no-wait
+        owned = self._own_crawl(config, crawl_id, spidercls, "push",
+                                argparse.Namespace(no_wait=True, timeout=None))
+        if owned is not True:
+            return 2 if owned is False else owned
         crawler = Crawler(spidercls, settings)
         fingerprinter = build_from_crawler(
             load_object(settings["REQUEST_FINGERPRINTER_CLASS"]), crawler)
