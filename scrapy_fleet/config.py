@@ -276,7 +276,12 @@ class FleetConfig:
                               else "",
                               failed_max=self.failures.max_kept,
                               recrawl_max=(self.recrawl.max_tracked or 0)
-                              if self.recrawl.enabled else 0)
+                              if self.recrawl.enabled else 0,
+                              adaptive=self._adaptive_params())
+
+    def _adaptive_params(self) -> tuple[float, float, float, float] | None:
+        a = self.politeness.adaptive
+        return (a.beta, a.step, a.window, a.latency_factor) if a.enabled else None
 
     def resolve_crawl_id(self, spider_name: str) -> str:
         """The crawl's namespace: ``FLEET_CRAWL_ID`` or else the spider's name."""

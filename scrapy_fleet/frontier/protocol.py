@@ -73,7 +73,9 @@ class CallBatch:
     take: int = 0
     #: leases whose download is over: their host's concurrency slot is free (the lease
     #: itself lasts until its acknowledgement)
-    downloaded: list[tuple[str, int]] = field(default_factory=list)
+    #: (id, token) or (id, token, outcome, latency ms, reason): the download report of the
+    #: adaptive controller (lua/step_adapt.lua; outcome 0 clean, 1 overload, 2 neither)
+    downloaded: list[tuple[Any, ...]] = field(default_factory=list)
     #: a heartbeat is due: the call is made even with nothing else to carry
     beat: bool = False
     #: failure records of requests without a parent that could not be encoded
@@ -208,6 +210,9 @@ class FrontierParams:
     failed_max: int = 10_000  #: FLEET_FAILED_MAX: failed requests kept, the oldest trimmed
     op_ttl: float = OP_TTL_MS / 1000  #: seconds a call's cached reply is kept (replays)
     recrawl_max: int = 0  #: FLEET_RECRAWL_MAX: tracked URLs at most (0: no bound)
+    #: FLEET_ADAPTIVE*: (beta, step, window s, latency factor g), None: no controller
+    #: (lua/adaptive.lua)
+    adaptive: tuple[float, float, float, float] | None = None
 
 
 
@@ -233,6 +238,9 @@ def call_constants(params: FrontierParams) -> dict[str, Any]:
         "hx": params.lease_except_host,
         "fm": params.failed_max,
         "rvm": params.recrawl_max,
+        **({"ad": 1, "ab": params.adaptive[0], "as": params.adaptive[1],
+            "aw": int(params.adaptive[2] * 1000), "ag": params.adaptive[3]}
+           if params.adaptive else {"ad": 0}),
     }
 
 
