@@ -19,14 +19,17 @@
 -- Rules (AIMD, Jacobson's congestion avoidance, RFC 5681 section 3.1, per host; the latency
 -- rule after TCP Vegas's expected/actual comparison): an overload answer of a request leased
 -- after the last decrease multiplies r by beta; a clean answer after a full clean window adds
--- step x C (a quarter of that within 10 % of cap); when ls > g x lm, r is multiplied by
--- g x lm / ls and cc set to ceil(r x g x lm / 1000) (requests in flight at rate r and the
--- acceptable latency).
+-- step x C (a quarter of that within 10 % of cap); when ls > g x lm (lm read as at least
+-- LATENCY_FLOOR_MS), r is multiplied by g x lm / ls and cc set to ceil(r x g x lm / 1000)
+-- (requests in flight at rate r and the acceptable latency).
 -- Keys: K.adaptive (HSET per report that changes the state), K.token (GET per decrease).
 
 local ADAPTIVE_MIN_RATE = 0.05  -- requests/s: a host is never slowed below one per 20 s
 local LONG_WINDOW_MS = 300000
 local LATENCY_WEIGHT = 0.3
+-- ms: the long minimum is read as at least this, so that the jitter of answers of a few ms
+-- (a nearby server, a busy worker's event loop) is not taken for a queue growing at the site
+local LATENCY_FLOOR_MS = 25
 
 -- The state of a host from its stored string (nil when none or unreadable).
 local function adaptive_parse(raw)
@@ -84,10 +87,10 @@ local function adaptive_report(raw, now, C, tok, o, lat, why, p, token_key)
       s.ls = s.ls > 0 and (1 - LATENCY_WEIGHT) * s.ls + LATENCY_WEIGHT * lat or lat
       if s.lm <= 0 or lat <= s.lm or now - s.lmt > LONG_WINDOW_MS then s.lm, s.lmt = lat, now end
     end
-    local g = p[4]
-    if g > 0 and s.lm > 0 and s.ls > g * s.lm and tok > s.dk then
-      decrease(g * s.lm / s.ls, 'latency')
-      s.cc = math.max(1, math.ceil(s.r * g * s.lm / 1000))
+    local g, lm = p[4], math.max(s.lm, LATENCY_FLOOR_MS)
+    if g > 0 and s.lm > 0 and s.ls > g * lm and tok > s.dk then
+      decrease(g * lm / s.ls, 'latency')
+      s.cc = math.max(1, math.ceil(s.r * g * lm / 1000))
     elseif now - s.ct >= p[3] and s.r < C then
       local step = p[2] * C
       if s.cap > 0 and s.r >= 0.9 * s.cap and s.r <= 1.1 * s.cap then step = step / 4 end

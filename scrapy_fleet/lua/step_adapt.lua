@@ -6,8 +6,9 @@
 -- controller, when the call's constants turn it on (req.ad = 1) and the host has a ceiling
 -- (a configured interval).  Parameters: req.ab (beta), req.as (step, fraction of the
 -- ceiling), req.aw (clean window ms), req.ag (latency factor g, 0: no latency rule).
--- Counters: adaptive_decreases, adaptive_inflight (overload answers of requests leased before
--- the last decrease: not decreased again), adaptive_increases.
+-- Counters: adaptive_decreases (adaptive_latency_decreases of them by the latency rule),
+-- adaptive_inflight (overload answers of requests leased before the last decrease: not
+-- decreased again), adaptive_increases.
 -- Keys (of K): adaptive, token (GET per decrease), and the lease (read by State).  Writes:
 -- adaptive (one HSET per report that changes a host's state).
 -- Work per call: one pass over req.s; nothing when the controller is off.
@@ -31,7 +32,9 @@ local function step_adapt(c)
           redis.call('HSET', K.adaptive, host, new)
           ctx_put(ctx, K.adaptive, host, new)
         end
-        if event == 'dec' then c.count('adaptive_decreases', 1)
+        if event == 'dec' then
+          c.count('adaptive_decreases', 1)
+          if o == 0 then c.count('adaptive_latency_decreases', 1) end
         elseif event == 'inflight' then c.count('adaptive_inflight', 1)
         elseif event == 'inc' then c.count('adaptive_increases', 1) end
       end
