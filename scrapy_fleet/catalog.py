@@ -153,6 +153,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FLEET_ADAPTIVE_LATENCY_FACTOR", 2.0, "float >= 1 or 0",
             "slow down when the short latency average exceeds this times the long minimum; "
             "0: no latency rule", "politeness", _POL),
+    Setting("FLEET_ADAPTIVE_MIN_RATE", None, "float > 0 or None (0.05)",
+            "slowest rate (requests/s) the controller may set; 1 / AUTOTHROTTLE_MAX_DELAY when "
+            "AutoThrottle is enabled", "politeness", _POL),
     Setting("FLEET_ADAPTIVE_OVERLOAD_STATUSES", [429, 503], "list of int",
             "HTTP statuses that lower a host's rate (besides timeouts and connection errors)",
             "politeness", _POL),

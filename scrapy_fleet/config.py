@@ -279,9 +279,9 @@ class FleetConfig:
                               if self.recrawl.enabled else 0,
                               adaptive=self._adaptive_params())
 
-    def _adaptive_params(self) -> tuple[float, float, float, float] | None:
+    def _adaptive_params(self) -> tuple[float, float, float, float, float] | None:
         a = self.politeness.adaptive
-        return (a.beta, a.step, a.window, a.latency_factor) if a.enabled else None
+        return (a.beta, a.step, a.window, a.latency_factor, a.min_rate) if a.enabled else None
 
     def resolve_crawl_id(self, spider_name: str) -> str:
         """The crawl's namespace: ``FLEET_CRAWL_ID`` or else the spider's name."""

@@ -210,9 +210,9 @@ class FrontierParams:
     failed_max: int = 10_000  #: FLEET_FAILED_MAX: failed requests kept, the oldest trimmed
     op_ttl: float = OP_TTL_MS / 1000  #: seconds a call's cached reply is kept (replays)
     recrawl_max: int = 0  #: FLEET_RECRAWL_MAX: tracked URLs at most (0: no bound)
-    #: FLEET_ADAPTIVE*: (beta, step, window s, latency factor g), None: no controller
-    #: (lua/adaptive.lua)
-    adaptive: tuple[float, float, float, float] | None = None
+    #: FLEET_ADAPTIVE*: (beta, step, window s, latency factor g[, min rate /s]), None: no
+    #: controller (lua/adaptive.lua)
+    adaptive: tuple[float, ...] | None = None
 
 
 
@@ -239,7 +239,8 @@ def call_constants(params: FrontierParams) -> dict[str, Any]:
         "fm": params.failed_max,
         "rvm": params.recrawl_max,
         **({"ad": 1, "ab": params.adaptive[0], "as": params.adaptive[1],
-            "aw": int(params.adaptive[2] * 1000), "ag": params.adaptive[3]}
+            "aw": int(params.adaptive[2] * 1000), "ag": params.adaptive[3],
+            "am": params.adaptive[4] if len(params.adaptive) > 4 else 0.05}
            if params.adaptive else {"ad": 0}),
     }
 

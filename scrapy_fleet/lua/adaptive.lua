@@ -24,7 +24,6 @@
 -- (requests in flight at rate r and the acceptable latency).
 -- Keys: K.adaptive (HSET per report that changes the state), K.token (GET per decrease).
 
-local ADAPTIVE_MIN_RATE = 0.05  -- requests/s: a host is never slowed below one per 20 s
 local LONG_WINDOW_MS = 300000
 local LATENCY_WEIGHT = 0.3
 -- ms: the long minimum is read as at least this, so that the jitter of answers of a few ms
@@ -65,7 +64,8 @@ end
 
 -- One download report of a request to a host of ceiling C (requests/s) leased with token
 -- tok: outcome o (0 clean, 1 overload, 2 neither: a ban, another error), latency lat (ms,
--- -1 unknown), reason why of an overload; p = {beta, step, window ms, g}.  Returns the new
+-- -1 unknown), reason why of an overload; p = {beta, step, window ms, g, slowest rate
+-- requests/s}.  Returns the new
 -- state string (nil: unchanged) and what happened ('dec', 'inflight', 'inc' or nil).
 local function adaptive_report(raw, now, C, tok, o, lat, why, p, token_key)
   local s = adaptive_parse(raw) or {r = C, ls = 0, lm = 0, lmt = 0, dt = 0, dk = 0, why = '',
@@ -74,7 +74,7 @@ local function adaptive_report(raw, now, C, tok, o, lat, why, p, token_key)
   local event
   local function decrease(factor, reason)
     s.cap = s.r
-    s.r = math.max(ADAPTIVE_MIN_RATE, s.r * factor)
+    s.r = math.max(math.min(p[5], C), s.r * factor)
     s.dt, s.why, s.ct, s.n = now, reason, now, s.n + 1
     s.dk = tonumber(redis.call('GET', token_key)) or 0
     event = 'dec'

@@ -5,7 +5,8 @@
 -- elements carry no report) of a lease still held with that token updates its host's
 -- controller, when the call's constants turn it on (req.ad = 1) and the host has a ceiling
 -- (a configured interval).  Parameters: req.ab (beta), req.as (step, fraction of the
--- ceiling), req.aw (clean window ms), req.ag (latency factor g, 0: no latency rule).
+-- ceiling), req.aw (clean window ms), req.ag (latency factor g, 0: no latency rule), req.am
+-- (the slowest rate, requests/s).
 -- Counters: adaptive_decreases (adaptive_latency_decreases of them by the latency rule),
 -- adaptive_inflight (overload answers of requests leased before the last decrease: not
 -- decreased again), adaptive_increases.
@@ -17,7 +18,7 @@ local function step_adapt(c)
   local K, req, st, ctx = c.K, c.req, c.st, c.ctx
   if req.ad ~= 1 or #req.s == 0 then return end
   local p = {tonumber(req.ab) or 0.5, tonumber(req.as) or 0.05, tonumber(req.aw) or 1000,
-             tonumber(req.ag) or 2}
+             tonumber(req.ag) or 2, tonumber(req.am) or 0.05}
   for _, sv in ipairs(req.s) do
     local o = tonumber(sv[3])
     local tok, _, _, host = st.parse_lease(st.lease_value(sv[1]))

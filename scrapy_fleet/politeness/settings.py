@@ -69,13 +69,15 @@ class AdaptiveConfig:
     """``FLEET_ADAPTIVE_*``: the per-host controller (lua/adaptive.lua).  ``enabled``;
     ``beta`` (rate factor per overload event), ``step`` (fraction of the configured rate
     added per clean window), ``window`` (seconds), ``latency_factor`` (g; 0: no latency rule),
-    ``overload_statuses`` (HTTP statuses that count as overload)."""
+    ``min_rate`` (requests/s, the slowest it goes), ``overload_statuses`` (HTTP statuses
+    that count as overload)."""
 
     enabled: bool = True
     beta: float = 0.5
     step: float = 0.05
     window: float = 1.0
     latency_factor: float = 2.0
+    min_rate: float = 0.05
     overload_statuses: frozenset[int] = frozenset({429, 503})
 
 
@@ -108,11 +110,15 @@ def adaptive_config(settings: BaseSettings | Mapping[str, Any]) -> AdaptiveConfi
     step = number("FLEET_ADAPTIVE_STEP", g("FLEET_ADAPTIVE_STEP"), float, 0.0,
                   "a float in (0, 1]", exclusive=True)
     check("FLEET_ADAPTIVE_STEP", step, step <= 1, "a float in (0, 1]")
+    min_rate = g("FLEET_ADAPTIVE_MIN_RATE")
+    min_rate = 0.05 if min_rate is None else number(
+        "FLEET_ADAPTIVE_MIN_RATE", min_rate, float, 0.0, "requests per second > 0",
+        exclusive=True)
     return AdaptiveConfig(
         enabled=boolean("FLEET_ADAPTIVE", g("FLEET_ADAPTIVE")), beta=beta, step=step,
         window=number("FLEET_ADAPTIVE_WINDOW", g("FLEET_ADAPTIVE_WINDOW"), float, 0.0,
                       "seconds > 0", exclusive=True),
-        latency_factor=factor, overload_statuses=frozenset(statuses))
+        latency_factor=factor, min_rate=min_rate, overload_statuses=frozenset(statuses))
 
 
 @dataclass(frozen=True)

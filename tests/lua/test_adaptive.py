@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import redis
 from support import host_entry as entry
 from support import server_ms, wait_server_past
@@ -89,7 +91,7 @@ def test_the_learned_rate_spaces_the_leases(redis_url):
         turns.append(int(client.hget(tat, "a.test")))
     # each lease moves the host's next turn (GCRA TAT, server ms) one interval of the learned
     # rate later: 200 ms, not the configured 50 (later still if the lease came late)
-    gaps = [b - a for a, b in zip(turns, turns[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(turns)]
     assert all(g >= 200 for g in gaps) and min(gaps) < 400, gaps
 
 
@@ -105,7 +107,7 @@ def test_clean_windows_raise_the_rate_up_to_the_ceiling_slower_near_capacity(red
         rates.append(_state(redis_url)["rate"])
     assert rates[0] == 11.0  # + 5 % of the ceiling per clean window
     assert rates[-1] == CEILING and max(rates) == CEILING  # never above it
-    steps = {round(b - a, 6) for a, b in zip([10.0, *rates], rates)}
+    steps = {round(b - a, 6) for a, b in itertools.pairwise([10.0, *rates])}
     # within 10 % of the learned capacity (20/s, where it was refused) a quarter step
     assert 0.25 in steps and 1.0 in steps
 

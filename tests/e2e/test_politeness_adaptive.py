@@ -58,9 +58,9 @@ def test_four_workers_slow_down_to_the_sites_capacity_as_one(redis_url, limited_
     # a loaded machine stretches the answers' latency)
     overload_decreases = decreases - stats.get("adaptive_latency_decreases", 0)
     assert overload_decreases + stats.get("adaptive_inflight", 0) == refused, stats
-    assert stats.get("adaptive_inflight", 0) >= 1
-    # of the fetches, few were refused: at the ceiling (4 x capacity) three in four would be
-    assert refused <= 0.5 * PAGES, (refused, stats)
+    # of the fetches, few were refused (5 of 45 in a typical run; the baseline below, more
+    # than half): at the ceiling (4 x capacity) three in four would be
+    assert refused <= 0.25 * PAGES, (refused, stats)
     assert len(hits(site, "127.0.0.2")) == PAGES + refused
 
 
