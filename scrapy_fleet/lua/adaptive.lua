@@ -21,7 +21,8 @@
 -- after the last decrease multiplies r by beta; a clean answer after a full clean window adds
 -- step x C (a quarter of that within 10 % of cap); when ls > g x lm (lm read as at least
 -- LATENCY_FLOOR_MS), r is multiplied by g x lm / ls and cc set to ceil(r x g x lm / 1000)
--- (requests in flight at rate r and the acceptable latency).
+-- (requests in flight at rate r and the acceptable latency), lifted at the first increase
+-- once ls is back under g x lm.
 -- Keys: K.adaptive (HSET per report that changes the state), K.token (GET per decrease).
 
 local LONG_WINDOW_MS = 300000
@@ -92,11 +93,12 @@ local function adaptive_report(raw, now, C, tok, o, lat, why, p, token_key)
       decrease(g * lm / s.ls, 'latency')
       s.cc = math.max(1, math.ceil(s.r * g * lm / 1000))
     elseif now - s.ct >= p[3] and s.r < C then
+      if s.cc > 0 and s.ls <= g * lm then s.cc = 0 end  -- the latency is back: no cap
       local step = p[2] * C
       if s.cap > 0 and s.r >= 0.9 * s.cap and s.r <= 1.1 * s.cap then step = step / 4 end
       s.r = math.min(C, s.r + step)
       s.ct = now
-      if s.cc > 0 then s.cc = s.cc + 1 end
+      if s.cc > 0 then s.cc = s.cc + 1 end  -- (still slow: one more in flight per window)
       event = 'inc'
     elseif s.r >= C then
       s.cc = 0

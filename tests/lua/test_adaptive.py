@@ -138,3 +138,16 @@ def test_a_call_without_the_controller_changes_nothing(redis_url):
     leased = _lease(admin, 1)
     _report(admin, leased, OVERLOAD, why="429")
     assert not redis.Redis.from_url(redis_url).exists(CrawlKeys("fleet", "plain").adaptive)
+
+
+def test_status_hosts_shows_rate_ceiling_capacity_and_last_decrease(redis_url):
+    admin = _admin(redis_url)
+    admin.push([entry(f"http://a.test/{i}") for i in range(3)])
+    _report(admin, _lease(admin, 1), OVERLOAD, why="503")
+    # the per-host defaults every worker writes at start (frontier/scheduler.py)
+    admin.client.hset(admin.keys.config, mapping={
+        "host_interval_ms": 50, "host_interval_is_rate": 1, "host_burst": 1,
+        "host_concurrency": 0})
+    row = next(r for r in admin.hosts() if r["host"] == "a.test")
+    assert (row["learned_rate"], row["ceiling"], row["capacity"], row["last_decrease"],
+            row["decreases"]) == (10.0, CEILING, CEILING, "503", 1)
