@@ -151,3 +151,19 @@ def test_status_hosts_shows_rate_ceiling_capacity_and_last_decrease(redis_url):
     row = next(r for r in admin.hosts() if r["host"] == "a.test")
     assert (row["learned_rate"], row["ceiling"], row["capacity"], row["last_decrease"],
             row["decreases"]) == (10.0, CEILING, CEILING, "503", 1)
+
+
+def test_the_latency_cap_is_lifted_once_latency_is_back(redis_url):
+    admin = _admin(redis_url, window=0.05, g=2.0)
+    admin.push([entry(f"http://a.test/{i}") for i in range(60)])
+    _report(admin, _lease(admin, 1), CLEAN, latency=50)
+    while not _state(redis_url)["decreases"]:
+        _report(admin, _lease(admin, 1), CLEAN, latency=400)
+    assert _state(redis_url)["cc"] >= 1
+    for _ in range(30):  # answers as fast as before: the short average comes back down
+        wait_server_past(admin.client, server_ms(admin.client) + 60)
+        _report(admin, _lease(admin, 1), CLEAN, latency=50)
+        if _state(redis_url)["cc"] == 0:
+            break
+    state = _state(redis_url)
+    assert state["cc"] == 0 and state["short"] <= 100 and state["decreases"] >= 1
