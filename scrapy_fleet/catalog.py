@@ -133,8 +133,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FLEET_ROBOTSTXT_MAX_ATTEMPTS", 4, "int >= 0",
             "failed robots.txt fetches of an origin before its requests fail; 0: never",
             "politeness", _POL),
-    Setting("FLEET_MAX_CRAWL_DELAY", 60.0, "float >= 0", "cap on a robots.txt Crawl-delay",
-            "politeness", _POL),
+    Setting("FLEET_MAX_CRAWL_DELAY", None, "float >= 0 or None",
+            "cap on a robots.txt Crawl-delay; None: none (a slow host costs the others "
+            "nothing)", "politeness", _POL),
     Setting("FLEET_BACKOFF_BASE", 1.0, "float > 0",
             "first back-off (seconds) of a failing host without Retry-After", "politeness",
             _POL),

@@ -485,7 +485,8 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
             parsed = Protego.parse(body.decode("utf-8", "replace"))
             cd = parsed.crawl_delay(useragent)
             if cd is not None:
-                delay = min(float(cd), self.config.politeness.max_crawl_delay)
+                cap = self.config.politeness.max_crawl_delay  # (None: no cap)
+                delay = float(cd) if cap is None else min(float(cd), cap)
         entry, now_ms = await self.politeness().robots_store(
             origin, self.host(request), status, body, delay, error, retry_after)
         state = self._read(origin, entry, now_ms)

@@ -144,7 +144,7 @@ class PolitenessConfig:
     robotstxt_ttl: float = 3600.0
     robotstxt_hold: float = 60.0
     robotstxt_max_attempts: int = 4
-    max_crawl_delay: float = 60.0
+    max_crawl_delay: float | None = None  #: None: a Crawl-delay is not capped
     backoff_base: float = 1.0
     backoff_max: float = 300.0
     adaptive: AdaptiveConfig = field(default_factory=lambda: AdaptiveConfig())
@@ -202,8 +202,9 @@ def politeness_config(settings: BaseSettings | Mapping[str, Any]) -> PolitenessC
         robotstxt_max_attempts=number("FLEET_ROBOTSTXT_MAX_ATTEMPTS",
                                       g("FLEET_ROBOTSTXT_MAX_ATTEMPTS"), int, 0,
                                       "an integer >= 0 (0: no limit)"),
-        max_crawl_delay=number("FLEET_MAX_CRAWL_DELAY", g("FLEET_MAX_CRAWL_DELAY"), float, 0.0,
-                               "seconds >= 0"),
+        max_crawl_delay=None if g("FLEET_MAX_CRAWL_DELAY") in (None, "", "None", "none")
+        else number("FLEET_MAX_CRAWL_DELAY", g("FLEET_MAX_CRAWL_DELAY"), float, 0.0,
+                    "seconds >= 0 or None"),
         backoff_base=number("FLEET_BACKOFF_BASE", g("FLEET_BACKOFF_BASE"), float, 0.0,
                             "seconds > 0", exclusive=True),
         backoff_max=number("FLEET_BACKOFF_MAX", g("FLEET_BACKOFF_MAX"), float, 0.0,

@@ -5,6 +5,7 @@ from the site's own log and from Redis; the timed figures are in bench/bench_ada
 from __future__ import annotations
 
 import pytest
+from support import TEST_PROJECT, kill_worker, start_worker, wait_until
 from test_politeness import hits, push_urls, run_workers
 
 from scrapy_fleet.frontier.admin import FrontierAdmin
@@ -71,3 +72,28 @@ def test_without_the_controller_the_same_site_refuses_more(redis_url, limited_si
     ok, refused, stats, state = _crawl(redis_url, site, worker_env, tmp_path, adaptive=False)
     assert len(ok) == PAGES and state is None and "adaptive_decreases" not in stats
     assert refused > 0.5 * PAGES, refused
+
+
+def test_a_long_crawl_delay_is_not_capped(redis_url, tmp_path, site_factory, worker_env):
+    """Crawl-delay is a floor with no 60-s cap by default (FLEET_MAX_CRAWL_DELAY None): a
+    host asking for 120 s gets 120 s between two requests, fleet-wide."""
+    generate_site(tmp_path / "www", 4, 2, seed=4)
+    site = site_factory(tmp_path / "www", binds=("127.0.0.2",), behaviour={
+        "robots": {"127.0.0.2": "User-agent: *\nCrawl-delay: 120\n"}})
+    push_urls([f"{site.urls[0]}site/p/{i}.html" for i in range(3)], redis_url, worker_env,
+              tmp_path)
+    proc = start_worker(TEST_PROJECT, "fetch", {"FLEET_REDIS_URL": redis_url,
+                                                "ROBOTSTXT_OBEY": True}, worker_env,
+                        tmp_path / "w.log")
+    try:
+        admin = FrontierAdmin(redis_url, "fetch")
+        stored = wait_until(lambda: admin.client.hget(admin.keys.crawldelay, "127.0.0.2"), 60,
+                            "the host's Crawl-delay stored")
+        assert int(stored) == 120_000
+        # the scout's turn is one Crawl-delay after robots.txt, the next one more: nothing of
+        # the host's pages goes out while the test looks (the next turn is minutes away)
+        tat = int(admin.client.hget(admin.keys.tat, "127.0.0.2"))
+        assert tat - admin.server_ms() > 100_000
+        assert len(hits(site, "127.0.0.2")) <= 1
+    finally:
+        kill_worker(proc)
