@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 
 from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
@@ -29,7 +30,6 @@ ITEM_PIPELINES = {
     "scrapy_fleet.pipelines.mongo.MongoPipeline": 300,
     "scrapy_fleet.pipelines.jsonlines.JsonLinesPipeline": 800,
 }
-
 
 DOWNLOADER_MIDDLEWARES = {
     "scrapy_fleet.politeness.middlewares.FleetRobotsTxtMiddleware": 100,
@@ -167,8 +167,42 @@ class Addon:
             settings.set("FLEET_HOST_DELAY", delay, settings.getpriority("DOWNLOAD_DELAY") or 0)
         priority = max(settings.getpriority("DOWNLOAD_DELAY") or 0, 15)
         settings.set("DOWNLOAD_DELAY", 0, priority)  # (a 0 delay has no jitter to turn off)
+        carry_autothrottle(settings)
         current = settings.getdict("DOWNLOADER_MIDDLEWARES")
         robots = "scrapy.downloadermiddlewares.robotstxt.RobotsTxtMiddleware"
         if robots not in current:
             settings.set_in_component_priority_dict("DOWNLOADER_MIDDLEWARES",
                                                     load_object(robots), None)
+
+
+def carry_autothrottle(settings: BaseSettings) -> None:
+    """Scrapy's AutoThrottle is one controller per process (N workers: N controllers);
+    with ``FLEET_ADAPTIVE`` (the default) the fleet has one per host instead
+    (docs/politeness.md), so ``AUTOTHROTTLE_ENABLED`` is turned off with one INFO line,
+    and what it asked for is carried over: ``AUTOTHROTTLE_TARGET_CONCURRENCY`` (rounded
+    up) becomes ``FLEET_HOST_CONCURRENCY`` unless that is set, and the slowest rate
+    ``1 / AUTOTHROTTLE_MAX_DELAY`` the controller's floor (``FLEET_ADAPTIVE_MIN_RATE``)
+    unless that is set.  ``AUTOTHROTTLE_START_DELAY`` has no counterpart: the controller
+    starts at the configured rate (or the rate it learned in an earlier run)."""
+    try:
+        if not settings.getbool("AUTOTHROTTLE_ENABLED") or \
+                not settings.getbool("FLEET_ADAPTIVE", True):
+            return
+        target = settings.getfloat("AUTOTHROTTLE_TARGET_CONCURRENCY", 1.0)
+        max_delay = settings.getfloat("AUTOTHROTTLE_MAX_DELAY", 60.0)
+    except ValueError:
+        return  # (the start-up check names a wrong FLEET_ADAPTIVE)
+    carried = []
+    if settings.get("FLEET_HOST_CONCURRENCY") is None and target > 0:
+        settings.set("FLEET_HOST_CONCURRENCY", max(1, math.ceil(target)),
+                     settings.getpriority("AUTOTHROTTLE_TARGET_CONCURRENCY") or 0)
+        carried.append(f"FLEET_HOST_CONCURRENCY={max(1, math.ceil(target))}")
+    if settings.get("FLEET_ADAPTIVE_MIN_RATE") is None and max_delay > 0:
+        settings.set("FLEET_ADAPTIVE_MIN_RATE", 1 / max_delay,
+                     settings.getpriority("AUTOTHROTTLE_MAX_DELAY") or 0)
+        carried.append(f"FLEET_ADAPTIVE_MIN_RATE={1 / max_delay:g}")
+    settings.set("AUTOTHROTTLE_ENABLED", False,
+                 max(settings.getpriority("AUTOTHROTTLE_ENABLED") or 0, 15))
+    logger.info("AutoThrottle is per process: turned off, the fleet's adaptive politeness "
+                "has one controller per host for every worker (%s)",
+                ", ".join(carried) or "nothing to carry over")

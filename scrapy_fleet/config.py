@@ -281,7 +281,12 @@ class FleetConfig:
                               failed_max=self.failures.max_kept,
                               recrawl_max=(self.recrawl.max_tracked or 0)
                               if self.recrawl.enabled else 0,
-                              dead_after=self.monitoring.worker_dead_after)
+                              dead_after=self.monitoring.worker_dead_after,
+                              adaptive=self._adaptive_params())
+
+    def _adaptive_params(self) -> tuple[float, float, float, float, float] | None:
+        a = self.politeness.adaptive
+        return (a.beta, a.step, a.window, a.latency_factor, a.min_rate) if a.enabled else None
 
     def resolve_crawl_id(self, spider_name: str) -> str:
         """The crawl's namespace: ``FLEET_CRAWL_ID`` or else the spider's name."""

@@ -35,6 +35,9 @@ prefix ``fleet`` and crawl id ``docs``::
     fleet:{docs}:hostlive     HASH  host -> count             leased, download not over
     fleet:{docs}:hostconf     HASH  host -> "T|burst|cap"     per-host overrides
     fleet:{docs}:crawldelay   HASH  host -> ms                robots.txt Crawl-delay
+    fleet:{docs}:adaptive     HASH  host -> "r|ls|lm|..."     adaptive politeness controller
+                                                              (learned rate, latency, last
+                                                              decrease; lua/adaptive.lua)
     fleet:{docs}:wlive        HASH  "worker|host" -> count    leases of a worker for a host
     fleet:{docs}:fails        HASH  host -> count             consecutive failures (back-off)
     fleet:{docs}:robots       HASH  origin -> msgpack         shared robots.txt {status, body, at,
@@ -172,8 +175,9 @@ FRONTIER_CALL = ("op", "prev_op", "data", "leases", "lease", "expiries", "dead",
                  # recrawl (issue 22): lua/step_revisit.lua
                  "revisit_index", "revisit_prefix", "revisit_count",
                  # sitemap <lastmod> (issue 22): lua/step_revisit.lua, revisit_lastmod_due
-                 "revisit_popped", "revisit_place_prefix", "revisit_lastmod", *MONITOR_CALL,
-                 "bloom_slices")
+                 "revisit_popped", "revisit_place_prefix", "revisit_lastmod",
+                 "adaptive",  # adaptive politeness (issue 35): lua/adaptive.lua
+                 *MONITOR_CALL, "bloom_slices")
 
 #: KEYS of lua/failed_retry.lua, in order.
 RETRY_CALL = ("failed", "failed_at", "failed_by", "dead", "hostq", "stats", "seq", "leases",
@@ -181,7 +185,7 @@ RETRY_CALL = ("failed", "failed_at", "failed_by", "dead", "hostq", "stats", "seq
 
 #: KEYS of lua/politeness.lua, in order.
 POLITENESS_CALL = ("ready", "tat", "hold", "hostlive", "hostconf", "crawldelay", "fails", "robots",
-                   "robots_lock")
+                   "robots_lock", "adaptive")
 
 #: KEYS of lua/beat.lua, in order (a worker's sign of life, sent from a thread: issue 30).
 BEAT_CALL = ("workers", "holders", "mon", "alive_from")
@@ -348,6 +352,10 @@ class CrawlKeys:
     hostlive = _Key("hostlive")
     hostconf = _Key("hostconf")
     crawldelay = _Key("crawldelay")
+    #: HASH host -> "r|ls|lm|lmt|dt|dk|why|ct|cap|cc|n": the host's adaptive politeness
+    #: controller (lua/adaptive.lua), fleet-wide; kept with the crawl, so a recrawl or the
+    #: crawl's next run starts at the rate it learned
+    adaptive = _Key("adaptive")
     wlive = _Key("wlive")
     fails = _Key("fails")
     robots = _Key("robots")

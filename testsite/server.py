@@ -38,6 +38,11 @@ with the same JSON)::
 * ``robots`` gives the body of ``/robots.txt`` per host name (otherwise the file from the
   served directory, or 404); ``robots_status`` makes ``/robots.txt`` answer that status.
 
+``"capacity": [{"prefix": "/site/p/", "phases": [[15, 20], [60, 5], [100, 20]],
+"status": 429, "host": "127.0.0.2"}]`` (adaptive politeness): a token bucket per rule whose
+rate (requests/s) follows the phases, counted from the rule's first matching request; a
+request over capacity is answered ``status`` (``retry_after`` adds the header).
+
 ``host`` null or absent matches every host. Delays also apply to failures.
 
 ``"changing"`` (recrawl): pages whose content changes by Poisson processes of known rates,
@@ -94,6 +99,40 @@ class Failure:
 
 
 @dataclass
+class Capacity:
+    """A token bucket of ``rate`` requests/s per phase: ``phases`` [[until s, rate], ...]
+    counted from the first matching request (the last phase's rate after its end), holding at
+    most ``burst`` tokens (1 s of the phase's rate by default); a matching request without a
+    token is answered ``status`` (with ``Retry-After: retry_after`` when set) and costs none."""
+
+    prefix: str
+    phases: list[list[float]]
+    status: int = 429
+    retry_after: int | None = None
+    burst: float | None = None
+    host: str | None = None
+    start: float | None = None
+    tokens: float = 0.0
+    last: float = 0.0
+
+    def rate_at(self, elapsed: float) -> float:
+        return next((r for until, r in self.phases if elapsed < until), self.phases[-1][1])
+
+    def admit(self, now: float) -> bool:
+        """Whether a request arriving at *now* (s) is within capacity (takes its token)."""
+        if self.start is None:
+            self.start, self.last = now, now
+            self.tokens = self.burst or self.rate_at(0.0)
+        rate = self.rate_at(now - self.start)
+        self.tokens = min(self.burst or rate, self.tokens + (now - self.last) * rate)
+        self.last = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+@dataclass
 class Behaviour:
     """Everything the server does besides serving files. See the module docstring."""
 
@@ -103,10 +142,13 @@ class Behaviour:
     robots_status: dict[str, int] = field(default_factory=dict)
     #: recrawl: pages that change (testsite/changing.py), or None
     changing: Any = None
+    #: adaptive politeness: hosts of a limited capacity (token buckets)
+    capacity: list[Capacity] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Behaviour:
-        unknown = set(data) - {"delays", "failures", "robots", "robots_status", "changing"}
+        unknown = set(data) - {"delays", "failures", "robots", "robots_status", "changing",
+                               "capacity"}
         if unknown:
             raise ValueError(f"unknown behaviour keys: {sorted(unknown)}")
         return cls(
@@ -115,6 +157,7 @@ class Behaviour:
             robots={host_name(h): str(b) for h, b in data.get("robots", {}).items()},
             robots_status={host_name(h): int(s) for h, s in data.get("robots_status", {}).items()},
             changing=_changing(data.get("changing")),
+            capacity=[Capacity(**c) for c in data.get("capacity", [])],
         )
 
     def delay_for(self, host: str, path: str) -> float:
@@ -265,6 +308,12 @@ class SiteServer:
     def _respond(self, host: str, path: str, request_headers: dict[str, str] | None = None
                  ) -> tuple[int, dict[str, str], bytes]:
         """Decide the answer: (status, headers, body)."""
+        for cap in self.behaviour.capacity:
+            if _matches(cap.prefix, cap.host, host, path) and not cap.admit(time.time()):
+                headers = {"Content-Type": "text/plain; charset=utf-8"}
+                if cap.retry_after is not None:
+                    headers["Retry-After"] = str(cap.retry_after)
+                return cap.status, headers, b"over capacity\n"
         rule = self.behaviour.failure_for(host, path)
         if rule is not None:
             headers = {"Content-Type": "text/plain; charset=utf-8"}

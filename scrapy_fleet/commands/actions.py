@@ -181,16 +181,25 @@ def print_host_rows(status: dict[str, Any]) -> None:
               + politeness.describe_policy(policy["interval"], policy["cap"],
                                            policy["burst"], policy["is_rate"]))
     print(f"  hosts    {'host':<32} {'entries':>8} {'flight':>6} {'next':>8} {'hold':>7} "
-          f"{'delay':>6} {'fails':>5} {'interval':>9} {'cap':>4}")
+          f"{'delay':>6} {'fails':>5} {'interval':>9} {'cap':>4} {'rate/ceil':>11} "
+          f"{'learned':>7} {'cut':>7}")
     for row in status["hosts"]:
         nxt = "slot" if row["waits_for_slot"] else (
             "-" if row["next_in"] is None else f"{row['next_in']:.1f}s")
         delay = "-" if row["crawl_delay"] is None else f"{row['crawl_delay']:.1f}s"
         interval = f"{row['interval']:.3f}s" if row["interval"] else "-"
         cap = row["cap"] or "-"
+        # adaptive politeness: the learned rate under its ceiling, the learned capacity
+        # (rate of the last overload) and the last decrease's reason
+        learned = row.get("learned_rate")
+        ceiling = row.get("ceiling")
+        rate = "-" if ceiling is None else \
+            f"{min(learned or ceiling, ceiling):g}/{ceiling:g}"
+        capacity = "-" if row.get("capacity") is None else f"{row['capacity']:g}"
         print(f"           {row['host'][:32]:<32} {row['queued']:>8} {row['leased']:>6} "
               f"{nxt:>8} {row['hold_left']:>6.1f}s {delay:>6} {row['failures']:>5} "
-              f"{interval:>9} {cap:>4}")
+              f"{interval:>9} {cap:>4} {rate:>11} {capacity:>7} "
+              f"{row.get('last_decrease') or '-':>7}")
 
 
 def run_dead(admin: FrontierAdmin, opts: Any) -> int:

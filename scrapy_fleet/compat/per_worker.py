@@ -5,7 +5,8 @@ process is docs/scrapy-compat.md.  Most rows are fleet-wide (the frontier, the f
 politeness, the meta keys that travel with a request) or per worker by design (a worker's own
 memory, stats, consoles).  The settings here behave per worker although a user means the
 crawl: each gets one WARNING line at start-up naming what to use instead, until the fleet has
-its own form of them (``CLOSESPIDER_*``: issue 34; AutoThrottle: issue 35).
+its own form of them (``CLOSESPIDER_*``: issue 34; AutoThrottle only with FLEET_ADAPTIVE
+= False: the default turns it off and carries it over, addon.py).
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ def _closespider(settings: BaseSettings) -> Iterator[str]:
 def _autothrottle(settings: BaseSettings) -> Iterator[str]:
     if settings.getbool("AUTOTHROTTLE_ENABLED"):
         yield ("AUTOTHROTTLE_ENABLED: each worker runs its own AutoThrottle, which adjusts only "
-               "its own delay (N workers are N controllers; a fleet-wide one is issue 35); the "
-               "fleet-wide limits per host are FLEET_HOST_RATE, FLEET_HOST_CONCURRENCY and "
-               "DOWNLOAD_DELAY")
+               "its own delay (N workers are N controllers) because FLEET_ADAPTIVE is off; the "
+               "fleet's one controller per host is FLEET_ADAPTIVE = True (the default), which "
+               "turns AutoThrottle off and carries its settings over")
 
 
 def _slots(settings: BaseSettings) -> Iterator[str]:

@@ -182,7 +182,8 @@ class FrontierAdmin:
         """Per-host politeness state, busiest hosts first (up to *limit*): ``queued``
         (entries of the host in the frontier), ``leased`` (downloads in flight), ``next_in``
         (seconds until the host may be fetched), ``hold_left`` (s), ``crawl_delay`` (s),
-        ``failures`` (consecutive), ``override``, and the policy applied (the defaults from
+        ``failures`` (consecutive), ``override``, the adaptive controller's figures
+        (:func:`adaptive_fields`), and the policy applied (the defaults from
         the hash *config_key*: this crawl's ``config`` unless given; a partition's are its
         crawl's control ``config``)."""
         k = self.keys
@@ -194,12 +195,13 @@ class FrontierAdmin:
             pipe.hgetall(k.crawldelay)
             pipe.hgetall(k.fails)
             pipe.hgetall(k.hostconf)
-            queued, live, ready, hold, delay, fails, conf = pipe.execute()
+            pipe.hgetall(k.adaptive)
+            queued, live, ready, hold, delay, fails, conf, adapt = pipe.execute()
         config = self.client.hgetall(config_key or k.config)  # (another slot: the control's)
         now = self.server_ms()  # not in the pipeline: a cluster pipeline refuses TIME
         defaults = policy_defaults(config)
         ready_at = {h: score for h, score in ready}
-        names = set(queued) | set(live) | set(hold) | set(ready_at)
+        names = set(queued) | set(live) | set(hold) | set(ready_at) | set(adapt)
         rows = []
         for h in names:
             at = ready_at.get(h)
@@ -221,6 +223,7 @@ class FrontierAdmin:
                 "rate": round(1 / interval, 3) if interval > 0 else None,
                 "burst": burst,
                 "cap": cap,
+                **adaptive_fields(adapt.get(h), interval),
             })
         rows.sort(key=lambda r: (-r["queued"], -r["leased"], r["host"]))
         return rows[:limit]
@@ -309,3 +312,26 @@ def _duration(seconds: int) -> str:
     if seconds < 172800:
         return f"{seconds // 3600} h"
     return f"{seconds // 86400} days"
+
+
+def adaptive_fields(raw: bytes | None, interval: float) -> dict[str, Any]:
+    """The adaptive controller of a host (lua/adaptive.lua's state *raw*; *interval* its
+    configured interval, s): ``learned_rate`` (requests/s, None: never adapted),
+    ``ceiling`` (requests/s, None: no configured rate), ``capacity`` (the rate of its last
+    overload, None: none), ``last_decrease`` (its reason: "429", "503", "timeout", "error",
+    "latency"; None), ``decreases``, ``adaptive_cap`` (concurrency set by the latency rule,
+    0: none).  A state not written by the fleet reads as none."""
+    fields: dict[str, Any] = {"learned_rate": None, "ceiling": None, "capacity": None,
+                              "last_decrease": None, "decreases": 0, "adaptive_cap": 0}
+    if interval > 0:
+        fields["ceiling"] = round(1 / interval, 3)
+    parts = raw.decode(errors="replace").split("|") if raw else []
+    try:
+        if len(parts) >= 11:
+            fields.update(learned_rate=round(float(parts[0]), 3),
+                          capacity=round(float(parts[8]), 3) if float(parts[8]) > 0 else None,
+                          last_decrease=parts[6] or None, decreases=int(parts[10]),
+                          adaptive_cap=int(parts[9]))
+    except ValueError:
+        pass
+    return fields

@@ -21,14 +21,16 @@ Out = tuple[str, bytes, int, "bytes | Request", str, int, int]
 
 
 class Lease:
-    __slots__ = ("children", "downloaded", "entry_id", "failure", "lost", "payload", "revisit",
-                 "token", "unstorable", "url")
+    __slots__ = ("children", "downloaded", "entry_id", "failure", "lost", "payload", "report",
+                 "revisit", "token", "unstorable", "url")
 
     def __init__(self, entry_id: str, token: int) -> None:
         self.entry_id = entry_id
         self.token = token
         self.lost = False
         self.downloaded = False  #: its download is over (its host's slot is given back)
+        #: its download report (outcome, latency ms, reason): lua/adaptive.lua
+        self.report: tuple[int, int, str] | None = None
         self.children: list[Out] = []  #: links found by this request, sent with its ack
         self.failure: bytes | None = None  #: its failure record, sent with its ack
         #: failure records of the links it found that could not be encoded, sent with its ack
@@ -37,6 +39,12 @@ class Lease:
         self.payload = b""  #: its request as leased (encoded)
         #: recrawl: its revisit record, sent with its ack (None: none, b"": not revisited)
         self.revisit: list[object] | bytes | None = None
+
+    def download_report(self) -> tuple[object, ...]:
+        """Its download over in a CallBatch: id, token, and its report when it has one."""
+        if self.report is None:
+            return (self.entry_id, self.token)
+        return (self.entry_id, self.token, *self.report)
 
     def ack(self) -> tuple[object, ...]:
         """Its acknowledgement in a CallBatch (frontier/protocol.py): id, token, and what goes

@@ -73,7 +73,9 @@ class CallBatch:
     take: int = 0
     #: leases whose download is over: their host's concurrency slot is free (the lease
     #: itself lasts until its acknowledgement)
-    downloaded: list[tuple[str, int]] = field(default_factory=list)
+    #: (id, token) or (id, token, outcome, latency ms, reason): the download report of the
+    #: adaptive controller (lua/step_adapt.lua; outcome 0 clean, 1 overload, 2 neither)
+    downloaded: list[tuple[Any, ...]] = field(default_factory=list)
     #: a heartbeat is due: the call is made even with nothing else to carry
     beat: bool = False
     #: failure records of requests without a parent that could not be encoded
@@ -211,6 +213,9 @@ class FrontierParams:
     #: FLEET_WORKER_DEAD_AFTER: a lease holder silent this long is dead and its leases are
     #: reclaimed (lua/step_recover.lua); 0: only FLEET_LEASE_TIMEOUT ends a lease
     dead_after: float = 0.0
+    #: FLEET_ADAPTIVE*: (beta, step, window s, latency factor g[, min rate /s]), None: no
+    #: controller (lua/adaptive.lua)
+    adaptive: tuple[float, ...] | None = None
 
 
 
@@ -237,6 +242,10 @@ def call_constants(params: FrontierParams) -> dict[str, Any]:
         "fm": params.failed_max,
         "rvm": params.recrawl_max,
         "wd": int(params.dead_after * 1000),
+        **({"ad": 1, "ab": params.adaptive[0], "as": params.adaptive[1],
+            "aw": int(params.adaptive[2] * 1000), "ag": params.adaptive[3],
+            "am": params.adaptive[4] if len(params.adaptive) > 4 else 0.05}
+           if params.adaptive else {"ad": 0}),
     }
 
 

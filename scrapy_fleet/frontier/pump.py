@@ -326,7 +326,7 @@ class FrontierPump:
         batch.unstorable = book.unstorable[:PUSH_CHUNK]
         dead = list(book.dead)
         batch.dead = [(lease.entry_id, lease.token, reason) for lease, reason in dead]
-        batch.downloaded = [(lease.entry_id, lease.token) for lease in book.downloaded]
+        batch.downloaded = [lease.download_report() for lease in book.downloaded]
         now = time.monotonic()
         if final:
             batch.releases = [(lease.entry_id, lease.token) for lease in book.held_leases()]

@@ -33,16 +33,17 @@ FRONTIER_PARTS = ("common.lua", "queue.lua", "failed.lua", "monitoring.lua", "st
                   "step_idle.lua", "step_reply.lua")
 #: the frontier call's steps, inside one function (frontier_steps, lua/frontier_steps.lua its
 #: body) that the driver calls only when the call has work
-FRONTIER_STEPS = ("hosts.lua", "bloom.lua", "bloom_write.lua", "frontier_state.lua",
-                  "step_reclaim.lua", "step_release.lua", "step_push.lua", "step_ack.lua",
-                  "step_lease.lua")
+FRONTIER_STEPS = ("adaptive.lua", "hosts.lua", "bloom.lua", "bloom_write.lua",
+                  "frontier_state.lua", "step_reclaim.lua", "step_release.lua", "step_push.lua",
+                  "step_ack.lua", "step_lease.lua",
+                  "step_adapt.lua")  # adaptive politeness (issue 35)
 
 #: entry script -> (parts put before it, its KEYS declaration or None: positional KEYS)
 SCRIPTS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
     "frontier.lua": (FRONTIER_PARTS, keys.FRONTIER_CALL),
     "failed_retry.lua": (("common.lua", "queue.lua", "failed.lua"), keys.RETRY_CALL),
     "sample.lua": (("common.lua", "queue.lua", "monitoring.lua"), keys.SAMPLE_CALL),
-    "politeness.lua": (("common.lua", "hosts.lua"), keys.POLITENESS_CALL),
+    "politeness.lua": (("common.lua", "adaptive.lua", "hosts.lua"), keys.POLITENESS_CALL),
     "bloom_add.lua": (("common.lua", "bloom.lua", "bloom_write.lua"), keys.BLOOM_ADD_CALL),
     "seeding.lua": (("common.lua",), keys.SEEDING_CALL),
     # a scrapy-redis spider's start key (compat/feeder.py)

@@ -52,10 +52,9 @@ local function new_host_ctx(now, tat, hold, hostlive, hostconf, crawldelay, req)
                       tonumber(req.pr) or 0}}
 end
 
--- Interval T (ms), tolerance tau (ms) and concurrency cap (0: none) of a host: the fleet's
--- defaults, a per-host override ("T|b|cap", empty parts keep the default), and the host's
--- robots.txt Crawl-delay (ms) as a lower bound of T.
-local function host_policy_ctx(ctx, host)
+-- The configured interval T (ms), burst, concurrency cap and rate flag of a host: the
+-- fleet's defaults and a per-host override ("T|b|cap", empty parts keep the default).
+local function host_conf_ctx(ctx, host)
   local T, b, cap, rate = ctx.defaults[1], ctx.defaults[2], ctx.defaults[3], ctx.defaults[4]
   local conf = ctx_get(ctx, ctx.hostconf, host)
   if conf then
@@ -66,6 +65,21 @@ local function host_policy_ctx(ctx, host)
     end
     b = tonumber(cb) or b
     cap = tonumber(cc) or cap
+  end
+  return T, b, cap, rate
+end
+
+-- Interval T (ms), tolerance tau (ms) and concurrency cap (0: none) of a host: its
+-- configured ones (host_conf_ctx), its adaptive controller's rate and cap when ctx.adaptive
+-- names the controllers' hash (lua/adaptive.lua), and its robots.txt Crawl-delay (ms) as a
+-- lower bound of T: T = max(1000 / learned rate, configured interval, Crawl-delay).
+local function host_policy_ctx(ctx, host)
+  local T, b, cap, rate = host_conf_ctx(ctx, host)
+  if ctx.adaptive then
+    -- the host's controller (lua/adaptive.lua): its learned rate, never above this ceiling
+    local slowed
+    T, cap, slowed = adaptive_apply(ctx_get(ctx, ctx.adaptive, host), T, cap)
+    if slowed then b = 1 end
   end
   local delay = tonumber(ctx_get(ctx, ctx.crawldelay, host))
   if delay and delay >= T then

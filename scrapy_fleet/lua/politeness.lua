@@ -1,8 +1,9 @@
 -- politeness.lua: per-host operations outside the frontier's lease step (docs/politeness.md).
 --
 -- Keys (of K, keys.POLITENESS_CALL): ready, tat, hold, hostlive, hostconf, crawldelay, fails,
---       robots, robots_lock
--- ARGV[1]: msgpack map {op, h (host), pt, pb, pc (fleet defaults, as in frontier.lua), ...}
+--       robots, robots_lock, adaptive
+-- ARGV[1]: msgpack map {op, h (host), pt, pb, pc (fleet defaults, as in frontier.lua), ad
+--   (1: the host's adaptive controller sets its rate too, lua/adaptive.lua), ...}
 --   take         the guard: a GCRA token for a request that did not come from the frontier;
 --                reply {wait = ms} (0: taken)
 --   refund       give back the turn of a leased request that was not sent
@@ -43,6 +44,7 @@ end
 local h = req.h
 local now = server_now_ms()
 local ctx = new_host_ctx(now, TAT, HOLD, HOSTLIVE, HOSTCONF, CRAWLDELAY, req)
+if req.ad == 1 then ctx.adaptive = K.adaptive end  -- the host's learned rate (adaptive.lua)
 
 local function hold_until(until_ms)
   local current = tonumber(redis.call('HGET', HOLD, h)) or 0

@@ -53,6 +53,7 @@ local function step_lease(c)
   st.prefetch_ctx(K.hold, list)
   st.prefetch_ctx(K.hostconf, list)
   st.prefetch_ctx(K.crawldelay, list)
+  if ctx.adaptive then st.prefetch_ctx(K.adaptive, list) end  -- (lua/adaptive.lua)
   if ctx.defaults[1] > 0 or not ctx.empty[K.hostconf] or not ctx.empty[K.crawldelay] then
     st.prefetch_ctx(K.tat, list)
   end

@@ -188,7 +188,8 @@ class Politeness:
         params = config.frontier_params()
         self._defaults = {"pt": int(params.host_interval * 1000), "pb": params.host_burst,
                           "pc": params.host_concurrency,
-                          "pr": 1 if params.host_interval_is_rate else 0}
+                          "pr": 1 if params.host_interval_is_rate else 0,
+                          "ad": 1 if params.adaptive else 0}
         self._keys = keys.politeness_keys()
         #: FLEET_PARTITIONS > 1 (issue 21): a host's state is in its partition's keys
         self._part_keys = ([k.politeness_keys() for k in keys.all_partitions(config.partitions)]

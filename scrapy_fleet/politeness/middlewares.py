@@ -29,6 +29,8 @@ from scrapy import Request, signals
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
+from twisted.internet.error import ConnectError, ConnectionLost
+from twisted.web._newclient import ResponseNeverReceived
 
 from scrapy_fleet import engine_hooks, outage, redis_client
 from scrapy_fleet.codec import DEFER_META_KEY, LEASE_META_KEY
@@ -36,6 +38,7 @@ from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import RobotsTxtUnavailable
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.politeness import hosts as politeness
+from scrapy_fleet.politeness.settings import AdaptiveConfig
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -78,6 +81,44 @@ def retry_after_seconds(response: Response) -> float | None:
     except (TypeError, ValueError):
         now = time.time()
     return max(0.0, when.timestamp() - now)
+
+
+#: outcomes of a download report (lua/adaptive.lua)
+CLEAN, OVERLOAD, NEITHER = 0, 1, 2
+#: statuses that neither lower nor raise a host's rate: bans stay per exit (proxies)
+_BAN_STATUSES = frozenset({401, 403, 407})
+
+
+def _latency_ms(request: Request) -> int:
+    latency = request.meta.get("download_latency")
+    return int(latency * 1000) if isinstance(latency, (int, float)) else -1
+
+
+def response_report(request: Request, response: Response,
+                    adaptive: AdaptiveConfig) -> tuple[int, int, str]:
+    """(outcome, latency ms, reason) of *response* for its host's adaptive controller: an
+    overload status (FLEET_ADAPTIVE_OVERLOAD_STATUSES, with or without Retry-After) is
+    OVERLOAD, a ban or another 5xx NEITHER, any other answer CLEAN with Scrapy's
+    ``download_latency`` (seconds, in the request's meta) in ms."""
+    status = response.status
+    if status in adaptive.overload_statuses:
+        return (OVERLOAD, -1, str(status))
+    if status in _BAN_STATUSES or status >= 500:
+        return (NEITHER, -1, "")
+    return (CLEAN, _latency_ms(request), "")
+
+
+def exception_report(request: Request, exception: BaseException) -> tuple[int, int, str]:
+    """(outcome, latency ms, reason) of a failed download: a timeout or a connection error
+    (Scrapy's own retryable kinds: twisted's and the standard library's) is OVERLOAD (reason
+    "timeout" or "error"); any other failure NEITHER."""
+    name = type(exception).__name__
+    if "Timeout" in name or "TimedOut" in name:
+        return (OVERLOAD, -1, "timeout")
+    if isinstance(exception, (ConnectionError, OSError, ConnectError, ConnectionLost,
+                              ResponseNeverReceived)):
+        return (OVERLOAD, -1, "error")
+    return (NEITHER, -1, "")
 
 
 class _FleetDownloaderMiddleware:
@@ -154,6 +195,7 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
         super().__init__(crawler, config)
         self._failing: set[str] = set()
         self._host_failures = host_failures(crawler.settings.getlist("RETRY_EXCEPTIONS"))
+        self._adaptive = config.politeness.adaptive
 
     async def process_request(self, request: Request, spider: Any = None) -> None:
         """Fail closed: while the politeness call fails (Redis unreachable), the request
@@ -195,11 +237,13 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
         if ledger is not None:
             ledger.note_hold(host, seconds)
 
-    def _download_over(self, request: Request) -> None:
-        """The host's concurrency slot of a leased request can go (after any hold is set)."""
+    def _download_over(self, request: Request,
+                       report: tuple[int, int, str] | None = None) -> None:
+        """The host's concurrency slot of a leased request can go (after any hold is set),
+        with the download's *report* for the host's adaptive controller."""
         ledger = engine_hooks.ledger_of(self.crawler)
         if ledger is not None and request.meta.get(LEASE_META_KEY):
-            ledger.download_over(request)
+            ledger.download_over(request, report if self._adaptive.enabled else None)
 
     async def process_response(self, request: Request, response: Response,
                                spider: Any = None) -> Response:
@@ -208,13 +252,20 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
         except _REDIS_ERRORS as exc:
             self._redis_trouble(exc, "Back-off bookkeeping for %s failed (%s)", request.url, exc)
         finally:
-            self._download_over(request)
+            self._download_over(request, response_report(request, response, self._adaptive))
         return response
 
     async def _after_response(self, request: Request, response: Response) -> None:
         host = self.host(request)
+        retry_after = retry_after_seconds(response)
+        if self._adaptive.enabled and retry_after is None and self.config.politeness.host_interval \
+                and response.status in self._adaptive.overload_statuses:
+            # the host's controller lowers its rate (lua/adaptive.lua): no hold, which would
+            # idle the host and then let it go at full speed again (a fleet without a rate or
+            # delay has no ceiling to adapt under: its hosts are held as before)
+            self._inc(f"{_STAT}overload/{response.status}")
+            return None
         if response.status in BACKOFF_STATUSES:
-            retry_after = retry_after_seconds(response)
             hold = await self.politeness().backoff(host, retry_after)
             self._note_hold(host, hold)
             self._failing.add(host)
@@ -232,7 +283,8 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
         try:
             await self._after_exception(request, exception)
         finally:
-            self._download_over(request)
+            self._download_over(request, None if isinstance(exception, IgnoreRequest)
+                                else exception_report(request, exception))
 
     async def _after_exception(self, request: Request, exception: BaseException) -> None:
         if isinstance(exception, IgnoreRequest):
@@ -464,7 +516,8 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
             parsed = Protego.parse(body.decode("utf-8", "replace"))
             cd = parsed.crawl_delay(useragent)
             if cd is not None:
-                delay = min(float(cd), self.config.politeness.max_crawl_delay)
+                cap = self.config.politeness.max_crawl_delay  # (None: no cap)
+                delay = float(cd) if cap is None else min(float(cd), cap)
         entry, now_ms = await self.politeness().robots_store(
             origin, self.host(request), status, body, delay, error, retry_after)
         state = self._read(origin, entry, now_ms)

@@ -65,6 +65,63 @@ def host_overrides(value: Any) -> dict[str, HostOverride]:
 
 
 @dataclass(frozen=True)
+class AdaptiveConfig:
+    """``FLEET_ADAPTIVE_*``: the per-host controller (lua/adaptive.lua).  ``enabled``;
+    ``beta`` (rate factor per overload event), ``step`` (fraction of the configured rate
+    added per clean window), ``window`` (seconds), ``latency_factor`` (g; 0: no latency rule),
+    ``min_rate`` (requests/s, the slowest it goes), ``overload_statuses`` (HTTP statuses
+    that count as overload)."""
+
+    enabled: bool = True
+    beta: float = 0.5
+    step: float = 0.05
+    window: float = 1.0
+    latency_factor: float = 2.0
+    min_rate: float = 0.05
+    overload_statuses: frozenset[int] = frozenset({429, 503})
+
+
+def adaptive_config(settings: BaseSettings | Mapping[str, Any]) -> AdaptiveConfig:
+    """Read and validate ``FLEET_ADAPTIVE*``.
+
+    Raises:
+        FleetConfigError: naming the first wrong setting and its value.
+    """
+    g = lambda name: setting_value(settings, name)  # noqa: E731
+    statuses = g("FLEET_ADAPTIVE_OVERLOAD_STATUSES")
+    if isinstance(statuses, str):
+        try:
+            statuses = json.loads(statuses) if statuses.strip().startswith("[") else \
+                [int(x) for x in statuses.split(",") if x.strip()]
+        except ValueError:
+            raise FleetConfigError(f"FLEET_ADAPTIVE_OVERLOAD_STATUSES={statuses!r} is invalid: "
+                                   "expected a list of HTTP statuses") from None
+    check("FLEET_ADAPTIVE_OVERLOAD_STATUSES", statuses,
+          isinstance(statuses, (list, tuple, set, frozenset))
+          and all(isinstance(x, int) and 100 <= x <= 599 for x in statuses),
+          "a list of HTTP statuses (100-599)")
+    factor = number("FLEET_ADAPTIVE_LATENCY_FACTOR", g("FLEET_ADAPTIVE_LATENCY_FACTOR"), float,
+                    0.0, "0 or a float >= 1")
+    check("FLEET_ADAPTIVE_LATENCY_FACTOR", factor, factor == 0 or factor >= 1,
+          "0 or a float >= 1")
+    beta = number("FLEET_ADAPTIVE_BETA", g("FLEET_ADAPTIVE_BETA"), float, 0.0,
+                  "a float in (0, 1)", exclusive=True)
+    check("FLEET_ADAPTIVE_BETA", beta, beta < 1, "a float in (0, 1)")
+    step = number("FLEET_ADAPTIVE_STEP", g("FLEET_ADAPTIVE_STEP"), float, 0.0,
+                  "a float in (0, 1]", exclusive=True)
+    check("FLEET_ADAPTIVE_STEP", step, step <= 1, "a float in (0, 1]")
+    min_rate = g("FLEET_ADAPTIVE_MIN_RATE")
+    min_rate = 0.05 if min_rate is None else number(
+        "FLEET_ADAPTIVE_MIN_RATE", min_rate, float, 0.0, "requests per second > 0",
+        exclusive=True)
+    return AdaptiveConfig(
+        enabled=boolean("FLEET_ADAPTIVE", g("FLEET_ADAPTIVE")), beta=beta, step=step,
+        window=number("FLEET_ADAPTIVE_WINDOW", g("FLEET_ADAPTIVE_WINDOW"), float, 0.0,
+                      "seconds > 0", exclusive=True),
+        latency_factor=factor, min_rate=min_rate, overload_statuses=frozenset(statuses))
+
+
+@dataclass(frozen=True)
 class PolitenessConfig:
     """Validated politeness settings, fleet-wide per host key.  Times are seconds.
 
@@ -74,7 +131,7 @@ class PolitenessConfig:
     :data:`HostOverride`), ``host_key`` (one of :data:`HOST_KEY_MODES`), ``robots_obey``
     (Scrapy's ROBOTSTXT_OBEY), ``robotstxt_ttl``, ``robotstxt_hold``,
     ``robotstxt_max_attempts`` (0: no limit), ``max_crawl_delay``, ``backoff_base``,
-    ``backoff_max``.
+    ``backoff_max``, ``adaptive`` (:class:`AdaptiveConfig`).
     """
 
     host_rate: float | None = None
@@ -87,9 +144,10 @@ class PolitenessConfig:
     robotstxt_ttl: float = 3600.0
     robotstxt_hold: float = 60.0
     robotstxt_max_attempts: int = 4
-    max_crawl_delay: float = 60.0
+    max_crawl_delay: float | None = None  #: None: a Crawl-delay is not capped
     backoff_base: float = 1.0
     backoff_max: float = 300.0
+    adaptive: AdaptiveConfig = field(default_factory=lambda: AdaptiveConfig())
 
     @property
     def host_interval(self) -> float:
@@ -148,10 +206,12 @@ def politeness_config(settings: BaseSettings | Mapping[str, Any]) -> PolitenessC
         robotstxt_max_attempts=number("FLEET_ROBOTSTXT_MAX_ATTEMPTS",
                                       g("FLEET_ROBOTSTXT_MAX_ATTEMPTS"), int, 0,
                                       "an integer >= 0 (0: no limit)"),
-        max_crawl_delay=number("FLEET_MAX_CRAWL_DELAY", g("FLEET_MAX_CRAWL_DELAY"), float, 0.0,
-                               "seconds >= 0"),
+        max_crawl_delay=None if g("FLEET_MAX_CRAWL_DELAY") in (None, "", "None", "none")
+        else number("FLEET_MAX_CRAWL_DELAY", g("FLEET_MAX_CRAWL_DELAY"), float, 0.0,
+                    "seconds >= 0 or None"),
         backoff_base=number("FLEET_BACKOFF_BASE", g("FLEET_BACKOFF_BASE"), float, 0.0,
                             "seconds > 0", exclusive=True),
         backoff_max=number("FLEET_BACKOFF_MAX", g("FLEET_BACKOFF_MAX"), float, 0.0,
                            "seconds > 0", exclusive=True),
+        adaptive=adaptive_config(settings),
     )

@@ -280,7 +280,10 @@ def budgets(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory,
     try:
         outs, logs, codes = _start(
             EXAMPLE_PROJECT, "docs",
-            [limited, limited, {"MEMUSAGE_LIMIT_MB": 1, "CONCURRENT_REQUESTS": 2}],
+            # worker 0: the fleet's adaptive politeness (the default) takes AutoThrottle's
+            # place; worker 1 keeps Scrapy's per-process AutoThrottle, and is warned
+            [limited, {**limited, "FLEET_ADAPTIVE": False},
+             {"MEMUSAGE_LIMIT_MB": 1, "CONCURRENT_REQUESTS": 2}],
             tmp, redis_url, env)
         yield Crawl(site, redis_url, outs, logs, codes, tmp, env)
     finally:
@@ -300,11 +303,16 @@ def test_closespider_pagecount_counts_per_worker_and_is_warned(budgets):
     assert status["leased"] == 0 and status["queued"] > 0, status
 
 
-def test_autothrottle_runs_in_each_worker_and_is_warned(budgets):
-    for n in range(2):
-        log = budgets.log(n)
-        assert "scrapy.extensions.throttle.AutoThrottle" in log  # enabled in this worker
-        assert log.count("AUTOTHROTTLE_ENABLED: each worker runs its own AutoThrottle") == 1
+def test_autothrottle_is_translated_or_runs_in_each_worker_and_is_warned(budgets):
+    """With FLEET_ADAPTIVE (the default) AutoThrottle is turned off with one INFO line and its
+    target carried over (the fleet's one controller per host, issue 35); with FLEET_ADAPTIVE
+    = False it runs in each worker, with one warning."""
+    translated, own = budgets.log(0), budgets.log(1)
+    assert "scrapy.extensions.throttle.AutoThrottle" not in translated
+    assert translated.count("AutoThrottle is per process: turned off") == 1
+    assert "AUTOTHROTTLE_ENABLED: each worker runs its own AutoThrottle" not in translated
+    assert "scrapy.extensions.throttle.AutoThrottle" in own  # enabled in this worker
+    assert own.count("AUTOTHROTTLE_ENABLED: each worker runs its own AutoThrottle") == 1
     assert "AUTOTHROTTLE_ENABLED" not in budgets.log(2)
 
 

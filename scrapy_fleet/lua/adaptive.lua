@@ -1,0 +1,110 @@
+-- adaptive.lua: the adaptive politeness controller, one per host for the whole fleet (issue 35,
+-- docs/politeness.md "Adaptive politeness").  Defines locals only: adaptive_parse,
+-- adaptive_apply (read by lua/hosts.lua's host_policy_ctx) and adaptive_report (run by
+-- lua/step_adapt.lua for each download report).
+--
+-- State: K.adaptive, host -> "r|ls|lm|lmt|dt|dk|why|ct|cap|cc|n":
+--   r    learned rate (requests/s), never above the ceiling C = 1000 / T (the host's
+--        configured interval T ms: FLEET_HOST_RATE, FLEET_HOST_DELAY or its override)
+--   ls   short latency average (ms; EWMA, weight 0.3 of each new sample)
+--   lm   long-window minimum latency (ms), lmt when it was taken (a minimum older than
+--        LONG_WINDOW_MS is replaced by the next sample)
+--   dt   time of the last decrease (ms, Redis's clock); dk the lease-token counter (K.token)
+--        then: a request whose token is <= dk was leased before that decrease, and its
+--        overload answer does not decrease the rate again (one decrease per overload event)
+--   why  reason of the last decrease (the status "429", "503", "error", "latency")
+--   ct   start of the current clean window (ms)
+--   cap  learned capacity: the rate at which the last overload happened (0: none yet)
+--   cc   concurrency cap set by the latency rule (0: none), n decreases so far
+-- Rules (AIMD, Jacobson's congestion avoidance, RFC 5681 section 3.1, per host; the latency
+-- rule after TCP Vegas's expected/actual comparison): an overload answer of a request leased
+-- after the last decrease multiplies r by beta; a clean answer after a full clean window adds
+-- step x C (a quarter of that within 10 % of cap); when ls > g x lm (lm read as at least
+-- LATENCY_FLOOR_MS), r is multiplied by g x lm / ls and cc set to ceil(r x g x lm / 1000)
+-- (requests in flight at rate r and the acceptable latency), lifted at the first increase
+-- once ls is back under g x lm.
+-- Keys: K.adaptive (HSET per report that changes the state), K.token (GET per decrease).
+
+local LONG_WINDOW_MS = 300000
+local LATENCY_WEIGHT = 0.3
+-- ms: the long minimum is read as at least this, so that the jitter of answers of a few ms
+-- (a nearby server, a busy worker's event loop) is not taken for a queue growing at the site
+local LATENCY_FLOOR_MS = 25
+
+-- The state of a host from its stored string (nil when none or unreadable).
+local function adaptive_parse(raw)
+  if not raw then return nil end
+  local f = {}
+  for part in string.gmatch(raw, '([^|]*)|?') do f[#f + 1] = part end
+  local r = tonumber(f[1])
+  if not r or r <= 0 then return nil end
+  return {r = r, ls = tonumber(f[2]) or 0, lm = tonumber(f[3]) or 0, lmt = tonumber(f[4]) or 0,
+          dt = tonumber(f[5]) or 0, dk = tonumber(f[6]) or 0, why = f[7] or '',
+          ct = tonumber(f[8]) or 0, cap = tonumber(f[9]) or 0, cc = tonumber(f[10]) or 0,
+          n = tonumber(f[11]) or 0}
+end
+
+local function adaptive_pack(s)
+  return string.format('%.6g|%.6g|%.6g|%d|%d|%d|%s|%d|%.6g|%d|%d', s.r, s.ls, s.lm, s.lmt,
+                       s.dt, s.dk, s.why, s.ct, s.cap, s.cc, s.n)
+end
+
+-- The interval T (ms) and concurrency cap of a host as its controller sets them: T =
+-- max(T, 1000 / r), cap = min(cap, cc); raw is the host's stored state (nil: unchanged).
+local function adaptive_apply(raw, T, cap)
+  local s = adaptive_parse(raw)
+  if not s or T <= 0 then return T, cap, false end
+  local slowed = false
+  if s.r < 1000 / T then
+    T = 1000 / s.r
+    slowed = true
+  end
+  if s.cc > 0 and (cap == 0 or s.cc < cap) then cap = s.cc end
+  return T, cap, slowed
+end
+
+-- One download report of a request to a host of ceiling C (requests/s) leased with token
+-- tok: outcome o (0 clean, 1 overload, 2 neither: a ban, another error), latency lat (ms,
+-- -1 unknown), reason why of an overload; p = {beta, step, window ms, g, slowest rate
+-- requests/s}.  Returns the new
+-- state string (nil: unchanged) and what happened ('dec', 'inflight', 'inc' or nil).
+local function adaptive_report(raw, now, C, tok, o, lat, why, p, token_key)
+  local s = adaptive_parse(raw) or {r = C, ls = 0, lm = 0, lmt = 0, dt = 0, dk = 0, why = '',
+                                    ct = now, cap = 0, cc = 0, n = 0}
+  if s.r > C then s.r = C end  -- (the ceiling was lowered since)
+  local event
+  local function decrease(factor, reason)
+    s.cap = s.r
+    s.r = math.max(math.min(p[5], C), s.r * factor)
+    s.dt, s.why, s.ct, s.n = now, reason, now, s.n + 1
+    s.dk = tonumber(redis.call('GET', token_key)) or 0
+    event = 'dec'
+  end
+  if o == 1 then
+    if tok > s.dk then decrease(p[1], why) else event = 'inflight' end
+    s.ct = now  -- no increase before a whole clean window
+  elseif o == 0 then
+    if lat >= 0 then
+      s.ls = s.ls > 0 and (1 - LATENCY_WEIGHT) * s.ls + LATENCY_WEIGHT * lat or lat
+      if s.lm <= 0 or lat <= s.lm or now - s.lmt > LONG_WINDOW_MS then s.lm, s.lmt = lat, now end
+    end
+    local g, lm = p[4], math.max(s.lm, LATENCY_FLOOR_MS)
+    if g > 0 and s.lm > 0 and s.ls > g * lm and tok > s.dk then
+      decrease(g * lm / s.ls, 'latency')
+      s.cc = math.max(1, math.ceil(s.r * g * lm / 1000))
+    elseif now - s.ct >= p[3] and s.r < C then
+      if s.cc > 0 and s.ls <= g * lm then s.cc = 0 end  -- the latency is back: no cap
+      local step = p[2] * C
+      if s.cap > 0 and s.r >= 0.9 * s.cap and s.r <= 1.1 * s.cap then step = step / 4 end
+      s.r = math.min(C, s.r + step)
+      s.ct = now
+      if s.cc > 0 then s.cc = s.cc + 1 end  -- (still slow: one more in flight per window)
+      event = 'inc'
+    elseif s.r >= C then
+      s.cc = 0
+    end
+  else
+    return nil, nil
+  end
+  return adaptive_pack(s), event
+end

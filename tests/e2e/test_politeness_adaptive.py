@@ -1,0 +1,99 @@
+"""Adaptive politeness with real workers (issue 35): a site of limited capacity (a token
+bucket in the test site) that answers 429 without Retry-After above it.  Counts and states
+from the site's own log and from Redis; the timed figures are in bench/bench_adaptive.py."""
+
+from __future__ import annotations
+
+import pytest
+from support import TEST_PROJECT, kill_worker, start_worker, wait_until
+from test_politeness import hits, push_urls, run_workers
+
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from testsite import generate_site
+
+pytestmark = pytest.mark.slow
+
+CEILING = 8.0  # FLEET_HOST_RATE
+CAPACITY = 2.0  # what the site can serve, requests/s
+PAGES = 40
+
+
+@pytest.fixture
+def limited_site(tmp_path, site_factory):
+    generate_site(tmp_path / "www", PAGES, 2, seed=4)
+    return lambda status=429: site_factory(tmp_path / "www", binds=("127.0.0.2",), behaviour={
+        "capacity": [{"prefix": "/site/p/", "phases": [[1e9, CAPACITY]], "status": status,
+                      "host": "127.0.0.2"}]})
+
+
+def _crawl(redis_url, site, worker_env, tmp_path, adaptive: bool):
+    push_urls([f"{site.urls[0]}site/p/{i}.html" for i in range(PAGES)], redis_url, worker_env,
+              tmp_path)
+    run_workers(4, redis_url, worker_env, tmp_path,
+                {"FLEET_HOST_RATE": CEILING, "FLEET_ADAPTIVE": adaptive, "RETRY_TIMES": 50,
+                 "FLEET_BACKOFF_BASE": 0.5, "FLEET_BACKOFF_MAX": 4}, timeout=300)
+    log = [r for r in site.requests() if r["path"].startswith("/site/p/")]
+    ok = {r["path"] for r in log if r["status"] == 200}
+    refused = sum(1 for r in log if r["status"] != 200)
+    admin = FrontierAdmin(redis_url, "fetch")
+    stats = {k.decode(): int(v) for k, v in admin.client.hgetall(admin.keys.stats).items()
+             if v.isdigit()}
+    state = admin.client.hget(admin.keys.adaptive, "127.0.0.2")
+    return ok, refused, stats, state
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_four_workers_slow_down_to_the_sites_capacity_as_one(redis_url, limited_site,
+                                                             worker_env, tmp_path, status):
+    site = limited_site(status)
+    ok, refused, stats, state = _crawl(redis_url, site, worker_env, tmp_path, adaptive=True)
+    assert len(ok) == PAGES  # nothing lost: every refused request was fetched again
+    assert state is not None, (refused, stats)
+    fields = state.decode().split("|")
+    rate, why, decreases = float(fields[0]), fields[6], int(fields[10])
+    # the fleet's one controller came down to the site's capacity, not 4 times over it
+    assert rate <= CEILING * 0.5 and why == str(status), (state, refused, stats)
+    assert decreases == stats["adaptive_decreases"] >= 2
+    # one decrease per overload event: each refused answer either decreased the rate or was
+    # of a request leased before the last decrease (the latency rule may decrease too, when
+    # a loaded machine stretches the answers' latency)
+    overload_decreases = decreases - stats.get("adaptive_latency_decreases", 0)
+    assert overload_decreases + stats.get("adaptive_inflight", 0) == refused, stats
+    # of the fetches, few were refused (5 of 45 in a typical run; the baseline below, more
+    # than half): at the ceiling (4 x capacity) three in four would be
+    assert refused <= 0.25 * PAGES, (refused, stats)
+    assert len(hits(site, "127.0.0.2")) == PAGES + refused
+
+
+def test_without_the_controller_the_same_site_refuses_more(redis_url, limited_site,
+                                                           worker_env, tmp_path):
+    """The baseline of the test above (FLEET_ADAPTIVE = False: holds and back-off only)."""
+    site = limited_site()
+    ok, refused, stats, state = _crawl(redis_url, site, worker_env, tmp_path, adaptive=False)
+    assert len(ok) == PAGES and state is None and "adaptive_decreases" not in stats
+    assert refused > 0.5 * PAGES, refused
+
+
+def test_a_long_crawl_delay_is_not_capped(redis_url, tmp_path, site_factory, worker_env):
+    """Crawl-delay is a floor with no 60-s cap by default (FLEET_MAX_CRAWL_DELAY None): a
+    host asking for 120 s gets 120 s between two requests, fleet-wide."""
+    generate_site(tmp_path / "www", 4, 2, seed=4)
+    site = site_factory(tmp_path / "www", binds=("127.0.0.2",), behaviour={
+        "robots": {"127.0.0.2": "User-agent: *\nCrawl-delay: 120\n"}})
+    push_urls([f"{site.urls[0]}site/p/{i}.html" for i in range(3)], redis_url, worker_env,
+              tmp_path)
+    proc = start_worker(TEST_PROJECT, "fetch", {"FLEET_REDIS_URL": redis_url,
+                                                "ROBOTSTXT_OBEY": True}, worker_env,
+                        tmp_path / "w.log")
+    try:
+        admin = FrontierAdmin(redis_url, "fetch")
+        stored = wait_until(lambda: admin.client.hget(admin.keys.crawldelay, "127.0.0.2"), 60,
+                            "the host's Crawl-delay stored")
+        assert int(stored) == 120_000
+        # the scout's turn is one Crawl-delay after robots.txt, the next one more: nothing of
+        # the host's pages goes out while the test looks (the next turn is minutes away)
+        tat = int(admin.client.hget(admin.keys.tat, "127.0.0.2"))
+        assert tat - admin.server_ms() > 100_000
+        assert len(hits(site, "127.0.0.2")) <= 1
+    finally:
+        kill_worker(proc)
