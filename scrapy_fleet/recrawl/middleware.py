@@ -205,7 +205,8 @@ class FleetRecrawlMiddleware:
             config = config.for_host(host)
         wanted = wanted_interval(request.meta)
         price = budgets.price(host) if budgets is not None else None
-        interval = next_interval(config, state, wanted, price)
+        prior = budgets.prior(host) if budgets is not None else None
+        interval = next_interval(config, state, wanted, price, prior)
         state.interval = interval
         noted = ledger.note_revisit(request, state.to_meta(), float(interval))
         if budgets is not None and noted:

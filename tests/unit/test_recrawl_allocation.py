@@ -161,6 +161,11 @@ def test_under_a_binding_price_an_interval_grows_at_most_fourfold_per_visit():
     changing = State(fetched=1, history=[3, 3, -3])
     assert next_interval(config, changing) < 40
     assert next_interval(config, changing, price=math.inf) == 40  # 4 x the base interval
-    # a page not worth fetching at the base price keeps the max interval it had
+    # a page not worth fetching at the base price gets the max interval once its rate is
+    # known (HISTORY observations); while it is uncertain, the time it took to change (issue
+    # 31: schedule.learning), or GROWTH times the base interval under the raised price
     fast = State(fetched=1, history=[2, 2, 2])
-    assert next_interval(config, fast) == next_interval(config, fast, price=high) == 100_000
+    assert next_interval(config, fast) == 2
+    assert next_interval(config, fast, price=high) == 40
+    known = State(fetched=1, history=[2] * 8)
+    assert next_interval(config, known) == next_interval(config, known, price=high) == 100_000
