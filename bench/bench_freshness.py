@@ -61,14 +61,15 @@ def site(pages: int, static_share: float, seed: int) -> ChangingPages:
 
 def simulate(policy: str, model: ChangingPages, days: float, warm: float, budget: float,
              base_days: float = 1.0, min_days: float = 1 / 24, max_days: float = 90.0,
-             share: float | None = None, min_seconds: float | None = None) -> dict[str, Any]:
+             share: float | None = None, min_seconds: float | None = None,
+             solve_every: float = DAY / 100) -> dict[str, Any]:
     """One run: *budget* fetches a day at most (the host's rate); returns fetches a day and
     freshness after *warm* days.  Times in seconds on the virtual clock.  *share*: the
     adaptive policy with the host's budget allocation (FLEET_RECRAWL_BUDGET = *share*: the
     workers' histogram of estimated rates, its price solved every 5 s of real time, here
-    every 1/100 day, with the host's prior: the mean of its pages' estimated rates), None
-    without it (every page at the base price, no prior).  *min_seconds*: the min interval in
-    seconds (else *min_days*)."""
+    every *solve_every* seconds (1/100 day by default), with the host's prior: the mean of
+    its pages' estimated rates), None without it (every page at the base price, no prior).
+    *min_seconds*: the min interval in seconds (else *min_days*)."""
     n = model.pages
     counts: dict[int, int] = {}
     sums: dict[int, float] = {}
@@ -115,7 +116,7 @@ def simulate(policy: str, model: ChangingPages, days: float, warm: float, budget
         if policy == "uniform":
             interval = uniform
         else:
-            if share is not None and t - solved_at >= DAY / 100:
+            if share is not None and t - solved_at >= solve_every:
                 price, solved_at = host_price(counts, config, share * budget / DAY, sums), t
                 pages = sum(counts.values())
                 prior = sum(sums.values()) / pages if pages > 0 else None
@@ -206,14 +207,16 @@ def first_part(args: argparse.Namespace) -> dict[str, Any]:
     """Issue 31's first visits: 200 pages, 60 % never change, the rest log-uniform once per
     10 s .. once per 30 min; one host at 2 fetches a second; FLEET_RECRAWL_INTERVAL 30 s, min
     5 s, max 1800 s, FLEET_RECRAWL_BUDGET 0.8; the first 8 minutes, measured over the last
-    280 s (seconds of virtual time).  The adaptive policy, then the uniform policy at the
+    280 s (seconds of virtual time), the price solved every 5 s as the workers do.  The
+    adaptive policy, then the uniform policy at the
     fetches it made; mean over seeds."""
     rows: dict[str, list[dict[str, Any]]] = {"adaptive": [], "uniform": []}
     for seed in range(args.seed, args.seed + args.seeds):
         model = ChangingPages({"pages": 200, "static_share": 0.6, "seed": seed,
                                "rate_min": 1 / 1800, "rate_max": 1 / 10}, start=0.0)
         ada = simulate("adaptive", model, 480 / DAY, 200 / DAY, 2.0 * DAY,
-                       base_days=30 / DAY, max_days=1800 / DAY, min_seconds=5.0, share=0.8)
+                       base_days=30 / DAY, max_days=1800 / DAY, min_seconds=5.0, share=0.8,
+                       solve_every=5.0)
         model = ChangingPages({"pages": 200, "static_share": 0.6, "seed": seed,
                                "rate_min": 1 / 1800, "rate_max": 1 / 10}, start=0.0)
         uni = simulate("uniform", model, 480 / DAY, 200 / DAY, ada["fetches_per_day"])

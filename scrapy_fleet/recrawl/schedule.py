@@ -43,6 +43,9 @@ GROWTH = 4.0
 #: a page seen unchanged at its last BACKOFF_AFTER visits, its rate still uncertain, waits at
 #: least BACKOFF times its last interval (schedule.learning)
 BACKOFF, BACKOFF_AFTER = 3.0, 2
+#: a page with fewer observations is learning (schedule.learning bounds its interval); from
+#: HISTORY observations its rate is known (its host's price applies)
+LEARNING = 4
 
 
 @dataclass
@@ -156,20 +159,21 @@ def next_interval(config: RecrawlConfig, state: State, wanted: float | None = No
     price of a fetch (seconds, allocation.py; ``math.inf``: every page at the max interval),
     None for the base interval's (no budget binds); *prior*: the change rate (changes a
     second) its host's pages have shown (budget.py ``HostBudgets.prior``), None when not
-    known yet (the base interval's rate).  A page's estimate starts from the prior; while its
-    rate is uncertain (fewer than :data:`HISTORY` observations) :func:`learning` bounds the
-    interval.  A page without history gets the base interval unless a prior or its host's
-    price over the base one gives another."""
+    known yet (the base interval's rate).  A page's estimate starts from the prior; while it
+    is learning (fewer than :data:`LEARNING` observations) :func:`learning` bounds the
+    interval; until its rate is known (:data:`HISTORY` observations) the base price applies,
+    not its host's (the budget allocation is for known rates: a price solved from the first
+    visits' guesses sent every page away); a page without history gets the base interval
+    without a prior."""
     if wanted is not None:
         return max(1, round(wanted))
     base = base_price(config.interval)
-    if config.mode != "adaptive" or (not state.history and prior is None
-                                     and (price is None or price <= base)):
+    if config.mode != "adaptive" or (not state.history and prior is None):
         return max(1, round(config.interval))
     start = prior_interval(config, prior)
     rate = estimate_rate(state.history, start)
     interval = learning(interval_at(rate, base), state.history)
-    if price is not None and price > base:
+    if price is not None and price > base and len(state.history) >= HISTORY:
         # the budget lengthens the interval the base price gives, by at most GROWTH times the
         # last one per visit (an estimate from few observations must not send a page away
         # for the max interval)
@@ -189,8 +193,8 @@ def prior_interval(config: RecrawlConfig, prior: float | None) -> float:
 
 
 def learning(interval: float, history: list[int]) -> float:
-    """The interval of a page whose rate is still uncertain (fewer than :data:`HISTORY`
-    observations), the estimate's *interval* bounded so that it learns fast (issue 31):
+    """The interval of a page still learning (fewer than :data:`LEARNING` observations), the
+    estimate's *interval* bounded so that it learns fast (issue 31):
 
     * seen unchanged at its last :data:`BACKOFF_AFTER` visits: at least :data:`BACKOFF` times
       its last interval (the estimate alone grows it about 20 % a visit);
@@ -199,8 +203,9 @@ def learning(interval: float, history: list[int]) -> float:
       where the allocation sends a page that looks faster than the price after a change or
       two).
 
-    A page with a full history keeps the estimate's interval (the allocation's)."""
-    if not history or len(history) >= HISTORY:
+    Later the estimate's *interval* alone (bounding it longer costs freshness at equal fetches
+    once the pages' rates are spread: bench/README.md)."""
+    if not history or len(history) >= LEARNING:
         return interval
     last = history[-1]
     if last > 0:

@@ -1,7 +1,7 @@
 """Issue 31: the adaptive policy learns from the first visits (recrawl/schedule.py
 ``next_interval``, ``learning``, ``prior_interval``): a page starts from its host's prior, a
 page seen unchanged backs off quickly, a page seen changing is revisited sooner and not sent to
-the max interval while its rate is uncertain."""
+the max interval while it is learning; its host's price applies once its rate is known."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from scrapy_fleet.recrawl.allocation import base_price
 from scrapy_fleet.recrawl.schedule import (
     BACKOFF,
     HISTORY,
+    LEARNING,
     State,
     estimate_rate,
     interval_at,
@@ -50,12 +51,14 @@ def test_a_page_seen_unchanged_twice_backs_off_at_least_threefold_a_visit():
     one = next_interval(CONFIG, State(fetched=1, history=[-30]))
     assert one < 2 * 30  # one unchanged visit: the estimate's interval
     history = [-30, -45]
-    for _ in range(4):
+    for _ in range(LEARNING - 2):
         interval = next_interval(CONFIG, State(fetched=1, history=list(history)))
-        assert interval >= BACKOFF * -history[-1] or interval == 1800
+        assert interval >= BACKOFF * -history[-1]
         history.append(-interval)
-    assert history[-1] == -1800  # the max interval within 6 visits
-    # the estimate alone (a full history: no learning bound) grows far slower
+    assert history == [-30, -45, -135, -405]
+    # then the estimate from those observations: far from the 30 s a page started at
+    assert next_interval(CONFIG, State(fetched=1, history=history)) > 100
+    # the estimate alone (a history past learning: no bound) grows far slower
     slow = [-30 * 1.2 ** k for k in range(HISTORY)]
     full = next_interval(CONFIG, State(fetched=1, history=[round(t) for t in slow]))
     assert full < BACKOFF * -round(slow[-1])
@@ -71,5 +74,15 @@ def test_a_page_seen_changing_is_revisited_sooner_and_not_at_the_max_interval_un
     assert next_interval(CONFIG, State(fetched=1, history=fast)) == 5  # (the min interval)
     # changed before, unchanged at its last visit: at most BACKOFF times the last interval
     assert next_interval(CONFIG, State(fetched=1, history=[6, -6])) <= BACKOFF * 6
-    # known (HISTORY observations): the allocation decides, the max interval here
+    # past learning (LEARNING observations): the allocation decides, the max interval here
+    assert next_interval(CONFIG, State(fetched=1, history=[3] * LEARNING)) == 1800
     assert next_interval(CONFIG, State(fetched=1, history=[3] * HISTORY)) == 1800
+
+
+def test_the_hosts_price_applies_once_a_pages_rate_is_known():
+    price = base_price(30.0) * 20  # a budget that binds hard
+    for history in ([], [-30], [-30, -45, -135, -405], [60] * (HISTORY - 1)):
+        state = State(fetched=1, history=list(history))
+        assert next_interval(CONFIG, state, price=price) == next_interval(CONFIG, state)
+    known = State(fetched=1, history=[60] * HISTORY)
+    assert next_interval(CONFIG, known, price=price) > next_interval(CONFIG, known)
