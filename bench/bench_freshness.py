@@ -61,19 +61,25 @@ def site(pages: int, static_share: float, seed: int) -> ChangingPages:
 
 def simulate(policy: str, model: ChangingPages, days: float, warm: float, budget: float,
              base_days: float = 1.0, min_days: float = 1 / 24, max_days: float = 90.0,
-             share: float | None = None) -> dict[str, Any]:
+             share: float | None = None, min_seconds: float | None = None,
+             solve_every: float = DAY / 100) -> dict[str, Any]:
     """One run: *budget* fetches a day at most (the host's rate); returns fetches a day and
     freshness after *warm* days.  Times in seconds on the virtual clock.  *share*: the
     adaptive policy with the host's budget allocation (FLEET_RECRAWL_BUDGET = *share*: the
     workers' histogram of estimated rates, its price solved every 5 s of real time, here
-    every 1/100 day), None without it (every page at the base price)."""
+    every *solve_every* seconds (1/100 day by default), with the host's prior: the mean of
+    its pages' estimated rates), None without it (every page at the base price, no prior).
+    *min_seconds*: the min interval in seconds (else *min_days*)."""
     n = model.pages
     counts: dict[int, int] = {}
     sums: dict[int, float] = {}
     price: float | None = None
+    prior: float | None = None
+    per_page = [0] * n
     solved_at = -1.0
     config = RecrawlConfig(mode="adaptive" if policy == "adaptive" else "fixed",
-                           interval=base_days * DAY, min_interval=min_days * DAY,
+                           interval=base_days * DAY,
+                           min_interval=min_days * DAY if min_seconds is None else min_seconds,
                            max_interval=max_days * DAY)
     uniform = n / budget * DAY
     slot = DAY / budget  # the host's rate: one fetch per slot at most
@@ -104,14 +110,17 @@ def simulate(policy: str, model: ChangingPages, days: float, warm: float, budget
         changed = version != seen[i]
         if seen[i] >= 0 and t >= start:
             fetches += 1
+            per_page[i] += 1
         observe(states[i], int(t), changed)
         seen[i], last[i] = version, t
         if policy == "uniform":
             interval = uniform
         else:
-            if share is not None and t - solved_at >= DAY / 100:
+            if share is not None and t - solved_at >= solve_every:
                 price, solved_at = host_price(counts, config, share * budget / DAY, sums), t
-            interval = next_interval(config, states[i], price=price)
+                pages = sum(counts.values())
+                prior = sum(sums.values()) / pages if pages > 0 else None
+            interval = next_interval(config, states[i], price=price, prior=prior)
             states[i].interval = interval
             if share is not None:
                 new = history_bucket(states[i].history, config.interval)
@@ -128,8 +137,14 @@ def simulate(policy: str, model: ChangingPages, days: float, warm: float, budget
         if b > a:
             fresh_time += b - a
     span = end - start
+    static = [i for i in range(n) if model.rates[i] == 0]
+    moving = [i for i in range(n) if model.rates[i] > 0]
     return {"policy": policy, "fetches_per_day": round(fetches / (span / DAY), 1),
-            "freshness": round(fresh_time / (n * span), 4)}
+            "freshness": round(fresh_time / (n * span), 4),
+            "revisits_per_static_page": round(sum(per_page[i] for i in static)
+                                              / max(1, len(static)), 2),
+            "revisits_per_changing_page": round(sum(per_page[i] for i in moving)
+                                                / max(1, len(moving)), 2)}
 
 
 def run(policy: str, pages: int, static: float, seed: int, args: argparse.Namespace,
@@ -188,6 +203,38 @@ def budget_part(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def first_part(args: argparse.Namespace) -> dict[str, Any]:
+    """Issue 31's first visits: 200 pages, 60 % never change, the rest log-uniform once per
+    10 s .. once per 30 min; one host at 2 fetches a second; FLEET_RECRAWL_INTERVAL 30 s, min
+    5 s, max 1800 s, FLEET_RECRAWL_BUDGET 0.8; the first 8 minutes, measured over the last
+    280 s (seconds of virtual time), the price solved every 5 s as the workers do.  The
+    adaptive policy, then the uniform policy at the
+    fetches it made; mean over seeds."""
+    rows: dict[str, list[dict[str, Any]]] = {"adaptive": [], "uniform": []}
+    for seed in range(args.seed, args.seed + args.seeds):
+        model = ChangingPages({"pages": 200, "static_share": 0.6, "seed": seed,
+                               "rate_min": 1 / 1800, "rate_max": 1 / 10}, start=0.0)
+        ada = simulate("adaptive", model, 480 / DAY, 200 / DAY, 2.0 * DAY,
+                       base_days=30 / DAY, max_days=1800 / DAY, min_seconds=5.0, share=0.8,
+                       solve_every=5.0)
+        model = ChangingPages({"pages": 200, "static_share": 0.6, "seed": seed,
+                               "rate_min": 1 / 1800, "rate_max": 1 / 10}, start=0.0)
+        uni = simulate("uniform", model, 480 / DAY, 200 / DAY, ada["fetches_per_day"])
+        rows["adaptive"].append(ada)
+        rows["uniform"].append(uni)
+
+    def mean(policy: str, key: str) -> float:
+        return round(sum(r[key] for r in rows[policy]) / len(rows[policy]), 4)
+
+    ada_f, uni_f = mean("adaptive", "freshness"), mean("uniform", "freshness")
+    return {"seeds": args.seeds, "adaptive_freshness": ada_f, "uniform_freshness": uni_f,
+            "freshness_ratio": round(ada_f / uni_f, 3),
+            "fetches_per_second": round(mean("adaptive", "fetches_per_day") / DAY, 3),
+            "static_over_changing_revisits": round(
+                mean("adaptive", "revisits_per_static_page")
+                / mean("adaptive", "revisits_per_changing_page"), 3)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--days", type=float, default=150.0)
@@ -197,13 +244,16 @@ def main() -> None:
     parser.add_argument("--max-days", type=float, default=30.0,
                         help="budget part: FLEET_RECRAWL_MAX_INTERVAL, days")
     parser.add_argument("--parts", default="static60,research,budget",
-                        help="comma-separated: static60, research, budget")
+                        help="comma-separated: static60, research, budget, first")
+    parser.add_argument("--seeds", type=int, default=10, help="first: seeds averaged")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     out: dict[str, Any] = {}
+    if "first" in parts:
+        out["first"] = first_part(args)
     if "budget" in parts:
         out["budget"] = budget_part(args)
-    if parts <= {"budget"}:
+    if parts <= {"budget", "first"}:
         import json
 
         print(json.dumps(out, indent=1, sort_keys=True))

@@ -22,7 +22,7 @@ ONE_PROCESS_COMMANDS = frozenset({"shell", "parse", "fetch", "view", "check", "b
 #: component -> order, added to the project's component dicts
 SPIDER_MIDDLEWARES = {"scrapy_fleet.frontier.spidermw.FleetSpiderMiddleware": 0,
                       # recrawl: items carry their fetch time and signature (FLEET_RECRAWL)
-                      "scrapy_fleet.recrawl.middleware.FleetRecrawlItems": 950,
+                      "scrapy_fleet.recrawl.items.FleetRecrawlItems": 950,
                       # recrawl: a sitemap's <lastmod> goes with its links (recrawl/sitemaps.py)
                       "scrapy_fleet.recrawl.sitemaps.FleetSitemapLastmod": 940}
 ITEM_PIPELINES = {
@@ -55,7 +55,7 @@ _ENABLED_BY: dict[str, tuple[str, ...]] = {
     "scrapy_fleet.proxies.middleware.FleetProxyMiddleware": ("FLEET_PROXIES",
                                                              "FLEET_PROXY_POOL"),
     "scrapy_fleet.recrawl.middleware.FleetRecrawlMiddleware": ("FLEET_RECRAWL",),
-    "scrapy_fleet.recrawl.middleware.FleetRecrawlItems": ("FLEET_RECRAWL",),
+    "scrapy_fleet.recrawl.items.FleetRecrawlItems": ("FLEET_RECRAWL",),
     "scrapy_fleet.recrawl.sitemaps.FleetSitemapLastmod": ("FLEET_RECRAWL",),
 }
 

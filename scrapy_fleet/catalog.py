@@ -296,6 +296,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FLEET_RECRAWL_BUDGET", 0.8, "float 0 .. 1",
             "adaptive: the share of a host's rate its revisits may take (0: no budget)",
             "recrawl", _RECRAWL),
+    Setting("FLEET_RECRAWL_ITEMS", "changed", "changed or all",
+            "items of a revisited page sent to the pipelines: only when its items changed, "
+            "or always", "recrawl", _RECRAWL),
+    Setting("FLEET_RECRAWL_IGNORE_FIELDS", [], "list of str",
+            "item fields left out of the comparison of a page's items (a fetch time)",
+            "recrawl", _RECRAWL),
+    Setting("FLEET_RECRAWL_NEAR_DUPLICATES", False, "bool",
+            "a page without items: compare its text by simhash (numbers left out, 3 bits "
+            "apart are one version) instead of every word", "recrawl", _RECRAWL),
     # sessions (issue 32): Scrapy's cookie jars are fleet state (sessions/)
     Setting("FLEET_COOKIES", True, "bool",
             "cookie jars (meta[\"cookiejar\"]) in Redis, shared by every worker; False: "

@@ -12,9 +12,14 @@ rate ``rate_i`` (changes per second, log-uniform in [rate_min, rate_max]), at th
 seeded Poisson process counted from the server's start; ``periods`` maps a page to a fixed
 period instead (a change every so many seconds: deterministic, for tests).  A page's body
 is a paragraph of words drawn from (i, version), plus noise that must not count as a change
-(the time of the answer and a random token).  It answers with ``ETag: "<i>-<version>"`` and
-``Last-Modified`` (the version's start), and 304 without a body to a matching
-``If-None-Match`` (or, without one, an ``If-Modified-Since`` not older than the version).
+(the time of the answer and a random token); ``"kind": "price"`` makes it a product whose
+only change is its price (``<p class="price">12.35</p>``: a number), ``"kind": "edit"`` a
+500-word article whose versions differ in one sentence.  It answers with ``ETag:
+"<i>-<version>"`` and ``Last-Modified`` (the version's start), and 304 without a body to a
+matching ``If-None-Match`` (or, without one, an ``If-Modified-Since`` not older than the
+version); ``"validators": false`` sends neither (as many dynamic pages: every revisit is a
+200).  Every answer carries ``X-Testsite-Version: <i>-<version>`` (logged by the server: the
+versions served).
 ``GET /_testsite/changes`` returns the truth: ``{"start": t0, "pages": {path: {"rate": r,
 "changes": [t...]}}}`` (times in seconds, ``time.time()``, up to now).
 """
@@ -50,6 +55,8 @@ class ChangingPages:
         for i in order[n_static:]:
             self.rates[i] = math.exp(rnd.uniform(math.log(lo), math.log(hi)))
         self.periods = {int(k): float(v) for k, v in (spec.get("periods") or {}).items()}
+        self.kind = str(spec.get("kind", "words"))
+        self.validators = bool(spec.get("validators", True))
         for i in self.periods:
             self.rates[i] = 1.0 / self.periods[i]
         self._rnd = [random.Random(seed * 1_000_003 + i) for i in range(self.pages)]
@@ -98,9 +105,10 @@ class ChangingPages:
         version, since = self.version(i, now)
         etag = f'"{i}-{version}"'
         last_modified = formatdate(since, usegmt=True)
-        validators = {"ETag": etag, "Last-Modified": last_modified}
-        inm = headers.get("if-none-match")
-        ims = headers.get("if-modified-since")
+        validators = {"ETag": etag, "Last-Modified": last_modified} if self.validators else {}
+        validators["X-Testsite-Version"] = f"{i}-{version}"
+        inm = headers.get("if-none-match") if self.validators else None
+        ims = headers.get("if-modified-since") if self.validators else None
         if inm is not None:
             if etag in [t.strip() for t in inm.split(",")] or inm.strip() == "*":
                 return 304, validators, b""
@@ -110,12 +118,26 @@ class ChangingPages:
                     return 304, validators, b""
             except (TypeError, ValueError):
                 pass
-        words = random.Random(i * 7919 + version * 104729)
-        text = " ".join(words.choice(_WORDS) for _ in range(60))
         body = (f"<html><head><title>page {i}</title></head><body><h1>page {i}</h1>"
-                f"<p>{text}</p><p class='noise'>served at {now:.6f} token "
+                f"{self._content(i, version)}<p class='noise'>served at {now:.6f} token "
                 f"{secrets.token_hex(8)}</p></body></html>")
         return 200, {"Content-Type": "text/html; charset=utf-8", **validators}, body.encode()
+
+    def _content(self, i: int, version: int) -> str:
+        if self.kind == "price":  # the words never change, the price at every version
+            words = random.Random(i * 7919)
+            name = " ".join(words.choice(_WORDS) for _ in range(12))
+            cents = 1000 + i * 100 + version * 7
+            return f"<p>{name}</p><p class='price'>{cents // 100}.{cents % 100:02d}</p>"
+        if self.kind == "edit":  # 25 sentences of 20 words; a version edits one of them
+            words = random.Random(i * 7919)
+            sentences = [" ".join(words.choice(_WORDS) for _ in range(20)) for _ in range(25)]
+            if version:
+                edit = random.Random(i * 7919 + version * 104729)
+                sentences[version % 25] = " ".join(edit.choice(_WORDS) for _ in range(20))
+            return "<p>" + ". ".join(sentences) + ".</p>"
+        words = random.Random(i * 7919 + version * 104729)
+        return "<p>" + " ".join(words.choice(_WORDS) for _ in range(60)) + "</p>"
 
     def truth(self) -> dict[str, Any]:
         now = time.time()

@@ -297,6 +297,8 @@ class SiteServer:
                 "path": path,
                 "status": status,
                 "concurrent": concurrent,
+                **({"version": headers["X-Testsite-Version"]}
+                   if "X-Testsite-Version" in headers and status == 200 else {}),
             }
         )
         delay = self.behaviour.delay_for(host, path)

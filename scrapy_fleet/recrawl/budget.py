@@ -15,6 +15,8 @@ page moves it from the bucket of its old history to the bucket of its new one
 moves to the hosts' HASHes and reads them back in one pipeline, solves the price of each host
 it touched from the histogram (at most ``allocation.BUCKETS`` buckets: the cost does not grow
 with the host's pages) and writes it.
+The same histogram gives the host's prior (:meth:`HostBudgets.prior`): the mean estimated rate
+of its pages, the rate a page of the host starts from (schedule.py ``next_interval``).
 Every worker computes the same price from the same histogram; a worker's cache is only a
 cache (workers stay stateless).
 
@@ -94,6 +96,8 @@ class HostBudgets:
         #: host -> bucket -> (pages, sum of their rates) moved since the last sync
         self.pending: dict[str, dict[int, tuple[int, float]]] = {}
         self.prices: dict[str, float] = {}
+        #: host -> the mean estimated change rate of its tracked pages (changes a second)
+        self.priors: dict[str, float] = {}
         self._solved: dict[str, tuple[object, float | None, float]] = {}
         self._last = 0.0
         self._task: asyncio.Future[None] | None = None
@@ -102,6 +106,13 @@ class HostBudgets:
     def price(self, host: str) -> float | None:
         """*host*'s price as last synced (None: not known yet, the base price applies)."""
         return self.prices.get(host)
+
+    def prior(self, host: str) -> float | None:
+        """The change rate (changes a second) a page of *host* starts from: the mean of the
+        estimated rates of its pages with a history (its histogram in Redis, fleet-wide, as
+        last synced: updated as they are visited); None before any (schedule.py
+        ``next_interval``: the base interval's rate then)."""
+        return self.priors.get(host)
 
     def move(self, host: str, old: tuple[int, float] | None,
              new: tuple[int, float] | None) -> None:
@@ -198,6 +209,9 @@ class HostBudgets:
                     sums[int(name[1:])] = float(v)
                 elif name != "mu" and int(v) > 0:
                     counts[int(name)] = int(v)
+            pages = sum(counts.values())
+            if pages > 0 and sum(sums.values()) > 0:
+                self.priors[host] = sum(sums.values()) / pages
             crawl_delay = int(delay) / 1000.0 if delay else 0.0
             budget = host_budget(self.fleet, host, crawl_delay)
             signature = ((tuple(sorted(counts.items())), tuple(sorted(sums.items()))), budget)

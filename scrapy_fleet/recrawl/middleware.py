@@ -7,34 +7,37 @@ when ``FLEET_RECRAWL`` is not ``off``:
 * ``process_request``: a revisit (its request carries its state, meta ``fleet_rv``) sends
   the validators of the version it saw, verbatim: ``If-None-Match`` (the ETag) and
   ``If-Modified-Since`` (the Last-Modified the server sent; RFC 9110: If-None-Match wins);
-* ``process_response``: a 304 to a revisit is *unchanged*; a 2xx is *unchanged* when its
-  content signature (recrawl/signature.py) is the last one's, else *changed* (a first visit
-  is tracked).  The new state and the next interval (recrawl/schedule.py) go to the
-  scheduler (``LeaseLedger.note_revisit``), which writes them with the request's
-  acknowledgement.  An unchanged revisit does not reach the callback: ``RevisitUnchanged``
-  (an ``IgnoreRequest``, so no failure is recorded; nor does it reach the request's errback:
-  it is a success) unless the request's meta has ``fleet_recrawl_unchanged = True``.
+* ``process_response``: a 304 to a revisit is *unchanged*: it does not reach the callback
+  (``RevisitUnchanged``, an ``IgnoreRequest``, so no failure is recorded; nor does it reach
+  the request's errback: it is a success) unless the request's meta has
+  ``fleet_recrawl_unchanged = True``.  A 2xx reaches the callback: its outcome waits for
+  the callback's items (:class:`Outcome`, settled by recrawl/items.py: changed when the
+  page's item set changed; a page without items by its text signature, signature.py),
+  noted meanwhile as its text says (what stays if the callback's output is never seen).
+  XML (a sitemap, a feed) is decided here by a hash of its bytes, as a 304: an unchanged
+  one does not reach the callback.  The new state and the next interval
+  (recrawl/schedule.py) go to the scheduler (``LeaseLedger.note_revisit``), which writes
+  them with the request's acknowledgement (after the callback's output is handled).
   404/410 ``FLEET_RECRAWL_GONE_AFTER`` times in a row drop a URL from the schedule; other
   final answers and download errors keep it scheduled at its interval (its failure is
   recorded like any request's).
 
-``FleetRecrawlItems`` (spider middleware) adds ``fleet_fetched_at`` (ISO 8601, UTC) and
-``fleet_signature`` (16 hex digits) to the items of a tracked page, where the item accepts
-them (a dict, or an Item with those fields).
+``FleetRecrawlItems`` (spider middleware, recrawl/items.py) settles the outcome by the items
+and sends the items of changed pages only.
 
 An invalid ``meta["fleet_recrawl"]`` (neither False nor seconds > 0: None, 0, NaN, "abc") is
 one WARNING naming the URL and the value; the page is processed and tracked at the default
 interval (``fleet/recrawl/invalid_meta``).
 
-Stats: ``fleet/recrawl/{tracked,changed,unchanged,not_modified,gone,dropped,failed,invalid_meta}``.
+Stats: ``fleet/recrawl/{tracked,changed,unchanged,not_modified,gone,dropped,failed,invalid_meta,
+items_unchanged}``.
 """
 
 from __future__ import annotations
 
-import datetime
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from scrapy.exceptions import IgnoreRequest, NotConfigured
@@ -42,6 +45,12 @@ from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy_fleet import engine_hooks
 from scrapy_fleet.errors import FleetError
 from scrapy_fleet.recrawl.budget import HostBudgets, history_bucket
+from scrapy_fleet.recrawl.items import (
+    PENDING_META_KEY,
+    UNCHANGED_META_KEY,
+    VERSION_META_KEY,
+    FleetRecrawlItems,
+)
 from scrapy_fleet.recrawl.schedule import (
     RECRAWL_META_KEY,
     STATE_META_KEY,
@@ -53,18 +62,20 @@ from scrapy_fleet.recrawl.schedule import (
     wanted_interval,
 )
 from scrapy_fleet.recrawl.settings import RecrawlConfig, recrawl_config
-from scrapy_fleet.recrawl.signature import response_signature, same_version
+from scrapy_fleet.recrawl.signature import is_data, response_signature, same_version
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-#: meta: True calls the callback for an unchanged revisit too (a 304 then reaches the
-#: spider middlewares: add 304 to handle_httpstatus_list)
-UNCHANGED_META_KEY = "fleet_recrawl_unchanged"
-#: private meta: (fetch time, signature) of the version a response is, for FleetRecrawlItems
-VERSION_META_KEY = "_fleet_rv_version"
+__all__ = [
+    "UNCHANGED_META_KEY",
+    "FleetRecrawlItems",
+    "FleetRecrawlMiddleware",
+    "Outcome",
+    "RevisitUnchanged",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +155,7 @@ class FleetRecrawlMiddleware:
             return None
         return history_bucket(state.history, self.config.for_host(self._host(request)).interval)
 
-    def _inc(self, name: str) -> None:
+    def inc(self, name: str) -> None:
         if self.stats is not None:
             self.stats.inc_value(f"fleet/recrawl/{name}")
 
@@ -167,41 +178,48 @@ class FleetRecrawlMiddleware:
         if state.last_modified and b"If-Modified-Since" not in request.headers:
             request.headers[b"If-Modified-Since"] = state.last_modified.encode("latin-1")
 
-    def _schedule(self, request: Request, state: State | None,
-                  old: tuple[int, float] | None = None) -> None:
+    def schedule(self, request: Request, state: State | None,
+                  old: tuple[int, float] | None = None) -> tuple[int, float] | None:
+        """Note *state* (None: not revisited) for *request*'s acknowledgement at its next
+        interval, moving the page from budget bucket *old*; returns the bucket it counts in
+        now."""
         if state is not None and invalid_wanted(request.meta):
-            self._inc("invalid_meta")
+            self.inc("invalid_meta")
             logger.warning("Invalid meta[%r]=%r for %s (False, or seconds > 0): tracked at "
                            "the default interval", RECRAWL_META_KEY,
                            request.meta[RECRAWL_META_KEY], request.url,
                            extra={"crawler": self.crawler})
         ledger = engine_hooks.ledger_of(self.crawler)
         if ledger is None:
-            return
+            return old
         budgets = self._budgets()
         if state is None:
             if ledger.note_revisit(request, None) and budgets is not None and old is not None:
                 budgets.move(self._host(request), old, None)
                 budgets.maybe_sync()
-            return
+                return None
+            return old
         config = self.config
         host = self._host(request) if config.host_intervals or budgets is not None else ""
         if config.host_intervals:
             config = config.for_host(host)
         wanted = wanted_interval(request.meta)
         price = budgets.price(host) if budgets is not None else None
-        interval = next_interval(config, state, wanted, price)
+        prior = budgets.prior(host) if budgets is not None else None
+        interval = next_interval(config, state, wanted, price, prior)
         state.interval = interval
         noted = ledger.note_revisit(request, state.to_meta(), float(interval))
         if budgets is not None and noted:
             new = None if wanted is not None else history_bucket(state.history, config.interval)
             budgets.move(host, old, new)
             budgets.maybe_sync()
+            return new
+        return old
 
     def process_response(self, request: Request, response: Response,
                          spider: Spider | None = None) -> Response:
         if opted_out(request.meta):
-            self._schedule(request, None)
+            self.schedule(request, None)
             return response
         state = self._state(request)
         old = self._bucket(request, state)
@@ -212,40 +230,29 @@ class FleetRecrawlMiddleware:
             state.gone = 0
             state.etag = _header(response, b"ETag") or state.etag
             state.last_modified = _header(response, b"Last-Modified") or state.last_modified
-            self._schedule(request, state, old)
-            self._inc("not_modified")
+            self.schedule(request, state, old)
+            self.inc("not_modified")
             return self._unchanged(request, response, state)
         if 200 <= status < 300:
-            signature = response_signature(response)
-            first = state is None
-            if state is None:
-                state = State()
-            changed = first or not same_version(state.signature, signature)
-            observe(state, now, changed)
-            state.signature = signature
-            state.etag = _header(response, b"ETag")
-            state.last_modified = _header(response, b"Last-Modified")
-            state.gone = 0
-            self._schedule(request, state, old)
-            request.meta[VERSION_META_KEY] = (now, signature)
-            if first:
-                self._inc("tracked")
-            elif changed:
-                self._inc("changed")
-            else:
-                self._inc("unchanged")
-                return self._unchanged(request, response, state)
+            outcome = Outcome(self, request, response, state, old, now)
+            if not is_data(response):
+                request.meta[PENDING_META_KEY] = outcome  # settled by FleetRecrawlItems
+                return response
+            changed = outcome.settle(None)
+            request.meta[VERSION_META_KEY] = outcome.version()
+            if not changed:
+                return self._unchanged(request, response, outcome.state)
             return response
         if state is None:
             return response  # a first visit that failed: not tracked
         if status in (404, 410):
             state.gone += 1
             if state.gone >= self.config.gone_after:
-                self._inc("gone")
-                self._schedule(request, None, old)
+                self.inc("gone")
+                self.schedule(request, None, old)
                 return response
         else:
-            self._inc("failed")
+            self.inc("failed")
         # kept at its interval (its history unchanged: this fetch saw no version)
         self._keep(request, state)
         return response
@@ -274,44 +281,48 @@ class FleetRecrawlMiddleware:
             return None  # a decision (robots.txt, offsite, given back): not rescheduled here
         state = self._state(request)
         if state is not None:
-            self._inc("failed")
+            self.inc("failed")
             self._keep(request, state)
         return None
 
 
-def _stamp(item: Any, version: tuple[int, int]) -> Any:
-    from itemadapter import ItemAdapter, is_item
 
-    if not is_item(item):
-        return item
-    adapter = ItemAdapter(item)
-    at = datetime.datetime.fromtimestamp(version[0], datetime.timezone.utc).isoformat()
-    try:
-        adapter["fleet_fetched_at"] = at
-        adapter["fleet_signature"] = f"{version[1] & 0xFFFFFFFFFFFFFFFF:016x}"
-    except KeyError:
-        pass  # an Item without these fields
-    return item
+class Outcome:
+    """The outcome of a 2xx fetch of a tracked page (recrawl/items.py ``PendingOutcome``):
+    noted at once as its text signature says, settled by the callback's items."""
 
+    def __init__(self, mw: FleetRecrawlMiddleware, request: Request, response: Response,
+                 state: State | None, old: tuple[int, float] | None, now: int) -> None:
+        self.mw, self.request, self.now = mw, request, now
+        self.first = state is None
+        self.before = State() if state is None else replace(state, history=list(state.history))
+        self.before.etag = _header(response, b"ETag")
+        self.before.last_modified = _header(response, b"Last-Modified")
+        self.before.gone = 0
+        self.text = response_signature(response, mw.config.near_duplicates)
+        self.settled = False
+        self.bucket = old
+        self.changed = self._note(self.text, mw.config.near_duplicates)
 
-class FleetRecrawlItems:
-    """Spider middleware: the items of a tracked page carry when it was fetched and the
-    version's signature (module docstring)."""
+    def _note(self, signature: int, near: bool) -> bool:
+        state = replace(self.before, history=list(self.before.history))
+        old = state.signature
+        changed = self.first or (not same_version(old, signature) if near
+                                 else old != signature)
+        observe(state, self.now, changed)
+        state.signature = signature
+        self.state = state
+        self.bucket = self.mw.schedule(self.request, state, self.bucket)
+        return changed
 
-    @classmethod
-    def from_crawler(cls, crawler: Crawler) -> FleetRecrawlItems:
-        if not recrawl_config(crawler.settings).enabled:
-            raise NotConfigured("FLEET_RECRAWL is off")
-        return cls()
+    def settle(self, digest: int | None) -> bool:
+        if not self.settled:
+            self.settled = True
+            if digest is not None:
+                self.changed = self._note(digest, near=False)
+            self.mw.inc("tracked" if self.first else "changed" if self.changed
+                         else "unchanged")
+        return self.changed
 
-    def process_spider_output(self, response: Response, result: Iterable[Any],
-                              spider: Spider | None = None) -> Iterable[Any]:
-        version = response.meta.get(VERSION_META_KEY) if response.request else None
-        for x in result:
-            yield _stamp(x, version) if version else x
-
-    async def process_spider_output_async(self, response: Response, result: AsyncIterator[Any],
-                                          spider: Spider | None = None) -> AsyncIterator[Any]:
-        version = response.meta.get(VERSION_META_KEY) if response.request else None
-        async for x in result:
-            yield _stamp(x, version) if version else x
+    def version(self) -> tuple[int, int]:
+        return self.now, self.state.signature or 0

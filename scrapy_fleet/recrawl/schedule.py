@@ -40,6 +40,12 @@ HISTORY = 8
 #: a host's price over the base one lengthens a page's interval by at most this many times
 #: its last one per visit (beyond the base price's interval)
 GROWTH = 4.0
+#: a page seen unchanged at its last BACKOFF_AFTER visits, its rate still uncertain, waits at
+#: least BACKOFF times its last interval (schedule.learning)
+BACKOFF, BACKOFF_AFTER = 3.0, 2
+#: a page with fewer observations is learning (schedule.learning bounds its interval); from
+#: HISTORY observations its rate is known (its host's price applies)
+LEARNING = 4
 
 
 @dataclass
@@ -147,26 +153,68 @@ def opted_out(request_meta: Any) -> bool:
 
 
 def next_interval(config: RecrawlConfig, state: State, wanted: float | None = None,
-                  price: float | None = None) -> int:
+                  price: float | None = None, prior: float | None = None) -> int:
     """Seconds to the next fetch of a URL in *state* (its history updated), by the policy of
     *config*; *wanted*: the request's own interval (meta), which wins; *price*: the host's
     price of a fetch (seconds, allocation.py; ``math.inf``: every page at the max interval),
-    None for the base interval's (no budget binds).  A page without history gets the base
-    interval unless its host's price is over the base one (then its prior rate's interval)."""
+    None for the base interval's (no budget binds); *prior*: the change rate (changes a
+    second) its host's pages have shown (budget.py ``HostBudgets.prior``), None when not
+    known yet (the base interval's rate).  A page's estimate starts from the prior; while it
+    is learning (fewer than :data:`LEARNING` observations) :func:`learning` bounds the
+    interval; until its rate is known (:data:`HISTORY` observations) the base price applies,
+    not its host's (the budget allocation is for known rates: a price solved from the first
+    visits' guesses sent every page away); a page without history gets the base interval
+    without a prior."""
     if wanted is not None:
         return max(1, round(wanted))
     base = base_price(config.interval)
-    if config.mode != "adaptive" or (not state.history and (price is None or price <= base)):
+    if config.mode != "adaptive" or (not state.history and prior is None):
         return max(1, round(config.interval))
-    rate = estimate_rate(state.history, config.interval)
-    interval = interval_at(rate, base if price is None else max(price, base))
-    if price is not None and price > base and state.history:
-        # the budget lengthens the interval the base price gives by at most GROWTH times the
+    start = prior_interval(config, prior)
+    rate = estimate_rate(state.history, start)
+    interval = learning(interval_at(rate, base), state.history)
+    if price is not None and price > base and len(state.history) >= HISTORY:
+        # the budget lengthens the interval the base price gives, by at most GROWTH times the
         # last one per visit (an estimate from few observations must not send a page away
         # for the max interval)
-        interval = min(interval, max(interval_at(rate, base),
-                                     GROWTH * max(abs(state.history[-1]), config.interval)))
+        priced = interval_at(rate, price)
+        if state.history:
+            priced = min(priced, GROWTH * max(abs(state.history[-1]), config.interval))
+        interval = max(interval, priced)
     return max(1, round(min(max(interval, config.min_interval), config.max_interval)))
+
+
+def prior_interval(config: RecrawlConfig, prior: float | None) -> float:
+    """Seconds per change of a page nothing is known of: its host's *prior* rate's, within
+    the min and max intervals (the base interval without a prior)."""
+    if prior is None or not prior > 0 or not math.isfinite(prior):
+        return float(config.interval)
+    return min(max(1.0 / prior, config.min_interval), config.max_interval)
+
+
+def learning(interval: float, history: list[int]) -> float:
+    """The interval of a page still learning (fewer than :data:`LEARNING` observations), the
+    estimate's *interval* bounded so that it learns fast (issue 31):
+
+    * seen unchanged at its last :data:`BACKOFF_AFTER` visits: at least :data:`BACKOFF` times
+      its last interval (the estimate alone grows it about 20 % a visit);
+    * seen changing at its last visit: at most the time it took to change; seen changing
+      before: at most :data:`BACKOFF` times its last interval (never the max interval at once,
+      where the allocation sends a page that looks faster than the price after a change or
+      two).
+
+    Later the estimate's *interval* alone (bounding it longer costs freshness at equal fetches
+    once the pages' rates are spread: bench/README.md)."""
+    if not history or len(history) >= LEARNING:
+        return interval
+    last = history[-1]
+    if last > 0:
+        return min(interval, float(last))
+    if len(history) >= BACKOFF_AFTER and all(t < 0 for t in history[-BACKOFF_AFTER:]):
+        interval = max(interval, BACKOFF * -last)
+    if any(t > 0 for t in history):
+        interval = min(interval, BACKOFF * -last)
+    return interval
 
 
 def observe(state: State, now: int, changed: bool) -> None:

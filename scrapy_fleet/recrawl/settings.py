@@ -9,17 +9,22 @@ from typing import Any
 
 from scrapy.settings import BaseSettings
 
-from scrapy_fleet.checks import bound, check, number, setting_value
+from scrapy_fleet.checks import boolean, bound, check, number, setting_value
 
 #: FLEET_RECRAWL's values
 MODES = ("off", "fixed", "adaptive")
+#: FLEET_RECRAWL_ITEMS' values
+ITEMS = ("changed", "all")
 
 
 @dataclass(frozen=True)
 class RecrawlConfig:
     """``mode``: off, fixed or adaptive; intervals in seconds; ``max_tracked``: the schedule's
     bound (None: unbounded); ``gone_after``: 404/410 answers in a row that drop a URL;
-    ``budget``: the share of a host's rate its revisits may take (0: none)."""
+    ``budget``: the share of a host's rate its revisits may take (0: none); ``items``:
+    ``changed`` (a revisit's items go to the pipelines only when they changed) or ``all``;
+    ``ignore_fields``: item fields left out of the comparison; ``near_duplicates``: a page
+    without items is compared by simhash (recrawl/signature.py)."""
 
     mode: str = "off"
     #: host key -> its own FLEET_RECRAWL_INTERVAL (FLEET_HOST_OVERRIDES' recrawl_interval)
@@ -34,6 +39,9 @@ class RecrawlConfig:
     #: adaptive: the share of a host's rate (FLEET_HOST_RATE, DOWNLOAD_DELAY, its override,
     #: robots.txt Crawl-delay) its revisits may take (recrawl/budget.py); 0: no budget
     budget: float = 0.8
+    items: str = "changed"
+    ignore_fields: frozenset[str] = frozenset()
+    near_duplicates: bool = False
 
     @property
     def enabled(self) -> bool:
@@ -84,7 +92,18 @@ def recrawl_config(settings: BaseSettings | Mapping[str, Any]) -> RecrawlConfig:
                     "a share of the host's rate, 0 .. 1")
     check("FLEET_RECRAWL_BUDGET", g("FLEET_RECRAWL_BUDGET"), budget <= 1.0,
           "a share of the host's rate, 0 .. 1")
-    return RecrawlConfig(budget=budget,
+    items = g("FLEET_RECRAWL_ITEMS")
+    items = items.strip().lower() if isinstance(items, str) else items
+    check("FLEET_RECRAWL_ITEMS", g("FLEET_RECRAWL_ITEMS"), items in ITEMS, "changed or all")
+    ignore = g("FLEET_RECRAWL_IGNORE_FIELDS")
+    if isinstance(ignore, str):
+        ignore = [v.strip() for v in ignore.split(",") if v.strip()]
+    check("FLEET_RECRAWL_IGNORE_FIELDS", g("FLEET_RECRAWL_IGNORE_FIELDS"),
+          isinstance(ignore, (list, tuple, set, frozenset))
+          and all(isinstance(v, str) and v for v in ignore), "a list of field names")
+    return RecrawlConfig(budget=budget, items=str(items), ignore_fields=frozenset(ignore),
+        near_duplicates=boolean("FLEET_RECRAWL_NEAR_DUPLICATES",
+                                g("FLEET_RECRAWL_NEAR_DUPLICATES")),
         host_intervals=host_intervals, host_key=str(g("FLEET_HOST_KEY")),
         mode=str(mode), interval=interval, min_interval=low, max_interval=high,
         max_tracked=bound("FLEET_RECRAWL_MAX", g("FLEET_RECRAWL_MAX")),

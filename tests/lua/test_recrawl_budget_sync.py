@@ -136,3 +136,33 @@ def test_a_least_privileged_worker_syncs_the_budgets(redis_server, redis_url):
     assert budgets.pending == {}
     assert float(admin.hget(KEYS.revisit_budget("h.test"), "r0")) == pytest.approx(0.1)
     assert budgets.price("h.test") == float(admin.hget(KEYS.revisit_budget("h.test"), "mu"))
+
+
+def test_every_worker_reads_its_hosts_prior_the_mean_rate_of_the_hosts_pages(redis_url):
+    """Issue 31: a page starts from what its host's pages have shown, fleet-wide."""
+    client = redis.Redis.from_url(redis_url)
+    client.set(KEYS.marker, "m1")
+    config = fleet(redis_url)
+    fast, slow = (rate_bucket(0.1, BASE), 0.1), (rate_bucket(0.001, BASE), 0.001)
+
+    async def main() -> tuple[float | None, ...]:
+        one = HostBudgets(config, KEYS, redis_client.make_client(redis_url, is_async=True))
+        two = HostBudgets(config, KEYS, redis_client.make_client(redis_url, is_async=True))
+        try:
+            before = one.prior("p.test")
+            for _ in range(3):
+                one.move("p.test", None, fast)
+            one.move("p.test", None, slow)
+            await one.sync()
+            first = one.prior("p.test")
+            two.move("p.test", None, slow)  # a fifth page, seen by the other worker
+            await two.sync()
+            return before, first, two.prior("p.test"), two.prior("q.test")
+        finally:
+            await one.client.aclose()
+            await two.client.aclose()
+
+    before, first, second, other = asyncio.run(main())
+    assert before is None and other is None  # nothing seen yet: the base interval's rate
+    assert first == pytest.approx((3 * 0.1 + 0.001) / 4)
+    assert second == pytest.approx((3 * 0.1 + 2 * 0.001) / 5)

@@ -87,7 +87,9 @@ def test_a_binding_price_makes_every_interval_longer_or_equal_and_the_fastest_ma
     config = RecrawlConfig(mode="adaptive", interval=10.0, min_interval=1.0,
                            max_interval=1000.0)
     base = a.base_price(10.0)
-    histories = [[-10, -12, -14], [10, -10, 10], [5, 5, 5, 5], [2, 2, 2, 2, 2]]
+    # known rates (HISTORY observations: the allocation's domain, issue 31)
+    histories = [[-10, -12, -14] * 2 + [-17, -20], [10, -10, 10] * 2 + [-10, 10], [5] * 8,
+                 [2] * 8]
     for history in histories:
         state = State(fetched=1, history=list(history))
         free = next_interval(config, state)
@@ -97,9 +99,12 @@ def test_a_binding_price_makes_every_interval_longer_or_equal_and_the_fastest_ma
         # the base price's interval if longer
         assert next_interval(config, state, price=math.inf) == \
             min(1000, max(free, 4 * max(abs(history[-1]), 10)))
-    # a page without history: the base interval unless the price binds
+    # a page whose rate is not known yet (no history, or fewer than HISTORY observations):
+    # the price does not apply (schedule.learning decides: issue 31)
     assert next_interval(config, State(fetched=1)) == 10
-    assert next_interval(config, State(fetched=1), price=base * 10) > 10
+    assert next_interval(config, State(fetched=1), price=base * 10) == 10
+    learning = State(fetched=1, history=[-10, -12, -14])
+    assert next_interval(config, learning, price=math.inf) == next_interval(config, learning)
     # a request's own interval wins over any price
     assert next_interval(config, State(fetched=1, history=[2, 2]), 7.0, math.inf) == 7
 
@@ -158,9 +163,13 @@ def test_under_a_binding_price_an_interval_grows_at_most_fourfold_per_visit():
     free = next_interval(config, slow)
     assert free < 4 * 35
     assert next_interval(config, slow, price=high) == 4 * 35  # 4 x its last interval
-    changing = State(fetched=1, history=[3, 3, -3])
+    changing = State(fetched=1, history=[3, -3, 3, 3, -3, 3, 3, -3])
     assert next_interval(config, changing) < 40
     assert next_interval(config, changing, price=math.inf) == 40  # 4 x the base interval
-    # a page not worth fetching at the base price keeps the max interval it had
+    # a page not worth fetching at the base price gets the max interval once its rate is
+    # known (HISTORY observations); while it is uncertain, the time it took to change (issue
+    # 31: schedule.learning), whatever the price
     fast = State(fetched=1, history=[2, 2, 2])
-    assert next_interval(config, fast) == next_interval(config, fast, price=high) == 100_000
+    assert next_interval(config, fast) == next_interval(config, fast, price=high) == 2
+    known = State(fetched=1, history=[2] * 8)
+    assert next_interval(config, known) == next_interval(config, known, price=high) == 100_000

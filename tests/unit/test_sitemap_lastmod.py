@@ -83,12 +83,14 @@ def test_a_sitemap_whose_lastmod_alone_changed_is_a_new_version():
     assert response_signature(xml("2026-11-30")) != response_signature(xml("2026-12-01"))
     assert response_signature(xml("2026-11-30")) == response_signature(xml("2026-11-30"))
 
-    def html(date: str) -> HtmlResponse:  # (a page's date stays noise)
+    def html(date: str) -> HtmlResponse:  # (a page's date is noise only when near=True)
         return HtmlResponse("http://a.test/p", body=(
             "<html><body><p>the river stone market garden winter paper window</p>"
             f"<p>updated {date}</p></body></html>").encode())
 
-    assert response_signature(html("2026-11-30")) == response_signature(html("2026-12-01"))
+    assert response_signature(html("2026-11-30"), near=True) == response_signature(
+        html("2026-12-01"), near=True)
+    assert response_signature(html("2026-11-30")) != response_signature(html("2026-12-01"))
 
 
 def test_a_push_with_a_lastmod_is_never_left_out_as_a_known_duplicate():

@@ -95,8 +95,11 @@ def test_static_page_is_revisited_with_304_its_interval_growing_a_changing_ones_
         stop(proc, log)
     grow = [seen[static][n] for n in sorted(seen[static])]
     shrink = [seen[changing][n] for n in sorted(seen[changing])]
-    assert grow[0] == 10 and grow == sorted(set(grow)), grow  # 10, 12, 14 ...: growing
-    assert shrink[0] == 10 and shrink[1] < 10 and max(shrink[1:]) < 10, shrink
+    # a first visit: the base interval, or its host's prior's once synced (the other pages
+    # change at every visit: sooner); then growing, at least 3x once unchanged twice (issue
+    # 31: the first visits back off quickly)
+    assert grow[0] <= 10 and grow == sorted(set(grow)) and grow[2] >= 3 * grow[1], grow
+    assert shrink[0] <= 10 and max(shrink[1:]) < 10, shrink
     statuses = [r["status"] for r in fetches(site, "/changing/1.html")]
     assert statuses[0] == 200 and statuses[1:] and set(statuses[1:]) == {304}, statuses
     changed = [r["status"] for r in fetches(site, "/changing/0.html")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import scrapy
@@ -11,18 +12,24 @@ from scrapy.spiders import SitemapSpider
 class RecrawlSpider(scrapy.Spider):
     """Starts at -a start=URL, yields one item per page (its URL and paragraph) and follows
     the links of the start page; with -a errbacks=1 the links have an errback, which yields
-    an item {"url", "errback": the failure's exception class}."""
+    an item {"url", "errback": the failure's exception class}; with -a stamp=1 each item has
+    a ``fetched_at`` (a field that changes at every visit: FLEET_RECRAWL_IGNORE_FIELDS)."""
 
     name = "recrawl"
 
-    def __init__(self, start: str = "", errbacks: str = "", **kwargs: Any) -> None:
+    def __init__(self, start: str = "", errbacks: str = "", stamp: str = "",
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.start_urls = [start] if start else []
         self.errbacks = bool(errbacks)
+        self.stamp = bool(stamp)
 
     def parse(self, response: Any) -> Any:
-        yield {"url": response.url, "status": response.status,
-               "text": " ".join(response.css("p:not(.noise)::text").getall())}
+        item = {"url": response.url, "status": response.status,
+                "text": " ".join(response.css("p:not(.noise)::text").getall())}
+        if self.stamp:
+            item["fetched_at"] = time.time()
+        yield item
         for href in response.css("a::attr(href)").getall():
             yield response.follow(href, callback=self.parse,
                                   errback=self.failed if self.errbacks else None)
