@@ -148,23 +148,41 @@ def test_set_and_sorted_set_keys(tmp_path, redis_url, worker_env, site_factory, 
 @pytest.mark.parametrize("partitions", [1, 2])
 def test_worker_killed_after_taking_loses_no_entry(tmp_path, redis_url, worker_env,
                                                    site_factory, partitions):
-    """A worker SIGKILLed while it holds start entries taken but not yet confirmed (its next
-    step is 30 s away): another worker takes them over once their deadline passes, and every
-    entry is crawled."""
+    """A worker SIGKILLed while it holds start entries taken but not yet confirmed: another
+    worker takes them over once their deadline passes, and every entry is crawled.
+
+    The first worker's frontier calls wait FLEET_FLUSH_INTERVAL (600 s) before sending its
+    buffered pushes, so the requests it made from its first batch never reach the frontier and
+    their entries stay taken, unconfirmed, until it is killed (a worker that reaches the
+    frontier confirms them and takes the next batch within milliseconds: the feeder does not
+    wait FLEET_POLL_INTERVAL for that, so a window left to timing would be missed)."""
     site = _site(tmp_path, site_factory, pages=40, behaviour={
         "delays": [{"prefix": "/site/p/", "seconds": 1.0, "host": None}]})
     client = redis.Redis.from_url(redis_url)
     urls = [site.url.rstrip("/") + f"/site/p/{i}.html" for i in range(40)]
     client.lpush("myspider:start_urls", *urls)
     keys = StartKeyKeys("myspider:start_urls")
+    stats_keys = [k.stats for k in CrawlKeys("fleet", "myspider_redis").all_partitions(
+        partitions)]
     common = {"FLEET_PARTITIONS": partitions, "FLEET_LEASE_TIMEOUT": 3,
               "FLEET_IDLE_TIMEOUT": 3}
+    # CONCURRENT_REQUESTS: scrapy-redis's batch size, the entries the worker takes at once
     first, first_logs = _workers(tmp_path, "myspider_redis", redis_url, worker_env, 1,
-                                 {**common, "FLEET_POLL_INTERVAL": 30})
-    wait_until(lambda: client.zcard(keys.deadlines) > 0, 60, "entries taken")
+                                 {**common, "CONCURRENT_REQUESTS": 10,
+                                  "FLEET_FLUSH_INTERVAL": 600})
+    try:
+        wait_until(lambda: client.zcard(keys.deadlines) > 0, 120, "entries taken")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{tail(first_logs[0])}") from None
     kill_worker(first[0])
     held = client.zcard(keys.deadlines)
-    assert held > 0
+    # one batch taken and held by the one worker, none of its requests in the frontier
+    assert held == 10, tail(first_logs[0])
+    assert client.llen("myspider:start_urls") == 30
+    owners = {v.split(b"\n", 1)[0] for f, v in client.hgetall(keys.taking).items()
+              if f != b"#"}
+    assert len(owners) == 1
+    assert sum(int(client.hget(k, "pushed") or 0) for k in stats_keys) == 0
     second, logs = _workers(tmp_path, "myspider_redis", redis_url, worker_env, 2,
                             common, first=1)
     codes = wait_all(second, 240)
