@@ -39,7 +39,7 @@ VARIED_URLS = [
     "https://h.test:443/default-port",
     "http://h.test:8080/port",
     "http://h.test:08080/leading-zero-port",
-    "http://user:pa%20ss@h.test/userinfo",
+    "http://h.test/user:pa%20ss@userinfo-like/path",  # an @ in the path (credentials: refused)
     "http://[::1]:8080/ipv6",
     "http://[0:0::1]/ipv6-long",
     "http://127.0.0.2:8000/ipv4",
