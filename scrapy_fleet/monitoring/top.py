@@ -73,14 +73,14 @@ def _clock(t: Any) -> str:
 
 
 def adaptive_cells(host: Mapping[str, Any]) -> tuple[str, str, str]:
-    """A snapshot host row's adaptive politeness cells (docs/politeness.md): "rate/ceiling"
-    (requests/s, "-" without a configured rate), the learned capacity (requests/s, "-":
-    never overloaded) and the last decrease's reason with its time ("-": none)."""
+    """A snapshot host row's adaptive politeness cells (docs/politeness.md): "rate/ceil"
+    (requests/s, "-" without a configured rate), "learned" capacity (requests/s, "-": never
+    overloaded) and "cut", the last decrease's reason and time ("-": none)."""
     ceiling, rate = host.get("ceiling"), host.get("adaptive_rate")
     pair = "-" if ceiling is None or rate is None else f"{float(rate):g}/{float(ceiling):g}"
     capacity = "-" if host.get("capacity") is None else f"{float(host['capacity']):g}"
     why = host.get("last_decrease")
-    cut = "-" if not why else f"{why} at {_clock(host.get('last_decrease_at'))}"
+    cut = "-" if not why else f"{why} {_clock(host.get('last_decrease_at'))}"
     return pair, capacity, cut
 
 
@@ -165,7 +165,7 @@ def render(snap: Mapping[str, Any], series: Mapping[str, Points], *, width: int 
     host_rows = [h for h in snap.get("hosts") or [] if isinstance(h, Mapping)][:hosts]
     htable = Table(title="top hosts", box=box.SIMPLE_HEAD, title_justify="left")
     for name in ("host", "queued", "downloading", "pages", "bans", "block rate", "held until",
-                 "rate/ceiling", "capacity", "last cut"):
+                 "rate/ceil", "learned", "cut"):
         htable.add_column(name, justify="left" if name == "host" else "right")
     for h in host_rows:
         htable.add_row(str(h.get("host", "?")), _fmt(h.get("queued")), _fmt(h.get("leased")),

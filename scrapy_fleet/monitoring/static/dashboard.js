@@ -216,7 +216,7 @@
       [h.host, "mono"], [fmt(h.queued), "n"], [fmt(h.leased), "n"], [fmt(h.pages), "n"],
       [fmt(h.bans), "n"], [pct(h.block_rate), "n"], [h.hold_until ? clock(h.hold_until) : "–"],
       [rateOf(h), "n"], [h.capacity === null || h.capacity === undefined ? "–" : String(h.capacity), "n"],
-      [h.last_decrease ? h.last_decrease + " at " + clock(h.last_decrease_at) : "–"]]);
+      [h.last_decrease ? h.last_decrease + " " + clock(h.last_decrease_at) : "–"]]);
     $("updated").textContent = "updated " + clock(now);
   }
   // the legend shows the snapshot's figure (the card's), else the last point drawn
