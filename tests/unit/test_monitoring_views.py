@@ -211,6 +211,23 @@ def test_host_metrics_are_opt_in_and_capped():
     assert len(hosts) == metrics.HOST_METRICS_MAX
 
 
+def test_host_metrics_carry_the_adaptive_controller_within_the_per_host_bound():
+    got = samples(exposition(SNAPSHOT, host_metrics=7))
+    adapted, calm = (("host", "127.0.0.1:8000"),), (("host", "127.0.0.2:8000"),)
+    p = "scrapy_fleet_host_"
+    assert got[(p + "rate_requests_per_second", adapted)] == 5.0
+    assert got[(p + "rate_requests_per_second", calm)] == 20.0
+    assert got[(p + "rate_ceiling_requests_per_second", adapted)] == 20.0
+    assert got[(p + "learned_capacity_requests_per_second", adapted)] == 10.0
+    assert (p + "learned_capacity_requests_per_second", calm) not in got
+    assert got[(p + "rate_decreases_total", adapted)] == 2
+    assert got[(p + "last_rate_decrease_timestamp_seconds",
+                (("host", "127.0.0.1:8000"), ("reason", "503")))] == 1764581940.0
+    per_host = [sum(1 for _, ls in got if dict(ls).get("host") == h["host"])
+                for h in SNAPSHOT["hosts"]]
+    assert max(per_host) == metrics.SERIES_PER_HOST == per_host[0]
+
+
 def test_default_exposition_has_a_fixed_number_of_series():
     small = copy.deepcopy(SNAPSHOT)
     small["hosts"], small["workers"], small["alerts"] = [], [], []
