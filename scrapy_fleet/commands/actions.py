@@ -191,10 +191,8 @@ def print_host_rows(status: dict[str, Any]) -> None:
         cap = row["cap"] or "-"
         # adaptive politeness: the learned rate under its ceiling, the learned capacity
         # (rate of the last overload) and the last decrease's reason
-        learned = row.get("learned_rate")
         ceiling = row.get("ceiling")
-        rate = "-" if ceiling is None else \
-            f"{min(learned or ceiling, ceiling):g}/{ceiling:g}"
+        rate = "-" if ceiling is None else f"{row['adaptive_rate']:g}/{ceiling:g}"
         capacity = "-" if row.get("capacity") is None else f"{row['capacity']:g}"
         print(f"           {row['host'][:32]:<32} {row['queued']:>8} {row['leased']:>6} "
               f"{nxt:>8} {row['hold_left']:>6.1f}s {delay:>6} {row['failures']:>5} "

@@ -28,18 +28,8 @@ from scrapy_fleet.frontier.protocol import (
 )
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.monitoring.snapshot import read_counts
+from scrapy_fleet.politeness.adaptive_view import adaptive_fields, policy_defaults
 from scrapy_fleet.politeness.hosts import effective_policy
-
-
-def policy_defaults(config: Any) -> dict[str, Any]:
-    """The per-host defaults of the crawl's ``config`` hash (hosts.policy_fields), with
-    neutral values for the fields a worker has not written (or not as numbers)."""
-    text = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in config.items()}
-    out: dict[str, Any] = {"host_key": text.get("host_key", "host")}
-    for name, default in (("host_interval_ms", 0), ("host_interval_is_rate", 0),
-                          ("host_burst", 1), ("host_concurrency", 0)):
-        out[name] = as_int(text.get(name), default)
-    return out
 
 
 class FrontierAdmin:
@@ -183,7 +173,8 @@ class FrontierAdmin:
         (entries of the host in the frontier), ``leased`` (downloads in flight), ``next_in``
         (seconds until the host may be fetched), ``hold_left`` (s), ``crawl_delay`` (s),
         ``failures`` (consecutive), ``override``, the adaptive controller's figures
-        (:func:`adaptive_fields`), and the policy applied (the defaults from
+        (``politeness.adaptive_view.adaptive_fields``, the reader of the snapshot's
+        hosts too), and the policy applied (the defaults from
         the hash *config_key*: this crawl's ``config`` unless given; a partition's are its
         crawl's control ``config``)."""
         k = self.keys
@@ -312,26 +303,3 @@ def _duration(seconds: int) -> str:
     if seconds < 172800:
         return f"{seconds // 3600} h"
     return f"{seconds // 86400} days"
-
-
-def adaptive_fields(raw: bytes | None, interval: float) -> dict[str, Any]:
-    """The adaptive controller of a host (lua/adaptive.lua's state *raw*; *interval* its
-    configured interval, s): ``learned_rate`` (requests/s, None: never adapted),
-    ``ceiling`` (requests/s, None: no configured rate), ``capacity`` (the rate of its last
-    overload, None: none), ``last_decrease`` (its reason: "429", "503", "timeout", "error",
-    "latency"; None), ``decreases``, ``adaptive_cap`` (concurrency set by the latency rule,
-    0: none).  A state not written by the fleet reads as none."""
-    fields: dict[str, Any] = {"learned_rate": None, "ceiling": None, "capacity": None,
-                              "last_decrease": None, "decreases": 0, "adaptive_cap": 0}
-    if interval > 0:
-        fields["ceiling"] = round(1 / interval, 3)
-    parts = raw.decode(errors="replace").split("|") if raw else []
-    try:
-        if len(parts) >= 11:
-            fields.update(learned_rate=round(float(parts[0]), 3),
-                          capacity=round(float(parts[8]), 3) if float(parts[8]) > 0 else None,
-                          last_decrease=parts[6] or None, decreases=int(parts[10]),
-                          adaptive_cap=int(parts[9]))
-    except ValueError:
-        pass
-    return fields

@@ -290,7 +290,7 @@ def read_merged(client: Any, keys: CrawlKeys, parts: int, hosts: int = 10,
     for k in keys.all_partitions(parts):
         series.append({})
         snap = read_snapshot(client, k, hosts=hosts, alerts_config=alerts_config,
-                             samples=series[-1])
+                             samples=series[-1], config_key=keys.config)
         fr = snap["frontier"]
         snaps.append(snap)
         rows.append({"partition": k.part, "tag": k.base, "slot": slot_of(k.base),

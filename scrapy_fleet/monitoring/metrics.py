@@ -29,7 +29,7 @@ from scrapy_fleet.monitoring.source import READ_ERRORS, Source
 PREFIX = "scrapy_fleet_"
 #: the most hosts ``--host-metrics`` may export (each adds :data:`SERIES_PER_HOST` series)
 HOST_METRICS_MAX = 50
-SERIES_PER_HOST = 5
+SERIES_PER_HOST = 10
 
 FRONTIER_STATES = ("due", "deferred", "leased", "parked", "dead", "failed", "stored")
 STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
@@ -266,7 +266,41 @@ def _host_families(hosts: list[Mapping[str, Any]]) -> list[Metric]:
         bans.add_metric([host], _num(row.get("bans")))
         if row.get("block_rate") is not None:
             ratio.add_metric([host], _num(row.get("block_rate")))
-    return [requests, pages, bans, ratio]
+    return [requests, pages, bans, ratio, *_adaptive_families(hosts)]
+
+
+def _adaptive_families(hosts: list[Mapping[str, Any]]) -> list[Metric]:
+    """Adaptive politeness (issue 35, docs/politeness.md): each host's controller as the
+    snapshot's rows hold it (``politeness.adaptive_view.adaptive_fields``, the reader of
+    ``status --hosts``); a null figure has no sample.  The last decrease's reason is a label
+    of one series per host (its time the value), so the label set stays bounded."""
+    p = PREFIX
+    rate = GaugeMetricFamily(p + "host_rate_requests_per_second", "Requests per second the "
+                             "fleet allows a host now: its adaptive rate under the ceiling "
+                             "(the ceiling while the host never complained)", labels=["host"])
+    ceiling = GaugeMetricFamily(p + "host_rate_ceiling_requests_per_second", "A host's "
+                                "configured rate (FLEET_HOST_RATE, FLEET_HOST_DELAY, its "
+                                "override or Crawl-delay)", labels=["host"])
+    capacity = GaugeMetricFamily(p + "host_learned_capacity_requests_per_second", "The rate "
+                                 "at which a host last was overloaded (kept across crawls)",
+                                 labels=["host"])
+    decreases = CounterMetricFamily(p + "host_rate_decreases", "Decreases of a host's "
+                                    "adaptive rate (one per overload event)", labels=["host"])
+    last = GaugeMetricFamily(p + "host_last_rate_decrease_timestamp_seconds", "When a host's "
+                             "rate last came down (unix seconds, Redis's clock), by its "
+                             "reason: the status (429, 503), timeout, error or latency",
+                             labels=["host", "reason"])
+    for row in hosts:
+        host = str(row.get("host", ""))
+        for family, name in ((rate, "adaptive_rate"), (ceiling, "ceiling"),
+                             (capacity, "capacity")):
+            if row.get(name) is not None:
+                family.add_metric([host], _num(row.get(name)))
+        decreases.add_metric([host], _num(row.get("decreases")))
+        if row.get("last_decrease_at") is not None:
+            last.add_metric([host, str(row.get("last_decrease") or "unknown")],
+                            _num(row.get("last_decrease_at")))
+    return [rate, ceiling, capacity, decreases, last]
 
 
 def series_count(metric_families: list[Metric]) -> int:

@@ -2,7 +2,8 @@
 frontier's counts alone: ``FrontierAdmin.status``) and :func:`read_series`.
 
 All are blocking (a sync redis-py client), take a bounded number of pipelined round trips
-(3 for a snapshot, 2 for a series) and cost the same whatever the frontier's size: no scan of
+(3 for a snapshot, plus the recrawl's one and the listed hosts' adaptive controllers' two;
+2 for a series) and cost the same whatever the frontier's size: no scan of
 entries; hosts are read from the per-host counts, at most ``HOST_SAMPLE`` of them (an exact
 top list up to that many hosts in the frontier, a sample beyond, flagged ``hosts_sampled``).
 The snapshot's shape is the JSON of ``scrapy fleet status SPIDER --json`` and of the
@@ -28,6 +29,7 @@ from scrapy_fleet.monitoring import series as series_mod
 from scrapy_fleet.monitoring.alerts import AlertConfig
 from scrapy_fleet.monitoring.heartbeat import OFFSITE_FIELD
 from scrapy_fleet.monitoring.series import SERIES, TIERS
+from scrapy_fleet.politeness.adaptive_view import NEVER_ADAPTED, read_adaptive
 
 __all__ = ["SCHEMA", "SERIES", "TIERS", "AlertConfig", "read_counts", "read_series",
            "read_snapshot"]
@@ -223,17 +225,20 @@ def _host_cap(conf: Any, default: int) -> int:
 
 def read_snapshot(client: redis.Redis, keys: CrawlKeys, *, hosts: int = 10,
                   alerts_config: AlertConfig | None = None,
-                  samples: dict[str, list[series_mod.Sample]] | None = None) -> dict[str, Any]:
+                  samples: dict[str, list[series_mod.Sample]] | None = None,
+                  config_key: str | None = None) -> dict[str, Any]:
     """The crawl's state now, as a JSON-safe dict (module docstring; docs/monitoring.md).
 
     *hosts*: how many hosts to list (busiest by queued entries first).  *samples*: a dict
     to receive the samples read, by tier (``10s``, ``1m``: what a partitioned crawl's
-    merge needs of each partition, monitoring/merge.py).
+    merge needs of each partition, monitoring/merge.py).  *config_key*: the hash of the
+    fleet's per-host defaults (the listed hosts' adaptive ceilings): *keys*' ``config``
+    unless given (a partition's are its crawl's control ``config``).
 
     Raises:
         redis.RedisError: when Redis cannot be read (connection, authentication...).
     """
-    return _read(client, keys, hosts, alerts_config, samples)
+    return _read(client, keys, hosts, alerts_config, samples, config_key)
 
 
 def read_counts(client: redis.Redis, keys: CrawlKeys) -> dict[str, Any]:
@@ -338,7 +343,8 @@ def _now_ms(srv: Any) -> int:
 
 def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
           alerts_config: AlertConfig | None,
-          samples: dict[str, list[series_mod.Sample]] | None = None) -> dict[str, Any]:
+          samples: dict[str, list[series_mod.Sample]] | None = None,
+          config_key: str | None = None) -> dict[str, Any]:
     cfg = alerts_config or AlertConfig()
     k = keys
     # keyless commands (TIME, INFO) go to the crawl's node apart: a cluster pipeline refuses
@@ -421,7 +427,7 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
         host_rows[h] = {
             "host": h, "queued": hostq.get(h, 0), "leased": 0, "pages": pages_h,
             "bans": bans_h, "block_rate": round(bans_h / pages_h, 6) if pages_h else None,
-            "hold_until": None, "first_ban": _i(first) / 1000 or None,
+            "hold_until": None, "first_ban": _i(first) / 1000 or None, **NEVER_ADAPTED,
         }
     if names:
         for h, lv, hd in zip(names, live, hold, strict=True):
@@ -429,6 +435,10 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
             until = _i(hd)
             host_rows[h]["hold_until"] = until / 1000 if until > now_ms else None
 
+    # adaptive politeness (issue 35): each listed host's controller, by status --hosts's
+    # reader (politeness/adaptive_view.py)
+    for h, fields in read_adaptive(client, k, [h for h, _ in top], config_key).items():
+        host_rows[h].update(fields)
     samples10 = series_mod.decode(raw10, "10s", now)
     samples1m = series_mod.decode(raw1m, "1m", now)
     if samples is not None:

@@ -72,6 +72,18 @@ def _clock(t: Any) -> str:
     return "-" if not t else time.strftime("%H:%M:%S", time.localtime(float(t)))
 
 
+def adaptive_cells(host: Mapping[str, Any]) -> tuple[str, str, str]:
+    """A snapshot host row's adaptive politeness cells (docs/politeness.md): "rate/ceil"
+    (requests/s, "-" without a configured rate), "learned" capacity (requests/s, "-": never
+    overloaded) and "cut", the last decrease's reason and time ("-": none)."""
+    ceiling, rate = host.get("ceiling"), host.get("adaptive_rate")
+    pair = "-" if ceiling is None or rate is None else f"{float(rate):g}/{float(ceiling):g}"
+    capacity = "-" if host.get("capacity") is None else f"{float(host['capacity']):g}"
+    why = host.get("last_decrease")
+    cut = "-" if not why else f"{why} {_clock(host.get('last_decrease_at'))}"
+    return pair, capacity, cut
+
+
 def depth_values(series: Mapping[str, Points]) -> list[float | None]:
     """Total depth (due + deferred + leased + parked; dead letters apart) per step."""
     steps: dict[float, float | None] = {}
@@ -152,12 +164,14 @@ def render(snap: Mapping[str, Any], series: Mapping[str, Points], *, width: int 
 
     host_rows = [h for h in snap.get("hosts") or [] if isinstance(h, Mapping)][:hosts]
     htable = Table(title="top hosts", box=box.SIMPLE_HEAD, title_justify="left")
-    for name in ("host", "queued", "downloading", "pages", "bans", "block rate", "held until"):
+    for name in ("host", "queued", "downloading", "pages", "bans", "block rate", "held until",
+                 "rate/ceil", "learned", "cut"):
         htable.add_column(name, justify="left" if name == "host" else "right")
     for h in host_rows:
         htable.add_row(str(h.get("host", "?")), _fmt(h.get("queued")), _fmt(h.get("leased")),
                        _fmt(h.get("pages")), _fmt(h.get("bans")), _pct(h.get("block_rate")),
-                       _clock(h.get("hold_until")) if h.get("hold_until") else "-")
+                       _clock(h.get("hold_until")) if h.get("hold_until") else "-",
+                       *adaptive_cells(h))
     if host_rows:
         parts.append(htable)
 

@@ -23,6 +23,24 @@ def test_read_merged_sums_a_hosts_counters_over_the_partitions(redis_url):
             for h in out["hosts"]] == [("h.test", 5, 20, 4, 0.2)]
 
 
+def test_read_merged_shows_a_hosts_adaptive_controller_under_the_crawls_defaults(redis_url):
+    """The controller lives in the host's partition, the per-host defaults (its ceiling) in
+    the crawl's control config: the merged row holds both (issue 35, item 6)."""
+    client = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("fleet", "adapt")
+    parts = keys.all_partitions(3)
+    home = partition_of("h.test", 3)
+    client.hset(parts[home].hostq, "h.test", 5)
+    # lua/adaptive.lua's state: r|ls|lm|lmt|dt|dk|why|ct|cap|cc|n
+    client.hset(parts[home].adaptive, "h.test", "5|0|0|0|1764581940000|3|429|0|10|0|2")
+    client.hset(keys.config, mapping={"host_interval_ms": 50, "host_interval_is_rate": 1,
+                                      "host_burst": 1, "host_concurrency": 0})
+    row = read_merged(client, keys, 3)["hosts"][0]
+    assert (row["host"], row["adaptive_rate"], row["ceiling"], row["capacity"],
+            row["last_decrease"], row["last_decrease_at"], row["decreases"]) == \
+        ("h.test", 5.0, 20.0, 10.0, "429", 1764581940.0, 2)
+
+
 def test_host_ban_alerts_are_evaluated_on_the_counters_summed_over_the_partitions(redis_url):
     """a.test: 10 pages and 2-3 bans in each of three partitions (its workers' homes), under
     the 20 pages an alert needs in each, 7 of 30 (23 %) in all: one alert, with the sum.

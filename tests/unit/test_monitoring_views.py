@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Iterator
@@ -55,8 +56,14 @@ SNAPSHOT: dict[str, Any] = {
          "last_seen": 1764581900.0},
     ],
     "workers_alive": 1,
+    # (adaptive politeness: 127.0.0.1:8000 was refused with 503 twice, 20 -> 10 -> 5/s)
     "hosts": [{"host": f"127.0.0.{n}:8000", "queued": 10 - n, "leased": 1, "pages": 100 * n,
-               "bans": n, "block_rate": n / 1000, "hold_until": None} for n in range(1, 8)],
+               "bans": n, "block_rate": n / 1000, "hold_until": None,
+               "adaptive_rate": 5.0 if n == 1 else 20.0, "ceiling": 20.0,
+               "learned_rate": 5.0 if n == 1 else None, "capacity": 10.0 if n == 1 else None,
+               "last_decrease": "503" if n == 1 else None,
+               "last_decrease_at": 1764581940.0 if n == 1 else None,
+               "decreases": 2 if n == 1 else 0, "adaptive_cap": 0} for n in range(1, 8)],
     "alerts": [{"id": "block_rate", "severity": "warning", "what": "block rate 4 % on host",
                 "where": "host 127.0.0.3:8000", "since": 1764581900.0,
                 "next": "scrapy fleet status docs --hosts"},
@@ -204,6 +211,23 @@ def test_host_metrics_are_opt_in_and_capped():
     assert len(hosts) == metrics.HOST_METRICS_MAX
 
 
+def test_host_metrics_carry_the_adaptive_controller_within_the_per_host_bound():
+    got = samples(exposition(SNAPSHOT, host_metrics=7))
+    adapted, calm = (("host", "127.0.0.1:8000"),), (("host", "127.0.0.2:8000"),)
+    p = "scrapy_fleet_host_"
+    assert got[(p + "rate_requests_per_second", adapted)] == 5.0
+    assert got[(p + "rate_requests_per_second", calm)] == 20.0
+    assert got[(p + "rate_ceiling_requests_per_second", adapted)] == 20.0
+    assert got[(p + "learned_capacity_requests_per_second", adapted)] == 10.0
+    assert (p + "learned_capacity_requests_per_second", calm) not in got
+    assert got[(p + "rate_decreases_total", adapted)] == 2
+    assert got[(p + "last_rate_decrease_timestamp_seconds",
+                (("host", "127.0.0.1:8000"), ("reason", "503")))] == 1764581940.0
+    per_host = [sum(1 for _, ls in got if dict(ls).get("host") == h["host"])
+                for h in SNAPSHOT["hosts"]]
+    assert max(per_host) == metrics.SERIES_PER_HOST == per_host[0]
+
+
 def test_default_exposition_has_a_fixed_number_of_series():
     small = copy.deepcopy(SNAPSHOT)
     small["hosts"], small["workers"], small["alerts"] = [], [], []
@@ -268,6 +292,20 @@ def test_top_frame_shows_depth_rates_workers_hosts_and_alerts():
     assert "127.0.0.1:8000" in text
     assert "CRITICAL no worker alive (crawl docs)" in text
     assert "→ scrapy crawl docs" in text
+
+
+def test_top_hosts_fit_120_columns_with_the_adaptive_cells():
+    """rate/ceil, learned capacity and the last cut (docs/politeness.md), host names whole."""
+    text = frame_text(SNAPSHOT, SERIES)
+    clock = time.strftime("%H:%M:%S", time.localtime(1764581940.0))
+    rows = {line.split()[0]: line.split() for line in text.splitlines()
+            if line.strip().startswith("127.0.0.")}
+    assert rows["127.0.0.1:8000"][-4:] == ["5/20", "10", "503", clock]
+    assert rows["127.0.0.2:8000"][-3:] == ["20/20", "-", "-"]
+    no_ceiling = [dict(SNAPSHOT["hosts"][1], ceiling=None, adaptive_rate=None)]
+    other = frame_text(dict(SNAPSHOT, hosts=no_ceiling), SERIES)
+    row = next(line for line in other.splitlines() if "127.0.0.2:8000" in line)
+    assert row.split()[-3:] == ["-", "-", "-"]
 
 
 def test_top_frame_limits_hosts_and_shows_an_error_line():

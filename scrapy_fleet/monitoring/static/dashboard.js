@@ -43,6 +43,12 @@
     if (Math.abs(v) >= 1e4) return (v / 1e3).toFixed(1) + "k";
     return Number.isInteger(v) ? String(v) : v.toFixed(digits === undefined ? 1 : digits);
   }
+  // adaptive politeness: the rate the fleet allows the host now over its ceiling (req/s)
+  function rateOf(h) {
+    if (h.ceiling === null || h.ceiling === undefined || h.adaptive_rate === null ||
+        h.adaptive_rate === undefined) return "–";
+    return h.adaptive_rate + "/" + h.ceiling;
+  }
   function pct(v) { return v === null || v === undefined ? "–" : (100 * v).toFixed(1) + " %"; }
   function clock(t) {
     if (!t) return "–";
@@ -208,7 +214,9 @@
                                 (w.fleet_version || "?")]]);
     table("hosts", snap.hosts || [], (h) => [
       [h.host, "mono"], [fmt(h.queued), "n"], [fmt(h.leased), "n"], [fmt(h.pages), "n"],
-      [fmt(h.bans), "n"], [pct(h.block_rate), "n"], [h.hold_until ? clock(h.hold_until) : "–"]]);
+      [fmt(h.bans), "n"], [pct(h.block_rate), "n"], [h.hold_until ? clock(h.hold_until) : "–"],
+      [rateOf(h), "n"], [h.capacity === null || h.capacity === undefined ? "–" : String(h.capacity), "n"],
+      [h.last_decrease ? h.last_decrease + " " + clock(h.last_decrease_at) : "–"]]);
     $("updated").textContent = "updated " + clock(now);
   }
   // the legend shows the snapshot's figure (the card's), else the last point drawn
