@@ -211,9 +211,10 @@ function Queue.writer(K, now, on_missing, queued)
       hosts[#hosts + 1] = now
       hosts[#hosts + 1] = h
     end
-    if #hosts > 0 then
-      table.insert(hosts, 1, 'NX')
-      call_many('ZADD', K.ready, hosts, 4000)
+    -- (NX in every chunk, and chunks of whole score/member pairs: one NX put before the
+    -- list and cut by call_many made a push of over 2,000 new hosts a syntax error)
+    for from = 1, #hosts, 4000 do
+      redis.call('ZADD', K.ready, 'NX', unpack(hosts, from, math.min(#hosts, from + 3999)))
     end
     q_tail, q_head, q_need, ready_add = {}, {}, {}, {}
     data_add, data_del, exp_del, lease_del, leases_del = {}, {}, {}, {}, {}

@@ -160,3 +160,17 @@ def test_a_deferred_stored_response_leaves_the_response_queue_to_the_fetch_worke
                                            fetch.client.zrange(fetch.keys.deferred, 0, -1)})
     fetch.client.delete(fetch.keys.next_due)  # (times written by hand: the bound goes)
     assert fetch.call(CallBatch(), worker="f").response_queue == (1, len(stored))
+
+
+def test_one_push_of_more_new_hosts_than_a_command_chunk_holds_makes_every_host_ready(redis_url):
+    """2,500 new hosts in one push: their ZADD NX into the ready set is sent in chunks of whole
+    score/member pairs, each with its NX (one NX before the whole list, cut in chunks, was a
+    syntax error past 2,000 hosts: the push failed and bench_metrics could not fill)."""
+    admin = FrontierAdmin(redis_url, "manyhosts")
+    n = 2500
+    admin.push([entry(f"http://h{i}.test/", host=f"h{i}.test") for i in range(n)])
+    k, c = admin.keys, admin.client
+    assert c.zcard(k.ready) == n
+    assert admin.status()["queued"] == n
+    leased = admin.call(CallBatch(take=50), worker="w").leased
+    assert len({codec.decode_dict(e.payload)["url"] for e in leased}) == 50
