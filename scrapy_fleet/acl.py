@@ -75,7 +75,7 @@ PROBE_LINES = {
 #: commands each role sends itself (outside scripts); fcall, function|load: the frontier call
 #: and the lean push are functions of one library (lua/library.py), loaded by the first
 #: client that finds it missing
-_DIRECT = {
+_DIRECT: dict[str, tuple[str, ...]] = {
     # set, time: the start's checks of the crawl's spider and the worker id (identity.py)
     "worker": ("evalsha", "script|load", "fcall", "function|load", "hset", "hmget", "hgetall",
                "zrem", "zcard", "set", "time",
@@ -83,7 +83,9 @@ _DIRECT = {
                # crawl's marker, adds the moves to the hosts' HASHes and reads them back
                "watch", "multi", "exec", "exists", "hincrby", "hincrbyfloat", "hget"),
     "monitor": ("zcard", "hlen", "hgetall", "zrange", "get", "hmget", "llen", "hscan",
-                "time", "exists", "hget", "zrevrange", "zrangebyscore", "zcount", "info"),
+                "time", "exists", "hget", "zrevrange", "zrangebyscore", "zcount", "info",
+                # the recrawl's schedule read (recrawl/status.py, recrawl/view.py)
+                "lrange", "lindex", "zscore"),
     "admin": ("evalsha", "script|load", "fcall", "function|load", "hset", "hmget", "hgetall",
               "zrem", "zcard", "set", "hlen",
               "zrange", "get", "llen", "hscan", "time", "scan", "unlink"),
