@@ -147,6 +147,8 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int |
         rows = admin.hosts(limit=opts.limit)
         add_host_rows(status, rows, admin.host_policy(), recrawl_view.read_hosts(
             admin.client, admin.keys, [row["host"] for row in rows]))
+        status["recrawl_hosts"] = recrawl_view.recrawl_hosts(admin.client, admin.keys,
+                                                             limit=opts.limit)
     if opts.json:
         print(json.dumps(status, indent=2, sort_keys=True))
         return push.EXIT_OK
@@ -203,13 +205,32 @@ def print_host_rows(status: dict[str, Any]) -> None:
         rate = "-" if ceiling is None else \
             f"{min(learned or ceiling, ceiling):g}/{ceiling:g}"
         capacity = "-" if row.get("capacity") is None else f"{row['capacity']:g}"
-        rv_rate = "-" if row["recrawl_rate"] is None else f"{row['recrawl_rate']:.3g}"
-        price = "max" if row["recrawl_priced_out"] else (
-            "-" if row["recrawl_price"] is None else f"{row['recrawl_price']:.4g}s")
+        rv_rate, price = _recrawl_cells(row)
         print(f"           {row['host'][:32]:<32} {row['queued']:>8} {row['leased']:>6} "
               f"{nxt:>8} {row['hold_left']:>6.1f}s {delay:>6} {row['failures']:>5} "
               f"{interval:>9} {cap:>4} {rate:>11} {capacity:>7} "
               f"{row.get('last_decrease') or '-':>7} {row['recrawl_pages']:>8} {rv_rate:>8} "
+              f"{price:>8}")
+    print_recrawl_hosts(status.get("recrawl_hosts") or [])
+
+
+def _recrawl_cells(row: dict[str, Any]) -> tuple[str, str]:
+    """The change rate (a day) and price (s; ``max``: priced out) cells of a host's row."""
+    rate = "-" if row["recrawl_rate"] is None else f"{row['recrawl_rate']:.3g}"
+    price = "max" if row["recrawl_priced_out"] else (
+        "-" if row["recrawl_price"] is None else f"{row['recrawl_price']:.4g}s")
+    return rate, price
+
+
+def print_recrawl_hosts(rows: list[dict[str, Any]]) -> None:
+    """The recrawl's hosts (recrawl/view.py ``recrawl_hosts``): tracked pages, learned change
+    rate, price; nothing for a crawl without an adaptive recrawl."""
+    if not rows:
+        return
+    print(f"  recrawl  {'host':<32} {'pages':>8} {'chg/day':>8} {'price':>8}")
+    for row in rows:
+        rate, price = _recrawl_cells(row)
+        print(f"           {row['host'][:32]:<32} {row['recrawl_pages']:>8} {rate:>8} "
               f"{price:>8}")
 
 

@@ -163,6 +163,8 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, parts: int,
         rows = host_rows(admin, parts, opts.limit)
         add_host_rows(status, rows, admin.host_policy(), recrawl_view.read_hosts(
             admin.client, admin.keys, [row["host"] for row in rows], parts))
+        status["recrawl_hosts"] = recrawl_view.recrawl_hosts(admin.client, admin.keys, parts,
+                                                             opts.limit)
     if getattr(opts, "json", False):
         print(json.dumps(status, indent=2, sort_keys=True))
         return push.EXIT_OK

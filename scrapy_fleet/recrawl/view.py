@@ -30,6 +30,8 @@ from scrapy_fleet.recrawl.schedule import STATE_META_KEY, State, estimate_rate
 PLACE_BYTES = 14
 #: records read per LRANGE while the schedule is searched
 CHUNK = 500
+#: hosts read from a partition's set of recrawl hosts (status --hosts)
+HOSTS_READ = 10000
 #: seconds in a day (change rates are shown per day)
 DAY = 86400.0
 
@@ -73,6 +75,28 @@ def read_hosts(client: Any, keys: CrawlKeys, hosts: list[str],
             pipe.hgetall(hk.revisit_budget(host))
         replies = pipe.execute() if hosts else []
     return {host: host_recrawl(fields) for host, fields in zip(hosts, replies, strict=True)}
+
+
+def recrawl_hosts(client: Any, keys: CrawlKeys, parts: int = 1,
+                  limit: int = 20) -> list[dict[str, Any]]:
+    """The recrawl's hosts (keys.py ``rvh``, every partition's), each ``{"host": ...}`` with
+    its :func:`host_recrawl` figures, the most tracked pages first, at most *limit*; at most
+    :data:`HOSTS_READ` hosts a partition are read.
+
+    Raises:
+        redis.RedisError: when Redis cannot be read.
+    """
+    rows: list[dict[str, Any]] = []
+    for hk in keys.all_partitions(parts) if parts > 1 else [keys]:
+        hosts = []
+        for raw in client.sscan_iter(hk.revisit_hosts, count=500):
+            hosts.append(raw.decode(errors="replace"))
+            if len(hosts) >= HOSTS_READ:
+                break
+        figures = read_hosts(client, hk, hosts)
+        rows += [{"host": host, **figures[host]} for host in hosts]
+    rows.sort(key=lambda r: (-r["recrawl_pages"], r["host"]))
+    return rows[:limit]
 
 
 def outcome(state: State) -> str:
