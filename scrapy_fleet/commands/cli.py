@@ -131,7 +131,8 @@ def _settings_action(ctx: ActionContext) -> int:
 
 
 #: the ``acl`` roles and what runs as each (scrapy_fleet/acl.py, docs/deployment.md)
-ACL_ROLE_USES = {"worker": "scrapy crawl, push", "monitor": "status, dead, failed, top, monitor",
+ACL_ROLE_USES = {"worker": "scrapy crawl, push",
+                 "monitor": "status, recrawl, dead, failed, top, monitor",
                  "admin": "purge, retry, proxies"}
 
 

@@ -107,3 +107,26 @@ def test_a_partitioned_crawls_hosts_are_listed_from_every_partition(redis_url):
         (hosts[3], 2, round(0.2 * 86400, 3)), (hosts[1], 1, round(0.1 * 86400, 3))]
     assert all(r["recrawl_price"] is not None for r in rows)
     assert view.recrawl_hosts(client, keys, parts=4, limit=1)[0]["host"] == hosts[3]
+
+
+def test_a_least_privileged_monitor_reads_the_view(redis_server, redis_url):
+    """As the user of `scrapy fleet acl`'s monitor rule (acl.py): the place index, the slots,
+    the slot's due time and the set of hosts are read without a refusal."""
+    from scrapy_fleet import acl
+
+    client, _ = tracked(redis_url, lastmod=1)
+    client.sadd(KEYS.revisit_hosts, "h")
+    client.hset(KEYS.revisit_budget("h"), mapping={"3": 2, "r3": 0.002, "mu": "7"})
+    client.execute_command("ACL", "SETUSER", "view-monitor", "reset", "on", ">pw",
+                           *acl.acl_rule("monitor", crawl_id=KEYS.crawl_id).split())
+    try:
+        monitor = redis.Redis.from_url(f"redis://view-monitor:pw@127.0.0.1:{redis_server.port}/0")
+        placed = view.read_page(monitor, KEYS, "http://h/a", "h", url_fingerprint)
+        client.delete(*client.keys(KEYS.revisit_place_prefix + "*"))  # the slots read
+        scanned = view.read_page(monitor, KEYS, "http://h/b", "h", url_fingerprint)
+        hosts = view.recrawl_hosts(monitor, KEYS)
+    finally:
+        client.execute_command("ACL", "DELUSER", "view-monitor")
+    assert placed is not None and placed["last_outcome"] == "changed"
+    assert scanned is not None and scanned["last_outcome"] == "unchanged"
+    assert [(r["host"], r["recrawl_pages"], r["recrawl_price"]) for r in hosts] == [("h", 2, 7.0)]
