@@ -71,19 +71,23 @@ PROBE_LINES = {
     "hincrbyfloat": "hincrbyfloat @K f 1",
     # sitemap <lastmod> (lua/step_revisit.lua): a record read and tombstoned at its place
     "lindex": "lindex @K 0", "lset": "lset @K 0 v",
+    # the recrawl's hosts (recrawl/budget.py, recrawl/view.py)
+    "sadd": "sadd @K m", "sscan": "sscan @K 0",
 }
 #: commands each role sends itself (outside scripts); fcall, function|load: the frontier call
 #: and the lean push are functions of one library (lua/library.py), loaded by the first
 #: client that finds it missing
-_DIRECT = {
+_DIRECT: dict[str, tuple[str, ...]] = {
     # set, time: the start's checks of the crawl's spider and the worker id (identity.py)
     "worker": ("evalsha", "script|load", "fcall", "function|load", "hset", "hmget", "hgetall",
                "zrem", "zcard", "set", "time",
                # recrawl budgets (recrawl/budget.py): one transaction per sync, WATCHing the
                # crawl's marker, adds the moves to the hosts' HASHes and reads them back
-               "watch", "multi", "exec", "exists", "hincrby", "hincrbyfloat", "hget"),
+               "watch", "multi", "exec", "exists", "hincrby", "hincrbyfloat", "hget", "sadd"),
     "monitor": ("zcard", "hlen", "hgetall", "zrange", "get", "hmget", "llen", "hscan",
-                "time", "exists", "hget", "zrevrange", "zrangebyscore", "zcount", "info"),
+                "time", "exists", "hget", "zrevrange", "zrangebyscore", "zcount", "info",
+                # the recrawl's schedule read (recrawl/status.py, recrawl/view.py)
+                "lrange", "lindex", "zscore", "sscan"),
     "admin": ("evalsha", "script|load", "fcall", "function|load", "hset", "hmget", "hgetall",
               "zrem", "zcard", "set", "hlen",
               "zrange", "get", "llen", "hscan", "time", "scan", "unlink"),

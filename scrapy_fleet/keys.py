@@ -59,6 +59,8 @@ prefix ``fleet`` and crawl id ``docs``::
     fleet:{docs}:rvb:<host>   HASH  bucket -> pages, "mu" -> price  a host's tracked pages by
                                                               change rate, and its price of a
                                                               fetch (recrawl/budget.py)
+    fleet:{docs}:rvh          SET   host                      the hosts with an rvb HASH (status
+                                                              --hosts' recrawl table)
     fleet:{docs}:seq          STRING  counter                 entry ids
     fleet:{docs}:sf:<p>       STRING  bits                    partitions with stages: bit n set
                                                               when a stored response of entry n
@@ -320,6 +322,10 @@ class CrawlKeys:
     def revisit_budget(self, host: str) -> str:
         """HASH of *host*'s tracked pages by change-rate bucket and its price ``mu``."""
         return f"{self.revisit_budget_prefix}{host}"
+
+    #: SET of the hosts that have a budget HASH (recrawl/budget.py adds each host it syncs;
+    #: status --hosts lists the recrawl's hosts from it: recrawl/view.py).
+    revisit_hosts = _Key("rvh")
 
     #: Prefix of the bitmaps ``sf:<p>`` of the stored responses' partition (stages on a
     #: partitioned crawl): bit *n* set when a stored response of entry *n* (its id's digits)

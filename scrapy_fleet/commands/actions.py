@@ -19,8 +19,10 @@ from scrapy_fleet.errors import RedisUnavailableError, RequestDecodeError
 from scrapy_fleet.failures import admin as failures
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.protocol import PRIORITY_LIMIT
+from scrapy_fleet.keys import partition_of
 from scrapy_fleet.politeness import hosts as politeness
 from scrapy_fleet.politeness.settings import HOST_KEY_MODES
+from scrapy_fleet.recrawl import view as recrawl_view
 
 
 class WaitDisplay:
@@ -142,7 +144,11 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int |
     status: dict[str, Any] = {**snap, "queue_max": admin.params.queue_max,
                               "low_watermark": low_watermark}
     if getattr(opts, "hosts", False):
-        add_host_rows(status, admin.hosts(limit=opts.limit), admin.host_policy())
+        rows = admin.hosts(limit=opts.limit)
+        add_host_rows(status, rows, admin.host_policy(), recrawl_view.read_hosts(
+            admin.client, admin.keys, [row["host"] for row in rows]))
+        status["recrawl_hosts"] = recrawl_view.recrawl_hosts(admin.client, admin.keys,
+                                                             limit=opts.limit)
     if opts.json:
         print(json.dumps(status, indent=2, sort_keys=True))
         return push.EXIT_OK
@@ -158,15 +164,18 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int |
 
 
 def add_host_rows(status: dict[str, Any], rows: list[dict[str, Any]],
-                  policy: dict[str, Any] | None) -> None:
+                  policy: dict[str, Any] | None,
+                  recrawl: dict[str, dict[str, Any]] | None = None) -> None:
     """``status --hosts``: *rows* (FrontierAdmin.hosts: the politeness state) as
     ``status["hosts"]``, each with the snapshot's per-host fields (pages, bans, block_rate,
-    hold_until, first_ban) beside, and *policy* as ``status["host_policy"]``."""
+    hold_until, first_ban) and its *recrawl* figures (recrawl/view.py ``read_hosts``)
+    beside, and *policy* as ``status["host_policy"]``."""
     top = {row["host"]: row for row in status["hosts"]}
     for row in rows:  # the snapshot's per-host fields beside the politeness state
         extra = top.get(row["host"], {})
         for name in ("pages", "bans", "block_rate", "hold_until", "first_ban"):
             row.setdefault(name, extra.get(name))
+        row.update((recrawl or {}).get(row["host"]) or recrawl_view.host_recrawl({}))
     status["hosts"] = rows
     status["host_policy"] = policy
 
@@ -182,7 +191,7 @@ def print_host_rows(status: dict[str, Any]) -> None:
                                            policy["burst"], policy["is_rate"]))
     print(f"  hosts    {'host':<32} {'entries':>8} {'flight':>6} {'next':>8} {'hold':>7} "
           f"{'delay':>6} {'fails':>5} {'interval':>9} {'cap':>4} {'rate/ceil':>11} "
-          f"{'learned':>7} {'cut':>7}")
+          f"{'learned':>7} {'cut':>7} {'rv pages':>8} {'chg/day':>8} {'price':>8}")
     for row in status["hosts"]:
         nxt = "slot" if row["waits_for_slot"] else (
             "-" if row["next_in"] is None else f"{row['next_in']:.1f}s")
@@ -194,10 +203,63 @@ def print_host_rows(status: dict[str, Any]) -> None:
         ceiling = row.get("ceiling")
         rate = "-" if ceiling is None else f"{row['adaptive_rate']:g}/{ceiling:g}"
         capacity = "-" if row.get("capacity") is None else f"{row['capacity']:g}"
+        rv_rate, price = _recrawl_cells(row)
         print(f"           {row['host'][:32]:<32} {row['queued']:>8} {row['leased']:>6} "
               f"{nxt:>8} {row['hold_left']:>6.1f}s {delay:>6} {row['failures']:>5} "
               f"{interval:>9} {cap:>4} {rate:>11} {capacity:>7} "
-              f"{row.get('last_decrease') or '-':>7}")
+              f"{row.get('last_decrease') or '-':>7} {row['recrawl_pages']:>8} {rv_rate:>8} "
+              f"{price:>8}")
+    print_recrawl_hosts(status.get("recrawl_hosts") or [])
+
+
+def _recrawl_cells(row: dict[str, Any]) -> tuple[str, str]:
+    """The change rate (a day) and price (s; ``max``: priced out) cells of a host's row."""
+    rate = "-" if row["recrawl_rate"] is None else f"{row['recrawl_rate']:.3g}"
+    price = "max" if row["recrawl_priced_out"] else (
+        "-" if row["recrawl_price"] is None else f"{row['recrawl_price']:.4g}s")
+    return rate, price
+
+
+def print_recrawl_hosts(rows: list[dict[str, Any]]) -> None:
+    """The recrawl's hosts (recrawl/view.py ``recrawl_hosts``): tracked pages, learned change
+    rate, price; nothing for a crawl without an adaptive recrawl."""
+    if not rows:
+        return
+    print(f"  recrawl  {'host':<32} {'pages':>8} {'chg/day':>8} {'price':>8}")
+    for row in rows:
+        rate, price = _recrawl_cells(row)
+        print(f"           {row['host'][:32]:<32} {row['recrawl_pages']:>8} {rate:>8} "
+              f"{price:>8}")
+
+
+def run_recrawl(admin: FrontierAdmin, urls: list[str], opts: Any,
+                fingerprint: Callable[[Request], bytes], host_key_mode: str,
+                parts: int = 1) -> int:
+    """``recrawl CRAWL URL [--json]``: one page's recrawl state (recrawl/view.py
+    ``read_page``, docs/recrawl.md); exit status 1 with one line when the URL is not in the
+    crawl's schedule, 2 for anything but one http(s) URL."""
+    if len(urls) != 1 or not urls[0].startswith(("http://", "https://")):
+        print("error: recrawl takes one http(s) URL", file=sys.stderr)
+        return push.EXIT_ERROR
+    url = urls[0]
+    host = politeness.host_key(url, host_key_mode)
+    keys = admin.keys.partition(partition_of(host, parts), parts) if parts > 1 else admin.keys
+    page = recrawl_view.read_page(admin.client, keys, url, host, fingerprint)
+    if page is None:
+        print(f"{url}: not in the recrawl schedule of crawl {admin.keys.crawl_id!r} (never "
+              "tracked, dropped, or queued now as a due revisit)", file=sys.stderr)
+        return push.EXIT_REJECTED
+    if opts.json:
+        print(json.dumps(page, indent=2, sort_keys=True))
+        return push.EXIT_OK
+    rate = "-" if page["change_rate"] is None else f"{page['change_rate']:.3g} a day"
+    print(f"{page['url']}\n  host         {page['host']}\n"
+          f"  next due     in {page['next_due_in']:.1f} s (unix {page['next_due']:.0f})\n"
+          f"  last fetch   unix {page['last_fetch']} (interval {page['interval']} s, "
+          f"visit {page['visits']})\n"
+          f"  last outcome {page['last_outcome']}\n  change rate  {rate} (estimate)\n"
+          f"  history      {page['history']} (s between visits: + changed, - unchanged)")
+    return push.EXIT_OK
 
 
 def run_dead(admin: FrontierAdmin, opts: Any) -> int:

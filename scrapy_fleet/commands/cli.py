@@ -43,13 +43,14 @@ from scrapy_fleet.redis_url import validate_redis_url
 EXIT_STATUSES: tuple[tuple[int, str], ...] = (
     (push.EXIT_OK, "success"),
     (push.EXIT_REJECTED, "push: some lines were rejected (the valid ones were pushed); "
-                         "purge: declined; proxies: an exit named matched nothing"),
+                         "purge: declined; proxies: an exit named matched nothing; "
+                         "recrawl: the URL is not in the recrawl schedule"),
     (push.EXIT_ERROR, "usage error, or Redis unreachable, refusing the credentials, or not "
                       "a Redis server; scrapy fleet: the project does not enable the add-on, "
                       "or push/retry into a crawl of another spider"),
     (push.EXIT_FULL, "push: the frontier stayed full (--no-wait, or --timeout expired); the "
                      "lines from the one reported on were not pushed"),
-    (push.EXIT_NO_CRAWL, "status, dead, failed, retry, top: Redis has no record of that "
+    (push.EXIT_NO_CRAWL, "status, dead, failed, retry, top, recrawl: Redis has no record of that "
                          "crawl (check the crawl id and the key prefix)"),
     (130, "interrupted (Ctrl-C); lines already pushed stay pushed"),
 )
@@ -130,7 +131,8 @@ def _settings_action(ctx: ActionContext) -> int:
 
 
 #: the ``acl`` roles and what runs as each (scrapy_fleet/acl.py, docs/deployment.md)
-ACL_ROLE_USES = {"worker": "scrapy crawl, push", "monitor": "status, dead, failed, top, monitor",
+ACL_ROLE_USES = {"worker": "scrapy crawl, push",
+                 "monitor": "status, recrawl, dead, failed, top, monitor",
                  "admin": "purge, retry, proxies"}
 
 
@@ -158,6 +160,11 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            lambda c: actions.run_status(c.crawl, c.opts, c.label, c.low_watermark,
                                          c.alerts_config),
            needs_state=True),
+    Action("recrawl", "show one page's recrawl state: next due time, change rate, last "
+           "outcome", "URL [--json]",
+           lambda c: actions.run_recrawl(c.crawl, c.urls, c.opts, c.fingerprint,
+                                         c.host_key_mode, c.parts),
+           takes_urls=True, needs_state=True),
     Action("dead", "list the crawl's dead letters", "[--limit N] [--json]",
            lambda c: actions.run_dead(c.crawl, c.opts), needs_state=True),
     Action("failed", "list the requests that failed for good",
@@ -250,7 +257,7 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
                         help="push: wait at most this long for room in a full frontier, then "
                              "exit with status 3 (default: wait forever)")
     parser.add_argument("--json", action="store_true",
-                        help="status, dead, failed, settings: print JSON")
+                        help="status, recrawl, dead, failed, settings: print JSON")
     parser.add_argument("--limit", type=int, default=20,
                         help="dead, status --hosts, top: how many to show")
     parser.add_argument("--hosts", action="store_true",
@@ -272,6 +279,7 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
 #: action -> the least-privilege role it needs (scrapy_fleet/acl.py), checked at start;
 #: every ``proxies`` action runs as ``admin`` (proxies/actions.py probes the pool's keys)
 ACL_ROLES = {"push": "worker", "retry": "admin", "purge": "admin", "status": "monitor",
+             "recrawl": "monitor",
              "dead": "monitor", "failed": "monitor", "top": "monitor", "monitor": "monitor"}
 
 
@@ -366,6 +374,9 @@ def _partitioned_action(ctx: ActionContext, action: str) -> int:
     if action in ("top", "monitor"):
         return monitoring_actions.run(action, ctx.crawl, ctx.opts, ctx.alerts_config,
                                       ctx.forget_after, parts=ctx.parts)
+    if action == "recrawl":
+        return actions.run_recrawl(ctx.crawl, ctx.urls, ctx.opts, ctx.fingerprint,
+                                   ctx.host_key_mode, ctx.parts)
     if action == "dead":
         return partitioned.run_dead(ctx.crawl, ctx.opts, ctx.parts)
     if action == "failed":

@@ -34,6 +34,7 @@ from scrapy_fleet.frontier.protocol import CallResult
 from scrapy_fleet.frontier.routing import entry_ref, partition_params
 from scrapy_fleet.keys import PUSH_LEAN_CALL, partition_of
 from scrapy_fleet.politeness import hosts as politeness
+from scrapy_fleet.recrawl import view as recrawl_view
 
 #: actions that run on a partitioned crawl (the others refuse it, in one line)
 PARTITIONED_ACTIONS = ("push", "status", "shards", "purge", "dead", "failed", "retry", "top",
@@ -159,7 +160,11 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, parts: int,
     snap = read_status(admin, parts, getattr(opts, "limit", 10), alerts_config)
     status = {**snap, "queue_max": admin.params.queue_max, "low_watermark": low_watermark}
     if getattr(opts, "hosts", False):
-        add_host_rows(status, host_rows(admin, parts, opts.limit), admin.host_policy())
+        rows = host_rows(admin, parts, opts.limit)
+        add_host_rows(status, rows, admin.host_policy(), recrawl_view.read_hosts(
+            admin.client, admin.keys, [row["host"] for row in rows], parts))
+        status["recrawl_hosts"] = recrawl_view.recrawl_hosts(admin.client, admin.keys, parts,
+                                                             opts.limit)
     if getattr(opts, "json", False):
         print(json.dumps(status, indent=2, sort_keys=True))
         return push.EXIT_OK

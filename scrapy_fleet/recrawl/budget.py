@@ -9,7 +9,8 @@ its pages fit the budget at it, else the smallest that makes them fit (allocatio
 
 State in Redis, one HASH per host (keys.py ``rvb:<host>``): its tracked pages by change-rate
 bucket (field ``<bucket>``: pages; field ``r<bucket>``: the sum of their rates) and its price
-(field ``mu``, seconds, ``inf``: every page at the max interval).  A worker that schedules a
+(field ``mu``, seconds, ``inf``: every page at the max interval); the hosts that have one are
+in a SET (keys.py ``rvh``: status --hosts reads them, recrawl/view.py).  A worker that schedules a
 page moves it from the bucket of its old history to the bucket of its new one
 (:meth:`HostBudgets.move`, kept in memory), and every :data:`SYNC_PERIOD` seconds adds its
 moves to the hosts' HASHes and reads them back in one pipeline, solves the price of each host
@@ -175,8 +176,9 @@ class HostBudgets:
 
     async def _exchange(self, hk: CrawlKeys, hosts: list[str],
                         batch: dict[str, dict[int, tuple[int, float]]]) -> list[Any] | None:
-        """One transaction on partition *hk*: the moves of *hosts* added, their HASHes and
-        Crawl-delays read; None when the crawl's marker is gone (nothing written)."""
+        """One transaction on partition *hk*: the moves of *hosts* added, the hosts added to
+        the set of hosts with a budget, their HASHes and Crawl-delays read; None when the
+        crawl's marker is gone (nothing written)."""
         async with self.client.pipeline(transaction=True) as pipe:
             await pipe.watch(hk.marker)
             if not await pipe.exists(hk.marker):
@@ -189,6 +191,7 @@ class HostBudgets:
                         pipe.hincrby(key, str(bucket), n)
                     if total:
                         pipe.hincrbyfloat(key, f"r{bucket}", total)
+                pipe.sadd(hk.revisit_hosts, host)
                 pipe.hgetall(key)
                 pipe.hget(hk.crawldelay, host)
             return list(await pipe.execute())
@@ -199,8 +202,8 @@ class HostBudgets:
         at = 0
         for host in hosts:
             at += sum(bool(n) + bool(total) for n, total in batch[host].values())
-            fields, delay = replies[at], replies[at + 1]
-            at += 2
+            fields, delay = replies[at + 1], replies[at + 2]  # (at: the SADD's reply)
+            at += 3
             counts: dict[int, int] = {}
             sums: dict[int, float] = {}
             for k, v in fields.items():

@@ -276,8 +276,8 @@ def test_project_help_keeps_one_usage_per_line(worker_env, args):
     assert "  scrapy fleet dead SPIDER [--limit N] [--json]" in lines
     assert "  scrapy fleet settings [--json]" in lines
     assert "exit statuses:" in lines
-    assert any(re.match(r" +4  status, dead, failed, retry, top: Redis has no record", line)
-               for line in lines)
+    assert any(re.match(r" +4  status, dead, failed, retry, top, recrawl: Redis has no "
+                        r"record", line) for line in lines)
     # a help line ending in ':' would be taken for a heading by Scrapy's formatter
     assert any("acl: the crawl uses the proxy pool" in line for line in lines), result.stdout
     assert max(len(line) for line in lines) <= 80
