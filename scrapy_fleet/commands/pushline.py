@@ -109,6 +109,28 @@ def _check_str_dict(name: str, value: Any, multi: bool = False) -> None:
                                                                         if multi else ""))
 
 
+#: an HTTP field name: a token, one or more tchar (RFC 9110, 5.1 and 5.6.2)
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+#: what no field value may hold (RFC 9110, 5.5): Twisted's client sends a CR or LF as a
+#: space (another header than the one pushed) and a NUL as it is (a request servers refuse)
+_VALUE_FORBIDDEN = re.compile(r"[\r\n\x00]")
+
+
+def _check_headers(headers: dict[str, Any]) -> None:
+    """Raise PushLineError for a header (its types checked by ``_check_str_dict``) that no
+    worker can send: a name that is no HTTP token (Twisted's client fails the download with
+    InvalidHeaderName), or a value with a CR, LF or NUL character in it."""
+    for name, value in headers.items():
+        if not _TOKEN.fullmatch(name):
+            raise PushLineError(f"header name {name!r} is not a valid HTTP field name (a token "
+                                "of letters, digits and !#$%&'*+-.^_`|~), which no worker "
+                                "can send")
+        for item in value if isinstance(value, list) else [value]:
+            if _VALUE_FORBIDDEN.search(item):
+                raise PushLineError(f"headers[{name!r}] contains a CR, LF or NUL character, "
+                                    "which no worker can send as given")
+
+
 @functools.lru_cache(maxsize=64)
 def _signature(function: Callable[..., Any]) -> inspect.Signature | None:
     """The signature of a spider method, read once per method (not once per pushed line)."""
@@ -214,6 +236,7 @@ def parse_line(line: str, max_url_length: int = DEFAULT_MAX_URL_LENGTH,
         kwargs["method"] = spec["method"].upper()
     if "headers" in spec:
         _check_str_dict("headers", spec["headers"], multi=True)
+        _check_headers(spec["headers"])
         kwargs["headers"] = spec["headers"]
     if "body" in spec:
         if not isinstance(spec["body"], str):

@@ -174,6 +174,24 @@ def test_a_name_that_is_no_callback_is_refused_with_its_reason(field, value, rea
     ('{"url": "http://h.test/", "meta": {"proxy": 5}}', "meta['proxy'] must be a string or null"),
     ('{"url": "http://h.test/", "meta": {"handle_httpstatus_list": [404, "500"]}}',
      "meta['handle_httpstatus_list'] must be a list of integers"),
+    # header names must be HTTP tokens (RFC 9110 tchar): the worker's download failed with
+    # InvalidHeaderName; CR/LF in a value went out as spaces, a NUL as it was
+    ('{"url": "http://127.0.0.4:8001/a8", "headers": {"X\\r\\nY": "z"}}',
+     "header name 'X\\r\\nY' is not a valid HTTP field name (a token of letters, digits and "
+     "!#$%&'*+-.^_`|~), which no worker can send"),
+    ('{"url": "http://h.test/", "headers": {"X Y": "z"}}', "header name 'X Y' is not a valid"),
+    ('{"url": "http://h.test/", "headers": {"X-A:": "z"}}', "header name 'X-A:' is not a valid"),
+    ('{"url": "http://h.test/", "headers": {"": "z"}}', "header name '' is not a valid"),
+    ('{"url": "http://h.test/", "headers": {"X-\u00e9": "z"}}', "header name 'X-é' is not"),
+    ('{"url": "http://h.test/", "headers": {"X-A\\n": "z"}}', "header name 'X-A\\n' is not"),
+    ('{"url": "http://h.test/", "headers": {"X-A": "a\\r\\nEvil: 1"}}',
+     "headers['X-A'] contains a CR, LF or NUL character, which no worker can send as given"),
+    ('{"url": "http://h.test/", "headers": {"X-A": "a\\nb"}}', "headers['X-A'] contains a CR"),
+    ('{"url": "http://h.test/", "headers": {"X-A": "a\\rb"}}', "headers['X-A'] contains a CR"),
+    ('{"url": "http://h.test/", "headers": {"X-A": "a\\u0000b"}}',
+     "headers['X-A'] contains a CR"),
+    ('{"url": "http://h.test/", "headers": {"X-A": ["ok", "b\\n"]}}',
+     "headers['X-A'] contains a CR"),
 ])
 def test_a_line_no_worker_can_send_is_refused_at_push(line, reason):
     """issue 30, trial item 9: such lines were pushed, then failed in the worker's
@@ -187,3 +205,12 @@ def test_meta_values_a_worker_can_send_are_accepted():
         "download_timeout": 2.5, "download_maxsize": 0, "max_retry_times": 1, "proxy": None,
         "handle_httpstatus_list": [404], "depth": "anything"}}))
     assert request.meta["download_timeout"] == 2.5
+
+
+def test_headers_a_worker_can_send_are_accepted():
+    tchars = "!#$%&'*+-.^_`|~09azAZ"
+    request, _ = parse_line(json.dumps({"url": "http://h.test/", "headers": {
+        tchars: "v", "X-Tab": "a\tb c", "X-Utf8": "caf\u00e9", "X-Many": ["1", "2"],
+        "X-Empty": ""}}))
+    assert request.headers.getlist(tchars) == [b"v"]
+    assert request.headers.getlist("X-Many") == [b"1", b"2"]
