@@ -2,7 +2,8 @@
 mirror (issue 30: recovery in seconds).
 
 Both sides run the example project's ``docs`` parse code against ``../shared/sites/
-docs.python.org`` (start ``/3/``, 515 pages) served by ``python -m testsite`` on 127.0.0.1:
+docs.python.org`` (start ``/3/``: 516 URLs answer 200, its 515 HTML files with ``index.html``
+also as ``/3/``) served by ``python -m testsite`` on 127.0.0.1:
 
 * plain: ``scrapy runspider bench/plain_docs.py -a start=URL`` with ``ADDONS={}``, Scrapy's
   in-memory scheduler and ``RFPDupeFilter``;

@@ -35,7 +35,8 @@ TEST_PROJECT = REPO_ROOT / "tests" / "project"
 PYDOCS_DIR = Path(os.environ.get("FLEET_PYDOCS_DIR")
                   or REPO_ROOT.parent / "shared" / "sites" / "docs.python.org")
 PYDOCS_PAGES = 516
-"""URLs answering 200 that a crawl of the mirror from /3/ must yield (shared/sites/SOURCES.md)."""
+"""URLs answering 200 that a crawl of the mirror from /3/ must yield (shared/sites/SOURCES.md):
+its 515 HTML files, ``3/index.html`` both as /3/ and as /3/index.html."""
 
 STARTUP_TIMEOUT = 20.0
 """Seconds to wait for a helper process (redis-server, site server) to become ready."""
