@@ -97,7 +97,8 @@ class FrontierPump:
         self._logged_dupe = False
         #: the leases reported lost: counted and warned of (those of a call that failed
         #: without a reply: lost to the outage, not to a stall)
-        self.lost = LostLeases(self.book.inc, config.lease_timeout, lambda: self.book.spider)
+        self.lost = LostLeases(self.book.inc, config.lease_timeout, lambda: self.book.spider,
+                               config.monitoring.worker_dead_after)
         #: that call, sent again as it was (same op id) before any new batch: one that ran
         #: gets its cached reply (its leases, its acknowledgements confirmed)
         self._unanswered: SentCall | None = None

@@ -241,6 +241,7 @@ def test_a_resumed_worker_fetches_none_of_its_pages_another_worker_took(
     assert not again, (again, log[-4000:])
     revalidated = re.search(r"'fleet/frontier/revalidated': (\d+)", log)
     assert revalidated and int(revalidated.group(1)) >= 1, log[-4000:]
+    assert "FLEET_WORKER_DEAD_AFTER=" in log  # (the lease-lost warning names the delay)
     total = counters(client, keys)
     assert total["acked"] == total["pushed"]
     assert {i["url"] for i in read_items(outs)} == site.expected_urls
