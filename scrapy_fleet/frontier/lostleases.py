@@ -24,13 +24,16 @@ class LostLeases:
     """Counts and warns of the leases a worker's calls report lost.
 
     *inc(stat, count)*: adds to the worker's Scrapy stat; *lease_timeout*: FLEET_LEASE_TIMEOUT
-    (named in the warnings); *spider*: the ``extra`` of the log lines (read at each line).
+    and *dead_after*: FLEET_WORKER_DEAD_AFTER (0: no death delay), named in the warnings (a
+    stalled worker's leases are taken back after the shorter of the two); *spider*: the
+    ``extra`` of the log lines (read at each line).
     """
 
     def __init__(self, inc: Callable[[str, int], None], lease_timeout: float,
-                 spider: Callable[[], Any]) -> None:
+                 spider: Callable[[], Any], dead_after: float = 0.0) -> None:
         self._inc = inc
         self._lease_timeout = lease_timeout
+        self._dead_after = dead_after
         self._spider = spider
         self.total = 0  #: leases reported lost so far
         #: entry ids sent in a call that failed without a reply, not answered since
@@ -69,8 +72,15 @@ class LostLeases:
         if others and (self.total - len(lost) < 5  # (the first ones, then each 100th)
                        or (self.total - len(lost)) // 100 != self.total // 100):
             logger.warning(
-                "%d lease(s) lost (%d so far): their requests were leased again elsewhere (this"
-                " worker stalled, or Redis was out, longer than FLEET_LEASE_TIMEOUT=%s s?), or "
-                "the crawl was purged / Redis lost its data; those pages may be fetched again "
-                "and their links are left to the new holder", others, self.total,
-                self._lease_timeout, extra={"spider": self._spider()})
+                "%d lease(s) lost (%d so far): their requests were leased again elsewhere "
+                "(%s), or the crawl was purged / Redis lost its data; those pages may be "
+                "fetched again and their links are left to the new holder", others,
+                self.total, self._why_taken(), extra={"spider": self._spider()})
+
+    def _why_taken(self) -> str:
+        """Why a live worker's leases are leased again: the delay(s) that apply."""
+        expired = f"or Redis was out, longer than FLEET_LEASE_TIMEOUT={self._lease_timeout} s"
+        if self._dead_after <= 0:
+            return f"this worker stalled, {expired}?"
+        return (f"this worker was silent (stopped, frozen) longer than FLEET_WORKER_DEAD_AFTER"
+                f"={self._dead_after} s and taken for dead, or it stalled, {expired}?")
