@@ -20,6 +20,7 @@ import redis
 from support import (
     EXAMPLE_PROJECT,
     TEST_PROJECT,
+    kill_worker,
     read_items,
     run_scrapy,
     start_worker,
@@ -175,13 +176,22 @@ def test_a_callback_that_blocks_the_reactor_past_the_death_delay_loses_no_lease(
                 "FLEET_LEASE_TIMEOUT": LEASE_TIMEOUT, "FLEET_WORKER_DEAD_AFTER": 2,
                 "FLEET_HEARTBEAT_INTERVAL": 1, "CONCURRENT_REQUESTS": 2}
     logs = [tmp_path / "slow.log", tmp_path / "other.log"]
-    procs = [start_worker(TEST_PROJECT, "slow_parse", {**settings, "FLEET_WORKER_ID": "slow"},
-                          worker_env, logs[0], spider_args={"block": 4}),
-             start_worker(TEST_PROJECT, "slow_parse", {**settings, "FLEET_WORKER_ID": "other"},
-                          worker_env, logs[1], spider_args={"block": 0})]
-    assert wait_all(procs, 180) == [0, 0], tail(logs[0]) + tail(logs[1])
     keys = CrawlKeys("fleet", "slow_parse")
-    total = counters(redis.Redis.from_url(redis_url), [keys])
+    client = redis.Redis.from_url(redis_url)
+    procs = [start_worker(TEST_PROJECT, "slow_parse", {**settings, "FLEET_WORKER_ID": "slow"},
+                          worker_env, logs[0], spider_args={"block": 4})]
+    # the blocking worker holds leases before the other starts (else, on a loaded machine,
+    # the other could take all 6 pages first and nothing would block)
+    try:
+        wait_until(lambda: held_urls(client, [keys], "slow"), 120, "the slow worker's leases")
+    except AssertionError:
+        kill_worker(procs[0])
+        raise AssertionError(tail(logs[0])) from None
+    procs.append(start_worker(TEST_PROJECT, "slow_parse",
+                              {**settings, "FLEET_WORKER_ID": "other"}, worker_env, logs[1],
+                              spider_args={"block": 0}))
+    assert wait_all(procs, 180) == [0, 0], tail(logs[0]) + tail(logs[1])
+    total = counters(client, [keys])
     slow = tail(logs[0], 10**7)
     assert (total["recovered"], total["stale_acks"]) == (0, 0), total
     assert total["acked"] == total["pushed"] == 6
