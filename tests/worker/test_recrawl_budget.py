@@ -77,7 +77,9 @@ def test_a_host_over_its_budget_gets_longer_intervals_that_fit_it_and_no_backlog
     # no backlog: at most a few revisits wait for their turn at any sample (without the
     # budget all PAGES would be due and waiting, the host at its rate)
     assert max(backlogs) <= PAGES // 4, backlogs
-    # the host's price, in Redis, is over the base one (finite: the pages fit at the max)
+    # the host's price, in Redis, is over the base one (finite: the pages fit at the max);
+    # since the first visits are learned (issue 31: the price counts a page once its rate is
+    # known), it settles near 1.5x the base price here (1.4997x in two runs of the merge)
     assert len(prices) == 1, keys  # one host
     price = float(prices[0] or 0)
-    assert base_price(BASE) * 1.5 < price < math.inf, (price, base_price(BASE))
+    assert base_price(BASE) * 1.25 < price < math.inf, (price, base_price(BASE))
