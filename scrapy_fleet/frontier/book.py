@@ -82,9 +82,6 @@ class LeaseBook:
         self.dupes: DupeCache | None = None
         #: called when something was buffered that a frontier call should carry soon
         self.poke: Callable[[], None] = _nothing
-        #: may a leased request leave for the network now (the pump's stall guard; set by
-        #: the pump: FrontierPump.prefetch_safe)
-        self.send_check: Callable[[], bool] = lambda: True
         self.prefetch: deque[tuple[Request, Lease]] = deque()
         self.inflight: dict[int, tuple[Request, Lease]] = {}  #: id(request) -> its lease
         self.done: list[Lease] = []
@@ -524,12 +521,6 @@ class LeaseBook:
         still holds?"""
         lease = self._lease_of(request)
         return lease is not None and not lease.lost
-
-    def send_safe(self) -> bool:
-        """May a leased request leave for the network now (no I/O)?  False while this worker,
-        after a stall that may have made it dead to the fleet, waits for a frontier call to
-        say which of its leases it still holds (frontier/liveness.py StallGuard)."""
-        return self.send_check()
 
     def lost_lease(self, request: Request) -> bool:
         """Was *request* (or a redirect/retry made from it) leased by this worker, and is that

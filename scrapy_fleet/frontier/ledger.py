@@ -69,13 +69,5 @@ class LeaseLedger(Protocol):
         """recrawl: revisit *request* in *interval* s with *state* (None: not revisited),
         written with its acknowledgement; False when it is not a lease of this worker."""
 
-    def send_safe(self) -> bool:
-        """May a leased request leave for the network now (no I/O)?  False while this worker,
-        after a stall, waits for a frontier call to say which leases it still holds."""
-
-    def lost_lease(self, request: Request) -> bool:
-        """Was *request* leased by this worker, and is that lease lost (leased again
-        elsewhere)?"""
-
     def withhold_acknowledgements(self, reason: str) -> None:
         """Acknowledge nothing more (a sink failed for good): leases go back on expiry."""

@@ -46,10 +46,8 @@ class LivenessBeat:
     """
 
     def __init__(self, url: str, parts: Sequence[CrawlKeys], worker: str, dead_after: float,
-                 timeout: float, on_beat: Callable[[float], None] | None = None) -> None:
+                 timeout: float) -> None:
         self.url = url
-        #: called with the time each beat that reached every partition was sent
-        self.on_beat = on_beat
         self.parts = list(parts)
         self.worker = worker
         self.dead_ms = int(dead_after * 1000)
@@ -84,8 +82,6 @@ class LivenessBeat:
                 sent = time.monotonic()
                 for keys in self.parts:
                     script(keys=keys.call_keys(BEAT_CALL), args=[self.worker, self.dead_ms])
-                if self.on_beat is not None:
-                    self.on_beat(sent)  # (before last_ok: it compares with the previous)
                 self.last_ok = sent
                 self.beats += 1
             except Exception as exc:  # Redis unreachable, a failover: the next beat tries again
@@ -113,20 +109,13 @@ class StallGuard:
         self.confirmed_at = time.monotonic()
         #: since when the prefetch is held back (None: it is not)
         self.held_since: float | None = None
-        #: the hold was announced to the pump (suspect() returned None for it once)
-        self._announced = False
-        #: the beat thread notes its beats here too (:meth:`sign`)
-        self._lock = threading.Lock()
-        #: a frontier call got its reply (before the first sign, nothing was silent)
-        self._heard = False
 
     def start_beat(self, url: str, worker: str, parts: Sequence[CrawlKeys],
                    timeout: float) -> None:
         """Start beating *worker*'s sign of life into *parts* (:class:`LivenessBeat`), unless
         *dead_after* is 0."""
         if self.dead_after > 0 and self.beat is None:
-            self.beat = LivenessBeat(url, parts, worker, self.dead_after, timeout,
-                                     on_beat=self.sign)
+            self.beat = LivenessBeat(url, parts, worker, self.dead_after, timeout)
             self.beat.start()
 
     def stop_beat(self, inc: Callable[[str, int], None]) -> None:
@@ -139,64 +128,35 @@ class StallGuard:
                 inc("fleet/liveness/failed", self.beat.failures)
             self.beat = None
 
-    def sign(self, at: float) -> None:
-        """A sign of life sent at *at* (``time.monotonic()``) got through: a beat (from the
-        liveness thread) or a frontier call.  A silence of more than *dead_after* / 2 s before
-        it starts a hold: the worker may have been dead to the fleet meanwhile, whatever got
-        through since.  (Checking only the latest sign missed it: after a SIGSTOP the thread
-        beats at once on SIGCONT, and the prefetch looked safe with its leases taken.)"""
-        if self.dead_after <= 0:
-            return
-        with self._lock:
-            beat = self.beat.last_ok if self.beat is not None else None
-            if not self._heard and beat is None:
-                return  # (the first sign: the start-up before it is no silence)
-            last = self.confirmed_at
-            if beat is not None and beat > last:
-                last = beat
-            if at - last > self.dead_after / 2 and self.held_since is None:
-                self.held_since = at  # (a call must be sent from now on to end it)
-                self._announced = False
-
     def suspect(self, prefetched: bool = True) -> bool | None:
         """True while the prefetch is held back; None when it must be from now on (no call
-        got its reply and no beat got through for more than *dead_after* / 2 s, now or at
-        some moment since the last check: the process was stopped, its reactor and thread
-        blocked, or Redis away), so the pump's next call must extend every lease it holds;
-        False otherwise (*prefetched* False: nothing is prefetched, nothing to hold back,
-        unless a hold has begun)."""
-        with self._lock:
-            if self.held_since is not None:
-                if not self._announced:
-                    self._announced = True
-                    return None
-                return True
-            if self.dead_after <= 0 or not prefetched:
-                return False
-            now = time.monotonic()
-            last = self.confirmed_at
-            beat = self.beat.last_ok if self.beat is not None else None
-            if beat is not None and beat > last:
-                last = beat
-            if now - last <= self.dead_after / 2:
-                return False
-            self.held_since = now
-            self._announced = True
-            return None
+        got its reply and no beat got through for more than *dead_after* / 2 s: the process
+        was stopped, its reactor and thread blocked, or Redis away), so the pump's next call
+        must extend every lease it holds; False otherwise (*prefetched* False: nothing is
+        prefetched, nothing to hold back)."""
+        if self.held_since is not None:
+            return True
+        if self.dead_after <= 0 or not prefetched:
+            return False
+        now = time.monotonic()
+        last = self.confirmed_at
+        beat = self.beat.last_ok if self.beat is not None else None
+        if beat is not None and beat > last:
+            last = beat
+        if now - last <= self.dead_after / 2:
+            return False
+        self.held_since = now
+        return None
 
     def confirmed(self, started: float, revalidates: bool) -> bool:
         """A call sent at *started* got its reply; *revalidates*: it was built afresh and
         extended every lease held.  Returns True when that ends a hold (its reply dropped the
         lost leases: the engine may take the rest)."""
-        self.sign(started)
-        with self._lock:
-            self._heard = True
-            self.confirmed_at = max(self.confirmed_at, started)
-            if self.held_since is not None and revalidates and started >= self.held_since:
-                self.held_since = None
-                self._announced = False
-                return True
-            return False
+        self.confirmed_at = max(self.confirmed_at, started)
+        if self.held_since is not None and revalidates and started >= self.held_since:
+            self.held_since = None
+            return True
+        return False
 
 
 async def leave(client: Any, keys: CrawlKeys, worker: str, partitions: int) -> None:

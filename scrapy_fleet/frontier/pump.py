@@ -87,7 +87,6 @@ class FrontierPump:
         #: the worker's buffers and leases, which each call carries and files the reply into
         self.book = LeaseBook(crawler, config)
         self.book.poke = self._poke
-        self.book.send_check = lambda: self.prefetch_safe(True)
         self._frontier: AsyncFrontier | None = None
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -162,19 +161,15 @@ class FrontierPump:
             await self.frontier.close()
         self.book.flush_counts()
 
-    def prefetch_safe(self, prefetched: bool | None = None) -> bool:
+    def prefetch_safe(self) -> bool:
         """May the engine take a prefetched request now (no I/O)?  Not after a stall that may
         have made this worker dead to the fleet (frontier/liveness.py StallGuard): the next
-        call then extends every lease held, its reply drops the lost ones from the prefetch
-        and marks those in flight lost, and the engine is woken (``fleet/frontier/revalidated``
-        counts the holds so ended).  *prefetched*: something is waiting to be sent (default:
-        the prefetch is not empty); the downloader-side check (``book.send_safe``, asked by
-        FleetPolitenessMiddleware for each leased request) passes True."""
-        if prefetched is None:
-            prefetched = bool(self.book.prefetch)
-        state = self.stalls.suspect(prefetched)
+        call then extends every lease held, its reply drops the lost ones from the prefetch,
+        and the engine is woken (``fleet/frontier/revalidated`` counts such holds)."""
+        state = self.stalls.suspect(bool(self.book.prefetch))
         if state is None:
             self._last_extend = 0.0  # (the next call is a heartbeat: every lease extended)
+            self.book.inc("fleet/frontier/revalidated")
             self._poke()
         return state is False
 
@@ -464,7 +459,6 @@ class FrontierPump:
         if not sent.final:
             self.receive(result)
         if self.stalls.confirmed(started, fresh and batch.beat):
-            book.inc("fleet/frontier/revalidated")
             engine_hooks.wake_engine(self.crawler)
         if final and not sent.final:  # (that was a call sent again: now the final one)
             return await self.call(final=True)

@@ -55,8 +55,6 @@ def robots_of(crawler: Any) -> FleetRobotsTxtMiddleware | None:
     return _ROBOTS.get(crawler)
 #: seconds a request waits for Redis in the politeness guard before asking again (doubling)
 _GUARD_FIRST_WAIT, _GUARD_MAX_WAIT = 0.1, 5.0
-#: seconds between two looks, while a leased request waits for the revalidation after a stall
-_REVALIDATION_POLL = 0.05
 #: statuses that put a host on hold (fleet-wide back-off)
 BACKOFF_STATUSES = (429, 503)
 _STAT = "fleet/politeness/"
@@ -207,7 +205,6 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
         while True:
             try:
                 await self._wait_turn(request)
-                await self._still_held(request)
                 return None
             except _REDIS_ERRORS as exc:
                 self._inc(_STAT + "guard_redis_waits")
@@ -233,27 +230,6 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
                 return None
             self._inc(_STAT + "guard_waits")
             await asyncio.sleep(min(wait, 60.0))
-
-    async def _still_held(self, request: Request) -> None:
-        """A leased request leaves only while this worker holds its lease.  After a stall
-        that may have made the worker dead to the fleet (SIGSTOP, a frozen VM: its leases
-        reclaimed by the others), requests already given to the downloader wait here until
-        a frontier call has said which leases the worker still holds
-        (``fleet/frontier/revalidation_waits``); one whose lease was taken is not sent
-        (IgnoreRequest, ``fleet/frontier/lost_not_sent``): its new holder fetches it."""
-        if not request.meta.get(LEASE_META_KEY):
-            return
-        ledger = engine_hooks.ledger_of(self.crawler)
-        if ledger is None:
-            return
-        if not ledger.send_safe():
-            self._inc("fleet/frontier/revalidation_waits")
-            while not ledger.send_safe() and not ledger.closing:
-                await asyncio.sleep(_REVALIDATION_POLL)
-        if ledger.lost_lease(request):
-            self._inc("fleet/frontier/lost_not_sent")
-            raise IgnoreRequest("its lease was lost (leased again elsewhere while this worker "
-                                "was stalled): not sent")
 
     def _note_hold(self, host: str, seconds: float) -> None:
         """Tell this worker's scheduler at once (others learn it at their next call)."""
