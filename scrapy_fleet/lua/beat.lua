@@ -11,13 +11,18 @@
 -- added, is updated; a beat never adds one), mon's lw, alive_from when no worker had reached
 -- Redis for ARGV[2] ms before this beat (an outage: liveness counts from its end, so no
 -- worker is dead to the others because Redis was away).
--- Reply: the server time (ms).  Safe to repeat.  Work: 5 commands at most.
+-- A worker that is not in workers (the crawl was purged, or it never made a frontier call)
+-- writes nothing: a beat never brings a purged crawl's keys back.
+-- Reply: the server time (ms).  Safe to repeat.  Work: 6 commands at most.
 
 local me, dead_ms = ARGV[1], tonumber(ARGV[2])
 if me == nil or me == '' or not dead_ms or dead_ms <= 0 then
   return redis.error_reply('ERR fleet: bad beat call')
 end
 local now = server_now_ms()
+if not redis.call('ZSCORE', K.workers, me) then
+  return now
+end
 local lw = tonumber(redis.call('HGET', K.mon, 'lw'))
 if not lw or now - lw > dead_ms then
   redis.call('SET', K.alive_from, string.format('%d', now))

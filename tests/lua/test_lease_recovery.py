@@ -92,6 +92,7 @@ def test_a_worker_is_never_dead_to_itself(redis_url):
     admin = make_admin(redis_url)
     admin.push([entry("http://h/a"), entry("http://h/b")])
     mine = leased_by(admin, "slow", 1)
+    admin.call(CallBatch(), worker="other")  # a worker of the crawl from now on
     started = server_ms(admin.client)
     # another worker beats (Redis is reachable, no gap) but makes no call that would look;
     # the silent holder's own next call finds its own lease, not a dead worker's
@@ -101,6 +102,21 @@ def test_a_worker_is_never_dead_to_itself(redis_url):
     back = admin.call(CallBatch(extends=[(mine[0].entry_id, mine[0].token)]), worker="slow")
     assert (back.reclaimed, back.lost) == (0, [])
     assert admin.client.zscore(admin.keys.holders, "slow") is not None
+
+
+def test_a_beat_writes_nothing_for_a_worker_the_crawl_does_not_have(redis_url):
+    admin = make_admin(redis_url)
+    admin.push([entry("http://h/a")])
+    leased_by(admin, "w1", 1)
+    lw = admin.client.hget(admin.keys.mon, "lw")
+    wait_server_past(admin.client, server_ms(admin.client) + DEAD_MS + 100)
+    beat(admin, "stranger")  # never made a frontier call: not a worker of this crawl
+    assert admin.client.hget(admin.keys.mon, "lw") == lw
+    assert admin.client.zscore(admin.keys.workers, "stranger") is None
+    # the crawl is purged while w1 still runs: its beats bring none of the keys back
+    admin.client.flushdb()
+    beat(admin, "w1")
+    assert admin.client.keys("*") == []
 
 
 def test_an_outage_of_redis_makes_no_worker_dead(redis_url):
