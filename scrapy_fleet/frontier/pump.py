@@ -376,8 +376,9 @@ class FrontierPump:
         if sent is None:
             book.flush_counts()
             batch, n_out, n_done, n_dead = self._build_batch(final)
-            if batch.is_empty() and self.frontier.flush_in() != 0:
-                return None  # (0: the client's own buffer is due: it goes with an empty batch)
+            if batch.is_empty() and self.frontier.flush_in() != 0 and not (
+                    final and self.monitor.unsent()):  # (0: the client's buffer is due;
+                return None  # the closing call carries the counter deltas not confirmed)
             # leases held once this call is done (what it releases is gone then), with the
             # pages whose acknowledgement waits in a partitioned client (still leased)
             waiting = self.frontier.acks_held

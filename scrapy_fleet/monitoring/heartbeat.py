@@ -166,6 +166,15 @@ class WorkerMonitor:
         self._pending = (self._seq, deltas, hosts)
         return self._pending
 
+    def unsent(self) -> bool:
+        """Counter deltas Redis has not confirmed: a batch sent and not confirmed, a
+        response counted since the last batch, or per-host counts waiting (no I/O).  The
+        closing call goes out for them even with nothing else to send (frontier/pump.py)."""
+        if self._pending is not None or self._host_counts:
+            return True
+        now = fleet_counters(self.stats.get_stats() if self.stats else {}, self.ban_statuses)
+        return any(v > self._sent.get(k, 0) for k, v in now.items())
+
     def payload(self, state: str, leases: int, downloads: int) -> bytes:
         """ARGV[2] of the next frontier call (lua/monitoring.lua)."""
         stats = self.stats.get_stats() if self.stats else {}
