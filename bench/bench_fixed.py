@@ -158,10 +158,10 @@ print(json.dumps({"usec": ev["usec"] / ev["calls"], "commands": others / ev["cal
 #: the --cuts child: one server, the crawl seeded as above, then each variant of the call
 #: (this tree's Functions library with the frontier function's entry file cut or added to)
 CUTS = CHILD.split("r.config_resetstat()")[0] + r"""
-from scrapy_fleet.lua import library
+from scrapy_fleet.lua import library, sources
 rounds = int(sys.argv[8])
 name, code = library.library()
-driver = lua.entry("frontier.lua")
+driver = sources.entry("frontier.lua")
 assert code.count(driver) == 1
 cut_at = {"head": "if head[1] then\n  return head[1]\nend\n",
           "check": "if not c then return redis.error_reply(err) end\n",

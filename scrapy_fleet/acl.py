@@ -27,6 +27,7 @@ import redis
 from scrapy_fleet import lua
 from scrapy_fleet.errors import RedisPermissionError
 from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys
+from scrapy_fleet.lua import sources
 
 #: entry scripts each role runs
 _SCRIPTS = {"worker": ("frontier.lua", "push_lean.lua", "politeness.lua", "seeding.lua",
@@ -110,7 +111,7 @@ def script_commands(role: str, pool: bool = False) -> list[str]:
     names: set[str] = set()
     scripts = (_POOL_SCRIPTS if role in _POOL_DIRECT else ()) if pool else _SCRIPTS[role]
     for script in scripts:
-        source = lua.source(script)
+        source = sources.source(script)
         names.update(m.lower() for m in (*_CALL.findall(source), *_CALL_NOTE.findall(source)))
     return sorted(names)
 

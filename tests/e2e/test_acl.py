@@ -423,11 +423,11 @@ def test_every_command_a_script_computes_is_named_for_the_rules():
     ``-- acl: CMD`` note, else a least-privileged user would fail half-way through a call."""
     import re
 
-    from scrapy_fleet import lua
+    from scrapy_fleet.lua import sources
 
     for script in ("frontier.lua", "failed_retry.lua", "politeness.lua", "seeding.lua",
                    "bloom_add.lua", "proxies.lua", "sample.lua"):
-        lines = lua.source(script).splitlines()
+        lines = sources.source(script).splitlines()
         for n, line in enumerate(lines):
             m = re.search(r"redis\.p?call\(\s*([^'\"\s][^,)]*)", line)
             if m:  # (the note on this line or one of the 10 before it)

@@ -120,7 +120,7 @@ def test_wheel_installed_alone_runs_scrapy_fleet_help(dist: Path, tmp_path: Path
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env["HOME"] = str(tmp_path)  # Scrapy writes under HOME
     where = subprocess.run(
-        [str(python), "-c", "import scrapy_fleet, scrapy_fleet.lua as lua, pathlib;"
+        [str(python), "-c", "import scrapy_fleet, scrapy_fleet.lua.sources as lua, pathlib;"
          "print(scrapy_fleet.__file__);"
          "names = sorted(p.name for p in pathlib.Path(lua.__file__).parent.glob('*.lua'));"
          "print(len(names), all(lua.source(n).strip() for n in names))"],

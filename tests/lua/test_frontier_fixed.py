@@ -23,10 +23,10 @@ import msgpack
 import pytest
 import redis
 
-from scrapy_fleet import lua
 from scrapy_fleet.frontier.lean import lean_args
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams, call_args
 from scrapy_fleet.keys import BLOOM_MAX_SLICES, PUSH_LEAN_CALL, CrawlKeys
+from scrapy_fleet.lua import sources
 
 CLOCK = "test:clock"  # (not a crawl key) the server's time in ms, as the test sets it
 T0 = 1_900_000_000_000
@@ -51,7 +51,7 @@ class Frontier:
 
     def pinned(self, name: str) -> Any:
         """Script *name* with the server's clock read from CLOCK."""
-        source = lua.source(name)
+        source = sources.source(name)
         assert "redis.call('TIME')" in source
         clock = ("local function test_time()\n"
                  f"  local ms = tonumber(redis.call('GET', '{CLOCK}'))\n"

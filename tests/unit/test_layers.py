@@ -85,19 +85,27 @@ def _imports(name: str) -> list[tuple[str, str | None, int]]:
     return out
 
 
+def _targets(name: str, imports: list[tuple[str, str | None, int]]) -> set[str]:
+    """The modules *name* depends on through *imports* (:func:`_imports`' rows): each module
+    imported, and the packages above it (importing a module runs their ``__init__``), but
+    for the top one, ``scrapy_fleet/__init__.py`` (the public face, which every import runs
+    and which a module depends on only when it imports a name of it), and for *name*'s own
+    packages, which Python runs before *name* anyway: a dependency on one of those only when
+    *name* imports it (or a name of it) itself (lua/library.py once read lua/__init__.py's
+    tables with ``from scrapy_fleet import lua`` while lua/__init__.py imported
+    lua/library.py: a cycle this reader missed)."""
+    targets = set()
+    for module, _, _ in imports:
+        parts = module.split(".")
+        targets.update(t for t in (".".join(parts[:i]) for i in range(2, len(parts)))
+                       if not name.startswith(t + "."))
+        targets.add(module)
+    return {t for t in targets if t in MODULES and t != name}
+
+
 def _edges() -> dict[str, set[str]]:
-    """Module -> the scrapy_fleet modules it imports (a module imports its packages too, but
-    for the top one, ``scrapy_fleet/__init__.py``: the public face, which every import runs
-    and which a module depends on only when it imports a name of it)."""
-    edges: dict[str, set[str]] = {}
-    for name in MODULES:
-        targets = set()
-        for module, _, _ in _imports(name):
-            parts = module.split(".")
-            targets.update(".".join(parts[:i]) for i in range(2, len(parts) + 1))
-        edges[name] = {t for t in targets if t in MODULES and t != name
-                       and not name.startswith(t + ".")}
-    return edges
+    """Module -> the scrapy_fleet modules it imports (:func:`_targets`)."""
+    return {name: _targets(name, _imports(name)) for name in MODULES}
 
 
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -142,6 +150,14 @@ def test_the_reader_sees_imports_inside_functions_and_under_type_checking():
     assert "scrapy_fleet.proxies.actions" in imports  # in a function
     assert "scrapy_fleet.config" in {  # under TYPE_CHECKING
         m for m, _, _ in _imports("scrapy_fleet.stages.roles")}
+    # a module importing a name of its own package depends on the package's __init__; one
+    # importing a sibling module does not (its package runs first whatever it imports)
+    assert _targets("scrapy_fleet.lua.library", [("scrapy_fleet.lua", "SCRIPTS", 1)]) == {
+        "scrapy_fleet.lua"}
+    assert _targets("scrapy_fleet.lua.library", [("scrapy_fleet.lua.sources", None, 1)]) == {
+        "scrapy_fleet.lua.sources"}
+    assert "scrapy_fleet.frontier" in _targets(
+        "scrapy_fleet.lua.library", [("scrapy_fleet.frontier.pump", None, 1)])
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(edges) == [["a", "b", "c"]]
 

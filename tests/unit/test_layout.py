@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import scrapy_fleet
-from scrapy_fleet import lua
+from scrapy_fleet.lua import sources
 
 PACKAGE = Path(scrapy_fleet.__file__).parent
 
@@ -30,5 +30,5 @@ def test_no_module_shares_a_name_with_a_folder() -> None:
 
 def test_lua_scripts_are_found_by_the_loader() -> None:
     for name in ("frontier.lua", "politeness.lua", "bloom_add.lua", "seeding.lua"):
-        source = lua.source(name)
+        source = sources.source(name)
         assert "redis.call" in source, name

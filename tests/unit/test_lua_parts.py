@@ -9,10 +9,11 @@ from importlib import resources
 
 import pytest
 
-from scrapy_fleet import keys, lua
+from scrapy_fleet import keys
+from scrapy_fleet.lua import sources
 
 FOLDER = resources.files("scrapy_fleet") / "lua"
-DECLARED = {name: spec for name, spec in lua.SCRIPTS.items() if spec[1] is not None}
+DECLARED = {name: spec for name, spec in sources.SCRIPTS.items() if spec[1] is not None}
 
 
 def lua_files() -> list[str]:
@@ -25,7 +26,7 @@ def test_the_prologue_binds_each_declared_name_to_the_key_call_keys_puts_there(s
     assert len(set(names)) == len(names)
     built = (keys.StartKeyKeys("s").call_keys() if script == "startkey.lua"
              else keys.CrawlKeys("fleet", "c").call_keys(names, "OP", "PREV", "W"))
-    bound = dict(re.findall(r"^  (\w+) = (.+?),?$", lua.prologue(names), re.M))
+    bound = dict(re.findall(r"^  (\w+) = (.+?),?$", sources.prologue(names), re.M))
     assert list(bound) == list(names)
     position = 0
     for name in names:
@@ -52,8 +53,8 @@ def test_the_prologue_binds_each_declared_name_to_the_key_call_keys_puts_there(s
 @pytest.mark.parametrize("script", sorted(DECLARED))
 def test_no_part_of_a_declared_script_names_a_key_by_position(script):
     parts, _ = DECLARED[script]
-    if script in lua.GROUPS:  # (the parts of a function the script's driver calls)
-        _, members, body = lua.GROUPS[script]
+    if script in sources.GROUPS:  # (the parts of a function the script's driver calls)
+        _, members, body = sources.GROUPS[script]
         parts = (*parts, *members, body)
     for part in (*parts, script):
         text = (FOLDER / part).read_text("utf-8")
