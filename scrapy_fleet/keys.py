@@ -161,6 +161,11 @@ BLOOM_MAX_SLICES = 12
 #: queue ZSET and the ``ehost`` hash) or of another version is refused at start.
 LAYOUT_VERSION = 3
 
+#: TEST ONLY: the key holding the offset (ms) the test clock adds to Redis TIME in every
+#: script's ``server_now_ms()`` while a test has it on (lua/test_clock.lua,
+#: ``lua.sources.set_test_clock``); never read by a production script.
+TEST_CLOCK_KEY = "fleet-test:clock_offset_ms"
+
 #: The monitoring keys of a call (lua/monitoring.lua), last in the calls that carry them.
 MONITOR_CALL = ("worker_info", "mon", "series_10s", "series_1m", "series_10m", "hoststats",
                 "hostbans")

@@ -91,6 +91,30 @@ def redis_url(redis_server: RedisServer) -> str:
     return redis_server.url
 
 
+@pytest.fixture
+def lua_clock(redis_url: str) -> Iterator[Callable[..., None]]:
+    """The Lua steps' clock, set by the test (TEST ONLY: lua/test_clock.lua): while the test
+    runs, every script built in this process reads Redis TIME plus an offset; the fixture's
+    value, ``advance(seconds, client=None)``, moves that clock forward by as much at once on
+    *redis_url*'s server (or *client*'s), instead of sleeping while Redis time passes.  Off
+    again after the test."""
+    import redis
+
+    from scrapy_fleet.keys import TEST_CLOCK_KEY
+    from scrapy_fleet.lua import sources
+
+    client = redis.Redis.from_url(redis_url)
+    sources.set_test_clock(TEST_CLOCK_KEY)
+    try:
+        def advance(seconds: float, other: Any = None) -> None:
+            (other or client).incrby(TEST_CLOCK_KEY, round(seconds * 1000))
+
+        yield advance
+    finally:
+        sources.set_test_clock(None)
+        client.close()
+
+
 @pytest.fixture(scope="session")
 def site_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SiteProcess]:
     root = tmp_path_factory.mktemp("site")

@@ -45,9 +45,15 @@ FUNCTIONS = ("frontier.lua", "push_lean.lua")
 MISSING = "Function not found"
 
 
-@cache
 def library() -> tuple[str, str]:
-    """``(name, code)`` of the library (the code starts with its ``#!lua name=`` line)."""
+    """``(name, code)`` of the library (the code starts with its ``#!lua name=`` line); with
+    the test clock on (``sources.set_test_clock``: tests only) another library, named after
+    its own code."""
+    return _library(sources.test_clock())
+
+
+@cache
+def _library(clock: str | None) -> tuple[str, str]:
     blocks = []
     for script in FUNCTIONS:
         declared = sources.SCRIPTS[script][1]

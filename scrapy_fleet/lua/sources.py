@@ -81,12 +81,37 @@ def prologue(names: tuple[str, ...]) -> str:
             f"local CRAWL_LAYOUT = '{keys.LAYOUT_VERSION}'\n")
 
 
+#: TEST ONLY: the key of the test clock's offset while a test has it on (None: off, the
+#: default; :func:`set_test_clock`)
+_test_clock: str | None = None
+
+
+def set_test_clock(key: str | None) -> None:
+    """TEST ONLY: turn the test clock on (*key*: ``keys.TEST_CLOCK_KEY``) or off (None) for
+    the scripts built from now on in this process: while on, lua/test_clock.lua follows
+    common.lua in every script, so ``server_now_ms()`` is Redis TIME plus the offset (ms) at
+    *key*.  Off, the sources are the files as they are: production pays nothing.  The clocks
+    of bloom_write.lua, partition_probe.lua and startkey.lua (their own TIME) stay real."""
+    global _test_clock
+    _test_clock = key
+
+
+def test_clock() -> str | None:
+    """The test clock's key while a test has it on, else None (:func:`set_test_clock`)."""
+    return _test_clock
+
+
 def parts(name: str, flat: bool = False) -> list[str]:
     """The sources of *name*'s parts, then of its group (not its prologue, not the entry
     file).  *flat*: the group's parts before its function, which then holds its body only
-    (a Functions library defines every part once, when it is loaded: lua/library.py)."""
+    (a Functions library defines every part once, when it is loaded: lua/library.py).
+    With the test clock on, lua/test_clock.lua follows common.lua."""
     folder = resources.files("scrapy_fleet") / "lua"
     found = [(folder / part).read_text("utf-8") for part in SCRIPTS.get(name, ((), None))[0]]
+    if _test_clock is not None and "common.lua" in SCRIPTS.get(name, ((), None))[0]:
+        at = SCRIPTS[name][0].index("common.lua") + 1
+        found.insert(at, (folder / "test_clock.lua").read_text("utf-8").replace(
+            "@KEY@", _test_clock))
     if name in GROUPS:
         function, members, body = GROUPS[name]
         inside = (body,) if flat else (*members, body)
@@ -103,9 +128,13 @@ def entry(name: str) -> str:
     return (resources.files("scrapy_fleet") / "lua" / name).read_text("utf-8")
 
 
-@cache
 def source(name: str) -> str:
     """Full Lua source of entry script *name* (its prologue and parts first)."""
+    return _source(name, _test_clock)
+
+
+@cache
+def _source(name: str, clock: str | None) -> str:
     found = parts(name)
     declared = SCRIPTS.get(name, ((), None))[1]
     if declared is not None:

@@ -157,3 +157,34 @@ def test_a_least_privileged_worker_loads_the_library_and_crawls(redis_server, re
         admin.close()
     finally:
         client.execute_command("ACL", "DELUSER", "fn-worker")
+
+
+def test_the_scripts_hold_no_test_clock_unless_a_test_turns_it_on():
+    """Production pays nothing for the test clock: off (the default), neither the library
+    nor any EVALSHA script reads its key."""
+    from scrapy_fleet.keys import TEST_CLOCK_KEY
+    from scrapy_fleet.lua import sources
+
+    assert sources.test_clock() is None
+    assert TEST_CLOCK_KEY not in library.library()[1]
+    assert "server_now_ms_real" not in library.library()[1]
+    assert not [name for name in sources.SCRIPTS if TEST_CLOCK_KEY in sources.source(name)]
+
+
+def test_the_test_clock_moves_the_frontier_calls_clock(client, redis_url, lua_clock):
+    """On, the frontier call's clock (its reply's ``now_ms``) is Redis TIME plus the offset
+    the test added: an hour ahead after ``lua_clock(3600)``; its lease expires by it."""
+    from support import server_ms
+
+    from scrapy_fleet.keys import TEST_CLOCK_KEY
+
+    assert TEST_CLOCK_KEY in library.library()[1]
+    admin = FrontierAdmin(redis_url, "clock", params=FrontierParams(lease_timeout=60))
+    admin.push([row("h.test")])
+    before = admin.call(CallBatch(take=1), worker="w")
+    assert len(before.leased) == 1 and before.now_ms <= server_ms(client)
+    lua_clock(3600)
+    after = admin.call(CallBatch(), worker="w2")
+    assert after.now_ms > server_ms(client) + 3_000_000
+    assert after.reclaimed == 1  # the lease of 60 s ran out on that clock
+    admin.close()

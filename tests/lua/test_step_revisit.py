@@ -1,6 +1,7 @@
 """lua/step_revisit.lua through the frontier call, with a real redis-server: a record sent with
 an acknowledgement is tracked, comes back into the queue when due (without the Bloom filter),
-is rescheduled or dropped by its revisit's acknowledgement, within the schedule's bound."""
+is rescheduled or dropped by its revisit's acknowledgement, within the schedule's bound.
+Time passes on the Lua steps' test clock (tests/conftest.py ``lua_clock``), not by sleeping."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def scheduled(client: redis.Redis) -> int:
                for m in client.zrange(KEYS.revisit_index, 0, -1))
 
 
-def test_a_tracked_page_comes_back_when_due_and_its_revisit_is_rescheduled(redis_url):
+def test_a_tracked_page_comes_back_when_due_and_its_revisit_is_rescheduled(redis_url,
+                                                                          lua_clock):
     admin = admin_of(redis_url)
     client = redis.Redis.from_url(redis_url)
     push(admin, "http://h/p")
@@ -57,7 +59,7 @@ def test_a_tracked_page_comes_back_when_due_and_its_revisit_is_rescheduled(redis
     assert stat(client, "revisit_tracked") == 1
     # not due yet: nothing to lease
     assert admin.call(CallBatch(take=1), worker="w").leased == []
-    time.sleep(0.8)  # the slot of a 300 ms interval (256 ms wide) is due by then
+    lua_clock(0.8)  # the slot of a 300 ms interval (256 ms wide) is due by then
     again = admin.call(CallBatch(take=1), worker="w")
     assert len(again.leased) == 1
     revisit = again.leased[0]
@@ -82,14 +84,14 @@ def test_a_tracked_page_comes_back_when_due_and_its_revisit_is_rescheduled(redis
     assert State.from_meta(kept.meta[STATE_META_KEY]) == newer
 
 
-def test_a_revisit_acknowledged_without_a_record_leaves_the_schedule(redis_url):
+def test_a_revisit_acknowledged_without_a_record_leaves_the_schedule(redis_url, lua_clock):
     admin = admin_of(redis_url)
     client = redis.Redis.from_url(redis_url)
     push(admin, "http://h/gone")
     first = admin.call(CallBatch(take=1), worker="w").leased[0]
     admin.call(CallBatch(acks=[(first.entry_id, first.token, b"", [], 0,
                                 record_for(first, State(fetched=1), 0.3))]), worker="w")
-    time.sleep(0.8)
+    lua_clock(0.8)
     revisit = admin.call(CallBatch(take=1), worker="w").leased[0]
     done = admin.call(CallBatch(acks=[(revisit.entry_id, revisit.token, b"", [], 0, b"")]),
                       worker="w")
@@ -98,7 +100,8 @@ def test_a_revisit_acknowledged_without_a_record_leaves_the_schedule(redis_url):
     assert scheduled(client) == 0 and done.idle_ms >= 0  # nothing left: the fleet is idle
 
 
-def test_a_revisit_dead_lettered_after_its_leases_expired_leaves_the_count(redis_url):
+def test_a_revisit_dead_lettered_after_its_leases_expired_leaves_the_count(redis_url,
+                                                                          lua_clock):
     admin = admin_of(redis_url, lease_timeout=0.5, max_leases=1)
     client = redis.Redis.from_url(redis_url)
     push(admin, "http://h/slow")
@@ -106,10 +109,10 @@ def test_a_revisit_dead_lettered_after_its_leases_expired_leaves_the_count(redis
     admin.call(CallBatch(acks=[(first.entry_id, first.token, b"", [], 0,
                                 record_for(first, State(fetched=1), 0.3))]), worker="w")
     assert client.get(KEYS.revisit_count) == b"1"
-    time.sleep(0.8)
+    lua_clock(0.8)
     revisit = admin.call(CallBatch(take=1), worker="w").leased[0]
     assert revisit.entry_id.startswith("r")
-    time.sleep(0.7)  # its lease expires (once: max_leases 1): it is dead-lettered
+    lua_clock(0.7)  # its lease expires (once: max_leases 1): it is dead-lettered
     done = admin.call(CallBatch(), worker="w2")
     assert done.dead_lettered == 1 and client.hexists(KEYS.dead, revisit.entry_id)
     assert client.get(KEYS.revisit_count) == b"0" and scheduled(client) == 0
@@ -117,12 +120,12 @@ def test_a_revisit_dead_lettered_after_its_leases_expired_leaves_the_count(redis
     assert stat(client, "revisit_dropped") == 1
 
 
-def test_a_stale_acknowledgement_tracks_nothing(redis_url):
+def test_a_stale_acknowledgement_tracks_nothing(redis_url, lua_clock):
     admin = admin_of(redis_url, lease_timeout=1.0)
     client = redis.Redis.from_url(redis_url)
     push(admin, "http://h/x")
     first = admin.call(CallBatch(take=1), worker="w1").leased[0]
-    time.sleep(1.2)
+    lua_clock(1.2)
     second = admin.call(CallBatch(take=1), worker="w2").leased[0]  # reclaimed, leased again
     stale = admin.call(CallBatch(acks=[(first.entry_id, first.token, b"", [], 0,
                                         record_for(first, State(fetched=1), 5))]), worker="w1")
@@ -146,7 +149,7 @@ def test_past_the_bound_new_pages_are_not_tracked_and_counted(redis_url):
     assert stat(client, "revisit_untracked") == 1
 
 
-def test_due_revisits_wait_while_the_frontier_is_full(redis_url):
+def test_due_revisits_wait_while_the_frontier_is_full(redis_url, lua_clock):
     admin = admin_of(redis_url, queue_max=1)
     client = redis.Redis.from_url(redis_url)
     push(admin, "http://h/a")
@@ -154,7 +157,7 @@ def test_due_revisits_wait_while_the_frontier_is_full(redis_url):
     admin.call(CallBatch(acks=[(first.entry_id, first.token, b"", [], 0,
                                 record_for(first, State(fetched=1), 0.3))]), worker="w")
     push(admin, "http://h/b")  # the frontier is full (1 queued)
-    time.sleep(0.8)
+    lua_clock(0.8)
     admin.call(CallBatch(), worker="w")
     assert scheduled(client) == 1 and stat(client, "revisit_due") == 0
     got = admin.call(CallBatch(take=1), worker="w").leased  # b leaves the queue: room
@@ -192,7 +195,7 @@ def test_status_shows_the_schedule_and_metrics_have_prometheus_names(redis_url):
         (leased[1].entry_id, leased[1].token, b"", [], 0, record_for(leased[1], states[1], 3600))]),
         worker="w")
     client.hset(KEYS.stats, mapping={"revisit_not_modified": 3, "revisit_changed": 1})
-    time.sleep(0.8)
+    time.sleep(0.8)  # (the snapshot reads TIME itself: the test clock does not move it)
     rv = read_recrawl(client, KEYS)
     assert (rv["tracked"], rv["scheduled"], rv["due"], rv["overdue"]) == (2, 2, 1, 0)
     assert rv["next_due_in"] == 0  # one is due now
@@ -210,7 +213,8 @@ def test_status_shows_the_schedule_and_metrics_have_prometheus_names(redis_url):
             "scrapy_fleet_recrawl_outcomes", "scrapy_fleet_recrawl_freshness_ratio"} <= names
 
 
-def test_the_schedule_survives_a_redis_restart_from_its_append_only_file(tmp_path):
+def test_the_schedule_survives_a_redis_restart_from_its_append_only_file(tmp_path,
+                                                                        lua_clock):
     from testsite.processes import RedisServer
 
     with RedisServer(tmp_path / "redis", persistent=True) as server:
@@ -224,7 +228,7 @@ def test_the_schedule_survives_a_redis_restart_from_its_append_only_file(tmp_pat
         server.start()
         client = server.client()
         assert client.get(KEYS.revisit_count) == b"1" and scheduled(client) == 1
-        time.sleep(0.8)
+        lua_clock(0.8, client)
         again = admin_of(server.url).call(CallBatch(take=1), worker="w2").leased
         assert [e.entry_id[0] for e in again] == ["r"]
         request = codec.decode(again[0].payload, None, DEFAULT_REQUEST_CLASSES)
