@@ -204,9 +204,11 @@ def run_scrapy(
 
 
 def wait_until(check: Callable[[], Any], timeout: float, what: str,
-               interval: float = 0.2) -> Any:
+               interval: float = 0.2, explain: Callable[[], str] | None = None) -> Any:
     """Call *check* every *interval* seconds until it returns something true, and return
-    that; raise ``AssertionError`` naming *what* (and the last value) after *timeout* s."""
+    that; raise ``AssertionError`` naming *what* (and the last value, and what *explain*
+    returns then: a worker's log tail, say) after *timeout* s.  An ``AssertionError`` of
+    *check* (a worker that exited meanwhile) is raised at once."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
@@ -214,7 +216,15 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str,
         if last:
             return last
         time.sleep(interval)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+    more = f":\n{explain()}" if explain is not None else ""
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r}){more}")
+
+
+def running(*procs: subprocess.Popen[Any], log: Path) -> bool:
+    """True while every one of *procs* runs; else ``AssertionError`` with *log*'s tail (a
+    :func:`wait_until` check that must stop when a worker exited)."""
+    assert all(p.poll() is None for p in procs), tail(log)
+    return True
 
 
 def wait_all(procs: Iterable[subprocess.Popen[Any]], timeout: float) -> list[int]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import collections
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +20,7 @@ from support import (
     start_worker,
     tail,
     wait_all,
+    wait_until,
 )
 
 from scrapy_fleet import acl
@@ -329,9 +329,7 @@ def test_a_read_only_monitor_stops_sampling_after_one_noperm(acl_users, redis_se
     # a worker's user runs the sampler: the series go on
     worker = redis.Redis.from_url(acl_users("fleet-worker", acl.acl_rule("worker")))
     sampling = Sampling(worker, keys, interval=0.02, say=said.append).start()
-    deadline = time.monotonic() + 10
-    while not sampling.samples and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: sampling.samples, 10, "a sample", 0.02)
     sampling.stop()
     assert sampling.samples >= 1 and sampling.denied is None and len(said) == 1
     assert admin.strlen(keys.series("10s")) > 0
@@ -376,9 +374,8 @@ def test_monitor_process_as_the_read_only_user(acl_users, redis_server, redis_ur
             points = json.loads(resp.read())["series"]["depth_due"]
         assert [v for _, v in points if v is not None] == [1], points  # the push's sample
         admin = redis_server.client()
-        deadline = time.monotonic() + 10
-        while not _acl_log_count(admin, "fleet-monitor") and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: _acl_log_count(admin, "fleet-monitor"), 10,
+                   "the monitor's denial in the ACL log", 0.05)
         admin.close()
     finally:
         proc.send_signal(signal.SIGTERM)

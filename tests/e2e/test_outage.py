@@ -22,9 +22,11 @@ from support import (
     RedisServer,
     read_items,
     run_scrapy,
+    running,
     start_worker,
     tail,
     wait_all,
+    wait_until,
 )
 
 from scrapy_fleet import redis_client
@@ -52,11 +54,9 @@ def _crawl_setup(tmp_path: Path, site_factory, worker_env, server: RedisServer,
         "FLEET_REDIS_URL": server.url, "FLEET_IDLE_TIMEOUT": 3, "FLEET_JSONL_PATH": outs[n],
         "FLEET_REDIS_TIMEOUT": 1, "FLEET_LEASE_TIMEOUT": 120, "CONCURRENT_REQUESTS": 3,
         "FLEET_PREFETCH": 8}, worker_env, logs[n]) for n in range(2)]
-    deadline = time.monotonic() + 90
-    while len(read_items(outs, growing=True)) < 15:
-        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
-            tail(logs[0])
-        time.sleep(0.05)
+    wait_until(lambda: running(*procs, log=logs[0]) and len(
+        read_items(outs, growing=True)) >= 15, 90, "15 items", 0.05,
+        explain=lambda: tail(logs[0]))
     return site, outs, logs, procs
 
 

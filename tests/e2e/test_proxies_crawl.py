@@ -12,7 +12,16 @@ from pathlib import Path
 
 import pytest
 from proxyfixtures import dead_proxy_url, proxysite, tinyproxy  # noqa: F401 - fixtures
-from support import TEST_PROJECT, read_items, run_scrapy, start_worker, tail, wait_all
+from support import (
+    TEST_PROJECT,
+    read_items,
+    run_scrapy,
+    running,
+    start_worker,
+    tail,
+    wait_all,
+    wait_until,
+)
 
 from scrapy_fleet.proxies.pool import proxy_id
 
@@ -383,10 +392,9 @@ def test_every_exit_dead_nothing_is_sent_directly(redis_url, proxysite, worker_e
                          "FLEET_PROXY_MAX_RETRIES": 100, "LOG_LEVEL": "INFO"},
                         worker_env, log)
     try:
-        deadline = time.monotonic() + 60
-        while "WARNING: No live exit in proxy pool" not in tail(log, 10**6):
-            assert time.monotonic() < deadline and proc.poll() is None, tail(log)
-            time.sleep(0.2)
+        wait_until(lambda: running(proc, log=log)
+                   and "WARNING: No live exit in proxy pool" in tail(log, 10**6), 60,
+                   "the warning", explain=lambda: tail(log))
         time.sleep(5)  # fail closed: the request waits for an exit, never goes direct
         assert site.requests() == []
         assert proc.poll() is None
@@ -419,10 +427,9 @@ def test_a_dead_pool_is_alerted_warned_and_its_waiting_requests_released_on_sigt
     client = redis.Redis.from_url(redis_url)
     keys = CrawlKeys("fleet", "proxy_pages")
     try:
-        deadline = time.monotonic() + 60
-        while "WARNING: No live exit in proxy pool 'proxy_pages'" not in tail(log, 10**6):
-            assert time.monotonic() < deadline and proc.poll() is None, tail(log)
-            time.sleep(0.2)
+        wait_until(lambda: running(proc, log=log)
+                   and "WARNING: No live exit in proxy pool 'proxy_pages'" in tail(log, 10**6),
+                   60, "the warning", explain=lambda: tail(log))
         text = tail(log, 10**6)
         assert text.count("No live exit in proxy pool") == 1  # once, then rate-limited
         deadline = time.monotonic() + 30

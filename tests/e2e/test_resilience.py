@@ -15,9 +15,11 @@ from support import (
     RedisServer,
     read_items,
     run_scrapy,
+    running,
     start_worker,
     tail,
     wait_all,
+    wait_until,
 )
 
 from scrapy_fleet.frontier.admin import FrontierAdmin
@@ -59,10 +61,8 @@ def test_frozen_redis_mid_crawl_loses_and_repeats_nothing(tmp_path, site_factory
             "FLEET_REDIS_URL": server.url, "FLEET_IDLE_TIMEOUT": 3, "FLEET_JSONL_PATH": outs[n],
             "FLEET_REDIS_TIMEOUT": 0.5, "FLEET_REDIS_RETRIES": 20, "CONCURRENT_REQUESTS": 2,
         }, worker_env, logs[n]) for n in range(2)]
-        deadline = time.monotonic() + 60
-        while len(read_items(outs, growing=True)) < 10:
-            assert time.monotonic() < deadline, tail(logs[0])
-            time.sleep(0.05)
+        wait_until(lambda: len(read_items(outs, growing=True)) >= 10, 60, "10 items", 0.05,
+                   explain=lambda: tail(logs[0]))
         assert server.proc is not None
         os.kill(server.proc.pid, signal.SIGSTOP)
         time.sleep(3)
@@ -97,10 +97,9 @@ def test_start_requests_are_taken_over_when_their_worker_is_killed(redis_url, tm
         "FLEET_LEASE_TIMEOUT": 3, "CONCURRENT_REQUESTS": 2,
         "FLEET_JSONL_PATH": tmp_path / "out-0.jsonl"}, worker_env, tmp_path / "w-0.log",
         spider_args={"base": site.url, "n": n})
-    deadline = time.monotonic() + 60
-    while int(client.hget(seeding, "progress") or 0) < 40:
-        assert time.monotonic() < deadline and first.poll() is None, tail(tmp_path / "w-0.log")
-        time.sleep(0.1)
+    wait_until(lambda: running(first, log=tmp_path / "w-0.log") and int(
+        client.hget(seeding, "progress") or 0) >= 40, 60, "a seeding progress of 40", 0.1,
+        explain=lambda: tail(tmp_path / "w-0.log"))
     others = [start_worker(TEST_PROJECT, "many_starts", {
         "FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 3, "FLEET_QUEUE_MAX": 20,
         "FLEET_LEASE_TIMEOUT": 3, "CONCURRENT_REQUESTS": 2,
@@ -159,10 +158,8 @@ def test_start_requests_outlast_a_redis_restart(tmp_path, site_factory, worker_e
     try:
         seeding = FrontierAdmin(url, "many_starts").keys.seeding
         client = redis.Redis(port=port)
-        deadline = time.monotonic() + 60
-        while int(client.hget(seeding, "progress") or 0) < 30:
-            assert time.monotonic() < deadline, tail(tmp_path / "w-0.log")
-            time.sleep(0.1)
+        wait_until(lambda: int(client.hget(seeding, "progress") or 0) >= 30, 60,
+                   "a seeding progress of 30", 0.1, explain=lambda: tail(tmp_path / "w-0.log"))
         client.shutdown(nosave=False)  # writes and closes the AOF
         stop_process(server)
         time.sleep(1.0)

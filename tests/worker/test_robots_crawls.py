@@ -7,7 +7,6 @@ calls the scripts directly)."""
 from __future__ import annotations
 
 import itertools
-import time
 from pathlib import Path
 
 import pytest
@@ -60,10 +59,8 @@ def test_unfetchable_robots_txt_is_retried_then_its_requests_fail(
         site = site_factory(tmp_path / "www", behaviour={"robots_status": {"127.0.0.1": 429}})
         base = site.url
     url = f"{base}site/p/0.html"
-    started = time.monotonic()
     outs, logs = run_probe(2, [url], redis_url, worker_env, tmp_path,
                            {"FLEET_ROBOTSTXT_HOLD": 1, "FLEET_ROBOTSTXT_MAX_ATTEMPTS": 3})
-    elapsed = time.monotonic() - started
     # three attempts for the fleet, each by one worker, then the request failed: the crawl
     # ended by itself (idle close), with the reason in the errback and the dead letters
     assert total(logs, "fleet/politeness/robots_fetched") == 3
@@ -85,10 +82,12 @@ def test_unfetchable_robots_txt_is_retried_then_its_requests_fail(
     # logged once per origin, by the worker that gave up
     gave_up = sum(log.read_text().count("could not be fetched in 3 attempt(s)") for log in logs)
     assert gave_up == 1
-    # waiting, nobody spins: frontier and politeness round trips stay a few per second per
-    # worker (the bug made ~190 frontier calls a second)
+    # waiting, nobody spins: the two workers' frontier and politeness round trips, counted
+    # (about 50 over this crawl of ~12 s; the bug made ~190 frontier calls a second, over
+    # 1,100 in the 6 s the holds and the idle close take at least; 600 would take a correct
+    # fleet longer than wait_all's 120 s)
     calls = total(logs, "fleet/redis/roundtrips") + total(logs, "fleet/politeness/redis_calls")
-    assert calls / (2 * elapsed) < 25, (calls, elapsed)
+    assert calls < 600, calls
     assert total(logs, "fleet/frontier/leased") == 3  # one lease per attempt, no more
     if site is not None:
         robots = sorted(r["t"] for r in site.requests() if r["path"] == "/robots.txt")

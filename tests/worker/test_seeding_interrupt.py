@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 import redis
-from support import TEST_PROJECT, read_items, start_worker, tail, wait_all
+from support import TEST_PROJECT, read_items, running, start_worker, tail, wait_all, wait_until
 
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from testsite import generate_site
@@ -31,11 +30,11 @@ def test_ctrl_c_releases_the_seeding_lease_with_its_progress(redis_url, tmp_path
     first = start_worker(TEST_PROJECT, "many_starts", {
         **settings, "FLEET_JSONL_PATH": tmp_path / "out-0.jsonl"}, worker_env,
         tmp_path / "w-0.log", spider_args={"base": site.url, "n": n})
-    deadline = time.monotonic() + 60
+    log = tmp_path / "w-0.log"
     # (progress is written lazily)
-    while len(read_items([tmp_path / "out-0.jsonl"], growing=True)) < 40:
-        assert time.monotonic() < deadline and first.poll() is None, tail(tmp_path / "w-0.log")
-        time.sleep(0.1)
+    wait_until(lambda: running(first, log=log) and len(
+        read_items([tmp_path / "out-0.jsonl"], growing=True)) >= 40, 60, "40 items", 0.1,
+        explain=lambda: tail(log))
     os.kill(first.pid, signal.SIGINT)  # Ctrl-C: Scrapy's graceful shutdown
     assert wait_all([first], 60) == [0], tail(tmp_path / "w-0.log")
     state = client.hgetall(admin.keys.seeding)
