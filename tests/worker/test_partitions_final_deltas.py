@@ -96,3 +96,52 @@ def test_the_closing_call_carries_the_deltas_not_sent_yet(redis_url: str, parts:
     pages = sum(int(client.hget(k.stats, "pages") or 0) for k in parts_keys)
     acked = sum(int(client.hget(k.stats, "acked") or 0) for k in parts_keys)
     assert (acked, pages) == (1, 2)
+
+
+def test_the_last_deltas_held_back_by_a_call_away_from_home_reach_redis(redis_url: str) -> None:
+    """The P = 4 case, step by step at P = 2: two pages in partition 1, the worker's home 0.
+    The first page's acknowledgement goes with a lease request for the second, both for
+    partition 1 only: that call carries no deltas (``monitor_confirmed`` False; the pump
+    keeps its batch, frozen).  The second page's acknowledgement goes with a lease request
+    for the (empty) home, which takes the frozen batch (1 page) and confirms it.  The second
+    page's response is then counted nowhere but in the closing call, which has nothing else
+    to send: before, it was skipped, and ``pages`` was 1 for 2 acknowledged."""
+    parts = 2
+    sched = _scheduler(redis_url, parts)
+    pump, book = sched.pump, sched.book
+    keys = CrawlKeys("fleet", CRAWL)
+    hosts = hosts_in_partition(1, parts, 2)
+
+    async def main() -> None:
+        frontier = PartitionedFrontier(redis_url, keys, "w", sched.config.frontier_params(),
+                                       parts)
+        frontier.home = 0
+        await frontier.connect()
+        await frontier.call(CallBatch(pushes=[
+            (b"", 0, codec.encode(Request(f"http://{h}/page")), 0, h) for h in hosts]))
+        pump.frontier = frontier
+        try:
+            for pages in (1, 2):
+                for _ in range(20):
+                    if book.prefetch:
+                        break
+                    await pump.call()
+                request = book.take()
+                assert request is not None
+                sched.crawler.stats.set_value(STATUS_200, pages)  # its response, counted
+                book.finished(request)
+                result = await pump.call()
+                assert result is not None and result.acked == 1
+                if pages == 1:  # (the scenario: these deltas did not go with that call)
+                    assert frontier.monitor_confirmed is False
+            assert not (book.prefetch or book.done or book.outbox)
+            book.closing = True
+            await pump.call(final=True)
+        finally:
+            await frontier.close()
+
+    asyncio.run(main())
+    client = redis.Redis.from_url(redis_url)
+    pages = [int(client.hget(k.stats, "pages") or 0) for k in keys.all_partitions(parts)]
+    acked = [int(client.hget(k.stats, "acked") or 0) for k in keys.all_partitions(parts)]
+    assert (acked, sum(pages)) == ([0, 2], 2)
