@@ -38,13 +38,14 @@ def _hosts() -> list[str]:
     return [h for p in range(3) for h in hosts_in_partition(p, 3, PER_PARTITION)]
 
 
-def _frontier(url: str, parts: int, params: FrontierParams | None = None) -> Any:
+def _frontier(url: str, parts: int, params: FrontierParams | None = None,
+              worker: str = "w") -> Any:
     """The worker-side client the scheduler builds for *parts* (retries 1, a short timeout:
     an outage shows at once)."""
     params = params or FrontierParams()
     if parts > 1:
-        return PartitionedFrontier(url, KEYS, "w", params, parts, timeout=2, retries=1)
-    return AsyncFrontier(url, KEYS, "w", params, timeout=2, retries=1)
+        return PartitionedFrontier(url, KEYS, worker, params, parts, timeout=2, retries=1)
+    return AsyncFrontier(url, KEYS, worker, params, timeout=2, retries=1)
 
 
 def _status(url: str, parts: int) -> dict[str, Any]:
@@ -144,6 +145,40 @@ def test_a_lost_lease_is_fenced(redis_url: str, parts: int) -> None:
     assert status["counters"]["requests"]["acked"] == 2
     assert status["frontier"]["leased"] == 0
     assert status["counters"]["requests"]["stale_acks"] == 2
+
+
+def test_an_expired_lease_goes_to_another_worker_and_its_old_holder_is_fenced(
+        redis_url: str, parts: int, lua_clock: Any) -> None:
+    """Leases of 60 s run out (on the Lua steps' test clock): another worker leases the same
+    entries again (reclaimed); the first holder's acknowledgements are named lost, the new
+    holder's count once each."""
+    hosts = _hosts()
+    params = FrontierParams(lease_timeout=60)
+
+    async def main() -> None:
+        first = _frontier(redis_url, parts, params)
+        second = _frontier(redis_url, parts, params, worker="w2")
+        try:
+            await first.connect()
+            await second.connect()
+            await first.call(CallBatch(pushes=[push_row(h) for h in hosts]))
+            old = await _lease_all(first, len(hosts))
+            lua_clock(61)
+            new = await _lease_all(second, len(hosts))
+            assert sorted(e.payload for e in new) == sorted(e.payload for e in old)
+            r = await _acknowledge(first, CallBatch(acks=_acks(old)))
+            assert sorted(r.lost) == sorted(e.entry_id for e in old) and r.acked == 0
+            r = await _acknowledge(second, CallBatch(acks=_acks(new)))
+            assert r.acked == len(hosts) and r.lost == []
+        finally:
+            await first.close()
+            await second.close()
+
+    asyncio.run(main())
+    status = _status(redis_url, parts)
+    requests = status["counters"]["requests"]
+    assert (requests["acked"], requests["reclaimed"]) == (len(hosts), len(hosts))
+    assert requests["stale_acks"] == len(hosts) and status["frontier"]["leased"] == 0
 
 
 def _eater(redis_url: str, parts: int) -> ReplyEater:
