@@ -21,6 +21,7 @@ from support import (
     start_worker,
     tail,
     wait_all,
+    wait_until,
 )
 
 from scrapy_fleet import codec
@@ -247,9 +248,7 @@ def test_push_helper_waits_for_the_low_watermark_then_finishes(redis_url, tmp_pa
     proc = subprocess.Popen([*CLI, "--redis", redis_url, "--queue-max", "20",
                              "--low-watermark", "0.5", "push", "wait", "-f", str(urls)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while admin.size() < 20 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: admin.size() >= 20, 30, "a full frontier", 0.1)
     time.sleep(0.5)
     assert proc.poll() is None  # blocked on the full frontier
     assert admin.size() == 20

@@ -17,11 +17,13 @@ from support import (
     kill_worker,
     read_items,
     run_scrapy,
+    running,
     scrapy_command,
     setting_args,
     start_worker,
     tail,
     wait_all,
+    wait_until,
 )
 
 from scrapy_fleet.frontier.admin import FrontierAdmin
@@ -184,15 +186,14 @@ def test_worker_started_on_an_empty_frontier_picks_up_pushed_work(redis_url, sit
     proc = start_worker(EXAMPLE, "docs", {"FLEET_REDIS_URL": redis_url,
                                           "FLEET_JSONL_PATH": out}, worker_env, log)
     try:
-        deadline = time.monotonic() + 60
-        while "joined crawl" not in tail(log) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: "joined crawl" in tail(log), 60, "the worker to join", 0.1,
+                   explain=lambda: tail(log))
         time.sleep(1.0)  # let it poll the empty frontier
         push(EXAMPLE, "docs", site_server.start_url, redis_url, worker_env)
-        while len(read_items([out], growing=True)) < len(site_server.expected_urls):
-            assert time.monotonic() < deadline, tail(log)
-            assert proc.poll() is None, tail(log)  # FLEET_IDLE_TIMEOUT=None: keeps waiting
-            time.sleep(0.1)
+        # (FLEET_IDLE_TIMEOUT=None: it keeps waiting, running)
+        wait_until(lambda: running(proc, log=log) and len(read_items([out], growing=True))
+                   >= len(site_server.expected_urls), 60, "every page", 0.1,
+                   explain=lambda: tail(log))
     finally:
         proc.terminate()
         proc.wait(30)

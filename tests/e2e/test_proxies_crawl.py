@@ -432,13 +432,12 @@ def test_a_dead_pool_is_alerted_warned_and_its_waiting_requests_released_on_sigt
                    60, "the warning", explain=lambda: tail(log))
         text = tail(log, 10**6)
         assert text.count("No live exit in proxy pool") == 1  # once, then rate-limited
-        deadline = time.monotonic() + 30
-        while True:  # the next heartbeat carries the state
+        def alerted() -> dict | None:  # the next heartbeat carries the state
             snap = read_snapshot(client, keys)
-            if any(a["id"] == "proxy_no_exit" for a in snap["alerts"]):
-                break
-            assert time.monotonic() < deadline and proc.poll() is None, (snap, tail(log))
-            time.sleep(0.2)
+            running(proc, log=log)
+            return snap if any(a["id"] == "proxy_no_exit" for a in snap["alerts"]) else None
+
+        snap = wait_until(alerted, 30, "the proxy_no_exit alert", explain=lambda: tail(log))
         (alert,) = [a for a in snap["alerts"] if a["id"] == "proxy_no_exit"]
         assert alert["severity"] == "critical"
         assert "the proxy pool has no live exit" in alert["what"]
