@@ -40,6 +40,9 @@ DOWNLOADER_MIDDLEWARES = {
     # recrawl: conditional GET and the outcome of a fetch, after the retries (550) and
     # redirects (600) are decided and the body decompressed (590): recrawl/middleware.py
     "scrapy_fleet.recrawl.middleware.FleetRecrawlMiddleware": 540,
+    # last before the network: a leased request whose lease a stall may have lost waits for
+    # the revalidation, or is not sent (frontier/leaseguard.py ORDER)
+    "scrapy_fleet.frontier.leaseguard.FleetLeaseGuardMiddleware": 990,
 }
 
 #: first of all extensions: checks the settings and Redis before Scrapy builds its engine,

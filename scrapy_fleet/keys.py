@@ -117,8 +117,12 @@ prefix ``fleet`` and crawl id ``docs``::
                                                               (Scrapy's meta["cookiejar"]),
                                                               one field per cookie, expiry by
                                                               the server's clock (0: a session
-                                                              cookie); always under the crawl's
-                                                              own tag (lua/cookies_merge.lua)
+                                                              cookie); under the crawl's own
+                                                              tag, or with P > 1 split by site
+                                                              (registered domain) into the
+                                                              site's partition
+                                                              (:meth:`CrawlKeys.site_cookie_jar`,
+                                                              lua/cookies_merge.lua)
 
 Entry ids are the 15-digit, zero-padded value of ``seq``: lexicographic order is push order.
 
@@ -445,6 +449,17 @@ class CrawlKeys:
         """HASH of the cookie jar of session *session* (sessions/jar.py): its name kept when
         short and plain, else hashed (as a sticky proxy session's)."""
         return self._k("jar:" + _session_part(session))
+
+    def site_cookie_jar(self, session: str, site: str, parts: int) -> str:
+        """The cookie jar of session *session* for the hosts of *site* (a registered domain,
+        or an IP address: hosts that may share a cookie share a site, RFC 6265 section 5.3
+        step 5 with the public suffix list).  With *parts* > 1 it lives in the partition of
+        *site* (:func:`partition_of`), so a partition whose master is down stops only the
+        requests of its sites; with one partition it is :meth:`cookie_jar`, whatever
+        *site*."""
+        if parts <= 1:
+            return self.cookie_jar(session)
+        return self.partition(partition_of(site, parts), parts).cookie_jar(session)
 
     def worker_info(self, worker_id: str) -> str:
         """HASH of one worker's heartbeat (expires by itself once the worker is gone)."""

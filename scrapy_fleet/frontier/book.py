@@ -41,6 +41,7 @@ from scrapy_fleet.browser import pagemethods
 from scrapy_fleet.errors import FleetError, RequestEncodeError
 from scrapy_fleet.frontier.leases import Lease, Out, callback_failure, unstorable_record
 from scrapy_fleet.frontier.protocol import clamp_priority
+from scrapy_fleet.frontier.routing import lease_partition
 from scrapy_fleet.keys import STAGE_HOST
 from scrapy_fleet.politeness import hosts as politeness
 from scrapy_fleet.recrawl.record import revisit_record
@@ -82,6 +83,9 @@ class LeaseBook:
         self.dupes: DupeCache | None = None
         #: called when something was buffered that a frontier call should carry soon
         self.poke: Callable[[], None] = _nothing
+        #: the partitions whose leases are held back after a stall that may have made this
+        #: worker dead to them (set by the pump: FrontierPump.held_partitions)
+        self.held_parts: Callable[[], set[int]] = set
         self.prefetch: deque[tuple[Request, Lease]] = deque()
         self.inflight: dict[int, tuple[Request, Lease]] = {}  #: id(request) -> its lease
         self.done: list[Lease] = []
@@ -285,12 +289,22 @@ class LeaseBook:
                 return lease
         return None
 
-    def take(self) -> Request | None:
-        """The next prefetched request, now in flight (Scrapy's ``next_request``: no I/O);
-        None when the prefetch is empty."""
+    def take(self, held: set[int] | frozenset[int] = frozenset()) -> Request | None:
+        """The next prefetched request, now in flight (Scrapy's ``next_request``: no I/O),
+        skipping those leased from a partition of *held* (they stay prefetched, in order);
+        None when there is none."""
         if not self.prefetch:
             return None
-        request, lease = self.prefetch.popleft()
+        if held:
+            at = next((i for i, (_, lease) in enumerate(self.prefetch)
+                       if lease_partition(lease.entry_id) not in held), None)
+            if at is None:
+                return None
+            self.prefetch.rotate(-at)
+            request, lease = self.prefetch.popleft()
+            self.prefetch.rotate(at)
+        else:
+            request, lease = self.prefetch.popleft()
         self.inflight[id(request)] = (request, lease)
         self.by_entry[lease.entry_id] = lease
         request.meta[codec.LEASE_META_KEY] = lease.entry_id
@@ -521,6 +535,17 @@ class LeaseBook:
         still holds?"""
         lease = self._lease_of(request)
         return lease is not None and not lease.lost
+
+    def send_safe(self, request: Request) -> bool:
+        """May leased *request* (or a redirect/retry made from it) leave for the network now
+        (no I/O)?  False while the partition it was leased from is held after a stall that
+        may have made this worker dead to it (frontier/liveness.py StallGuard), until a
+        frontier call has said whether the lease is still this worker's.  True for a request
+        this worker does not hold a lease of (a lost one: :meth:`lost_lease`)."""
+        lease = self._lease_of(request)
+        if lease is None or lease.lost:
+            return True
+        return lease_partition(lease.entry_id) not in self.held_parts()
 
     def lost_lease(self, request: Request) -> bool:
         """Was *request* (or a redirect/retry made from it) leased by this worker, and is that

@@ -69,5 +69,14 @@ class LeaseLedger(Protocol):
         """recrawl: revisit *request* in *interval* s with *state* (None: not revisited),
         written with its acknowledgement; False when it is not a lease of this worker."""
 
+    def send_safe(self, request: Request) -> bool:
+        """May leased *request* leave for the network now (no I/O)?  False while this worker,
+        after a stall that may have made it dead to the partition the request was leased
+        from, waits for a frontier call to say whether it still holds that lease."""
+
+    def lost_lease(self, request: Request) -> bool:
+        """Was *request* leased by this worker, and is that lease lost (leased again
+        elsewhere)?"""
+
     def withhold_acknowledgements(self, reason: str) -> None:
         """Acknowledge nothing more (a sink failed for good): leases go back on expiry."""

@@ -13,8 +13,9 @@ does not).
 
 What a false death costs is bounded and counted: the worker's leases are reclaimed and leased
 again elsewhere, its acknowledgements of them are refused (fencing tokens) and counted in
-``fleet/frontier/lease_lost``, and :meth:`FrontierPump.prefetch_safe` keeps its prefetched
-requests back until a frontier call has said which of its leases it still holds.
+``fleet/frontier/lease_lost``, and :class:`StallGuard` keeps the requests it leased from a
+partition it may have been dead to back (prefetched, or given to the downloader) until a
+frontier call has said which of those leases it still holds.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from scrapy_fleet import lua, redis_client
@@ -36,23 +37,28 @@ BEATS_PER_DEATH = 5
 
 class LivenessBeat:
     """Beats the worker's sign of life (lua/beat.lua) into each of *parts* (the crawl's keys,
-    one per partition) every *dead_after* / 5 seconds, from a daemon thread.
+    one per partition, in partition order) every *dead_after* / 5 seconds, from a daemon
+    thread.
 
     *url*: ``FLEET_REDIS_URL``; *worker*: the worker id; *dead_after*: seconds,
     ``FLEET_WORKER_DEAD_AFTER``; *timeout*: seconds a beat may wait for Redis (at most one
-    period).  ``last_ok`` is ``time.monotonic()`` when the last beat that reached every
-    partition was sent (None: none yet); ``beats`` and ``failures`` count rounds.  Errors are
-    counted and logged at DEBUG only: the pump logs Redis outages.
+    period); *on_beat(p, sent)*: called from the thread for each partition *p* a beat sent at
+    *sent* (``time.monotonic()``) reached.  Each partition is beaten on its own: one that
+    cannot be reached (its master down) does not keep the beat from the others.
+    ``last_ok`` is when the last beat that reached every partition was sent (None: none
+    yet); ``beats`` and ``failures`` count rounds (a round with a partition not reached is a
+    failure).  Errors are counted and logged at DEBUG only: the pump logs Redis outages.
     """
 
     def __init__(self, url: str, parts: Sequence[CrawlKeys], worker: str, dead_after: float,
-                 timeout: float) -> None:
+                 timeout: float, on_beat: Callable[[int, float], None] | None = None) -> None:
         self.url = url
         self.parts = list(parts)
         self.worker = worker
         self.dead_ms = int(dead_after * 1000)
         self.period = dead_after / BEATS_PER_DEATH
         self.timeout = max(0.1, min(timeout, self.period))
+        self.on_beat = on_beat
         self.last_ok: float | None = None
         self.beats = 0
         self.failures = 0
@@ -79,43 +85,75 @@ class LivenessBeat:
                 if client is None:
                     client = redis_client.make_client(self.url, self.timeout)
                     script = lua.load(client, "beat.lua")
-                sent = time.monotonic()
-                for keys in self.parts:
-                    script(keys=keys.call_keys(BEAT_CALL), args=[self.worker, self.dead_ms])
-                self.last_ok = sent
-                self.beats += 1
-            except Exception as exc:  # Redis unreachable, a failover: the next beat tries again
+            except Exception as exc:  # Redis unreachable (a cluster's default node down)
                 self.failures += 1
                 logger.debug("Fleet liveness beat failed: %s", exc)
+                continue
+            if self.beat_round(script):
+                self.beats += 1
+            else:
+                self.failures += 1
         if client is not None:
             try:
                 client.close()
             except Exception:
                 pass
 
+    def beat_round(self, script: Callable[..., Any]) -> bool:
+        """One beat into every partition, each on its own; True when all were reached."""
+        sent = time.monotonic()
+        reached = 0
+        for p, keys in enumerate(self.parts):
+            try:
+                script(keys=keys.call_keys(BEAT_CALL), args=[self.worker, self.dead_ms])
+            except Exception as exc:  # that partition unreachable, a failover: next period
+                logger.debug("Fleet liveness beat to partition %d failed: %s", p, exc)
+                continue
+            reached += 1
+            if self.on_beat is not None:
+                self.on_beat(p, sent)
+        if reached == len(self.parts):
+            self.last_ok = sent
+            return True
+        return False
+
 
 class StallGuard:
-    """Whether this worker may have been dead to the fleet, for the pump (no I/O).
+    """Which partitions this worker may have been dead to, for the pump (no I/O).
+
+    A worker is dead to a partition when no sign of life (a frontier call's part, a liveness
+    beat) reached it for ``FLEET_WORKER_DEAD_AFTER``: that partition reclaims its leases
+    (lua/step_recover.lua), each partition on its own clock.  After a silence of more than
+    *dead_after* / 2 s towards partition *p*, seen now (:meth:`check`) or between two signs
+    that reached it (:meth:`sign`: after SIGCONT the beat thread beats at once, and a check
+    of the latest sign alone missed the silence before it), the requests leased from *p* are
+    **held**: not taken from the prefetch, not sent by the downloader, until a frontier call
+    that extends every lease held, sent after the hold began, got *p*'s reply (its reply
+    marks the lost leases).  The requests of the other partitions go on: a master of a
+    partitioned crawl that is down (its beats and calls fail) holds only its own partitions.
 
     *dead_after*: ``FLEET_WORKER_DEAD_AFTER`` (0: never); *beat*: the worker's
-    :class:`LivenessBeat` (None: none).  :meth:`suspect` is asked before the engine takes a
-    prefetched request; :meth:`confirmed` after each frontier call that got its reply.
+    :class:`LivenessBeat` (None: none).  Times are ``time.monotonic()`` seconds.
     """
 
     def __init__(self, dead_after: float, beat: LivenessBeat | None = None) -> None:
         self.dead_after = dead_after
         self.beat = beat
-        #: time.monotonic() when the last frontier call that got its reply was sent
-        self.confirmed_at = time.monotonic()
-        #: since when the prefetch is held back (None: it is not)
-        self.held_since: float | None = None
+        #: partition -> when the last sign of life that reached it was sent
+        self.last_sign: dict[int, float] = {}
+        #: partition -> since when its leases are held back (absent: they are not)
+        self.held: dict[int, float] = {}
+        #: a hold began that a call extending every lease must end (:meth:`revalidation_due`)
+        self._due = False
+        self._lock = threading.Lock()  # (the beat thread signs too)
 
     def start_beat(self, url: str, worker: str, parts: Sequence[CrawlKeys],
                    timeout: float) -> None:
         """Start beating *worker*'s sign of life into *parts* (:class:`LivenessBeat`), unless
         *dead_after* is 0."""
         if self.dead_after > 0 and self.beat is None:
-            self.beat = LivenessBeat(url, parts, worker, self.dead_after, timeout)
+            self.beat = LivenessBeat(url, parts, worker, self.dead_after, timeout,
+                                     on_beat=self.sign)
             self.beat.start()
 
     def stop_beat(self, inc: Callable[[str, int], None]) -> None:
@@ -128,35 +166,70 @@ class StallGuard:
                 inc("fleet/liveness/failed", self.beat.failures)
             self.beat = None
 
-    def suspect(self, prefetched: bool = True) -> bool | None:
-        """True while the prefetch is held back; None when it must be from now on (no call
-        got its reply and no beat got through for more than *dead_after* / 2 s: the process
-        was stopped, its reactor and thread blocked, or Redis away), so the pump's next call
-        must extend every lease it holds; False otherwise (*prefetched* False: nothing is
-        prefetched, nothing to hold back)."""
-        if self.held_since is not None:
-            return True
-        if self.dead_after <= 0 or not prefetched:
-            return False
-        now = time.monotonic()
-        last = self.confirmed_at
-        beat = self.beat.last_ok if self.beat is not None else None
-        if beat is not None and beat > last:
-            last = beat
-        if now - last <= self.dead_after / 2:
-            return False
-        self.held_since = now
-        return None
+    def sign(self, p: int, at: float) -> None:
+        """A sign of life sent at *at* reached partition *p* (a beat, from the beat thread; a
+        call's part).  A silence of more than *dead_after* / 2 s towards *p* before it holds
+        *p*'s leases from *at*: the worker may have been dead to *p* meanwhile, whatever got
+        through since.  The first sign a partition gets is no silence (the start-up)."""
+        if self.dead_after <= 0:
+            return
+        with self._lock:
+            last = self.last_sign.get(p)
+            if last is not None and at - last > self.dead_after / 2 and p not in self.held:
+                self.held[p] = at
+                self._due = True
+            if last is None or at > last:
+                self.last_sign[p] = at
 
-    def confirmed(self, started: float, revalidates: bool) -> bool:
-        """A call sent at *started* got its reply; *revalidates*: it was built afresh and
-        extended every lease held.  Returns True when that ends a hold (its reply dropped the
-        lost leases: the engine may take the rest)."""
-        self.confirmed_at = max(self.confirmed_at, started)
-        if self.held_since is not None and revalidates and started >= self.held_since:
-            self.held_since = None
+    def quiet(self, now: float | None = None) -> bool:
+        """Nothing is held and every partition heard from the worker less than *dead_after* /
+        2 s ago (or *dead_after* is 0): :meth:`check` would hold nothing (a cheap test)."""
+        if self.dead_after <= 0:
             return True
-        return False
+        limit = (time.monotonic() if now is None else now) - self.dead_after / 2
+        with self._lock:
+            return not self.held and not self._due and all(
+                t >= limit for t in self.last_sign.values())
+
+    def check(self, leased: Iterable[int], now: float | None = None) -> set[int]:
+        """The partitions whose leases are held now, of those *leased* from (the partitions of
+        the leases the worker holds, prefetched or given to the downloader).  A partition of
+        *leased* no sign reached for more than *dead_after* / 2 s is held from now; a held
+        partition the worker holds no lease of is let go (nothing to protect: a lease it takes
+        later comes from a call that reached that partition after the silence)."""
+        if self.dead_after <= 0:
+            return set()
+        now = time.monotonic() if now is None else now
+        parts = set(leased)
+        with self._lock:
+            for p in parts - set(self.held):
+                last = self.last_sign.get(p)
+                if last is not None and now - last > self.dead_after / 2:
+                    self.held[p] = now
+                    self._due = True
+            for p in set(self.held) - parts:
+                del self.held[p]
+            return set(self.held)
+
+    def revalidation_due(self) -> bool:
+        """True once for each hold that began (the pump's next call extends every lease)."""
+        with self._lock:
+            due, self._due = self._due, False
+            return due
+
+    def confirmed(self, started: float, revalidates: bool, reached: Iterable[int]) -> bool:
+        """A call sent at *started* got the reply of each partition of *reached*; *revalidates*:
+        it was built afresh and extended every lease held.  Returns True when that ends a hold
+        (its reply dropped the lost leases: the engine may take the rest)."""
+        ended = False
+        for p in reached:
+            self.sign(p, started)
+            with self._lock:
+                since = self.held.get(p)
+                if revalidates and since is not None and started >= since:
+                    del self.held[p]
+                    ended = True
+        return ended
 
 
 async def leave(client: Any, keys: CrawlKeys, worker: str, partitions: int) -> None:

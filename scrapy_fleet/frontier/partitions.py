@@ -191,6 +191,9 @@ class PartitionedFrontier:
         #: (leasing elsewhere with no heartbeat due): the pump keeps its counter deltas and
         #: sends them again (monitoring/heartbeat.py ``confirmed``)
         self.monitor_confirmed = True
+        #: the partitions whose part of the last call got its reply (each a sign of this
+        #: worker's life there: frontier/liveness.py StallGuard)
+        self.reached: set[int] = set()
 
     @property
     def home(self) -> int:
@@ -446,6 +449,7 @@ class PartitionedFrontier:
                 self._deltas_part = None if self.monitor_confirmed else deltas_part
         for p, old in resent.items():
             by_part[p] = join_results(old, by_part.get(p))
+        self.reached = set(by_part)
         noreply = [e for e in errors + lean_errors  # (refused before any write: did not run)
                    if not isinstance(e, (redis.ResponseError, StaleDupeCache))]
         if errors and not by_part and not lean and not noreply:

@@ -14,7 +14,8 @@ reply back into it.  Its interface, :class:`FrontierPump`:
 * ``wait_time()``, ``poked``: when the loop calls next;
 * ``book``, ``monitor`` (the heartbeat: monitoring/heartbeat.py), ``lost`` (the leases
   reported lost, counted and warned of: frontier/lostleases.py), ``stage``;
-* ``stalls`` (the liveness thread and the stalls, frontier/liveness.py), ``prefetch_safe()``.
+* ``stalls`` (the liveness thread and the stalls, frontier/liveness.py),
+  ``held_partitions()``.
 
 Nothing else reaches its private attributes (tests/test_layers.py).  Of its frontier client
 it uses ``call``, ``dupes`` (the book's DupeCache), ``unreplicated``/``wait_replicas``,
@@ -50,6 +51,7 @@ from scrapy_fleet.frontier.leases import Lease, Out
 from scrapy_fleet.frontier.liveness import StallGuard, leave
 from scrapy_fleet.frontier.lostleases import LostLeases
 from scrapy_fleet.frontier.protocol import CallBatch, CallResult
+from scrapy_fleet.frontier.routing import lease_partition
 from scrapy_fleet.frontier.sent import SentCall, entry_ids
 from scrapy_fleet.frontier.wake import wait_set
 from scrapy_fleet.monitoring.heartbeat import WorkerMonitor
@@ -87,6 +89,7 @@ class FrontierPump:
         #: the worker's buffers and leases, which each call carries and files the reply into
         self.book = LeaseBook(crawler, config)
         self.book.poke = self._poke
+        self.book.held_parts = self.held_partitions
         self._frontier: AsyncFrontier | None = None
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -161,17 +164,26 @@ class FrontierPump:
             await self.frontier.close()
         self.book.flush_counts()
 
-    def prefetch_safe(self) -> bool:
-        """May the engine take a prefetched request now (no I/O)?  Not after a stall that may
-        have made this worker dead to the fleet (frontier/liveness.py StallGuard): the next
-        call then extends every lease held, its reply drops the lost ones from the prefetch,
-        and the engine is woken (``fleet/frontier/revalidated`` counts such holds)."""
-        state = self.stalls.suspect(bool(self.book.prefetch))
-        if state is None:
+    def held_partitions(self) -> set[int]:
+        """The partitions whose leased requests may not be taken from the prefetch nor sent
+        now (no I/O): those this worker may have been dead to after a stall
+        (frontier/liveness.py StallGuard; one partition: 0).  When a hold begins, the next
+        call extends every lease held; its reply drops the lost ones from the prefetch and
+        marks those given to the downloader lost, ends the hold, and the engine is woken
+        (``fleet/frontier/revalidated`` counts the stalls so seen)."""
+        stalls, book = self.stalls, self.book
+        if stalls.quiet():
+            return set()
+        leased = {lease_partition(lease.entry_id) for _, lease in book.prefetch}
+        leased.update(lease_partition(lease.entry_id)
+                      for _, lease in book.inflight.values() if not lease.lost)
+        leased.update(lease_partition(lease.entry_id) for lease in book.starting)
+        held = stalls.check(leased)
+        if stalls.revalidation_due():
             self._last_extend = 0.0  # (the next call is a heartbeat: every lease extended)
-            self.book.inc("fleet/frontier/revalidated")
+            book.inc("fleet/frontier/revalidated")
             self._poke()
-        return state is False
+        return held
 
     @property
     def poked(self) -> bool:
@@ -459,7 +471,9 @@ class FrontierPump:
         self.lost.answered(entry_ids(batch))
         if not sent.final:
             self.receive(result)
-        if self.stalls.confirmed(started, fresh and batch.beat):
+        reached = getattr(self.frontier, "reached", None)  # (a partitioned crawl's)
+        if self.stalls.confirmed(started, fresh and batch.beat,
+                                 (0,) if reached is None else reached):
             engine_hooks.wake_engine(self.crawler)
         if final and not sent.final:  # (that was a call sent again: now the final one)
             return await self.call(final=True)

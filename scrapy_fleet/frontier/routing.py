@@ -34,6 +34,13 @@ def split_ref(ref: str) -> tuple[int, str]:
     return int(p), entry_id
 
 
+def lease_partition(ref: str) -> int:
+    """The partition of a lease by its entry id: *p* for ``"<p>:<id>"`` (:func:`entry_ref`,
+    a partitioned crawl), 0 for any other id (one partition)."""
+    p, sep, _ = ref.partition(ID_SEP)
+    return int(p) if sep and p.isdigit() else 0
+
+
 #: Redis's bitmap offsets (BITFIELD) are below this: an entry number past it has no bit
 STORED_FROM_BITS = 2**32
 

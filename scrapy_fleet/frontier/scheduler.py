@@ -334,9 +334,9 @@ class FleetScheduler(BaseScheduler):
         book.settle_start(lease, main)
 
     def next_request(self) -> Request | None:
-        if not self.pump.prefetch_safe():  # (after a stall: frontier/liveness.py)
-            return None
-        return self.book.take()
+        # (after a stall, the partitions this worker may have been dead to are held:
+        # frontier/liveness.py; their requests stay prefetched, the others go on)
+        return self.book.take(self.pump.held_partitions())
 
     def __len__(self) -> int:
         return len(self.book)

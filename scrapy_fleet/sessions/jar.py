@@ -152,18 +152,23 @@ class CookieStore:
         redis.RedisError, OSError: from any call when Redis fails.
     """
 
-    def __init__(self, client: Any, keys: CrawlKeys) -> None:
+    def __init__(self, client: Any, keys: CrawlKeys, parts: int = 1) -> None:
         self.client = client
         self.keys = keys
+        #: FLEET_PARTITIONS: with P > 1 a session's jar is split by site, each part in its
+        #: site's partition (:meth:`CrawlKeys.site_cookie_jar`)
+        self.parts = parts
         self._read = lua.load(client, "cookies_read.lua")
         self._merge = lua.load(client, "cookies_merge.lua")
         #: stored fields that could not be read (not JSON of :func:`to_attrs`): skipped
         self.corrupt = 0
 
-    async def read(self, session: str) -> list[Any]:
-        """*session*'s live cookies as lua/cookies_read.lua answers them (one read): pass the
-        reply to :meth:`jar`, once per request (a jar records what its request changes)."""
-        return list(await self._read(keys=[self.keys.cookie_jar(session)]))
+    async def read(self, session: str, site: str = "") -> list[Any]:
+        """*session*'s live cookies for the hosts of *site* (:meth:`CrawlKeys.site_cookie_jar`;
+        with one partition, all of them) as lua/cookies_read.lua answers them (one read): pass
+        the reply to :meth:`jar`, once per request (a jar records what its request changes)."""
+        return list(await self._read(
+            keys=[self.keys.site_cookie_jar(session, site, self.parts)]))
 
     def jar(self, reply: list[Any]) -> FleetCookieJar:
         """A jar holding the cookies of a :meth:`read` reply, added in the order of their
@@ -180,14 +185,16 @@ class CookieStore:
         # in field order: a request sends its cookies in the same order on every worker
         return FleetCookieJar(sorted(cookies, key=lambda pair: field_of(pair[0])))
 
-    async def load(self, session: str) -> FleetCookieJar:
-        """:meth:`jar` of a :meth:`read` of *session*."""
-        return self.jar(await self.read(session))
+    async def load(self, session: str, site: str = "") -> FleetCookieJar:
+        """:meth:`jar` of a :meth:`read` of *session* for *site*."""
+        return self.jar(await self.read(session, site))
 
     async def merge(self, session: str, stored: Iterable[Cookie],
-                    cleared: Iterable[str]) -> tuple[int, int, int]:
-        """Write *stored* cookies and delete *cleared* fields of *session*'s jar, atomically
-        (one call).  Returns (stored, deleted, expired) as lua/cookies_merge.lua counts them."""
+                    cleared: Iterable[str], site: str = "") -> tuple[int, int, int]:
+        """Write *stored* cookies and delete *cleared* fields of *session*'s jar for *site*
+        (the site of the request that received or sent them: every cookie it may set applies
+        to that site's hosts only), atomically (one call).  Returns (stored, deleted,
+        expired) as lua/cookies_merge.lua counts them."""
         now = time.time()
         args: list[str] = []
         for cookie in stored:
@@ -196,5 +203,6 @@ class CookieStore:
             args += [field, "del", ""]
         if not args:
             return 0, 0, 0
-        reply = await self._merge(keys=[self.keys.cookie_jar(session)], args=args)
+        reply = await self._merge(keys=[self.keys.site_cookie_jar(session, site, self.parts)],
+                                  args=args)
         return int(reply[0]), int(reply[1]), int(reply[2])

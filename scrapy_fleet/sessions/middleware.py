@@ -24,6 +24,11 @@ A cookie over ``FLEET_COOKIE_MAX_BYTES`` is not stored: the request fails with
 other cookies being stored.  ``COOKIES_DEBUG`` logs the headers with every value hidden
 (``redact.cookie_header``).
 
+A partitioned crawl (``FLEET_PARTITIONS`` > 1) splits each session's jar by site (the
+registered domain of the request's host: hosts that may share a cookie share it) into the
+site's partition, so while one master of a Redis Cluster is down only the requests whose site's
+jar is there wait; the others go on (one jar under the crawl's own tag stopped every request).
+
 While Redis is unreachable a request waits for its jar (the fleet's back-off, then again
 every ``OUTAGE_WAIT`` seconds) until Redis answers or the worker closes.
 
@@ -51,6 +56,7 @@ from scrapy_fleet import engine_hooks, redis_client
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.politeness.hosts import host_key
 from scrapy_fleet.redact import cookie_header
 from scrapy_fleet.sessions import CookieTooLargeError
 from scrapy_fleet.sessions.jar import CookieStore, FleetCookieJar, cookie_bytes, session_id
@@ -82,8 +88,9 @@ class FleetCookiesMiddleware:
         self.config = config
         self.log_cookies = crawler.settings.getbool("COOKIES_DEBUG")
         self._store: CookieStore | None = None
-        #: session -> the read that the requests arriving in this turn of the loop share
-        self._reads: dict[str, asyncio.Future[list[Any]]] = {}
+        #: (session, site) -> the read that the requests arriving in this turn of the loop
+        #: share
+        self._reads: dict[tuple[str, str], asyncio.Future[list[Any]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         crawler.signals.connect(self._closed, signal=signals.spider_closed)
 
@@ -108,7 +115,7 @@ class FleetCookiesMiddleware:
                              self.config.resolve_crawl_id(spider.name))
             client = redis_client.make_client(self.config.redis_url, self.config.redis_timeout,
                                               is_async=True)
-            self._store = CookieStore(client, keys)
+            self._store = CookieStore(client, keys, self.config.partitions)
         return self._store
 
     async def _closed(self, spider: Any = None) -> None:
@@ -133,15 +140,25 @@ class FleetCookiesMiddleware:
                     raise
                 await asyncio.sleep(OUTAGE_WAIT)
 
-    async def _load(self, session: str) -> FleetCookieJar:
-        """*session*'s jar for one request.  Requests of one session that arrive in the same
-        turn of the event loop share one read, sent in the next turn: after each of them
-        arrived, so each sees every merge acknowledged before it (never an earlier read)."""
+    def site(self, request: Request) -> str:
+        """The site of *request*'s host, whose part of a session's jar it reads and writes:
+        "" with one partition (one jar per session); else its registered domain by the
+        public suffix list (an IP address or a name without one: the host itself), the
+        hosts that may share a cookie (:meth:`CrawlKeys.site_cookie_jar`)."""
+        if self.config.partitions <= 1:
+            return ""
+        return host_key(request.url, "domain")
+
+    async def _load(self, session: str, site: str) -> FleetCookieJar:
+        """*session*'s jar for one request to a host of *site*.  Requests of one session and
+        site that arrive in the same turn of the event loop share one read, sent in the next
+        turn: after each of them arrived, so each sees every merge acknowledged before it
+        (never an earlier read)."""
         loop = asyncio.get_running_loop()
-        batch = self._reads.get(session)
+        batch = self._reads.get((session, site))
         if batch is None:
-            batch = self._reads[session] = loop.create_future()
-            loop.call_soon(self._send_read, session, batch)
+            batch = self._reads[(session, site)] = loop.create_future()
+            loop.call_soon(self._send_read, session, site, batch)
         self._inc("jars")
         store = self.store()
         corrupt = store.corrupt
@@ -149,15 +166,16 @@ class FleetCookiesMiddleware:
         self._inc("corrupt", store.corrupt - corrupt)
         return jar
 
-    def _send_read(self, session: str, batch: asyncio.Future[list[Any]]) -> None:
-        """Close *session*'s batch (a later request starts another) and read its jar."""
-        if self._reads.get(session) is batch:
-            del self._reads[session]
+    def _send_read(self, session: str, site: str, batch: asyncio.Future[list[Any]]) -> None:
+        """Close *session*'s batch for *site* (a later request starts another) and read its
+        jar."""
+        if self._reads.get((session, site)) is batch:
+            del self._reads[(session, site)]
         store = self.store()
 
         async def read() -> None:
             try:
-                reply = await self._call(lambda: store.read(session))
+                reply = await self._call(lambda: store.read(session, site))
             except asyncio.CancelledError:
                 batch.cancel()
                 raise
@@ -180,7 +198,7 @@ class FleetCookiesMiddleware:
         if fits or jar.cleared:
             store = self.store()
             stored, deleted, expired = await self._call(
-                lambda: store.merge(session, fits, jar.cleared))
+                lambda: store.merge(session, fits, jar.cleared, self.site(request)))
             self._inc("writes")
             self._inc("stored", stored)
             self._inc("deleted", deleted)
@@ -198,7 +216,7 @@ class FleetCookiesMiddleware:
             return None
         key = request.meta.get("cookiejar")
         session = session_id(key)
-        jar = await self._load(session)
+        jar = await self._load(session, self.site(request))
         self.scrapy.jars[key] = jar  # Scrapy's own handling, on this request's jar only
         try:
             self.scrapy.process_request(request)

@@ -77,12 +77,6 @@ def test_issue_run_four_workers_twelve_partitions(cluster, site_factory, worker_
               parts=12, crawl="issue")
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "open since stop 29: on this machine, once quiet, no page of the other masters' "
-    "partitions reached the site between the SIGKILL and the promotion (4 runs of 4 at "
-    "19:00, on the merge and on a clone from before its last fixes; it passed inside a "
-    "whole-suite run at 18:30); the counters' served leases and acks still rise. "
-    "Investigate with the new liveness beat (frontier/liveness.py)"))
 def test_failover_of_one_master_during_a_partitioned_crawl(tmp_path_factory, site_factory,
                                                            worker_env, tmp_path):
     """SIGKILL of the master holding partition 0 (3 masters + 3 replicas, P = 6) while 3

@@ -225,3 +225,28 @@ def test_requests_arriving_together_share_one_read_and_later_ones_read_again(red
     headers, shared, later, reads, jars = run(redis_url, body)
     assert headers == [b"sid=abc"] * 10
     assert (shared, later, reads, jars) == (1, "lang=fr; sid=abc", 2, 11)
+
+
+def test_a_partitioned_crawl_keeps_each_sites_jar_in_that_sites_partition(redis_url):
+    """FLEET_PARTITIONS > 1: a session's jar is split by site (registered domain) into the
+    site's partition, so one master down stops only its sites' requests (the failover test,
+    tests/e2e/test_partitions_cluster.py); the cookies a request sends are unchanged."""
+    from scrapy_fleet.keys import partition_of
+
+    parts = 4
+    sites = ("example.com", "example.org")
+    assert partition_of(sites[0], parts) != partition_of(sites[1], parts)
+
+    async def body(a, b):
+        await answer(a, "https://www.example.com/", "a=1; Domain=example.com; Path=/")
+        await answer(a, "https://example.org/", "o=2; Path=/")
+        return [await sent(b, url) for url in (
+            "https://shop.example.com/", "https://example.org/x", "https://example.net/")]
+
+    assert run(redis_url, body, FLEET_PARTITIONS=parts) == ["a=1", "o=2", ""]
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    keys = CrawlKeys("fleet", CRAWL)
+    for site, field in zip(sites, (".example.com\t/\ta", "example.org\t/\to"), strict=True):
+        part = keys.partition(partition_of(site, parts), parts)
+        assert list(client.hgetall(part.cookie_jar("default"))) == [field]
+    assert not client.exists(keys.cookie_jar("default"))  # (nothing under the crawl's tag)
