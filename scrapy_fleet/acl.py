@@ -87,7 +87,10 @@ _DIRECT: dict[str, tuple[str, ...]] = {
     "monitor": ("zcard", "hlen", "hgetall", "zrange", "get", "hmget", "llen", "hscan",
                 "time", "exists", "hget", "zrevrange", "zrangebyscore", "zcount", "info",
                 # the recrawl's schedule read (recrawl/status.py, recrawl/view.py)
-                "lrange", "lindex", "zscore", "sscan"),
+                "lrange", "lindex", "zscore", "sscan",
+                # url, hosts, urls, crawls (commands/lookup.py): the Bloom filter's bits,
+                # a host's presence, the crawl ids
+                "getrange", "getbit", "hexists", "scan"),
     "admin": ("evalsha", "script|load", "fcall", "function|load", "hset", "hmget", "hgetall",
               "zrem", "zcard", "set", "hlen",
               "zrange", "get", "llen", "hscan", "time", "scan", "unlink"),

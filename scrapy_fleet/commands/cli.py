@@ -25,7 +25,7 @@ from scrapy import Request
 from scrapy_fleet import acl, redis_url
 from scrapy_fleet.catalog import DEFAULTS, SETTINGS, format_default, settings_listing
 from scrapy_fleet.checks import validate_crawl_id, validate_key_prefix
-from scrapy_fleet.commands import actions, partitioned, push
+from scrapy_fleet.commands import actions, lookup, partitioned, push
 from scrapy_fleet.config import validate_partitions
 from scrapy_fleet.errors import (
     FleetConfigError,
@@ -132,7 +132,7 @@ def _settings_action(ctx: ActionContext) -> int:
 
 #: the ``acl`` roles and what runs as each (scrapy_fleet/acl.py, docs/deployment.md)
 ACL_ROLE_USES = {"worker": "scrapy crawl, push",
-                 "monitor": "status, recrawl, dead, failed, top, monitor",
+                 "monitor": "status, recrawl, dead, failed, top, monitor, url, hosts, urls, crawls",
                  "admin": "purge, retry, proxies"}
 
 
@@ -190,6 +190,7 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("acl", "print the least-privilege ACL rules of the crawl's roles (worker, "
            "monitor, admin)", "[--role R] [--proxies] [--pool P] [--partitions P]", _acl_action,
            needs_redis=False, names_crawl=True),
+    *(Action(**row) for row in lookup.ROWS),  # url, hosts, urls, crawls (issue 34)
 )}
 
 
@@ -274,13 +275,15 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
                         help="acl: the crawl uses the proxy pool (inside a project, when "
                              "FLEET_PROXIES or FLEET_PROXY_POOL is set)")
     monitoring_actions.add_arguments(parser)
+    lookup.add_arguments(parser)
 
 
 #: action -> the least-privilege role it needs (scrapy_fleet/acl.py), checked at start;
 #: every ``proxies`` action runs as ``admin`` (proxies/actions.py probes the pool's keys)
 ACL_ROLES = {"push": "worker", "retry": "admin", "purge": "admin", "status": "monitor",
              "recrawl": "monitor",
-             "dead": "monitor", "failed": "monitor", "top": "monitor", "monitor": "monitor"}
+             "dead": "monitor", "failed": "monitor", "top": "monitor", "monitor": "monitor",
+             **lookup.ROLES}
 
 
 def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: Any,
@@ -381,6 +384,8 @@ def _partitioned_action(ctx: ActionContext, action: str) -> int:
         return partitioned.run_dead(ctx.crawl, ctx.opts, ctx.parts)
     if action == "failed":
         return partitioned.run_failed(ctx.crawl, ctx.opts, ctx.parts)
+    if action in lookup.NAMES:  # (they read every partition themselves)
+        return ACTIONS[action].run(ctx)
     if action == "retry":
         return partitioned.run_retry(ctx.crawl, ctx.opts, ctx.parts, ctx.host_key_mode)
     return partitioned.refuse(action, ctx.crawl.keys.crawl_id, ctx.parts)
