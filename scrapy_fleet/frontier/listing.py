@@ -135,11 +135,13 @@ def url_page(client: Any, keys: CrawlKeys, host: str, state: str, cursor: str,
         raise ValueError(f"--cursor {cursor!r} is not a cursor of --state {state}") from None
     rows: list[dict[str, Any]] = []
     key = {"leased": keys.lease, "failed": keys.failed, "dead": keys.dead}[state]
-    for at, page in hscan_chunks(client, key, at):
-        rows += _rows_of(client, keys, host, state, page)
+    following = 0
+    for step in hscan_chunks(client, key, at):
+        following = step[0]
+        rows += _rows_of(client, keys, host, state, step[1])
         if len(rows) >= limit:
             break
-    return rows, str(at)
+    return rows, str(following)
 
 
 def _rows_of(client: Any, keys: CrawlKeys, host: str, state: str,
