@@ -41,6 +41,7 @@ from scrapy_fleet.errors import RequestDecodeError
 from scrapy_fleet.failures.record import FailureRecord
 from scrapy_fleet.frontier import bloom_read
 from scrapy_fleet.frontier.bloom import bloom_key
+from scrapy_fleet.frontier.fingerprint import is_default_fingerprinter, url_bloom_key
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.recrawl import view as recrawl_view
 
@@ -61,6 +62,8 @@ class Probe:
     needle: bytes
     fingerprint: Fingerprint
     full: bool = False
+    #: Scrapy's default fingerprinter: a GET without body is keyed by its URL alone
+    default: bool = False
 
     def matches(self, payload: bytes) -> dict[str, Any] | None:
         """The request dict of *payload* when it is the URL's entry, else None."""
@@ -68,8 +71,12 @@ class Probe:
             return None
         try:
             d = codec.decode_dict(payload)
-            request = Request(d["url"], method=d.get("method") or "GET",
-                              body=d.get("body") or b"", headers=d.get("headers"))
+            method, body = d.get("method") or "GET", d.get("body") or b""
+            if self.default and method == "GET" and not body and not (
+                    d.get("meta") or {}).get("verbatim_url"):
+                return d if url_bloom_key(d["url"]) == self.key else None
+            request = Request(d["url"], method=method, body=body, headers=d.get("headers"),
+                              meta=d.get("meta") or {})
         except (RequestDecodeError, KeyError, TypeError, ValueError):
             return None
         return d if bloom_key(self.fingerprint(request)) == self.key else None
@@ -83,7 +90,7 @@ def probe_for(url: str, fingerprint: Fingerprint) -> Probe:
     """
     request = Request(url)
     return Probe(bloom_key(fingerprint(request)), safe_url_string(url, "utf-8").encode(),
-                 fingerprint)
+                 fingerprint, default=is_default_fingerprinter(fingerprint))
 
 
 def locate(client: Any, keys: CrawlKeys, url: str, host: str,
