@@ -25,7 +25,7 @@ from scrapy import Request
 from scrapy_fleet import acl, redis_url
 from scrapy_fleet.catalog import DEFAULTS, SETTINGS, format_default, settings_listing
 from scrapy_fleet.checks import validate_crawl_id, validate_key_prefix
-from scrapy_fleet.commands import actions, lookup, partitioned, push
+from scrapy_fleet.commands import actions, host, lookup, partitioned, push
 from scrapy_fleet.config import validate_partitions
 from scrapy_fleet.errors import (
     FleetConfigError,
@@ -190,7 +190,7 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("acl", "print the least-privilege ACL rules of the crawl's roles (worker, "
            "monitor, admin)", "[--role R] [--proxies] [--pool P] [--partitions P]", _acl_action,
            needs_redis=False, names_crawl=True),
-    *(Action(**row) for row in lookup.ROWS),  # url, hosts, urls, crawls (issue 34)
+    *(Action(**row) for row in (*lookup.ROWS, host.ROW)),  # url, hosts, urls, crawls, host
 )}
 
 
@@ -276,6 +276,7 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
                              "FLEET_PROXIES or FLEET_PROXY_POOL is set)")
     monitoring_actions.add_arguments(parser)
     lookup.add_arguments(parser)
+    host.add_arguments(parser)
 
 
 #: action -> the least-privilege role it needs (scrapy_fleet/acl.py), checked at start;
@@ -283,7 +284,7 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
 ACL_ROLES = {"push": "worker", "retry": "admin", "purge": "admin", "status": "monitor",
              "recrawl": "monitor",
              "dead": "monitor", "failed": "monitor", "top": "monitor", "monitor": "monitor",
-             **lookup.ROLES}
+             **lookup.ROLES, **host.ROLES}
 
 
 def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: Any,
@@ -384,7 +385,7 @@ def _partitioned_action(ctx: ActionContext, action: str) -> int:
         return partitioned.run_dead(ctx.crawl, ctx.opts, ctx.parts)
     if action == "failed":
         return partitioned.run_failed(ctx.crawl, ctx.opts, ctx.parts)
-    if action in lookup.NAMES:  # (they read every partition themselves)
+    if action in (*lookup.NAMES, "host"):  # (they find the host's partition themselves)
         return ACTIONS[action].run(ctx)
     if action == "retry":
         return partitioned.run_retry(ctx.crawl, ctx.opts, ctx.parts, ctx.host_key_mode)
@@ -533,6 +534,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args:  # argparse would also ask for a URL
         parser.error(f"an ACTION is required: one of {', '.join(ACTIONS)}, proxies")
     opts = parser.parse_intermixed_args(args)
+    opts.action, opts.crawl_id, *opts.urls = host.reorder([opts.action, opts.crawl_id,
+                                                           *opts.urls])
     spec = ACTIONS[opts.action]
     if spec.names_crawl:  # acl: the rules for this crawl, without Redis
         if opts.crawl_id is None or opts.urls:
