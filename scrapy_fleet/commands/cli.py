@@ -44,14 +44,16 @@ EXIT_STATUSES: tuple[tuple[int, str], ...] = (
     (push.EXIT_OK, "success"),
     (push.EXIT_REJECTED, "push: some lines were rejected (the valid ones were pushed); "
                          "purge: declined; proxies: an exit named matched nothing; "
-                         "recrawl: the URL is not in the recrawl schedule"),
+                         "recrawl: the URL is not in the recrawl schedule; urls, host drop: "
+                         "the crawl has no such host, or (host drop) declined"),
     (push.EXIT_ERROR, "usage error, or Redis unreachable, refusing the credentials, or not "
                       "a Redis server; scrapy fleet: the project does not enable the add-on, "
                       "or push/retry into a crawl of another spider"),
     (push.EXIT_FULL, "push: the frontier stayed full (--no-wait, or --timeout expired); the "
                      "lines from the one reported on were not pushed"),
     (push.EXIT_NO_CRAWL, "status, dead, failed, retry, top, recrawl: Redis has no record of that "
-                         "crawl (check the crawl id and the key prefix)"),
+                         "crawl (check the crawl id and the key prefix); url, hosts, urls, host "
+                         "too"),
     (130, "interrupted (Ctrl-C); lines already pushed stay pushed"),
 )
 

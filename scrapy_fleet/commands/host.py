@@ -27,8 +27,10 @@ from scrapy_fleet.commands import push
 from scrapy_fleet.frontier import listing
 from scrapy_fleet.keys import DROP_CALL, CrawlKeys, partition_of
 
-#: entries removed per call of lua/host_drop.lua (each call well under 10 ms: bench)
+#: entries removed per call of lua/host_drop.lua (each call well under 10 ms:
+#: bench/bench_host_drop.py); into the dead letters (a msgpack record and an HSET field each)
 SLICE = 2000
+SLICE_DEAD = 500
 
 
 def reorder(args: list[str]) -> list[str]:
@@ -41,7 +43,8 @@ def reorder(args: list[str]) -> list[str]:
 
 def drop(client: Any, keys: CrawlKeys, host: str, dead_letter: bool,
          on_slice: Callable[[int, int, float], None] | None = None) -> int:
-    """Remove *host*'s queued entries (*keys*: its partition's) in slices of :data:`SLICE`;
+    """Remove *host*'s queued entries (*keys*: its partition's) in slices of :data:`SLICE`
+    (:data:`SLICE_DEAD` into the dead letters);
     returns how many.  *on_slice(removed, left, seconds)* is called after each slice.
 
     Raises:
@@ -53,7 +56,8 @@ def drop(client: Any, keys: CrawlKeys, host: str, dead_letter: bool,
     total = 0
     while True:
         t0 = time.perf_counter()
-        removed, left = script(keys=call_keys, args=[host, SLICE, "1" if dead_letter else "0"])
+        removed, left = script(keys=call_keys, args=[host, SLICE_DEAD if dead_letter else SLICE,
+                                                     "1" if dead_letter else "0"])
         total += int(removed)
         if on_slice is not None:
             on_slice(int(removed), int(left), time.perf_counter() - t0)

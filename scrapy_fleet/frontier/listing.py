@@ -199,14 +199,14 @@ def _queued_page(client: Any, keys: CrawlKeys, host: str, cursor: str,
     while bucket_at < len(index) and len(rows) < limit:
         pkey = index[bucket_at]
         want = min(CHUNK, limit - len(rows))
-        page = client.lrange(f"{keys.bucket_prefix}{host}\t{pkey.decode()}", offset,
-                             offset + want - 1)
+        bucket = f"{keys.bucket_prefix}{host}\t{pkey.decode()}"
+        page = client.lrange(bucket, offset, offset + want - 1)
         for raw in page:
             entry_id, _, payload = raw.partition(b"\t")
             rows.append({"entry_id": entry_id.decode(errors="replace"), "url": _url(payload),
                          "priority": 10**15 - int(pkey)})
         offset += len(page)
-        if len(page) < want:
+        if len(page) < want or client.llen(bucket) <= offset:  # (the bucket's end)
             bucket_at, offset = bucket_at + 1, 0
     done = bucket_at >= len(index)
     return rows, "0" if done else f"{bucket_at}.{offset}"
