@@ -187,6 +187,9 @@ class Command(ScrapyCommand):
             if len(args) > 1:
                 raise UsageError(f"{spec.name} takes no arguments")
             warn_unknown_settings(self.settings, _print_warning)
+            # (crawls: the project's Redis and key prefix)
+            opts.redis = self.settings.get("FLEET_REDIS_URL") or cli.DEFAULTS["FLEET_REDIS_URL"]
+            opts.prefix = self.settings.get("FLEET_KEY_PREFIX") or cli.DEFAULTS["FLEET_KEY_PREFIX"]
             self.exitcode = cli.run_action(spec.name, None, [], opts, lambda r: b"",
                                            label="project")
             return
