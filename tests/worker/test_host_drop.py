@@ -159,3 +159,20 @@ def test_bad_input_is_one_line(redis_url, capsys):
     assert status == 1 and "declined: nothing dropped" in out  # (no terminal: no)
     assert host_command.reorder(["host", "drop", "c", "h"]) == ["host", "c", "drop", "h"]
     assert host_command.reorder(["host", "c", "drop", "h"]) == ["host", "c", "drop", "h"]
+
+
+def test_the_console_command_reads_host_drop_crawl_host(redis_url):
+    """``scrapy-fleet host drop CRAWL HOST`` as typed (the subcommand before the crawl), and the
+    ``url`` that follows it, through the console entry point."""
+    import subprocess
+    import sys
+
+    Crawl(redis_url, "dropcli", 1).push("http://a.test/1")
+    cli_args = [sys.executable, "-m", "scrapy_fleet.commands.cli", "--redis", redis_url]
+    done = subprocess.run([*cli_args, "host", "drop", "dropcli", "a.test", "--yes",
+                           "--dead-letter"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("dropped 1 queued entries of host 'a.test' into the dead")
+    where = subprocess.run([*cli_args, "url", "dropcli", "http://a.test/1"],
+                           capture_output=True, text=True, timeout=60)
+    assert where.stdout == "http://a.test/1\n  dead letter: dropped (entry 000000000000001)\n"
