@@ -206,3 +206,50 @@ def test_crawls_lists_the_crawl_ids_with_their_counts(redis_url, capsys):
     rows = {r["crawl"]: r for r in json.loads(done.stdout)}
     assert rows["listed-a"] == {"crawl": "listed-a", "partitions": 1, "pushed": 1, "queued": 1}
     assert rows["listed-b"] == {"crawl": "listed-b", "partitions": 2, "pushed": 2, "queued": 2}
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+def test_the_reads_run_as_the_monitor_role_and_drop_as_admin(redis_server, redis_url, parts):
+    """``url``, ``hosts``, ``urls`` with a Redis user of the monitor's ACL rule (reads only);
+    ``host drop`` with the admin's; ``crawls`` with a monitor of every crawl."""
+    from scrapy_fleet import acl
+
+    crawl = f"aclread{parts}"
+    _, u = states_crawl(redis_url, crawl, parts)
+    root = redis_server.client()
+    users = []
+
+    def user(name: str, rule: str) -> str:
+        root.execute_command("ACL", "SETUSER", name, "reset", "on", ">pw", *rule.split())
+        users.append(name)
+        return f"redis://{name}:pw@127.0.0.1:{redis_server.port}/0"
+
+    try:
+        monitor = user(f"mon{parts}", acl.acl_rule("monitor", crawl_id=crawl,
+                                                   partitions=parts > 1))
+        every = user(f"monall{parts}", acl.acl_rule("monitor", partitions=True))
+        admin = user(f"adm{parts}", acl.acl_rule("admin", crawl_id=crawl, partitions=parts > 1))
+
+        def cli_as(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "scrapy_fleet.commands.cli", "--redis",
+                                   url, *args], capture_output=True, text=True, timeout=60)
+
+        where = cli_as(monitor, "url", crawl, *u.values(), "--json")
+        assert where.returncode == 0, where.stderr
+        assert [r["state"] for r in json.loads(where.stdout)] == [
+            "done", "recrawl", "failed", "dead", "leased", "queued", "deferred", "never_seen"]
+        for args in (["hosts", crawl], ["urls", crawl, "--host", "queued.test"],
+                     ["urls", crawl, "--host", "leased.test", "--state", "leased"]):
+            done = cli_as(monitor, *args)
+            assert done.returncode == 0, (args, done.stderr)
+        listed = cli_as(every, "crawls", "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert crawl in {r["crawl"] for r in json.loads(listed.stdout)}
+        refused = cli_as(monitor, "host", "drop", crawl, "queued.test", "--yes")
+        assert refused.returncode == 2 and "admin" in refused.stderr, refused.stderr
+        dropped = cli_as(admin, "host", "drop", crawl, "queued.test", "--yes")
+        assert dropped.returncode == 0, dropped.stderr
+    finally:
+        for name in users:
+            root.execute_command("ACL", "DELUSER", name)
+        root.close()
