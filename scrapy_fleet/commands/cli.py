@@ -135,7 +135,7 @@ def _settings_action(ctx: ActionContext) -> int:
 #: the ``acl`` roles and what runs as each (scrapy_fleet/acl.py, docs/deployment.md)
 ACL_ROLE_USES = {"worker": "scrapy crawl, push",
                  "monitor": "status, recrawl, dead, failed, top, monitor, url, hosts, urls, crawls",
-                 "admin": "purge, retry, proxies"}
+                 "admin": "purge, retry, host drop, proxies"}
 
 
 def _acl_action(ctx: ActionContext) -> int:
