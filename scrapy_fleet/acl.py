@@ -33,7 +33,8 @@ from scrapy_fleet.lua import sources
 _SCRIPTS = {"worker": ("frontier.lua", "push_lean.lua", "politeness.lua", "seeding.lua",
                        "bloom_add.lua", "beat.lua"),
             "monitor": (), "admin": ("frontier.lua", "push_lean.lua", "politeness.lua",
-                                     "seeding.lua", "bloom_add.lua", "failed_retry.lua")}
+                                     "seeding.lua", "bloom_add.lua", "failed_retry.lua",
+                                     "host_drop.lua")}
 #: the proxy pool's script (a worker: choose, report, seed; an admin: the ``proxies`` actions)
 _POOL_SCRIPTS = ("proxies.lua",)
 #: commands each role sends itself to the pool's keys (proxies/pool.py; ``proxies list``
@@ -88,7 +89,10 @@ _DIRECT: dict[str, tuple[str, ...]] = {
     "monitor": ("zcard", "hlen", "hgetall", "zrange", "get", "hmget", "llen", "hscan",
                 "time", "exists", "hget", "zrevrange", "zrangebyscore", "zcount", "info",
                 # the recrawl's schedule read (recrawl/status.py, recrawl/view.py)
-                "lrange", "lindex", "zscore", "sscan"),
+                "lrange", "lindex", "zscore", "sscan",
+                # url, hosts, urls, crawls (commands/lookup.py): the Bloom filter's bits,
+                # a host's presence, the crawl ids
+                "getrange", "getbit", "hexists", "scan"),
     "admin": ("evalsha", "script|load", "fcall", "function|load", "hset", "hmget", "hgetall",
               "zrem", "zcard", "set", "hlen",
               "zrange", "get", "llen", "hscan", "time", "scan", "unlink"),

@@ -194,6 +194,10 @@ FRONTIER_CALL = ("op", "prev_op", "data", "leases", "lease", "expiries", "dead",
 RETRY_CALL = ("failed", "failed_at", "failed_by", "dead", "hostq", "stats", "seq", "leases",
               "deferred", "queue_index", "queue_count", "bucket_prefix", "ready")
 
+#: KEYS of lua/host_drop.lua, in order (``host drop``: a host's queue in bounded slices).
+DROP_CALL = ("queue_index", "queue_count", "bucket_prefix", "hostq", "ready", "dead", "stats",
+             "seq")
+
 #: KEYS of lua/politeness.lua, in order.
 POLITENESS_CALL = ("ready", "tat", "hold", "hostlive", "hostconf", "crawldelay", "fails", "robots",
                    "robots_lock", "adaptive")

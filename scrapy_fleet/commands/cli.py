@@ -25,7 +25,7 @@ from scrapy import Request
 from scrapy_fleet import acl, redis_url
 from scrapy_fleet.catalog import DEFAULTS, SETTINGS, format_default, settings_listing
 from scrapy_fleet.checks import validate_crawl_id, validate_key_prefix
-from scrapy_fleet.commands import actions, partitioned, push
+from scrapy_fleet.commands import actions, host, lookup, partitioned, push
 from scrapy_fleet.config import validate_partitions
 from scrapy_fleet.errors import (
     FleetConfigError,
@@ -44,14 +44,16 @@ EXIT_STATUSES: tuple[tuple[int, str], ...] = (
     (push.EXIT_OK, "success"),
     (push.EXIT_REJECTED, "push: some lines were rejected (the valid ones were pushed); "
                          "purge: declined; proxies: an exit named matched nothing; "
-                         "recrawl: the URL is not in the recrawl schedule"),
+                         "recrawl: the URL is not in the recrawl schedule; urls, host drop: "
+                         "the crawl has no such host, or (host drop) declined"),
     (push.EXIT_ERROR, "usage error, or Redis unreachable, refusing the credentials, or not "
                       "a Redis server; scrapy fleet: the project does not enable the add-on, "
                       "or push/retry into a crawl of another spider"),
     (push.EXIT_FULL, "push: the frontier stayed full (--no-wait, or --timeout expired); the "
                      "lines from the one reported on were not pushed"),
     (push.EXIT_NO_CRAWL, "status, dead, failed, retry, top, recrawl: Redis has no record of that "
-                         "crawl (check the crawl id and the key prefix)"),
+                         "crawl (check the crawl id and the key prefix); url, hosts, urls, host "
+                         "too"),
     (130, "interrupted (Ctrl-C); lines already pushed stay pushed"),
 )
 
@@ -132,8 +134,8 @@ def _settings_action(ctx: ActionContext) -> int:
 
 #: the ``acl`` roles and what runs as each (scrapy_fleet/acl.py, docs/deployment.md)
 ACL_ROLE_USES = {"worker": "scrapy crawl, push",
-                 "monitor": "status, recrawl, dead, failed, top, monitor",
-                 "admin": "purge, retry, proxies"}
+                 "monitor": "status, recrawl, dead, failed, top, monitor, url, hosts, urls, crawls",
+                 "admin": "purge, retry, host drop, proxies"}
 
 
 def _acl_action(ctx: ActionContext) -> int:
@@ -190,6 +192,7 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("acl", "print the least-privilege ACL rules of the crawl's roles (worker, "
            "monitor, admin)", "[--role R] [--proxies] [--pool P] [--partitions P]", _acl_action,
            needs_redis=False, names_crawl=True),
+    *(Action(**row) for row in (*lookup.ROWS, host.ROW)),  # url, hosts, urls, crawls, host
 )}
 
 
@@ -274,13 +277,16 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
                         help="acl: the crawl uses the proxy pool (inside a project, when "
                              "FLEET_PROXIES or FLEET_PROXY_POOL is set)")
     monitoring_actions.add_arguments(parser)
+    lookup.add_arguments(parser)
+    host.add_arguments(parser)
 
 
 #: action -> the least-privilege role it needs (scrapy_fleet/acl.py), checked at start;
 #: every ``proxies`` action runs as ``admin`` (proxies/actions.py probes the pool's keys)
 ACL_ROLES = {"push": "worker", "retry": "admin", "purge": "admin", "status": "monitor",
              "recrawl": "monitor",
-             "dead": "monitor", "failed": "monitor", "top": "monitor", "monitor": "monitor"}
+             "dead": "monitor", "failed": "monitor", "top": "monitor", "monitor": "monitor",
+             **lookup.ROLES, **host.ROLES}
 
 
 def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: Any,
@@ -381,6 +387,8 @@ def _partitioned_action(ctx: ActionContext, action: str) -> int:
         return partitioned.run_dead(ctx.crawl, ctx.opts, ctx.parts)
     if action == "failed":
         return partitioned.run_failed(ctx.crawl, ctx.opts, ctx.parts)
+    if action in (*lookup.NAMES, "host"):  # (they find the host's partition themselves)
+        return ACTIONS[action].run(ctx)
     if action == "retry":
         return partitioned.run_retry(ctx.crawl, ctx.opts, ctx.parts, ctx.host_key_mode)
     return partitioned.refuse(action, ctx.crawl.keys.crawl_id, ctx.parts)
@@ -528,6 +536,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args:  # argparse would also ask for a URL
         parser.error(f"an ACTION is required: one of {', '.join(ACTIONS)}, proxies")
     opts = parser.parse_intermixed_args(args)
+    opts.action, opts.crawl_id, *opts.urls = host.reorder([opts.action, opts.crawl_id,
+                                                           *opts.urls])
     spec = ACTIONS[opts.action]
     if spec.names_crawl:  # acl: the rules for this crawl, without Redis
         if opts.crawl_id is None or opts.urls:

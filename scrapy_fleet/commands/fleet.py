@@ -20,7 +20,7 @@ from scrapy.exceptions import UsageError
 from scrapy.utils.misc import build_from_crawler, load_object
 
 from scrapy_fleet import codec, identity
-from scrapy_fleet.commands import cli
+from scrapy_fleet.commands import cli, host
 from scrapy_fleet.compat.settings import translate
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import CrawlSpiderError, FleetConfigError
@@ -160,6 +160,7 @@ class Command(ScrapyCommand):
             self.exitcode = 2
             return
         proxies_action = args[0] == "proxies"
+        args = host.reorder(args)  # host drop SPIDER HOST: the spider second (commands/host.py)
         if args[0] == IMPORT_ACTION:  # coming from scrapy-redis (compat/importer.py)
             if len(args) != 2:
                 raise UsageError(f"expected: {IMPORT_ACTION} SPIDER [--trust-pickles]")
@@ -186,6 +187,9 @@ class Command(ScrapyCommand):
             if len(args) > 1:
                 raise UsageError(f"{spec.name} takes no arguments")
             warn_unknown_settings(self.settings, _print_warning)
+            # (crawls: the project's Redis and key prefix)
+            opts.redis = self.settings.get("FLEET_REDIS_URL") or cli.DEFAULTS["FLEET_REDIS_URL"]
+            opts.prefix = self.settings.get("FLEET_KEY_PREFIX") or cli.DEFAULTS["FLEET_KEY_PREFIX"]
             self.exitcode = cli.run_action(spec.name, None, [], opts, lambda r: b"",
                                            label="project")
             return

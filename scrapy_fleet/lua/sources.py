@@ -44,6 +44,8 @@ SCRIPTS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
                        "step_revisit.lua"),  # sitemap <lastmod>: revisit_lastmod_due
                       keys.PUSH_LEAN_CALL),
     "partition_probe.lua": ((), keys.PROBE_CALL),
+    # issue 34: `host drop` (commands/host.py)
+    "host_drop.lua": (("common.lua", "queue.lua"), keys.DROP_CALL),
     # sessions (issue 32): fleet cookie jars (sessions/jar.py)
     "cookies_read.lua": (("common.lua",), None),
     "cookies_merge.lua": (("common.lua",), None),

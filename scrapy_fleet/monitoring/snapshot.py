@@ -121,6 +121,7 @@ def counters_of(stats: dict[str, int]) -> dict[str, Any]:
             "reclaimed": stats.get("reclaimed", 0),
             "recovered": stats.get("recovered", 0),  # (of reclaimed: dead workers' leases)
             "dead_lettered": stats.get("dead_lettered", 0),
+            "dropped": stats.get("dropped", 0),  # deleted by `host drop` (docs/control.md)
             "released": stats.get("released", 0), "parked": stats.get("parked", 0),
             "deferred": stats.get("deferred", 0), "resumed": stats.get("resumed", 0),
             "refused": stats.get("refused", 0), "unstorable": stats.get("unstorable", 0),

@@ -1,0 +1,264 @@
+"""Where is a URL: its state in a crawl's frontier, read with plain reads (the ``monitor``
+ACL role), for ``scrapy fleet url`` (commands/lookup.py, docs/control.md "Where is a URL").
+
+An entry's id is a counter value given at push (keys.py ``seq``), not derived from its URL,
+and the frontier keeps no index from a URL to its entry; what is derived from the URL is its
+host (which names its queue buckets and, at P > 1, its partition: keys.py ``partition_of``)
+and its Bloom key (the request fingerprint, hashed: frontier/bloom.py).  So a lookup reads
+only the structures that can hold the URL and only the parts of them of its host:
+
+* leased (``lease`` HASH, each value naming its host and holder) and deferred (``deferred``
+  ZSET, members ``id|score|host``): read whole, both are bounded by what is in flight;
+* queued: the host's buckets only (``qidx`` names them), in slices of :data:`CHUNK`;
+* parked (``parked`` LIST), failed (``failed`` HASH) and dead (``dead`` HASH): read whole, in
+  slices (they are bounded by FLEET_QUEUE_MAX's overflow and the failed cap);
+* tracked for recrawl: recrawl/view.py ``find_record`` (O(1) with its place index);
+* else the Bloom filter: absent is certain ("never seen"), present is "done, probably".
+
+An entry matches when its request's Bloom key is the URL's (the fingerprint the push and the
+dupefilter use).  To keep the cost per entry low, a first pass decodes only the entries whose
+payload holds the URL as pushed (``safe_url_string``); when it finds nothing and the filter has
+the URL, a second pass fingerprints every entry of the host (the URL was pushed in another
+spelling of the same canonical URL).  Cost: O(entries of the host + in flight + failed +
+dead); an index ``Bloom key -> entry id`` written by the push would make each structure O(1)
+at ~40 B per queued URL (docs/control.md).  Each structure is read at a different moment: an
+entry moving while the lookup runs (leased, then acknowledged) is found in the state it had
+when its structure was read, or in none ("done, probably").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+from scrapy import Request
+from w3lib.url import safe_url_string
+
+from scrapy_fleet import codec
+from scrapy_fleet.errors import RequestDecodeError
+from scrapy_fleet.failures.record import FailureRecord
+from scrapy_fleet.frontier import bloom_read
+from scrapy_fleet.frontier.bloom import bloom_key
+from scrapy_fleet.frontier.fingerprint import is_default_fingerprinter, url_bloom_key
+from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.recrawl import view as recrawl_view
+
+#: entries read per LRANGE / HSCAN step / HMGET (no single command runs long)
+CHUNK = 1000
+#: the bucket key of priority 0 (keys.py ``bucket``: -priority + 10**15)
+PRIO_OFFSET = 10**15
+
+Fingerprint = Callable[[Request], bytes]
+
+
+@dataclass
+class Probe:
+    """What an entry is compared with: the URL's Bloom key, its pushed spelling (bytes) and the
+    crawl's fingerprinter.  *full*: the second pass (fingerprint every entry)."""
+
+    key: bytes
+    needle: bytes
+    fingerprint: Fingerprint
+    full: bool = False
+    #: Scrapy's default fingerprinter: a GET without body is keyed by its URL alone
+    default: bool = False
+
+    def matches(self, payload: bytes) -> dict[str, Any] | None:
+        """The request dict of *payload* when it is the URL's entry, else None."""
+        if not payload or (not self.full and self.needle not in payload):
+            return None
+        try:
+            d = codec.decode_dict(payload)
+            method, body = d.get("method") or "GET", d.get("body") or b""
+            if self.default and method == "GET" and not body and not (
+                    d.get("meta") or {}).get("verbatim_url"):
+                return d if url_bloom_key(d["url"]) == self.key else None
+            request = Request(d["url"], method=method, body=body, headers=d.get("headers"),
+                              meta=d.get("meta") or {})
+        except (RequestDecodeError, KeyError, TypeError, ValueError):
+            return None
+        return d if bloom_key(self.fingerprint(request)) == self.key else None
+
+
+def probe_for(url: str, fingerprint: Fingerprint) -> Probe:
+    """The :class:`Probe` of *url* (an http(s) URL).
+
+    Raises:
+        ValueError: *url* cannot be a Request's URL.
+    """
+    request = Request(url)
+    return Probe(bloom_key(fingerprint(request)), safe_url_string(url, "utf-8").encode(),
+                 fingerprint, default=is_default_fingerprinter(fingerprint))
+
+
+def locate(client: Any, keys: CrawlKeys, url: str, host: str,
+           fingerprint: Fingerprint) -> dict[str, Any]:
+    """*url*'s state in the crawl (*keys*: its partition's; *host*: its host key): a dict with
+    ``url``, ``host``, ``state`` (``leased``, ``deferred``, ``queued``, ``parked``,
+    ``failed``, ``dead``, ``recrawl``, ``done`` or ``never_seen``), ``certain`` (False only
+    for ``done``) and the state's fields (docs/control.md lists them; times are server ms).
+
+    Raises:
+        ValueError: *url* cannot be a Request's URL.
+        redis.RedisError: when Redis cannot be read.
+    """
+    probe = probe_for(url, fingerprint)
+    seen = bloom_read.contains(client, keys, probe.key)
+    found = _search(client, keys, host, probe)
+    if found is None and seen:
+        probe.full = True
+        found = _search(client, keys, host, probe)
+    if found is None:
+        page = recrawl_view.read_page(client, keys, url, host, fingerprint)
+        if page is not None:
+            found = {"state": "recrawl", "next_due": int(page["next_due"] * 1000),
+                     "last_fetch": page["last_fetch"], "visits": page["visits"]}
+    if found is None:
+        found = {"state": "done" if seen else "never_seen"}
+    found.setdefault("entry_id", None)
+    return {"url": url, "host": host, "certain": found["state"] != "done",
+            "in_filter": seen, **found}
+
+
+def _search(client: Any, keys: CrawlKeys, host: str, probe: Probe) -> dict[str, Any] | None:
+    for step in (_leased, _deferred, _queued, _parked, _failed, _dead):
+        found = step(client, keys, host, probe)
+        if found is not None:
+            return found
+    return None
+
+
+def _hash_chunks(client: Any, key: str) -> Iterator[list[tuple[bytes, bytes]]]:
+    """A HASH's fields and values, :data:`CHUNK` at a time (HSCAN)."""
+    cursor = 0
+    while True:
+        cursor, page = client.hscan(key, cursor, count=CHUNK)
+        if page:
+            yield list(page.items())
+        if cursor == 0:
+            return
+
+
+def _leased(client: Any, keys: CrawlKeys, host: str, probe: Probe) -> dict[str, Any] | None:
+    suffix = b"|" + host.encode()
+    for page in _hash_chunks(client, keys.lease):
+        mine = []  # (id, worker) of the host's leases
+        for entry_id, value in page:
+            head, _, worker = value.partition(b"\t")
+            if head.endswith(suffix):
+                mine.append((entry_id, worker))
+        if not mine:
+            continue
+        payloads = client.hmget(keys.data, [i for i, _ in mine])
+        for (entry_id, worker), payload in zip(mine, payloads, strict=True):
+            d = probe.matches(payload or b"")
+            if d is None:
+                continue
+            expiry, expired = client.zscore(keys.leases, entry_id), client.hget(
+                keys.expiries, entry_id)
+            over = worker.startswith(b"!")
+            return {"state": "leased", "entry_id": entry_id.decode(),
+                    "worker": worker.lstrip(b"!").decode(errors="replace"),
+                    "downloaded": over, "lease_expiry": None if expiry is None else int(expiry),
+                    "attempts": int(expired or 0) + 1, **_retries(d)}
+    return None
+
+
+def _retries(d: dict[str, Any]) -> dict[str, Any]:
+    """Scrapy's retries of the request so far (its meta's ``retry_times``) and priority."""
+    meta = d.get("meta") or {}
+    return {"retry_times": int(meta.get("retry_times", 0) or 0),
+            "priority": int(d.get("priority") or 0)}
+
+
+def _deferred(client: Any, keys: CrawlKeys, host: str, probe: Probe) -> dict[str, Any] | None:
+    suffix = b"|" + host.encode()
+    start = 0
+    while True:
+        page = client.zrange(keys.deferred, start, start + CHUNK - 1, withscores=True)
+        mine = [(m, int(s)) for m, s in page if m.endswith(suffix)]
+        if mine:
+            ids = [m.split(b"|", 1)[0] for m, _ in mine]
+            for entry_id, (_, until), payload in zip(ids, mine, client.hmget(keys.data, ids),
+                                                      strict=True):
+                d = probe.matches(payload or b"")
+                if d is not None:
+                    return {"state": "deferred", "entry_id": entry_id.decode(),
+                            "until": until, **_retries(d)}
+        if len(page) < CHUNK:
+            return None
+        start += CHUNK
+
+
+def _queued(client: Any, keys: CrawlKeys, host: str, probe: Probe) -> dict[str, Any] | None:
+    index = client.hget(keys.queue_index, host)
+    ahead = 0  # entries of the host before it (leased first)
+    for pkey in (index or b"").split():
+        bucket = f"{keys.bucket_prefix}{host}\t{pkey.decode()}"
+        start = 0
+        while True:
+            page = client.lrange(bucket, start, start + CHUNK - 1)
+            for i, raw in enumerate(page):
+                entry_id, _, payload = raw.partition(b"\t")
+                d = probe.matches(payload)
+                if d is not None:
+                    return {"state": "queued", "entry_id": entry_id.decode(errors="replace"),
+                            "priority": PRIO_OFFSET - int(pkey), "ahead": ahead + start + i,
+                            "retry_times": _retries(d)["retry_times"]}
+            if len(page) < CHUNK:
+                ahead += start + len(page)
+                break
+            start += CHUNK
+    return None
+
+
+def _parked(client: Any, keys: CrawlKeys, host: str, probe: Probe) -> dict[str, Any] | None:
+    start = 0
+    while True:
+        page = client.lrange(keys.parked, start, start + CHUNK - 1)
+        for raw in page:
+            try:
+                rec = msgpack.unpackb(raw, raw=True)
+                entry_id, score, rec_host, payload = rec[0], rec[1], rec[2], rec[3]
+            except Exception:  # not a record of the fleet's: not this URL's
+                continue
+            if rec_host == host.encode() and probe.matches(payload) is not None:
+                return {"state": "parked", "entry_id": entry_id.decode(errors="replace"),
+                        "priority": -int(score)}
+        if len(page) < CHUNK:
+            return None
+        start += CHUNK
+
+
+def _failed(client: Any, keys: CrawlKeys, host: str, probe: Probe) -> dict[str, Any] | None:
+    for page in _hash_chunks(client, keys.failed):
+        for record_id, raw in page:
+            try:
+                rec = FailureRecord.decode(raw)
+            except ValueError:
+                continue
+            if rec.host and rec.host != host:
+                continue
+            payload = rec.data or codec.encode_dict({"url": rec.url, "method": rec.method})
+            if probe.matches(payload) is not None:
+                return {"state": "failed", "entry_id": record_id.decode(errors="replace"),
+                        "reason": rec.reason, "attempts": rec.attempts, "at": rec.at,
+                        "status": rec.status, "worker": rec.worker, "message": rec.message}
+    return None
+
+
+def _dead(client: Any, keys: CrawlKeys, host: str, probe: Probe) -> dict[str, Any] | None:
+    for page in _hash_chunks(client, keys.dead):
+        for entry_id, raw in page:
+            try:
+                d = msgpack.unpackb(raw, raw=True)
+                payload, why = d.get(b"data", b""), d.get(b"reason", b"")
+            except Exception:  # not written by the fleet
+                continue
+            if isinstance(payload, bytes) and probe.matches(payload) is not None:
+                return {"state": "dead", "entry_id": entry_id.decode(errors="replace"),
+                        "reason": why.decode(errors="replace") if isinstance(why, bytes)
+                        else str(why), "at": d.get(b"at")}
+    return None
