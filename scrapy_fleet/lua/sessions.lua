@@ -24,7 +24,8 @@
 --   claim id worker lease_ms -> {'claimed', generation} when the session needs a login
 --     (new/relogin) and nobody holds a live claim on it: the caller runs it (single flight:
 --     the claim lasts lease_ms, a dead claimer's claim runs out); {'wait', g} while another
---     holds it; {state, g} otherwise.
+--     holds it (the caller too: a worker runs one login of a session at a time); {state, g}
+--     otherwise.
 --   done id worker ok reason -> the claimer's login is over: ok 1 makes the session active
 --     at generation + 1 (counts a login); ok 0 retires it with `reason`.  {'lost', g} when
 --     the caller no longer holds the claim (it ran out and was taken): nothing written.
@@ -107,7 +108,7 @@ elseif op == 'state' then
   return {state, gen, (r[3] ~= '' and (tonumber(r[4]) or 0) > now) and 1 or 0}
 elseif op == 'claim' then
   if state ~= 'new' and state ~= 'relogin' then return {state, gen} end
-  if r[3] ~= '' and r[3] ~= ARGV[3] and (tonumber(r[4]) or 0) > now then return {'wait', gen} end
+  if r[3] ~= '' and (tonumber(r[4]) or 0) > now then return {'wait', gen} end
   redis.call('HSET', rec, 'owner', ARGV[3], 'owner_until', now + tonumber(ARGV[4]))
   redis.call('DEL', jar)
   return {'claimed', gen}

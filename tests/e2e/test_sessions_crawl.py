@@ -44,10 +44,11 @@ class LoginSite:
 def login_site(tmp_path: Path) -> Iterator[Callable[[int], LoginSite]]:
     started: list[LoginSite] = []
 
-    def factory(pages: int, flaky: int = 0) -> LoginSite:
+    def factory(pages: int, flaky: int = 0, expire: int = 0, ban: int = 0) -> LoginSite:
         log = tmp_path / f"loginsite-{len(started)}.jsonl"
         proc = subprocess.Popen([sys.executable, str(HERE / "loginsite.py"), "--pages",
-                                 str(pages), "--log", str(log), "--flaky", str(flaky)],
+                                 str(pages), "--log", str(log), "--flaky", str(flaky),
+                                 "--expire", str(expire), "--ban", str(ban)],
                                 stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         assert proc.stdout is not None
@@ -141,3 +142,84 @@ def test_a_cookie_too_large_is_a_failed_record_never_a_silent_drop(redis_url, lo
                                                         "cookie/too_large")]
     assert "'big' for 127.0.0.1/ (5013 bytes)" in rows[0]["message"]
     assert "bbbb" not in listed.stdout
+
+
+def pool_outcome(site: LoginSite, items: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a session-pool crawl of the members pages got: pages itemised logged in, pages
+    itemised as the login form, logins the site granted, ends of sessions it saw."""
+    pages = {i["url"]: i for i in items if "/members/p/" in i["url"]}
+    log = site.requests()
+    return {"pages": len(pages), "member_pages": sum(i["member"] for i in pages.values()),
+            "login_form_items": sum(i["login_form"] for i in items),
+            "items": len(items),
+            "logins": sum(r["login"] for r in log),
+            "expired": sum(bool(r.get("expired")) for r in log),
+            "banned": sum(bool(r.get("banned")) for r in log)}
+
+
+def pool_crawl(tmp_path: Path, redis_url: str, env: dict[str, str], site: LoginSite,
+               **settings: Any) -> tuple[list[dict[str, Any]], list[Path]]:
+    return crawl(tmp_path, redis_url, env, "pool_members", 3, site,
+                 settings={"CONCURRENT_REQUESTS": 4, **settings})
+
+
+def test_a_pool_of_two_sessions_logs_in_exactly_twice_across_three_workers(
+        redis_url, login_site, worker_env, tmp_path):
+    """Issue 32 items 2 and 4: the spider declares its login; three workers, a pool of two
+    sessions: every members page logged in, no login form, exactly two logins (one per
+    session, whichever worker needed it first), and both sessions served pages."""
+    site = login_site(60)
+    items, logs = pool_crawl(tmp_path, redis_url, worker_env, site)
+    assert pool_outcome(site, items) == {"pages": 60, "member_pages": 60,
+                                         "login_form_items": 0, "items": 62, "logins": 2,
+                                         "expired": 0, "banned": 0}
+    sessions = {i["session"] for i in items}
+    assert sessions == {"127.0.0.1-1", "127.0.0.1-2"}
+    # the members pages went out with the cookie of the session that drew them
+    members = [r for r in site.requests() if r["path"].startswith("/members/")]
+    assert all(r["member"] for r in members)
+    assert len({r["sid"] for r in members}) == 2
+    busy = sum(1 for log in logs if "fleet/sessions/pinned" in log.read_text())
+    assert busy >= 2, "the pages were not spread over the workers"
+    listed = run_scrapy(TEST_PROJECT, ["fleet", "sessions", "pool_members", "--json", "-s",
+                                       f"FLEET_REDIS_URL={redis_url}"], worker_env)
+    assert listed.returncode == 0, listed.stderr
+    pools = json.loads(listed.stdout)
+    assert [p["pool"] for p in pools] == ["127.0.0.1"]
+    assert pools[0]["counters"]["logins"] == 2
+    assert {s: r["state"] for s, r in pools[0]["sessions"].items()} == {
+        "127.0.0.1-1": "active", "127.0.0.1-2": "active"}
+    assert "sid=" not in listed.stdout
+
+
+def test_expired_sessions_log_in_again_once_per_expiry_and_lose_no_page(
+        redis_url, login_site, worker_env, tmp_path):
+    """The site ends a session after 15 members pages: each end costs exactly one login
+    (not one per worker that noticed), and every page that got the login form is fetched
+    again on the new generation: all pages itemised logged in."""
+    site = login_site(80, expire=15)
+    items, _ = pool_crawl(tmp_path, redis_url, worker_env, site)
+    outcome = pool_outcome(site, items)
+    assert outcome["expired"] >= 4
+    assert outcome["logins"] == 2 + outcome["expired"]
+    assert {k: outcome[k] for k in ("pages", "member_pages", "login_form_items", "items")} \
+        == {"pages": 80, "member_pages": 80, "login_form_items": 0, "items": 82}
+
+
+def test_a_403_retires_the_session_and_its_pages_go_through_a_new_one(
+        redis_url, login_site, worker_env, tmp_path):
+    """The site answers 403 to a session after 20 members pages: the session is retired
+    (status/403), a replacement logs in, the refused pages are fetched again through it."""
+    site = login_site(50, ban=20)
+    items, _ = pool_crawl(tmp_path, redis_url, worker_env, site)
+    outcome = pool_outcome(site, items)
+    assert outcome["banned"] >= 1
+    assert outcome["logins"] == 2 + outcome["banned"]
+    assert {k: outcome[k] for k in ("pages", "member_pages", "login_form_items", "items")} \
+        == {"pages": 50, "member_pages": 50, "login_form_items": 0, "items": 52}
+    client = redis.Redis.from_url(redis_url)
+    keys = CrawlKeys("fleet", "pool_members")
+    reasons = {k.decode(): int(v) for k, v in
+               client.hgetall(keys.session_pool_info("127.0.0.1")).items()
+               if k.startswith(b"retired:")}
+    assert reasons == {"retired:status/403": outcome["banned"]}
