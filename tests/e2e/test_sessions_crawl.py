@@ -24,6 +24,7 @@ from support import (
 )
 
 from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.sessions.pool import pool_report
 
 pytestmark = pytest.mark.slow
 
@@ -223,3 +224,21 @@ def test_a_403_retires_the_session_and_its_pages_go_through_a_new_one(
                client.hgetall(keys.session_pool_info("127.0.0.1")).items()
                if k.startswith(b"retired:")}
     assert reasons == {"retired:status/403": outcome["banned"]}
+
+
+def test_without_inheritance_every_request_draws_the_least_used_session(
+        redis_url, login_site, worker_env, tmp_path):
+    """FLEET_SESSION_INHERIT = False: each members page draws from the pool, least used
+    first: both sessions serve about half the pages, still two logins in all."""
+    site = login_site(60)
+    items, _ = pool_crawl(tmp_path, redis_url, worker_env, site, FLEET_SESSION_INHERIT=False)
+    assert pool_outcome(site, items) == {"pages": 60, "member_pages": 60,
+                                         "login_form_items": 0, "items": 62, "logins": 2,
+                                         "expired": 0, "banned": 0}
+    per_session = {s: sum(i["session"] == s for i in items) for s in ("127.0.0.1-1",
+                                                                      "127.0.0.1-2")}
+    assert min(per_session.values()) >= 25, per_session
+    uses = pool_report(redis.Redis.from_url(redis_url), CrawlKeys("fleet", "pool_members"),
+                       "127.0.0.1")["sessions"]
+    assert sum(int(r["uses"]) for r in uses.values()) == 62
+    assert abs(int(uses["127.0.0.1-1"]["uses"]) - int(uses["127.0.0.1-2"]["uses"])) <= 1
