@@ -39,8 +39,9 @@ MAX_STEPS = 5
 
 @dataclass(frozen=True)
 class SessionView:
-    """What ``fleet_session_login`` gets: the session ``id``, its ``pool`` and the
-    ``generation`` its login will end (the next one is ``generation + 1``)."""
+    """What ``fleet_session_login`` gets: the session ``id``, its ``pool`` and its
+    ``generation`` (its logins so far: this login, if it succeeds, makes it
+    ``generation + 1``)."""
 
     id: str
     pool: str
