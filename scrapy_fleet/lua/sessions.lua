@@ -15,9 +15,11 @@
 --
 -- Operations (ARGV after the name) and replies:
 --   draw pool pool_part prefix size max_uses max_age_ms login
---     fills the pool up to `size` drawable sessions (retiring first those past max_uses uses
---     or max_age_ms of age: 0 = no limit), then takes the least used one (ties: the oldest
---     id) and counts one use -> {id, state, generation}.  Work: O(size) records.
+--     fills the pool up to `size` drawable sessions, then takes the least used one (ties:
+--     the smallest id) and counts one use -> {id, state, generation}.  The one taken is
+--     retired and replaced first when it is past max_uses uses or max_age_ms of age (0: no
+--     limit), so a session past a limit is retired when it comes up (a pinned one: at once).
+--     Work: O(1) records, O(size) when sessions are created or retired.
 --   pin id max_uses max_age_ms -> {state, generation} of session `id` (one use counted unless
 --     it is retired, or retired now by the limits), {'unknown', 0} when there is no record.
 --   state id -> {state, generation, owner alive 0/1} (read-only).
@@ -74,11 +76,7 @@ if op == 'draw' then
   if not (size and size >= 1 and max_uses and max_age) then
     return redis.error_reply('ERR fleet: bad session draw arguments')
   end
-  redis.call('SADD', pools, name)
-  for _, id in ipairs(redis.call('ZRANGE', pool, 0, -1)) do
-    past_limits(prefix .. id, id, max_uses, max_age)
-  end
-  while redis.call('ZCARD', pool) < size do
+  local function create()
     local id = part .. '-' .. redis.call('HINCRBY', info, 'next', 1)
     redis.call('HSET', prefix .. id, 'pool', name, 'state', login and 'new' or 'active',
                'reason', '', 'uses', 0, 'errors', 0, 'created', now, 'last_used', 0,
@@ -86,11 +84,31 @@ if op == 'draw' then
     redis.call('ZADD', pool, 0, id)
     redis.call('HINCRBY', info, 'created', 1)
   end
-  local id = redis.call('ZRANGE', pool, 0, 0)[1]
-  local key = prefix .. id
-  use(key, id)
-  local r = redis.call('HMGET', key, 'state', 'generation')
-  return {id, r[1], tonumber(r[2])}
+  local have = redis.call('ZCARD', pool)
+  if have < size then
+    redis.call('SADD', pools, name)
+    for _ = have + 1, size do create() end
+  end
+  -- the least used; one past a limit is retired and replaced, and the next least used
+  -- looked at (a pool of `size` holds at most `size` such sessions)
+  for _ = 0, size do
+    local id = redis.call('ZRANGE', pool, 0, 0)[1]
+    local key = prefix .. id
+    local r = redis.call('HMGET', key, 'state', 'generation', 'uses', 'created')
+    local reason
+    if max_uses > 0 and (tonumber(r[3]) or 0) >= max_uses then
+      reason = 'uses'
+    elseif max_age > 0 and (tonumber(r[4]) or now) + max_age <= now then
+      reason = 'age'
+    end
+    if not reason then
+      use(key, id)
+      return {id, r[1], tonumber(r[2])}
+    end
+    retire(key, id, reason)
+    create()
+  end
+  return redis.error_reply('ERR fleet: no session to draw')
 end
 
 local id = ARGV[2]
