@@ -13,6 +13,8 @@ Run as ``python tests/loginsite.py --pages N --log FILE [--flaky K] [--expire U]
 * ``--expire U``: a session cookie is valid for U members pages (then the login form, as for
   no cookie: the record says ``"expired": true`` for its first such answer);
   ``--ban U``: after U members pages, its session answers 403 to every request;
+  ``--login-delay S``: the first ``POST /login`` is logged as ``{"started": true}`` when it
+  arrives and answered S seconds later;
 * ``/big.html``: sets a cookie ``big`` of 5,000 bytes;
 * ``/mark/``: links to ``/mark/<i>.html`` (i < N), each of which sets its own cookie
   ``m<i>=<i>`` (``Path=/``) and shows how many cookies the request carried.
@@ -30,6 +32,7 @@ import itertools
 import json
 import sys
 import threading
+import time
 from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -44,6 +47,7 @@ class Site:
                  ban: int = 0) -> None:
         self.pages = pages
         self.expire, self.ban = expire, ban
+        self.login_delay = 0.0
         self.uses: dict[str, int] = {}
         self.banned: set[str] = set()
         self.flaky = flaky
@@ -145,6 +149,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        with self.site.lock:
+            delay, self.site.login_delay = self.site.login_delay, 0.0
+        if delay:  # the first login only: its worker can be killed meanwhile
+            self.site.record(method="POST", path=self.path, started=True)
+            time.sleep(delay)
         token = self.site.login(body) if self.path == "/login" else None
         self.site.record(method="POST", path=self.path, member=False,
                          cookies=sorted(self._cookies()), login=token is not None, sid=token)
@@ -163,8 +172,10 @@ def main() -> None:
     parser.add_argument("--flaky", type=int, default=0)
     parser.add_argument("--expire", type=int, default=0)
     parser.add_argument("--ban", type=int, default=0)
+    parser.add_argument("--login-delay", type=float, default=0.0)
     args = parser.parse_args()
     Handler.site = Site(args.pages, args.log, args.flaky, args.expire, args.ban)
+    Handler.site.login_delay = args.login_delay
     server = ThreadingHTTPServer((args.bind, 0), Handler)
     server.daemon_threads = True
     print(f"http://{args.bind}:{server.server_address[1]}/", flush=True)

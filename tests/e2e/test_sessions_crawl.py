@@ -5,6 +5,8 @@ follow links, several real ``scrapy crawl`` workers, a real Redis and a local lo
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -21,6 +23,7 @@ from support import (
     stop_process,
     tail,
     wait_all,
+    wait_until,
 )
 
 from scrapy_fleet.keys import CrawlKeys
@@ -45,11 +48,13 @@ class LoginSite:
 def login_site(tmp_path: Path) -> Iterator[Callable[[int], LoginSite]]:
     started: list[LoginSite] = []
 
-    def factory(pages: int, flaky: int = 0, expire: int = 0, ban: int = 0) -> LoginSite:
+    def factory(pages: int, flaky: int = 0, expire: int = 0, ban: int = 0,
+                login_delay: float = 0.0) -> LoginSite:
         log = tmp_path / f"loginsite-{len(started)}.jsonl"
         proc = subprocess.Popen([sys.executable, str(HERE / "loginsite.py"), "--pages",
                                  str(pages), "--log", str(log), "--flaky", str(flaky),
-                                 "--expire", str(expire), "--ban", str(ban)],
+                                 "--expire", str(expire), "--ban", str(ban),
+                                 "--login-delay", str(login_delay)],
                                 stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         assert proc.stdout is not None
@@ -242,3 +247,37 @@ def test_without_inheritance_every_request_draws_the_least_used_session(
                        "127.0.0.1")["sessions"]
     assert sum(int(r["uses"]) for r in uses.values()) == 62
     assert abs(int(uses["127.0.0.1-1"]["uses"]) - int(uses["127.0.0.1-2"]["uses"])) <= 1
+
+
+def test_a_login_whose_worker_is_killed_is_taken_over_once(redis_url, login_site, worker_env,
+                                                           tmp_path):
+    """The worker running a session's login is SIGKILLed while the site holds its POST: its
+    claim runs out (FLEET_SESSION_LOGIN_TIMEOUT) and exactly one of the two workers started
+    then logs the session in; every page is fetched logged in."""
+    site = login_site(30, login_delay=6)
+    settings = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 3, "CONCURRENT_REQUESTS": 4,
+                "FLEET_LEASE_TIMEOUT": 3, "FLEET_SESSION_POOL_SIZE": 1,
+                "FLEET_SESSION_LOGIN_TIMEOUT": 3, "LOG_LEVEL": "INFO"}
+    first = start_worker(TEST_PROJECT, "pool_members", {
+        **settings, "FLEET_JSONL_PATH": tmp_path / "out-0.jsonl"}, worker_env,
+        tmp_path / "w-0.log", {"site": site.url})
+    wait_until(lambda: any(r.get("started") for r in site.requests()), 120,
+               "the first login at the site")
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(10)
+    others = [start_worker(TEST_PROJECT, "pool_members", {
+        **settings, "FLEET_JSONL_PATH": tmp_path / f"out-{k}.jsonl"}, worker_env,
+        tmp_path / f"w-{k}.log", {"site": site.url}) for k in (1, 2)]
+    assert wait_all(others, 240) == [0, 0], tail(tmp_path / "w-1.log")
+    items = read_items([tmp_path / f"out-{k}.jsonl" for k in range(3)])
+    pages = {i["url"] for i in items if i["member"]}
+    assert len(pages) == 32 and not [i for i in items if i["login_form"]]
+    posts = [r for r in site.requests() if r["method"] == "POST"]
+    assert len([r for r in posts if r.get("started")]) == 1  # the killed worker's
+    # the killed worker's POST (granted by the site after its delay) and one more
+    assert sum(r.get("login", False) for r in posts) == 2
+    logs = [(tmp_path / f"w-{k}.log").read_text() for k in (1, 2)]
+    assert sum(log.count("session 127.0.0.1-1 logged in") for log in logs) == 1
+    record = redis.Redis.from_url(redis_url).hgetall(
+        CrawlKeys("fleet", "pool_members").session("127.0.0.1-1"))
+    assert (record[b"state"], record[b"generation"]) == (b"active", b"1")
