@@ -33,8 +33,7 @@ class SessionError(IgnoreRequest, FleetError):
     """A request could not get a usable session: its errback gets this error and it is
     recorded among the failed requests with :attr:`fleet_reason` (``session/unknown``: it
     was pinned, ``meta["fleet_session"]``, to a session that does not exist;
-    ``session/login_failed``: the logins of several sessions of its pool failed in a row;
-    ``session/closing``: the worker closed while the request waited for a login)."""
+    ``session/login_failed``: the logins of several sessions of its pool failed in a row)."""
 
     def __init__(self, message: str, fleet_reason: str) -> None:
         super().__init__(message)

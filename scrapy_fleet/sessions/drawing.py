@@ -183,7 +183,7 @@ class FleetSessionsMiddleware:
 
         Raises:
             SessionError: pinned to an unknown session; the logins of
-                :data:`MAX_LOGIN_FAILURES` sessions failed; the worker is closing.
+                :data:`MAX_LOGIN_FAILURES` sessions failed.
         """
         try:
             drawn = await self._first(request)
@@ -203,9 +203,8 @@ class FleetSessionsMiddleware:
             if drawn.state in ("new", "relogin"):
                 drawn = await self._login(drawn, request)
                 continue
-            if engine_hooks.engine_closing(self.crawler):
-                raise SessionError(f"{request.url}: the worker closed while session "
-                                   f"{drawn.id} was logging in", "session/closing")
+            # (a closing worker waits on: at FLEET_DRAIN_TIMEOUT its leases go back to the
+            # frontier, the request with them; a failed record here would lose it)
             if not waited:
                 self._inc("waits")
             waited = min(POLL, waited * 2 or 0.05)
