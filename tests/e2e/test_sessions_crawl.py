@@ -272,9 +272,12 @@ def test_a_login_whose_worker_is_killed_is_taken_over_once(redis_url, login_site
     items = read_items([tmp_path / f"out-{k}.jsonl" for k in range(3)])
     pages = {i["url"] for i in items if i["member"]}
     assert len(pages) == 32 and not [i for i in items if i["login_form"]]
+    # the killed worker's POST is granted by the site after its delay (maybe after the
+    # crawl's end): then it and exactly one more
+    wait_until(lambda: sum(r.get("login", False) for r in site.requests()) >= 2, 60,
+               "the killed worker's login answered")
     posts = [r for r in site.requests() if r["method"] == "POST"]
     assert len([r for r in posts if r.get("started")]) == 1  # the killed worker's
-    # the killed worker's POST (granted by the site after its delay) and one more
     assert sum(r.get("login", False) for r in posts) == 2
     logs = [(tmp_path / f"w-{k}.log").read_text() for k in (1, 2)]
     assert sum(log.count("session 127.0.0.1-1 logged in") for log in logs) == 1
