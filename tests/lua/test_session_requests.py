@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import redis
 from scrapy import Request, Spider
+from scrapy.exceptions import NotConfigured
 from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
@@ -119,3 +120,28 @@ def test_without_a_login_a_failed_check_retires_the_session(redis_url):
     report = pool_report(redis.Redis.from_url(redis_url), KEYS, "a.test")
     assert (report["sessions"][sid]["state"], report["sessions"][sid]["reason"]) == (
         "retired", "check")
+
+
+def test_children_of_the_same_host_keep_their_parents_session():
+    from scrapy_fleet.sessions.drawing import FleetSessionsSpiderMiddleware
+
+    crawler = get_crawler(_Spider, settings_dict={"FLEET_SESSION_POOL_SIZE": 2})
+    crawler.stats.open_spider()
+    mw = FleetSessionsSpiderMiddleware.from_crawler(crawler)
+    parent = Request("http://a.test/", meta={"fleet_session": "accounts-2",
+                                             "fleet_session_pool": "accounts"})
+    response = HtmlResponse(parent.url, request=parent, body=b"")
+    children = [Request("http://a.test/1"), Request("http://b.test/1"),
+                Request("http://a.test/2", meta={"cookiejar": "mine"}),
+                Request("http://a.test/3", meta={"fleet_session_pool": "other"}),
+                Request("http://a.test/4", meta={"fleet_session": False}), {"item": 1}]
+    out = list(mw.process_spider_output(response, children))
+    assert [x.meta.get("fleet_session") for x in out[:5]] == [
+        "accounts-2", None, None, None, False]
+    assert out[0].meta["fleet_session_pool"] == "accounts"
+    assert out[5] == {"item": 1}
+    assert crawler.stats.get_value("fleet/sessions/inherited") == 1
+    off = get_crawler(_Spider, settings_dict={"FLEET_SESSION_POOL_SIZE": 2,
+                                              "FLEET_SESSION_INHERIT": False})
+    with pytest.raises(NotConfigured):
+        FleetSessionsSpiderMiddleware.from_crawler(off)
