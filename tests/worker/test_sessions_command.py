@@ -60,6 +60,10 @@ def test_the_listing_shows_states_counters_and_no_cookie(redis_url):
     assert pushed.returncode == 0, pushed.stderr
     status = cli(redis_url, "status", "shop")
     assert "  sessions shop.test 1/2 active, 2 logins, 1 retired" in status.stdout.splitlines()
+    as_status = json.loads(cli(redis_url, "status", "shop", "--json").stdout)
+    assert as_status["sessions"] == {"shop.test": {
+        "active": 1, "drawable": 2, "logins": 2, "check_failed": 0,
+        "retired": {"status/403": 1}}}
 
 
 def test_retire_and_reset(redis_url):
