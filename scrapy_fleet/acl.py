@@ -31,10 +31,13 @@ from scrapy_fleet.lua import sources
 
 #: entry scripts each role runs
 _SCRIPTS = {"worker": ("frontier.lua", "push_lean.lua", "politeness.lua", "seeding.lua",
-                       "bloom_add.lua", "beat.lua"),
+                       "bloom_add.lua", "beat.lua",
+                       # sessions (issue 32): cookie jars, session pools (sessions/)
+                       "cookies_read.lua", "cookies_merge.lua", "sessions.lua"),
             "monitor": (), "admin": ("frontier.lua", "push_lean.lua", "politeness.lua",
                                      "seeding.lua", "bloom_add.lua", "failed_retry.lua",
-                                     "host_drop.lua")}
+                                     "host_drop.lua",
+                                     "sessions.lua")}  # sessions --retire/--reset
 #: the proxy pool's script (a worker: choose, report, seed; an admin: the ``proxies`` actions)
 _POOL_SCRIPTS = ("proxies.lua",)
 #: commands each role sends itself to the pool's keys (proxies/pool.py; ``proxies list``
@@ -75,6 +78,8 @@ PROBE_LINES = {
     "lindex": "lindex @K 0", "lset": "lset @K 0 v",
     # the recrawl's hosts (recrawl/budget.py, recrawl/view.py)
     "sadd": "sadd @K m", "sscan": "sscan @K 0",
+    # session pools (sessions/pool.py: the pools' names, for status and sessions)
+    "smembers": "smembers @K",
 }
 #: commands each role sends itself (outside scripts); fcall, function|load: the frontier call
 #: and the lean push are functions of one library (lua/library.py), loaded by the first
@@ -92,7 +97,9 @@ _DIRECT: dict[str, tuple[str, ...]] = {
                 "lrange", "lindex", "zscore", "sscan",
                 # url, hosts, urls, crawls (commands/lookup.py): the Bloom filter's bits,
                 # a host's presence, the crawl ids
-                "getrange", "getbit", "hexists", "scan"),
+                "getrange", "getbit", "hexists", "scan",
+                # the session pools (commands/sessions.py: status, sessions)
+                "smembers"),
     "admin": ("evalsha", "script|load", "fcall", "function|load", "hset", "hmget", "hgetall",
               "zrem", "zcard", "set", "hlen",
               "zrange", "get", "llen", "hscan", "time", "scan", "unlink"),

@@ -24,7 +24,9 @@ SPIDER_MIDDLEWARES = {"scrapy_fleet.frontier.spidermw.FleetSpiderMiddleware": 0,
                       # recrawl: items carry their fetch time and signature (FLEET_RECRAWL)
                       "scrapy_fleet.recrawl.items.FleetRecrawlItems": 950,
                       # recrawl: a sitemap's <lastmod> goes with its links (recrawl/sitemaps.py)
-                      "scrapy_fleet.recrawl.sitemaps.FleetSitemapLastmod": 940}
+                      "scrapy_fleet.recrawl.sitemaps.FleetSitemapLastmod": 940,
+                      # sessions: children keep their parent's session (sessions/drawing.py)
+                      "scrapy_fleet.sessions.drawing.FleetSessionsSpiderMiddleware": 800}
 ITEM_PIPELINES = {
     # listed when their setting is given; each also disables itself (NotConfigured) without
     "scrapy_fleet.pipelines.mongo.MongoPipeline": 300,
@@ -43,6 +45,9 @@ DOWNLOADER_MIDDLEWARES = {
     # last before the network: a leased request whose lease a stall may have lost waits for
     # the revalidation, or is not sent (frontier/leaseguard.py ORDER)
     "scrapy_fleet.frontier.leaseguard.FleetLeaseGuardMiddleware": 990,
+    # sessions: draws the session before the cookies (700) name its jar; sees the answers
+    # after the retries (550) and redirects (600): sessions/drawing.py
+    "scrapy_fleet.sessions.drawing.FleetSessionsMiddleware": 545,
 }
 
 #: first of all extensions: checks the settings and Redis before Scrapy builds its engine,
@@ -60,6 +65,8 @@ _ENABLED_BY: dict[str, tuple[str, ...]] = {
     "scrapy_fleet.recrawl.middleware.FleetRecrawlMiddleware": ("FLEET_RECRAWL",),
     "scrapy_fleet.recrawl.items.FleetRecrawlItems": ("FLEET_RECRAWL",),
     "scrapy_fleet.recrawl.sitemaps.FleetSitemapLastmod": ("FLEET_RECRAWL",),
+    "scrapy_fleet.sessions.drawing.FleetSessionsMiddleware": ("FLEET_SESSION_POOL_SIZE",),
+    "scrapy_fleet.sessions.drawing.FleetSessionsSpiderMiddleware": ("FLEET_SESSION_POOL_SIZE",),
 }
 
 

@@ -312,6 +312,28 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FLEET_COOKIE_MAX_BYTES", 4096, "int >= 64",
             "largest cookie a jar stores (name, value, domain, path; bytes); a larger one "
             "fails its request (cookie/too_large)", "sessions", _SESSIONS),
+    Setting("FLEET_SESSION_POOL_SIZE", 0, "int >= 0",
+            "sessions per pool (a pool per site, or meta[\"fleet_session_pool\"]); a "
+            "request draws the least used; 0: no pools (meta[\"cookiejar\"] as in Scrapy)",
+            "sessions", _SESSIONS),
+    Setting("FLEET_SESSION_MAX_USES", 0, "int >= 0",
+            "requests a session serves before it is retired and replaced (0: no limit)",
+            "sessions", _SESSIONS),
+    Setting("FLEET_SESSION_MAX_AGE", 0.0, "float >= 0",
+            "seconds a session lives before it is retired and replaced (0: no limit)",
+            "sessions", _SESSIONS),
+    Setting("FLEET_SESSION_RETIRE_STATUSES", [401, 403], "list of int",
+            "HTTP statuses that retire their session (the request is retried once on "
+            "another)", "sessions", _SESSIONS),
+    Setting("FLEET_SESSION_MAX_ERRORS", 3, "int >= 0",
+            "failed validity checks in a row (one per login) that retire a session "
+            "(0: never)", "sessions", _SESSIONS),
+    Setting("FLEET_SESSION_LOGIN_TIMEOUT", 60.0, "float > 0",
+            "seconds a worker's claim on a session's login lasts; a dead worker's claim "
+            "is taken over after it", "sessions", _SESSIONS),
+    Setting("FLEET_SESSION_INHERIT", True, "bool",
+            "requests yielded from a session's response, to the same pool, keep that "
+            "session (False: they draw from the pool)", "sessions", _SESSIONS),
 )
 
 #: name -> default of every setting (from :data:`SETTINGS`)

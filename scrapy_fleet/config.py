@@ -37,7 +37,12 @@ from scrapy_fleet.politeness.settings import PolitenessConfig, politeness_config
 from scrapy_fleet.proxies.settings import ProxyConfig, proxy_config
 from scrapy_fleet.recrawl.settings import RecrawlConfig, recrawl_config
 from scrapy_fleet.redis_url import validate_redis_url
-from scrapy_fleet.sessions.settings import CookieConfig, cookie_config
+from scrapy_fleet.sessions.settings import (
+    CookieConfig,
+    SessionConfig,
+    cookie_config,
+    session_config,
+)
 from scrapy_fleet.stages.settings import StageConfig, stage_config
 
 _START_MODES = ("once", "always", "never")
@@ -163,6 +168,8 @@ class FleetConfig:
     partition_flush: float  #: FLEET_PARTITION_FLUSH, seconds (docs/partitions.md)
     #: FLEET_COOKIES and FLEET_COOKIE_MAX_BYTES (sessions/settings.py, docs/sessions.md)
     cookies: CookieConfig
+    #: FLEET_SESSION_* (sessions/settings.py, docs/sessions.md)
+    sessions: SessionConfig
 
     @classmethod
     def from_settings(cls, settings: BaseSettings | Mapping[str, Any]) -> FleetConfig:
@@ -258,6 +265,7 @@ class FleetConfig:
             stages=stage_config(settings),
             failures=failures_config(settings),
             cookies=cookie_config(settings),
+            sessions=session_config(settings),
         )
         if isinstance(settings, BaseSettings) and getattr(settings, "frozen", False):
             try:

@@ -95,6 +95,22 @@ def engine_closing(crawler: Crawler | None) -> bool:
     return slot is not None and getattr(slot, "closing", None) is not None
 
 
+async def download(crawler: Crawler, request: Any) -> Any:
+    """*request* downloaded through the downloader middlewares only (redirects followed),
+    as Scrapy's robots.txt middleware fetches robots.txt: ``engine.download_async``
+    (Scrapy >= 2.14), else the Deferred of ``engine.download``.  Returns the Response.
+
+    Raises:
+        Exception: the download's own error (a Twisted/HTTP error, ``IgnoreRequest``).
+    """
+    from scrapy.utils.defer import maybe_deferred_to_future
+
+    engine = crawler.engine
+    if hasattr(engine, "download_async"):
+        return await engine.download_async(request)
+    return await maybe_deferred_to_future(engine.download(request))  # pragma: no cover
+
+
 def scheduler_of(crawler: Crawler | None) -> Any:
     """The scheduler of the crawler's running engine, or None."""
     slot = getattr(running_engine(crawler), "_slot", None)

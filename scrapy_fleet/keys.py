@@ -123,6 +123,17 @@ prefix ``fleet`` and crawl id ``docs``::
                                                               site's partition
                                                               (:meth:`CrawlKeys.site_cookie_jar`,
                                                               lua/cookies_merge.lua)
+                                                              cookie); always under the crawl's
+                                                              own tag (lua/cookies_merge.lua)
+    fleet:{docs}:spools       SET     names of the session pools (sessions/pool.py)
+    fleet:{docs}:spool:<P>    ZSET    session id -> uses: the drawable (not retired) sessions
+                                      of pool P, least used first (lua/sessions.lua)
+    fleet:{docs}:spoolinfo:<P> HASH   pool P's counters: next (last session number), created,
+                                      logins, check_failed, retired:<reason>
+    fleet:{docs}:sess:<ID>    HASH    record of session ID ("<pool part>-<n>"): pool, state
+                                      (new/relogin/active/retired), reason, uses, errors,
+                                      created, last_used, retired_at (ms), generation, jar,
+                                      exit (bound exit, unused yet), owner, owner_until
 
 Entry ids are the 15-digit, zero-padded value of ``seq``: lexicographic order is push order.
 
@@ -464,6 +475,23 @@ class CrawlKeys:
         if parts <= 1:
             return self.cookie_jar(session)
         return self.partition(partition_of(site, parts), parts).cookie_jar(session)
+    #: SET of the names of the session pools (sessions/pool.py)
+    session_pools = _Key("spools")
+    #: prefix of the session records; lua/sessions.lua appends a session id to it
+    session_prefix = _Key("sess:")
+
+    def session_pool(self, pool: str) -> str:
+        """ZSET session id -> uses: the drawable sessions of *pool* (lua/sessions.lua)."""
+        return self._k("spool:" + _session_part(pool))
+
+    def session_pool_info(self, pool: str) -> str:
+        """HASH of *pool*'s counters (next, created, logins, check_failed, retired:<r>)."""
+        return self._k("spoolinfo:" + _session_part(pool))
+
+    def session(self, session_id: str) -> str:
+        """HASH record of session *session_id* (:func:`session_pool_part` ``-<n>``: always
+        plain, so lua/sessions.lua builds the same name from :attr:`session_prefix`)."""
+        return self.session_prefix + session_id
 
     def worker_info(self, worker_id: str) -> str:
         """HASH of one worker's heartbeat (expires by itself once the worker is gone)."""
@@ -542,6 +570,12 @@ def partition_tag(crawl_id: str, p: int, parts: int) -> str:
         if lo <= key_slot(tag.encode()) < hi:
             return tag
     raise AssertionError("no salt found")  # CRC16 reaches every slot well before this
+
+
+def session_pool_part(pool: str) -> str:
+    """The part of a pool's name that its session ids start with: kept when short and plain,
+    else hashed (a session id is ``"<this>-<n>"``, always plain)."""
+    return _session_part(pool)
 
 
 def _session_part(session: str) -> str:

@@ -1,7 +1,7 @@
 """A test site with a login (fleet sessions, issue 32).
 
-Run as ``python tests/loginsite.py --pages N --log FILE [--flaky K]`` (prints ``http://127.0.0.1:PORT/``,
-then serves until killed):
+Run as ``python tests/loginsite.py --pages N --log FILE [--flaky K] [--expire U] [--ban U]``
+(prints ``http://127.0.0.1:PORT/``, then serves until killed):
 
 * ``GET /login``: the login form (``<form id="login">``);
 * ``POST /login`` with ``user=...&password=secret``: a 302 to ``/members/`` that sets a new
@@ -10,12 +10,19 @@ then serves until killed):
   (``<h1 id="member">``; the index links to the N pages), else the login form, status 200,
   as a real site answers; with ``--flaky K`` the first request of every K-th members page
   (logged in or not) answers 503, so that it is retried;
+* ``--expire U``: a session cookie is valid for U members pages (then the login form, as for
+  no cookie: the record says ``"expired": true`` for its first such answer);
+  ``--ban U``: after U members pages, its session answers 403 to every request;
+  ``--login-delay S``: the first ``POST /login`` is logged as ``{"started": true}`` when it
+  arrives and answered S seconds later;
 * ``/big.html``: sets a cookie ``big`` of 5,000 bytes;
 * ``/mark/``: links to ``/mark/<i>.html`` (i < N), each of which sets its own cookie
   ``m<i>=<i>`` (``Path=/``) and shows how many cookies the request carried.
 
 Each request is logged as one JSON line ``{"method", "path", "member": the request carried a
-valid sid, "cookies": names of the cookies it carried, "login": a login was granted}``.
+valid sid, "cookies": names of the cookies it carried, "login": a login was granted, "sid":
+the session cookie it carried or was given, "expired"/"banned": its first answer after
+its session's end}``.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import itertools
 import json
 import sys
 import threading
+import time
 from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -35,8 +43,13 @@ FORM = (b'<html><body><form id="login" method="post" action="/login">'
 
 
 class Site:
-    def __init__(self, pages: int, log_path: str, flaky: int = 0) -> None:
+    def __init__(self, pages: int, log_path: str, flaky: int = 0, expire: int = 0,
+                 ban: int = 0) -> None:
         self.pages = pages
+        self.expire, self.ban = expire, ban
+        self.login_delay = 0.0
+        self.uses: dict[str, int] = {}
+        self.banned: set[str] = set()
         self.flaky = flaky
         self.failed: set[str] = set()
         self.lock = threading.Lock()
@@ -57,6 +70,23 @@ class Site:
             token = f"t{next(self.tokens)}"
             self.sessions.add(token)
         return token
+
+    def use(self, sid: str | None) -> tuple[bool, dict[str, bool]]:
+        """Is *sid* a valid session for one more members page?  (Counts the use; ends the
+        session at --expire / --ban uses.)  Also the flags of the request's record."""
+        with self.lock:
+            if sid is None or sid not in self.sessions:
+                return False, {}
+            if sid in self.banned:
+                return False, {"banned_again": True}
+            self.uses[sid] = self.uses.get(sid, 0) + 1
+            if self.expire and self.uses[sid] > self.expire:
+                self.sessions.discard(sid)
+                return False, {"expired": True}
+            if self.ban and self.uses[sid] > self.ban:
+                self.banned.add(sid)
+                return False, {"banned": True}
+            return True, {}
 
     def page(self, path: str, member: bool) -> tuple[int, dict[str, str], bytes]:
         if path == "/members/" and member:
@@ -105,16 +135,28 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         cookies = self._cookies()
-        member = cookies.get("sid") in self.site.sessions
+        path = self.path.split("?")[0]
+        if path.startswith("/members/"):
+            member, flags = self.site.use(cookies.get("sid"))
+        else:
+            member, flags = cookies.get("sid") in self.site.sessions, {}
         self.site.record(method="GET", path=self.path, member=member, cookies=sorted(cookies),
-                         login=False)
-        self._send(*self.site.page(self.path, member))
+                         login=False, sid=cookies.get("sid"), **flags)
+        if flags.get("banned") or flags.get("banned_again"):
+            self._send(403, {}, b"forbidden")
+            return
+        self._send(*self.site.page(path, member))
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        with self.site.lock:
+            delay, self.site.login_delay = self.site.login_delay, 0.0
+        if delay:  # the first login only: its worker can be killed meanwhile
+            self.site.record(method="POST", path=self.path, started=True)
+            time.sleep(delay)
         token = self.site.login(body) if self.path == "/login" else None
         self.site.record(method="POST", path=self.path, member=False,
-                         cookies=sorted(self._cookies()), login=token is not None)
+                         cookies=sorted(self._cookies()), login=token is not None, sid=token)
         if token is None:
             self._send(200, {}, FORM)
             return
@@ -128,8 +170,12 @@ def main() -> None:
     parser.add_argument("--log", required=True)
     parser.add_argument("--bind", default="127.0.0.1")
     parser.add_argument("--flaky", type=int, default=0)
+    parser.add_argument("--expire", type=int, default=0)
+    parser.add_argument("--ban", type=int, default=0)
+    parser.add_argument("--login-delay", type=float, default=0.0)
     args = parser.parse_args()
-    Handler.site = Site(args.pages, args.log, args.flaky)
+    Handler.site = Site(args.pages, args.log, args.flaky, args.expire, args.ban)
+    Handler.site.login_delay = args.login_delay
     server = ThreadingHTTPServer((args.bind, 0), Handler)
     server.daemon_threads = True
     print(f"http://{args.bind}:{server.server_address[1]}/", flush=True)

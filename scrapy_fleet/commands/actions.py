@@ -14,7 +14,7 @@ from typing import Any
 from scrapy import Request
 
 from scrapy_fleet import codec
-from scrapy_fleet.commands import push
+from scrapy_fleet.commands import push, sessions
 from scrapy_fleet.errors import RedisUnavailableError, RequestDecodeError
 from scrapy_fleet.failures import admin as failures
 from scrapy_fleet.frontier.admin import FrontierAdmin
@@ -149,6 +149,7 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int |
             admin.client, admin.keys, [row["host"] for row in rows]))
         status["recrawl_hosts"] = recrawl_view.recrawl_hosts(admin.client, admin.keys,
                                                              limit=opts.limit)
+    status["sessions"] = sessions.summary(admin)  # session pools (docs/sessions.md)
     if opts.json:
         print(json.dumps(status, indent=2, sort_keys=True))
         return push.EXIT_OK
@@ -158,6 +159,9 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int |
         print(f"  stored   {fr['stored']} responses ({fr['stored_bytes']} bytes) for parse "
               "workers")
     print(failures.failed_status_line(snap["failed_by"], snap["counters"]["requests"]))
+    line = sessions.status_line(status["sessions"])
+    if line:
+        print(line)
     if getattr(opts, "hosts", False):
         print_host_rows(status)
     return push.EXIT_OK

@@ -25,7 +25,7 @@ from scrapy import Request
 from scrapy_fleet import acl, redis_url
 from scrapy_fleet.catalog import DEFAULTS, SETTINGS, format_default, settings_listing
 from scrapy_fleet.checks import validate_crawl_id, validate_key_prefix
-from scrapy_fleet.commands import actions, host, lookup, partitioned, push
+from scrapy_fleet.commands import actions, host, lookup, partitioned, push, sessions
 from scrapy_fleet.config import validate_partitions
 from scrapy_fleet.errors import (
     FleetConfigError,
@@ -187,6 +187,9 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            lambda c: actions.run_purge(c.crawl, c.opts, c.label, c.confirm)),
     Action("shards", "show which Redis master holds which partition of the crawl",
            "[--json]", lambda c: partitioned.run_shards(c.crawl, c.opts, c.parts)),
+    Action("sessions", "list the session pools and sessions; retire one, or reset a pool",
+           "[--pool P] [--retire ID] [--reset] [--json]",
+           lambda c: sessions.run(c.crawl, c.opts)),
     Action("settings", "list every FLEET_* setting with its type, default and meaning",
            "[--json]", _settings_action, needs_redis=False),
     Action("acl", "print the least-privilege ACL rules of the crawl's roles (worker, "
@@ -276,6 +279,10 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--proxies", action="store_true",
                         help="acl: the crawl uses the proxy pool (inside a project, when "
                              "FLEET_PROXIES or FLEET_PROXY_POOL is set)")
+    parser.add_argument("--retire", default=None, metavar="ID",
+                        help="sessions: retire this session (never drawn again)")
+    parser.add_argument("--reset", action="store_true",
+                        help="sessions: retire every session of the pool(s)")
     monitoring_actions.add_arguments(parser)
     lookup.add_arguments(parser)
     host.add_arguments(parser)
@@ -391,6 +398,8 @@ def _partitioned_action(ctx: ActionContext, action: str) -> int:
         return ACTIONS[action].run(ctx)
     if action == "retry":
         return partitioned.run_retry(ctx.crawl, ctx.opts, ctx.parts, ctx.host_key_mode)
+    if action == "sessions":  # kept under the crawl's own tag
+        return sessions.run(ctx.crawl, ctx.opts)
     return partitioned.refuse(action, ctx.crawl.keys.crawl_id, ctx.parts)
 
 
@@ -437,7 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "(FLEET_REDIS_WAIT_REPLICAS; default 0)")
     parser.add_argument("--pool", default=None,
                         help="acl --proxies, proxies: the proxy pool, FLEET_PROXY_POOL "
-                             "(default: the crawl's own)")
+                             "(default: the crawl's own); sessions: one session pool")
     parser.add_argument("--partitions", default=None, metavar="P",
                         help="FLEET_PARTITIONS of the crawl (default: the one stored with it; "
                              "acl: 1): acl adds the partitions' keys when > 1, the other "

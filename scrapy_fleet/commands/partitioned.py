@@ -19,7 +19,7 @@ from typing import Any
 import redis
 
 from scrapy_fleet import codec, lua, redis_client
-from scrapy_fleet.commands import push
+from scrapy_fleet.commands import push, sessions
 from scrapy_fleet.commands.actions import (
     add_host_rows,
     print_host_rows,
@@ -165,12 +165,17 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, parts: int,
             admin.client, admin.keys, [row["host"] for row in rows], parts))
         status["recrawl_hosts"] = recrawl_view.recrawl_hosts(admin.client, admin.keys, parts,
                                                              opts.limit)
+    # session pools: under the crawl's own tag, as the cookie jars (docs/sessions.md)
+    status["sessions"] = sessions.summary(admin)
     if getattr(opts, "json", False):
         print(json.dumps(status, indent=2, sort_keys=True))
         return push.EXIT_OK
     print(screen.render(snap, f"{label}, {parts} partitions", admin.params.queue_max,
                         low_watermark))
     print(failures.failed_status_line(snap["failed_by"], snap["counters"]["requests"]))
+    line = sessions.status_line(status["sessions"])
+    if line:
+        print(line)
     print(f"  {'part':>4} {'node':<21} {'queued':>8} {'leased':>7} {'deferred':>8} "
           f"{'parked':>6} {'bound':>8} {'idle':>7}")
     for r in snap["per_partition"]:

@@ -49,6 +49,8 @@ SCRIPTS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
     # sessions (issue 32): fleet cookie jars (sessions/jar.py)
     "cookies_read.lua": (("common.lua",), None),
     "cookies_merge.lua": (("common.lua",), None),
+    # sessions (issue 32): session records and pools (sessions/pool.py)
+    "sessions.lua": (("common.lua",), None),
 }
 
 #: entry script -> (function name, its parts, its body file): put after the script's parts, as

@@ -5,6 +5,11 @@
   and the Scrapy ``CookieJar`` rebuilt from one for each request.
 * :mod:`.middleware`: ``FleetCookiesMiddleware``, put in place of Scrapy's
   ``CookiesMiddleware`` by the add-on unless ``FLEET_COOKIES`` is False.
+* :mod:`.pool`: session records and pools (lua/sessions.lua).
+* :mod:`.drawing`: ``FleetSessionsMiddleware`` (a request draws its session, waits for its
+  login, is checked) and ``FleetSessionsSpiderMiddleware`` (children keep their session),
+  listed by the add-on when ``FLEET_SESSION_POOL_SIZE`` is given; :mod:`.login` runs the
+  spider's login once per session across the fleet.
 """
 
 from __future__ import annotations
@@ -24,4 +29,15 @@ class CookieTooLargeError(IgnoreRequest, FleetError):
     fleet_reason = "cookie/too_large"
 
 
-__all__ = ["CookieTooLargeError"]
+class SessionError(IgnoreRequest, FleetError):
+    """A request could not get a usable session: its errback gets this error and it is
+    recorded among the failed requests with :attr:`fleet_reason` (``session/unknown``: it
+    was pinned, ``meta["fleet_session"]``, to a session that does not exist;
+    ``session/login_failed``: the logins of several sessions of its pool failed in a row)."""
+
+    def __init__(self, message: str, fleet_reason: str) -> None:
+        super().__init__(message)
+        self.fleet_reason = fleet_reason
+
+
+__all__ = ["CookieTooLargeError", "SessionError"]

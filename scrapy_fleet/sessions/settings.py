@@ -1,6 +1,7 @@
-"""The fleet cookie jars' settings (``FLEET_COOKIES``, ``FLEET_COOKIE_MAX_BYTES``,
-docs/sessions.md), read once into one validated :class:`CookieConfig`; the catalog rows are
-in catalog.py, and ``FleetConfig.cookies`` holds the worker's."""
+"""The fleet sessions' settings (``FLEET_COOKIES``, ``FLEET_COOKIE_MAX_BYTES`` and the
+``FLEET_SESSION_*`` of pools and logins, docs/sessions.md), read once into validated
+:class:`CookieConfig` and :class:`SessionConfig`; the catalog rows are in catalog.py, and
+``FleetConfig.cookies`` / ``FleetConfig.sessions`` hold the worker's."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 from scrapy.settings import BaseSettings
 
-from scrapy_fleet.checks import boolean, number, setting_value
+from scrapy_fleet.checks import boolean, check, number, setting_value
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,30 @@ class CookieConfig:
     max_bytes: int = 4096
 
 
+@dataclass(frozen=True)
+class SessionConfig:
+    """Session pools (docs/sessions.md).  ``pool_size``: sessions per pool (0: no pools, a
+    request's ``meta["cookiejar"]`` is its session as in Scrapy); ``max_uses``: requests a
+    session serves before it is retired (0: no limit); ``max_age``: seconds a session lives
+    from its creation (0: no limit); ``retire_statuses``: HTTP statuses that retire the
+    session of their response; ``max_errors``: validity-check failures in a row (one per
+    generation) that retire a session (0: never); ``login_timeout``: seconds a worker's claim
+    on a login lasts (another worker takes it over after); ``inherit``: a request yielded from
+    a response of a session, to the same pool, is pinned to that session."""
+
+    pool_size: int = 0
+    max_uses: int = 0
+    max_age: float = 0.0
+    retire_statuses: tuple[int, ...] = (401, 403)
+    max_errors: int = 3
+    login_timeout: float = 60.0
+    inherit: bool = True
+
+    @property
+    def enabled(self) -> bool:
+        return self.pool_size > 0
+
+
 def cookie_config(settings: BaseSettings | Mapping[str, Any]) -> CookieConfig:
     """Read and validate the cookie settings.
 
@@ -35,3 +60,35 @@ def cookie_config(settings: BaseSettings | Mapping[str, Any]) -> CookieConfig:
         enabled=boolean("FLEET_COOKIES", g("FLEET_COOKIES")),
         max_bytes=number("FLEET_COOKIE_MAX_BYTES", g("FLEET_COOKIE_MAX_BYTES"), int, 64,
                          "an integer >= 64 (bytes)"))
+
+
+def _statuses(name: str, value: Any) -> tuple[int, ...]:
+    if isinstance(value, str):
+        value = [v for v in value.replace(",", " ").split() if v]
+    ok = isinstance(value, (list, tuple)) and all(
+        not isinstance(v, bool) and str(v).isdigit() and 100 <= int(v) <= 599 for v in value)
+    check(name, value, ok, "a list of HTTP status codes (100-599)")
+    return tuple(sorted({int(v) for v in value}))
+
+
+def session_config(settings: BaseSettings | Mapping[str, Any]) -> SessionConfig:
+    """Read and validate the ``FLEET_SESSION_*`` settings.
+
+    Raises:
+        FleetConfigError: naming the setting and the value.
+    """
+    g = lambda name: setting_value(settings, name)  # noqa: E731
+    return SessionConfig(
+        pool_size=number("FLEET_SESSION_POOL_SIZE", g("FLEET_SESSION_POOL_SIZE"), int, 0,
+                         "an integer >= 0 (sessions per pool; 0: no pools)"),
+        max_uses=number("FLEET_SESSION_MAX_USES", g("FLEET_SESSION_MAX_USES"), int, 0,
+                        "an integer >= 0 (requests; 0: no limit)"),
+        max_age=number("FLEET_SESSION_MAX_AGE", g("FLEET_SESSION_MAX_AGE"), float, 0.0,
+                       "seconds >= 0 (0: no limit)"),
+        retire_statuses=_statuses("FLEET_SESSION_RETIRE_STATUSES",
+                                  g("FLEET_SESSION_RETIRE_STATUSES")),
+        max_errors=number("FLEET_SESSION_MAX_ERRORS", g("FLEET_SESSION_MAX_ERRORS"), int, 0,
+                          "an integer >= 0 (0: never retire for failed checks)"),
+        login_timeout=number("FLEET_SESSION_LOGIN_TIMEOUT", g("FLEET_SESSION_LOGIN_TIMEOUT"),
+                             float, 0.0, "seconds > 0", exclusive=True),
+        inherit=boolean("FLEET_SESSION_INHERIT", g("FLEET_SESSION_INHERIT")))

@@ -4,6 +4,8 @@ the fleet's middleware in place of Scrapy's unless told not to."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from scrapy import FormRequest
 from scrapy.downloadermiddlewares.cookies import CookiesMiddleware
@@ -66,3 +68,41 @@ def test_cookie_settings_are_checked():
         cookie_config({"FLEET_COOKIES": "maybe"})
     with pytest.raises(FleetConfigError, match="FLEET_COOKIE_MAX_BYTES=10"):
         cookie_config({"FLEET_COOKIE_MAX_BYTES": 10})
+
+
+def test_session_settings_are_checked():
+    from scrapy_fleet.sessions.settings import SessionConfig, session_config
+
+    assert session_config({}) == SessionConfig()
+    assert session_config({}).enabled is False
+    got = session_config({"FLEET_SESSION_POOL_SIZE": "2", "FLEET_SESSION_RETIRE_STATUSES":
+                          "403, 429", "FLEET_SESSION_INHERIT": "false"})
+    assert (got.pool_size, got.retire_statuses, got.inherit) == (2, (403, 429), False)
+    for name, value in (("FLEET_SESSION_POOL_SIZE", -1), ("FLEET_SESSION_MAX_USES", 2.5),
+                        ("FLEET_SESSION_MAX_AGE", "soon"),
+                        ("FLEET_SESSION_RETIRE_STATUSES", [403, 99]),
+                        ("FLEET_SESSION_LOGIN_TIMEOUT", 0),
+                        ("FLEET_SESSION_INHERIT", "maybe")):
+        given = re.escape(f"{name}={value!r}")
+        with pytest.raises(FleetConfigError, match=f"^{given} is invalid"):
+            session_config({name: value})
+
+
+def test_the_addon_lists_the_session_middlewares_only_with_a_pool_size():
+    from scrapy.utils.misc import load_object
+
+    from scrapy_fleet.sessions.drawing import (
+        FleetSessionsMiddleware,
+        FleetSessionsSpiderMiddleware,
+    )
+
+    def spider_mws(**settings: object) -> dict[object, int]:
+        s = Settings({"ADDONS": {Addon: 500}, **settings})
+        Addon().update_settings(s)
+        return {load_object(k) if isinstance(k, str) else k: v
+                for k, v in s.getdict("SPIDER_MIDDLEWARES").items()}
+
+    assert FleetSessionsMiddleware not in _middlewares()
+    assert FleetSessionsSpiderMiddleware not in spider_mws()
+    assert _middlewares(FLEET_SESSION_POOL_SIZE=2)[FleetSessionsMiddleware] == 545
+    assert spider_mws(FLEET_SESSION_POOL_SIZE=2)[FleetSessionsSpiderMiddleware] == 800

@@ -54,3 +54,33 @@ class CookieMarksSpider(scrapy.Spider):
         meta = {"cookiejar": self.jar} if self.jar else {}
         for href in response.css("a::attr(href)").getall():
             yield response.follow(href, self.parse, meta=meta)
+
+
+class PoolMembersSpider(scrapy.Spider):
+    """A spider with a session pool (issue 32 items 2 and 4): its login is declared with
+    ``fleet_session_login`` and run by the fleet once per session, its validity check
+    ``fleet_session_check`` sees the login form; two start requests (the members index,
+    twice) draw the two sessions of the pool, and the links each index yields keep its
+    session (FLEET_SESSION_INHERIT)."""
+
+    name = "pool_members"
+    site = "http://127.0.0.1/"
+    custom_settings = {"FLEET_SESSION_POOL_SIZE": 2}
+
+    async def start(self) -> Any:
+        for query in ("", "?from=2"):
+            yield scrapy.Request(self.site + "members/" + query, callback=self.parse)
+
+    def fleet_session_login(self, session: Any) -> Any:
+        return scrapy.FormRequest(self.site + "login", formdata={"user": session.id,
+                                                                "password": "secret"})
+
+    def fleet_session_check(self, response: Any) -> bool:
+        return not response.css("form#login")
+
+    def parse(self, response: Any) -> Any:
+        yield {"url": response.url, "member": bool(response.css("#member")),
+               "login_form": bool(response.css("form#login")),
+               "session": response.meta.get("fleet_session")}
+        for href in response.css("a::attr(href)").getall():
+            yield response.follow(href, self.parse)

@@ -1,0 +1,161 @@
+-- sessions.lua: session records and pools (issue 32 item 2 and 4, sessions/pool.py,
+-- docs/sessions.md).  One entry, several operations (ARGV[1]); every one is atomic.
+--
+-- KEYS[1] pools (SET of pool names), KEYS[2] the pool (ZSET session id -> uses, the drawable
+--   sessions), KEYS[3] the pool's counters (HASH: next, created, logins, check_failed,
+--   retired:<reason>), KEYS[4] the record of the session the operation is about (HASH, see
+--   keys.py; draw: any key of the crawl, unused), KEYS[5] that session's cookie jar (claim
+--   deletes it: a new login starts from an empty jar; else unused).
+-- Records of the sessions a draw creates or looks at are named ARGV[4] .. id (keys.py
+--   CrawlKeys.session_prefix: the same hash tag as KEYS).
+-- State of a record: new (never logged in), relogin (its login is no longer valid), active,
+--   retired (never drawn again: it left the pool's ZSET).  Without a login (ARGV login 0)
+--   a session is created active at generation 1; with one, new at generation 0, and each
+--   login that succeeds makes it active at the next generation.
+--
+-- Operations (ARGV after the name) and replies:
+--   draw pool pool_part prefix size max_uses max_age_ms login
+--     fills the pool up to `size` drawable sessions, then takes the least used one (ties:
+--     the smallest id) and counts one use -> {id, state, generation}.  The one taken is
+--     retired and replaced first when it is past max_uses uses or max_age_ms of age (0: no
+--     limit), so a session past a limit is retired when it comes up (a pinned one: at once).
+--     Work: O(1) records, O(size) when sessions are created or retired.
+--   pin id max_uses max_age_ms -> {state, generation} of session `id` (one use counted unless
+--     it is retired, or retired now by the limits), {'unknown', 0} when there is no record.
+--   state id -> {state, generation, owner alive 0/1} (read-only).
+--   claim id worker lease_ms -> {'claimed', generation} when the session needs a login
+--     (new/relogin) and nobody holds a live claim on it: the caller runs it (single flight:
+--     the claim lasts lease_ms, a dead claimer's claim runs out); {'wait', g} while another
+--     holds it (the caller too: a worker runs one login of a session at a time); {state, g}
+--     otherwise.
+--   done id worker ok reason -> the claimer's login is over: ok 1 makes the session active
+--     at generation + 1 (counts a login); ok 0 retires it with `reason`.  {'lost', g} when
+--     the caller no longer holds the claim (it ran out and was taken): nothing written.
+--   relogin id generation max_errors -> a response of `generation` failed the validity check:
+--     if that is still the session's generation and it is active, it needs a login again
+--     (errors + 1, check_failed + 1; retired with reason 'check' at max_errors errors, 0: no
+--     limit).  -> {state, generation} after.  An older generation changes nothing.
+--   ok id generation -> a response of the current generation passed the check: errors = 0.
+--   retire id reason -> retires the session (once: a retired one is left as it is) -> 1/0.
+
+local op = ARGV[1]
+local pools, pool, info, rec, jar = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local now = server_now_ms()
+
+local function retire(key, id, reason)
+  if redis.call('HGET', key, 'state') == 'retired' then return 0 end
+  redis.call('HSET', key, 'state', 'retired', 'reason', reason, 'retired_at', now,
+             'owner', '', 'owner_until', 0)
+  redis.call('ZREM', pool, id)
+  redis.call('HINCRBY', info, 'retired:' .. reason, 1)
+  return 1
+end
+
+-- retires session `id` (record `key`) if it is past a limit; 1 when it did
+local function past_limits(key, id, max_uses, max_age)
+  local r = redis.call('HMGET', key, 'uses', 'created')
+  if max_uses > 0 and (tonumber(r[1]) or 0) >= max_uses then
+    return retire(key, id, 'uses')
+  end
+  if max_age > 0 and (tonumber(r[2]) or now) + max_age <= now then
+    return retire(key, id, 'age')
+  end
+  return 0
+end
+
+local function use(key, id)
+  redis.call('ZINCRBY', pool, 1, id)
+  redis.call('HINCRBY', key, 'uses', 1)
+  redis.call('HSET', key, 'last_used', now)
+end
+
+if op == 'draw' then
+  local name, part, prefix = ARGV[2], ARGV[3], ARGV[4]
+  local size, max_uses, max_age = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+  local login = ARGV[8] == '1'
+  if not (size and size >= 1 and max_uses and max_age) then
+    return redis.error_reply('ERR fleet: bad session draw arguments')
+  end
+  local function create()
+    local id = part .. '-' .. redis.call('HINCRBY', info, 'next', 1)
+    redis.call('HSET', prefix .. id, 'pool', name, 'state', login and 'new' or 'active',
+               'reason', '', 'uses', 0, 'errors', 0, 'created', now, 'last_used', 0,
+               'generation', login and 0 or 1, 'exit', '', 'owner', '', 'owner_until', 0)
+    redis.call('ZADD', pool, 0, id)
+    redis.call('HINCRBY', info, 'created', 1)
+  end
+  local have = redis.call('ZCARD', pool)
+  if have < size then
+    redis.call('SADD', pools, name)
+    for _ = have + 1, size do create() end
+  end
+  -- the least used; one past a limit is retired and replaced, and the next least used
+  -- looked at (a pool of `size` holds at most `size` such sessions)
+  for _ = 0, size do
+    local id = redis.call('ZRANGE', pool, 0, 0)[1]
+    local key = prefix .. id
+    local r = redis.call('HMGET', key, 'state', 'generation', 'uses', 'created')
+    local reason
+    if max_uses > 0 and (tonumber(r[3]) or 0) >= max_uses then
+      reason = 'uses'
+    elseif max_age > 0 and (tonumber(r[4]) or now) + max_age <= now then
+      reason = 'age'
+    end
+    if not reason then
+      use(key, id)
+      return {id, r[1], tonumber(r[2])}
+    end
+    retire(key, id, reason)
+    create()
+  end
+  return redis.error_reply('ERR fleet: no session to draw')
+end
+
+local id = ARGV[2]
+local r = redis.call('HMGET', rec, 'state', 'generation', 'owner', 'owner_until')
+local state, gen = r[1], tonumber(r[2]) or 0
+if not state then return {'unknown', 0} end
+
+if op == 'pin' then
+  if state ~= 'retired' and past_limits(rec, id, tonumber(ARGV[3]), tonumber(ARGV[4])) == 0 then
+    use(rec, id)
+    return {state, gen}
+  end
+  return {'retired', gen}
+elseif op == 'state' then
+  return {state, gen, (r[3] ~= '' and (tonumber(r[4]) or 0) > now) and 1 or 0}
+elseif op == 'claim' then
+  if state ~= 'new' and state ~= 'relogin' then return {state, gen} end
+  if r[3] ~= '' and (tonumber(r[4]) or 0) > now then return {'wait', gen} end
+  redis.call('HSET', rec, 'owner', ARGV[3], 'owner_until', now + tonumber(ARGV[4]))
+  redis.call('DEL', jar)
+  return {'claimed', gen}
+elseif op == 'done' then
+  if r[3] ~= ARGV[3] or state == 'retired' then return {'lost', gen} end
+  if ARGV[4] == '1' then
+    redis.call('HSET', rec, 'state', 'active', 'generation', gen + 1, 'owner', '',
+               'owner_until', 0, 'last_login', now)
+    redis.call('HINCRBY', info, 'logins', 1)
+    return {'active', gen + 1}
+  end
+  retire(rec, id, ARGV[5])
+  return {'retired', gen}
+elseif op == 'relogin' then
+  if state ~= 'active' or gen ~= tonumber(ARGV[3]) then return {state, gen} end
+  local errors = redis.call('HINCRBY', rec, 'errors', 1)
+  redis.call('HINCRBY', info, 'check_failed', 1)
+  local max_errors = tonumber(ARGV[4]) or 0
+  if max_errors > 0 and errors >= max_errors then
+    retire(rec, id, 'check')
+    return {'retired', gen}
+  end
+  redis.call('HSET', rec, 'state', 'relogin')
+  return {'relogin', gen}
+elseif op == 'ok' then
+  if gen ~= tonumber(ARGV[3]) then return 0 end
+  redis.call('HSET', rec, 'errors', 0)
+  return 1
+elseif op == 'retire' then
+  return retire(rec, id, ARGV[3])
+end
+return redis.error_reply('ERR fleet: unknown sessions operation ' .. tostring(op))

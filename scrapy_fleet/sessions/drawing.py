@@ -1,0 +1,339 @@
+"""Session pools on the requests (docs/sessions.md, "Session pools"): listed by the add-on
+when ``FLEET_SESSION_POOL_SIZE`` is given.
+
+``FleetSessionsMiddleware`` (downloader, 545: before the cookies (700), so it names the jar;
+after the retries (550) and redirects (600) in ``process_response``, so it sees final answers):
+
+* ``process_request``: a request pinned to a session (``meta["fleet_session"]``: set by a
+  draw, copied by Scrapy's redirects and retries, given by the spider, inherited) uses it;
+  one pinned to a retired session, or not pinned, draws the least used session of its pool
+  (``meta["fleet_session_pool"]``, else its host).  A session that needs a login (new, or a
+  failed check) is logged in by the first worker that claims it (sessions/login.py); the
+  requests of that session wait in their worker, polling its record, until it is active at
+  a new generation.  Then ``meta["cookiejar"]`` names the session's fleet jar.
+* ``process_response``: a status of ``FLEET_SESSION_RETIRE_STATUSES`` retires the session
+  (``status/<code>``); a 2xx answer that fails ``fleet_session_check`` asks one login of the
+  session (one per generation across the fleet, lua/sessions.lua) or, without a login,
+  retires it (``check``).  Either way the request is sent again (dont_filter), on the new
+  generation or on another session: each failure is of a newer generation or another
+  session than the last, since the request waits for them; after ``MAX_RETRIES`` (3) its
+  answer goes on whatever it is (counted ``kept``).
+
+Requests that skip sessions: ``meta["fleet_session"] = False``, ``dont_merge_cookies``, and
+those with the spider's own ``meta["cookiejar"]`` (Scrapy's jars, as without pools).
+
+``FleetSessionsSpiderMiddleware``: with ``FLEET_SESSION_INHERIT`` (default), a request a
+callback yields to the same site (host) as its response's session, without a pool or session
+of its own, is pinned to that session (and its pool).
+
+Stats (``fleet/sessions/``): ``draws``, ``pinned``, ``redrawn`` (pinned to a retired session),
+``logins``, ``login_failed``, ``waits`` (requests that waited for another's login),
+``check_failed``, ``retired/<reason>``, ``retried``, ``kept`` (an answer that failed after
+``MAX_RETRIES``, passed on), ``inherited``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from scrapy import Request, signals
+from scrapy.exceptions import NotConfigured
+from scrapy.http import Response
+from scrapy.utils.httpobj import urlparse_cached
+
+from scrapy_fleet import engine_hooks, redis_client
+from scrapy_fleet.config import FleetConfig
+from scrapy_fleet.errors import RedisUnavailableError
+from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.sessions import SessionError
+from scrapy_fleet.sessions.login import SessionView, passes, run_login, spider_hook
+from scrapy_fleet.sessions.pool import Drawn, SessionPools
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+logger = logging.getLogger(__name__)
+
+_STAT = "fleet/sessions/"
+#: seconds between two reads of a session's record while its login runs elsewhere (max)
+POLL = 0.5
+#: sessions a request may see retired by failed logins before it fails
+MAX_LOGIN_FAILURES = 3
+#: times a request is sent again after its session failed it (a failed check: on the next
+#: generation; a retiring status: on another session); then its answer goes on as it is
+MAX_RETRIES = 3
+T = TypeVar("T")
+
+
+def pool_of(request: Request) -> str:
+    """The pool of *request*: ``meta["fleet_session_pool"]``, else its host."""
+    pool = request.meta.get("fleet_session_pool")
+    return str(pool) if pool else (urlparse_cached(request).hostname or "")
+
+
+def uses_sessions(request: Request) -> bool:
+    meta = request.meta
+    if meta.get("dont_merge_cookies") or meta.get("fleet_session") is False:
+        return False
+    if meta.get("fleet_session_login"):
+        return False  # a login's own requests: in the jar its runner named
+    return "fleet_session" in meta or "cookiejar" not in meta
+
+
+class FleetSessionsMiddleware:
+    """See the module docstring.
+
+    Raises:
+        NotConfigured: ``FLEET_SESSION_POOL_SIZE`` is 0, or the cookie jars are not the
+            fleet's (``COOKIES_ENABLED`` or ``FLEET_COOKIES`` False).
+    """
+
+    def __init__(self, crawler: Crawler, config: FleetConfig) -> None:
+        self.crawler = crawler
+        self.config = config
+        self.worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._pools: SessionPools | None = None
+        #: session id -> this worker's login of it in progress
+        self._logins: dict[str, asyncio.Future[None]] = {}
+        #: (session id, generation) whose check passed here already
+        self._passed: set[tuple[str, int]] = set()
+        crawler.signals.connect(self._closed, signal=signals.spider_closed)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> FleetSessionsMiddleware:
+        config = FleetConfig.from_settings(crawler.settings)
+        if not config.sessions.enabled:
+            raise NotConfigured("FLEET_SESSION_POOL_SIZE is 0")
+        if not (crawler.settings.getbool("COOKIES_ENABLED") and config.cookies.enabled):
+            raise NotConfigured("session pools need the fleet's cookie jars (COOKIES_ENABLED "
+                                "and FLEET_COOKIES)")
+        return cls(crawler, config)
+
+    def _inc(self, key: str, n: int = 1) -> None:
+        if n and self.crawler.stats is not None:
+            self.crawler.stats.inc_value(_STAT + key, n)
+
+    def pools(self) -> SessionPools:
+        if self._pools is None:
+            spider = self.crawler.spider
+            assert spider is not None
+            keys = CrawlKeys(self.config.key_prefix, self.config.resolve_crawl_id(spider.name))
+            client = redis_client.make_client(self.config.redis_url, self.config.redis_timeout,
+                                              is_async=True)
+            login = spider_hook(spider, "fleet_session_login") is not None
+            self._pools = SessionPools(client, keys, self.config.sessions, login)
+        return self._pools
+
+    async def _closed(self, spider: Any = None) -> None:
+        if self._pools is not None:
+            await self._pools.client.aclose()
+
+    async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()`` with the fleet's back-off; while Redis stays unreachable the request
+        waits (as for its cookies), until the worker closes.
+
+        Raises:
+            RedisUnavailableError: Redis is unreachable and the worker is closing.
+        """
+        while True:
+            try:
+                return await redis_client.call_retrying_async(
+                    call, self.config.redis_url, self.config.redis_retries,
+                    self.pools().client)
+            except RedisUnavailableError:
+                self._inc("redis_waits")
+                if engine_hooks.engine_closing(self.crawler):
+                    raise
+                await asyncio.sleep(1.0)
+
+    async def process_request(self, request: Request, spider: Any = None) -> None:
+        if not uses_sessions(request):
+            return None
+        session = await self._session_for(request)
+        request.meta["fleet_session"] = session.id
+        request.meta["fleet_session_generation"] = session.generation
+        request.meta["cookiejar"] = session.jar
+        return None
+
+    async def _first(self, request: Request) -> Drawn:
+        """The session *request* is pinned to, else one drawn from its pool."""
+        pools = self.pools()
+        sid = request.meta.get("fleet_session")
+        if sid:
+            drawn = await self._call(lambda: pools.pin(str(sid)))
+            if drawn.state == "unknown":
+                raise SessionError(f"{request.url}: meta['fleet_session']={sid!r}: no such "
+                                   "session in this crawl", "session/unknown")
+            if drawn.state != "retired":
+                self._inc("pinned")
+                return drawn
+            self._inc("redrawn")
+        self._inc("draws")
+        return await self._call(lambda: pools.draw(pool_of(request)))
+
+    async def _session_for(self, request: Request) -> Drawn:
+        """An active session for *request* (see the module docstring).
+
+        Raises:
+            SessionError: pinned to an unknown session; the logins of
+                :data:`MAX_LOGIN_FAILURES` sessions failed.
+        """
+        try:
+            drawn = await self._first(request)
+        except ValueError as exc:  # not a session id
+            raise SessionError(f"{request.url}: {exc}", "session/unknown") from None
+        failures, waited = 0, 0.0
+        while drawn.state != "active":
+            if drawn.state == "retired":
+                failures += 1
+                if failures >= MAX_LOGIN_FAILURES:
+                    raise SessionError(f"{request.url}: the logins of {failures} sessions of "
+                                       f"pool {pool_of(request)!r} failed",
+                                       "session/login_failed")
+                self._inc("redrawn")
+                drawn = await self._call(lambda: self.pools().draw(pool_of(request)))
+                continue
+            if drawn.state in ("new", "relogin"):
+                drawn = await self._login(drawn, request)
+                continue
+            # (a closing worker waits on: at FLEET_DRAIN_TIMEOUT its leases go back to the
+            # frontier, the request with them; a failed record here would lose it)
+            if not waited:
+                self._inc("waits")
+            waited = min(POLL, waited * 2 or 0.05)
+            await asyncio.sleep(waited)
+            drawn = await self._call(functools.partial(self.pools().state, drawn.id))
+        return drawn
+
+    async def _login(self, drawn: Drawn, request: Request) -> Drawn:
+        """Log *drawn* in if this worker wins its claim; its state after (``wait``: another
+        worker's login, or this worker's for another request, is running)."""
+        pools = self.pools()
+        running = self._logins.get(drawn.id)
+        if running is not None:
+            await asyncio.shield(running)
+            return await self._call(lambda: pools.state(drawn.id))
+        claim = await self._call(lambda: pools.claim(drawn.id, self.worker))
+        if claim.state != "claimed":
+            return claim
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._logins[drawn.id] = done
+        try:
+            view = SessionView(drawn.id, pool_of(request), claim.generation)
+            ok, reason = await run_login(self.crawler, view)
+            after = await self._call(lambda: pools.done(drawn.id, self.worker, ok, reason))
+        finally:
+            del self._logins[drawn.id]
+            done.set_result(None)
+        if after.state == "active":
+            self._inc("logins")
+            logger.info("session %s logged in (generation %d)", drawn.id, after.generation)
+        elif after.state == "retired":
+            self._inc("login_failed")
+            self._inc("retired/" + reason)
+            logger.warning("session %s retired: its login failed (%s)", drawn.id, reason)
+        return after if after.state != "lost" else Drawn(drawn.id, "wait", after.generation)
+
+    async def process_response(self, request: Request, response: Response,
+                               spider: Any = None) -> Request | Response:
+        meta = request.meta
+        sid = meta.get("fleet_session")
+        if not sid or meta.get("fleet_session_login") or not uses_sessions(request):
+            return response
+        pools = self.pools()
+        sid, generation = str(sid), int(meta.get("fleet_session_generation", 0))
+        if response.status in self.config.sessions.retire_statuses:
+            reason = f"status/{response.status}"
+            if await self._call(lambda: pools.retire(sid, reason)):
+                self._inc("retired/" + reason)
+            return self._retry(request, response, redraw=True)
+        check = spider_hook(self.crawler.spider, "fleet_session_check")
+        if check is None or not 200 <= response.status < 300:
+            return response
+        if passes(check, response):
+            if (sid, generation) not in self._passed:
+                self._passed.add((sid, generation))
+                await self._call(lambda: pools.passed(sid, generation))
+            return response
+        self._inc("check_failed")
+        if pools.login:
+            after = await self._call(lambda: pools.relogin(sid, generation))
+            if after.state == "retired":
+                self._inc("retired/check")
+            return self._retry(request, response, redraw=after.state == "retired")
+        if await self._call(lambda: pools.retire(sid, "check")):
+            self._inc("retired/check")
+        return self._retry(request, response, redraw=True)
+
+    def _retry(self, request: Request, response: Response,
+               redraw: bool) -> Request | Response:
+        """*request* once more (on its session's next generation, or on another session
+        when *redraw*); after :data:`MAX_RETRIES` its answer goes on as it is."""
+        retries = int(request.meta.get("fleet_session_retries", 0))
+        if retries >= MAX_RETRIES:
+            self._inc("kept")
+            return response
+        self._inc("retried")
+        retry = request.replace(dont_filter=True)
+        retry.meta["fleet_session_retries"] = retries + 1
+        if redraw:
+            for key in ("fleet_session", "fleet_session_generation", "cookiejar"):
+                retry.meta.pop(key, None)
+        return retry
+
+
+class FleetSessionsSpiderMiddleware:
+    """Requests yielded from a session's response, to the same pool, keep that session
+    (``FLEET_SESSION_INHERIT``); see the module docstring."""
+
+    def __init__(self, inherit: bool) -> None:
+        self.inherit = inherit
+        self.inherited = 0
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> FleetSessionsSpiderMiddleware:
+        config = FleetConfig.from_settings(crawler.settings).sessions
+        if not (config.enabled and config.inherit):
+            raise NotConfigured("no session pools, or FLEET_SESSION_INHERIT is False")
+        mw = cls(config.inherit)
+        mw.stats = crawler.stats
+        return mw
+
+    stats: Any = None
+
+    def _pin(self, response: Response, x: Any) -> Any:
+        parent = getattr(response, "request", None)
+        if not isinstance(x, Request) or parent is None:
+            return x
+        sid = parent.meta.get("fleet_session")
+        if not sid or parent.meta.get("fleet_session_login") or "fleet_session" in x.meta \
+                or "cookiejar" in x.meta or x.meta.get("dont_merge_cookies"):
+            return x
+        if "fleet_session_pool" in x.meta:
+            if pool_of(x) != pool_of(parent):
+                return x
+        elif urlparse_cached(x).hostname != urlparse_cached(parent).hostname:
+            return x  # another site: its own pool
+        elif "fleet_session_pool" in parent.meta:
+            x.meta["fleet_session_pool"] = parent.meta["fleet_session_pool"]
+        x.meta["fleet_session"] = sid
+        if self.stats is not None:
+            self.stats.inc_value(_STAT + "inherited")
+        return x
+
+    def process_spider_output(self, response: Response, result: Iterable[Any],
+                              spider: Any = None) -> Iterable[Any]:
+        for x in result:
+            yield self._pin(response, x)
+
+    async def process_spider_output_async(self, response: Response, result: AsyncIterator[Any],
+                                          spider: Any = None) -> AsyncIterator[Any]:
+        async for x in result:
+            yield self._pin(response, x)

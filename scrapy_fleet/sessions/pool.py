@@ -1,0 +1,178 @@
+"""Session records and pools in Redis (issue 32 items 2 and 4, docs/sessions.md).
+
+A pool (by default one per site: the request's host) holds ``FLEET_SESSION_POOL_SIZE``
+drawable sessions.  A session is a record (HASH ``keys.CrawlKeys.session(id)``: pool, state,
+reason, uses, errors, created, last_used, generation, jar, exit, owner...), its id
+``"<pool part>-<n>"`` (:func:`~scrapy_fleet.keys.session_pool_part`), and its cookies are the
+fleet cookie jar named :func:`jar_name` (sessions/jar.py).  Every operation is one call of
+lua/sessions.lua (atomic): :class:`SessionPools` for the workers (redis-py asyncio), the
+functions at the end for ``scrapy fleet sessions`` (a blocking client).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from scrapy_fleet import lua
+from scrapy_fleet.keys import CrawlKeys, session_pool_part
+from scrapy_fleet.sessions.settings import SessionConfig
+
+#: the record fields ``scrapy fleet sessions`` shows, in order
+RECORD_FIELDS = ("pool", "state", "reason", "uses", "errors", "generation", "created",
+                 "last_used", "retired_at", "exit")
+
+
+def jar_name(session_id: str) -> str:
+    """The fleet cookie jar (``meta["cookiejar"]``) of pool session *session_id*."""
+    return "session:" + session_id
+
+
+def pool_part_of(session_id: str) -> str:
+    """The pool part of a session id (``"<pool part>-<n>"``).
+
+    Raises:
+        ValueError: *session_id* is not of that form.
+    """
+    part, sep, n = session_id.rpartition("-")
+    if not sep or not part or not n.isdigit():
+        raise ValueError(f"{session_id!r} is not a session id (<pool>-<number>)")
+    return part
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """A session as a worker sees it: ``state`` (new, relogin, active, retired, unknown;
+    claim's ``claimed``/``wait``; done's ``lost``) and ``generation`` (its login count)."""
+
+    id: str
+    state: str
+    generation: int
+
+    @property
+    def jar(self) -> str:
+        return jar_name(self.id)
+
+
+class SessionPools:
+    """The session pools of one crawl, through a redis-py asyncio client.
+
+    Raises:
+        redis.RedisError, OSError: from any call when Redis fails.
+    """
+
+    def __init__(self, client: Any, keys: CrawlKeys, config: SessionConfig,
+                 login: bool) -> None:
+        """*login*: new sessions need a login (the spider declares one)."""
+        self.client = client
+        self.keys = keys
+        self.config = config
+        self.login = login
+        self._script = lua.load(client, "sessions.lua")
+
+    def _keys(self, part: str, session_id: str = "") -> list[str]:
+        record = self.keys.session(session_id) if session_id else self.keys.session_pools
+        return [self.keys.session_pools, self.keys.session_pool(part),
+                self.keys.session_pool_info(part), record,
+                self.keys.cookie_jar(jar_name(session_id)) if session_id else record]
+
+    async def _on(self, op: str, session_id: str, *args: Any) -> list[Any]:
+        reply = await self._script(keys=self._keys(pool_part_of(session_id), session_id),
+                                   args=[op, session_id, *args])
+        return list(reply) if isinstance(reply, list) else [reply]
+
+    def _drawn(self, session_id: str, reply: list[Any]) -> Drawn:
+        return Drawn(session_id, _text(reply[0]), int(reply[1]))
+
+    async def draw(self, pool: str) -> Drawn:
+        """The least used drawable session of *pool* (created when the pool has fewer than
+        ``pool_size``; past ``max_uses``/``max_age`` retired first), one use counted."""
+        part = session_pool_part(pool)
+        c = self.config
+        reply = await self._script(keys=self._keys(part), args=[
+            "draw", pool, part, self.keys.session_prefix, c.pool_size, c.max_uses,
+            int(c.max_age * 1000), int(self.login)])
+        return Drawn(_text(reply[0]), _text(reply[1]), int(reply[2]))
+
+    async def pin(self, session_id: str) -> Drawn:
+        """Session *session_id*, one use counted (state ``unknown``: no such record;
+        ``retired``: retired, now by its limits or before)."""
+        return self._drawn(session_id, await self._on(
+            "pin", session_id, self.config.max_uses, int(self.config.max_age * 1000)))
+
+    async def state(self, session_id: str) -> Drawn:
+        return self._drawn(session_id, await self._on("state", session_id))
+
+    async def claim(self, session_id: str, worker: str) -> Drawn:
+        """Claim *session_id*'s login (state ``claimed``: the caller runs it; ``wait``:
+        another worker holds the claim)."""
+        return self._drawn(session_id, await self._on(
+            "claim", session_id, worker, int(self.config.login_timeout * 1000)))
+
+    async def done(self, session_id: str, worker: str, ok: bool, reason: str = "") -> Drawn:
+        """End *worker*'s login of *session_id*: active at a new generation, or retired
+        with *reason* (state ``lost``: the claim had run out and was taken over)."""
+        return self._drawn(session_id, await self._on("done", session_id, worker, int(ok),
+                                                      reason))
+
+    async def relogin(self, session_id: str, generation: int) -> Drawn:
+        """A response of *generation* failed the validity check: the session needs a login
+        (once per generation), or is retired (reason ``check``) at ``max_errors``."""
+        return self._drawn(session_id, await self._on("relogin", session_id, generation,
+                                                      self.config.max_errors))
+
+    async def passed(self, session_id: str, generation: int) -> None:
+        """A response of *generation* passed the validity check (the errors in a row: 0)."""
+        await self._on("ok", session_id, generation)
+
+    async def retire(self, session_id: str, reason: str) -> bool:
+        """Retire *session_id* with *reason*; False when it was retired already."""
+        return bool((await self._on("retire", session_id, reason))[0])
+
+
+def _decode(mapping: dict[Any, Any]) -> dict[str, str]:
+    return {_text(k): _text(v) for k, v in mapping.items()}
+
+
+def pool_names(client: Any, keys: CrawlKeys) -> list[str]:
+    """The crawl's session pools, sorted (blocking client)."""
+    return sorted(_text(p) for p in client.smembers(keys.session_pools))
+
+
+def pool_report(client: Any, keys: CrawlKeys, pool: str) -> dict[str, Any]:
+    """One pool as ``scrapy fleet sessions`` shows it: ``counters`` (the pool's HASH:
+    created, logins, check_failed, retired:<reason>), ``sessions`` (id -> record fields,
+    drawable ones first, then the retired ones still on record)."""
+    part = session_pool_part(pool)
+    counters = {k: int(v) for k, v in _decode(client.hgetall(keys.session_pool_info(part)))
+                .items() if k != "next"}
+    last = int(client.hget(keys.session_pool_info(part), "next") or 0)
+    sessions: dict[str, dict[str, str]] = {}
+    for n in range(1, last + 1):
+        sid = f"{part}-{n}"
+        record = _decode(client.hgetall(keys.session(sid)))
+        if record:
+            sessions[sid] = {f: record.get(f, "") for f in RECORD_FIELDS}
+    return {"pool": pool, "counters": counters, "sessions": sessions}
+
+
+def retire_session(client: Any, keys: CrawlKeys, session_id: str, reason: str) -> str:
+    """Retire *session_id* (blocking client): ``"retired"``, ``"already"`` (retired before)
+    or ``"unknown"`` (no such record).
+
+    Raises:
+        ValueError: *session_id* is not a session id.
+    """
+    part = pool_part_of(session_id)
+    if not client.exists(keys.session(session_id)):
+        return "unknown"
+    script = lua.load(client, "sessions.lua")
+    record = keys.session(session_id)
+    done = script(keys=[keys.session_pools, keys.session_pool(part),
+                        keys.session_pool_info(part), record, record],
+                  args=["retire", session_id, reason])
+    return "retired" if int(done) else "already"
