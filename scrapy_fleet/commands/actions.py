@@ -203,21 +203,13 @@ def print_host_rows(status: dict[str, Any]) -> None:
         ceiling = row.get("ceiling")
         rate = "-" if ceiling is None else f"{row['adaptive_rate']:g}/{ceiling:g}"
         capacity = "-" if row.get("capacity") is None else f"{row['capacity']:g}"
-        rv_rate, price = _recrawl_cells(row)
+        rv_rate, price = recrawl_view.host_cells(row)
         print(f"           {row['host'][:32]:<32} {row['queued']:>8} {row['leased']:>6} "
               f"{nxt:>8} {row['hold_left']:>6.1f}s {delay:>6} {row['failures']:>5} "
               f"{interval:>9} {cap:>4} {rate:>11} {capacity:>7} "
               f"{row.get('last_decrease') or '-':>7} {row['recrawl_pages']:>8} {rv_rate:>8} "
               f"{price:>8}")
     print_recrawl_hosts(status.get("recrawl_hosts") or [])
-
-
-def _recrawl_cells(row: dict[str, Any]) -> tuple[str, str]:
-    """The change rate (a day) and price (s; ``max``: priced out) cells of a host's row."""
-    rate = "-" if row["recrawl_rate"] is None else f"{row['recrawl_rate']:.3g}"
-    price = "max" if row["recrawl_priced_out"] else (
-        "-" if row["recrawl_price"] is None else f"{row['recrawl_price']:.4g}s")
-    return rate, price
 
 
 def print_recrawl_hosts(rows: list[dict[str, Any]]) -> None:
@@ -227,7 +219,7 @@ def print_recrawl_hosts(rows: list[dict[str, Any]]) -> None:
         return
     print(f"  recrawl  {'host':<32} {'pages':>8} {'chg/day':>8} {'price':>8}")
     for row in rows:
-        rate, price = _recrawl_cells(row)
+        rate, price = recrawl_view.host_cells(row)
         print(f"           {row['host'][:32]:<32} {row['recrawl_pages']:>8} {rate:>8} "
               f"{price:>8}")
 

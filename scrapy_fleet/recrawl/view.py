@@ -61,6 +61,16 @@ def host_recrawl(fields: dict[bytes, bytes]) -> dict[str, Any]:
             "recrawl_priced_out": price is not None and math.isinf(price)}
 
 
+def host_cells(row: dict[str, Any]) -> tuple[str, str]:
+    """The change rate (changes a day, 3 significant digits; ``-``: none yet) and price
+    (s; ``max``: priced out; ``-``: not solved) cells of a host's row (:func:`host_recrawl`'s
+    fields), as ``status --hosts`` and ``top`` print them."""
+    rate = "-" if row.get("recrawl_rate") is None else f"{row['recrawl_rate']:.3g}"
+    price = "max" if row.get("recrawl_priced_out") else (
+        "-" if row.get("recrawl_price") is None else f"{row['recrawl_price']:.4g}s")
+    return rate, price
+
+
 def read_hosts(client: Any, keys: CrawlKeys, hosts: list[str],
                parts: int = 1) -> dict[str, dict[str, Any]]:
     """host -> :func:`host_recrawl` for each of *hosts* (one pipeline of HGETALL; a
