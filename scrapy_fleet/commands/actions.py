@@ -224,6 +224,13 @@ def print_recrawl_hosts(rows: list[dict[str, Any]]) -> None:
               f"{price:>8}")
 
 
+#: what the text of ``recrawl CRAWL URL`` adds to a last outcome (recrawl/view.py ``outcome``)
+OUTCOME_NOTES = {"not_modified": " (304)", "unchanged": " (2xx, the same items or text)",
+                 "changed": " (2xx, new items or text)",
+                 "failed": " (a download error or another status: interval kept)",
+                 "gone": " (404/410)"}
+
+
 def run_recrawl(admin: FrontierAdmin, urls: list[str], opts: Any,
                 fingerprint: Callable[[Request], bytes], host_key_mode: str,
                 parts: int = 1) -> int:
@@ -249,7 +256,8 @@ def run_recrawl(admin: FrontierAdmin, urls: list[str], opts: Any,
           f"  next due     in {page['next_due_in']:.1f} s (unix {page['next_due']:.0f})\n"
           f"  last fetch   unix {page['last_fetch']} (interval {page['interval']} s, "
           f"visit {page['visits']})\n"
-          f"  last outcome {page['last_outcome']}\n  change rate  {rate} (estimate)\n"
+          f"  last outcome {page['last_outcome']}{OUTCOME_NOTES.get(page['last_outcome'], '')}"
+          f"\n  change rate  {rate} (estimate)\n"
           f"  history      {page['history']} (s between visits: + changed, - unchanged)")
     return push.EXIT_OK
 

@@ -23,7 +23,13 @@ from scrapy_fleet import codec, redis_client
 from scrapy_fleet.errors import RequestDecodeError
 from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.keys import CrawlKeys, partition_of
-from scrapy_fleet.recrawl.schedule import STATE_META_KEY, State, estimate_rate
+from scrapy_fleet.recrawl.schedule import (
+    OUTCOME_NAMES,
+    STATE_META_KEY,
+    UNKNOWN,
+    State,
+    estimate_rate,
+)
 
 #: bytes of a place index value (lua/step_revisit.lua PLACE_FORMAT '>BI5I4I4': e, n,
 #: position in the slot, last fetch)
@@ -110,9 +116,14 @@ def recrawl_hosts(client: Any, keys: CrawlKeys, parts: int = 1,
 
 
 def outcome(state: State) -> str:
-    """The last visit's outcome as the state keeps it: ``gone`` (404/410 at the last visit),
-    ``changed``, ``unchanged`` (a 304, or the same items or text: the state does not tell
-    which), ``first`` (one visit so far)."""
+    """The last visit's outcome as the state keeps it (schedule.py ``OUTCOME_NAMES``):
+    ``first`` (one visit so far), ``changed`` (a 2xx with new items, or text), ``unchanged``
+    (a 2xx with the same), ``not_modified`` (a 304), ``failed`` (a download error or another
+    final status: kept at its interval), ``gone`` (a 404/410).  A state written before the
+    outcome was kept tells less: ``gone``, ``first``, else ``changed`` or ``unchanged`` (a
+    304 or the same items or text) by its last observation."""
+    if state.last != UNKNOWN:
+        return OUTCOME_NAMES[state.last]
     if state.gone:
         return "gone"
     if not state.history:
