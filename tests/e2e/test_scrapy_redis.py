@@ -193,6 +193,29 @@ def test_worker_killed_after_taking_loses_no_entry(tmp_path, redis_url, worker_e
     assert sum(s.get("fleet/startkey/taken_over", 0) for s in stats) == held
 
 
+def test_a_worker_with_start_requests_never_leaves_the_start_key_alone(
+        tmp_path, redis_url, worker_env, site_factory):
+    """FLEET_START_REQUESTS=never (a worker that only drains the frontier): the worker takes
+    nothing from the start key and closes for idleness; a worker without it then crawls the
+    entry."""
+    site = _site(tmp_path, site_factory, pages=5)
+    client = redis.Redis.from_url(redis_url)
+    url = site.url.rstrip("/") + "/site/p/0.html"
+    client.lpush("myspider:start_urls", url)
+    procs, logs = _workers(tmp_path, "myspider_redis", redis_url, worker_env, 1,
+                           {"FLEET_START_REQUESTS": "never"})
+    assert wait_all(procs, 120) == [0], tail(logs[0])
+    assert client.lrange("myspider:start_urls", 0, -1) == [url.encode()]
+    assert client.zcard(StartKeyKeys("myspider:start_urls").deadlines) == 0
+    assert site.requests() == []
+    assert "FLEET_START_REQUESTS=never: this worker does not read start key" in \
+        logs[0].read_text()
+    procs, logs = _workers(tmp_path, "myspider_redis", redis_url, worker_env, 1, first=1)
+    assert wait_all(procs, 120) == [0], tail(logs[0])
+    assert _item_urls(client, "myspider_redis") == [url]
+    assert _left(client, "myspider:start_urls") == 0
+
+
 @pytest.mark.parametrize(("setting", "words"), [
     ("SCHEDULER_PERSIST=False", "SCHEDULER_PERSIST=False"),
     ("SCHEDULER_FLUSH_ON_START=True", "SCHEDULER_FLUSH_ON_START=True")])
