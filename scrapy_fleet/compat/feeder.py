@@ -18,7 +18,7 @@ its steps is one call of lua/startkey.lua, which atomically
   ``FLEET_LEASE_TIMEOUT``, then moves up to ``redis_batch_size`` new entries from the start
   key into ``{<key>}:fleet:taking`` (in scrapy-redis's order: a list from its head, a set at
   random, a sorted set highest score first): ``redis_batch_size`` at first, twice as many
-  each time the frontier has confirmed a whole take, up to :data:`MAX_BATCH`;
+  after each whole take the frontier confirms entries of, up to :data:`MAX_BATCH`;
 * answers how many entries are left (in the key, and taken by anyone and not yet done).
 
 So an entry leaves the producers' key only into the ``taking`` hash, and leaves that only once
@@ -74,6 +74,21 @@ def is_start_key_spider(spider: Any) -> bool:
         getattr(spider, "make_request_from_data", None))
 
 
+def class_start_key(spidercls: Any, settings: Any) -> str | None:
+    """The start key a spider class will read, as scrapy-redis's ``setup_redis`` resolves it
+    at start (its ``redis_key``, else ``REDIS_START_URLS_KEY``, else
+    ``"%(name)s:start_urls"``, with ``%(name)s`` the spider's name); None for a spider that
+    reads no start key (no ``redis_key`` attribute or no ``make_request_from_data``)."""
+    if not hasattr(spidercls, "redis_key") or not callable(
+            getattr(spidercls, "make_request_from_data", None)):
+        return None
+    key = spidercls.redis_key or settings.get("REDIS_START_URLS_KEY") or "%(name)s:start_urls"
+    try:
+        return str(key) % {"name": getattr(spidercls, "name", "")}
+    except (TypeError, ValueError, KeyError):
+        return str(key)
+
+
 def start_key_kind(settings: Any) -> str:
     """``"list"``, ``"set"`` or ``"zset"``: the type of the start key, as scrapy-redis reads
     ``REDIS_START_URLS_AS_SET`` and ``REDIS_START_URLS_AS_ZSET`` (set first).
@@ -123,7 +138,8 @@ class StartKeyFeeder:
     ``fleet/startkey/done`` (entries confirmed in the frontier).
 
     Redis time (bench/bench_scrapy_redis_start.py): a step takes ``take`` entries at most,
-    from ``batch`` (the spider's ``redis_batch_size``) doubled after each full take, up to
+    from ``batch`` (the spider's ``redis_batch_size``) doubled once the frontier confirms
+    entries of a whole take, up to
     :data:`MAX_BATCH`, back to ``batch`` when the key runs short; a step that would confirm,
     renew and take nothing is not sent; a held entry's deadline is renewed only after
     :data:`RENEW_AFTER` of FLEET_LEASE_TIMEOUT; an idle feeder backs off (``idle_wait``:
@@ -243,7 +259,7 @@ class StartKeyFeeder:
         for entry_id in (*done, *bad):
             del self.held[entry_id]
             self._renewed.pop(entry_id, None)
-        if self._full and not self.held:  # a whole take, all of it in the frontier now
+        if self._full and done:  # after a whole take, the frontier confirms: take more
             self.take, self._full = min(MAX_BATCH, self.take * 2), False
         want = 0 if self.ledger.outbox_size >= self.take else self.take - len(self.held)
         want = -1 if give_back else max(0, want)
@@ -271,7 +287,8 @@ class StartKeyFeeder:
 
     def _adapt(self, want: int, taken: int, remaining: int) -> None:
         """After a step that asked for *want* entries and got *taken*: the take (doubled at
-        the step that finds a whole take confirmed, the spider's batch after a short one)
+        the next step that confirms entries after a whole take, the spider's batch after a
+        short one: a worker whose pushes do not reach the frontier keeps the spider's batch)
         and the idle wait (doubled while steps find nothing to take and nothing is left or
         held)."""
         if want > 0:
