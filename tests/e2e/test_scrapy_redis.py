@@ -216,6 +216,26 @@ def test_a_worker_with_start_requests_never_leaves_the_start_key_alone(
     assert _left(client, "myspider:start_urls") == 0
 
 
+def test_the_acl_rules_of_a_start_key_spider_name_its_start_key(worker_env, redis_url):
+    """``scrapy fleet acl SPIDER`` of a RedisSpider: the worker's and the admin's rules reach
+    its start key and its ``:fleet:*`` keys (acl.acl_rule's, tests/unit/test_startkey_acl.py
+    checks them against Redis), the monitor's does not."""
+    from support import run_scrapy
+
+    from scrapy_fleet import acl
+
+    result = run_scrapy(PROJECT, ["fleet", "acl", "myspider_redis", "-s",
+                                  f"REDIS_URL={redis_url}"], worker_env)
+    assert result.returncode == 0, result.stderr
+    rules = {line.split()[2]: line.split(">PASSWORD ", 1)[1]
+             for line in result.stdout.splitlines() if line.startswith("ACL SETUSER")}
+    for role in ("worker", "admin"):
+        assert rules[f"fleet-{role}"] == acl.acl_rule(
+            role, crawl_id="myspider_redis", start_keys=("myspider:start_urls",))
+        assert "~myspider:start_urls ~{myspider:start_urls}:fleet:*" in rules[f"fleet-{role}"]
+    assert "start_urls" not in rules["fleet-monitor"]
+
+
 @pytest.mark.parametrize(("setting", "words"), [
     ("SCHEDULER_PERSIST=False", "SCHEDULER_PERSIST=False"),
     ("SCHEDULER_FLUSH_ON_START=True", "SCHEDULER_FLUSH_ON_START=True")])
