@@ -11,14 +11,18 @@ or ``--due`` seconds for all), with the frontier call of the workers
 (``FrontierAdmin.call``), in batches of ``--batch``.  Reported: ``used_memory`` after minus
 before, less the Bloom filter's keys (``MEMORY USAGE``), per tracked URL; and the schedule's
 keys alone (``MEMORY USAGE`` of each slot and the index) per URL.
-Phase 2 (``--revisit``): every slot made due, each URL's revisit leased and acknowledged with a new
-record; Redis time is ``INFO commandstats``' ``evalsha`` usec, per page, for each phase.
+Phase 2 (``--revisit``): first, the baseline: as many URLs of another crawl pushed, leased
+and acknowledged without a revisit record (a crawl without recrawl); then every slot made due,
+each URL's revisit leased and acknowledged with a new record.  Redis time is ``INFO
+commandstats``' usec of the scripts (``fcall``, ``fcall_ro``, ``evalsha``, ``eval``: the
+frontier call is an FCALL of the Functions library since session 12, an EVALSHA before), per
+page, for each phase.
 
 ``--lastmod`` (sitemap <lastmod>, docs/recrawl.md): the pushes carry a lastmod, as a
 SitemapSpider's do, so the crawl indexes every record (``rvx:*``, reported apart:
 ``place_index_per_url``); phase 3 pushes ``--lastmod-due`` known URLs again with a newer
 lastmod (each made due at once) and as many with an older one, in batches of ``--batch``:
-evalsha usec per such push.  The acknowledgements carry each record's Bloom key and fetch time
+script usec per such push.  The acknowledgements carry each record's Bloom key and fetch time
 as the workers send them.
 
 Usage: ``.venv/bin/python bench/bench_recrawl_memory.py [--urls 1000000] [--hosts 1000]
@@ -42,6 +46,14 @@ from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 from scrapy_fleet.recrawl.record import revisit_record
 from scrapy_fleet.recrawl.schedule import State
 
+try:  # the last outcome kept in the state (issue 31); absent from main before it
+    from scrapy_fleet.recrawl.schedule import UNCHANGED
+except ImportError:  # (running main's package beside: PYTHONPATH=<main's tree>)
+    UNCHANGED = None
+
+#: the commands a script runs by (INFO commandstats names)
+SCRIPT_COMMANDS = ("cmdstat_fcall", "cmdstat_fcall_ro", "cmdstat_evalsha", "cmdstat_eval")
+
 
 def url(i: int, hosts: int) -> str:
     # 50 bytes: "http://h00042.example.org/docs/page/000001234.html"
@@ -49,15 +61,18 @@ def url(i: int, hosts: int) -> str:
 
 
 def evalsha_usec(client: Any) -> int:
+    """usec Redis spent in scripts so far (:data:`SCRIPT_COMMANDS`)."""
     stats = client.info("commandstats")
-    return int(stats.get("cmdstat_evalsha", {}).get("usec", 0))
+    return sum(int(stats.get(name, {}).get("usec", 0)) for name in SCRIPT_COMMANDS)
 
 
 def state_for(i: int, rnd: random.Random) -> State:
+    """A realistic state: its last outcome an unchanged 2xx where the package keeps one."""
+    last: dict[str, Any] = {} if UNCHANGED is None else {"last": UNCHANGED}
     return State(fetched=1796180000 + i % 86400, interval=86400,
                  signature=rnd.getrandbits(64) - 2**63, etag=f'"{i:08x}-63a2b7c8e9"',
                  last_modified="Wed, 02 Dec 2026 03:39:42 GMT",
-                 history=[-86400, 43200, -172800], gone=0)
+                 history=[-86400, 43200, -172800], gone=0, **last)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -118,12 +133,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "used_memory_less_bloom_per_url": round((after - before - bloom) / tracked, 1),
             "schedule_keys_per_url": round(schedule / tracked, 1),
             "place_index_per_url": round(places / tracked, 1),
-            "first_visit_evalsha_usec_per_page": round(first_usec / args.urls, 1),
+            "first_visit_script_usec_per_page": round(first_usec / args.urls, 1),
             "first_visit_seconds": round(first_s, 1),
         }
         if args.lastmod and args.lastmod_due:
             out.update(lastmod_phase(admin, client, args, rnd))
         if args.revisit:
+            out["no_recrawl_script_usec_per_page"] = baseline(server.url, client, args)
             # every slot due now (the schedule's index is the only thing that says when)
             client.zadd(keys.revisit_index, dict.fromkeys(slots, 0))
             usec1 = evalsha_usec(client)
@@ -146,9 +162,36 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 admin.call(CallBatch(acks=acks), worker="w")
                 done += len(got)
             out["revisited"] = done
-            out["revisit_evalsha_usec_per_page"] = round(
+            out["revisit_script_usec_per_page"] = round(
                 (evalsha_usec(client) - usec1) / max(done, 1), 1)
         return out
+
+
+def baseline(redis_url: str, client: Any, args: argparse.Namespace) -> float:
+    """Script usec per page of a crawl without recrawl ("base"): ``--urls`` URLs pushed,
+    leased and acknowledged with no revisit record, in batches of ``--batch``."""
+    admin = FrontierAdmin(redis_url, "base", params=FrontierParams(lease_timeout=600))
+    admin.call(CallBatch(), worker="w")  # the crawl's marker and layout, as phase 1's
+    usec0 = evalsha_usec(client)
+    for start in range(0, args.urls, args.batch):
+        n = min(args.batch, args.urls - start)
+        pushes = []
+        for i in range(start, start + n):
+            u = url(i, args.hosts)
+            pushes.append((bloom_key(u.encode()), 0, codec.encode(Request(u)), 0,
+                           f"h{i % args.hosts:05d}.example.org", 0, 0))
+        n = admin.call(CallBatch(pushes=pushes), worker="w").pushed
+        got: list[Any] = []
+        empty = 0
+        while len(got) < n:
+            more = admin.call(CallBatch(take=min(500, n - len(got))), worker="w").leased
+            empty = 0 if more else empty + 1
+            if empty > 5:
+                raise RuntimeError("nothing leased")
+            got.extend(more)
+        admin.call(CallBatch(acks=[(e.entry_id, e.token) for e in got]),
+                   worker="w")
+    return round((evalsha_usec(client) - usec0) / args.urls, 1)
 
 
 def lastmod_phase(admin: FrontierAdmin, client: Any, args: argparse.Namespace,
@@ -166,7 +209,7 @@ def lastmod_phase(admin: FrontierAdmin, client: Any, args: argparse.Namespace,
                 pushes.append((bloom_key(u.encode()), 0, codec.encode(Request(u)), 0,
                                f"h{i % args.hosts:05d}.example.org", 0, lastmod))
             admin.call(CallBatch(pushes=pushes), worker="w")
-        out[f"lastmod_{kind}_evalsha_usec_per_push"] = round(
+        out[f"lastmod_{kind}_script_usec_per_push"] = round(
             (evalsha_usec(client) - usec0) / len(sample), 1)
     stats = client.hgetall(admin.keys.stats)
     out["lastmod_due"] = int(stats.get(b"revisit_lastmod_due", 0))
