@@ -85,7 +85,7 @@ def recrawled(redis_url, tmp_path, site_factory, worker_env) -> tuple[redis.Redi
     return client, host_key(site.url)
 
 
-def test_top_and_the_dashboard_show_the_recrawl_figures_redis_holds(recrawled):
+def test_top_and_the_dashboard_show_the_recrawl_figures_redis_holds(recrawled, redis_url):
     client, host = recrawled
     source = FleetSource(client, KEYS)
     snap = source.snapshot()
@@ -125,6 +125,14 @@ def test_top_and_the_dashboard_show_the_recrawl_figures_redis_holds(recrawled):
         "-" if want["recrawl_price"] is None else f"{want['recrawl_price']:.4g}s")
     assert cells[-3:] == [str(want["recrawl_pages"]), f"{want['recrawl_rate']:.3g}", price]
     assert "chg/day" in text
+
+    # status's text shows the same shares
+    status = subprocess.run([*CLI, "--redis", redis_url, "status", "recrawl"],
+                            capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0, status.stderr
+    shares = (f"changed {_pct(rv['changed_share'])}  unchanged 200 "
+              f"{_pct(rv['unchanged_share'])}  304 {_pct(rv['not_modified_share'])}")
+    assert shares.replace(" %", "%") in status.stdout.replace(" %", "%"), status.stdout
 
     # the dashboard's JSON (what dashboard.js draws its cards and host table from)
     state = server.MonitorState(FleetSource(client, KEYS), "recrawl")
