@@ -53,7 +53,8 @@ def usec(client: Any) -> dict[str, int]:
 
 #: the scripts a worker may run by EVALSHA, by name (their SHA as lua.load computes it)
 EVALSHA_SCRIPTS = ("startkey.lua", "beat.lua", "politeness.lua", "seeding.lua",
-                   "bloom_add.lua", "sample.lua", "cookies_read.lua", "cookies_merge.lua")
+                   "bloom_add.lua", "sample.lua", "cookies_read.lua", "cookies_merge.lua",
+                   "acl_probe.lua")
 
 
 def by_script(client: Any) -> dict[str, tuple[int, int]]:
