@@ -16,7 +16,9 @@ and acknowledged without a revisit record (a crawl without recrawl); then every 
 each URL's revisit leased and acknowledged with a new record.  Redis time is ``INFO
 commandstats``' usec of the scripts (``fcall``, ``fcall_ro``, ``evalsha``, ``eval``: the
 frontier call is an FCALL of the Functions library since session 12, an EVALSHA before), per
-page, for each phase.
+page, for each phase, and the commands the scripts ran per page (``*_commands_per_page``:
+INFO commandstats counts the commands a script calls; unlike the usec, not moved by the
+machine's load).
 
 ``--lastmod`` (sitemap <lastmod>, docs/recrawl.md): the pushes carry a lastmod, as a
 SitemapSpider's do, so the crawl indexes every record (``rvx:*``, reported apart:
@@ -66,6 +68,15 @@ def evalsha_usec(client: Any) -> int:
     return sum(int(stats.get(name, {}).get("usec", 0)) for name in SCRIPT_COMMANDS)
 
 
+def script_work(client: Any) -> int:
+    """Commands run so far other than the scripts' own calls and INFO: those the scripts
+    called (INFO commandstats counts them too) plus the bench's few direct ones; a count
+    that does not move with the machine's load, beside the usec that do."""
+    stats = client.info("commandstats")
+    return sum(int(v.get("calls", 0)) for name, v in stats.items()
+               if name not in SCRIPT_COMMANDS and name != "cmdstat_info")
+
+
 def state_for(i: int, rnd: random.Random) -> State:
     """A realistic state: its last outcome an unchanged 2xx where the package keeps one."""
     last: dict[str, Any] = {} if UNCHANGED is None else {"last": UNCHANGED}
@@ -84,6 +95,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         admin.call(CallBatch(), worker="w")  # the crawl's marker and layout
         before = int(client.info("memory")["used_memory"])
         usec0 = evalsha_usec(client)
+        work0 = script_work(client)
         t0 = time.monotonic()
         for start in range(0, args.urls, args.batch):
             n = min(args.batch, args.urls - start)
@@ -113,6 +125,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             admin.call(CallBatch(acks=acks), worker="w")
         first_s = time.monotonic() - t0
         first_usec = evalsha_usec(client) - usec0
+        first_work = script_work(client) - work0
         after = int(client.info("memory")["used_memory"])
         bloom = sum(int(client.memory_usage(k, samples=0) or 0)
                     for k in client.scan_iter(match=keys.bloom_prefix + "*"))
@@ -134,15 +147,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "schedule_keys_per_url": round(schedule / tracked, 1),
             "place_index_per_url": round(places / tracked, 1),
             "first_visit_script_usec_per_page": round(first_usec / args.urls, 1),
+            "first_visit_commands_per_page": round(first_work / args.urls, 2),
             "first_visit_seconds": round(first_s, 1),
         }
         if args.lastmod and args.lastmod_due:
             out.update(lastmod_phase(admin, client, args, rnd))
         if args.revisit:
-            out["no_recrawl_script_usec_per_page"] = baseline(server.url, client, args)
+            (out["no_recrawl_script_usec_per_page"],
+             out["no_recrawl_commands_per_page"]) = baseline(server.url, client, args)
             # every slot due now (the schedule's index is the only thing that says when)
             client.zadd(keys.revisit_index, dict.fromkeys(slots, 0))
             usec1 = evalsha_usec(client)
+            work1 = script_work(client)
             done = 0
             while done < tracked:
                 got = []
@@ -162,17 +178,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 admin.call(CallBatch(acks=acks), worker="w")
                 done += len(got)
             out["revisited"] = done
+            out["revisit_commands_per_page"] = round(
+                (script_work(client) - work1) / max(done, 1), 2)
             out["revisit_script_usec_per_page"] = round(
                 (evalsha_usec(client) - usec1) / max(done, 1), 1)
         return out
 
 
-def baseline(redis_url: str, client: Any, args: argparse.Namespace) -> float:
-    """Script usec per page of a crawl without recrawl ("base"): ``--urls`` URLs pushed,
-    leased and acknowledged with no revisit record, in batches of ``--batch``."""
+def baseline(redis_url: str, client: Any, args: argparse.Namespace) -> tuple[float, float]:
+    """Script usec and commands (:func:`script_work`) per page of a crawl without recrawl
+    ("base"): ``--urls`` URLs pushed, leased and acknowledged with no revisit record, in
+    batches of ``--batch``."""
     admin = FrontierAdmin(redis_url, "base", params=FrontierParams(lease_timeout=600))
     admin.call(CallBatch(), worker="w")  # the crawl's marker and layout, as phase 1's
     usec0 = evalsha_usec(client)
+    work0 = script_work(client)
     for start in range(0, args.urls, args.batch):
         n = min(args.batch, args.urls - start)
         pushes = []
@@ -191,7 +211,8 @@ def baseline(redis_url: str, client: Any, args: argparse.Namespace) -> float:
             got.extend(more)
         admin.call(CallBatch(acks=[(e.entry_id, e.token) for e in got]),
                    worker="w")
-    return round((evalsha_usec(client) - usec0) / args.urls, 1)
+    return (round((evalsha_usec(client) - usec0) / args.urls, 1),
+            round((script_work(client) - work0) / args.urls, 2))
 
 
 def lastmod_phase(admin: FrontierAdmin, client: Any, args: argparse.Namespace,
