@@ -13,12 +13,14 @@ its steps is one call of lua/startkey.lua, which atomically
 
 * forgets the entries whose requests the frontier now holds (this worker's book confirmed
   their push: ``first_unpushed_start``), moves those no request could be made from to
-  ``{<key>}:fleet:bad`` (logged and counted), renews the deadlines of the others it holds;
+  ``{<key>}:fleet:bad`` (logged and counted), renews the deadlines of the others it holds
+  (those taken or renewed over a third of the lease ago);
 * takes over the entries of a worker that stopped renewing (killed) for
-  ``FLEET_LEASE_TIMEOUT``, then moves up to ``redis_batch_size`` new entries from the start
-  key into ``{<key>}:fleet:taking`` (in scrapy-redis's order: a list from its head, a set at
-  random, a sorted set highest score first): ``redis_batch_size`` at first, twice as many
-  after each whole take the frontier confirms entries of, up to :data:`MAX_BATCH`;
+  ``FLEET_LEASE_TIMEOUT``, then moves new entries from the start key into
+  ``{<key>}:fleet:taking`` (in scrapy-redis's order: a list from its head, a set at random, a
+  sorted set highest score first), up to the worker's take: ``redis_batch_size`` at first,
+  twice as many after each whole take the frontier confirms entries of, up to
+  :data:`MAX_BATCH`;
 * answers how many entries are left (in the key, and taken by anyone and not yet done).
 
 So an entry leaves the producers' key only into the ``taking`` hash, and leaves that only once
