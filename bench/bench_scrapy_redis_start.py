@@ -12,10 +12,12 @@ each, FLEET_IDLE_TIMEOUT=2, on one private redis-server:
 Redis time is ``INFO commandstats`` (``usec`` summed over every command but FUNCTION LOAD and
 SCRIPT LOAD, which happen once; ``CONFIG RESETSTAT`` before the workers start), per page.  The
 start-key crawl also runs scrapy-redis's RedisPipeline (one RPUSH per item), left out of its
-total (not the start key's cost).  The start key's own cost is the EVALSHA time of
-lua/startkey.lua (the one script a RedisSpider worker calls with EVALSHA; the frontier call is
-an FCALL).  Prints the per-page figures, the
-ratio start-key EVALSHA / push crawl's total, and one JSON line.
+total (not the start key's cost).  The start key's own cost is the time of lua/startkey.lua's
+EVALSHA calls, told apart from the other scripts a worker runs by EVALSHA (beat.lua every
+FLEET_WORKER_DEAD_AFTER / 5 from each worker, politeness.lua...) by the SLOWLOG (every
+command logged: ``slowlog-log-slower-than 0``, the script named by its SHA); before session
+13 this bench counted every EVALSHA as the start key's.  Prints the per-page figures, the
+ratio startkey.lua / push crawl's total, the other EVALSHA scripts' calls, and one JSON line.
 
     .venv/bin/python bench/bench_scrapy_redis_start.py [--pages 1500]   # ~2 min
 """
@@ -29,6 +31,7 @@ from typing import Any
 import _harness as h
 import redis
 
+from scrapy_fleet import lua
 from testsite import generate_site
 
 SCRAPY_FLEET = Path(h.PYTHON).with_name("scrapy-fleet")
@@ -48,9 +51,32 @@ def usec(client: Any) -> dict[str, int]:
     return out | {"_evalsha_calls": int(stats.get("cmdstat_evalsha", {}).get("calls", 0))}
 
 
+#: the scripts a worker may run by EVALSHA, by name (their SHA as lua.load computes it)
+EVALSHA_SCRIPTS = ("startkey.lua", "beat.lua", "politeness.lua", "seeding.lua",
+                   "bloom_add.lua", "sample.lua", "cookies_read.lua", "cookies_merge.lua",
+                   "acl_probe.lua")
+
+
+def by_script(client: Any) -> dict[str, tuple[int, int]]:
+    """script name (or SHA) -> (EVALSHA calls, usec) from the whole SLOWLOG."""
+    names = {lua.load(client, name).sha: name for name in EVALSHA_SCRIPTS}
+    out: dict[str, tuple[int, int]] = {}
+    for entry in client.slowlog_get(-1):
+        words = entry["command"].split(b" ")
+        if words[0].lower() != b"evalsha" or len(words) < 2:
+            continue
+        name = names.get(words[1].decode(), words[1].decode())
+        calls, usec_ = out.get(name, (0, 0))
+        out[name] = (calls + 1, usec_ + int(entry["duration"]))
+    return out
+
+
 def crawl(root: Path, name: str, url: str, spider_args: list[str], cwd: Path,
-          pages: int) -> dict[str, int]:
+          pages: int) -> dict[str, Any]:
     client = redis.Redis.from_url(url)
+    client.config_set("slowlog-log-slower-than", 0)
+    client.config_set("slowlog-max-len", 2_000_000)
+    client.slowlog_reset()
     client.config_resetstat()
     env = h.worker_env(root)
     settings = {"FLEET_REDIS_URL": url, "REDIS_URL": url, "FLEET_IDLE_TIMEOUT": 2,
@@ -61,7 +87,11 @@ def crawl(root: Path, name: str, url: str, spider_args: list[str], cwd: Path,
     for n, proc in enumerate(procs):
         if h.wait(proc, 300, root / f"{name}-{n}.log") != 0:
             raise RuntimeError((root / f"{name}-{n}.log").read_text()[-3000:])
-    return usec(client)
+    out: dict[str, Any] = dict(usec(client))
+    scripts = by_script(client)
+    client.config_set("slowlog-log-slower-than", 10000)
+    client.slowlog_reset()
+    return out | {"_scripts": scripts}
 
 
 def main() -> None:
@@ -91,22 +121,29 @@ def main() -> None:
         finally:
             server.stop()
     n = args.pages
-    calls = keyed.pop("_evalsha_calls")
+    keyed.pop("_evalsha_calls")
     base.pop("_evalsha_calls")
+    scripts, base_scripts = keyed.pop("_scripts"), base.pop("_scripts")
     base_total = sum(base.values()) / n
     keyed_total = (sum(keyed.values()) - keyed.get("rpush", 0)) / n
-    feeder = keyed.get("evalsha", 0) / n
+    calls, script_usec = scripts.get("startkey.lua", (0, 0))
+    feeder = script_usec / n
     print(f"pages: {n} per crawl, 2 workers each")
     print(f"push crawl:      {base_total:7.2f} us of Redis per page")
     print(f"start-key crawl: {keyed_total:7.2f} us of Redis per page (RedisPipeline's RPUSH "
           f"left out)")
     print(f"  of which lua/startkey.lua (EVALSHA): {feeder:6.2f} us per page = "
           f"{feeder / base_total:.1%} of the push crawl's ({calls} calls, "
-          f"{keyed.get('evalsha', 0) / max(calls, 1):.1f} us each)")
+          f"{script_usec / max(calls, 1):.1f} us each)")
+    print("  other EVALSHA scripts (calls, us): start-key crawl "
+          + ", ".join(f"{k} {v}" for k, v in sorted(scripts.items()) if k != "startkey.lua")
+          + "; push crawl " + ", ".join(f"{k} {v}" for k, v in sorted(base_scripts.items())))
     h.emit_json({"pages": n, "push_us_per_page": round(base_total, 2),
                  "startkey_crawl_us_per_page": round(keyed_total, 2),
                  "startkey_script_us_per_page": round(feeder, 2), "startkey_calls": calls,
-                 "startkey_over_push": round(feeder / base_total, 4), **h.machine()})
+                 "startkey_over_push": round(feeder / base_total, 4),
+                 "evalsha_scripts": {k: list(v) for k, v in scripts.items()},
+                 **h.machine()})
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import redis
 
 from scrapy_fleet import lua
 from scrapy_fleet.errors import RedisPermissionError
-from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys
+from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys, StartKeyKeys
 from scrapy_fleet.lua import sources
 
 #: entry scripts each role runs
@@ -40,6 +40,10 @@ _SCRIPTS = {"worker": ("frontier.lua", "push_lean.lua", "politeness.lua", "seedi
                                      "sessions.lua")}  # sessions --retire/--reset
 #: the proxy pool's script (a worker: choose, report, seed; an admin: the ``proxies`` actions)
 _POOL_SCRIPTS = ("proxies.lua",)
+#: the script a scrapy-redis spider's worker runs on its start key (compat/feeder.py)
+_START_KEY_SCRIPTS = ("startkey.lua",)
+#: the roles that read start keys (a worker feeds them; an admin runs what a worker runs)
+_START_KEY_ROLES = ("worker", "admin")
 #: commands each role sends itself to the pool's keys (proxies/pool.py; ``proxies list``
 #: reads the exits' URLs, credentials included: an admin's, never a monitor's)
 _POOL_DIRECT = {"worker": ("evalsha", "script|load"),
@@ -116,11 +120,14 @@ _CALL = re.compile(r"(?:redis\.p?call|call_many)\(\s*['\"]([A-Za-z_]+)['\"]")
 _CALL_NOTE = re.compile(r"--\s*acl:\s*([A-Za-z_]+)")
 
 
-def script_commands(role: str, pool: bool = False) -> list[str]:
+def script_commands(role: str, pool: bool = False, start_keys: bool = False) -> list[str]:
     """Commands the role's Lua scripts call (read from the scripts' sources), lower case;
-    *pool*: those of the proxy pool's script instead (none for a monitor)."""
+    *pool*: those of the proxy pool's script instead (none for a monitor); *start_keys*:
+    those of lua/startkey.lua instead (none for a monitor)."""
     names: set[str] = set()
     scripts = (_POOL_SCRIPTS if role in _POOL_DIRECT else ()) if pool else _SCRIPTS[role]
+    if start_keys:
+        scripts = _START_KEY_SCRIPTS if role in _START_KEY_ROLES else ()
     for script in scripts:
         source = sources.source(script)
         names.update(m.lower() for m in (*_CALL.findall(source), *_CALL_NOTE.findall(source)))
@@ -157,9 +164,22 @@ def pool_commands(role: str) -> list[str]:
     return sorted(_pool_probe_lines(role).values())
 
 
+def start_key_patterns(start_keys: tuple[str, ...] | list[str]) -> str:
+    """The ACL key patterns of scrapy-redis start keys (keys.py ``StartKeyKeys``): each key
+    itself and its ``<tag>:fleet:*`` keys, glob characters escaped (Redis's ACL patterns are
+    glob-style: ``*``, ``?``, ``[``, ``\\`` in a key name match literally only escaped)."""
+
+    def escaped(name: str) -> str:
+        return re.sub(r"([*?\[\]\\])", r"\\\1", name)
+
+    return " ".join(f"~{escaped(k)} ~{escaped(StartKeyKeys(k).base)}:*"
+                    for k in dict.fromkeys(start_keys))
+
+
 def acl_rule(role: str, key_prefix: str = "fleet", crawl_id: str | None = None,
              cluster: bool = False, optional: bool = True, proxies: bool = False,
-             pool: str | None = None, partitions: bool = False) -> str:
+             pool: str | None = None, partitions: bool = False,
+             start_keys: tuple[str, ...] = ()) -> str:
     """The ``ACL SETUSER <name> on >PASSWORD ...`` rule, without the first three words,
     that allows *role* exactly its commands on the keys of crawl *crawl_id* (None: every
     crawl under *key_prefix*).  *optional*: a worker may also run INFO and CONFIG GET (the
@@ -167,9 +187,14 @@ def acl_rule(role: str, key_prefix: str = "fleet", crawl_id: str | None = None,
     pool's key pattern (pool *pool*, default the crawl's own, ``FLEET_PROXY_POOL``; every
     pool when both are None) and the pool's commands (:func:`pool_commands`; a monitor
     gets neither).  *partitions*: the crawl has FLEET_PARTITIONS > 1: the rule adds the
-    pattern of its partitions' keys.  Redis applies a user's commands to all its key patterns
-    alike."""
+    pattern of its partitions' keys.  *start_keys*: the scrapy-redis start keys its spiders
+    read (compat/feeder.py): a worker's and an admin's rule adds their patterns
+    (:func:`start_key_patterns`) and the commands of lua/startkey.lua.  Redis applies a
+    user's commands to all its key patterns alike."""
     extra = list(OPTIONAL) if optional and role != "monitor" else []
+    use_start = bool(start_keys) and role in _START_KEY_ROLES
+    if use_start:
+        extra += script_commands(role, start_keys=True)
     use_pool = proxies and role in _POOL_DIRECT
     allowed = " ".join(f"+{name}" for name in dict.fromkeys(  # (an admin has INFO already)
         (*commands(role, cluster, use_pool), *extra)))
@@ -183,6 +208,8 @@ def acl_rule(role: str, key_prefix: str = "fleet", crawl_id: str | None = None,
         pool_base = (f"{key_prefix}:{{proxypool:*}}" if name is None
                      else ProxyPoolKeys(key_prefix, name).base)
         patterns += f" ~{pool_base}:*"
+    if use_start:
+        patterns += " " + start_key_patterns(start_keys)
     return f"resetkeys {patterns} resetchannels -@all {allowed}"
 
 

@@ -207,21 +207,13 @@ def print_host_rows(status: dict[str, Any]) -> None:
         ceiling = row.get("ceiling")
         rate = "-" if ceiling is None else f"{row['adaptive_rate']:g}/{ceiling:g}"
         capacity = "-" if row.get("capacity") is None else f"{row['capacity']:g}"
-        rv_rate, price = _recrawl_cells(row)
+        rv_rate, price = recrawl_view.host_cells(row)
         print(f"           {row['host'][:32]:<32} {row['queued']:>8} {row['leased']:>6} "
               f"{nxt:>8} {row['hold_left']:>6.1f}s {delay:>6} {row['failures']:>5} "
               f"{interval:>9} {cap:>4} {rate:>11} {capacity:>7} "
               f"{row.get('last_decrease') or '-':>7} {row['recrawl_pages']:>8} {rv_rate:>8} "
               f"{price:>8}")
     print_recrawl_hosts(status.get("recrawl_hosts") or [])
-
-
-def _recrawl_cells(row: dict[str, Any]) -> tuple[str, str]:
-    """The change rate (a day) and price (s; ``max``: priced out) cells of a host's row."""
-    rate = "-" if row["recrawl_rate"] is None else f"{row['recrawl_rate']:.3g}"
-    price = "max" if row["recrawl_priced_out"] else (
-        "-" if row["recrawl_price"] is None else f"{row['recrawl_price']:.4g}s")
-    return rate, price
 
 
 def print_recrawl_hosts(rows: list[dict[str, Any]]) -> None:
@@ -231,9 +223,16 @@ def print_recrawl_hosts(rows: list[dict[str, Any]]) -> None:
         return
     print(f"  recrawl  {'host':<32} {'pages':>8} {'chg/day':>8} {'price':>8}")
     for row in rows:
-        rate, price = _recrawl_cells(row)
+        rate, price = recrawl_view.host_cells(row)
         print(f"           {row['host'][:32]:<32} {row['recrawl_pages']:>8} {rate:>8} "
               f"{price:>8}")
+
+
+#: what the text of ``recrawl CRAWL URL`` adds to a last outcome (recrawl/view.py ``outcome``)
+OUTCOME_NOTES = {"not_modified": " (304)", "unchanged": " (2xx, the same items or text)",
+                 "changed": " (2xx, new items or text)",
+                 "failed": " (a download error or another status: interval kept)",
+                 "gone": " (404/410)"}
 
 
 def run_recrawl(admin: FrontierAdmin, urls: list[str], opts: Any,
@@ -261,7 +260,8 @@ def run_recrawl(admin: FrontierAdmin, urls: list[str], opts: Any,
           f"  next due     in {page['next_due_in']:.1f} s (unix {page['next_due']:.0f})\n"
           f"  last fetch   unix {page['last_fetch']} (interval {page['interval']} s, "
           f"visit {page['visits']})\n"
-          f"  last outcome {page['last_outcome']}\n  change rate  {rate} (estimate)\n"
+          f"  last outcome {page['last_outcome']}{OUTCOME_NOTES.get(page['last_outcome'], '')}"
+          f"\n  change rate  {rate} (estimate)\n"
           f"  history      {page['history']} (s between visits: + changed, - unchanged)")
     return push.EXIT_OK
 

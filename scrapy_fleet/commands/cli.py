@@ -103,6 +103,8 @@ class AclTarget:
     cluster: bool = False
     #: FLEET_PARTITIONS (issue 21): > 1 adds the pattern of the partitions' keys
     partitions: int = 1
+    #: the scrapy-redis start keys the spider reads (issue 36: compat/feeder.py)
+    start_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,7 @@ def _acl_action(ctx: ActionContext) -> int:
     for name in [role] if role else list(ACL_ROLE_USES):
         rule = acl.acl_rule(name, key_prefix=target.prefix, crawl_id=target.crawl_id,
                             cluster=target.cluster, proxies=target.proxies, pool=target.pool,
-                            partitions=target.partitions > 1)
+                            partitions=target.partitions > 1, start_keys=target.start_keys)
         print(f"# {name}: {ACL_ROLE_USES[name]}")
         print(f"ACL SETUSER fleet-{name} on >PASSWORD {rule}")
     return push.EXIT_OK

@@ -231,9 +231,13 @@ class Command(ScrapyCommand):
             uses_pool = bool(opts.proxies or opts.pool or (proxy is not None and proxy.enabled))
             pool = opts.pool or (proxy.pool_name(crawl_id) if proxy is not None and
                                  proxy.enabled else None)
+            from scrapy_fleet.compat.feeder import class_start_key
+
+            start_key = class_start_key(spidercls, settings)
             target = cli.AclTarget(crawl_id, config.key_prefix, proxies=uses_pool, pool=pool,
                                    cluster=redis_url.parse(config.redis_url).kind == "cluster",
-                                   partitions=config.partitions)
+                                   partitions=config.partitions,
+                                   start_keys=(start_key,) if start_key else ())
             self.exitcode = cli.run_action(action, None, [], opts, lambda r: b"",
                                            label=f"spider {spidercls.name!r}",
                                            acl_target=target)

@@ -13,11 +13,14 @@ its steps is one call of lua/startkey.lua, which atomically
 
 * forgets the entries whose requests the frontier now holds (this worker's book confirmed
   their push: ``first_unpushed_start``), moves those no request could be made from to
-  ``{<key>}:fleet:bad`` (logged and counted), renews the deadlines of the others it holds;
+  ``{<key>}:fleet:bad`` (logged and counted), renews the deadlines of the others it holds
+  (those taken or renewed over a third of the lease ago);
 * takes over the entries of a worker that stopped renewing (killed) for
-  ``FLEET_LEASE_TIMEOUT``, then moves up to ``redis_batch_size`` new entries from the start
-  key into ``{<key>}:fleet:taking`` (in scrapy-redis's order: a list from its head, a set at
-  random, a sorted set highest score first);
+  ``FLEET_LEASE_TIMEOUT``, then moves new entries from the start key into
+  ``{<key>}:fleet:taking`` (in scrapy-redis's order: a list from its head, a set at random, a
+  sorted set highest score first), up to the worker's take: ``redis_batch_size`` at first,
+  twice as many after each whole take the frontier confirms entries of, up to
+  :data:`MAX_BATCH`;
 * answers how many entries are left (in the key, and taken by anyone and not yet done).
 
 So an entry leaves the producers' key only into the ``taking`` hash, and leaves that only once
@@ -58,6 +61,12 @@ BAD = -1
 MAX_BATCH = 1000
 #: seconds between two local checks of whether the frontier holds the held entries' requests
 CONFIRM_CHECK = 0.02
+#: an idle feeder (the start key empty, nothing held) waits FLEET_POLL_INTERVAL, then twice
+#: as long after each empty step, up to this many times FLEET_POLL_INTERVAL
+IDLE_BACKOFF = 8
+#: a held entry's deadline is renewed once this share of FLEET_LEASE_TIMEOUT has passed
+#: since it was taken or renewed (worker's clock)
+RENEW_AFTER = 1 / 3
 
 
 def is_start_key_spider(spider: Any) -> bool:
@@ -65,6 +74,21 @@ def is_start_key_spider(spider: Any) -> bool:
     ``redis_key`` and a ``make_request_from_data`` method)?"""
     return isinstance(getattr(spider, "redis_key", None), str) and callable(
         getattr(spider, "make_request_from_data", None))
+
+
+def class_start_key(spidercls: Any, settings: Any) -> str | None:
+    """The start key a spider class will read, as scrapy-redis's ``setup_redis`` resolves it
+    at start (its ``redis_key``, else ``REDIS_START_URLS_KEY``, else
+    ``"%(name)s:start_urls"``, with ``%(name)s`` the spider's name); None for a spider that
+    reads no start key (no ``redis_key`` attribute or no ``make_request_from_data``)."""
+    if not hasattr(spidercls, "redis_key") or not callable(
+            getattr(spidercls, "make_request_from_data", None)):
+        return None
+    key = spidercls.redis_key or settings.get("REDIS_START_URLS_KEY") or "%(name)s:start_urls"
+    try:
+        return str(key) % {"name": getattr(spidercls, "name", "")}
+    except (TypeError, ValueError, KeyError):
+        return str(key)
 
 
 def start_key_kind(settings: Any) -> str:
@@ -113,7 +137,15 @@ class StartKeyFeeder:
     close while entries are left (``start_active``).  Stats: ``fleet/startkey/taken``
     (entries), ``fleet/startkey/taken_over`` (of a stopped worker), ``fleet/startkey/requests``
     (requests made from them), ``fleet/startkey/bad`` (entries no request was made from),
-    ``fleet/startkey/done`` (entries confirmed in the frontier)."""
+    ``fleet/startkey/done`` (entries confirmed in the frontier).
+
+    Redis time (bench/bench_scrapy_redis_start.py): a step takes ``take`` entries at most,
+    from ``batch`` (the spider's ``redis_batch_size``) doubled once the frontier confirms
+    entries of a whole take, up to
+    :data:`MAX_BATCH`, back to ``batch`` when the key runs short; a step that would confirm,
+    renew and take nothing is not sent; a held entry's deadline is renewed only after
+    :data:`RENEW_AFTER` of FLEET_LEASE_TIMEOUT; an idle feeder backs off (``idle_wait``:
+    FLEET_POLL_INTERVAL doubled after each empty step, up to :data:`IDLE_BACKOFF` times it)."""
 
     def __init__(self, crawler: Crawler, config: FleetConfig, spider: Spider,
                  ledger: LeaseLedger, enqueue: Callable[[Request], bool]) -> None:
@@ -122,8 +154,16 @@ class StartKeyFeeder:
         self.keys = StartKeyKeys(str(getattr(spider, "redis_key", "")))
         self.kind = start_key_kind(crawler.settings)
         self.batch = batch_size(spider, crawler)
+        #: entries held at most (batch .. MAX_BATCH: doubled while the key fills whole takes
+        #: and the frontier confirms them)
+        self.take = self.batch
+        self._full = False  # the last take was a whole one
         #: entry id -> index of the last start request made from it (BAD: none made)
         self.held: dict[str, int] = {}
+        #: entry id -> when its deadline was set (loop clock, s)
+        self._renewed: dict[str, float] = {}
+        #: seconds an idle feeder waits before its next step (0: not idle)
+        self.idle_wait = 0.0
         self._index = 0
         self._script: Any = None
         self._task: asyncio.Task[None] | None = None
@@ -179,6 +219,8 @@ class StartKeyFeeder:
                     await asyncio.sleep(self.config.poll_interval * 4)
                 if not full:
                     await self._until_confirmed()
+                if self.idle_wait > 0:
+                    await asyncio.sleep(self.idle_wait - self.config.poll_interval)
         finally:
             await client.aclose()
 
@@ -189,7 +231,7 @@ class StartKeyFeeder:
         as many new entries at once."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.poll_interval
-        enough = max(1, min(len(self.held), self.batch // 2))
+        enough = max(1, min(len(self.held), self.take // 2))
         while self.held and loop.time() < deadline and not self.ledger.closing:
             done, bad = self._confirmed()
             if len(done) + len(bad) >= enough:
@@ -205,20 +247,33 @@ class StartKeyFeeder:
         bad = [i for i, last in self.held.items() if last == BAD]
         return done, bad
 
+    def _due_renewals(self, now: float) -> list[str]:
+        """The held entries whose deadline was set over RENEW_AFTER of the lease ago."""
+        before = now - self.config.lease_timeout * RENEW_AFTER
+        return [i for i in self.held if self._renewed.get(i, now) <= before]
+
     async def step(self, give_back: bool = False) -> bool:
-        """One call of lua/startkey.lua; returns True when it took a full batch (more may be
-        waiting: the next step follows at once).  *give_back*: take nothing, and give the
-        unconfirmed entries back."""
+        """One call of lua/startkey.lua (none when it would confirm, renew and take nothing);
+        returns True when it took a full batch (more may be waiting: the next step follows
+        at once).  *give_back*: take nothing, and give the unconfirmed entries back."""
+        now = asyncio.get_running_loop().time()
         done, bad = self._confirmed()
         for entry_id in (*done, *bad):
             del self.held[entry_id]
-        want = 0 if self.ledger.outbox_size >= self.batch else self.batch - len(self.held)
+            self._renewed.pop(entry_id, None)
+        if self._full and done:  # after a whole take, the frontier confirms: take more
+            self.take, self._full = min(MAX_BATCH, self.take * 2), False
+        want = 0 if self.ledger.outbox_size >= self.take else self.take - len(self.held)
         want = -1 if give_back else max(0, want)
+        renew = list(self.held) if give_back else self._due_renewals(now)
+        if want == 0 and not (done or bad or renew):
+            return False
         args = [self.kind, self.config.worker_id, int(self.config.lease_timeout * 1000),
-                want, len(done), len(bad), *done, *bad, *self.held]
+                want, len(done), len(bad), *done, *bad, *renew]
         remaining, overdue, taken = await redis_client.call_retrying_async(
             lambda: self._script(keys=self.keys.call_keys(), args=args),
             self.config.redis_url, self.config.redis_retries)
+        self._renewed.update(dict.fromkeys(renew, now))
         self._inc("fleet/startkey/done", len(done))
         self._inc("fleet/startkey/bad", len(bad))
         self._inc("fleet/startkey/taken_over", int(overdue))
@@ -227,8 +282,26 @@ class StartKeyFeeder:
         for raw_id, entry in pairs:
             entry_id = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
             self.held[entry_id] = self._make(entry)
+            self._renewed[entry_id] = now
         self.ledger.start_active = int(remaining) > 0 or bool(self.held)
+        self._adapt(want, len(pairs), int(remaining))
         return want > 0 and len(pairs) >= want
+
+    def _adapt(self, want: int, taken: int, remaining: int) -> None:
+        """After a step that asked for *want* entries and got *taken*: the take (doubled at
+        the next step that confirms entries after a whole take, the spider's batch after a
+        short one: a worker whose pushes do not reach the frontier keeps the spider's batch)
+        and the idle wait (doubled while steps find nothing to take and nothing is left or
+        held)."""
+        if want > 0:
+            self._full = taken >= want and len(self.held) >= self.take
+            if taken < want:
+                self.take = self.batch
+        if taken == 0 and not self.held and (want > 0 or remaining == 0):
+            poll = self.config.poll_interval
+            self.idle_wait = min(IDLE_BACKOFF * poll, max(poll, 2 * self.idle_wait))
+        elif taken or self.held:
+            self.idle_wait = 0.0
 
     def _make(self, entry: bytes) -> int:
         """Enqueue the requests the spider makes from *entry*; the index of the last one, or

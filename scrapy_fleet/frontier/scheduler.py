@@ -170,9 +170,13 @@ class FleetScheduler(BaseScheduler):
         self.pump.start(frontier, stage)
         if is_start_key_spider(spider):
             take_over(self.crawler, spider)
-            self._feeder = StartKeyFeeder(self.crawler, self.config, spider, self.book,
-                                          self.enqueue_request)
-            self._feeder.start()
+            if self.config.start_requests == "never":  # (a worker that only drains)
+                logger.info("FLEET_START_REQUESTS=never: this worker does not read start "
+                            "key %r", getattr(spider, "redis_key", ""), extra={"spider": spider})
+            else:
+                self._feeder = StartKeyFeeder(self.crawler, self.config, spider, self.book,
+                                              self.enqueue_request)
+                self._feeder.start()
         logger.info("Fleet worker %s joined crawl %r at %s", self.config.worker_id, crawl_id,
                     self._redacted_url(), extra={"spider": spider})
         logger.info(politeness.policy_log_line(self.config), extra={"spider": spider})

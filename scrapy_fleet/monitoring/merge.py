@@ -242,8 +242,9 @@ def merge_recrawl(blocks: list[dict[str, Any]]) -> dict[str, Any]:
     out["next_due_in"] = _opt([b["next_due_in"] for b in blocks], min)
     revisits = sum(out["outcomes"].values())
     for share, outcome in (("not_modified_share", "not_modified"),
-                           ("unchanged_share", "unchanged")):
+                           ("unchanged_share", "unchanged"), ("changed_share", "changed")):
         out[share] = round(out["outcomes"][outcome] / revisits, 3) if revisits else None
+    out["revisits_per_min"] = None  # (filled by the views' source: monitoring/source.py)
     fresh = _weighted([(b["freshness_estimate"], b["sampled"]) for b in blocks])
     out["freshness_estimate"] = None if fresh is None else round(fresh, 3)
     return out

@@ -93,8 +93,9 @@ def render(snap: dict[str, Any], label: str = "", queue_max: int | None = None,
             f"  recrawl    tracked {rv['tracked']}  scheduled {rv['scheduled']}  due now "
             f"{rv['due']}  overdue {rv['overdue']}  next due "
             + ("-" if nxt is None else f"in {duration(nxt)}")
-            + f"  304 {_pct(rv['not_modified_share'])}  unchanged 200 "
-            f"{_pct(rv['unchanged_share'])}  freshness est. {_pct(rv['freshness_estimate'])}"
+            + f"  changed {_pct(rv.get('changed_share'))}  unchanged 200 "
+            f"{_pct(rv['unchanged_share'])}  304 {_pct(rv['not_modified_share'])}"
+            f"  freshness est. {_pct(rv['freshness_estimate'])}"
             + (f"  sitemap lastmod due {rv['lastmod']['due']}"
                if (rv.get("lastmod") or {}).get("due") else ""))
     by_status = c.get("responses_by_status") or {}

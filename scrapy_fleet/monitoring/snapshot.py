@@ -2,7 +2,8 @@
 frontier's counts alone: ``FrontierAdmin.status``) and :func:`read_series`.
 
 All are blocking (a sync redis-py client), take a bounded number of pipelined round trips
-(3 for a snapshot, plus the recrawl's one and the listed hosts' adaptive controllers' two;
+(3 for a snapshot, plus the recrawl's one (two with a recrawl: its listed hosts' figures) and
+the listed hosts' adaptive controllers' two;
 2 for a series) and cost the same whatever the frontier's size: no scan of
 entries; hosts are read from the per-host counts, at most ``HOST_SAMPLE`` of them (an exact
 top list up to that many hosts in the frontier, a sample beyond, flagged ``hosts_sampled``).
@@ -490,10 +491,18 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
     }
     snap["alerts"] = alerts_mod.evaluate(snap, samples1m, [host_rows[h] for h, _ in banned],
                                          cfg)
-    # recrawl (issue 22): its figures, one pipeline more (recrawl/status.py)
+    # recrawl (issue 22): its figures, one pipeline more (recrawl/status.py); with a
+    # recrawl, each listed host's learned change rate and price by status --hosts's reader
+    # (recrawl/view.py), one pipeline more (issue 31)
     from scrapy_fleet.recrawl.status import read_recrawl
+    from scrapy_fleet.recrawl.view import host_recrawl, read_hosts
 
-    snap["recrawl"] = read_recrawl(client, k, _now_ms(srv))
+    snap["recrawl"] = rv = read_recrawl(client, k, _now_ms(srv))
+    listed = [h for h, _ in top]
+    figures = (read_hosts(client, k, listed) if rv["tracked"] or rv["tracked_total"]
+               else {})
+    for h in listed:
+        host_rows[h].update(figures.get(h) or host_recrawl({}))
     return snap
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -66,6 +67,30 @@ class FleetSource:
         self.error_since: float | None = None
         self.read_seconds = 0.0
         self._lock = threading.Lock()
+        self._revisits: deque[tuple[float, int]] = deque()
+
+    def _revisit_rate(self, snap: dict[str, Any]) -> dict[str, Any]:
+        """*snap* with ``recrawl.revisits_per_min`` (revisits/min): the fleet-wide revisit
+        counters (``recrawl.outcomes`` summed) now minus their value at this source's latest
+        reading at least 60 s old (else its earliest), over the time between, by the
+        snapshot's ``at`` (Redis's clock), as the snapshot's ``rates`` are taken.  None until
+        two readings 1 s apart (``top --once``, a first ``/api/snapshot``)."""
+        rv = snap.get("recrawl")
+        if not isinstance(rv, dict):
+            return snap
+        total = sum(int(v) for v in (rv.get("outcomes") or {}).values())
+        at = float(snap.get("at") or 0.0)
+        with self._lock:
+            readings = self._revisits
+            if readings and at < readings[-1][0]:
+                readings.clear()  # (a clock gone back: start again)
+            readings.append((at, total))
+            while len(readings) > 2 and readings[1][0] <= at - 60:
+                readings.popleft()
+            then, before = readings[0]
+        if at - then >= 1.0:
+            rv["revisits_per_min"] = round(max(0, total - before) * 60 / (at - then), 3)
+        return snap
 
     @property
     def series_names(self) -> tuple[str, ...]:
@@ -97,7 +122,7 @@ class FleetSource:
             raise
         self.read_seconds = time.perf_counter() - started
         self._ok()
-        return dict(snap)
+        return self._revisit_rate(dict(snap))
 
     def _checked(self, names: Iterable[str], tier: str) -> list[str]:
         """*names* as a list, each a known series, and *tier* a known tier.
@@ -161,7 +186,7 @@ class PartitionedSource(FleetSource):
             raise
         self.read_seconds = time.perf_counter() - started
         self._ok()
-        return snap
+        return self._revisit_rate(snap)
 
     def series(self, names: Iterable[str], tier: str = "10s",
                since_s: float | None = None) -> dict[str, Points]:

@@ -26,6 +26,7 @@ from rich.text import Text
 
 from scrapy_fleet.monitoring.screen import rate_window
 from scrapy_fleet.monitoring.source import DEPTH_SERIES, READ_ERRORS, Points, Source
+from scrapy_fleet.recrawl.view import host_cells
 
 BARS = "▁▂▃▄▅▆▇█"
 HEALTH_STYLE = {"alive": "green", "stalled": "yellow", "dead": "bold red"}
@@ -84,6 +85,28 @@ def adaptive_cells(host: Mapping[str, Any]) -> tuple[str, str, str]:
     return pair, capacity, cut
 
 
+def recrawl_line(rv: Mapping[str, Any]) -> Text | None:
+    """The recrawl's figures (docs/recrawl.md; the snapshot's ``recrawl`` block): tracked
+    URLs, due now and overdue, revisits per minute and the shares of changed 200s, unchanged
+    200s and 304s among revisits; None for a crawl without a recrawl."""
+    if not (rv.get("tracked") or rv.get("scheduled")):
+        return None
+    line = Text()
+    line.append("recrawl ", style="cyan")
+    line.append(f"tracked {_fmt(rv.get('tracked'))}  due now {_fmt(rv.get('due'))}  overdue "
+                f"{_fmt(rv.get('overdue'))}  revisits/min {_fmt(rv.get('revisits_per_min'), 1)}"
+                f"  changed {_pct(rv.get('changed_share'))}  unchanged 200 "
+                f"{_pct(rv.get('unchanged_share'))}  304 {_pct(rv.get('not_modified_share'))}")
+    return line
+
+
+def recrawl_cells(host: Mapping[str, Any]) -> tuple[str, str, str]:
+    """A snapshot host row's recrawl cells: tracked pages, learned change rate (changes a
+    day) and price (recrawl/view.py ``host_cells``)."""
+    rate, price = host_cells(dict(host))
+    return _fmt(host.get("recrawl_pages")), rate, price
+
+
 def depth_values(series: Mapping[str, Points]) -> list[float | None]:
     """Total depth (due + deferred + leased + parked; dead letters apart) per step."""
     steps: dict[float, float | None] = {}
@@ -133,6 +156,9 @@ def render(snap: Mapping[str, Any], series: Mapping[str, Points], *, width: int 
     figures.add_row("", "", Text(f"rates per minute{rate_window(rates)}; the sparkline: "
                                  "each 10 s step's rate", style="dim"))
     parts.append(figures)
+    recrawl = recrawl_line(snap.get("recrawl") or {})
+    if recrawl is not None:
+        parts.append(recrawl)
 
     responses = counters.get("responses") or {}
     totals = Text()
@@ -163,15 +189,18 @@ def render(snap: Mapping[str, Any], series: Mapping[str, Points], *, width: int 
     parts.append(table)
 
     host_rows = [h for h in snap.get("hosts") or [] if isinstance(h, Mapping)][:hosts]
+    # the recrawl's columns (tracked pages, change rate, price) when a listed host has any
+    recrawled = any(h.get("recrawl_pages") for h in host_rows)
     htable = Table(title="top hosts", box=box.SIMPLE_HEAD, title_justify="left")
     for name in ("host", "queued", "downloading", "pages", "bans", "block rate", "held until",
-                 "rate/ceil", "learned", "cut"):
+                 "rate/ceil", "learned", "cut",
+                 *(("rv pages", "chg/day", "price") if recrawled else ())):
         htable.add_column(name, justify="left" if name == "host" else "right")
     for h in host_rows:
         htable.add_row(str(h.get("host", "?")), _fmt(h.get("queued")), _fmt(h.get("leased")),
                        _fmt(h.get("pages")), _fmt(h.get("bans")), _pct(h.get("block_rate")),
                        _clock(h.get("hold_until")) if h.get("hold_until") else "-",
-                       *adaptive_cells(h))
+                       *adaptive_cells(h), *(recrawl_cells(h) if recrawled else ()))
     if host_rows:
         parts.append(htable)
 

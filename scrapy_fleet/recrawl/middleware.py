@@ -52,8 +52,14 @@ from scrapy_fleet.recrawl.items import (
     FleetRecrawlItems,
 )
 from scrapy_fleet.recrawl.schedule import (
+    CHANGED,
+    FAILED,
+    FIRST,
+    GONE,
+    NOT_MODIFIED,
     RECRAWL_META_KEY,
     STATE_META_KEY,
+    UNCHANGED,
     State,
     invalid_wanted,
     next_interval,
@@ -227,7 +233,7 @@ class FleetRecrawlMiddleware:
         now = int(time.time())
         if status == 304 and state is not None:
             observe(state, now, changed=False)
-            state.gone = 0
+            state.gone, state.last = 0, NOT_MODIFIED
             state.etag = _header(response, b"ETag") or state.etag
             state.last_modified = _header(response, b"Last-Modified") or state.last_modified
             self.schedule(request, state, old)
@@ -246,12 +252,13 @@ class FleetRecrawlMiddleware:
         if state is None:
             return response  # a first visit that failed: not tracked
         if status in (404, 410):
-            state.gone += 1
+            state.gone, state.last = state.gone + 1, GONE
             if state.gone >= self.config.gone_after:
                 self.inc("gone")
                 self.schedule(request, None, old)
                 return response
         else:
+            state.last = FAILED
             self.inc("failed")
         # kept at its interval (its history unchanged: this fetch saw no version)
         self._keep(request, state)
@@ -281,6 +288,7 @@ class FleetRecrawlMiddleware:
             return None  # a decision (robots.txt, offsite, given back): not rescheduled here
         state = self._state(request)
         if state is not None:
+            state.last = FAILED
             self.inc("failed")
             self._keep(request, state)
         return None
@@ -311,6 +319,7 @@ class Outcome:
                                  else old != signature)
         observe(state, self.now, changed)
         state.signature = signature
+        state.last = FIRST if self.first else CHANGED if changed else UNCHANGED
         self.state = state
         self.bucket = self.mw.schedule(self.request, state, self.bucket)
         return changed

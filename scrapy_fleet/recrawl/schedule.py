@@ -7,7 +7,8 @@ was scheduled with (seconds), the content signature of the version seen (signatu
 before the first), the validators as the server sent them (None when it sent none; a
 Last-Modified in the standard form kept as its unix time, :func:`pack_date`), the last
 :data:`HISTORY` observations (seconds since the previous fetch: positive when the page had
-changed, negative when not), and the 404/410 answers in a row.
+changed, negative when not), and the 404/410 answers in a row with the last fetch's outcome
+(:func:`pack_gone`: one byte, as the count alone took).
 
 Policies: ``fixed`` revisits every ``FLEET_RECRAWL_INTERVAL``; ``adaptive`` estimates the
 page's change rate from its history (Cho & Garcia-Molina's estimator for irregular intervals,
@@ -43,6 +44,13 @@ GROWTH = 4.0
 #: a page seen unchanged at its last BACKOFF_AFTER visits, its rate still uncertain, waits at
 #: least BACKOFF times its last interval (schedule.learning)
 BACKOFF, BACKOFF_AFTER = 3.0, 2
+#: the last fetch's outcome (State.last): not recorded (a state written before it was),
+#: a first fetch, a 2xx with new items (or text), a 2xx with the same, a 304, a fetch that
+#: failed (a download error or another final status: its interval kept), a 404/410 (below
+#: FLEET_RECRAWL_GONE_AFTER in a row); the names are those of the view and of the stats
+#: ``fleet/recrawl/<name>`` (``first`` counts as ``tracked``, ``gone`` when dropped)
+OUTCOME_NAMES = ("unknown", "first", "changed", "unchanged", "not_modified", "failed", "gone")
+UNKNOWN, FIRST, CHANGED, UNCHANGED, NOT_MODIFIED, FAILED, GONE = range(len(OUTCOME_NAMES))
 #: a page with fewer observations is learning (schedule.learning bounds its interval); from
 #: HISTORY observations its rate is known (its host's price applies)
 LEARNING = 4
@@ -59,10 +67,13 @@ class State:
     last_modified: str | None = None
     history: list[int] = field(default_factory=list)
     gone: int = 0
+    #: the last fetch's outcome: one of UNKNOWN ... GONE (:data:`OUTCOME_NAMES`)
+    last: int = UNKNOWN
 
     def to_meta(self) -> list[Any]:
         return [self.fetched, self.interval, self.signature, self.etag,
-                pack_date(self.last_modified), list(self.history), self.gone]
+                pack_date(self.last_modified), list(self.history),
+                pack_gone(self.gone, self.last)]
 
     @classmethod
     def from_meta(cls, value: Any) -> State | None:
@@ -74,9 +85,30 @@ class State:
         if not (isinstance(fetched, int) and isinstance(interval, int)
                 and isinstance(hist, (list, tuple)) and isinstance(gone, int)):
             return None
+        gone, last = unpack_gone(gone)
         return cls(fetched, interval, sig if isinstance(sig, int) else None,
                    etag if isinstance(etag, str) else None, unpack_date(lm),
-                   [int(h) for h in hist if isinstance(h, int)][-HISTORY:], gone)
+                   [int(h) for h in hist if isinstance(h, int)][-HISTORY:], gone, last)
+
+
+def pack_gone(gone: int, last: int) -> int:
+    """The state's last slot: the 404/410 answers in a row *gone* and the last outcome *last*
+    (:data:`OUTCOME_NAMES` index) as ``-(1 + 8 gone + last)``, negative so that a state
+    written before the outcome was kept (the count alone, >= 0) reads as it was with the
+    outcome unknown.  msgpack stores -1..-32 in one byte (a negative fixint), as it stored
+    the count 0..127: no byte more per URL while gone <= 3 (FLEET_RECRAWL_GONE_AFTER's
+    default is below)."""
+    return -(1 + 8 * max(0, gone) + (last if 0 <= last < len(OUTCOME_NAMES) else UNKNOWN))
+
+
+def unpack_gone(value: int) -> tuple[int, int]:
+    """(gone, last outcome) of the state's last slot (:func:`pack_gone`; a count >= 0 from a
+    state written before: that count, UNKNOWN)."""
+    if value >= 0:
+        return value, UNKNOWN
+    packed = -value - 1
+    last = packed % 8
+    return packed // 8, last if last < len(OUTCOME_NAMES) else UNKNOWN
 
 
 def pack_date(value: str | None) -> str | int | None:

@@ -112,6 +112,9 @@ def read_recrawl(client: Any, keys: CrawlKeys, now_ms: int | None = None) -> dic
         "not_modified_share": (round(outcomes["not_modified"] / revisits, 3)
                                if revisits else None),
         "unchanged_share": (round(outcomes["unchanged"] / revisits, 3) if revisits else None),
+        "changed_share": (round(outcomes["changed"] / revisits, 3) if revisits else None),
+        # a rate needs two readings: the views' source fills it (monitoring/source.py)
+        "revisits_per_min": None,
         "dropped": dropped,
         "untracked": untracked,
         "tracked_total": tracked_n,

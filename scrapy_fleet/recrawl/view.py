@@ -23,7 +23,13 @@ from scrapy_fleet import codec, redis_client
 from scrapy_fleet.errors import RequestDecodeError
 from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.keys import CrawlKeys, partition_of
-from scrapy_fleet.recrawl.schedule import STATE_META_KEY, State, estimate_rate
+from scrapy_fleet.recrawl.schedule import (
+    OUTCOME_NAMES,
+    STATE_META_KEY,
+    UNKNOWN,
+    State,
+    estimate_rate,
+)
 
 #: bytes of a place index value (lua/step_revisit.lua PLACE_FORMAT '>BI5I4I4': e, n,
 #: position in the slot, last fetch)
@@ -59,6 +65,16 @@ def host_recrawl(fields: dict[bytes, bytes]) -> dict[str, Any]:
             "recrawl_rate": round(total / pages * DAY, 3) if pages and total > 0 else None,
             "recrawl_price": None if price is None or math.isinf(price) else round(price, 3),
             "recrawl_priced_out": price is not None and math.isinf(price)}
+
+
+def host_cells(row: dict[str, Any]) -> tuple[str, str]:
+    """The change rate (changes a day, 3 significant digits; ``-``: none yet) and price
+    (s; ``max``: priced out; ``-``: not solved) cells of a host's row (:func:`host_recrawl`'s
+    fields), as ``status --hosts`` and ``top`` print them."""
+    rate = "-" if row.get("recrawl_rate") is None else f"{row['recrawl_rate']:.3g}"
+    price = "max" if row.get("recrawl_priced_out") else (
+        "-" if row.get("recrawl_price") is None else f"{row['recrawl_price']:.4g}s")
+    return rate, price
 
 
 def read_hosts(client: Any, keys: CrawlKeys, hosts: list[str],
@@ -100,9 +116,14 @@ def recrawl_hosts(client: Any, keys: CrawlKeys, parts: int = 1,
 
 
 def outcome(state: State) -> str:
-    """The last visit's outcome as the state keeps it: ``gone`` (404/410 at the last visit),
-    ``changed``, ``unchanged`` (a 304, or the same items or text: the state does not tell
-    which), ``first`` (one visit so far)."""
+    """The last visit's outcome as the state keeps it (schedule.py ``OUTCOME_NAMES``):
+    ``first`` (one visit so far), ``changed`` (a 2xx with new items, or text), ``unchanged``
+    (a 2xx with the same), ``not_modified`` (a 304), ``failed`` (a download error or another
+    final status: kept at its interval), ``gone`` (a 404/410).  A state written before the
+    outcome was kept tells less: ``gone``, ``first``, else ``changed`` or ``unchanged`` (a
+    304 or the same items or text) by its last observation."""
+    if state.last != UNKNOWN:
+        return OUTCOME_NAMES[state.last]
     if state.gone:
         return "gone"
     if not state.history:

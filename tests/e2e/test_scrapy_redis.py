@@ -193,6 +193,49 @@ def test_worker_killed_after_taking_loses_no_entry(tmp_path, redis_url, worker_e
     assert sum(s.get("fleet/startkey/taken_over", 0) for s in stats) == held
 
 
+def test_a_worker_with_start_requests_never_leaves_the_start_key_alone(
+        tmp_path, redis_url, worker_env, site_factory):
+    """FLEET_START_REQUESTS=never (a worker that only drains the frontier): the worker takes
+    nothing from the start key and closes for idleness; a worker without it then crawls the
+    entry."""
+    site = _site(tmp_path, site_factory, pages=5)
+    client = redis.Redis.from_url(redis_url)
+    url = site.url.rstrip("/") + "/site/p/0.html"
+    client.lpush("myspider:start_urls", url)
+    procs, logs = _workers(tmp_path, "myspider_redis", redis_url, worker_env, 1,
+                           {"FLEET_START_REQUESTS": "never"})
+    assert wait_all(procs, 120) == [0], tail(logs[0])
+    assert client.lrange("myspider:start_urls", 0, -1) == [url.encode()]
+    assert client.zcard(StartKeyKeys("myspider:start_urls").deadlines) == 0
+    assert site.requests() == []
+    assert "FLEET_START_REQUESTS=never: this worker does not read start key" in \
+        logs[0].read_text()
+    procs, logs = _workers(tmp_path, "myspider_redis", redis_url, worker_env, 1, first=1)
+    assert wait_all(procs, 120) == [0], tail(logs[0])
+    assert _item_urls(client, "myspider_redis") == [url]
+    assert _left(client, "myspider:start_urls") == 0
+
+
+def test_the_acl_rules_of_a_start_key_spider_name_its_start_key(worker_env, redis_url):
+    """``scrapy fleet acl SPIDER`` of a RedisSpider: the worker's and the admin's rules reach
+    its start key and its ``:fleet:*`` keys (acl.acl_rule's, tests/unit/test_startkey_acl.py
+    checks them against Redis), the monitor's does not."""
+    from support import run_scrapy
+
+    from scrapy_fleet import acl
+
+    result = run_scrapy(PROJECT, ["fleet", "acl", "myspider_redis", "-s",
+                                  f"REDIS_URL={redis_url}"], worker_env)
+    assert result.returncode == 0, result.stderr
+    rules = {line.split()[2]: line.split(">PASSWORD ", 1)[1]
+             for line in result.stdout.splitlines() if line.startswith("ACL SETUSER")}
+    for role in ("worker", "admin"):
+        assert rules[f"fleet-{role}"] == acl.acl_rule(
+            role, crawl_id="myspider_redis", start_keys=("myspider:start_urls",))
+        assert "~myspider:start_urls ~{myspider:start_urls}:fleet:*" in rules[f"fleet-{role}"]
+    assert "start_urls" not in rules["fleet-monitor"]
+
+
 @pytest.mark.parametrize(("setting", "words"), [
     ("SCHEDULER_PERSIST=False", "SCHEDULER_PERSIST=False"),
     ("SCHEDULER_FLUSH_ON_START=True", "SCHEDULER_FLUSH_ON_START=True")])

@@ -14,7 +14,12 @@ from scrapy_fleet.catalog import DEFAULT_REQUEST_CLASSES
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.recrawl.record import revisit_record, with_state
 from scrapy_fleet.recrawl.schedule import (
+    GONE,
+    NOT_MODIFIED,
+    OUTCOME_NAMES,
     STATE_META_KEY,
+    UNCHANGED,
+    UNKNOWN,
     State,
     estimate_rate,
     next_interval,
@@ -99,6 +104,24 @@ def test_state_round_trips_through_the_codec_and_a_wrong_one_is_ignored():
     assert State.from_meta(odd.to_meta()).last_modified == odd.last_modified
     assert State.from_meta(["not", "a", "state"]) is None
     assert State.from_meta(None) is None
+
+
+def test_the_last_outcome_is_kept_in_the_byte_the_gone_count_took():
+    old = [1700000000, 600, 12345, None, None, [-300, 400], 1]  # written before: a count
+    assert (State.from_meta(old).gone, State.from_meta(old).last) == (1, UNKNOWN)
+    for last in range(len(OUTCOME_NAMES)):
+        for gone in (0, 1, 3):
+            state = State(1700000000, 600, 12345, history=[-300], gone=gone, last=last)
+            back = State.from_meta(codec.decode_dict(codec.encode_dict(
+                {"url": "http://h/p", "meta": {STATE_META_KEY: state.to_meta()}}))["meta"][
+                STATE_META_KEY])
+            assert (back.gone, back.last) == (gone, last)
+    # one byte, as the count 0 took: a 304 and an unchanged 200 (and a 404) cost no byte more
+    base = len(codec.encode_dict({"m": [*old[:-1], 0]}))
+    for last, gone in ((NOT_MODIFIED, 0), (UNCHANGED, 0), (GONE, 1)):
+        packed = State(1700000000, 600, 12345, history=[-300, 400], gone=gone,
+                       last=last).to_meta()
+        assert len(codec.encode_dict({"m": packed})) == base, (last, gone)
 
 
 def test_a_pushed_start_request_loses_its_mark_in_the_record():

@@ -92,15 +92,20 @@ def test_status_hosts_and_the_page_view_show_what_redis_holds_after_a_recrawl(
         assert view["next_due"] == round(due[url] / 1000, 3)
         assert view["change_rate"] == round(
             estimate_rate(state.history, float(state.interval)) * 86400, 3)
-        assert view["last_outcome"] == ("changed" if state.history[-1] > 0 else "unchanged")
-    # the static page waits in the schedule (its interval grew): unchanged at every revisit
+        # the last answer the site logged for the page: a 304 is told from a 2xx
+        last = [r["status"] for r in site.requests() if r["path"] == url[len(site.url) - 1:]]
+        assert last and last[-1] in (200, 304), last
+        assert view["last_outcome"] == ("not_modified" if last[-1] == 304 else "changed"
+                                        if state.history[-1] > 0 else "unchanged")
+    # the static page waits in the schedule (its interval grew): unchanged at every revisit,
+    # answered 304 (its validators sent)
     assert static in shown, (states, due)
-    assert shown[static]["last_outcome"] == "unchanged"
+    assert shown[static]["last_outcome"] == "not_modified"
     assert all(t < 0 for t in shown[static]["history"])
     if changing in shown:
         assert shown[changing]["change_rate"] > shown[static]["change_rate"]
     text = cli("--redis", redis_url, "recrawl", "recrawl", static)
-    assert text.returncode == 0 and "last outcome unchanged" in text.stdout, text.stdout
+    assert text.returncode == 0 and "last outcome not_modified (304)" in text.stdout, text.stdout
 
 
 def test_bad_input_gets_one_line_and_its_exit_status(redis_url):

@@ -49,6 +49,16 @@
         h.adaptive_rate === undefined) return "–";
     return h.adaptive_rate + "/" + h.ceiling;
   }
+  // recrawl: a host's learned change rate (changes a day) and price (s; "max": priced out)
+  function changeRate(h) {
+    return h.recrawl_rate === null || h.recrawl_rate === undefined ? "–"
+      : String(Number(h.recrawl_rate.toPrecision(3)));
+  }
+  function price(h) {
+    if (h.recrawl_priced_out) return "max";
+    return h.recrawl_price === null || h.recrawl_price === undefined ? "–"
+      : Number(h.recrawl_price.toPrecision(4)) + "s";
+  }
   function pct(v) { return v === null || v === undefined ? "–" : (100 * v).toFixed(1) + " %"; }
   function clock(t) {
     if (!t) return "–";
@@ -160,6 +170,16 @@
                   ["ETA", duration(snap.eta_seconds)], ["workers alive", fmt(snap.workers_alive)]];
     // what was not done: failed requests (scrapy fleet failed), items a pipeline could not write
     rows.push(["failed requests", fmt(f.failed)], ["items failed", fmt(c.items_failed)]);
+    // the recrawl (docs/recrawl.md), for a crawl that has one
+    const rv = snap.recrawl || {};
+    if (rv.tracked || rv.scheduled) {
+      rows.push(["recrawl tracked", fmt(rv.tracked)], ["revisits due now", fmt(rv.due)],
+                ["revisits overdue", fmt(rv.overdue)],
+                ["revisits per minute", fmt(rv.revisits_per_min)],
+                ["revisits changed", pct(rv.changed_share)],
+                ["revisits unchanged 200", pct(rv.unchanged_share)],
+                ["revisits 304", pct(rv.not_modified_share)]);
+    }
     const box = $("figures");
     box.textContent = "";
     for (const [k, v] of rows) {
@@ -216,7 +236,8 @@
       [h.host, "mono"], [fmt(h.queued), "n"], [fmt(h.leased), "n"], [fmt(h.pages), "n"],
       [fmt(h.bans), "n"], [pct(h.block_rate), "n"], [h.hold_until ? clock(h.hold_until) : "–"],
       [rateOf(h), "n"], [h.capacity === null || h.capacity === undefined ? "–" : String(h.capacity), "n"],
-      [h.last_decrease ? h.last_decrease + " " + clock(h.last_decrease_at) : "–"]]);
+      [h.last_decrease ? h.last_decrease + " " + clock(h.last_decrease_at) : "–"],
+      [fmt(h.recrawl_pages), "n"], [changeRate(h), "n"], [price(h), "n"]]);
     $("updated").textContent = "updated " + clock(now);
   }
   // the legend shows the snapshot's figure (the card's), else the last point drawn
