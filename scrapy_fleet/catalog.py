@@ -27,7 +27,7 @@ SETTINGS_HELP = "`scrapy fleet settings` or `scrapy-fleet settings`"
 #: Setting sections, in the order ``scrapy fleet settings`` lists them.
 SECTIONS = ("connection", "identity", "frontier", "dupefilter", "bounds", "politeness",
             "sinks", "mongo", "failures", "monitoring", "proxies", "stages", "browser",
-            "recrawl", "sessions")
+            "recrawl", "sessions", "budgets")
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ _STAGES, _BROWSER, _MON = "docs/stages.md", "docs/browser.md", "docs/monitoring.
 _PROXY = "docs/proxies.md"
 _RECRAWL = "docs/recrawl.md"
 _SESSIONS = "docs/sessions.md"
+_CONTROL = "docs/control.md"
 
 #: Every ``FLEET_*`` setting this package reads: the one source of the defaults
 #: (:data:`DEFAULTS`), of ``scrapy fleet settings`` and of the unknown-setting warning.
@@ -122,8 +123,8 @@ SETTINGS: tuple[Setting, ...] = (
             "int >= 0 (the project's CONCURRENT_REQUESTS_PER_DOMAIN)",
             "requests in flight to one host, fleet-wide; 0: no cap", "politeness", _POL),
     Setting("FLEET_HOST_OVERRIDES", {}, "dict (JSON on the command line)",
-            "per host key: {rate, burst, concurrency, delay, recrawl_interval}", "politeness",
-            _POL),
+            "per host key: {rate, burst, concurrency, delay, recrawl_interval, budget_pages}",
+            "politeness", _POL),
     Setting("FLEET_HOST_KEY", "host", "host, domain or ip", "what counts as one host",
             "politeness", _POL),
     Setting("FLEET_ROBOTSTXT_TTL", 3600.0, "float >= 1",
@@ -312,6 +313,17 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FLEET_COOKIE_MAX_BYTES", 4096, "int >= 64",
             "largest cookie a jar stores (name, value, domain, path; bytes); a larger one "
             "fails its request (cookie/too_large)", "sessions", _SESSIONS),
+    # budgets (issue 34): charged by the lease step (lua/step_budget.lua, budget_settings.py)
+    Setting("FLEET_BUDGET_PAGES", None, "int > 0 or None (CLOSESPIDER_PAGECOUNT carries over)",
+            "pages the whole crawl may lease, charged at lease time; then every worker closes "
+            "with reason budget_pages; FLEET_PARTITIONS = 1 only", "budgets", _CONTROL),
+    Setting("FLEET_BUDGET_SECONDS", None, "float > 0 or None (CLOSESPIDER_TIMEOUT carries over)",
+            "seconds of Redis's clock from the crawl's first lease after which nothing is "
+            "leased; then every worker closes with reason budget_seconds; FLEET_PARTITIONS = 1 "
+            "only", "budgets", _CONTROL),
+    Setting("FLEET_HOST_BUDGET_PAGES", None, "int > 0 or None",
+            "pages each host may lease (FLEET_HOST_OVERRIDES' budget_pages for one host); a "
+            "host out of budget keeps its queue and is not served", "budgets", _CONTROL),
 )
 
 #: name -> default of every setting (from :data:`SETTINGS`)
