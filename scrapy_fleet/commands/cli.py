@@ -26,6 +26,7 @@ from scrapy_fleet import acl, redis_url
 from scrapy_fleet.catalog import DEFAULTS, SETTINGS, format_default, settings_listing
 from scrapy_fleet.checks import validate_crawl_id, validate_key_prefix
 from scrapy_fleet.commands import actions, partitioned, push
+from scrapy_fleet.commands import budget as budget_commands
 from scrapy_fleet.config import validate_partitions
 from scrapy_fleet.errors import (
     FleetConfigError,
@@ -133,7 +134,7 @@ def _settings_action(ctx: ActionContext) -> int:
 #: the ``acl`` roles and what runs as each (scrapy_fleet/acl.py, docs/deployment.md)
 ACL_ROLE_USES = {"worker": "scrapy crawl, push",
                  "monitor": "status, recrawl, dead, failed, top, monitor",
-                 "admin": "purge, retry, proxies"}
+                 "admin": "purge, retry, proxies, budget"}
 
 
 def _acl_action(ctx: ActionContext) -> int:
@@ -185,6 +186,9 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            lambda c: actions.run_purge(c.crawl, c.opts, c.label, c.confirm)),
     Action("shards", "show which Redis master holds which partition of the crawl",
            "[--json]", lambda c: partitioned.run_shards(c.crawl, c.opts, c.parts)),
+    Action("budget", "set the crawl's (or a host's) budget, or show them (docs/control.md)",
+           "[--host H] [--pages N] [--seconds S] [--json]",
+           lambda c: budget_commands.run(c.crawl, c.opts, c.parts), needs_state=True),
     Action("settings", "list every FLEET_* setting with its type, default and meaning",
            "[--json]", _settings_action, needs_redis=False),
     Action("acl", "print the least-privilege ACL rules of the crawl's roles (worker, "
@@ -274,11 +278,13 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
                         help="acl: the crawl uses the proxy pool (inside a project, when "
                              "FLEET_PROXIES or FLEET_PROXY_POOL is set)")
     monitoring_actions.add_arguments(parser)
+    budget_commands.add_arguments(parser)
 
 
 #: action -> the least-privilege role it needs (scrapy_fleet/acl.py), checked at start;
 #: every ``proxies`` action runs as ``admin`` (proxies/actions.py probes the pool's keys)
 ACL_ROLES = {"push": "worker", "retry": "admin", "purge": "admin", "status": "monitor",
+             "budget": "admin",
              "recrawl": "monitor",
              "dead": "monitor", "failed": "monitor", "top": "monitor", "monitor": "monitor"}
 
@@ -369,6 +375,8 @@ def _partitioned_action(ctx: ActionContext, action: str) -> int:
                                       ctx.low_watermark, ctx.alerts_config)
     if action == "shards":
         return partitioned.run_shards(ctx.crawl, ctx.opts, ctx.parts)
+    if action == "budget":
+        return budget_commands.run(ctx.crawl, ctx.opts, ctx.parts)
     if action == "purge":
         return partitioned.run_purge(ctx.crawl, ctx.opts, ctx.label, ctx.parts, ctx.confirm)
     if action in ("top", "monitor"):

@@ -19,6 +19,7 @@ from typing import Any
 import redis
 
 from scrapy_fleet import codec, lua, redis_client
+from scrapy_fleet.commands import budget as budget_commands
 from scrapy_fleet.commands import push
 from scrapy_fleet.commands.actions import (
     add_host_rows,
@@ -159,10 +160,12 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, parts: int,
 
     snap = read_status(admin, parts, getattr(opts, "limit", 10), alerts_config)
     status = {**snap, "queue_max": admin.params.queue_max, "low_watermark": low_watermark}
+    host_budgets = budget_commands.add_status(status, admin.client, admin.keys, parts)
     if getattr(opts, "hosts", False):
         rows = host_rows(admin, parts, opts.limit)
         add_host_rows(status, rows, admin.host_policy(), recrawl_view.read_hosts(
             admin.client, admin.keys, [row["host"] for row in rows], parts))
+        budget_commands.add_host_rows(status["hosts"], host_budgets)
         status["recrawl_hosts"] = recrawl_view.recrawl_hosts(admin.client, admin.keys, parts,
                                                              opts.limit)
     if getattr(opts, "json", False):
@@ -171,6 +174,7 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, parts: int,
     print(screen.render(snap, f"{label}, {parts} partitions", admin.params.queue_max,
                         low_watermark))
     print(failures.failed_status_line(snap["failed_by"], snap["counters"]["requests"]))
+    budget_commands.print_status_line(status["budget"])
     print(f"  {'part':>4} {'node':<21} {'queued':>8} {'leased':>7} {'deferred':>8} "
           f"{'parked':>6} {'bound':>8} {'idle':>7}")
     for r in snap["per_partition"]:
@@ -182,6 +186,7 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, parts: int,
           if any(r["queued"] for r in snap["per_partition"]) else "  skew: - (nothing queued)")
     if getattr(opts, "hosts", False):
         print_host_rows(status)
+        budget_commands.print_host_lines(status["hosts"])
     return push.EXIT_OK
 
 

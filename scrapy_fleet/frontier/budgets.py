@@ -10,7 +10,6 @@ settings', ``n|`` pages charged).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scrapy_fleet import engine_hooks
@@ -47,29 +46,6 @@ def close_for_budget(crawler: Crawler, book: LeaseBook, reason: str, closing: bo
     return True
 
 
-@dataclass
-class BudgetView:
-    """A crawl's budgets as ``status`` shows them: ``pages`` (0: none), ``charged``,
-    ``seconds`` (0: none), ``left_seconds`` (None: not started or no time budget), and per
-    host with a budget: host -> (budget, charged); ``hosts_out`` counts those spent."""
-
-    pages: int = 0
-    charged: int = 0
-    seconds: float = 0.0
-    left_seconds: float | None = None
-    hosts: dict[str, tuple[int, int]] = field(default_factory=dict)
-
-    @property
-    def hosts_out(self) -> int:
-        return sum(1 for limit, spent in self.hosts.values() if limit and spent >= limit)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"pages": self.pages, "charged": self.charged,
-                "left": max(self.pages - self.charged, 0) if self.pages else None,
-                "seconds": self.seconds, "left_seconds": self.left_seconds,
-                "hosts_out": self.hosts_out}
-
-
 def _num(value: Any) -> float:
     try:
         return float(value)
@@ -77,30 +53,49 @@ def _num(value: Any) -> float:
         return 0.0
 
 
-def read_budgets(client: Any, keys: CrawlKeys, config: dict[str, Any] | None = None,
-                 now_ms: float | None = None, host_default: int = 0,
-                 limit: int = 10_000) -> BudgetView:
-    """The crawl's budgets (sync *client*): Redis's numbers, else *config*'s (``pages``,
-    ``seconds``: the settings); per host, the command's, the settings' or *host_default*
-    (only hosts with a charge or a budget of their own are listed; at most *limit* fields
-    read, by HSCAN)."""
-    config = config or {}
-    row = client.hmget(keys.budget, "pages", "seconds", "charged", "started")
-    view = BudgetView(pages=int(_num(row[0]) or _num(config.get("pages"))),
-                      charged=int(_num(row[2])),
-                      seconds=_num(row[1]) or _num(config.get("seconds")))
-    if view.seconds and row[3] is not None and now_ms is not None:
-        view.left_seconds = max(0.0, (_num(row[3]) + view.seconds * 1000 - now_ms) / 1000)
+def host_budgets(client: Any, keys: CrawlKeys, default: int = 0,
+                 limit: int = 100_000) -> dict[str, tuple[int, int]]:
+    """host -> (page budget, 0: none; pages charged) of the hosts with a charge or a budget
+    of their own (sync *client*; HSCAN, at most *limit* fields)."""
     fields: dict[str, dict[str, int]] = {}
     for n, (name, value) in enumerate(client.hscan_iter(keys.budgeth, count=1000)):
         if n >= limit:
             break
         kind, _, host = (name.decode() if isinstance(name, bytes) else name).partition("|")
         fields.setdefault(host, {})[kind] = int(_num(value))
-    for host, f in fields.items():
-        limit_of = f.get("c") or f.get("s") or host_default
-        view.hosts[host] = (limit_of, f.get("n", 0))
-    return view
+    return {host: (f.get("c") or f.get("s") or default, f.get("n", 0))
+            for host, f in fields.items()}
+
+
+def budget_status(client: Any, own: CrawlKeys, parts: int = 1) -> dict[str, Any]:
+    """``status``'s ``budget`` object of crawl *own* over its *parts* partitions (sync
+    *client*):
+    ``pages`` (null: none), ``charged``, ``left`` (null: no page budget), ``seconds`` (null:
+    none), ``left_seconds`` (null: not started or none), ``hosts_out`` (hosts out of their
+    page budget, queue kept), and per host (``hosts``: host -> [budget or null, charged],
+    for ``status --hosts``).  The settings' numbers come from the ``config`` hash the
+    workers write, the command's from ``budget``."""
+    conf = client.hmget(own.config, "budget_pages", "budget_seconds", "host_budget_pages")
+    pages = seconds = charged = 0.0
+    started = None
+    hosts: dict[str, tuple[int, int]] = {}
+    for keys in own.all_partitions(parts):
+        row = client.hmget(keys.budget, "pages", "seconds", "charged", "started")
+        pages = pages or _num(row[0])
+        seconds = seconds or _num(row[1])
+        charged += _num(row[2])
+        started = started if row[3] is None else _num(row[3])
+        hosts.update(host_budgets(client, keys, int(_num(conf[2]))))
+    pages, seconds = pages or _num(conf[0]), seconds or _num(conf[1])
+    left_seconds = None
+    if seconds and started is not None:
+        sec, usec = client.time()
+        left_seconds = round(max(0.0, started / 1000 + seconds - sec - usec / 1e6), 3)
+    return {"pages": int(pages) or None, "charged": int(charged),
+            "left": max(int(pages - charged), 0) if pages else None,
+            "seconds": seconds or None, "left_seconds": left_seconds,
+            "hosts_out": sum(1 for b, n in hosts.values() if b and n >= b),
+            "hosts": {h: [b or None, n] for h, (b, n) in hosts.items()}}
 
 
 def set_budget(client: Any, keys: CrawlKeys, pages: int | None = None,

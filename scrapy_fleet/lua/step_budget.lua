@@ -14,7 +14,7 @@
 -- when req.bgh > 0 or K.budget `hosts` is set).  0 or none: no budget.
 -- A host out of budget keeps its queue and is put at FAR in K.ready (not a candidate until
 -- a push, a freed slot or `scrapy fleet budget --host` makes it one again).
--- Keys (of K): budget, budgeth, expiries.  Writes: budget (charged, started), budgeth (n|).
+-- Keys (of K): budget, budgeth, expiries, ready (budget_close).  Writes: budget (charged, started), budgeth (n|).
 -- Work per call: nothing without a budget but one HMGET (a call that leases or releases);
 -- with one, an HGET of K.expiries per lease granted or refused, an HMGET per host leased
 -- from, and one HINCRBY per host charged.
@@ -97,12 +97,18 @@ local function budget_flush(c, leased)
 end
 
 -- The close reason of a crawl whose budget is spent, once nothing is in flight
--- (*inflight*: leases held): 'budget_seconds', 'budget_pages', or nil.
-local function budget_close(c, inflight)
+-- (*inflight*: leases held) or deferred (*deferred*): 'budget_seconds', 'budget_pages',
+-- 'budget_hosts' (entries are queued, *queued*, and every host holding them is out of its
+-- budget: none is in K.ready before FAR), or nil.
+local function budget_close(c, inflight, deferred, queued)
   if inflight > 0 then return nil end
   local b = budget_open(c)
   if not b.on then return nil end
   if b.over then return 'budget_seconds' end
   if b.pages > 0 and b.charged + b.add >= b.pages then return 'budget_pages' end
+  if b.hosts and deferred == 0 and queued > 0
+      and #redis.call('ZRANGEBYSCORE', c.K.ready, '-inf', '(' .. FAR, 'LIMIT', 0, 1) == 0 then
+    return 'budget_hosts'
+  end
   return nil
 end

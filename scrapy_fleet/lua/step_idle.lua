@@ -13,7 +13,8 @@
 -- in K.workers as read with the call's head (K.workers_first), nil when this call's entry is
 -- before it (lua/monitoring.lua recomputes it then).
 -- out.bx: 'budget_pages' / 'budget_seconds' when the crawl's budget is spent and nothing is
--- leased (a call asking for leases only; lua/step_budget.lua).
+-- leased, 'budget_hosts' when every host with queued entries is out of its budget (a call
+-- asking for leases only; lua/step_budget.lua).
 -- Keys (of K): budget, revisit_index, revisit_count, queue_count, queue_index, leases, deferred,
 -- parked, idle_since, stats, hold, workers, hostq, holders.  Writes: idle_since, queue_count (0
 -- when no bucket holds an entry), workers, holders (ZADD XX, a call with work).
@@ -32,10 +33,10 @@ local function step_idle(c)
     out.queued = 0
   end
   out.inflight = redis.call('ZCARD', K.leases)
+  out.dn = redis.call('ZCARD', K.deferred)
   -- budgets (issue 34): the crawl's close reason once a budget is spent and nothing is in
   -- flight, told to a worker asking for leases (lua/step_budget.lua)
-  if c.take > 0 then out.bx = budget_close(c, out.inflight) end
-  out.dn = redis.call('ZCARD', K.deferred)
+  if c.take > 0 then out.bx = budget_close(c, out.inflight, out.dn, out.queued) end
   out.size = out.queued + out.inflight + out.dn
   -- (K.idle_since as read when the call began: no step before this one writes it)
   local idle_since = c.head[4]

@@ -140,3 +140,13 @@ def test_the_time_budget_ends_leasing_on_redis_s_clock(redis_url):
                       worker="w1")
     assert (late.leased, late.budget_spent) == ([], "budget_seconds")
     assert admin.status()["queued"] == 8
+
+
+def test_a_crawl_whose_every_queued_host_is_out_of_budget_closes(redis_url):
+    admin = make_admin(redis_url, host_budget_pages=2)
+    admin.push(pushes("a", 5) + pushes("b", 1))
+    got = admin.call(CallBatch(take=10), worker="w1").leased
+    assert len(got) == 3  # 2 of a, 1 of b
+    done = admin.call(CallBatch(acks=[(e.entry_id, e.token) for e in got], take=5),
+                      worker="w1")
+    assert (done.leased, done.queued, done.budget_spent) == ([], 3, "budget_hosts")
