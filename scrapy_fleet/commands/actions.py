@@ -161,7 +161,6 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int |
         print(f"  stored   {fr['stored']} responses ({fr['stored_bytes']} bytes) for parse "
               "workers")
     print(failures.failed_status_line(snap["failed_by"], snap["counters"]["requests"]))
-    budget_commands.print_status_line(status["budget"])
     if getattr(opts, "hosts", False):
         print_host_rows(status)
         budget_commands.print_host_lines(status["hosts"])

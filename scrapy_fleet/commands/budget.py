@@ -93,19 +93,11 @@ def add_host_rows(rows: list[dict[str, Any]], hosts: dict[str, list[Any]]) -> No
 
 
 def print_status_line(view: dict[str, Any], always: bool = False) -> None:
-    """``budget: pages B, charged C, left L; seconds S (L left); hosts out of budget H``, when
-    the crawl has a budget (or *always*)."""
-    parts = []
-    if view["pages"]:
-        parts.append(f"pages {view['pages']}, charged {view['charged']}, left {view['left']}")
-    if view["seconds"]:
-        left = "not started" if view["left_seconds"] is None else \
-            f"{view['left_seconds']:.0f} s left"
-        parts.append(f"seconds {view['seconds']:g} ({left})")
-    if view["hosts_out"]:
-        parts.append(f"hosts out of budget {view['hosts_out']}")
-    if parts or always:
-        print(f"  budget   {'; '.join(parts) or 'none'}")
+    """The budget line of *view* (frontier/budgets.py status_line), when the crawl has a
+    budget (or *always*)."""
+    line = budgets.status_line(view)
+    if line or always:
+        print(f"  budget     {line or 'none'}")
 
 
 def print_host_lines(rows: list[dict[str, Any]]) -> None:

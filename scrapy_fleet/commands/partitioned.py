@@ -174,7 +174,6 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, parts: int,
     print(screen.render(snap, f"{label}, {parts} partitions", admin.params.queue_max,
                         low_watermark))
     print(failures.failed_status_line(snap["failed_by"], snap["counters"]["requests"]))
-    budget_commands.print_status_line(status["budget"])
     print(f"  {'part':>4} {'node':<21} {'queued':>8} {'leased':>7} {'deferred':>8} "
           f"{'parked':>6} {'bound':>8} {'idle':>7}")
     for r in snap["per_partition"]:

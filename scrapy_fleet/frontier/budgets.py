@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from scrapy_fleet import engine_hooks
+from scrapy_fleet import redis_client
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -37,6 +37,8 @@ def close_for_budget(crawler: Crawler, book: LeaseBook, reason: str, closing: bo
     """The crawl's budget is spent and nothing is in flight: no more leases asked, and the
     spider closed with *reason* (``budget_pages``, ``budget_seconds``) unless *closing*
     (done already).  Returns True (closing)."""
+    from scrapy_fleet import engine_hooks  # (Scrapy's internals: a worker's only)
+
     book.fleet_done = True
     if not closing:
         book.inc(f"fleet/budget/closed/{reason}")
@@ -67,35 +69,54 @@ def host_budgets(client: Any, keys: CrawlKeys, default: int = 0,
             for host, f in fields.items()}
 
 
-def budget_status(client: Any, own: CrawlKeys, parts: int = 1) -> dict[str, Any]:
+def budget_status(client: Any, own: CrawlKeys, parts: int = 1,
+                  hosts: bool = True) -> dict[str, Any]:
     """``status``'s ``budget`` object of crawl *own* over its *parts* partitions (sync
-    *client*):
-    ``pages`` (null: none), ``charged``, ``left`` (null: no page budget), ``seconds`` (null:
-    none), ``left_seconds`` (null: not started or none), ``hosts_out`` (hosts out of their
-    page budget, queue kept), and per host (``hosts``: host -> [budget or null, charged],
-    for ``status --hosts``).  The settings' numbers come from the ``config`` hash the
-    workers write, the command's from ``budget``."""
+    *client*): ``pages`` (null: none), ``charged``, ``left`` (null: no page budget),
+    ``seconds`` (null: none), ``left_seconds`` (null: not started or none), ``hosts_out``
+    (hosts out of their page budget, queue kept), and with *hosts* per host with a budget or
+    a charge (``hosts``: host -> [budget or null, charged], for ``status --hosts``).  The
+    settings' numbers come from the ``config`` hash the workers write, the command's from
+    ``budget``."""
     conf = client.hmget(own.config, "budget_pages", "budget_seconds", "host_budget_pages")
     pages = seconds = charged = 0.0
     started = None
-    hosts: dict[str, tuple[int, int]] = {}
+    per_host: dict[str, tuple[int, int]] = {}
     for keys in own.all_partitions(parts):
         row = client.hmget(keys.budget, "pages", "seconds", "charged", "started")
         pages = pages or _num(row[0])
         seconds = seconds or _num(row[1])
         charged += _num(row[2])
         started = started if row[3] is None else _num(row[3])
-        hosts.update(host_budgets(client, keys, int(_num(conf[2]))))
+        per_host.update(host_budgets(client, keys, int(_num(conf[2]))))
     pages, seconds = pages or _num(conf[0]), seconds or _num(conf[1])
     left_seconds = None
     if seconds and started is not None:
-        sec, usec = client.time()
+        sec, usec = client.time(**redis_client.node_of(client, own.budget))
         left_seconds = round(max(0.0, started / 1000 + seconds - sec - usec / 1e6), 3)
-    return {"pages": int(pages) or None, "charged": int(charged),
-            "left": max(int(pages - charged), 0) if pages else None,
-            "seconds": seconds or None, "left_seconds": left_seconds,
-            "hosts_out": sum(1 for b, n in hosts.values() if b and n >= b),
-            "hosts": {h: [b or None, n] for h, (b, n) in hosts.items()}}
+    view: dict[str, Any] = {
+        "pages": int(pages) or None, "charged": int(charged),
+        "left": max(int(pages - charged), 0) if pages else None,
+        "seconds": seconds or None, "left_seconds": left_seconds,
+        "hosts_out": sum(1 for b, n in per_host.values() if b and n >= b)}
+    if hosts:
+        view["hosts"] = {h: [b or None, n] for h, (b, n) in per_host.items()}
+    return view
+
+
+def status_line(view: dict[str, Any]) -> str | None:
+    """``pages B, charged C, left L; seconds S (L s left); hosts out of budget H`` of a
+    :func:`budget_status` view, None when the crawl has no budget."""
+    parts = []
+    if view.get("pages"):
+        parts.append(f"pages {view['pages']}, charged {view['charged']}, left {view['left']}")
+    if view.get("seconds"):
+        left = view.get("left_seconds")
+        parts.append(f"seconds {view['seconds']:g} ("
+                     + ("not started" if left is None else f"{left:.0f} s left") + ")")
+    if view.get("hosts_out"):
+        parts.append(f"hosts out of budget {view['hosts_out']} (queues kept)")
+    return "; ".join(parts) or None
 
 
 def set_budget(client: Any, keys: CrawlKeys, pages: int | None = None,
