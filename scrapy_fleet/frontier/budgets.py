@@ -126,7 +126,7 @@ def set_budget(client: Any, keys: CrawlKeys, pages: int | None = None,
     it was charged is a candidate again at once (K.ready)."""
     if host is not None:
         if pages is not None:
-            pipe = client.pipeline(transaction=True)
+            pipe = client.pipeline(transaction=False)  # (each write idempotent)
             pipe.hset(keys.budgeth, f"c|{host}", pages)
             pipe.hset(keys.budget, "hosts", 1)
             pipe.zadd(keys.ready, {host: 0}, xx=True)  # (queued: served at its next turn)

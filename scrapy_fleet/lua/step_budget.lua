@@ -16,8 +16,8 @@
 -- a push, a freed slot or `scrapy fleet budget --host` makes it one again).
 -- Keys (of K): budget, budgeth, expiries, ready (budget_close).  Writes: budget (charged, started), budgeth (n|).
 -- Work per call: nothing without a budget but one HMGET (a call that leases or releases);
--- with one, an HGET of K.expiries per lease granted or refused, an HMGET per host leased
--- from, and one HINCRBY per host charged.
+-- with one, an HMGET per host leased from (host budgets), one HINCRBY per host charged, and
+-- an HGET of K.expiries per head refused (a budget spent) and per lease given back.
 
 -- c.bud: the call's budgets, read once ({on = false} without any).
 local function budget_open(c)
@@ -29,7 +29,7 @@ local function budget_open(c)
              secs = tonumber(v[2]) or tonumber(req.bgs) or 0,
              charged = tonumber(v[3]) or 0, started = tonumber(v[4]),
              hdef = hdef, hosts = hdef > 0 or v[5] ~= false,
-             add = 0, hostadd = {}, rows = {}}
+             add = 0, hostadd = {}, rows = {}, provisional = {}}
   b.on = b.pages > 0 or b.secs > 0 or b.hosts
   b.over = b.secs > 0 and b.started ~= nil and c.now >= b.started + b.secs * 1000
   c.bud = b
@@ -47,23 +47,48 @@ local function budget_row(c, b, h)
   return row
 end
 
--- Whether entry *id* of host *h* may be leased now; charges it when it may and was not
--- charged before.  Returns true, or false and 'crawl' / 'host' (whose budget is spent).
+-- Whether entry *id* of host *h* may be leased now; charges it when it may.  Returns true,
+-- or false and 'crawl' / 'host' (whose budget is spent).  An entry charged at an earlier
+-- grant (its lease expired or was reclaimed: K.expiries counts it) is not charged again:
+-- looked up here only when a budget is spent; else it is charged provisionally and
+-- budget_settle takes the charge back (from the expiries the lease step reads anyway).
 local function budget_allow(c, h, id)
   local b = c.bud
   if h == STAGE_HOST then return true end
-  if (tonumber(redis.call('HGET', c.K.expiries, id)) or 0) > 0 then
-    return true  -- charged at its first grant
+  local why = b.pages > 0 and b.charged + b.add >= b.pages and 'crawl' or nil
+  local row = b.hosts and budget_row(c, b, h) or nil
+  if not why and row and row[1] > 0 and row[2] >= row[1] then why = 'host' end
+  if why then
+    if (tonumber(redis.call('HGET', c.K.expiries, id)) or 0) > 0 then
+      return true  -- charged at its first grant
+    end
+    return false, why
   end
-  if b.pages > 0 and b.charged + b.add >= b.pages then return false, 'crawl' end
-  if b.hosts then
-    local row = budget_row(c, b, h)
-    if row[1] > 0 and row[2] >= row[1] then return false, 'host' end
+  if row then
     row[2] = row[2] + 1
     b.hostadd[h] = (b.hostadd[h] or 0) + 1
   end
   b.add = b.add + 1
+  b.provisional[id] = h
   return true
+end
+
+-- The call's leases *ids* and their expiry counts *exps* (HMGET K.expiries): a lease
+-- charged provisionally whose entry has an expiry counted was charged by its first grant,
+-- and its charge is taken back.
+local function budget_settle(c, ids, exps)
+  local b = c.bud
+  for i, id in ipairs(ids) do
+    local h = b.provisional[id]
+    if h and (tonumber(exps[i]) or 0) > 0 then
+      b.add = b.add - 1
+      if b.hosts then
+        local row = budget_row(c, b, h)
+        row[2] = row[2] - 1
+        b.hostadd[h] = (b.hostadd[h] or 0) - 1
+      end
+    end
+  end
 end
 
 -- Refund the charge of entry *id* of host *h*: leased in this call and not used (a corrupt

@@ -184,6 +184,7 @@ local function step_lease(c)
     local ids = {}
     for i, e in ipairs(pending) do ids[i] = e[1] end
     local exps = redis.call('HMGET', K.expiries, unpack(ids))
+    if bud then budget_settle(c, ids, exps) end  -- (re-grants are not charged again)
     call_many('HSET', K.lease, lease_set, 4000)
     call_many('ZADD', K.leases, leases_add, 4000)
     due_at(c, now + lease_ms)
