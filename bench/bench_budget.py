@@ -16,20 +16,15 @@ Usage: ``.venv/bin/python bench/bench_budget.py [--pages 20000] [--hosts 100] [-
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 from typing import Any
 
 import _harness as h
+from scrapy import Request
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from scrapy import Request  # noqa: E402
-
-from scrapy_fleet import codec  # noqa: E402
-from scrapy_fleet.frontier.admin import FrontierAdmin  # noqa: E402
-from scrapy_fleet.frontier.bloom import bloom_key  # noqa: E402
-from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams  # noqa: E402
+from scrapy_fleet import codec
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.bloom import bloom_key
+from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 
 
 def redis_usec(client: Any) -> float:
