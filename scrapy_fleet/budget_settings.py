@@ -1,7 +1,8 @@
 """The crawl's budgets (issue 34, docs/control.md "Budgets"): ``FLEET_BUDGET_PAGES``,
-``FLEET_BUDGET_SECONDS``, ``FLEET_HOST_BUDGET_PAGES`` and ``FLEET_HOST_OVERRIDES``'
-``budget_pages``, and Scrapy's ``CLOSESPIDER_PAGECOUNT`` / ``CLOSESPIDER_TIMEOUT`` carried
-over to them (:func:`carry_closespider`, called by the add-on).
+``FLEET_BUDGET_SECONDS``, ``FLEET_BUDGET_ITEMS``, ``FLEET_HOST_BUDGET_PAGES`` and
+``FLEET_HOST_OVERRIDES``' ``budget_pages``, and Scrapy's ``CLOSESPIDER_PAGECOUNT`` /
+``_TIMEOUT`` / ``_ITEMCOUNT`` carried over to them (:func:`carry_closespider`, called by the
+add-on).
 
 The numbers travel with every frontier call (frontier/protocol.py ``bgp bgs bgh``); the lease
 step charges them (lua/step_budget.lua); ``scrapy fleet budget`` stores numbers in Redis that
@@ -26,24 +27,27 @@ logger = logging.getLogger(__name__)
 #: Scrapy's CloseSpider setting -> the fleet budget it becomes (the user's one number is the
 #: crawl's number, not each worker's)
 CARRIED = {"CLOSESPIDER_PAGECOUNT": "FLEET_BUDGET_PAGES",
-           "CLOSESPIDER_TIMEOUT": "FLEET_BUDGET_SECONDS"}
+           "CLOSESPIDER_TIMEOUT": "FLEET_BUDGET_SECONDS",
+           "CLOSESPIDER_ITEMCOUNT": "FLEET_BUDGET_ITEMS"}
 
 
 @dataclass(frozen=True)
 class BudgetConfig:
     """``pages`` (the crawl's page budget, 0: none), ``seconds`` (its time budget from its
     first lease, on Redis's clock; 0: none), ``host_pages`` (every host's page budget, 0:
-    none) and ``hosts`` (host key -> its own page budget, FLEET_HOST_OVERRIDES)."""
+    none), ``hosts`` (host key -> its own page budget, FLEET_HOST_OVERRIDES) and ``items``
+    (items scraped fleet-wide after which nothing more is leased; 0: none)."""
 
     pages: int = 0
     seconds: float = 0.0
     host_pages: int = 0
     hosts: dict[str, int] = field(default_factory=dict)
+    items: int = 0  #: items the workers report, fleet-wide (0: none)
 
     @property
     def any(self) -> bool:
         """Whether a budget is set."""
-        return bool(self.pages or self.seconds or self.host_pages or self.hosts)
+        return bool(self.pages or self.seconds or self.host_pages or self.hosts or self.items)
 
 
 def _optional(name: str, value: Any, kind: type) -> Any:
@@ -84,7 +88,8 @@ def budget_config(settings: BaseSettings | Mapping[str, Any]) -> BudgetConfig:
                                           float),
                         host_pages=_optional("FLEET_HOST_BUDGET_PAGES",
                                              g("FLEET_HOST_BUDGET_PAGES"), int),
-                        hosts=_host_budgets(g("FLEET_HOST_OVERRIDES")))
+                        hosts=_host_budgets(g("FLEET_HOST_OVERRIDES")),
+                        items=_optional("FLEET_BUDGET_ITEMS", g("FLEET_BUDGET_ITEMS"), int))
 
 
 def check_partitions(config: BudgetConfig, partitions: int) -> None:
@@ -95,14 +100,15 @@ def check_partitions(config: BudgetConfig, partitions: int) -> None:
         FleetConfigError: a crawl budget with FLEET_PARTITIONS > 1.
     """
     for name, value in (("FLEET_BUDGET_PAGES", config.pages),
-                        ("FLEET_BUDGET_SECONDS", config.seconds)):
+                        ("FLEET_BUDGET_SECONDS", config.seconds),
+                        ("FLEET_BUDGET_ITEMS", config.items)):
         check(name, value, not value or partitions == 1,
               "None with FLEET_PARTITIONS > 1 (a crawl-wide budget over partitions is not "
               "built yet; FLEET_HOST_BUDGET_PAGES works at every P)")
 
 
 def carry_closespider(settings: BaseSettings) -> list[str]:
-    """``CLOSESPIDER_PAGECOUNT`` and ``CLOSESPIDER_TIMEOUT`` become the fleet's budgets
+    """``CLOSESPIDER_PAGECOUNT``, ``_TIMEOUT`` and ``_ITEMCOUNT`` become the fleet's budgets
     (:data:`CARRIED`) unless the fleet setting is given, and are set to 0 so that Scrapy's
     CloseSpider extension does not also close each worker at its own count.  Returns one
     line per setting carried over (also logged at INFO).  A value that is no number is left
@@ -117,7 +123,7 @@ def carry_closespider(settings: BaseSettings) -> list[str]:
             continue
         priority = settings.getpriority(scrapy_name) or 0
         if settings.get(fleet_name) is None:
-            carried = int(value) if fleet_name == "FLEET_BUDGET_PAGES" else value
+            carried = value if fleet_name == "FLEET_BUDGET_SECONDS" else int(value)
             settings.set(fleet_name, carried, priority)
             lines.append(f"{scrapy_name}={value:g} is the crawl's budget, fleet-wide "
                          f"({fleet_name}={carried:g}): the fleet stops at that many in all, "

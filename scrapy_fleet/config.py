@@ -291,7 +291,8 @@ class FleetConfig:
                               adaptive=self._adaptive_params(),
                               budget_pages=self.budget.pages,
                               budget_seconds=self.budget.seconds,
-                              host_budget_pages=self.budget.host_pages)
+                              host_budget_pages=self.budget.host_pages,
+                              budget_items=self.budget.items)
 
     def _adaptive_params(self) -> tuple[float, float, float, float, float] | None:
         a = self.politeness.adaptive

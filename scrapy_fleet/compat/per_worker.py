@@ -5,8 +5,8 @@ process is docs/scrapy-compat.md.  Most rows are fleet-wide (the frontier, the f
 politeness, the meta keys that travel with a request) or per worker by design (a worker's own
 memory, stats, consoles).  The settings here behave per worker although a user means the
 crawl: each gets one WARNING line at start-up naming what to use instead, until the fleet has
-its own form of them (``CLOSESPIDER_ITEMCOUNT``, ``_ERRORCOUNT``, ``_*_NO_ITEM``: the
-budget to use instead; ``_PAGECOUNT`` and ``_TIMEOUT`` are the fleet's budgets, addon.py;
+its own form of them (``CLOSESPIDER_ERRORCOUNT``, ``_*_NO_ITEM``: the budget to use
+instead; ``_PAGECOUNT``, ``_TIMEOUT`` and ``_ITEMCOUNT`` are the fleet's budgets, addon.py;
 AutoThrottle only with FLEET_ADAPTIVE = False: the default turns it off and carries it over,
 addon.py).
 """
@@ -35,8 +35,9 @@ def _number(settings: BaseSettings, name: str) -> float:
 
 
 #: what a user may set instead of a CloseSpider setting the fleet does not carry over
-#: (CLOSESPIDER_PAGECOUNT and _TIMEOUT become FLEET_BUDGET_PAGES / _SECONDS: budget_settings.py)
-_INSTEAD = {"CLOSESPIDER_ITEMCOUNT": "FLEET_BUDGET_PAGES (pages, not items)",
+#: (CLOSESPIDER_PAGECOUNT, _TIMEOUT and _ITEMCOUNT become FLEET_BUDGET_PAGES / _SECONDS /
+#: _ITEMS: budget_settings.py)
+_INSTEAD = {"CLOSESPIDER_ITEMCOUNT": "FLEET_BUDGET_ITEMS",
             "CLOSESPIDER_ERRORCOUNT": "FLEET_BUDGET_PAGES (pages, not errors)",
             "CLOSESPIDER_PAGECOUNT_NO_ITEM": "FLEET_BUDGET_PAGES",
             "CLOSESPIDER_TIMEOUT": "FLEET_BUDGET_SECONDS",

@@ -8,7 +8,15 @@ import collections
 import json
 
 import pytest
-from support import TEST_PROJECT, run_scrapy, start_worker, tail, wait_all, worker_stats
+from support import (
+    TEST_PROJECT,
+    read_items,
+    run_scrapy,
+    start_worker,
+    tail,
+    wait_all,
+    worker_stats,
+)
 
 from testsite import generate_site
 
@@ -108,3 +116,26 @@ def test_the_budget_command_refuses_bad_input_in_one_line(redis_url, worker_env,
     res = fleet(["budget", "fetch", "--pages", "7", "--json"], redis_url, worker_env)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["pages"] == 7
+
+
+def test_closespider_itemcount_is_counted_fleet_wide(redis_url, site_factory, worker_env,
+                                                    tmp_path):
+    generate_site(tmp_path / "www", 150, 1, seed=6)
+    site = site_factory(tmp_path / "www", behaviour={
+        "delays": [{"prefix": "/site/p/", "seconds": 0.05}]})
+    push_urls(tmp_path, [f"{site.url}site/p/{i}.html" for i in range(150)], redis_url,
+              worker_env)
+    outs = [tmp_path / f"items-{n}.jsonl" for n in range(3)]
+    logs = [tmp_path / f"w-{n}.log" for n in range(3)]
+    procs = [start_worker(TEST_PROJECT, "fetch", {
+        "FLEET_REDIS_URL": redis_url, "CLOSESPIDER_ITEMCOUNT": 30, "FLEET_PREFETCH": 4,
+        "CONCURRENT_REQUESTS": 4, "FLEET_JSONL_PATH": out}, worker_env, log)
+        for out, log in zip(outs, logs, strict=True)]
+    for log, code in zip(logs, wait_all(procs, 180), strict=True):
+        assert code == 0, tail(log)
+        assert "Closing spider (budget_items)" in tail(log, 200_000)
+    items = read_items(outs)
+    # at least the budget; over it at most what was in flight: each worker's prefetch and
+    # downloads, plus what was leased before the last items were reported
+    print(f"items {len(items)} for CLOSESPIDER_ITEMCOUNT=30, pages {len(page_requests(site))}")
+    assert 30 <= len(items) == len(page_requests(site)) <= 30 + 3 * (4 + 4) + 3 * 8

@@ -150,3 +150,17 @@ def test_a_crawl_whose_every_queued_host_is_out_of_budget_closes(redis_url):
     done = admin.call(CallBatch(acks=[(e.entry_id, e.token) for e in got], take=5),
                       worker="w1")
     assert (done.leased, done.queued, done.budget_spent) == ([], 3, "budget_hosts")
+
+
+def test_an_item_budget_stops_leasing_once_the_reported_items_reach_it(redis_url):
+    admin = make_admin(redis_url, budget_items=5)
+    admin.push(pushes("a", 10))
+    got = admin.call(CallBatch(take=2), worker="w1").leased
+    assert len(got) == 2
+    admin.client.hincrby(admin.keys.stats, "items_scraped", 4)  # (a worker's report)
+    more = admin.call(CallBatch(take=1), worker="w1")
+    assert len(more.leased) == 1 and more.budget_spent == ""
+    admin.client.hincrby(admin.keys.stats, "items_scraped", 1)
+    acks = [(e.entry_id, e.token) for e in got + more.leased]
+    done = admin.call(CallBatch(acks=acks, take=4), worker="w1")
+    assert (done.leased, done.budget_spent) == ([], "budget_items")

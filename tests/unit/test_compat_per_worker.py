@@ -17,7 +17,7 @@ def test_scrapy_defaults_warn_about_nothing():
 
 @pytest.mark.parametrize("name", CLOSESPIDER)
 def test_each_closespider_setting_in_use_is_one_line(name):
-    instead = {"CLOSESPIDER_ITEMCOUNT": "FLEET_BUDGET_PAGES (pages, not items)",
+    instead = {"CLOSESPIDER_ITEMCOUNT": "FLEET_BUDGET_ITEMS",
                "CLOSESPIDER_ERRORCOUNT": "FLEET_BUDGET_PAGES (pages, not errors)",
                "CLOSESPIDER_TIMEOUT": "FLEET_BUDGET_SECONDS",
                "CLOSESPIDER_TIMEOUT_NO_ITEM": "FLEET_BUDGET_SECONDS"}.get(name,
