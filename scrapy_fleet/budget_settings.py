@@ -1,5 +1,6 @@
 """The crawl's budgets (issue 34, docs/control.md "Budgets"): ``FLEET_BUDGET_PAGES``,
-``FLEET_BUDGET_SECONDS``, ``FLEET_BUDGET_ITEMS``, ``FLEET_HOST_BUDGET_PAGES`` and
+``FLEET_BUDGET_SECONDS``, ``FLEET_BUDGET_ITEMS``, ``FLEET_BUDGET_BYTES``,
+``FLEET_HOST_BUDGET_PAGES`` and
 ``FLEET_HOST_OVERRIDES``' ``budget_pages``, and Scrapy's ``CLOSESPIDER_PAGECOUNT`` /
 ``_TIMEOUT`` / ``_ITEMCOUNT`` carried over to them (:func:`carry_closespider`, called by the
 add-on).
@@ -36,18 +37,21 @@ class BudgetConfig:
     """``pages`` (the crawl's page budget, 0: none), ``seconds`` (its time budget from its
     first lease, on Redis's clock; 0: none), ``host_pages`` (every host's page budget, 0:
     none), ``hosts`` (host key -> its own page budget, FLEET_HOST_OVERRIDES) and ``items``
-    (items scraped fleet-wide after which nothing more is leased; 0: none)."""
+    (items scraped fleet-wide after which nothing more is leased; 0: none), ``bytes`` (the
+    same for response bytes)."""
 
     pages: int = 0
     seconds: float = 0.0
     host_pages: int = 0
     hosts: dict[str, int] = field(default_factory=dict)
     items: int = 0  #: items the workers report, fleet-wide (0: none)
+    bytes: int = 0  #: response bytes the workers report, fleet-wide (0: none)
 
     @property
     def any(self) -> bool:
         """Whether a budget is set."""
-        return bool(self.pages or self.seconds or self.host_pages or self.hosts or self.items)
+        return bool(self.pages or self.seconds or self.host_pages or self.hosts or self.items
+                    or self.bytes)
 
 
 def _optional(name: str, value: Any, kind: type) -> Any:
@@ -89,7 +93,8 @@ def budget_config(settings: BaseSettings | Mapping[str, Any]) -> BudgetConfig:
                         host_pages=_optional("FLEET_HOST_BUDGET_PAGES",
                                              g("FLEET_HOST_BUDGET_PAGES"), int),
                         hosts=_host_budgets(g("FLEET_HOST_OVERRIDES")),
-                        items=_optional("FLEET_BUDGET_ITEMS", g("FLEET_BUDGET_ITEMS"), int))
+                        items=_optional("FLEET_BUDGET_ITEMS", g("FLEET_BUDGET_ITEMS"), int),
+                        bytes=_optional("FLEET_BUDGET_BYTES", g("FLEET_BUDGET_BYTES"), int))
 
 
 def check_partitions(config: BudgetConfig, partitions: int) -> None:
@@ -101,7 +106,8 @@ def check_partitions(config: BudgetConfig, partitions: int) -> None:
     """
     for name, value in (("FLEET_BUDGET_PAGES", config.pages),
                         ("FLEET_BUDGET_SECONDS", config.seconds),
-                        ("FLEET_BUDGET_ITEMS", config.items)):
+                        ("FLEET_BUDGET_ITEMS", config.items),
+                        ("FLEET_BUDGET_BYTES", config.bytes)):
         check(name, value, not value or partitions == 1,
               "None with FLEET_PARTITIONS > 1 (a crawl-wide budget over partitions is not "
               "built yet; FLEET_HOST_BUDGET_PAGES works at every P)")

@@ -326,6 +326,11 @@ SETTINGS: tuple[Setting, ...] = (
             "leased; every worker closes with reason budget_items once nothing is in flight "
             "(the items of pages in flight overshoot it); FLEET_PARTITIONS = 1 only",
             "budgets", _CONTROL),
+    Setting("FLEET_BUDGET_BYTES", None, "int > 0 or None",
+            "response bytes fleet-wide (as the workers report them) after which nothing more "
+            "is leased; every worker closes with reason budget_bytes once nothing is in "
+            "flight (the pages in flight overshoot it); FLEET_PARTITIONS = 1 only",
+            "budgets", _CONTROL),
     Setting("FLEET_HOST_BUDGET_PAGES", None, "int > 0 or None",
             "pages each host may lease (FLEET_HOST_OVERRIDES' budget_pages for one host); a "
             "host out of budget keeps its queue and is not served", "budgets", _CONTROL),

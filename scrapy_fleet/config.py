@@ -292,7 +292,8 @@ class FleetConfig:
                               budget_pages=self.budget.pages,
                               budget_seconds=self.budget.seconds,
                               host_budget_pages=self.budget.host_pages,
-                              budget_items=self.budget.items)
+                              budget_items=self.budget.items,
+                              budget_bytes=self.budget.bytes)
 
     def _adaptive_params(self) -> tuple[float, float, float, float, float] | None:
         a = self.politeness.adaptive

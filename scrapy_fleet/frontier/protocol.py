@@ -223,6 +223,7 @@ class FrontierParams:
     budget_seconds: float = 0.0
     host_budget_pages: int = 0
     budget_items: int = 0  #: FLEET_BUDGET_ITEMS (CLOSESPIDER_ITEMCOUNT), 0: none
+    budget_bytes: int = 0  #: FLEET_BUDGET_BYTES, 0: none
     #: FLEET_ADAPTIVE*: (beta, step, window s, latency factor g[, min rate /s]), None: no
     #: controller (lua/adaptive.lua)
     adaptive: tuple[float, ...] | None = None
@@ -256,6 +257,7 @@ def call_constants(params: FrontierParams) -> dict[str, Any]:
         "bgs": params.budget_seconds,
         "bgh": params.host_budget_pages,
         "bgi": params.budget_items,
+        "bgb": params.budget_bytes,
         **({"ad": 1, "ab": params.adaptive[0], "as": params.adaptive[1],
             "aw": int(params.adaptive[2] * 1000), "ag": params.adaptive[3],
             "am": params.adaptive[4] if len(params.adaptive) > 4 else 0.05}

@@ -10,12 +10,13 @@
 -- FLEET_BUDGET_PAGES), its seconds (K.budget `seconds`, else req.bgs: FLEET_BUDGET_SECONDS;
 -- the deadline is K.budget `started` + seconds, `started` set at the crawl's first lease on
 -- Redis's clock), the crawl's items (req.bgi: FLEET_BUDGET_ITEMS; reached, nothing more is
--- leased: the items of pages in flight overshoot it), a host's pages (K.budgeth `c|<host>`, the command's, else `s|<host>`,
+-- leased: the items of pages in flight overshoot it), its response bytes (req.bgb:
+-- FLEET_BUDGET_BYTES, charged at download, as reported; the same overshoot), a host's pages (K.budgeth `c|<host>`, the command's, else `s|<host>`,
 -- FLEET_HOST_OVERRIDES' budget_pages, else req.bgh: FLEET_HOST_BUDGET_PAGES; read only
 -- when req.bgh > 0 or K.budget `hosts` is set).  0 or none: no budget.
 -- A host out of budget keeps its queue and is put at FAR in K.ready (not a candidate until
 -- a push, a freed slot or `scrapy fleet budget --host` makes it one again).
--- Keys (of K): budget, budgeth, expiries, ready (budget_close), stats (items_scraped).  Writes: budget (charged, started), budgeth (n|).
+-- Keys (of K): budget, budgeth, expiries, ready (budget_close), stats (items_scraped, response_bytes).  Writes: budget (charged, started), budgeth (n|).
 -- Work per call: nothing without a budget but one HMGET (a call that leases or releases);
 -- with one, an HMGET per host leased from (host budgets), one HINCRBY per host charged, and
 -- an HGET of K.expiries per head refused (a budget spent) and per lease given back.
@@ -33,12 +34,15 @@ local function budget_open(c)
              add = 0, hostadd = {}, rows = {}, provisional = {}}
   b.on = b.pages > 0 or b.secs > 0 or b.hosts
   b.over = b.secs > 0 and b.started ~= nil and c.now >= b.started + b.secs * 1000
-  -- FLEET_BUDGET_ITEMS (req.bgi): items the workers reported (K.stats items_scraped, the
-  -- monitoring deltas of earlier calls: lua/monitoring.lua)
-  local items = tonumber(req.bgi) or 0
-  if items > 0 then
+  -- FLEET_BUDGET_ITEMS (req.bgi), FLEET_BUDGET_BYTES (req.bgb): items and response bytes
+  -- the workers reported (K.stats items_scraped, response_bytes: the monitoring deltas of
+  -- earlier calls, lua/monitoring.lua)
+  local items, bytes = tonumber(req.bgi) or 0, tonumber(req.bgb) or 0
+  if items > 0 or bytes > 0 then
     b.on = true
-    b.items_over = (tonumber(redis.call('HGET', c.K.stats, 'items_scraped')) or 0) >= items
+    local got = redis.call('HMGET', c.K.stats, 'items_scraped', 'response_bytes')
+    b.items_over = items > 0 and (tonumber(got[1]) or 0) >= items
+    b.bytes_over = bytes > 0 and (tonumber(got[2]) or 0) >= bytes
   end
   c.bud = b
   return b
@@ -131,7 +135,7 @@ end
 
 -- The close reason of a crawl whose budget is spent, once nothing is in flight
 -- (*inflight*: leases held) or deferred (*deferred*): 'budget_seconds', 'budget_items',
--- 'budget_pages',
+-- 'budget_bytes', 'budget_pages',
 -- 'budget_hosts' (entries are queued, *queued*, and every host holding them is out of its
 -- budget: none is in K.ready before FAR), or nil.
 local function budget_close(c, inflight, deferred, queued)
@@ -140,6 +144,7 @@ local function budget_close(c, inflight, deferred, queued)
   if not b.on then return nil end
   if b.over then return 'budget_seconds' end
   if b.items_over then return 'budget_items' end
+  if b.bytes_over then return 'budget_bytes' end
   if b.pages > 0 and b.charged + b.add >= b.pages then return 'budget_pages' end
   if b.hosts and deferred == 0 and queued > 0
       and #redis.call('ZRANGEBYSCORE', c.K.ready, '-inf', '(' .. FAR, 'LIMIT', 0, 1) == 0 then

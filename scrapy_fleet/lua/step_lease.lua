@@ -25,7 +25,7 @@ local function step_lease(c)
   if take <= 0 then return end
   local lease_ms, ctx, st, qw, out, count = c.lease_ms, c.ctx, c.st, c.qw, c.out, c.count
   local bud = budget_open(c)  -- budgets (issue 34): lua/step_budget.lua
-  if bud.over or bud.items_over then return end  -- time or items budget spent: no lease
+  if bud.over or bud.items_over or bud.bytes_over then return end  -- spent: no lease
   bud = bud.on and bud or nil
   -- the hosts ready longest, as many as this call can use (twice take, 8 to 64 of them)
   local except_host = (type(req.hx) == 'string' and req.hx ~= '') and req.hx or nil

@@ -164,3 +164,20 @@ def test_an_item_budget_stops_leasing_once_the_reported_items_reach_it(redis_url
     acks = [(e.entry_id, e.token) for e in got + more.leased]
     done = admin.call(CallBatch(acks=acks, take=4), worker="w1")
     assert (done.leased, done.budget_spent) == ([], "budget_items")
+
+
+def test_a_byte_budget_stops_leasing_once_the_reported_bytes_reach_it(redis_url):
+    admin = make_admin(redis_url, budget_bytes=10_000)
+    admin.push(pushes("a", 10))
+    got = admin.call(CallBatch(take=2), worker="w1").leased
+    admin.client.hincrby(admin.keys.stats, "response_bytes", 9_999)  # (a worker's report)
+    third = admin.call(CallBatch(take=1), worker="w1").leased
+    assert len(third) == 1
+    admin.client.hincrby(admin.keys.stats, "response_bytes", 1)
+    busy = admin.call(CallBatch(acks=[(e.entry_id, e.token) for e in got], take=4),
+                      worker="w1")
+    assert (busy.leased, busy.budget_spent) == ([], "")  # the third page is in flight
+    done = admin.call(CallBatch(acks=[(third[0].entry_id, third[0].token)], take=4),
+                      worker="w1")
+    assert (done.leased, done.budget_spent) == ([], "budget_bytes")
+    assert admin.status()["queued"] == 7
