@@ -181,3 +181,33 @@ def test_a_byte_budget_stops_leasing_once_the_reported_bytes_reach_it(redis_url)
                       worker="w1")
     assert (done.leased, done.budget_spent) == ([], "budget_bytes")
     assert admin.status()["queued"] == 7
+
+
+def test_host_budgets_hold_in_each_partition_at_p_3(redis_url):
+    from support import hosts_in_partition
+
+    from scrapy_fleet.frontier import budgets
+    from scrapy_fleet.keys import CrawlKeys, partition_of
+
+    own = CrawlKeys("fleet", "t")
+    admins, hosts = [], []
+    for p in range(3):
+        keys = own.partition(p, 3)
+        admin = FrontierAdmin(redis_url, "t", params=FrontierParams(host_budget_pages=3),
+                              keys=keys)
+        for host in hosts_in_partition(p, 3, 2):
+            admin.push(pushes(host, 8))
+            hosts.append(host)
+        admins.append(admin)
+    got = [e for admin in admins for e in lease_all(admin, ["w1", "w2"])]
+    per_host = {h: sum(f"//{h}/".encode() in e.payload for e in got) for h in hosts}
+    assert per_host == dict.fromkeys(hosts, 3)
+    admins[0].client.hset(own.config, "host_budget_pages", 3)  # (what a worker writes)
+    view = budgets.budget_status(admins[0].client, own, 3)
+    assert (view["charged"], view["hosts_out"], view["pages"]) == (18, 6, None)
+    assert view["hosts"] == {h: [3, 3] for h in hosts}
+    raised = hosts[5]
+    budgets.set_budget(admins[0].client, own.partition(partition_of(raised, 3), 3), pages=5,
+                       host=raised)
+    more = [e for admin in admins for e in lease_all(admin, ["w1"])]
+    assert [f"//{raised}/".encode() in e.payload for e in more] == [True, True]
