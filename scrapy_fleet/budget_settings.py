@@ -118,7 +118,14 @@ def carry_closespider(settings: BaseSettings) -> list[str]:
     (:data:`CARRIED`) unless the fleet setting is given, and are set to 0 so that Scrapy's
     CloseSpider extension does not also close each worker at its own count.  Returns one
     line per setting carried over (also logged at INFO).  A value that is no number is left
-    in place (Scrapy reports it)."""
+    in place (Scrapy reports it).  With FLEET_PARTITIONS > 1 nothing is carried over (the
+    crawl's budgets need one partition: :func:`check_partitions`): each worker keeps Scrapy's
+    own count, with the start-up warning of compat/per_worker.py."""
+    try:
+        if int(settings.get("FLEET_PARTITIONS") or 1) > 1:
+            return []
+    except (TypeError, ValueError):
+        return []  # (config.py names FLEET_PARTITIONS)
     lines = []
     for scrapy_name, fleet_name in CARRIED.items():
         try:

@@ -83,3 +83,12 @@ def test_the_addon_carries_closespider_over():
     assert (settings.getint("FLEET_BUDGET_PAGES"), settings.getint("CLOSESPIDER_PAGECOUNT")) \
         == (60, 0)
     assert FleetConfig.from_settings(settings).budget.pages == 60
+
+
+def test_with_partitions_closespider_stays_per_worker():
+    """The crawl's budgets need FLEET_PARTITIONS = 1: at P > 1 CLOSESPIDER_PAGECOUNT is left
+    to each worker (and warned of), never a start-up error."""
+    settings = Settings({"CLOSESPIDER_PAGECOUNT": 1, "FLEET_PARTITIONS": 2})
+    assert carry_closespider(settings) == []
+    assert settings.getint("CLOSESPIDER_PAGECOUNT") == 1
+    assert settings.get("FLEET_BUDGET_PAGES") is None
