@@ -8,6 +8,7 @@ import math
 from scrapy.settings import BaseSettings
 from scrapy.utils.misc import load_object
 
+from scrapy_fleet.budget_settings import carry_closespider
 from scrapy_fleet.compat.settings import REPLACED, translate
 
 logger = logging.getLogger(__name__)
@@ -101,6 +102,7 @@ class Addon:
                         "touch the fleet's frontier, filter or politeness in Redis", command)
             return
         translate(settings)  # a scrapy-redis project's settings (docs/from-scrapy-redis.md)
+        carry_closespider(settings)  # CLOSESPIDER_PAGECOUNT/_TIMEOUT: the crawl's budgets
         self._politeness_settings(settings)
         self._browser_settings(settings)
         self._cookie_settings(settings)

@@ -27,7 +27,7 @@ SETTINGS_HELP = "`scrapy fleet settings` or `scrapy-fleet settings`"
 #: Setting sections, in the order ``scrapy fleet settings`` lists them.
 SECTIONS = ("connection", "identity", "frontier", "dupefilter", "bounds", "politeness",
             "sinks", "mongo", "failures", "monitoring", "proxies", "stages", "browser",
-            "recrawl", "sessions")
+            "recrawl", "sessions", "budgets")
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ _STAGES, _BROWSER, _MON = "docs/stages.md", "docs/browser.md", "docs/monitoring.
 _PROXY = "docs/proxies.md"
 _RECRAWL = "docs/recrawl.md"
 _SESSIONS = "docs/sessions.md"
+_CONTROL = "docs/control.md"
 
 #: Every ``FLEET_*`` setting this package reads: the one source of the defaults
 #: (:data:`DEFAULTS`), of ``scrapy fleet settings`` and of the unknown-setting warning.
@@ -122,8 +123,8 @@ SETTINGS: tuple[Setting, ...] = (
             "int >= 0 (the project's CONCURRENT_REQUESTS_PER_DOMAIN)",
             "requests in flight to one host, fleet-wide; 0: no cap", "politeness", _POL),
     Setting("FLEET_HOST_OVERRIDES", {}, "dict (JSON on the command line)",
-            "per host key: {rate, burst, concurrency, delay, recrawl_interval}", "politeness",
-            _POL),
+            "per host key: {rate, burst, concurrency, delay, recrawl_interval, budget_pages}",
+            "politeness", _POL),
     Setting("FLEET_HOST_KEY", "host", "host, domain or ip", "what counts as one host",
             "politeness", _POL),
     Setting("FLEET_ROBOTSTXT_TTL", 3600.0, "float >= 1",
@@ -334,6 +335,27 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FLEET_SESSION_INHERIT", True, "bool",
             "requests yielded from a session's response, to the same pool, keep that "
             "session (False: they draw from the pool)", "sessions", _SESSIONS),
+    # budgets (issue 34): charged by the lease step (lua/step_budget.lua, budget_settings.py)
+    Setting("FLEET_BUDGET_PAGES", None, "int > 0 or None (CLOSESPIDER_PAGECOUNT carries over)",
+            "pages the whole crawl may lease, charged at lease time; then every worker closes "
+            "with reason budget_pages; FLEET_PARTITIONS = 1 only", "budgets", _CONTROL),
+    Setting("FLEET_BUDGET_SECONDS", None, "float > 0 or None (CLOSESPIDER_TIMEOUT carries over)",
+            "seconds of Redis's clock from the crawl's first lease after which nothing is "
+            "leased; then every worker closes with reason budget_seconds; FLEET_PARTITIONS = 1 "
+            "only", "budgets", _CONTROL),
+    Setting("FLEET_BUDGET_ITEMS", None, "int > 0 or None (CLOSESPIDER_ITEMCOUNT carries over)",
+            "items scraped fleet-wide (as the workers report them) after which nothing more is "
+            "leased; every worker closes with reason budget_items once nothing is in flight "
+            "(the items of pages in flight overshoot it); FLEET_PARTITIONS = 1 only",
+            "budgets", _CONTROL),
+    Setting("FLEET_BUDGET_BYTES", None, "int > 0 or None",
+            "response bytes fleet-wide (as the workers report them) after which nothing more "
+            "is leased; every worker closes with reason budget_bytes once nothing is in "
+            "flight (the pages in flight overshoot it); FLEET_PARTITIONS = 1 only",
+            "budgets", _CONTROL),
+    Setting("FLEET_HOST_BUDGET_PAGES", None, "int > 0 or None",
+            "pages each host may lease (FLEET_HOST_OVERRIDES' budget_pages for one host); a "
+            "host out of budget keeps its queue and is not served", "budgets", _CONTROL),
 )
 
 #: name -> default of every setting (from :data:`SETTINGS`)

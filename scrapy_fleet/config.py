@@ -18,6 +18,7 @@ from typing import Any
 from scrapy.settings import BaseSettings
 
 from scrapy_fleet.browser.settings import BrowserConfig, browser_config
+from scrapy_fleet.budget_settings import BudgetConfig, budget_config, check_partitions
 from scrapy_fleet.checks import (
     check,
     number,
@@ -170,6 +171,8 @@ class FleetConfig:
     cookies: CookieConfig
     #: FLEET_SESSION_* (sessions/settings.py, docs/sessions.md)
     sessions: SessionConfig
+    #: FLEET_BUDGET_*, FLEET_HOST_BUDGET_PAGES (budget_settings.py, docs/control.md)
+    budget: BudgetConfig
 
     @classmethod
     def from_settings(cls, settings: BaseSettings | Mapping[str, Any]) -> FleetConfig:
@@ -223,6 +226,8 @@ class FleetConfig:
         check("FLEET_REQUEST_CLASSES", classes, classes_ok,
                "import paths of scrapy.Request subclasses")
         monitoring = monitoring_config(settings)
+        budget = budget_config(settings)  # issue 34
+        check_partitions(budget, partitions)
         config = cls(
             redis_url=validate_redis_url(g("FLEET_REDIS_URL")),
             redis_timeout=number("FLEET_REDIS_TIMEOUT", g("FLEET_REDIS_TIMEOUT"), float, 0.0,
@@ -266,6 +271,7 @@ class FleetConfig:
             failures=failures_config(settings),
             cookies=cookie_config(settings),
             sessions=session_config(settings),
+            budget=budget,
         )
         if isinstance(settings, BaseSettings) and getattr(settings, "frozen", False):
             try:
@@ -290,7 +296,12 @@ class FleetConfig:
                               recrawl_max=(self.recrawl.max_tracked or 0)
                               if self.recrawl.enabled else 0,
                               dead_after=self.monitoring.worker_dead_after,
-                              adaptive=self._adaptive_params())
+                              adaptive=self._adaptive_params(),
+                              budget_pages=self.budget.pages,
+                              budget_seconds=self.budget.seconds,
+                              host_budget_pages=self.budget.host_pages,
+                              budget_items=self.budget.items,
+                              budget_bytes=self.budget.bytes)
 
     def _adaptive_params(self) -> tuple[float, float, float, float, float] | None:
         a = self.politeness.adaptive

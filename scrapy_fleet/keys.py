@@ -39,6 +39,12 @@ prefix ``fleet`` and crawl id ``docs``::
                                                               (learned rate, latency, last
                                                               decrease; lua/adaptive.lua)
     fleet:{docs}:wlive        HASH  "worker|host" -> count    leases of a worker for a host
+    fleet:{docs}:budget       HASH  pages, seconds, charged,  crawl budgets (issue 34: the
+                                    deadline                  command's numbers, pages charged,
+                                                              the time budget's end, ms)
+    fleet:{docs}:budgeth      HASH  "c|<host>", "s|<host>",   per-host page budgets: the
+                                    "n|<host>" -> count       command's, FLEET_HOST_OVERRIDES',
+                                                              pages charged (lua/step_budget.lua)
     fleet:{docs}:fails        HASH  host -> count             consecutive failures (back-off)
     fleet:{docs}:robots       HASH  origin -> msgpack         shared robots.txt {status, body, at,
                                                               fails, next, gone, err}; and
@@ -199,6 +205,7 @@ FRONTIER_CALL = ("op", "prev_op", "data", "leases", "lease", "expiries", "dead",
                  # sitemap <lastmod> (issue 22): lua/step_revisit.lua, revisit_lastmod_due
                  "revisit_popped", "revisit_place_prefix", "revisit_lastmod",
                  "adaptive",  # adaptive politeness (issue 35): lua/adaptive.lua
+                 "budget", "budgeth",  # budgets (issue 34): lua/step_budget.lua
                  *MONITOR_CALL, "bloom_slices")
 
 #: KEYS of lua/failed_retry.lua, in order.
@@ -387,6 +394,18 @@ class CrawlKeys:
     #: crawl's next run starts at the rate it learned
     adaptive = _Key("adaptive")
     wlive = _Key("wlive")
+
+    # budgets (issue 34, docs/control.md "Budgets"; lua/step_budget.lua)
+    #: HASH: ``pages`` / ``seconds``, the crawl's budgets set by ``scrapy fleet budget``
+    #: (above FLEET_BUDGET_PAGES / FLEET_BUDGET_SECONDS); ``charged``, pages charged at lease
+    #: time; ``deadline``, ms on Redis's clock after which nothing is leased (set at the first
+    #: lease of a crawl with a time budget)
+    budget = _Key("budget")
+    #: HASH ``c|<host>`` -> the host's page budget set by ``scrapy fleet budget --host``,
+    #: ``s|<host>`` -> its FLEET_HOST_OVERRIDES ``budget_pages``, ``n|<host>`` -> its pages
+    #: charged (one HMGET reads a host's three)
+    budgeth = _Key("budgeth")
+
     fails = _Key("fails")
     robots = _Key("robots")
     robots_lock = _Key("robots_lock")

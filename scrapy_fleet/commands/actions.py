@@ -14,6 +14,7 @@ from typing import Any
 from scrapy import Request
 
 from scrapy_fleet import codec
+from scrapy_fleet.commands import budget as budget_commands
 from scrapy_fleet.commands import push, sessions
 from scrapy_fleet.errors import RedisUnavailableError, RequestDecodeError
 from scrapy_fleet.failures import admin as failures
@@ -143,10 +144,12 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int |
                          alerts_config=alerts_config)
     status: dict[str, Any] = {**snap, "queue_max": admin.params.queue_max,
                               "low_watermark": low_watermark}
+    host_budgets = budget_commands.add_status(status, admin.client, admin.keys)  # issue 34
     if getattr(opts, "hosts", False):
         rows = admin.hosts(limit=opts.limit)
         add_host_rows(status, rows, admin.host_policy(), recrawl_view.read_hosts(
             admin.client, admin.keys, [row["host"] for row in rows]))
+        budget_commands.add_host_rows(status["hosts"], host_budgets)
         status["recrawl_hosts"] = recrawl_view.recrawl_hosts(admin.client, admin.keys,
                                                              limit=opts.limit)
     status["sessions"] = sessions.summary(admin)  # session pools (docs/sessions.md)
@@ -164,6 +167,7 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int |
         print(line)
     if getattr(opts, "hosts", False):
         print_host_rows(status)
+        budget_commands.print_host_lines(status["hosts"])
     return push.EXIT_OK
 
 

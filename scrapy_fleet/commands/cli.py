@@ -26,6 +26,7 @@ from scrapy_fleet import acl, redis_url
 from scrapy_fleet.catalog import DEFAULTS, SETTINGS, format_default, settings_listing
 from scrapy_fleet.checks import validate_crawl_id, validate_key_prefix
 from scrapy_fleet.commands import actions, host, lookup, partitioned, push, sessions
+from scrapy_fleet.commands import budget as budget_commands
 from scrapy_fleet.config import validate_partitions
 from scrapy_fleet.errors import (
     FleetConfigError,
@@ -137,7 +138,7 @@ def _settings_action(ctx: ActionContext) -> int:
 #: the ``acl`` roles and what runs as each (scrapy_fleet/acl.py, docs/deployment.md)
 ACL_ROLE_USES = {"worker": "scrapy crawl, push",
                  "monitor": "status, recrawl, dead, failed, top, monitor, url, hosts, urls, crawls",
-                 "admin": "purge, retry, host drop, proxies"}
+                 "admin": "purge, retry, host drop, proxies, budget"}
 
 
 def _acl_action(ctx: ActionContext) -> int:
@@ -192,6 +193,9 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("sessions", "list the session pools and sessions; retire one, or reset a pool",
            "[--pool P] [--retire ID] [--reset] [--json]",
            lambda c: sessions.run(c.crawl, c.opts)),
+    Action("budget", "set the crawl's (or a host's) budget, or show them (docs/control.md)",
+           "[--host H] [--pages N] [--seconds S] [--json]",
+           lambda c: budget_commands.run(c.crawl, c.opts, c.parts), needs_state=True),
     Action("settings", "list every FLEET_* setting with its type, default and meaning",
            "[--json]", _settings_action, needs_redis=False),
     Action("acl", "print the least-privilege ACL rules of the crawl's roles (worker, "
@@ -288,11 +292,13 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
     monitoring_actions.add_arguments(parser)
     lookup.add_arguments(parser)
     host.add_arguments(parser)
+    budget_commands.add_arguments(parser)
 
 
 #: action -> the least-privilege role it needs (scrapy_fleet/acl.py), checked at start;
 #: every ``proxies`` action runs as ``admin`` (proxies/actions.py probes the pool's keys)
 ACL_ROLES = {"push": "worker", "retry": "admin", "purge": "admin", "status": "monitor",
+             "budget": "admin",
              "recrawl": "monitor",
              "dead": "monitor", "failed": "monitor", "top": "monitor", "monitor": "monitor",
              **lookup.ROLES, **host.ROLES}
@@ -384,6 +390,8 @@ def _partitioned_action(ctx: ActionContext, action: str) -> int:
                                       ctx.low_watermark, ctx.alerts_config)
     if action == "shards":
         return partitioned.run_shards(ctx.crawl, ctx.opts, ctx.parts)
+    if action == "budget":
+        return budget_commands.run(ctx.crawl, ctx.opts, ctx.parts)
     if action == "purge":
         return partitioned.run_purge(ctx.crawl, ctx.opts, ctx.label, ctx.parts, ctx.confirm)
     if action in ("top", "monitor"):

@@ -19,6 +19,7 @@ from typing import Any
 import redis
 
 from scrapy_fleet import codec, lua, redis_client
+from scrapy_fleet.commands import budget as budget_commands
 from scrapy_fleet.commands import push, sessions
 from scrapy_fleet.commands.actions import (
     add_host_rows,
@@ -159,10 +160,12 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, parts: int,
 
     snap = read_status(admin, parts, getattr(opts, "limit", 10), alerts_config)
     status = {**snap, "queue_max": admin.params.queue_max, "low_watermark": low_watermark}
+    host_budgets = budget_commands.add_status(status, admin.client, admin.keys, parts)
     if getattr(opts, "hosts", False):
         rows = host_rows(admin, parts, opts.limit)
         add_host_rows(status, rows, admin.host_policy(), recrawl_view.read_hosts(
             admin.client, admin.keys, [row["host"] for row in rows], parts))
+        budget_commands.add_host_rows(status["hosts"], host_budgets)
         status["recrawl_hosts"] = recrawl_view.recrawl_hosts(admin.client, admin.keys, parts,
                                                              opts.limit)
     # session pools: under the crawl's own tag, as the cookie jars (docs/sessions.md)
@@ -187,6 +190,7 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, parts: int,
           if any(r["queued"] for r in snap["per_partition"]) else "  skew: - (nothing queued)")
     if getattr(opts, "hosts", False):
         print_host_rows(status)
+        budget_commands.print_host_lines(status["hosts"])
     return push.EXIT_OK
 
 

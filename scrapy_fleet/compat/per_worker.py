@@ -5,8 +5,10 @@ process is docs/scrapy-compat.md.  Most rows are fleet-wide (the frontier, the f
 politeness, the meta keys that travel with a request) or per worker by design (a worker's own
 memory, stats, consoles).  The settings here behave per worker although a user means the
 crawl: each gets one WARNING line at start-up naming what to use instead, until the fleet has
-its own form of them (``CLOSESPIDER_*``: issue 34; AutoThrottle only with FLEET_ADAPTIVE
-= False: the default turns it off and carries it over, addon.py).
+its own form of them (``CLOSESPIDER_ERRORCOUNT``, ``_*_NO_ITEM``: the budget to use
+instead; ``_PAGECOUNT``, ``_TIMEOUT`` and ``_ITEMCOUNT`` are the fleet's budgets, addon.py;
+AutoThrottle only with FLEET_ADAPTIVE = False: the default turns it off and carries it over,
+addon.py).
 """
 
 from __future__ import annotations
@@ -32,13 +34,23 @@ def _number(settings: BaseSettings, name: str) -> float:
         return 0.0  # Scrapy itself reports a value it cannot read
 
 
+#: what a user may set instead of a CloseSpider setting the fleet does not carry over
+#: (CLOSESPIDER_PAGECOUNT, _TIMEOUT and _ITEMCOUNT become FLEET_BUDGET_PAGES / _SECONDS /
+#: _ITEMS: budget_settings.py)
+_INSTEAD = {"CLOSESPIDER_ITEMCOUNT": "FLEET_BUDGET_ITEMS",
+            "CLOSESPIDER_ERRORCOUNT": "FLEET_BUDGET_PAGES (pages, not errors)",
+            "CLOSESPIDER_PAGECOUNT_NO_ITEM": "FLEET_BUDGET_PAGES",
+            "CLOSESPIDER_TIMEOUT": "FLEET_BUDGET_SECONDS",
+            "CLOSESPIDER_TIMEOUT_NO_ITEM": "FLEET_BUDGET_SECONDS"}
+
+
 def _closespider(settings: BaseSettings) -> Iterator[str]:
     for name in CLOSESPIDER:
         value = _number(settings, name)
         if value > 0:
             yield (f"{name}={value:g} is counted by each worker, not by the fleet: N workers "
-                   f"go on until each has reached it (a fleet-wide budget is issue 34); to "
-                   f"end a crawl, push only what it needs and set FLEET_IDLE_TIMEOUT")
+                   f"go on until each has reached it; the fleet-wide budget is "
+                   f"{_INSTEAD.get(name, 'FLEET_BUDGET_PAGES')} (docs/control.md)")
 
 
 def _autothrottle(settings: BaseSettings) -> Iterator[str]:

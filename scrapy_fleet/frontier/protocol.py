@@ -146,6 +146,9 @@ class CallResult:
     revisits_tracked: int = 0
     #: recrawl: seconds until the next scheduled revisit is due (0: due now; None: none)
     next_revisit: float | None = None
+    #: budgets: the crawl's close reason ("budget_pages", "budget_seconds") once its budget
+    #: is spent and nothing is in flight ("": not so; lua/step_budget.lua)
+    budget_spent: str = ""
 
     @classmethod
     def from_reply(cls, reply: bytes) -> CallResult:
@@ -178,6 +181,7 @@ class CallResult:
             revisits_tracked=as_pair(d.get("rv"))[0],
             next_revisit=(float(d["rv"][1]) / 1000 if isinstance(d.get("rv"), (list, tuple))
                           and len(d["rv"]) == 2 and int(d["rv"][1]) >= 0 else None),
+            budget_spent=(d.get("bx") or b"").decode(errors="replace"),
         )
 
 
@@ -213,6 +217,13 @@ class FrontierParams:
     #: FLEET_WORKER_DEAD_AFTER: a lease holder silent this long is dead and its leases are
     #: reclaimed (lua/step_recover.lua); 0: only FLEET_LEASE_TIMEOUT ends a lease
     dead_after: float = 0.0
+    #: budgets (issue 34, lua/step_budget.lua): FLEET_BUDGET_PAGES, FLEET_BUDGET_SECONDS,
+    #: FLEET_HOST_BUDGET_PAGES (0: none; `scrapy fleet budget` stores numbers above them)
+    budget_pages: int = 0
+    budget_seconds: float = 0.0
+    host_budget_pages: int = 0
+    budget_items: int = 0  #: FLEET_BUDGET_ITEMS (CLOSESPIDER_ITEMCOUNT), 0: none
+    budget_bytes: int = 0  #: FLEET_BUDGET_BYTES, 0: none
     #: FLEET_ADAPTIVE*: (beta, step, window s, latency factor g[, min rate /s]), None: no
     #: controller (lua/adaptive.lua)
     adaptive: tuple[float, ...] | None = None
@@ -242,6 +253,11 @@ def call_constants(params: FrontierParams) -> dict[str, Any]:
         "fm": params.failed_max,
         "rvm": params.recrawl_max,
         "wd": int(params.dead_after * 1000),
+        "bgp": params.budget_pages,
+        "bgs": params.budget_seconds,
+        "bgh": params.host_budget_pages,
+        "bgi": params.budget_items,
+        "bgb": params.budget_bytes,
         **({"ad": 1, "ab": params.adaptive[0], "as": params.adaptive[1],
             "aw": int(params.adaptive[2] * 1000), "ag": params.adaptive[3],
             "am": params.adaptive[4] if len(params.adaptive) > 4 else 0.05}

@@ -45,6 +45,7 @@ import redis
 
 from scrapy_fleet import codec, engine_hooks, outage
 from scrapy_fleet.errors import CallbackError, CrawlStateLostError, RedisUnavailableError
+from scrapy_fleet.frontier import budgets
 from scrapy_fleet.frontier.book import LeaseBook
 from scrapy_fleet.frontier.dupecache import StaleDupeCache
 from scrapy_fleet.frontier.leases import Lease, Out
@@ -97,6 +98,7 @@ class FrontierPump:
         self.oom = outage.OutOfMemory()  #: Redis refusing calls with OOM: logged as a spell
         self._last_extend = 0.0
         self._logged_dupe = False
+        self._budget_closing = False  # the crawl's budget is spent: closing (issue 34)
         #: the leases reported lost: counted and warned of (those of a call that failed
         #: without a reply: lost to the outage, not to a stall)
         self.lost = LostLeases(self.book.inc, config.lease_timeout, lambda: self.book.spider,
@@ -581,6 +583,10 @@ class FrontierPump:
         # another worker's pushes) makes it lease again; the engine closes only once the
         # start requests are done and nothing is pending
         book.fleet_done = idle
+        if result.budget_spent and not (book.prefetch or book.inflight or book.done
+                                        or book.outbox or book.starting):
+            self._budget_closing = budgets.close_for_budget(
+                self.crawler, book, result.budget_spent, self._budget_closing)
         if got or book.fleet_done:
             engine_hooks.wake_engine(self.crawler)
 

@@ -45,7 +45,7 @@ from scrapy_fleet import codec, engine_hooks
 from scrapy_fleet.compat.feeder import StartKeyFeeder, is_start_key_spider, take_over
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import FleetConfigError
-from scrapy_fleet.frontier import memory
+from scrapy_fleet.frontier import budgets, memory
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.dupefilter import RedisBloomDupeFilter
 from scrapy_fleet.frontier.leases import Lease
@@ -186,13 +186,18 @@ class FleetScheduler(BaseScheduler):
         for part_keys in keys.all_partitions(self.config.partitions):  # (issue 21)
             await politeness.Politeness(frontier.client, part_keys, self.config,
                                         self.config.worker_id).write_overrides()
+            await budgets.write_host_budgets(frontier.client, part_keys, self.config.budget)
         # the bounds the workers run with, for pushes from outside the project
         await frontier.client.hset(keys.config, mapping={
             "queue_max": self.config.backpressure.queue_max or 0,
             "low_watermark": self.config.backpressure.low_watermark,
             "host_queue_max": self.config.backpressure.host_queue_max or 0,
             "host_key": self.config.politeness.host_key,
-            "host_concurrency": self.config.politeness.host_concurrency})
+            "host_concurrency": self.config.politeness.host_concurrency,
+            # the budgets they run with, for `scrapy fleet status` (issue 34)
+            "budget_pages": self.config.budget.pages,
+            "budget_seconds": self.config.budget.seconds,
+            "host_budget_pages": self.config.budget.host_pages})
         # the per-host defaults they run with, for `scrapy fleet status --hosts`
         await frontier.client.hset(keys.config, mapping=politeness.policy_fields(
             self.config))  # type: ignore[arg-type]

@@ -37,14 +37,16 @@
 --   nw 1 on a worker's first call (its predecessor's leases back), mk the crawl marker this
 --   client saw ("" before its first call: the call fails before any write when the marker is
 --   gone or another one), mc the marker to write when there is none, ld links left out as
---   known duplicates and bg the filter generation that knowledge is from (lua/step_check.lua).
+--   known duplicates and bg the filter generation that knowledge is from (lua/step_check.lua);
+--   bgp, bgs, bgi, bgb, bgh the crawl's page, seconds, item and byte budgets and every host's
+--   page budget (0 or none: no budget; lua/step_budget.lua).
 --   An acknowledgement's third element is a failure record ("" for none), its fourth the
 --   failure records of requests its callback yielded that the worker could not encode
 --   (codec/...); u: records of such requests without a parent (lua/step_ack.lua).
 -- ARGV[2] (optional): heartbeat, counter deltas and sampling of lua/monitoring.lua.
 -- ARGV[3] (optional): the call's constants, those of ARGV[1]'s fields that a client sends
---   unchanged call after call (lm ml ot bn bp rc qm hm dd pt pb pc ro pr ho hx fm rvm wd), as one
---   msgpack map (protocol.py call_argv), checked once per distinct value (lua/step_check.lua);
+--   unchanged call after call (lm ml ot bn bp rc qm hm dd pt pb pc ro pr ho hx fm rvm wd, the
+--   budgets), as one msgpack map (protocol.py call_argv), checked once per distinct value (lua/step_check.lua);
 --   a field of ARGV[1] comes first.  The clients also leave out of ARGV[1] the fields equal
 --   to what the script reads for a missing one (empty lists, ld 0, mk "", and mc once mk is
 --   given).
@@ -55,6 +57,8 @@
 --   parked deferred resumed refused, full, now, queued inflight dn (deferred entries now) size idle, holds,
 --   pl 1 when the previous call's reply cache was not there, mk the crawl marker, nr ms until
 --   the next host may be fetched, rq {stored responses waiting for a parse worker, bytes};
+--   bx the crawl's close reason once a budget is spent and nothing is in flight
+--   ('budget_pages', 'budget_seconds', 'budget_items', 'budget_bytes', 'budget_hosts');
 --   nc 1 when the call had no events and cached no reply (lua/step_reply.lua: the client
 --   names the same previous op again; such a reply leaves out its empty lists and 0 counts).
 --   A call repeated with the same op id returns its cached reply, or runs again when it

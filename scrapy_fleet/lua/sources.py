@@ -17,6 +17,7 @@ from scrapy_fleet import keys
 FRONTIER_PARTS = ("common.lua", "queue.lua", "failed.lua", "monitoring.lua", "step_check.lua",
                   "step_recover.lua",  # recovery (issue 30): used by step_begin
                   "step_begin.lua",
+                  "step_budget.lua",  # budgets (issue 34): used by step_lease, step_idle
                   "step_revisit.lua",  # recrawl (issue 22): used by step_ack, step_idle
                   "step_idle.lua", "step_reply.lua")
 #: the frontier call's steps, inside one function (frontier_steps, lua/frontier_steps.lua its

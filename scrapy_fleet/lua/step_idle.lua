@@ -12,7 +12,10 @@
 -- the worker's entry in K.workers (its last call); c.workers_first, the bound of the scores
 -- in K.workers as read with the call's head (K.workers_first), nil when this call's entry is
 -- before it (lua/monitoring.lua recomputes it then).
--- Keys (of K): revisit_index, revisit_count, queue_count, queue_index, leases, deferred,
+-- out.bx: 'budget_pages' / 'budget_seconds' when the crawl's budget is spent and nothing is
+-- leased, 'budget_hosts' when every host with queued entries is out of its budget (a call
+-- asking for leases only; lua/step_budget.lua).
+-- Keys (of K): budget, revisit_index, revisit_count, queue_count, queue_index, leases, deferred,
 -- parked, idle_since, stats, hold, workers, hostq, holders.  Writes: idle_since, queue_count (0
 -- when no bucket holds an entry), workers, holders (ZADD XX, a call with work).
 -- Work per call: about 7 commands (6 without steps; 1 or 2 more for a crawl with tracked
@@ -31,6 +34,9 @@ local function step_idle(c)
   end
   out.inflight = redis.call('ZCARD', K.leases)
   out.dn = redis.call('ZCARD', K.deferred)
+  -- budgets (issue 34): the crawl's close reason once a budget is spent and nothing is in
+  -- flight, told to a worker asking for leases (lua/step_budget.lua)
+  if c.take > 0 then out.bx = budget_close(c, out.inflight, out.dn, out.queued) end
   out.size = out.queued + out.inflight + out.dn
   -- (K.idle_since as read when the call began: no step before this one writes it)
   local idle_since = c.head[4]

@@ -15,6 +15,8 @@
 -- expiries, lease, leases, and the queue's.  Writes: ready, token (INCRBY), lease, leases,
 -- tat, data (the leased requests), the buckets (LTRIM), the index, hostlive and wlive; held
 -- and holders (each lease under its worker: lua/step_recover.lua).
+-- Budgets (issue 34, lua/step_budget.lua): each lease is charged when granted; nothing is
+-- leased after the time budget's deadline; a host out of budget goes to FAR in K.ready.
 -- Work per call: 8 to 64 candidate hosts (twice take), heads read 1, 2, 4 ... at a time;
 -- nothing when c.take is 0.
 
@@ -22,6 +24,9 @@ local function step_lease(c)
   local K, req, now, take, worker = c.K, c.req, c.now, c.take, c.worker
   if take <= 0 then return end
   local lease_ms, ctx, st, qw, out, count = c.lease_ms, c.ctx, c.st, c.qw, c.out, c.count
+  local bud = budget_open(c)  -- budgets (issue 34): lua/step_budget.lua
+  if bud.over or bud.items_over or bud.bytes_over then return end  -- spent: no lease
+  bud = bud.on and bud or nil
   -- the hosts ready longest, as many as this call can use (twice take, 8 to 64 of them)
   local except_host = (type(req.hx) == 'string' and req.hx ~= '') and req.hx or nil
   local cands
@@ -112,12 +117,22 @@ local function step_lease(c)
     end
     local my_share_used = cap > 0 and worker ~= '' and
       st.wlive_now(worker .. '|' .. h) >= math.ceil(cap / active)
+    local spent  -- budgets: 'crawl' or 'host' when the head may not be charged
+    if bud and not wait_until and not my_share_used then
+      local _, hid = Queue.member_parts(h, head_of(h))
+      if hid then
+        local ok, why = budget_allow(c, h, hid)
+        if not ok then spent = why end
+      end
+    end
     if my_share_used and not wait_until then
       pop_top()  -- this worker has its share of the host: others may have it
-    elseif wait_until then
-      ready_set[#ready_set + 1] = wait_until
+    elseif wait_until or spent == 'host' then
+      ready_set[#ready_set + 1] = wait_until or FAR  -- (out of budget: kept, not served)
       ready_set[#ready_set + 1] = h
       pop_top()
+    elseif spent then
+      pop_top()  -- the crawl's budget is spent: only entries charged before go on
     else
       local m = head_of(h)
       rd.advance(h)
@@ -125,6 +140,7 @@ local function step_lease(c)
       local score, id = Queue.member_parts(h, m)
       if not id or not rd.payload[m] then
         count('bad_queue_members', 1)  -- nothing to lease
+        if bud and id then budget_unwind(c, h, id, false) end
         st.dead_raw('corrupt queue entry', rd.raw[m] or '')
       else
         if tok_next > tok_last then
@@ -168,6 +184,7 @@ local function step_lease(c)
     local ids = {}
     for i, e in ipairs(pending) do ids[i] = e[1] end
     local exps = redis.call('HMGET', K.expiries, unpack(ids))
+    if bud then budget_settle(c, ids, exps) end  -- (re-grants are not charged again)
     call_many('HSET', K.lease, lease_set, 4000)
     call_many('ZADD', K.leases, leases_add, 4000)
     due_at(c, now + lease_ms)
@@ -189,6 +206,7 @@ local function step_lease(c)
     end
     qw.flush()
   end
+  if bud then budget_flush(c, #out.leased) end
   count('leased', #out.leased)
   if #out.leased < take then
     -- the worker wanted more: when may the next host be fetched (a GCRA turn, a hold, a

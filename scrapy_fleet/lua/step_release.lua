@@ -11,6 +11,7 @@
 -- only); the lease itself lasts until the acknowledgement (a request acknowledged in this call
 -- too is left to its acknowledgement, which frees the slot as it drops the lease).
 -- Only a lease held with the token named is touched.
+-- A release refunds the budgets it was charged to (lua/step_budget.lua).
 -- Keys (of K): leases (ZADD XX), lease (HSET "!<worker>"), and the state's.
 -- Work per call: one command per 2000 leases named (they were read by step_reclaim's
 -- prefetch); none when the lists are empty.
@@ -20,11 +21,13 @@ local function step_release(c)
   for _, r in ipairs(c.req.r) do
     if st.holds(r[1], r[2]) then
       local score, host = st.drop_lease(r[1])
+      budget_unwind(c, host, r[1], true)  -- given back unsent: refunded (lua/step_budget.lua)
       qw.enqueue(r[1], score, host, nil, true)
       out.released = out.released + 1
     end
   end
   c.count('released', out.released)
+  if out.released > 0 then budget_flush(c, 0) end
   for _, d in ipairs(c.req.d) do
     if st.holds(d[1], d[2]) then
       local _, host = st.drop_lease(d[1])

@@ -37,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="monitor: TCP port to serve the dashboard and /metrics on")
     parser.add_argument("--host", default=None,
                         help="monitor: address to listen on (default 127.0.0.1; 0.0.0.0 "
-                             "for every interface); urls: the host whose URLs are listed")
+                             "for every interface); urls: the host whose URLs are listed; "
+                             "budget: the host whose budget is set")
     parser.add_argument("--host-metrics", type=int, default=0, metavar="N",
                         help="monitor: also export per-host series for the top N hosts "
                              f"(default 0; at most {HOST_METRICS_MAX})")

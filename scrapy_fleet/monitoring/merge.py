@@ -37,6 +37,7 @@ import itertools
 from typing import Any
 
 from scrapy_fleet import redis_client
+from scrapy_fleet.frontier import budgets
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.monitoring import alerts as alerts_mod
 from scrapy_fleet.monitoring.alerts import AlertConfig
@@ -318,6 +319,7 @@ def read_merged(client: Any, keys: CrawlKeys, parts: int, hosts: int = 10,
                 samples1m=merge_samples([one["1m"] for one in series]),
                 banned=[totals[h] for h in banned])
     out["hosts"] = [totals[h] for h in listed]
+    out["budget"] = budgets.budget_status(client, keys, parts, hosts=False)  # issue 34
     out["rates"] = merged_rates(
         [(one["10s"], s["counters"], s["started_at"])
          for one, s in zip(series, snaps, strict=True)], out["at"])

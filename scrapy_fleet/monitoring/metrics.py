@@ -121,6 +121,7 @@ def families(snap: Mapping[str, Any], host_metrics: int = 0) -> list[Metric]:
         out.append(CounterMetricFamily(p + name, doc, value=_num(counters.get(key))))
 
     out.extend(_recrawl_families(snap.get("recrawl") or {}))
+    out.extend(_budget_families(snap.get("budget") or {}))
     for name, key, scale, doc in (
             ("pages_per_second", "pages_per_min", 1 / 60,
              "Responses per second over the last 60 s"),
@@ -205,6 +206,29 @@ def families(snap: Mapping[str, Any], host_metrics: int = 0) -> list[Metric]:
     if n:
         out.extend(_host_families([h for h in snap.get("hosts") or []
                                    if isinstance(h, Mapping)][:n]))
+    return out
+
+
+def _budget_families(b: Mapping[str, Any]) -> list[Metric]:
+    """budgets (issue 34, docs/control.md): the crawl's page and time budgets (absent when
+    none), pages charged, hosts out of their page budget."""
+    p = PREFIX
+    out: list[Metric] = [
+        GaugeMetricFamily(p + "budget_charged_pages", "Pages charged to the crawl's budget at "
+                          "lease time (counted while a budget is set)",
+                          value=_num(b.get("charged"))),
+        GaugeMetricFamily(p + "budget_hosts_out", "Hosts out of their page budget (their "
+                          "queue kept, not served)", value=_num(b.get("hosts_out")))]
+    if b.get("pages"):
+        out.append(GaugeMetricFamily(p + "budget_pages", "The crawl's page budget "
+                                     "(FLEET_BUDGET_PAGES or scrapy fleet budget)",
+                                     value=_num(b["pages"])))
+        out.append(GaugeMetricFamily(p + "budget_left_pages", "Pages left in the crawl's "
+                                     "budget", value=_num(b.get("left"))))
+    if b.get("left_seconds") is not None:
+        out.append(GaugeMetricFamily(p + "budget_left_seconds", "Seconds of Redis's clock "
+                                     "left in the crawl's time budget",
+                                     value=_num(b["left_seconds"])))
     return out
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from scrapy_fleet.frontier import budgets
+
 
 def _clock(t: float | None) -> str:
     if t is None:
@@ -98,6 +100,9 @@ def render(snap: dict[str, Any], label: str = "", queue_max: int | None = None,
             f"  freshness est. {_pct(rv['freshness_estimate'])}"
             + (f"  sitemap lastmod due {rv['lastmod']['due']}"
                if (rv.get("lastmod") or {}).get("due") else ""))
+    budget = budgets.status_line(snap.get("budget") or {})  # issue 34: docs/control.md
+    if budget:
+        lines.append(f"  budget     {budget}")
     by_status = c.get("responses_by_status") or {}
     if by_status:
         lines.append("  statuses   " + "  ".join(f"{k}: {v}" for k, v in by_status.items()))

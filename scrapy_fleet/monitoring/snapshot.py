@@ -23,6 +23,7 @@ import redis
 
 from scrapy_fleet import redis_client
 from scrapy_fleet.failures.admin import failed_counts_of
+from scrapy_fleet.frontier import budgets
 from scrapy_fleet.frontier.protocol import frontier_size
 from scrapy_fleet.keys import STAGE_HOST, CrawlKeys
 from scrapy_fleet.monitoring import alerts as alerts_mod
@@ -240,7 +241,10 @@ def read_snapshot(client: redis.Redis, keys: CrawlKeys, *, hosts: int = 10,
     Raises:
         redis.RedisError: when Redis cannot be read (connection, authentication...).
     """
-    return _read(client, keys, hosts, alerts_config, samples, config_key)
+    snap = _read(client, keys, hosts, alerts_config, samples, config_key)
+    # budgets (issue 34): a partition's figures are replaced by the crawl's (merge.py)
+    snap["budget"] = budgets.budget_status(client, keys, hosts=False)
+    return snap
 
 
 def read_counts(client: redis.Redis, keys: CrawlKeys) -> dict[str, Any]:

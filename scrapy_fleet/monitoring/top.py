@@ -24,6 +24,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from scrapy_fleet.frontier import budgets
 from scrapy_fleet.monitoring.screen import rate_window
 from scrapy_fleet.monitoring.source import DEPTH_SERIES, READ_ERRORS, Points, Source
 from scrapy_fleet.recrawl.view import host_cells
@@ -169,6 +170,9 @@ def render(snap: Mapping[str, Any], series: Mapping[str, Points], *, width: int 
     totals.append("  ".join(f"{k} {_fmt(responses.get(k))}" for k in
                             ("2xx", "3xx", "4xx", "5xx")), style="dim")
     parts.append(totals)
+    budget = budgets.status_line(snap.get("budget") or {})  # issue 34: docs/control.md
+    if budget:
+        parts.append(Text(f"budget {budget}"))
 
     table = Table(title="workers", box=box.SIMPLE_HEAD, title_justify="left", expand=False)
     for name, justify in (("worker", "left"), ("state", "left"), ("health", "left"),

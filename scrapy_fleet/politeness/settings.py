@@ -39,13 +39,15 @@ def host_overrides(value: Any) -> dict[str, HostOverride]:
             raise FleetConfigError(f"{name}={value!r} is invalid: expected a dict "
                                    "(JSON on the command line)") from None
     check(name, value, isinstance(value, dict), "a dict of host -> {rate, burst, "
-           "concurrency, delay, recrawl_interval}")
+           "concurrency, delay, recrawl_interval, budget_pages}")
     out: dict[str, HostOverride] = {}
     for host, spec in value.items():
         where = f"{name}[{host!r}]"
         check(where, spec, isinstance(host, str) and isinstance(spec, dict)
-               and set(spec) <= {"rate", "burst", "concurrency", "delay", "recrawl_interval"},
-               "a dict with keys among rate, burst, concurrency, delay, recrawl_interval")
+               and set(spec) <= {"rate", "burst", "concurrency", "delay", "recrawl_interval",
+                                 "budget_pages"},  # (budget_settings.py reads budget_pages)
+               "a dict with keys among rate, burst, concurrency, delay, recrawl_interval, "
+               "budget_pages")
         interval = None
         is_rate = False
         if spec.get("rate") is not None:

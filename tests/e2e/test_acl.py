@@ -151,6 +151,11 @@ def test_crawl_and_commands_as_least_privileged_users(acl_users, site_server, wo
     as_admin = run_scrapy(EXAMPLE_PROJECT, ["fleet", "status", "docs", "-s",
                                             f"FLEET_REDIS_URL={admin_url}"], worker_env)
     assert as_admin.returncode == 0, as_admin.stderr
+    # the admin user sets a budget (issue 34: a host raised is served again, ZADD)
+    budget = run_scrapy(EXAMPLE_PROJECT, ["fleet", "budget", "docs", "--host", "h.example",
+                                          "--pages", "5", "-s",
+                                          f"FLEET_REDIS_URL={admin_url}"], worker_env)
+    assert budget.returncode == 0, budget.stderr
     # a worker cannot purge (SCAN, UNLINK); the admin user can
     refused = run_scrapy(EXAMPLE_PROJECT, ["fleet", "purge", "docs", "--yes", "-s",
                                            f"FLEET_REDIS_URL={worker}"], worker_env)

@@ -17,10 +17,14 @@ def test_scrapy_defaults_warn_about_nothing():
 
 @pytest.mark.parametrize("name", CLOSESPIDER)
 def test_each_closespider_setting_in_use_is_one_line(name):
+    instead = {"CLOSESPIDER_ITEMCOUNT": "FLEET_BUDGET_ITEMS",
+               "CLOSESPIDER_ERRORCOUNT": "FLEET_BUDGET_PAGES (pages, not errors)",
+               "CLOSESPIDER_TIMEOUT": "FLEET_BUDGET_SECONDS",
+               "CLOSESPIDER_TIMEOUT_NO_ITEM": "FLEET_BUDGET_SECONDS"}.get(name,
+                                                                         "FLEET_BUDGET_PAGES")
     assert per_worker_settings(Settings({name: 60})) == [
         f"{name}=60 is counted by each worker, not by the fleet: N workers go on until each "
-        f"has reached it (a fleet-wide budget is issue 34); to end a crawl, push only what it "
-        f"needs and set FLEET_IDLE_TIMEOUT"]
+        f"has reached it; the fleet-wide budget is {instead} (docs/control.md)"]
 
 
 @pytest.mark.parametrize("settings,start", [
