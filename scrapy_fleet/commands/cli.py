@@ -25,7 +25,7 @@ from scrapy import Request
 from scrapy_fleet import acl, redis_url
 from scrapy_fleet.catalog import DEFAULTS, SETTINGS, format_default, settings_listing
 from scrapy_fleet.checks import validate_crawl_id, validate_key_prefix
-from scrapy_fleet.commands import actions, partitioned, push
+from scrapy_fleet.commands import actions, control, partitioned, push
 from scrapy_fleet.config import validate_partitions
 from scrapy_fleet.errors import (
     FleetConfigError,
@@ -44,13 +44,15 @@ EXIT_STATUSES: tuple[tuple[int, str], ...] = (
     (push.EXIT_OK, "success"),
     (push.EXIT_REJECTED, "push: some lines were rejected (the valid ones were pushed); "
                          "purge: declined; proxies: an exit named matched nothing; "
-                         "recrawl: the URL is not in the recrawl schedule"),
+                         "recrawl: the URL is not in the recrawl schedule; pause, host block: a "
+                         "live worker did not confirm in time (named)"),
     (push.EXIT_ERROR, "usage error, or Redis unreachable, refusing the credentials, or not "
                       "a Redis server; scrapy fleet: the project does not enable the add-on, "
                       "or push/retry into a crawl of another spider"),
     (push.EXIT_FULL, "push: the frontier stayed full (--no-wait, or --timeout expired); the "
                      "lines from the one reported on were not pushed"),
-    (push.EXIT_NO_CRAWL, "status, dead, failed, retry, top, recrawl: Redis has no record of that "
+    (push.EXIT_NO_CRAWL, "status, dead, failed, retry, top, recrawl, pause, resume, host: Redis "
+                          "has no record of that "
                          "crawl (check the crawl id and the key prefix)"),
     (130, "interrupted (Ctrl-C); lines already pushed stay pushed"),
 )
@@ -133,7 +135,7 @@ def _settings_action(ctx: ActionContext) -> int:
 #: the ``acl`` roles and what runs as each (scrapy_fleet/acl.py, docs/deployment.md)
 ACL_ROLE_USES = {"worker": "scrapy crawl, push",
                  "monitor": "status, recrawl, dead, failed, top, monitor",
-                 "admin": "purge, retry, proxies"}
+                 "admin": "purge, retry, proxies, pause, resume, host"}
 
 
 def _acl_action(ctx: ActionContext) -> int:
@@ -185,6 +187,7 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
            lambda c: actions.run_purge(c.crawl, c.opts, c.label, c.confirm)),
     Action("shards", "show which Redis master holds which partition of the crawl",
            "[--json]", lambda c: partitioned.run_shards(c.crawl, c.opts, c.parts)),
+    *control.ACTIONS(Action),  # crawl control (issue 34): pause, resume, host
     Action("settings", "list every FLEET_* setting with its type, default and meaning",
            "[--json]", _settings_action, needs_redis=False),
     Action("acl", "print the least-privilege ACL rules of the crawl's roles (worker, "
@@ -274,13 +277,15 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
                         help="acl: the crawl uses the proxy pool (inside a project, when "
                              "FLEET_PROXIES or FLEET_PROXY_POOL is set)")
     monitoring_actions.add_arguments(parser)
+    control.add_arguments(parser)
 
 
 #: action -> the least-privilege role it needs (scrapy_fleet/acl.py), checked at start;
 #: every ``proxies`` action runs as ``admin`` (proxies/actions.py probes the pool's keys)
 ACL_ROLES = {"push": "worker", "retry": "admin", "purge": "admin", "status": "monitor",
              "recrawl": "monitor",
-             "dead": "monitor", "failed": "monitor", "top": "monitor", "monitor": "monitor"}
+             "dead": "monitor", "failed": "monitor", "top": "monitor", "monitor": "monitor",
+             **control.ACL_ROLES}
 
 
 def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: Any,
@@ -359,6 +364,8 @@ def _purged_partitions(ctx: ActionContext) -> int:
 
 def _partitioned_action(ctx: ActionContext, action: str) -> int:
     """*action* on a crawl of ctx.parts > 1 partitions (issue 21)."""
+    if action in control.ACL_ROLES:
+        return ACTIONS[action].run(ctx)
     if action == "push":
         target = partitioned.PartitionedPush(ctx.crawl, ctx.parts)
         return actions.run_push(target, ctx.urls, ctx.opts,  # type: ignore[arg-type]
@@ -528,6 +535,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args:  # argparse would also ask for a URL
         parser.error(f"an ACTION is required: one of {', '.join(ACTIONS)}, proxies")
     opts = parser.parse_intermixed_args(args)
+    if opts.action == "host" and (error := control.shift_host_verb(opts)):
+        parser.error(error)
     spec = ACTIONS[opts.action]
     if spec.names_crawl:  # acl: the rules for this crawl, without Redis
         if opts.crawl_id is None or opts.urls:

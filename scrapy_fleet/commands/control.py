@@ -1,0 +1,228 @@
+"""``pause``, ``resume`` and ``host block|unblock`` (issue 34, docs/control.md).
+
+Each writes the control state into every partition of the crawl (lua/control.lua, atomic per
+partition): the frontier call reads it atomically there (lua/step_control.lua), so a paused
+crawl or host gets no lease from then on.  ``pause`` (of the crawl or of hosts) and ``host
+block`` then wait until every live worker reports holding the new generation (its frontier
+calls say which it holds: ``ctlseen``), because a worker holds back the requests it leased
+before only once it has seen it (frontier/control.py): when the command returns, no request
+of the paused crawl or host starts any more.  A worker is live when it called within
+:data:`LIVE_MS`; one that does not confirm within ``--wait`` seconds is named, exit status 1.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sys
+import time
+from typing import Any
+
+from scrapy_fleet import lua
+from scrapy_fleet.commands import push
+from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.keys import CrawlKeys
+
+#: a worker that called the frontier within this many ms must confirm a pause
+LIVE_MS = 15_000
+#: seconds a pause waits for the workers' confirmation by default (--wait)
+DEFAULT_WAIT = 30.0
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of *text*: a positive number with an optional unit ``ms``, ``s`` (default),
+    ``m``, ``h`` or ``d`` (``90``, ``1.5m``, ``2h``).
+
+    Raises:
+        ValueError: *text* is not of that form, or is 0.
+    """
+    m = _DURATION.match(text)
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(f"cannot read duration {text!r} (a positive number with an "
+                         "optional unit ms, s, m, h or d, e.g. 90s, 5m, 2h)")
+    return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+
+
+def who() -> str:
+    """The operator named in the record: ``user@host`` of this process."""
+    user = os.environ.get("USER") or os.environ.get("USERNAME") or "?"
+    return f"{user}@{socket.gethostname()}"
+
+
+def _parts(admin: FrontierAdmin, parts: int) -> list[CrawlKeys]:
+    return admin.keys.all_partitions(parts) if parts > 1 else [admin.keys]
+
+
+def write(admin: FrontierAdmin, parts: int, op: str, hosts: list[str], seconds: float,
+          why: str) -> int:
+    """Write control operation *op* (lua/control.lua) into every partition; returns the
+    generation written (the highest: every partition gets the same one unless a command ran
+    meanwhile)."""
+    script = lua.load(admin.client, "control.lua")
+    all_keys = _parts(admin, parts)
+    gens = [int((admin.client.get(k.ctl) or b"0").split(b"|")[0] or 0) for k in all_keys]
+    proposed = max(gens) + 1
+    written = 0
+    for k in all_keys:
+        reply = script(keys=k.control_keys(),
+                       args=[op, proposed, int(seconds * 1000), who(), why, *hosts])
+        written = max(written, int(reply[0]))
+    return written
+
+
+def unconfirmed(admin: FrontierAdmin, parts: int, gen: int) -> list[str]:
+    """The live workers (a call within LIVE_MS, in any partition) that hold no generation
+    >= *gen* yet (their latest report over the partitions)."""
+    now = admin.server_ms()
+    live: set[str] = set()
+    seen: dict[str, int] = {}
+    for k in _parts(admin, parts):
+        live.update(w.decode() for w in admin.client.zrangebyscore(k.workers, now - LIVE_MS,
+                                                                   "+inf"))
+        for w, g in admin.client.hgetall(k.ctlseen).items():
+            seen[w.decode()] = max(seen.get(w.decode(), 0), int(g))
+    return sorted(w for w in live if seen.get(w, 0) < gen)
+
+
+def wait_confirmed(admin: FrontierAdmin, parts: int, gen: int, wait: float) -> list[str]:
+    """Wait (up to *wait* s) until every live worker holds *gen*; the ones that did not."""
+    deadline = time.monotonic() + wait
+    while True:
+        missing = unconfirmed(admin, parts, gen)
+        if not missing or time.monotonic() >= deadline:
+            return missing
+        time.sleep(0.05)
+
+
+def _hosts_of(opts: Any) -> list[str] | None:
+    """The ``--host`` options (None, with one line on stderr, when one is empty)."""
+    hosts = [h.strip() for h in (getattr(opts, "host", None) or [])]
+    if any(not h for h in hosts):
+        print("error: --host needs a host name (got an empty one)", file=sys.stderr)
+        return None
+    return hosts
+
+
+def _confirm(admin: FrontierAdmin, parts: int, gen: int, opts: Any, what: str) -> int:
+    missing = wait_confirmed(admin, parts, gen, getattr(opts, "wait", None) or DEFAULT_WAIT)
+    if missing:
+        print(f"warning: {what} is stored (generation {gen}) but {len(missing)} live "
+              f"worker(s) did not confirm it in time: {', '.join(missing)}; they may still "
+              "start requests until their next frontier call", file=sys.stderr)
+        return push.EXIT_REJECTED
+    print(f"{what}: every live worker holds it (generation {gen})")
+    return push.EXIT_OK
+
+
+def run_pause(admin: FrontierAdmin, urls: list[str], opts: Any, parts: int) -> int:
+    """``pause CRAWL [--host H ...] [--for DURATION] [--reason TEXT] [--wait S]``."""
+    hosts = _hosts_of(opts)
+    if hosts is None:
+        return push.EXIT_ERROR
+    seconds = 0.0
+    if getattr(opts, "pause_for", None) is not None:
+        try:
+            seconds = parse_duration(opts.pause_for)
+        except ValueError as exc:
+            print(f"error: --for: {exc}", file=sys.stderr)
+            return push.EXIT_ERROR
+    why = opts.reason or ""
+    gen = write(admin, parts, "hpause" if hosts else "pause", hosts, seconds, why)
+    target = (f"hosts {', '.join(hosts)} of " if hosts else "") + f"crawl {admin.keys.crawl_id!r}"
+    span = f" for {seconds:g} s" if seconds else " until resumed"
+    return _confirm(admin, parts, gen, opts, f"paused {target}{span}")
+
+
+def run_resume(admin: FrontierAdmin, urls: list[str], opts: Any, parts: int) -> int:
+    """``resume CRAWL [--host H ...]``: leases come back at the workers' next calls."""
+    hosts = _hosts_of(opts)
+    if hosts is None:
+        return push.EXIT_ERROR
+    gen = write(admin, parts, "hresume" if hosts else "resume", hosts, 0, opts.reason or "")
+    target = (f"hosts {', '.join(hosts)} of " if hosts else "") + f"crawl {admin.keys.crawl_id!r}"
+    print(f"resumed {target} (generation {gen})")
+    return push.EXIT_OK
+
+
+def run_host(admin: FrontierAdmin, urls: list[str], opts: Any, parts: int) -> int:
+    """``host block|unblock CRAWL HOST``: a host paused until unblocked (its queue kept)."""
+    verb = getattr(opts, "host_verb", None)
+    if verb not in ("block", "unblock") or len(urls) != 1 or not urls[0].strip():
+        print("error: usage: host block|unblock CRAWL HOST (one non-empty host)",
+              file=sys.stderr)
+        return push.EXIT_ERROR
+    host = urls[0].strip()
+    if verb == "unblock":
+        gen = write(admin, parts, "hresume", [host], 0, "")
+        print(f"unblocked host {host} of crawl {admin.keys.crawl_id!r} (generation {gen})")
+        return push.EXIT_OK
+    gen = write(admin, parts, "block", [host], 0, opts.reason or "")
+    return _confirm(admin, parts, gen, opts,
+                    f"blocked host {host} of crawl {admin.keys.crawl_id!r}")
+
+
+#: the least-privilege role of each action (scrapy_fleet/acl.py): a pause stops the crawl
+ACL_ROLES = {"pause": "admin", "resume": "admin", "host": "admin"}
+
+
+def ACTIONS(action: Any) -> list[Any]:
+    """The rows of cli.ACTIONS for these commands, built with its *action* class."""
+    return [
+        action("pause", "pause the crawl, or hosts of it (--host): no request starts after "
+               "it returns", "[--host H ...] [--for DURATION] [--reason TEXT] [--wait S]",
+               lambda c: run_pause(c.crawl, c.urls, c.opts, c.parts), needs_state=True),
+        action("resume", "resume a paused crawl, or hosts of it (--host)", "[--host H ...]",
+               lambda c: run_resume(c.crawl, c.urls, c.opts, c.parts), needs_state=True),
+        action("host", "host block|unblock CRAWL HOST: stop leasing a host (its queue kept) "
+               "until unblocked", "HOST [--reason TEXT] [--wait S]",
+               lambda c: run_host(c.crawl, c.urls, c.opts, c.parts), takes_urls=True,
+               needs_state=True),
+    ]
+
+
+def add_arguments(parser: Any) -> None:
+    """The options of these commands (``--host`` and ``--reason`` are shared with others)."""
+    parser.add_argument("--for", dest="pause_for", default=None, metavar="DURATION",
+                        help="pause: resume by itself after DURATION (90s, 5m, 2h; Redis's "
+                             "clock)")
+    parser.add_argument("--wait", type=float, default=DEFAULT_WAIT, metavar="SECONDS",
+                        help="pause, host block: wait at most this long for every live worker "
+                             "to confirm (default %(default)s)")
+
+
+def shift_host_verb(opts: Any) -> str | None:
+    """``host VERB CRAWL HOST`` parsed as action, crawl, urls: the verb moved to
+    ``opts.host_verb`` and the crawl into place; an error line when it cannot be."""
+    if not opts.urls:
+        return "host needs: block|unblock CRAWL HOST"
+    opts.host_verb, opts.crawl_id = opts.crawl_id, opts.urls.pop(0)
+    return None
+
+
+def read_state(admin: FrontierAdmin) -> dict[str, Any] | None:
+    """The crawl's control for ``status`` (of the first partition: every one holds it):
+    ``{"paused": bool, "by", "at", "why", "until" (ms, 0: until resumed), "gen",
+    "hosts": {host: {"kind", "until", "by", "why"}}}``; None when never used."""
+    k = admin.keys
+    raw = admin.client.get(k.ctl)
+    if raw is None:
+        return None
+    now = admin.server_ms()
+    info = {f.decode(): v.decode(errors="replace")
+            for f, v in admin.client.hgetall(k.control).items()}
+    until = int(info.get("until", "-1") or -1)
+    hosts = {}
+    for h, v in admin.client.hgetall(k.ctlhosts).items():
+        parts = v.decode(errors="replace").split("|", 4)
+        u = int(parts[0]) if parts[0].lstrip("-").isdigit() else -1
+        if u == 0 or u > now:
+            hosts[h.decode(errors="replace")] = {
+                "kind": parts[1] if len(parts) > 1 else "pause", "until": u,
+                "by": parts[2] if len(parts) > 2 else "", "why": parts[4] if len(parts) > 4 else ""}
+    return {"paused": until == 0 or until > now, "until": until, "by": info.get("by", ""),
+            "at": int(info.get("at", "0") or 0), "why": info.get("why", ""),
+            "gen": int(raw.split(b"|")[0] or 0), "hosts": hosts}
