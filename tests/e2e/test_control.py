@@ -32,8 +32,11 @@ def crawl(redis_url, tmp_path, site_factory, worker_env):
     pushed = run_scrapy(TEST_PROJECT, ["fleet", "push", "fetch", "-f", str(listing), "-s",
                                        f"FLEET_REDIS_URL={redis_url}"], worker_env)
     assert pushed.returncode == 0, pushed.stderr
+    # (Scrapy's downloader sends one request per host at a time, the fleet leases up to 4:
+    # at any time leased requests wait in the downloader's slots, past the downloader
+    # middlewares, unsent; the pause must hold those back too)
     settings = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 1,
-                "FLEET_HOST_RATE": 4}
+                "CONCURRENT_REQUESTS_PER_DOMAIN": 1, "FLEET_HOST_CONCURRENCY": 4}
     logs = [tmp_path / f"w-{i}.log" for i in range(2)]
     procs = [start_worker(TEST_PROJECT, "fetch", settings, worker_env, logs[i])
              for i in range(2)]
