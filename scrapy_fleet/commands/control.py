@@ -226,3 +226,21 @@ def read_state(admin: FrontierAdmin) -> dict[str, Any] | None:
     return {"paused": until == 0 or until > now, "until": until, "by": info.get("by", ""),
             "at": int(info.get("at", "0") or 0), "why": info.get("why", ""),
             "gen": int(raw.split(b"|")[0] or 0), "hosts": hosts}
+
+
+def status_line(state: dict[str, Any]) -> str:
+    """The line of ``status`` for :func:`read_state`'s *state*."""
+    if state["paused"]:
+        until = ("until resumed" if state["until"] == 0
+                 else f"until {time.strftime('%H:%M:%S', time.gmtime(state['until'] / 1000))} "
+                      "UTC")
+        line = f"  control  PAUSED by {state['by']} {until}"
+        if state["why"]:
+            line += f" ({state['why']})"
+    else:
+        line = "  control  running"
+    hosts = state["hosts"]
+    if hosts:
+        names = ", ".join(f"{h} ({v['kind']})" for h, v in sorted(hosts.items())[:10])
+        line += f"; {len(hosts)} host(s) paused or blocked: {names}"
+    return line

@@ -144,3 +144,23 @@ def test_bad_input_gets_one_line_and_its_status(redis_url, capsys, argv, status,
     assert cli.main(["--redis", redis_url, *argv]) == status
     err = capsys.readouterr().err.strip()
     assert line in err and len(err.splitlines()) == 1, err
+
+
+def test_status_shows_the_pause_and_the_blocked_hosts(redis_url, capsys):
+    import json
+
+    admin, _ = setup_crawl(redis_url, 1, n=1)
+    assert cli.main(["--redis", redis_url, "status", "ctl1", "--json"]) == 0
+    assert "control" not in json.loads(capsys.readouterr().out)  # never used: nothing
+    assert control.run_pause(admin, [], opts(reason="site asked", wait=0.2), 1) == 0
+    o = opts(wait=0.2)
+    o.host_verb = "block"
+    assert control.run_host(admin, ["b.test"], o, 1) == 0
+    capsys.readouterr()
+    assert cli.main(["--redis", redis_url, "status", "ctl1", "--json"]) == 0
+    ctl = json.loads(capsys.readouterr().out)["control"]
+    assert ctl["paused"] and ctl["why"] == "site asked" and ctl["until"] == 0
+    assert list(ctl["hosts"]) == ["b.test"] and ctl["hosts"]["b.test"]["kind"] == "block"
+    assert cli.main(["--redis", redis_url, "status", "ctl1"]) == 0
+    out = capsys.readouterr().out
+    assert "PAUSED by" in out and "(site asked)" in out and "b.test (block)" in out
