@@ -189,6 +189,8 @@ class Command(ScrapyCommand):
             self.exitcode = cli.run_action(spec.name, None, [], opts, lambda r: b"",
                                            label="project")
             return
+        if spec.name == "host" and len(args) >= 2:  # host VERB SPIDER HOST (commands/control.py)
+            opts.host_verb, args = args[1], [args[0], *args[2:]]
         if len(args) < 2:
             raise UsageError(f"{spec.name} needs a spider name")
         self._run_in_project(args[0], args[1], args[2:], opts, proxies_action=False)

@@ -3,13 +3,15 @@ said of the crawl's pause and its paused or blocked hosts, and the gate every do
 
 The state is Redis's (lua/step_control.lua reads it atomically in each frontier call: a
 paused crawl or host gets no lease); a worker holds only the copy its last reply carried
-(:class:`WorkerControl`), to hold back the requests it leased *before* the pause: they wait at
-:func:`gate`, the last step before a request goes on the wire (``engine_hooks.gate_sends``),
-still leased (the heartbeat extends them), and go once the crawl or host is resumed.  No
-lease is given back, so the counts stay exact; requests already on the wire finish and are
-acknowledged.  The worker's next call reports the generation it holds (``cg``, recorded in
-``ctlseen``): `pause` returns once every live worker reported it, so nothing starts after it
-returns.
+(:class:`WorkerControl`), to hold back the requests it leased *before* the pause at
+:func:`gate`, the last step before a request goes on the wire (``engine_hooks.gate_sends``).
+While the crawl is paused they wait there, still leased (the heartbeat extends them), and go
+once it is resumed.  A request of a paused or blocked host (the crawl running) is given back
+instead (released at the next call, ``fleet/control/given_back``): waiting, it would take one
+of the worker's download slots from the hosts still served.  Either way no entry is fetched
+twice or lost; requests already on the wire finish and are acknowledged.  The worker's next
+call reports the generation it holds (``cg``, recorded in ``ctlseen``): `pause` returns once
+every live worker reported it, so nothing starts after it returns.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ import asyncio
 import time
 from typing import Any
 
+from scrapy.exceptions import IgnoreRequest
+
+from scrapy_fleet.errors import FleetError
 from scrapy_fleet.frontier.protocol import ControlState
 
 #: seconds between two looks of a held request at the worker's control state (a resume is
@@ -26,6 +31,14 @@ GATE_POLL = 0.05
 
 #: stats key counting the downloads held back by a pause
 HELD_STAT = "fleet/control/held"
+#: stats key counting the leases given back because their host is paused or blocked
+GIVEN_BACK_STAT = "fleet/control/given_back"
+
+
+class HostPaused(FleetError, IgnoreRequest):
+    """A leased request of a paused or blocked host, given back to the frontier unsent (the
+    engine drops it here; another worker fetches it once the host is resumed).  Like any
+    ``IgnoreRequest``, the request's errback gets it; it is no failure."""
 
 
 class WorkerControl:
@@ -46,6 +59,10 @@ class WorkerControl:
         self.gen = state.gen
         return new
 
+    def crawl_paused(self) -> bool:
+        """Whether the whole crawl is paused now."""
+        return self.paused_until is not None and time.monotonic() < self.paused_until
+
     def holds(self, host: str) -> bool:
         """Whether a request to *host* must wait now (the crawl or the host is paused)."""
         now = time.monotonic()
@@ -57,7 +74,12 @@ class WorkerControl:
 
 async def gate(crawler: Any, request: Any, host: str) -> None:
     """Wait while this worker's control state holds *host* (:class:`WorkerControl`); counts
-    each held request once in ``fleet/control/held``."""
+    each held request once in ``fleet/control/held``.
+
+    Raises:
+        HostPaused: the crawl runs but *host* is paused or blocked: the request's lease was
+            given back (its entry is leased again once the host is resumed).
+    """
     from scrapy_fleet import engine_hooks
 
     ledger = engine_hooks.ledger_of(crawler)
@@ -67,4 +89,8 @@ async def gate(crawler: Any, request: Any, host: str) -> None:
     if crawler.stats is not None:
         crawler.stats.inc_value(HELD_STAT)
     while control.holds(host):
+        if not control.crawl_paused() and ledger is not None and ledger.give_back(request):
+            if crawler.stats is not None:
+                crawler.stats.inc_value(GIVEN_BACK_STAT)
+            raise HostPaused(f"host {host} is paused or blocked: its lease goes back")
         await asyncio.sleep(GATE_POLL)

@@ -21,26 +21,26 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def crawl(redis_url, tmp_path, site_factory, worker_env):
-    """Three hosts (each page answered after 0.3 s: requests are in flight when the command
-    runs), PAGES pushed per host, two workers started; yields (site, procs, logs)."""
+    """Three hosts (each page answered after 1 s: requests are in flight when the command
+    runs), PAGES pushed per host, two workers started; yields (site, procs, logs, env)."""
     generate_site(tmp_path / "www", 60, 2, seed=4)
     site = site_factory(tmp_path / "www", binds=BINDS,
-                        behaviour={"delays": [{"prefix": "/site/p/", "seconds": 0.3}]})
+                        behaviour={"delays": [{"prefix": "/site/p/", "seconds": 1.0}]})
     listing = tmp_path / "urls.txt"
     listing.write_text("".join(f"{u}site/p/{i}.html\n" for u in site.urls
                                for i in range(PAGES)))
     pushed = run_scrapy(TEST_PROJECT, ["fleet", "push", "fetch", "-f", str(listing), "-s",
                                        f"FLEET_REDIS_URL={redis_url}"], worker_env)
     assert pushed.returncode == 0, pushed.stderr
-    # (Scrapy's downloader sends one request per host at a time, the fleet leases up to 4:
-    # at any time leased requests wait in the downloader's slots, past the downloader
-    # middlewares, unsent; the pause must hold those back too)
+    # (each worker downloads one request at a time and leases one more while it waits for
+    # the answer (1 s): at any time a leased request waits in each worker, unsent; the
+    # pause must hold those back too)
     settings = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 1,
-                "CONCURRENT_REQUESTS_PER_DOMAIN": 1, "FLEET_HOST_CONCURRENCY": 4}
+                "CONCURRENT_REQUESTS": 1}
     logs = [tmp_path / f"w-{i}.log" for i in range(2)]
     procs = [start_worker(TEST_PROJECT, "fetch", settings, worker_env, logs[i])
              for i in range(2)]
-    yield site, procs, logs
+    yield site, procs, logs, worker_env
     for p in procs:
         if p.poll() is None:
             p.kill()
@@ -58,10 +58,20 @@ def acked(redis_url: str) -> int:
         admin.close()
 
 
+def leased(redis_url: str) -> int:
+    admin = FrontierAdmin(redis_url, "fetch")
+    try:
+        return int(admin.client.zcard(admin.keys.leases))
+    finally:
+        admin.close()
+
+
 def test_nothing_starts_after_pause_returns_and_resume_fetches_each_page_once(
         redis_url, crawl, capsys):
-    site, procs, logs = crawl
-    wait_until(lambda: len(page_hits(site)) >= 6, 60, "the crawl under way")
+    site, procs, logs, _ = crawl
+    # each worker downloading one request and holding the next one leased, unsent
+    wait_until(lambda: len(page_hits(site)) >= 2 and leased(redis_url) == 4, 60,
+               "both workers with a request on the wire and one waiting")
     assert cli.main(["--redis", redis_url, "pause", "fetch", "--reason", "test",
                      "--wait", "30"]) == 0, capsys.readouterr().err
     returned = time.time()
@@ -80,20 +90,25 @@ def test_nothing_starts_after_pause_returns_and_resume_fetches_each_page_once(
     assert len(paths) == len(set(paths)) == 3 * PAGES  # each page once
 
 
-def test_host_block_stops_one_host_while_the_others_are_served(redis_url, crawl, capsys):
-    site, procs, logs = crawl
-    wait_until(lambda: len(page_hits(site)) >= 3, 60, "the crawl under way")
-    assert cli.main(["--redis", redis_url, "host", "block", "fetch", "127.0.0.2",
-                     "--wait", "30"]) == 0, capsys.readouterr().err
+def test_host_block_stops_one_host_while_the_others_are_served(redis_url, crawl):
+    site, procs, logs, env = crawl
+    # (the queue is FIFO: the first host's pages are leased first) each worker downloading
+    # one request of 127.0.0.1 and holding the next one leased, unsent
+    wait_until(lambda: len(page_hits(site)) >= 2 and leased(redis_url) == 4, 60,
+               "both workers with a request on the wire and one waiting")
+    blocked_host, others = "127.0.0.1", ("127.0.0.2", "127.0.0.3")
+    result = run_scrapy(TEST_PROJECT, ["fleet", "host", "block", "fetch", blocked_host,
+                                       "--wait", "30", "-s", f"FLEET_REDIS_URL={redis_url}"],
+                        env)
     returned = time.time()
-    others = ("127.0.0.1", "127.0.0.3")
+    assert result.returncode == 0, result.stderr
     wait_until(lambda: sum(r["addr"] in others for r in page_hits(site)) == 2 * PAGES, 120,
                "the other hosts served to the end")
-    blocked = [r for r in page_hits(site) if r["addr"] == "127.0.0.2"]
+    blocked = [r for r in page_hits(site) if r["addr"] == blocked_host]
     assert [r for r in blocked if r["t"] > returned] == []
     assert len(blocked) < PAGES
     assert [p.poll() for p in procs] == [None, None]  # its queue is kept: not idle
-    assert cli.main(["--redis", redis_url, "host", "unblock", "fetch", "127.0.0.2"]) == 0
+    assert cli.main(["--redis", redis_url, "host", "unblock", "fetch", blocked_host]) == 0
     assert wait_all(procs, 180) == [0, 0], tail(logs[0])
     paths = [r["addr"] + r["path"] for r in page_hits(site)]
     assert len(paths) == len(set(paths)) == 3 * PAGES
