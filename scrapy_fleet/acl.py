@@ -32,7 +32,8 @@ from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys
 _SCRIPTS = {"worker": ("frontier.lua", "push_lean.lua", "politeness.lua", "seeding.lua",
                        "bloom_add.lua", "beat.lua"),
             "monitor": (), "admin": ("frontier.lua", "push_lean.lua", "politeness.lua",
-                                     "seeding.lua", "bloom_add.lua", "failed_retry.lua")}
+                                     "seeding.lua", "bloom_add.lua", "failed_retry.lua",
+                                     "control.lua")}  # pause, resume, host (issue 34)
 #: the proxy pool's script (a worker: choose, report, seed; an admin: the ``proxies`` actions)
 _POOL_SCRIPTS = ("proxies.lua",)
 #: commands each role sends itself to the pool's keys (proxies/pool.py; ``proxies list``

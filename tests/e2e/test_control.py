@@ -97,18 +97,19 @@ def test_host_block_stops_one_host_while_the_others_are_served(redis_url, crawl)
     wait_until(lambda: len(page_hits(site)) >= 2 and leased(redis_url) == 4, 60,
                "both workers with a request on the wire and one waiting")
     blocked_host, others = "127.0.0.1", ("127.0.0.2", "127.0.0.3")
-    result = run_scrapy(TEST_PROJECT, ["fleet", "host", "block", "fetch", blocked_host,
-                                       "--wait", "30", "-s", f"FLEET_REDIS_URL={redis_url}"],
-                        env)
+    assert cli.main(["--redis", redis_url, "host", "block", "fetch", blocked_host,
+                     "--reason", "test", "--wait", "30"]) == 0
     returned = time.time()
-    assert result.returncode == 0, result.stderr
     wait_until(lambda: sum(r["addr"] in others for r in page_hits(site)) == 2 * PAGES, 120,
                "the other hosts served to the end")
     blocked = [r for r in page_hits(site) if r["addr"] == blocked_host]
     assert [r for r in blocked if r["t"] > returned] == []
     assert len(blocked) < PAGES
     assert [p.poll() for p in procs] == [None, None]  # its queue is kept: not idle
-    assert cli.main(["--redis", redis_url, "host", "unblock", "fetch", blocked_host]) == 0
+    # (inside the project: scrapy fleet host VERB SPIDER HOST)
+    result = run_scrapy(TEST_PROJECT, ["fleet", "host", "unblock", "fetch", blocked_host,
+                                       "-s", f"FLEET_REDIS_URL={redis_url}"], env)
+    assert result.returncode == 0 and "unblocked host 127.0.0.1" in result.stdout, result.stderr
     assert wait_all(procs, 180) == [0, 0], tail(logs[0])
     paths = [r["addr"] + r["path"] for r in page_hits(site)]
     assert len(paths) == len(set(paths)) == 3 * PAGES
