@@ -12,8 +12,8 @@ for TAKE more (the worker's loop, through FrontierAdmin.call):
 
 Redis time is ``INFO commandstats`` (``cmdstat_fcall`` usec, wall time inside Redis) over the
 crawl, divided by the pages leased; the median of --rounds rounds, the three kinds
-interleaved in each round, each first in turn.  Prints the per-page costs and the ratios to ``off``, then one
-JSON line.
+interleaved in each round, each first in turn.
+Prints the per-page costs and the ratios to ``off``, then one JSON line.
 
 Usage: ``PYTHONPATH=. .venv/bin/python bench/bench_control.py [--rounds 5]``
 """
@@ -29,8 +29,8 @@ from scrapy import Request
 
 from scrapy_fleet import codec
 from scrapy_fleet.commands import control
-from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.protocol import CallBatch
 
 HOSTS = 20
