@@ -14,7 +14,7 @@ from typing import Any
 from scrapy import Request
 
 from scrapy_fleet import codec
-from scrapy_fleet.commands import control, push
+from scrapy_fleet.commands import push
 from scrapy_fleet.errors import RedisUnavailableError, RequestDecodeError
 from scrapy_fleet.failures import admin as failures
 from scrapy_fleet.frontier.admin import FrontierAdmin
@@ -149,15 +149,10 @@ def run_status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int |
             admin.client, admin.keys, [row["host"] for row in rows]))
         status["recrawl_hosts"] = recrawl_view.recrawl_hosts(admin.client, admin.keys,
                                                              limit=opts.limit)
-    ctl = control.read_state(admin)  # crawl control (issue 34): only once it was used
-    if ctl is not None:
-        status["control"] = ctl
     if opts.json:
         print(json.dumps(status, indent=2, sort_keys=True))
         return push.EXIT_OK
     print(screen.render(snap, label, admin.params.queue_max, low_watermark))
-    if ctl is not None:
-        print(control.status_line(ctl))
     fr = snap["frontier"]
     if fr["stored"]:  # stages: fetch workers' responses for parse workers
         print(f"  stored   {fr['stored']} responses ({fr['stored_bytes']} bytes) for parse "

@@ -21,6 +21,7 @@ from typing import Any
 
 from scrapy_fleet import lua
 from scrapy_fleet.commands import push
+from scrapy_fleet.frontier import control as worker_control
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.keys import CrawlKeys
 
@@ -204,43 +205,6 @@ def shift_host_verb(opts: Any) -> str | None:
 
 
 def read_state(admin: FrontierAdmin) -> dict[str, Any] | None:
-    """The crawl's control for ``status`` (of the first partition: every one holds it):
-    ``{"paused": bool, "by", "at", "why", "until" (ms, 0: until resumed), "gen",
-    "hosts": {host: {"kind", "until", "by", "why"}}}``; None when never used."""
-    k = admin.keys
-    raw = admin.client.get(k.ctl)
-    if raw is None:
-        return None
-    now = admin.server_ms()
-    info = {f.decode(): v.decode(errors="replace")
-            for f, v in admin.client.hgetall(k.control).items()}
-    until = int(info.get("until", "-1") or -1)
-    hosts = {}
-    for h, v in admin.client.hgetall(k.ctlhosts).items():
-        parts = v.decode(errors="replace").split("|", 4)
-        u = int(parts[0]) if parts[0].lstrip("-").isdigit() else -1
-        if u == 0 or u > now:
-            hosts[h.decode(errors="replace")] = {
-                "kind": parts[1] if len(parts) > 1 else "pause", "until": u,
-                "by": parts[2] if len(parts) > 2 else "", "why": parts[4] if len(parts) > 4 else ""}
-    return {"paused": until == 0 or until > now, "until": until, "by": info.get("by", ""),
-            "at": int(info.get("at", "0") or 0), "why": info.get("why", ""),
-            "gen": int(raw.split(b"|")[0] or 0), "hosts": hosts}
-
-
-def status_line(state: dict[str, Any]) -> str:
-    """The line of ``status`` for :func:`read_state`'s *state*."""
-    if state["paused"]:
-        until = ("until resumed" if state["until"] == 0
-                 else f"until {time.strftime('%H:%M:%S', time.gmtime(state['until'] / 1000))} "
-                      "UTC")
-        line = f"  control  PAUSED by {state['by']} {until}"
-        if state["why"]:
-            line += f" ({state['why']})"
-    else:
-        line = "  control  running"
-    hosts = state["hosts"]
-    if hosts:
-        names = ", ".join(f"{h} ({v['kind']})" for h, v in sorted(hosts.items())[:10])
-        line += f"; {len(hosts)} host(s) paused or blocked: {names}"
-    return line
+    """The crawl's control (frontier/control.py ``read_state``) of the first partition:
+    every partition holds all of it."""
+    return worker_control.read_state(admin.client, admin.keys, admin.server_ms())

@@ -94,3 +94,55 @@ async def gate(crawler: Any, request: Any, host: str) -> None:
                 crawler.stats.inc_value(GIVEN_BACK_STAT)
             raise HostPaused(f"host {host} is paused or blocked: its lease goes back")
         await asyncio.sleep(GATE_POLL)
+
+
+def read_state(client: Any, keys: Any, now_ms: int) -> dict[str, Any] | None:
+    """The crawl control of *keys*' frontier at server time *now_ms*, for ``status``, ``top``
+    and ``/metrics``: ``{"paused": bool, "until" (ms; 0: until resumed; -1: running), "by",
+    "at" (ms), "why", "gen", "hosts": {host: {"kind" (pause|block), "until", "by", "why"}}}``
+    (hosts whose pause is over left out); None when control was never used (no ``ctl`` key).
+
+    Raises:
+        redis.RedisError: when Redis cannot be read.
+    """
+    raw = client.get(keys.ctl)
+    if raw is None:
+        return None
+    info = {f.decode(): v.decode(errors="replace")
+            for f, v in client.hgetall(keys.control).items()}
+    until = _int(info.get("until"), -1)
+    hosts = {}
+    for h, v in client.hgetall(keys.ctlhosts).items():
+        parts = [*v.decode(errors="replace").split("|", 4), "", "", "", ""]
+        u = _int(parts[0], -1)
+        if u == 0 or u > now_ms:
+            hosts[h.decode(errors="replace")] = {"kind": parts[1] or "pause", "until": u,
+                                                 "by": parts[2], "why": parts[4]}
+    return {"paused": until == 0 or until > now_ms, "until": until,
+            "by": info.get("by", ""), "at": _int(info.get("at"), 0), "why": info.get("why", ""),
+            "gen": _int(raw.split(b"|")[0], 0), "hosts": hosts}
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def status_line(state: dict[str, Any]) -> str:
+    """The ``control`` line of ``status`` and ``top`` for :func:`read_state`'s *state*."""
+    if state["paused"]:
+        until = ("until resumed" if state["until"] == 0
+                 else f"until {time.strftime('%H:%M:%S', time.gmtime(state['until'] / 1000))} "
+                      "UTC")
+        line = f"  control    PAUSED by {state['by']} {until}"
+        if state["why"]:
+            line += f" ({state['why']})"
+    else:
+        line = "  control    running"
+    hosts = state["hosts"]
+    if hosts:
+        names = ", ".join(f"{h} ({v['kind']})" for h, v in sorted(hosts.items())[:10])
+        line += f"; {len(hosts)} host(s) paused or blocked: {names}"
+    return line

@@ -163,4 +163,29 @@ def test_status_shows_the_pause_and_the_blocked_hosts(redis_url, capsys):
     assert list(ctl["hosts"]) == ["b.test"] and ctl["hosts"]["b.test"]["kind"] == "block"
     assert cli.main(["--redis", redis_url, "status", "ctl1"]) == 0
     out = capsys.readouterr().out
-    assert "PAUSED by" in out and "(site asked)" in out and "b.test (block)" in out
+    assert "control    PAUSED by" in out and "(site asked)" in out and "b.test (block)" in out
+
+
+def test_top_and_metrics_show_the_pause_and_the_paused_hosts(redis_url, capsys):
+    from scrapy_fleet.monitoring.metrics import PREFIX, families
+    from scrapy_fleet.monitoring.snapshot import read_snapshot
+
+    admin, _ = setup_crawl(redis_url, 1, n=1)
+
+    def gauges() -> tuple[float, float]:
+        fams = {f.name: f for f in families(read_snapshot(admin.client, admin.keys))}
+        return (fams[PREFIX + "paused"].samples[0].value,
+                fams[PREFIX + "paused_hosts"].samples[0].value)
+
+    assert gauges() == (0.0, 0.0)
+    assert control.run_pause(admin, [], opts(host=["a.test", "c.test"], wait=0.2), 1) == 0
+    assert gauges() == (0.0, 2.0)
+    assert control.run_pause(admin, [], opts(reason="night", wait=0.2), 1) == 0
+    assert gauges() == (1.0, 2.0)
+    capsys.readouterr()
+    assert cli.main(["--redis", redis_url, "top", "ctl1", "--once"]) == 0
+    out = capsys.readouterr().out
+    assert "control    PAUSED by" in out and "(night)" in out
+    assert "2 host(s) paused or blocked: a.test (pause), c.test (pause)" in out
+    assert control.run_resume(admin, [], opts(), 1) == 0
+    assert gauges() == (0.0, 2.0)
