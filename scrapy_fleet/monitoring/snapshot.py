@@ -493,12 +493,10 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
     from scrapy_fleet.recrawl.status import read_recrawl
 
     snap["recrawl"] = read_recrawl(client, k, _now_ms(srv))
-    # crawl control (issue 34, docs/control.md): only once it was used on the crawl
+    # crawl control (issue 34, docs/control.md)
     from scrapy_fleet.frontier.control import read_state
 
-    control = read_state(client, k, _now_ms(srv))
-    if control is not None:
-        snap["control"] = control
+    snap["control"] = read_state(client, k, _now_ms(srv))  # (None: never used)
     return snap
 
 
