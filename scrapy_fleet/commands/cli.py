@@ -51,9 +51,9 @@ EXIT_STATUSES: tuple[tuple[int, str], ...] = (
                       "or push/retry into a crawl of another spider"),
     (push.EXIT_FULL, "push: the frontier stayed full (--no-wait, or --timeout expired); the "
                      "lines from the one reported on were not pushed"),
-    (push.EXIT_NO_CRAWL, "status, dead, failed, retry, top, recrawl, pause, resume, host: Redis "
-                          "has no record of that "
-                         "crawl (check the crawl id and the key prefix)"),
+    (push.EXIT_NO_CRAWL, "status, dead, failed, retry, top, recrawl: Redis has no record of that "
+                         "crawl (check the crawl id and the key prefix); pause, resume, host "
+                         "too"),
     (130, "interrupted (Ctrl-C); lines already pushed stay pushed"),
 )
 
