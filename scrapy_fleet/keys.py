@@ -93,6 +93,8 @@ prefix ``fleet`` and crawl id ``docs``::
                                       blocked hosts (lua/step_control.lua)
     fleet:{docs}:ctlseen      HASH  worker id -> gen          the control generation each
                                                               worker holds (its calls say)
+    fleet:{docs}:ctlhostconf  HASH  host -> "T|burst|cap|rate"  live overrides (host set),
+                                                              above hostconf part by part
     fleet:{docs}:failed       HASH  entry id -> msgpack       failed requests {url, method, reason,
                                                               status, attempts, worker, at, data}
     fleet:{docs}:failed_at    ZSET  entry id -> time (ms)     failed requests, oldest first (cap)
@@ -174,10 +176,10 @@ MONITOR_CALL = ("worker_info", "mon", "series_10s", "series_1m", "series_10m", "
                 "hostbans")
 
 #: The control keys the frontier call reads (issue 34, lua/step_control.lua).
-CONTROL_READ = ("ctl", "ctlhosts", "ctlseen")
+CONTROL_READ = ("ctl", "ctlhosts", "ctlseen", "ctlhostconf")
 
 #: KEYS of lua/control.lua, in order (the commands pause, resume and host: commands/control.py).
-CONTROL_CALL = ("ctl", "control", "ctlhosts", "ready", "hostq")
+CONTROL_CALL = ("ctl", "control", "ctlhosts", "ready", "hostq", "ctlhostconf")
 
 #: KEYS of lua/frontier.lua, in order.  The Bloom slices come last: a call without pushes
 #: leaves them out (CrawlKeys.frontier_keys), since only a push reads them.
@@ -365,6 +367,9 @@ class CrawlKeys:
     ctlhosts = _Key("ctlhosts")
     #: HASH worker id -> the control generation it holds (its calls report it)
     ctlseen = _Key("ctlseen")
+    #: HASH host -> ``"T|burst|cap|rate"``: live overrides (``host set``), part by part above
+    #: the ``hostconf`` of FLEET_HOST_OVERRIDES (empty parts keep it; lua/hosts.lua)
+    ctlhostconf = _Key("ctlhostconf")
 
     def control_keys(self) -> list[str]:
         """KEYS of lua/control.lua (CONTROL_CALL)."""

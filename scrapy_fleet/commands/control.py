@@ -149,14 +149,58 @@ def run_resume(admin: FrontierAdmin, urls: list[str], opts: Any, parts: int) -> 
     return push.EXIT_OK
 
 
+def host_override(opts: Any) -> str:
+    """The ``"T|burst|cap|rate"`` override of ``host set``'s options (empty parts: kept).
+
+    Raises:
+        ValueError: no option, --rate and --delay together, or a value out of range.
+    """
+    rate, delay, conc = (getattr(opts, n, None) for n in ("set_rate", "set_delay",
+                                                          "set_concurrency"))
+    if rate is None and delay is None and conc is None:
+        raise ValueError("host set needs --rate R, --delay S or --concurrency N (or --clear)")
+    if rate is not None and delay is not None:
+        raise ValueError("--rate and --delay both set the interval: give one")
+    if (rate is not None and not rate > 0) or (delay is not None and not delay >= 0) or (
+            conc is not None and conc < 1):
+        raise ValueError("--rate must be > 0 (requests/s), --delay >= 0 (s), --concurrency "
+                         ">= 1")
+    interval, flag = "", ""
+    if rate is not None:
+        interval, flag = f"{1000 / rate:.3f}", "1"
+    elif delay is not None:
+        interval, flag = f"{delay * 1000:.3f}", "0"
+    return f"{interval}||{conc if conc is not None else ''}|{flag}"
+
+
+def _host_set(admin: FrontierAdmin, host: str, opts: Any, parts: int) -> int:
+    """``host set CRAWL HOST --rate R | --delay S | --concurrency N | --clear``."""
+    if getattr(opts, "clear", False):
+        gen = write(admin, parts, "hclear", [host], 0, "")
+        print(f"cleared the live override of host {host} (generation {gen})")
+        return push.EXIT_OK
+    try:
+        value = host_override(opts)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return push.EXIT_ERROR
+    gen = write(admin, parts, "hconf", [host, value], 0, "")
+    print(f"host {host}: live override {value!r} (T ms|burst|cap|rate) from its next lease "
+          f"(generation {gen})")
+    return push.EXIT_OK
+
+
 def run_host(admin: FrontierAdmin, urls: list[str], opts: Any, parts: int) -> int:
-    """``host block|unblock CRAWL HOST``: a host paused until unblocked (its queue kept)."""
+    """``host block|unblock|set CRAWL HOST``: a host paused until unblocked (its queue kept),
+    or its politeness overridden live."""
     verb = getattr(opts, "host_verb", None)
-    if verb not in ("block", "unblock") or len(urls) != 1 or not urls[0].strip():
-        print("error: usage: host block|unblock CRAWL HOST (one non-empty host)",
+    if verb not in ("block", "unblock", "set") or len(urls) != 1 or not urls[0].strip():
+        print("error: usage: host block|unblock|set CRAWL HOST (one non-empty host)",
               file=sys.stderr)
         return push.EXIT_ERROR
     host = urls[0].strip()
+    if verb == "set":
+        return _host_set(admin, host, opts, parts)
     if verb == "unblock":
         gen = write(admin, parts, "hresume", [host], 0, "")
         print(f"unblocked host {host} of crawl {admin.keys.crawl_id!r} (generation {gen})")
@@ -178,8 +222,10 @@ def ACTIONS(action: Any) -> list[Any]:
                lambda c: run_pause(c.crawl, c.urls, c.opts, c.parts), needs_state=True),
         action("resume", "resume a paused crawl, or hosts of it (--host)", "[--host H ...]",
                lambda c: run_resume(c.crawl, c.urls, c.opts, c.parts), needs_state=True),
-        action("host", "host block|unblock CRAWL HOST: stop leasing a host (its queue kept) "
-               "until unblocked", "HOST [--reason TEXT] [--wait S]",
+        action("host", "host block|unblock|set CRAWL HOST: stop leasing a host (its queue "
+               "kept) until unblocked, or override its politeness live",
+               "HOST [--reason TEXT] [--wait S] [--rate R | --delay S] [--concurrency N] "
+               "[--clear]",
                lambda c: run_host(c.crawl, c.urls, c.opts, c.parts), takes_urls=True,
                needs_state=True),
     ]
@@ -190,6 +236,14 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--for", dest="pause_for", default=None, metavar="DURATION",
                         help="pause: resume by itself after DURATION (90s, 5m, 2h; Redis's "
                              "clock)")
+    parser.add_argument("--rate", dest="set_rate", type=float, default=None, metavar="R",
+                        help="host set: requests/s to the host, fleet-wide (GCRA)")
+    parser.add_argument("--delay", dest="set_delay", type=float, default=None, metavar="S",
+                        help="host set: seconds between two requests to the host")
+    parser.add_argument("--concurrency", dest="set_concurrency", type=int, default=None,
+                        metavar="N", help="host set: requests in flight to the host at most")
+    parser.add_argument("--clear", action="store_true",
+                        help="host set: remove the host's live override")
     parser.add_argument("--wait", type=float, default=DEFAULT_WAIT, metavar="SECONDS",
                         help="pause, host block: wait at most this long for every live worker "
                              "to confirm (default %(default)s)")

@@ -1,14 +1,16 @@
 -- control.lua: a control command's write (issue 34, commands/control.py, docs/control.md),
 -- on one frontier (each partition of a partitioned crawl gets the same write).
 --
--- Keys (of K, keys.CONTROL_CALL): ctl, control, ctlhosts, ready, hostq.
--- ARGV: op ('pause', 'resume', 'hpause', 'block', 'hresume'), gen (the generation the
+-- Keys (of K, keys.CONTROL_CALL): ctl, control, ctlhosts, ready, hostq, ctlhostconf.
+-- ARGV: op (pause, resume, hpause, block, hresume, hconf, hclear), gen (the generation the
 -- command proposes: the one written is max(this, stored + 1)), for ms (0: until resumed or
 -- unblocked), by, why, then the hosts (host operations).
 -- pause/resume: the crawl's pause in K.control {gen, until, by, at, why}; hpause/block: each
 -- host in K.ctlhosts "<until>|<kind>|<by>|<at>|<why>"; hresume: each host out of it, and
 -- back in K.ready now when it has queued entries (a paused host was put there at FAR or at
--- its end).  Paused hosts whose time is over are dropped.  Then K.ctl, the summary every
+-- its end); hconf: a host's live override in K.ctlhostconf (host set, lua/hosts.lua), merged
+-- part by part with the one there; hclear: it removed.  Paused hosts whose time is over are
+-- dropped.  Then K.ctl, the summary every
 -- frontier call reads (lua/step_control.lua).
 -- Reply: {gen, now ms, until}.
 -- Work: one command per host named, an HGETALL of the paused hosts.
@@ -31,6 +33,29 @@ elseif op == 'hpause' or op == 'block' then
   local value = string.format('%d|%s|%s|%d|%s', ends, op == 'block' and 'block' or 'pause',
                               by, now, why)
   for i = 6, #ARGV do redis.call('HSET', K.ctlhosts, ARGV[i], value) end
+elseif op == 'hconf' then
+  -- host set: ARGV[6] the host, ARGV[7] "T|burst|cap|rate" (empty parts: keep the override's)
+  local old = redis.call('HGET', K.ctlhostconf, ARGV[6]) or '|||'
+  local parts, i = {}, 0
+  for o in string.gmatch(old .. '|', '([^|]*)|') do
+    i = i + 1
+    parts[i] = o
+  end
+  i = 0
+  for n in string.gmatch(ARGV[7] .. '|', '([^|]*)|') do
+    i = i + 1
+    if n ~= '' then parts[i] = n end
+  end
+  redis.call('HSET', K.ctlhostconf, ARGV[6], table.concat(parts, '|', 1, 4))
+  redis.call('ZADD', K.ready, 'LT', now, ARGV[6])  -- (a new rate may let it go sooner)
+  if (tonumber(redis.call('HGET', K.hostq, ARGV[6])) or 0) == 0 then
+    redis.call('ZREM', K.ready, ARGV[6])
+  end
+elseif op == 'hclear' then
+  redis.call('HDEL', K.ctlhostconf, ARGV[6])
+  if (tonumber(redis.call('HGET', K.hostq, ARGV[6])) or 0) > 0 then
+    redis.call('ZADD', K.ready, 'LT', now, ARGV[6])
+  end
 elseif op == 'hresume' then
   for i = 6, #ARGV do
     if redis.call('HDEL', K.ctlhosts, ARGV[i]) == 1

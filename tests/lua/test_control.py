@@ -189,3 +189,45 @@ def test_top_and_metrics_show_the_pause_and_the_paused_hosts(redis_url, capsys):
     assert "2 host(s) paused or blocked: a.test (pause), c.test (pause)" in out
     assert control.run_resume(admin, [], opts(), 1) == 0
     assert gauges() == (0.0, 2.0)
+
+
+def hosts_of_calls(admin, n: int, take: int = 10) -> list[list[str]]:
+    """The hosts leased by *n* calls (each acknowledging nothing), one list per call."""
+    from scrapy_fleet import codec
+    from scrapy_fleet.catalog import DEFAULT_REQUEST_CLASSES
+
+    return [[codec.decode(e.payload, None, DEFAULT_REQUEST_CLASSES).url.split("/")[2]
+             for e in admin.call(CallBatch(take=take), worker="w").leased] for _ in range(n)]
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+def test_host_set_overrides_a_hosts_politeness_from_the_next_lease(redis_url, parts):
+    admin, admins = setup_crawl(redis_url, parts, n=4)
+    home = admins[partition_of("a.test", parts)]
+    o = opts()
+    o.host_verb, o.set_rate, o.set_delay, o.set_concurrency = "set", None, None, 1
+    assert control.run_host(admin, ["a.test"], o, parts) == 0
+    # at most one request of a.test in flight (nothing acknowledged): 1, then none
+    assert [hs.count("a.test") for hs in hosts_of_calls(home, 2)] == [1, 0]
+    # a rate of 0.5/s: its next turn two seconds after a lease (reply's next_ready)
+    o.set_concurrency, o.set_rate = None, 0.5
+    other = admins[partition_of("e.test", parts)]
+    other.push([entry(f"http://e.test/{i}") for i in range(3)])
+    assert control.run_host(admin, ["e.test"], o, parts) == 0
+    assert hosts_of_calls(other, 1)[0].count("e.test") == 1  # one turn now
+    second = other.call(CallBatch(take=10), worker="w")
+    assert second.leased == [] and second.next_ready is not None
+    assert 1.5 < second.next_ready <= 2.0  # the next one two seconds after
+    # --clear: a.test back to the defaults (no cap): its three others leased at once
+    o2 = opts()
+    o2.host_verb, o2.clear = "set", True
+    assert control.run_host(admin, ["a.test"], o2, parts) == 0
+    assert hosts_of_calls(home, 1)[0].count("a.test") == 3
+
+
+def test_host_set_refuses_bad_values_with_one_line(redis_url, capsys):
+    FrontierAdmin(redis_url, "ctlcli").push([entry("http://a.test/1")])
+    for extra in (["--rate", "0"], ["--rate", "1", "--delay", "1"], [], ["--concurrency", "0"]):
+        assert cli.main(["--redis", redis_url, "host", "set", "ctlcli", "a.test", *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error:") and len(err.splitlines()) == 1, err
