@@ -4,6 +4,7 @@ the site sees no request start after that."""
 
 from __future__ import annotations
 
+import signal
 import time
 
 import pytest
@@ -84,8 +85,11 @@ def test_nothing_starts_after_pause_returns_and_resume_fetches_each_page_once(
     assert started == []
     assert len(page_hits(site)) == at_pause < 3 * PAGES
     assert [p.poll() for p in procs] == [None, None]  # paused is not idle: nobody closed
+    # a worker stopped while paused (SIGTERM) gives back the request it holds and exits
+    procs[0].send_signal(signal.SIGTERM)
+    assert wait_all(procs[:1], 60) == [0], tail(logs[0])
     assert cli.main(["--redis", redis_url, "resume", "fetch"]) == 0
-    assert wait_all(procs, 180) == [0, 0], tail(logs[0])
+    assert wait_all(procs, 180) == [0, 0], tail(logs[1])
     paths = [r["addr"] + r["path"] for r in page_hits(site)]
     assert len(paths) == len(set(paths)) == 3 * PAGES  # each page once
 
