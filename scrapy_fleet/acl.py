@@ -37,7 +37,8 @@ _SCRIPTS = {"worker": ("frontier.lua", "push_lean.lua", "politeness.lua", "seedi
             "monitor": (), "admin": ("frontier.lua", "push_lean.lua", "politeness.lua",
                                      "seeding.lua", "bloom_add.lua", "failed_retry.lua",
                                      "host_drop.lua",
-                                     "sessions.lua")}  # sessions --retire/--reset
+                                     "sessions.lua",  # sessions --retire/--reset
+                                     "control.lua")}  # pause, resume, host (issue 34)
 #: the proxy pool's script (a worker: choose, report, seed; an admin: the ``proxies`` actions)
 _POOL_SCRIPTS = ("proxies.lua",)
 #: the script a scrapy-redis spider's worker runs on its start key (compat/feeder.py)

@@ -179,6 +179,50 @@ def wrap_fetch(crawler: Crawler, wrapper: Callable[..., Any]) -> Callable[[], No
     return uninstall
 
 
+def gate_sends(crawler: Crawler, gate: Callable[[Any], Any]) -> Callable[[], None]:
+    """Make every download wait for ``await gate(request)`` right before its handler sends it
+    (after the downloader middlewares and the downloader slot's queue: nothing is between it
+    and the wire), the crawl control's hold (frontier/control.py).  Scrapy 2.19 calls
+    ``downloader.handlers.download_request_async(request)``; 2.13 to 2.18
+    ``download_request(request[, spider])``, which returns a Deferred.
+
+    Returns a function that undoes it.
+
+    Raises:
+        UnsupportedScrapyError: the engine's downloader has neither.
+    """
+    from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
+
+    handlers: Any = getattr(getattr(running_engine(crawler), "downloader", None), "handlers",
+                            None)
+    name = next((n for n in ("download_request_async", "download_request")
+                 if callable(getattr(handlers, n, None))), None)
+    if name is None:
+        raise UnsupportedScrapyError(
+            "scrapy_fleet cannot hook into this Scrapy's download handlers (no "
+            "downloader.handlers.download_request); supported: Scrapy 2.13 to 2.19")
+    original = getattr(handlers, name)
+
+    async def gated(request: Any, *args: Any, **kwargs: Any) -> Any:
+        await gate(request)
+        result = original(request, *args, **kwargs)
+        return await (result if name == "download_request_async"
+                      else maybe_deferred_to_future(result))
+
+    def send(request: Any, *args: Any, **kwargs: Any) -> Any:
+        if name == "download_request_async":
+            return gated(request, *args, **kwargs)
+        return deferred_from_coro(gated(request, *args, **kwargs))
+
+    setattr(handlers, name, send)
+
+    def uninstall() -> None:
+        if getattr(handlers, name, None) is send:
+            setattr(handlers, name, original)
+
+    return uninstall
+
+
 def on_scrape(crawler: Crawler, callback: Callable[[Any, Any], None]) -> Callable[[], None]:
     """Call ``callback(result, request)`` each time the downloader hands a final result to the
     scraper: a Response, or the Failure of a download that failed for good (after the

@@ -91,6 +91,16 @@ prefix ``fleet`` and crawl id ``docs``::
                                       when no worker had reached Redis for
                                       FLEET_WORKER_DEAD_AFTER (an outage), so that none is
                                       taken for dead when it comes back (lua/beat.lua)
+    fleet:{docs}:ctl          STRING  "<gen>|<until>|<hosts>"  crawl control (issue 34): its
+                                      generation, the crawl's pause (-1 running, 0 until
+                                      resumed, else until that ms) and paused hosts' count
+    fleet:{docs}:control      HASH    the crawl's pause: gen, until, by, at, why
+    fleet:{docs}:ctlhosts     HASH  host -> "<until>|<kind>|<by>|<at>|<why>"  paused or
+                                      blocked hosts (lua/step_control.lua)
+    fleet:{docs}:ctlseen      HASH  worker id -> gen          the control generation each
+                                                              worker holds (its calls say)
+    fleet:{docs}:ctlhostconf  HASH  host -> "T|burst|cap|rate"  live overrides (host set),
+                                                              above hostconf part by part
     fleet:{docs}:failed       HASH  entry id -> msgpack       failed requests {url, method, reason,
                                                               status, attempts, worker, at, data}
     fleet:{docs}:failed_at    ZSET  entry id -> time (ms)     failed requests, oldest first (cap)
@@ -191,6 +201,12 @@ TEST_CLOCK_KEY = "fleet-test:clock_offset_ms"
 MONITOR_CALL = ("worker_info", "mon", "series_10s", "series_1m", "series_10m", "hoststats",
                 "hostbans")
 
+#: The control keys the frontier call reads (issue 34, lua/step_control.lua).
+CONTROL_READ = ("ctl", "ctlhosts", "ctlseen", "ctlhostconf")
+
+#: KEYS of lua/control.lua, in order (the commands pause, resume and host: commands/control.py).
+CONTROL_CALL = ("ctl", "control", "ctlhosts", "ready", "hostq", "ctlhostconf")
+
 #: KEYS of lua/frontier.lua, in order.  The Bloom slices come last: a call without pushes
 #: leaves them out (CrawlKeys.frontier_keys), since only a push reads them.
 FRONTIER_CALL = ("op", "prev_op", "data", "leases", "lease", "expiries", "dead", "seq", "token",
@@ -206,6 +222,8 @@ FRONTIER_CALL = ("op", "prev_op", "data", "leases", "lease", "expiries", "dead",
                  "revisit_popped", "revisit_place_prefix", "revisit_lastmod",
                  "adaptive",  # adaptive politeness (issue 35): lua/adaptive.lua
                  "budget", "budgeth",  # budgets (issue 34): lua/step_budget.lua
+                 # crawl control (issue 34): lua/step_control.lua
+                 *CONTROL_READ,
                  *MONITOR_CALL, "bloom_slices")
 
 #: KEYS of lua/failed_retry.lua, in order.
@@ -367,6 +385,26 @@ class CrawlKeys:
     def stored_from(self, p: int) -> str:
         """The bitmap of the stored responses queued here for the entries of partition *p*."""
         return f"{self.stored_from_prefix}{p}"
+
+    # -- crawl control (issue 34: pause, resume, host block; docs/control.md) ---------------
+    #: STRING ``"<gen>|<until>|<hosts>"``: the control generation, the crawl's pause (-1:
+    #: running; 0: paused until resumed; else paused until that server time, ms) and how many
+    #: hosts are paused; missing: no control was ever used (lua/step_control.lua)
+    ctl = _Key("ctl")
+    #: HASH of the crawl's pause: gen, until, by, at (ms), why
+    control = _Key("control")
+    #: HASH host -> ``"<until>|<kind>|<by>|<at>|<why>"`` (until 0: until unblocked or resumed;
+    #: kind ``pause`` or ``block``)
+    ctlhosts = _Key("ctlhosts")
+    #: HASH worker id -> the control generation it holds (its calls report it)
+    ctlseen = _Key("ctlseen")
+    #: HASH host -> ``"T|burst|cap|rate"``: live overrides (``host set``), part by part above
+    #: the ``hostconf`` of FLEET_HOST_OVERRIDES (empty parts keep it; lua/hosts.lua)
+    ctlhostconf = _Key("ctlhostconf")
+
+    def control_keys(self) -> list[str]:
+        """KEYS of lua/control.lua (CONTROL_CALL)."""
+        return self.call_keys(CONTROL_CALL)
 
     leases = _Key("leases")
     lease = _Key("lease")

@@ -50,7 +50,11 @@ def run(admin: FrontierAdmin, opts: Any, parts: int = 1) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return push.EXIT_ERROR
-    host = getattr(opts, "host", None)
+    hosts = getattr(opts, "host", None) or [None]
+    if len(hosts) > 1:
+        print("error: budget takes one --host H", file=sys.stderr)
+        return push.EXIT_ERROR
+    host = hosts[0]
     if host is not None and (seconds is not None or pages is None):
         print("error: --host takes --pages (a host has a page budget only)", file=sys.stderr)
         return push.EXIT_ERROR

@@ -25,7 +25,7 @@ from scrapy import Request
 from scrapy_fleet import acl, redis_url
 from scrapy_fleet.catalog import DEFAULTS, SETTINGS, format_default, settings_listing
 from scrapy_fleet.checks import validate_crawl_id, validate_key_prefix
-from scrapy_fleet.commands import actions, host, lookup, partitioned, push, sessions
+from scrapy_fleet.commands import actions, control, host, lookup, partitioned, push, sessions
 from scrapy_fleet.commands import budget as budget_commands
 from scrapy_fleet.config import validate_partitions
 from scrapy_fleet.errors import (
@@ -46,14 +46,16 @@ EXIT_STATUSES: tuple[tuple[int, str], ...] = (
     (push.EXIT_REJECTED, "push: some lines were rejected (the valid ones were pushed); "
                          "purge: declined; proxies: an exit named matched nothing; "
                          "recrawl: the URL is not in the recrawl schedule; urls, host drop: "
-                         "the crawl has no such host, or (host drop) declined"),
+                         "the crawl has no such host, or (host drop) declined; pause, host "
+                         "block: a live worker did not confirm in time (named)"),
     (push.EXIT_ERROR, "usage error, or Redis unreachable, refusing the credentials, or not "
                       "a Redis server; scrapy fleet: the project does not enable the add-on, "
                       "or push/retry into a crawl of another spider"),
     (push.EXIT_FULL, "push: the frontier stayed full (--no-wait, or --timeout expired); the "
                      "lines from the one reported on were not pushed"),
     (push.EXIT_NO_CRAWL, "status, dead, failed, retry, top, recrawl: Redis has no record of that "
-                         "crawl (check the crawl id and the key prefix); url, hosts, urls, host "
+                         "crawl (check the crawl id and the key prefix); url, hosts, urls, "
+                         "pause, resume, host "
                          "too"),
     (130, "interrupted (Ctrl-C); lines already pushed stay pushed"),
 )
@@ -138,7 +140,7 @@ def _settings_action(ctx: ActionContext) -> int:
 #: the ``acl`` roles and what runs as each (scrapy_fleet/acl.py, docs/deployment.md)
 ACL_ROLE_USES = {"worker": "scrapy crawl, push",
                  "monitor": "status, recrawl, dead, failed, top, monitor, url, hosts, urls, crawls",
-                 "admin": "purge, retry, host drop, proxies, budget"}
+                 "admin": "purge, retry, host, proxies, budget, pause, resume"}
 
 
 def _acl_action(ctx: ActionContext) -> int:
@@ -196,6 +198,7 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("budget", "set the crawl's (or a host's) budget, or show them (docs/control.md)",
            "[--host H] [--pages N] [--seconds S] [--json]",
            lambda c: budget_commands.run(c.crawl, c.opts, c.parts), needs_state=True),
+    *control.ACTIONS(Action),  # crawl control (issue 34): pause, resume
     Action("settings", "list every FLEET_* setting with its type, default and meaning",
            "[--json]", _settings_action, needs_redis=False),
     Action("acl", "print the least-privilege ACL rules of the crawl's roles (worker, "
@@ -293,6 +296,7 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
     lookup.add_arguments(parser)
     host.add_arguments(parser)
     budget_commands.add_arguments(parser)
+    control.add_arguments(parser)
 
 
 #: action -> the least-privilege role it needs (scrapy_fleet/acl.py), checked at start;
@@ -301,7 +305,7 @@ ACL_ROLES = {"push": "worker", "retry": "admin", "purge": "admin", "status": "mo
              "budget": "admin",
              "recrawl": "monitor",
              "dead": "monitor", "failed": "monitor", "top": "monitor", "monitor": "monitor",
-             **lookup.ROLES, **host.ROLES}
+             **lookup.ROLES, **host.ROLES, **control.ACL_ROLES}
 
 
 def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: Any,
@@ -380,6 +384,8 @@ def _purged_partitions(ctx: ActionContext) -> int:
 
 def _partitioned_action(ctx: ActionContext, action: str) -> int:
     """*action* on a crawl of ctx.parts > 1 partitions (issue 21)."""
+    if action in control.ACL_ROLES:
+        return ACTIONS[action].run(ctx)
     if action == "push":
         target = partitioned.PartitionedPush(ctx.crawl, ctx.parts)
         return actions.run_push(target, ctx.urls, ctx.opts,  # type: ignore[arg-type]

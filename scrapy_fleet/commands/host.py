@@ -1,6 +1,7 @@
 """``scrapy fleet host SUBCOMMAND CRAWL HOST [...]``: operations on one host of a crawl (issue
 34 item 2; docs/control.md).  :data:`SUBCOMMANDS` maps each subcommand to its handler: this
-module has ``drop``; ``block``, ``unblock`` and ``set`` join the table.
+module has ``drop``; ``block``, ``unblock`` and ``set`` are commands/control.py's (state the
+lease step reads).
 
 The command line reads ``host drop CRAWL HOST``: cli.py and fleet.py move the subcommand
 after the crawl (:func:`reorder`), so that the action sees ``CRAWL`` as its crawl and
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scrapy_fleet import lua
-from scrapy_fleet.commands import push
+from scrapy_fleet.commands import control, push
 from scrapy_fleet.frontier import listing
 from scrapy_fleet.keys import DROP_CALL, CrawlKeys, partition_of
 
@@ -95,8 +96,19 @@ def run_drop(ctx: Any, args: list[str]) -> int:
     return push.EXIT_OK
 
 
+def _control(verb: str) -> Callable[[Any, list[str]], int]:
+    """The handler of ``host VERB CRAWL HOST`` for a verb of commands/control.py (block,
+    unblock, set: state the lease step reads)."""
+    def run(ctx: Any, args: list[str]) -> int:
+        ctx.opts.host_verb = verb
+        return control.run_host(ctx.crawl, args, ctx.opts, ctx.parts)
+    return run
+
+
 #: subcommand -> handler(ctx, its arguments after the subcommand)
-SUBCOMMANDS: dict[str, Callable[[Any, list[str]], int]] = {"drop": run_drop}
+SUBCOMMANDS: dict[str, Callable[[Any, list[str]], int]] = {
+    "drop": run_drop, "block": _control("block"), "unblock": _control("unblock"),
+    "set": _control("set")}
 
 
 def run_host(ctx: Any) -> int:
@@ -119,7 +131,9 @@ def add_arguments(parser: Any) -> None:
 #: the action's row (cli.py ``Action`` keyword arguments)
 ROW: dict[str, Any] = {
     "name": "host", "summary": "operate on one host of the crawl: drop (its queued entries, "
-    "in bounded slices)", "args": "drop HOST [--dead-letter] [--yes]", "run": run_host,
+    "in bounded slices), block|unblock (no lease, queue kept), set (a live politeness "
+    "override)", "args": "drop|block|unblock|set HOST [--dead-letter] [--yes] [--reason TEXT] "
+    "[--wait S] [--rate R | --delay S] [--concurrency N] [--clear]", "run": run_host,
     "takes_urls": True, "needs_state": True}
 #: its ACL role (cli.py ACL_ROLES)
 ROLES = {"host": "admin"}

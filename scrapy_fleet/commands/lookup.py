@@ -117,10 +117,11 @@ def run_hosts(ctx: Any) -> int:
 
 def run_urls(ctx: Any) -> int:
     """``urls CRAWL --host H [--state S] [--limit N] [--cursor C] [--json]``: one page."""
-    opts, host = ctx.opts, getattr(ctx.opts, "host", None)
-    if not host:
-        print("error: urls needs --host H", file=sys.stderr)
+    opts, hosts = ctx.opts, getattr(ctx.opts, "host", None) or []
+    if len(hosts) != 1 or not hosts[0]:
+        print("error: urls needs one --host H", file=sys.stderr)
         return push.EXIT_ERROR
+    host = hosts[0]
     if opts.state not in listing.URL_STATES:
         print(f"error: --state takes one of {', '.join(listing.URL_STATES)} "
               f"(got {opts.state!r})", file=sys.stderr)

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 from scrapy_fleet import codec, engine_hooks
 from scrapy_fleet.browser import pagemethods
 from scrapy_fleet.errors import FleetError, RequestEncodeError
+from scrapy_fleet.frontier.control import WorkerControl
 from scrapy_fleet.frontier.leases import Lease, Out, callback_failure, unstorable_record
 from scrapy_fleet.frontier.protocol import clamp_priority
 from scrapy_fleet.frontier.routing import lease_partition
@@ -124,6 +125,8 @@ class LeaseBook:
         self.drain_started: float | None = None
         #: host -> time.monotonic() until which it is on hold, from the last frontier call
         self.holds: dict[str, float] = {}
+        #: crawl control (issue 34): the pauses the last frontier call reported
+        self.control = WorkerControl()
         #: recrawl: the Bloom key of a request (the scheduler's filter), sent with a revisit
         #: record for its sitemap-lastmod place entry (docs/recrawl.md); None: not sent
         self.bloom_key_of: Callable[[Request], bytes] | None = None

@@ -401,6 +401,8 @@ class PartitionedFrontier:
         if batch.beat and self._rq is not None and self.stage_part not in dict(calls):
             calls.append((self.stage_part, CallBatch(beat=True)))
         calls += [(p, CallBatch()) for p in sorted(set(self._sent) - set(dict(calls)))]
+        for _, one in calls:  # (crawl control: each call reports the generation held)
+            one.control_gen = batch.control_gen
         kept = dict(self._sent)  # (the parts sent again first, their refused pushes)
         encode = self.encode
         results = await asyncio.gather(*(

@@ -80,6 +80,9 @@ class CallBatch:
     beat: bool = False
     #: failure records of requests without a parent that could not be encoded
     unstorable: list[bytes] = field(default_factory=list)
+    #: the crawl-control generation the worker holds (issue 34; 0: none): recorded by the
+    #: call (K.ctlseen), so that `pause` knows every live worker has seen it
+    control_gen: int = 0
 
     def is_empty(self) -> bool:
         return not (self.acks or self.releases or self.dead or self.extends or self.pushes
@@ -149,6 +152,9 @@ class CallResult:
     #: budgets: the crawl's close reason ("budget_pages", "budget_seconds") once its budget
     #: is spent and nothing is in flight ("": not so; lua/step_budget.lua)
     budget_spent: str = ""
+    #: crawl control (issue 34; None: never used): the state the worker holds until its next
+    #: call (frontier/control.py)
+    control: ControlState | None = None
 
     @classmethod
     def from_reply(cls, reply: bytes) -> CallResult:
@@ -182,7 +188,44 @@ class CallResult:
             next_revisit=(float(d["rv"][1]) / 1000 if isinstance(d.get("rv"), (list, tuple))
                           and len(d["rv"]) == 2 and int(d["rv"][1]) >= 0 else None),
             budget_spent=(d.get("bx") or b"").decode(errors="replace"),
+            control=ControlState.from_reply(d.get("cz")),
         )
+
+
+@dataclass(frozen=True)
+class ControlState:
+    """The crawl control a frontier call reports (lua/step_control.lua, reply field ``cz``):
+    *gen*, its generation; *paused*: seconds the crawl stays paused (None: running; inf:
+    until resumed); *hosts*: host -> seconds it stays paused or blocked (inf: until
+    unblocked)."""
+
+    gen: int
+    paused: float | None
+    hosts: dict[str, float]
+
+    @classmethod
+    def from_reply(cls, value: Any) -> ControlState | None:
+        """*value* (``[gen, ms left (-1 running, 0 until resumed), [[host, ms left]...]]``)
+        as a state; None when absent or not of that shape."""
+        if not isinstance(value, (list, tuple)) or len(value) != 3:
+            return None
+        return cls(int(value[0]), _left(int(value[1])),
+                   {h.decode(errors="replace"): _left(int(ms)) or 0.0 for h, ms in value[2]})
+
+    def merge(self, other: ControlState | None) -> ControlState:
+        """The state of two partitions' replies: the later generation, paused when either
+        says so, every host either names."""
+        if other is None:
+            return self
+        pauses = [p for p in (self.paused, other.paused) if p is not None]
+        return ControlState(max(self.gen, other.gen), max(pauses) if pauses else None,
+                            {**self.hosts, **other.hosts})
+
+
+def _left(ms: int) -> float | None:
+    """Seconds of a pause from its ms left: None when not paused (-1), inf for 0 (until
+    resumed)."""
+    return None if ms < 0 else float("inf") if ms == 0 else ms / 1000
 
 
 def as_pair(value: Any) -> tuple[int, int]:
@@ -291,6 +334,7 @@ def _call_fields(batch: CallBatch, worker: str, marker: str, left_out: int,
         # (a worker's first call: the leases under its id are a predecessor's,
         # lua/step_recover.lua recover_predecessor)
         "nw": 1 if first else 0,
+        "cg": batch.control_gen,
     }
     if lean:
         return {k: v for k, v in fields.items() if v or k in ("w", "t")}

@@ -321,7 +321,7 @@ class FrontierPump:
         """The next call: finished requests with their links (all of a request's links in
         one call), requests without a parent, dead letters, heartbeats, a lease request."""
         book = self.book
-        batch = CallBatch()
+        batch = CallBatch(control_gen=book.control.gen)
         n_done = 0
         for lease in book.done:
             book.materialize(lease.children, lease)
@@ -537,6 +537,8 @@ class FrontierPump:
         for h, left in result.holds.items():
             holds[h] = max(holds.get(h, 0.0), now + left)
         book.holds = holds
+        if result.control is not None and book.control.apply(result.control):
+            self._poke()  # (the next call reports the new generation: `pause` waits for it)
         self._next_ready_at = None if result.next_ready is None else now + result.next_ready
         if self.stage is not None:
             self.stage.note_response_queue(result.response_queue)

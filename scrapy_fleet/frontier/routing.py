@@ -10,7 +10,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scrapy_fleet.frontier.lean import LeanResult
-from scrapy_fleet.frontier.protocol import CallBatch, CallResult, FrontierParams, LeasedEntry
+from scrapy_fleet.frontier.protocol import (
+    CallBatch,
+    CallResult,
+    ControlState,
+    FrontierParams,
+    LeasedEntry,
+)
 from scrapy_fleet.keys import STAGE_HOST, partition_of
 
 #: separator of a partition's index and an entry id in the ids a PartitionedFrontier hands out
@@ -287,7 +293,18 @@ def merge_results(r: Route, by_part: dict[int, CallResult], lean: dict[int, Lean
         marker=by_part[home].marker if home in by_part else "",
         seen=seen, bloom_gen=None,
         cached=s("cached") + sum(x.cached for x in lean.values()),
-        prev_lost=any(res.prev_lost for res in results))
+        prev_lost=any(res.prev_lost for res in results),
+        control=merge_control(results))
+
+
+def merge_control(results: list[CallResult]) -> ControlState | None:
+    """The crawl control the partitions' replies report (each partition holds all of it:
+    commands/control.py writes to every one), merged (:meth:`ControlState.merge`)."""
+    merged: ControlState | None = None
+    for res in results:
+        if res.control is not None:
+            merged = res.control.merge(merged)
+    return merged
 
 
 def foreign_dests(keep: CallBatch, parts: int) -> set[int]:

@@ -45,7 +45,7 @@ from scrapy_fleet import codec, engine_hooks
 from scrapy_fleet.compat.feeder import StartKeyFeeder, is_start_key_spider, take_over
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import FleetConfigError
-from scrapy_fleet.frontier import budgets, memory
+from scrapy_fleet.frontier import budgets, control, memory
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.dupefilter import RedisBloomDupeFilter
 from scrapy_fleet.frontier.leases import Lease
@@ -106,6 +106,7 @@ class FleetScheduler(BaseScheduler):
         if isinstance(dupefilter, RedisBloomDupeFilter):  # recrawl: a revisit's place entry
             self.book.bloom_key_of = dupefilter.bloom_key
         self._uninstall_hook: Any = None
+        self._uninstall_gate: Any = None  #: crawl control's hold (frontier/control.py)
         self._logged_clamp = False
         self._start_tasks: set[asyncio.Task[None]] = set()  # pushed requests in the hook
         #: a scrapy-redis spider's start key, fed into the frontier (compat/feeder.py)
@@ -123,6 +124,11 @@ class FleetScheduler(BaseScheduler):
     def spider(self) -> Spider | None:
         """The spider of the crawl (None before ``open``)."""
         return self.book.spider
+
+    async def _control_gate(self, request: Request) -> None:
+        """A download waits here while the crawl or its host is paused (issue 34)."""
+        await control.gate(self.crawler, request,
+                           politeness.host_key(request.url, self.config.politeness.host_key))
 
     def open(self, spider: Spider) -> Deferred[None]:
         return deferred_from_coro(self._open(spider))
@@ -165,6 +171,7 @@ class FleetScheduler(BaseScheduler):
             logger.warning(warning, extra={"spider": spider})
             self.book.inc("fleet/backpressure/memory_warnings")
         self._uninstall_hook = engine_hooks.on_request_done(self.crawler, self.book.finished)
+        self._uninstall_gate = engine_hooks.gate_sends(self.crawler, self._control_gate)
         stage = StageRole(self.book)
         stage.install()
         self.pump.start(frontier, stage)
@@ -235,6 +242,8 @@ class FleetScheduler(BaseScheduler):
             task.cancel()
         if self._uninstall_hook is not None:
             self._uninstall_hook()
+        if self._uninstall_gate is not None:
+            self._uninstall_gate()
         if self.pump.stage is not None:
             self.pump.stage.uninstall()
         if self._feeder is not None:

@@ -68,16 +68,17 @@
 
 -- (what every call reads first, in one command: its cached reply, the crawl marker, the
 -- queued count, since when the fleet is idle, how many URLs are tracked for revisits,
--- before when nothing deferred or leased can be due, the oldest worker's last call, and
--- from when liveness counts: lua/step_recover.lua)
+-- before when nothing deferred or leased can be due, the oldest worker's last call, from
+-- when liveness counts: lua/step_recover.lua, and the crawl control: lua/step_control.lua)
 local head = redis.call('MGET', K.op, K.marker, K.queue_count, K.idle_since,
-                        K.revisit_count, K.next_due, K.workers_first, K.alive_from)
+                        K.revisit_count, K.next_due, K.workers_first, K.alive_from, K.ctl)
 if head[1] then
   return head[1]
 end
 local c, err = check_call(K, head)
 if not c then return redis.error_reply(err) end
 begin_call(c)
+control_read(c)  -- crawl control (issue 34): a paused crawl leases nothing
 recover_gap(c)
 if call_has_work(c) then
   frontier_steps(c)
@@ -87,4 +88,5 @@ keep_next_due(c)
 step_idle(c)
 monitor_apply(c.mon, K, c.now, c.worker, c.out.acked + c.out.parked + c.out.deferred,
               c.workers_first)
+control_reply(c)
 return step_reply(c)

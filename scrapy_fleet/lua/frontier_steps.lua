@@ -14,11 +14,12 @@ local K, req = c.K, c.req
 local ctx = new_host_ctx(c.now, K.tat, K.hold, K.hostlive, K.hostconf, K.crawldelay, req)
 ctx.memo = {}  -- per-host fields read once per call (hosts.lua, ctx_get)
 if req.ad == 1 then ctx.adaptive = K.adaptive end  -- adaptive politeness (lua/adaptive.lua)
+if c.ctl then ctx.live = K.ctlhostconf end  -- crawl control's `host set` (lua/step_control.lua)
 -- per-host hashes without any field (hostconf, crawldelay, hold, adaptive: few calls write
 -- them), not read per host: each looked at (EXISTS) the first time a step asks, so that a call that
 -- asks none (no lease, no hold) sends none
 local lazy = {[K.hostconf] = true, [K.crawldelay] = true, [K.hold] = true,
-              [K.adaptive] = true}
+              [K.adaptive] = true, [K.ctlhostconf] = true}
 ctx.empty = setmetatable({}, {__index = function(t, key)
   if not lazy[key] then return nil end
   local v = redis.call('EXISTS', key) == 0

@@ -54,17 +54,21 @@ end
 
 -- The configured interval T (ms), burst, concurrency cap and rate flag of a host: the
 -- fleet's defaults and a per-host override ("T|b|cap", empty parts keep the default).
+-- ctx.live (crawl control's `host set`, lua/step_control.lua): a second override, applied
+-- after the first part by part.
 local function host_conf_ctx(ctx, host)
   local T, b, cap, rate = ctx.defaults[1], ctx.defaults[2], ctx.defaults[3], ctx.defaults[4]
-  local conf = ctx_get(ctx, ctx.hostconf, host)
-  if conf then
-    local ct, cb, cc, cr = string.match(conf, '^([^|]*)|([^|]*)|([^|]*)|?([^|]*)$')
-    if tonumber(ct) then
-      T = tonumber(ct)
-      rate = tonumber(cr) or 0
+  for _, key in ipairs({ctx.hostconf, ctx.live}) do
+    local conf = ctx_get(ctx, key, host)
+    if conf then
+      local ct, cb, cc, cr = string.match(conf, '^([^|]*)|([^|]*)|([^|]*)|?([^|]*)$')
+      if tonumber(ct) then
+        T = tonumber(ct)
+        rate = tonumber(cr) or 0
+      end
+      b = tonumber(cb) or b
+      cap = tonumber(cc) or cap
     end
-    b = tonumber(cb) or b
-    cap = tonumber(cc) or cap
   end
   return T, b, cap, rate
 end

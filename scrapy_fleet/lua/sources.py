@@ -18,6 +18,7 @@ FRONTIER_PARTS = ("common.lua", "queue.lua", "failed.lua", "monitoring.lua", "st
                   "step_recover.lua",  # recovery (issue 30): used by step_begin
                   "step_begin.lua",
                   "step_budget.lua",  # budgets (issue 34): used by step_lease, step_idle
+                  "step_control.lua",  # crawl control (issue 34): used by the driver, step_idle
                   "step_revisit.lua",  # recrawl (issue 22): used by step_ack, step_idle
                   "step_idle.lua", "step_reply.lua")
 #: the frontier call's steps, inside one function (frontier_steps, lua/frontier_steps.lua its
@@ -45,6 +46,8 @@ SCRIPTS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
                        "step_revisit.lua"),  # sitemap <lastmod>: revisit_lastmod_due
                       keys.PUSH_LEAN_CALL),
     "partition_probe.lua": ((), keys.PROBE_CALL),
+    # crawl control (issue 34): the commands' writes (commands/control.py)
+    "control.lua": ((), keys.CONTROL_CALL),
     # issue 34: `host drop` (commands/host.py)
     "host_drop.lua": (("common.lua", "queue.lua"), keys.DROP_CALL),
     # sessions (issue 32): fleet cookie jars (sessions/jar.py)

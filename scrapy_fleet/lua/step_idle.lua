@@ -42,8 +42,9 @@ local function step_idle(c)
   local idle_since = c.head[4]
   -- (the parked count as read by call_has_work when no step ran: none wrote it since)
   out.rv = revisit_state(c)  -- recrawl (issue 22): {tracked, ms to the next due slot}
-  if out.size == 0 and (c.parked_len or redis.call('LLEN', K.parked)) == 0
-      and out.rv[2] < 0 then
+  -- (a paused crawl is not idle: no worker closes, nothing is finished; lua/step_control.lua)
+  if out.size == 0 and not control_paused(c)
+      and (c.parked_len or redis.call('LLEN', K.parked)) == 0 and out.rv[2] < 0 then
     local since = tonumber(idle_since)
     if not since then
       redis.call('SET', K.idle_since, now)

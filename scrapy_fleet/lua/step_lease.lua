@@ -11,8 +11,8 @@
 -- workers (seen in the last 10 s in K.workers).  A fencing token is never below the clock
 -- (ms x 10).  out.leased [[id, token, payload, expiries]...]; out.nr: ms until the next host
 -- may be fetched, when fewer than c.take were leased.
--- Keys (of K): ready, token, workers, robots, hostlive, hold, hostconf, crawldelay, tat,
--- expiries, lease, leases, and the queue's.  Writes: ready, token (INCRBY), lease, leases,
+-- Keys (of K): ctlhosts (paused hosts: lua/step_control.lua), ready, token, workers,
+-- robots, hostlive, hold, hostconf, crawldelay, tat, expiries, lease, leases, and the queue's.  Writes: ready, token (INCRBY), lease, leases,
 -- tat, data (the leased requests), the buckets (LTRIM), the index, hostlive and wlive; held
 -- and holders (each lease under its worker: lua/step_recover.lua).
 -- Budgets (issue 34, lua/step_budget.lua): each lease is charged when granted; nothing is
@@ -53,6 +53,22 @@ local function step_lease(c)
     end
   end
   if #ready_del > 0 then call_many('ZREM', K.ready, ready_del, 4000) end
+  -- paused or blocked hosts (lua/step_control.lua) go where a host on hold goes: back into
+  -- K.ready at the time they may be leased again
+  local paused = control_hosts(c, list)
+  if paused then
+    local kept, later = {}, {}
+    for _, h in ipairs(list) do
+      if paused[h] then
+        later[#later + 1] = paused[h]
+        later[#later + 1] = h
+      else
+        kept[#kept + 1] = h
+      end
+    end
+    list = kept
+    call_many('ZADD', K.ready, later, 4000)
+  end
   -- what the politeness checks below read of each candidate host, read at once
   st.prefetch_ctx(K.hostlive, list)
   st.prefetch_ctx(K.hold, list)

@@ -35,10 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="top: print one frame and exit")
     parser.add_argument("--port", type=int, default=None,
                         help="monitor: TCP port to serve the dashboard and /metrics on")
-    parser.add_argument("--host", default=None,
+    parser.add_argument("--host", action="append", default=None, metavar="H",
                         help="monitor: address to listen on (default 127.0.0.1; 0.0.0.0 "
-                             "for every interface); urls: the host whose URLs are listed; "
-                             "budget: the host whose budget is set")
+                             "for every interface; the last one given); urls: the host whose "
+                             "URLs are listed; budget: the host whose budget is set; pause, "
+                             "resume: a host to pause or resume (repeatable)")
     parser.add_argument("--host-metrics", type=int, default=0, metavar="N",
                         help="monitor: also export per-host series for the top N hosts "
                              f"(default 0; at most {HOST_METRICS_MAX})")
@@ -112,8 +113,9 @@ def run(action: str, admin: Any, opts: Any, alerts_config: Any = None,
         previous = signal.signal(signal.SIGTERM, _sigterm_stops)
         sampling = samplings()
         try:
-            return run_monitor(source, admin.keys.crawl_id, opts.host or "127.0.0.1",
-                               opts.port, interval, opts.host_metrics)
+            listen = (opts.host or ["127.0.0.1"])[-1]
+            return run_monitor(source, admin.keys.crawl_id, listen, opts.port, interval,
+                               opts.host_metrics)
         finally:
             for one in sampling:
                 one.stop()

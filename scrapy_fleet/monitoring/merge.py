@@ -136,6 +136,8 @@ def merge(snaps: list[dict[str, Any]], rows: list[dict[str, Any]],
     going = [st for st in states if st["state"] == "in progress"]
     out["start_requests"] = (done or going or [{"state": None, "seeded_by": None}])[0]
     out["recrawl"] = merge_recrawl([s["recrawl"] for s in snaps])
+    # crawl control (issue 34): every partition holds all of it (commands/control.py)
+    out["control"] = snaps[0].get("control") if snaps else None
     out["partitions"] = len(snaps)
     out["per_partition"] = [{k: r[k] for k in ROW_FIELDS} for r in rows]
     out["skew"] = skew([r["queued"] for r in rows])

@@ -202,6 +202,12 @@ def families(snap: Mapping[str, Any], host_metrics: int = 0) -> list[Metric]:
                                      "requests over the mean (1: even)",
                                      value=_num(snap.get("skew"))))
 
+    control = snap.get("control") or {}  # crawl control (issue 34, docs/control.md)
+    out.append(GaugeMetricFamily(p + "paused", "1 while the crawl is paused (scrapy fleet "
+                                 "pause), else 0", value=1.0 if control.get("paused") else 0.0))
+    out.append(GaugeMetricFamily(p + "paused_hosts", "Hosts paused or blocked now (scrapy "
+                                 "fleet pause --host, host block)",
+                                 value=float(len(control.get("hosts") or {}))))
     n = max(0, min(int(host_metrics), HOST_METRICS_MAX))
     if n:
         out.extend(_host_families([h for h in snap.get("hosts") or []

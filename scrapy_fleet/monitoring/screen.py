@@ -88,6 +88,10 @@ def render(snap: dict[str, Any], label: str = "", queue_max: int | None = None,
     resp = c["responses"]
     lines.append("  responses  " + "  ".join(f"{k} {v}" for k, v in resp.items())
                  + f"  (pages {c['pages']}, {_bytes(c['response_bytes'])})")
+    if snap.get("control"):  # crawl control (issue 34): docs/control.md
+        from scrapy_fleet.frontier.control import status_line
+
+        lines.append(status_line(snap["control"]))
     rv = snap.get("recrawl") or {}
     if rv.get("tracked") or rv.get("scheduled"):  # recrawl (issue 22): docs/recrawl.md
         nxt = rv.get("next_due_in")

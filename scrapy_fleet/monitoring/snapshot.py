@@ -507,6 +507,10 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
                else {})
     for h in listed:
         host_rows[h].update(figures.get(h) or host_recrawl({}))
+    # crawl control (issue 34, docs/control.md)
+    from scrapy_fleet.frontier.control import read_state
+
+    snap["control"] = read_state(client, k, _now_ms(srv))  # (None: never used)
     return snap
 
 

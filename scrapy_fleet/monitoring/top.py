@@ -137,6 +137,12 @@ def render(snap: Mapping[str, Any], series: Mapping[str, Points], *, width: int 
     if error:
         parts.append(Text(f"Redis cannot be read: {error} (showing the last data)",
                           style="bold white on red"))
+    control = snap.get("control")
+    if isinstance(control, Mapping):  # crawl control (issue 34): docs/control.md
+        from scrapy_fleet.frontier.control import status_line
+
+        parts.append(Text(status_line(dict(control)).strip(),
+                          style="bold yellow" if control.get("paused") else ""))
 
     spark_width = max(10, width - 40)
     figures = Table.grid(padding=(0, 2))

@@ -435,3 +435,25 @@ def test_every_command_a_script_computes_is_named_for_the_rules():
             if m:  # (the note on this line or one of the 10 before it)
                 noted = any("-- acl:" in before for before in lines[max(0, n - 10):n + 1])
                 assert m.group(1) == "cmd" or noted, (script, line)
+
+
+def test_pause_resume_and_host_block_run_as_admin_not_as_monitor(acl_users, redis_url, capsys):
+    """Crawl control (docs/control.md) needs the admin role; the monitor reads it."""
+    from support import host_entry
+
+    from scrapy_fleet.commands import cli
+
+    FrontierAdmin(redis_url, "docs").push([host_entry("http://a.test/1")])
+    admin_url = acl_users("fleet-admin", acl.acl_rule("admin", crawl_id="docs"))
+    monitor_url = acl_users("fleet-monitor", acl.acl_rule("monitor", crawl_id="docs"))
+    assert cli.main(["--redis", monitor_url, "pause", "docs"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "admin" in err, err
+    assert cli.main(["--redis", admin_url, "pause", "docs", "--reason", "acl"]) == 0
+    assert cli.main(["--redis", admin_url, "host", "block", "docs", "a.test"]) == 0
+    capsys.readouterr()
+    assert cli.main(["--redis", monitor_url, "status", "docs", "--json"]) == 0
+    ctl = json.loads(capsys.readouterr().out)["control"]
+    assert ctl["paused"] and ctl["why"] == "acl" and list(ctl["hosts"]) == ["a.test"]
+    assert cli.main(["--redis", admin_url, "resume", "docs"]) == 0
+    assert cli.main(["--redis", admin_url, "host", "unblock", "docs", "a.test"]) == 0

@@ -143,6 +143,14 @@ def test_status_json_of_a_real_crawl_is_the_documented_schema(redis_url, site_fa
     assert running["schema"] == SCHEMA == 2
     seen = check(running, rows, hosts=True)
     assert running["host_policy"] is not None and running["hosts"][0]["cap"] == 1
+    assert running["control"] is None  # (control never used on this crawl)
+    # crawl control (docs/control.md) in the second status: the crawl and a host paused (the
+    # killed worker cannot confirm: status 1 after the short wait, the pause stored)
+    from scrapy_fleet.commands import cli
+
+    for argv in (["pause", "docs", "--reason", "schema"],
+                 ["host", "block", "docs", running["hosts"][0]["host"]]):
+        assert cli.main(["--redis", redis_url, *argv, "--wait", "0.1"]) in (0, 1)
     # the worker is dead at once for this command: the alerts say no worker is alive
     stopped = status_json(redis_url, worker_env, "-s", "FLEET_WORKER_DEAD_AFTER=0.01", "-s",
                           "FLEET_HEARTBEAT_INTERVAL=0.005")
@@ -150,6 +158,8 @@ def test_status_json_of_a_real_crawl_is_the_documented_schema(redis_url, site_fa
     assert "host_policy" not in stopped
     assert not [h for h in stopped["hosts"] if "next_in" in h]
     seen |= check(stopped, rows, hosts=False)
+    assert stopped["control"]["paused"] and stopped["control"]["why"] == "schema"
+    assert [h["kind"] for h in stopped["control"]["hosts"].values()] == ["block"]
     # every documented field was met (a list item's fields in at least one item), but those
     # of a partitioned crawl (tests/e2e/test_partitions_commands.py) and the items of
     # recrawl_hosts, a list that is empty unless the crawl recrawls (their fields are
