@@ -55,6 +55,14 @@ def run(admin: FrontierAdmin, opts: Any, parts: int = 1) -> int:
         print("error: budget takes one --host H", file=sys.stderr)
         return push.EXIT_ERROR
     host = hosts[0]
+    if host is not None:
+        from scrapy_fleet.commands.control import host_name
+
+        try:
+            host = host_name(host)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return push.EXIT_ERROR
     if host is not None and (seconds is not None or pages is None):
         print("error: --host takes --pages (a host has a page budget only)", file=sys.stderr)
         return push.EXIT_ERROR

@@ -24,6 +24,7 @@ from scrapy_fleet.commands import push
 from scrapy_fleet.frontier import control as worker_control
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.politeness.hosts import host_key
 
 #: a worker that called the frontier within this many ms must confirm a pause
 LIVE_MS = 15_000
@@ -99,13 +100,34 @@ def wait_confirmed(admin: FrontierAdmin, parts: int, gen: int, wait: float) -> l
         time.sleep(0.05)
 
 
+def host_name(text: str) -> str:
+    """The crawl's name of the host an operator typed: *text* as a host name, ``host:port``
+    or a URL, lower case, without scheme, port or path (``LOCALHOST:8013`` and
+    ``http://localhost:8013/`` are ``localhost``, as ``FLEET_HOST_KEY = "host"`` names it).
+
+    Raises:
+        ValueError: *text* names no host (empty, or not a URL's authority).
+    """
+    text = text.strip()
+    if not text:
+        raise ValueError("--host needs a host name (got an empty one)")
+    try:
+        name = host_key(text if "://" in text else f"http://{text}") if text else ""
+    except ValueError:
+        name = ""
+    if not name:
+        raise ValueError(f"--host needs a host name (got {text!r})")
+    return name
+
+
 def _hosts_of(opts: Any) -> list[str] | None:
-    """The ``--host`` options (None, with one line on stderr, when one is empty)."""
-    hosts = [h.strip() for h in (getattr(opts, "host", None) or [])]
-    if any(not h for h in hosts):
-        print("error: --host needs a host name (got an empty one)", file=sys.stderr)
+    """The ``--host`` options as host names (None, with one line on stderr, when one names
+    no host)."""
+    try:
+        return [host_name(h) for h in (getattr(opts, "host", None) or [])]
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return None
-    return hosts
 
 
 def _confirm(admin: FrontierAdmin, parts: int, gen: int, opts: Any, what: str) -> int:
@@ -198,7 +220,11 @@ def run_host(admin: FrontierAdmin, urls: list[str], opts: Any, parts: int) -> in
         print("error: usage: host block|unblock|set CRAWL HOST (one non-empty host)",
               file=sys.stderr)
         return push.EXIT_ERROR
-    host = urls[0].strip()
+    try:
+        host = host_name(urls[0])
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return push.EXIT_ERROR
     if verb == "set":
         return _host_set(admin, host, opts, parts)
     if verb == "unblock":

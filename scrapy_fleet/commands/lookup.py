@@ -44,13 +44,15 @@ def run_url(ctx: Any) -> int:
     """``url CRAWL URL ... [--json]``: each URL's state (frontier/where.py ``locate``)."""
     bad = [u for u in ctx.urls if not u.startswith(("http://", "https://"))]
     if not ctx.urls or bad:
-        print(f"error: url takes http(s) URLs (got {bad[0] if bad else 'none'})",
-              file=sys.stderr)
+        print("error: url needs at least one http(s) URL" if not ctx.urls else
+              f"error: url takes http(s) URLs (got {bad[0]})", file=sys.stderr)
         return push.EXIT_ERROR
     rows = []
     for url in ctx.urls:
-        host = politeness.host_key(url, ctx.host_key_mode)
         try:
+            host = politeness.host_key(url, ctx.host_key_mode)
+            if not host:
+                raise ValueError("it has no host")
             rows.append(locate(ctx.crawl.client, _parts_keys(ctx, host), url, host,
                                ctx.fingerprint))
         except ValueError as exc:

@@ -78,6 +78,24 @@ def test_a_paused_host_gets_no_lease_while_the_others_are_served(redis_url, part
     assert sorted(leased_hosts(admins)) == ["b.test", "b.test"]
 
 
+def test_a_host_typed_as_host_port_or_url_names_the_crawls_host(redis_url):
+    """An operator types the host as the site shows it: ``B.TEST:8013`` and
+    ``http://b.test:8013/x`` are the crawl's host ``b.test`` (ports are not part of it)."""
+    admin, admins = setup_crawl(redis_url, 1, n=2)
+    o = opts(wait=0.5)
+    o.host_verb = "block"
+    assert control.run_host(admin, ["HTTP://C.TEST:80/"], o, 1) == 0
+    state = control.read_state(admins[0])
+    assert state is not None and list(state["hosts"]) == ["c.test"]
+    o.host_verb = "unblock"
+    assert control.run_host(admin, ["c.test:80"], o, 1) == 0
+    assert control.run_pause(admin, [], opts(host=["B.TEST:8013"], wait=0.5), 1) == 0
+    got = leased_hosts(admins) + leased_hosts(admins)
+    assert "b.test" not in got and "c.test" in got
+    assert control.run_resume(admin, [], opts(host=["http://b.test:8013/x"]), 1) == 0
+    assert sorted(leased_hosts(admins)) == ["b.test", "b.test"]
+
+
 @pytest.mark.parametrize("parts", [1, 2])
 def test_host_block_holds_until_unblocked(redis_url, parts):
     admin, admins = setup_crawl(redis_url, parts, n=1)
@@ -138,6 +156,10 @@ def test_pause_waits_for_live_workers_and_names_those_that_do_not_confirm(redis_
     (["pause", "ctlcli", "--for", "5x"], 2, "cannot read duration"),
     (["pause", "ctlcli", "--host", ""], 2, "empty"),
     (["host", "block", "ctlcli", ""], 2, "one non-empty host"),
+    (["host", "block", "ctlcli", "http://[::1"], 2, "needs a host name"),
+    (["budget", "ctlcli", "--host", "", "--pages", "5"], 2, "empty"),
+    (["budget", "ctlcli", "--host", "a.test", "--host", "b.test", "--pages", "5"], 2,
+     "one --host"),
 ])
 def test_bad_input_gets_one_line_and_its_status(redis_url, capsys, argv, status, line):
     FrontierAdmin(redis_url, "ctlcli").push([entry("http://a.test/1")])

@@ -143,6 +143,13 @@ def test_url_refuses_bad_input_in_one_line(redis_url, capsys):
     status, out, err = run(redis_url, "url", "bad", "ftp://a.test/x", capsys=capsys)
     assert (status, out) == (2, "")
     assert err == "error: url takes http(s) URLs (got ftp://a.test/x)\n"
+    # a URL no request can have (an unclosed IPv6 bracket, no host): one line, no traceback
+    for url in ("http://[::1", "http://", "http:///x"):
+        status, out, err = run(redis_url, "url", "bad", url, capsys=capsys)
+        assert (status, out, len(err.splitlines())) == (2, "", 1), err
+        assert err.startswith(f"error: {url}: not a URL a request can have"), err
+    status, out, err = run(redis_url, "url", "bad", capsys=capsys)
+    assert (status, err) == (2, "error: url needs at least one http(s) URL\n")
 
 
 @pytest.mark.parametrize("parts", [1, 2])
@@ -189,7 +196,7 @@ def test_urls_pages_list_every_entry_exactly_once(redis_url, capsys, parts):
             (["--host", "nope.test"], 1, "error: crawl 'pages%d' has no host 'nope.test'"),
             (["--host", "big.test", "--state", "odd"], 2, "error: --state takes one of"),
             (["--host", "big.test", "--cursor", "x"], 2, "error: --cursor 'x' is not a"),
-            ([], 2, "error: urls needs --host H")):
+            ([], 2, "error: urls needs one --host H")):
         status, out, err = run(redis_url, "urls", crawl, *args, parts=parts, capsys=capsys)
         assert (status, len(err.splitlines())) == (code, 1), err
         assert err.startswith(line.replace("%d", str(parts))), err
