@@ -563,6 +563,9 @@ def main(argv: list[str] | None = None) -> int:
     opts = parser.parse_intermixed_args(args)
     opts.action, opts.crawl_id, *opts.urls = host.reorder([opts.action, opts.crawl_id,
                                                            *opts.urls])
+    if opts.action == "host" and (error := host.usage_error(opts.urls)):
+        print(error, file=sys.stderr)
+        return push.EXIT_ERROR
     spec = ACTIONS[opts.action]
     if spec.names_crawl:  # acl: the rules for this crawl, without Redis
         if opts.crawl_id is None or opts.urls:

@@ -161,6 +161,10 @@ class Command(ScrapyCommand):
             return
         proxies_action = args[0] == "proxies"
         args = host.reorder(args)  # host drop SPIDER HOST: the spider second (commands/host.py)
+        if args[0] == "host" and (error := host.usage_error(args[2:])):
+            print(error, file=sys.stderr)
+            self.exitcode = 2
+            return
         if args[0] == IMPORT_ACTION:  # coming from scrapy-redis (compat/importer.py)
             if len(args) != 2:
                 raise UsageError(f"expected: {IMPORT_ACTION} SPIDER [--trust-pickles]")

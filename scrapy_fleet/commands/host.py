@@ -35,11 +35,21 @@ SLICE_DEAD = 500
 
 
 def reorder(args: list[str]) -> list[str]:
-    """Positional arguments ``host SUB CRAWL REST...`` as ``host CRAWL SUB REST...`` (others,
-    and ``host CRAWL SUB REST...`` with a known SUB, unchanged)."""
-    if len(args) >= 3 and args[0] == "host" and args[2] not in SUBCOMMANDS:
+    """Positional arguments ``host SUB CRAWL REST...`` (a known SUB) as ``host CRAWL SUB
+    REST...``; others unchanged (:func:`usage_error` then refuses an unknown SUB)."""
+    if (len(args) >= 3 and args[0] == "host" and args[1] in SUBCOMMANDS
+            and args[2] not in SUBCOMMANDS):
         return [args[0], args[2], args[1], *args[3:]]
     return args
+
+
+def usage_error(args: list[str]) -> str | None:
+    """The one line refusing ``host CRAWL SUB ...`` arguments (*args*: after the crawl) whose
+    SUB is not a subcommand, before Redis is asked anything; None when they are fine."""
+    if args and args[0] in SUBCOMMANDS:
+        return None
+    got = repr(args[0]) if args else "none"
+    return f"error: host takes a subcommand: {', '.join(SUBCOMMANDS)} (got {got})"
 
 
 def drop(client: Any, keys: CrawlKeys, host: str, dead_letter: bool,
@@ -113,10 +123,8 @@ SUBCOMMANDS: dict[str, Callable[[Any, list[str]], int]] = {
 
 def run_host(ctx: Any) -> int:
     """The ``host`` action: ``ctx.urls`` is ``[SUBCOMMAND, ARGS...]``."""
-    if not ctx.urls or ctx.urls[0] not in SUBCOMMANDS:
-        got = repr(ctx.urls[0]) if ctx.urls else "none"
-        print(f"error: host takes a subcommand: {', '.join(SUBCOMMANDS)} (got {got})",
-              file=sys.stderr)
+    if error := usage_error(ctx.urls):
+        print(error, file=sys.stderr)
         return push.EXIT_ERROR
     return SUBCOMMANDS[ctx.urls[0]](ctx, ctx.urls[1:])
 

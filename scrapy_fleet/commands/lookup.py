@@ -101,9 +101,13 @@ def run_hosts(ctx: Any) -> int:
         print(f"error: --sort takes one of {', '.join(listing.HOST_SORTS)} "
               f"(got {ctx.opts.sort!r})", file=sys.stderr)
         return push.EXIT_ERROR
+    if ctx.opts.limit < 1:
+        print(f"error: --limit takes a positive number (got {ctx.opts.limit})",
+              file=sys.stderr)
+        return push.EXIT_ERROR
     rows = listing.host_rows(ctx.crawl.client, ctx.crawl.keys, ctx.parts)
     rows.sort(key=lambda r: (-r[ctx.opts.sort], r["host"]))
-    shown = rows[:max(ctx.opts.limit, 0)]
+    shown = rows[:ctx.opts.limit]
     if ctx.opts.json:
         print(json.dumps({"hosts": shown, "total": listing.totals(rows)}, indent=2))
         return push.EXIT_OK
@@ -128,17 +132,21 @@ def run_urls(ctx: Any) -> int:
         print(f"error: --state takes one of {', '.join(listing.URL_STATES)} "
               f"(got {opts.state!r})", file=sys.stderr)
         return push.EXIT_ERROR
+    if opts.limit < 1:
+        print(f"error: --limit takes a positive number (got {opts.limit})", file=sys.stderr)
+        return push.EXIT_ERROR
     keys = _parts_keys(ctx, host)
-    if not listing.host_known(ctx.crawl.client, keys, host):
-        print(f"error: crawl {ctx.crawl.keys.crawl_id!r} has no host {host!r} (see "
-              "`hosts CRAWL`)", file=sys.stderr)
-        return push.EXIT_REJECTED
     try:
         rows, cursor = listing.url_page(ctx.crawl.client, keys, host, opts.state,
-                                        opts.cursor, max(opts.limit, 1))
+                                        opts.cursor, opts.limit)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return push.EXIT_ERROR
+    # (a host with only failed or dead entries left, e.g. after ``host drop``, is known)
+    if not rows and not listing.host_known(ctx.crawl.client, keys, host):
+        print(f"error: crawl {ctx.crawl.keys.crawl_id!r} has no host {host!r} (see "
+              "`hosts CRAWL`)", file=sys.stderr)
+        return push.EXIT_REJECTED
     if opts.json:
         print(json.dumps({"urls": rows, "next": cursor}, indent=2))
         return push.EXIT_OK

@@ -14,6 +14,7 @@ import redis
 from test_lookup import FP, Crawl, run
 
 from scrapy_fleet import codec
+from scrapy_fleet.commands import cli
 from scrapy_fleet.commands import host as host_command
 from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.protocol import CallBatch
@@ -147,6 +148,12 @@ def test_drop_into_the_dead_letters_while_a_worker_leases_loses_nothing(redis_ur
     gone = sorted(dead)[0]
     status, out, _ = run(redis_url, "url", crawl, gone, "--json", parts=parts, capsys=capsys)
     assert (json.loads(out)["state"], json.loads(out)["reason"]) == ("dead", "dropped")
+    # the dropped host's dead letters are listed (it has nothing queued any more)
+    status, out, err = run(redis_url, "urls", crawl, "--host", "busy.test", "--state", "dead",
+                           "--limit", "1000", "--json", parts=parts, capsys=capsys)
+    assert status == 0, err
+    listed = {r["url"] for r in json.loads(out)["urls"]}
+    assert listed <= set(dead) and len(listed) == min(len(dead), 1000)  # (one page)
 
 
 def test_bad_input_is_one_line(redis_url, capsys):
@@ -155,10 +162,19 @@ def test_bad_input_is_one_line(redis_url, capsys):
                              (["zap", "a.test"], 2, "error: host takes a subcommand: drop")):
         status, out, err = run(redis_url, "host", "dropbad", *args, capsys=capsys)
         assert (status, len(err.splitlines())) == (code, 1) and err.startswith(line), err
+    # an unknown subcommand, on either side of the crawl, is bad input (2), not an unknown
+    # crawl (4): refused before Redis is asked
+    for argv in (["zap", "dropbad", "a.test"], ["nosuchcrawl", "zap", "a.test"]):
+        capsys.readouterr()
+        status = cli.main(["--redis", redis_url, "host", *argv])
+        err = capsys.readouterr().err
+        assert (status, len(err.splitlines())) == (2, 1), err
+        assert err.startswith("error: host takes a subcommand: drop, block, unblock, set"), err
     status, out, _ = run(redis_url, "host", "dropbad", "drop", "a.test", capsys=capsys)
     assert status == 1 and "declined: nothing dropped" in out  # (no terminal: no)
     assert host_command.reorder(["host", "drop", "c", "h"]) == ["host", "c", "drop", "h"]
     assert host_command.reorder(["host", "c", "drop", "h"]) == ["host", "c", "drop", "h"]
+    assert host_command.reorder(["host", "c", "zap", "h"]) == ["host", "c", "zap", "h"]
 
 
 def test_the_console_command_reads_host_drop_crawl_host(redis_url):

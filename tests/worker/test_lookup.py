@@ -196,7 +196,9 @@ def test_urls_pages_list_every_entry_exactly_once(redis_url, capsys, parts):
             (["--host", "nope.test"], 1, "error: crawl 'pages%d' has no host 'nope.test'"),
             (["--host", "big.test", "--state", "odd"], 2, "error: --state takes one of"),
             (["--host", "big.test", "--cursor", "x"], 2, "error: --cursor 'x' is not a"),
-            ([], 2, "error: urls needs one --host H")):
+            ([], 2, "error: urls needs one --host H"),
+            (["--host", "big.test", "--limit", "0"], 2, "error: --limit takes a positive"),
+            (["--host", "big.test", "--limit", "-3"], 2, "error: --limit takes a positive")):
         status, out, err = run(redis_url, "urls", crawl, *args, parts=parts, capsys=capsys)
         assert (status, len(err.splitlines())) == (code, 1), err
         assert err.startswith(line.replace("%d", str(parts))), err
