@@ -12,6 +12,7 @@ of the paused crawl or host starts any more.  A worker is live when it called wi
 
 from __future__ import annotations
 
+import getpass
 import os
 import re
 import socket
@@ -50,8 +51,12 @@ def parse_duration(text: str) -> float:
 
 
 def who() -> str:
-    """The operator named in the record: ``user@host`` of this process."""
-    user = os.environ.get("USER") or os.environ.get("USERNAME") or "?"
+    """The operator named in the record: ``user@host`` of this process (the user from the
+    environment, else the password database: ``getpass.getuser``)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # (no name for this uid)
+        user = str(os.getuid()) if hasattr(os, "getuid") else "?"
     return f"{user}@{socket.gethostname()}"
 
 
@@ -141,10 +146,19 @@ def _confirm(admin: FrontierAdmin, parts: int, gen: int, opts: Any, what: str) -
     return push.EXIT_OK
 
 
+def _bad_wait(opts: Any) -> bool:
+    """Whether ``--wait`` is not a positive number of seconds (said in one line)."""
+    wait = getattr(opts, "wait", None)
+    if wait is None or wait > 0:
+        return False
+    print(f"error: --wait takes a positive number of seconds (got {wait})", file=sys.stderr)
+    return True
+
+
 def run_pause(admin: FrontierAdmin, urls: list[str], opts: Any, parts: int) -> int:
     """``pause CRAWL [--host H ...] [--for DURATION] [--reason TEXT] [--wait S]``."""
     hosts = _hosts_of(opts)
-    if hosts is None:
+    if hosts is None or _bad_wait(opts):
         return push.EXIT_ERROR
     seconds = 0.0
     if getattr(opts, "pause_for", None) is not None:
@@ -224,6 +238,8 @@ def run_host(admin: FrontierAdmin, urls: list[str], opts: Any, parts: int) -> in
         host = host_name(urls[0])
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return push.EXIT_ERROR
+    if _bad_wait(opts):
         return push.EXIT_ERROR
     if verb == "set":
         return _host_set(admin, host, opts, parts)

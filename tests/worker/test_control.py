@@ -155,6 +155,8 @@ def test_pause_waits_for_live_workers_and_names_those_that_do_not_confirm(redis_
     (["pause", "nosuch"], 4, "no record"),
     (["pause", "ctlcli", "--for", "5x"], 2, "cannot read duration"),
     (["pause", "ctlcli", "--host", ""], 2, "empty"),
+    (["pause", "ctlcli", "--wait", "-1"], 2, "--wait takes a positive"),
+    (["host", "block", "ctlcli", "a.test", "--wait", "0"], 2, "--wait takes a positive"),
     (["host", "block", "ctlcli", ""], 2, "one non-empty host"),
     (["host", "block", "ctlcli", "http://[::1"], 2, "needs a host name"),
     (["budget", "ctlcli", "--host", "", "--pages", "5"], 2, "empty"),
