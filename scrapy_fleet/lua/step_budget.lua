@@ -59,6 +59,17 @@ local function budget_row(c, b, h)
   return row
 end
 
+-- Charge (*n* = 1) or refund (*n* = -1) one page of host *h*: the crawl's count and, with
+-- host budgets on, the host's (written by budget_flush).
+local function budget_charge(c, b, h, n)
+  b.add = b.add + n
+  if b.hosts then
+    local row = budget_row(c, b, h)
+    row[2] = row[2] + n
+    b.hostadd[h] = (b.hostadd[h] or 0) + n
+  end
+end
+
 -- Whether entry *id* of host *h* may be leased now; charges it when it may.  Returns true,
 -- or false and 'crawl' / 'host' (whose budget is spent).  An entry charged at an earlier
 -- grant (its lease expired or was reclaimed: K.expiries counts it) is not charged again:
@@ -76,11 +87,7 @@ local function budget_allow(c, h, id)
     end
     return false, why
   end
-  if row then
-    row[2] = row[2] + 1
-    b.hostadd[h] = (b.hostadd[h] or 0) + 1
-  end
-  b.add = b.add + 1
+  budget_charge(c, b, h, 1)
   b.provisional[id] = h
   return true
 end
@@ -93,12 +100,7 @@ local function budget_settle(c, ids, exps)
   for i, id in ipairs(ids) do
     local h = b.provisional[id]
     if h and (tonumber(exps[i]) or 0) > 0 then
-      b.add = b.add - 1
-      if b.hosts then
-        local row = budget_row(c, b, h)
-        row[2] = row[2] - 1
-        b.hostadd[h] = (b.hostadd[h] or 0) - 1
-      end
+      budget_charge(c, b, h, -1)
     end
   end
 end
@@ -110,12 +112,7 @@ local function budget_unwind(c, h, id, check)
   local b = budget_open(c)
   if not b.on or h == STAGE_HOST then return end
   if check and (tonumber(redis.call('HGET', c.K.expiries, id)) or 0) > 0 then return end
-  b.add = b.add - 1
-  if b.hosts then
-    local row = budget_row(c, b, h)
-    row[2] = row[2] - 1
-    b.hostadd[h] = (b.hostadd[h] or 0) - 1
-  end
+  budget_charge(c, b, h, -1)
 end
 
 -- Write the call's charges and refunds (and the time budget's start at the first lease).
