@@ -81,6 +81,29 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server.stop()
 
 
+
+#: the password of :func:`acl_users`' users
+ACL_PASSWORD = "s3cret-acl"
+
+
+@pytest.fixture
+def acl_users(redis_server: RedisServer, redis_url: str) -> Iterator[Callable[[str, str], str]]:
+    """``make(name, rule)`` creates an ACL user of the test's redis-server with *rule*
+    (``acl.acl_rule``'s text) and returns its URL; the users are deleted afterwards."""
+    admin = redis_server.client()
+    made: list[str] = []
+
+    def make(name: str, rule: str) -> str:
+        admin.execute_command("ACL", "SETUSER", name, "reset", "on", f">{ACL_PASSWORD}",
+                              *rule.split())
+        made.append(name)
+        return f"redis://{name}:{ACL_PASSWORD}@127.0.0.1:{redis_server.port}/0"
+
+    yield make
+    for name in made:
+        admin.execute_command("ACL", "DELUSER", name)
+    admin.close()
+
 @pytest.fixture
 def redis_url(redis_server: RedisServer) -> str:
     if redis_server.proc is None or redis_server.proc.poll() is not None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import collections
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -28,8 +27,6 @@ from scrapy_fleet.errors import RedisPermissionError
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys
 
-PASSWORD = "s3cret-acl"
-
 
 def without(rule: str, command: str) -> str:
     """*rule* without its ``+command`` word."""
@@ -38,22 +35,6 @@ def without(rule: str, command: str) -> str:
     return " ".join(w for w in words if w != f"+{command}")
 
 
-@pytest.fixture
-def acl_users(redis_server: Any, redis_url: str) -> Iterator[Any]:
-    """``make(name, rule)`` creates an ACL user and returns its URL; deleted afterwards."""
-    admin = redis_server.client()
-    made: list[str] = []
-
-    def make(name: str, rule: str) -> str:
-        admin.execute_command("ACL", "SETUSER", name, "reset", "on", f">{PASSWORD}",
-                              *rule.split())
-        made.append(name)
-        return f"redis://{name}:{PASSWORD}@127.0.0.1:{redis_server.port}/0"
-
-    yield make
-    for name in made:
-        admin.execute_command("ACL", "DELUSER", name)
-    admin.close()
 
 
 def test_every_probe_line_has_its_command_s_arity(redis_url):

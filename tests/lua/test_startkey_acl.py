@@ -11,25 +11,6 @@ import redis
 from scrapy_fleet import acl, lua
 from scrapy_fleet.keys import StartKeyKeys
 
-PASSWORD = "pw-startkeys"
-
-
-@pytest.fixture
-def user_url(redis_server, redis_url):
-    admin = redis_server.client()
-    made = []
-
-    def make(name: str, rule: str) -> str:
-        admin.execute_command("ACL", "SETUSER", name, "reset", "on", f">{PASSWORD}",
-                              *rule.split())
-        made.append(name)
-        return f"redis://{name}:{PASSWORD}@127.0.0.1:{redis_server.port}/0"
-
-    yield make
-    for name in made:
-        admin.execute_command("ACL", "DELUSER", name)
-    admin.close()
-
 
 def take(url: str, start: str, kind: str = "list") -> int:
     """One step of lua/startkey.lua as the user of *url*: entries taken."""
@@ -42,7 +23,7 @@ def take(url: str, start: str, kind: str = "list") -> int:
         client.close()
 
 
-def test_a_worker_rule_with_the_start_key_reaches_it_and_its_keys_only(user_url, redis_url):
+def test_a_worker_rule_with_the_start_key_reaches_it_and_its_keys_only(acl_users, redis_url):
     producer = redis.Redis.from_url(redis_url)
     for key in ("myspider:start_urls", "other:start_urls", "a*b:start", "axxb:start"):
         producer.lpush(key, "http://h.test/1", "http://h.test/2")
@@ -51,7 +32,7 @@ def test_a_worker_rule_with_the_start_key_reaches_it_and_its_keys_only(user_url,
                         start_keys=("myspider:start_urls", "a*b:start", "set:start"))
     assert "~myspider:start_urls ~{myspider:start_urls}:fleet:*" in rule
     assert "~a\\*b:start ~{a\\*b:start}:fleet:*" in rule
-    url = user_url("sk-worker", rule)
+    url = acl_users("sk-worker", rule)
     assert take(url, "myspider:start_urls") == 2
     assert take(url, "a*b:start") == 2
     assert take(url, "set:start", "set") == 1  # (SPOP, SCARD: startkey.lua's set commands)
@@ -60,7 +41,7 @@ def test_a_worker_rule_with_the_start_key_reaches_it_and_its_keys_only(user_url,
             take(url, other)
     assert producer.llen("axxb:start") == 2 and producer.llen("other:start_urls") == 2
     # without the start key the crawl's rule reaches none
-    plain = user_url("sk-plain", acl.acl_rule("worker", crawl_id="myspider"))
+    plain = acl_users("sk-plain", acl.acl_rule("worker", crawl_id="myspider"))
     with pytest.raises(redis.exceptions.NoPermissionError):
         take(plain, "myspider:start_urls")
 

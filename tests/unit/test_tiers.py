@@ -15,7 +15,7 @@ TIERS = ("unit", "lua", "worker", "e2e")
 
 #: fixtures (tests/conftest.py) that start a server or a process, or prepare a worker's
 SERVERS = {"redis_server", "redis_url", "site_server", "site_factory", "pydocs_site",
-           "worker_env", "mongo_uri"}
+           "worker_env", "mongo_uri", "acl_users"}
 #: helpers (tests/support.py) and modules that start Scrapy or command processes
 PROCESSES = {"start_worker", "run_scrapy", "subprocess", "cli"}
 
@@ -57,5 +57,5 @@ def test_a_unit_test_starts_no_server_and_no_process(path: Path) -> None:
 @pytest.mark.parametrize("path", modules("lua"), ids=lambda p: p.name)
 def test_a_lua_test_starts_no_scrapy_process(path: Path) -> None:
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    assert fixtures_of(tree) & (SERVERS - {"redis_url", "redis_server"}) == set()
+    assert fixtures_of(tree) & (SERVERS - {"redis_url", "redis_server", "acl_users"}) == set()
     assert names_used(tree) & PROCESSES == set()

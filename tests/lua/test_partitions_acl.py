@@ -13,25 +13,6 @@ from scrapy_fleet.frontier.lean import lean_args
 from scrapy_fleet.frontier.protocol import FrontierParams
 from scrapy_fleet.keys import PUSH_LEAN_CALL, CrawlKeys
 
-PASSWORD = "pw-partitions"
-
-
-@pytest.fixture
-def user_url(redis_server, redis_url):
-    admin = redis_server.client()
-    made = []
-
-    def make(name: str, rule: str) -> str:
-        admin.execute_command("ACL", "SETUSER", name, "reset", "on", f">{PASSWORD}",
-                              *rule.split())
-        made.append(name)
-        return f"redis://{name}:{PASSWORD}@127.0.0.1:{redis_server.port}/0"
-
-    yield make
-    for name in made:
-        admin.execute_command("ACL", "DELUSER", name)
-    admin.close()
-
 
 def lean_push(url: str, crawl: str) -> None:
     client = redis.Redis.from_url(url)
@@ -50,12 +31,12 @@ def test_the_rule_names_the_partitions_pattern():
     assert "{docs/*}" not in acl.acl_rule("worker", crawl_id="docs")
 
 
-def test_a_partitioned_worker_rule_reaches_its_partitions_only(user_url):
-    url = user_url("parts-worker", acl.acl_rule("worker", crawl_id="docs", partitions=True))
+def test_a_partitioned_worker_rule_reaches_its_partitions_only(acl_users):
+    url = acl_users("parts-worker", acl.acl_rule("worker", crawl_id="docs", partitions=True))
     lean_push(url, "docs")
     with pytest.raises(redis.exceptions.NoPermissionError):
         lean_push(url, "docs2")
-    plain = user_url("plain-worker", acl.acl_rule("worker", crawl_id="docs"))
+    plain = acl_users("plain-worker", acl.acl_rule("worker", crawl_id="docs"))
     with pytest.raises(redis.exceptions.NoPermissionError):
         lean_push(plain, "docs")
 
