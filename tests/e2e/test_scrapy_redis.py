@@ -218,7 +218,7 @@ def test_a_worker_with_start_requests_never_leaves_the_start_key_alone(
 
 def test_the_acl_rules_of_a_start_key_spider_name_its_start_key(worker_env, redis_url):
     """``scrapy fleet acl SPIDER`` of a RedisSpider: the worker's and the admin's rules reach
-    its start key and its ``:fleet:*`` keys (acl.acl_rule's, tests/unit/test_startkey_acl.py
+    its start key and its ``:fleet:*`` keys (acl.acl_rule's, tests/lua/test_startkey_acl.py
     checks them against Redis), the monitor's does not."""
     from support import run_scrapy
 
