@@ -75,6 +75,21 @@ def boolean(name: str, value: Any) -> bool:
     raise FleetConfigError(f"{name}={value!r} is invalid: expected a boolean")
 
 
+def status_codes(name: str, value: Any) -> tuple[int, ...]:
+    """HTTP status codes, sorted and unique: a list or tuple of them, or a string of them
+    separated by commas or spaces (``-s NAME=401,403``).
+
+    Raises:
+        FleetConfigError: *value* holds anything but integers 100-599.
+    """
+    if isinstance(value, str):
+        value = [v for v in value.replace(",", " ").split() if v]
+    ok = isinstance(value, (list, tuple)) and all(
+        not isinstance(v, bool) and str(v).isdigit() and 100 <= int(v) <= 599 for v in value)
+    check(name, value, ok, "a list of HTTP status codes (100-599)")
+    return tuple(sorted({int(v) for v in value}))
+
+
 def bound(name: str, value: Any) -> int | None:
     """A size bound: an integer >= 1, or None for unbounded; 0 (and "0", "", "None" on the
     command line) also means unbounded, as in ``scrapy-fleet --queue-max 0`` and the bounds

@@ -23,6 +23,7 @@ from scrapy_fleet.checks import (
     check,
     number,
     setting_value,
+    status_codes,
     validate_crawl_id,
     validate_key_prefix,
 )
@@ -102,16 +103,6 @@ def _partitions(settings: BaseSettings | Mapping[str, Any], value: Any, host_key
                 "hosts, so only Scrapy's own fingerprinter (equal fingerprints only for equal "
                 "URLs, hence one host) is accepted; use FLEET_PARTITIONS=1")
     return parts
-
-
-def _ban_statuses(value: Any) -> tuple[int, ...]:
-    name = "FLEET_BAN_STATUSES"
-    if isinstance(value, str):
-        value = [v for v in value.replace(",", " ").split() if v]
-    ok = isinstance(value, (list, tuple)) and all(
-        not isinstance(v, bool) and str(v).isdigit() and 100 <= int(v) <= 599 for v in value)
-    check(name, value, ok, "a list of HTTP status codes (100-599)")
-    return tuple(sorted({int(v) for v in value}))
 
 
 @dataclass(frozen=True)
@@ -258,7 +249,7 @@ class FleetConfig:
             politeness=politeness,
             jsonl=jsonl,
             monitoring=monitoring,
-            ban_statuses=_ban_statuses(g("FLEET_BAN_STATUSES")),
+            ban_statuses=status_codes("FLEET_BAN_STATUSES", g("FLEET_BAN_STATUSES")),
             drain_timeout=number("FLEET_DRAIN_TIMEOUT", g("FLEET_DRAIN_TIMEOUT"), float, 0.0,
                                   "seconds >= 0"),
             proxy=proxy_config(settings),

@@ -11,7 +11,7 @@ from typing import Any
 
 from scrapy.settings import BaseSettings
 
-from scrapy_fleet.checks import boolean, check, number, setting_value
+from scrapy_fleet.checks import boolean, number, setting_value, status_codes
 
 
 @dataclass(frozen=True)
@@ -62,15 +62,6 @@ def cookie_config(settings: BaseSettings | Mapping[str, Any]) -> CookieConfig:
                          "an integer >= 64 (bytes)"))
 
 
-def _statuses(name: str, value: Any) -> tuple[int, ...]:
-    if isinstance(value, str):
-        value = [v for v in value.replace(",", " ").split() if v]
-    ok = isinstance(value, (list, tuple)) and all(
-        not isinstance(v, bool) and str(v).isdigit() and 100 <= int(v) <= 599 for v in value)
-    check(name, value, ok, "a list of HTTP status codes (100-599)")
-    return tuple(sorted({int(v) for v in value}))
-
-
 def session_config(settings: BaseSettings | Mapping[str, Any]) -> SessionConfig:
     """Read and validate the ``FLEET_SESSION_*`` settings.
 
@@ -85,7 +76,7 @@ def session_config(settings: BaseSettings | Mapping[str, Any]) -> SessionConfig:
                         "an integer >= 0 (requests; 0: no limit)"),
         max_age=number("FLEET_SESSION_MAX_AGE", g("FLEET_SESSION_MAX_AGE"), float, 0.0,
                        "seconds >= 0 (0: no limit)"),
-        retire_statuses=_statuses("FLEET_SESSION_RETIRE_STATUSES",
+        retire_statuses=status_codes("FLEET_SESSION_RETIRE_STATUSES",
                                   g("FLEET_SESSION_RETIRE_STATUSES")),
         max_errors=number("FLEET_SESSION_MAX_ERRORS", g("FLEET_SESSION_MAX_ERRORS"), int, 0,
                           "an integer >= 0 (0: never retire for failed checks)"),
