@@ -1,7 +1,7 @@
 """A test site with a login (fleet sessions, issue 32).
 
-Run as ``python tests/loginsite.py --pages N --log FILE [--flaky K] [--expire U] [--ban U]``
-(prints ``http://127.0.0.1:PORT/``, then serves until killed):
+Run as ``python tests/loginsite.py --pages N --log FILE [--flaky K] [--expire U] [--ban U]
+[--login-delay S] [--page-delay S]`` (prints ``http://127.0.0.1:PORT/``, then serves until killed):
 
 * ``GET /login``: the login form (``<form id="login">``);
 * ``POST /login`` with ``user=...&password=secret``: a 302 to ``/members/`` that sets a new
@@ -14,7 +14,9 @@ Run as ``python tests/loginsite.py --pages N --log FILE [--flaky K] [--expire U]
   no cookie: the record says ``"expired": true`` for its first such answer);
   ``--ban U``: after U members pages, its session answers 403 to every request;
   ``--login-delay S``: the first ``POST /login`` is logged as ``{"started": true}`` when it
-  arrives and answered S seconds later;
+  arrives and answered S seconds later; ``--page-delay S``: every ``/members/p/`` page is
+  answered S seconds after it is logged (so that a crawl of N pages outlasts the start of
+  every worker: one fast worker cannot fetch them all before the others lease any);
 * ``/big.html``: sets a cookie ``big`` of 5,000 bytes;
 * ``/mark/``: links to ``/mark/<i>.html`` (i < N), each of which sets its own cookie
   ``m<i>=<i>`` (``Path=/``) and shows how many cookies the request carried.
@@ -48,6 +50,7 @@ class Site:
         self.pages = pages
         self.expire, self.ban = expire, ban
         self.login_delay = 0.0
+        self.page_delay = 0.0
         self.uses: dict[str, int] = {}
         self.banned: set[str] = set()
         self.flaky = flaky
@@ -142,6 +145,8 @@ class Handler(BaseHTTPRequestHandler):
             member, flags = cookies.get("sid") in self.site.sessions, {}
         self.site.record(method="GET", path=self.path, member=member, cookies=sorted(cookies),
                          login=False, sid=cookies.get("sid"), **flags)
+        if self.site.page_delay and path.startswith("/members/p/"):
+            time.sleep(self.site.page_delay)
         if flags.get("banned") or flags.get("banned_again"):
             self._send(403, {}, b"forbidden")
             return
@@ -173,9 +178,11 @@ def main() -> None:
     parser.add_argument("--expire", type=int, default=0)
     parser.add_argument("--ban", type=int, default=0)
     parser.add_argument("--login-delay", type=float, default=0.0)
+    parser.add_argument("--page-delay", type=float, default=0.0)
     args = parser.parse_args()
     Handler.site = Site(args.pages, args.log, args.flaky, args.expire, args.ban)
     Handler.site.login_delay = args.login_delay
+    Handler.site.page_delay = args.page_delay
     server = ThreadingHTTPServer((args.bind, 0), Handler)
     server.daemon_threads = True
     print(f"http://{args.bind}:{server.server_address[1]}/", flush=True)

@@ -49,12 +49,13 @@ def login_site(tmp_path: Path) -> Iterator[Callable[[int], LoginSite]]:
     started: list[LoginSite] = []
 
     def factory(pages: int, flaky: int = 0, expire: int = 0, ban: int = 0,
-                login_delay: float = 0.0) -> LoginSite:
+                login_delay: float = 0.0, page_delay: float = 0.0) -> LoginSite:
         log = tmp_path / f"loginsite-{len(started)}.jsonl"
         proc = subprocess.Popen([sys.executable, str(HERE / "loginsite.py"), "--pages",
                                  str(pages), "--log", str(log), "--flaky", str(flaky),
                                  "--expire", str(expire), "--ban", str(ban),
-                                 "--login-delay", str(login_delay)],
+                                 "--login-delay", str(login_delay),
+                                 "--page-delay", str(page_delay)],
                                 stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         assert proc.stdout is not None
@@ -101,7 +102,7 @@ def test_a_login_holds_for_every_page_whichever_worker_fetches_it(
     """A plain spider (FormRequest login, a 302 with Set-Cookie, then links followed), three
     workers: every members page is fetched logged in, none comes back as the login form;
     the retries of the 12 pages that answered 503 first went logged in too."""
-    site = login_site(120, flaky=10)
+    site = login_site(120, flaky=10, page_delay=0.2)
     items, logs = crawl(tmp_path, redis_url, worker_env, "login_members", 3, site)
     assert members_outcome(site, items) == {
         "items": 120, "member_items": 120, "login_form_items": 0, "fetched": 132,
@@ -174,7 +175,7 @@ def test_a_pool_of_two_sessions_logs_in_exactly_twice_across_three_workers(
     """Issue 32 items 2 and 4: the spider declares its login; three workers, a pool of two
     sessions: every members page logged in, no login form, exactly two logins (one per
     session, whichever worker needed it first), and both sessions served pages."""
-    site = login_site(60)
+    site = login_site(60, page_delay=0.4)
     items, logs = pool_crawl(tmp_path, redis_url, worker_env, site)
     assert pool_outcome(site, items) == {"pages": 60, "member_pages": 60,
                                          "login_form_items": 0, "items": 62, "logins": 2,
