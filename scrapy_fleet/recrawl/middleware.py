@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 
@@ -119,18 +119,12 @@ class FleetRecrawlMiddleware:
             raise NotConfigured("FLEET_RECRAWL is off")
         return cls(crawler, config)
 
-    def _closed(self, spider: Spider | None = None) -> Any:
+    async def _closed(self, spider: Spider | None = None) -> None:
         if self.budgets is None:
-            return None
-        from scrapy.utils.defer import deferred_from_coro
-
+            return
         budgets, self.budgets = self.budgets, None
-
-        async def close() -> None:
-            await budgets.close()
-            await budgets.client.aclose()
-
-        return deferred_from_coro(close())
+        await budgets.close()
+        await budgets.client.aclose()
 
     def _budgets(self) -> HostBudgets | None:
         """The hosts' budgets, None when off (or before the spider is known)."""

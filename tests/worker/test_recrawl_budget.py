@@ -83,3 +83,6 @@ def test_a_host_over_its_budget_gets_longer_intervals_that_fit_it_and_no_backlog
     assert len(prices) == 1, keys  # one host
     price = float(prices[0] or 0)
     assert base_price(BASE) * 1.25 < price < math.inf, (price, base_price(BASE))
+    # the budgets' closing handler is a coroutine (a handler returning a Deferred is
+    # deprecated by Scrapy 2.13+: a warning in every budgeted worker's log)
+    assert "Deferred" not in log.read_text(), tail(log)
