@@ -139,8 +139,6 @@ prefix ``fleet`` and crawl id ``docs``::
                                                               site's partition
                                                               (:meth:`CrawlKeys.site_cookie_jar`,
                                                               lua/cookies_merge.lua)
-                                                              cookie); always under the crawl's
-                                                              own tag (lua/cookies_merge.lua)
     fleet:{docs}:spools       SET     names of the session pools (sessions/pool.py)
     fleet:{docs}:spool:<P>    ZSET    session id -> uses: the drawable (not retired) sessions
                                       of pool P, least used first (lua/sessions.lua)
