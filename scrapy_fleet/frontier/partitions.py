@@ -56,7 +56,7 @@ import logging
 import time
 import uuid
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -82,6 +82,9 @@ from scrapy_fleet.frontier.routing import (
 from scrapy_fleet.frontier.sent import SentLean, SentPart, match_rows, send_part
 from scrapy_fleet.keys import PROBE_CALL, STAGE_HOST, CrawlKeys, partition_of
 from scrapy_fleet.monitoring.heartbeat import heartbeat_only
+
+if TYPE_CHECKING:
+    from scrapy.statscollectors import StatsCollector
 
 logger = logging.getLogger(__name__)
 
@@ -110,8 +113,10 @@ class PartitionedFrontier:
     def __init__(self, url: str, keys: CrawlKeys, worker: str, params: FrontierParams,
                  parts: int, timeout: float = 10.0, retries: int = 3, wait_replicas: int = 0,
                  idle_timeout: float | None = None, dupe_cache: int = 0,
-                 flush_age: float = 0.0, encode: Encoder | None = None) -> None:
+                 flush_age: float = 0.0, encode: Encoder | None = None,
+                 stats: StatsCollector | None = None) -> None:
         self.url = url
+        self.stats = stats  #: the crawl's stats, ``fleet/partitions/*`` set after each call
         self.keys = keys  #: the control keys (the crawl's own tag)
         self.parts = parts
         self.worker = worker
@@ -212,6 +217,12 @@ class PartitionedFrontier:
     def marker(self) -> str:
         return self.fronts[self.home].marker
 
+    @property
+    def buffer(self) -> PartitionedFrontier:
+        """This client keeps work between calls (:meth:`flush_in`, :meth:`flush_now`,
+        :attr:`acks_held`: frontier/port.py FrontierBuffer)."""
+        return self
+
     def flush_now(self) -> None:
         """Make every buffer of foreign links due (the worker is closing): the next call
         pushes them all, and the pages waiting for them are acknowledged."""
@@ -301,6 +312,20 @@ class PartitionedFrontier:
 
     async def call(self, batch: CallBatch, monitor: bytes = b"", resend: bool = True,
                    op_id: str | None = None) -> CallResult:
+        """:meth:`run`, then the reply's ``reached`` and ``monitor_confirmed`` and the stats
+        ``fleet/partitions/*`` (docs/stats.md).  *resend* is not used: a part refused for a
+        stale cache of duplicates is handled here, per partition (frontier/sent.py
+        ``send_part``)."""
+        result = await self.run(batch, monitor, op_id)
+        result.reached = frozenset(self.reached)
+        result.monitor_confirmed = self.monitor_confirmed
+        if self.stats is not None:
+            for name, value in self.partition_counts().items():
+                self.stats.set_value(f"fleet/partitions/{name}", value)
+        return result
+
+    async def run(self, batch: CallBatch, monitor: bytes = b"",
+                  op_id: str | None = None) -> CallResult:
         """Run the pump's *batch* over the partitions (module docstring): foreign links
         first, then one frontier call per partition touched, concurrently.  The reply's
         entry ids are ``"<p>:<id>"``; its counts are sums, its ``idle_ms`` the fleet's

@@ -6,8 +6,8 @@ holds.  It owns the worker's :class:`~scrapy_fleet.frontier.book.LeaseBook` (the
 leases, no I/O; ``pump.book``), sends what the book buffered in each call and files the
 reply back into it.  Its interface, :class:`FrontierPump`:
 
-* ``start(frontier, stage)``: start the loop over a connected
-  :class:`~scrapy_fleet.frontier.client.AsyncFrontier` (``frontier``: the client, settable
+* ``start(frontier, stage)``: start the loop over a connected frontier client, a
+  :class:`~scrapy_fleet.frontier.port.WorkerFrontier` (``frontier``: the client, settable
   for a pump driven by hand);
 * ``close(reason)``: stop the loop, make the final call(s), leave the worker list;
 * ``call(final)``: one frontier call now; ``receive(result)``: file a call's reply;
@@ -18,8 +18,9 @@ reply back into it.  Its interface, :class:`FrontierPump`:
   ``held_partitions()``.
 
 Nothing else reaches its private attributes (tests/test_layers.py).  Of its frontier client
-it uses ``call``, ``dupes`` (the book's DupeCache), ``unreplicated``/``wait_replicas``,
-``flush_in``/``flush_now`` (what the client buffers itself: a partitioned crawl's links for
+it uses only the :class:`~scrapy_fleet.frontier.port.WorkerFrontier` interface: ``call`` and
+``last_op``, ``dupes`` (the book's DupeCache), ``unreplicated``/``wait_replicas``, ``buffer``
+(what the client keeps itself between calls, None at P = 1: a partitioned crawl's links for
 other partitions), and ``keys``/``client`` once, to leave the worker list at close.
 
 When it calls: when poked (something buffered, the prefetch half empty; also right after a
@@ -64,7 +65,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from scrapy_fleet.config import FleetConfig
-    from scrapy_fleet.frontier.client import AsyncFrontier
+    from scrapy_fleet.frontier.port import WorkerFrontier
     from scrapy_fleet.stages.roles import StageRole
 
 logger = logging.getLogger("scrapy_fleet.frontier.scheduler")  # one logger for the scheduler
@@ -91,7 +92,7 @@ class FrontierPump:
         self.book = LeaseBook(crawler, config)
         self.book.poke = self._poke
         self.book.held_parts = self.held_partitions
-        self._frontier: AsyncFrontier | None = None
+        self._frontier: WorkerFrontier | None = None
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._unreplicated = 0  # calls seen not acknowledged by the replicas (WAIT)
@@ -125,23 +126,23 @@ class FrontierPump:
             self._max_held = PARSE_HELD
 
     @property
-    def frontier(self) -> AsyncFrontier | None:
+    def frontier(self) -> WorkerFrontier | None:
         """The frontier client the calls go through (None before ``start``)."""
         return self._frontier
 
     @frontier.setter
-    def frontier(self, frontier: AsyncFrontier | None) -> None:
+    def frontier(self, frontier: WorkerFrontier | None) -> None:
         self._frontier = frontier
         self.book.dupes = frontier.dupes if frontier is not None else None
 
-    def start(self, frontier: AsyncFrontier, stage: StageRole | None = None) -> None:
+    def start(self, frontier: WorkerFrontier, stage: StageRole | None = None) -> None:
         """Start the pump's loop, a task on the running asyncio loop, over *frontier* (a
         connected client); *stage*: the worker's stage hook (FLEET_ROLE), which may stop
         leasing and is told the response queue at each call."""
         self.frontier = frontier
         self.stage = stage
         self.stalls.start_beat(self.config.redis_url, self.config.worker_id,
-                               getattr(frontier, "part_keys", None) or [frontier.keys],
+                               frontier.keys.all_partitions(self.config.partitions),
                                self.config.redis_timeout)
         self._wake = asyncio.Event()
         self._task = asyncio.ensure_future(self._pump())
@@ -208,8 +209,9 @@ class FrontierPump:
         if book.drain_started is not None and (book.inflight or book.prefetch):
             left = book.drain_started + self.config.drain_timeout - time.monotonic()
             until_extend = min(until_extend, max(0.05, left))
-        due = self.frontier.flush_in() if self.frontier is not None else None
-        if due is not None:  # links buffered by the client (a partitioned crawl)
+        buffer = self.frontier.buffer if self.frontier is not None else None
+        due = buffer.flush_in() if buffer is not None else None
+        if due is not None:  # work the client keeps (a partitioned crawl's)
             until_extend = min(until_extend, max(0.005, due))
         if len(book.prefetch) < self.config.prefetch and not book.fleet_done:
             wait = min(self.config.poll_interval, until_extend)
@@ -390,12 +392,13 @@ class FrontierPump:
         if sent is None:
             book.flush_counts()
             batch, n_out, n_done, n_dead = self._build_batch(final)
-            if batch.is_empty() and self.frontier.flush_in() != 0 and not (
+            buffer = self.frontier.buffer
+            if batch.is_empty() and (buffer is None or buffer.flush_in() != 0) and not (
                     final and self.monitor.unsent()):  # (0: the client's buffer is due;
                 return None  # the closing call carries the counter deltas not confirmed)
             # leases held once this call is done (what it releases is gone then), with the
             # pages whose acknowledgement waits in a partitioned client (still leased)
-            waiting = self.frontier.acks_held
+            waiting = buffer.acks_held if buffer is not None else 0
             held = max(0, len(book.held_leases()) - len(batch.releases)) + waiting
             state = "fetching" if waiting and book.state == "idle" else book.state
             monitor = self.monitor.payload("closing" if final else state, held,
@@ -427,7 +430,7 @@ class FrontierPump:
             if isinstance(exc, RedisUnavailableError):
                 self.lost.unanswered(entry_ids(batch))
             # no reply: it may have run; sent again as it was (a client naming its op id)
-            sent.op_id = getattr(self.frontier, "last_op", None)
+            sent.op_id = self.frontier.last_op
             if sent.op_id is not None:  # (at once after the back-off: its leases wait)
                 self._unanswered = sent
                 self._poke()
@@ -443,7 +446,7 @@ class FrontierPump:
             self._unreplicated = self.frontier.unreplicated
         # the call succeeded: drop what it carried from the local buffers (a partitioned
         # crawl: unless the part carrying the counter deltas failed; they go again)
-        if getattr(self.frontier, "monitor_confirmed", True):
+        if result.monitor_confirmed:
             self.monitor.confirmed()
         if batch.releases and not final:
             released = {entry_id for entry_id, _ in batch.releases}
@@ -473,9 +476,7 @@ class FrontierPump:
         self.lost.answered(entry_ids(batch))
         if not sent.final:
             self.receive(result)
-        reached = getattr(self.frontier, "reached", None)  # (a partitioned crawl's)
-        if self.stalls.confirmed(started, fresh and batch.beat,
-                                 (0,) if reached is None else reached):
+        if self.stalls.confirmed(started, fresh and batch.beat, result.reached):
             engine_hooks.wake_engine(self.crawler)
         if final and not sent.final:  # (that was a call sent again: now the final one)
             return await self.call(final=True)
@@ -484,10 +485,6 @@ class FrontierPump:
     def _account(self, result: CallResult, batch: CallBatch, sent: list[Out]) -> None:
         book = self.book
         book.inc("fleet/redis/roundtrips")
-        counts = getattr(self.frontier, "partition_counts", None)
-        if counts is not None and self.stats is not None:  # a partitioned crawl (issue 21)
-            for name, value in counts().items():
-                self.stats.set_value(f"fleet/partitions/{name}", value)
         for key, count in (("fleet/frontier/pushed", result.pushed),
                            ("fleet/dupefilter/cached", result.cached),
                            ("fleet/frontier/acked", result.acked),
@@ -598,7 +595,8 @@ class FrontierPump:
         assert self.frontier is not None
         if self._state_lost:
             return
-        self.frontier.flush_now()  # links the client buffered go with the final call
+        if self.frontier.buffer is not None:  # what the client keeps goes with the final call
+            self.frontier.buffer.flush_now()
         try:
             for _ in range(1000):
                 before = (len(book.outbox), len(book.done))
