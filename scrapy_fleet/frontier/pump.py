@@ -44,22 +44,20 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from scrapy_fleet import codec, engine_hooks, outage
-from scrapy_fleet.errors import CallbackError, CrawlStateLostError, RedisUnavailableError
+from scrapy_fleet import engine_hooks, outage
+from scrapy_fleet.errors import CrawlStateLostError, RedisUnavailableError
 from scrapy_fleet.frontier import budgets
 from scrapy_fleet.frontier.book import LeaseBook
 from scrapy_fleet.frontier.dupecache import StaleDupeCache
-from scrapy_fleet.frontier.leases import Lease, Out
 from scrapy_fleet.frontier.liveness import StallGuard, leave
 from scrapy_fleet.frontier.lostleases import LostLeases
 from scrapy_fleet.frontier.protocol import CallBatch, CallResult
+from scrapy_fleet.frontier.replies import ReplyFiler
 from scrapy_fleet.frontier.routing import lease_partition
 from scrapy_fleet.frontier.sent import SentCall, entry_ids
 from scrapy_fleet.frontier.wake import wait_set
 from scrapy_fleet.monitoring.heartbeat import WorkerMonitor
 from scrapy_fleet.redis_client import is_oom
-from scrapy_fleet.stages import records as stored_responses
-from scrapy_fleet.stages.roles import STORED_META_KEY
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -98,12 +96,13 @@ class FrontierPump:
         self._unreplicated = 0  # calls seen not acknowledged by the replicas (WAIT)
         self.oom = outage.OutOfMemory()  #: Redis refusing calls with OOM: logged as a spell
         self._last_extend = 0.0
-        self._logged_dupe = False
         self._budget_closing = False  # the crawl's budget is spent: closing (issue 34)
         #: the leases reported lost: counted and warned of (those of a call that failed
         #: without a reply: lost to the outage, not to a stall)
         self.lost = LostLeases(self.book.inc, config.lease_timeout, lambda: self.book.spider,
                                config.monitoring.worker_dead_after)
+        #: files each reply's counts, lost leases and new leases into the book
+        self.replies = ReplyFiler(self.book, self.lost, config.request_classes)
         #: that call, sent again as it was (same op id) before any new batch: one that ran
         #: gets its cached reply (its leases, its acknowledgements confirmed)
         self._unanswered: SentCall | None = None
@@ -472,7 +471,7 @@ class FrontierPump:
                 if id(o) not in refused_ids:
                     book.start_pending.pop(id(o), None)
         children = [c for lease in done for c in lease.children]
-        self._account(result, batch, children + outbox)
+        self.replies.account(result, children + outbox)
         self.lost.answered(entry_ids(batch))
         if not sent.final:
             self.receive(result)
@@ -481,45 +480,6 @@ class FrontierPump:
         if final and not sent.final:  # (that was a call sent again: now the final one)
             return await self.call(final=True)
         return result
-
-    def _account(self, result: CallResult, batch: CallBatch, sent: list[Out]) -> None:
-        book = self.book
-        book.inc("fleet/redis/roundtrips")
-        for key, count in (("fleet/frontier/pushed", result.pushed),
-                           ("fleet/dupefilter/cached", result.cached),
-                           ("fleet/frontier/acked", result.acked),
-                           ("fleet/backpressure/deferred", result.deferred),
-                           ("fleet/backpressure/resumed", result.resumed),
-                           ("fleet/frontier/released", result.released),
-                           ("fleet/frontier/reclaimed", result.reclaimed)):
-            if count:
-                book.inc(key, count)
-        if result.duplicates:
-            book.inc("dupefilter/filtered", result.duplicates)
-            book.inc("fleet/dupefilter/filtered", result.duplicates)
-            if not self._logged_dupe:
-                first = next((url for (url, *_), flag in zip(sent, result.push_flags,
-                                                              strict=False) if not flag), "?")
-                logger.debug("Filtered duplicate request: <GET %s> - no more duplicates will be "
-                             "shown", first, extra={"spider": book.spider})
-                self._logged_dupe = True
-        if result.parked:
-            book.inc("fleet/backpressure/parked", result.parked)
-            logger.debug("Frontier full: %d request(s) parked until the frontier has room "
-                         "for the rest of their links", result.parked,
-                         extra={"spider": book.spider})
-        if result.bloom_full:
-            logger.warning("The fleet's Bloom filter is at its last slice; its false-positive "
-                           "rate grows from here. Raise FLEET_DUPEFILTER_CAPACITY and purge.",
-                           extra={"spider": book.spider})
-        lost = set(result.lost)
-        if lost:
-            self.lost.report(lost)
-            book.prefetch = deque((r, lease) for r, lease in book.prefetch
-                                  if lease.entry_id not in lost)
-            for lease in [lease for _, lease in book.inflight.values()] + book.starting:
-                if lease.entry_id in lost:
-                    lease.lost = True
 
     def receive(self, result: CallResult) -> None:
         """Apply the reply *result* of a (non-final) frontier call: the hosts' holds, the next
@@ -539,36 +499,7 @@ class FrontierPump:
         self._next_ready_at = None if result.next_ready is None else now + result.next_ready
         if self.stage is not None:
             self.stage.note_response_queue(result.response_queue)
-        got = 0
-        for entry in result.leased:
-            lease = Lease(entry.entry_id, entry.token)
-            lease.payload = entry.payload
-            try:
-                if stored_responses.is_stored(entry.payload):
-                    request, stored = stored_responses.decode(
-                        entry.payload, book.spider, self.config.request_classes)
-                    request.meta[STORED_META_KEY] = stored
-                else:
-                    request = codec.decode(entry.payload, book.spider,
-                                           self.config.request_classes)
-            except CallbackError as exc:  # a readable request, not one the spider can take
-                book.callback_failed(lease, exc)
-                continue
-            except Exception as exc:  # RequestDecodeError, or anything a Request class raises
-                logger.error("Frontier entry %s cannot be used (%s); moved to dead letters",
-                             entry.entry_id, exc, extra={"spider": book.spider})
-                book.dead.append((lease, f"{type(exc).__name__}: {exc}"[:500]))
-                book.inc("fleet/frontier/dead_letter")
-                self._poke()
-                continue
-            if entry.expiries:
-                book.inc("fleet/frontier/redelivered")
-            if codec.PUSHED_META_KEY in request.meta and book.on_pushed is not None:
-                book.starting.append(lease)
-                book.on_pushed(request, lease)  # the spider middlewares' start hook first
-            else:
-                book.prefetch.append((request, lease))
-            got += 1
+        got = self.replies.lease(result.leased)
         if got:
             book.inc("fleet/frontier/leased", got)
         idle_timeout = self.config.idle_timeout
