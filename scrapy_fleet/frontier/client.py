@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio
 
@@ -43,6 +43,9 @@ from scrapy_fleet.frontier.protocol import (
     size_of,
 )
 from scrapy_fleet.keys import CrawlKeys
+
+if TYPE_CHECKING:
+    from scrapy_fleet.frontier.port import FrontierBuffer
 
 logger = logging.getLogger(__name__)
 
@@ -175,12 +178,6 @@ class AsyncFrontier:
         return await self.client.hmget(step.key, step.entry_ids)
 
     @property
-    def acks_held(self) -> int:
-        """Acknowledgements waiting in this client: none (a P = 1 call sends them all; the
-        partitioned client's own holds them, frontier/partitions.py)."""
-        return 0
-
-    @property
     def last_op(self) -> str | None:
         """The op id of the last call's script step (:attr:`FrontierCall.last_op`)."""
         return self.calls.last_op
@@ -216,13 +213,11 @@ class AsyncFrontier:
         """Calls fewer replicas than :attr:`wait_replicas` acknowledged in time."""
         return self.calls.unreplicated
 
-    def flush_in(self) -> float | None:
-        """Seconds until buffered work of the client's own is due: None, it buffers nothing
-        (a partitioned crawl's client buffers links for other partitions: partitions.py)."""
+    @property
+    def buffer(self) -> FrontierBuffer | None:
+        """None: a call sends everything it is given, nothing is kept between calls (the
+        partitioned client keeps some: frontier/partitions.py)."""
         return None
-
-    def flush_now(self) -> None:
-        """Make buffered work due at the next call (nothing here: see :meth:`flush_in`)."""
 
     async def close(self) -> None:
         if self._owns_client:

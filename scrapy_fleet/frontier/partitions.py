@@ -40,7 +40,8 @@ the pump sends its batch again with :attr:`PartitionedFrontier.last_op` (as at P
 
 Idle close: when the partitions a call reached all report idle for FLEET_IDLE_TIMEOUT, every
 partition is probed (lua/partition_probe.lua); the fleet is idle only when each of them is
-idle that long on its own clock (push before ack: no work can hide between partitions).
+idle that long on its own clock (push before ack: no work can hide between partitions):
+frontier/partview.py, with the response queue of the stage partition.
 
 The cache of known duplicates (FLEET_DUPEFILTER_CACHE) is split over the partitions' clients
 (the links of their own pages) and the lean pushes' destinations (foreign links:
@@ -56,16 +57,17 @@ import logging
 import time
 import uuid
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from scrapy_fleet import lua, redis_client
-from scrapy_fleet.errors import CrawlStateLostError, RedisUnavailableError
+from scrapy_fleet.errors import CrawlStateLostError
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.dupecache import DupeCache, StaleDupeCache
 from scrapy_fleet.frontier.lean import LeanDestination, LeanResult
 from scrapy_fleet.frontier.partdupes import Encoder, PartitionDupes, encode_part, materialize
+from scrapy_fleet.frontier.partview import FleetIdleness, ResponseQueueView
 from scrapy_fleet.frontier.picker import PartitionPicker
 from scrapy_fleet.frontier.protocol import CallBatch, CallResult, FrontierParams, state_lost
 from scrapy_fleet.frontier.routing import (
@@ -80,8 +82,11 @@ from scrapy_fleet.frontier.routing import (
     subset,
 )
 from scrapy_fleet.frontier.sent import SentLean, SentPart, match_rows, send_part
-from scrapy_fleet.keys import PROBE_CALL, STAGE_HOST, CrawlKeys, partition_of
+from scrapy_fleet.keys import CrawlKeys, partition_of
 from scrapy_fleet.monitoring.heartbeat import heartbeat_only
+
+if TYPE_CHECKING:
+    from scrapy.statscollectors import StatsCollector
 
 logger = logging.getLogger(__name__)
 
@@ -110,15 +115,16 @@ class PartitionedFrontier:
     def __init__(self, url: str, keys: CrawlKeys, worker: str, params: FrontierParams,
                  parts: int, timeout: float = 10.0, retries: int = 3, wait_replicas: int = 0,
                  idle_timeout: float | None = None, dupe_cache: int = 0,
-                 flush_age: float = 0.0, encode: Encoder | None = None) -> None:
+                 flush_age: float = 0.0, encode: Encoder | None = None,
+                 stats: StatsCollector | None = None) -> None:
         self.url = url
+        self.stats = stats  #: the crawl's stats, ``fleet/partitions/*`` set after each call
         self.keys = keys  #: the control keys (the crawl's own tag)
         self.parts = parts
         self.worker = worker
         #: FLEET_QUEUE_MAX is the crawl's: each partition holds its share, rounded up
         self.params = partition_params(params, parts)
         self.retries = retries
-        self.idle_timeout = idle_timeout
         self.wait_replicas = wait_replicas
         self.part_keys = keys.all_partitions(parts)
         #: each partition's client keeps its own cache of known duplicates (FLEET_DUPEFILTER_
@@ -135,7 +141,9 @@ class PartitionedFrontier:
         self.lean_dests = [LeanDestination(k, dupe_cache // (2 * parts))
                            for k in self.part_keys]
         self._lean = lua.load(self.client, "push_lean.lua")
-        self._probe = lua.load(self.client, "partition_probe.lua")
+        #: whether the fleet is idle, over every partition (frontier/partview.py)
+        self.idleness = FleetIdleness(self.client, url, retries, self.part_keys, idle_timeout)
+        self.probe = self.idleness.probe  #: lua/partition_probe.lua on every partition
         #: the pump's view: a link its partition's cache knows, for its page's partition,
         #: is buffered unencoded (partdupes.py; *encode*: encodes it if it must be sent)
         self.encode = encode
@@ -176,13 +184,9 @@ class PartitionedFrontier:
         #: (last_op, the pump's batch) of a call that raised with its work held here
         self._absorbed: tuple[str, CallBatch] | None = None
         self.held_parts = 0  #: partition parts held for a later call, so far
-        #: the partition of the stored responses (FLEET_ROLE, docs/stages.md) and the last
-        #: response queue figures it gave (None: none seen, no stored response in this crawl
-        #: as far as this worker knows); reported with every reply, and once seen that
-        #: partition is called with every heartbeat, so a fetch worker that stopped leasing
-        #: sees the queue drain
-        self.stage_part = partition_of(STAGE_HOST, parts)
-        self._rq: tuple[int, int] | None = None
+        #: the response queue (stages) as its partition last reported it, reported with
+        #: every reply (frontier/partview.py)
+        self.response_queue = ResponseQueueView(parts)
         #: the partition whose call carried counter deltas that failed (None: none): they go
         #: there again, unchanged, until it answers (its ``cs`` skips a batch it applied
         #: already, whose reply was lost; another partition would count it twice)
@@ -211,6 +215,12 @@ class PartitionedFrontier:
     @property
     def marker(self) -> str:
         return self.fronts[self.home].marker
+
+    @property
+    def buffer(self) -> PartitionedFrontier:
+        """This client keeps work between calls (:meth:`flush_in`, :meth:`flush_now`,
+        :attr:`acks_held`: frontier/port.py FrontierBuffer)."""
+        return self
 
     def flush_now(self) -> None:
         """Make every buffer of foreign links due (the worker is closing): the next call
@@ -301,6 +311,20 @@ class PartitionedFrontier:
 
     async def call(self, batch: CallBatch, monitor: bytes = b"", resend: bool = True,
                    op_id: str | None = None) -> CallResult:
+        """:meth:`run`, then the reply's ``reached`` and ``monitor_confirmed`` and the stats
+        ``fleet/partitions/*`` (docs/stats.md).  *resend* is not used: a part refused for a
+        stale cache of duplicates is handled here, per partition (frontier/sent.py
+        ``send_part``)."""
+        result = await self.run(batch, monitor, op_id)
+        result.reached = frozenset(self.reached)
+        result.monitor_confirmed = self.monitor_confirmed
+        if self.stats is not None:
+            for name, value in self.partition_counts().items():
+                self.stats.set_value(f"fleet/partitions/{name}", value)
+        return result
+
+    async def run(self, batch: CallBatch, monitor: bytes = b"",
+                  op_id: str | None = None) -> CallResult:
         """Run the pump's *batch* over the partitions (module docstring): foreign links
         first, then one frontier call per partition touched, concurrently.  The reply's
         entry ids are ``"<p>:<id>"``; its counts are sums, its ``idle_ms`` the fleet's
@@ -398,8 +422,9 @@ class PartitionedFrontier:
         for p in payloads:
             if p not in dict(calls):
                 calls.append((p, CallBatch(beat=True)))
-        if batch.beat and self._rq is not None and self.stage_part not in dict(calls):
-            calls.append((self.stage_part, CallBatch(beat=True)))
+        stage_part = self.response_queue.part
+        if batch.beat and self.response_queue.last is not None and stage_part not in dict(calls):
+            calls.append((stage_part, CallBatch(beat=True)))
         calls += [(p, CallBatch()) for p in sorted(set(self._sent) - set(dict(calls)))]
         for _, one in calls:  # (crawl control: each call reports the generation held)
             one.control_gen = batch.control_gen
@@ -474,8 +499,8 @@ class PartitionedFrontier:
         self._hold_since = {p: self._hold_since.get(p, now) for p in hold}
         self.held_parts += len(hold)
         merged = merge_results(r, by_part, lean, failed | hold, self.home)
-        self._note_response_queue(lean, by_part)
-        merged.response_queue = self._response_queue(keep)
+        self.response_queue.note(lean, by_part)
+        merged.response_queue = self.response_queue.seen(keep)
         refused_held = [full.pushes[i] for i in merged.refused if i < off]
         merged.refused = [i - off for i in merged.refused if i >= off]
         merged.seen = [i - off for i in merged.seen if i >= off]
@@ -490,14 +515,9 @@ class PartitionedFrontier:
             raise noreply[0]
         merged.next_ready = self.picker.after_call(batch.take, len(merged.leased),
                                                    merged.next_ready, time.monotonic())
-        if merged.idle_ms >= 0 and self.idle_timeout is not None \
-                and merged.idle_ms >= self.idle_timeout * 1000 and not self.waiting_work:
-            try:
-                merged.idle_ms = await self.fleet_idle_ms()
-            except RedisUnavailableError:
-                merged.idle_ms = -1  # (the call went through: not raised, not sent again)
-        elif self.waiting_work:
-            merged.idle_ms = -1
+        # (a probe that fails: busy; the call went through, it is not raised nor sent again)
+        merged.idle_ms = await self.idleness.idle_ms(merged.idle_ms, self.waiting_work,
+                                                     self.picker)
         return merged
 
     async def _reach_another(self, failed: set[int], by_part: dict[int, CallResult]) -> None:
@@ -555,24 +575,6 @@ class PartitionedFrontier:
         return ((0 if self._held is None else len(self._held.acks))
                 + sum(len(part.batch.acks) for part in self._sent.values()))
 
-    def _note_response_queue(self, lean: dict[int, LeanResult],
-                             by_part: dict[int, CallResult]) -> None:
-        q = self.stage_part
-        if q in lean and lean[q].rq is not None:
-            self._rq = lean[q].rq
-        if q in by_part and (self._rq is not None or any(by_part[q].response_queue)):
-            self._rq = by_part[q].response_queue  # (the frontier call ran after the lean one)
-
-    def _response_queue(self, keep: CallBatch) -> tuple[int, int]:
-        """The response queue as this worker sees it: the stage partition's last figures
-        plus the stored responses waiting here in a buffer (pushed before long: a fetch
-        worker must not lease on past the bound meanwhile)."""
-        waiting = [push[2] for push in keep.pushes if len(push) > 4 and push[4] == STAGE_HOST]
-        if waiting and self._rq is None:
-            self._rq = (0, 0)
-        count, size = self._rq or (0, 0)
-        return count + len(waiting), size + sum(len(x) for x in waiting)
-
     def _note_failure(self, p: int, exc: Exception) -> None:
         self.partition_errors += 1
         logger.debug("Fleet partition %d unreachable, its part of the call is held: %s",
@@ -583,26 +585,3 @@ class PartitionedFrontier:
         those *tried* in this call: refused, or not reached); stop the others'."""
         self._since = {q: now if q in tried else self._since.get(q, now)
                        for q in foreign_dests(keep, self.parts)}
-
-    # -- the fleet's idleness
-
-    async def probe(self, start_clock: bool = True) -> list[list[Any]]:
-        """lua/partition_probe.lua on every partition (concurrently): per partition
-        ``[idle ms, queued, leased, deferred, parked, marker, now ms]``."""
-        async def one(k: CrawlKeys) -> list[Any]:
-            async def attempt() -> list[Any]:
-                return await self._probe(  # type: ignore[no-any-return]
-                    keys=k.call_keys(PROBE_CALL), args=["1" if start_clock else "0"])
-            return await redis_client.call_retrying_async(  # type: ignore[no-any-return]
-                attempt, self.url, self.retries, self.client)
-
-        return list(await asyncio.gather(*(one(k) for k in self.part_keys)))
-
-    async def fleet_idle_ms(self) -> int:
-        """How long every partition has been idle, the least of them (-1: one is busy)."""
-        rows = await self.probe()
-        for p, row in enumerate(rows):
-            self.picker.note_probe(p, int(row[1]))
-        idles = [int(row[0]) for row in rows]
-        return -1 if min(idles) < 0 else min(idles)
-

@@ -155,6 +155,13 @@ class CallResult:
     #: crawl control (issue 34; None: never used): the state the worker holds until its next
     #: call (frontier/control.py)
     control: ControlState | None = None
+    #: (filled by the worker's client, not read from the reply) the partitions whose part of
+    #: the call got its reply: each a sign of this worker's life there (frontier/liveness.py);
+    #: one partition: 0
+    reached: frozenset[int] = frozenset({0})
+    #: (filled by the worker's client) the call's monitoring payload, with its counter
+    #: deltas, got through: False, the pump keeps the deltas and sends them again
+    monitor_confirmed: bool = True
 
     @classmethod
     def from_reply(cls, reply: bytes) -> CallResult:

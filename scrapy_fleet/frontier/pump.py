@@ -6,8 +6,8 @@ holds.  It owns the worker's :class:`~scrapy_fleet.frontier.book.LeaseBook` (the
 leases, no I/O; ``pump.book``), sends what the book buffered in each call and files the
 reply back into it.  Its interface, :class:`FrontierPump`:
 
-* ``start(frontier, stage)``: start the loop over a connected
-  :class:`~scrapy_fleet.frontier.client.AsyncFrontier` (``frontier``: the client, settable
+* ``start(frontier, stage)``: start the loop over a connected frontier client, a
+  :class:`~scrapy_fleet.frontier.port.WorkerFrontier` (``frontier``: the client, settable
   for a pump driven by hand);
 * ``close(reason)``: stop the loop, make the final call(s), leave the worker list;
 * ``call(final)``: one frontier call now; ``receive(result)``: file a call's reply;
@@ -18,8 +18,9 @@ reply back into it.  Its interface, :class:`FrontierPump`:
   ``held_partitions()``.
 
 Nothing else reaches its private attributes (tests/test_layers.py).  Of its frontier client
-it uses ``call``, ``dupes`` (the book's DupeCache), ``unreplicated``/``wait_replicas``,
-``flush_in``/``flush_now`` (what the client buffers itself: a partitioned crawl's links for
+it uses only the :class:`~scrapy_fleet.frontier.port.WorkerFrontier` interface: ``call`` and
+``last_op``, ``dupes`` (the book's DupeCache), ``unreplicated``/``wait_replicas``, ``buffer``
+(what the client keeps itself between calls, None at P = 1: a partitioned crawl's links for
 other partitions), and ``keys``/``client`` once, to leave the worker list at close.
 
 When it calls: when poked (something buffered, the prefetch half empty; also right after a
@@ -43,28 +44,26 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from scrapy_fleet import codec, engine_hooks, outage
-from scrapy_fleet.errors import CallbackError, CrawlStateLostError, RedisUnavailableError
+from scrapy_fleet import engine_hooks, outage
+from scrapy_fleet.errors import CrawlStateLostError, RedisUnavailableError
 from scrapy_fleet.frontier import budgets
 from scrapy_fleet.frontier.book import LeaseBook
 from scrapy_fleet.frontier.dupecache import StaleDupeCache
-from scrapy_fleet.frontier.leases import Lease, Out
 from scrapy_fleet.frontier.liveness import StallGuard, leave
 from scrapy_fleet.frontier.lostleases import LostLeases
 from scrapy_fleet.frontier.protocol import CallBatch, CallResult
+from scrapy_fleet.frontier.replies import ReplyFiler
 from scrapy_fleet.frontier.routing import lease_partition
 from scrapy_fleet.frontier.sent import SentCall, entry_ids
 from scrapy_fleet.frontier.wake import wait_set
 from scrapy_fleet.monitoring.heartbeat import WorkerMonitor
 from scrapy_fleet.redis_client import is_oom
-from scrapy_fleet.stages import records as stored_responses
-from scrapy_fleet.stages.roles import STORED_META_KEY
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
     from scrapy_fleet.config import FleetConfig
-    from scrapy_fleet.frontier.client import AsyncFrontier
+    from scrapy_fleet.frontier.port import WorkerFrontier
     from scrapy_fleet.stages.roles import StageRole
 
 logger = logging.getLogger("scrapy_fleet.frontier.scheduler")  # one logger for the scheduler
@@ -91,18 +90,19 @@ class FrontierPump:
         self.book = LeaseBook(crawler, config)
         self.book.poke = self._poke
         self.book.held_parts = self.held_partitions
-        self._frontier: AsyncFrontier | None = None
+        self._frontier: WorkerFrontier | None = None
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._unreplicated = 0  # calls seen not acknowledged by the replicas (WAIT)
         self.oom = outage.OutOfMemory()  #: Redis refusing calls with OOM: logged as a spell
         self._last_extend = 0.0
-        self._logged_dupe = False
         self._budget_closing = False  # the crawl's budget is spent: closing (issue 34)
         #: the leases reported lost: counted and warned of (those of a call that failed
         #: without a reply: lost to the outage, not to a stall)
         self.lost = LostLeases(self.book.inc, config.lease_timeout, lambda: self.book.spider,
                                config.monitoring.worker_dead_after)
+        #: files each reply's counts, lost leases and new leases into the book
+        self.replies = ReplyFiler(self.book, self.lost, config.request_classes)
         #: that call, sent again as it was (same op id) before any new batch: one that ran
         #: gets its cached reply (its leases, its acknowledgements confirmed)
         self._unanswered: SentCall | None = None
@@ -125,23 +125,23 @@ class FrontierPump:
             self._max_held = PARSE_HELD
 
     @property
-    def frontier(self) -> AsyncFrontier | None:
+    def frontier(self) -> WorkerFrontier | None:
         """The frontier client the calls go through (None before ``start``)."""
         return self._frontier
 
     @frontier.setter
-    def frontier(self, frontier: AsyncFrontier | None) -> None:
+    def frontier(self, frontier: WorkerFrontier | None) -> None:
         self._frontier = frontier
         self.book.dupes = frontier.dupes if frontier is not None else None
 
-    def start(self, frontier: AsyncFrontier, stage: StageRole | None = None) -> None:
+    def start(self, frontier: WorkerFrontier, stage: StageRole | None = None) -> None:
         """Start the pump's loop, a task on the running asyncio loop, over *frontier* (a
         connected client); *stage*: the worker's stage hook (FLEET_ROLE), which may stop
         leasing and is told the response queue at each call."""
         self.frontier = frontier
         self.stage = stage
         self.stalls.start_beat(self.config.redis_url, self.config.worker_id,
-                               getattr(frontier, "part_keys", None) or [frontier.keys],
+                               frontier.keys.all_partitions(self.config.partitions),
                                self.config.redis_timeout)
         self._wake = asyncio.Event()
         self._task = asyncio.ensure_future(self._pump())
@@ -208,8 +208,9 @@ class FrontierPump:
         if book.drain_started is not None and (book.inflight or book.prefetch):
             left = book.drain_started + self.config.drain_timeout - time.monotonic()
             until_extend = min(until_extend, max(0.05, left))
-        due = self.frontier.flush_in() if self.frontier is not None else None
-        if due is not None:  # links buffered by the client (a partitioned crawl)
+        buffer = self.frontier.buffer if self.frontier is not None else None
+        due = buffer.flush_in() if buffer is not None else None
+        if due is not None:  # work the client keeps (a partitioned crawl's)
             until_extend = min(until_extend, max(0.005, due))
         if len(book.prefetch) < self.config.prefetch and not book.fleet_done:
             wait = min(self.config.poll_interval, until_extend)
@@ -390,12 +391,13 @@ class FrontierPump:
         if sent is None:
             book.flush_counts()
             batch, n_out, n_done, n_dead = self._build_batch(final)
-            if batch.is_empty() and self.frontier.flush_in() != 0 and not (
+            buffer = self.frontier.buffer
+            if batch.is_empty() and (buffer is None or buffer.flush_in() != 0) and not (
                     final and self.monitor.unsent()):  # (0: the client's buffer is due;
                 return None  # the closing call carries the counter deltas not confirmed)
             # leases held once this call is done (what it releases is gone then), with the
             # pages whose acknowledgement waits in a partitioned client (still leased)
-            waiting = self.frontier.acks_held
+            waiting = buffer.acks_held if buffer is not None else 0
             held = max(0, len(book.held_leases()) - len(batch.releases)) + waiting
             state = "fetching" if waiting and book.state == "idle" else book.state
             monitor = self.monitor.payload("closing" if final else state, held,
@@ -427,7 +429,7 @@ class FrontierPump:
             if isinstance(exc, RedisUnavailableError):
                 self.lost.unanswered(entry_ids(batch))
             # no reply: it may have run; sent again as it was (a client naming its op id)
-            sent.op_id = getattr(self.frontier, "last_op", None)
+            sent.op_id = self.frontier.last_op
             if sent.op_id is not None:  # (at once after the back-off: its leases wait)
                 self._unanswered = sent
                 self._poke()
@@ -443,7 +445,7 @@ class FrontierPump:
             self._unreplicated = self.frontier.unreplicated
         # the call succeeded: drop what it carried from the local buffers (a partitioned
         # crawl: unless the part carrying the counter deltas failed; they go again)
-        if getattr(self.frontier, "monitor_confirmed", True):
+        if result.monitor_confirmed:
             self.monitor.confirmed()
         if batch.releases and not final:
             released = {entry_id for entry_id, _ in batch.releases}
@@ -469,60 +471,15 @@ class FrontierPump:
                 if id(o) not in refused_ids:
                     book.start_pending.pop(id(o), None)
         children = [c for lease in done for c in lease.children]
-        self._account(result, batch, children + outbox)
+        self.replies.account(result, children + outbox)
         self.lost.answered(entry_ids(batch))
         if not sent.final:
             self.receive(result)
-        reached = getattr(self.frontier, "reached", None)  # (a partitioned crawl's)
-        if self.stalls.confirmed(started, fresh and batch.beat,
-                                 (0,) if reached is None else reached):
+        if self.stalls.confirmed(started, fresh and batch.beat, result.reached):
             engine_hooks.wake_engine(self.crawler)
         if final and not sent.final:  # (that was a call sent again: now the final one)
             return await self.call(final=True)
         return result
-
-    def _account(self, result: CallResult, batch: CallBatch, sent: list[Out]) -> None:
-        book = self.book
-        book.inc("fleet/redis/roundtrips")
-        counts = getattr(self.frontier, "partition_counts", None)
-        if counts is not None and self.stats is not None:  # a partitioned crawl (issue 21)
-            for name, value in counts().items():
-                self.stats.set_value(f"fleet/partitions/{name}", value)
-        for key, count in (("fleet/frontier/pushed", result.pushed),
-                           ("fleet/dupefilter/cached", result.cached),
-                           ("fleet/frontier/acked", result.acked),
-                           ("fleet/backpressure/deferred", result.deferred),
-                           ("fleet/backpressure/resumed", result.resumed),
-                           ("fleet/frontier/released", result.released),
-                           ("fleet/frontier/reclaimed", result.reclaimed)):
-            if count:
-                book.inc(key, count)
-        if result.duplicates:
-            book.inc("dupefilter/filtered", result.duplicates)
-            book.inc("fleet/dupefilter/filtered", result.duplicates)
-            if not self._logged_dupe:
-                first = next((url for (url, *_), flag in zip(sent, result.push_flags,
-                                                              strict=False) if not flag), "?")
-                logger.debug("Filtered duplicate request: <GET %s> - no more duplicates will be "
-                             "shown", first, extra={"spider": book.spider})
-                self._logged_dupe = True
-        if result.parked:
-            book.inc("fleet/backpressure/parked", result.parked)
-            logger.debug("Frontier full: %d request(s) parked until the frontier has room "
-                         "for the rest of their links", result.parked,
-                         extra={"spider": book.spider})
-        if result.bloom_full:
-            logger.warning("The fleet's Bloom filter is at its last slice; its false-positive "
-                           "rate grows from here. Raise FLEET_DUPEFILTER_CAPACITY and purge.",
-                           extra={"spider": book.spider})
-        lost = set(result.lost)
-        if lost:
-            self.lost.report(lost)
-            book.prefetch = deque((r, lease) for r, lease in book.prefetch
-                                  if lease.entry_id not in lost)
-            for lease in [lease for _, lease in book.inflight.values()] + book.starting:
-                if lease.entry_id in lost:
-                    lease.lost = True
 
     def receive(self, result: CallResult) -> None:
         """Apply the reply *result* of a (non-final) frontier call: the hosts' holds, the next
@@ -542,36 +499,7 @@ class FrontierPump:
         self._next_ready_at = None if result.next_ready is None else now + result.next_ready
         if self.stage is not None:
             self.stage.note_response_queue(result.response_queue)
-        got = 0
-        for entry in result.leased:
-            lease = Lease(entry.entry_id, entry.token)
-            lease.payload = entry.payload
-            try:
-                if stored_responses.is_stored(entry.payload):
-                    request, stored = stored_responses.decode(
-                        entry.payload, book.spider, self.config.request_classes)
-                    request.meta[STORED_META_KEY] = stored
-                else:
-                    request = codec.decode(entry.payload, book.spider,
-                                           self.config.request_classes)
-            except CallbackError as exc:  # a readable request, not one the spider can take
-                book.callback_failed(lease, exc)
-                continue
-            except Exception as exc:  # RequestDecodeError, or anything a Request class raises
-                logger.error("Frontier entry %s cannot be used (%s); moved to dead letters",
-                             entry.entry_id, exc, extra={"spider": book.spider})
-                book.dead.append((lease, f"{type(exc).__name__}: {exc}"[:500]))
-                book.inc("fleet/frontier/dead_letter")
-                self._poke()
-                continue
-            if entry.expiries:
-                book.inc("fleet/frontier/redelivered")
-            if codec.PUSHED_META_KEY in request.meta and book.on_pushed is not None:
-                book.starting.append(lease)
-                book.on_pushed(request, lease)  # the spider middlewares' start hook first
-            else:
-                book.prefetch.append((request, lease))
-            got += 1
+        got = self.replies.lease(result.leased)
         if got:
             book.inc("fleet/frontier/leased", got)
         idle_timeout = self.config.idle_timeout
@@ -598,7 +526,8 @@ class FrontierPump:
         assert self.frontier is not None
         if self._state_lost:
             return
-        self.frontier.flush_now()  # links the client buffered go with the final call
+        if self.frontier.buffer is not None:  # what the client keeps goes with the final call
+            self.frontier.buffer.flush_now()
         try:
             for _ in range(1000):
                 before = (len(book.outbox), len(book.done))

@@ -51,6 +51,7 @@ from scrapy_fleet.frontier.dupefilter import RedisBloomDupeFilter
 from scrapy_fleet.frontier.leases import Lease
 from scrapy_fleet.frontier.partition_count import check_async as check_partitions
 from scrapy_fleet.frontier.partitions import PartitionedFrontier
+from scrapy_fleet.frontier.port import WorkerFrontier
 from scrapy_fleet.frontier.protocol import clamp_priority
 from scrapy_fleet.frontier.pump import FrontierPump
 from scrapy_fleet.frontier.spidermw import FleetSpiderMiddleware
@@ -144,15 +145,15 @@ class FleetScheduler(BaseScheduler):
             self.df.open()
         crawl_id = self.config.resolve_crawl_id(spider.name)
         keys = CrawlKeys(self.config.key_prefix, crawl_id)
-        frontier: AsyncFrontier
+        frontier: WorkerFrontier
         if self.config.partitions > 1:  # issue 21: the same surface, over the partitions
-            frontier = PartitionedFrontier(  # type: ignore[assignment]
+            frontier = PartitionedFrontier(
                 self.config.redis_url, keys, self.config.worker_id,
                 self.config.frontier_params(), self.config.partitions,
                 self.config.redis_timeout, self.config.redis_retries,
                 self.config.redis_wait_replicas, self.config.idle_timeout,
                 self.config.dupefilter.cache, self.config.partition_flush,
-                encode=self.book.encode_link)
+                encode=self.book.encode_link, stats=self.crawler.stats)
         else:
             frontier = AsyncFrontier(self.config.redis_url, keys, self.config.worker_id,
                                      self.config.frontier_params(),
@@ -188,7 +189,7 @@ class FleetScheduler(BaseScheduler):
                     self._redacted_url(), extra={"spider": spider})
         logger.info(politeness.policy_log_line(self.config), extra={"spider": spider})
 
-    async def _write_config(self, frontier: AsyncFrontier) -> None:
+    async def _write_config(self, frontier: WorkerFrontier) -> None:
         keys = frontier.keys
         for part_keys in keys.all_partitions(self.config.partitions):  # (issue 21)
             await politeness.Politeness(frontier.client, part_keys, self.config,
