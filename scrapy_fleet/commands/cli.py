@@ -160,12 +160,13 @@ def _acl_action(ctx: ActionContext) -> int:
 ACTIONS: dict[str, Action] = {a.name: a for a in (
     Action("push", "push URLs or JSON request lines into the crawl's frontier",
            "[URL ...] [-f FILE | -] [--dont-filter] [--priority N] [--no-wait] [--timeout S]",
-           lambda c: actions.run_push(c.crawl, c.urls, c.opts, c.fingerprint,
-                                       c.low_watermark, c.has_method, c.host_key_mode),
+           lambda c: actions.run_push(partitioned.PartitionedPush(c.crawl, c.parts), c.urls,
+                                      c.opts, c.fingerprint, c.low_watermark, c.has_method,
+                                      c.host_key_mode),
            takes_urls=True),
     Action("status", "show the crawl's counts, workers and bounds", "[--json] [--hosts]",
-           lambda c: actions.run_status(c.crawl, c.opts, c.label, c.low_watermark,
-                                         c.alerts_config),
+           lambda c: partitioned.run_status(c.crawl, c.opts, c.label, c.parts,
+                                            c.low_watermark, c.alerts_config),
            needs_state=True),
     Action("recrawl", "show one page's recrawl state: next due time, change rate, last "
            "outcome", "URL [--json]",
@@ -173,23 +174,24 @@ ACTIONS: dict[str, Action] = {a.name: a for a in (
                                          c.host_key_mode, c.parts),
            takes_urls=True, needs_state=True),
     Action("dead", "list the crawl's dead letters", "[--limit N] [--json]",
-           lambda c: actions.run_dead(c.crawl, c.opts), needs_state=True),
+           lambda c: partitioned.run_dead(c.crawl, c.opts, c.parts), needs_state=True),
     Action("failed", "list the requests that failed for good",
-           "[--reason R] [--limit N] [--json]", lambda c: actions.run_failed(c.crawl, c.opts),
-           needs_state=True),
+           "[--reason R] [--limit N] [--json]",
+           lambda c: partitioned.run_failed(c.crawl, c.opts, c.parts), needs_state=True),
     Action("retry", "push failed requests (--dead: dead letters) again, once each",
            "(--reason R | --all) [--dead]",
-           lambda c: actions.run_retry(c.crawl, c.opts, c.host_key_mode), needs_state=True),
+           lambda c: partitioned.run_retry(c.crawl, c.opts, c.parts, c.host_key_mode),
+           needs_state=True),
     Action("top", "live terminal view: depth, pages/min, workers, hosts, alerts",
            "[--interval S] [--once] [--limit N]",
            lambda c: monitoring_actions.run("top", c.crawl, c.opts, c.alerts_config,
-                                        c.forget_after), needs_state=True),
+                                            c.forget_after, c.parts), needs_state=True),
     Action("monitor", "serve the dashboard, Prometheus /metrics and /api/* for the fleet",
            "--port P [--host H] [--host-metrics N]",
            lambda c: monitoring_actions.run("monitor", c.crawl, c.opts, c.alerts_config,
-                                        c.forget_after)),
+                                            c.forget_after, c.parts)),
     Action("purge", "delete every key of the crawl (asks first)", "[--yes]",
-           lambda c: actions.run_purge(c.crawl, c.opts, c.label, c.confirm)),
+           lambda c: partitioned.run_purge(c.crawl, c.opts, c.label, c.parts, c.confirm)),
     Action("shards", "show which Redis master holds which partition of the crawl",
            "[--json]", lambda c: partitioned.run_shards(c.crawl, c.opts, c.parts)),
     Action("sessions", "list the session pools and sessions; retire one, or reset a pool",
@@ -347,12 +349,9 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
                 else:
                     partition_count.start_sync(ctx.crawl.client, ctx.crawl.keys, ctx.parts,
                                                create=False)
-            if spec.needs_state and not (partitioned.has_state(ctx.crawl, ctx.parts)
-                                         if ctx.parts > 1 else ctx.crawl.has_state()):
+            if spec.needs_state and not partitioned.has_state(ctx.crawl, ctx.parts):
                 print(f"error: {ctx.crawl.no_record()}", file=sys.stderr)
                 return push.EXIT_NO_CRAWL
-            if ctx.parts > 1:
-                return _partitioned_action(ctx, action)
         return spec.run(ctx)
     except (RedisUnavailableError, RedisPermissionError, CrawlLayoutError,
             FleetConfigError) as exc:
@@ -380,43 +379,6 @@ def _purged_partitions(ctx: ActionContext) -> int:
               f"(FLEET_PARTITIONS={ctx.partitions} here): purging its {parts} "
               f"partition{'s' if parts > 1 else ''}")
     return parts
-
-
-def _partitioned_action(ctx: ActionContext, action: str) -> int:
-    """*action* on a crawl of ctx.parts > 1 partitions (issue 21)."""
-    if action in control.ACL_ROLES:
-        return ACTIONS[action].run(ctx)
-    if action == "push":
-        target = partitioned.PartitionedPush(ctx.crawl, ctx.parts)
-        return actions.run_push(target, ctx.urls, ctx.opts,  # type: ignore[arg-type]
-                                ctx.fingerprint, ctx.low_watermark, ctx.has_method,
-                                ctx.host_key_mode)
-    if action == "status":
-        return partitioned.run_status(ctx.crawl, ctx.opts, ctx.label, ctx.parts,
-                                      ctx.low_watermark, ctx.alerts_config)
-    if action == "shards":
-        return partitioned.run_shards(ctx.crawl, ctx.opts, ctx.parts)
-    if action == "budget":
-        return budget_commands.run(ctx.crawl, ctx.opts, ctx.parts)
-    if action == "purge":
-        return partitioned.run_purge(ctx.crawl, ctx.opts, ctx.label, ctx.parts, ctx.confirm)
-    if action in ("top", "monitor"):
-        return monitoring_actions.run(action, ctx.crawl, ctx.opts, ctx.alerts_config,
-                                      ctx.forget_after, parts=ctx.parts)
-    if action == "recrawl":
-        return actions.run_recrawl(ctx.crawl, ctx.urls, ctx.opts, ctx.fingerprint,
-                                   ctx.host_key_mode, ctx.parts)
-    if action == "dead":
-        return partitioned.run_dead(ctx.crawl, ctx.opts, ctx.parts)
-    if action == "failed":
-        return partitioned.run_failed(ctx.crawl, ctx.opts, ctx.parts)
-    if action in (*lookup.NAMES, "host"):  # (they find the host's partition themselves)
-        return ACTIONS[action].run(ctx)
-    if action == "retry":
-        return partitioned.run_retry(ctx.crawl, ctx.opts, ctx.parts, ctx.host_key_mode)
-    if action == "sessions":  # kept under the crawl's own tag
-        return sessions.run(ctx.crawl, ctx.opts)
-    return partitioned.refuse(action, ctx.crawl.keys.crawl_id, ctx.parts)
 
 
 def package_version() -> str:

@@ -452,3 +452,19 @@ def read_merged_series(client: Any, keys: CrawlKeys, parts: int, names: list[str
     since = earliest if since_s is None else max(float(since_s), earliest)
     return {name: series_mod.fill_steps(series_mod.points_of(merged, name), tier, since, now)
             for name in names}
+
+
+def read_crawl(client: Any, keys: CrawlKeys, parts: int, hosts: int = 10,
+               alerts_config: Any = None, bound: int | None = None) -> dict[str, Any]:
+    """The snapshot of crawl *keys* in *parts* partitions: with one partition its own
+    (``snapshot.read_snapshot``: the merge of one snapshot is that snapshot), else the
+    partitions' merged (:func:`read_merged`).
+
+    Raises:
+        redis.RedisError: a partition cannot be read.
+    """
+    if parts == 1:
+        from scrapy_fleet.monitoring.snapshot import read_snapshot
+
+        return read_snapshot(client, keys, hosts=hosts, alerts_config=alerts_config)
+    return read_merged(client, keys, parts, hosts, alerts_config, bound)
