@@ -4,7 +4,7 @@ FLEET_PARTITIONS = 1 is one partition (``CrawlKeys.partition(0, 1)`` is the craw
 :func:`partition_admins` the crawl's own admin).  What only P > 1 adds is said in the output:
 ``(P partitions)``, ids ``<p>:<id>``, ``status``'s table per partition and its skew
 (docs/partitions.md).  ``top`` and ``monitor`` read the same merged snapshot
-(monitoring/merge.py ``read_crawl``).
+(monitoring/merge.py ``read_merged``).
 
 A command learns P from the crawl (its ``partitions`` key); a command run inside a project
 whose FLEET_PARTITIONS differs from it is refused (frontier/partition_count.py
@@ -133,7 +133,7 @@ class PartitionedPush:
 def read_status(admin: FrontierAdmin, parts: int, hosts: int = 10,
                 alerts_config: Any = None) -> dict[str, Any]:
     """The schema-2 snapshot of the crawl, its *parts* partitions merged
-    (monitoring/merge.py ``read_crawl``; with P > 1 ``partitions``, ``per_partition`` and
+    (monitoring/merge.py ``read_merged``; with P > 1 ``partitions``, ``per_partition`` and
     ``skew`` added).
 
     Raises:
@@ -141,8 +141,8 @@ def read_status(admin: FrontierAdmin, parts: int, hosts: int = 10,
     """
     from scrapy_fleet.monitoring import merge
 
-    return merge.read_crawl(admin.client, admin.keys, parts, hosts, alerts_config,
-                            partition_params(admin.params, parts).queue_max)
+    return merge.read_merged(admin.client, admin.keys, parts, hosts, alerts_config,
+                             partition_params(admin.params, parts).queue_max)
 
 
 def run_status(admin: FrontierAdmin, opts: Any, label: str, parts: int = 1,

@@ -11,9 +11,8 @@ from dataclasses import asdict
 import msgpack
 import pytest
 import redis
-from support import hosts_in_partition
-
 from scrapy import Request
+from support import hosts_in_partition
 
 from scrapy_fleet import codec
 from scrapy_fleet.commands import cli
