@@ -1,7 +1,9 @@
-"""The frontier's actions (push, status, dead, failed, retry, purge): what
-``scrapy-fleet ACTION`` and ``scrapy fleet ACTION SPIDER`` run once commands/cli.py has parsed
-the arguments, pinged Redis and checked the crawl's state.  Each returns an exit status
-(:data:`scrapy_fleet.commands.cli.EXIT_STATUSES`)."""
+"""Parts of the frontier's actions: ``push``'s arguments, waiting display and report,
+``recrawl``, ``status``'s host rows, ``purge``'s question (the actions over the crawl's
+partitions are commands/partitioned.py's): what ``scrapy-fleet ACTION`` and ``scrapy fleet
+ACTION SPIDER`` run once commands/cli.py has parsed the arguments, pinged Redis and checked
+the crawl's state.  Each ``run_*`` returns an exit status
+(:data:`scrapy_fleet.commands.registry.EXIT_STATUSES`)."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ FLEET_PARTITIONS = 1 is one partition (``CrawlKeys.partition(0, 1)`` is the craw
 
 A command learns P from the crawl (its ``partitions`` key); a command run inside a project
 whose FLEET_PARTITIONS differs from it is refused (frontier/partition_count.py
-``start_sync``).  Each ``run_*`` returns an exit status (commands/cli.py ``EXIT_STATUSES``).
+``start_sync``).  Each ``run_*`` returns an exit status (commands/registry.py ``EXIT_STATUSES``).
 """
 
 from __future__ import annotations
