@@ -1,7 +1,9 @@
-"""The frontier's actions (push, status, dead, failed, retry, purge): what
-``scrapy-fleet ACTION`` and ``scrapy fleet ACTION SPIDER`` run once commands/cli.py has parsed
-the arguments, pinged Redis and checked the crawl's state.  Each returns an exit status
-(:data:`scrapy_fleet.commands.cli.EXIT_STATUSES`)."""
+"""Parts of the frontier's actions: ``push``'s arguments, waiting display and report,
+``recrawl``, ``status``'s host rows, ``purge``'s question (the actions over the crawl's
+partitions are commands/partitioned.py's): what ``scrapy-fleet ACTION`` and ``scrapy fleet
+ACTION SPIDER`` run once commands/cli.py has parsed the arguments, pinged Redis and checked
+the crawl's state.  Each ``run_*`` returns an exit status
+(:data:`scrapy_fleet.commands.registry.EXIT_STATUSES`)."""
 
 from __future__ import annotations
 
@@ -13,11 +15,8 @@ from typing import Any
 
 from scrapy import Request
 
-from scrapy_fleet import codec
-from scrapy_fleet.commands import budget as budget_commands
-from scrapy_fleet.commands import push, sessions
-from scrapy_fleet.errors import RedisUnavailableError, RequestDecodeError
-from scrapy_fleet.failures import admin as failures
+from scrapy_fleet.commands import push
+from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.protocol import PRIORITY_LIMIT
 from scrapy_fleet.keys import partition_of
@@ -55,7 +54,7 @@ class WaitDisplay:
             print(file=sys.stderr)
 
 
-def run_push(admin: FrontierAdmin, urls: list[str], opts: Any,
+def run_push(admin: push.PushTarget, urls: list[str], opts: Any,
           fingerprint: Callable[[Request], bytes], low_watermark: int | None,
           has_method: Callable[[str], Any] | None = None, host_key_mode: str = "host") -> int:
     if opts.max_url_length < 1:
@@ -111,7 +110,7 @@ def oom_at_start(crawl_id: str) -> int:
     return push.EXIT_FULL
 
 
-def print_push_report(admin: FrontierAdmin, report: push.PushReport) -> int:
+def print_push_report(admin: push.PushTarget, report: push.PushReport) -> int:
     """The end of a push: its counts on stdout, why it stopped on stderr; its exit status."""
     print(f"pushed {report.pushed}, duplicates {report.duplicates}, "
           f"rejected {report.rejected} (crawl {admin.keys.crawl_id!r})")
@@ -131,44 +130,6 @@ def print_push_report(admin: FrontierAdmin, report: push.PushReport) -> int:
               "on, push again from that line: lines already pushed are duplicates then, "
               "unless --dont-filter)", file=sys.stderr)
     return report.exit_status
-
-
-def run_status(admin: FrontierAdmin, opts: Any, label: str, low_watermark: int | None,
-            alerts_config: Any = None) -> int:
-    from scrapy_fleet.monitoring import screen
-    from scrapy_fleet.monitoring.snapshot import read_snapshot
-
-    # the snapshot (docs/monitoring.md: the schema of status --json), read once, with the
-    # bounds of the frontier's size beside it
-    snap = read_snapshot(admin.client, admin.keys, hosts=opts.limit,
-                         alerts_config=alerts_config)
-    status: dict[str, Any] = {**snap, "queue_max": admin.params.queue_max,
-                              "low_watermark": low_watermark}
-    host_budgets = budget_commands.add_status(status, admin.client, admin.keys)  # issue 34
-    if getattr(opts, "hosts", False):
-        rows = admin.hosts(limit=opts.limit)
-        add_host_rows(status, rows, admin.host_policy(), recrawl_view.read_hosts(
-            admin.client, admin.keys, [row["host"] for row in rows]))
-        budget_commands.add_host_rows(status["hosts"], host_budgets)
-        status["recrawl_hosts"] = recrawl_view.recrawl_hosts(admin.client, admin.keys,
-                                                             limit=opts.limit)
-    status["sessions"] = sessions.summary(admin)  # session pools (docs/sessions.md)
-    if opts.json:
-        print(json.dumps(status, indent=2, sort_keys=True))
-        return push.EXIT_OK
-    print(screen.render(snap, label, admin.params.queue_max, low_watermark))
-    fr = snap["frontier"]
-    if fr["stored"]:  # stages: fetch workers' responses for parse workers
-        print(f"  stored   {fr['stored']} responses ({fr['stored_bytes']} bytes) for parse "
-              "workers")
-    print(failures.failed_status_line(snap["failed_by"], snap["counters"]["requests"]))
-    line = sessions.status_line(status["sessions"])
-    if line:
-        print(line)
-    if getattr(opts, "hosts", False):
-        print_host_rows(status)
-        budget_commands.print_host_lines(status["hosts"])
-    return push.EXIT_OK
 
 
 def add_host_rows(status: dict[str, Any], rows: list[dict[str, Any]],
@@ -270,24 +231,6 @@ def run_recrawl(admin: FrontierAdmin, urls: list[str], opts: Any,
     return push.EXIT_OK
 
 
-def run_dead(admin: FrontierAdmin, opts: Any) -> int:
-    rows = []
-    for letter in admin.dead_letters(limit=opts.limit):
-        try:
-            url = codec.decode_dict(letter["data"])["url"]
-        except RequestDecodeError:
-            url = None
-        rows.append({"entry_id": letter["entry_id"], "reason": letter["reason"], "url": url,
-                     "at_ms": letter["at"]})
-    if opts.json:
-        print(json.dumps(rows, indent=2))
-    else:
-        for row in rows:
-            print(f"{row['entry_id']}  {row['url'] or '<undecodable>'}  {row['reason']}")
-        print(f"{len(rows)} dead letter(s) shown")
-    return push.EXIT_OK
-
-
 def utc(ms: Any) -> str:
     """Server time in ms as ``2026-12-01 10:32:02 UTC`` (the raw number if it is not one)."""
     import datetime
@@ -297,51 +240,6 @@ def utc(ms: Any) -> str:
     except (TypeError, ValueError, OverflowError, OSError):
         return str(ms)
     return when.strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def run_failed(admin: FrontierAdmin, opts: Any) -> int:
-    rows = [dict(rec.to_json(), id=rid)
-            for rid, rec in failures.failed_records(admin.client, admin.keys, opts.reason)]
-    shown = rows[-opts.limit:] if opts.limit > 0 else rows  # the most recent ones
-    if opts.json:
-        print(json.dumps(shown, indent=2))
-        return push.EXIT_OK
-    for row in shown:
-        status = row["status"] or "-"
-        print(f"{row['id']}  {row['method']} {row['url']}  {row['reason']}  status {status}  "
-              f"attempts {row['attempts']}  worker {row['worker']}  at {utc(row['at'])}"
-              + (f"  found by {row['parent']}" if row.get("parent") else ""))
-    what = f" with reason {opts.reason!r}" if opts.reason else ""
-    print(f"{len(shown)} of {len(rows)} failed request(s){what} shown")
-    return push.EXIT_OK
-
-
-def run_retry(admin: FrontierAdmin, opts: Any, host_key_mode: str) -> int:
-    if not opts.all and opts.reason is None:
-        print("error: retry needs --reason R or --all", file=sys.stderr)
-        return push.EXIT_ERROR
-    if opts.all and opts.reason is not None:
-        print("error: retry takes --reason R or --all, not both", file=sys.stderr)
-        return push.EXIT_ERROR
-    report = failures.retry(admin.client, admin.keys, admin.url, dead=opts.dead,
-                            reason=opts.reason, queue_max=admin.params.queue_max,
-                            host_key=lambda url: politeness.host_key(url, host_key_mode),
-                            retries=admin.retries)
-    what = "dead letter(s)" if opts.dead else "failed request(s)"
-    print(f"retried {report.retried} {what} (crawl {admin.keys.crawl_id!r})"
-          + (f"; {report.gone} already retried by another run" if report.gone else "")
-          + (f"; {report.unreadable} unreadable, left" if report.unreadable else "")
-          + (f"; {report.merged} more of the same page(s), fetched once" if report.merged
-             else "")
-          + (f"; {report.unstorable} left: requests the spider yielded without a parent that "
-             "could not be stored (codec/...): fix the spider, then push their URLs "
-             "(scrapy fleet failed lists them) or run its start requests again"
-             if report.unstorable else ""))
-    if report.full:
-        print(f"error: {report.full} left: the frontier is full (FLEET_QUEUE_MAX="
-              f"{admin.params.queue_max}); run retry again when it has room", file=sys.stderr)
-        return push.EXIT_FULL
-    return push.EXIT_OK
 
 
 def warn_live_workers(live: list[str]) -> None:
@@ -363,21 +261,6 @@ def purge_confirmed(confirm: Callable[[str], str], question: str) -> bool:
         return True
     print("purge cancelled")
     return False
-
-
-def run_purge(admin: FrontierAdmin, opts: Any, label: str, confirm: Callable[[str], str]) -> int:
-    keys = admin.crawl_keys()
-    if not keys:
-        print(f"nothing to purge for crawl {admin.keys.crawl_id!r}")
-        return push.EXIT_OK
-    warn_live_workers([w for w, age in admin.status()["workers"].items() if age < 60])
-    if not opts.yes and not purge_confirmed(
-            confirm, f"Delete {len(keys)} keys of crawl {admin.keys.crawl_id!r} "
-                     f"({label}): queue, leases, dupefilter, stats? [y/N] "):
-        return push.EXIT_REJECTED
-    deleted = admin.purge()
-    print(f"purged {deleted} keys of crawl {admin.keys.crawl_id!r}")
-    return push.EXIT_OK
 
 
 def push_started(admin: FrontierAdmin, parts: int, opts: Any) -> bool:

@@ -1,32 +1,39 @@
-"""``scrapy-fleet``: the fleet's commands outside a Scrapy project.
+"""``scrapy-fleet``: the fleet's commands outside a Scrapy project: the command line parsed,
+Redis pinged, the crawl's P and state checked, then the action's row run.
 
-The actions are rows of :data:`ACTIONS` (name, one-line summary, arguments, handler): the
-parser's choices, both commands' help texts and Scrapy's command list are built from it, so
-a new action is one handler plus one row.  Inside a project, ``scrapy fleet ACTION SPIDER
-...`` runs the same actions with the project's settings (commands/fleet.py).  Exit statuses:
-:data:`EXIT_STATUSES`.
+The actions are rows of :data:`ACTIONS` (commands/registry.py: name, one-line summary,
+arguments, handler): the parser's choices, both commands' help texts and Scrapy's command
+list are built from it, so a new action is one handler plus one row.  Inside a project,
+``scrapy fleet ACTION SPIDER ...`` runs the same actions with the project's settings
+(commands/fleet.py).  Exit statuses: :data:`EXIT_STATUSES`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
 import textwrap
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import redis
 from scrapy import Request
 
 from scrapy_fleet import acl, redis_url
-from scrapy_fleet.catalog import DEFAULTS, SETTINGS, format_default, settings_listing
+from scrapy_fleet.catalog import DEFAULTS
 from scrapy_fleet.checks import validate_crawl_id, validate_key_prefix
-from scrapy_fleet.commands import actions, control, host, lookup, partitioned, push, sessions
+from scrapy_fleet.commands import actions, control, host, lookup, partitioned, push
 from scrapy_fleet.commands import budget as budget_commands
+from scrapy_fleet.commands.registry import (
+    ACL_ROLE_USES,
+    ACL_ROLES,
+    ACTIONS,
+    EXIT_STATUSES,
+    AclTarget,
+    ActionContext,
+)
 from scrapy_fleet.config import validate_partitions
 from scrapy_fleet.errors import (
     FleetConfigError,
@@ -39,174 +46,6 @@ from scrapy_fleet.frontier.layout import CrawlLayoutError
 from scrapy_fleet.frontier.protocol import FrontierParams
 from scrapy_fleet.monitoring import actions as monitoring_actions
 from scrapy_fleet.redis_url import validate_redis_url
-
-#: ``(status, meaning)`` of both commands' exit statuses (shown by ``--help``)
-EXIT_STATUSES: tuple[tuple[int, str], ...] = (
-    (push.EXIT_OK, "success"),
-    (push.EXIT_REJECTED, "push: some lines were rejected (the valid ones were pushed); "
-                         "purge: declined; proxies: an exit named matched nothing; "
-                         "recrawl: the URL is not in the recrawl schedule; urls, host drop: "
-                         "the crawl has no such host, or (host drop) declined; pause, host "
-                         "block: a live worker did not confirm in time (named)"),
-    (push.EXIT_ERROR, "usage error, or Redis unreachable, refusing the credentials, or not "
-                      "a Redis server; scrapy fleet: the project does not enable the add-on, "
-                      "or push/retry into a crawl of another spider"),
-    (push.EXIT_FULL, "push: the frontier stayed full (--no-wait, or --timeout expired); the "
-                     "lines from the one reported on were not pushed"),
-    (push.EXIT_NO_CRAWL, "status, dead, failed, retry, top, recrawl: Redis has no record of that "
-                         "crawl (check the crawl id and the key prefix); url, hosts, urls, "
-                         "pause, resume, host "
-                         "too"),
-    (130, "interrupted (Ctrl-C); lines already pushed stay pushed"),
-)
-
-
-@dataclass
-class ActionContext:
-    """What an action's handler gets.  *admin* is None for an action without Redis;
-    *low_watermark* (entries): where a push waiting for room resumes; *has_method*: checks
-    pushed callback names against the spider (inside a project); *host_key_mode*: the
-    crawl's ``FLEET_HOST_KEY``, which pushed entries are counted under; *alerts_config*:
-    thresholds of the status alerts (``monitoring.alerts.AlertConfig``, None: defaults)."""
-
-    admin: FrontierAdmin | None
-    urls: list[str]
-    opts: Any
-    fingerprint: Callable[[Request], bytes]
-    label: str
-    confirm: Callable[[str], str] = input
-    low_watermark: int | None = None
-    has_method: Callable[[str], Any] | None = None
-    host_key_mode: str = "host"
-    alerts_config: Any = None
-    #: FLEET_WORKER_FORGET_AFTER, for the sampling of ``top`` and ``monitor``
-    forget_after: float | None = None
-    #: what ``acl`` prints the rules for (:class:`AclTarget`; the actions without Redis)
-    acl_target: AclTarget | None = None
-    #: FLEET_PARTITIONS of the project (None: the crawl's own, as stored; issue 21)
-    partitions: int | None = None
-    #: the crawl's partitions (set once Redis answered)
-    parts: int = 1
-
-    @property
-    def crawl(self) -> FrontierAdmin:
-        assert self.admin is not None, "an action with needs_redis=True"
-        return self.admin
-
-
-@dataclass(frozen=True)
-class AclTarget:
-    """The deployment ``acl`` prints the ACL rules for: the crawl (its id and key prefix),
-    whether it uses the proxy pool (and which), and whether Redis is a cluster."""
-
-    crawl_id: str
-    prefix: str
-    proxies: bool = False
-    pool: str | None = None
-    cluster: bool = False
-    #: FLEET_PARTITIONS (issue 21): > 1 adds the pattern of the partitions' keys
-    partitions: int = 1
-    #: the scrapy-redis start keys the spider reads (issue 36: compat/feeder.py)
-    start_keys: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Action:
-    """One action of ``scrapy-fleet`` and ``scrapy fleet``."""
-
-    name: str
-    summary: str  #: one line, for the help texts
-    args: str  #: its arguments after the crawl (usage line)
-    run: Callable[[ActionContext], int]
-    takes_urls: bool = False  #: positional arguments after the crawl are allowed
-    #: False: runs without a crawl and without Redis (``settings``)
-    needs_redis: bool = True
-    #: True: a crawl of which Redis holds nothing is an error (exit status 4), not zeros
-    needs_state: bool = False
-    #: with needs_redis=False: the action still names a crawl (``acl``)
-    names_crawl: bool = False
-
-
-def _settings_action(ctx: ActionContext) -> int:
-    if getattr(ctx.opts, "json", False):
-        print(json.dumps([{"name": s.name, "type": s.type, "default": s.default,
-                           "meaning": s.meaning, "section": s.section, "doc": s.doc}
-                          for s in SETTINGS], indent=2, default=format_default))
-    else:
-        print(settings_listing(), end="")
-    return push.EXIT_OK
-
-
-#: the ``acl`` roles and what runs as each (scrapy_fleet/acl.py, docs/deployment.md)
-ACL_ROLE_USES = {"worker": "scrapy crawl, push",
-                 "monitor": "status, recrawl, dead, failed, top, monitor, url, hosts, urls, crawls",
-                 "admin": "purge, retry, host, proxies, budget, pause, resume"}
-
-
-def _acl_action(ctx: ActionContext) -> int:
-    target = ctx.acl_target
-    assert target is not None, "acl runs with an AclTarget"
-    role = getattr(ctx.opts, "role", None)
-    for name in [role] if role else list(ACL_ROLE_USES):
-        rule = acl.acl_rule(name, key_prefix=target.prefix, crawl_id=target.crawl_id,
-                            cluster=target.cluster, proxies=target.proxies, pool=target.pool,
-                            partitions=target.partitions > 1, start_keys=target.start_keys)
-        print(f"# {name}: {ACL_ROLE_USES[name]}")
-        print(f"ACL SETUSER fleet-{name} on >PASSWORD {rule}")
-    return push.EXIT_OK
-
-
-#: The actions, in the order the help texts list them.
-ACTIONS: dict[str, Action] = {a.name: a for a in (
-    Action("push", "push URLs or JSON request lines into the crawl's frontier",
-           "[URL ...] [-f FILE | -] [--dont-filter] [--priority N] [--no-wait] [--timeout S]",
-           lambda c: actions.run_push(c.crawl, c.urls, c.opts, c.fingerprint,
-                                       c.low_watermark, c.has_method, c.host_key_mode),
-           takes_urls=True),
-    Action("status", "show the crawl's counts, workers and bounds", "[--json] [--hosts]",
-           lambda c: actions.run_status(c.crawl, c.opts, c.label, c.low_watermark,
-                                         c.alerts_config),
-           needs_state=True),
-    Action("recrawl", "show one page's recrawl state: next due time, change rate, last "
-           "outcome", "URL [--json]",
-           lambda c: actions.run_recrawl(c.crawl, c.urls, c.opts, c.fingerprint,
-                                         c.host_key_mode, c.parts),
-           takes_urls=True, needs_state=True),
-    Action("dead", "list the crawl's dead letters", "[--limit N] [--json]",
-           lambda c: actions.run_dead(c.crawl, c.opts), needs_state=True),
-    Action("failed", "list the requests that failed for good",
-           "[--reason R] [--limit N] [--json]", lambda c: actions.run_failed(c.crawl, c.opts),
-           needs_state=True),
-    Action("retry", "push failed requests (--dead: dead letters) again, once each",
-           "(--reason R | --all) [--dead]",
-           lambda c: actions.run_retry(c.crawl, c.opts, c.host_key_mode), needs_state=True),
-    Action("top", "live terminal view: depth, pages/min, workers, hosts, alerts",
-           "[--interval S] [--once] [--limit N]",
-           lambda c: monitoring_actions.run("top", c.crawl, c.opts, c.alerts_config,
-                                        c.forget_after), needs_state=True),
-    Action("monitor", "serve the dashboard, Prometheus /metrics and /api/* for the fleet",
-           "--port P [--host H] [--host-metrics N]",
-           lambda c: monitoring_actions.run("monitor", c.crawl, c.opts, c.alerts_config,
-                                        c.forget_after)),
-    Action("purge", "delete every key of the crawl (asks first)", "[--yes]",
-           lambda c: actions.run_purge(c.crawl, c.opts, c.label, c.confirm)),
-    Action("shards", "show which Redis master holds which partition of the crawl",
-           "[--json]", lambda c: partitioned.run_shards(c.crawl, c.opts, c.parts)),
-    Action("sessions", "list the session pools and sessions; retire one, or reset a pool",
-           "[--pool P] [--retire ID] [--reset] [--json]",
-           lambda c: sessions.run(c.crawl, c.opts)),
-    Action("budget", "set the crawl's (or a host's) budget, or show them (docs/control.md)",
-           "[--host H] [--pages N] [--seconds S] [--json]",
-           lambda c: budget_commands.run(c.crawl, c.opts, c.parts), needs_state=True),
-    *control.ACTIONS(Action),  # crawl control (issue 34): pause, resume
-    Action("settings", "list every FLEET_* setting with its type, default and meaning",
-           "[--json]", _settings_action, needs_redis=False),
-    Action("acl", "print the least-privilege ACL rules of the crawl's roles (worker, "
-           "monitor, admin)", "[--role R] [--proxies] [--pool P] [--partitions P]", _acl_action,
-           needs_redis=False, names_crawl=True),
-    *(Action(**row) for row in (*lookup.ROWS, host.ROW)),  # url, hosts, urls, crawls, host
-)}
-
 
 _WIDTH = 79  # columns of the help texts
 
@@ -299,15 +138,6 @@ def add_action_arguments(parser: argparse.ArgumentParser) -> None:
     control.add_arguments(parser)
 
 
-#: action -> the least-privilege role it needs (scrapy_fleet/acl.py), checked at start;
-#: every ``proxies`` action runs as ``admin`` (proxies/actions.py probes the pool's keys)
-ACL_ROLES = {"push": "worker", "retry": "admin", "purge": "admin", "status": "monitor",
-             "budget": "admin",
-             "recrawl": "monitor",
-             "dead": "monitor", "failed": "monitor", "top": "monitor", "monitor": "monitor",
-             **lookup.ROLES, **host.ROLES, **control.ACL_ROLES}
-
-
 def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: Any,
                fingerprint: Callable[[Request], bytes], label: str,
                confirm: Callable[[str], str] = input, low_watermark: int | None = None,
@@ -347,12 +177,9 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
                 else:
                     partition_count.start_sync(ctx.crawl.client, ctx.crawl.keys, ctx.parts,
                                                create=False)
-            if spec.needs_state and not (partitioned.has_state(ctx.crawl, ctx.parts)
-                                         if ctx.parts > 1 else ctx.crawl.has_state()):
+            if spec.needs_state and not partitioned.has_state(ctx.crawl, ctx.parts):
                 print(f"error: {ctx.crawl.no_record()}", file=sys.stderr)
                 return push.EXIT_NO_CRAWL
-            if ctx.parts > 1:
-                return _partitioned_action(ctx, action)
         return spec.run(ctx)
     except (RedisUnavailableError, RedisPermissionError, CrawlLayoutError,
             FleetConfigError) as exc:
@@ -380,43 +207,6 @@ def _purged_partitions(ctx: ActionContext) -> int:
               f"(FLEET_PARTITIONS={ctx.partitions} here): purging its {parts} "
               f"partition{'s' if parts > 1 else ''}")
     return parts
-
-
-def _partitioned_action(ctx: ActionContext, action: str) -> int:
-    """*action* on a crawl of ctx.parts > 1 partitions (issue 21)."""
-    if action in control.ACL_ROLES:
-        return ACTIONS[action].run(ctx)
-    if action == "push":
-        target = partitioned.PartitionedPush(ctx.crawl, ctx.parts)
-        return actions.run_push(target, ctx.urls, ctx.opts,  # type: ignore[arg-type]
-                                ctx.fingerprint, ctx.low_watermark, ctx.has_method,
-                                ctx.host_key_mode)
-    if action == "status":
-        return partitioned.run_status(ctx.crawl, ctx.opts, ctx.label, ctx.parts,
-                                      ctx.low_watermark, ctx.alerts_config)
-    if action == "shards":
-        return partitioned.run_shards(ctx.crawl, ctx.opts, ctx.parts)
-    if action == "budget":
-        return budget_commands.run(ctx.crawl, ctx.opts, ctx.parts)
-    if action == "purge":
-        return partitioned.run_purge(ctx.crawl, ctx.opts, ctx.label, ctx.parts, ctx.confirm)
-    if action in ("top", "monitor"):
-        return monitoring_actions.run(action, ctx.crawl, ctx.opts, ctx.alerts_config,
-                                      ctx.forget_after, parts=ctx.parts)
-    if action == "recrawl":
-        return actions.run_recrawl(ctx.crawl, ctx.urls, ctx.opts, ctx.fingerprint,
-                                   ctx.host_key_mode, ctx.parts)
-    if action == "dead":
-        return partitioned.run_dead(ctx.crawl, ctx.opts, ctx.parts)
-    if action == "failed":
-        return partitioned.run_failed(ctx.crawl, ctx.opts, ctx.parts)
-    if action in (*lookup.NAMES, "host"):  # (they find the host's partition themselves)
-        return ACTIONS[action].run(ctx)
-    if action == "retry":
-        return partitioned.run_retry(ctx.crawl, ctx.opts, ctx.parts, ctx.host_key_mode)
-    if action == "sessions":  # kept under the crawl's own tag
-        return sessions.run(ctx.crawl, ctx.opts)
-    return partitioned.refuse(action, ctx.crawl.keys.crawl_id, ctx.parts)
 
 
 def package_version() -> str:

@@ -3,7 +3,7 @@
 Uses the project's settings (with the spider's ``custom_settings`` and ``-s`` options), so
 ``FLEET_REDIS_URL``, ``FLEET_CRAWL_ID``, ``FLEET_KEY_PREFIX``, the dupefilter parameters and
 ``REQUEST_FINGERPRINTER_CLASS`` are those the workers use.  The actions, their help and the
-exit statuses come from the table in cli.py (``cli.ACTIONS``, ``cli.EXIT_STATUSES``).
+exit statuses come from the table in registry.py (``cli.ACTIONS``, ``cli.EXIT_STATUSES``).
 """
 
 from __future__ import annotations

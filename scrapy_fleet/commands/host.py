@@ -136,12 +136,12 @@ def add_arguments(parser: Any) -> None:
                              "dropped) instead of deleting them")
 
 
-#: the action's row (cli.py ``Action`` keyword arguments)
+#: the action's row (registry.py ``Action`` keyword arguments)
 ROW: dict[str, Any] = {
     "name": "host", "summary": "operate on one host of the crawl: drop (its queued entries, "
     "in bounded slices), block|unblock (no lease, queue kept), set (a live politeness "
     "override)", "args": "drop|block|unblock|set HOST [--dead-letter] [--yes] [--reason TEXT] "
     "[--wait S] [--rate R | --delay S] [--concurrency N] [--clear]", "run": run_host,
     "takes_urls": True, "needs_state": True}
-#: its ACL role (cli.py ACL_ROLES)
+#: its ACL role (registry.py ACL_ROLES)
 ROLES = {"host": "admin"}

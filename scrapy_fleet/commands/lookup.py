@@ -2,7 +2,7 @@
 crawl ids (issue 34, items 4 and 5; docs/control.md).  Reads only: they run as the ``monitor``
 ACL role.  The reads themselves are frontier/where.py (one URL) and frontier/listing.py.
 
-cli.py registers the rows of :data:`ROWS` as actions, adds :func:`add_arguments` to its
+registry.py registers the rows of :data:`ROWS` as actions, adds :func:`add_arguments` to its
 parser, and gives :data:`ROLES` to its ACL check.  Exit statuses: 0; 2 for bad input (a URL
 that is not http(s), an unknown ``--state`` or ``--sort``, a bad ``--cursor``); 4 for a crawl
 Redis holds nothing of; 1 for ``urls --host H`` of a host the crawl does not have.
@@ -21,7 +21,7 @@ from scrapy_fleet.frontier.where import locate
 from scrapy_fleet.keys import CrawlKeys, partition_of
 from scrapy_fleet.politeness import hosts as politeness
 
-#: the ACL role of each action (cli.py ACL_ROLES)
+#: the ACL role of each action (registry.py ACL_ROLES)
 ROLES = {"url": "monitor", "hosts": "monitor", "urls": "monitor", "crawls": "monitor"}
 
 
@@ -178,7 +178,7 @@ def run_crawls(ctx: Any) -> int:
     return push.EXIT_OK
 
 
-#: the actions' rows (cli.py ``Action`` keyword arguments)
+#: the actions' rows (registry.py ``Action`` keyword arguments)
 ROWS: tuple[dict[str, Any], ...] = (
     {"name": "url", "summary": "say where each URL is: never seen, queued, deferred, leased "
      "(by which worker), failed, dead, tracked for recrawl, or done", "args": "URL ... [--json]",
@@ -192,6 +192,3 @@ ROWS: tuple[dict[str, Any], ...] = (
     {"name": "crawls", "summary": "list the crawl ids Redis holds, with their pushed and "
      "queued counts", "args": "[--json]", "run": run_crawls, "needs_redis": False},
 )
-
-#: names of the actions (cli.py runs them as they are at P > 1: they handle partitions)
-NAMES = tuple(row["name"] for row in ROWS)

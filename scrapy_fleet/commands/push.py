@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, TextIO
+from typing import Any, BinaryIO, Protocol, TextIO
 from urllib.parse import urlsplit
 
 import redis
@@ -57,9 +57,10 @@ from scrapy_fleet.errors import (
     RedisUnavailableError,
     RequestEncodeError,
 )
-from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.fingerprint import is_default_fingerprinter
+from scrapy_fleet.frontier.protocol import CallResult, FrontierParams
+from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.redis_client import is_oom
 
 __all__ = ["DEFAULT_MAX_URL_LENGTH", "PushLineError", "parse_line", "plain_url_entry"]
@@ -76,6 +77,27 @@ EXIT_NO_CRAWL = 4  #: status, dead, failed, retry, top: Redis has no record of t
 #: filter, loaded machine): a call of 100 holds Redis ~1.7 ms, of 200 ~3.1 ms, for 45,300 vs
 #: 52,000 URLs/s; 100 keeps every call under 2 ms (issue 12)
 BATCH = 100
+
+
+class PushTarget(Protocol):
+    """What :func:`push_lines` pushes into: a crawl's partitions
+    (commands/partitioned.py ``PartitionedPush``; one ``FrontierAdmin`` is one partition)."""
+
+    @property
+    def keys(self) -> CrawlKeys: ...
+
+    @property
+    def params(self) -> FrontierParams: ...
+
+    @property
+    def unreplicated(self) -> int: ...
+
+    @property
+    def wait_replicas(self) -> int: ...
+
+    def size(self) -> int: ...
+
+    def push(self, pushes: list[tuple[Any, ...]]) -> CallResult: ...
 
 
 @dataclass
@@ -133,7 +155,7 @@ class FrontierFull(FleetError):
     """The frontier stayed full: ``no_wait`` was set or the ``timeout`` expired."""
 
 
-def wait_for_room(admin: FrontierAdmin, low: int, timeout: float | None,
+def wait_for_room(admin: PushTarget, low: int, timeout: float | None,
                   on_wait: Callable[[int, float], None] | None = None,
                   poll: float = 0.5) -> float:
     """Block until the frontier's size is below *low*; returns the seconds waited.
@@ -180,7 +202,7 @@ def until_memory(write: Callable[[], Any], no_wait: bool, timeout: float | None,
             waited += pause
 
 
-def push_lines(admin: FrontierAdmin, lines: Iterable[tuple[int, str]],
+def push_lines(admin: PushTarget, lines: Iterable[tuple[int, str]],
                fingerprint: Callable[[Request], bytes],
                max_url_length: int = DEFAULT_MAX_URL_LENGTH, dont_filter: bool = False,
                priority: int = 0, batch: int = BATCH,
@@ -258,7 +280,7 @@ def push_lines(admin: FrontierAdmin, lines: Iterable[tuple[int, str]],
         pool.shutdown(wait=True)
 
 
-def _push_loop(admin: FrontierAdmin, pending: list[Any], fill: Callable[[list[Any], int], None],
+def _push_loop(admin: PushTarget, pending: list[Any], fill: Callable[[list[Any], int], None],
                batch: int, report: PushReport, queue_max: int | None, low: int, no_wait: bool,
                deadline_left: float | None, on_batch: Callable[[PushReport], None] | None,
                on_wait: Callable[[int, float], None] | None, poll: float,

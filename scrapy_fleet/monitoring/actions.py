@@ -58,19 +58,16 @@ def run(action: str, admin: Any, opts: Any, alerts_config: Any = None,
     default, 120 s).  *parts* > 1: a partitioned crawl (its partitions' snapshots merged,
     their series summed, each partition sampled)."""
     from scrapy_fleet import redis_client
-    from scrapy_fleet.monitoring.source import FleetSource, PartitionedSource, Sampling
+    from scrapy_fleet.frontier.routing import partition_params
+    from scrapy_fleet.monitoring.source import FleetSource, Sampling
 
     def make_source(hosts: int) -> FleetSource:
-        if parts > 1:
-            from scrapy_fleet.frontier.routing import partition_params
-
-            return PartitionedSource(client, admin.keys, parts, hosts, alerts_config,
-                                     partition_params(admin.params, parts).queue_max)
-        return FleetSource(client, admin.keys, hosts=hosts, alerts_config=alerts_config)
+        return FleetSource(client, admin.keys, hosts, alerts_config, parts,
+                           partition_params(admin.params, parts).queue_max)
 
     def samplings() -> list[Sampling]:
-        every = admin.keys.all_partitions(parts) if parts > 1 else [admin.keys]
-        return [Sampling(client, k, dead_after, forget).start() for k in every]
+        return [Sampling(client, k, dead_after, forget).start()
+                for k in admin.keys.all_partitions(parts)]
 
     interval = opts.interval
     dead_after = float(getattr(alerts_config, "dead_after", 6.0))

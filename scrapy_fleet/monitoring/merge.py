@@ -280,8 +280,11 @@ def node_of(client: Any, key: str) -> str:
 
 def read_merged(client: Any, keys: CrawlKeys, parts: int, hosts: int = 10,
                 alerts_config: Any = None, bound: int | None = None) -> dict[str, Any]:
-    """The merged snapshot of crawl *keys* in *parts* partitions (:func:`merge`): every
-    partition's ``read_snapshot``, one after the other; *bound*: each partition's share of
+    """The snapshot of crawl *keys* in *parts* partitions, the one reader of ``status``,
+    ``top``, the dashboard and ``/metrics`` (monitoring/source.py): every partition's
+    ``read_snapshot``, one after the other, merged (:func:`merge`).  The merge of one
+    snapshot is that snapshot: with *parts* = 1 the crawl's own, as it was read (no
+    ``partitions``, ``per_partition`` or ``skew``).  *bound*: each partition's share of
     FLEET_QUEUE_MAX (None: unbounded).
 
     Raises:
@@ -289,14 +292,26 @@ def read_merged(client: Any, keys: CrawlKeys, parts: int, hosts: int = 10,
     """
     from scrapy_fleet.monitoring.snapshot import read_snapshot
 
-    snaps, rows = [], []
+    snaps: list[dict[str, Any]] = []
     series: list[dict[str, list[Sample]]] = []  # per partition: its samples, by tier
     for k in keys.all_partitions(parts):
         series.append({})
-        snap = read_snapshot(client, k, hosts=hosts, alerts_config=alerts_config,
-                             samples=series[-1], config_key=keys.config)
+        snaps.append(read_snapshot(client, k, hosts=hosts, alerts_config=alerts_config,
+                                   samples=series[-1], config_key=keys.config))
+    if parts == 1:
+        return snaps[0]
+    return _merged_read(client, keys, snaps, series, hosts, alerts_config, bound)
+
+
+def _merged_read(client: Any, keys: CrawlKeys, snaps: list[dict[str, Any]],
+                 series: list[dict[str, list[Sample]]], hosts: int, alerts_config: Any,
+                 bound: int | None) -> dict[str, Any]:
+    """:func:`read_merged` of P > 1 partitions: their *snaps* and samples (*series*, by
+    tier) merged, each host's counters summed over the partitions (one pipeline each)."""
+    parts = len(snaps)
+    rows = []
+    for k, snap in zip(keys.all_partitions(parts), snaps, strict=True):
         fr = snap["frontier"]
-        snaps.append(snap)
         rows.append({"partition": k.part, "tag": k.base, "slot": slot_of(k.base),
                      "node": node_of(client, k.stats), "queued": fr["due"],
                      "leased": fr["leased"], "deferred": fr["deferred"],
@@ -428,7 +443,8 @@ def read_merged_series(client: Any, keys: CrawlKeys, parts: int, names: list[str
                        tier: str = "10s", since_s: float | None = None
                        ) -> dict[str, list[tuple[float, float | None]]]:
     """Series *names* (``snapshot.SERIES``) of tier *tier* of a crawl in *parts*
-    partitions, as ``read_series`` gives one's: one ``(step start, value or None)`` per step
+    partitions (the one reader of the views' series; one partition's as ``read_series``
+    gives them): one ``(step start, value or None)`` per step
     from *since_s* (default: the tier's span) to now, taken from the partitions' samples
     merged step by step (:func:`merge_samples`: a depth is the crawl's, a rate or the block
     rate the summed counters', ``workers_alive`` the most of any partition).  It was each
@@ -439,6 +455,7 @@ def read_merged_series(client: Any, keys: CrawlKeys, parts: int, names: list[str
         redis.RedisError: a partition cannot be read.
     """
     from scrapy_fleet.monitoring import series as series_mod
+    from scrapy_fleet.monitoring.snapshot import pipe_results
 
     step, points = series_mod.TIERS[tier]
     srv = client.time(**redis_client.node_of(client, keys.stats))
@@ -446,9 +463,12 @@ def read_merged_series(client: Any, keys: CrawlKeys, parts: int, names: list[str
     with client.pipeline(transaction=False) as pipe:
         for k in keys.all_partitions(parts):
             pipe.get(k.series(tier))
-        raws = pipe.execute()
-    merged = merge_samples([series_mod.decode(raw, tier, now) for raw in raws], step)
+        raws = pipe_results(pipe, [None] * parts)  # (a key of another type reads as none)
+    per_part = [series_mod.decode(raw, tier, now) for raw in raws]
+    # (the merge of one partition's samples is those samples)
+    merged = per_part[0] if parts == 1 else merge_samples(per_part, step)
     earliest = now - step * (points - 1)
     since = earliest if since_s is None else max(float(since_s), earliest)
     return {name: series_mod.fill_steps(series_mod.points_of(merged, name), tier, since, now)
             for name in names}
+

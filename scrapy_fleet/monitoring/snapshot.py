@@ -77,7 +77,7 @@ def _f(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _results(pipe: Any, defaults: list[Any]) -> list[Any]:
+def pipe_results(pipe: Any, defaults: list[Any]) -> list[Any]:
     """Run *pipe*; a reply that is an error (a key of another type, not written by the
     fleet) reads as its default, so that one such key does not stop the snapshot.  Connection
     errors still raise, and so does a refused permission (NOPERM: the Redis user lacks a
@@ -261,7 +261,7 @@ def read_counts(client: redis.Redis, keys: CrawlKeys) -> dict[str, Any]:
         redis.RedisError: when Redis cannot be read (connection, authentication...).
     """
     with client.pipeline(transaction=False) as pipe:
-        replies = _results(pipe, _frontier_reads(pipe, keys))
+        replies = pipe_results(pipe, _frontier_reads(pipe, keys))
     # not in the pipeline: a cluster pipeline refuses TIME
     fr = _Frontier.of(replies, _now_ms(client.time(**redis_client.node_of(client, keys.stats))))
     return {
@@ -368,7 +368,7 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
         pipe.zrevrange(k.hostbans, 0, max(hosts, 10) - 1, withscores=True)
         pipe.hlen(k.failed)
         pipe.hgetall(k.failed_by)  # a few reasons: what the alerts on kept records read
-        replies1 = _results(pipe, [*defaults, {}, None, None, 0, None, [], 0, {}])
+        replies1 = pipe_results(pipe, [*defaults, {}, None, None, 0, None, [], 0, {}])
     now = _now(srv)
     now_ms = int(now * 1000)
     fr = _Frontier.of(replies1[:len(defaults)], _now_ms(srv))
@@ -388,7 +388,7 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
             pipe.hscan(k.hostq, 0, count=HOST_SAMPLE)
         pipe.zcount(k.ready, "-inf", now_ms)
         pipe.zrangebyscore(k.ready, "-inf", now_ms, start=0, num=READY_SAMPLE)
-        replies = _results(pipe, [{}] * len(worker_ids)
+        replies = pipe_results(pipe, [{}] * len(worker_ids)
                            + [{} if n_hosts <= HOST_SAMPLE else (0, {}), 0, []])
     infos = replies[:len(worker_ids)]
     raw_hostq, n_ready, ready_hosts = replies[len(worker_ids):]
@@ -408,7 +408,7 @@ def _read(client: redis.Redis, keys: CrawlKeys, hosts: int,
         pipe.hmget(k.hostq, ready) if ready else pipe.exists(k.stats)
         pipe.hmget(k.hostconf, ready) if ready else pipe.exists(k.stats)
         pipe.hmget(k.hostlive, ready) if ready else pipe.exists(k.stats)
-        replies = _results(pipe, [[None] * 3] * len(names) + [[None] * len(names)] * 2
+        replies = pipe_results(pipe, [[None] * 3] * len(names) + [[None] * len(names)] * 2
                            + [[None] * len(ready)] * 3)
     host_stats = replies[:len(names)]
     live, hold, ready_q, ready_conf, ready_live = replies[len(names):]
@@ -531,7 +531,7 @@ def read_series(client: redis.Redis, keys: CrawlKeys, name: str, tier: str = "10
     with client.pipeline(transaction=False) as pipe:
         pipe.time()
         pipe.get(keys.series(tier))
-        srv, raw = _results(pipe, [None, None])
+        srv, raw = pipe_results(pipe, [None, None])
     now = _now(srv)
     step, points = TIERS[tier]
     earliest = now - step * (points - 1)

@@ -1,7 +1,8 @@
 """Where the cockpit's views (``top``, ``/metrics``, the dashboard, the JSON API) get their data.
 
-The views never read Redis keys themselves: :class:`FleetSource` calls the data side's read
-API (``scrapy_fleet.monitoring.snapshot``: ``read_snapshot``, ``read_series``; contract in
+The views never read Redis keys themselves: :class:`FleetSource` calls the data side's one
+reader (``scrapy_fleet.monitoring.merge``: ``read_merged``, ``read_merged_series``, the crawl's
+partitions merged, one partition being the crawl's own snapshot; contract in
 docs/monitoring.md) and remembers the last error, so that a view can keep showing the last
 good data with an error banner while Redis is down.
 """
@@ -19,7 +20,7 @@ import redis
 
 from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.keys import CrawlKeys
-from scrapy_fleet.monitoring import sampler
+from scrapy_fleet.monitoring import merge, sampler
 from scrapy_fleet.monitoring import snapshot as snapshot_api
 
 #: what a failed read of Redis raises (connection refused, timeout, a script or type error...)
@@ -44,10 +45,13 @@ class Source(Protocol):
 
 
 class FleetSource:
-    """The data of one crawl, read through ``monitoring.snapshot``.
+    """The data of one crawl in *parts* partitions (FLEET_PARTITIONS), read through
+    ``monitoring.merge`` (with P > 1: sums, ``per_partition``, ``skew``; each series taken
+    from the partitions' samples merged step by step).
 
     *client*: a blocking redis-py client (thread safe: the server's threads share it);
-    *hosts*: how many top hosts a snapshot carries.  ``snapshot()`` and ``series()`` raise
+    *hosts*: how many top hosts a snapshot carries; *bound*: a partition's share of
+    FLEET_QUEUE_MAX (None: unbounded).  ``snapshot()`` and ``series()`` raise
     what redis-py raises (see :data:`READ_ERRORS`) and record it: ``last_error`` (message or
     None) and ``error_since`` (unix seconds of the first failure of a run of failures).
     ``read_seconds`` is the duration of the last successful snapshot read.
@@ -57,12 +61,14 @@ class FleetSource:
     """
 
     def __init__(self, client: redis.Redis, keys: CrawlKeys, hosts: int = 10,
-                 alerts_config: Any = None) -> None:
+                 alerts_config: Any = None, parts: int = 1, bound: int | None = None) -> None:
         self._data = snapshot_api
         self.client = client
         self.keys = keys
         self.hosts = hosts
         self.alerts_config = alerts_config
+        self.parts = parts
+        self.bound = bound
         self.last_error: str | None = None
         self.error_since: float | None = None
         self.read_seconds = 0.0
@@ -115,8 +121,8 @@ class FleetSource:
     def snapshot(self) -> dict[str, Any]:
         started = time.perf_counter()
         try:
-            snap = self._data.read_snapshot(self.client, self.keys, hosts=self.hosts,
-                                            alerts_config=self.alerts_config)
+            snap = merge.read_merged(self.client, self.keys, self.parts, self.hosts,
+                                     self.alerts_config, self.bound)
         except READ_ERRORS as exc:
             self._failed(exc)
             raise
@@ -143,64 +149,21 @@ class FleetSource:
     def series(self, names: Iterable[str], tier: str = "10s",
                since_s: float | None = None) -> dict[str, Points]:
         names = self._checked(names, tier)
-        out: dict[str, Points] = {}
         try:
-            for name in names:
-                out[name] = [(float(t), None if v is None else float(v)) for t, v in
-                             self._data.read_series(self.client, self.keys, name, tier,
-                                                    since_s=since_s)]
+            read = merge.read_merged_series(self.client, self.keys, self.parts, names, tier,
+                                            since_s)
         except READ_ERRORS as exc:
             self._failed(exc)
             raise
         self._ok()
-        return out
+        return {name: [(float(t), None if v is None else float(v)) for t, v in points]
+                for name, points in read.items()}
 
 
 #: the one line a monitor without the sampler's permission prints (then it stops sampling)
 SAMPLING_DENIED = ("warning: the Redis user may not sample the time series ({error}): it is "
                    "a read-only monitor user, so the views show what the workers sample (the "
                    "series pause while no worker runs; docs/monitoring.md)")
-
-
-class PartitionedSource(FleetSource):
-    """:class:`FleetSource` of a crawl in *parts* partitions (FLEET_PARTITIONS > 1): the
-    snapshot is the partitions' merged (monitoring/merge.py: sums, ``per_partition``,
-    ``skew``), each series taken from the partitions' samples summed step by step
-    (``merge.read_merged_series``); *bound*: a partition's share of FLEET_QUEUE_MAX."""
-
-    def __init__(self, client: redis.Redis, keys: CrawlKeys, parts: int, hosts: int = 10,
-                 alerts_config: Any = None, bound: int | None = None) -> None:
-        super().__init__(client, keys, hosts, alerts_config)
-        self.parts = parts
-        self.bound = bound
-
-    def snapshot(self) -> dict[str, Any]:
-        from scrapy_fleet.monitoring import merge
-
-        started = time.perf_counter()
-        try:
-            snap = merge.read_merged(self.client, self.keys, self.parts, self.hosts,
-                                     self.alerts_config, self.bound)
-        except READ_ERRORS as exc:
-            self._failed(exc)
-            raise
-        self.read_seconds = time.perf_counter() - started
-        self._ok()
-        return self._revisit_rate(snap)
-
-    def series(self, names: Iterable[str], tier: str = "10s",
-               since_s: float | None = None) -> dict[str, Points]:
-        from scrapy_fleet.monitoring import merge
-
-        names = self._checked(names, tier)
-        try:
-            out = merge.read_merged_series(self.client, self.keys, self.parts, names, tier,
-                                           since_s)
-        except READ_ERRORS as exc:
-            self._failed(exc)
-            raise
-        self._ok()
-        return out
 
 
 class Sampling:

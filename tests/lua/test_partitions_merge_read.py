@@ -77,10 +77,10 @@ def _sample(client, keys, t_s, pages, bans=0):
 
 
 def test_the_monitors_block_rate_series_is_the_crawls(redis_url):
-    """``top``/``monitor`` of a partitioned crawl (PartitionedSource): two partitions with 1
+    """``top``/``monitor`` of a partitioned crawl (FleetSource, P = 2): two partitions with 1
     ban in 10 pages each over one 10 s step read a block rate of 0.1 (each partition's series
     summed read 0.2); the first step has no rate."""
-    from scrapy_fleet.monitoring.source import PartitionedSource
+    from scrapy_fleet.monitoring.source import FleetSource
 
     client = redis.Redis.from_url(redis_url)
     keys = CrawlKeys("fleet", "blockseries")
@@ -89,7 +89,7 @@ def test_the_monitors_block_rate_series_is_the_crawls(redis_url):
     for k, offset in ((parts[0], 1), (parts[1], 2)):
         _sample(client, k, base + offset, 0)
         _sample(client, k, base + 10 + offset, 10, bans=1)
-    points = dict(PartitionedSource(client, keys, 2).series(["block_rate"])["block_rate"])
+    points = dict(FleetSource(client, keys, parts=2).series(["block_rate"])["block_rate"])
     assert (points[float(base)], points[float(base + 10)]) == (None, 0.1)
 
 
