@@ -20,16 +20,18 @@
 --     retired and replaced first when it is past max_uses uses or max_age_ms of age (0: no
 --     limit), so a session past a limit is retired when it comes up (a pinned one: at once).
 --     Work: O(1) records, O(size) when sessions are created or retired.
---   pin id max_uses max_age_ms -> {state, generation} of session `id` (one use counted unless
---     it is retired, or retired now by the limits), {'unknown', 0} when there is no record.
---   state id -> {state, generation, owner alive 0/1} (read-only).
+--   pin id max_uses max_age_ms -> {state, generation, exit} of session `id` (one use counted
+--     unless it is retired, or retired now by the limits), {'unknown', 0} when there is no
+--     record.
+--   state id -> {state, generation, owner alive 0/1, exit} (read-only).
 --   claim id worker lease_ms -> {'claimed', generation} when the session needs a login
 --     (new/relogin) and nobody holds a live claim on it: the caller runs it (single flight:
 --     the claim lasts lease_ms, a dead claimer's claim runs out); {'wait', g} while another
 --     holds it (the caller too: a worker runs one login of a session at a time); {state, g}
 --     otherwise.
 --   done id worker ok reason -> the claimer's login is over: ok 1 makes the session active
---     at generation + 1 (counts a login); ok 0 retires it with `reason`.  {'lost', g} when
+--     at generation + 1 (counts a login) -> {'active', generation, exit}; ok 0 retires it
+--     with `reason`.  {'lost', g} when
 --     the caller no longer holds the claim (it ran out and was taken): nothing written.
 --   relogin id generation max_errors -> a response of `generation` failed the validity check:
 --     if that is still the session's generation and it is active, it needs a login again
@@ -37,6 +39,10 @@
 --     limit).  -> {state, generation} after.  An older generation changes nothing.
 --   ok id generation -> a response of the current generation passed the check: errors = 0.
 --   retire id reason -> retires the session (once: a retired one is left as it is) -> 1/0.
+--   bind id exit -> binds the session to proxy exit `exit` (issue 32 item 3) unless it is
+--     bound already: the first binding wins and is never changed (a session whose exit can
+--     no longer carry it is retired, exit_banned/exit_dead/exit_drained, not re-bound)
+--     -> {state, generation, the exit it is bound to}; a retired session is not bound.
 
 local op = ARGV[1]
 local pools, pool, info, rec, jar = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -94,7 +100,7 @@ if op == 'draw' then
   for _ = 0, size do
     local id = redis.call('ZRANGE', pool, 0, 0)[1]
     local key = prefix .. id
-    local r = redis.call('HMGET', key, 'state', 'generation', 'uses', 'created')
+    local r = redis.call('HMGET', key, 'state', 'generation', 'uses', 'created', 'exit')
     local reason
     if max_uses > 0 and (tonumber(r[3]) or 0) >= max_uses then
       reason = 'uses'
@@ -103,7 +109,7 @@ if op == 'draw' then
     end
     if not reason then
       use(key, id)
-      return {id, r[1], tonumber(r[2])}
+      return {id, r[1], tonumber(r[2]), r[5] or ''}
     end
     retire(key, id, reason)
     create()
@@ -112,18 +118,18 @@ if op == 'draw' then
 end
 
 local id = ARGV[2]
-local r = redis.call('HMGET', rec, 'state', 'generation', 'owner', 'owner_until')
-local state, gen = r[1], tonumber(r[2]) or 0
+local r = redis.call('HMGET', rec, 'state', 'generation', 'owner', 'owner_until', 'exit')
+local state, gen, bound = r[1], tonumber(r[2]) or 0, r[5] or ''
 if not state then return {'unknown', 0} end
 
 if op == 'pin' then
   if state ~= 'retired' and past_limits(rec, id, tonumber(ARGV[3]), tonumber(ARGV[4])) == 0 then
     use(rec, id)
-    return {state, gen}
+    return {state, gen, bound}
   end
   return {'retired', gen}
 elseif op == 'state' then
-  return {state, gen, (r[3] ~= '' and (tonumber(r[4]) or 0) > now) and 1 or 0}
+  return {state, gen, (r[3] ~= '' and (tonumber(r[4]) or 0) > now) and 1 or 0, bound}
 elseif op == 'claim' then
   if state ~= 'new' and state ~= 'relogin' then return {state, gen} end
   if r[3] ~= '' and (tonumber(r[4]) or 0) > now then return {'wait', gen} end
@@ -136,7 +142,7 @@ elseif op == 'done' then
     redis.call('HSET', rec, 'state', 'active', 'generation', gen + 1, 'owner', '',
                'owner_until', 0, 'last_login', now)
     redis.call('HINCRBY', info, 'logins', 1)
-    return {'active', gen + 1}
+    return {'active', gen + 1, bound}
   end
   retire(rec, id, ARGV[5])
   return {'retired', gen}
@@ -157,5 +163,10 @@ elseif op == 'ok' then
   return 1
 elseif op == 'retire' then
   return retire(rec, id, ARGV[3])
+elseif op == 'bind' then
+  if state == 'retired' or bound ~= '' then return {state, gen, bound} end
+  if (ARGV[3] or '') == '' then return redis.error_reply('ERR fleet: bind needs an exit') end
+  redis.call('HSET', rec, 'exit', ARGV[3], 'bound_at', now)
+  return {state, gen, ARGV[3]}
 end
 return redis.error_reply('ERR fleet: unknown sessions operation ' .. tostring(op))

@@ -54,7 +54,7 @@ from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.sessions import SessionError
 from scrapy_fleet.sessions.login import SessionView, passes, run_login, spider_hook
-from scrapy_fleet.sessions.pool import Drawn, SessionPools
+from scrapy_fleet.sessions.pool import EXIT_META, Drawn, SessionPools
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -160,6 +160,7 @@ class FleetSessionsMiddleware:
         request.meta["fleet_session"] = session.id
         request.meta["fleet_session_generation"] = session.generation
         request.meta["cookiejar"] = session.jar
+        request.meta[EXIT_META] = session.exit  # (the proxy middleware binds an unbound one)
         return None
 
     async def _first(self, request: Request) -> Drawn:
@@ -284,7 +285,7 @@ class FleetSessionsMiddleware:
         retry = request.replace(dont_filter=True)
         retry.meta["fleet_session_retries"] = retries + 1
         if redraw:
-            for key in ("fleet_session", "fleet_session_generation", "cookiejar"):
+            for key in ("fleet_session", "fleet_session_generation", "cookiejar", EXIT_META):
                 retry.meta.pop(key, None)
         return retry
 

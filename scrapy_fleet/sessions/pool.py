@@ -18,6 +18,11 @@ from scrapy_fleet import lua
 from scrapy_fleet.keys import CrawlKeys, session_pool_part
 from scrapy_fleet.sessions.settings import SessionConfig
 
+#: ``meta`` key: the proxy exit of the request's session (set by the sessions middleware from
+#: its record, "" while unbound; read by the proxy middleware, issue 32 item 3)
+EXIT_META = "fleet_session_exit"
+#: the reasons a session is retired for when its exit can no longer carry it
+EXIT_REASONS = ("exit_banned", "exit_dead", "exit_drained")
 #: the record fields ``scrapy fleet sessions`` shows, in order
 RECORD_FIELDS = ("pool", "state", "reason", "uses", "errors", "generation", "created",
                  "last_used", "retired_at", "exit")
@@ -47,11 +52,13 @@ def _text(value: Any) -> str:
 @dataclass(frozen=True)
 class Drawn:
     """A session as a worker sees it: ``state`` (new, relogin, active, retired, unknown;
-    claim's ``claimed``/``wait``; done's ``lost``) and ``generation`` (its login count)."""
+    claim's ``claimed``/``wait``; done's ``lost``), ``generation`` (its login count) and
+    ``exit`` (the proxy exit it is bound to, "" none or not known from the reply)."""
 
     id: str
     state: str
     generation: int
+    exit: str = ""
 
     @property
     def jar(self) -> str:
@@ -75,18 +82,13 @@ class SessionPools:
         self._script = lua.load(client, "sessions.lua")
 
     def _keys(self, part: str, session_id: str = "") -> list[str]:
-        record = self.keys.session(session_id) if session_id else self.keys.session_pools
-        return [self.keys.session_pools, self.keys.session_pool(part),
-                self.keys.session_pool_info(part), record,
-                self.keys.cookie_jar(jar_name(session_id)) if session_id else record]
+        return script_keys(self.keys, part, session_id)
 
     async def _on(self, op: str, session_id: str, *args: Any) -> list[Any]:
-        reply = await self._script(keys=self._keys(pool_part_of(session_id), session_id),
-                                   args=[op, session_id, *args])
-        return list(reply) if isinstance(reply, list) else [reply]
+        return await _on_session(self._script, self.keys, op, session_id, *args)
 
     def _drawn(self, session_id: str, reply: list[Any]) -> Drawn:
-        return Drawn(session_id, _text(reply[0]), int(reply[1]))
+        return drawn_of(session_id, reply)
 
     async def draw(self, pool: str) -> Drawn:
         """The least used drawable session of *pool* (created when the pool has fewer than
@@ -96,7 +98,8 @@ class SessionPools:
         reply = await self._script(keys=self._keys(part), args=[
             "draw", pool, part, self.keys.session_prefix, c.pool_size, c.max_uses,
             int(c.max_age * 1000), int(self.login)])
-        return Drawn(_text(reply[0]), _text(reply[1]), int(reply[2]))
+        return Drawn(_text(reply[0]), _text(reply[1]), int(reply[2]),
+                     _text(reply[3]) if len(reply) > 3 else "")
 
     async def pin(self, session_id: str) -> Drawn:
         """Session *session_id*, one use counted (state ``unknown``: no such record;
@@ -132,6 +135,64 @@ class SessionPools:
     async def retire(self, session_id: str, reason: str) -> bool:
         """Retire *session_id* with *reason*; False when it was retired already."""
         return bool((await self._on("retire", session_id, reason))[0])
+
+    async def bind(self, session_id: str, exit_id: str) -> Drawn:
+        """See :meth:`ExitBindings.bind`."""
+        return self._drawn(session_id, await self._on("bind", session_id, exit_id))
+
+
+def script_keys(keys: CrawlKeys, part: str, session_id: str = "") -> list[str]:
+    """The KEYS of one lua/sessions.lua call about *session_id* of pool part *part* (a draw:
+    no session)."""
+    record = keys.session(session_id) if session_id else keys.session_pools
+    return [keys.session_pools, keys.session_pool(part), keys.session_pool_info(part), record,
+            keys.cookie_jar(jar_name(session_id)) if session_id else record]
+
+
+async def _on_session(script: Any, keys: CrawlKeys, op: str, session_id: str,
+                      *args: Any) -> list[Any]:
+    reply = await script(keys=script_keys(keys, pool_part_of(session_id), session_id),
+                         args=[op, session_id, *args])
+    return list(reply) if isinstance(reply, list) else [reply]
+
+
+def drawn_of(session_id: str, reply: list[Any]) -> Drawn:
+    """A per-session reply of lua/sessions.lua as a :class:`Drawn` (its exit: the last
+    element of the replies that carry one, of 3 elements or more)."""
+    return Drawn(session_id, _text(reply[0]), int(reply[1]),
+                 _text(reply[-1]) if len(reply) > 2 else "")
+
+
+class ExitBindings:
+    """What the proxy middleware needs of the sessions (issue 32 item 3): bind a session to
+    the exit that carries its first request, retire it when that exit can no longer carry
+    it.  One lua/sessions.lua call each (atomic), through a redis-py asyncio client.
+
+    Raises:
+        redis.RedisError, OSError: from any call when Redis fails.
+    """
+
+    def __init__(self, client: Any, keys: CrawlKeys) -> None:
+        self.client = client
+        self.keys = keys
+        self._script = lua.load(client, "sessions.lua")
+
+    async def bind(self, session_id: str, exit_id: str) -> Drawn:
+        """Bind *session_id* to *exit_id* unless it is bound already; the session after:
+        ``exit`` is the exit it is bound to (the first binding wins), ``state`` ``retired``:
+        not bound, ``unknown``: no such record.
+
+        Raises:
+            ValueError: *session_id* is not a session id.
+        """
+        return drawn_of(session_id, await _on_session(self._script, self.keys, "bind",
+                                                      session_id, exit_id))
+
+    async def retire(self, session_id: str, reason: str) -> bool:
+        """Retire *session_id* with *reason* (one of :data:`EXIT_REASONS`); False when it
+        was retired already."""
+        reply = await _on_session(self._script, self.keys, "retire", session_id, reason)
+        return bool(reply[0])
 
 
 def _decode(mapping: dict[Any, Any]) -> dict[str, str]:
