@@ -5,7 +5,8 @@
 --   sessions), KEYS[3] the pool's counters (HASH: next, created, logins, check_failed,
 --   retired:<reason>), KEYS[4] the record of the session the operation is about (HASH, see
 --   keys.py; draw: any key of the crawl, unused), KEYS[5] that session's cookie jar (claim
---   deletes it: a new login starts from an empty jar; else unused).
+--   deletes it: a new login starts from an empty jar; else unused), KEYS[6] that session's
+--   slots (ZSET ticket -> expiry ms: its requests in flight; take/give, else unused).
 -- Records of the sessions a draw creates or looks at are named ARGV[4] .. id (keys.py
 --   CrawlKeys.session_prefix: the same hash tag as KEYS).
 -- State of a record: new (never logged in), relogin (its login is no longer valid), active,
@@ -39,6 +40,14 @@
 --     limit).  -> {state, generation} after.  An older generation changes nothing.
 --   ok id generation -> a response of the current generation passed the check: errors = 0.
 --   retire id reason -> retires the session (once: a retired one is left as it is) -> 1/0.
+--   take id ticket concurrency delay_ms ttl_ms -> a slot for one request of the session
+--     (issue 32 item 5): {'taken', generation} when fewer than `concurrency` (0: no cap) of
+--     its tickets are live and its delay allows (GCRA with a burst of one, as in hosts.lua:
+--     ATM Forum Traffic Management 4.1; tat = max(tat, now) + delay); the ticket
+--     lives ttl_ms (a dead worker's runs out: lease loss).  {'wait', ms} (a hint: until its
+--     delay allows, or the first ticket runs out) or {state, generation} for a retired or
+--     unknown session: nothing taken.
+--   give id ticket -> the ticket's slot is free again -> 1/0 (it had run out or was given).
 --   bind id exit -> binds the session to proxy exit `exit` (issue 32 item 3) unless it is
 --     bound already: the first binding wins and is never changed (a session whose exit can
 --     no longer carry it is retired, exit_banned/exit_dead/exit_drained, not re-bound)
@@ -163,6 +172,23 @@ elseif op == 'ok' then
   return 1
 elseif op == 'retire' then
   return retire(rec, id, ARGV[3])
+elseif op == 'take' then
+  if state == 'retired' then return {state, gen} end
+  local slots, ticket = KEYS[6], ARGV[3]
+  local conc, delay, ttl = tonumber(ARGV[4]) or 1, tonumber(ARGV[5]) or 0, tonumber(ARGV[6])
+  redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+  if conc > 0 and redis.call('ZCARD', slots) >= conc then
+    local first = redis.call('ZRANGE', slots, 0, 0, 'WITHSCORES')
+    return {'wait', math.max(1, math.min(tonumber(first[2]) - now, 1000))}
+  end
+  local tat = tonumber(redis.call('HGET', rec, 'tat')) or 0
+  if delay > 0 and tat > now then return {'wait', tat - now} end
+  redis.call('ZADD', slots, now + (ttl or 240000), ticket)
+  redis.call('PEXPIRE', slots, (ttl or 240000) + 1000)
+  if delay > 0 then redis.call('HSET', rec, 'tat', math.max(tat, now) + delay) end
+  return {'taken', gen}
+elseif op == 'give' then
+  return redis.call('ZREM', KEYS[6], ARGV[3])
 elseif op == 'bind' then
   if state == 'retired' or bound ~= '' then return {state, gen, bound} end
   if (ARGV[3] or '') == '' then return redis.error_reply('ERR fleet: bind needs an exit') end

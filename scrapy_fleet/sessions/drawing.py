@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import os
 import socket
@@ -60,6 +61,9 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
+
+#: ``meta`` key: ``"<session id>|<ticket>"``, the session slot a request holds
+SLOT_META = "fleet_session_slot"
 
 _STAT = "fleet/sessions/"
 #: seconds between two reads of a session's record while its login runs elsewhere (max)
@@ -105,6 +109,12 @@ class FleetSessionsMiddleware:
         #: (session id, generation) whose check passed here already
         self._passed: set[tuple[str, int]] = set()
         crawler.signals.connect(self._closed, signal=signals.spider_closed)
+        #: (politeness per session) this worker's slot tickets, and their lifetime (s)
+        self._tickets = itertools.count(1)
+        self._ticket_ttl = crawler.settings.getfloat("DOWNLOAD_TIMEOUT", 180) + 60
+        self._gives: set[asyncio.Task[None]] = set()
+        if config.sessions.concurrency or config.sessions.delay:
+            crawler.signals.connect(self._left, signal=signals.request_scheduled)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FleetSessionsMiddleware:
@@ -156,11 +166,69 @@ class FleetSessionsMiddleware:
     async def process_request(self, request: Request, spider: Any = None) -> None:
         if not uses_sessions(request):
             return None
-        session = await self._session_for(request)
+        await self._give_back(request)  # an earlier attempt's slot (a copy of its meta)
+        session = await self._slot_for(request, await self._session_for(request))
         request.meta["fleet_session"] = session.id
         request.meta["fleet_session_generation"] = session.generation
         request.meta["cookiejar"] = session.jar
         request.meta[EXIT_META] = session.exit  # (the proxy middleware binds an unbound one)
+        return None
+
+    # -- politeness per session (issue 32 item 5) -----------------------------------------
+
+    async def _slot_for(self, request: Request, session: Drawn) -> Drawn:
+        """*session* (or, when it was retired meanwhile, another) once one of its
+        ``FLEET_SESSION_CONCURRENCY`` slots is *request*'s and its ``FLEET_SESSION_DELAY``
+        allows; the request waits in the worker meanwhile (``fleet/sessions/slot_waits``).
+        The slot is named in ``meta["fleet_session_slot"]`` and given back when its answer
+        reaches this middleware (after the cookies middleware merged its cookies, so the
+        next request of the session sends them), when it fails (``process_exception``), or
+        when it goes (back) to the scheduler (a retry, a redirect: ``request_scheduled``);
+        otherwise (a dead worker's, or an error raised by a later middleware's
+        ``process_response``) it runs out after ``DOWNLOAD_TIMEOUT`` + 60 s."""
+        config = self.config.sessions
+        if not (config.concurrency or config.delay):
+            return session
+        pools = self.pools()
+        ticket = f"{self.worker}:{next(self._tickets)}"
+        waited = False
+        while True:
+            state, wait = await self._call(functools.partial(pools.take, session.id, ticket,
+                                                             self._ticket_ttl))
+            if state == "taken":
+                request.meta[SLOT_META] = f"{session.id}|{ticket}"
+                return session
+            if state != "wait":  # retired meanwhile: pinned to it, the request redraws
+                request.meta["fleet_session"] = session.id
+                session = await self._session_for(request)
+                continue
+            if not waited:
+                waited = True
+                self._inc("slot_waits")
+            await asyncio.sleep(min(max(wait, 0.005), POLL))
+
+    async def _give_back(self, request: Request, slot: Any = None) -> None:
+        """Give back *request*'s session slot (or *slot*, taken from its meta already)."""
+        slot = request.meta.pop(SLOT_META, None) if slot is None else slot
+        if not isinstance(slot, str) or "|" not in slot:
+            return
+        sid, _, ticket = slot.partition("|")
+        pools = self.pools()
+        try:
+            await self._call(lambda: pools.give(sid, ticket))
+        except RedisUnavailableError:  # (closing) the ticket runs out by itself
+            pass
+
+    def _left(self, request: Request, spider: Any = None) -> None:
+        """A request went (back) to the scheduler: its session slot is free."""
+        if SLOT_META in request.meta:  # (out of the meta now: a scheduled copy has none)
+            slot = request.meta.pop(SLOT_META)
+            self._gives.add(task := asyncio.ensure_future(self._give_back(request, slot)))
+            task.add_done_callback(self._gives.discard)
+
+    async def process_exception(self, request: Request, exception: BaseException,
+                                spider: Any = None) -> None:
+        await self._give_back(request)
         return None
 
     async def _first(self, request: Request) -> Drawn:
@@ -244,6 +312,7 @@ class FleetSessionsMiddleware:
 
     async def process_response(self, request: Request, response: Response,
                                spider: Any = None) -> Request | Response:
+        await self._give_back(request)  # (its cookies were merged at 700, before this)
         meta = request.meta
         sid = meta.get("fleet_session")
         if not sid or meta.get("fleet_session_login") or not uses_sessions(request):

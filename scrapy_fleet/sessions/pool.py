@@ -136,6 +136,21 @@ class SessionPools:
         """Retire *session_id* with *reason*; False when it was retired already."""
         return bool((await self._on("retire", session_id, reason))[0])
 
+    async def take(self, session_id: str, ticket: str, ttl: float) -> tuple[str, float]:
+        """A slot for one request of *session_id* (``FLEET_SESSION_CONCURRENCY`` requests in
+        flight, ``FLEET_SESSION_DELAY`` between two): (``"taken"``, 0), (``"wait"``, seconds
+        to wait before asking again), or (``"retired"``/``"unknown"``, 0).  *ticket* names
+        the slot; it runs out after *ttl* seconds (a dead worker's)."""
+        c = self.config
+        reply = await self._on("take", session_id, ticket, c.concurrency, int(c.delay * 1000),
+                               int(ttl * 1000))
+        state = _text(reply[0])
+        return state, (int(reply[1]) / 1000 if state == "wait" else 0.0)
+
+    async def give(self, session_id: str, ticket: str) -> bool:
+        """Free *ticket*'s slot of *session_id*; False when it had run out or was given."""
+        return bool((await self._on("give", session_id, ticket))[0])
+
     async def bind(self, session_id: str, exit_id: str) -> Drawn:
         """See :meth:`ExitBindings.bind`."""
         return self._drawn(session_id, await self._on("bind", session_id, exit_id))
@@ -146,7 +161,8 @@ def script_keys(keys: CrawlKeys, part: str, session_id: str = "") -> list[str]:
     no session)."""
     record = keys.session(session_id) if session_id else keys.session_pools
     return [keys.session_pools, keys.session_pool(part), keys.session_pool_info(part), record,
-            keys.cookie_jar(jar_name(session_id)) if session_id else record]
+            keys.cookie_jar(jar_name(session_id)) if session_id else record,
+            keys.session_slots(session_id) if session_id else record]
 
 
 async def _on_session(script: Any, keys: CrawlKeys, op: str, session_id: str,

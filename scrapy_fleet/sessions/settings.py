@@ -34,7 +34,9 @@ class SessionConfig:
     session of their response; ``max_errors``: validity-check failures in a row (one per
     generation) that retire a session (0: never); ``login_timeout``: seconds a worker's claim
     on a login lasts (another worker takes it over after); ``inherit``: a request yielded from
-    a response of a session, to the same pool, is pinned to that session."""
+    a response of a session, to the same pool, is pinned to that session; ``concurrency``:
+    requests of one session in flight at once, fleet-wide (0: no cap); ``delay``: seconds
+    between the starts of two requests of one session, fleet-wide (0: none)."""
 
     pool_size: int = 0
     max_uses: int = 0
@@ -43,6 +45,8 @@ class SessionConfig:
     max_errors: int = 3
     login_timeout: float = 60.0
     inherit: bool = True
+    concurrency: int = 1
+    delay: float = 0.0
 
     @property
     def enabled(self) -> bool:
@@ -82,4 +86,8 @@ def session_config(settings: BaseSettings | Mapping[str, Any]) -> SessionConfig:
                           "an integer >= 0 (0: never retire for failed checks)"),
         login_timeout=number("FLEET_SESSION_LOGIN_TIMEOUT", g("FLEET_SESSION_LOGIN_TIMEOUT"),
                              float, 0.0, "seconds > 0", exclusive=True),
-        inherit=boolean("FLEET_SESSION_INHERIT", g("FLEET_SESSION_INHERIT")))
+        inherit=boolean("FLEET_SESSION_INHERIT", g("FLEET_SESSION_INHERIT")),
+        concurrency=number("FLEET_SESSION_CONCURRENCY", g("FLEET_SESSION_CONCURRENCY"), int, 0,
+                           "an integer >= 0 (requests in flight; 0: no cap)"),
+        delay=number("FLEET_SESSION_DELAY", g("FLEET_SESSION_DELAY"), float, 0.0,
+                     "seconds >= 0 (0: none)"))

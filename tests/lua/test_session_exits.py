@@ -124,3 +124,46 @@ def test_a_bound_exit_is_chosen_alone_or_gone(redis_url):
     assert out["drained"] == Gone("exit_drained")
     assert out["dead"] == Gone("exit_dead")
     assert out["removed"] == Gone("exit_drained")
+
+
+def test_session_slots_cap_concurrency_and_space_starts(redis_url):
+    """Politeness per session (issue 32 item 5): FLEET_SESSION_CONCURRENCY tickets live at
+    once, fleet-wide (two clients stand for two workers); a given-back or run-out ticket
+    frees its slot; FLEET_SESSION_DELAY spaces the starts; a retired session gives none."""
+    async def main() -> dict[str, Any]:
+        c1, c2 = (redis.asyncio.Redis.from_url(redis_url) for _ in range(2))
+        w1 = SessionPools(c1, KEYS, SessionConfig(pool_size=1, concurrency=2), login=False)
+        w2 = SessionPools(c2, KEYS, SessionConfig(pool_size=1, concurrency=2), login=False)
+        sid = (await w1.draw("slots")).id
+        out: dict[str, Any] = {"first": [await w1.take(sid, "a", 60), await w2.take(sid, "b", 60),
+                                         await w2.take(sid, "c", 60)]}
+        out["give"] = [await w1.give(sid, "a"), await w1.give(sid, "a")]
+        out["after_give"] = await w2.take(sid, "c", 60)
+        # a ticket of a dead worker runs out
+        await w1.give(sid, "b")
+        await w1.give(sid, "c")
+        await w1.take(sid, "d", 0.05)
+        await w1.take(sid, "e", 0.05)
+        out["full"] = await w2.take(sid, "f", 60)
+        await asyncio.sleep(0.2)
+        out["ran_out"] = await w2.take(sid, "f", 60)
+        spaced = SessionPools(c1, KEYS, SessionConfig(pool_size=1, concurrency=0, delay=10),
+                              login=False)
+        other = (await spaced.draw("spaced")).id
+        out["spaced"] = [await spaced.take(other, "x", 60), await spaced.take(other, "y", 60)]
+        await w1.retire(sid, "manual")
+        out["retired"] = await w1.take(sid, "g", 60)
+        for c in (c1, c2):
+            await c.aclose()
+        return out
+
+    out = asyncio.run(main())
+    assert out["first"][:2] == [("taken", 0.0), ("taken", 0.0)]
+    assert out["first"][2][0] == "wait" and 0 < out["first"][2][1] <= 1.0
+    assert out["give"] == [True, False]
+    assert out["after_give"] == ("taken", 0.0)
+    assert out["full"][0] == "wait"
+    assert out["ran_out"] == ("taken", 0.0)
+    assert out["spaced"][0] == ("taken", 0.0)
+    assert out["spaced"][1][0] == "wait" and 9.0 < out["spaced"][1][1] <= 10.0
+    assert out["retired"] == ("retired", 0.0)
