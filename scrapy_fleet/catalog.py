@@ -335,6 +335,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FLEET_SESSION_INHERIT", True, "bool",
             "requests yielded from a session's response, to the same pool, keep that "
             "session (False: they draw from the pool)", "sessions", _SESSIONS),
+    Setting("FLEET_SESSION_MAX_IDLE", 0.0, "float >= 0",
+            "seconds a session may go unused (since its last use, or its creation) before "
+            "it is retired (idle) when it next comes up; 0: no limit", "sessions", _SESSIONS),
     Setting("FLEET_SESSION_CONCURRENCY", 1, "int >= 0",
             "requests of one session in flight at once, fleet-wide (0: no cap); a third "
             "politeness scope beside the host and the proxy exit", "sessions", _SESSIONS),

@@ -15,13 +15,13 @@
 --   login that succeeds makes it active at the next generation.
 --
 -- Operations (ARGV after the name) and replies:
---   draw pool pool_part prefix size max_uses max_age_ms login
+--   draw pool pool_part prefix size max_uses max_age_ms login max_idle_ms
 --     fills the pool up to `size` drawable sessions, then takes the least used one (ties:
 --     the smallest id) and counts one use -> {id, state, generation}.  The one taken is
---     retired and replaced first when it is past max_uses uses or max_age_ms of age (0: no
---     limit), so a session past a limit is retired when it comes up (a pinned one: at once).
+--     retired and replaced first when it is past max_uses uses, max_age_ms of age or
+--     max_idle_ms since its last use (or its creation; 0: no limit), so a session past a limit is retired when it comes up (a pinned one: at once).
 --     Work: O(1) records, O(size) when sessions are created or retired.
---   pin id max_uses max_age_ms -> {state, generation, exit} of session `id` (one use counted
+--   pin id max_uses max_age_ms max_idle_ms -> {state, generation, exit} of session `id` (one use counted
 --     unless it is retired, or retired now by the limits), {'unknown', 0} when there is no
 --     record.
 --   state id -> {state, generation, owner alive 0/1, exit} (read-only).
@@ -67,14 +67,20 @@ local function retire(key, id, reason)
 end
 
 -- retires session `id` (record `key`) if it is past a limit; 1 when it did
-local function past_limits(key, id, max_uses, max_age)
-  local r = redis.call('HMGET', key, 'uses', 'created')
-  if max_uses > 0 and (tonumber(r[1]) or 0) >= max_uses then
-    return retire(key, id, 'uses')
-  end
-  if max_age > 0 and (tonumber(r[2]) or now) + max_age <= now then
-    return retire(key, id, 'age')
-  end
+-- the limit session `id` (HMGET uses, created, last_used: r) is past, or nil
+local function limit_of(r, max_uses, max_age, max_idle)
+  if max_uses > 0 and (tonumber(r[1]) or 0) >= max_uses then return 'uses' end
+  local created = tonumber(r[2]) or now
+  if max_age > 0 and created + max_age <= now then return 'age' end
+  local last = tonumber(r[3]) or 0
+  if max_idle > 0 and math.max(last, created) + max_idle <= now then return 'idle' end
+  return nil
+end
+
+local function past_limits(key, id, max_uses, max_age, max_idle)
+  local reason = limit_of(redis.call('HMGET', key, 'uses', 'created', 'last_used'), max_uses,
+                          max_age, max_idle)
+  if reason then return retire(key, id, reason) end
   return 0
 end
 
@@ -87,7 +93,7 @@ end
 if op == 'draw' then
   local name, part, prefix = ARGV[2], ARGV[3], ARGV[4]
   local size, max_uses, max_age = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-  local login = ARGV[8] == '1'
+  local login, max_idle = ARGV[8] == '1', tonumber(ARGV[9]) or 0
   if not (size and size >= 1 and max_uses and max_age) then
     return redis.error_reply('ERR fleet: bad session draw arguments')
   end
@@ -109,13 +115,9 @@ if op == 'draw' then
   for _ = 0, size do
     local id = redis.call('ZRANGE', pool, 0, 0)[1]
     local key = prefix .. id
-    local r = redis.call('HMGET', key, 'state', 'generation', 'uses', 'created', 'exit')
-    local reason
-    if max_uses > 0 and (tonumber(r[3]) or 0) >= max_uses then
-      reason = 'uses'
-    elseif max_age > 0 and (tonumber(r[4]) or now) + max_age <= now then
-      reason = 'age'
-    end
+    local r = redis.call('HMGET', key, 'state', 'generation', 'uses', 'created', 'exit',
+                         'last_used')
+    local reason = limit_of({r[3], r[4], r[6]}, max_uses, max_age, max_idle)
     if not reason then
       use(key, id)
       return {id, r[1], tonumber(r[2]), r[5] or ''}
@@ -132,7 +134,8 @@ local state, gen, bound = r[1], tonumber(r[2]) or 0, r[5] or ''
 if not state then return {'unknown', 0} end
 
 if op == 'pin' then
-  if state ~= 'retired' and past_limits(rec, id, tonumber(ARGV[3]), tonumber(ARGV[4])) == 0 then
+  if state ~= 'retired' and past_limits(rec, id, tonumber(ARGV[3]), tonumber(ARGV[4]),
+                                       tonumber(ARGV[5]) or 0) == 0 then
     use(rec, id)
     return {state, gen, bound}
   end

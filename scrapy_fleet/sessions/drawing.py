@@ -9,8 +9,13 @@ after the retries (550) and redirects (600) in ``process_response``, so it sees 
   one pinned to a retired session, or not pinned, draws the least used session of its pool
   (``meta["fleet_session_pool"]``, else its host).  A session that needs a login (new, or a
   failed check) is logged in by the first worker that claims it (sessions/login.py); the
-  requests of that session wait in their worker, polling its record, until it is active at
-  a new generation.  Then ``meta["cookiejar"]`` names the session's fleet jar.
+  other requests of that session go back to the frontier, pinned to it and deferred (0.2 s,
+  doubling up to 2 s), holding no download slot, until it is active at a new generation (a
+  request that did not come from the frontier, or of a closing worker, waits in its worker,
+  polling the record).  Then the request takes one of its session's slots
+  (``FLEET_SESSION_CONCURRENCY``, ``FLEET_SESSION_DELAY``: politeness per session, waiting
+  in the worker for it), and ``meta["cookiejar"]`` names the session's fleet jar,
+  ``meta["fleet_session_exit"]`` its bound proxy exit ("" none yet).
 * ``process_response``: a status of ``FLEET_SESSION_RETIRE_STATUSES`` retires the session
   (``status/<code>``); a 2xx answer that fails ``fleet_session_check`` asks one login of the
   session (one per generation across the fleet, lua/sessions.lua) or, without a login,
@@ -27,7 +32,8 @@ callback yields to the same site (host) as its response's session, without a poo
 of its own, is pinned to that session (and its pool).
 
 Stats (``fleet/sessions/``): ``draws``, ``pinned``, ``redrawn`` (pinned to a retired session),
-``logins``, ``login_failed``, ``waits`` (requests that waited for another's login),
+``logins``, ``login_failed``, ``deferred`` (requests sent back to the frontier to wait for a
+login), ``waits`` (requests that waited in the worker for another's login), ``slot_waits``,
 ``check_failed``, ``retired/<reason>``, ``retried``, ``kept`` (an answer that failed after
 ``MAX_RETRIES``, passed on), ``inherited``.
 """
@@ -50,6 +56,7 @@ from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_fleet import engine_hooks, redis_client
+from scrapy_fleet.codec import DEFER_META_KEY, LEASE_META_KEY
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.keys import CrawlKeys
@@ -64,6 +71,10 @@ logger = logging.getLogger(__name__)
 
 #: ``meta`` key: ``"<session id>|<ticket>"``, the session slot a request holds
 SLOT_META = "fleet_session_slot"
+#: ``meta`` key: times a request went back to the frontier to wait for its session's login
+DEFERRALS_META = "fleet_session_deferrals"
+#: seconds a request waits in the frontier for a login: the first time, and at most
+LOGIN_DEFER, LOGIN_DEFER_MAX = 0.2, 2.0
 
 _STAT = "fleet/sessions/"
 #: seconds between two reads of a session's record while its login runs elsewhere (max)
@@ -163,11 +174,16 @@ class FleetSessionsMiddleware:
                     raise
                 await asyncio.sleep(1.0)
 
-    async def process_request(self, request: Request, spider: Any = None) -> None:
+    async def process_request(self, request: Request, spider: Any = None) -> Request | None:
         if not uses_sessions(request):
             return None
         await self._give_back(request)  # an earlier attempt's slot (a copy of its meta)
-        session = await self._slot_for(request, await self._session_for(request))
+        session = await self._session_for(request)
+        if session.state == "active":
+            session = await self._slot_for(request, session)
+        if session.state != "active":  # its login runs: back to the frontier, deferred
+            return self._deferred(request, session)
+        request.meta.pop(DEFERRALS_META, None)
         request.meta["fleet_session"] = session.id
         request.meta["fleet_session_generation"] = session.generation
         request.meta["cookiejar"] = session.jar
@@ -201,6 +217,8 @@ class FleetSessionsMiddleware:
             if state != "wait":  # retired meanwhile: pinned to it, the request redraws
                 request.meta["fleet_session"] = session.id
                 session = await self._session_for(request)
+                if session.state != "active":
+                    return session  # (deferred while its login runs)
                 continue
             if not waited:
                 waited = True
@@ -230,6 +248,26 @@ class FleetSessionsMiddleware:
                                 spider: Any = None) -> None:
         await self._give_back(request)
         return None
+
+    def _deferrable(self, request: Request) -> bool:
+        """Can *request* wait for its session's login in the frontier (a lease of the
+        fleet's scheduler, a worker not closing)?"""
+        return bool(request.meta.get(LEASE_META_KEY)) and \
+            engine_hooks.ledger_of(self.crawler) is not None and \
+            not engine_hooks.engine_closing(self.crawler)
+
+    def _deferred(self, request: Request, session: Drawn) -> Request:
+        """*request* back to the frontier (pushed with its lease's acknowledgement), pinned
+        to *session*, due again in 0.2, 0.4, ... up to :data:`LOGIN_DEFER_MAX` seconds (its
+        n-th deferral): it holds no download slot while the session's login runs on any
+        worker (``fleet/sessions/deferred``)."""
+        n = int(request.meta.get(DEFERRALS_META, 0) or 0)
+        self._inc("deferred")
+        again = request.replace(dont_filter=True)
+        again.meta[DEFERRALS_META] = n + 1
+        again.meta["fleet_session"] = session.id
+        again.meta[DEFER_META_KEY] = min(LOGIN_DEFER_MAX, LOGIN_DEFER * 2 ** min(n, 8))
+        return again
 
     async def _first(self, request: Request) -> Drawn:
         """The session *request* is pinned to, else one drawn from its pool."""
@@ -272,8 +310,12 @@ class FleetSessionsMiddleware:
             if drawn.state in ("new", "relogin"):
                 drawn = await self._login(drawn, request)
                 continue
-            # (a closing worker waits on: at FLEET_DRAIN_TIMEOUT its leases go back to the
-            # frontier, the request with them; a failed record here would lose it)
+            # a leased request goes back to the frontier while the login runs (deferred, it
+            # holds no download slot); another waits here, as a closing worker's does (at
+            # FLEET_DRAIN_TIMEOUT its leases go back to the frontier, the request with them;
+            # a failed record here would lose it)
+            if self._deferrable(request):
+                return Drawn(drawn.id, "wait", drawn.generation)
             if not waited:
                 self._inc("waits")
             waited = min(POLL, waited * 2 or 0.05)
@@ -286,6 +328,8 @@ class FleetSessionsMiddleware:
         worker's login, or this worker's for another request, is running)."""
         pools = self.pools()
         running = self._logins.get(drawn.id)
+        if running is not None and self._deferrable(request):
+            return Drawn(drawn.id, "wait", drawn.generation)
         if running is not None:
             await asyncio.shield(running)
             return await self._call(lambda: pools.state(drawn.id))

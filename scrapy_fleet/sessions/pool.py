@@ -92,12 +92,13 @@ class SessionPools:
 
     async def draw(self, pool: str) -> Drawn:
         """The least used drawable session of *pool* (created when the pool has fewer than
-        ``pool_size``; past ``max_uses``/``max_age`` retired first), one use counted."""
+        ``pool_size``; past ``max_uses``/``max_age``/``max_idle`` retired first), one use
+        counted."""
         part = session_pool_part(pool)
         c = self.config
         reply = await self._script(keys=self._keys(part), args=[
             "draw", pool, part, self.keys.session_prefix, c.pool_size, c.max_uses,
-            int(c.max_age * 1000), int(self.login)])
+            int(c.max_age * 1000), int(self.login), int(c.max_idle * 1000)])
         return Drawn(_text(reply[0]), _text(reply[1]), int(reply[2]),
                      _text(reply[3]) if len(reply) > 3 else "")
 
@@ -105,7 +106,8 @@ class SessionPools:
         """Session *session_id*, one use counted (state ``unknown``: no such record;
         ``retired``: retired, now by its limits or before)."""
         return self._drawn(session_id, await self._on(
-            "pin", session_id, self.config.max_uses, int(self.config.max_age * 1000)))
+            "pin", session_id, self.config.max_uses, int(self.config.max_age * 1000),
+            int(self.config.max_idle * 1000)))
 
     async def state(self, session_id: str) -> Drawn:
         return self._drawn(session_id, await self._on("state", session_id))
@@ -235,6 +237,30 @@ def pool_report(client: Any, keys: CrawlKeys, pool: str) -> dict[str, Any]:
         if record:
             sessions[sid] = {f: record.get(f, "") for f in RECORD_FIELDS}
     return {"pool": pool, "counters": counters, "sessions": sessions}
+
+
+def pools_summary(client: Any, keys: CrawlKeys) -> dict[str, dict[str, Any]]:
+    """The session pools as ``status``, ``top``, the dashboard and ``/metrics`` show them
+    (blocking client; empty without pools): pool name -> ``active`` (drawable sessions that
+    are logged in, or need none), ``drawable`` (not retired), ``logins`` (logins that
+    succeeded), ``check_failed`` (failed validity checks that asked a login), ``retired``
+    (reason -> sessions).  Reads: the pools' SET, then per pool its counters, its drawable
+    ids and their states (O(pool size))."""
+    out: dict[str, dict[str, Any]] = {}
+    for pool in pool_names(client, keys):
+        part = session_pool_part(pool)
+        counters = _decode(client.hgetall(keys.session_pool_info(part)))
+        ids = [_text(i) for i in client.zrange(keys.session_pool(part), 0, -1)]
+        pipe = client.pipeline(transaction=False)
+        for sid in ids:
+            pipe.hget(keys.session(sid), "state")
+        states = [_text(s) for s in pipe.execute()] if ids else []
+        out[pool] = {"active": states.count("active"), "drawable": len(ids),
+                     "logins": int(counters.get("logins", 0)),
+                     "check_failed": int(counters.get("check_failed", 0)),
+                     "retired": {k.split(":", 1)[1]: int(v) for k, v in counters.items()
+                                 if k.startswith("retired:")}}
+    return out
 
 
 def retire_session(client: Any, keys: CrawlKeys, session_id: str, reason: str) -> str:
