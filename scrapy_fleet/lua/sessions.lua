@@ -184,11 +184,13 @@ elseif op == 'take' then
     local first = redis.call('ZRANGE', slots, 0, 0, 'WITHSCORES')
     return {'wait', math.max(1, math.min(tonumber(first[2]) - now, 1000))}
   end
-  local tat = tonumber(redis.call('HGET', rec, 'tat')) or 0
-  if delay > 0 and tat > now then return {'wait', tat - now} end
+  if delay > 0 then
+    local tat = tonumber(redis.call('HGET', rec, 'tat')) or 0
+    if tat > now then return {'wait', tat - now} end
+    redis.call('HSET', rec, 'tat', now + delay)
+  end
   redis.call('ZADD', slots, now + (ttl or 240000), ticket)
   redis.call('PEXPIRE', slots, (ttl or 240000) + 1000)
-  if delay > 0 then redis.call('HSET', rec, 'tat', math.max(tat, now) + delay) end
   return {'taken', gen}
 elseif op == 'give' then
   return redis.call('ZREM', KEYS[6], ARGV[3])
