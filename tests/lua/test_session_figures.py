@@ -75,7 +75,7 @@ def test_a_crawl_without_pools_has_no_session_figures(redis_url):
     assert not {n for n in names if n.startswith("scrapy_fleet_session")}
 
 
-def test_a_session_unused_for_max_idle_is_retired_when_it_comes_up(redis_url):
+def test_a_session_unused_for_max_idle_is_retired_when_it_comes_up(redis_url, lua_clock):
     """FLEET_SESSION_MAX_IDLE: a session idle for longer is retired (idle) by the draw or
     the pin that finds it, and the draw takes a new one."""
     async def body(p: SessionPools) -> dict[str, Any]:
@@ -83,12 +83,12 @@ def test_a_session_unused_for_max_idle_is_retired_when_it_comes_up(redis_url):
         await p.claim(first.id, "w")
         await p.done(first.id, "w", True)
         fresh = await p.pin(first.id)  # used just now: kept
-        await asyncio.sleep(1.2)  # (longer than max_idle on any machine: a lower bound)
+        lua_clock(61)  # (Redis's clock, as the scripts read it: no sleep)
         drawn = await p.draw("idle.test")
         return {"first": first.id, "fresh": fresh.state, "drawn": drawn,
                 "pinned": await p.pin(first.id)}
 
-    out = run(redis_url, body, pool_size=1, max_idle=1.0)
+    out = run(redis_url, body, pool_size=1, max_idle=60.0)
     assert out["fresh"] == "active"
     assert out["drawn"].id == "idle.test-2" and out["drawn"].state == "new"
     assert out["pinned"].state == "retired"
