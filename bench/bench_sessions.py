@@ -1,14 +1,17 @@
 """Cost of session pools per request (issue 32 items 2 and 4): the fleet's cookie jars alone
 (``FleetCookiesMiddleware``: ``meta["cookiejar"]`` as in Scrapy) vs the same with a pool of
-sessions in front (``FleetSessionsMiddleware``, ``FLEET_SESSION_POOL_SIZE``), in one process,
-beside each other in one run.
+sessions in front (``FleetSessionsMiddleware``, ``FLEET_SESSION_POOL_SIZE``) without a cap on
+a session's requests in flight (``pools``: ``FLEET_SESSION_CONCURRENCY = 0``) and with the
+default cap (``slots``: 1, a slot taken and given back per request, issue 32 item 5), in one
+process, beside each other in one run.
 
 For each side, ``--requests`` requests of one site go through ``process_request`` and
 ``process_response`` of the middlewares one after the other, on one asyncio loop against a
 fresh redis-server of the bench's own; the spider declares a validity check (run on every
 answer) and no login.  Figures per side, medians over ``--rounds`` alternating rounds: CPU µs
 per request of this process, Redis commands and Redis server µs per request (``INFO
-commandstats``, script-internal commands included), and the ratios pools / jars.
+commandstats``, script-internal commands included), and the ratios pools / jars and
+slots / jars.
 
 Usage: ``.venv/bin/python bench/bench_sessions.py [--requests 2000] [--pool 4] [--rounds 3]``
 """
@@ -53,11 +56,12 @@ def _side(kind: str, redis: h.Redis, args: argparse.Namespace) -> dict[str, floa
     client.flushall()
     crawler = get_crawler(_Spider, settings_dict={
         "FLEET_REDIS_URL": redis.url,
-        "FLEET_SESSION_POOL_SIZE": args.pool if kind == "pools" else 0})
+        "FLEET_SESSION_POOL_SIZE": args.pool if kind != "jars" else 0,
+        "FLEET_SESSION_CONCURRENCY": 1 if kind == "slots" else 0})
     crawler.spider = _Spider()
     crawler.stats.open_spider()
     mws: list[Any] = [FleetCookiesMiddleware.from_crawler(crawler)]
-    if kind == "pools":
+    if kind != "jars":
         mws.insert(0, FleetSessionsMiddleware.from_crawler(crawler))
 
     async def main() -> tuple[float, int, float]:
@@ -68,7 +72,7 @@ def _side(kind: str, redis: h.Redis, args: argparse.Namespace) -> dict[str, floa
         cpu = time.process_time() - cpu0
         calls1, usec1 = _redis_usage(client)
         await mws[-1].store().client.aclose()
-        if kind == "pools":
+        if kind != "jars":
             await mws[0].pools().client.aclose()
         return cpu, calls1 - calls0, usec1 - usec0
 
@@ -84,10 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
-    runs: dict[str, list[dict[str, float]]] = {"jars": [], "pools": []}
+    runs: dict[str, list[dict[str, float]]] = {"jars": [], "pools": [], "slots": []}
     with h.workdir() as root, h.Redis(root) as redis:
         for rnd in range(args.rounds):
-            for kind in (("jars", "pools") if rnd % 2 == 0 else ("pools", "jars")):
+            kinds = ("jars", "pools", "slots")
+            for kind in (kinds if rnd % 2 == 0 else kinds[::-1]):
                 run = _side(kind, redis, args)
                 runs[kind].append(run)
                 print(f"  round {rnd + 1} {kind:5}: {run['cpu_us']:.0f} µs CPU/request, "
@@ -100,12 +105,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {kind:5}: {m['cpu_us']:.0f} µs CPU/request, {m['calls']:.2f} Redis "
               f"commands/request, {m['redis_us']:.1f} Redis server µs/request")
     ratio = {f: med["pools"][f] / med["jars"][f] for f in ("cpu_us", "calls", "redis_us")}
-    print(f"  pools / jars: CPU {ratio['cpu_us']:.2f}x, Redis commands {ratio['calls']:.2f}x, "
-          f"Redis time {ratio['redis_us']:.2f}x")
+    slots = {f: med["slots"][f] / med["jars"][f] for f in ("cpu_us", "calls", "redis_us")}
+    for name, r in (("pools", ratio), ("slots", slots)):
+        print(f"  {name} / jars: CPU {r['cpu_us']:.2f}x, Redis commands {r['calls']:.2f}x, "
+              f"Redis time {r['redis_us']:.2f}x")
     h.emit_json({"bench": "sessions", **h.machine(), "requests": args.requests,
                  "pool": args.pool, "rounds": args.rounds,
                  **{f"{k}_{f}_per_request": round(v[f], 2) for k, v in med.items() for f in v},
-                 **{f"ratio_{f}": round(v, 3) for f, v in ratio.items()}})
+                 **{f"ratio_{f}": round(v, 3) for f, v in ratio.items()},
+                 **{f"ratio_slots_{f}": round(v, 3) for f, v in slots.items()}})
     return 0
 
 

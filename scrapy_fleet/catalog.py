@@ -335,6 +335,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FLEET_SESSION_INHERIT", True, "bool",
             "requests yielded from a session's response, to the same pool, keep that "
             "session (False: they draw from the pool)", "sessions", _SESSIONS),
+    Setting("FLEET_SESSION_MAX_IDLE", 0.0, "float >= 0",
+            "seconds a session may go unused (since its last use, or its creation) before "
+            "it is retired (idle) when it next comes up; 0: no limit", "sessions", _SESSIONS),
+    Setting("FLEET_SESSION_CONCURRENCY", 1, "int >= 0",
+            "requests of one session in flight at once, fleet-wide (0: no cap); a third "
+            "politeness scope beside the host and the proxy exit", "sessions", _SESSIONS),
+    Setting("FLEET_SESSION_DELAY", 0.0, "float >= 0",
+            "seconds between the starts of two requests of one session, fleet-wide (GCRA, "
+            "burst 1); 0: none", "sessions", _SESSIONS),
     # budgets (issue 34): charged by the lease step (lua/step_budget.lua, budget_settings.py)
     Setting("FLEET_BUDGET_PAGES", None, "int > 0 or None (CLOSESPIDER_PAGECOUNT carries over)",
             "pages the whole crawl may lease, charged at lease time; then every worker closes "

@@ -147,7 +147,12 @@ prefix ``fleet`` and crawl id ``docs``::
     fleet:{docs}:sess:<ID>    HASH    record of session ID ("<pool part>-<n>"): pool, state
                                       (new/relogin/active/retired), reason, uses, errors,
                                       created, last_used, retired_at (ms), generation, jar,
-                                      exit (bound exit, unused yet), owner, owner_until
+                                      exit (the proxy exit id it is bound to, "" none),
+                                      bound_at, owner, owner_until, tat (GCRA theoretical
+                                      arrival time of its delay, ms)
+    fleet:{docs}:sslots:<ID>  ZSET    ticket -> expiry (ms): the requests of session ID in
+                                      flight, at most FLEET_SESSION_CONCURRENCY
+                                      (lua/sessions.lua take/give)
 
 Entry ids are the 15-digit, zero-padded value of ``seq``: lexicographic order is push order.
 
@@ -547,6 +552,11 @@ class CrawlKeys:
         """HASH record of session *session_id* (:func:`session_pool_part` ``-<n>``: always
         plain, so lua/sessions.lua builds the same name from :attr:`session_prefix`)."""
         return self.session_prefix + session_id
+
+    def session_slots(self, session_id: str) -> str:
+        """ZSET ticket -> expiry (ms) of the requests of session *session_id* in flight
+        (lua/sessions.lua ``take``/``give``)."""
+        return self._k("sslots:" + session_id)
 
     def worker_info(self, worker_id: str) -> str:
         """HASH of one worker's heartbeat (expires by itself once the worker is gone)."""

@@ -17,6 +17,11 @@ Run as ``python tests/loginsite.py --pages N --log FILE [--flaky K] [--expire U]
   arrives and answered S seconds later; ``--page-delay S``: every ``/members/p/`` page is
   answered S seconds after it is logged (so that a crawl of N pages outlasts the start of
   every worker: one fast worker cannot fetch them all before the others lease any);
+* ``--ban-addr-after U``: the first client address (a proxy exit's egress) to fetch U
+  members pages is banned: it gets 403 to every request after (``"addr_banned": true``);
+* ``--conflict S``: a members page with a session cookie is answered after S seconds, and a
+  request that carries a session cookie while another request of it is being answered gets
+  409 (``"conflict": true``): one request per session at a time;
 * ``/big.html``: sets a cookie ``big`` of 5,000 bytes;
 * ``/mark/``: links to ``/mark/<i>.html`` (i < N), each of which sets its own cookie
   ``m<i>=<i>`` (``Path=/``) and shows how many cookies the request carried.
@@ -24,7 +29,7 @@ Run as ``python tests/loginsite.py --pages N --log FILE [--flaky K] [--expire U]
 Each request is logged as one JSON line ``{"method", "path", "member": the request carried a
 valid sid, "cookies": names of the cookies it carried, "login": a login was granted, "sid":
 the session cookie it carried or was given, "expired"/"banned": its first answer after
-its session's end}``.
+its session's end}``, and ``"addr"``: the client address it came from.
 """
 
 from __future__ import annotations
@@ -59,6 +64,36 @@ class Site:
         self.sessions: set[str] = set()
         self.tokens = itertools.count(1)
         self.log = open(log_path, "a", encoding="utf-8")
+        self.ban_addr_after = 0
+        self.addr_pages: dict[str, int] = {}
+        self.banned_addr: str | None = None
+        self.conflict = 0.0
+        self.in_flight: set[str] = set()
+
+    def enter(self, sid: str | None) -> bool:
+        """--conflict: *sid* starts a request; False when one of it is in flight."""
+        with self.lock:
+            if sid is None or sid in self.in_flight:
+                return sid is None
+            self.in_flight.add(sid)
+            return True
+
+    def leave(self, sid: str) -> None:
+        with self.lock:
+            self.in_flight.discard(sid)
+
+    def addr_banned(self, addr: str, members: bool) -> bool:
+        """--ban-addr-after: is *addr* banned (counting one more members page when
+        *members*)?"""
+        with self.lock:
+            if not self.ban_addr_after or addr == self.banned_addr:
+                return addr == self.banned_addr
+            if members and self.banned_addr is None:
+                self.addr_pages[addr] = self.addr_pages.get(addr, 0) + 1
+                if self.addr_pages[addr] > self.ban_addr_after:
+                    self.banned_addr = addr
+                    return True
+            return False
 
     def record(self, **fields: Any) -> None:
         with self.lock:
@@ -136,15 +171,43 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _refused(self, method: str, path: str) -> bool:
+        addr = self.client_address[0]
+        if not self.site.addr_banned(addr, path.startswith("/members/p/")):
+            return False
+        cookies = self._cookies()
+        self.site.record(method=method, path=self.path, member=False, cookies=sorted(cookies),
+                         login=False, sid=cookies.get("sid"), addr=addr, addr_banned=True)
+        self._send(403, {}, b"forbidden")
+        return True
+
     def do_GET(self) -> None:
         cookies = self._cookies()
         path = self.path.split("?")[0]
+        if self._refused("GET", path):
+            return
+        sid = cookies.get("sid")
+        if self.site.conflict and path.startswith("/members/") and sid:
+            if not self.site.enter(sid):
+                self.site.record(method="GET", path=self.path, member=False,
+                                 cookies=sorted(cookies), login=False, sid=sid,
+                                 addr=self.client_address[0], conflict=True)
+                self._send(409, {}, b"conflict")
+                return
+            try:
+                time.sleep(self.site.conflict)
+            finally:
+                self.site.leave(sid)  # (before the answer: the next request may follow it)
+        self._get(path, cookies)
+
+    def _get(self, path: str, cookies: dict[str, str]) -> None:
         if path.startswith("/members/"):
             member, flags = self.site.use(cookies.get("sid"))
         else:
             member, flags = cookies.get("sid") in self.site.sessions, {}
         self.site.record(method="GET", path=self.path, member=member, cookies=sorted(cookies),
-                         login=False, sid=cookies.get("sid"), **flags)
+                         login=False, sid=cookies.get("sid"), addr=self.client_address[0],
+                         **flags)
         if self.site.page_delay and path.startswith("/members/p/"):
             time.sleep(self.site.page_delay)
         if flags.get("banned") or flags.get("banned_again"):
@@ -154,6 +217,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self._refused("POST", self.path):
+            return
         with self.site.lock:
             delay, self.site.login_delay = self.site.login_delay, 0.0
         if delay:  # the first login only: its worker can be killed meanwhile
@@ -161,7 +226,8 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(delay)
         token = self.site.login(body) if self.path == "/login" else None
         self.site.record(method="POST", path=self.path, member=False,
-                         cookies=sorted(self._cookies()), login=token is not None, sid=token)
+                         cookies=sorted(self._cookies()), login=token is not None, sid=token,
+                         addr=self.client_address[0])
         if token is None:
             self._send(200, {}, FORM)
             return
@@ -179,10 +245,14 @@ def main() -> None:
     parser.add_argument("--ban", type=int, default=0)
     parser.add_argument("--login-delay", type=float, default=0.0)
     parser.add_argument("--page-delay", type=float, default=0.0)
+    parser.add_argument("--ban-addr-after", type=int, default=0)
+    parser.add_argument("--conflict", type=float, default=0.0)
     args = parser.parse_args()
     Handler.site = Site(args.pages, args.log, args.flaky, args.expire, args.ban)
     Handler.site.login_delay = args.login_delay
     Handler.site.page_delay = args.page_delay
+    Handler.site.ban_addr_after = args.ban_addr_after
+    Handler.site.conflict = args.conflict
     server = ThreadingHTTPServer((args.bind, 0), Handler)
     server.daemon_threads = True
     print(f"http://{args.bind}:{server.server_address[1]}/", flush=True)

@@ -21,7 +21,7 @@ from typing import Any
 
 from scrapy_fleet.commands import push
 from scrapy_fleet.frontier.admin import FrontierAdmin
-from scrapy_fleet.sessions.pool import pool_names, pool_report, retire_session
+from scrapy_fleet.sessions.pool import pool_names, pool_report, pools_summary, retire_session
 
 
 def _when(ms: str) -> str:
@@ -49,17 +49,7 @@ def _print_pool(report: dict[str, Any]) -> None:
 def summary(admin: FrontierAdmin) -> dict[str, Any]:
     """``status``'s view of the sessions: per pool, drawable and active sessions, logins,
     failed checks and retirements by reason (empty without pools)."""
-    out = {}
-    for pool in pool_names(admin.client, admin.keys):
-        report = pool_report(admin.client, admin.keys, pool)
-        states = [r["state"] for r in report["sessions"].values()]
-        c = report["counters"]
-        out[pool] = {"active": states.count("active"),
-                     "drawable": len(states) - states.count("retired"),
-                     "logins": c.get("logins", 0), "check_failed": c.get("check_failed", 0),
-                     "retired": {k.split(":", 1)[1]: v for k, v in c.items()
-                                 if k.startswith("retired:")}}
-    return out
+    return pools_summary(admin.client, admin.keys)
 
 
 def status_line(pools: dict[str, Any]) -> str | None:

@@ -32,10 +32,14 @@
 --   choose  site, sk / ok (KEYS indexes of the site hash and order), ss (session key, 0 none),
 --           sttl (session TTL ms), rate (ms between requests per exit, 0 none), conc (in
 --           flight per exit, 0 none), ttl (ticket ms), ex (ids of exits that banned or failed
---           this request: chosen only when no other is eligible), rep (reports, applied first),
---           and the
---           report parameters.  Reply {id, url, t (ticket), kind, rebound (old id or '')} or
---           {wait (ms), why ('empty'|'cooling'|'probe'|'caps'|'dead')}.
+--           this request: chosen only when no other is eligible), only (an exit id: a fleet
+--           session's bound exit, issue 32 item 3: that exit or none), rep (reports, applied
+--           first), and the report parameters.  Reply {id, url, t (ticket), kind, rebound
+--           (old id or '')} or {wait (ms), why ('empty'|'cooling'|'probe'|'caps'|'dead')}, or
+--           with `only`, {gone = 'exit_banned'|'exit_dead'|'exit_drained'} when that exit can
+--           no longer carry the session's requests to the site: banned for it (a cool-down, or
+--           a probe not yet passed; 'exit_dead' when its last verdicts were proxy_dead), dead
+--           fleet-wide, drained or removed.  Its caps (concurrency, rate) are a wait.
 --   report  rep = list of {t, id, sk, v (ok|ban|rl|dead|serr, or rel: no verdict, only free
 --           the ticket), r (1: a response), j (jitter
 --           in [0, 1) chosen by the client)}; base / cap (cool-down ms), dead_after (proxy_dead
@@ -107,9 +111,24 @@ elseif req.op == 'choose' then
     return kind
   end
   local pick, pick_kind, rebound = nil, 0, ''
+  if type(req.only) == 'string' then
+    local id = req.only
+    if redis.call('HEXISTS', PROXIES, id) == 0 then return cmsgpack.pack({gone = 'exit_drained'}) end
+    local e = split(redis.call('HGET', EXITS, id), 4)
+    if e[1] == 'd' then return cmsgpack.pack({gone = 'exit_drained'}) end
+    if e[1] == 'x' then return cmsgpack.pack({gone = 'exit_dead'}) end
+    if (tonumber(split(redis.call('HGET', skey, id), NFIELDS)[UNTIL]) or 0) > 0 then
+      return cmsgpack.pack({gone = (tonumber(e[2]) or 0) > 0 and 'exit_dead' or 'exit_banned'})
+    end
+    local kind, when, why = eligible(id)
+    if kind == nil then
+      return cmsgpack.pack({wait = math.max(1, (when or now + 100) - now), why = why})
+    end
+    pick, pick_kind = id, kind
+  end
   -- a sticky session keeps its exit while the exit is eligible for the site
   local sesskey = KEYS[tonumber(req.ss) or 0]
-  if sesskey then
+  if sesskey and not pick then
     local bound = redis.call('GET', sesskey)
     if bound then
       if redis.call('HEXISTS', PROXIES, bound) == 1 then

@@ -5,7 +5,8 @@
 --   sessions), KEYS[3] the pool's counters (HASH: next, created, logins, check_failed,
 --   retired:<reason>), KEYS[4] the record of the session the operation is about (HASH, see
 --   keys.py; draw: any key of the crawl, unused), KEYS[5] that session's cookie jar (claim
---   deletes it: a new login starts from an empty jar; else unused).
+--   deletes it: a new login starts from an empty jar; else unused), KEYS[6] that session's
+--   slots (ZSET ticket -> expiry ms: its requests in flight; take/give, else unused).
 -- Records of the sessions a draw creates or looks at are named ARGV[4] .. id (keys.py
 --   CrawlKeys.session_prefix: the same hash tag as KEYS).
 -- State of a record: new (never logged in), relogin (its login is no longer valid), active,
@@ -14,22 +15,24 @@
 --   login that succeeds makes it active at the next generation.
 --
 -- Operations (ARGV after the name) and replies:
---   draw pool pool_part prefix size max_uses max_age_ms login
+--   draw pool pool_part prefix size max_uses max_age_ms login max_idle_ms
 --     fills the pool up to `size` drawable sessions, then takes the least used one (ties:
 --     the smallest id) and counts one use -> {id, state, generation}.  The one taken is
---     retired and replaced first when it is past max_uses uses or max_age_ms of age (0: no
---     limit), so a session past a limit is retired when it comes up (a pinned one: at once).
+--     retired and replaced first when it is past max_uses uses, max_age_ms of age or
+--     max_idle_ms since its last use (or its creation; 0: no limit), so a session past a limit is retired when it comes up (a pinned one: at once).
 --     Work: O(1) records, O(size) when sessions are created or retired.
---   pin id max_uses max_age_ms -> {state, generation} of session `id` (one use counted unless
---     it is retired, or retired now by the limits), {'unknown', 0} when there is no record.
---   state id -> {state, generation, owner alive 0/1} (read-only).
+--   pin id max_uses max_age_ms max_idle_ms -> {state, generation, exit} of session `id` (one use counted
+--     unless it is retired, or retired now by the limits), {'unknown', 0} when there is no
+--     record.
+--   state id -> {state, generation, owner alive 0/1, exit} (read-only).
 --   claim id worker lease_ms -> {'claimed', generation} when the session needs a login
 --     (new/relogin) and nobody holds a live claim on it: the caller runs it (single flight:
 --     the claim lasts lease_ms, a dead claimer's claim runs out); {'wait', g} while another
 --     holds it (the caller too: a worker runs one login of a session at a time); {state, g}
 --     otherwise.
 --   done id worker ok reason -> the claimer's login is over: ok 1 makes the session active
---     at generation + 1 (counts a login); ok 0 retires it with `reason`.  {'lost', g} when
+--     at generation + 1 (counts a login) -> {'active', generation, exit}; ok 0 retires it
+--     with `reason`.  {'lost', g} when
 --     the caller no longer holds the claim (it ran out and was taken): nothing written.
 --   relogin id generation max_errors -> a response of `generation` failed the validity check:
 --     if that is still the session's generation and it is active, it needs a login again
@@ -37,6 +40,18 @@
 --     limit).  -> {state, generation} after.  An older generation changes nothing.
 --   ok id generation -> a response of the current generation passed the check: errors = 0.
 --   retire id reason -> retires the session (once: a retired one is left as it is) -> 1/0.
+--   take id ticket concurrency delay_ms ttl_ms -> a slot for one request of the session
+--     (issue 32 item 5): {'taken', generation} when fewer than `concurrency` (0: no cap) of
+--     its tickets are live and its delay allows (GCRA with a burst of one, as in hosts.lua:
+--     ATM Forum Traffic Management 4.1; tat = max(tat, now) + delay); the ticket
+--     lives ttl_ms (a dead worker's runs out: lease loss).  {'wait', ms} (a hint: until its
+--     delay allows, or the first ticket runs out) or {state, generation} for a retired or
+--     unknown session: nothing taken.
+--   give id ticket -> the ticket's slot is free again -> 1/0 (it had run out or was given).
+--   bind id exit -> binds the session to proxy exit `exit` (issue 32 item 3) unless it is
+--     bound already: the first binding wins and is never changed (a session whose exit can
+--     no longer carry it is retired, exit_banned/exit_dead/exit_drained, not re-bound)
+--     -> {state, generation, the exit it is bound to}; a retired session is not bound.
 
 local op = ARGV[1]
 local pools, pool, info, rec, jar = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -52,14 +67,20 @@ local function retire(key, id, reason)
 end
 
 -- retires session `id` (record `key`) if it is past a limit; 1 when it did
-local function past_limits(key, id, max_uses, max_age)
-  local r = redis.call('HMGET', key, 'uses', 'created')
-  if max_uses > 0 and (tonumber(r[1]) or 0) >= max_uses then
-    return retire(key, id, 'uses')
-  end
-  if max_age > 0 and (tonumber(r[2]) or now) + max_age <= now then
-    return retire(key, id, 'age')
-  end
+-- the limit session `id` (HMGET uses, created, last_used: r) is past, or nil
+local function limit_of(r, max_uses, max_age, max_idle)
+  if max_uses > 0 and (tonumber(r[1]) or 0) >= max_uses then return 'uses' end
+  local created = tonumber(r[2]) or now
+  if max_age > 0 and created + max_age <= now then return 'age' end
+  local last = tonumber(r[3]) or 0
+  if max_idle > 0 and math.max(last, created) + max_idle <= now then return 'idle' end
+  return nil
+end
+
+local function past_limits(key, id, max_uses, max_age, max_idle)
+  local reason = limit_of(redis.call('HMGET', key, 'uses', 'created', 'last_used'), max_uses,
+                          max_age, max_idle)
+  if reason then return retire(key, id, reason) end
   return 0
 end
 
@@ -72,7 +93,7 @@ end
 if op == 'draw' then
   local name, part, prefix = ARGV[2], ARGV[3], ARGV[4]
   local size, max_uses, max_age = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-  local login = ARGV[8] == '1'
+  local login, max_idle = ARGV[8] == '1', tonumber(ARGV[9]) or 0
   if not (size and size >= 1 and max_uses and max_age) then
     return redis.error_reply('ERR fleet: bad session draw arguments')
   end
@@ -94,16 +115,12 @@ if op == 'draw' then
   for _ = 0, size do
     local id = redis.call('ZRANGE', pool, 0, 0)[1]
     local key = prefix .. id
-    local r = redis.call('HMGET', key, 'state', 'generation', 'uses', 'created')
-    local reason
-    if max_uses > 0 and (tonumber(r[3]) or 0) >= max_uses then
-      reason = 'uses'
-    elseif max_age > 0 and (tonumber(r[4]) or now) + max_age <= now then
-      reason = 'age'
-    end
+    local r = redis.call('HMGET', key, 'state', 'generation', 'uses', 'created', 'exit',
+                         'last_used')
+    local reason = limit_of({r[3], r[4], r[6]}, max_uses, max_age, max_idle)
     if not reason then
       use(key, id)
-      return {id, r[1], tonumber(r[2])}
+      return {id, r[1], tonumber(r[2]), r[5] or ''}
     end
     retire(key, id, reason)
     create()
@@ -112,18 +129,19 @@ if op == 'draw' then
 end
 
 local id = ARGV[2]
-local r = redis.call('HMGET', rec, 'state', 'generation', 'owner', 'owner_until')
-local state, gen = r[1], tonumber(r[2]) or 0
+local r = redis.call('HMGET', rec, 'state', 'generation', 'owner', 'owner_until', 'exit')
+local state, gen, bound = r[1], tonumber(r[2]) or 0, r[5] or ''
 if not state then return {'unknown', 0} end
 
 if op == 'pin' then
-  if state ~= 'retired' and past_limits(rec, id, tonumber(ARGV[3]), tonumber(ARGV[4])) == 0 then
+  if state ~= 'retired' and past_limits(rec, id, tonumber(ARGV[3]), tonumber(ARGV[4]),
+                                       tonumber(ARGV[5]) or 0) == 0 then
     use(rec, id)
-    return {state, gen}
+    return {state, gen, bound}
   end
   return {'retired', gen}
 elseif op == 'state' then
-  return {state, gen, (r[3] ~= '' and (tonumber(r[4]) or 0) > now) and 1 or 0}
+  return {state, gen, (r[3] ~= '' and (tonumber(r[4]) or 0) > now) and 1 or 0, bound}
 elseif op == 'claim' then
   if state ~= 'new' and state ~= 'relogin' then return {state, gen} end
   if r[3] ~= '' and (tonumber(r[4]) or 0) > now then return {'wait', gen} end
@@ -136,7 +154,7 @@ elseif op == 'done' then
     redis.call('HSET', rec, 'state', 'active', 'generation', gen + 1, 'owner', '',
                'owner_until', 0, 'last_login', now)
     redis.call('HINCRBY', info, 'logins', 1)
-    return {'active', gen + 1}
+    return {'active', gen + 1, bound}
   end
   retire(rec, id, ARGV[5])
   return {'retired', gen}
@@ -157,5 +175,29 @@ elseif op == 'ok' then
   return 1
 elseif op == 'retire' then
   return retire(rec, id, ARGV[3])
+elseif op == 'take' then
+  if state == 'retired' then return {state, gen} end
+  local slots, ticket = KEYS[6], ARGV[3]
+  local conc, delay, ttl = tonumber(ARGV[4]) or 1, tonumber(ARGV[5]) or 0, tonumber(ARGV[6])
+  redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+  if conc > 0 and redis.call('ZCARD', slots) >= conc then
+    local first = redis.call('ZRANGE', slots, 0, 0, 'WITHSCORES')
+    return {'wait', math.max(1, math.min(tonumber(first[2]) - now, 1000))}
+  end
+  if delay > 0 then
+    local tat = tonumber(redis.call('HGET', rec, 'tat')) or 0
+    if tat > now then return {'wait', tat - now} end
+    redis.call('HSET', rec, 'tat', now + delay)
+  end
+  redis.call('ZADD', slots, now + (ttl or 240000), ticket)
+  redis.call('PEXPIRE', slots, (ttl or 240000) + 1000)
+  return {'taken', gen}
+elseif op == 'give' then
+  return redis.call('ZREM', KEYS[6], ARGV[3])
+elseif op == 'bind' then
+  if state == 'retired' or bound ~= '' then return {state, gen, bound} end
+  if (ARGV[3] or '') == '' then return redis.error_reply('ERR fleet: bind needs an exit') end
+  redis.call('HSET', rec, 'exit', ARGV[3], 'bound_at', now)
+  return {state, gen, ARGV[3]}
 end
 return redis.error_reply('ERR fleet: unknown sessions operation ' .. tostring(op))

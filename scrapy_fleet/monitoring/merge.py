@@ -42,6 +42,7 @@ from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.monitoring import alerts as alerts_mod
 from scrapy_fleet.monitoring.alerts import AlertConfig
 from scrapy_fleet.monitoring.series import Sample
+from scrapy_fleet.sessions.pool import pools_summary
 
 #: fields of a per-partition row (``per_partition[]``, docs/monitoring.md)
 ROW_FIELDS = ("partition", "tag", "slot", "node", "queued", "leased", "deferred", "parked",
@@ -337,6 +338,7 @@ def _merged_read(client: Any, keys: CrawlKeys, snaps: list[dict[str, Any]],
                 banned=[totals[h] for h in banned])
     out["hosts"] = [totals[h] for h in listed]
     out["budget"] = budgets.budget_status(client, keys, parts, hosts=False)  # issue 34
+    out["sessions"] = pools_summary(client, keys)  # issue 32: under the crawl's own tag
     out["rates"] = merged_rates(
         [(one["10s"], s["counters"], s["started_at"])
          for one, s in zip(series, snaps, strict=True)], out["at"])

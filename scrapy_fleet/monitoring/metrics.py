@@ -122,6 +122,7 @@ def families(snap: Mapping[str, Any], host_metrics: int = 0) -> list[Metric]:
 
     out.extend(_recrawl_families(snap.get("recrawl") or {}))
     out.extend(_budget_families(snap.get("budget") or {}))
+    out.extend(_session_families(snap.get("sessions") or {}))
     for name, key, scale, doc in (
             ("pages_per_second", "pages_per_min", 1 / 60,
              "Responses per second over the last 60 s"),
@@ -236,6 +237,29 @@ def _budget_families(b: Mapping[str, Any]) -> list[Metric]:
                                      "left in the crawl's time budget",
                                      value=_num(b["left_seconds"])))
     return out
+
+
+def _session_families(pools: Mapping[str, Any]) -> list[Metric]:
+    """session pools (issue 32, docs/sessions.md): sessions by state, logins, retirements by
+    reason and failed validity checks, per pool (no series without pools)."""
+    p = PREFIX
+    sessions = GaugeMetricFamily(p + "sessions", "Sessions of a pool: active (logged in, or "
+                                 "needing no login) and drawable (not retired)",
+                                 labels=["pool", "state"])
+    logins = CounterMetricFamily(p + "session_logins", "Session logins that succeeded",
+                                 labels=["pool"])
+    retired = CounterMetricFamily(p + "session_retirements", "Sessions retired, by reason",
+                                  labels=["pool", "reason"])
+    checks = CounterMetricFamily(p + "session_check_failures", "Failed validity checks "
+                                 "(fleet_session_check) that asked a login", labels=["pool"])
+    for pool, row in sorted(pools.items()):
+        for state in ("active", "drawable"):
+            sessions.add_metric([pool, state], _num(row.get(state)))
+        logins.add_metric([pool], _num(row.get("logins")))
+        checks.add_metric([pool], _num(row.get("check_failed")))
+        for reason, n in sorted((row.get("retired") or {}).items()):
+            retired.add_metric([pool, reason], _num(n))
+    return [sessions, logins, retired, checks]
 
 
 def _recrawl_families(rv: Mapping[str, Any]) -> list[Metric]:

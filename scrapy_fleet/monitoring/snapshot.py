@@ -32,6 +32,7 @@ from scrapy_fleet.monitoring.alerts import AlertConfig
 from scrapy_fleet.monitoring.heartbeat import OFFSITE_FIELD
 from scrapy_fleet.monitoring.series import SERIES, TIERS
 from scrapy_fleet.politeness.adaptive_view import NEVER_ADAPTED, read_adaptive
+from scrapy_fleet.sessions.pool import pools_summary
 
 __all__ = ["SCHEMA", "SERIES", "TIERS", "AlertConfig", "read_counts", "read_series",
            "read_snapshot"]
@@ -244,6 +245,8 @@ def read_snapshot(client: redis.Redis, keys: CrawlKeys, *, hosts: int = 10,
     snap = _read(client, keys, hosts, alerts_config, samples, config_key)
     # budgets (issue 34): a partition's figures are replaced by the crawl's (merge.py)
     snap["budget"] = budgets.budget_status(client, keys, hosts=False)
+    # session pools (issue 32): under the crawl's own tag; a partition's replaced (merge.py)
+    snap["sessions"] = pools_summary(client, keys)
     return snap
 
 

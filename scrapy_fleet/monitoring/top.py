@@ -101,6 +101,26 @@ def recrawl_line(rv: Mapping[str, Any]) -> Text | None:
     return line
 
 
+def sessions_line(pools: Mapping[str, Any]) -> Text | None:
+    """The session pools (docs/sessions.md; the snapshot's ``sessions`` block): per pool,
+    active / drawable sessions, logins, failed checks and retirements by reason; None
+    without pools."""
+    if not pools:
+        return None
+    line = Text()
+    line.append("sessions ", style="cyan")
+    parts = []
+    for pool, p in sorted(pools.items()):
+        retired = p.get("retired") or {}
+        why = ", ".join(f"{k} {v}" for k, v in sorted(retired.items()))
+        parts.append(f"{pool} {_fmt(p.get('active'))}/{_fmt(p.get('drawable'))} active  "
+                     f"logins {_fmt(p.get('logins'))}  failed checks "
+                     f"{_fmt(p.get('check_failed'))}  retired {sum(retired.values())}"
+                     + (f" ({why})" if why else ""))
+    line.append(";  ".join(parts))
+    return line
+
+
 def recrawl_cells(host: Mapping[str, Any]) -> tuple[str, str, str]:
     """A snapshot host row's recrawl cells: tracked pages, learned change rate (changes a
     day) and price (recrawl/view.py ``host_cells``)."""
@@ -166,6 +186,9 @@ def render(snap: Mapping[str, Any], series: Mapping[str, Points], *, width: int 
     recrawl = recrawl_line(snap.get("recrawl") or {})
     if recrawl is not None:
         parts.append(recrawl)
+    sessions = sessions_line(snap.get("sessions") or {})
+    if sessions is not None:
+        parts.append(sessions)
 
     responses = counters.get("responses") or {}
     totals = Text()

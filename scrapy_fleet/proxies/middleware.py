@@ -35,11 +35,22 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy_fleet import engine_hooks, redis_client
 from scrapy_fleet.codec import LEASE_META_KEY
 from scrapy_fleet.config import FleetConfig
-from scrapy_fleet.keys import ProxyPoolKeys
+from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys
 from scrapy_fleet.politeness.hosts import host_key
 from scrapy_fleet.proxies import ProxyBanError
-from scrapy_fleet.proxies.pool import Choice, ProxyPool, Report, Wait, describe, host_port
+from scrapy_fleet.proxies.pool import (
+    Choice,
+    Gone,
+    ProxyPool,
+    Report,
+    Wait,
+    describe,
+    host_port,
+)
 from scrapy_fleet.proxies.verdicts import Verdict, VerdictRules, build_policy
+from scrapy_fleet.sessions import SessionError
+from scrapy_fleet.sessions.pool import EXIT_META as SESSION_EXIT_META
+from scrapy_fleet.sessions.pool import ExitBindings
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -53,6 +64,9 @@ EXIT_META = "fleet_proxy_exit"
 RETRIES_META = "fleet_proxy_retries"
 TIMEOUTS_META = "fleet_proxy_timeouts"
 TRIED_META = "fleet_proxy_tried"
+#: times a request's session lost its exit (retired); at MAX_EXITS_LOST it fails
+EXITS_LOST_META = "fleet_session_exits_lost"
+MAX_EXITS_LOST = 3
 _STAT = "fleet/proxy/"
 _REDIS_ERRORS = (redis.RedisError, ConnectionError, TimeoutError, OSError)
 #: longest single sleep of a request waiting for an exit (it asks again after it)
@@ -73,6 +87,12 @@ def _exit_of(request: Request) -> tuple[str, int] | None:
         return None
     pid, _, ticket = value.partition("|")
     return pid, int(ticket) if ticket.isdigit() else 0
+
+
+def _fleet_session(request: Request) -> str:
+    """The fleet session (pool) of *request*, "" none."""
+    sid = request.meta.get("fleet_session")
+    return sid if isinstance(sid, str) else ""
 
 
 def _strip_proxy(request: Request) -> None:
@@ -107,6 +127,7 @@ class FleetProxyMiddleware:
         self._pending: list[Report] = []
         self._flush_task: asyncio.Task[None] | None = None
         self._last_wait_log: dict[tuple[str, str], float] = {}
+        self._bindings: ExitBindings | None = None
         crawler.signals.connect(self._closed, signal=signals.spider_closed)
         crawler.signals.connect(self._downloaded, signal=signals.response_downloaded)
 
@@ -184,7 +205,7 @@ class FleetProxyMiddleware:
 
     # -- choice ----------------------------------------------------------------------------
 
-    async def process_request(self, request: Request, spider: Any = None) -> None:
+    async def process_request(self, request: Request, spider: Any = None) -> Request | None:
         previous = _exit_of(request)
         if previous is None and "proxy" in request.meta:
             self._inc("user_proxy")  # the user's own proxy (or None: direct) wins
@@ -206,9 +227,15 @@ class FleetProxyMiddleware:
                                "(never sent without a proxy)")
                 await asyncio.sleep(1.0)
         site = self.site(request)
-        session = request.meta.get(SESSION_META)
-        session = None if session is None else str(session)
-        choice = await self._choose(request, site, session)
+        fleet_session = _fleet_session(request)
+        if fleet_session:
+            choice = await self._session_choice(request, site, fleet_session)
+            if isinstance(choice, Gone):
+                return await self._exit_gone(request, fleet_session, choice.reason)
+        else:
+            session = request.meta.get(SESSION_META)
+            choice = await self._choose(request, site, None if session is None else str(session))
+            assert isinstance(choice, Choice)
         request.meta["proxy"] = choice.url
         request.meta[EXIT_META] = f"{choice.exit_id}|{choice.ticket}"
         self._inc("chosen")
@@ -229,7 +256,86 @@ class FleetProxyMiddleware:
                            describe(choice.url), site, extra={"spider": spider})
         return None
 
-    async def _choose(self, request: Request, site: str, session: str | None) -> Choice:
+    # -- fleet sessions bound to their exit (issue 32 item 3, docs/sessions.md) -------------
+
+    def bindings(self) -> ExitBindings:
+        if self._bindings is None:
+            spider = self.crawler.spider
+            assert spider is not None
+            keys = CrawlKeys(self.config.key_prefix, self.config.resolve_crawl_id(spider.name))
+            self._bindings = ExitBindings(self.pool().client, keys)
+        return self._bindings
+
+    async def _session_choice(self, request: Request, site: str, sid: str) -> Choice | Gone:
+        """The exit of session *sid*: its bound exit (or :class:`Gone`), else the exit chosen
+        for it now, bound to it in its record (the first binding of the fleet wins: when
+        another worker's won, this choice is given back and the bound exit taken)."""
+        bound = str(request.meta.get(SESSION_EXIT_META) or "")
+        if bound:
+            return await self._choose(request, site, None, only=bound)
+        choice = await self._choose(request, site, None)
+        assert isinstance(choice, Choice)
+        while True:
+            try:
+                after = await self.bindings().bind(sid, choice.exit_id)
+                break
+            except _REDIS_ERRORS as exc:
+                self._inc("redis_errors")
+                self._log_wait(site, "redis", f"Binding session {sid} to its exit failed "
+                               f"({exc}); the request waits")
+                await asyncio.sleep(1.0)
+        if after.state in ("retired", "unknown") or after.exit == choice.exit_id:
+            if after.exit == choice.exit_id:
+                self._inc("session/bound")
+                return choice
+            self._queue(Report(choice.ticket, choice.exit_id, site, "release", False))
+            return Gone("retired")
+        self._queue(Report(choice.ticket, choice.exit_id, site, "release", False))
+        request.meta[SESSION_EXIT_META] = after.exit
+        return await self._choose(request, site, None, only=after.exit)
+
+    async def _retire_session(self, sid: str, reason: str) -> None:
+        try:
+            if await self.bindings().retire(sid, reason):
+                self._inc(f"session/retired/{reason}")
+                logger.warning("Session %s retired (%s): its exit can no longer carry it, and "
+                               "a session is never re-bound", sid, reason,
+                               extra={"spider": self.crawler.spider})
+        except _REDIS_ERRORS as exc:  # its next request finds the exit gone again
+            self._inc("redis_errors")
+            logger.warning("Session %s not retired (%s): %s", sid, reason, exc,
+                           extra={"spider": self.crawler.spider})
+
+    async def _exit_gone(self, request: Request, sid: str, reason: str) -> Request:
+        """Session *sid*'s exit can no longer carry *request*: the session is retired and
+        the request goes back to the frontier, to draw another session of its pool (the
+        sessions middleware redraws for a request pinned to a retired session); a login's
+        request, or one whose sessions lost their exit :data:`MAX_EXITS_LOST` times, fails.
+
+        Raises:
+            SessionError: ``session/<reason>`` for a login's request, ``session/no_exit``.
+        """
+        if reason != "retired":
+            await self._retire_session(sid, reason)
+        _strip_proxy(request)
+        request.meta.pop(EXIT_META, None)
+        lost = int(request.meta.get(EXITS_LOST_META, 0) or 0) + 1
+        if request.meta.get("fleet_session_login"):
+            raise SessionError(f"{request.url}: the exit of session {sid} can no longer carry "
+                               f"its login ({reason})", f"session/{reason}")
+        if lost >= MAX_EXITS_LOST:
+            self._inc("session/no_exit")
+            raise SessionError(f"{request.url}: the sessions of {lost} draws lost their exit "
+                               f"(last {sid}: {reason})", "session/no_exit")
+        self._download_over(request)
+        retry = request.replace(dont_filter=True)
+        retry.meta[EXITS_LOST_META] = lost
+        retry.meta.pop(SESSION_EXIT_META, None)
+        retry.priority = request.priority + 1
+        return retry
+
+    async def _choose(self, request: Request, site: str, session: str | None,
+                      only: str | None = None) -> Choice | Gone:
         """Ask until an exit is free: never sends the request without one (fail closed).
 
         While it waits the scheduler knows why (its heartbeat state ``no_exit`` when the
@@ -238,20 +344,21 @@ class FleetProxyMiddleware:
         lease released, never acknowledged), not waited on until FLEET_DRAIN_TIMEOUT."""
         ledger = engine_hooks.ledger_of(self.crawler)
         try:
-            return await self._choose_or_wait(request, site, session, ledger)
+            return await self._choose_or_wait(request, site, session, ledger, only)
         finally:
             if ledger is not None:
                 ledger.note_exit_wait(request, None)
 
     async def _choose_or_wait(self, request: Request, site: str, session: str | None,
-                              ledger: LeaseLedger | None) -> Choice:
+                              ledger: LeaseLedger | None,
+                              only: str | None = None) -> Choice | Gone:
         while True:
             reports, self._pending = self._pending, []
             try:
                 self._inc("roundtrips")
                 tried = request.meta.get(TRIED_META)
                 result = await self.pool().choose(
-                    site, session, reports, tried if isinstance(tried, list) else None)
+                    site, session, reports, tried if isinstance(tried, list) else None, only)
             except _REDIS_ERRORS as exc:
                 self._pending[:0] = reports
                 self._inc("redis_errors")
@@ -259,7 +366,7 @@ class FleetProxyMiddleware:
                                "request waits (never sent without a proxy)")
                 await asyncio.sleep(1.0)
                 continue
-            if isinstance(result, Choice):
+            if isinstance(result, (Choice, Gone)):
                 return result
             assert isinstance(result, Wait)
             self._inc("waits")
@@ -345,6 +452,7 @@ class FleetProxyMiddleware:
         report = Report(ticket, pid, site, verdict.kind, True)
         if verdict.kind in ("ban", "proxy_dead"):
             await self._report_now(report)
+            await self._session_lost_exit(request, verdict)
             return self._retry_or_fail(request, verdict, f"{pid} {address}")
         self._queue(report)
         return response
@@ -368,12 +476,23 @@ class FleetProxyMiddleware:
         report = Report(ticket, pid, site, verdict.kind, False)
         if verdict.kind == "proxy_dead":
             await self._report_now(report)
+            await self._session_lost_exit(request, verdict)
             if "Connect" not in verdict.reason and "Tunnel" not in verdict.reason and \
                     "Resolve" not in verdict.reason:
                 request.meta[TIMEOUTS_META] = int(request.meta.get(TIMEOUTS_META, 0) or 0) + 1
             return self._retry_or_fail(request, verdict, f"{pid} {address}")
         self._queue(report)
         return None  # site_error: the politeness back-off and Scrapy's retries take it
+
+    async def _session_lost_exit(self, request: Request, verdict: Verdict) -> None:
+        """A ban (or a dead exit) on a fleet session's request retires the session at once
+        (``exit_banned``/``exit_dead``): its retry draws another one, never through another
+        exit with these cookies."""
+        sid = _fleet_session(request)
+        if sid:
+            await self._retire_session(sid, "exit_banned" if verdict.kind == "ban"
+                                       else "exit_dead")
+            request.meta.pop(SESSION_EXIT_META, None)
 
     async def _report_now(self, report: Report) -> None:
         """A ban or a dead exit is known to the fleet before the request is retried."""

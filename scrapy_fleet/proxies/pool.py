@@ -84,6 +84,15 @@ class Wait:
     why: str  # empty, cooling, probe, caps, dead
 
 
+@dataclass(frozen=True)
+class Gone:
+    """The exit a fleet session is bound to can no longer carry its requests to the site:
+    ``reason`` ``exit_banned``, ``exit_dead`` or ``exit_drained`` (lua/proxies.lua, choose
+    with ``only``)."""
+
+    reason: str
+
+
 def _decode(reply: Any) -> dict[str, Any]:
     decoded = msgpack.unpackb(reply, raw=False)
     return decoded if isinstance(decoded, dict) else {}
@@ -114,7 +123,8 @@ class _Calls:
         return out
 
     def choose_args(self, site: str, session: str | None, reports: list[Report],
-                    exclude: list[str] | None = None) -> tuple[list[str], list[bytes]]:
+                    exclude: list[str] | None = None,
+                    only: str | None = None) -> tuple[list[str], list[bytes]]:
         keys = [*self._fixed, self.keys.site(site), self.keys.order(site)]
         arg: dict[str, Any] = {"op": "choose", "site": site, "sk": len(keys) - 1,
                                "ok": len(keys), "ss": 0,
@@ -123,6 +133,8 @@ class _Calls:
                                "conc": self.config.concurrency,
                                "ttl": int(self.config.ticket_ttl * 1000),
                                "ex": list(exclude or []), **self._params()}
+        if only:
+            arg["only"] = only
         if session is not None:
             keys.append(self.keys.session(session))
             arg["ss"] = len(keys)
@@ -135,8 +147,10 @@ class _Calls:
         return keys, [msgpack.packb(arg, use_bin_type=False)]
 
     @staticmethod
-    def choice(reply: Any) -> Choice | Wait:
+    def choice(reply: Any) -> Choice | Wait | Gone:
         d = _decode(reply)
+        if "gone" in d:
+            return Gone(str(d["gone"]))
         if "wait" in d:
             return Wait(float(d["wait"]) / 1000, str(d.get("why", "")))
         return Choice(str(d["id"]), str(d["url"]), int(d["t"]), int(d.get("kind", 0)),
@@ -172,10 +186,13 @@ class ProxyPool:
 
     async def choose(self, site: str, session: str | None = None,
                      reports: list[Report] | None = None,
-                     exclude: list[str] | None = None) -> Choice | Wait:
+                     exclude: list[str] | None = None,
+                     only: str | None = None) -> Choice | Wait | Gone:
         """Choose an exit for a request to *site*, applying *reports* first (one call);
-        exits in *exclude* (those that banned or failed the request) only if no other may."""
-        keys, args = self._calls.choose_args(site, session, reports or [], exclude)
+        exits in *exclude* (those that banned or failed the request) only if no other may;
+        with *only* (a fleet session's bound exit), that exit, a :class:`Wait` for its caps,
+        or :class:`Gone` when it can no longer carry requests to *site*."""
+        keys, args = self._calls.choose_args(site, session, reports or [], exclude, only)
         return self._calls.choice(await self._run(keys, args))
 
     async def report(self, reports: list[Report]) -> None:

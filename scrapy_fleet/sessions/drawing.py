@@ -9,8 +9,13 @@ after the retries (550) and redirects (600) in ``process_response``, so it sees 
   one pinned to a retired session, or not pinned, draws the least used session of its pool
   (``meta["fleet_session_pool"]``, else its host).  A session that needs a login (new, or a
   failed check) is logged in by the first worker that claims it (sessions/login.py); the
-  requests of that session wait in their worker, polling its record, until it is active at
-  a new generation.  Then ``meta["cookiejar"]`` names the session's fleet jar.
+  other requests of that session go back to the frontier, pinned to it and deferred (0.2 s,
+  doubling up to 2 s), holding no download slot, until it is active at a new generation (a
+  request that did not come from the frontier, or of a closing worker, waits in its worker,
+  polling the record).  Then the request takes one of its session's slots
+  (``FLEET_SESSION_CONCURRENCY``, ``FLEET_SESSION_DELAY``: politeness per session, waiting
+  in the worker for it), and ``meta["cookiejar"]`` names the session's fleet jar,
+  ``meta["fleet_session_exit"]`` its bound proxy exit ("" none yet).
 * ``process_response``: a status of ``FLEET_SESSION_RETIRE_STATUSES`` retires the session
   (``status/<code>``); a 2xx answer that fails ``fleet_session_check`` asks one login of the
   session (one per generation across the fleet, lua/sessions.lua) or, without a login,
@@ -27,7 +32,8 @@ callback yields to the same site (host) as its response's session, without a poo
 of its own, is pinned to that session (and its pool).
 
 Stats (``fleet/sessions/``): ``draws``, ``pinned``, ``redrawn`` (pinned to a retired session),
-``logins``, ``login_failed``, ``waits`` (requests that waited for another's login),
+``logins``, ``login_failed``, ``deferred`` (requests sent back to the frontier to wait for a
+login), ``waits`` (requests that waited in the worker for another's login), ``slot_waits``,
 ``check_failed``, ``retired/<reason>``, ``retried``, ``kept`` (an answer that failed after
 ``MAX_RETRIES``, passed on), ``inherited``.
 """
@@ -36,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import os
 import socket
@@ -49,17 +56,25 @@ from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
 
 from scrapy_fleet import engine_hooks, redis_client
+from scrapy_fleet.codec import DEFER_META_KEY, LEASE_META_KEY
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.sessions import SessionError
 from scrapy_fleet.sessions.login import SessionView, passes, run_login, spider_hook
-from scrapy_fleet.sessions.pool import Drawn, SessionPools
+from scrapy_fleet.sessions.pool import EXIT_META, Drawn, SessionPools
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
 
 logger = logging.getLogger(__name__)
+
+#: ``meta`` key: ``"<session id>|<ticket>"``, the session slot a request holds
+SLOT_META = "fleet_session_slot"
+#: ``meta`` key: times a request went back to the frontier to wait for its session's login
+DEFERRALS_META = "fleet_session_deferrals"
+#: seconds a request waits in the frontier for a login: the first time, and at most
+LOGIN_DEFER, LOGIN_DEFER_MAX = 0.2, 2.0
 
 _STAT = "fleet/sessions/"
 #: seconds between two reads of a session's record while its login runs elsewhere (max)
@@ -105,6 +120,12 @@ class FleetSessionsMiddleware:
         #: (session id, generation) whose check passed here already
         self._passed: set[tuple[str, int]] = set()
         crawler.signals.connect(self._closed, signal=signals.spider_closed)
+        #: (politeness per session) this worker's slot tickets, and their lifetime (s)
+        self._tickets = itertools.count(1)
+        self._ticket_ttl = crawler.settings.getfloat("DOWNLOAD_TIMEOUT", 180) + 60
+        self._gives: set[asyncio.Task[None]] = set()
+        if config.sessions.concurrency or config.sessions.delay:
+            crawler.signals.connect(self._left, signal=signals.request_scheduled)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FleetSessionsMiddleware:
@@ -153,14 +174,100 @@ class FleetSessionsMiddleware:
                     raise
                 await asyncio.sleep(1.0)
 
-    async def process_request(self, request: Request, spider: Any = None) -> None:
+    async def process_request(self, request: Request, spider: Any = None) -> Request | None:
         if not uses_sessions(request):
             return None
+        await self._give_back(request)  # an earlier attempt's slot (a copy of its meta)
         session = await self._session_for(request)
+        if session.state == "active":
+            session = await self._slot_for(request, session)
+        if session.state != "active":  # its login runs: back to the frontier, deferred
+            return self._deferred(request, session)
+        request.meta.pop(DEFERRALS_META, None)
         request.meta["fleet_session"] = session.id
         request.meta["fleet_session_generation"] = session.generation
         request.meta["cookiejar"] = session.jar
+        request.meta[EXIT_META] = session.exit  # (the proxy middleware binds an unbound one)
         return None
+
+    # -- politeness per session (issue 32 item 5) -----------------------------------------
+
+    async def _slot_for(self, request: Request, session: Drawn) -> Drawn:
+        """*session* (or, when it was retired meanwhile, another) once one of its
+        ``FLEET_SESSION_CONCURRENCY`` slots is *request*'s and its ``FLEET_SESSION_DELAY``
+        allows; the request waits in the worker meanwhile (``fleet/sessions/slot_waits``).
+        The slot is named in ``meta["fleet_session_slot"]`` and given back when its answer
+        reaches this middleware (after the cookies middleware merged its cookies, so the
+        next request of the session sends them), when it fails (``process_exception``), or
+        when it goes (back) to the scheduler (a retry, a redirect: ``request_scheduled``);
+        otherwise (a dead worker's, or an error raised by a later middleware's
+        ``process_response``) it runs out after ``DOWNLOAD_TIMEOUT`` + 60 s."""
+        config = self.config.sessions
+        if not (config.concurrency or config.delay):
+            return session
+        pools = self.pools()
+        ticket = f"{self.worker}:{next(self._tickets)}"
+        waited = False
+        while True:
+            state, wait = await self._call(functools.partial(pools.take, session.id, ticket,
+                                                             self._ticket_ttl))
+            if state == "taken":
+                request.meta[SLOT_META] = f"{session.id}|{ticket}"
+                return session
+            if state != "wait":  # retired meanwhile: pinned to it, the request redraws
+                request.meta["fleet_session"] = session.id
+                session = await self._session_for(request)
+                if session.state != "active":
+                    return session  # (deferred while its login runs)
+                continue
+            if not waited:
+                waited = True
+                self._inc("slot_waits")
+            await asyncio.sleep(min(max(wait, 0.005), POLL))
+
+    async def _give_back(self, request: Request, slot: Any = None) -> None:
+        """Give back *request*'s session slot (or *slot*, taken from its meta already)."""
+        slot = request.meta.pop(SLOT_META, None) if slot is None else slot
+        if not isinstance(slot, str) or "|" not in slot:
+            return
+        sid, _, ticket = slot.partition("|")
+        pools = self.pools()
+        try:
+            await self._call(lambda: pools.give(sid, ticket))
+        except RedisUnavailableError:  # (closing) the ticket runs out by itself
+            pass
+
+    def _left(self, request: Request, spider: Any = None) -> None:
+        """A request went (back) to the scheduler: its session slot is free."""
+        if SLOT_META in request.meta:  # (out of the meta now: a scheduled copy has none)
+            slot = request.meta.pop(SLOT_META)
+            self._gives.add(task := asyncio.ensure_future(self._give_back(request, slot)))
+            task.add_done_callback(self._gives.discard)
+
+    async def process_exception(self, request: Request, exception: BaseException,
+                                spider: Any = None) -> None:
+        await self._give_back(request)
+        return None
+
+    def _deferrable(self, request: Request) -> bool:
+        """Can *request* wait for its session's login in the frontier (a lease of the
+        fleet's scheduler, a worker not closing)?"""
+        return bool(request.meta.get(LEASE_META_KEY)) and \
+            engine_hooks.ledger_of(self.crawler) is not None and \
+            not engine_hooks.engine_closing(self.crawler)
+
+    def _deferred(self, request: Request, session: Drawn) -> Request:
+        """*request* back to the frontier (pushed with its lease's acknowledgement), pinned
+        to *session*, due again in 0.2, 0.4, ... up to :data:`LOGIN_DEFER_MAX` seconds (its
+        n-th deferral): it holds no download slot while the session's login runs on any
+        worker (``fleet/sessions/deferred``)."""
+        n = int(request.meta.get(DEFERRALS_META, 0) or 0)
+        self._inc("deferred")
+        again = request.replace(dont_filter=True)
+        again.meta[DEFERRALS_META] = n + 1
+        again.meta["fleet_session"] = session.id
+        again.meta[DEFER_META_KEY] = min(LOGIN_DEFER_MAX, LOGIN_DEFER * 2 ** min(n, 8))
+        return again
 
     async def _first(self, request: Request) -> Drawn:
         """The session *request* is pinned to, else one drawn from its pool."""
@@ -203,8 +310,12 @@ class FleetSessionsMiddleware:
             if drawn.state in ("new", "relogin"):
                 drawn = await self._login(drawn, request)
                 continue
-            # (a closing worker waits on: at FLEET_DRAIN_TIMEOUT its leases go back to the
-            # frontier, the request with them; a failed record here would lose it)
+            # a leased request goes back to the frontier while the login runs (deferred, it
+            # holds no download slot); another waits here, as a closing worker's does (at
+            # FLEET_DRAIN_TIMEOUT its leases go back to the frontier, the request with them;
+            # a failed record here would lose it)
+            if self._deferrable(request):
+                return Drawn(drawn.id, "wait", drawn.generation)
             if not waited:
                 self._inc("waits")
             waited = min(POLL, waited * 2 or 0.05)
@@ -217,6 +328,8 @@ class FleetSessionsMiddleware:
         worker's login, or this worker's for another request, is running)."""
         pools = self.pools()
         running = self._logins.get(drawn.id)
+        if running is not None and self._deferrable(request):
+            return Drawn(drawn.id, "wait", drawn.generation)
         if running is not None:
             await asyncio.shield(running)
             return await self._call(lambda: pools.state(drawn.id))
@@ -243,6 +356,7 @@ class FleetSessionsMiddleware:
 
     async def process_response(self, request: Request, response: Response,
                                spider: Any = None) -> Request | Response:
+        await self._give_back(request)  # (its cookies were merged at 700, before this)
         meta = request.meta
         sid = meta.get("fleet_session")
         if not sid or meta.get("fleet_session_login") or not uses_sessions(request):
@@ -284,7 +398,7 @@ class FleetSessionsMiddleware:
         retry = request.replace(dont_filter=True)
         retry.meta["fleet_session_retries"] = retries + 1
         if redraw:
-            for key in ("fleet_session", "fleet_session_generation", "cookiejar"):
+            for key in ("fleet_session", "fleet_session_generation", "cookiejar", EXIT_META):
                 retry.meta.pop(key, None)
         return retry
 

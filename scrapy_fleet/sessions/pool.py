@@ -18,6 +18,11 @@ from scrapy_fleet import lua
 from scrapy_fleet.keys import CrawlKeys, session_pool_part
 from scrapy_fleet.sessions.settings import SessionConfig
 
+#: ``meta`` key: the proxy exit of the request's session (set by the sessions middleware from
+#: its record, "" while unbound; read by the proxy middleware, issue 32 item 3)
+EXIT_META = "fleet_session_exit"
+#: the reasons a session is retired for when its exit can no longer carry it
+EXIT_REASONS = ("exit_banned", "exit_dead", "exit_drained")
 #: the record fields ``scrapy fleet sessions`` shows, in order
 RECORD_FIELDS = ("pool", "state", "reason", "uses", "errors", "generation", "created",
                  "last_used", "retired_at", "exit")
@@ -47,11 +52,13 @@ def _text(value: Any) -> str:
 @dataclass(frozen=True)
 class Drawn:
     """A session as a worker sees it: ``state`` (new, relogin, active, retired, unknown;
-    claim's ``claimed``/``wait``; done's ``lost``) and ``generation`` (its login count)."""
+    claim's ``claimed``/``wait``; done's ``lost``), ``generation`` (its login count) and
+    ``exit`` (the proxy exit it is bound to, "" none or not known from the reply)."""
 
     id: str
     state: str
     generation: int
+    exit: str = ""
 
     @property
     def jar(self) -> str:
@@ -75,34 +82,32 @@ class SessionPools:
         self._script = lua.load(client, "sessions.lua")
 
     def _keys(self, part: str, session_id: str = "") -> list[str]:
-        record = self.keys.session(session_id) if session_id else self.keys.session_pools
-        return [self.keys.session_pools, self.keys.session_pool(part),
-                self.keys.session_pool_info(part), record,
-                self.keys.cookie_jar(jar_name(session_id)) if session_id else record]
+        return script_keys(self.keys, part, session_id)
 
     async def _on(self, op: str, session_id: str, *args: Any) -> list[Any]:
-        reply = await self._script(keys=self._keys(pool_part_of(session_id), session_id),
-                                   args=[op, session_id, *args])
-        return list(reply) if isinstance(reply, list) else [reply]
+        return await _on_session(self._script, self.keys, op, session_id, *args)
 
     def _drawn(self, session_id: str, reply: list[Any]) -> Drawn:
-        return Drawn(session_id, _text(reply[0]), int(reply[1]))
+        return drawn_of(session_id, reply)
 
     async def draw(self, pool: str) -> Drawn:
         """The least used drawable session of *pool* (created when the pool has fewer than
-        ``pool_size``; past ``max_uses``/``max_age`` retired first), one use counted."""
+        ``pool_size``; past ``max_uses``/``max_age``/``max_idle`` retired first), one use
+        counted."""
         part = session_pool_part(pool)
         c = self.config
         reply = await self._script(keys=self._keys(part), args=[
             "draw", pool, part, self.keys.session_prefix, c.pool_size, c.max_uses,
-            int(c.max_age * 1000), int(self.login)])
-        return Drawn(_text(reply[0]), _text(reply[1]), int(reply[2]))
+            int(c.max_age * 1000), int(self.login), int(c.max_idle * 1000)])
+        return Drawn(_text(reply[0]), _text(reply[1]), int(reply[2]),
+                     _text(reply[3]) if len(reply) > 3 else "")
 
     async def pin(self, session_id: str) -> Drawn:
         """Session *session_id*, one use counted (state ``unknown``: no such record;
         ``retired``: retired, now by its limits or before)."""
         return self._drawn(session_id, await self._on(
-            "pin", session_id, self.config.max_uses, int(self.config.max_age * 1000)))
+            "pin", session_id, self.config.max_uses, int(self.config.max_age * 1000),
+            int(self.config.max_idle * 1000)))
 
     async def state(self, session_id: str) -> Drawn:
         return self._drawn(session_id, await self._on("state", session_id))
@@ -133,6 +138,80 @@ class SessionPools:
         """Retire *session_id* with *reason*; False when it was retired already."""
         return bool((await self._on("retire", session_id, reason))[0])
 
+    async def take(self, session_id: str, ticket: str, ttl: float) -> tuple[str, float]:
+        """A slot for one request of *session_id* (``FLEET_SESSION_CONCURRENCY`` requests in
+        flight, ``FLEET_SESSION_DELAY`` between two): (``"taken"``, 0), (``"wait"``, seconds
+        to wait before asking again), or (``"retired"``/``"unknown"``, 0).  *ticket* names
+        the slot; it runs out after *ttl* seconds (a dead worker's)."""
+        c = self.config
+        reply = await self._on("take", session_id, ticket, c.concurrency, int(c.delay * 1000),
+                               int(ttl * 1000))
+        state = _text(reply[0])
+        return state, (int(reply[1]) / 1000 if state == "wait" else 0.0)
+
+    async def give(self, session_id: str, ticket: str) -> bool:
+        """Free *ticket*'s slot of *session_id*; False when it had run out or was given."""
+        return bool((await self._on("give", session_id, ticket))[0])
+
+    async def bind(self, session_id: str, exit_id: str) -> Drawn:
+        """See :meth:`ExitBindings.bind`."""
+        return self._drawn(session_id, await self._on("bind", session_id, exit_id))
+
+
+def script_keys(keys: CrawlKeys, part: str, session_id: str = "") -> list[str]:
+    """The KEYS of one lua/sessions.lua call about *session_id* of pool part *part* (a draw:
+    no session)."""
+    record = keys.session(session_id) if session_id else keys.session_pools
+    return [keys.session_pools, keys.session_pool(part), keys.session_pool_info(part), record,
+            keys.cookie_jar(jar_name(session_id)) if session_id else record,
+            keys.session_slots(session_id) if session_id else record]
+
+
+async def _on_session(script: Any, keys: CrawlKeys, op: str, session_id: str,
+                      *args: Any) -> list[Any]:
+    reply = await script(keys=script_keys(keys, pool_part_of(session_id), session_id),
+                         args=[op, session_id, *args])
+    return list(reply) if isinstance(reply, list) else [reply]
+
+
+def drawn_of(session_id: str, reply: list[Any]) -> Drawn:
+    """A per-session reply of lua/sessions.lua as a :class:`Drawn` (its exit: the last
+    element of the replies that carry one, of 3 elements or more)."""
+    return Drawn(session_id, _text(reply[0]), int(reply[1]),
+                 _text(reply[-1]) if len(reply) > 2 else "")
+
+
+class ExitBindings:
+    """What the proxy middleware needs of the sessions (issue 32 item 3): bind a session to
+    the exit that carries its first request, retire it when that exit can no longer carry
+    it.  One lua/sessions.lua call each (atomic), through a redis-py asyncio client.
+
+    Raises:
+        redis.RedisError, OSError: from any call when Redis fails.
+    """
+
+    def __init__(self, client: Any, keys: CrawlKeys) -> None:
+        self.client = client
+        self.keys = keys
+        self._script = lua.load(client, "sessions.lua")
+
+    async def bind(self, session_id: str, exit_id: str) -> Drawn:
+        """Bind *session_id* to *exit_id* unless it is bound already; the session after:
+        ``exit`` is the exit it is bound to (the first binding wins), ``state`` ``retired``:
+        not bound, ``unknown``: no such record.
+
+        Raises:
+            ValueError: *session_id* is not a session id.
+        """
+        return drawn_of(session_id, await _on_session(self._script, self.keys, "bind",
+                                                      session_id, exit_id))
+
+    async def retire(self, session_id: str, reason: str) -> bool:
+        """Retire *session_id* with *reason* (one of :data:`EXIT_REASONS`); False when it
+        was retired already."""
+        reply = await _on_session(self._script, self.keys, "retire", session_id, reason)
+        return bool(reply[0])
+
 
 def _decode(mapping: dict[Any, Any]) -> dict[str, str]:
     return {_text(k): _text(v) for k, v in mapping.items()}
@@ -158,6 +237,30 @@ def pool_report(client: Any, keys: CrawlKeys, pool: str) -> dict[str, Any]:
         if record:
             sessions[sid] = {f: record.get(f, "") for f in RECORD_FIELDS}
     return {"pool": pool, "counters": counters, "sessions": sessions}
+
+
+def pools_summary(client: Any, keys: CrawlKeys) -> dict[str, dict[str, Any]]:
+    """The session pools as ``status``, ``top``, the dashboard and ``/metrics`` show them
+    (blocking client; empty without pools): pool name -> ``active`` (drawable sessions that
+    are logged in, or need none), ``drawable`` (not retired), ``logins`` (logins that
+    succeeded), ``check_failed`` (failed validity checks that asked a login), ``retired``
+    (reason -> sessions).  Reads: the pools' SET, then per pool its counters, its drawable
+    ids and their states (O(pool size))."""
+    out: dict[str, dict[str, Any]] = {}
+    for pool in pool_names(client, keys):
+        part = session_pool_part(pool)
+        counters = _decode(client.hgetall(keys.session_pool_info(part)))
+        ids = [_text(i) for i in client.zrange(keys.session_pool(part), 0, -1)]
+        pipe = client.pipeline(transaction=False)
+        for sid in ids:
+            pipe.hget(keys.session(sid), "state")
+        states = [_text(s) for s in pipe.execute()] if ids else []
+        out[pool] = {"active": states.count("active"), "drawable": len(ids),
+                     "logins": int(counters.get("logins", 0)),
+                     "check_failed": int(counters.get("check_failed", 0)),
+                     "retired": {k.split(":", 1)[1]: int(v) for k, v in counters.items()
+                                 if k.startswith("retired:")}}
+    return out
 
 
 def retire_session(client: Any, keys: CrawlKeys, session_id: str, reason: str) -> str:

@@ -30,19 +30,26 @@ class SessionConfig:
     """Session pools (docs/sessions.md).  ``pool_size``: sessions per pool (0: no pools, a
     request's ``meta["cookiejar"]`` is its session as in Scrapy); ``max_uses``: requests a
     session serves before it is retired (0: no limit); ``max_age``: seconds a session lives
-    from its creation (0: no limit); ``retire_statuses``: HTTP statuses that retire the
-    session of their response; ``max_errors``: validity-check failures in a row (one per
-    generation) that retire a session (0: never); ``login_timeout``: seconds a worker's claim
-    on a login lasts (another worker takes it over after); ``inherit``: a request yielded from
-    a response of a session, to the same pool, is pinned to that session."""
+    from its creation (0: no limit); ``max_idle``: seconds a session may go unused (since its
+    last use, or its creation) before it is retired (0: no limit); ``retire_statuses``: HTTP
+    statuses that retire the session of their response; ``max_errors``: validity-check
+    failures in a row (one per generation) that retire a session (0: never);
+    ``login_timeout``: seconds a worker's claim on a login lasts (another worker takes it over
+    after); ``inherit``: a request yielded from
+    a response of a session, to the same pool, is pinned to that session; ``concurrency``:
+    requests of one session in flight at once, fleet-wide (0: no cap); ``delay``: seconds
+    between the starts of two requests of one session, fleet-wide (0: none)."""
 
     pool_size: int = 0
     max_uses: int = 0
     max_age: float = 0.0
+    max_idle: float = 0.0
     retire_statuses: tuple[int, ...] = (401, 403)
     max_errors: int = 3
     login_timeout: float = 60.0
     inherit: bool = True
+    concurrency: int = 1
+    delay: float = 0.0
 
     @property
     def enabled(self) -> bool:
@@ -76,10 +83,16 @@ def session_config(settings: BaseSettings | Mapping[str, Any]) -> SessionConfig:
                         "an integer >= 0 (requests; 0: no limit)"),
         max_age=number("FLEET_SESSION_MAX_AGE", g("FLEET_SESSION_MAX_AGE"), float, 0.0,
                        "seconds >= 0 (0: no limit)"),
+        max_idle=number("FLEET_SESSION_MAX_IDLE", g("FLEET_SESSION_MAX_IDLE"), float, 0.0,
+                        "seconds >= 0 (0: no limit)"),
         retire_statuses=status_codes("FLEET_SESSION_RETIRE_STATUSES",
                                   g("FLEET_SESSION_RETIRE_STATUSES")),
         max_errors=number("FLEET_SESSION_MAX_ERRORS", g("FLEET_SESSION_MAX_ERRORS"), int, 0,
                           "an integer >= 0 (0: never retire for failed checks)"),
         login_timeout=number("FLEET_SESSION_LOGIN_TIMEOUT", g("FLEET_SESSION_LOGIN_TIMEOUT"),
                              float, 0.0, "seconds > 0", exclusive=True),
-        inherit=boolean("FLEET_SESSION_INHERIT", g("FLEET_SESSION_INHERIT")))
+        inherit=boolean("FLEET_SESSION_INHERIT", g("FLEET_SESSION_INHERIT")),
+        concurrency=number("FLEET_SESSION_CONCURRENCY", g("FLEET_SESSION_CONCURRENCY"), int, 0,
+                           "an integer >= 0 (requests in flight; 0: no cap)"),
+        delay=number("FLEET_SESSION_DELAY", g("FLEET_SESSION_DELAY"), float, 0.0,
+                     "seconds >= 0 (0: none)"))

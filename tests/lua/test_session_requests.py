@@ -34,7 +34,10 @@ def run(redis_url: str, body: Callable[[FleetSessionsMiddleware], Awaitable[Any]
         **settings: Any) -> Any:
     async def main() -> Any:
         crawler = get_crawler(_Spider, settings_dict={
-            "FLEET_REDIS_URL": redis_url, "FLEET_SESSION_POOL_SIZE": 2, **settings})
+            "FLEET_REDIS_URL": redis_url, "FLEET_SESSION_POOL_SIZE": 2,
+            # (most requests here get no answer: no cap on a session's requests in flight,
+            # but in test_one_request_of_a_session_in_flight_at_a_time)
+            "FLEET_SESSION_CONCURRENCY": 0, **settings})
         crawler.spider = _Spider()
         crawler.stats.open_spider()
         mw = FleetSessionsMiddleware.from_crawler(crawler)
@@ -145,3 +148,31 @@ def test_children_of_the_same_host_keep_their_parents_session():
                                               "FLEET_SESSION_INHERIT": False})
     with pytest.raises(NotConfigured):
         FleetSessionsSpiderMiddleware.from_crawler(off)
+
+
+def test_one_request_of_a_session_in_flight_at_a_time(redis_url):
+    """FLEET_SESSION_CONCURRENCY = 1: a second request of the session waits for the first's
+    answer (its slot given back once the answer passed the middleware), then goes; a
+    download error gives the slot back too."""
+    async def body(mw: FleetSessionsMiddleware) -> dict[str, Any]:
+        first = await sent(mw, "http://c.test/1")
+        second = Request("http://c.test/2", meta={"fleet_session": first.meta["fleet_session"]})
+        waiting = asyncio.ensure_future(mw.process_request(second))
+        await asyncio.sleep(0.5)  # (a lower bound: the slot is held whatever the load)
+        held = not waiting.done()
+        await mw.process_response(first, HtmlResponse(first.url, body=b"ok", request=first))
+        await asyncio.wait_for(waiting, 30)
+        third = Request("http://c.test/3", meta={"fleet_session": first.meta["fleet_session"]})
+        waiting = asyncio.ensure_future(mw.process_request(third))
+        await asyncio.sleep(0.5)
+        held = held and not waiting.done()
+        await mw.process_exception(second, TimeoutError())
+        await asyncio.wait_for(waiting, 30)
+        return {"held": held, "slots": [r.meta.get("fleet_session_slot", "").split("|")[0]
+                                        for r in (second, third)],
+                "waits": mw.crawler.stats.get_value("fleet/sessions/slot_waits")}
+
+    out = run(redis_url, body, FLEET_SESSION_CONCURRENCY=1, FLEET_SESSION_POOL_SIZE=1)
+    assert out["held"] is True
+    assert out["slots"] == ["", "c.test-1"]  # the second's given back by its error
+    assert out["waits"] == 2

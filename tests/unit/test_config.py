@@ -103,7 +103,7 @@ def test_an_int_setting_given_as_a_float_is_refused_in_one_line(name, value):
     the string "4.0": an integral float is refused as "4.0" is, naming the setting."""
     from scrapy_fleet.pipelines.mongo_config import MongoConfig
 
-    assert len(INT_SETTINGS) == 35  # every int row of the catalog
+    assert len(INT_SETTINGS) == 36  # every int row of the catalog
     with pytest.raises(FleetConfigError) as info:
         if name.startswith("FLEET_MONGO_"):
             MongoConfig.from_settings({"FLEET_MONGO_URI": "mongodb://h", name: value})

@@ -82,6 +82,7 @@ def test_session_settings_are_checked():
                         ("FLEET_SESSION_MAX_AGE", "soon"),
                         ("FLEET_SESSION_RETIRE_STATUSES", [403, 99]),
                         ("FLEET_SESSION_LOGIN_TIMEOUT", 0),
+                        ("FLEET_SESSION_CONCURRENCY", -1), ("FLEET_SESSION_DELAY", "often"),
                         ("FLEET_SESSION_INHERIT", "maybe")):
         given = re.escape(f"{name}={value!r}")
         with pytest.raises(FleetConfigError, match=f"^{given} is invalid"):

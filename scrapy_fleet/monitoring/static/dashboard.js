@@ -180,6 +180,16 @@
                 ["revisits unchanged 200", pct(rv.unchanged_share)],
                 ["revisits 304", pct(rv.not_modified_share)]);
     }
+    // session pools (docs/sessions.md), for a crawl that has some
+    const pools = Object.values(snap.sessions || {});
+    if (pools.length) {
+      const sum = (f) => pools.reduce((n, p) => n + (f(p) || 0), 0);
+      const retired = (p) => Object.values(p.retired || {}).reduce((n, v) => n + v, 0);
+      rows.push(["sessions active", fmt(sum((p) => p.active)) + " / " + fmt(sum((p) => p.drawable))],
+                ["session logins", fmt(sum((p) => p.logins))],
+                ["sessions retired", fmt(sum(retired))],
+                ["session check failures", fmt(sum((p) => p.check_failed))]);
+    }
     const box = $("figures");
     box.textContent = "";
     for (const [k, v] of rows) {

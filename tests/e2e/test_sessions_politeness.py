@@ -1,0 +1,102 @@
+"""Politeness per session (issue 32 item 5): real ``scrapy crawl`` workers of the pool spider,
+a real Redis, the login site (tests/loginsite.py ``--conflict``) answering 409 to a request of
+a session while another request of that session is being answered."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import TEST_PROJECT, read_items, start_worker, stop_process, tail, wait_all
+
+pytestmark = pytest.mark.slow
+
+HERE = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def conflict_site(tmp_path: Path) -> Iterator[Callable[..., tuple[str, Path]]]:
+    started: list[subprocess.Popen[str]] = []
+
+    def factory(pages: int, hold: float, expire: int = 0) -> tuple[str, Path]:
+        log = tmp_path / f"site-{len(started)}.jsonl"
+        proc = subprocess.Popen([sys.executable, str(HERE / "loginsite.py"), "--pages",
+                                 str(pages), "--log", str(log), "--conflict", str(hold),
+                                 "--expire", str(expire)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        started.append(proc)
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://"), proc.stderr.read() if proc.stderr else url
+        return url, log
+
+    yield factory
+    for proc in started:
+        stop_process(proc)
+
+
+def crawl(tmp_path: Path, redis_url: str, env: dict[str, str], url: str, name: str,
+          stats: dict[str, int] | None = None, **settings: Any) -> list[dict[str, Any]]:
+    """The pool spider's crawl of *url* by three workers; *stats*, when given, receives the
+    sum of the workers' ``fleet/sessions/*`` stats."""
+    outs = [tmp_path / f"{name}-out-{n}.jsonl" for n in range(3)]
+    logs = [tmp_path / f"{name}-worker-{n}.log" for n in range(3)]
+    base = {"FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 2, "CONCURRENT_REQUESTS": 8,
+            "FLEET_PREFETCH": 4, "LOG_LEVEL": "INFO", "FLEET_CRAWL_ID": name, **settings}
+    procs = [start_worker(TEST_PROJECT, "pool_members", {**base, "FLEET_JSONL_PATH": out},
+                          env, log, {"site": url}) for out, log in zip(outs, logs, strict=True)]
+    for n, code in enumerate(wait_all(procs, 300)):
+        assert code == 0, f"worker {n} exited {code}:\n{tail(logs[n])}"
+    if stats is not None:
+        for log in logs:
+            for key, value in re.findall(r"'fleet/sessions/([a-z_/]+)': (\d+)", log.read_text()):
+                stats[key] = stats.get(key, 0) + int(value)
+    return read_items(outs)
+
+
+def outcome(log: Path, items: list[dict[str, Any]]) -> dict[str, int]:
+    requests = [json.loads(line) for line in log.read_text("utf-8").splitlines() if line]
+    return {"conflicts": sum(bool(r.get("conflict")) for r in requests),
+            "expired": sum(bool(r.get("expired")) for r in requests),
+            "logins": sum(bool(r.get("login")) for r in requests),
+            "member_pages": len({i["url"] for i in items
+                                 if "/members/p/" in i.get("url", "") and i["member"]})}
+
+
+def test_one_request_per_session_at_a_time_across_three_workers(
+        redis_url, conflict_site, worker_env, tmp_path):
+    """FLEET_SESSION_CONCURRENCY = 1 (the default): three workers of 8 concurrent requests
+    each, a pool of two sessions: the site never sees two requests of one session at once
+    (0 answers 409), and every page is fetched logged in.  Without the cap (0) the same crawl
+    meets 409s: the site does see them."""
+    url, log = conflict_site(40, 0.15)
+    items = crawl(tmp_path, redis_url, worker_env, url, "capped")
+    assert outcome(log, items) == {"conflicts": 0, "expired": 0, "logins": 2,
+                                   "member_pages": 40}
+    url, log = conflict_site(40, 0.15)
+    items = crawl(tmp_path, redis_url, worker_env, url, "uncapped",
+                  FLEET_SESSION_CONCURRENCY=0)
+    assert outcome(log, items)["conflicts"] > 0
+
+
+def test_requests_wait_for_a_relogin_in_the_frontier_and_it_runs_once(
+        redis_url, conflict_site, worker_env, tmp_path):
+    """The site ends a session after 12 members pages; no cap on a session's requests in
+    flight, so many requests of a session are out when it needs its login again: those that
+    meet the login running go back to the frontier (deferred), none waits in its worker for
+    it, each end of a session costs exactly one login, and every page is fetched logged in."""
+    url, log = conflict_site(60, 0.0, expire=12)
+    stats: dict[str, int] = {}
+    items = crawl(tmp_path, redis_url, worker_env, url, "relogins", stats,
+                  FLEET_SESSION_CONCURRENCY=0)
+    got = outcome(log, items)
+    assert got["expired"] >= 3
+    assert got["logins"] == 2 + got["expired"]
+    assert got["member_pages"] == 60 and got["conflicts"] == 0
+    assert stats.get("deferred", 0) > 0 and stats.get("waits", 0) == 0, stats
