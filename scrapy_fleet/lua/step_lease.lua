@@ -130,6 +130,11 @@ local function step_lease(c)
     if h ~= STAGE_HOST then interval, tau, cap = host_policy_ctx(ctx, h) end
     local wait_until = h ~= STAGE_HOST and host_blocked_until_ctx(ctx, h, interval, tau, cap, true)
       or nil
+    if grp and wait_until == FAR then
+      -- at its cap: a slot freed by another crawl of the group wakes none of this crawl's
+      -- hosts (an acknowledgement re-marks its own crawl's), so look again 250 ms on
+      wait_until = now + 250
+    end
     if not wait_until and req.ro == 1 and h ~= STAGE_HOST
         and redis.call('HEXISTS', K.robots, h) == 0 and st.live_now(h) >= 1 then
       wait_until = now + 250  -- robots.txt (and its Crawl-delay) not known yet: one scout

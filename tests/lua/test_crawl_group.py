@@ -125,3 +125,18 @@ def test_a_crawl_alone_on_the_host_takes_every_turn(redis_url, lua_clock):
         lua_clock(1.0)
     assert sum(counts.values()) == 20
     assert abs(counts["b"] - 10) <= 1, counts  # lifted to a's pass: no burst of 10 turns
+
+
+def test_a_slot_freed_by_another_crawl_of_the_group_is_seen(redis_url, lua_clock):
+    # a host at its concurrency cap waits for a free slot; an acknowledgement wakes only the
+    # hosts of its own crawl, so another crawl of the group looks again 250 ms later
+    a = crawl(redis_url, "a", host_concurrency=1)
+    b = crawl(redis_url, "b", host_concurrency=1)
+    a.push(pushes("h", 3, "a"))
+    b.push(pushes("h", 3, "b"))
+    held = take(a, "wa", 1)
+    assert len(held) == 1
+    assert take(b, "wb", 1) == []  # the group's one slot is a's
+    a.call(CallBatch(acks=[(held[0].entry_id, held[0].token)]), worker="wa")
+    lua_clock(0.3)
+    assert len(take(b, "wb", 1)) == 1
