@@ -244,6 +244,11 @@ def run_host(admin: FrontierAdmin, urls: list[str], opts: Any, parts: int) -> in
     if verb == "set":
         return _host_set(admin, host, opts, parts)
     if verb == "unblock":
+        if not any(admin.client.hexists(k.ctlhosts, host) for k in _parts(admin, parts)):
+            # (nothing written: no generation spent on a no-op, no worker asked to confirm)
+            print(f"host {host} of crawl {admin.keys.crawl_id!r} was not blocked or paused: "
+                  "nothing to unblock")
+            return push.EXIT_OK
         gen = write(admin, parts, "hresume", [host], 0, "")
         print(f"unblocked host {host} of crawl {admin.keys.crawl_id!r} (generation {gen})")
         return push.EXIT_OK

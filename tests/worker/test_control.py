@@ -112,6 +112,26 @@ def test_host_block_holds_until_unblocked(redis_url, parts):
 
 
 @pytest.mark.parametrize("parts", [1, 2])
+def test_unblock_of_a_host_never_blocked_says_so(redis_url, parts, capsys):
+    admin, admins = setup_crawl(redis_url, parts, n=1)
+    gen_before = [admins[0].client.get(k.ctl) for k in admin.keys.all_partitions(parts)]
+    o = opts(wait=0.5)
+    o.host_verb = "unblock"
+    assert control.run_host(admin, ["c.test"], o, parts) == 0
+    out = capsys.readouterr().out
+    assert out == ("host c.test of crawl 'ctl%d' was not blocked or paused: nothing to "
+                   "unblock\n" % parts), out
+    # nothing written: no control generation spent
+    assert [admins[0].client.get(k.ctl) for k in admin.keys.all_partitions(parts)] == gen_before
+    o.host_verb = "block"
+    assert control.run_host(admin, ["c.test"], o, parts) == 0
+    o.host_verb = "unblock"
+    capsys.readouterr()
+    assert control.run_host(admin, ["c.test"], o, parts) == 0
+    assert capsys.readouterr().out.startswith("unblocked host c.test of crawl")
+
+
+@pytest.mark.parametrize("parts", [1, 2])
 def test_pause_for_ends_on_redis_clock(redis_url, parts):
     admin, admins = setup_crawl(redis_url, parts, n=1)
     assert control.run_pause(admin, [], opts(pause_for="1.5s", wait=0.5), parts) == 0
