@@ -119,8 +119,8 @@ def test_unblock_of_a_host_never_blocked_says_so(redis_url, parts, capsys):
     o.host_verb = "unblock"
     assert control.run_host(admin, ["c.test"], o, parts) == 0
     out = capsys.readouterr().out
-    assert out == ("host c.test of crawl 'ctl%d' was not blocked or paused: nothing to "
-                   "unblock\n" % parts), out
+    assert out == (f"host c.test of crawl 'ctl{parts}' was not blocked or paused: nothing "
+                   "to unblock\n"), out
     # nothing written: no control generation spent
     assert [admins[0].client.get(k.ctl) for k in admin.keys.all_partitions(parts)] == gen_before
     o.host_verb = "block"
