@@ -1,6 +1,6 @@
 """Crawl groups with real workers (issue 34, docs/control.md "Crawl groups"): two crawls of
 one group on the same hosts send each host at most its rate in all (two crawls without a
-group send it twice: tests/lua/test_crawl_group.py counts the turns of both cases), and
+group send it twice: tests/lua/test_crawl_group_turns.py counts the turns of both cases), and
 weights 3:1 share its requests 75/25 while both have work; counted from the site's log."""
 
 from __future__ import annotations
