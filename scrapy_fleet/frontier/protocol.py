@@ -83,10 +83,14 @@ class CallBatch:
     #: the crawl-control generation the worker holds (issue 34; 0: none): recorded by the
     #: call (K.ctlseen), so that `pause` knows every live worker has seen it
     control_gen: int = 0
+    #: a look at the crawl control is due (frontier/control.py CONTROL_POLL): the call is
+    #: made even with nothing else to carry (nothing more is sent: every call reads it)
+    poll: bool = False
 
     def is_empty(self) -> bool:
         return not (self.acks or self.releases or self.dead or self.extends or self.pushes
-                    or self.take or self.downloaded or self.beat or self.unstorable)
+                    or self.take or self.downloaded or self.beat or self.unstorable
+                    or self.poll)
 
 
 def unencoded(batch: CallBatch) -> bool:
