@@ -67,6 +67,13 @@ SETTINGS: tuple[Setting, ...] = (
             "connection", "docs/deployment.md"),
     Setting("FLEET_CRAWL_ID", None, "str or None (the spider's name)",
             "namespace of the crawl in Redis (1-100 of A-Za-z0-9_.-)", "identity"),
+    Setting("FLEET_CRAWL_GROUP", None, "str or None",
+            "crawl group (1-100 of A-Za-z0-9_.-): its crawls keep their own queues, filters, "
+            "budgets and pauses but share each host's politeness (rate, concurrency, holds, "
+            "robots.txt); FLEET_PARTITIONS = 1, not on Redis Cluster", "identity", _CONTROL),
+    Setting("FLEET_CRAWL_WEIGHT", 1.0, "float > 0",
+            "the crawl's share of each host's leases in its crawl group while several of its "
+            "crawls have work there (3 and 1: 75 % and 25 %)", "identity", _CONTROL),
     Setting("FLEET_KEY_PREFIX", "fleet", "str",
             "first part of every key name (1-50 of A-Za-z0-9_.-:)", "identity"),
     Setting("FLEET_WORKER_ID", None, "str or None (<hostname>:<pid>:<start>)",

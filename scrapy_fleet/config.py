@@ -32,8 +32,9 @@ from scrapy_fleet.failures.settings import FailuresConfig, failures_config
 from scrapy_fleet.frontier.backpressure_settings import BackpressureConfig, backpressure_config
 from scrapy_fleet.frontier.dupefilter_settings import DupefilterConfig, dupefilter_config
 from scrapy_fleet.frontier.protocol import FrontierParams
+from scrapy_fleet.group_settings import GroupConfig, group_config
 from scrapy_fleet.jsonl_settings import JsonlConfig, jsonl_config
-from scrapy_fleet.keys import STAGE_HOST
+from scrapy_fleet.keys import STAGE_HOST, CrawlKeys
 from scrapy_fleet.monitoring.settings import MonitoringConfig, monitoring_config
 from scrapy_fleet.politeness.settings import PolitenessConfig, politeness_config
 from scrapy_fleet.proxies.settings import ProxyConfig, proxy_config
@@ -164,6 +165,8 @@ class FleetConfig:
     sessions: SessionConfig
     #: FLEET_BUDGET_*, FLEET_HOST_BUDGET_PAGES (budget_settings.py, docs/control.md)
     budget: BudgetConfig
+    #: FLEET_CRAWL_GROUP, FLEET_CRAWL_WEIGHT (group_settings.py, docs/control.md)
+    group: GroupConfig
 
     @classmethod
     def from_settings(cls, settings: BaseSettings | Mapping[str, Any]) -> FleetConfig:
@@ -219,8 +222,10 @@ class FleetConfig:
         monitoring = monitoring_config(settings)
         budget = budget_config(settings)  # issue 34
         check_partitions(budget, partitions)
+        redis_url = validate_redis_url(g("FLEET_REDIS_URL"))
+        group = group_config(settings, partitions, redis_url)  # issue 34: crawl groups
         config = cls(
-            redis_url=validate_redis_url(g("FLEET_REDIS_URL")),
+            redis_url=redis_url,
             redis_timeout=number("FLEET_REDIS_TIMEOUT", g("FLEET_REDIS_TIMEOUT"), float, 0.0,
                                   "seconds > 0", exclusive=True),
             redis_retries=number("FLEET_REDIS_RETRIES", g("FLEET_REDIS_RETRIES"), int, 0,
@@ -263,6 +268,7 @@ class FleetConfig:
             cookies=cookie_config(settings),
             sessions=session_config(settings),
             budget=budget,
+            group=group,
         )
         if isinstance(settings, BaseSettings) and getattr(settings, "frozen", False):
             try:
@@ -292,11 +298,18 @@ class FleetConfig:
                               budget_seconds=self.budget.seconds,
                               host_budget_pages=self.budget.host_pages,
                               budget_items=self.budget.items,
-                              budget_bytes=self.budget.bytes)
+                              budget_bytes=self.budget.bytes,
+                              group_weight=self.group.weight)
 
     def _adaptive_params(self) -> tuple[float, float, float, float, float] | None:
         a = self.politeness.adaptive
         return (a.beta, a.step, a.window, a.latency_factor, a.min_rate) if a.enabled else None
+
+    def crawl_keys(self, spider_name: str) -> CrawlKeys:
+        """The key names of the crawl of *spider_name* (:meth:`resolve_crawl_id`), in its
+        crawl group (FLEET_CRAWL_GROUP) when it has one."""
+        return CrawlKeys(self.key_prefix, self.resolve_crawl_id(spider_name),
+                         group=self.group.name)
 
     def resolve_crawl_id(self, spider_name: str) -> str:
         """The crawl's namespace: ``FLEET_CRAWL_ID`` or else the spider's name."""

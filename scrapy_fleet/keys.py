@@ -156,6 +156,19 @@ prefix ``fleet`` and crawl id ``docs``::
 
 Entry ids are the 15-digit, zero-padded value of ``seq``: lexicographic order is push order.
 
+Crawl groups (``FLEET_CRAWL_GROUP``, issue 34, docs/control.md "Crawl groups"): the politeness
+keys of a crawl in group ``shop`` (``tat hold hostlive hostconf crawldelay fails robots
+robots_lock adaptive``) are the group's, under the tag ``{group:shop}`` (``:`` is never in a
+crawl id), shared by every crawl of the group; the rest stays under the crawl's tag::
+
+    fleet:{group:shop}:tat    ... as listed above, one of each for the whole group
+    fleet:{group:shop}:gs:<host>  HASH  p|<crawl> pass, t|<crawl> last want (ms), w|<crawl>
+                                        weight: how the crawls share the host's turns
+                                        (lua/step_group.lua)
+
+A frontier call of such a crawl touches two hash tags, hence a group needs P = 1 on one Redis
+(group_settings.py refuses it at P > 1 and on Redis Cluster).
+
 Partitions (``FLEET_PARTITIONS`` = P > 1, docs/partitions.md): the crawl's frontier is split by
 host into P partitions, each a complete frontier of the layout above under its own hash tag
 ``{<crawl id>/<p>.<salt>}`` (:func:`partition_tag`; ``/`` is never in a crawl id), the host of
@@ -224,6 +237,7 @@ FRONTIER_CALL = ("op", "prev_op", "data", "leases", "lease", "expiries", "dead",
                  # sitemap <lastmod> (issue 22): lua/step_revisit.lua, revisit_lastmod_due
                  "revisit_popped", "revisit_place_prefix", "revisit_lastmod",
                  "adaptive",  # adaptive politeness (issue 35): lua/adaptive.lua
+                 "group_share_prefix",  # crawl groups (issue 34): lua/step_group.lua
                  "budget", "budgeth",  # budgets (issue 34): lua/step_budget.lua
                  # crawl control (issue 34): lua/step_control.lua
                  *CONTROL_READ,
@@ -290,6 +304,19 @@ class _Key:
         return f"{obj.base}:{self.suffix}"
 
 
+class _PoliteKey(_Key):
+    """A politeness key of a crawl (a host's rate, holds, concurrency, robots.txt): under
+    the crawl group's tag when the crawl is in one (:attr:`CrawlKeys.politeness_base`)."""
+
+    __slots__ = ()
+
+    def __get__(self, obj: CrawlKeys | ProxyPoolKeys | StartKeyKeys,
+                owner: type | None = None) -> str:
+        if isinstance(obj, CrawlKeys):
+            return f"{obj.politeness_base}:{self.suffix}"
+        return f"{obj.base}:{self.suffix}"
+
+
 @dataclass(frozen=True)
 class CrawlKeys:
     """Key names of one crawl (see module docstring)."""
@@ -300,13 +327,25 @@ class CrawlKeys:
     tag: str = ""
     #: the partition's index (0 .. P - 1; 0 for the crawl's own tag)
     part: int = 0
+    #: FLEET_CRAWL_GROUP ("": none): the crawls of a group share each host's politeness
+    #: keys, under the tag ``{group:<name>}`` (docs/control.md "Crawl groups"; P = 1 only)
+    group: str = ""
 
     def __post_init__(self) -> None:
         validate_crawl_id(self.crawl_id)
+        if self.group:
+            validate_crawl_id(self.group, "FLEET_CRAWL_GROUP")
 
     @property
     def base(self) -> str:
         return f"{self.prefix}:{{{self.tag or self.crawl_id}}}"
+
+    @property
+    def politeness_base(self) -> str:
+        """Where the politeness keys live: ``<prefix>:{group:<group>}`` for a crawl in a
+        group (``:`` is never in a crawl id, so no crawl's tag is a group's), else
+        :attr:`base`."""
+        return f"{self.prefix}:{{group:{self.group}}}" if self.group else self.base
 
     #: STRING: P, the partitions of a crawl created with FLEET_PARTITIONS > 1 (control).
     partitions = _Key("partitions")
@@ -314,7 +353,7 @@ class CrawlKeys:
     def partition(self, p: int, parts: int) -> CrawlKeys:
         """The keys of partition *p* of *parts* (this crawl's own keys when *parts* is 1)."""
         if parts == 1:
-            return CrawlKeys(self.prefix, self.crawl_id)
+            return CrawlKeys(self.prefix, self.crawl_id, group=self.group)
         return CrawlKeys(self.prefix, self.crawl_id, partition_tag(self.crawl_id, p, parts), p)
 
     def all_partitions(self, parts: int) -> list[CrawlKeys]:
@@ -425,15 +464,15 @@ class CrawlKeys:
     parked = _Key("parked")
     hostq = _Key("hostq")
     ready = _Key("ready")
-    tat = _Key("tat")
-    hold = _Key("hold")
-    hostlive = _Key("hostlive")
-    hostconf = _Key("hostconf")
-    crawldelay = _Key("crawldelay")
+    tat = _PoliteKey("tat")
+    hold = _PoliteKey("hold")
+    hostlive = _PoliteKey("hostlive")
+    hostconf = _PoliteKey("hostconf")
+    crawldelay = _PoliteKey("crawldelay")
     #: HASH host -> "r|ls|lm|lmt|dt|dk|why|ct|cap|cc|n": the host's adaptive politeness
     #: controller (lua/adaptive.lua), fleet-wide; kept with the crawl, so a recrawl or the
     #: crawl's next run starts at the rate it learned
-    adaptive = _Key("adaptive")
+    adaptive = _PoliteKey("adaptive")
     wlive = _Key("wlive")
 
     # budgets (issue 34, docs/control.md "Budgets"; lua/step_budget.lua)
@@ -447,9 +486,19 @@ class CrawlKeys:
     #: charged (one HMGET reads a host's three)
     budgeth = _Key("budgeth")
 
-    fails = _Key("fails")
-    robots = _Key("robots")
-    robots_lock = _Key("robots_lock")
+    #: Prefix of the HASHes ``gs:<host>`` of a crawl group's lease shares of one host
+    #: (FLEET_CRAWL_WEIGHT): ``p|<crawl>`` its pass (leases / weight, stride scheduling),
+    #: ``t|<crawl>`` when it last wanted the host (ms), ``w|<crawl>`` its weight
+    #: (lua/step_group.lua); under the group's tag, never written without a group
+    group_share_prefix = _PoliteKey("gs:")
+
+    def group_share(self, host: str) -> str:
+        """The lease shares' HASH of *host* in the crawl's group (:attr:`group_share_prefix`)."""
+        return f"{self.group_share_prefix}{host}"
+
+    fails = _PoliteKey("fails")
+    robots = _PoliteKey("robots")
+    robots_lock = _PoliteKey("robots_lock")
 
     def politeness_keys(self) -> list[str]:
         """KEYS of lua/politeness.lua (POLITENESS_CALL)."""

@@ -83,16 +83,33 @@ def write(admin: FrontierAdmin, parts: int, op: str, hosts: list[str], seconds: 
 
 def unconfirmed(admin: FrontierAdmin, parts: int, gen: int) -> list[str]:
     """The live workers (a call within LIVE_MS, in any partition) that hold no generation
-    >= *gen* yet (their latest report over the partitions)."""
+    >= *gen* yet (their latest report over the partitions) and hold a lease.
+
+    A worker that holds no lease (none under its id in ``held``, read after the control was
+    written) cannot start a request before its next frontier call, and that call's lease step
+    reads the control atomically: it need not confirm.  So an idle worker, which calls only
+    at its heartbeat (FLEET_HEARTBEAT_INTERVAL, 5 s), does not hold the command back."""
     now = admin.server_ms()
     live: set[str] = set()
     seen: dict[str, int] = {}
-    for k in _parts(admin, parts):
+    all_keys = _parts(admin, parts)
+    for k in all_keys:
         live.update(w.decode() for w in admin.client.zrangebyscore(k.workers, now - LIVE_MS,
                                                                    "+inf"))
         for w, g in admin.client.hgetall(k.ctlseen).items():
             seen[w.decode()] = max(seen.get(w.decode(), 0), int(g))
-    return sorted(w for w in live if seen.get(w, 0) < gen)
+    missing = [w for w in live if seen.get(w, 0) < gen]
+    return sorted(w for w in missing if _holds_leases(admin, all_keys, w))
+
+
+def _holds_leases(admin: FrontierAdmin, all_keys: list[CrawlKeys], worker: str) -> bool:
+    """Whether *worker* holds a lease in any partition (its members ``<worker>\t<entry>`` of
+    ``held``, lua/step_lease.lua; a stale member left by an acknowledgement counts, which
+    only makes the command wait for that worker)."""
+    low, high = b"[" + worker.encode() + b"\t", b"[" + worker.encode() + b"\t\xff"
+    # (ZRANGE ... BYLEX: a command of the admin role's, as ZRANGEBYLEX is not)
+    return any(admin.client.zrange(k.held, low, high, bylex=True, offset=0, num=1)
+               for k in all_keys)
 
 
 def wait_confirmed(admin: FrontierAdmin, parts: int, gen: int, wait: float) -> list[str]:
@@ -244,6 +261,11 @@ def run_host(admin: FrontierAdmin, urls: list[str], opts: Any, parts: int) -> in
     if verb == "set":
         return _host_set(admin, host, opts, parts)
     if verb == "unblock":
+        if not any(admin.client.hexists(k.ctlhosts, host) for k in _parts(admin, parts)):
+            # (nothing written: no generation spent on a no-op, no worker asked to confirm)
+            print(f"host {host} of crawl {admin.keys.crawl_id!r} was not blocked or paused: "
+                  "nothing to unblock")
+            return push.EXIT_OK
         gen = write(admin, parts, "hresume", [host], 0, "")
         print(f"unblocked host {host} of crawl {admin.keys.crawl_id!r} (generation {gen})")
         return push.EXIT_OK

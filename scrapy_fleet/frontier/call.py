@@ -162,7 +162,8 @@ class FrontierCall:
         # (the Bloom slices only for a call that pushes: only a push reads them)
         keys = self.keys.frontier_keys(op, self.prev_op, self.worker, slices=bool(sent.pushes))
         arg, constants = call_argv(sent, self.worker, self.params, self.marker, left_out,
-                                   self.dupes.gen, first=self.keep_marker and not self.marker)
+                                   self.dupes.gen, first=self.keep_marker and not self.marker,
+                                   group_member=self.keys.crawl_id if self.keys.group else "")
         self.last_call = (op, batch, split)
         try:
             reply = yield RunScript(keys, [arg, monitor, constants])

@@ -29,6 +29,12 @@ from scrapy_fleet.frontier.protocol import ControlState
 #: seen at the worker's next frontier call, then within this)
 GATE_POLL = 0.05
 
+#: seconds a worker holding prefetched requests (not started yet) goes without a frontier
+#: call at most, so that it learns of a pause within this and `pause` returns within about
+#: twice this (frontier/pump.py: a call then carries nothing but what every call carries,
+#: the generation held; a worker calling more often for its pages makes none)
+CONTROL_POLL = 0.8
+
 #: stats key counting the downloads held back by a pause
 HELD_STAT = "fleet/control/held"
 #: stats key counting the leases given back because their host is paused or blocked

@@ -83,10 +83,14 @@ class CallBatch:
     #: the crawl-control generation the worker holds (issue 34; 0: none): recorded by the
     #: call (K.ctlseen), so that `pause` knows every live worker has seen it
     control_gen: int = 0
+    #: a look at the crawl control is due (frontier/control.py CONTROL_POLL): the call is
+    #: made even with nothing else to carry (nothing more is sent: every call reads it)
+    poll: bool = False
 
     def is_empty(self) -> bool:
         return not (self.acks or self.releases or self.dead or self.extends or self.pushes
-                    or self.take or self.downloaded or self.beat or self.unstorable)
+                    or self.take or self.downloaded or self.beat or self.unstorable
+                    or self.poll)
 
 
 def unencoded(batch: CallBatch) -> bool:
@@ -277,13 +281,18 @@ class FrontierParams:
     #: FLEET_ADAPTIVE*: (beta, step, window s, latency factor g[, min rate /s]), None: no
     #: controller (lua/adaptive.lua)
     adaptive: tuple[float, ...] | None = None
+    #: FLEET_CRAWL_WEIGHT: the crawl's share of a host's leases in its crawl group (sent only
+    #: when the call's keys name a group: lua/step_group.lua)
+    group_weight: float = 1.0
 
 
-
-def call_constants(params: FrontierParams) -> dict[str, Any]:
+def call_constants(params: FrontierParams, group_member: str = "") -> dict[str, Any]:
     """The fields of lua/frontier.lua's argument that *params* gives (the same call after
-    call): ARGV[3] of :func:`call_argv`, part of ARGV[1] in :func:`call_args`."""
+    call): ARGV[3] of :func:`call_argv`, part of ARGV[1] in :func:`call_args`.
+    *group_member*: the crawl's id when its keys are in a crawl group (``gi``, with ``gw``
+    its weight: lua/step_group.lua), else ""."""
     return {
+        **({"gi": group_member, "gw": params.group_weight} if group_member else {}),
         "lm": int(params.lease_timeout * 1000),
         "ml": params.max_leases,
         "ot": int(params.op_ttl * 1000),
@@ -349,19 +358,19 @@ def _call_fields(batch: CallBatch, worker: str, marker: str, left_out: int,
 
 
 def call_args(batch: CallBatch, worker: str, params: FrontierParams, marker: str = "",
-              left_out: int = 0, gen: str | None = None) -> bytes:
+              left_out: int = 0, gen: str | None = None, group_member: str = "") -> bytes:
     """ARGV[1] of lua/frontier.lua, every field in it.  *marker*: the crawl marker the
     client saw ("" before its first call, or for a client that must not require one, like
     the push helper); *left_out*: pushes the worker's DupeCache left out, known to be in the
     filter of generation *gen*."""
     return msgpack.packb({**_call_fields(batch, worker, marker, left_out, gen, False),
-                          **call_constants(params)},
+                          **call_constants(params, group_member)},
                          use_bin_type=False)  # Redis's cmsgpack cannot read msgpack "bin"
 
 
 def call_argv(batch: CallBatch, worker: str, params: FrontierParams, marker: str = "",
               left_out: int = 0, gen: str | None = None,
-              first: bool = False) -> tuple[bytes, bytes]:
+              first: bool = False, group_member: str = "") -> tuple[bytes, bytes]:
     """ARGV[1] and ARGV[3] of lua/frontier.lua as the clients send them (arguments as
     :func:`call_args`'s): the call's own fields, without those the script defaults alike
     (empty lists...), and :func:`call_constants`, bytes identical call after call, which the
@@ -369,7 +378,7 @@ def call_argv(batch: CallBatch, worker: str, params: FrontierParams, marker: str
     (lua/step_check.lua).  *first*: the first call of a worker's client (``nw``)."""
     return (msgpack.packb(_call_fields(batch, worker, marker, left_out, gen, True, first),
                           use_bin_type=False),
-            msgpack.packb(call_constants(params), use_bin_type=False))
+            msgpack.packb(call_constants(params, group_member), use_bin_type=False))
 
 
 def as_int(value: Any, default: Any = 0) -> Any:

@@ -46,7 +46,7 @@ import redis
 
 from scrapy_fleet import engine_hooks, outage
 from scrapy_fleet.errors import CrawlStateLostError, RedisUnavailableError
-from scrapy_fleet.frontier import budgets
+from scrapy_fleet.frontier import budgets, control
 from scrapy_fleet.frontier.book import LeaseBook
 from scrapy_fleet.frontier.dupecache import StaleDupeCache
 from scrapy_fleet.frontier.liveness import StallGuard, leave
@@ -96,6 +96,7 @@ class FrontierPump:
         self._unreplicated = 0  # calls seen not acknowledged by the replicas (WAIT)
         self.oom = outage.OutOfMemory()  #: Redis refusing calls with OOM: logged as a spell
         self._last_extend = 0.0
+        self._last_call = 0.0  #: time.monotonic() of the last call sent (control.CONTROL_POLL)
         self._budget_closing = False  # the crawl's budget is spent: closing (issue 34)
         #: the leases reported lost: counted and warned of (those of a call that failed
         #: without a reply: lost to the outage, not to a stall)
@@ -212,6 +213,9 @@ class FrontierPump:
         due = buffer.flush_in() if buffer is not None else None
         if due is not None:  # work the client keeps (a partitioned crawl's)
             until_extend = min(until_extend, max(0.005, due))
+        if book.prefetch:  # requests that may start: a pause is seen within CONTROL_POLL
+            until_extend = min(until_extend, max(
+                0.005, self._last_call + control.CONTROL_POLL - time.monotonic()))
         if len(book.prefetch) < self.config.prefetch and not book.fleet_done:
             wait = min(self.config.poll_interval, until_extend)
             if self._next_ready_at is not None:  # a host's turn comes before the next poll
@@ -322,7 +326,8 @@ class FrontierPump:
         """The next call: finished requests with their links (all of a request's links in
         one call), requests without a parent, dead letters, heartbeats, a lease request."""
         book = self.book
-        batch = CallBatch(control_gen=book.control.gen)
+        batch = CallBatch(control_gen=book.control.gen, poll=bool(book.prefetch) and (
+            time.monotonic() - self._last_call >= control.CONTROL_POLL))
         n_done = 0
         for lease in book.done:
             book.materialize(lease.children, lease)
@@ -404,6 +409,7 @@ class FrontierPump:
                                            engine_hooks.active_downloads(self.crawler))
             sent = SentCall(batch, n_out, n_done, n_dead, final, monitor,
                             book.outbox[:n_out], book.done[:n_done])
+            self._last_call = time.monotonic()
         batch, n_out, n_done, n_dead = sent.batch, sent.n_out, sent.n_done, sent.n_dead
         outbox, done = sent.outbox, sent.done
         started = time.monotonic()

@@ -55,7 +55,6 @@ from scrapy_fleet.frontier.port import WorkerFrontier
 from scrapy_fleet.frontier.protocol import clamp_priority
 from scrapy_fleet.frontier.pump import FrontierPump
 from scrapy_fleet.frontier.spidermw import FleetSpiderMiddleware
-from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.politeness import hosts as politeness
 from scrapy_fleet.politeness.middlewares import robots_of
 from scrapy_fleet.recrawl.sitemaps import LASTMOD_META_KEY
@@ -144,7 +143,7 @@ class FleetScheduler(BaseScheduler):
         if hasattr(self.df, "open"):
             self.df.open()
         crawl_id = self.config.resolve_crawl_id(spider.name)
-        keys = CrawlKeys(self.config.key_prefix, crawl_id)
+        keys = self.config.crawl_keys(spider.name)  # (in its crawl group, if any)
         frontier: WorkerFrontier
         if self.config.partitions > 1:  # issue 21: the same surface, over the partitions
             frontier = PartitionedFrontier(

@@ -20,8 +20,10 @@ dupefilter use).  To keep the cost per entry low, a first pass decodes only the 
 payload holds the URL as pushed (``safe_url_string``); when it finds nothing and the filter has
 the URL, a second pass fingerprints every entry of the host (the URL was pushed in another
 spelling of the same canonical URL).  Cost: O(entries of the host + in flight + failed +
-dead); an index ``Bloom key -> entry id`` written by the push would make each structure O(1)
-at ~40 B per queued URL (docs/control.md).  Each structure is read at a different moment: an
+dead), in few round trips: the first page of every structure is read in one pipeline, and
+the second pass matches the pages the first one read (:class:`_Reads`); an index ``Bloom key
+-> entry id`` written by the push would make each structure O(1) at ~40 B per queued URL
+(docs/control.md).  Each structure is read at a different moment: an
 entry moving while the lookup runs (leased, then acknowledged) is found in the state it had
 when its structure was read, or in none ("done, probably").
 """
@@ -106,10 +108,12 @@ def locate(client: Any, keys: CrawlKeys, url: str, host: str,
     """
     probe = probe_for(url, fingerprint)
     seen = bloom_read.contains(client, keys, probe.key)
-    found = _search(client, keys, host, probe)
+    reads = _Reads(client)
+    reads.prefetch(keys, host)
+    found = _search(reads, keys, host, probe)
     if found is None and seen:
-        probe.full = True
-        found = _search(client, keys, host, probe)
+        probe.full = True  # (the second pass reads nothing again: the pages are in `reads`)
+        found = _search(reads, keys, host, probe)
     if found is None:
         page = recrawl_view.read_page(client, keys, url, host, fingerprint)
         if page is not None:
@@ -120,6 +124,48 @@ def locate(client: Any, keys: CrawlKeys, url: str, host: str,
     found.setdefault("entry_id", None)
     return {"url": url, "host": host, "certain": found["state"] != "done",
             "in_filter": seen, **found}
+
+
+class _Reads:
+    """The reads of one lookup, each sent to Redis once: a memo of the client's read
+    commands by name and arguments, so that the second pass (:class:`Probe` ``full``) matches
+    the pages the first pass read, and :meth:`prefetch` sends the first page of every
+    structure in one pipeline (one round trip instead of one per structure)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.memo: dict[tuple[str, str], Any] = {}
+
+    @staticmethod
+    def _slot(name: str, args: tuple[Any, ...], kw: dict[str, Any]) -> tuple[str, str]:
+        return name, repr((args, sorted(kw.items())))
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        command = getattr(self.client, name)
+
+        def call(*args: Any, **kw: Any) -> Any:
+            slot = self._slot(name, args, kw)
+            if slot not in self.memo:
+                self.memo[slot] = command(*args, **kw)
+            return self.memo[slot]
+        return call
+
+    def prefetch(self, keys: CrawlKeys, host: str) -> None:
+        """Read, in one pipeline, what every :func:`_search` step reads first (the same
+        commands with the same arguments)."""
+        first: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
+            ("hscan", (keys.lease, 0), {"count": CHUNK}),
+            ("zrange", (keys.deferred, 0, CHUNK - 1), {"withscores": True}),
+            ("hget", (keys.queue_index, host), {}),
+            ("lrange", (keys.parked, 0, CHUNK - 1), {}),
+            ("hscan", (keys.failed, 0), {"count": CHUNK}),
+            ("hscan", (keys.dead, 0), {"count": CHUNK})]
+        with self.client.pipeline(transaction=False) as pipe:
+            for name, args, kw in first:
+                getattr(pipe, name)(*args, **kw)
+            replies = pipe.execute()
+        for (name, args, kw), reply in zip(first, replies, strict=True):
+            self.memo[self._slot(name, args, kw)] = reply
 
 
 def _search(client: Any, keys: CrawlKeys, host: str, probe: Probe) -> dict[str, Any] | None:

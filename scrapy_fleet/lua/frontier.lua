@@ -39,7 +39,8 @@
 --   gone or another one), mc the marker to write when there is none, ld links left out as
 --   known duplicates and bg the filter generation that knowledge is from (lua/step_check.lua);
 --   bgp, bgs, bgi, bgb, bgh the crawl's page, seconds, item and byte budgets and every host's
---   page budget (0 or none: no budget; lua/step_budget.lua).
+--   page budget (0 or none: no budget; lua/step_budget.lua); gi the crawl's id in its crawl
+--   group and gw its weight (none: no group; lua/step_group.lua).
 --   An acknowledgement's third element is a failure record ("" for none), its fourth the
 --   failure records of requests its callback yielded that the worker could not encode
 --   (codec/...); u: records of such requests without a parent (lua/step_ack.lua).

@@ -20,6 +20,7 @@ local State = {}
 function State.new(c)
   local K, req, now, ctx, out, count, qw = c.K, c.req, c.now, c.ctx, c.out, c.count, c.qw
   local st = {}
+  local grouped = type(req.gi) == 'string' and req.gi ~= ''  -- in a crawl group
 
   local lease_cache = {}  -- id -> value read in this call (false: none)
   st.lease_cache = lease_cache
@@ -112,7 +113,9 @@ function State.new(c)
       local wake = {}
       for i, h in ipairs(part) do
         local ready_at = tonumber(at[i])
-        if ready_at and ready_at >= FAR then  -- it was waiting for a slot
+        -- it was waiting for a slot (a crawl group's: looking again soon, lua/step_lease.lua;
+        -- woken early, the lease step checks the host's turn again)
+        if ready_at and (ready_at >= FAR or (grouped and ready_at > now)) then
           wake[#wake + 1] = now
           wake[#wake + 1] = h
         end

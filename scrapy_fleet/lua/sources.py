@@ -25,7 +25,9 @@ FRONTIER_PARTS = ("common.lua", "queue.lua", "failed.lua", "monitoring.lua", "st
 #: body) that the driver calls only when the call has work
 FRONTIER_STEPS = ("adaptive.lua", "hosts.lua", "bloom.lua", "bloom_write.lua",
                   "frontier_state.lua", "step_reclaim.lua", "step_release.lua", "step_push.lua",
-                  "step_ack.lua", "step_lease.lua",
+                  "step_ack.lua",
+                  "step_group.lua",  # crawl groups (issue 34): used by step_lease
+                  "step_lease.lua",
                   "step_adapt.lua")  # adaptive politeness (issue 35)
 
 #: entry script -> (parts put before it, its KEYS declaration or None: positional KEYS)

@@ -17,6 +17,8 @@
 -- and holders (each lease under its worker: lua/step_recover.lua).
 -- Budgets (issue 34, lua/step_budget.lua): each lease is charged when granted; nothing is
 -- leased after the time budget's deadline; a host out of budget goes to FAR in K.ready.
+-- Crawl groups (issue 34, lua/step_group.lua): a host's turn that another crawl of the group
+-- has (by weight) is not taken: the host is looked at again half an interval later.
 -- Work per call: 8 to 64 candidate hosts (twice take), heads read 1, 2, 4 ... at a time;
 -- nothing when c.take is 0.
 
@@ -27,6 +29,7 @@ local function step_lease(c)
   local bud = budget_open(c)  -- budgets (issue 34): lua/step_budget.lua
   if bud.over or bud.items_over or bud.bytes_over then return end  -- spent: no lease
   bud = bud.on and bud or nil
+  local grp = group_open(c)  -- crawl groups (issue 34): lua/step_group.lua
   -- the hosts ready longest, as many as this call can use (twice take, 8 to 64 of them)
   local except_host = (type(req.hx) == 'string' and req.hx ~= '') and req.hx or nil
   local cands
@@ -127,12 +130,22 @@ local function step_lease(c)
     if h ~= STAGE_HOST then interval, tau, cap = host_policy_ctx(ctx, h) end
     local wait_until = h ~= STAGE_HOST and host_blocked_until_ctx(ctx, h, interval, tau, cap, true)
       or nil
+    if grp and wait_until == FAR then
+      -- at its cap: a slot freed by another crawl of the group wakes none of this crawl's
+      -- hosts (an acknowledgement re-marks its own crawl's), so look again 250 ms on
+      wait_until = now + 250
+    end
     if not wait_until and req.ro == 1 and h ~= STAGE_HOST
         and redis.call('HEXISTS', K.robots, h) == 0 and st.live_now(h) >= 1 then
       wait_until = now + 250  -- robots.txt (and its Crawl-delay) not known yet: one scout
     end
     local my_share_used = cap > 0 and worker ~= '' and
       st.wlive_now(worker .. '|' .. h) >= math.ceil(cap / active)
+    if grp and not my_share_used and h ~= STAGE_HOST  -- (a want, even while the host waits)
+        and not group_turn(c, grp, h, interval) and not wait_until then
+      -- another crawl of the group has this turn of the host: look again half an interval on
+      wait_until = now + math.max(50, math.floor(interval / 2))
+    end
     local spent  -- budgets: 'crawl' or 'host' when the head may not be charged
     if bud and not wait_until and not my_share_used then
       local _, hid = Queue.member_parts(h, head_of(h))
@@ -182,10 +195,12 @@ local function step_lease(c)
         st.live_add(h, 1)
         if worker ~= '' then st.wlive_add(worker .. '|' .. h, 1) end
         host_take_token_ctx(ctx, h, interval)
+        if grp and h ~= STAGE_HOST then group_took(grp, h) end
         pending[#pending + 1] = {id, tok, h, score, rd.payload[m]}
         taken = taken + 1
       end
       if not head_of(h) then
+        if grp then group_left(grp, h) end
         ready_gone[#ready_gone + 1] = h
         pop_top()
       else

@@ -36,7 +36,6 @@ from scrapy_fleet import engine_hooks, outage, redis_client
 from scrapy_fleet.codec import DEFER_META_KEY, LEASE_META_KEY
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import RobotsTxtUnavailable
-from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.politeness import hosts as politeness
 from scrapy_fleet.politeness.settings import AdaptiveConfig
 
@@ -146,7 +145,7 @@ class _FleetDownloaderMiddleware:
         if self._politeness is None:
             spider = self.crawler.spider
             assert spider is not None
-            keys = CrawlKeys(self.config.key_prefix, self.config.resolve_crawl_id(spider.name))
+            keys = self.config.crawl_keys(spider.name)  # (in its crawl group, if any)
             client = redis_client.make_client(self.config.redis_url, self.config.redis_timeout,
                                               is_async=True)
             self._politeness = politeness.Politeness(

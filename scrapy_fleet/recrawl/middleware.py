@@ -133,10 +133,9 @@ class FleetRecrawlMiddleware:
         if self.budgets is None:
             from scrapy_fleet import redis_client
             from scrapy_fleet.config import FleetConfig
-            from scrapy_fleet.keys import CrawlKeys
 
             fleet = FleetConfig.from_settings(self.crawler.settings)
-            keys = CrawlKeys(fleet.key_prefix, fleet.resolve_crawl_id(self.crawler.spider.name))
+            keys = fleet.crawl_keys(self.crawler.spider.name)
             client = redis_client.make_client(fleet.redis_url, fleet.redis_timeout,
                                               is_async=True)
             self.budgets = HostBudgets(fleet, keys, client)

@@ -112,6 +112,26 @@ def test_host_block_holds_until_unblocked(redis_url, parts):
 
 
 @pytest.mark.parametrize("parts", [1, 2])
+def test_unblock_of_a_host_never_blocked_says_so(redis_url, parts, capsys):
+    admin, admins = setup_crawl(redis_url, parts, n=1)
+    gen_before = [admins[0].client.get(k.ctl) for k in admin.keys.all_partitions(parts)]
+    o = opts(wait=0.5)
+    o.host_verb = "unblock"
+    assert control.run_host(admin, ["c.test"], o, parts) == 0
+    out = capsys.readouterr().out
+    assert out == (f"host c.test of crawl 'ctl{parts}' was not blocked or paused: nothing "
+                   "to unblock\n"), out
+    # nothing written: no control generation spent
+    assert [admins[0].client.get(k.ctl) for k in admin.keys.all_partitions(parts)] == gen_before
+    o.host_verb = "block"
+    assert control.run_host(admin, ["c.test"], o, parts) == 0
+    o.host_verb = "unblock"
+    capsys.readouterr()
+    assert control.run_host(admin, ["c.test"], o, parts) == 0
+    assert capsys.readouterr().out.startswith("unblocked host c.test of crawl")
+
+
+@pytest.mark.parametrize("parts", [1, 2])
 def test_pause_for_ends_on_redis_clock(redis_url, parts):
     admin, admins = setup_crawl(redis_url, parts, n=1)
     assert control.run_pause(admin, [], opts(pause_for="1.5s", wait=0.5), parts) == 0
@@ -132,8 +152,9 @@ def test_a_paused_empty_crawl_is_not_idle(redis_url):
     leased = admin.call(CallBatch(take=10), worker="w").leased
     admin.call(CallBatch(acks=[(e.entry_id, e.token) for e in leased]), worker="w")
     assert admin.call(CallBatch(), worker="w").idle_ms >= 0  # empty: idle
-    # (worker w is live and does not call during the pause: named, status 1)
-    assert control.run_pause(admin, [], opts(wait=0.2), 1) == 1
+    # (worker w is live and does not call during the pause, but holds no lease: it could
+    # start nothing without a call that sees the pause, so the command does not wait for it)
+    assert control.run_pause(admin, [], opts(wait=0.2), 1) == 0
     assert admin.call(CallBatch(), worker="w").idle_ms == -1  # paused: never idle
     assert control.run_resume(admin, [], opts(), 1) == 0
     assert admin.call(CallBatch(), worker="w").idle_ms >= 0
@@ -141,7 +162,8 @@ def test_a_paused_empty_crawl_is_not_idle(redis_url):
 
 def test_pause_waits_for_live_workers_and_names_those_that_do_not_confirm(redis_url, capsys):
     admin, _ = setup_crawl(redis_url, 1, n=1)
-    admin.call(CallBatch(), worker="slow")  # a live worker that will not call again
+    # a live worker holding a lease (it could start it) that will not call again
+    assert len(admin.call(CallBatch(take=1), worker="slow").leased) == 1
     assert control.run_pause(admin, [], opts(wait=0.3), 1) == 1
     assert "slow" in capsys.readouterr().err
     gen = control.read_state(admin)["gen"]
@@ -149,6 +171,29 @@ def test_pause_waits_for_live_workers_and_names_those_that_do_not_confirm(redis_
     # its next call reports the generation it holds: confirmed
     admin.call(CallBatch(control_gen=gen), worker="slow")
     assert control.unconfirmed(admin, 1, gen) == []
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+def test_pause_does_not_wait_for_a_live_worker_that_holds_no_lease(redis_url, capsys, parts):
+    """An idle worker calls only at its heartbeat (5 s): it held `pause` back that long.  It
+    holds no lease, so it can start nothing before a frontier call, whose lease step reads
+    the pause: the command returns without it."""
+    admin, admins = setup_crawl(redis_url, parts, n=1)
+    for a in admins:
+        a.call(CallBatch(), worker="idle")  # live, no lease, will not call again
+    held = {a: a.call(CallBatch(take=1), worker="busy").leased for a in admins}
+    assert [len(v) for v in held.values()] == [1] * parts  # one lease in each partition
+    assert control.run_pause(admin, [], opts(wait=0.3), parts) == 1
+    err = capsys.readouterr().err
+    assert "busy" in err and "idle" not in err, err
+    gen = control.read_state(admins[0])["gen"]
+    assert control.unconfirmed(admin, parts, gen) == ["busy"]
+    for a, leases in held.items():  # busy's downloads end and are acknowledged: no lease
+        a.call(CallBatch(acks=[(e.entry_id, e.token) for e in leases]), worker="busy")
+    # only workers without a lease are live: the next control returns at once
+    assert control.run_resume(admin, [], opts(), parts) == 0
+    assert control.run_pause(admin, [], opts(wait=0.3), parts) == 0
+    assert "every live worker holds it" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, status, line", [

@@ -137,6 +137,49 @@ def test_url_answers_each_state_as_the_frontier_calls_left_it(redis_url, capsys,
     assert "leased by worker 'w7'" in out
 
 
+class Counting(redis.Redis):
+    """A client that records the commands it sends, a pipeline's execute as one."""
+
+    sent: list[str] = []
+
+    def execute_command(self, *args, **options):
+        Counting.sent.append(str(args[0]))
+        return super().execute_command(*args, **options)
+
+    def pipeline(self, transaction=True, shard_hint=None):
+        pipe = super().pipeline(transaction, shard_hint)
+        execute = pipe.execute
+
+        def counted(*a, **kw):
+            Counting.sent.append("PIPELINE")
+            return execute(*a, **kw)
+        pipe.execute = counted
+        return pipe
+
+
+def test_a_done_url_is_found_in_few_round_trips_each_page_read_once(redis_url):
+    """A done URL takes both passes (the second fingerprints every entry of the host); the
+    second matches the pages the first read, and the first page of every structure comes in
+    one pipeline: 7 round trips in all (there were 19: every read twice, one per structure)."""
+    from scrapy_fleet.frontier.where import locate
+
+    c, u = states_crawl(redis_url, "few", 1)
+    for i in range(30):  # the host has a queue to read
+        c.push(f"http://done.test/other/{i}")
+    client = Counting.from_url(redis_url)
+    Counting.sent = []
+    row = locate(client, c.base, u["done"], "done.test", FP)
+    assert row["state"] == "done"
+    # the Bloom filter (HMGET, PIPELINE), the first page of every structure (PIPELINE), the
+    # host's bucket (LRANGE, once for both passes), then the recrawl schedule (HGET, ZRANGE,
+    # LRANGE of its slot: recrawl/view.py)
+    assert Counting.sent == ["HMGET", "PIPELINE", "PIPELINE", "LRANGE", "HGET", "ZRANGE",
+                             "LRANGE"], Counting.sent
+    Counting.sent = []
+    assert locate(client, c.base, u["queued"], "queued.test", FP)["state"] == "queued"
+    assert len(Counting.sent) == 4, Counting.sent  # Bloom (2), the pipeline, its bucket
+
+
 def test_url_refuses_bad_input_in_one_line(redis_url, capsys):
     assert run(redis_url, "url", "nothing", "http://a.test/", capsys=capsys)[0] == 4
     Crawl(redis_url, "bad", 1).push("http://a.test/")
