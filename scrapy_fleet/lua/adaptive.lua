@@ -19,7 +19,7 @@
 -- Rules (AIMD, Jacobson's congestion avoidance, RFC 5681 section 3.1, per host; the latency
 -- rule after TCP Vegas's expected/actual comparison): an overload answer of a request leased
 -- after the last decrease multiplies r by beta; a clean answer after a full clean window adds
--- step x C (a quarter of that within 10 % of cap); when ls > g x lm (lm read as at least
+-- step x C, or follows the cubic curve to cap once one is learned (adaptive_increase); when ls > g x lm (lm read as at least
 -- LATENCY_FLOOR_MS), r is multiplied by g x lm / ls and cc set to ceil(r x g x lm / 1000)
 -- (requests in flight at rate r and the acceptable latency), lifted at the first increase
 -- once ls is back under g x lm.
@@ -30,6 +30,8 @@ local LATENCY_WEIGHT = 0.3
 -- ms: the long minimum is read as at least this, so that the jitter of answers of a few ms
 -- (a nearby server, a busy worker's event loop) is not taken for a queue growing at the site
 local LATENCY_FLOOR_MS = 25
+-- clean windows from a decrease to the learned capacity on the increase's cubic curve
+local PLATEAU_WINDOWS = 15
 
 -- The state of a host from its stored string (nil when none or unreadable).
 local function adaptive_parse(raw)
@@ -63,6 +65,24 @@ local function adaptive_apply(raw, T, cap)
   return T, cap, slowed
 end
 
+-- The rate after a clean window: r + step x C without a learned capacity; with one (cap,
+-- the rate of the last overload, at time dt) the cubic curve of TCP CUBIC (RFC 9438 section
+-- 4.2, W(t) = cap + cap x (1 - beta) x ((t - K) / K)^3, here with K = PLATEAU_WINDOWS clean
+-- windows, and twice as fast past t = K): it rises fast from the decrease, flattens within a
+-- few per cent of cap for about K (a limit that recurs at about the same rate is approached
+-- slowly), then probes beyond it ever faster; never more than step x C per window, never
+-- above C, never down.
+local function adaptive_increase(s, now, C, p)
+  local r = s.r + p[2] * C
+  if s.cap > 0 then
+    local K = PLATEAU_WINDOWS * p[3]
+    local x = (now - s.dt - K) / K
+    if x > 0 then x = 2 * x end  -- beyond cap: probe twice as fast as the approach
+    r = math.min(r, math.max(s.r, s.cap + s.cap * (1 - p[1]) * x * x * x))
+  end
+  return math.min(C, r)
+end
+
 -- One download report of a request to a host of ceiling C (requests/s) leased with token
 -- tok: outcome o (0 clean, 1 overload, 2 neither: a ban, another error), latency lat (ms,
 -- -1 unknown), reason why of an overload; p = {beta, step, window ms, g, slowest rate
@@ -94,9 +114,7 @@ local function adaptive_report(raw, now, C, tok, o, lat, why, p, token_key)
       s.cc = math.max(1, math.ceil(s.r * g * lm / 1000))
     elseif now - s.ct >= p[3] and s.r < C then
       if s.cc > 0 and s.ls <= g * lm then s.cc = 0 end  -- the latency is back: no cap
-      local step = p[2] * C
-      if s.cap > 0 and s.r >= 0.9 * s.cap and s.r <= 1.1 * s.cap then step = step / 4 end
-      s.r = math.min(C, s.r + step)
+      s.r = adaptive_increase(s, now, C, p)
       s.ct = now
       if s.cc > 0 then s.cc = s.cc + 1 end  -- (still slow: one more in flight per window)
       event = 'inc'

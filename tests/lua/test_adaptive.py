@@ -27,8 +27,8 @@ def _state(redis_url: str, host: str = "a.test", crawl: str = "adapt") -> dict[s
     raw = redis.Redis.from_url(redis_url).hget(CrawlKeys("fleet", crawl).adaptive, host)
     assert raw is not None, "no controller state"
     f = raw.decode().split("|")
-    return {"rate": float(f[0]), "short": float(f[1]), "min": float(f[2]), "why": f[6],
-            "cap": float(f[8]), "cc": int(f[9]), "decreases": int(f[10])}
+    return {"rate": float(f[0]), "short": float(f[1]), "min": float(f[2]), "dt": int(f[4]),
+            "why": f[6], "ct": int(f[7]), "cap": float(f[8]), "cc": int(f[9]), "decreases": int(f[10])}
 
 
 def _lease(admin: FrontierAdmin, n: int) -> list:
@@ -95,21 +95,44 @@ def test_the_learned_rate_spaces_the_leases(redis_url):
     assert all(g >= 200 for g in gaps) and min(gaps) < 400, gaps
 
 
-def test_clean_windows_raise_the_rate_up_to_the_ceiling_slower_near_capacity(redis_url):
-    admin = _admin(redis_url, window=0.05, g=0)
-    admin.push([entry(f"http://a.test/{i}") for i in range(200)])
+def _cubic_rate(before: float, state: dict[str, object], window_ms: float) -> float:
+    """The rate after a clean window by lua/adaptive.lua's rule (RFC 9438's W(t), K = 15
+    windows, twice as fast past K), at the server time of the increase (the state's clean-window start)."""
+    cap, dt, ct = float(state["cap"]), float(state["dt"]), float(state["ct"])
+    k = 15 * window_ms
+    x = (ct - dt - k) / k
+    curve = cap + cap * 0.5 * (2 * x if x > 0 else x) ** 3
+    return min(CEILING, before + 0.05 * CEILING, max(before, curve))
+
+
+def test_clean_windows_follow_the_cubic_curve_flat_near_the_learned_capacity(redis_url):
+    admin = _admin(redis_url, window=0.2, g=0)
+    admin.push([entry(f"http://a.test/{i}") for i in range(400)])
     _report(admin, _lease(admin, 1), OVERLOAD, why="429")
     assert _state(redis_url)["rate"] == 10.0
-    rates = []
-    while len(rates) < 40 and (not rates or rates[-1] < CEILING):
-        wait_server_past(admin.client, server_ms(admin.client) + 60)
+    wait_server_past(admin.client, server_ms(admin.client) + 210)
+    _report(admin, _lease(admin, 1), CLEAN, latency=20)
+    assert _state(redis_url)["rate"] == 11.0  # + 5 % of the ceiling in the first window
+    while _state(redis_url)["rate"] < 14.0:
+        wait_server_past(admin.client, server_ms(admin.client) + 210)
         _report(admin, _lease(admin, 1), CLEAN, latency=20)
-        rates.append(_state(redis_url)["rate"])
-    assert rates[0] == 11.0  # + 5 % of the ceiling per clean window
+    _report(admin, _lease(admin, 1), OVERLOAD, why="429")  # refused again, below the ceiling
+    cap = _state(redis_url)["cap"]
+    assert 14.0 <= cap < CEILING and _state(redis_url)["rate"] == cap / 2
+    rates, steps_near_cap = [cap / 2], []
+    while rates[-1] < CEILING and len(rates) < 200:
+        wait_server_past(admin.client, server_ms(admin.client) + 210)
+        _report(admin, _lease(admin, 1), CLEAN, latency=20)
+        state = _state(redis_url)
+        # every increase is the cubic curve's value at its time, at most a full step up
+        assert abs(state["rate"] - _cubic_rate(rates[-1], state, 200)) < 1e-4 * CEILING
+        if abs(rates[-1] - cap) <= 0.05 * cap:
+            steps_near_cap.append(state["rate"] - rates[-1])
+        rates.append(state["rate"])
     assert rates[-1] == CEILING and max(rates) == CEILING  # never above it
-    steps = {round(b - a, 6) for a, b in itertools.pairwise([10.0, *rates])}
-    # within 10 % of the learned capacity (20/s, where it was refused) a quarter step
-    assert 0.25 in steps and 1.0 in steps
+    assert rates == sorted(rates)  # never down without an overload
+    # within 5 % of the learned capacity the steps are a fraction of the full step (1/s)
+    assert steps_near_cap and min(steps_near_cap) < 0.25, (steps_near_cap, rates)
 
 
 def test_rising_latency_lowers_rate_and_concurrency_in_proportion(redis_url):
