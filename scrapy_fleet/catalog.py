@@ -162,6 +162,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FLEET_ADAPTIVE_OVERLOAD_STATUSES", [429, 503], "list of int",
             "HTTP statuses that lower a host's rate (besides timeouts and connection errors)",
             "politeness", _POL),
+    Setting("FLEET_ADAPTIVE_MEMORY", 7 * 86400.0, "float >= 0",
+            "seconds a host's learned capacity is kept fleet-wide, so that the next crawl or "
+            "recrawl of the host starts there; 0: not kept", "politeness", _POL),
     Setting("FLEET_JSONL_PATH", None, "str or None",
             "append one JSON line per item to this file (placeholders %(worker)s...)",
             "sinks"),

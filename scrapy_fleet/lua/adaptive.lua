@@ -83,6 +83,18 @@ local function adaptive_increase(s, now, C, p)
   return math.min(C, r)
 end
 
+-- The state of a host that a crawl has not adapted yet, seeded from the capacity cap
+-- (requests/s) that an earlier crawl learned (politeness/memory.py): rate min(cap, C), on
+-- the cubic curve's plateau (as if cap had been refused K ago), so that it probes above cap
+-- slowly; nil when cap is not a positive number.
+local function adaptive_seed(now, C, cap, window_ms)
+  cap = tonumber(cap)
+  if not cap or cap <= 0 or C <= 0 then return nil end
+  local dt = now - PLATEAU_WINDOWS * window_ms
+  return adaptive_pack({r = math.min(cap, C), ls = 0, lm = 0, lmt = 0, dt = dt, dk = 0,
+                        why = '', ct = now, cap = cap, cc = 0, n = 0})
+end
+
 -- One download report of a request to a host of ceiling C (requests/s) leased with token
 -- tok: outcome o (0 clean, 1 overload, 2 neither: a ban, another error), latency lat (ms,
 -- -1 unknown), reason why of an overload; p = {beta, step, window ms, g, slowest rate

@@ -21,6 +21,7 @@ import itertools
 import logging
 import time
 import weakref
+from collections.abc import Awaitable, Callable
 from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
@@ -29,8 +30,6 @@ from scrapy import Request, signals
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
-from twisted.internet.error import ConnectError, ConnectionLost
-from twisted.web._newclient import ResponseNeverReceived
 
 from scrapy_fleet import engine_hooks, outage, redis_client
 from scrapy_fleet.codec import DEFER_META_KEY, LEASE_META_KEY
@@ -38,7 +37,14 @@ from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import RobotsTxtUnavailable
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.politeness import hosts as politeness
-from scrapy_fleet.politeness.settings import AdaptiveConfig
+from scrapy_fleet.politeness.memory import CapacityMemory
+from scrapy_fleet.politeness.reports import (  # noqa: F401 (exported)
+    CLEAN,
+    NEITHER,
+    OVERLOAD,
+    exception_report,
+    response_report,
+)
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -83,44 +89,6 @@ def retry_after_seconds(response: Response) -> float | None:
     return max(0.0, when.timestamp() - now)
 
 
-#: outcomes of a download report (lua/adaptive.lua)
-CLEAN, OVERLOAD, NEITHER = 0, 1, 2
-#: statuses that neither lower nor raise a host's rate: bans stay per exit (proxies)
-_BAN_STATUSES = frozenset({401, 403, 407})
-
-
-def _latency_ms(request: Request) -> int:
-    latency = request.meta.get("download_latency")
-    return int(latency * 1000) if isinstance(latency, (int, float)) else -1
-
-
-def response_report(request: Request, response: Response,
-                    adaptive: AdaptiveConfig) -> tuple[int, int, str]:
-    """(outcome, latency ms, reason) of *response* for its host's adaptive controller: an
-    overload status (FLEET_ADAPTIVE_OVERLOAD_STATUSES, with or without Retry-After) is
-    OVERLOAD, a ban or another 5xx NEITHER, any other answer CLEAN with Scrapy's
-    ``download_latency`` (seconds, in the request's meta) in ms."""
-    status = response.status
-    if status in adaptive.overload_statuses:
-        return (OVERLOAD, -1, str(status))
-    if status in _BAN_STATUSES or status >= 500:
-        return (NEITHER, -1, "")
-    return (CLEAN, _latency_ms(request), "")
-
-
-def exception_report(request: Request, exception: BaseException) -> tuple[int, int, str]:
-    """(outcome, latency ms, reason) of a failed download: a timeout or a connection error
-    (Scrapy's own retryable kinds: twisted's and the standard library's) is OVERLOAD (reason
-    "timeout" or "error"); any other failure NEITHER."""
-    name = type(exception).__name__
-    if "Timeout" in name or "TimedOut" in name:
-        return (OVERLOAD, -1, "timeout")
-    if isinstance(exception, (ConnectionError, OSError, ConnectError, ConnectionLost,
-                              ResponseNeverReceived)):
-        return (OVERLOAD, -1, "error")
-    return (NEITHER, -1, "")
-
-
 class _FleetDownloaderMiddleware:
     def __init__(self, crawler: Crawler, config: FleetConfig) -> None:
         self.crawler = crawler
@@ -131,8 +99,12 @@ class _FleetDownloaderMiddleware:
     async def _close_client(self, spider: Any = None) -> None:
         """Close the Redis client at the spider's end: left to the garbage collector, each of
         its connections raised a ``ResourceWarning`` (an error under ``-W error``)."""
+        await self._before_close()
         if self._politeness is not None:
             await self._politeness.client.aclose()
+
+    async def _before_close(self) -> None:
+        """What a middleware still writes at the spider's end (nothing by default)."""
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Any:
@@ -196,11 +168,14 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
         self._failing: set[str] = set()
         self._host_failures = host_failures(crawler.settings.getlist("RETRY_EXCEPTIONS"))
         self._adaptive = config.politeness.adaptive
+        self._memory: CapacityMemory | None = None
 
     async def process_request(self, request: Request, spider: Any = None) -> None:
         """Fail closed: while the politeness call fails (Redis unreachable), the request
         waits here, with back-off (0.1 s doubling to 5 s), and asks again; it is never sent
         without its turn.  Stats: ``fleet/politeness/guard_redis_waits``."""
+        host = self.host(request)
+        await self._remember(lambda m: m.recall(host))
         delay = _GUARD_FIRST_WAIT
         while True:
             try:
@@ -245,14 +220,32 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
         if ledger is not None and request.meta.get(LEASE_META_KEY):
             ledger.download_over(request, report if self._adaptive.enabled else None)
 
+    async def _remember(self, step: Callable[[CapacityMemory], Awaitable[None]]) -> None:
+        """A step of the learned capacities kept across crawls (memory.py), when the
+        controller and FLEET_ADAPTIVE_MEMORY are on; a Redis error is reported, not raised."""
+        if self._memory is None:
+            if not (self._adaptive.enabled and self._adaptive.memory > 0):
+                return
+            self._memory = CapacityMemory(self.politeness(), self.config.key_prefix,
+                                          self._adaptive.memory, self._adaptive.window, self._inc)
+        try:
+            await step(self._memory)
+        except _REDIS_ERRORS as exc:
+            self._redis_trouble(exc, "Learned capacities not recalled or kept (%s)", exc)
+
+    async def _before_close(self) -> None:
+        await self._remember(lambda m: m.close())
+
     async def process_response(self, request: Request, response: Response,
                                spider: Any = None) -> Response:
+        report = response_report(request, response, self._adaptive)
         try:
             await self._after_response(request, response)
         except _REDIS_ERRORS as exc:
             self._redis_trouble(exc, "Back-off bookkeeping for %s failed (%s)", request.url, exc)
         finally:
-            self._download_over(request, response_report(request, response, self._adaptive))
+            self._download_over(request, report)
+        await self._remember(lambda m: m.after(self.host(request), report[0] == OVERLOAD))
         return response
 
     async def _after_response(self, request: Request, response: Response) -> None:
@@ -280,11 +273,14 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
 
     async def process_exception(self, request: Request, exception: BaseException,
                                 spider: Any = None) -> None:
+        report = None if isinstance(exception, IgnoreRequest) else \
+            exception_report(request, exception)
         try:
             await self._after_exception(request, exception)
         finally:
-            self._download_over(request, None if isinstance(exception, IgnoreRequest)
-                                else exception_report(request, exception))
+            self._download_over(request, report)
+        if report is not None:
+            await self._remember(lambda m: m.after(self.host(request), report[0] == OVERLOAD))
 
     async def _after_exception(self, request: Request, exception: BaseException) -> None:
         if isinstance(exception, IgnoreRequest):

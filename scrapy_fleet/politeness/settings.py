@@ -72,7 +72,8 @@ class AdaptiveConfig:
     ``beta`` (rate factor per overload event), ``step`` (fraction of the configured rate
     added per clean window), ``window`` (seconds), ``latency_factor`` (g; 0: no latency rule),
     ``min_rate`` (requests/s, the slowest it goes), ``overload_statuses`` (HTTP statuses
-    that count as overload)."""
+    that count as overload), ``memory`` (seconds a host's learned capacity is kept for the
+    next crawls, fleet-wide; 0: not kept)."""
 
     enabled: bool = True
     beta: float = 0.5
@@ -81,6 +82,7 @@ class AdaptiveConfig:
     latency_factor: float = 2.0
     min_rate: float = 0.05
     overload_statuses: frozenset[int] = frozenset({429, 503})
+    memory: float = 7 * 86400.0
 
 
 def adaptive_config(settings: BaseSettings | Mapping[str, Any]) -> AdaptiveConfig:
@@ -120,7 +122,9 @@ def adaptive_config(settings: BaseSettings | Mapping[str, Any]) -> AdaptiveConfi
         enabled=boolean("FLEET_ADAPTIVE", g("FLEET_ADAPTIVE")), beta=beta, step=step,
         window=number("FLEET_ADAPTIVE_WINDOW", g("FLEET_ADAPTIVE_WINDOW"), float, 0.0,
                       "seconds > 0", exclusive=True),
-        latency_factor=factor, min_rate=min_rate, overload_statuses=frozenset(statuses))
+        latency_factor=factor, min_rate=min_rate, overload_statuses=frozenset(statuses),
+        memory=number("FLEET_ADAPTIVE_MEMORY", g("FLEET_ADAPTIVE_MEMORY"), float, 0.0,
+                      "seconds >= 0"))
 
 
 @dataclass(frozen=True)

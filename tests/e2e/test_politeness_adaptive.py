@@ -9,6 +9,7 @@ from support import TEST_PROJECT, kill_worker, start_worker, wait_until
 from test_politeness import hits, push_urls, run_workers
 
 from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.keys import learned_capacity_key
 from testsite import generate_site
 
 pytestmark = pytest.mark.slow
@@ -97,3 +98,39 @@ def test_a_long_crawl_delay_is_not_capped(redis_url, tmp_path, site_factory, wor
         assert len(hits(site, "127.0.0.2")) <= 1
     finally:
         kill_worker(proc)
+
+
+def test_the_learned_capacity_outlives_the_crawl(redis_url, limited_site, worker_env, tmp_path):
+    """Crawl A learns the host's capacity; it is kept fleet-wide (FLEET_ADAPTIVE_MEMORY, 7
+    days), so crawl B of the same host, with none of A's keys left, starts there instead of
+    at the ceiling."""
+    site = limited_site()
+    ok, refused, _, state = _crawl(redis_url, site, worker_env, tmp_path, adaptive=True)
+    assert len(ok) == PAGES and state is not None and refused > 0
+    client = FrontierAdmin(redis_url, "fetch").client
+    memory = learned_capacity_key("fleet", "127.0.0.2")
+    kept = client.get(memory)
+    assert kept is not None, "no learned capacity kept"
+    capacity = float(kept.decode().split("|")[0])
+    assert 0 < capacity < CEILING, kept
+    assert 6 * 86400_000 < client.pttl(memory) <= 7 * 86400_000
+    # the crawl is gone (as after `reset`); the fleet-wide memory stays
+    doomed = list(client.scan_iter(match="fleet:{fetch}:*", count=1000))
+    client.delete(*doomed)
+    assert client.get(memory) == kept
+    before = len(site.requests())
+    push_urls([f"{site.urls[0]}site/p/{i}.html" for i in range(6)], redis_url, worker_env,
+              tmp_path)
+    run_workers(1, redis_url, worker_env, tmp_path,
+                {"FLEET_HOST_RATE": CEILING, "RETRY_TIMES": 50}, timeout=300)
+    raw = client.hget(FrontierAdmin(redis_url, "fetch").keys.adaptive, "127.0.0.2")
+    assert raw is not None
+    fields = raw.decode().split("|")
+    # B's controller began at A's capacity: its learned capacity is A's (or, refused again,
+    # the lower rate it was refused at), never the ceiling (without the memory: none, or the
+    # ceiling where B was first refused), and its rate has probed little above it
+    assert 0 < float(fields[8]) <= capacity * 1.001 and float(fields[0]) <= capacity * 1.25, \
+        (fields, kept)
+    b_log = [r for r in site.requests()[before:] if r["path"].startswith("/site/p/")]
+    assert {r["path"] for r in b_log if r["status"] == 200} == \
+        {f"/site/p/{i}.html" for i in range(6)}

@@ -28,7 +28,8 @@ def _state(redis_url: str, host: str = "a.test", crawl: str = "adapt") -> dict[s
     assert raw is not None, "no controller state"
     f = raw.decode().split("|")
     return {"rate": float(f[0]), "short": float(f[1]), "min": float(f[2]), "dt": int(f[4]),
-            "why": f[6], "ct": int(f[7]), "cap": float(f[8]), "cc": int(f[9]), "decreases": int(f[10])}
+            "why": f[6], "ct": int(f[7]), "cap": float(f[8]), "cc": int(f[9]),
+            "decreases": int(f[10])}
 
 
 def _lease(admin: FrontierAdmin, n: int) -> list:
@@ -97,7 +98,8 @@ def test_the_learned_rate_spaces_the_leases(redis_url):
 
 def _cubic_rate(before: float, state: dict[str, object], window_ms: float) -> float:
     """The rate after a clean window by lua/adaptive.lua's rule (RFC 9438's W(t), K = 15
-    windows, twice as fast past K), at the server time of the increase (the state's clean-window start)."""
+    windows, twice as fast past K), at the server time of the increase (the state's
+    clean-window start)."""
     cap, dt, ct = float(state["cap"]), float(state["dt"]), float(state["ct"])
     k = 15 * window_ms
     x = (ct - dt - k) / k

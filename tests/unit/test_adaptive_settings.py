@@ -15,6 +15,7 @@ from scrapy_fleet.addon import Addon
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.frontier.protocol import call_constants
+from scrapy_fleet.politeness.memory import parse_capacity
 from scrapy_fleet.politeness.middlewares import (
     CLEAN,
     NEITHER,
@@ -37,6 +38,8 @@ def test_on_by_default_and_sent_with_every_call():
                                         ("FLEET_ADAPTIVE_BETA", 0),
                                         ("FLEET_ADAPTIVE_STEP", 1.5),
                                         ("FLEET_ADAPTIVE_WINDOW", 0),
+                                        ("FLEET_ADAPTIVE_MEMORY", -1),
+                                        ("FLEET_ADAPTIVE_MEMORY", "week"),
                                         ("FLEET_ADAPTIVE_LATENCY_FACTOR", 0.5),
                                         ("FLEET_ADAPTIVE_MIN_RATE", 0),
                                         ("FLEET_ADAPTIVE_OVERLOAD_STATUSES", [429, 42]),
@@ -135,3 +138,13 @@ def test_what_a_download_report_says():
     assert exception_report(request, TCPTimedOutError()) == (OVERLOAD, -1, "timeout")
     assert exception_report(request, ConnectionRefusedError()) == (OVERLOAD, -1, "error")
     assert exception_report(request, ValueError("x")) == (NEITHER, -1, "")
+
+
+def test_the_learned_capacity_memory_setting_and_stored_value():
+    """FLEET_ADAPTIVE_MEMORY: 7 days by default, 0 keeps nothing; a stored capacity is
+    read only as a positive number ("<capacity>|<rate>"), anything else is ignored."""
+    assert adaptive_config(Settings()).memory == 7 * 86400
+    assert adaptive_config(Settings({"FLEET_ADAPTIVE_MEMORY": "0"})).memory == 0
+    assert parse_capacity(b"2.5|1.25") == 2.5 and parse_capacity("4") == 4.0
+    for bad in (None, b"", b"x|1", b"0|1", b"-3|1", b"inf|1", b"nan|1", b"\x80\x04."):
+        assert parse_capacity(bad) is None, bad
