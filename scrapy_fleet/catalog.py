@@ -138,6 +138,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FLEET_MAX_CRAWL_DELAY", None, "float >= 0 or None",
             "cap on a robots.txt Crawl-delay; None: none (a slow host costs the others "
             "nothing)", "politeness", _POL),
+    Setting("FLEET_SKIP_CRAWL_DELAY_OVER", None, "float > 0 or None",
+            "skip hosts whose robots.txt asks a Crawl-delay over this many seconds: their "
+            "requests go to the dead letters (reason crawl_delay); None: none skipped",
+            "politeness", _POL),
     Setting("FLEET_BACKOFF_BASE", 1.0, "float > 0",
             "first back-off (seconds) of a failing host without Retry-After", "politeness",
             _POL),

@@ -22,7 +22,6 @@ import logging
 import time
 import weakref
 from collections.abc import Awaitable, Callable
-from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -34,7 +33,7 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy_fleet import engine_hooks, outage, redis_client
 from scrapy_fleet.codec import DEFER_META_KEY, LEASE_META_KEY
 from scrapy_fleet.config import FleetConfig
-from scrapy_fleet.errors import RobotsTxtUnavailable
+from scrapy_fleet.errors import CrawlDelayTooLong, RobotsTxtUnavailable
 from scrapy_fleet.keys import CrawlKeys
 from scrapy_fleet.politeness import hosts as politeness
 from scrapy_fleet.politeness.memory import CapacityMemory
@@ -44,6 +43,7 @@ from scrapy_fleet.politeness.reports import (  # noqa: F401 (exported)
     OVERLOAD,
     exception_report,
     response_report,
+    retry_after_seconds,
 )
 
 if TYPE_CHECKING:
@@ -64,29 +64,6 @@ _GUARD_FIRST_WAIT, _GUARD_MAX_WAIT = 0.1, 5.0
 #: statuses that put a host on hold (fleet-wide back-off)
 BACKOFF_STATUSES = (429, 503)
 _STAT = "fleet/politeness/"
-
-
-def retry_after_seconds(response: Response) -> float | None:
-    """Seconds from a ``Retry-After`` header: delta-seconds or an HTTP date (RFC 9110
-    section 10.2.3).  A date is measured against the response's ``Date`` header when it has
-    one (the server's clock), else against this machine's clock.  None when absent/invalid."""
-    value = response.headers.get(b"Retry-After")
-    if not value:
-        return None
-    text = value.decode("latin-1").strip()
-    if text.isdigit():
-        return float(text)
-    try:
-        when = parsedate_to_datetime(text)
-    except (TypeError, ValueError):
-        return None
-    date_header = response.headers.get(b"Date")
-    try:
-        now = parsedate_to_datetime(date_header.decode("latin-1")).timestamp() \
-            if date_header else time.time()
-    except (TypeError, ValueError):
-        now = time.time()
-    return max(0.0, when.timestamp() - now)
 
 
 class _FleetDownloaderMiddleware:
@@ -307,7 +284,8 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
 class _RobotsState:
     """What this worker knows of one origin's robots.txt, until ``until`` (monotonic s):
     ``kind`` "rules" (``value``: a Protego parser, or None: allow all), "wait" (its robots.txt
-    failed: no new attempt before ``until``) or "gone" (``value``: the failure message)."""
+    failed: no new attempt before ``until``), "gone" (``value``: the failure message) or
+    "skip" (``value``: its Crawl-delay, s, over FLEET_SKIP_CRAWL_DELAY_OVER)."""
 
     __slots__ = ("kind", "until", "value")
 
@@ -371,6 +349,8 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
             return self._send_back(request, state.until - time.monotonic())
         if state.kind == "gone":
             return await self._give_up(request, origin, str(state.value))
+        if state.kind == "skip":
+            return await self._skip(request, origin, state.value)
         parser = state.value
         if parser is not None:
             useragent = self._useragent or request.headers.get(b"User-Agent", b"")
@@ -407,6 +387,23 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
         if ledger is not None and request.meta.get(LEASE_META_KEY):
             ledger.dead_letter(request, message)
         raise RobotsTxtUnavailable(message, origin)
+
+    async def _skip(self, request: Request, origin: str, delay: float) -> None:
+        """FLEET_SKIP_CRAWL_DELAY_OVER: *origin* asks a Crawl-delay of *delay* s, more than
+        that: the request goes to the dead letters (reason ``crawl_delay``), not sent."""
+        self._inc(_STAT + "crawl_delay_skipped")
+        limit = self.config.politeness.skip_crawl_delay_over
+        message = f"robots.txt of {origin} asks Crawl-delay {delay:g} s " \
+                  f"(over FLEET_SKIP_CRAWL_DELAY_OVER = {limit:g} s)"
+        if origin not in self._gone_logged:
+            self._gone_logged.add(origin)
+            logger.warning("%s: its requests go to the dead letters, reason crawl_delay "
+                           "(logged once per origin)", message,
+                           extra={"spider": self.crawler.spider})
+        ledger = engine_hooks.ledger_of(self.crawler)
+        if ledger is not None and request.meta.get(LEASE_META_KEY):
+            ledger.dead_letter(request, "crawl_delay")
+        raise CrawlDelayTooLong(message, origin, delay)
 
     async def _state(self, request: Request, origin: str) -> _RobotsState:
         state = self._states.get(origin)
@@ -480,9 +477,18 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
                 body = entry.get("body", b"")
                 parser = Protego.parse(body.decode("utf-8", "replace") if isinstance(
                     body, bytes) else str(body))
-            state = _RobotsState("rules", parser, expires)
+            delay = self._skipped_delay(parser)
+            state = _RobotsState("rules", parser, expires) if delay is None else \
+                _RobotsState("skip", delay, expires)
         self._states[origin] = state
         return state
+
+    def _skipped_delay(self, parser: Any) -> float | None:
+        """The Crawl-delay (s) of robots.txt rules *parser* when it is over
+        FLEET_SKIP_CRAWL_DELAY_OVER (the host is skipped), else None."""
+        limit = self.config.politeness.skip_crawl_delay_over
+        delay = parser.crawl_delay(self._useragent or "*") if limit is not None else None
+        return float(delay) if delay is not None and float(delay) > limit else None  # type: ignore[operator]
 
     async def _fetch(self, request: Request, origin: str, owner: str) -> _RobotsState:
         from protego import Protego
@@ -511,7 +517,7 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
             useragent = self._useragent or "*"
             parsed = Protego.parse(body.decode("utf-8", "replace"))
             cd = parsed.crawl_delay(useragent)
-            if cd is not None:
+            if cd is not None and self._skipped_delay(parsed) is None:  # (skipped: no spacing)
                 cap = self.config.politeness.max_crawl_delay  # (None: no cap)
                 delay = float(cd) if cap is None else min(float(cd), cap)
         entry, now_ms = await self.politeness().robots_store(

@@ -1,8 +1,11 @@
-"""What a download tells its host's adaptive controller (issue 35, lua/adaptive.lua): each
-download report carries (outcome, latency ms, reason), made here from the response or the
-exception; docs/politeness.md "Adaptive politeness"."""
+"""What an answer tells the politeness of its host: its ``Retry-After`` (a hold), and the
+download report for the host's adaptive controller (issue 35, lua/adaptive.lua): (outcome,
+latency ms, reason), made from the response or the exception; docs/politeness.md."""
 
 from __future__ import annotations
+
+import time
+from email.utils import parsedate_to_datetime
 
 from scrapy import Request
 from scrapy.http import Response
@@ -47,3 +50,26 @@ def exception_report(request: Request, exception: BaseException) -> tuple[int, i
                               ResponseNeverReceived)):
         return (OVERLOAD, -1, "error")
     return (NEITHER, -1, "")
+
+
+def retry_after_seconds(response: Response) -> float | None:
+    """Seconds from a ``Retry-After`` header: delta-seconds or an HTTP date (RFC 9110
+    section 10.2.3).  A date is measured against the response's ``Date`` header when it has
+    one (the server's clock), else against this machine's clock.  None when absent/invalid."""
+    value = response.headers.get(b"Retry-After")
+    if not value:
+        return None
+    text = value.decode("latin-1").strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    date_header = response.headers.get(b"Date")
+    try:
+        now = parsedate_to_datetime(date_header.decode("latin-1")).timestamp() \
+            if date_header else time.time()
+    except (TypeError, ValueError):
+        now = time.time()
+    return max(0.0, when.timestamp() - now)

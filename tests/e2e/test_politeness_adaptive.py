@@ -5,7 +5,7 @@ from the site's own log and from Redis; the timed figures are in bench/bench_ada
 from __future__ import annotations
 
 import pytest
-from support import TEST_PROJECT, kill_worker, start_worker, wait_until
+from support import TEST_PROJECT, kill_worker, run_scrapy, start_worker, wait_until
 from test_politeness import hits, push_urls, run_workers
 
 from scrapy_fleet.frontier.admin import FrontierAdmin
@@ -134,3 +134,30 @@ def test_the_learned_capacity_outlives_the_crawl(redis_url, limited_site, worker
     b_log = [r for r in site.requests()[before:] if r["path"].startswith("/site/p/")]
     assert {r["path"] for r in b_log if r["status"] == 200} == \
         {f"/site/p/{i}.html" for i in range(6)}
+
+
+def test_a_host_asking_a_crawl_delay_over_the_limit_is_skipped(redis_url, tmp_path, site_factory,
+                                                               worker_env):
+    """FLEET_SKIP_CRAWL_DELAY_OVER (opt-in): every request of a host whose robots.txt asks
+    more goes to the dead letters with the reason crawl_delay, without reaching the host and
+    without waiting its Crawl-delay; the other host is crawled."""
+    generate_site(tmp_path / "www", 8, 2, seed=4)
+    site = site_factory(tmp_path / "www", binds=("127.0.0.2", "127.0.0.3"), behaviour={
+        "robots": {"127.0.0.2": "User-agent: *\nCrawl-delay: 120\n"}})
+    slow, other = site.urls[0], site.urls[1]
+    push_urls([f"{u}site/p/{i}.html" for u in (slow, other) for i in range(6)], redis_url,
+              worker_env, tmp_path)
+    run_workers(2, redis_url, worker_env, tmp_path,
+                {"ROBOTSTXT_OBEY": True, "FLEET_SKIP_CRAWL_DELAY_OVER": 60, "FLEET_HOST_RATE": 10},
+                timeout=240)
+    admin = FrontierAdmin(redis_url, "fetch")
+    dead = list(admin.dead_letters(limit=100))
+    assert sorted(d["reason"] for d in dead) == ["crawl_delay"] * 6, dead
+    assert len(hits(site, "127.0.0.2")) == 0  # robots.txt only
+    assert len(hits(site, "127.0.0.3")) == 6
+    assert admin.client.hget(admin.keys.crawldelay, "127.0.0.2") is None  # no 120-s spacing
+    listing = run_scrapy(TEST_PROJECT, ["fleet", "urls", "fetch", "--host", "127.0.0.2",
+                                        "--state", "dead", "--json", "-s",
+                                        f"FLEET_REDIS_URL={redis_url}"], worker_env)
+    assert listing.returncode == 0, listing.stderr
+    assert listing.stdout.count("crawl_delay") == 6, listing.stdout

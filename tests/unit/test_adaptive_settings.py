@@ -148,3 +148,12 @@ def test_the_learned_capacity_memory_setting_and_stored_value():
     assert parse_capacity(b"2.5|1.25") == 2.5 and parse_capacity("4") == 4.0
     for bad in (None, b"", b"x|1", b"0|1", b"-3|1", b"inf|1", b"nan|1", b"\x80\x04."):
         assert parse_capacity(bad) is None, bad
+
+
+@pytest.mark.parametrize("value", [0, -5, "long"])
+def test_a_wrong_crawl_delay_skip_is_one_error(value):
+    with pytest.raises(FleetConfigError, match="FLEET_SKIP_CRAWL_DELAY_OVER"):
+        FleetConfig.from_settings(Settings({"FLEET_SKIP_CRAWL_DELAY_OVER": value}))
+    config = FleetConfig.from_settings(Settings({"FLEET_SKIP_CRAWL_DELAY_OVER": "60"}))
+    assert config.politeness.skip_crawl_delay_over == 60.0
+    assert FleetConfig.from_settings(Settings()).politeness.skip_crawl_delay_over is None
