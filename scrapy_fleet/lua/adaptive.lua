@@ -51,13 +51,32 @@ local function adaptive_pack(s)
                        s.dt, s.dk, s.why, s.ct, s.cap, s.cc, s.n)
 end
 
+-- The ceiling (requests/s) of a host without a configured rate or delay (T = 0): what its
+-- concurrency cap allows at its long minimum latency, cap x 1000 / lm (cap 0: Scrapy's
+-- default 8 per domain; lm read as at least LATENCY_FLOOR_MS, so 320/s at most by default).
+local function adaptive_free_ceiling(s, cap)
+  local lm = s and s.lm or 0
+  return (cap > 0 and cap or 8) * 1000 / math.max(lm, LATENCY_FLOOR_MS)
+end
+
+-- The ceiling C (requests/s) of a host of configured interval T (ms) and concurrency cap,
+-- whose stored state is raw: 1000 / T, or, without T, adaptive_free_ceiling.
+local function adaptive_ceiling(raw, T, cap)
+  if T > 0 then return 1000 / T end
+  return adaptive_free_ceiling(adaptive_parse(raw), cap)
+end
+
 -- The interval T (ms) and concurrency cap of a host as its controller sets them: T =
--- max(T, 1000 / r), cap = min(cap, cc); raw is the host's stored state (nil: unchanged).
+-- max(T, 1000 / r), cap = min(cap, cc); raw is the host's stored state (nil: unchanged).  A
+-- host without a configured interval (T = 0) gets 1000 / r once its rate was ever lowered.
 local function adaptive_apply(raw, T, cap)
   local s = adaptive_parse(raw)
-  if not s or T <= 0 then return T, cap, false end
+  if not s or (T <= 0 and s.n == 0 and s.cc == 0) then return T, cap, false end
   local slowed = false
-  if s.r < 1000 / T then
+  if T <= 0 then
+    T = 1000 / s.r
+    slowed = true
+  elseif s.r < 1000 / T then
     T = 1000 / s.r
     slowed = true
   end
@@ -95,15 +114,18 @@ local function adaptive_seed(now, C, cap, window_ms)
                         why = '', ct = now, cap = cap, cc = 0, n = 0})
 end
 
--- One download report of a request to a host of ceiling C (requests/s) leased with token
+-- One download report of a request to a host of configured interval T (ms; 0: none) and
+-- concurrency cap (its ceiling C: 1000 / T, or adaptive_free_ceiling) leased with token
 -- tok: outcome o (0 clean, 1 overload, 2 neither: a ban, another error), latency lat (ms,
 -- -1 unknown), reason why of an overload; p = {beta, step, window ms, g, slowest rate
 -- requests/s}.  Returns the new
 -- state string (nil: unchanged) and what happened ('dec', 'inflight', 'inc' or nil).
-local function adaptive_report(raw, now, C, tok, o, lat, why, p, token_key)
-  local s = adaptive_parse(raw) or {r = C, ls = 0, lm = 0, lmt = 0, dt = 0, dk = 0, why = '',
-                                    ct = now, cap = 0, cc = 0, n = 0}
-  if s.r > C then s.r = C end  -- (the ceiling was lowered since)
+local function adaptive_report(raw, now, T, cap, tok, o, lat, why, p, token_key)
+  local s = adaptive_parse(raw) or {r = math.huge, ls = 0, lm = 0, lmt = 0, dt = 0, dk = 0,
+                                    why = '', ct = now, cap = 0, cc = 0, n = 0}
+  if s.lm <= 0 and o == 0 and lat >= 0 then s.lm, s.lmt = lat, now end  -- (a first sample)
+  local C = T > 0 and 1000 / T or adaptive_free_ceiling(s, cap)
+  if s.r > C then s.r = C end  -- (a new state, or the ceiling was lowered since)
   local event
   local function decrease(factor, reason)
     s.cap = s.r

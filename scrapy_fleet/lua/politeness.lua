@@ -16,7 +16,7 @@
 --   adaptive_get reply {r, cap}: the host's learned rate and capacity (requests/s; {} when
 --                it has no controller state)
 --   adaptive_seed cap = a capacity learned by an earlier crawl (requests/s), aw = clean
---                window ms: unless the host has a state (or no ceiling), start its controller
+--                window ms: unless the host has a state, start its controller
 --                there (adaptive.lua's adaptive_seed); reply {seeded = 0 or 1, r}
 -- robots.txt is per origin (o = "scheme://host:port", RFC 9309), the caps per host (h): the
 -- robots_* ops read and write the field o of robots / robots_lock, and robots_store writes
@@ -105,8 +105,8 @@ elseif req.op == 'adaptive_get' then
   return cmsgpack.pack({r = tostring(st.r), cap = tostring(st.cap)})
 elseif req.op == 'adaptive_seed' then
   if redis.call('HEXISTS', K.adaptive, h) == 1 then return cmsgpack.pack({seeded = 0}) end
-  local T = host_conf_ctx(ctx, h)
-  local new = T > 0 and adaptive_seed(now, 1000 / T, req.cap, tonumber(req.aw) or 1000)
+  local T, _, cap = host_conf_ctx(ctx, h)
+  local new = adaptive_seed(now, adaptive_ceiling(nil, T, cap), req.cap, tonumber(req.aw) or 1000)
   if not new then return cmsgpack.pack({seeded = 0}) end
   redis.call('HSET', K.adaptive, h, new)
   return cmsgpack.pack({seeded = 1, r = tostring(adaptive_parse(new).r)})

@@ -27,11 +27,11 @@ def limited_site(tmp_path, site_factory):
                       "host": "127.0.0.2"}]})
 
 
-def _crawl(redis_url, site, worker_env, tmp_path, adaptive: bool):
+def _crawl(redis_url, site, worker_env, tmp_path, adaptive: bool, rate: float | None = CEILING):
     push_urls([f"{site.urls[0]}site/p/{i}.html" for i in range(PAGES)], redis_url, worker_env,
               tmp_path)
     run_workers(4, redis_url, worker_env, tmp_path,
-                {"FLEET_HOST_RATE": CEILING, "FLEET_ADAPTIVE": adaptive, "RETRY_TIMES": 50,
+                {"FLEET_HOST_RATE": rate, "FLEET_ADAPTIVE": adaptive, "RETRY_TIMES": 50,
                  "FLEET_BACKOFF_BASE": 0.5, "FLEET_BACKOFF_MAX": 4}, timeout=300)
     log = [r for r in site.requests() if r["path"].startswith("/site/p/")]
     ok = {r["path"] for r in log if r["status"] == 200}
@@ -73,6 +73,26 @@ def test_without_the_controller_the_same_site_refuses_more(redis_url, limited_si
     ok, refused, stats, state = _crawl(redis_url, site, worker_env, tmp_path, adaptive=False)
     assert len(ok) == PAGES and state is None and "adaptive_decreases" not in stats
     assert refused > 0.5 * PAGES, refused
+
+
+def test_a_host_without_a_configured_rate_comes_down_too(redis_url, limited_site, worker_env,
+                                                         tmp_path):
+    """No FLEET_HOST_RATE or delay (only the concurrency cap, 8 per host): the controller
+    adapts under what the concurrency allows, so the site's 429s lower the host's rate."""
+    site = limited_site()
+    ok, refused, stats, state = _crawl(redis_url, site, worker_env, tmp_path, adaptive=True,
+                                       rate=None)
+    assert len(ok) == PAGES and state is not None, (refused, stats)
+    fields = state.decode().split("|")
+    rate, capacity, why = float(fields[0]), float(fields[8]), fields[6]
+    assert why == "429" and stats["adaptive_decreases"] >= 2, (state, stats)
+    # it came down from the concurrency's ceiling (hundreds of requests/s at a local site)
+    # to a few times the site's capacity at most
+    assert rate <= 4 * CAPACITY and capacity <= 8 * CAPACITY, (state, refused, stats)
+    # one decrease per overload event here too (23 refused in a typical run: 12 decreases
+    # of them 5 by latency, 16 answers of requests in flight before a decrease)
+    overload_decreases = stats["adaptive_decreases"] - stats.get("adaptive_latency_decreases", 0)
+    assert overload_decreases + stats.get("adaptive_inflight", 0) == refused, stats
 
 
 def test_a_long_crawl_delay_is_not_capped(redis_url, tmp_path, site_factory, worker_env):
