@@ -16,6 +16,8 @@
 --   ct   start of the current clean window (ms)
 --   cap  learned capacity: the rate at which the last overload happened (0: none yet)
 --   cc   concurrency cap set by the latency rule (0: none), n decreases so far
+-- and, for a request through a proxy exit, host .. '\t' .. exit id -> "ls|lm|lmt": the short
+-- average and long minimum latency through that exit (the latency rule reads these instead)
 -- Rules (AIMD, Jacobson's congestion avoidance, RFC 5681 section 3.1, per host; the latency
 -- rule after TCP Vegas's expected/actual comparison): an overload answer of a request leased
 -- after the last decrease multiplies r by beta; a clean answer after a full clean window adds
@@ -118,11 +120,18 @@ end
 -- concurrency cap (its ceiling C: 1000 / T, or adaptive_free_ceiling) leased with token
 -- tok: outcome o (0 clean, 1 overload, 2 neither: a ban, another error), latency lat (ms,
 -- -1 unknown), reason why of an overload; p = {beta, step, window ms, g, slowest rate
--- requests/s}.  Returns the new
--- state string (nil: unchanged) and what happened ('dec', 'inflight', 'inc' or nil).
-local function adaptive_report(raw, now, T, cap, tok, o, lat, why, p, token_key)
+-- requests/s}.  xraw: the request went through a proxy exit, whose latency to the host
+-- ("ls|lm|lmt", '' when new) the latency rule reads instead of the host's, so that a slow
+-- exit is not taken for a slow host.  Returns the new state string (nil: unchanged), what
+-- happened ('dec', 'inflight', 'inc' or nil) and the exit's new latency string (nil: none).
+local function adaptive_report(raw, now, T, cap, tok, o, lat, why, p, token_key, xraw)
   local s = adaptive_parse(raw) or {r = math.huge, ls = 0, lm = 0, lmt = 0, dt = 0, dk = 0,
                                     why = '', ct = now, cap = 0, cc = 0, n = 0}
+  local x  -- through a proxy exit: that exit's latency to the host, {ls, lm, lmt}
+  if xraw then
+    local ls, lm, lmt = string.match(xraw, '^([^|]*)|([^|]*)|([^|]*)$')
+    x = {ls = tonumber(ls) or 0, lm = tonumber(lm) or 0, lmt = tonumber(lmt) or 0}
+  end
   if s.lm <= 0 and o == 0 and lat >= 0 then s.lm, s.lmt = lat, now end  -- (a first sample)
   local C = T > 0 and 1000 / T or adaptive_free_ceiling(s, cap)
   if s.r > C then s.r = C end  -- (a new state, or the ceiling was lowered since)
@@ -138,16 +147,17 @@ local function adaptive_report(raw, now, T, cap, tok, o, lat, why, p, token_key)
     if tok > s.dk then decrease(p[1], why) else event = 'inflight' end
     s.ct = now  -- no increase before a whole clean window
   elseif o == 0 then
+    local L = x or s  -- the latency of the host, or of the host through one proxy exit
     if lat >= 0 then
-      s.ls = s.ls > 0 and (1 - LATENCY_WEIGHT) * s.ls + LATENCY_WEIGHT * lat or lat
-      if s.lm <= 0 or lat <= s.lm or now - s.lmt > LONG_WINDOW_MS then s.lm, s.lmt = lat, now end
+      L.ls = L.ls > 0 and (1 - LATENCY_WEIGHT) * L.ls + LATENCY_WEIGHT * lat or lat
+      if L.lm <= 0 or lat <= L.lm or now - L.lmt > LONG_WINDOW_MS then L.lm, L.lmt = lat, now end
     end
-    local g, lm = p[4], math.max(s.lm, LATENCY_FLOOR_MS)
-    if g > 0 and s.lm > 0 and s.ls > g * lm and tok > s.dk then
-      decrease(g * lm / s.ls, 'latency')
+    local g, lm = p[4], math.max(L.lm, LATENCY_FLOOR_MS)
+    if g > 0 and L.lm > 0 and L.ls > g * lm and tok > s.dk then
+      decrease(g * lm / L.ls, 'latency')
       s.cc = math.max(1, math.ceil(s.r * g * lm / 1000))
     elseif now - s.ct >= p[3] and s.r < C then
-      if s.cc > 0 and s.ls <= g * lm then s.cc = 0 end  -- the latency is back: no cap
+      if s.cc > 0 and L.ls <= g * lm then s.cc = 0 end  -- the latency is back: no cap
       s.r = adaptive_increase(s, now, C, p)
       s.ct = now
       if s.cc > 0 then s.cc = s.cc + 1 end  -- (still slow: one more in flight per window)
@@ -158,5 +168,6 @@ local function adaptive_report(raw, now, T, cap, tok, o, lat, why, p, token_key)
   else
     return nil, nil
   end
-  return adaptive_pack(s), event
+  local xnew = x and string.format('%.6g|%.6g|%d', x.ls, x.lm, x.lmt) or nil
+  return adaptive_pack(s), event, xnew
 end

@@ -1,8 +1,8 @@
 -- step_adapt.lua: the download reports' share of adaptive politeness (issue 35,
 -- lua/adaptive.lua).  Defines one local, step_adapt.
 --
--- Each download over (req.s [[id, token, outcome, latency ms, reason]...]; entries of two
--- elements carry no report) of a lease still held with that token updates its host's
+-- Each download over (req.s [[id, token, outcome, latency ms, reason, exit id]...]; entries
+-- of two elements carry no report; exit id '' or absent: no proxy) of a lease still held with that token updates its host's
 -- controller, when the call's constants turn it on (req.ad = 1), under the host's ceiling
 -- (adaptive.lua's adaptive_ceiling: its configured rate or delay, or what its concurrency
 -- allows).  Parameters: req.ab (beta), req.as (step, fraction of the
@@ -12,7 +12,8 @@
 -- adaptive_inflight (overload answers of requests leased before the last decrease: not
 -- decreased again), adaptive_increases.
 -- Keys (of K): adaptive, token (GET per decrease), and the lease (read by State).  Writes:
--- adaptive (one HSET per report that changes a host's state).
+-- adaptive (one HSET per report that changes a host's state; with a proxy exit one HGET and
+-- at most one HSET more, of the field host TAB exit).
 -- Work per call: one pass over req.s; nothing when the controller is off.
 
 local function step_adapt(c)
@@ -26,9 +27,13 @@ local function step_adapt(c)
     if o and tok and tok == tostring(sv[2]) and host ~= STAGE_HOST then
       local T, _, cap = host_conf_ctx(ctx, host)
       local raw = ctx_get(ctx, K.adaptive, host)
-      local new, event = adaptive_report(raw, c.now, T, cap, tonumber(tok), o,
-                                         tonumber(sv[4]) or -1, tostring(sv[5] or ''), p,
-                                         K.token)
+      local ex = tostring(sv[6] or '')
+      local xfield = ex ~= '' and host .. '\t' .. ex or nil
+      local xraw = xfield and (redis.call('HGET', K.adaptive, xfield) or '') or nil
+      local new, event, xnew = adaptive_report(raw, c.now, T, cap, tonumber(tok), o,
+                                               tonumber(sv[4]) or -1, tostring(sv[5] or ''),
+                                               p, K.token, xraw)
+      if xnew and xnew ~= xraw then redis.call('HSET', K.adaptive, xfield, xnew) end
       if new then
         redis.call('HSET', K.adaptive, host, new)
         ctx_put(ctx, K.adaptive, host, new)

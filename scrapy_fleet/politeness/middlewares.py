@@ -45,6 +45,7 @@ from scrapy_fleet.politeness.reports import (  # noqa: F401 (exported)
     response_report,
     retry_after_seconds,
 )
+from scrapy_fleet.proxies import exit_id
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -192,10 +193,12 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
     def _download_over(self, request: Request,
                        report: tuple[int, int, str] | None = None) -> None:
         """The host's concurrency slot of a leased request can go (after any hold is set),
-        with the download's *report* for the host's adaptive controller."""
+        with the download's *report* for the host's adaptive controller, and the proxy exit
+        it went through (its latency is the exit's: lua/adaptive.lua)."""
         ledger = engine_hooks.ledger_of(self.crawler)
         if ledger is not None and request.meta.get(LEASE_META_KEY):
-            ledger.download_over(request, report if self._adaptive.enabled else None)
+            ledger.download_over(request, (*report, exit_id(request.meta))
+                                 if report is not None and self._adaptive.enabled else None)
 
     async def _remember(self, step: Callable[[CapacityMemory], Awaitable[None]]) -> None:
         """A step of the learned capacities kept across crawls (memory.py), when the

@@ -44,8 +44,8 @@ def _lease(admin: FrontierAdmin, n: int) -> list:
 
 
 def _report(admin: FrontierAdmin, leases: list, outcome: int, latency: int = -1,
-            why: str = "") -> None:
-    admin.call(CallBatch(downloaded=[(e.entry_id, e.token, outcome, latency, why)
+            why: str = "", exit_id: str = "") -> None:
+    admin.call(CallBatch(downloaded=[(e.entry_id, e.token, outcome, latency, why, exit_id)
                                      for e in leases]), worker="w")
 
 
@@ -216,3 +216,26 @@ def test_a_host_without_a_configured_rate_is_adapted_under_its_concurrency(redis
     # one lease per 25 ms (40/s) now, not all at once
     gaps = [b - a for a, b in itertools.pairwise(turns)]
     assert all(g >= 25 for g in gaps), gaps
+
+
+def test_a_slow_proxy_exit_is_not_taken_for_a_slow_host(redis_url):
+    """Latency is kept per host and exit: answers through an exit that is always slow (600
+    ms) beside a fast one (20 ms) do not lower the host's rate; the same answers without
+    exits (one latency per host) do."""
+    for crawl, exits in (("exits", ("fast", "slow")), ("direct", ("", ""))):
+        admin = _admin(redis_url, window=60.0, g=2.0, crawl=crawl)
+        admin.push([entry(f"http://a.test/{i}") for i in range(24)])
+        for _ in range(8):
+            _report(admin, _lease(admin, 1), CLEAN, latency=20, exit_id=exits[0])
+            _report(admin, _lease(admin, 1), CLEAN, latency=600, exit_id=exits[1])
+            if _state(redis_url, crawl=crawl)["decreases"]:
+                break  # (a lowered rate spaces the next leases: no need to wait for them)
+        state = _state(redis_url, crawl=crawl)
+        if crawl == "exits":
+            assert state["decreases"] == 0 and state["rate"] == CEILING, state
+            raw = redis.Redis.from_url(redis_url).hget(CrawlKeys("fleet", crawl).adaptive,
+                                                        "a.test\tslow")
+            short, minimum = (float(x) for x in raw.decode().split("|")[:2])
+            assert minimum == 600 and short == 600  # the slow exit's own latency
+        else:
+            assert state["decreases"] >= 1 and state["why"] == "latency", state
