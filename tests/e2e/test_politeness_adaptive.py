@@ -84,14 +84,15 @@ def test_a_host_without_a_configured_rate_comes_down_too(redis_url, limited_site
                                        rate=None)
     assert len(ok) == PAGES and state is not None, (refused, stats)
     fields = state.decode().split("|")
-    rate, capacity, why = float(fields[0]), float(fields[8]), fields[6]
-    assert why == "429" and stats["adaptive_decreases"] >= 2, (state, stats)
+    rate, capacity = float(fields[0]), float(fields[8])
+    # (the last decrease may be the latency rule's on a loaded machine: at least one was 429's)
+    overload_decreases = stats["adaptive_decreases"] - stats.get("adaptive_latency_decreases", 0)
+    assert overload_decreases >= 1 and stats["adaptive_decreases"] >= 2, (state, stats)
     # it came down from the concurrency's ceiling (hundreds of requests/s at a local site)
     # to a few times the site's capacity at most
     assert rate <= 4 * CAPACITY and capacity <= 8 * CAPACITY, (state, refused, stats)
     # one decrease per overload event here too (23 refused in a typical run: 12 decreases
     # of them 5 by latency, 16 answers of requests in flight before a decrease)
-    overload_decreases = stats["adaptive_decreases"] - stats.get("adaptive_latency_decreases", 0)
     assert overload_decreases + stats.get("adaptive_inflight", 0) == refused, stats
 
 
