@@ -145,6 +145,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FLEET_MAX_CRAWL_DELAY", None, "float >= 0 or None",
             "cap on a robots.txt Crawl-delay; None: none (a slow host costs the others "
             "nothing)", "politeness", _POL),
+    Setting("FLEET_SKIP_CRAWL_DELAY_OVER", None, "float > 0 or None",
+            "skip hosts whose robots.txt asks a Crawl-delay over this many seconds: their "
+            "requests go to the dead letters (reason crawl_delay); None: none skipped",
+            "politeness", _POL),
     Setting("FLEET_BACKOFF_BASE", 1.0, "float > 0",
             "first back-off (seconds) of a failing host without Retry-After", "politeness",
             _POL),
@@ -169,6 +173,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FLEET_ADAPTIVE_OVERLOAD_STATUSES", [429, 503], "list of int",
             "HTTP statuses that lower a host's rate (besides timeouts and connection errors)",
             "politeness", _POL),
+    Setting("FLEET_ADAPTIVE_MEMORY", 7 * 86400.0, "float >= 0",
+            "seconds a host's learned capacity is kept fleet-wide, so that the next crawl or "
+            "recrawl of the host starts there; 0: not kept", "politeness", _POL),
     Setting("FLEET_JSONL_PATH", None, "str or None",
             "append one JSON line per item to this file (placeholders %(worker)s...)",
             "sinks"),

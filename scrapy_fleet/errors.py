@@ -56,6 +56,19 @@ class RobotsTxtUnavailable(FleetError, IgnoreRequest):
         self.origin = origin
 
 
+class CrawlDelayTooLong(FleetError, IgnoreRequest):
+    """A request's host asks (robots.txt ``Crawl-delay``) more than
+    ``FLEET_SKIP_CRAWL_DELAY_OVER`` seconds between two requests: the request is not sent.
+    It reaches the request's errback as this failure, and its frontier entry goes to the dead
+    letters with the reason ``crawl_delay`` (docs/politeness.md).  ``origin`` is
+    ``scheme://host:port``, ``delay`` the Crawl-delay (s)."""
+
+    def __init__(self, message: str, origin: str = "", delay: float = 0.0) -> None:
+        super().__init__(message)
+        self.origin = origin
+        self.delay = delay
+
+
 class CrawlSpiderError(FleetError):
     """The crawl (its ``FLEET_CRAWL_ID``) belongs to another spider: a worker or a push of a
     second spider would lease the first one's requests and run its own callbacks on them.

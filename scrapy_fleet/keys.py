@@ -703,6 +703,21 @@ def _session_part(session: str) -> str:
                                  digest_size=16).hexdigest()
 
 
+def learned_capacity_key(prefix: str, host: str) -> str:
+    """STRING ``"<capacity>|<rate>|<at ms>"`` of *host* (a politeness host key): the learned
+    capacity of its adaptive controller (requests/s, the rate of its last overload), its rate
+    then and when it was written (Redis's clock), kept across crawls for
+    ``FLEET_ADAPTIVE_MEMORY`` seconds (politeness/memory.py)::
+
+        fleet:{adaptive:capacity}:<host>
+
+    Fleet-wide, not a crawl's: the next crawl or recrawl of the host starts there.  The hash
+    tag holds a ':' that no crawl id or pool name has, so no crawl's key can be this one, and
+    on a Redis Cluster every host's is in one slot (MGET works).
+    """
+    return f"{prefix}:{{adaptive:capacity}}:{host}"
+
+
 @dataclass(frozen=True)
 class ProxyPoolKeys:
     """Key names of one proxy pool (lua/proxies.lua lists what each holds).

@@ -515,7 +515,7 @@ class LeaseBook:
         """Put *host* on hold for *seconds* at once (others learn it at their next call)."""
         self.holds[host] = max(self.holds.get(host, 0.0), time.monotonic() + seconds)
 
-    def download_over(self, request: Request, report: tuple[int, int, str] | None = None
+    def download_over(self, request: Request, report: tuple[object, ...] | None = None
                       ) -> None:
         """A leased request's download is over (response or failure): its host's concurrency
         slot goes back to the fleet with the next frontier call, while the response is still
@@ -523,8 +523,8 @@ class LeaseBook:
         ``FleetPolitenessMiddleware`` calls it once it has put the host on hold if the answer
         asks for that, so that no slot is handed on before the hold.  Redirects and retries
         of the request carry the same entry id; only the first download counts.  *report*:
-        (outcome, latency ms, reason) for the host's adaptive controller (lua/adaptive.lua),
-        sent with the slot."""
+        (outcome, latency ms, reason, proxy exit id or "") for the host's adaptive controller
+        (lua/adaptive.lua), sent with the slot."""
         lease = self._lease_of(request)
         if lease is None or lease.downloaded or lease.lost:
             return

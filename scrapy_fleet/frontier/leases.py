@@ -29,8 +29,8 @@ class Lease:
         self.token = token
         self.lost = False
         self.downloaded = False  #: its download is over (its host's slot is given back)
-        #: its download report (outcome, latency ms, reason): lua/adaptive.lua
-        self.report: tuple[int, int, str] | None = None
+        #: its download report (outcome, latency ms, reason, exit id): lua/adaptive.lua
+        self.report: tuple[object, ...] | None = None
         self.children: list[Out] = []  #: links found by this request, sent with its ack
         self.failure: bytes | None = None  #: its failure record, sent with its ack
         #: failure records of the links it found that could not be encoded, sent with its ack

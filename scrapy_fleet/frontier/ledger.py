@@ -45,11 +45,11 @@ class LeaseLedger(Protocol):
     def note_hold(self, host: str, seconds: float) -> None:
         """Put *host* on hold for *seconds* at once (the fleet learns it at the next call)."""
 
-    def download_over(self, request: Request, report: tuple[int, int, str] | None = None
+    def download_over(self, request: Request, report: tuple[object, ...] | None = None
                       ) -> None:
         """The host's concurrency slot of leased *request* can go; *report*: (outcome 0
-        clean / 1 overload / 2 neither, latency ms or -1, reason) for the host's adaptive
-        controller (lua/adaptive.lua), sent with the slot."""
+        clean / 1 overload / 2 neither, latency ms or -1, reason, proxy exit id or "") for the
+        host's adaptive controller (lua/adaptive.lua), sent with the slot."""
 
     def note_exit_wait(self, request: Request, why: str | None) -> None:
         """*request* waits for a proxy exit (*why*), or no longer (None)."""

@@ -73,8 +73,9 @@ class CallBatch:
     take: int = 0
     #: leases whose download is over: their host's concurrency slot is free (the lease
     #: itself lasts until its acknowledgement)
-    #: (id, token) or (id, token, outcome, latency ms, reason): the download report of the
-    #: adaptive controller (lua/step_adapt.lua; outcome 0 clean, 1 overload, 2 neither)
+    #: (id, token) or (id, token, outcome, latency ms, reason, proxy exit id or ""): the
+    #: download report of the adaptive controller (lua/step_adapt.lua; outcome 0 clean, 1
+    #: overload, 2 neither)
     downloaded: list[tuple[Any, ...]] = field(default_factory=list)
     #: a heartbeat is due: the call is made even with nothing else to carry
     beat: bool = False

@@ -115,17 +115,19 @@ local function host_blocked_until_ctx(ctx, host, T, tau, cap, check_cap)
   return nil
 end
 
--- A rate's token taken less than one interval late keeps the schedule (TAT + T) instead of
--- restarting it from now (max(TAT, now) + T): the workers' reaction time (tens of ms) is
--- then not lost on every request, and the long-run rate is exact.  After a longer pause the
--- schedule restarts from now, so an idle host gains no extra burst.  A delay (DOWNLOAD_DELAY,
--- Crawl-delay) is a minimum gap and never catches up.
+-- A rate's token taken less than one interval late keeps up to half an interval of its
+-- lateness (TAT + T, or now - T/2 + T when later than T/2) instead of restarting the
+-- schedule from now (max(TAT, now) + T): the workers' reaction time (tens of ms) is then not
+-- lost on every request, and two turns are never closer than T/2, so that the requests of any
+-- 1-s window stay within rate + 1 even when they leave their workers a little unevenly.
+-- After a longer pause the schedule restarts from now, so an idle host gains no extra burst.
+-- A delay (DOWNLOAD_DELAY, Crawl-delay) is a minimum gap and never catches up.
 local function host_take_token_ctx(ctx, host, T)
   if T > 0 then
     local tat = tonumber(ctx_get(ctx, ctx.tat, host)) or 0
     local base = math.max(tat, ctx.now)
     if ctx.catchup and tat < ctx.now and ctx.now - tat < T then
-      base = tat
+      base = math.max(tat, ctx.now - T / 2)
     end
     redis.call('HSET', ctx.tat, host, base + T)
     ctx_put(ctx, ctx.tat, host, base + T)

@@ -13,6 +13,11 @@
 --                factor chosen by the client; hold the host until now + ra, or until now +
 --                min(max, base * 2^(failures-1)) * jit; reply {until, delay} (ms)
 --   success      forget the host's failures
+--   adaptive_get reply {r, cap}: the host's learned rate and capacity (requests/s; {} when
+--                it has no controller state)
+--   adaptive_seed cap = a capacity learned by an earlier crawl (requests/s), aw = clean
+--                window ms: unless the host has a state, start its controller
+--                there (adaptive.lua's adaptive_seed); reply {seeded = 0 or 1, r}
 -- robots.txt is per origin (o = "scheme://host:port", RFC 9309), the caps per host (h): the
 -- robots_* ops read and write the field o of robots / robots_lock, and robots_store writes
 -- the field h of robots (the origin) once one of the host's origins has usable rules or was
@@ -94,6 +99,17 @@ elseif req.op == 'backoff' then
 elseif req.op == 'success' then
   redis.call('HDEL', FAILS, h)
   return cmsgpack.pack({})
+elseif req.op == 'adaptive_get' then
+  local st = adaptive_parse(redis.call('HGET', K.adaptive, h) or nil)
+  if not st then return cmsgpack.pack({}) end
+  return cmsgpack.pack({r = tostring(st.r), cap = tostring(st.cap)})
+elseif req.op == 'adaptive_seed' then
+  if redis.call('HEXISTS', K.adaptive, h) == 1 then return cmsgpack.pack({seeded = 0}) end
+  local T, _, cap = host_conf_ctx(ctx, h)
+  local new = adaptive_seed(now, adaptive_ceiling(nil, T, cap), req.cap, tonumber(req.aw) or 1000)
+  if not new then return cmsgpack.pack({seeded = 0}) end
+  redis.call('HSET', K.adaptive, h, new)
+  return cmsgpack.pack({seeded = 1, r = tostring(adaptive_parse(new).r)})
 elseif req.op == 'robots_get' then
   return cmsgpack.pack({now = now, entry = redis.call('HGET', ROBOTS, req.o or '') or ''})
 elseif req.op == 'robots_lock' then

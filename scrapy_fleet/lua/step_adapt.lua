@@ -1,17 +1,19 @@
 -- step_adapt.lua: the download reports' share of adaptive politeness (issue 35,
 -- lua/adaptive.lua).  Defines one local, step_adapt.
 --
--- Each download over (req.s [[id, token, outcome, latency ms, reason]...]; entries of two
--- elements carry no report) of a lease still held with that token updates its host's
--- controller, when the call's constants turn it on (req.ad = 1) and the host has a ceiling
--- (a configured interval).  Parameters: req.ab (beta), req.as (step, fraction of the
+-- Each download over (req.s [[id, token, outcome, latency ms, reason, exit id]...]; entries
+-- of two elements carry no report; exit id '' or absent: no proxy) of a lease still held with that token updates its host's
+-- controller, when the call's constants turn it on (req.ad = 1), under the host's ceiling
+-- (adaptive.lua's adaptive_ceiling: its configured rate or delay, or what its concurrency
+-- allows).  Parameters: req.ab (beta), req.as (step, fraction of the
 -- ceiling), req.aw (clean window ms), req.ag (latency factor g, 0: no latency rule), req.am
 -- (the slowest rate, requests/s).
 -- Counters: adaptive_decreases (adaptive_latency_decreases of them by the latency rule),
 -- adaptive_inflight (overload answers of requests leased before the last decrease: not
 -- decreased again), adaptive_increases.
 -- Keys (of K): adaptive, token (GET per decrease), and the lease (read by State).  Writes:
--- adaptive (one HSET per report that changes a host's state).
+-- adaptive (one HSET per report that changes a host's state; with a proxy exit one HGET and
+-- at most one HSET more, of the field host TAB exit).
 -- Work per call: one pass over req.s; nothing when the controller is off.
 
 local function step_adapt(c)
@@ -23,22 +25,24 @@ local function step_adapt(c)
     local o = tonumber(sv[3])
     local tok, _, _, host = st.parse_lease(st.lease_value(sv[1]))
     if o and tok and tok == tostring(sv[2]) and host ~= STAGE_HOST then
-      local T = host_conf_ctx(ctx, host)
-      if T > 0 then
-        local raw = ctx_get(ctx, K.adaptive, host)
-        local new, event = adaptive_report(raw, c.now, 1000 / T, tonumber(tok), o,
-                                           tonumber(sv[4]) or -1, tostring(sv[5] or ''), p,
-                                           K.token)
-        if new then
-          redis.call('HSET', K.adaptive, host, new)
-          ctx_put(ctx, K.adaptive, host, new)
-        end
-        if event == 'dec' then
-          c.count('adaptive_decreases', 1)
-          if o == 0 then c.count('adaptive_latency_decreases', 1) end
-        elseif event == 'inflight' then c.count('adaptive_inflight', 1)
-        elseif event == 'inc' then c.count('adaptive_increases', 1) end
+      local T, _, cap = host_conf_ctx(ctx, host)
+      local raw = ctx_get(ctx, K.adaptive, host)
+      local ex = tostring(sv[6] or '')
+      local xfield = ex ~= '' and host .. '\t' .. ex or nil
+      local xraw = xfield and (redis.call('HGET', K.adaptive, xfield) or '') or nil
+      local new, event, xnew = adaptive_report(raw, c.now, T, cap, tonumber(tok), o,
+                                               tonumber(sv[4]) or -1, tostring(sv[5] or ''),
+                                               p, K.token, xraw)
+      if xnew and xnew ~= xraw then redis.call('HSET', K.adaptive, xfield, xnew) end
+      if new then
+        redis.call('HSET', K.adaptive, host, new)
+        ctx_put(ctx, K.adaptive, host, new)
       end
+      if event == 'dec' then
+        c.count('adaptive_decreases', 1)
+        if o == 0 then c.count('adaptive_latency_decreases', 1) end
+      elseif event == 'inflight' then c.count('adaptive_inflight', 1)
+      elseif event == 'inc' then c.count('adaptive_increases', 1) end
     end
   end
 end

@@ -254,6 +254,16 @@ class Politeness:
     async def success(self, host: str) -> None:
         await self._call("success", host)
 
+    async def adaptive_state(self, host: str) -> dict[str, Any]:
+        """*host*'s adaptive controller: {r: learned rate, cap: learned capacity} (requests/s,
+        as text; cap "0": none), {} when it has no state."""
+        return await self._call("adaptive_get", host)
+
+    async def adaptive_seed(self, host: str, capacity: float, window_ms: int) -> dict[str, Any]:
+        """Start *host*'s controller at *capacity* (requests/s, learned by an earlier crawl)
+        unless it has a state or no ceiling: {seeded: 0 or 1, r: the rate it starts at}."""
+        return await self._call("adaptive_seed", host, cap=capacity, aw=window_ms)
+
     async def robots_lock(self, origin: str, ttl: float = 30.0,
                           owner: str = "") -> tuple[bool, dict[str, Any] | None, int]:
         """Unless *origin*'s entry is settled (younger than FLEET_ROBOTSTXT_TTL, and usable,

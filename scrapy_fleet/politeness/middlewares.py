@@ -21,7 +21,7 @@ import itertools
 import logging
 import time
 import weakref
-from email.utils import parsedate_to_datetime
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -29,15 +29,22 @@ from scrapy import Request, signals
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 from scrapy.http import Response
 from scrapy.utils.httpobj import urlparse_cached
-from twisted.internet.error import ConnectError, ConnectionLost
-from twisted.web._newclient import ResponseNeverReceived
 
 from scrapy_fleet import engine_hooks, outage, redis_client
 from scrapy_fleet.codec import DEFER_META_KEY, LEASE_META_KEY
 from scrapy_fleet.config import FleetConfig
-from scrapy_fleet.errors import RobotsTxtUnavailable
+from scrapy_fleet.errors import CrawlDelayTooLong, RobotsTxtUnavailable
 from scrapy_fleet.politeness import hosts as politeness
-from scrapy_fleet.politeness.settings import AdaptiveConfig
+from scrapy_fleet.politeness.memory import CapacityMemory
+from scrapy_fleet.politeness.reports import (  # noqa: F401 (exported)
+    CLEAN,
+    NEITHER,
+    OVERLOAD,
+    exception_report,
+    response_report,
+    retry_after_seconds,
+)
+from scrapy_fleet.proxies import exit_id
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -59,67 +66,6 @@ BACKOFF_STATUSES = (429, 503)
 _STAT = "fleet/politeness/"
 
 
-def retry_after_seconds(response: Response) -> float | None:
-    """Seconds from a ``Retry-After`` header: delta-seconds or an HTTP date (RFC 9110
-    section 10.2.3).  A date is measured against the response's ``Date`` header when it has
-    one (the server's clock), else against this machine's clock.  None when absent/invalid."""
-    value = response.headers.get(b"Retry-After")
-    if not value:
-        return None
-    text = value.decode("latin-1").strip()
-    if text.isdigit():
-        return float(text)
-    try:
-        when = parsedate_to_datetime(text)
-    except (TypeError, ValueError):
-        return None
-    date_header = response.headers.get(b"Date")
-    try:
-        now = parsedate_to_datetime(date_header.decode("latin-1")).timestamp() \
-            if date_header else time.time()
-    except (TypeError, ValueError):
-        now = time.time()
-    return max(0.0, when.timestamp() - now)
-
-
-#: outcomes of a download report (lua/adaptive.lua)
-CLEAN, OVERLOAD, NEITHER = 0, 1, 2
-#: statuses that neither lower nor raise a host's rate: bans stay per exit (proxies)
-_BAN_STATUSES = frozenset({401, 403, 407})
-
-
-def _latency_ms(request: Request) -> int:
-    latency = request.meta.get("download_latency")
-    return int(latency * 1000) if isinstance(latency, (int, float)) else -1
-
-
-def response_report(request: Request, response: Response,
-                    adaptive: AdaptiveConfig) -> tuple[int, int, str]:
-    """(outcome, latency ms, reason) of *response* for its host's adaptive controller: an
-    overload status (FLEET_ADAPTIVE_OVERLOAD_STATUSES, with or without Retry-After) is
-    OVERLOAD, a ban or another 5xx NEITHER, any other answer CLEAN with Scrapy's
-    ``download_latency`` (seconds, in the request's meta) in ms."""
-    status = response.status
-    if status in adaptive.overload_statuses:
-        return (OVERLOAD, -1, str(status))
-    if status in _BAN_STATUSES or status >= 500:
-        return (NEITHER, -1, "")
-    return (CLEAN, _latency_ms(request), "")
-
-
-def exception_report(request: Request, exception: BaseException) -> tuple[int, int, str]:
-    """(outcome, latency ms, reason) of a failed download: a timeout or a connection error
-    (Scrapy's own retryable kinds: twisted's and the standard library's) is OVERLOAD (reason
-    "timeout" or "error"); any other failure NEITHER."""
-    name = type(exception).__name__
-    if "Timeout" in name or "TimedOut" in name:
-        return (OVERLOAD, -1, "timeout")
-    if isinstance(exception, (ConnectionError, OSError, ConnectError, ConnectionLost,
-                              ResponseNeverReceived)):
-        return (OVERLOAD, -1, "error")
-    return (NEITHER, -1, "")
-
-
 class _FleetDownloaderMiddleware:
     def __init__(self, crawler: Crawler, config: FleetConfig) -> None:
         self.crawler = crawler
@@ -130,8 +76,12 @@ class _FleetDownloaderMiddleware:
     async def _close_client(self, spider: Any = None) -> None:
         """Close the Redis client at the spider's end: left to the garbage collector, each of
         its connections raised a ``ResourceWarning`` (an error under ``-W error``)."""
+        await self._before_close()
         if self._politeness is not None:
             await self._politeness.client.aclose()
+
+    async def _before_close(self) -> None:
+        """What a middleware still writes at the spider's end (nothing by default)."""
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Any:
@@ -195,11 +145,14 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
         self._failing: set[str] = set()
         self._host_failures = host_failures(crawler.settings.getlist("RETRY_EXCEPTIONS"))
         self._adaptive = config.politeness.adaptive
+        self._memory: CapacityMemory | None = None
 
     async def process_request(self, request: Request, spider: Any = None) -> None:
         """Fail closed: while the politeness call fails (Redis unreachable), the request
         waits here, with back-off (0.1 s doubling to 5 s), and asks again; it is never sent
         without its turn.  Stats: ``fleet/politeness/guard_redis_waits``."""
+        host = self.host(request)
+        await self._remember(lambda m: m.recall(host))
         delay = _GUARD_FIRST_WAIT
         while True:
             try:
@@ -239,29 +192,48 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
     def _download_over(self, request: Request,
                        report: tuple[int, int, str] | None = None) -> None:
         """The host's concurrency slot of a leased request can go (after any hold is set),
-        with the download's *report* for the host's adaptive controller."""
+        with the download's *report* for the host's adaptive controller, and the proxy exit
+        it went through (its latency is the exit's: lua/adaptive.lua)."""
         ledger = engine_hooks.ledger_of(self.crawler)
         if ledger is not None and request.meta.get(LEASE_META_KEY):
-            ledger.download_over(request, report if self._adaptive.enabled else None)
+            ledger.download_over(request, (*report, exit_id(request.meta))
+                                 if report is not None and self._adaptive.enabled else None)
+
+    async def _remember(self, step: Callable[[CapacityMemory], Awaitable[None]]) -> None:
+        """A step of the learned capacities kept across crawls (memory.py), when the
+        controller and FLEET_ADAPTIVE_MEMORY are on; a Redis error is reported, not raised."""
+        if self._memory is None:
+            if not (self._adaptive.enabled and self._adaptive.memory > 0):
+                return
+            self._memory = CapacityMemory(self.politeness(), self.config.key_prefix,
+                                          self._adaptive.memory, self._adaptive.window, self._inc)
+        try:
+            await step(self._memory)
+        except _REDIS_ERRORS as exc:
+            self._redis_trouble(exc, "Learned capacities not recalled or kept (%s)", exc)
+
+    async def _before_close(self) -> None:
+        await self._remember(lambda m: m.close())
 
     async def process_response(self, request: Request, response: Response,
                                spider: Any = None) -> Response:
+        report = response_report(request, response, self._adaptive)
         try:
             await self._after_response(request, response)
         except _REDIS_ERRORS as exc:
             self._redis_trouble(exc, "Back-off bookkeeping for %s failed (%s)", request.url, exc)
         finally:
-            self._download_over(request, response_report(request, response, self._adaptive))
+            self._download_over(request, report)
+        await self._remember(lambda m: m.after(self.host(request), report[0] == OVERLOAD))
         return response
 
     async def _after_response(self, request: Request, response: Response) -> None:
         host = self.host(request)
         retry_after = retry_after_seconds(response)
-        if self._adaptive.enabled and retry_after is None and self.config.politeness.host_interval \
+        if self._adaptive.enabled and retry_after is None \
                 and response.status in self._adaptive.overload_statuses:
             # the host's controller lowers its rate (lua/adaptive.lua): no hold, which would
-            # idle the host and then let it go at full speed again (a fleet without a rate or
-            # delay has no ceiling to adapt under: its hosts are held as before)
+            # idle the host and then let it go at full speed again
             self._inc(f"{_STAT}overload/{response.status}")
             return None
         if response.status in BACKOFF_STATUSES:
@@ -279,11 +251,14 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
 
     async def process_exception(self, request: Request, exception: BaseException,
                                 spider: Any = None) -> None:
+        report = None if isinstance(exception, IgnoreRequest) else \
+            exception_report(request, exception)
         try:
             await self._after_exception(request, exception)
         finally:
-            self._download_over(request, None if isinstance(exception, IgnoreRequest)
-                                else exception_report(request, exception))
+            self._download_over(request, report)
+        if report is not None:
+            await self._remember(lambda m: m.after(self.host(request), report[0] == OVERLOAD))
 
     async def _after_exception(self, request: Request, exception: BaseException) -> None:
         if isinstance(exception, IgnoreRequest):
@@ -310,7 +285,8 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
 class _RobotsState:
     """What this worker knows of one origin's robots.txt, until ``until`` (monotonic s):
     ``kind`` "rules" (``value``: a Protego parser, or None: allow all), "wait" (its robots.txt
-    failed: no new attempt before ``until``) or "gone" (``value``: the failure message)."""
+    failed: no new attempt before ``until``), "gone" (``value``: the failure message) or
+    "skip" (``value``: its Crawl-delay, s, over FLEET_SKIP_CRAWL_DELAY_OVER)."""
 
     __slots__ = ("kind", "until", "value")
 
@@ -374,6 +350,8 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
             return self._send_back(request, state.until - time.monotonic())
         if state.kind == "gone":
             return await self._give_up(request, origin, str(state.value))
+        if state.kind == "skip":
+            return await self._skip(request, origin, state.value)
         parser = state.value
         if parser is not None:
             useragent = self._useragent or request.headers.get(b"User-Agent", b"")
@@ -410,6 +388,23 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
         if ledger is not None and request.meta.get(LEASE_META_KEY):
             ledger.dead_letter(request, message)
         raise RobotsTxtUnavailable(message, origin)
+
+    async def _skip(self, request: Request, origin: str, delay: float) -> None:
+        """FLEET_SKIP_CRAWL_DELAY_OVER: *origin* asks a Crawl-delay of *delay* s, more than
+        that: the request goes to the dead letters (reason ``crawl_delay``), not sent."""
+        self._inc(_STAT + "crawl_delay_skipped")
+        limit = self.config.politeness.skip_crawl_delay_over
+        message = f"robots.txt of {origin} asks Crawl-delay {delay:g} s " \
+                  f"(over FLEET_SKIP_CRAWL_DELAY_OVER = {limit:g} s)"
+        if origin not in self._gone_logged:
+            self._gone_logged.add(origin)
+            logger.warning("%s: its requests go to the dead letters, reason crawl_delay "
+                           "(logged once per origin)", message,
+                           extra={"spider": self.crawler.spider})
+        ledger = engine_hooks.ledger_of(self.crawler)
+        if ledger is not None and request.meta.get(LEASE_META_KEY):
+            ledger.dead_letter(request, "crawl_delay")
+        raise CrawlDelayTooLong(message, origin, delay)
 
     async def _state(self, request: Request, origin: str) -> _RobotsState:
         state = self._states.get(origin)
@@ -483,9 +478,18 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
                 body = entry.get("body", b"")
                 parser = Protego.parse(body.decode("utf-8", "replace") if isinstance(
                     body, bytes) else str(body))
-            state = _RobotsState("rules", parser, expires)
+            delay = self._skipped_delay(parser)
+            state = _RobotsState("rules", parser, expires) if delay is None else \
+                _RobotsState("skip", delay, expires)
         self._states[origin] = state
         return state
+
+    def _skipped_delay(self, parser: Any) -> float | None:
+        """The Crawl-delay (s) of robots.txt rules *parser* when it is over
+        FLEET_SKIP_CRAWL_DELAY_OVER (the host is skipped), else None."""
+        limit = self.config.politeness.skip_crawl_delay_over
+        delay = parser.crawl_delay(self._useragent or "*") if limit is not None else None
+        return float(delay) if delay is not None and float(delay) > limit else None  # type: ignore[operator]
 
     async def _fetch(self, request: Request, origin: str, owner: str) -> _RobotsState:
         from protego import Protego
@@ -514,7 +518,7 @@ class FleetRobotsTxtMiddleware(_FleetDownloaderMiddleware):
             useragent = self._useragent or "*"
             parsed = Protego.parse(body.decode("utf-8", "replace"))
             cd = parsed.crawl_delay(useragent)
-            if cd is not None:
+            if cd is not None and self._skipped_delay(parsed) is None:  # (skipped: no spacing)
                 cap = self.config.politeness.max_crawl_delay  # (None: no cap)
                 delay = float(cd) if cap is None else min(float(cd), cap)
         entry, now_ms = await self.politeness().robots_store(

@@ -72,7 +72,8 @@ class AdaptiveConfig:
     ``beta`` (rate factor per overload event), ``step`` (fraction of the configured rate
     added per clean window), ``window`` (seconds), ``latency_factor`` (g; 0: no latency rule),
     ``min_rate`` (requests/s, the slowest it goes), ``overload_statuses`` (HTTP statuses
-    that count as overload)."""
+    that count as overload), ``memory`` (seconds a host's learned capacity is kept for the
+    next crawls, fleet-wide; 0: not kept)."""
 
     enabled: bool = True
     beta: float = 0.5
@@ -81,6 +82,7 @@ class AdaptiveConfig:
     latency_factor: float = 2.0
     min_rate: float = 0.05
     overload_statuses: frozenset[int] = frozenset({429, 503})
+    memory: float = 7 * 86400.0
 
 
 def adaptive_config(settings: BaseSettings | Mapping[str, Any]) -> AdaptiveConfig:
@@ -120,7 +122,9 @@ def adaptive_config(settings: BaseSettings | Mapping[str, Any]) -> AdaptiveConfi
         enabled=boolean("FLEET_ADAPTIVE", g("FLEET_ADAPTIVE")), beta=beta, step=step,
         window=number("FLEET_ADAPTIVE_WINDOW", g("FLEET_ADAPTIVE_WINDOW"), float, 0.0,
                       "seconds > 0", exclusive=True),
-        latency_factor=factor, min_rate=min_rate, overload_statuses=frozenset(statuses))
+        latency_factor=factor, min_rate=min_rate, overload_statuses=frozenset(statuses),
+        memory=number("FLEET_ADAPTIVE_MEMORY", g("FLEET_ADAPTIVE_MEMORY"), float, 0.0,
+                      "seconds >= 0"))
 
 
 @dataclass(frozen=True)
@@ -132,7 +136,8 @@ class PolitenessConfig:
     ``host_concurrency`` (requests in flight; 0: no cap), ``host_overrides`` (host ->
     :data:`HostOverride`), ``host_key`` (one of :data:`HOST_KEY_MODES`), ``robots_obey``
     (Scrapy's ROBOTSTXT_OBEY), ``robotstxt_ttl``, ``robotstxt_hold``,
-    ``robotstxt_max_attempts`` (0: no limit), ``max_crawl_delay``, ``backoff_base``,
+    ``robotstxt_max_attempts`` (0: no limit), ``max_crawl_delay``, ``skip_crawl_delay_over``
+    (s; None: no host skipped for its Crawl-delay), ``backoff_base``,
     ``backoff_max``, ``adaptive`` (:class:`AdaptiveConfig`).
     """
 
@@ -147,6 +152,7 @@ class PolitenessConfig:
     robotstxt_hold: float = 60.0
     robotstxt_max_attempts: int = 4
     max_crawl_delay: float | None = None  #: None: a Crawl-delay is not capped
+    skip_crawl_delay_over: float | None = None
     backoff_base: float = 1.0
     backoff_max: float = 300.0
     adaptive: AdaptiveConfig = field(default_factory=lambda: AdaptiveConfig())
@@ -211,6 +217,10 @@ def politeness_config(settings: BaseSettings | Mapping[str, Any]) -> PolitenessC
         max_crawl_delay=None if g("FLEET_MAX_CRAWL_DELAY") in (None, "", "None", "none")
         else number("FLEET_MAX_CRAWL_DELAY", g("FLEET_MAX_CRAWL_DELAY"), float, 0.0,
                     "seconds >= 0 or None"),
+        skip_crawl_delay_over=None if g("FLEET_SKIP_CRAWL_DELAY_OVER") in (
+            None, "", "None", "none") else number(
+            "FLEET_SKIP_CRAWL_DELAY_OVER", g("FLEET_SKIP_CRAWL_DELAY_OVER"), float, 0.0,
+            "seconds > 0 or None", exclusive=True),
         backoff_base=number("FLEET_BACKOFF_BASE", g("FLEET_BACKOFF_BASE"), float, 0.0,
                             "seconds > 0", exclusive=True),
         backoff_max=number("FLEET_BACKOFF_MAX", g("FLEET_BACKOFF_MAX"), float, 0.0,

@@ -29,3 +29,14 @@ class ProxyBanError(IgnoreRequest, FleetError):
 
 
 __all__ = ["ProxyBanError"]
+
+
+#: meta key of the exit a request goes through: ``"<exit id>|<ticket>"`` (set by
+#: ``FleetProxyMiddleware``; ticket 0 once judged)
+EXIT_META = "fleet_proxy_exit"
+
+
+def exit_id(meta: dict[str, object]) -> str:
+    """The id of the proxy exit a request (its *meta*) went through; "" when none."""
+    value = meta.get(EXIT_META)
+    return value.partition("|")[0] if isinstance(value, str) and "|" in value else ""

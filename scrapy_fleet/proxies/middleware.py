@@ -37,7 +37,7 @@ from scrapy_fleet.codec import LEASE_META_KEY
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys
 from scrapy_fleet.politeness.hosts import host_key
-from scrapy_fleet.proxies import ProxyBanError
+from scrapy_fleet.proxies import EXIT_META, ProxyBanError
 from scrapy_fleet.proxies.pool import (
     Choice,
     Gone,
@@ -60,7 +60,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SESSION_META = "fleet_proxy_session"
-EXIT_META = "fleet_proxy_exit"
 RETRIES_META = "fleet_proxy_retries"
 TIMEOUTS_META = "fleet_proxy_timeouts"
 TRIED_META = "fleet_proxy_tried"

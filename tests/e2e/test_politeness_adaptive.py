@@ -5,10 +5,11 @@ from the site's own log and from Redis; the timed figures are in bench/bench_ada
 from __future__ import annotations
 
 import pytest
-from support import TEST_PROJECT, kill_worker, start_worker, wait_until
+from support import TEST_PROJECT, kill_worker, run_scrapy, start_worker, wait_until
 from test_politeness import hits, push_urls, run_workers
 
 from scrapy_fleet.frontier.admin import FrontierAdmin
+from scrapy_fleet.keys import learned_capacity_key
 from testsite import generate_site
 
 pytestmark = pytest.mark.slow
@@ -26,11 +27,11 @@ def limited_site(tmp_path, site_factory):
                       "host": "127.0.0.2"}]})
 
 
-def _crawl(redis_url, site, worker_env, tmp_path, adaptive: bool):
+def _crawl(redis_url, site, worker_env, tmp_path, adaptive: bool, rate: float | None = CEILING):
     push_urls([f"{site.urls[0]}site/p/{i}.html" for i in range(PAGES)], redis_url, worker_env,
               tmp_path)
     run_workers(4, redis_url, worker_env, tmp_path,
-                {"FLEET_HOST_RATE": CEILING, "FLEET_ADAPTIVE": adaptive, "RETRY_TIMES": 50,
+                {"FLEET_HOST_RATE": rate, "FLEET_ADAPTIVE": adaptive, "RETRY_TIMES": 50,
                  "FLEET_BACKOFF_BASE": 0.5, "FLEET_BACKOFF_MAX": 4}, timeout=300)
     log = [r for r in site.requests() if r["path"].startswith("/site/p/")]
     ok = {r["path"] for r in log if r["status"] == 200}
@@ -74,6 +75,27 @@ def test_without_the_controller_the_same_site_refuses_more(redis_url, limited_si
     assert refused > 0.5 * PAGES, refused
 
 
+def test_a_host_without_a_configured_rate_comes_down_too(redis_url, limited_site, worker_env,
+                                                         tmp_path):
+    """No FLEET_HOST_RATE or delay (only the concurrency cap, 8 per host): the controller
+    adapts under what the concurrency allows, so the site's 429s lower the host's rate."""
+    site = limited_site()
+    ok, refused, stats, state = _crawl(redis_url, site, worker_env, tmp_path, adaptive=True,
+                                       rate=None)
+    assert len(ok) == PAGES and state is not None, (refused, stats)
+    fields = state.decode().split("|")
+    rate, capacity = float(fields[0]), float(fields[8])
+    # (the last decrease may be the latency rule's on a loaded machine: at least one was 429's)
+    overload_decreases = stats["adaptive_decreases"] - stats.get("adaptive_latency_decreases", 0)
+    assert overload_decreases >= 1 and stats["adaptive_decreases"] >= 2, (state, stats)
+    # it came down from the concurrency's ceiling (hundreds of requests/s at a local site)
+    # to a few times the site's capacity at most
+    assert rate <= 4 * CAPACITY and capacity <= 8 * CAPACITY, (state, refused, stats)
+    # one decrease per overload event here too (23 refused in a typical run: 12 decreases
+    # of them 5 by latency, 16 answers of requests in flight before a decrease)
+    assert overload_decreases + stats.get("adaptive_inflight", 0) == refused, stats
+
+
 def test_a_long_crawl_delay_is_not_capped(redis_url, tmp_path, site_factory, worker_env):
     """Crawl-delay is a floor with no 60-s cap by default (FLEET_MAX_CRAWL_DELAY None): a
     host asking for 120 s gets 120 s between two requests, fleet-wide."""
@@ -97,3 +119,66 @@ def test_a_long_crawl_delay_is_not_capped(redis_url, tmp_path, site_factory, wor
         assert len(hits(site, "127.0.0.2")) <= 1
     finally:
         kill_worker(proc)
+
+
+def test_the_learned_capacity_outlives_the_crawl(redis_url, limited_site, worker_env, tmp_path):
+    """Crawl A learns the host's capacity; it is kept fleet-wide (FLEET_ADAPTIVE_MEMORY, 7
+    days), so crawl B of the same host, with none of A's keys left, starts there instead of
+    at the ceiling."""
+    site = limited_site()
+    ok, refused, _, state = _crawl(redis_url, site, worker_env, tmp_path, adaptive=True)
+    assert len(ok) == PAGES and state is not None and refused > 0
+    client = FrontierAdmin(redis_url, "fetch").client
+    memory = learned_capacity_key("fleet", "127.0.0.2")
+    kept = client.get(memory)
+    assert kept is not None, "no learned capacity kept"
+    capacity = float(kept.decode().split("|")[0])
+    assert 0 < capacity < CEILING, kept
+    assert 6 * 86400_000 < client.pttl(memory) <= 7 * 86400_000
+    # the crawl is gone (as after `reset`); the fleet-wide memory stays
+    doomed = list(client.scan_iter(match="fleet:{fetch}:*", count=1000))
+    client.delete(*doomed)
+    assert client.get(memory) == kept
+    before = len(site.requests())
+    push_urls([f"{site.urls[0]}site/p/{i}.html" for i in range(6)], redis_url, worker_env,
+              tmp_path)
+    run_workers(1, redis_url, worker_env, tmp_path,
+                {"FLEET_HOST_RATE": CEILING, "RETRY_TIMES": 50}, timeout=300)
+    raw = client.hget(FrontierAdmin(redis_url, "fetch").keys.adaptive, "127.0.0.2")
+    assert raw is not None
+    fields = raw.decode().split("|")
+    # B's controller began at A's capacity: its learned capacity is A's (or, refused again,
+    # the lower rate it was refused at), never the ceiling (without the memory: none, or the
+    # ceiling where B was first refused), and its rate has probed little above it
+    assert 0 < float(fields[8]) <= capacity * 1.001 and float(fields[0]) <= capacity * 1.25, \
+        (fields, kept)
+    b_log = [r for r in site.requests()[before:] if r["path"].startswith("/site/p/")]
+    assert {r["path"] for r in b_log if r["status"] == 200} == \
+        {f"/site/p/{i}.html" for i in range(6)}
+
+
+def test_a_host_asking_a_crawl_delay_over_the_limit_is_skipped(redis_url, tmp_path, site_factory,
+                                                               worker_env):
+    """FLEET_SKIP_CRAWL_DELAY_OVER (opt-in): every request of a host whose robots.txt asks
+    more goes to the dead letters with the reason crawl_delay, without reaching the host and
+    without waiting its Crawl-delay; the other host is crawled."""
+    generate_site(tmp_path / "www", 8, 2, seed=4)
+    site = site_factory(tmp_path / "www", binds=("127.0.0.2", "127.0.0.3"), behaviour={
+        "robots": {"127.0.0.2": "User-agent: *\nCrawl-delay: 120\n"}})
+    slow, other = site.urls[0], site.urls[1]
+    push_urls([f"{u}site/p/{i}.html" for u in (slow, other) for i in range(6)], redis_url,
+              worker_env, tmp_path)
+    run_workers(2, redis_url, worker_env, tmp_path,
+                {"ROBOTSTXT_OBEY": True, "FLEET_SKIP_CRAWL_DELAY_OVER": 60, "FLEET_HOST_RATE": 10},
+                timeout=240)
+    admin = FrontierAdmin(redis_url, "fetch")
+    dead = list(admin.dead_letters(limit=100))
+    assert sorted(d["reason"] for d in dead) == ["crawl_delay"] * 6, dead
+    assert len(hits(site, "127.0.0.2")) == 0  # robots.txt only
+    assert len(hits(site, "127.0.0.3")) == 6
+    assert admin.client.hget(admin.keys.crawldelay, "127.0.0.2") is None  # no 120-s spacing
+    listing = run_scrapy(TEST_PROJECT, ["fleet", "urls", "fetch", "--host", "127.0.0.2",
+                                        "--state", "dead", "--json", "-s",
+                                        f"FLEET_REDIS_URL={redis_url}"], worker_env)
+    assert listing.returncode == 0, listing.stderr
+    assert listing.stdout.count("crawl_delay") == 6, listing.stdout

@@ -176,11 +176,8 @@ def test_cooldown_ends_with_one_probe_then_the_exit_serves(redis_url, tinyproxy,
     # the fleet's order of choice, whatever order the requests arrive in
     settings = {"FLEET_PROXIES": f"{p2.url()},{p3.url()}", "FLEET_PROXY_COOLDOWN_BASE": 1.5,
                 "FLEET_PROXY_COOLDOWN_MAX": 1.5, "FLEET_HOST_RATE": 15, "FLEET_HOST_BURST": 2,
-                # the fixed rate this test was written for: exit 127.0.0.3's 0.6 s answers
-                # would otherwise be read by the adaptive controller's latency rule as the
-                # host's (issue 35; its latency is per host, not per exit: the host's rate
-                # came down and the crawl did not end in 240 s)
-                "FLEET_ADAPTIVE": False,
+                # (the adaptive controller is on: exit 127.0.0.3's 0.6 s answers are that
+                # exit's latency, not the host's, and do not lower the host's rate; issue 35)
                 "DOWNLOADER_MIDDLEWARES": json.dumps(
                     {"fleettest.spiders.ProxyTicketHeaderMiddleware": 700})}
     items, logs = crawl(tmp_path, redis_url, worker_env, 3, settings)

@@ -27,8 +27,9 @@ def _state(redis_url: str, host: str = "a.test", crawl: str = "adapt") -> dict[s
     raw = redis.Redis.from_url(redis_url).hget(CrawlKeys("fleet", crawl).adaptive, host)
     assert raw is not None, "no controller state"
     f = raw.decode().split("|")
-    return {"rate": float(f[0]), "short": float(f[1]), "min": float(f[2]), "why": f[6],
-            "cap": float(f[8]), "cc": int(f[9]), "decreases": int(f[10])}
+    return {"rate": float(f[0]), "short": float(f[1]), "min": float(f[2]), "dt": int(f[4]),
+            "why": f[6], "ct": int(f[7]), "cap": float(f[8]), "cc": int(f[9]),
+            "decreases": int(f[10])}
 
 
 def _lease(admin: FrontierAdmin, n: int) -> list:
@@ -43,8 +44,8 @@ def _lease(admin: FrontierAdmin, n: int) -> list:
 
 
 def _report(admin: FrontierAdmin, leases: list, outcome: int, latency: int = -1,
-            why: str = "") -> None:
-    admin.call(CallBatch(downloaded=[(e.entry_id, e.token, outcome, latency, why)
+            why: str = "", exit_id: str = "") -> None:
+    admin.call(CallBatch(downloaded=[(e.entry_id, e.token, outcome, latency, why, exit_id)
                                      for e in leases]), worker="w")
 
 
@@ -95,21 +96,45 @@ def test_the_learned_rate_spaces_the_leases(redis_url):
     assert all(g >= 200 for g in gaps) and min(gaps) < 400, gaps
 
 
-def test_clean_windows_raise_the_rate_up_to_the_ceiling_slower_near_capacity(redis_url):
-    admin = _admin(redis_url, window=0.05, g=0)
-    admin.push([entry(f"http://a.test/{i}") for i in range(200)])
+def _cubic_rate(before: float, state: dict[str, object], window_ms: float) -> float:
+    """The rate after a clean window by lua/adaptive.lua's rule (RFC 9438's W(t), K = 15
+    windows, twice as fast past K), at the server time of the increase (the state's
+    clean-window start)."""
+    cap, dt, ct = float(state["cap"]), float(state["dt"]), float(state["ct"])
+    k = 15 * window_ms
+    x = (ct - dt - k) / k
+    curve = cap + cap * 0.5 * (2 * x if x > 0 else x) ** 3
+    return min(CEILING, before + 0.05 * CEILING, max(before, curve))
+
+
+def test_clean_windows_follow_the_cubic_curve_flat_near_the_learned_capacity(redis_url):
+    admin = _admin(redis_url, window=0.2, g=0)
+    admin.push([entry(f"http://a.test/{i}") for i in range(400)])
     _report(admin, _lease(admin, 1), OVERLOAD, why="429")
     assert _state(redis_url)["rate"] == 10.0
-    rates = []
-    while len(rates) < 40 and (not rates or rates[-1] < CEILING):
-        wait_server_past(admin.client, server_ms(admin.client) + 60)
+    wait_server_past(admin.client, server_ms(admin.client) + 210)
+    _report(admin, _lease(admin, 1), CLEAN, latency=20)
+    assert _state(redis_url)["rate"] == 11.0  # + 5 % of the ceiling in the first window
+    while _state(redis_url)["rate"] < 14.0:
+        wait_server_past(admin.client, server_ms(admin.client) + 210)
         _report(admin, _lease(admin, 1), CLEAN, latency=20)
-        rates.append(_state(redis_url)["rate"])
-    assert rates[0] == 11.0  # + 5 % of the ceiling per clean window
+    _report(admin, _lease(admin, 1), OVERLOAD, why="429")  # refused again, below the ceiling
+    cap = _state(redis_url)["cap"]
+    assert 14.0 <= cap < CEILING and _state(redis_url)["rate"] == cap / 2
+    rates, steps_near_cap = [cap / 2], []
+    while rates[-1] < CEILING and len(rates) < 200:
+        wait_server_past(admin.client, server_ms(admin.client) + 210)
+        _report(admin, _lease(admin, 1), CLEAN, latency=20)
+        state = _state(redis_url)
+        # every increase is the cubic curve's value at its time, at most a full step up
+        assert abs(state["rate"] - _cubic_rate(rates[-1], state, 200)) < 1e-4 * CEILING
+        if abs(rates[-1] - cap) <= 0.05 * cap:
+            steps_near_cap.append(state["rate"] - rates[-1])
+        rates.append(state["rate"])
     assert rates[-1] == CEILING and max(rates) == CEILING  # never above it
-    steps = {round(b - a, 6) for a, b in itertools.pairwise([10.0, *rates])}
-    # within 10 % of the learned capacity (20/s, where it was refused) a quarter step
-    assert 0.25 in steps and 1.0 in steps
+    assert rates == sorted(rates)  # never down without an overload
+    # within 5 % of the learned capacity the steps are a fraction of the full step (1/s)
+    assert steps_near_cap and min(steps_near_cap) < 0.25, (steps_near_cap, rates)
 
 
 def test_rising_latency_lowers_rate_and_concurrency_in_proportion(redis_url):
@@ -167,3 +192,50 @@ def test_the_latency_cap_is_lifted_once_latency_is_back(redis_url):
             break
     state = _state(redis_url)
     assert state["cc"] == 0 and state["short"] <= 100 and state["decreases"] >= 1
+
+
+def test_a_host_without_a_configured_rate_is_adapted_under_its_concurrency(redis_url):
+    """No FLEET_HOST_RATE or delay: the ceiling is what the host's concurrency allows at its
+    shortest latency (8 in flight at 100 ms: 80/s), and a lowered rate spaces its leases."""
+    params = FrontierParams(host_interval=0, host_concurrency=8,
+                            adaptive=(0.5, 0.05, 60.0, 0))
+    admin = FrontierAdmin(redis_url, "free", params=params)
+    admin.push([entry(f"http://a.test/{i}") for i in range(8)])
+    _report(admin, _lease(admin, 1), CLEAN, latency=100)
+    assert _state(redis_url, crawl="free")["rate"] == 80.0
+    tat = CrawlKeys("fleet", "free").tat
+    client = redis.Redis.from_url(redis_url)
+    assert len(_lease(admin, 3)) == 3 and client.hget(tat, "a.test") is None  # no spacing yet
+    _report(admin, _lease(admin, 1), OVERLOAD, why="429")
+    state = _state(redis_url, crawl="free")
+    assert state["rate"] == 40.0 and state["cap"] == 80.0 and state["why"] == "429"
+    turns = []
+    for _ in range(3):
+        _lease(admin, 1)
+        turns.append(int(client.hget(tat, "a.test")))
+    # one lease per 25 ms (40/s) now, not all at once
+    gaps = [b - a for a, b in itertools.pairwise(turns)]
+    assert all(g >= 25 for g in gaps), gaps
+
+
+def test_a_slow_proxy_exit_is_not_taken_for_a_slow_host(redis_url):
+    """Latency is kept per host and exit: answers through an exit that is always slow (600
+    ms) beside a fast one (20 ms) do not lower the host's rate; the same answers without
+    exits (one latency per host) do."""
+    for crawl, exits in (("exits", ("fast", "slow")), ("direct", ("", ""))):
+        admin = _admin(redis_url, window=60.0, g=2.0, crawl=crawl)
+        admin.push([entry(f"http://a.test/{i}") for i in range(24)])
+        for _ in range(8):
+            _report(admin, _lease(admin, 1), CLEAN, latency=20, exit_id=exits[0])
+            _report(admin, _lease(admin, 1), CLEAN, latency=600, exit_id=exits[1])
+            if _state(redis_url, crawl=crawl)["decreases"]:
+                break  # (a lowered rate spaces the next leases: no need to wait for them)
+        state = _state(redis_url, crawl=crawl)
+        if crawl == "exits":
+            assert state["decreases"] == 0 and state["rate"] == CEILING, state
+            raw = redis.Redis.from_url(redis_url).hget(CrawlKeys("fleet", crawl).adaptive,
+                                                        "a.test\tslow")
+            short, minimum = (float(x) for x in raw.decode().split("|")[:2])
+            assert minimum == 600 and short == 600  # the slow exit's own latency
+        else:
+            assert state["decreases"] >= 1 and state["why"] == "latency", state

@@ -10,7 +10,7 @@ import redis
 from scrapy import Request
 from scrapy.settings import Settings
 from support import host_entry as entry
-from support import wait_server_past, wait_until
+from support import server_ms, wait_server_past, wait_until
 
 from scrapy_fleet import codec, lua
 from scrapy_fleet.addon import Addon
@@ -189,6 +189,21 @@ def test_guard_token_shares_the_frontiers_limiter(redis_url):
     wait = politeness_call(redis_url, "take", "a.test", pt=1000, pb=1, pc=0)["wait"]
     assert 800 < wait <= 1000  # the guard must wait for the same host's next turn
     assert politeness_call(redis_url, "take", "b.test", pt=1000, pb=1, pc=0)["wait"] == 0
+
+
+def test_a_late_rate_turn_keeps_at_most_half_an_interval_of_its_lateness(redis_url):
+    """A rate's token taken late keeps its schedule (TAT + T) only up to T/2 of lateness,
+    so two turns are never closer than T/2 (issue 35: a 1-s window held 27 requests at 25/s)."""
+    client = redis.Redis.from_url(redis_url)
+    tat_key = CrawlKeys("fleet", "hosts").tat
+    for late, kept in ((200, 200), (700, 500)):  # ms late, of it kept (T = 1000)
+        before = server_ms(client)
+        client.hset(tat_key, "a.test", before - late)
+        assert politeness_call(redis_url, "take", "a.test", pt=1000, pb=1, pc=0, pr=1)["wait"] == 0
+        after = server_ms(client)
+        tat = int(float(client.hget(tat_key, "a.test")))
+        # the next turn: T after the late moment, less what the token kept of its lateness
+        assert before + 1000 - kept <= tat <= after + 1000 - kept, (late, tat - before)
 
 
 @pytest.mark.parametrize("url,mode,expected", [

@@ -15,6 +15,7 @@ from scrapy_fleet.addon import Addon
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.frontier.protocol import call_constants
+from scrapy_fleet.politeness.memory import parse_capacity
 from scrapy_fleet.politeness.middlewares import (
     CLEAN,
     NEITHER,
@@ -37,6 +38,8 @@ def test_on_by_default_and_sent_with_every_call():
                                         ("FLEET_ADAPTIVE_BETA", 0),
                                         ("FLEET_ADAPTIVE_STEP", 1.5),
                                         ("FLEET_ADAPTIVE_WINDOW", 0),
+                                        ("FLEET_ADAPTIVE_MEMORY", -1),
+                                        ("FLEET_ADAPTIVE_MEMORY", "week"),
                                         ("FLEET_ADAPTIVE_LATENCY_FACTOR", 0.5),
                                         ("FLEET_ADAPTIVE_MIN_RATE", 0),
                                         ("FLEET_ADAPTIVE_OVERLOAD_STATUSES", [429, 42]),
@@ -64,7 +67,7 @@ def test_autothrottle_is_turned_off_and_carried_over(caplog):
     assert len(lines) == 1 and lines[0].levelno == logging.INFO
 
 
-@pytest.mark.parametrize("given,takes_over", [
+@pytest.mark.parametrize("given,fleet_ceiling", [
     ({}, False),
     ({"DOWNLOAD_DELAY": 0}, False),
     ({"FLEET_HOST_RATE": None}, False),
@@ -74,32 +77,18 @@ def test_autothrottle_is_turned_off_and_carried_over(caplog):
     ({"FLEET_HOST_RATE": 2}, True),
     ({"FLEET_HOST_RATE": "2"}, True),  # as given on the command line
 ])
-def test_the_autothrottle_line_says_whether_the_controller_can_act(caplog, given, takes_over):
-    """The controller adapts under a configured rate or delay (its ceiling) and does not act
-    without one (docs/politeness.md): the line said it took over in both cases."""
+def test_the_autothrottle_line_says_what_the_controller_adapts_under(caplog, given,
+                                                                     fleet_ceiling):
+    """The controller takes over in every case (docs/politeness.md): under a configured rate
+    or delay, or else under what each host's concurrency allows."""
     settings = Settings({"AUTOTHROTTLE_ENABLED": True, **given})
     with caplog.at_level(logging.INFO, logger="scrapy_fleet.addon"):
         Addon().update_settings(settings)
     assert settings.getbool("AUTOTHROTTLE_ENABLED") is False
     [line] = [r.getMessage() for r in caplog.records if "AutoThrottle" in r.getMessage()]
-    if takes_over:
-        assert "the fleet's adaptive politeness has one controller per host" in line
-        assert "needs a rate or delay" not in line
-    else:
-        assert ("needs a rate or delay to adapt under and none is set: set FLEET_HOST_RATE, "
-                "DOWNLOAD_DELAY or FLEET_HOST_DELAY (FLEET_HOST_CONCURRENCY=1, "
-                "FLEET_ADAPTIVE_MIN_RATE=0.0166667)") in line
-
-
-def test_the_autothrottle_line_names_the_hosts_an_override_gives_a_ceiling(caplog):
-    settings = Settings({"AUTOTHROTTLE_ENABLED": True, "FLEET_HOST_OVERRIDES": {
-        "a.test": {"rate": 1}, "b.test": {"delay": 2}, "c.test": {"concurrency": 1}}})
-    with caplog.at_level(logging.INFO, logger="scrapy_fleet.addon"):
-        Addon().update_settings(settings)
-    [line] = [r.getMessage() for r in caplog.records if "AutoThrottle" in r.getMessage()]
-    assert ("needs a rate or delay to adapt under and has one only for the 2 host(s) "
-            "FLEET_HOST_OVERRIDES gives one: set FLEET_HOST_RATE, DOWNLOAD_DELAY or "
-            "FLEET_HOST_DELAY") in line
+    assert "the fleet's adaptive politeness has one controller per host" in line
+    assert "(FLEET_HOST_CONCURRENCY=1, FLEET_ADAPTIVE_MIN_RATE=0.0166667)" in line
+    assert ("a host's ceiling is what its concurrency allows" in line) is not fleet_ceiling
 
 
 def test_autothrottle_stays_when_the_controller_is_off():
@@ -135,3 +124,22 @@ def test_what_a_download_report_says():
     assert exception_report(request, TCPTimedOutError()) == (OVERLOAD, -1, "timeout")
     assert exception_report(request, ConnectionRefusedError()) == (OVERLOAD, -1, "error")
     assert exception_report(request, ValueError("x")) == (NEITHER, -1, "")
+
+
+def test_the_learned_capacity_memory_setting_and_stored_value():
+    """FLEET_ADAPTIVE_MEMORY: 7 days by default, 0 keeps nothing; a stored capacity is
+    read only as a positive number ("<capacity>|<rate>"), anything else is ignored."""
+    assert adaptive_config(Settings()).memory == 7 * 86400
+    assert adaptive_config(Settings({"FLEET_ADAPTIVE_MEMORY": "0"})).memory == 0
+    assert parse_capacity(b"2.5|1.25") == 2.5 and parse_capacity("4") == 4.0
+    for bad in (None, b"", b"x|1", b"0|1", b"-3|1", b"inf|1", b"nan|1", b"\x80\x04."):
+        assert parse_capacity(bad) is None, bad
+
+
+@pytest.mark.parametrize("value", [0, -5, "long"])
+def test_a_wrong_crawl_delay_skip_is_one_error(value):
+    with pytest.raises(FleetConfigError, match="FLEET_SKIP_CRAWL_DELAY_OVER"):
+        FleetConfig.from_settings(Settings({"FLEET_SKIP_CRAWL_DELAY_OVER": value}))
+    config = FleetConfig.from_settings(Settings({"FLEET_SKIP_CRAWL_DELAY_OVER": "60"}))
+    assert config.politeness.skip_crawl_delay_over == 60.0
+    assert FleetConfig.from_settings(Settings()).politeness.skip_crawl_delay_over is None
