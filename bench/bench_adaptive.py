@@ -34,7 +34,7 @@ import _harness as h
 import redis as redis_lib
 from bench_politeness import TEST_PROJECT, MultiSite, interrupt, max_in_window, push, start_fleet
 
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from testsite import generate_site
 
 ADDR = "127.0.0.2"

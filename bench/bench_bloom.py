@@ -33,7 +33,8 @@ import redis
 
 from scrapy_fleet import lua
 from scrapy_fleet.frontier.bloom import bloom_key, slice_params
-from scrapy_fleet.keys import BLOOM_MAX_SLICES, CrawlKeys
+from scrapy_fleet.keys.calls import BLOOM_MAX_SLICES
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 ERROR_RATE = 0.001
 OP_TTL_MS = 60_000

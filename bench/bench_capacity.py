@@ -135,7 +135,7 @@ class Site:
 async def fleet_client(url: str, n: int, site: Site, stop_at: list[float], stats: dict[str, Any],
                        go: asyncio.Event) -> None:
     from scrapy_fleet.frontier.client import AsyncFrontier
-    from scrapy_fleet.keys import CrawlKeys
+    from scrapy_fleet.keys.crawl import CrawlKeys
 
     try:
         from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams

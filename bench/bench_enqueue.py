@@ -100,7 +100,7 @@ def run_fleet(site: list[tuple[str, list[str]]], scope: str, redis_url: str,
 
     from scrapy_fleet.frontier.client import AsyncFrontier
     from scrapy_fleet.frontier.scheduler import FleetScheduler
-    from scrapy_fleet.keys import CrawlKeys
+    from scrapy_fleet.keys.crawl import CrawlKeys
 
     class DocsLike(Spider):
         name = "docs"

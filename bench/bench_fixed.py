@@ -44,7 +44,7 @@ CHILD = r"""
 import json, sys, uuid
 import msgpack, redis
 from scrapy_fleet import lua
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.frontier.protocol import CallBatch, CallResult, FrontierParams, call_args
 try:
     from scrapy_fleet.frontier.protocol import call_argv

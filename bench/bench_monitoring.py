@@ -48,7 +48,7 @@ from bench_throughput import Monitor
 
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.protocol import CallBatch
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.monitoring import series
 from scrapy_fleet.monitoring.snapshot import read_snapshot
 from testsite import generate_site

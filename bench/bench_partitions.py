@@ -72,7 +72,7 @@ from scrapy_fleet.frontier.dupecache import DUPE_CACHE_SIZE
 from scrapy_fleet.frontier.partition_count import check_sync
 from scrapy_fleet.frontier.partitions import PartitionedFrontier
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from testsite.processes import free_port
 
 HELD = 16

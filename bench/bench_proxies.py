@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from proxyfixtures import start_tinyproxy
 
 from scrapy_fleet import redis_client
-from scrapy_fleet.keys import ProxyPoolKeys
+from scrapy_fleet.keys.fleet import ProxyPoolKeys
 from scrapy_fleet.proxies.pool import Choice, ProxyPool, Report
 from scrapy_fleet.proxies.settings import proxy_config
 from testsite import generate_site

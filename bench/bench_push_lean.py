@@ -35,7 +35,8 @@ from scrapy_fleet import lua
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.lean import lean_args
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
-from scrapy_fleet.keys import PUSH_LEAN_CALL, CrawlKeys
+from scrapy_fleet.keys.calls import PUSH_LEAN_CALL
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 PARAMS = FrontierParams(queue_max=1_000_000, host_concurrency=8)
 CALLS = {0: 2000, 1: 2000, 10: 600, 100: 100}

@@ -40,7 +40,7 @@ from typing import Any
 import _harness as h
 import msgpack
 
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 PIPELINE = {"scrapy_fleet.pipelines.jsonlines.JsonLinesPipeline": 800}
 #: as the tests find it (tests/support.py PYDOCS_DIR): FLEET_PYDOCS_DIR, else ../shared/sites/

@@ -145,7 +145,9 @@ def pinned(source: str) -> str:
 
 def key_template(tree: Path, cwd: Path, prefix: str, crawl: str) -> list[str]:
     """The frontier call's KEYS of *tree* for op "@OP@", previous op "@PREV@", worker "@W@"."""
-    code = ("import json, sys; from scrapy_fleet.keys import CrawlKeys; "
+    code = ("import json, sys\ntry:\n    from scrapy_fleet.keys.crawl import CrawlKeys\n"
+            "except ImportError:  # (a tree from before keys/ was a package)\n"
+            "    from scrapy_fleet.keys import CrawlKeys\n"
             f"print(json.dumps(CrawlKeys({prefix!r}, {crawl!r})"
             ".frontier_keys('@OP@', '@PREV@', '@W@')))")
     env = dict(os.environ, PYTHONPATH=str(tree))

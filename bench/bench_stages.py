@@ -30,7 +30,7 @@ from typing import Any
 
 import _harness as h
 
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from testsite import generate_site
 
 TEST_PROJECT = h.REPO_ROOT / "tests" / "project"

@@ -26,7 +26,8 @@ import redis
 
 from scrapy_fleet import lua
 from scrapy_fleet.errors import RedisPermissionError
-from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys, StartKeyKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
+from scrapy_fleet.keys.fleet import ProxyPoolKeys, StartKeyKeys
 from scrapy_fleet.lua import sources
 
 #: entry scripts each role runs
@@ -166,7 +167,7 @@ def pool_commands(role: str) -> list[str]:
 
 
 def start_key_patterns(start_keys: tuple[str, ...] | list[str]) -> str:
-    """The ACL key patterns of scrapy-redis start keys (keys.py ``StartKeyKeys``): each key
+    """The ACL key patterns of scrapy-redis start keys (keys/fleet.py ``StartKeyKeys``): each key
     itself and its ``<tag>:fleet:*`` keys, glob characters escaped (Redis's ACL patterns are
     glob-style: ``*``, ``?``, ``[``, ``\\`` in a key name match literally only escaped)."""
 

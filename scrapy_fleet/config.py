@@ -34,7 +34,7 @@ from scrapy_fleet.frontier.dupefilter_settings import DupefilterConfig, dupefilt
 from scrapy_fleet.frontier.protocol import FrontierParams
 from scrapy_fleet.group_settings import GroupConfig, group_config
 from scrapy_fleet.jsonl_settings import JsonlConfig, jsonl_config
-from scrapy_fleet.keys import STAGE_HOST, CrawlKeys
+from scrapy_fleet.keys.crawl import STAGE_HOST, CrawlKeys
 from scrapy_fleet.monitoring.settings import MonitoringConfig, monitoring_config
 from scrapy_fleet.politeness.settings import PolitenessConfig, politeness_config
 from scrapy_fleet.proxies.settings import ProxyConfig, proxy_config
@@ -60,7 +60,7 @@ def default_worker_id() -> str:
 _PROCESS_START = time.time()
 
 
-#: largest FLEET_PARTITIONS (each partition's hash tag is searched for in keys.py)
+#: largest FLEET_PARTITIONS (each partition's hash tag is searched for in keys/crawl.py)
 MAX_PARTITIONS = 1024
 
 

@@ -2,7 +2,7 @@
 ``FLEET_CRAWL_WEIGHT``.
 
 The crawls of a group keep their own queues, filters, budgets and pauses but share each
-host's politeness keys (keys.py, :attr:`CrawlKeys.politeness_base`); the weight is how the
+host's politeness keys (keys/crawl.py, :attr:`CrawlKeys.politeness_base`); the weight is how the
 lease step shares a host's turns among them while several have work (lua/step_group.lua).
 """
 

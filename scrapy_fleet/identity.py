@@ -40,7 +40,7 @@ import redis
 
 from scrapy_fleet.errors import CrawlSpiderError, WorkerIdInUseError
 from scrapy_fleet.frontier.protocol import as_int
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 logger = logging.getLogger(__name__)
 

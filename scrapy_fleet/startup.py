@@ -47,7 +47,8 @@ from scrapy_fleet.errors import (
     WorkerIdInUseError,
 )
 from scrapy_fleet.frontier import layout, partition_count
-from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
+from scrapy_fleet.keys.fleet import ProxyPoolKeys
 from scrapy_fleet.recrawl import guard as recrawl_guard
 from scrapy_fleet.recrawl.settings import recrawl_config
 from scrapy_fleet.redact import redact

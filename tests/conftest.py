@@ -123,7 +123,7 @@ def lua_clock(redis_url: str) -> Iterator[Callable[..., None]]:
     again after the test."""
     import redis
 
-    from scrapy_fleet.keys import TEST_CLOCK_KEY
+    from scrapy_fleet.keys.crawl import TEST_CLOCK_KEY
     from scrapy_fleet.lua import sources
 
     client = redis.Redis.from_url(redis_url)

@@ -417,7 +417,7 @@ def crawl_snapshot(redis_url: str, crawl: str, **kwargs: Any) -> dict[str, Any]:
     """The monitoring snapshot of *crawl* (monitoring/snapshot.py read_snapshot)."""
     import redis
 
-    from scrapy_fleet.keys import CrawlKeys
+    from scrapy_fleet.keys.crawl import CrawlKeys
     from scrapy_fleet.monitoring.snapshot import read_snapshot
 
     client = redis.Redis.from_url(redis_url)
@@ -430,7 +430,7 @@ def crawl_snapshot(redis_url: str, crawl: str, **kwargs: Any) -> dict[str, Any]:
 def hosts_in_partition(p: int, parts: int, n: int = 1) -> list[str]:
     """The first *n* host names ``h<i>.test`` that :func:`scrapy_fleet.keys.partition_of`
     puts in partition *p* of *parts*."""
-    from scrapy_fleet.keys import partition_of
+    from scrapy_fleet.keys.partition import partition_of
 
     return [h for h in (f"h{i}.test" for i in range(1000)) if partition_of(h, parts) == p][:n]
 

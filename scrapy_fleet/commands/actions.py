@@ -19,7 +19,7 @@ from scrapy_fleet.commands import push
 from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.protocol import PRIORITY_LIMIT
-from scrapy_fleet.keys import partition_of
+from scrapy_fleet.keys.partition import partition_of
 from scrapy_fleet.politeness import hosts as politeness
 from scrapy_fleet.politeness.settings import HOST_KEY_MODES
 from scrapy_fleet.recrawl import view as recrawl_view
@@ -283,7 +283,7 @@ def push_started(admin: FrontierAdmin, parts: int, opts: Any) -> bool:
 def stored_bounds(url: str, crawl_id: str, prefix: str) -> dict[str, Any]:
     """The bounds the crawl's workers stored (empty when none ran yet or Redis is down)."""
     from scrapy_fleet import redis_client
-    from scrapy_fleet.keys import CrawlKeys
+    from scrapy_fleet.keys.crawl import CrawlKeys
 
     try:
         client = redis_client.make_client(url, 5.0)

@@ -15,7 +15,8 @@ from typing import Any
 from scrapy_fleet.commands import push
 from scrapy_fleet.frontier import budgets
 from scrapy_fleet.frontier.admin import FrontierAdmin
-from scrapy_fleet.keys import CrawlKeys, partition_of
+from scrapy_fleet.keys.crawl import CrawlKeys
+from scrapy_fleet.keys.partition import partition_of
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -24,7 +24,7 @@ from scrapy_fleet import lua
 from scrapy_fleet.commands import push
 from scrapy_fleet.frontier import control as worker_control
 from scrapy_fleet.frontier.admin import FrontierAdmin
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.politeness.hosts import host_key
 
 #: a worker that called the frontier within this many ms must confirm a pause

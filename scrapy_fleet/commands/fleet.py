@@ -326,7 +326,7 @@ class Command(ScrapyCommand):
         from scrapy_fleet import redis_client
         from scrapy_fleet.commands import actions, push
         from scrapy_fleet.frontier import layout
-        from scrapy_fleet.keys import CrawlKeys
+        from scrapy_fleet.keys.crawl import CrawlKeys
 
         client = redis_client.make_client(config.redis_url, config.redis_timeout)
         keys = CrawlKeys(config.key_prefix, crawl_id)

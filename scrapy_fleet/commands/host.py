@@ -26,7 +26,9 @@ from typing import Any
 from scrapy_fleet import lua
 from scrapy_fleet.commands import control, push
 from scrapy_fleet.frontier import listing
-from scrapy_fleet.keys import DROP_CALL, CrawlKeys, partition_of
+from scrapy_fleet.keys.calls import DROP_CALL
+from scrapy_fleet.keys.crawl import CrawlKeys
+from scrapy_fleet.keys.partition import partition_of
 
 #: entries removed per call of lua/host_drop.lua (each call well under 10 ms:
 #: bench/bench_host_drop.py); into the dead letters (a msgpack record and an HSET field each)

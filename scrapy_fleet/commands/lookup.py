@@ -18,7 +18,8 @@ from typing import Any
 from scrapy_fleet.commands import push
 from scrapy_fleet.frontier import listing
 from scrapy_fleet.frontier.where import locate
-from scrapy_fleet.keys import CrawlKeys, partition_of
+from scrapy_fleet.keys.crawl import CrawlKeys
+from scrapy_fleet.keys.partition import partition_of
 from scrapy_fleet.politeness import hosts as politeness
 
 #: the ACL role of each action (registry.py ACL_ROLES)

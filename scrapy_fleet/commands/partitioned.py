@@ -36,7 +36,7 @@ from scrapy_fleet.failures import admin as failures
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.protocol import CallResult
 from scrapy_fleet.frontier.routing import entry_ref, partition_params
-from scrapy_fleet.keys import partition_of
+from scrapy_fleet.keys.partition import partition_of
 from scrapy_fleet.politeness import hosts as politeness
 from scrapy_fleet.recrawl import view as recrawl_view
 

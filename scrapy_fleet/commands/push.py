@@ -60,7 +60,7 @@ from scrapy_fleet.errors import (
 from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.fingerprint import is_default_fingerprinter
 from scrapy_fleet.frontier.protocol import CallResult, FrontierParams
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.redis_client import is_oom
 
 __all__ = ["DEFAULT_MAX_URL_LENGTH", "PushLineError", "parse_line", "plain_url_entry"]

@@ -43,7 +43,7 @@ from scrapy import Request, signals
 from scrapy_fleet import lua, redis_client
 from scrapy_fleet.codec import START_META_KEY
 from scrapy_fleet.errors import FleetConfigError
-from scrapy_fleet.keys import StartKeyKeys
+from scrapy_fleet.keys.fleet import StartKeyKeys
 
 if TYPE_CHECKING:
     from scrapy import Spider

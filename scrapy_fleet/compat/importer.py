@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from scrapy_fleet import codec, lua, redis_client
 from scrapy_fleet.compat.fingerprint import matches
 from scrapy_fleet.frontier.bloom import bloom_key
-from scrapy_fleet.keys import ScrapyRedisKeys
+from scrapy_fleet.keys.fleet import ScrapyRedisKeys
 from scrapy_fleet.politeness import hosts as politeness
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from scrapy_fleet import codec, lua, redis_client
 from scrapy_fleet.errors import RequestDecodeError, RequestEncodeError
 from scrapy_fleet.failures.record import FailureRecord
 from scrapy_fleet.frontier import layout
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 #: records put back per script call
 RETRY_CHUNK = 200

@@ -26,7 +26,7 @@ from scrapy_fleet.frontier.protocol import (
     queue_size_reads,
     size_of,
 )
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.monitoring.snapshot import read_counts
 from scrapy_fleet.politeness.adaptive_view import adaptive_fields, policy_defaults
 from scrapy_fleet.politeness.hosts import effective_policy

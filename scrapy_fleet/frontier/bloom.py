@@ -18,7 +18,7 @@ import hashlib
 import math
 from dataclasses import dataclass
 
-from scrapy_fleet.keys import BLOOM_MAX_SLICES
+from scrapy_fleet.keys.calls import BLOOM_MAX_SLICES
 
 FINGERPRINT_BYTES = 12
 #: layouts of a slice (lua/bloom.lua, metadata field ``v``): 1 classic, 2 blocked

@@ -22,7 +22,7 @@ from scrapy_fleet.frontier.bloom import (
     CLASSIC,
     slice_params,
 )
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 
 def _halves(key: bytes) -> tuple[int, int]:

@@ -43,7 +43,7 @@ from scrapy_fleet.frontier.control import WorkerControl
 from scrapy_fleet.frontier.leases import Lease, Out, callback_failure, unstorable_record
 from scrapy_fleet.frontier.protocol import clamp_priority
 from scrapy_fleet.frontier.routing import lease_partition
-from scrapy_fleet.keys import STAGE_HOST
+from scrapy_fleet.keys.crawl import STAGE_HOST
 from scrapy_fleet.politeness import hosts as politeness
 from scrapy_fleet.recrawl.record import revisit_record
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from scrapy_fleet.budget_settings import BudgetConfig
     from scrapy_fleet.frontier.book import LeaseBook
-    from scrapy_fleet.keys import CrawlKeys
+    from scrapy_fleet.keys.crawl import CrawlKeys
 
 logger = logging.getLogger(__name__)
 

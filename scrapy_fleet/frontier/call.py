@@ -44,7 +44,7 @@ from scrapy_fleet.frontier.protocol import (
     needs_payloads,
     state_lost,
 )
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from scrapy_fleet.frontier.protocol import (
     queue_size_reads,
     size_of,
 )
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 if TYPE_CHECKING:
     from scrapy_fleet.frontier.port import FrontierBuffer

@@ -19,7 +19,7 @@ from scrapy_fleet import lua, redis_client
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.fingerprint import fast_bloom_key, is_default_fingerprinter
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from scrapy_fleet.errors import FleetError
-from scrapy_fleet.keys import LAYOUT_VERSION, CrawlKeys
+from scrapy_fleet.keys.crawl import LAYOUT_VERSION, CrawlKeys
 
 
 class CrawlLayoutError(FleetError, RuntimeError):

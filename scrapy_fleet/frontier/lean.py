@@ -16,7 +16,8 @@ import redis
 from scrapy_fleet.frontier.dupecache import STALE_GENERATION, DupeCache
 from scrapy_fleet.frontier.protocol import OP_TTL_MS, FrontierParams
 from scrapy_fleet.frontier.sent import SentLean
-from scrapy_fleet.keys import PUSH_LEAN_CALL, CrawlKeys
+from scrapy_fleet.keys.calls import PUSH_LEAN_CALL
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 
 def lean_args(pushes: list[tuple[Any, ...]], params: FrontierParams, marker: str,

@@ -3,7 +3,7 @@ bounded steps (``hosts``, ``urls``, ``crawls``: commands/lookup.py, docs/control
 hosts, URLs and crawls").  No command reads more than :data:`CHUNK` elements: HASHes by
 HSCAN, LISTs and ZSETs by index ranges, the keyspace by SCAN.
 
-Per host (keys.py): ``queued`` is the sum of the lengths of its buckets (``qidx`` names
+Per host (keys/crawl.py): ``queued`` is the sum of the lengths of its buckets (``qidx`` names
 them), ``leased`` its members of the ``lease`` HASH (leases not yet acknowledged),
 ``deferred`` its members of ``deferred``, ``failed`` its failed-request records (their
 ``host`` field).  Over every host they sum to the crawl's ``queued``, ``leased``,
@@ -21,7 +21,7 @@ import msgpack
 from scrapy_fleet import codec
 from scrapy_fleet.errors import RequestDecodeError
 from scrapy_fleet.failures.record import FailureRecord
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 #: elements read per command
 CHUNK = 1000

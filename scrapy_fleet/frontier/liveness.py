@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from scrapy_fleet import lua, redis_client
-from scrapy_fleet.keys import BEAT_CALL, CrawlKeys
+from scrapy_fleet.keys.calls import BEAT_CALL
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 logger = logging.getLogger("scrapy_fleet.frontier.scheduler")  # (the pump's logger)
 

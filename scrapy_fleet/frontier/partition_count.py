@@ -9,7 +9,7 @@ from typing import Any
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.frontier import layout
 from scrapy_fleet.frontier.protocol import as_int
-from scrapy_fleet.keys import LAYOUT_VERSION, CrawlKeys
+from scrapy_fleet.keys.crawl import LAYOUT_VERSION, CrawlKeys
 
 
 def _verdict(keys: CrawlKeys, parts: int, stored: Any, p1_exists: int) -> FleetConfigError | None:

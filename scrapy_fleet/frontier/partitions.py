@@ -1,7 +1,7 @@
 """A crawl's frontier partitioned by host (``FLEET_PARTITIONS`` = P > 1, docs/partitions.md).
 
 Each partition is a complete frontier of today's layout under its own hash tag
-(:meth:`scrapy_fleet.keys.CrawlKeys.partition`): its queue, Bloom filter, leases, politeness
+(:meth:`scrapy_fleet.keys.crawl.CrawlKeys.partition`): its queue, Bloom filter, leases, politeness
 state, counters, failed and dead records.  A host's URLs all live in the partition
 :func:`scrapy_fleet.keys.partition_of` names, so every guarantee that is atomic inside one
 frontier call (dedup, fencing, per-host rate and concurrency, robots.txt, holds, bounds) stays
@@ -82,7 +82,8 @@ from scrapy_fleet.frontier.routing import (
     subset,
 )
 from scrapy_fleet.frontier.sent import SentLean, SentPart, match_rows, send_part
-from scrapy_fleet.keys import CrawlKeys, partition_of
+from scrapy_fleet.keys.crawl import CrawlKeys
+from scrapy_fleet.keys.partition import partition_of
 from scrapy_fleet.monitoring.heartbeat import heartbeat_only
 
 if TYPE_CHECKING:

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy_fleet import lua, redis_client
 from scrapy_fleet.errors import RedisUnavailableError
-from scrapy_fleet.keys import PROBE_CALL, STAGE_HOST, CrawlKeys, partition_of
+from scrapy_fleet.keys.calls import PROBE_CALL
+from scrapy_fleet.keys.crawl import STAGE_HOST, CrawlKeys
+from scrapy_fleet.keys.partition import partition_of
 
 if TYPE_CHECKING:
     import redis.asyncio

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from scrapy_fleet.frontier.dupecache import DupeCache
     from scrapy_fleet.frontier.protocol import CallBatch, CallResult
-    from scrapy_fleet.keys import CrawlKeys
+    from scrapy_fleet.keys.crawl import CrawlKeys
 
 
 class FrontierBuffer(Protocol):

@@ -20,7 +20,7 @@ import msgpack
 import redis
 
 from scrapy_fleet.errors import CrawlStateLostError
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 OP_TTL_MS = 300_000
 #: expired leases one call reclaims at most (a reclaim storm is spread over calls; each

@@ -17,7 +17,8 @@ from scrapy_fleet.frontier.protocol import (
     FrontierParams,
     LeasedEntry,
 )
-from scrapy_fleet.keys import STAGE_HOST, partition_of
+from scrapy_fleet.keys.crawl import STAGE_HOST
+from scrapy_fleet.keys.partition import partition_of
 
 #: separator of a partition's index and an entry id in the ids a PartitionedFrontier hands out
 ID_SEP = ":"

@@ -66,7 +66,7 @@ from scrapy_fleet.compat.feeder import is_start_key_spider
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.frontier.client import frontier_size
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler

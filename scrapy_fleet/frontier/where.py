@@ -1,9 +1,9 @@
 """Where is a URL: its state in a crawl's frontier, read with plain reads (the ``monitor``
 ACL role), for ``scrapy fleet url`` (commands/lookup.py, docs/control.md "Where is a URL").
 
-An entry's id is a counter value given at push (keys.py ``seq``), not derived from its URL,
+An entry's id is a counter value given at push (keys/crawl.py ``seq``), not derived from its URL,
 and the frontier keeps no index from a URL to its entry; what is derived from the URL is its
-host (which names its queue buckets and, at P > 1, its partition: keys.py ``partition_of``)
+host (which names its queue buckets and, at P > 1, its partition: keys/crawl.py ``partition_of``)
 and its Bloom key (the request fingerprint, hashed: frontier/bloom.py).  So a lookup reads
 only the structures that can hold the URL and only the parts of them of its host:
 
@@ -44,12 +44,12 @@ from scrapy_fleet.failures.record import FailureRecord
 from scrapy_fleet.frontier import bloom_read
 from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.fingerprint import is_default_fingerprinter, url_bloom_key
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.recrawl import view as recrawl_view
 
 #: entries read per LRANGE / HSCAN step / HMGET (no single command runs long)
 CHUNK = 1000
-#: the bucket key of priority 0 (keys.py ``bucket``: -priority + 10**15)
+#: the bucket key of priority 0 (keys/crawl.py ``bucket``: -priority + 10**15)
 PRIO_OFFSET = 10**15
 
 Fingerprint = Callable[[Request], bytes]

@@ -3,9 +3,9 @@
 A script is made of parts: the files :data:`SCRIPTS` names, in order (each defines locals only:
 a function or a table of functions, its header says which, the keys and arguments it uses,
 what it writes and its bound of work per call), then the entry file itself.  A script whose
-KEYS are declared in :mod:`scrapy_fleet.keys` (``FRONTIER_CALL``...) gets a generated
+KEYS are declared in :mod:`scrapy_fleet.keys.calls` (``FRONTIER_CALL``...) gets a generated
 prologue first: ``local K = {name = KEYS[i], ...}``, the names and order of that declaration,
-which :meth:`scrapy_fleet.keys.CrawlKeys.call_keys` follows too, so no key position is written
+which :meth:`scrapy_fleet.keys.crawl.CrawlKeys.call_keys` follows too, so no key position is written
 by hand.  A script may also name a *group* of parts put inside one function (``GROUPS``: its
 name, its parts, then its body file): Lua creates the closures of a function's body only when
 the function runs, so the parts a call needs only when it has work (the frontier call's

@@ -2,7 +2,7 @@
 -- lua/step_check.lua) and failed_retry.lua; it defines locals only.  docs/failures.md
 -- describes the model.
 --
--- Keys (fields of the caller's key table, keys.py):
+-- Keys (fields of the caller's key table, keys/crawl.py):
 --   failed     HASH  entry id -> msgpack {url, method, reason, message, status, attempts,
 --                    worker, host, at (server ms, set here), data (encoded request, set here)}
 --   failed_at  ZSET  entry id -> at: oldest first, trimmed past the cap (fm)

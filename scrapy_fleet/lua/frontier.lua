@@ -16,7 +16,7 @@
 -- K: the call's key names (keys.FRONTIER_CALL declares them, in KEYS order; lua/__init__.py
 -- binds them here).
 --
--- Per entry (keys.py has the whole layout):
+-- Per entry (keys/crawl.py has the whole layout):
 --   queued:   "<id>\t<payload>" in the LIST of its host and priority (lua/queue.lua)
 --   leased:   leases[id] = expiry, lease[id] = "<token>|<score>|<host>\t<worker>" (worker
 --             "!worker" once its download is over) + data[id]

@@ -4,10 +4,10 @@
 -- KEYS[1] pools (SET of pool names), KEYS[2] the pool (ZSET session id -> uses, the drawable
 --   sessions), KEYS[3] the pool's counters (HASH: next, created, logins, check_failed,
 --   retired:<reason>), KEYS[4] the record of the session the operation is about (HASH, see
---   keys.py; draw: any key of the crawl, unused), KEYS[5] that session's cookie jar (claim
+--   keys/crawl.py; draw: any key of the crawl, unused), KEYS[5] that session's cookie jar (claim
 --   deletes it: a new login starts from an empty jar; else unused), KEYS[6] that session's
 --   slots (ZSET ticket -> expiry ms: its requests in flight; take/give, else unused).
--- Records of the sessions a draw creates or looks at are named ARGV[4] .. id (keys.py
+-- Records of the sessions a draw creates or looks at are named ARGV[4] .. id (keys/crawl.py
 --   CrawlKeys.session_prefix: the same hash tag as KEYS).
 -- State of a record: new (never logged in), relogin (its login is no longer valid), active,
 --   retired (never drawn again: it left the pool's ZSET).  Without a login (ARGV login 0)

@@ -2,7 +2,7 @@
 -- docs/control.md "Crawl groups").  Defines group_open, group_turn, group_took and group_left,
 -- used by step_lease.
 --
--- The crawls of a group (FLEET_CRAWL_GROUP) share each host's politeness keys (keys.py:
+-- The crawls of a group (FLEET_CRAWL_GROUP) share each host's politeness keys (keys/crawl.py:
 -- the tag {group:<name>}), so the host's rate, concurrency cap, holds and robots.txt hold
 -- for all of them together.  Which crawl takes the host's next turn while several want it
 -- is stride scheduling (C. A. Waldspurger, W. E. Weihl, "Stride Scheduling: Deterministic

@@ -3,7 +3,7 @@
 -- revisit_ack (called by step_ack for each acknowledged request) and step_revisit_due, and
 -- revisit_state (for step_idle).
 --
--- Layout (keys.py): a tracked URL waiting for its next fetch is one record
+-- Layout (keys/crawl.py): a tracked URL waiting for its next fetch is one record
 -- "<host>\t<score>\t<encoded request>" (the request's meta holds its validators, signature
 -- and history: scrapy_fleet/recrawl/schedule.py) in the LIST of its due time's slot,
 -- K.revisit_prefix .. "<e>:<n>" (slot n of width 2^e ms, e from the interval: about 1/16

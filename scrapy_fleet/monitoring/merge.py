@@ -38,7 +38,7 @@ from typing import Any
 
 from scrapy_fleet import redis_client
 from scrapy_fleet.frontier import budgets
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.monitoring import alerts as alerts_mod
 from scrapy_fleet.monitoring.alerts import AlertConfig
 from scrapy_fleet.monitoring.series import Sample

@@ -12,7 +12,7 @@ from typing import Any
 import redis
 
 from scrapy_fleet import lua
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 
 def sample(client: redis.Redis, keys: CrawlKeys, dead_after: float = 6.0,

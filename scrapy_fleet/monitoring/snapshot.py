@@ -25,7 +25,7 @@ from scrapy_fleet import redis_client
 from scrapy_fleet.failures.admin import failed_counts_of
 from scrapy_fleet.frontier import budgets
 from scrapy_fleet.frontier.protocol import frontier_size
-from scrapy_fleet.keys import STAGE_HOST, CrawlKeys
+from scrapy_fleet.keys.crawl import STAGE_HOST, CrawlKeys
 from scrapy_fleet.monitoring import alerts as alerts_mod
 from scrapy_fleet.monitoring import series as series_mod
 from scrapy_fleet.monitoring.alerts import AlertConfig

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import redis
 
 from scrapy_fleet.errors import RedisUnavailableError
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.monitoring import merge, sampler
 from scrapy_fleet.monitoring import snapshot as snapshot_api
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.politeness.hosts import effective_policy
 
 #: the fields :func:`adaptive_fields` returns, with their values for a host never adapted

@@ -23,7 +23,8 @@ import redis.asyncio
 
 from scrapy_fleet import lua, outage, redis_client
 from scrapy_fleet.config import FleetConfig
-from scrapy_fleet.keys import CrawlKeys, partition_of
+from scrapy_fleet.keys.crawl import CrawlKeys
+from scrapy_fleet.keys.partition import partition_of
 
 
 @lru_cache(maxsize=1)

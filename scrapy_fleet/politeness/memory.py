@@ -2,7 +2,7 @@
 
 A host's adaptive controller (lua/adaptive.lua) lives in its crawl's keys.  What it learned,
 the capacity (the rate of its last overload, requests/s), is also kept fleet-wide, per host,
-under :func:`~scrapy_fleet.keys.learned_capacity_key` for ``FLEET_ADAPTIVE_MEMORY`` seconds
+under :func:`~scrapy_fleet.keys.fleet.learned_capacity_key` for ``FLEET_ADAPTIVE_MEMORY`` seconds
 (7 days by default), so that another crawl or a recrawl of the host starts there instead of
 at the configured ceiling.
 
@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from scrapy_fleet.keys import learned_capacity_key
+from scrapy_fleet.keys.fleet import learned_capacity_key
 
 #: seconds after an overload answer before its host's capacity is read and kept: the
 #: answer's report reaches the controller with the worker's next frontier call

@@ -27,7 +27,7 @@ import redis.cluster
 
 from scrapy_fleet import acl
 from scrapy_fleet.errors import FleetConfigError, RedisPermissionError
-from scrapy_fleet.keys import ProxyPoolKeys
+from scrapy_fleet.keys.fleet import ProxyPoolKeys
 from scrapy_fleet.proxies.pool import PoolAdmin, describe, host_port
 from scrapy_fleet.proxies.settings import ProxyConfig, proxy_config, proxy_urls
 

@@ -35,7 +35,8 @@ from scrapy.utils.httpobj import urlparse_cached
 from scrapy_fleet import engine_hooks, redis_client
 from scrapy_fleet.codec import LEASE_META_KEY
 from scrapy_fleet.config import FleetConfig
-from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
+from scrapy_fleet.keys.fleet import ProxyPoolKeys
 from scrapy_fleet.politeness.hosts import host_key
 from scrapy_fleet.proxies import EXIT_META, ProxyBanError
 from scrapy_fleet.proxies.pool import (

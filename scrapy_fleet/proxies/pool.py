@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import msgpack
 
 from scrapy_fleet import lua
-from scrapy_fleet.keys import ProxyPoolKeys
+from scrapy_fleet.keys.fleet import ProxyPoolKeys
 from scrapy_fleet.proxies.settings import ProxyConfig
 
 #: verdict -> its short code in lua/proxies.lua

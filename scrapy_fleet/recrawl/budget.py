@@ -7,11 +7,11 @@ of its rate: one request per its politeness interval (the longest of ``FLEET_HOS
 host without any has no budget.  Its price is the base one (``FLEET_RECRAWL_INTERVAL``'s) while
 its pages fit the budget at it, else the smallest that makes them fit (allocation.solve_price).
 
-State in Redis, one HASH per host (keys.py ``rvb:<host>``): its tracked pages by change-rate
+State in Redis, one HASH per host (keys/crawl.py ``rvb:<host>``): its tracked pages by change-rate
 bucket (field ``<bucket>``: pages; field ``r<bucket>``: the sum of their rates) and its price
 (field ``mu``, seconds, ``inf``: every page at the max interval); the hosts that have one are
-in a SET (keys.py ``rvh``: status --hosts reads them, recrawl/view.py).  A worker that schedules a
-page moves it from the bucket of its old history to the bucket of its new one
+in a SET (keys/crawl.py ``rvh``: status --hosts reads them, recrawl/view.py).  A worker that
+schedules a page moves it from the bucket of its old history to the bucket of its new one
 (:meth:`HostBudgets.move`, kept in memory), and every :data:`SYNC_PERIOD` seconds adds its
 moves to the hosts' HASHes and reads them back in one pipeline, solves the price of each host
 it touched from the histogram (at most ``allocation.BUCKETS`` buckets: the cost does not grow
@@ -35,7 +35,8 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
-from scrapy_fleet.keys import CrawlKeys, partition_of
+from scrapy_fleet.keys.crawl import CrawlKeys
+from scrapy_fleet.keys.partition import partition_of
 from scrapy_fleet.recrawl.allocation import (
     base_price,
     bucket_rates,

@@ -12,7 +12,7 @@ from typing import Any
 
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.frontier.protocol import as_int
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 
 def tracked(client: Any, keys: CrawlKeys, parts: int) -> int:

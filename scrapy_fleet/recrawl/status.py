@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 from scrapy_fleet import codec, redis_client
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.recrawl.schedule import STATE_META_KEY, State, estimate_rate
 
 #: slots whose records are counted (the earliest first)

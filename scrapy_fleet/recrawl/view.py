@@ -2,7 +2,7 @@
 host's learned change rate and price (``status --hosts``), and one page's recrawl state
 (``scrapy fleet recrawl CRAWL URL``).
 
-A host's figures come from its budget HASH (keys.py ``rvb:<host>``, written by
+A host's figures come from its budget HASH (keys/crawl.py ``rvb:<host>``, written by
 budget.py ``HostBudgets.sync``): its tracked pages with a history, the mean of their estimated
 change rates (the host's prior, the rate its new pages start from) and its price of a fetch.
 A page's state is the one its record in the schedule carries (schedule.py ``State``), found
@@ -22,7 +22,8 @@ from scrapy import Request
 from scrapy_fleet import codec, redis_client
 from scrapy_fleet.errors import RequestDecodeError
 from scrapy_fleet.frontier.bloom import bloom_key
-from scrapy_fleet.keys import CrawlKeys, partition_of
+from scrapy_fleet.keys.crawl import CrawlKeys
+from scrapy_fleet.keys.partition import partition_of
 from scrapy_fleet.recrawl.schedule import (
     OUTCOME_NAMES,
     STATE_META_KEY,
@@ -95,7 +96,7 @@ def read_hosts(client: Any, keys: CrawlKeys, hosts: list[str],
 
 def recrawl_hosts(client: Any, keys: CrawlKeys, parts: int = 1,
                   limit: int = 20) -> list[dict[str, Any]]:
-    """The recrawl's hosts (keys.py ``rvh``, every partition's), each ``{"host": ...}`` with
+    """The recrawl's hosts (keys/crawl.py ``rvh``, every partition's), each ``{"host": ...}`` with
     its :func:`host_recrawl` figures, the most tracked pages first, at most *limit*; at most
     :data:`HOSTS_READ` hosts a partition are read.
 

@@ -59,7 +59,7 @@ from scrapy_fleet import engine_hooks, redis_client
 from scrapy_fleet.codec import DEFER_META_KEY, LEASE_META_KEY
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import RedisUnavailableError
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.sessions import SessionError
 from scrapy_fleet.sessions.login import SessionView, passes, run_login, spider_hook
 from scrapy_fleet.sessions.pool import EXIT_META, Drawn, SessionPools

@@ -29,7 +29,7 @@ from typing import Any
 from scrapy.http.cookies import CookieJar
 
 from scrapy_fleet import lua
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 #: the session of requests without ``meta["cookiejar"]`` (Scrapy's default jar)
 DEFAULT_SESSION = "default"

@@ -55,7 +55,7 @@ from scrapy.utils.python import to_unicode
 from scrapy_fleet import engine_hooks, redis_client
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import RedisUnavailableError
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.politeness.hosts import host_key
 from scrapy_fleet.redact import cookie_header
 from scrapy_fleet.sessions import CookieTooLargeError

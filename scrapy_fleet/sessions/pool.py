@@ -3,7 +3,7 @@
 A pool (by default one per site: the request's host) holds ``FLEET_SESSION_POOL_SIZE``
 drawable sessions.  A session is a record (HASH ``keys.CrawlKeys.session(id)``: pool, state,
 reason, uses, errors, created, last_used, generation, jar, exit, owner...), its id
-``"<pool part>-<n>"`` (:func:`~scrapy_fleet.keys.session_pool_part`), and its cookies are the
+``"<pool part>-<n>"`` (:func:`~scrapy_fleet.keys.naming.session_pool_part`), and its cookies are the
 fleet cookie jar named :func:`jar_name` (sessions/jar.py).  Every operation is one call of
 lua/sessions.lua (atomic): :class:`SessionPools` for the workers (redis-py asyncio), the
 functions at the end for ``scrapy fleet sessions`` (a blocking client).
@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from scrapy_fleet import lua
-from scrapy_fleet.keys import CrawlKeys, session_pool_part
+from scrapy_fleet.keys.crawl import CrawlKeys
+from scrapy_fleet.keys.naming import session_pool_part
 from scrapy_fleet.sessions.settings import SessionConfig
 
 #: ``meta`` key: the proxy exit of the request's session (set by the sessions middleware from

@@ -25,7 +25,8 @@ from support import (
 from scrapy_fleet import acl
 from scrapy_fleet.errors import RedisPermissionError
 from scrapy_fleet.frontier.admin import FrontierAdmin
-from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
+from scrapy_fleet.keys.fleet import ProxyPoolKeys
 
 
 def without(rule: str, command: str) -> str:

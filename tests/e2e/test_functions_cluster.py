@@ -14,7 +14,7 @@ from redisdeploy import RedisClusterSet
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.lua import library
 
 pytestmark = pytest.mark.slow

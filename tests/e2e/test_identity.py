@@ -29,7 +29,7 @@ from support import (
     wait_until,
 )
 
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from testsite import generate_site
 
 TIMEOUT = 60.0

@@ -623,7 +623,7 @@ def test_dashboard_pages_per_min_card_and_legend_show_one_figure(redis_url, work
     # last 10 s step's rate) showed 40 and 204.3 at the same moment: one definition now
     import redis
 
-    from scrapy_fleet.keys import CrawlKeys
+    from scrapy_fleet.keys.crawl import CrawlKeys
     from scrapy_fleet.monitoring import series
 
     push(redis_url, worker_env, "http://127.0.0.1:9/a")

@@ -11,7 +11,8 @@ from support import TEST_PROJECT, read_items, run_scrapy, start_worker, tail, wa
 from test_monitoring_live import Monitor
 from test_status_schema import check, documented
 
-from scrapy_fleet.keys import CrawlKeys, partition_of
+from scrapy_fleet.keys.crawl import CrawlKeys
+from scrapy_fleet.keys.partition import partition_of
 
 pytestmark = pytest.mark.slow
 

@@ -20,7 +20,7 @@ from support import (
     wait_until,
 )
 
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.redis_client import make_client
 from testsite import generate_site
 

@@ -18,7 +18,8 @@ import pytest
 from support import TEST_PROJECT, read_items, run_scrapy, start_site, start_worker, tail, wait_all
 
 from scrapy_fleet.frontier.admin import FrontierAdmin
-from scrapy_fleet.keys import STAGE_HOST, CrawlKeys, partition_of
+from scrapy_fleet.keys.crawl import STAGE_HOST, CrawlKeys
+from scrapy_fleet.keys.partition import partition_of
 from testsite import generate_site
 
 PARTS = 4

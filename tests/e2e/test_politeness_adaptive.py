@@ -9,7 +9,7 @@ from support import TEST_PROJECT, kill_worker, run_scrapy, start_worker, wait_un
 from test_politeness import hits, push_urls, run_workers
 
 from scrapy_fleet.frontier.admin import FrontierAdmin
-from scrapy_fleet.keys import learned_capacity_key
+from scrapy_fleet.keys.fleet import learned_capacity_key
 from testsite import generate_site
 
 pytestmark = pytest.mark.slow

@@ -409,7 +409,7 @@ def test_a_dead_pool_is_alerted_warned_and_its_waiting_requests_released_on_sigt
     # only waited for an exit
     import redis
 
-    from scrapy_fleet.keys import CrawlKeys
+    from scrapy_fleet.keys.crawl import CrawlKeys
     from scrapy_fleet.monitoring.snapshot import read_snapshot
 
     site = proxysite({"pages": {"127.0.0.1": 5}})

@@ -46,7 +46,7 @@ from support import (
 )
 
 from scrapy_fleet.frontier.admin import FrontierAdmin
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from testsite import generate_site
 
 pytestmark = pytest.mark.slow

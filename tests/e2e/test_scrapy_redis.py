@@ -18,7 +18,8 @@ import pytest
 import redis
 from support import kill_worker, start_worker, tail, wait_all, wait_until, worker_stats
 
-from scrapy_fleet.keys import CrawlKeys, ScrapyRedisKeys, StartKeyKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
+from scrapy_fleet.keys.fleet import ScrapyRedisKeys, StartKeyKeys
 from testsite import generate_site
 
 pytest.importorskip("scrapy_redis", reason="scrapy-redis is not installed (the oldest-releases "

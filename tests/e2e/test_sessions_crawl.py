@@ -26,7 +26,7 @@ from support import (
     wait_until,
 )
 
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.sessions.pool import pool_report
 
 pytestmark = pytest.mark.slow

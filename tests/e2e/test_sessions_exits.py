@@ -18,7 +18,7 @@ import redis
 from proxyfixtures import tinyproxy  # noqa: F401 - fixture
 from support import TEST_PROJECT, read_items, start_worker, stop_process, tail, wait_all
 
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.proxies.pool import proxy_id
 from scrapy_fleet.sessions.pool import pool_report
 

@@ -24,7 +24,7 @@ from support import (
 )
 
 from scrapy_fleet.frontier.admin import FrontierAdmin
-from scrapy_fleet.keys import STAGE_HOST, CrawlKeys
+from scrapy_fleet.keys.crawl import STAGE_HOST, CrawlKeys
 from scrapy_fleet.monitoring.snapshot import read_snapshot
 from testsite import generate_site
 

@@ -11,7 +11,7 @@ from support import server_ms, wait_server_past
 
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 CLEAN, OVERLOAD, NEITHER = 0, 1, 2
 CEILING = 20.0  # requests/s: FLEET_HOST_RATE

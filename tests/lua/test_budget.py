@@ -187,7 +187,8 @@ def test_host_budgets_hold_in_each_partition_at_p_3(redis_url):
     from support import hosts_in_partition
 
     from scrapy_fleet.frontier import budgets
-    from scrapy_fleet.keys import CrawlKeys, partition_of
+    from scrapy_fleet.keys.crawl import CrawlKeys
+    from scrapy_fleet.keys.partition import partition_of
 
     own = CrawlKeys("fleet", "t")
     admins, hosts = [], []

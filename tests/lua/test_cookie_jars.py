@@ -17,7 +17,7 @@ from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 from support import server_ms, wait_server_past
 
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.sessions import CookieTooLargeError
 from scrapy_fleet.sessions.middleware import FleetCookiesMiddleware
 
@@ -231,7 +231,7 @@ def test_a_partitioned_crawl_keeps_each_sites_jar_in_that_sites_partition(redis_
     """FLEET_PARTITIONS > 1: a session's jar is split by site (registered domain) into the
     site's partition, so one master down stops only its sites' requests (the failover test,
     tests/e2e/test_partitions_cluster.py); the cookies a request sends are unchanged."""
-    from scrapy_fleet.keys import partition_of
+    from scrapy_fleet.keys.partition import partition_of
 
     parts = 4
     sites = ("example.com", "example.org")

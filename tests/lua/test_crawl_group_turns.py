@@ -12,7 +12,7 @@ from scrapy_fleet import codec
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 
 def crawl(url: str, crawl_id: str, group: str = "g", weight: float = 1.0,

@@ -25,7 +25,8 @@ import redis
 
 from scrapy_fleet.frontier.lean import lean_args
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams, call_args
-from scrapy_fleet.keys import BLOOM_MAX_SLICES, PUSH_LEAN_CALL, CrawlKeys
+from scrapy_fleet.keys.calls import BLOOM_MAX_SLICES, PUSH_LEAN_CALL
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.lua import sources
 
 CLOCK = "test:clock"  # (not a crawl key) the server's time in ms, as the test sets it

@@ -18,7 +18,8 @@ from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.lean import LeanResult, lean_args
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
-from scrapy_fleet.keys import PUSH_LEAN_CALL, CrawlKeys
+from scrapy_fleet.keys.calls import PUSH_LEAN_CALL
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.lua import library
 
 
@@ -162,7 +163,7 @@ def test_a_least_privileged_worker_loads_the_library_and_crawls(redis_server, re
 def test_the_scripts_hold_no_test_clock_unless_a_test_turns_it_on():
     """Production pays nothing for the test clock: off (the default), neither the library
     nor any EVALSHA script reads its key."""
-    from scrapy_fleet.keys import TEST_CLOCK_KEY
+    from scrapy_fleet.keys.crawl import TEST_CLOCK_KEY
     from scrapy_fleet.lua import sources
 
     assert sources.test_clock() is None
@@ -176,7 +177,7 @@ def test_the_test_clock_moves_the_frontier_calls_clock(client, redis_url, lua_cl
     the test added: an hour ahead after ``lua_clock(3600)``; its lease expires by it."""
     from support import server_ms
 
-    from scrapy_fleet.keys import TEST_CLOCK_KEY
+    from scrapy_fleet.keys.crawl import TEST_CLOCK_KEY
 
     assert TEST_CLOCK_KEY in library.library()[1]
     admin = FrontierAdmin(redis_url, "clock", params=FrontierParams(lease_timeout=60))

@@ -13,7 +13,7 @@ from scrapy_fleet import lua
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams, call_args
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 
 def admin_for(url: str, cache: int = 0, crawl: str = "s") -> FrontierAdmin:

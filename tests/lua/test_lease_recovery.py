@@ -15,7 +15,7 @@ from scrapy_fleet import codec, lua
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
-from scrapy_fleet.keys import BEAT_CALL
+from scrapy_fleet.keys.calls import BEAT_CALL
 
 DEAD_MS = 1000  # FLEET_WORKER_DEAD_AFTER of these tests (the lease timeout is 60 s)
 

@@ -12,7 +12,7 @@ from scrapy_fleet.errors import CrawlStateLostError
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 
 def test_a_worker_notices_that_redis_lost_the_crawl(redis_url):

@@ -19,7 +19,7 @@ from support import queued
 
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.monitoring import series
 from scrapy_fleet.monitoring.sampler import sample
 from scrapy_fleet.monitoring.snapshot import read_series, read_snapshot

@@ -11,7 +11,7 @@ import redis
 from support import push_row, server_ms
 
 from scrapy_fleet.frontier.admin import FrontierAdmin
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.monitoring import sampler
 from scrapy_fleet.monitoring.merge import read_merged, read_merged_series
 from scrapy_fleet.monitoring.snapshot import SERIES, read_series, read_snapshot

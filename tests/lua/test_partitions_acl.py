@@ -11,7 +11,8 @@ import redis
 from scrapy_fleet import acl, lua
 from scrapy_fleet.frontier.lean import lean_args
 from scrapy_fleet.frontier.protocol import FrontierParams
-from scrapy_fleet.keys import PUSH_LEAN_CALL, CrawlKeys
+from scrapy_fleet.keys.calls import PUSH_LEAN_CALL
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 
 def lean_push(url: str, crawl: str) -> None:

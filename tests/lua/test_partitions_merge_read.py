@@ -6,7 +6,8 @@ from __future__ import annotations
 import redis
 from support import server_ms, wait_server_past
 
-from scrapy_fleet.keys import CrawlKeys, partition_of
+from scrapy_fleet.keys.crawl import CrawlKeys
+from scrapy_fleet.keys.partition import partition_of
 from scrapy_fleet.monitoring.merge import read_merged
 
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from scrapy_fleet import redis_client
-from scrapy_fleet.keys import ProxyPoolKeys
+from scrapy_fleet.keys.fleet import ProxyPoolKeys
 from scrapy_fleet.proxies.pool import Choice, PoolAdmin, ProxyPool, Report, Wait, proxy_id
 from scrapy_fleet.proxies.settings import proxy_config
 

@@ -13,7 +13,8 @@ from scrapy_fleet import lua
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.lean import LeanResult, lean_args
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
-from scrapy_fleet.keys import LAYOUT_VERSION, PUSH_LEAN_CALL, CrawlKeys
+from scrapy_fleet.keys.calls import PUSH_LEAN_CALL
+from scrapy_fleet.keys.crawl import LAYOUT_VERSION, CrawlKeys
 
 KEYS = CrawlKeys("fleet", "lean").partition(1, 4)
 
@@ -128,7 +129,7 @@ def test_a_stored_response_counts_in_the_response_queue(client, redis_url):
     """FLEET_ROLE: a stored response pushed by a lean call counts its bytes, the reply gives
     the response queue as the frontier call does, and the parse worker's ack takes them off
     (the figure was left negative)."""
-    from scrapy_fleet.keys import STAGE_HOST
+    from scrapy_fleet.keys.crawl import STAGE_HOST
 
     res, _ = push(client, rows(["a.test"]))
     assert res.rq is None  # no stored response in the call: no figures (no reads)

@@ -10,7 +10,8 @@ import redis
 from scrapy_fleet import lua
 from scrapy_fleet.frontier.lean import LeanResult, lean_args
 from scrapy_fleet.frontier.protocol import FrontierParams
-from scrapy_fleet.keys import PUSH_LEAN_CALL, STAGE_HOST, CrawlKeys
+from scrapy_fleet.keys.calls import PUSH_LEAN_CALL
+from scrapy_fleet.keys.crawl import STAGE_HOST, CrawlKeys
 
 KEYS = CrawlKeys("fleet", "lean").partition(1, 4)
 

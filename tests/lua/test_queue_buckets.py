@@ -1,5 +1,5 @@
 """The queue's layout: one LIST per host and priority (a bucket) holding "<id>\\t<request>",
-an index of the buckets, a count (lua/frontier.lua, keys.py), and the blocked Bloom layout."""
+an index of the buckets, a count (lua/frontier.lua, keys/crawl.py), and the blocked Bloom layout."""
 
 from __future__ import annotations
 

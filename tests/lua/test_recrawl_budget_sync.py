@@ -12,7 +12,7 @@ from support import hosts_in_partition
 
 from scrapy_fleet import redis_client
 from scrapy_fleet.config import FleetConfig
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.recrawl.allocation import base_price, rate_bucket
 from scrapy_fleet.recrawl.budget import HostBudgets, host_budget, host_price
 

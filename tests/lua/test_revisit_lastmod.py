@@ -16,7 +16,8 @@ from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.lean import LeanResult, lean_args
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
-from scrapy_fleet.keys import PUSH_LEAN_CALL, CrawlKeys
+from scrapy_fleet.keys.calls import PUSH_LEAN_CALL
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.recrawl.record import revisit_record
 from scrapy_fleet.recrawl.schedule import STATE_META_KEY, State
 

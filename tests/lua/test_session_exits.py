@@ -11,7 +11,8 @@ import redis
 import redis.asyncio
 
 from scrapy_fleet import redis_client
-from scrapy_fleet.keys import CrawlKeys, ProxyPoolKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
+from scrapy_fleet.keys.fleet import ProxyPoolKeys
 from scrapy_fleet.proxies.pool import Choice, Gone, PoolAdmin, ProxyPool, Report, Wait, proxy_id
 from scrapy_fleet.proxies.settings import proxy_config
 from scrapy_fleet.sessions.pool import Drawn, ExitBindings, SessionPools, pool_report

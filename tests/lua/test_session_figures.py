@@ -10,7 +10,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.monitoring.metrics import families
 from scrapy_fleet.monitoring.snapshot import read_snapshot
 from scrapy_fleet.monitoring.top import sessions_line

@@ -10,7 +10,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.sessions.pool import (
     SessionPools,
     jar_name,

@@ -15,7 +15,7 @@ from scrapy.exceptions import NotConfigured
 from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.sessions import SessionError
 from scrapy_fleet.sessions.drawing import FleetSessionsMiddleware
 from scrapy_fleet.sessions.pool import pool_report

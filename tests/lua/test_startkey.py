@@ -9,7 +9,7 @@ import redis
 from support import server_ms, wait_server_past
 
 from scrapy_fleet import lua
-from scrapy_fleet.keys import StartKeyKeys
+from scrapy_fleet.keys.fleet import StartKeyKeys
 
 KEYS = StartKeyKeys("spider:start_urls")
 

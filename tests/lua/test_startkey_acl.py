@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from scrapy_fleet import acl, lua
-from scrapy_fleet.keys import StartKeyKeys
+from scrapy_fleet.keys.fleet import StartKeyKeys
 
 
 def take(url: str, start: str, kind: str = "list") -> int:

@@ -18,7 +18,7 @@ from scrapy.utils.test import get_crawler
 
 from scrapy_fleet.compat.feeder import IDLE_BACKOFF, MAX_BATCH, StartKeyFeeder
 from scrapy_fleet.config import FleetConfig
-from scrapy_fleet.keys import StartKeyKeys
+from scrapy_fleet.keys.fleet import StartKeyKeys
 
 START = "feed:start_urls"
 KEYS = StartKeyKeys(START)

@@ -22,7 +22,8 @@ from support import changed_keys, keyspace, monitor_payload, server_ms, wait_ser
 from scrapy_fleet.failures.record import FailureRecord
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.protocol import CallBatch, CallResult, FrontierParams
-from scrapy_fleet.keys import BLOOM_MAX_SLICES, LAYOUT_VERSION, MONITOR_CALL, CrawlKeys
+from scrapy_fleet.keys.calls import BLOOM_MAX_SLICES, MONITOR_CALL
+from scrapy_fleet.keys.crawl import LAYOUT_VERSION, CrawlKeys
 
 CRAWL = "contract"
 WORKER = "w1:1:1"

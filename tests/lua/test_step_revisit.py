@@ -15,7 +15,7 @@ from scrapy_fleet.catalog import DEFAULT_REQUEST_CLASSES
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.recrawl.record import revisit_record
 from scrapy_fleet.recrawl.schedule import STATE_META_KEY, State
 
@@ -259,7 +259,7 @@ def test_a_partitions_idle_probe_counts_scheduled_revisits_as_work(redis_url):
     """A partitioned crawl's idle sweep (lua/partition_probe.lua) must not close a crawl whose
     only work left is scheduled revisits, nor start the partition's idle clock."""
     from scrapy_fleet import lua
-    from scrapy_fleet.keys import PROBE_CALL
+    from scrapy_fleet.keys.calls import PROBE_CALL
 
     admin = admin_of(redis_url)
     client = redis.Redis.from_url(redis_url)

@@ -9,7 +9,8 @@ import pytest
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.frontier.protocol import FrontierParams, call_constants
-from scrapy_fleet.keys import POLITENESS_CALL, CrawlKeys
+from scrapy_fleet.keys.calls import POLITENESS_CALL
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 
 def test_group_and_weight_reach_the_keys_and_the_calls_constants():

@@ -26,7 +26,7 @@ from scrapy_fleet.frontier.call import (
 )
 from scrapy_fleet.frontier.dupecache import STALE_GENERATION, DupeCache, StaleDupeCache
 from scrapy_fleet.frontier.protocol import CallBatch, CallResult, FrontierParams
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 KEYS = CrawlKeys("fleet", "unit")
 

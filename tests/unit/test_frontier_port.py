@@ -13,7 +13,7 @@ from scrapy_fleet.frontier import port
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.partitions import PartitionedFrontier
 from scrapy_fleet.frontier.protocol import FrontierParams
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 URL = "redis://127.0.0.1:1/0"  # (never reached: nothing here connects)
 PACKAGE = Path(port.__file__).resolve().parent

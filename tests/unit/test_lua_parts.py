@@ -9,7 +9,7 @@ from importlib import resources
 
 import pytest
 
-from scrapy_fleet import keys
+from scrapy_fleet.keys import calls, crawl, fleet
 from scrapy_fleet.lua import sources
 
 FOLDER = resources.files("scrapy_fleet") / "lua"
@@ -24,19 +24,19 @@ def lua_files() -> list[str]:
 def test_the_prologue_binds_each_declared_name_to_the_key_call_keys_puts_there(script):
     names = DECLARED[script][1]
     assert len(set(names)) == len(names)
-    built = (keys.StartKeyKeys("s").call_keys() if script == "startkey.lua"
-             else keys.CrawlKeys("fleet", "c").call_keys(names, "OP", "PREV", "W"))
+    built = (fleet.StartKeyKeys("s").call_keys() if script == "startkey.lua"
+             else crawl.CrawlKeys("fleet", "c").call_keys(names, "OP", "PREV", "W"))
     bound = dict(re.findall(r"^  (\w+) = (.+?),?$", sources.prologue(names), re.M))
     assert list(bound) == list(names)
     position = 0
     for name in names:
-        width = keys.key_width(name)
+        width = calls.key_width(name)
         expected = [f"KEYS[{position + i + 1}]" for i in range(width)]
         value = bound[name]
         assert value == (expected[0] if width == 1 else "{" + ", ".join(expected) + "}")
         position += width
     assert len(built) == position  # one key per position, in the declaration's order
-    frontier = keys.CrawlKeys("fleet", "c").frontier_keys("OP", "PREV", "W")
+    frontier = crawl.CrawlKeys("fleet", "c").frontier_keys("OP", "PREV", "W")
     if script == "frontier.lua":
         assert built == frontier
         assert frontier[names.index("op")] == "fleet:{c}:op:OP"
@@ -44,10 +44,10 @@ def test_the_prologue_binds_each_declared_name_to_the_key_call_keys_puts_there(s
         assert frontier[names.index("worker_info")] == "fleet:{c}:worker:W"
         # the Bloom slices last: a call without pushes leaves them out
         assert names[-1] == "bloom_slices"
-        lean = keys.CrawlKeys("fleet", "c").frontier_keys("OP", "PREV", "W", slices=False)
-        assert lean == frontier[:-keys.BLOOM_MAX_SLICES]
-        assert frontier[-keys.BLOOM_MAX_SLICES:] == [
-            keys.CrawlKeys("fleet", "c").bloom_slice(n) for n in range(keys.BLOOM_MAX_SLICES)]
+        lean = crawl.CrawlKeys("fleet", "c").frontier_keys("OP", "PREV", "W", slices=False)
+        assert lean == frontier[:-calls.BLOOM_MAX_SLICES]
+        assert frontier[-calls.BLOOM_MAX_SLICES:] == [
+            crawl.CrawlKeys("fleet", "c").bloom_slice(n) for n in range(calls.BLOOM_MAX_SLICES)]
 
 
 @pytest.mark.parametrize("script", sorted(DECLARED))

@@ -10,7 +10,9 @@ from redis.crc import key_slot
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.frontier.routing import STORED_FROM_BITS, stored_source
-from scrapy_fleet.keys import FRONTIER_CALL, CrawlKeys, partition_of, partition_tag
+from scrapy_fleet.keys.calls import FRONTIER_CALL
+from scrapy_fleet.keys.crawl import CrawlKeys
+from scrapy_fleet.keys.partition import partition_of, partition_tag
 
 
 def test_one_partition_is_todays_keys():

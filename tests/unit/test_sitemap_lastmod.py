@@ -11,7 +11,7 @@ from scrapy.http import HtmlResponse, XmlResponse
 
 from scrapy_fleet.frontier.dupecache import DupeCache
 from scrapy_fleet.frontier.protocol import CallBatch
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.recrawl.record import revisit_record
 from scrapy_fleet.recrawl.schedule import State
 from scrapy_fleet.recrawl.signature import response_signature

@@ -8,7 +8,7 @@ import time
 
 from scrapy_fleet.frontier.liveness import LivenessBeat, StallGuard
 from scrapy_fleet.frontier.routing import entry_ref, lease_partition
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 
 def test_a_worker_heard_from_recently_holds_nothing():

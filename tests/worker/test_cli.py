@@ -113,7 +113,7 @@ def test_watching_a_crawl_without_state_writes_none_of_its_keys(redis_url):
     # of a crawl that has none (it used to leave four keys without a TTL behind)
     import redis
 
-    from scrapy_fleet.keys import CrawlKeys
+    from scrapy_fleet.keys.crawl import CrawlKeys
     from scrapy_fleet.monitoring.sampler import sample
 
     client = redis.Redis.from_url(redis_url)

@@ -18,7 +18,8 @@ from scrapy_fleet import codec
 from scrapy_fleet.commands import cli
 from scrapy_fleet.failures.record import FailureRecord
 from scrapy_fleet.frontier.admin import FrontierAdmin
-from scrapy_fleet.keys import CrawlKeys, partition_of
+from scrapy_fleet.keys.crawl import CrawlKeys
+from scrapy_fleet.keys.partition import partition_of
 
 EVERY_P = [1, 3]
 

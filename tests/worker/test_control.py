@@ -14,7 +14,7 @@ from scrapy_fleet.commands import cli, control
 from scrapy_fleet.commands.partitioned import partition_admins
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.protocol import CallBatch
-from scrapy_fleet.keys import partition_of
+from scrapy_fleet.keys.partition import partition_of
 
 HOSTS = ["a.test", "b.test", "c.test", "d.test"]
 

@@ -23,7 +23,7 @@ from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.partitions import PartitionedFrontier
 from scrapy_fleet.frontier.protocol import CallBatch, CallResult, FrontierParams, LeasedEntry
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.monitoring import merge
 from scrapy_fleet.monitoring.snapshot import read_snapshot
 

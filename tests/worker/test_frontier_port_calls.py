@@ -17,7 +17,7 @@ from scrapy_fleet import codec
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.scheduler import FleetScheduler
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 CRAWL = "portcalls"
 URLS = [f"http://h{n}.test/page" for n in range(6)]

@@ -23,7 +23,7 @@ from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.layout import CrawlLayoutError
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
-from scrapy_fleet.keys import LAYOUT_VERSION, CrawlKeys
+from scrapy_fleet.keys.crawl import LAYOUT_VERSION, CrawlKeys
 
 TIMEOUT = 60.0
 

@@ -21,7 +21,8 @@ from scrapy_fleet.failures.record import FailureRecord
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.bloom import bloom_key
 from scrapy_fleet.frontier.protocol import CallBatch
-from scrapy_fleet.keys import CrawlKeys, partition_of
+from scrapy_fleet.keys.crawl import CrawlKeys
+from scrapy_fleet.keys.partition import partition_of
 from scrapy_fleet.recrawl.record import revisit_record
 from scrapy_fleet.recrawl.schedule import State
 

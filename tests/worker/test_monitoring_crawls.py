@@ -17,7 +17,7 @@ from support import TEST_PROJECT, queued, read_items, start_worker, tail, wait_a
 from support import crawl_snapshot as snapshot
 
 from scrapy_fleet.frontier.admin import FrontierAdmin
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.monitoring import alerts
 from scrapy_fleet.monitoring.sampler import sample
 from testsite import generate_site

@@ -11,7 +11,8 @@ import pytest
 import redis
 from support import TEST_PROJECT, read_items, start_worker, tail, wait_all, worker_stats
 
-from scrapy_fleet.keys import CrawlKeys, partition_of
+from scrapy_fleet.keys.crawl import CrawlKeys
+from scrapy_fleet.keys.partition import partition_of
 from testsite import generate_site
 
 pytestmark = pytest.mark.slow

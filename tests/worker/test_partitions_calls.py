@@ -18,7 +18,7 @@ from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.partitions import PartitionedFrontier
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 from scrapy_fleet.frontier.routing import HOLD_ACKS, split_ref
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 KEYS = CrawlKeys("fleet", "pc")
 

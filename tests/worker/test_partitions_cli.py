@@ -13,7 +13,7 @@ import redis
 
 from scrapy_fleet.commands import cli
 from scrapy_fleet.frontier.admin import FrontierAdmin
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 NO_RECORD = "error: Redis has no record of crawl 'gone' (key prefix 'fleet')"
 
@@ -97,7 +97,7 @@ def test_purge_works_whatever_the_callers_partitions_the_others_refuse(redis_url
 def test_status_hosts_lists_the_hosts_of_every_partition(redis_url, capsys):
     """status --hosts on a partitioned crawl: each host's politeness row, whatever partition
     holds it (before: the P > 1 status ignored --hosts)."""
-    from scrapy_fleet.keys import partition_of
+    from scrapy_fleet.keys.partition import partition_of
 
     hosts = {f"h{i}.test": i + 1 for i in range(6)}
     assert len({partition_of(h, 4) for h in hosts}) > 1

@@ -17,7 +17,8 @@ from support import partition_user
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.frontier.partitions import PartitionedFrontier
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
-from scrapy_fleet.keys import CrawlKeys, partition_of
+from scrapy_fleet.keys.crawl import CrawlKeys
+from scrapy_fleet.keys.partition import partition_of
 from scrapy_fleet.monitoring.heartbeat import WorkerMonitor
 
 KEYS = CrawlKeys("fleet", "deltas")

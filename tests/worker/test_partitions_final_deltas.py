@@ -28,7 +28,7 @@ from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.partitions import PartitionedFrontier
 from scrapy_fleet.frontier.protocol import CallBatch
 from scrapy_fleet.frontier.scheduler import FleetScheduler
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 CRAWL = "lastdeltas"
 STATUS_200 = "downloader/response_status_count/200"

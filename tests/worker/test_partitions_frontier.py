@@ -13,7 +13,7 @@ from support import hosts_in_partition, partition_user, push_row
 from scrapy_fleet.frontier.partitions import PartitionedFrontier
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 from scrapy_fleet.frontier.routing import partition_params, split_ref
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 KEYS = CrawlKeys("fleet", "pf")
 

@@ -14,7 +14,7 @@ from support import hosts_in_partition, push_row
 from scrapy_fleet.frontier.partitions import PartitionedFrontier
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 from scrapy_fleet.frontier.routing import split_ref
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 KEYS = CrawlKeys("fleet", "lc")
 PARTS = 4

@@ -31,7 +31,7 @@ from scrapy_fleet.frontier.partitions import FLUSH_LINKS, PartitionedFrontier
 from scrapy_fleet.frontier.protocol import CallBatch
 from scrapy_fleet.frontier.routing import split_ref
 from scrapy_fleet.frontier.scheduler import FleetScheduler
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 PARTS = 4
 CRAWL = "resendp"

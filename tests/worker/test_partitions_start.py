@@ -11,7 +11,7 @@ import redis
 
 from scrapy_fleet.errors import FleetConfigError
 from scrapy_fleet.frontier import partition_count
-from scrapy_fleet.keys import LAYOUT_VERSION, CrawlKeys
+from scrapy_fleet.keys.crawl import LAYOUT_VERSION, CrawlKeys
 
 KEYS = CrawlKeys("fleet", "race")
 

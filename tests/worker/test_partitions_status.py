@@ -14,7 +14,7 @@ from scrapy_fleet.commands.partitioned import PartitionedPush
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.partitions import PartitionedFrontier
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.monitoring.alerts import AlertConfig
 from scrapy_fleet.monitoring.merge import read_merged
 

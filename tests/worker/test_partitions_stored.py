@@ -21,7 +21,8 @@ from support import hosts_in_partition, partition_user, push_row
 
 from scrapy_fleet.frontier.partitions import PartitionedFrontier
 from scrapy_fleet.frontier.protocol import CallBatch, CallResult, FrontierParams, LeasedEntry
-from scrapy_fleet.keys import STAGE_HOST, CrawlKeys, partition_of
+from scrapy_fleet.keys.crawl import STAGE_HOST, CrawlKeys
+from scrapy_fleet.keys.partition import partition_of
 
 KEYS = CrawlKeys("fleet", "ps")
 PARTS = 4

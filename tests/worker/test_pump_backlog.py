@@ -16,7 +16,7 @@ from scrapy_fleet.frontier.leases import Lease
 from scrapy_fleet.frontier.protocol import CallBatch
 from scrapy_fleet.frontier.pump import PUSH_CHUNK
 from scrapy_fleet.frontier.scheduler import FleetScheduler
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.politeness.hosts import host_key
 
 PAGES = 30

@@ -21,7 +21,7 @@ from scrapy_fleet.commands.push import default_fingerprinter, push_lines
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.scheduler import FleetScheduler
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 PUSHED = 20
 

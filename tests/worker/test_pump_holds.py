@@ -14,7 +14,7 @@ from scrapy.utils.test import get_crawler
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.protocol import CallBatch
 from scrapy_fleet.frontier.scheduler import FleetScheduler
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 
 class _Spider(Spider):

@@ -31,7 +31,7 @@ from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
 from scrapy_fleet.frontier.scheduler import FleetScheduler
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 CRAWL = "resend"
 URLS = [f"http://h{n}.test/page" for n in range(8)]

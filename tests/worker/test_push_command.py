@@ -17,7 +17,7 @@ from scrapy_fleet import codec
 from scrapy_fleet.commands.push import default_fingerprinter, push_lines
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 CLI = [sys.executable, "-m", "scrapy_fleet.commands.cli"]
 

@@ -24,7 +24,7 @@ from support import (
 )
 
 from scrapy_fleet import codec
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.recrawl.schedule import STATE_META_KEY, State
 
 KEYS = CrawlKeys("fleet", "recrawl")

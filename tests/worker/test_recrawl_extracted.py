@@ -14,7 +14,7 @@ import pytest
 import redis
 from support import TEST_PROJECT, read_items, start_worker, tail, wait_all, wait_until
 
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 KEYS = CrawlKeys("fleet", "recrawl")
 

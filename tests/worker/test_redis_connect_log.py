@@ -13,7 +13,7 @@ from support import RedisServer, free_port
 
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.protocol import FrontierParams
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 
 LOGGER = "scrapy_fleet.frontier.client"
 

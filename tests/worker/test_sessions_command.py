@@ -11,7 +11,7 @@ import sys
 import redis
 import redis.asyncio
 
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.sessions.pool import SessionPools, jar_name, pool_report
 from scrapy_fleet.sessions.settings import SessionConfig
 

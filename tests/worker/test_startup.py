@@ -19,7 +19,7 @@ import redis
 from support import TEST_PROJECT, free_port, run_scrapy, stop_process
 
 from scrapy_fleet.frontier.admin import FrontierAdmin
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from testsite import generate_site
 
 PASSWORD = "pw-Zq81-secret"  # must never appear in the output
