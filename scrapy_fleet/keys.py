@@ -280,6 +280,11 @@ PUSH_LEAN_CALL = ("op", "prev_op", "marker", "layout", "stats", "seq", "data", "
 PROBE_CALL = ("queue_count", "leases", "deferred", "parked", "idle_since", "marker",
               "revisit_index")
 
+#: KEYS of lua/budget_home.lua (issue 34: the crawl's page budget at P > 1, at its home: the
+#: crawl's own keys) and of lua/budget_part.lua (one partition's chunk of it), in order.
+BUDGET_HOME_CALL = ("budget",)
+BUDGET_PART_CALL = ("budget", "queue_count", "leases", "deferred")
+
 #: KEYS of lua/sample.lua, in order.
 SAMPLE_CALL = ("stats", "workers", "leases", "deferred", "parked", "dead", "queue_count",
                *MONITOR_CALL)
@@ -479,7 +484,10 @@ class CrawlKeys:
     #: HASH: ``pages`` / ``seconds``, the crawl's budgets set by ``scrapy fleet budget``
     #: (above FLEET_BUDGET_PAGES / FLEET_BUDGET_SECONDS); ``charged``, pages charged at lease
     #: time; ``deadline``, ms on Redis's clock after which nothing is leased (set at the first
-    #: lease of a crawl with a time budget)
+    #: lease of a crawl with a time budget).  At P > 1 (lua/budget_home.lua) the crawl's own
+    #: hash is the page budget's home (``granted``, ``returned``, ``g|<p>``, ``b|<p>``: pages
+    #: granted to and given back by partition p) and a partition's holds its chunk
+    #: (``chunk``, ``back``: lua/budget_part.lua)
     budget = _Key("budget")
     #: HASH ``c|<host>`` -> the host's page budget set by ``scrapy fleet budget --host``,
     #: ``s|<host>`` -> its FLEET_HOST_OVERRIDES ``budget_pages``, ``n|<host>`` -> its pages
