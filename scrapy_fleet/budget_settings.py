@@ -109,8 +109,9 @@ def check_partitions(config: BudgetConfig, partitions: int) -> None:
                         ("FLEET_BUDGET_ITEMS", config.items),
                         ("FLEET_BUDGET_BYTES", config.bytes)):
         check(name, value, not value or partitions == 1,
-              "None with FLEET_PARTITIONS > 1 (a crawl-wide budget over partitions is not "
-              "built yet; FLEET_BUDGET_PAGES and FLEET_HOST_BUDGET_PAGES work at every P)")
+              "None with FLEET_PARTITIONS > 1 (a time, item or byte budget over partitions "
+              "is not built yet; FLEET_BUDGET_PAGES and FLEET_HOST_BUDGET_PAGES work at "
+              "every P)")
 
 
 def carry_closespider(settings: BaseSettings) -> list[str]:

@@ -64,6 +64,10 @@ class ChunkBudget:
         self.reservations = 0  #: chunks reserved by this worker
         self.errors = 0  #: reservations or sweeps that failed (not raised)
 
+    def counts(self) -> dict[str, int]:
+        """This worker's counts (stats ``fleet/partitions/budget_*``, docs/stats.md)."""
+        return {"budget_chunks": self.reservations, "budget_errors": self.errors}
+
     def note(self, p: int, left: int | None) -> None:
         """Partition *p*'s call replied *left* pages in its chunk (None: not told)."""
         if left is not None:

@@ -570,7 +570,7 @@ class PartitionedFrontier:
     def partition_counts(self) -> dict[str, Any]:
         """This worker's counts (stats ``fleet/partitions/*``, docs/stats.md)."""
         return {**self.picker.counts(), "lean_calls": self.foreign_calls,
-                "held_parts": self.held_parts}
+                "held_parts": self.held_parts, **(self.chunks.counts() if self.chunks else {})}
 
     @property
     def held(self) -> int:

@@ -46,7 +46,7 @@ def test_a_host_override_budget_that_is_not_positive_is_refused():
 
 
 def test_a_time_budget_with_partitions_is_refused_page_and_host_budgets_are_not():
-    with pytest.raises(FleetConfigError, match="FLEET_BUDGET_SECONDS=5 is invalid: expected "
+    with pytest.raises(FleetConfigError, match=r"FLEET_BUDGET_SECONDS=5\.0 is invalid: expected "
                                                "None with FLEET_PARTITIONS > 1"):
         FleetConfig.from_settings(Settings({"FLEET_BUDGET_SECONDS": 5, "FLEET_PARTITIONS": 3}))
     config = FleetConfig.from_settings(Settings({"FLEET_HOST_BUDGET_PAGES": 5,
