@@ -46,16 +46,17 @@ def test_chunks_never_over_reserve_and_give_backs_are_counted_once(redis_url):
             _, left, pages, n = home(keys=OWN.call_keys(BUDGET_HOME_CALL),
                                      args=[p, PARTS, 100, 64, 1, back[p]])
             assert pages == 100 and n <= 64
-            grants.append(n)
+            grants.append((n, left))
         f = home_fields(client)
         out = sum(f.get(f"g|{q}", 0) - f.get(f"b|{q}", 0) for q in range(PARTS))
         assert out <= 100  # what the partitions may lease, together
         assert f.get("granted", 0) == sum(f.get(f"g|{q}", 0) for q in range(PARTS))
         assert f.get("returned", 0) == sum(f.get(f"b|{q}", 0) for q in range(PARTS))
         assert out == 100 - left
-    # the first chunk is min(64, ceil(100 / 3)), and once nothing is left none is granted
-    assert grants[0] == 34
-    assert grants[-1] == 0 or out < 100
+    # the first chunk is min(64, ceil(100 / 3)); the budget was reached, and then a
+    # reservation got nothing until a give-back
+    assert grants[0] == (34, 66)
+    assert (0, 0) in grants
 
 
 def test_a_partition_s_chunk_takes_the_largest_grant_and_gives_back_only_when_idle(
@@ -152,3 +153,14 @@ def test_leases_in_flight_keep_the_crawl_from_being_spent(redis_url, sweep_at_on
     admins, _ = make_partitions(redis_url)
     got, spent = run(redis_url, 20, admins, rounds=10, ack=False)
     assert sum(got) == 20 and not spent  # the last leases were never acknowledged
+
+
+def test_a_partition_leases_nothing_without_a_chunk_and_exactly_its_chunk(redis_url):
+    admins, _ = make_partitions(redis_url, work=(1,))
+    got = admins[1].call(CallBatch(take=5), worker="w1")
+    assert (len(got.leased), got.budget_left, got.budget_spent) == (0, 0, "")
+    part = lua.load(redis.Redis.from_url(redis_url), "budget_part.lua")
+    part(keys=OWN.partition(1, PARTS).call_keys(BUDGET_PART_CALL), args=[3, 0])
+    got = admins[1].call(CallBatch(take=5), worker="w1")
+    assert (len(got.leased), got.budget_left) == (3, 0)
+    assert admins[1].call(CallBatch(take=5), worker="w2").leased == []
