@@ -101,25 +101,33 @@ class ChunkBudget:
     async def spent(self) -> bool:
         """Whether the crawl's page budget is spent: the home has nothing left, and no
         partition has unused pages or leases in flight.  Asked only once the home had
-        nothing left, at most every :data:`SWEEP_EVERY` seconds (False in between); each
-        partition with nothing queued or deferred gives its unused pages back first."""
+        nothing left, at most every :data:`SWEEP_EVERY` seconds (False in between).  Each
+        partition first gets what the home granted it (a worker may have died between the
+        two calls of a reservation), gives its unused pages back when nothing is queued or
+        deferred there, and its pages given back are counted at the home."""
         now = time.monotonic()
         if self.home_left != 0 or now - self._swept < SWEEP_EVERY:
             return False
         self._swept = now
         try:
-            rows = await asyncio.gather(*(
-                self._part(keys=k.call_keys(BUDGET_PART_CALL), args=[0, 1])
-                for k in self.part_keys))
-            left = 0
-            for p, row in enumerate(rows):  # (each partition's back, at the home)
-                self.left[p] = int(row[3])
-                _, left, _, _ = await self._home(
-                    keys=self.own.call_keys(BUDGET_HOME_CALL),
-                    args=[p, len(self.part_keys), self.pages, CHUNK_MAX, 0, int(row[1])])
+            rows = await asyncio.gather(*(self._sweep_one(p)
+                                          for p in range(len(self.part_keys))))
         except Exception as exc:
             self.errors += 1
             logger.debug("Fleet budget: sweep failed: %s", exc)
             return False
-        self.home_left = int(left)
-        return self.home_left == 0 and all(int(r[3]) == 0 and int(r[5]) == 0 for r in rows)
+        self.home_left = max(left for left, _ in rows)  # (the last to answer knows most)
+        return self.home_left == 0 and all(int(r[3]) == 0 and int(r[5]) == 0
+                                           for _, r in rows)
+
+    async def _sweep_one(self, p: int) -> tuple[int, list[Any]]:
+        """Partition *p*'s part of a sweep: (pages left at the home, its budget_part.lua
+        row)."""
+        home_keys = self.own.call_keys(BUDGET_HOME_CALL)
+        args = [p, len(self.part_keys), self.pages, CHUNK_MAX, 0]
+        granted, _, _, _ = await self._home(keys=home_keys, args=[*args, 0])
+        row = await self._part(keys=self.part_keys[p].call_keys(BUDGET_PART_CALL),
+                               args=[int(granted), 1])
+        self.left[p] = int(row[3])
+        _, left, _, _ = await self._home(keys=home_keys, args=[*args, int(row[1])])
+        return int(left), row

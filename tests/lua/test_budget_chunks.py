@@ -164,3 +164,31 @@ def test_a_partition_leases_nothing_without_a_chunk_and_exactly_its_chunk(redis_
     got = admins[1].call(CallBatch(take=5), worker="w1")
     assert (len(got.leased), got.budget_left) == (3, 0)
     assert admins[1].call(CallBatch(take=5), worker="w2").leased == []
+
+
+def test_pages_granted_to_a_worker_that_died_go_to_the_partition_at_the_sweep(
+        redis_url, sweep_at_once):
+    """Workers killed between the home's grant and the partition's: the grants are not lost;
+    the sweep hands them to their partitions, which give them back (nothing queued)."""
+    client = redis.Redis.from_url(redis_url)
+    home = lua.load(client, "budget_home.lua")
+    left = 10
+    while left:  # (every page granted, none handed over)
+        for p in range(PARTS):
+            _, left, _, _ = home(keys=OWN.call_keys(BUDGET_HOME_CALL),
+                                 args=[p, PARTS, 10, 64, 1, 0])
+
+    async def sweep() -> tuple[bool, int | None]:
+        aclient = redis_client.make_client(redis_url, is_async=True)
+        try:
+            budget = ChunkBudget(aclient, OWN, OWN.all_partitions(PARTS), 10)
+            budget.home_left = 0
+            return await budget.spent(), budget.home_left
+        finally:
+            await aclient.aclose()
+
+    assert asyncio.run(sweep()) == (False, 10)
+    f = home_fields(client)
+    assert (f["granted"], f["returned"]) == (10, 10)
+    chunks = [client.hmget(k.budget, "chunk", "back") for k in OWN.all_partitions(PARTS)]
+    assert sum(int(c) for c, _ in chunks) == 10 and all(c == b for c, b in chunks)
