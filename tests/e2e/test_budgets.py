@@ -186,3 +186,18 @@ def test_a_crawl_page_budget_holds_exactly_over_three_partitions(redis_url, site
                        {"CLOSESPIDER_PAGECOUNT": 100, "FLEET_PARTITIONS": 3}, n=1)
     assert len(page_requests(site)) == 110
     assert "Closing spider (budget_pages)" in tail(logs[0], 200_000)
+
+
+def test_at_p_3_the_command_s_page_budget_needs_workers_with_one(redis_url, worker_env,
+                                                                 tmp_path):
+    """A partitioned crawl whose workers run without FLEET_BUDGET_PAGES does not lease in
+    chunks: ``budget --pages`` would change nothing, so it is refused in one line."""
+    listing = tmp_path / "urls.txt"
+    listing.write_text("http://127.0.0.1:9/site/p/1.html\n")
+    part = ["-s", "FLEET_PARTITIONS=3"]
+    assert fleet(["push", "fetch", "-f", str(listing), *part], redis_url,
+                 worker_env).returncode == 0
+    res = fleet(["budget", "fetch", "--pages", "5", *part], redis_url, worker_env)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert "FLEET_BUDGET_PAGES" in res.stderr
