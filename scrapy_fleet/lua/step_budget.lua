@@ -8,9 +8,9 @@
 -- unsent (lua/step_release.lua) is refunded.  Stored responses (STAGE_HOST) are not pages.
 -- Budgets: the crawl's pages (K.budget `pages`, set by `scrapy fleet budget`, else req.bgp:
 -- FLEET_BUDGET_PAGES; at P > 1, req.bgc, this partition's chunk of them instead: K.budget
--- `chunk` - `back`, lua/budget_part.lua), its seconds (K.budget `seconds`, else req.bgs: FLEET_BUDGET_SECONDS;
--- the deadline is K.budget `started` + seconds, `started` set at the crawl's first lease on
--- Redis's clock), the crawl's items (req.bgi: FLEET_BUDGET_ITEMS; reached, nothing more is
+-- `chunk` - `back`, lua/budget_part.lua), its seconds (K.budget `seconds`, else req.bgs:
+-- FLEET_BUDGET_SECONDS; the deadline is K.budget `started` + seconds, `started` set at the
+-- crawl's first lease on Redis's clock), the crawl's items (req.bgi: FLEET_BUDGET_ITEMS; reached, nothing more is
 -- leased: the items of pages in flight overshoot it), its response bytes (req.bgb:
 -- FLEET_BUDGET_BYTES, charged at download, as reported; the same overshoot), a host's pages (K.budgeth `c|<host>`, the command's, else `s|<host>`,
 -- FLEET_HOST_OVERRIDES' budget_pages, else req.bgh: FLEET_HOST_BUDGET_PAGES; read only
