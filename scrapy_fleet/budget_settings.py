@@ -98,19 +98,20 @@ def budget_config(settings: BaseSettings | Mapping[str, Any]) -> BudgetConfig:
 
 
 def check_partitions(config: BudgetConfig, partitions: int) -> None:
-    """The crawl's page and time budgets hold at one partition only (per-host budgets at
-    every P: a host lives in one partition).
+    """The crawl's time, item and byte budgets hold at one partition only; its page budget
+    and per-host budgets at every P (partitions reserve the page budget in chunks:
+    frontier/budgetchunks.py; a host lives in one partition).
 
     Raises:
-        FleetConfigError: a crawl budget with FLEET_PARTITIONS > 1.
+        FleetConfigError: a time, item or byte budget with FLEET_PARTITIONS > 1.
     """
-    for name, value in (("FLEET_BUDGET_PAGES", config.pages),
-                        ("FLEET_BUDGET_SECONDS", config.seconds),
+    for name, value in (("FLEET_BUDGET_SECONDS", config.seconds),
                         ("FLEET_BUDGET_ITEMS", config.items),
                         ("FLEET_BUDGET_BYTES", config.bytes)):
         check(name, value, not value or partitions == 1,
-              "None with FLEET_PARTITIONS > 1 (a crawl-wide budget over partitions is not "
-              "built yet; FLEET_HOST_BUDGET_PAGES works at every P)")
+              "None with FLEET_PARTITIONS > 1 (a time, item or byte budget over partitions "
+              "is not built yet; FLEET_BUDGET_PAGES and FLEET_HOST_BUDGET_PAGES work at "
+              "every P)")
 
 
 def carry_closespider(settings: BaseSettings) -> list[str]:
@@ -118,16 +119,18 @@ def carry_closespider(settings: BaseSettings) -> list[str]:
     (:data:`CARRIED`) unless the fleet setting is given, and are set to 0 so that Scrapy's
     CloseSpider extension does not also close each worker at its own count.  Returns one
     line per setting carried over (also logged at INFO).  A value that is no number is left
-    in place (Scrapy reports it).  With FLEET_PARTITIONS > 1 nothing is carried over (the
-    crawl's budgets need one partition: :func:`check_partitions`): each worker keeps Scrapy's
-    own count, with the start-up warning of compat/per_worker.py."""
+    in place (Scrapy reports it).  With FLEET_PARTITIONS > 1 only CLOSESPIDER_PAGECOUNT is
+    carried over (the crawl's other budgets need one partition: :func:`check_partitions`):
+    each worker keeps Scrapy's own count of the others, with the start-up warning of
+    compat/per_worker.py."""
     try:
-        if int(settings.get("FLEET_PARTITIONS") or 1) > 1:
-            return []
+        partitioned = int(settings.get("FLEET_PARTITIONS") or 1) > 1
     except (TypeError, ValueError):
         return []  # (config.py names FLEET_PARTITIONS)
     lines = []
     for scrapy_name, fleet_name in CARRIED.items():
+        if partitioned and scrapy_name != "CLOSESPIDER_PAGECOUNT":
+            continue
         try:
             value = float(settings[scrapy_name] or 0)
         except (TypeError, ValueError):

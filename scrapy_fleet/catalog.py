@@ -361,7 +361,8 @@ SETTINGS: tuple[Setting, ...] = (
     # budgets (issue 34): charged by the lease step (lua/step_budget.lua, budget_settings.py)
     Setting("FLEET_BUDGET_PAGES", None, "int > 0 or None (CLOSESPIDER_PAGECOUNT carries over)",
             "pages the whole crawl may lease, charged at lease time; then every worker closes "
-            "with reason budget_pages; FLEET_PARTITIONS = 1 only", "budgets", _CONTROL),
+            "with reason budget_pages; at FLEET_PARTITIONS > 1 the partitions reserve it in "
+            "chunks (at most 64 pages)", "budgets", _CONTROL),
     Setting("FLEET_BUDGET_SECONDS", None, "float > 0 or None (CLOSESPIDER_TIMEOUT carries over)",
             "seconds of Redis's clock from the crawl's first lease after which nothing is "
             "leased; then every worker closes with reason budget_seconds; FLEET_PARTITIONS = 1 "

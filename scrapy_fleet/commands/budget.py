@@ -67,9 +67,15 @@ def run(admin: FrontierAdmin, opts: Any, parts: int = 1) -> int:
     if host is not None and (seconds is not None or pages is None):
         print("error: --host takes --pages (a host has a page budget only)", file=sys.stderr)
         return push.EXIT_ERROR
-    if parts > 1 and host is None and (pages or seconds):
-        print("error: a crawl-wide budget needs FLEET_PARTITIONS = 1 (a host's budget works "
-              "at every P: --host H --pages N)", file=sys.stderr)
+    if parts > 1 and host is None and seconds:
+        print("error: a crawl-wide time budget needs FLEET_PARTITIONS = 1 (page budgets work "
+              "at every P: --pages N)", file=sys.stderr)
+        return push.EXIT_ERROR
+    if parts > 1 and host is None and pages and not float(
+            admin.client.hget(admin.keys.config, "budget_pages") or 0):
+        print("error: at FLEET_PARTITIONS > 1 the workers must run with FLEET_BUDGET_PAGES "
+              "for --pages to change it (the partitions lease against chunks of it)",
+              file=sys.stderr)
         return push.EXIT_ERROR
     if host is not None:
         host = host.strip().lower()

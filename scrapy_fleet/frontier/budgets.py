@@ -77,9 +77,12 @@ def budget_status(client: Any, own: CrawlKeys, parts: int = 1,
     (hosts out of their page budget, queue kept), and with *hosts* per host with a budget or
     a charge (``hosts``: host -> [budget or null, charged], for ``status --hosts``).  The
     settings' numbers come from the ``config`` hash the workers write, the command's from
-    ``budget``."""
+    ``budget`` (at P > 1 the page budget's from the crawl's own, its home); ``charged`` is
+    the sum of the partitions'."""
     conf = client.hmget(own.config, "budget_pages", "budget_seconds", "host_budget_pages")
-    pages = seconds = charged = 0.0
+    # (at P > 1 the page budget's home is the crawl's own hash: frontier/budgetchunks.py)
+    pages = _num(client.hget(own.budget, "pages")) if parts > 1 else 0.0
+    seconds = charged = 0.0
     started = None
     per_host: dict[str, tuple[int, int]] = {}
     for keys in own.all_partitions(parts):

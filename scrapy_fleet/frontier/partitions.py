@@ -63,6 +63,7 @@ import redis
 
 from scrapy_fleet import lua, redis_client
 from scrapy_fleet.errors import CrawlStateLostError
+from scrapy_fleet.frontier.budgetchunks import ChunkBudget
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.dupecache import DupeCache, StaleDupeCache
 from scrapy_fleet.frontier.lean import LeanDestination, LeanResult
@@ -142,6 +143,9 @@ class PartitionedFrontier:
         self.lean_dests = [LeanDestination(k, dupe_cache // (2 * parts))
                            for k in self.part_keys]
         self._lean = lua.load(self.client, "push_lean.lua")
+        #: FLEET_BUDGET_PAGES: each partition leases against its chunk (budgetchunks.py)
+        self.chunks = (ChunkBudget(self.client, keys, self.part_keys, params.budget_pages)
+                       if self.params.budget_chunked else None)
         #: whether the fleet is idle, over every partition (frontier/partview.py)
         self.idleness = FleetIdleness(self.client, url, retries, self.part_keys, idle_timeout)
         self.probe = self.idleness.probe  #: lua/partition_probe.lua on every partition
@@ -429,6 +433,8 @@ class PartitionedFrontier:
         calls += [(p, CallBatch()) for p in sorted(set(self._sent) - set(dict(calls)))]
         for _, one in calls:  # (crawl control: each call reports the generation held)
             one.control_gen = batch.control_gen
+        if self.chunks is not None:  # (a chunk of the crawl's page budget where needed)
+            await self.chunks.reserve({p: b.take for p, b in calls})
         kept = dict(self._sent)  # (the parts sent again first, their refused pushes)
         encode = self.encode
         results = await asyncio.gather(*(
@@ -465,6 +471,8 @@ class PartitionedFrontier:
                     self._sent[p] = SentPart(b, payloads.get(p, b""), op)  # (it may have run)
             elif isinstance(part, CallResult):
                 by_part[p] = part
+                if self.chunks is not None:
+                    self.chunks.note(p, part.budget_left)
                 self.picker.note(p, takes.get(p, 0), len(part.leased), part.queued,
                                  part.next_ready, time.monotonic(), slots.get(p, 0))
         if errors and not (by_part or resent or lean) and any(  # (one that may have run)
@@ -514,6 +522,8 @@ class PartitionedFrontier:
             # here (and kept as sent); the pump sends the batch again with last_op
             self._absorbed = (uuid.uuid4().hex, pump_batch)
             raise noreply[0]
+        if self.chunks is not None and not merged.leased and await self.chunks.spent():
+            merged.budget_spent = "budget_pages"  # (every partition's chunk, the home's)
         merged.next_ready = self.picker.after_call(batch.take, len(merged.leased),
                                                    merged.next_ready, time.monotonic())
         # (a probe that fails: busy; the call went through, it is not raised nor sent again)
@@ -561,7 +571,7 @@ class PartitionedFrontier:
     def partition_counts(self) -> dict[str, Any]:
         """This worker's counts (stats ``fleet/partitions/*``, docs/stats.md)."""
         return {**self.picker.counts(), "lean_calls": self.foreign_calls,
-                "held_parts": self.held_parts}
+                "held_parts": self.held_parts, **(self.chunks.counts() if self.chunks else {})}
 
     @property
     def held(self) -> int:

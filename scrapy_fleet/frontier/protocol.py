@@ -157,6 +157,9 @@ class CallResult:
     #: budgets: the crawl's close reason ("budget_pages", "budget_seconds") once its budget
     #: is spent and nothing is in flight ("": not so; lua/step_budget.lua)
     budget_spent: str = ""
+    #: budgets at P > 1 (FrontierParams.budget_chunked): the pages left in this partition's
+    #: chunk of the crawl's page budget after the call (None: not told; lua/step_budget.lua)
+    budget_left: int | None = None
     #: crawl control (issue 34; None: never used): the state the worker holds until its next
     #: call (frontier/control.py)
     control: ControlState | None = None
@@ -200,6 +203,7 @@ class CallResult:
             next_revisit=(float(d["rv"][1]) / 1000 if isinstance(d.get("rv"), (list, tuple))
                           and len(d["rv"]) == 2 and int(d["rv"][1]) >= 0 else None),
             budget_spent=(d.get("bx") or b"").decode(errors="replace"),
+            budget_left=None if d.get("bq") is None else int(d["bq"]),
             control=ControlState.from_reply(d.get("cz")),
         )
 
@@ -279,6 +283,9 @@ class FrontierParams:
     host_budget_pages: int = 0
     budget_items: int = 0  #: FLEET_BUDGET_ITEMS (CLOSESPIDER_ITEMCOUNT), 0: none
     budget_bytes: int = 0  #: FLEET_BUDGET_BYTES, 0: none
+    #: P > 1 with a page budget: each partition leases against its chunk of it, reserved at
+    #: the home (frontier/budgetchunks.py; budget_pages is then 0 in the partitions' calls)
+    budget_chunked: bool = False
     #: FLEET_ADAPTIVE*: (beta, step, window s, latency factor g[, min rate /s]), None: no
     #: controller (lua/adaptive.lua)
     adaptive: tuple[float, ...] | None = None
@@ -318,6 +325,7 @@ def call_constants(params: FrontierParams, group_member: str = "") -> dict[str, 
         "bgh": params.host_budget_pages,
         "bgi": params.budget_items,
         "bgb": params.budget_bytes,
+        **({"bgc": 1} if params.budget_chunked else {}),
         **({"ad": 1, "ab": params.adaptive[0], "as": params.adaptive[1],
             "aw": int(params.adaptive[2] * 1000), "ag": params.adaptive[3],
             "am": params.adaptive[4] if len(params.adaptive) > 4 else 0.05}

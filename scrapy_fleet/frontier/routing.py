@@ -67,8 +67,13 @@ def stored_source(ref: str) -> tuple[int, int] | tuple[()]:
 
 def partition_params(params: FrontierParams, parts: int) -> FrontierParams:
     """*params* of one partition of *parts*: FLEET_QUEUE_MAX split evenly (rounded up);
-    FLEET_HOST_QUEUE_MAX stays exact (a host is in one partition)."""
-    if not params.queue_max or parts == 1:
+    FLEET_HOST_QUEUE_MAX stays exact (a host is in one partition); FLEET_BUDGET_PAGES
+    becomes the partition's chunk of it (frontier/budgetchunks.py)."""
+    if parts == 1:
+        return params
+    if params.budget_pages:
+        params = replace(params, budget_pages=0, budget_chunked=True)
+    if not params.queue_max:
         return params
     return replace(params, queue_max=-(-params.queue_max // parts))
 

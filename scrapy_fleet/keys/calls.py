@@ -76,6 +76,11 @@ PUSH_LEAN_CALL = ("op", "prev_op", "marker", "layout", "stats", "seq", "data", "
 PROBE_CALL = ("queue_count", "leases", "deferred", "parked", "idle_since", "marker",
               "revisit_index")
 
+#: KEYS of lua/budget_home.lua (issue 34: the crawl's page budget at P > 1, at its home: the
+#: crawl's own keys) and of lua/budget_part.lua (one partition's chunk of it), in order.
+BUDGET_HOME_CALL = ("budget",)
+BUDGET_PART_CALL = ("budget", "queue_count", "leases", "deferred")
+
 #: KEYS of lua/sample.lua, in order.
 SAMPLE_CALL = ("stats", "workers", "leases", "deferred", "parked", "dead", "queue_count",
                *MONITOR_CALL)

@@ -393,7 +393,10 @@ class CrawlKeys:
     #: HASH: ``pages`` / ``seconds``, the crawl's budgets set by ``scrapy fleet budget``
     #: (above FLEET_BUDGET_PAGES / FLEET_BUDGET_SECONDS); ``charged``, pages charged at lease
     #: time; ``deadline``, ms on Redis's clock after which nothing is leased (set at the first
-    #: lease of a crawl with a time budget)
+    #: lease of a crawl with a time budget).  At P > 1 (lua/budget_home.lua) the crawl's own
+    #: hash is the page budget's home (``granted``, ``returned``, ``g|<p>``, ``b|<p>``: pages
+    #: granted to and given back by partition p) and a partition's holds its chunk
+    #: (``chunk``, ``back``: lua/budget_part.lua)
     budget = Key("budget")
     #: HASH ``c|<host>`` -> the host's page budget set by ``scrapy fleet budget --host``,
     #: ``s|<host>`` -> its FLEET_HOST_OVERRIDES ``budget_pages``, ``n|<host>`` -> its pages

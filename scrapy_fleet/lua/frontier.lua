@@ -39,7 +39,8 @@
 --   gone or another one), mc the marker to write when there is none, ld links left out as
 --   known duplicates and bg the filter generation that knowledge is from (lua/step_check.lua);
 --   bgp, bgs, bgi, bgb, bgh the crawl's page, seconds, item and byte budgets and every host's
---   page budget (0 or none: no budget; lua/step_budget.lua); gi the crawl's id in its crawl
+--   page budget (0 or none: no budget; lua/step_budget.lua), bgc 1 at P > 1 with a page
+--   budget (the partition leases against its chunk of it: lua/budget_part.lua); gi the crawl's id in its crawl
 --   group and gw its weight (none: no group; lua/step_group.lua).
 --   An acknowledgement's third element is a failure record ("" for none), its fourth the
 --   failure records of requests its callback yielded that the worker could not encode
@@ -60,6 +61,7 @@
 --   the next host may be fetched, rq {stored responses waiting for a parse worker, bytes};
 --   bx the crawl's close reason once a budget is spent and nothing is in flight
 --   ('budget_pages', 'budget_seconds', 'budget_items', 'budget_bytes', 'budget_hosts');
+--   bq (bgc) the pages left in the partition's chunk;
 --   nc 1 when the call had no events and cached no reply (lua/step_reply.lua: the client
 --   names the same previous op again; such a reply leaves out its empty lists and 0 counts).
 --   A call repeated with the same op id returns its cached reply, or runs again when it

@@ -48,6 +48,9 @@ SCRIPTS: dict[str, tuple[tuple[str, ...], tuple[str, ...] | None]] = {
                        "step_revisit.lua"),  # sitemap <lastmod>: revisit_lastmod_due
                       calls.PUSH_LEAN_CALL),
     "partition_probe.lua": ((), calls.PROBE_CALL),
+    # issue 34: the crawl's page budget at P > 1, reserved in chunks (frontier/budgetchunks.py)
+    "budget_home.lua": ((), calls.BUDGET_HOME_CALL),
+    "budget_part.lua": ((), calls.BUDGET_PART_CALL),
     # crawl control (issue 34): the commands' writes (commands/control.py)
     "control.lua": ((), calls.CONTROL_CALL),
     # issue 34: `host drop` (commands/host.py)

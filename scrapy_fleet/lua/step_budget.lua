@@ -1,15 +1,16 @@
 -- step_budget.lua: the crawl's budgets, charged by the lease step (issue 34, docs/control.md
--- "Budgets").  Defines budget_open, budget_allow, budget_unwind, budget_flush and
--- budget_close.
+-- "Budgets").  Defines budget_open, budget_allow, budget_unwind, budget_flush,
+-- budget_close and budget_left.
 --
 -- A page is charged when its lease is granted (zero overshoot), once per entry: an entry
 -- whose lease expired or was reclaimed (K.expiries counts it, lua/step_reclaim.lua) was
 -- charged at its first grant and is granted again without a charge; a lease given back
 -- unsent (lua/step_release.lua) is refunded.  Stored responses (STAGE_HOST) are not pages.
 -- Budgets: the crawl's pages (K.budget `pages`, set by `scrapy fleet budget`, else req.bgp:
--- FLEET_BUDGET_PAGES), its seconds (K.budget `seconds`, else req.bgs: FLEET_BUDGET_SECONDS;
--- the deadline is K.budget `started` + seconds, `started` set at the crawl's first lease on
--- Redis's clock), the crawl's items (req.bgi: FLEET_BUDGET_ITEMS; reached, nothing more is
+-- FLEET_BUDGET_PAGES; at P > 1, req.bgc, this partition's chunk of them instead: K.budget
+-- `chunk` - `back`, lua/budget_part.lua), its seconds (K.budget `seconds`, else req.bgs:
+-- FLEET_BUDGET_SECONDS; the deadline is K.budget `started` + seconds, `started` set at the
+-- crawl's first lease on Redis's clock), the crawl's items (req.bgi: FLEET_BUDGET_ITEMS; reached, nothing more is
 -- leased: the items of pages in flight overshoot it), its response bytes (req.bgb:
 -- FLEET_BUDGET_BYTES, charged at download, as reported; the same overshoot), a host's pages (K.budgeth `c|<host>`, the command's, else `s|<host>`,
 -- FLEET_HOST_OVERRIDES' budget_pages, else req.bgh: FLEET_HOST_BUDGET_PAGES; read only
@@ -25,14 +26,18 @@
 local function budget_open(c)
   if c.bud then return c.bud end
   local req = c.req
-  local v = redis.call('HMGET', c.K.budget, 'pages', 'seconds', 'charged', 'started', 'hosts')
+  local v = redis.call('HMGET', c.K.budget, 'pages', 'seconds', 'charged', 'started', 'hosts',
+                      'chunk', 'back')
   local hdef = tonumber(req.bgh) or 0
-  local b = {pages = tonumber(v[1]) or tonumber(req.bgp) or 0,
+  -- req.bgc (P > 1): this partition's chunk of the crawl's page budget (lua/budget_part.lua)
+  local chunked = tonumber(req.bgc) == 1
+  local b = {pages = chunked and math.max(0, (tonumber(v[6]) or 0) - (tonumber(v[7]) or 0))
+               or tonumber(v[1]) or tonumber(req.bgp) or 0, chunked = chunked,
              secs = tonumber(v[2]) or tonumber(req.bgs) or 0,
              charged = tonumber(v[3]) or 0, started = tonumber(v[4]),
              hdef = hdef, hosts = hdef > 0 or v[5] ~= false,
              add = 0, hostadd = {}, rows = {}, provisional = {}}
-  b.on = b.pages > 0 or b.secs > 0 or b.hosts
+  b.on = b.pages > 0 or b.chunked or b.secs > 0 or b.hosts
   b.over = b.secs > 0 and b.started ~= nil and c.now >= b.started + b.secs * 1000
   -- FLEET_BUDGET_ITEMS (req.bgi), FLEET_BUDGET_BYTES (req.bgb): items and response bytes
   -- the workers reported (K.stats items_scraped, response_bytes: the monitoring deltas of
@@ -78,7 +83,7 @@ end
 local function budget_allow(c, h, id)
   local b = c.bud
   if h == STAGE_HOST then return true end
-  local why = b.pages > 0 and b.charged + b.add >= b.pages and 'crawl' or nil
+  local why = (b.pages > 0 or b.chunked) and b.charged + b.add >= b.pages and 'crawl' or nil
   local row = b.hosts and budget_row(c, b, h) or nil
   if not why and row and row[1] > 0 and row[2] >= row[1] then why = 'host' end
   if why then
@@ -142,10 +147,21 @@ local function budget_close(c, inflight, deferred, queued)
   if b.over then return 'budget_seconds' end
   if b.items_over then return 'budget_items' end
   if b.bytes_over then return 'budget_bytes' end
-  if b.pages > 0 and b.charged + b.add >= b.pages then return 'budget_pages' end
+  -- (a partition's chunk spent is not the crawl's budget: the worker asks the home,
+  -- frontier/budgetchunks.py)
+  if b.pages > 0 and not b.chunked and b.charged + b.add >= b.pages then
+    return 'budget_pages'
+  end
   if b.hosts and deferred == 0 and queued > 0
       and #redis.call('ZRANGEBYSCORE', c.K.ready, '-inf', '(' .. FAR, 'LIMIT', 0, 1) == 0 then
     return 'budget_hosts'
   end
   return nil
+end
+
+-- The pages left in this partition's chunk after the call (req.bgc: P > 1), for the worker
+-- (out.bq: it reserves another chunk at the home when none is left).
+local function budget_left(c)
+  local b = budget_open(c)
+  return math.max(0, b.pages - b.charged - b.add)
 end

@@ -12,6 +12,7 @@
 -- the worker's entry in K.workers (its last call); c.workers_first, the bound of the scores
 -- in K.workers as read with the call's head (K.workers_first), nil when this call's entry is
 -- before it (lua/monitoring.lua recomputes it then).
+-- out.bq (req.bgc, P > 1): the pages left in this partition's chunk of the crawl's budget.
 -- out.bx: 'budget_pages' / 'budget_seconds' when the crawl's budget is spent and nothing is
 -- leased, 'budget_hosts' when every host with queued entries is out of its budget (a call
 -- asking for leases only; lua/step_budget.lua).
@@ -37,6 +38,7 @@ local function step_idle(c)
   -- budgets (issue 34): the crawl's close reason once a budget is spent and nothing is in
   -- flight, told to a worker asking for leases (lua/step_budget.lua)
   if c.take > 0 then out.bx = budget_close(c, out.inflight, out.dn, out.queued) end
+  if tonumber(c.req.bgc) == 1 then out.bq = budget_left(c) end  -- (P > 1: the chunk left)
   out.size = out.queued + out.inflight + out.dn
   -- (K.idle_since as read when the call began: no step before this one writes it)
   local idle_since = c.head[4]

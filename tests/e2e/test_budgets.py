@@ -139,3 +139,65 @@ def test_closespider_itemcount_is_counted_fleet_wide(redis_url, site_factory, wo
     # downloads, plus what was leased before the last items were reported
     print(f"items {len(items)} for CLOSESPIDER_ITEMCOUNT=30, pages {len(page_requests(site))}")
     assert 30 <= len(items) == len(page_requests(site)) <= 30 + 3 * (4 + 4) + 3 * 8
+
+
+#: ten hosts over the three partitions of FLEET_PARTITIONS=3 (4, 5 and 1 of them)
+TEN = [f"127.0.0.{i}" for i in range(40, 50)]
+
+
+def test_a_crawl_page_budget_holds_exactly_over_three_partitions(redis_url, site_factory,
+                                                                 worker_env, tmp_path):
+    """Issue 34 item 3 at P = 3: partitions reserve chunks of the crawl's 100 pages
+    (frontier/budgetchunks.py); 400 queued pages over 10 hosts give exactly 100 page requests
+    at the site, each fetched once, and every worker closes with budget_pages."""
+    generate_site(tmp_path / "www", 40, 1, seed=8)
+    site = site_factory(tmp_path / "www", binds=TEN, behaviour={
+        "delays": [{"prefix": "/site/p/", "seconds": 0.05}]})
+    urls = [f"{base}site/p/{i}.html" for base in site.urls for i in range(40)]
+    listing = tmp_path / "urls.txt"
+    listing.write_text("\n".join(urls) + "\n")
+    res = fleet(["push", "fetch", "-f", str(listing), "-s", "FLEET_PARTITIONS=3"], redis_url,
+                worker_env)
+    assert res.returncode == 0, res.stderr + res.stdout
+    logs = run_workers(tmp_path, redis_url, worker_env,
+                       {"CLOSESPIDER_PAGECOUNT": 100, "FLEET_PARTITIONS": 3})
+    pages = page_requests(site)
+    assert len(pages) == 100  # exactly: the site has 400
+    assert collections.Counter((r["addr"], r["path"]) for r in pages).most_common(1)[0][1] == 1
+    assert len({r["addr"] for r in pages}) > 3  # (served from every partition's hosts)
+    for log in logs:
+        text = tail(log, 200_000)
+        assert "Closing spider (budget_pages)" in text
+        assert worker_stats(log).get("fleet/budget/closed/budget_pages") == 1
+    res = fleet(["status", "fetch", "--json", "-s", "FLEET_PARTITIONS=3"], redis_url,
+                worker_env)
+    assert res.returncode == 0, res.stderr
+    budget = json.loads(res.stdout)["budget"]
+    assert (budget["pages"], budget["charged"], budget["left"]) == (100, 100, 0)
+    # raised by the command (at the home): one worker fetches exactly 10 more
+    res = fleet(["budget", "fetch", "--pages", "110", "-s", "FLEET_PARTITIONS=3"], redis_url,
+                worker_env)
+    assert res.returncode == 0, res.stderr
+    assert "pages 110, charged 100, left 10" in res.stdout
+    res = fleet(["budget", "fetch", "--seconds", "30", "-s", "FLEET_PARTITIONS=3"], redis_url,
+                worker_env)
+    assert res.returncode == 2 and "FLEET_PARTITIONS = 1" in res.stderr
+    logs = run_workers(tmp_path / "again", redis_url, worker_env,
+                       {"CLOSESPIDER_PAGECOUNT": 100, "FLEET_PARTITIONS": 3}, n=1)
+    assert len(page_requests(site)) == 110
+    assert "Closing spider (budget_pages)" in tail(logs[0], 200_000)
+
+
+def test_at_p_3_the_command_s_page_budget_needs_workers_with_one(redis_url, worker_env,
+                                                                 tmp_path):
+    """A partitioned crawl whose workers run without FLEET_BUDGET_PAGES does not lease in
+    chunks: ``budget --pages`` would change nothing, so it is refused in one line."""
+    listing = tmp_path / "urls.txt"
+    listing.write_text("http://127.0.0.1:9/site/p/1.html\n")
+    part = ["-s", "FLEET_PARTITIONS=3"]
+    assert fleet(["push", "fetch", "-f", str(listing), *part], redis_url,
+                 worker_env).returncode == 0
+    res = fleet(["budget", "fetch", "--pages", "5", *part], redis_url, worker_env)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert "FLEET_BUDGET_PAGES" in res.stderr

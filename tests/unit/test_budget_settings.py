@@ -10,6 +10,7 @@ from scrapy_fleet.addon import Addon
 from scrapy_fleet.budget_settings import carry_closespider
 from scrapy_fleet.config import FleetConfig
 from scrapy_fleet.errors import FleetConfigError
+from scrapy_fleet.frontier.routing import partition_params
 
 
 def test_budgets_reach_the_frontier_call():
@@ -44,13 +45,18 @@ def test_a_host_override_budget_that_is_not_positive_is_refused():
             "FLEET_HOST_OVERRIDES": {"a.example": {"budget_pages": 0}}}))
 
 
-def test_a_crawl_budget_with_partitions_is_refused_a_host_budget_is_not():
-    with pytest.raises(FleetConfigError, match="FLEET_BUDGET_PAGES=5 is invalid: expected "
+def test_a_time_budget_with_partitions_is_refused_page_and_host_budgets_are_not():
+    with pytest.raises(FleetConfigError, match=r"FLEET_BUDGET_SECONDS=5\.0 is invalid: expected "
                                                "None with FLEET_PARTITIONS > 1"):
-        FleetConfig.from_settings(Settings({"FLEET_BUDGET_PAGES": 5, "FLEET_PARTITIONS": 3}))
+        FleetConfig.from_settings(Settings({"FLEET_BUDGET_SECONDS": 5, "FLEET_PARTITIONS": 3}))
     config = FleetConfig.from_settings(Settings({"FLEET_HOST_BUDGET_PAGES": 5,
+                                                 "FLEET_BUDGET_PAGES": 7,
                                                  "FLEET_PARTITIONS": 3}))
-    assert config.budget.host_pages == 5
+    assert (config.budget.host_pages, config.budget.pages) == (5, 7)
+    # each partition leases against its chunk of the page budget (frontier/budgetchunks.py)
+    params = partition_params(config.frontier_params(), 3)
+    assert (params.budget_pages, params.budget_chunked) == (0, True)
+    assert partition_params(config.frontier_params(), 1).budget_chunked is False
 
 
 def test_closespider_pagecount_and_timeout_become_the_fleet_s_budgets(caplog):
@@ -85,10 +91,12 @@ def test_the_addon_carries_closespider_over():
     assert FleetConfig.from_settings(settings).budget.pages == 60
 
 
-def test_with_partitions_closespider_stays_per_worker():
-    """The crawl's budgets need FLEET_PARTITIONS = 1: at P > 1 CLOSESPIDER_PAGECOUNT is left
-    to each worker (and warned of), never a start-up error."""
-    settings = Settings({"CLOSESPIDER_PAGECOUNT": 1, "FLEET_PARTITIONS": 2})
-    assert carry_closespider(settings) == []
-    assert settings.getint("CLOSESPIDER_PAGECOUNT") == 1
-    assert settings.get("FLEET_BUDGET_PAGES") is None
+def test_with_partitions_only_closespider_pagecount_is_the_fleet_s():
+    """At P > 1 the page budget is the crawl's (partitions reserve it in chunks); the time
+    and item counts stay each worker's (and are warned of), never a start-up error."""
+    settings = Settings({"CLOSESPIDER_PAGECOUNT": 9, "CLOSESPIDER_ITEMCOUNT": 4,
+                         "FLEET_PARTITIONS": 2})
+    assert len(carry_closespider(settings)) == 1
+    assert (settings.getint("CLOSESPIDER_PAGECOUNT"), settings.getint("FLEET_BUDGET_PAGES"),
+            settings.getint("CLOSESPIDER_ITEMCOUNT")) == (0, 9, 4)
+    assert settings.get("FLEET_BUDGET_ITEMS") is None
