@@ -1,0 +1,122 @@
+"""The worker's two records of a frontier call: a :class:`Push` and an :class:`Ack`.
+
+Each is one typed shape inside the worker (a ``NamedTuple``: as cheap to build as the plain
+tuple it replaces), packed to the wire here only: :func:`push_row` (a row of lua/frontier.lua's
+``p``), :func:`lean_row` (a row of lua/push_lean.lua's ``p``) and :func:`ack_row` (a row of
+lua/frontier.lua's ``a``).  The rows are those the Lua scripts read (lua/frontier.lua
+documents each field); they are the same bytes the worker sent before the records existed
+(tests/unit/test_records.py pins them).
+
+Callers outside the worker (the push helper, commands/, tests) may still hand a client plain
+tuples of the documented layouts; :func:`typed` turns a batch's into records at the client's
+entry, :func:`as_push`, :func:`as_lean` and :func:`as_ack` one row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from scrapy_fleet.frontier.protocol import CallBatch
+
+
+class Push(NamedTuple):
+    """One request to push.  ``key``: its 12-byte Bloom key (``b""``: ``dont_filter``, never
+    checked); ``priority``: its clamped priority (int); ``payload``: the encoded request
+    (bytes), or the Request itself while a worker's cache of known duplicates leaves it
+    unencoded (frontier/partdupes.py); ``group``: 0 for a push without a parent, k (1-based)
+    for a link of the call's k-th acknowledgement; ``host``: the host name its per-host bound
+    counts it under (``""``: none); ``delay``: ms it stays deferred before it is queued;
+    ``lastmod``: a sitemap's ``<lastmod>``, epoch seconds (0: none; docs/recrawl.md);
+    ``source``: for a stored response pushed to another partition, ``(partition, entry
+    number)`` of its page (routing.stored_source; ``()``: none, only a lean push has one)."""
+
+    key: bytes
+    priority: int
+    payload: Any
+    group: int = 0
+    host: str = ""
+    delay: int = 0
+    lastmod: int = 0
+    source: tuple[int, int] | tuple[()] = ()
+
+
+class Ack(NamedTuple):
+    """One acknowledgement.  ``entry``: the leased entry id; ``token``: its fencing token;
+    ``failure``: the record of a request that failed for good (msgpack bytes,
+    failures.record.FailureRecord.encode; None: none), stored with its acknowledgement in the
+    same atomic call (lua/failed.lua); ``unstorable``: the records of the links it found that
+    the worker could not encode (reason ``codec/...``); ``defer``: 1 defers the request
+    instead (a link of it was refused in another partition, docs/partitions.md);
+    ``revisit``: its revisit record ``[interval ms, host, score, payload[, bloom key, last
+    fetch s]]`` (scheduled again at its interval, docs/recrawl.md, lua/step_revisit.lua), or
+    ``b""`` (or its 12-byte Bloom key: its sitemap-lastmod place entry goes too): not
+    revisited; None: the crawl does not recrawl."""
+
+    entry: str
+    token: int
+    failure: bytes | None = None
+    unstorable: Sequence[bytes] = ()
+    defer: int = 0
+    revisit: Any = None
+
+
+def push_row(p: Push) -> list[Any]:
+    """*p* as a row of lua/frontier.lua's ``p``: ``[key, priority, payload, group, host,
+    delay ms, lastmod s]`` (``source`` is a lean push's only)."""
+    return [p.key, int(p.priority), p.payload, int(p.group), p.host, int(p.delay),
+            int(p.lastmod)]
+
+
+def lean_row(p: Push) -> list[Any]:
+    """*p* as a row of lua/push_lean.lua's ``p``: ``[key, priority, payload, host, delay ms,
+    lastmod s[, partition, entry number]]`` (no group: a lean push has no parent there)."""
+    return [p.key, int(p.priority), p.payload, p.host, int(p.delay), int(p.lastmod),
+            *p.source]
+
+
+def ack_row(a: Ack) -> list[Any]:
+    """*a* as a row of lua/frontier.lua's ``a``, as short as what it carries: ``[id, token]``,
+    then the failure record (``b""``: none once later fields follow), the unstorable
+    records, the deferral flag, the revisit record."""
+    if a.revisit is not None:
+        return [a.entry, a.token, a.failure or b"", a.unstorable, a.defer, a.revisit]
+    if a.defer:
+        return [a.entry, a.token, a.failure or b"", a.unstorable, a.defer]
+    if a.unstorable:
+        return [a.entry, a.token, a.failure or b"", a.unstorable]
+    if a.failure is not None:
+        return [a.entry, a.token, a.failure]
+    return [a.entry, a.token]
+
+
+def as_push(row: Sequence[Any]) -> Push:
+    """*row*, a push record or a tuple of the pump's layout ``(key, priority, payload[,
+    group, host, delay, lastmod])``, as a record."""
+    return row if isinstance(row, Push) else Push(*row)
+
+
+def as_lean(row: Sequence[Any]) -> Push:
+    """*row*, a push record or a tuple of the lean layout ``(key, priority, payload, host[,
+    delay, lastmod[, partition, entry number]])`` (commands/partitioned.py), as a record."""
+    if isinstance(row, Push):
+        return row
+    push = Push(row[0], row[1], row[2], 0, *row[3:6])
+    return push._replace(source=tuple(row[6:8])) if row[6:8] else push
+
+
+def as_ack(row: Sequence[Any]) -> Ack:
+    """*row*, an acknowledgement record or a tuple ``(entry id, token[, failure[,
+    unstorable[, defer[, revisit]]]])``, as a record."""
+    return row if isinstance(row, Ack) else Ack(*row)
+
+
+def typed(batch: CallBatch) -> CallBatch:
+    """*batch* with its pushes and acknowledgements as records, in place (those given as
+    tuples of the documented layouts by callers outside the worker); returns *batch*."""
+    if any(type(p) is not Push for p in batch.pushes):
+        batch.pushes = [as_push(p) for p in batch.pushes]
+    if any(type(a) is not Ack for a in batch.acks):
+        batch.acks = [as_ack(a) for a in batch.acks]
+    return batch
