@@ -43,8 +43,8 @@ from scrapy_fleet.frontier.protocol import (
     fill_payloads,
     needs_payloads,
     state_lost,
+    typed,
 )
-from scrapy_fleet.frontier.records import typed
 from scrapy_fleet.keys import CrawlKeys
 
 

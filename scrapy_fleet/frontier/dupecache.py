@@ -64,7 +64,7 @@ class DupeCache:
 
     def split(self, batch: CallBatch) -> tuple[CallBatch, list[int], int]:
         """(the batch to send, index in *batch* of each push sent, pushes left out).  A push
-        with a sitemap lastmod (its seventh element, docs/recrawl.md) is always sent: the
+        with a sitemap lastmod (``Push.lastmod``, docs/recrawl.md) is always sent: the
         frontier compares it with the URL's last fetch."""
         if not self._keys or self.gen is None or not batch.pushes:
             return batch, list(range(len(batch.pushes))), 0

@@ -79,5 +79,5 @@ def _encode(batch: CallBatch, encode: Encoder, known: Callable[[Push], bool]) ->
         if type(push.payload) is bytes or known(push):
             pushes.append(push)
         elif (got := encode(push.payload)) is not None:
-            pushes.append(push._replace(payload=got[0], host=got[1]))
+            pushes.append(push.encoded(*got))
     batch.pushes = pushes

@@ -69,8 +69,14 @@ from scrapy_fleet.frontier.lean import LeanDestination, LeanResult
 from scrapy_fleet.frontier.partdupes import Encoder, PartitionDupes, encode_part, materialize
 from scrapy_fleet.frontier.partview import FleetIdleness, ResponseQueueView
 from scrapy_fleet.frontier.picker import PartitionPicker
-from scrapy_fleet.frontier.protocol import CallBatch, CallResult, FrontierParams, state_lost
-from scrapy_fleet.frontier.records import Push, typed
+from scrapy_fleet.frontier.protocol import (
+    CallBatch,
+    CallResult,
+    FrontierParams,
+    state_lost,
+    typed,
+)
+from scrapy_fleet.frontier.records import Push
 from scrapy_fleet.frontier.routing import (
     concat,
     extend_waiting,
@@ -388,9 +394,7 @@ class PartitionedFrontier:
                           for i in res.refused} - blocked
         for group in refused_groups:
             p, k = r.acks[group - 1]
-            ack = r.per[p].acks[k]  # (deferred: without its unstorable and revisit records)
-            r.per[p].acks[k] = ack._replace(failure=ack.failure or b"", unstorable=(),
-                                            defer=1, revisit=None)
+            r.per[p].acks[k] = r.per[p].acks[k].deferred()
             self.deferred_parents += 1
         # the parts for partitions this call need not reach wait for their next call
         payloads = self._payloads(monitor)

@@ -20,7 +20,7 @@ import msgpack
 import redis
 
 from scrapy_fleet.errors import CrawlStateLostError
-from scrapy_fleet.frontier.records import Ack, Push, ack_row, push_row
+from scrapy_fleet.frontier.records import Ack, Push, ack_row, as_ack, as_push, push_row
 from scrapy_fleet.keys import CrawlKeys
 
 OP_TTL_MS = 300_000
@@ -45,7 +45,7 @@ class CallBatch:
     ``pushes`` holds :class:`~scrapy_fleet.frontier.records.Push` records and ``acks``
     :class:`~scrapy_fleet.frontier.records.Ack` records (their fields: frontier/records.py;
     packed to the wire there).  A client given tuples of their documented layouts (the push
-    helper, tests) makes them records at its entry (``records.typed``).  ``unstorable``
+    helper, tests) makes them records at its entry (:func:`typed`).  ``unstorable``
     holds the records of requests without a parent that could not be encoded (start
     requests...).
     """
@@ -72,6 +72,16 @@ class CallBatch:
     def is_empty(self) -> bool:
         return not (self.acks or self.releases or self.dead or self.extends or self.pushes
                     or self.take or self.downloaded or self.beat or self.unstorable)
+
+
+def typed(batch: CallBatch) -> CallBatch:
+    """*batch* with its pushes and acknowledgements as records, in place (those given as
+    tuples of the documented layouts by callers outside the worker); returns *batch*."""
+    if any(type(p) is not Push for p in batch.pushes):
+        batch.pushes = [as_push(p) for p in batch.pushes]
+    if any(type(a) is not Ack for a in batch.acks):
+        batch.acks = [as_ack(a) for a in batch.acks]
+    return batch
 
 
 def unencoded(batch: CallBatch) -> bool:

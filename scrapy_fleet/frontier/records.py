@@ -8,17 +8,14 @@ documents each field); they are the same bytes the worker sent before the record
 (tests/unit/test_records.py pins them).
 
 Callers outside the worker (the push helper, commands/, tests) may still hand a client plain
-tuples of the documented layouts; :func:`typed` turns a batch's into records at the client's
+tuples of the documented layouts; protocol.typed turns a batch's into records at the client's
 entry, :func:`as_push`, :func:`as_lean` and :func:`as_ack` one row.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
-
-if TYPE_CHECKING:
-    from scrapy_fleet.frontier.protocol import CallBatch
+from typing import Any, NamedTuple
 
 
 class Push(NamedTuple):
@@ -41,6 +38,22 @@ class Push(NamedTuple):
     lastmod: int = 0
     source: tuple[int, int] | tuple[()] = ()
 
+    def in_group(self, group: int) -> Push:
+        """This push as a link of the call's *group*-th acknowledgement (0: no parent)."""
+        return Push(self.key, self.priority, self.payload, group, self.host, self.delay,
+                    self.lastmod, self.source)
+
+    def encoded(self, payload: bytes, host: str) -> Push:
+        """This push with its Request encoded: *payload*, and the *host* it counts under."""
+        return Push(self.key, self.priority, payload, self.group, host, self.delay,
+                    self.lastmod, self.source)
+
+    def lean(self, source: tuple[int, int] | tuple[()] = ()) -> Push:
+        """This push as a lean push into another partition (no group there; *source*: its
+        stored response's page, or ``()``)."""
+        return Push(self.key, self.priority, self.payload, 0, self.host, self.delay,
+                    self.lastmod, source)
+
 
 class Ack(NamedTuple):
     """One acknowledgement.  ``entry``: the leased entry id; ``token``: its fencing token;
@@ -60,6 +73,15 @@ class Ack(NamedTuple):
     unstorable: Sequence[bytes] = ()
     defer: int = 0
     revisit: Any = None
+
+    def at(self, entry: str) -> Ack:
+        """This acknowledgement naming the entry *entry* (a partition's own id of it)."""
+        return Ack(entry, self.token, self.failure, self.unstorable, self.defer, self.revisit)
+
+    def deferred(self) -> Ack:
+        """This request deferred instead of acknowledged: its failure record goes with it
+        (``b""``: none), its unstorable and revisit records do not."""
+        return Ack(self.entry, self.token, self.failure or b"", (), 1)
 
 
 def push_row(p: Push) -> list[Any]:
@@ -103,7 +125,7 @@ def as_lean(row: Sequence[Any]) -> Push:
     if isinstance(row, Push):
         return row
     push = Push(row[0], row[1], row[2], 0, *row[3:6])
-    return push._replace(source=tuple(row[6:8])) if row[6:8] else push
+    return push.lean(tuple(row[6:8])) if row[6:8] else push
 
 
 def as_ack(row: Sequence[Any]) -> Ack:
@@ -111,12 +133,3 @@ def as_ack(row: Sequence[Any]) -> Ack:
     unstorable[, defer[, revisit]]]])``, as a record."""
     return row if isinstance(row, Ack) else Ack(*row)
 
-
-def typed(batch: CallBatch) -> CallBatch:
-    """*batch* with its pushes and acknowledgements as records, in place (those given as
-    tuples of the documented layouts by callers outside the worker); returns *batch*."""
-    if any(type(p) is not Push for p in batch.pushes):
-        batch.pushes = [as_push(p) for p in batch.pushes]
-    if any(type(a) is not Ack for a in batch.acks):
-        batch.acks = [as_ack(a) for a in batch.acks]
-    return batch

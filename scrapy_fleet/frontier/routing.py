@@ -101,7 +101,7 @@ def route(batch: CallBatch, parts: int, home: int, skip: set[int] | None = None)
         if g in skip:
             r.acks.append((p, -1))
             continue
-        r.per[p].acks.append(ack._replace(entry=entry_id))
+        r.per[p].acks.append(ack.at(entry_id))
         r.acks.append((p, len(r.per[p].acks) - 1))
     for push in batch.pushes:
         host, group = push.host, push.group
@@ -116,13 +116,12 @@ def route(batch: CallBatch, parts: int, home: int, skip: set[int] | None = None)
         p, k = r.acks[group - 1]
         if p == q or type(push.payload) is not bytes:  # (a known duplicate: its page's)
             r.pushes.append((p, len(r.per[p].pushes), False))
-            r.per[p].pushes.append(push._replace(group=k + 1))
+            r.per[p].pushes.append(push.in_group(k + 1))
         else:
             r.pushes.append((q, len(r.foreign[q]), True))
             # a stored response names its page's entry: one per entry (docs/stages.md)
-            r.foreign[q].append(push._replace(
-                group=0, source=(stored_source(batch.acks[group - 1].entry)
-                                 if host == STAGE_HOST else ())))
+            r.foreign[q].append(push.lean(stored_source(batch.acks[group - 1].entry)
+                                          if host == STAGE_HOST else ()))
             r.foreign_group[q].append(group)
     r.per[home].beat = batch.beat
     r.per[home].unstorable = list(batch.unstorable)
@@ -133,7 +132,7 @@ def concat(a: CallBatch, b: CallBatch) -> CallBatch:
     """*a* then *b* as one batch of the pump's format (b's groups renumbered after a's)."""
     n = len(a.acks)
     pushes = list(a.pushes) + [
-        p._replace(group=p.group + n) if p.group else p for p in b.pushes]
+        p.in_group(p.group + n) if p.group else p for p in b.pushes]
     return CallBatch(acks=a.acks + b.acks, releases=a.releases + b.releases,
                      dead=a.dead + b.dead, extends=a.extends + b.extends, pushes=pushes,
                      take=b.take, downloaded=a.downloaded + b.downloaded, beat=b.beat,
@@ -200,7 +199,7 @@ def subset(full: CallBatch, groups: set[int], held: set[int], parts: int, home: 
         if i in drop:
             continue
         if g and g in renumber:
-            out.pushes.append(push._replace(group=renumber[g]))
+            out.pushes.append(push.in_group(renumber[g]))
         elif not g and partition_of(push.host, parts) in held:
             out.pushes.append(push)
     for name in ("releases", "dead", "extends", "downloaded"):
