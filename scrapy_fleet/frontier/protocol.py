@@ -313,7 +313,10 @@ def call_constants(params: FrontierParams) -> dict[str, Any]:
 def _call_fields(batch: CallBatch, worker: str, marker: str, left_out: int,
                  gen: str | None, lean: bool, first: bool = False) -> dict[str, Any]:
     """The fields of one call (*lean*: without those the script defaults alike: empty lists,
-    no duplicates left out, no marker to write when the client requires one)."""
+    no duplicates left out, no marker to write when the client requires one).  The one
+    place a call's records are packed (records.push_row, records.ack_row); tuples of their
+    documented layouts become records first (:func:`typed`)."""
+    typed(batch)
     fields: dict[str, Any] = {
         "ld": left_out,
         "bg": gen or "",
