@@ -20,7 +20,7 @@ import msgpack
 import redis
 
 from scrapy_fleet.errors import CrawlStateLostError
-from scrapy_fleet.frontier.records import Ack, Push, ack_row, as_ack, as_push, push_row
+from scrapy_fleet.frontier.records import Ack, Push, ack_row, as_ack, as_push, push_rows
 from scrapy_fleet.keys import CrawlKeys
 
 OP_TTL_MS = 300_000
@@ -77,9 +77,9 @@ class CallBatch:
 def typed(batch: CallBatch) -> CallBatch:
     """*batch* with its pushes and acknowledgements as records, in place (those given as
     tuples of the documented layouts by callers outside the worker); returns *batch*."""
-    if any(type(p) is not Push for p in batch.pushes):
+    if not set(map(type, batch.pushes)) <= {Push}:  # (map and set: no Python loop)
         batch.pushes = [as_push(p) for p in batch.pushes]
-    if any(type(a) is not Ack for a in batch.acks):
+    if not set(map(type, batch.acks)) <= {Ack}:
         batch.acks = [as_ack(a) for a in batch.acks]
     return batch
 
@@ -326,7 +326,7 @@ def _call_fields(batch: CallBatch, worker: str, marker: str, left_out: int,
         "d": [list(d) for d in batch.dead],
         "x": [list(x) for x in batch.extends],
         "s": [list(x) for x in batch.downloaded],
-        "p": [push_row(p) for p in batch.pushes],
+        "p": push_rows(batch.pushes),
         "t": batch.take,
         "u": list(batch.unstorable),
         "mk": marker,

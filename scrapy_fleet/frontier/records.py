@@ -14,8 +14,10 @@ entry, :func:`as_push`, :func:`as_lean` and :func:`as_ack` one row.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
+
+_new = tuple.__new__
 
 
 class Push(NamedTuple):
@@ -87,8 +89,24 @@ class Ack(NamedTuple):
 def push_row(p: Push) -> list[Any]:
     """*p* as a row of lua/frontier.lua's ``p``: ``[key, priority, payload, group, host,
     delay ms, lastmod s]`` (``source`` is a lean push's only)."""
-    return [p.key, int(p.priority), p.payload, int(p.group), p.host, int(p.delay),
-            int(p.lastmod)]
+    return push_rows([p])[0]
+
+
+def push_rows(pushes: list[Push]) -> list[list[Any]]:
+    """:func:`push_row` of each of *pushes*: its first seven fields (a record's numbers are
+    ints: the worker's are, :func:`as_push` makes a caller's so; one comprehension, as a call
+    packs hundreds)."""
+    return [[*p[:7]] for p in pushes]
+
+
+def links(outs: Iterable[tuple[Any, ...]], group: int) -> list[Push]:
+    """The pushes of the lease book's buffered requests *outs* (rows of frontier/leases.py's
+    ``Out``: url, key, priority, payload, host, delay ms, lastmod s) as links of the call's
+    *group*-th acknowledgement (0: without a parent).  Built as ``Push(...)`` builds them,
+    through ``tuple.__new__`` (the pump's hot path: a third of the cost of calling the
+    NamedTuple's ``__new__``, bench/bench_records.py)."""
+    return [_new(Push, (key, priority, payload, group, host, delay, lastmod, ()))
+            for _, key, priority, payload, host, delay, lastmod in outs]
 
 
 def lean_row(p: Push) -> list[Any]:
@@ -116,7 +134,11 @@ def ack_row(a: Ack) -> list[Any]:
 def as_push(row: Sequence[Any]) -> Push:
     """*row*, a push record or a tuple of the pump's layout ``(key, priority, payload[,
     group, host, delay, lastmod])``, as a record."""
-    return row if isinstance(row, Push) else Push(*row)
+    if isinstance(row, Push):
+        return row
+    p = Push(*row)
+    return Push(p.key, int(p.priority), p.payload, int(p.group), p.host, int(p.delay),
+                int(p.lastmod))
 
 
 def as_lean(row: Sequence[Any]) -> Push:
