@@ -4,7 +4,10 @@ Per call, what the pump does with its records (frontier/pump.py ``_build_batch``
 acknowledgement per finished lease (``Lease.ack``), one push per link found
 (``frontier.records.links``: Push records; a plain tuple in a tree without records.py), then
 ``protocol.call_args`` packs the batch (the one place the records become the wire's rows).
-No Redis: only the Python side the records change.
+No Redis: only the Python side the records change.  Also printed: whether the call's packed
+fields (ARGV[1] but its fresh ``mc`` uuid) are the same bytes in both trees, for leases of
+every acknowledgement layout (failure, unstorable, revisit records) and links with delays
+and lastmods.
 
 ``--baseline DIR``: a tree to compare (e.g. ``git archive main | tar -x -C DIR``).  Each tree
 runs in its own interpreter (``PYTHONPATH`` = the tree), in alternating rounds; printed per
@@ -28,7 +31,8 @@ HERE = Path(__file__).resolve().parent.parent
 
 #: run in each tree's interpreter: prints µs per call
 CHILD = r"""
-import json, sys, time
+import hashlib, json, sys, time
+import msgpack
 from scrapy_fleet.frontier.leases import Lease
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams, call_args
 try:
@@ -41,8 +45,13 @@ for i in range(acks):
     lease = Lease(f"{i}-0", 1_700_000_000_000 + i)
     if i % 4 == 3:
         lease.failure = b"\x81\xa6reason\xa8http_500"
+    if i % 4 == 1:
+        lease.unstorable = [b"\x81\xa6reason\xa9codec/bad"]
+    if i % 4 == 2:
+        lease.revisit = [60_000, "h1.test", 0.5, b"p"]
     lease.children = [(f"https://h{j % 7}.test/{i}/{j}", bytes([i, j]) * 6, j % 3,
-                       b"x" * 180, f"h{j % 7}.test", 0, 0) for j in range(n_links)]
+                       b"x" * 180, f"h{j % 7}.test", 30 * (j % 2), 1_700_000_000 * (j % 3 == 0))
+                      for j in range(n_links)]
     leases.append(lease)
 params = FrontierParams()
 
@@ -59,20 +68,24 @@ def one():
             batch.pushes += links(lease.children, n)
     return call_args(batch, "w1", params, "m")
 
+fields = msgpack.unpackb(one(), raw=True)
+del fields[b"mc"]  # (a fresh uuid per call)
+wire = hashlib.sha256(msgpack.packb(fields, use_bin_type=False)).hexdigest()
 for _ in range(200):
     one()
 t0 = time.perf_counter()
 for _ in range(calls):
     one()
-print(json.dumps((time.perf_counter() - t0) / calls * 1e6))
+print(json.dumps([(time.perf_counter() - t0) / calls * 1e6, wire]))
 """
 
 
-def run(tree: Path, acks: int, links: int, calls: int) -> float:
+def run(tree: Path, acks: int, links: int, calls: int) -> tuple[float, str]:
     out = subprocess.run([sys.executable, "-c", CHILD, str(acks), str(links), str(calls)],
                          env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin"},
                          cwd=str(tree), capture_output=True, text=True, check=True)
-    return float(json.loads(out.stdout))
+    us, wire = json.loads(out.stdout)
+    return float(us), wire
 
 
 def main() -> None:
@@ -85,14 +98,20 @@ def main() -> None:
     args = ap.parse_args()
     trees = {"this": HERE, "baseline": Path(args.baseline).resolve()}
     times: dict[str, list[float]] = {name: [] for name in trees}
+    wires: dict[str, set[str]] = {name: set() for name in trees}
     for r in range(args.rounds):
         order = list(trees) if r % 2 == 0 else list(reversed(trees))
         for name in order:
-            times[name].append(run(trees[name], args.acks, args.links, args.calls))
+            us, wire = run(trees[name], args.acks, args.links, args.calls)
+            times[name].append(us)
+            wires[name].add(wire)
     for name, ts in times.items():
         print(f"{name:>8}: {min(ts):8.1f} µs per call (median {statistics.median(ts):.1f}) "
               f"over {args.rounds} rounds of {args.calls} calls, {args.acks} acks x "
               f"{args.links} links")
+    same = len(wires["this"] | wires["baseline"]) == 1
+    print(f"the call's packed fields (but its fresh uuid): {'identical' if same else 'DIFFER'}"
+          f" in both trees ({', '.join(sorted(w[:12] for w in wires['this']))})")
     this, base = times["this"], times["baseline"]
     print(f"ratio this / baseline (minima): {min(this) / min(base):.3f}; medians: "
           f"{statistics.median(this) / statistics.median(base):.3f}")
