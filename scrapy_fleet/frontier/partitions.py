@@ -69,13 +69,7 @@ from scrapy_fleet.frontier.lean import LeanDestination, LeanResult
 from scrapy_fleet.frontier.partdupes import Encoder, PartitionDupes, encode_part, materialize
 from scrapy_fleet.frontier.partview import FleetIdleness, ResponseQueueView
 from scrapy_fleet.frontier.picker import PartitionPicker
-from scrapy_fleet.frontier.protocol import (
-    CallBatch,
-    CallResult,
-    FrontierParams,
-    state_lost,
-    typed,
-)
+from scrapy_fleet.frontier.protocol import CallBatch, CallResult, FrontierParams, state_lost, typed
 from scrapy_fleet.frontier.records import Push
 from scrapy_fleet.frontier.routing import (
     concat,
