@@ -8,7 +8,7 @@ purge.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import msgpack
@@ -26,6 +26,7 @@ from scrapy_fleet.frontier.protocol import (
     queue_size_reads,
     size_of,
 )
+from scrapy_fleet.frontier.records import as_push
 from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.monitoring.snapshot import read_counts
 from scrapy_fleet.politeness.adaptive_view import adaptive_fields, policy_defaults
@@ -145,10 +146,11 @@ class FrontierAdmin:
         """Calls fewer replicas than :attr:`wait_replicas` acknowledged in time."""
         return self.calls.unreplicated
 
-    def push(self, pushes: list[tuple[Any, ...]]) -> CallResult:
-        """Push ``(bloom_key or b"", priority, payload[, 0, host])`` entries without parent;
+    def push(self, pushes: Sequence[Sequence[Any]]) -> CallResult:
+        """Push entries without parent: :class:`~scrapy_fleet.frontier.records.Push` records
+        or tuples ``(bloom_key or b"", priority, payload[, 0, host[, delay ms]])``;
         ``push_flags`` say new/duplicate, ``refused`` which ones the bounds refused."""
-        return self.call(CallBatch(pushes=pushes))
+        return self.call(CallBatch(pushes=[as_push(p) for p in pushes]))
 
     def size(self) -> int:
         """Entries the frontier holds against FLEET_QUEUE_MAX: queued + leased + deferred."""

@@ -43,6 +43,7 @@ from scrapy_fleet.frontier.protocol import (
     fill_payloads,
     needs_payloads,
     state_lost,
+    typed,
 )
 from scrapy_fleet.keys.crawl import CrawlKeys
 
@@ -139,6 +140,7 @@ class FrontierCall:
             StaleDupeCache: *resend* is False and the call was refused as above.
             redis.ResponseError: any other error of the script, as thrown into the plan.
         """
+        typed(batch)  # (a caller outside the worker may give tuples)
         whole: _Split = (batch, list(range(len(batch.pushes))), 0)
         last, self.last_call = self.last_call, None
         if op_id is not None:
@@ -178,7 +180,7 @@ class FrontierCall:
             # that the writes of this client's last cached call survived, lua/step_reply.lua)
             self.prev_op = op
         if self.wait_replicas and (self.wait_every_call or any(
-                len(p) > 3 and not p[3] for p in batch.pushes)):
+                not p.group for p in batch.pushes)):
             acked = yield WaitReplicas(self.keys.stats, self.wait_replicas)
             if int(acked) < self.wait_replicas:
                 self.unreplicated += 1

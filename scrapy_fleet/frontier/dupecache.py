@@ -64,13 +64,13 @@ class DupeCache:
 
     def split(self, batch: CallBatch) -> tuple[CallBatch, list[int], int]:
         """(the batch to send, index in *batch* of each push sent, pushes left out).  A push
-        with a sitemap lastmod (its seventh element, docs/recrawl.md) is always sent: the
+        with a sitemap lastmod (``Push.lastmod``, docs/recrawl.md) is always sent: the
         frontier compares it with the URL's last fetch."""
         if not self._keys or self.gen is None or not batch.pushes:
             return batch, list(range(len(batch.pushes))), 0
         kept: list[int] = []
         for i, p in enumerate(batch.pushes):
-            if not (p[0] and p[0] in self._keys) or (len(p) > 6 and p[6]):
+            if not (p.key and p.key in self._keys) or p.lastmod:
                 kept.append(i)
         left_out = len(batch.pushes) - len(kept)
         self.hits += left_out
@@ -81,7 +81,7 @@ class DupeCache:
 
     def learn(self, sent: CallBatch, result: CallResult) -> None:
         """Remember the keys of *sent* that *result* found in the filter or added to it."""
-        self.learn_keys([p[0] for p in sent.pushes], result.push_flags, result.seen,
+        self.learn_keys([p.key for p in sent.pushes], result.push_flags, result.seen,
                         result.bloom_gen, result.prev_lost)
 
     def learn_keys(self, sent: list[bytes], flags: list[int], seen: list[int],

@@ -6,7 +6,7 @@ PartitionedFrontier` for foreign links and by the push command."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,21 +15,22 @@ import redis
 
 from scrapy_fleet.frontier.dupecache import STALE_GENERATION, DupeCache
 from scrapy_fleet.frontier.protocol import OP_TTL_MS, FrontierParams
+from scrapy_fleet.frontier.records import Push, as_lean, lean_row
 from scrapy_fleet.frontier.sent import SentLean
 from scrapy_fleet.keys.calls import PUSH_LEAN_CALL
 from scrapy_fleet.keys.crawl import CrawlKeys
 
 
-def lean_args(pushes: list[tuple[Any, ...]], params: FrontierParams, marker: str,
+def lean_args(pushes: Sequence[Sequence[Any]], params: FrontierParams, marker: str,
               left_out: int = 0, gen: str | None = None) -> bytes:
-    """ARGV[1] of lua/push_lean.lua: *pushes* are ``(bloom key, priority, payload, host,
-    delay ms[, lastmod s[, partition, entry number]])`` (the last two: a stored response's
-    page, routing.stored_source); *left_out*: links the client left out as known duplicates
-    of filter generation *gen* (the script checks that evidence before any write)."""
+    """ARGV[1] of lua/push_lean.lua: *pushes* are :class:`Push` records (packed by
+    records.lean_row; the worker's) or tuples of the lean layout ``(bloom key, priority,
+    payload, host[, delay ms[, lastmod s[, partition, entry number]]])`` (records.as_lean;
+    the push helper's); *left_out*: links the client left out as known duplicates of
+    filter generation *gen* (the script checks that evidence before any write)."""
     extra: dict[str, Any] = {"lo": left_out, "bg": gen or ""} if left_out else {}
     return msgpack.packb({
-        "p": [[p[0], int(p[1]), p[2], p[3], int(p[4]) if len(p) > 4 else 0,
-               int(p[5]) if len(p) > 5 else 0, *p[6:8]] for p in pushes],
+        "p": [lean_row(as_lean(p)) for p in pushes],
         "bn": params.bloom_capacity, "bp": params.bloom_error_rate,
         "qm": params.queue_max or 0, "hm": params.host_queue_max or 0,
         "ot": OP_TTL_MS, "mk": marker, "mc": uuid.uuid4().hex, **extra,
@@ -134,7 +135,7 @@ class LeanDestination:
         self.prev_op = "-"  #: the op id of the last lean call that got a reply
         self.sent = 0  #: lean calls sent (each attempt of a refused one counted)
 
-    def prepare(self, pushes: list[tuple[Any, ...]], params: FrontierParams,
+    def prepare(self, pushes: list[Push], params: FrontierParams,
                 marker: str) -> SentLean:
         """One lean call of *pushes* (:func:`lean_args`' rows), the known duplicates left out,
         with a new op id and the previous call's as evidence; sent by :meth:`send`, and kept
@@ -179,13 +180,12 @@ class LeanDestination:
         call.reply = await run(keys, call.arg)
         self.prev_op = call.op_id
 
-    def _split(self, pushes: list[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]],
-                                                             list[int], int]:
+    def _split(self, pushes: list[Push]) -> tuple[list[Push], list[int], int]:
         dupes = self.dupes
         if not len(dupes) or dupes.gen is None:
             return pushes, list(range(len(pushes))), 0
         kept = [i for i, p in enumerate(pushes)
-                if not (p[0] and p[0] in dupes) or (len(p) > 5 and p[5])]
+                if not (p.key and p.key in dupes) or p.lastmod]
         if len(kept) == len(pushes):
             return pushes, kept, 0
         return [pushes[i] for i in kept], kept, len(pushes) - len(kept)

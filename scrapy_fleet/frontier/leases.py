@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from scrapy_fleet.failures.record import FailureRecord
+from scrapy_fleet.frontier.records import Ack
 from scrapy_fleet.politeness import hosts as politeness
 
 if TYPE_CHECKING:
@@ -46,17 +47,10 @@ class Lease:
             return (self.entry_id, self.token)
         return (self.entry_id, self.token, *self.report)
 
-    def ack(self) -> tuple[object, ...]:
-        """Its acknowledgement in a CallBatch (frontier/protocol.py): id, token, and what goes
+    def ack(self) -> Ack:
+        """Its acknowledgement in a CallBatch (frontier/records.py): id, token, and what goes
         with it (failure record, unstorable links' records, revisit record)."""
-        if self.revisit is not None:  # (the fifth: 1 defers it, frontier/partitions.py)
-            return (self.entry_id, self.token, self.failure or b"", self.unstorable, 0,
-                    self.revisit)
-        if self.unstorable:
-            return (self.entry_id, self.token, self.failure or b"", self.unstorable)
-        if self.failure is not None:
-            return (self.entry_id, self.token, self.failure)
-        return (self.entry_id, self.token)
+        return Ack(self.entry_id, self.token, self.failure, self.unstorable, 0, self.revisit)
 
 
 def unstorable_record(request: Request, reason: str, message: str, config: FleetConfig,

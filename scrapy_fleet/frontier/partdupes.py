@@ -26,7 +26,8 @@ from typing import Any
 
 from scrapy_fleet.frontier.dupecache import DupeCache
 from scrapy_fleet.frontier.protocol import CallBatch, unencoded
-from scrapy_fleet.frontier.routing import group_of, split_ref
+from scrapy_fleet.frontier.records import Push
+from scrapy_fleet.frontier.routing import split_ref
 
 #: encodes a link buffered unencoded: (payload, host key), or None when it cannot be encoded
 #: (``LeaseBook.encode_link``: logged, counted and recorded as failed)
@@ -59,7 +60,7 @@ def materialize(batch: CallBatch, caches: list[DupeCache], encode: Encoder) -> N
     cannot be encoded are dropped (recorded as failed by *encode*)."""
     if unencoded(batch):
         _encode(batch, encode, lambda push: caches[
-            split_ref(batch.acks[group_of(push) - 1][0])[0]].knows(push[0]))
+            split_ref(batch.acks[push.group - 1].entry)[0]].knows(push.key))
 
 
 def encode_part(batch: CallBatch, encode: Encoder) -> None:
@@ -70,14 +71,13 @@ def encode_part(batch: CallBatch, encode: Encoder) -> None:
     _encode(batch, encode, lambda push: False)
 
 
-def _encode(batch: CallBatch, encode: Encoder, known: Callable[[tuple[Any, ...]], bool]
-            ) -> None:
+def _encode(batch: CallBatch, encode: Encoder, known: Callable[[Push], bool]) -> None:
     """Encode, in place, the links of *batch* buffered unencoded but those *known* still
     leaves out; those that cannot be encoded are dropped."""
     pushes = []
     for push in batch.pushes:
-        if type(push[2]) is bytes or known(push):
+        if type(push.payload) is bytes or known(push):
             pushes.append(push)
-        elif (got := encode(push[2])) is not None:
-            pushes.append((push[0], push[1], got[0], group_of(push), got[1], *push[5:]))
+        elif (got := encode(push.payload)) is not None:
+            pushes.append(push.encoded(*got))
     batch.pushes = pushes

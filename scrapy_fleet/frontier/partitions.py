@@ -70,7 +70,8 @@ from scrapy_fleet.frontier.lean import LeanDestination, LeanResult
 from scrapy_fleet.frontier.partdupes import Encoder, PartitionDupes, encode_part, materialize
 from scrapy_fleet.frontier.partview import FleetIdleness, ResponseQueueView
 from scrapy_fleet.frontier.picker import PartitionPicker
-from scrapy_fleet.frontier.protocol import CallBatch, CallResult, FrontierParams, state_lost
+from scrapy_fleet.frontier.protocol import CallBatch, CallResult, FrontierParams, state_lost, typed
+from scrapy_fleet.frontier.records import Push
 from scrapy_fleet.frontier.routing import (
     concat,
     extend_waiting,
@@ -264,7 +265,7 @@ class PartitionedFrontier:
 
     # -- routing
 
-    async def _push_foreign(self, q: int, pushes: list[tuple[Any, ...]]) -> LeanResult:
+    async def _push_foreign(self, q: int, pushes: list[Push]) -> LeanResult:
         """Push *pushes* into partition *q*, :data:`FLUSH_LINKS` per lean call, one after
         the other; the reply of them all (indexes into *pushes*).  The lean pushes kept for
         *q* (their reply lost) whose rows are all in *pushes* go first, as they were (same op
@@ -349,7 +350,7 @@ class PartitionedFrontier:
                 sends the batch again, with :attr:`last_op` when the call may have run).
             CrawlStateLostError: naming the partition.
         """
-        pump_batch = batch
+        pump_batch = batch = typed(batch)  # (a caller outside the worker may give tuples)
         replay = op_id is not None and self._absorbed == (op_id, batch)
         if replay:
             batch = CallBatch()  # (the failed call's work is held here already)
@@ -392,9 +393,7 @@ class PartitionedFrontier:
                           for i in res.refused} - blocked
         for group in refused_groups:
             p, k = r.acks[group - 1]
-            ack = r.per[p].acks[k]
-            failure = ack[2] if len(ack) > 2 else b""
-            r.per[p].acks[k] = (ack[0], ack[1], failure or b"", [], 1)
+            r.per[p].acks[k] = r.per[p].acks[k].deferred()
             self.deferred_parents += 1
         # the parts for partitions this call need not reach wait for their next call
         payloads = self._payloads(monitor)

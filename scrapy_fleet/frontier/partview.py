@@ -100,7 +100,7 @@ class ResponseQueueView:
         """(count, bytes): the stage partition's last figures plus the stored responses
         waiting in *keep*, this worker's buffer (pushed before long: a fetch worker must not
         lease on past the bound meanwhile)."""
-        waiting = [push[2] for push in keep.pushes if len(push) > 4 and push[4] == STAGE_HOST]
+        waiting = [push.payload for push in keep.pushes if push.host == STAGE_HOST]
         if waiting and self.last is None:
             self.last = (0, 0)
         count, size = self.last or (0, 0)

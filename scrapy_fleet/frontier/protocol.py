@@ -20,6 +20,7 @@ import msgpack
 import redis
 
 from scrapy_fleet.errors import CrawlStateLostError
+from scrapy_fleet.frontier.records import Ack, Push, ack_row, as_ack, as_push, push_rows
 from scrapy_fleet.keys.crawl import CrawlKeys
 
 OP_TTL_MS = 300_000
@@ -41,35 +42,19 @@ def clamp_priority(priority: int) -> int:
 class CallBatch:
     """One worker call.  Ids are entry ids (str), tokens fencing tokens (int), priorities ints.
 
-    ``pushes`` holds ``(bloom_key, priority, payload[, group, host, delay_ms, lastmod])``: bloom_key
-    is 12 bytes, or ``b""`` for a ``dont_filter`` request (never checked, always a new
-    entry); group 0 (the default) is a push without a parent, group k (1-based) a link
-    found by the request of the k-th acknowledgement, pushed or not with it (see
-    lua/frontier.lua); host (default ``""``: not counted per host) is the host name the
-    per-host bound applies to; delay_ms (default 0) keeps the new entry among the deferred
-    ones that long before it is queued; lastmod (default 0: none) is a sitemap's
-    ``<lastmod>`` (epoch seconds): a URL the filter knows and the recrawl tracks is made due
-    at once when it is newer than its last fetch (docs/recrawl.md).
-
-    ``acks`` holds ``(entry id, token[, failure record[, unstorable records]])``: the record
-    (msgpack bytes, ``failures.record.FailureRecord.encode``; ``b""`` for none) of a request
-    that failed for good is stored with its acknowledgement, in the same atomic call
-    (lua/failed.lua), and so are the records of the requests its callback yielded that the
-    worker could not encode (reason ``codec/...``).  ``unstorable`` holds the records of
-    requests without a parent that could not be encoded (start requests...).  A fifth
-    element, 1, defers the request instead (partitions: a link of it for another partition
-    was refused there, docs/partitions.md); a sixth (recrawl, docs/recrawl.md) is the
-    request's revisit record ``[interval ms, host,
-    score, payload[, bloom key, last fetch (s)]`` (scheduled again at its interval), or
-    ``b""`` (or the request's 12-byte Bloom key: its sitemap-lastmod place entry goes too):
-    not revisited (lua/step_revisit.lua).
+    ``pushes`` holds :class:`~scrapy_fleet.frontier.records.Push` records and ``acks``
+    :class:`~scrapy_fleet.frontier.records.Ack` records (their fields: frontier/records.py;
+    packed to the wire there).  A client given tuples of their documented layouts (the push
+    helper, tests) makes them records at its entry (:func:`typed`).  ``unstorable``
+    holds the records of requests without a parent that could not be encoded (start
+    requests...).
     """
 
-    acks: list[tuple[Any, ...]] = field(default_factory=list)
+    acks: list[Ack] = field(default_factory=list)
     releases: list[tuple[str, int]] = field(default_factory=list)
     dead: list[tuple[str, int, str]] = field(default_factory=list)
     extends: list[tuple[str, int]] = field(default_factory=list)
-    pushes: list[tuple[Any, ...]] = field(default_factory=list)
+    pushes: list[Push] = field(default_factory=list)
     take: int = 0
     #: leases whose download is over: their host's concurrency slot is free (the lease
     #: itself lasts until its acknowledgement)
@@ -94,11 +79,21 @@ class CallBatch:
                     or self.poll)
 
 
+def typed(batch: CallBatch) -> CallBatch:
+    """*batch* with its pushes and acknowledgements as records, in place (those given as
+    tuples of the documented layouts by callers outside the worker); returns *batch*."""
+    if not set(map(type, batch.pushes)) <= {Push}:  # (map and set: no Python loop)
+        batch.pushes = [as_push(p) for p in batch.pushes]
+    if not set(map(type, batch.acks)) <= {Ack}:
+        batch.acks = [as_ack(a) for a in batch.acks]
+    return batch
+
+
 def unencoded(batch: CallBatch) -> bool:
     """*batch* holds a link buffered unencoded: a known duplicate whose payload is still the
     Request (frontier/partdupes.py); a call of it refused for a stale filter generation cannot
     be sent again whole."""
-    return any(type(push[2]) is not bytes for push in batch.pushes)
+    return any(type(push.payload) is not bytes for push in batch.pushes)
 
 
 @dataclass(frozen=True)
@@ -336,20 +331,20 @@ def call_constants(params: FrontierParams, group_member: str = "") -> dict[str, 
 def _call_fields(batch: CallBatch, worker: str, marker: str, left_out: int,
                  gen: str | None, lean: bool, first: bool = False) -> dict[str, Any]:
     """The fields of one call (*lean*: without those the script defaults alike: empty lists,
-    no duplicates left out, no marker to write when the client requires one)."""
+    no duplicates left out, no marker to write when the client requires one).  The one
+    place a call's records are packed (records.push_row, records.ack_row); tuples of their
+    documented layouts become records first (:func:`typed`)."""
+    typed(batch)
     fields: dict[str, Any] = {
         "ld": left_out,
         "bg": gen or "",
         "w": worker,
-        "a": [list(a) for a in batch.acks],
+        "a": [ack_row(a) for a in batch.acks],
         "r": [list(r) for r in batch.releases],
         "d": [list(d) for d in batch.dead],
         "x": [list(x) for x in batch.extends],
         "s": [list(x) for x in batch.downloaded],
-        "p": [[p[0], int(p[1]), p[2], int(p[3]) if len(p) > 3 else 0,
-               p[4] if len(p) > 4 else "", int(p[5]) if len(p) > 5 else 0,
-               int(p[6]) if len(p) > 6 else 0]
-              for p in batch.pushes],
+        "p": push_rows(batch.pushes),
         "t": batch.take,
         "u": list(batch.unstorable),
         "mk": marker,

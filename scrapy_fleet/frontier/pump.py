@@ -52,6 +52,7 @@ from scrapy_fleet.frontier.dupecache import StaleDupeCache
 from scrapy_fleet.frontier.liveness import StallGuard, leave
 from scrapy_fleet.frontier.lostleases import LostLeases
 from scrapy_fleet.frontier.protocol import CallBatch, CallResult
+from scrapy_fleet.frontier.records import links
 from scrapy_fleet.frontier.replies import ReplyFiler
 from scrapy_fleet.frontier.routing import lease_partition
 from scrapy_fleet.frontier.sent import SentCall, entry_ids
@@ -335,15 +336,12 @@ class FrontierPump:
                 break
             n_done += 1
             batch.acks.append(lease.ack())
-            batch.pushes += [(key, prio, payload, n_done, host, delay, lastmod)
-                             for _, key, prio, payload, host, delay, lastmod in lease.children]
+            batch.pushes += links(lease.children, n_done)
         n_out = 0
         if final or time.monotonic() >= book.outbox_hold_until:
             book.materialize(book.outbox)
             n_out = max(0, min(len(book.outbox), PUSH_CHUNK - len(batch.pushes)))
-            batch.pushes += [(key, prio, payload, 0, host, delay, lastmod)
-                             for _, key, prio, payload, host, delay, lastmod
-                             in book.outbox[:n_out]]
+            batch.pushes += links(book.outbox[:n_out], 0)
         batch.unstorable = book.unstorable[:PUSH_CHUNK]
         dead = list(book.dead)
         batch.dead = [(lease.entry_id, lease.token, reason) for lease, reason in dead]

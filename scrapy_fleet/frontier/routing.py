@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from scrapy_fleet.frontier.lean import LeanResult
 from scrapy_fleet.frontier.protocol import (
@@ -17,6 +16,7 @@ from scrapy_fleet.frontier.protocol import (
     FrontierParams,
     LeasedEntry,
 )
+from scrapy_fleet.frontier.records import Push
 from scrapy_fleet.keys.crawl import STAGE_HOST
 from scrapy_fleet.keys.partition import partition_of
 
@@ -84,7 +84,7 @@ class Route:
     (partition, index in that partition's pushes, foreign)."""
 
     per: dict[int, CallBatch] = field(default_factory=lambda: defaultdict(CallBatch))
-    foreign: dict[int, list[tuple[Any, ...]]] = field(default_factory=lambda: defaultdict(list))
+    foreign: dict[int, list[Push]] = field(default_factory=lambda: defaultdict(list))
     pushes: list[tuple[int, int, bool]] = field(default_factory=list)
     #: per acknowledgement of the batch: (partition, 0-based index in its batch's acks)
     acks: list[tuple[int, int]] = field(default_factory=list)
@@ -103,14 +103,14 @@ def route(batch: CallBatch, parts: int, home: int, skip: set[int] | None = None)
             p, entry_id = split_ref(item[0])
             getattr(r.per[p], name).append((entry_id, *item[1:]))
     for g, ack in enumerate(batch.acks, 1):
-        p, entry_id = split_ref(ack[0])
+        p, entry_id = split_ref(ack.entry)
         if g in skip:
             r.acks.append((p, -1))
             continue
-        r.per[p].acks.append((entry_id, *ack[1:]))
+        r.per[p].acks.append(ack.at(entry_id))
         r.acks.append((p, len(r.per[p].acks) - 1))
     for push in batch.pushes:
-        host, group = host_of(push), group_of(push)
+        host, group = push.host, push.group
         q = partition_of(host, parts)
         if group == 0:
             r.pushes.append((q, len(r.per[q].pushes), False))
@@ -120,17 +120,14 @@ def route(batch: CallBatch, parts: int, home: int, skip: set[int] | None = None)
             r.pushes.append((-1, -1, False))
             continue
         p, k = r.acks[group - 1]
-        if p == q or type(push[2]) is not bytes:  # (a known duplicate: its page's)
+        if p == q or type(push.payload) is not bytes:  # (a known duplicate: its page's)
             r.pushes.append((p, len(r.per[p].pushes), False))
-            r.per[p].pushes.append((push[0], push[1], push[2], k + 1, *push[4:]))
+            r.per[p].pushes.append(push.in_group(k + 1))
         else:
             r.pushes.append((q, len(r.foreign[q]), True))
             # a stored response names its page's entry: one per entry (docs/stages.md)
-            r.foreign[q].append((push[0], push[1], push[2], host,
-                                 push[5] if len(push) > 5 else 0,
-                                 push[6] if len(push) > 6 else 0,
-                                 *(stored_source(batch.acks[group - 1][0])
-                                   if host == STAGE_HOST else ())))
+            r.foreign[q].append(push.lean(stored_source(batch.acks[group - 1].entry)
+                                          if host == STAGE_HOST else ()))
             r.foreign_group[q].append(group)
     r.per[home].beat = batch.beat
     r.per[home].unstorable = list(batch.unstorable)
@@ -141,8 +138,7 @@ def concat(a: CallBatch, b: CallBatch) -> CallBatch:
     """*a* then *b* as one batch of the pump's format (b's groups renumbered after a's)."""
     n = len(a.acks)
     pushes = list(a.pushes) + [
-        (p[0], p[1], p[2], int(p[3]) + n if int(p[3]) else 0, *p[4:]) if len(p) > 3 else p
-        for p in b.pushes]
+        p.in_group(p.group + n) if p.group else p for p in b.pushes]
     return CallBatch(acks=a.acks + b.acks, releases=a.releases + b.releases,
                      dead=a.dead + b.dead, extends=a.extends + b.extends, pushes=pushes,
                      take=b.take, downloaded=a.downloaded + b.downloaded, beat=b.beat,
@@ -159,15 +155,6 @@ def s_pair(results: list[CallResult], i: int) -> int:
 HOLD_ACKS = 32
 
 
-def group_of(push: tuple[Any, ...]) -> int:
-    """The 1-based acknowledgement group of a push of the pump's format (0: no parent)."""
-    return int(push[3]) if len(push) > 3 else 0
-
-
-def host_of(push: tuple[Any, ...]) -> str:
-    return push[4] if len(push) > 4 else ""  # type: ignore[no-any-return]
-
-
 def hold_due(r: Route, full: CallBatch, parts: int, always: set[int],
              since: dict[int, float], now: float, age: float, links: int) -> set[int]:
     """The partitions whose part of *r* goes in this call: *always* (the home, the
@@ -179,12 +166,12 @@ def hold_due(r: Route, full: CallBatch, parts: int, always: set[int],
     the partition's next call."""
     due = set(always)
     for push in full.pushes:
-        if not group_of(push):
-            due.add(partition_of(host_of(push), parts))
+        if not push.group:
+            due.add(partition_of(push.host, parts))
     for p, b in r.per.items():
         if (b.releases or b.dead or b.unstorable or len(b.acks) >= HOLD_ACKS
                 or len(b.pushes) >= links or now - since.get(p, now) >= age
-                or any(len(ack) > 4 and ack[4] for ack in b.acks)):
+                or any(ack.defer for ack in b.acks)):
             due.add(p)
     return due
 
@@ -195,8 +182,8 @@ def extend_waiting(full: CallBatch, blocked: set[int], r: Route) -> None:
     its own partition.  The pump no longer holds them, so without this a page waiting
     longer than FLEET_LEASE_TIMEOUT would be leased and fetched again."""
     for g in sorted(blocked):
-        p, entry_id = split_ref(full.acks[g - 1][0])
-        r.per[p].extends.append((entry_id, full.acks[g - 1][1]))
+        p, entry_id = split_ref(full.acks[g - 1].entry)
+        r.per[p].extends.append((entry_id, full.acks[g - 1].token))
 
 
 def subset(full: CallBatch, groups: set[int], held: set[int], parts: int, home: int,
@@ -209,17 +196,17 @@ def subset(full: CallBatch, groups: set[int], held: set[int], parts: int, home: 
         return out
     renumber: dict[int, int] = {}
     for g, ack in enumerate(full.acks, 1):
-        if g in groups or split_ref(ack[0])[0] in held:
+        if g in groups or split_ref(ack.entry)[0] in held:
             out.acks.append(ack)
             renumber[g] = len(out.acks)
     drop = drop or set()
     for i, push in enumerate(full.pushes):
-        g = group_of(push)
+        g = push.group
         if i in drop:
             continue
         if g and g in renumber:
-            out.pushes.append((push[0], push[1], push[2], renumber[g], *push[4:]))
-        elif not g and partition_of(host_of(push), parts) in held:
+            out.pushes.append(push.in_group(renumber[g]))
+        elif not g and partition_of(push.host, parts) in held:
             out.pushes.append(push)
     for name in ("releases", "dead", "extends", "downloaded"):
         getattr(out, name).extend(x for x in getattr(full, name)
@@ -318,9 +305,9 @@ def foreign_dests(keep: CallBatch, parts: int) -> set[int]:
     page's: the buffers of foreign links."""
     dests = set()
     for push in keep.pushes:
-        g = group_of(push)
-        if g and type(push[2]) is bytes:  # (a known duplicate goes with its page's part)
-            q = partition_of(host_of(push), parts)
-            if q != split_ref(keep.acks[g - 1][0])[0]:
+        g = push.group
+        if g and type(push.payload) is bytes:  # (a known duplicate goes with its page's part)
+            q = partition_of(push.host, parts)
+            if q != split_ref(keep.acks[g - 1].entry)[0]:
                 dests.add(q)
     return dests

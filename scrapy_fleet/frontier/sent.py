@@ -13,6 +13,7 @@ from scrapy_fleet.errors import CrawlStateLostError
 from scrapy_fleet.frontier.dupecache import StaleDupeCache
 from scrapy_fleet.frontier.leases import Lease, Out
 from scrapy_fleet.frontier.protocol import CallBatch, CallResult, unencoded
+from scrapy_fleet.frontier.records import Push
 
 if TYPE_CHECKING:
     from scrapy_fleet.frontier.client import AsyncFrontier
@@ -62,7 +63,7 @@ class SentLean:
 
     op_id: str
     arg: bytes
-    rows: list[tuple[Any, ...]]
+    rows: list[Push]
     #: the op id of the previous lean call to that partition, named as the evidence of the
     #: known duplicates left out (frontier/lean.py LeanDestination; "-": none)
     prev_op: str = "-"
@@ -74,7 +75,7 @@ class SentLean:
     reply: bytes | None = None
 
 
-def match_rows(kept: list[SentLean], rows: list[tuple[Any, ...]]
+def match_rows(kept: list[SentLean], rows: list[Push]
                ) -> tuple[list[tuple[SentLean, list[int]]], list[int]]:
     """The lean pushes of *kept* all of whose rows are among *rows*, each with the indexes in
     *rows* of its rows (in its order; each row of *rows* counts once), and the indexes of
@@ -93,8 +94,8 @@ def match_rows(kept: list[SentLean], rows: list[tuple[Any, ...]]
         else:
             out.append((sent, [i for _, i in taken]))
             continue
-        for row, i in taken:  # (not all there: given back)
-            free[row].insert(0, i)
+        for back, i in taken:  # (not all there: given back)
+            free[back].insert(0, i)
     used = {i for _, idx in out for i in idx}
     return out, [i for i in range(len(rows)) if i not in used]
 

@@ -11,6 +11,7 @@ from scrapy.http import HtmlResponse, XmlResponse
 
 from scrapy_fleet.frontier.dupecache import DupeCache
 from scrapy_fleet.frontier.protocol import CallBatch
+from scrapy_fleet.frontier.records import Push
 from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.recrawl.record import revisit_record
 from scrapy_fleet.recrawl.schedule import State
@@ -97,8 +98,8 @@ def test_a_push_with_a_lastmod_is_never_left_out_as_a_known_duplicate():
     cache = DupeCache(100)
     cache.gen = "g1"
     cache._keys[b"k" * 12] = None
-    batch = CallBatch(pushes=[(b"k" * 12, 0, b"p", 0, "h", 0, 0),
-                              (b"k" * 12, 0, b"p", 0, "h", 0, 1_700_000_000)])
+    batch = CallBatch(pushes=[Push(b"k" * 12, 0, b"p", 0, "h", 0, 0),
+                              Push(b"k" * 12, 0, b"p", 0, "h", 0, 1_700_000_000)])
     sent, kept, left_out = cache.split(batch)
     assert (kept, left_out) == ([1], 1) and sent.pushes == [batch.pushes[1]]
 
