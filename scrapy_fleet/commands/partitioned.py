@@ -35,6 +35,7 @@ from scrapy_fleet.errors import RequestDecodeError
 from scrapy_fleet.failures import admin as failures
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.protocol import CallResult
+from scrapy_fleet.frontier.records import as_push
 from scrapy_fleet.frontier.routing import entry_ref, partition_params
 from scrapy_fleet.keys.partition import partition_of
 from scrapy_fleet.politeness import hosts as politeness
@@ -98,8 +99,7 @@ class PartitionedPush:
         """
         per: dict[int, list[int]] = {}
         for i, p in enumerate(pushes):
-            host = p[4] if len(p) > 4 else ""
-            per.setdefault(partition_of(host, self.parts), []).append(i)
+            per.setdefault(partition_of(as_push(p).host, self.parts), []).append(i)
         flags = [0] * len(pushes)
         refused: list[int] = []
         pushed = dups = size = 0

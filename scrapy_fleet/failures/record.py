@@ -1,9 +1,9 @@
 """The record of a request that failed for good, and the reasons it is filed under.
 
-A record travels with the request's acknowledgement (``CallBatch.acks``, third element) and
-lua/failed.lua stores it in the crawl's ``failed`` hash, adding the server time (``at``, ms)
-and the encoded request (``data``, codec.py: never pickle).  The record is a msgpack map of
-strings and integers (Redis's cmsgpack reads it)::
+A record travels with the request's acknowledgement (``CallBatch.acks``: the ``Ack`` record's
+``failure``, frontier/records.py) and lua/failed.lua stores it in the crawl's ``failed`` hash,
+adding the server time (``at``, ms) and the encoded request (``data``, codec.py: never
+pickle).  The record is a msgpack map of strings and integers (Redis's cmsgpack reads it)::
 
     {url, method, reason, message, status, attempts, worker, host, parent}
 
