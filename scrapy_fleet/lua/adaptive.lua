@@ -153,7 +153,11 @@ local function adaptive_report(raw, now, T, cap, tok, o, lat, why, p, token_key,
       if L.lm <= 0 or lat <= L.lm or now - L.lmt > LONG_WINDOW_MS then L.lm, L.lmt = lat, now end
     end
     local g, lm = p[4], math.max(L.lm, LATENCY_FLOOR_MS)
-    if g > 0 and L.lm > 0 and L.ls > g * lm and tok > s.dk then
+    -- (the latency rule only under a configured ceiling, T > 0: a host without one is
+    -- adapted on overload answers alone, its pages' latencies being too unlike each other
+    -- for a long minimum to be their baseline: a fast 404 beside 300 ms pages sent such a
+    -- host to the slowest rate for good)
+    if T > 0 and g > 0 and L.lm > 0 and L.ls > g * lm and tok > s.dk then
       decrease(g * lm / L.ls, 'latency')
       s.cc = math.max(1, math.ceil(s.r * g * lm / 1000))
     elseif now - s.ct >= p[3] and s.r < C then

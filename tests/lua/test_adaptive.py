@@ -218,6 +218,22 @@ def test_a_host_without_a_configured_rate_is_adapted_under_its_concurrency(redis
     assert all(g >= 25 for g in gaps), gaps
 
 
+def test_a_host_without_a_configured_rate_is_not_slowed_by_its_pages_latencies(redis_url):
+    """No configured rate: the latency rule does not apply (only overload answers lower the
+    rate).  A fast 404 (2 ms) beside 300 ms pages made the long minimum 2 ms, and the rule
+    sent the host to the slowest rate for good (a Redis Cluster failover test's crawl of
+    such a site stalled at 0.05 requests/s)."""
+    params = FrontierParams(host_interval=0, host_concurrency=8,
+                            adaptive=(0.5, 0.05, 60.0, 2.0))
+    admin = FrontierAdmin(redis_url, "mixed", params=params)
+    admin.push([entry(f"http://a.test/{i}") for i in range(12)])
+    _report(admin, _lease(admin, 1), CLEAN, latency=2)
+    for _ in range(6):
+        _report(admin, _lease(admin, 1), CLEAN, latency=300)
+    state = _state(redis_url, crawl="mixed")
+    assert state["decreases"] == 0 and state["rate"] == 8 * 1000 / 25, state
+
+
 def test_a_slow_proxy_exit_is_not_taken_for_a_slow_host(redis_url):
     """Latency is kept per host and exit: answers through an exit that is always slow (600
     ms) beside a fast one (20 ms) do not lower the host's rate; the same answers without
