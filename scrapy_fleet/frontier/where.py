@@ -30,13 +30,15 @@ when its structure was read, or in none ("done, probably").
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote_to_bytes, urlsplit
 
 import msgpack
 from scrapy import Request
-from w3lib.url import safe_url_string
+from w3lib.url import canonicalize_url, safe_url_string
 
 from scrapy_fleet import codec
 from scrapy_fleet.errors import RequestDecodeError
@@ -66,6 +68,10 @@ class Probe:
     full: bool = False
     #: Scrapy's default fingerprinter: a GET without body is keyed by its URL alone
     default: bool = False
+    #: the second pass's filter (:func:`url_runs` of the URL's canonical form), set for
+    #: Scrapy's default fingerprinter only: an entry whose URL :func:`has_runs` rejects is not
+    #: fingerprinted; empty: every entry is
+    runs: frozenset[bytes] = frozenset()
 
     def matches(self, payload: bytes) -> dict[str, Any] | None:
         """The request dict of *payload* when it is the URL's entry, else None."""
@@ -73,6 +79,8 @@ class Probe:
             return None
         try:
             d = codec.decode_dict(payload)
+            if self.runs and not has_runs(d["url"], self.runs):
+                return None
             method, body = d.get("method") or "GET", d.get("body") or b""
             if self.default and method == "GET" and not body and not (
                     d.get("meta") or {}).get("verbatim_url"):
@@ -91,8 +99,40 @@ def probe_for(url: str, fingerprint: Fingerprint) -> Probe:
         ValueError: *url* cannot be a Request's URL.
     """
     request = Request(url)
+    default = is_default_fingerprinter(fingerprint)
     return Probe(bloom_key(fingerprint(request)), safe_url_string(url, "utf-8").encode(),
-                 fingerprint, default=is_default_fingerprinter(fingerprint))
+                 fingerprint, default=default,
+                 runs=url_runs(canonicalize_url(request.url)) if default else frozenset())
+
+
+#: a run: a maximal sequence of ASCII letters (lowercased) and digits
+_RUN = re.compile(rb"[a-z0-9]+")
+
+
+def url_runs(canonical: str) -> frozenset[bytes]:
+    """The runs of ASCII letters and digits of *canonical*'s path and query (a
+    ``w3lib.url.canonicalize_url`` result), percent-decoded and lowercased: what
+    :func:`has_runs` looks for.
+
+    Why it is sound: Scrapy's default fingerprint is the SHA-1 of the canonical URL (with the
+    method and body), so an entry whose fingerprint is the URL's has the same canonical URL;
+    for a URL without ``%``, canonicalization (w3lib: percent-encoding added, query sorted,
+    fragment and dot segments removed, host lowercased) moves and removes whole runs of its
+    path and query, never makes new ones, so every run of the canonical URL is a run of the
+    entry's URL.  With a ``%`` it is not so (``/100%3%30`` canonicalizes to ``/100%30``, whose
+    decoded run ``1000`` the URL, decoded, lacks): :func:`has_runs` then says True.
+    tests/unit/test_where_runs.py checks it over varied spellings."""
+    parts = urlsplit(canonical)
+    return frozenset(_RUN.findall(unquote_to_bytes(f"{parts.path}?{parts.query}").lower()))
+
+
+def has_runs(url: str, runs: frozenset[bytes]) -> bool:
+    """False when *url* (an entry's request URL) cannot have the canonical URL *runs* came
+    from (:func:`url_runs`): it has no ``%`` and one of *runs* is not one of its runs; True
+    otherwise (fingerprint it to know)."""
+    if "%" in url:
+        return True
+    return runs <= frozenset(_RUN.findall(url.encode().lower()))
 
 
 def locate(client: Any, keys: CrawlKeys, url: str, host: str,
