@@ -18,14 +18,17 @@ only the structures that can hold the URL and only the parts of them of its host
 An entry matches when its request's Bloom key is the URL's (the fingerprint the push and the
 dupefilter use).  To keep the cost per entry low, a first pass decodes only the entries whose
 payload holds the URL as pushed (``safe_url_string``); when it finds nothing and the filter has
-the URL, a second pass fingerprints every entry of the host (the URL was pushed in another
-spelling of the same canonical URL).  Cost: O(entries of the host + in flight + failed +
-dead), in few round trips: the first page of every structure is read in one pipeline, and
-the second pass matches the pages the first one read (:class:`_Reads`); an index ``Bloom key
--> entry id`` written by the push would make each structure O(1) at ~40 B per queued URL
-(docs/control.md).  Each structure is read at a different moment: an
-entry moving while the lookup runs (leased, then acknowledged) is found in the state it had
-when its structure was read, or in none ("done, probably").
+the URL (done, or pushed in another spelling of the same canonical URL), a second pass looks at
+every entry of the host, but with Scrapy's default fingerprinter fingerprints only those whose
+URL holds every run of letters and digits of the URL's canonical path and query, or has a
+``%`` (:func:`url_runs`, :func:`has_runs`: ~4 us an entry instead of ~40 us for
+``canonicalize_url`` and SHA-1; a project's own fingerprinter: every entry).  Cost: O(entries
+of the host + in flight + failed + dead), in few round trips: the first page of every
+structure is read in one pipeline, and the second pass matches the pages the first one read
+(:class:`_Reads`); an index ``Bloom key -> entry id`` written by the push would make each
+structure O(1) at ~40 B per queued URL (docs/control.md).  Each structure is read at a
+different moment: an entry moving while the lookup runs (leased, then acknowledged) is found
+in the state it had when its structure was read, or in none ("done, probably").
 """
 
 from __future__ import annotations

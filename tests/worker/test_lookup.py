@@ -158,7 +158,7 @@ class Counting(redis.Redis):
 
 
 def test_a_done_url_is_found_in_few_round_trips_each_page_read_once(redis_url):
-    """A done URL takes both passes (the second fingerprints every entry of the host); the
+    """A done URL takes both passes (the second looks at every entry of the host); the
     second matches the pages the first read, and the first page of every structure comes in
     one pipeline: 7 round trips in all (there were 19: every read twice, one per structure)."""
     from scrapy_fleet.frontier.where import locate
