@@ -20,9 +20,10 @@ dupefilter use).  To keep the cost per entry low, a first pass decodes only the 
 payload holds the URL as pushed (``safe_url_string``); when it finds nothing and the filter has
 the URL (done, or pushed in another spelling of the same canonical URL), a second pass looks at
 every entry of the host, but with Scrapy's default fingerprinter fingerprints only those whose
-URL holds every run of letters and digits of the URL's canonical path and query, or has a
-``%`` (:func:`url_runs`, :func:`has_runs`: ~4 us an entry instead of ~40 us for
-``canonicalize_url`` and SHA-1; a project's own fingerprinter: every entry).  Cost: O(entries
+URL holds every run of letters and digits of the URL's canonical path and query, or has an
+escape canonicalization may join into a new run (:func:`url_runs`, :func:`has_runs`: ~4 us
+an entry instead of ~40 us for ``canonicalize_url`` and SHA-1; a project's own fingerprinter:
+every entry).  Cost: O(entries
 of the host + in flight + failed + dead), in few round trips: the first page of every
 structure is read in one pipeline, and the second pass matches the pages the first one read
 (:class:`_Reads`); an index ``Bloom key -> entry id`` written by the push would make each
@@ -119,23 +120,30 @@ def url_runs(canonical: str) -> frozenset[bytes]:
 
     Why it is sound: Scrapy's default fingerprint is the SHA-1 of the canonical URL (with the
     method and body), so an entry whose fingerprint is the URL's has the same canonical URL;
-    for a URL without ``%``, canonicalization (w3lib: percent-encoding added, query sorted,
-    fragment and dot segments removed, host lowercased) moves and removes whole runs of its
-    path and query, never makes new ones, so every run of the canonical URL is a run of the
-    entry's URL.  With a ``%`` it is not so (``/100%3%30`` canonicalizes to ``/100%30``, whose
-    decoded run ``1000`` the URL, decoded, lacks): :func:`has_runs` then says True.
+    canonicalization (w3lib: percent-encoding normalized, query sorted, fragment and dot
+    segments removed, host lowercased) moves and removes whole runs of the decoded path and
+    query, never makes new ones, so every run of the canonical URL is a run of the entry's
+    decoded URL, unless an escape it decodes joins what follows into a new one (``/100%3%30``
+    canonicalizes to ``/100%30``, whose decoded run ``1000`` the URL, decoded, lacks): for a URL
+    with such a ``%`` (:data:`_UNSURE`) :func:`has_runs` says True.
     tests/unit/test_where_runs.py checks it over varied spellings."""
     parts = urlsplit(canonical)
     return frozenset(_RUN.findall(unquote_to_bytes(f"{parts.path}?{parts.query}").lower()))
 
 
+#: a ``%`` that canonicalization may join with what follows into a new run: one not followed
+#: by two hex digits, or the escape of a letter, a digit or ``%`` itself
+_UNSURE = re.compile(r"%(?![0-9A-Fa-f]{2})|%(?:[46][1-9A-Fa-f]|[57][0-9Aa]|3[0-9]|25)")
+
+
 def has_runs(url: str, runs: frozenset[bytes]) -> bool:
     """False when *url* (an entry's request URL) cannot have the canonical URL *runs* came
-    from (:func:`url_runs`): it has no ``%`` and one of *runs* is not one of its runs; True
-    otherwise (fingerprint it to know)."""
-    if "%" in url:
+    from (:func:`url_runs`): one of *runs* is not one of the runs of *url* percent-decoded and
+    lowercased, and *url* has no ``%`` of :data:`_UNSURE`; True otherwise (fingerprint it to
+    know)."""
+    if "%" in url and _UNSURE.search(url):
         return True
-    return runs <= frozenset(_RUN.findall(url.encode().lower()))
+    return runs <= frozenset(_RUN.findall(unquote_to_bytes(url).lower()))
 
 
 def locate(client: Any, keys: CrawlKeys, url: str, host: str,
