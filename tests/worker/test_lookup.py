@@ -361,7 +361,7 @@ def test_another_spelling_is_found_in_each_state_and_a_done_one_stays_done(redis
 def test_a_done_lookup_fingerprints_only_the_entries_that_may_be_it(redis_url, monkeypatch):
     """A done URL of a host of 300 queued entries: the second pass fingerprints none of them
     (there were 300: each entry canonicalized and hashed); a queued one in another spelling
-    is found with one fingerprint."""
+    is found with one fingerprint; the same with 100 escaped URLs more."""
     from scrapy_fleet.frontier import where
 
     c = Crawl(redis_url, "cost", 1)
@@ -384,3 +384,12 @@ def test_a_done_lookup_fingerprints_only_the_entries_that_may_be_it(redis_url, m
     row = where.locate(client, c.base, "http://cost.test/item/7?ref=nav#more", "cost.test", FP)
     assert (row["state"], calls) == ("queued", ["http://cost.test/item/7?ref=nav"])
     assert row["ahead"] == 7
+    # escaped URLs (non-ASCII): decided without fingerprints too, found in another spelling
+    escaped = [f"http://cost.test/caf%C3%A9/{i}%20x" for i in range(100)]
+    admin.push([(bloom_key(FP(Request(u))), 0, codec.encode_dict({"url": u}), 0, "cost.test")
+                for u in escaped])
+    calls.clear()
+    row = where.locate(client, c.base, "http://cost.test/item/1000?ref=nav", "cost.test", FP)
+    assert (row["state"], calls) == ("done", [])
+    row = where.locate(client, c.base, "http://cost.test/caf\u00e9/7 x#top", "cost.test", FP)
+    assert (row["state"], calls, row["ahead"]) == ("queued", [escaped[7]], 307)
