@@ -3,11 +3,12 @@
 
 Pushes --urls URLs (default 1,000,000) over --hosts hosts (default 1,000: 1,000 entries a
 host) with the push command's own code (``push_lines``), leases and acknowledges --done of
-them (the "done" URLs, found by the second pass that fingerprints every entry of the host),
+them (the "done" URLs, found by the second pass over every entry of the host),
 then times --lookups lookups (``frontier/where.py`` ``locate``, the action's whole read) of
 random queued URLs, of never-seen URLs and of done ones, and reports each kind's p50, p99 and
 max beside the baseline of one HGET round trip measured in the same run.  Also counts that
-every looked-up queued URL was found queued.
+every looked-up queued URL was found queued, and per lookup its round trips and the entries it
+fingerprinted (``url_bloom_key`` calls: figures the machine's load does not move).
 
     .venv/bin/python bench/bench_lookup.py              # ~3-5 min on 2 loaded cores
     .venv/bin/python bench/bench_lookup.py --urls 200000 --hosts 200
@@ -66,9 +67,18 @@ def main() -> None:
     args = parser.parse_args()
 
     from scrapy_fleet.commands.push import default_fingerprinter, push_lines
+    from scrapy_fleet.frontier import where
     from scrapy_fleet.frontier.admin import FrontierAdmin
     from scrapy_fleet.frontier.protocol import CallBatch
     from scrapy_fleet.frontier.where import locate
+
+    keyed = where.url_bloom_key
+    fingerprints = [0]  # URLs canonicalized and hashed by the lookups (a figure load does not move)
+
+    def counted(u: str) -> bytes:
+        fingerprints[0] += 1
+        return keyed(u)
+    where.url_bloom_key = counted  # type: ignore[assignment]
 
     fp = default_fingerprinter()
     figures: dict[str, Any] = {"machine": h.machine(), "urls": args.urls, "hosts": args.hosts}
@@ -93,7 +103,7 @@ def main() -> None:
 
         def timed(urls: list[str], want: str) -> dict[str, float]:
             ms, wrong = [], 0
-            trips = CountingRedis.trips
+            trips, fps = CountingRedis.trips, fingerprints[0]
             for u in urls:
                 host = u.split("/")[2]
                 t = time.perf_counter()
@@ -101,7 +111,8 @@ def main() -> None:
                 ms.append((time.perf_counter() - t) * 1000)
                 wrong += row["state"] != want
             return {**percentiles(ms), "wrong_state": wrong,
-                    "round_trips": round((CountingRedis.trips - trips) / len(urls), 1)}
+                    "round_trips": round((CountingRedis.trips - trips) / len(urls), 1),
+                    "fingerprints": round((fingerprints[0] - fps) / len(urls), 1)}
 
         rng = random.Random(7)
         picks = [url(i, args.hosts) for i in rng.sample(range(args.urls), args.lookups * 2)]
@@ -123,7 +134,8 @@ def main() -> None:
             print(f"{kind:<11} p50 {f['p50']:7.2f} ms  p99 {f['p99']:7.2f} ms  max "
                   f"{f['max']:7.2f} ms  ({f['n']} lookups, {f['wrong_state']} in another "
                   f"state; p99 = {f['p99'] / base:.0f} x one HGET round trip; "
-                  f"{f['round_trips']} round trips a lookup)")
+                  f"{f['round_trips']} round trips, {f['fingerprints']} entries "
+                  "fingerprinted a lookup)")
         print(f"push of {args.urls} URLs over {args.hosts} hosts: {figures['push_s']} s; "
               f"Redis used {figures['used_memory_mb']} MB")
     h.emit_json(figures)

@@ -18,25 +18,31 @@ only the structures that can hold the URL and only the parts of them of its host
 An entry matches when its request's Bloom key is the URL's (the fingerprint the push and the
 dupefilter use).  To keep the cost per entry low, a first pass decodes only the entries whose
 payload holds the URL as pushed (``safe_url_string``); when it finds nothing and the filter has
-the URL, a second pass fingerprints every entry of the host (the URL was pushed in another
-spelling of the same canonical URL).  Cost: O(entries of the host + in flight + failed +
-dead), in few round trips: the first page of every structure is read in one pipeline, and
-the second pass matches the pages the first one read (:class:`_Reads`); an index ``Bloom key
--> entry id`` written by the push would make each structure O(1) at ~40 B per queued URL
-(docs/control.md).  Each structure is read at a different moment: an
-entry moving while the lookup runs (leased, then acknowledged) is found in the state it had
-when its structure was read, or in none ("done, probably").
+the URL (done, or pushed in another spelling of the same canonical URL), a second pass looks at
+every entry of the host, but with Scrapy's default fingerprinter fingerprints only those whose
+URL holds every run of letters and digits of the URL's canonical path and query, or has an
+escape canonicalization may join into a new run (:func:`url_runs`, :func:`has_runs`: ~4 us
+an entry instead of ~40 us for ``canonicalize_url`` and SHA-1; a project's own fingerprinter:
+every entry).  Cost: O(entries
+of the host + in flight + failed + dead), in few round trips: the first page of every
+structure is read in one pipeline, and the second pass matches the pages the first one read
+(:class:`_Reads`); an index ``Bloom key -> entry id`` written by the push would make each
+structure O(1) at ~40 B per queued URL (docs/control.md).  Each structure is read at a
+different moment: an entry moving while the lookup runs (leased, then acknowledged) is found
+in the state it had when its structure was read, or in none ("done, probably").
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote_to_bytes, urlsplit
 
 import msgpack
 from scrapy import Request
-from w3lib.url import safe_url_string
+from w3lib.url import canonicalize_url, safe_url_string
 
 from scrapy_fleet import codec
 from scrapy_fleet.errors import RequestDecodeError
@@ -66,6 +72,10 @@ class Probe:
     full: bool = False
     #: Scrapy's default fingerprinter: a GET without body is keyed by its URL alone
     default: bool = False
+    #: the second pass's filter (:func:`url_runs` of the URL's canonical form), set for
+    #: Scrapy's default fingerprinter only: an entry whose URL :func:`has_runs` rejects is not
+    #: fingerprinted; empty: every entry is
+    runs: frozenset[bytes] = frozenset()
 
     def matches(self, payload: bytes) -> dict[str, Any] | None:
         """The request dict of *payload* when it is the URL's entry, else None."""
@@ -73,6 +83,8 @@ class Probe:
             return None
         try:
             d = codec.decode_dict(payload)
+            if self.runs and not has_runs(d["url"], self.runs):
+                return None
             method, body = d.get("method") or "GET", d.get("body") or b""
             if self.default and method == "GET" and not body and not (
                     d.get("meta") or {}).get("verbatim_url"):
@@ -91,8 +103,47 @@ def probe_for(url: str, fingerprint: Fingerprint) -> Probe:
         ValueError: *url* cannot be a Request's URL.
     """
     request = Request(url)
+    default = is_default_fingerprinter(fingerprint)
     return Probe(bloom_key(fingerprint(request)), safe_url_string(url, "utf-8").encode(),
-                 fingerprint, default=is_default_fingerprinter(fingerprint))
+                 fingerprint, default=default,
+                 runs=url_runs(canonicalize_url(request.url)) if default else frozenset())
+
+
+#: a run: a maximal sequence of ASCII letters (lowercased) and digits
+_RUN = re.compile(rb"[a-z0-9]+")
+
+
+def url_runs(canonical: str) -> frozenset[bytes]:
+    """The runs of ASCII letters and digits of *canonical*'s path and query (a
+    ``w3lib.url.canonicalize_url`` result), percent-decoded and lowercased: what
+    :func:`has_runs` looks for.
+
+    Why it is sound: Scrapy's default fingerprint is the SHA-1 of the canonical URL (with the
+    method and body), so an entry whose fingerprint is the URL's has the same canonical URL;
+    canonicalization (w3lib: percent-encoding normalized, query sorted, fragment and dot
+    segments removed, host lowercased) moves and removes whole runs of the decoded path and
+    query, never makes new ones, so every run of the canonical URL is a run of the entry's
+    decoded URL, unless an escape it decodes joins what follows into a new one (``/100%3%30``
+    canonicalizes to ``/100%30``, whose decoded run ``1000`` the URL, decoded, lacks): for a URL
+    with such a ``%`` (:data:`_UNSURE`) :func:`has_runs` says True.
+    tests/unit/test_where_runs.py checks it over varied spellings."""
+    parts = urlsplit(canonical)
+    return frozenset(_RUN.findall(unquote_to_bytes(f"{parts.path}?{parts.query}").lower()))
+
+
+#: a ``%`` that canonicalization may join with what follows into a new run: one not followed
+#: by two hex digits, or the escape of a letter, a digit or ``%`` itself
+_UNSURE = re.compile(r"%(?![0-9A-Fa-f]{2})|%(?:[46][1-9A-Fa-f]|[57][0-9Aa]|3[0-9]|25)")
+
+
+def has_runs(url: str, runs: frozenset[bytes]) -> bool:
+    """False when *url* (an entry's request URL) cannot have the canonical URL *runs* came
+    from (:func:`url_runs`): one of *runs* is not one of the runs of *url* percent-decoded and
+    lowercased, and *url* has no ``%`` of :data:`_UNSURE`; True otherwise (fingerprint it to
+    know)."""
+    if "%" in url and _UNSURE.search(url):
+        return True
+    return runs <= frozenset(_RUN.findall(unquote_to_bytes(url).lower()))
 
 
 def locate(client: Any, keys: CrawlKeys, url: str, host: str,

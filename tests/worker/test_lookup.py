@@ -159,7 +159,7 @@ class Counting(redis.Redis):
 
 
 def test_a_done_url_is_found_in_few_round_trips_each_page_read_once(redis_url):
-    """A done URL takes both passes (the second fingerprints every entry of the host); the
+    """A done URL takes both passes (the second looks at every entry of the host); the
     second matches the pages the first read, and the first page of every structure comes in
     one pipeline: 7 round trips in all (there were 19: every read twice, one per structure)."""
     from scrapy_fleet.frontier.where import locate
@@ -306,3 +306,91 @@ def test_the_reads_run_as_the_monitor_role_and_drop_as_admin(redis_server, redis
         for name in users:
             root.execute_command("ACL", "DELUSER", name)
         root.close()
+
+
+def spelled_crawl(redis_url: str, crawl: str) -> tuple[Crawl, dict[str, str]]:
+    """One URL in each state, pushed as ``/dir/./page?y=2&x=1#top`` (another spelling of
+    ``/dir/page?x=1&y=2``), each on a host of 40 other entries of the same shape."""
+    c = Crawl(redis_url, crawl, 1)
+    states = ("leased", "failed", "dead", "done", "queued", "deferred")
+    written = {s: f"http://{s}.spell.test/dir/./page?y=2&x=1#top" for s in states}
+    for s in states:  # (the lease step takes the one entry queued at that moment)
+        url = written[s]
+        if s in ("leased", "failed", "dead", "done"):
+            e = c.lease(url, worker="w5")
+            if s == "failed":
+                record = FailureRecord(url=url, method="GET", reason="http/503", status=503,
+                                       attempts=2, worker="w5", host=f"{s}.spell.test")
+                c.admin(f"{s}.spell.test").call(
+                    CallBatch(acks=[(e.entry_id, e.token, record.encode())]), worker="w5")
+            elif s == "dead":
+                c.admin(f"{s}.spell.test").call(CallBatch(dead=[(e.entry_id, e.token, "bad")]),
+                                                worker="w5")
+            elif s == "done":
+                c.admin(f"{s}.spell.test").call(CallBatch(acks=[(e.entry_id, e.token)]),
+                                                worker="w5")
+        else:
+            c.push(url, delay_ms=600_000 if s == "deferred" else 0)
+    for s in states:
+        for i in range(40):
+            c.push(f"http://{s}.spell.test/dir/page?x={i + 2}&y=2")
+    return c, written
+
+
+def test_another_spelling_is_found_in_each_state_and_a_done_one_stays_done(redis_url):
+    """The second pass's filter (where.py ``has_runs``) keeps the entry of every state when the
+    URL is looked up in another spelling (the first pass, by the spelling, misses it): never
+    ``done`` for an entry the frontier holds."""
+    from scrapy_fleet.frontier.where import locate
+
+    c, written = spelled_crawl(redis_url, "spell")
+    client = redis.Redis.from_url(redis_url)
+    for state, url in written.items():
+        host = f"{state}.spell.test"
+        other = f"http://{host}/dir/page?x=1&y=2"
+        as_written = locate(client, c.base, url, host, FP)
+        found = locate(client, c.base, other, host, FP)
+        assert (as_written["state"], found["state"]) == (state, state), (state, found)
+        assert found["entry_id"] == as_written["entry_id"]
+        assert found["certain"] is (state != "done")
+        if state != "done":
+            assert found["entry_id"] is not None
+        assert locate(client, c.base, f"http://{host}/dir/page?x=1&y=3", host,
+                      FP)["state"] == "never_seen"
+
+
+def test_a_done_lookup_fingerprints_only_the_entries_that_may_be_it(redis_url, monkeypatch):
+    """A done URL of a host of 300 queued entries: the second pass fingerprints none of them
+    (there were 300: each entry canonicalized and hashed); a queued one in another spelling
+    is found with one fingerprint; the same with 100 escaped URLs more."""
+    from scrapy_fleet.frontier import where
+
+    c = Crawl(redis_url, "cost", 1)
+    admin = c.admin("cost.test")
+    done = c.lease("http://cost.test/item/1000?ref=nav")
+    admin.call(CallBatch(acks=[(done.entry_id, done.token)]), worker="w1")
+    urls = [f"http://cost.test/item/{i}?ref=nav" for i in range(300)]
+    admin.push([(bloom_key(FP(Request(u))), 0, codec.encode_dict({"url": u}), 0, "cost.test")
+                for u in urls])
+    calls: list[str] = []
+    keyed = where.url_bloom_key
+
+    def counted(url: str) -> bytes:
+        calls.append(url)
+        return keyed(url)
+    monkeypatch.setattr(where, "url_bloom_key", counted)
+    client = redis.Redis.from_url(redis_url)
+    row = where.locate(client, c.base, "http://cost.test/item/1000?ref=nav", "cost.test", FP)
+    assert (row["state"], calls) == ("done", [])
+    row = where.locate(client, c.base, "http://cost.test/item/7?ref=nav#more", "cost.test", FP)
+    assert (row["state"], calls) == ("queued", ["http://cost.test/item/7?ref=nav"])
+    assert row["ahead"] == 7
+    # escaped URLs (non-ASCII): decided without fingerprints too, found in another spelling
+    escaped = [f"http://cost.test/caf%C3%A9/{i}%20x" for i in range(100)]
+    admin.push([(bloom_key(FP(Request(u))), 0, codec.encode_dict({"url": u}), 0, "cost.test")
+                for u in escaped])
+    calls.clear()
+    row = where.locate(client, c.base, "http://cost.test/item/1000?ref=nav", "cost.test", FP)
+    assert (row["state"], calls) == ("done", [])
+    row = where.locate(client, c.base, "http://cost.test/caf\u00e9/7 x#top", "cost.test", FP)
+    assert (row["state"], calls, row["ahead"]) == ("queued", [escaped[7]], 307)
