@@ -157,11 +157,16 @@ def first_request(site: MultiSite, procs: list[Any]) -> float:
     raise RuntimeError("no request reached the site")
 
 
-def adaptive_counters(redis_url: str) -> dict[str, int]:
+def adaptive_counters(redis_url: str) -> dict[str, Any]:
+    """The crawl's adaptive counters and, as ``state``, the capacity host's controller at the
+    end ("r|ls|lm|lmt|dt|dk|why|ct|cap|cc|n", lua/adaptive.lua)."""
     client = redis_lib.Redis.from_url(redis_url)
-    return {k.decode(): int(v) for k, v in
-            client.hgetall(CrawlKeys("fleet", "fetch").stats).items()
-            if k.startswith(b"adaptive") and v.isdigit()}
+    keys = CrawlKeys("fleet", "fetch")
+    out: dict[str, Any] = {k.decode(): int(v) for k, v in client.hgetall(keys.stats).items()
+                           if k.startswith(b"adaptive") and v.isdigit()}
+    state = client.hget(keys.adaptive, ADDR)
+    out["state"] = state.decode() if state else None
+    return out
 
 
 def steady_windows(start: float, curve: list[list[float]]) -> list[tuple[float, float, float]]:
