@@ -41,7 +41,9 @@ with the same JSON)::
 ``"capacity": [{"prefix": "/site/p/", "phases": [[15, 20], [60, 5], [100, 20]],
 "status": 429, "host": "127.0.0.2"}]`` (adaptive politeness): a token bucket per rule whose
 rate (requests/s) follows the phases, counted from the rule's first matching request; a
-request over capacity is answered ``status`` (``retry_after`` adds the header).
+request over capacity is answered ``status`` (``retry_after`` adds the header).  With
+``"latency": 0.05`` the rule refuses nothing: the host is one FIFO server of the phase's rate
+and each answer is held ``latency`` s plus its wait in that queue (logged as ``"held"``).
 
 ``host`` null or absent matches every host. Delays also apply to failures.
 
@@ -103,7 +105,11 @@ class Capacity:
     """A token bucket of ``rate`` requests/s per phase: ``phases`` [[until s, rate], ...]
     counted from the first matching request (the last phase's rate after its end), holding at
     most ``burst`` tokens (1 s of the phase's rate by default); a matching request without a
-    token is answered ``status`` (with ``Retry-After: retry_after`` when set) and costs none."""
+    token is answered ``status`` (with ``Retry-After: retry_after`` when set) and costs none.
+
+    ``latency`` (s) set: nothing is refused; the host is one FIFO server serving ``rate``
+    requests/s, and an answer is held ``latency`` plus its wait for that server
+    (:meth:`queue_delay`), so that latency grows with the site's queue."""
 
     prefix: str
     phases: list[list[float]]
@@ -114,9 +120,21 @@ class Capacity:
     start: float | None = None
     tokens: float = 0.0
     last: float = 0.0
+    latency: float | None = None
+    free_at: float = 0.0  # latency mode: when the server is done with the queue so far
 
     def rate_at(self, elapsed: float) -> float:
         return next((r for until, r in self.phases if elapsed < until), self.phases[-1][1])
+
+    def queue_delay(self, now: float) -> float:
+        """Latency mode: seconds to hold a request arriving at *now* (s): ``latency`` plus the
+        wait for the one server of the current phase's rate (a deterministic-service FIFO
+        queue: the request is served from max(now, when the server is free), for 1/rate s)."""
+        if self.start is None:
+            self.start = now
+        begin = max(now, self.free_at)
+        self.free_at = begin + 1.0 / self.rate_at(now - self.start)
+        return (self.latency or 0.0) + begin - now
 
     def admit(self, now: float) -> bool:
         """Whether a request arriving at *now* (s) is within capacity (takes its token)."""
@@ -286,6 +304,7 @@ class SiteServer:
             self.in_flight[host] -= 1
 
         request.notifyFinish().addBoth(finished)
+        queued = self._queue_delay(host, path, arrived)
         status, headers, body = self._respond(host, path, {
             k.decode("latin-1").lower(): vs[0].decode("latin-1")
             for k, vs in request.requestHeaders.getAllRawHeaders()})
@@ -299,19 +318,28 @@ class SiteServer:
                 "concurrent": concurrent,
                 **({"version": headers["X-Testsite-Version"]}
                    if "X-Testsite-Version" in headers and status == 200 else {}),
+                **({"held": round(queued, 6)} if queued is not None else {}),
             }
         )
-        delay = self.behaviour.delay_for(host, path)
+        delay = max(self.behaviour.delay_for(host, path), queued or 0.0)
         if delay <= 0:
             return self._send(request, status, headers, body)
         self.reactor.callLater(delay, self._send_later, request, status, headers, body)
         return server.NOT_DONE_YET
 
+    def _queue_delay(self, host: str, path: str, now: float) -> float | None:
+        """Seconds a latency-mode capacity rule holds this request (None: no such rule)."""
+        for cap in self.behaviour.capacity:
+            if cap.latency is not None and _matches(cap.prefix, cap.host, host, path):
+                return cap.queue_delay(now)
+        return None
+
     def _respond(self, host: str, path: str, request_headers: dict[str, str] | None = None
                  ) -> tuple[int, dict[str, str], bytes]:
         """Decide the answer: (status, headers, body)."""
         for cap in self.behaviour.capacity:
-            if _matches(cap.prefix, cap.host, host, path) and not cap.admit(time.time()):
+            if cap.latency is None and _matches(cap.prefix, cap.host, host, path) \
+                    and not cap.admit(time.time()):
                 headers = {"Content-Type": "text/plain; charset=utf-8"}
                 if cap.retry_after is not None:
                     headers["Retry-After"] = str(cap.retry_after)

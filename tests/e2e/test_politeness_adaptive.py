@@ -4,6 +4,8 @@ from the site's own log and from Redis; the timed figures are in bench/bench_ada
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from support import TEST_PROJECT, kill_worker, run_scrapy, start_worker, wait_until
 from test_politeness import hits, push_urls, run_workers
@@ -119,6 +121,44 @@ def test_a_long_crawl_delay_is_not_capped(redis_url, tmp_path, site_factory, wor
         assert len(hits(site, "127.0.0.2")) <= 1
     finally:
         kill_worker(proc)
+
+
+def test_a_crawl_delay_is_a_floor_under_the_controller_and_costs_other_hosts_nothing(
+        redis_url, tmp_path, site_factory, worker_env):
+    """Issue 35's "Crawl-delay host beside the others", bounded: with FLEET_ADAPTIVE on (the
+    default) a host asking Crawl-delay: 5 gets no two requests closer than 5 s (robots.txt
+    counts as its first), fleet-wide with 4 workers under a ceiling of 10 req/s, while the
+    other host is crawled at its own rate meanwhile, nothing refused or lowered."""
+    generate_site(tmp_path / "www", 40, 2, seed=4)
+    site = site_factory(tmp_path / "www", binds=("127.0.0.2", "127.0.0.3"), behaviour={
+        "robots": {"127.0.0.2": "User-agent: *\nCrawl-delay: 5\n"}})
+    slow, other = site.urls[0], site.urls[1]
+    push_urls([f"{slow}site/p/{i}.html" for i in range(4)]
+              + [f"{other}site/p/{i}.html" for i in range(40)], redis_url, worker_env, tmp_path)
+    run_workers(4, redis_url, worker_env, tmp_path,
+                {"ROBOTSTXT_OBEY": True, "FLEET_HOST_RATE": 10, "FLEET_ADAPTIVE": True},
+                timeout=300)
+    admin = FrontierAdmin(redis_url, "fetch")
+    assert admin.client.hget(admin.keys.crawldelay, "127.0.0.2") == b"5000"
+    slow_log = sorted((r["t"], r["path"]) for r in site.requests() if r["addr"] == "127.0.0.2")
+    assert [p for _, p in slow_log] == ["/robots.txt"] + [f"/site/p/{i}.html" for i in
+                                                          range(4)], slow_log
+    # turns 5 s apart by Redis's clock, never caught up (a delay is a minimum gap); at the
+    # site a request that left its worker late may arrive a little closer to the next one
+    # (tens of ms; 0.5 s allowed): a rate's catch-up would give 2.5 s, no floor 0.1 s
+    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(slow_log)]
+    assert min(gaps) >= 4.5 and (slow_log[-1][0] - slow_log[0][0]) >= 4 * 5 - 0.5, gaps
+    fast = hits(site, "127.0.0.3")
+    assert len(fast) == 40  # each page once: nothing refused, nothing lost
+    # the other host did not wait for the slow one: all of its 40 pages (4 s at its rate)
+    # were fetched before the slow host's third page (15 s after its robots.txt) ...
+    assert fast[-1] < slow_log[3][0], (fast[-1], slow_log)
+    # ... under its own ceiling, and its controller saw no overload to lower it for
+    assert max(sum(1 for t in fast if s <= t < s + 1.0) for s in fast) <= 11
+    stats = {k.decode(): int(v) for k, v in admin.client.hgetall(admin.keys.stats).items()
+             if v.isdigit()}
+    assert stats.get("adaptive_decreases", 0) == stats.get("adaptive_latency_decreases", 0), \
+        stats
 
 
 def test_the_learned_capacity_outlives_the_crawl(redis_url, limited_site, worker_env, tmp_path):
