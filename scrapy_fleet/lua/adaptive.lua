@@ -137,7 +137,9 @@ local function adaptive_report(raw, now, T, cap, tok, o, lat, why, p, token_key,
   if s.r > C then s.r = C end  -- (a new state, or the ceiling was lowered since)
   local event
   local function decrease(factor, reason)
-    s.cap = s.r
+    -- (the learned capacity is the rate an overload answer refused; a latency decrease
+    -- keeps it: a queue's latency says nothing of what the site refuses)
+    if reason ~= 'latency' then s.cap = s.r end
     s.r = math.max(math.min(p[5], C), s.r * factor)
     s.dt, s.why, s.ct, s.n = now, reason, now, s.n + 1
     s.dk = tonumber(redis.call('GET', token_key)) or 0
@@ -157,7 +159,12 @@ local function adaptive_report(raw, now, T, cap, tok, o, lat, why, p, token_key,
     -- adapted on overload answers alone, its pages' latencies being too unlike each other
     -- for a long minimum to be their baseline: a fast 404 beside 300 ms pages sent such a
     -- host to the slowest rate for good)
-    if T > 0 and g > 0 and L.lm > 0 and L.ls > g * lm and tok > s.dk then
+    -- (and at most one latency decrease per clean window: the short average stays high for
+    -- several answers after a queue is gone, and at the lowered rate every next request is
+    -- leased after the decrease, so each such answer decreased again, down to the slowest
+    -- rate: bench/README.md, latency mode)
+    if T > 0 and g > 0 and L.lm > 0 and L.ls > g * lm and tok > s.dk
+        and now - s.dt >= p[3] then
       decrease(g * lm / L.ls, 'latency')
       s.cc = math.max(1, math.ceil(s.r * g * lm / 1000))
     elseif now - s.ct >= p[3] and s.r < C then
