@@ -216,25 +216,32 @@ def carry_autothrottle(settings: BaseSettings) -> None:
     settings.set("AUTOTHROTTLE_ENABLED", False,
                  max(settings.getpriority("AUTOTHROTTLE_ENABLED") or 0, 15))
     carried_text = ", ".join(carried) or "nothing to carry over"
-    # a host without a configured rate or delay adapts under what its concurrency allows
-    # (docs/politeness.md "Adaptive politeness")
-    logger.info("AutoThrottle is per process: turned off, the fleet's adaptive politeness "
-                "has one controller per host for every worker (%s)%s", carried_text,
-                "" if _fleet_ceiling(settings) else "; without FLEET_HOST_RATE, DOWNLOAD_DELAY "
-                "or FLEET_HOST_DELAY a host's ceiling is what its concurrency allows "
-                "(FLEET_HOST_CONCURRENCY / its shortest latency)")
+    fleet_wide, hosts = _adaptive_ceilings(settings)
+    if fleet_wide:
+        logger.info("AutoThrottle is per process: turned off, the fleet's adaptive politeness "
+                    "has one controller per host for every worker (%s)", carried_text)
+    else:
+        # the controller slows a host down under its configured rate or delay (its ceiling,
+        # docs/politeness.md): without one it does not act, and 429/503 only hold the host
+        logger.info("AutoThrottle is per process: turned off; the fleet's adaptive "
+                    "politeness, one controller per host for every worker, needs a rate or "
+                    "delay to adapt under and %s: set FLEET_HOST_RATE, DOWNLOAD_DELAY or "
+                    "FLEET_HOST_DELAY (%s)",
+                    f"has one only for the {hosts} host(s) FLEET_HOST_OVERRIDES gives one"
+                    if hosts else "none is set", carried_text)
 
 
-def _fleet_ceiling(settings: BaseSettings) -> bool:
+def _adaptive_ceilings(settings: BaseSettings) -> tuple[bool, int]:
     """Whether a fleet-wide rate or delay is configured (``FLEET_HOST_RATE``,
-    ``FLEET_HOST_DELAY``, by default the project's ``DOWNLOAD_DELAY``): the adaptive
-    controller's ceiling.  A wrong value counts as configured (the start-up check refuses it
-    by name)."""
+    ``FLEET_HOST_DELAY``, by default the project's ``DOWNLOAD_DELAY``), and how many hosts of
+    ``FLEET_HOST_OVERRIDES`` have one of their own: the ceilings the adaptive controller acts
+    under.  A wrong value counts as configured (the start-up check refuses it by name)."""
     from scrapy_fleet.errors import FleetConfigError
     from scrapy_fleet.politeness.settings import politeness_config
 
     try:
         politeness = politeness_config(settings)
     except FleetConfigError:
-        return True
-    return politeness.host_interval > 0
+        return True, 0
+    hosts = sum(1 for interval, *_ in politeness.host_overrides.values() if interval)
+    return politeness.host_interval > 0, hosts

@@ -155,10 +155,9 @@ local function adaptive_report(raw, now, T, cap, tok, o, lat, why, p, token_key,
       if L.lm <= 0 or lat <= L.lm or now - L.lmt > LONG_WINDOW_MS then L.lm, L.lmt = lat, now end
     end
     local g, lm = p[4], math.max(L.lm, LATENCY_FLOOR_MS)
-    -- (the latency rule only under a configured ceiling, T > 0: a host without one is
-    -- adapted on overload answers alone, its pages' latencies being too unlike each other
-    -- for a long minimum to be their baseline: a fast 404 beside 300 ms pages sent such a
-    -- host to the slowest rate for good)
+    -- (the latency rule only under a configured ceiling, T > 0, as step_adapt reports only
+    -- such hosts: without one, a fast 404 beside 300 ms pages sent a host to the slowest
+    -- rate for good)
     -- (and at most one latency decrease per clean window: the short average stays high for
     -- several answers after a queue is gone, and at the lowered rate every next request is
     -- leased after the decrease, so each such answer decreased again, down to the slowest

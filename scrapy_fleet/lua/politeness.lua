@@ -106,7 +106,8 @@ elseif req.op == 'adaptive_get' then
 elseif req.op == 'adaptive_seed' then
   if redis.call('HEXISTS', K.adaptive, h) == 1 then return cmsgpack.pack({seeded = 0}) end
   local T, _, cap = host_conf_ctx(ctx, h)
-  local new = adaptive_seed(now, adaptive_ceiling(nil, T, cap), req.cap, tonumber(req.aw) or 1000)
+  local new = T > 0 and adaptive_seed(now, adaptive_ceiling(nil, T, cap), req.cap,
+                                      tonumber(req.aw) or 1000)
   if not new then return cmsgpack.pack({seeded = 0}) end
   redis.call('HSET', K.adaptive, h, new)
   return cmsgpack.pack({seeded = 1, r = tostring(adaptive_parse(new).r)})

@@ -230,10 +230,11 @@ class FleetPolitenessMiddleware(_FleetDownloaderMiddleware):
     async def _after_response(self, request: Request, response: Response) -> None:
         host = self.host(request)
         retry_after = retry_after_seconds(response)
-        if self._adaptive.enabled and retry_after is None \
+        if self._adaptive.enabled and retry_after is None and self.config.politeness.host_interval \
                 and response.status in self._adaptive.overload_statuses:
             # the host's controller lowers its rate (lua/adaptive.lua): no hold, which would
-            # idle the host and then let it go at full speed again
+            # idle the host and then let it go at full speed again (a fleet without a rate or
+            # delay has no ceiling to adapt under: its hosts are held as before)
             self._inc(f"{_STAT}overload/{response.status}")
             return None
         if response.status in BACKOFF_STATUSES:

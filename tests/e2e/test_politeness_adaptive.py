@@ -77,25 +77,17 @@ def test_without_the_controller_the_same_site_refuses_more(redis_url, limited_si
     assert refused > 0.5 * PAGES, refused
 
 
-def test_a_host_without_a_configured_rate_comes_down_too(redis_url, limited_site, worker_env,
-                                                         tmp_path):
-    """No FLEET_HOST_RATE or delay (only the concurrency cap, 8 per host): the controller
-    adapts under what the concurrency allows, so the site's 429s lower the host's rate."""
+def test_a_host_without_a_configured_rate_is_held_not_adapted(redis_url, limited_site,
+                                                            worker_env, tmp_path):
+    """No FLEET_HOST_RATE or delay (only the concurrency cap): no ceiling to adapt under, so
+    the controller keeps no state and the site's 429s hold the host, as without the
+    controller (docs/politeness.md; adapting such hosts under their concurrency sent hosts
+    with a 503 now and then to the slowest rate for good), and every page is fetched."""
     site = limited_site()
     ok, refused, stats, state = _crawl(redis_url, site, worker_env, tmp_path, adaptive=True,
                                        rate=None)
-    assert len(ok) == PAGES and state is not None, (refused, stats)
-    fields = state.decode().split("|")
-    rate, capacity = float(fields[0]), float(fields[8])
-    # (the last decrease may be the latency rule's on a loaded machine: at least one was 429's)
-    overload_decreases = stats["adaptive_decreases"] - stats.get("adaptive_latency_decreases", 0)
-    assert overload_decreases >= 1 and stats["adaptive_decreases"] >= 2, (state, stats)
-    # it came down from the concurrency's ceiling (hundreds of requests/s at a local site)
-    # to a few times the site's capacity at most
-    assert rate <= 4 * CAPACITY and capacity <= 8 * CAPACITY, (state, refused, stats)
-    # one decrease per overload event here too (23 refused in a typical run: 12 decreases
-    # of them 5 by latency, 16 answers of requests in flight before a decrease)
-    assert overload_decreases + stats.get("adaptive_inflight", 0) == refused, stats
+    assert len(ok) == PAGES and refused > 0, (refused, stats)
+    assert state is None and "adaptive_decreases" not in stats, (state, stats)
 
 
 def test_a_long_crawl_delay_is_not_capped(redis_url, tmp_path, site_factory, worker_env):

@@ -194,44 +194,23 @@ def test_the_latency_cap_is_lifted_once_latency_is_back(redis_url):
     assert state["cc"] == 0 and state["short"] <= 100 and state["decreases"] >= 1
 
 
-def test_a_host_without_a_configured_rate_is_adapted_under_its_concurrency(redis_url):
-    """No FLEET_HOST_RATE or delay: the ceiling is what the host's concurrency allows at its
-    shortest latency (8 in flight at 100 ms: 80/s), and a lowered rate spaces its leases."""
-    params = FrontierParams(host_interval=0, host_concurrency=8,
-                            adaptive=(0.5, 0.05, 60.0, 0))
-    admin = FrontierAdmin(redis_url, "free", params=params)
-    admin.push([entry(f"http://a.test/{i}") for i in range(8)])
-    _report(admin, _lease(admin, 1), CLEAN, latency=100)
-    assert _state(redis_url, crawl="free")["rate"] == 80.0
-    tat = CrawlKeys("fleet", "free").tat
-    client = redis.Redis.from_url(redis_url)
-    assert len(_lease(admin, 3)) == 3 and client.hget(tat, "a.test") is None  # no spacing yet
-    _report(admin, _lease(admin, 1), OVERLOAD, why="429")
-    state = _state(redis_url, crawl="free")
-    assert state["rate"] == 40.0 and state["cap"] == 80.0 and state["why"] == "429"
-    turns = []
-    for _ in range(3):
-        _lease(admin, 1)
-        turns.append(int(client.hget(tat, "a.test")))
-    # one lease per 25 ms (40/s) now, not all at once
-    gaps = [b - a for a, b in itertools.pairwise(turns)]
-    assert all(g >= 25 for g in gaps), gaps
-
-
-def test_a_host_without_a_configured_rate_is_not_slowed_by_its_pages_latencies(redis_url):
-    """No configured rate: the latency rule does not apply (only overload answers lower the
-    rate).  A fast 404 (2 ms) beside 300 ms pages made the long minimum 2 ms, and the rule
-    sent the host to the slowest rate for good (a Redis Cluster failover test's crawl of
-    such a site stalled at 0.05 requests/s)."""
+def test_a_host_without_a_configured_rate_has_no_controller(redis_url):
+    """No FLEET_HOST_RATE or delay: no ceiling to adapt under, so its reports write no state
+    (its overload answers hold it: politeness/middlewares.py).  Adapting such hosts under what
+    their concurrency allows (tried in session 14) sent hosts with a fast 404 beside slower
+    pages, or with a 503 now and then, to the slowest rate for good: failover, SIGKILL and
+    session crawls stalled."""
     params = FrontierParams(host_interval=0, host_concurrency=8,
                             adaptive=(0.5, 0.05, 60.0, 2.0))
-    admin = FrontierAdmin(redis_url, "mixed", params=params)
-    admin.push([entry(f"http://a.test/{i}") for i in range(12)])
+    admin = FrontierAdmin(redis_url, "free", params=params)
+    admin.push([entry(f"http://a.test/{i}") for i in range(8)])
     _report(admin, _lease(admin, 1), CLEAN, latency=2)
-    for _ in range(6):
+    for _ in range(3):
         _report(admin, _lease(admin, 1), CLEAN, latency=300)
-    state = _state(redis_url, crawl="mixed")
-    assert state["decreases"] == 0 and state["rate"] == 8 * 1000 / 25, state
+    _report(admin, _lease(admin, 1), OVERLOAD, why="503")
+    client = redis.Redis.from_url(redis_url)
+    assert client.hgetall(CrawlKeys("fleet", "free").adaptive) == {}
+    assert client.hget(CrawlKeys("fleet", "free").tat, "a.test") is None  # never paced
 
 
 def test_a_slow_proxy_exit_is_not_taken_for_a_slow_host(redis_url):

@@ -67,7 +67,7 @@ def test_autothrottle_is_turned_off_and_carried_over(caplog):
     assert len(lines) == 1 and lines[0].levelno == logging.INFO
 
 
-@pytest.mark.parametrize("given,fleet_ceiling", [
+@pytest.mark.parametrize("given,takes_over", [
     ({}, False),
     ({"DOWNLOAD_DELAY": 0}, False),
     ({"FLEET_HOST_RATE": None}, False),
@@ -77,18 +77,32 @@ def test_autothrottle_is_turned_off_and_carried_over(caplog):
     ({"FLEET_HOST_RATE": 2}, True),
     ({"FLEET_HOST_RATE": "2"}, True),  # as given on the command line
 ])
-def test_the_autothrottle_line_says_what_the_controller_adapts_under(caplog, given,
-                                                                     fleet_ceiling):
-    """The controller takes over in every case (docs/politeness.md): under a configured rate
-    or delay, or else under what each host's concurrency allows."""
+def test_the_autothrottle_line_says_whether_the_controller_can_act(caplog, given, takes_over):
+    """The controller adapts under a configured rate or delay (its ceiling) and does not act
+    without one (docs/politeness.md): the line said it took over in both cases."""
     settings = Settings({"AUTOTHROTTLE_ENABLED": True, **given})
     with caplog.at_level(logging.INFO, logger="scrapy_fleet.addon"):
         Addon().update_settings(settings)
     assert settings.getbool("AUTOTHROTTLE_ENABLED") is False
     [line] = [r.getMessage() for r in caplog.records if "AutoThrottle" in r.getMessage()]
-    assert "the fleet's adaptive politeness has one controller per host" in line
-    assert "(FLEET_HOST_CONCURRENCY=1, FLEET_ADAPTIVE_MIN_RATE=0.0166667)" in line
-    assert ("a host's ceiling is what its concurrency allows" in line) is not fleet_ceiling
+    if takes_over:
+        assert "the fleet's adaptive politeness has one controller per host" in line
+        assert "needs a rate or delay" not in line
+    else:
+        assert ("needs a rate or delay to adapt under and none is set: set FLEET_HOST_RATE, "
+                "DOWNLOAD_DELAY or FLEET_HOST_DELAY (FLEET_HOST_CONCURRENCY=1, "
+                "FLEET_ADAPTIVE_MIN_RATE=0.0166667)") in line
+
+
+def test_the_autothrottle_line_names_the_hosts_an_override_gives_a_ceiling(caplog):
+    settings = Settings({"AUTOTHROTTLE_ENABLED": True, "FLEET_HOST_OVERRIDES": {
+        "a.test": {"rate": 1}, "b.test": {"delay": 2}, "c.test": {"concurrency": 1}}})
+    with caplog.at_level(logging.INFO, logger="scrapy_fleet.addon"):
+        Addon().update_settings(settings)
+    [line] = [r.getMessage() for r in caplog.records if "AutoThrottle" in r.getMessage()]
+    assert ("needs a rate or delay to adapt under and has one only for the 2 host(s) "
+            "FLEET_HOST_OVERRIDES gives one: set FLEET_HOST_RATE, DOWNLOAD_DELAY or "
+            "FLEET_HOST_DELAY") in line
 
 
 def test_autothrottle_stays_when_the_controller_is_off():
