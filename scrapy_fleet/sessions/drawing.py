@@ -124,8 +124,10 @@ class FleetSessionsMiddleware:
         self._tickets = itertools.count(1)
         self._ticket_ttl = crawler.settings.getfloat("DOWNLOAD_TIMEOUT", 180) + 60
         self._gives: set[asyncio.Task[None]] = set()
+        self._unhook: Callable[[], None] | None = None
         if config.sessions.concurrency or config.sessions.delay:
             crawler.signals.connect(self._left, signal=signals.request_scheduled)
+            crawler.signals.connect(self._opened, signal=signals.spider_opened)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FleetSessionsMiddleware:
@@ -152,7 +154,13 @@ class FleetSessionsMiddleware:
             self._pools = SessionPools(client, keys, self.config.sessions, login)
         return self._pools
 
+    def _opened(self, spider: Any = None) -> None:
+        self._unhook = engine_hooks.on_scrape(self.crawler, self._scraped)
+
     async def _closed(self, spider: Any = None) -> None:
+        if self._unhook is not None:
+            self._unhook()
+            self._unhook = None
         if self._pools is not None:
             await self._pools.client.aclose()
 
@@ -199,9 +207,10 @@ class FleetSessionsMiddleware:
         The slot is named in ``meta["fleet_session_slot"]`` and given back when its answer
         reaches this middleware (after the cookies middleware merged its cookies, so the
         next request of the session sends them), when it fails (``process_exception``), or
-        when it goes (back) to the scheduler (a retry, a redirect: ``request_scheduled``);
-        otherwise (a dead worker's, or an error raised by a later middleware's
-        ``process_response``) it runs out after ``DOWNLOAD_TIMEOUT`` + 60 s."""
+        when it goes (back) to the scheduler (a retry, a redirect: ``request_scheduled``),
+        or when the engine gets its final result (``engine_hooks.on_scrape``: an error
+        raised by a later middleware's ``process_response``); a dead worker's runs out after
+        ``DOWNLOAD_TIMEOUT`` + 60 s."""
         config = self.config.sessions
         if not (config.concurrency or config.delay):
             return session
@@ -237,8 +246,16 @@ class FleetSessionsMiddleware:
         except RedisUnavailableError:  # (closing) the ticket runs out by itself
             pass
 
+    def _scraped(self, result: Any, request: Request) -> None:
+        """The engine got *request*'s final result (a Response, or the Failure of a download
+        that failed for good, after every downloader middleware: one raised in
+        ``process_response`` after the download, say): its slot, if this middleware's own
+        ``process_response`` did not see the answer, is free."""
+        self._left(request)
+
     def _left(self, request: Request, spider: Any = None) -> None:
-        """A request went (back) to the scheduler: its session slot is free."""
+        """A request went (back) to the scheduler, or left the downloader: its session slot
+        is free."""
         if SLOT_META in request.meta:  # (out of the meta now: a scheduled copy has none)
             slot = request.meta.pop(SLOT_META)
             self._gives.add(task := asyncio.ensure_future(self._give_back(request, slot)))
