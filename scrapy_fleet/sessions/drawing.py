@@ -15,8 +15,9 @@ after the retries (550) and redirects (600) in ``process_response``, so it sees 
   polling the record).  The request takes one of its session's slots
   (``FLEET_SESSION_CONCURRENCY``, ``FLEET_SESSION_DELAY``: politeness per session, waiting
   in the worker for it) in the draw or pin call itself, which also gives back the slots of
-  the answers since the worker's last call (sessions/slots.py), and ``meta["cookiejar"]`` names the session's fleet jar,
-  ``meta["fleet_session_exit"]`` its bound proxy exit ("" none yet).
+  the answers since the worker's last call (sessions/slots.py), and ``meta["cookiejar"]``
+  names the session's fleet jar, ``meta["fleet_session_exit"]`` its bound proxy exit (""
+  none yet).
 * ``process_response``: a status of ``FLEET_SESSION_RETIRE_STATUSES`` retires the session
   (``status/<code>``); a 2xx answer that fails ``fleet_session_check`` asks one login of the
   session (one per generation across the fleet, lua/sessions.lua) or, without a login,
