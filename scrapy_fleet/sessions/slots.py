@@ -36,7 +36,11 @@ class GiveBacks:
         self._pending.append(slot)
         if not self._scheduled:
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._send_rest)
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # (a signal sent outside the loop's callbacks)
+                loop = asyncio.get_event_loop()
+            loop.call_soon(self._send_rest)
 
     def take(self) -> tuple[str, ...]:
         """The slots to give back, handed to the caller's call (which must send them)."""
