@@ -252,11 +252,15 @@ def on_scrape(crawler: Crawler, callback: Callable[[Any, Any], None]) -> Callabl
             logging.getLogger(__name__).exception("Fleet failure bookkeeping failed")
         return original(result, request)
 
+    wrapped = "enqueue_scrape" in vars(scraper)  # another hook's, installed before
     scraper.enqueue_scrape = enqueue_scrape
 
     def uninstall() -> None:
         if scraper.enqueue_scrape is enqueue_scrape:
-            del scraper.enqueue_scrape
+            if wrapped:
+                scraper.enqueue_scrape = original
+            else:
+                del scraper.enqueue_scrape
 
     return uninstall
 

@@ -152,7 +152,9 @@ prefix ``fleet`` and crawl id ``docs``::
                                       arrival time of its delay, ms)
     fleet:{docs}:sslots:<ID>  ZSET    ticket -> expiry (ms): the requests of session ID in
                                       flight, at most FLEET_SESSION_CONCURRENCY
-                                      (lua/sessions.lua take/give)
+                                      (lua/sessions.lua take/give; no TTL: empty
+                                      when none is in flight, a dead worker's
+                                      tickets dropped by the next take)
 
 Entry ids are the 15-digit, zero-padded value of ``seq``: lexicographic order is push order.
 
@@ -519,10 +521,14 @@ class CrawlKeys:
         plain, so lua/sessions.lua builds the same name from :attr:`session_prefix`)."""
         return self.session_prefix + session_id
 
+    #: prefix of the session slot ZSETs; lua/sessions.lua appends a session id to it (draw,
+    #: pin and gives: the sessions are not known before the call)
+    session_slots_prefix = _Key("sslots:")
+
     def session_slots(self, session_id: str) -> str:
         """ZSET ticket -> expiry (ms) of the requests of session *session_id* in flight
         (lua/sessions.lua ``take``/``give``)."""
-        return self._k("sslots:" + session_id)
+        return self.session_slots_prefix + session_id
 
     def worker_info(self, worker_id: str) -> str:
         """HASH of one worker's heartbeat (expires by itself once the worker is gone)."""

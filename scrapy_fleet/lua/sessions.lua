@@ -15,15 +15,27 @@
 --   login that succeeds makes it active at the next generation.
 --
 -- Operations (ARGV after the name) and replies:
---   draw pool pool_part prefix size max_uses max_age_ms login max_idle_ms
+-- Slot arguments (SLOT below: politeness per session, issue 32 item 5), six ARGV that draw,
+--   pin and take end with so that one call also does the slot work of the request:
+--   slots_prefix (the slot ZSET of session ID is slots_prefix .. ID, keys.py
+--   CrawlKeys.session_slots_prefix: the same hash tag as KEYS), gives (slots to free first,
+--   "<id>|<ticket>" separated by spaces: the answers this worker got since its last call),
+--   ticket ("" none: nothing taken), concurrency, delay_ms, ttl_ms (see take).  Absent:
+--   nothing freed or taken.
+--
+--   draw pool pool_part prefix size max_uses max_age_ms login max_idle_ms [SLOT]
 --     fills the pool up to `size` drawable sessions, then takes the least used one (ties:
---     the smallest id) and counts one use -> {id, state, generation}.  The one taken is
+--     the smallest id) and counts one use -> {id, state, generation, exit, slot, wait_ms}:
+--     slot 'taken' (the session is active and its slot is the ticket's), 'wait' (it is
+--     active and its slot is not free: wait_ms, as take's) or '' (no ticket, or not
+--     active: nothing taken).  The one taken is
 --     retired and replaced first when it is past max_uses uses, max_age_ms of age or
 --     max_idle_ms since its last use (or its creation; 0: no limit), so a session past a limit is retired when it comes up (a pinned one: at once).
 --     Work: O(1) records, O(size) when sessions are created or retired.
---   pin id max_uses max_age_ms max_idle_ms -> {state, generation, exit} of session `id` (one use counted
---     unless it is retired, or retired now by the limits), {'unknown', 0} when there is no
---     record.
+--   pin id max_uses max_age_ms max_idle_ms [SLOT] -> {state, generation, exit, slot, wait_ms}
+--     of session `id` (one use counted, and with SLOT a slot taken as draw's; unless it is
+--     retired, or retired now by the limits: {'retired', generation}), {'unknown', 0} when
+--     there is no record.
 --   state id -> {state, generation, owner alive 0/1, exit} (read-only).
 --   claim id worker lease_ms -> {'claimed', generation} when the session needs a login
 --     (new/relogin) and nobody holds a live claim on it: the caller runs it (single flight:
@@ -40,7 +52,8 @@
 --     limit).  -> {state, generation} after.  An older generation changes nothing.
 --   ok id generation -> a response of the current generation passed the check: errors = 0.
 --   retire id reason -> retires the session (once: a retired one is left as it is) -> 1/0.
---   take id ticket concurrency delay_ms ttl_ms -> a slot for one request of the session
+--   take id ticket concurrency delay_ms ttl_ms [slots_prefix gives] -> a slot for one
+--     request of the session (the slots in `gives` freed first)
 --     (issue 32 item 5): {'taken', generation} when fewer than `concurrency` (0: no cap) of
 --     its tickets are live and its delay allows (GCRA with a burst of one, as in hosts.lua:
 --     ATM Forum Traffic Management 4.1; tat = max(tat, now) + delay); the ticket
@@ -48,6 +61,7 @@
 --     delay allows, or the first ticket runs out) or {state, generation} for a retired or
 --     unknown session: nothing taken.
 --   give id ticket -> the ticket's slot is free again -> 1/0 (it had run out or was given).
+--   gives slots_prefix gives -> frees the slots in `gives` (as SLOT's) -> how many were held.
 --   bind id exit -> binds the session to proxy exit `exit` (issue 32 item 3) unless it is
 --     bound already: the first binding wins and is never changed (a session whose exit can
 --     no longer carry it is retired, exit_banned/exit_dead/exit_drained, not re-bound)
@@ -84,6 +98,41 @@ local function past_limits(key, id, max_uses, max_age, max_idle)
   return 0
 end
 
+-- frees the slots named in `list` ("<id>|<ticket>" separated by spaces) -> how many were
+-- held (the others had run out or were freed before)
+local function give_all(prefix, list)
+  local n = 0
+  for slot in string.gmatch(list or '', '%S+') do
+    local sid, ticket = string.match(slot, '^([^|]+)|(.+)$')
+    if sid then n = n + redis.call('ZREM', prefix .. sid, ticket) end
+  end
+  return n
+end
+
+-- takes a slot of session record `key` (slots ZSET `slots`) for `ticket` (see take) ->
+-- 'taken', 0 or 'wait', ms.  Expired tickets (a dead worker's) are dropped when they would
+-- stand in the way: the ZSET holds at most `conc` of them, and no key TTL is needed (the
+-- ZSET is gone when its last ticket is given back; purge deletes a dead worker's leftover
+-- with the crawl's records).  Without a cap (conc 0) no ticket is kept.
+local function take_slot(key, slots, ticket, conc, delay, ttl)
+  if conc > 0 and redis.call('ZCARD', slots) >= conc then
+    redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+    if redis.call('ZCARD', slots) >= conc then
+      local first = redis.call('ZRANGE', slots, 0, 0, 'WITHSCORES')
+      return 'wait', math.max(1, math.min(tonumber(first[2]) - now, 1000))
+    end
+  end
+  if delay > 0 then
+    local tat = tonumber(redis.call('HGET', key, 'tat')) or 0
+    if tat > now then return 'wait', tat - now end
+    redis.call('HSET', key, 'tat', now + delay)
+  end
+  if conc > 0 then
+    redis.call('ZADD', slots, now + ttl, ticket)
+  end
+  return 'taken', 0
+end
+
 local function use(key, id)
   redis.call('ZINCRBY', pool, 1, id)
   redis.call('HINCRBY', key, 'uses', 1)
@@ -105,6 +154,7 @@ if op == 'draw' then
     redis.call('ZADD', pool, 0, id)
     redis.call('HINCRBY', info, 'created', 1)
   end
+  if ARGV[10] then give_all(ARGV[10], ARGV[11]) end
   local have = redis.call('ZCARD', pool)
   if have < size then
     redis.call('SADD', pools, name)
@@ -120,7 +170,12 @@ if op == 'draw' then
     local reason = limit_of({r[3], r[4], r[6]}, max_uses, max_age, max_idle)
     if not reason then
       use(key, id)
-      return {id, r[1], tonumber(r[2]), r[5] or ''}
+      local slot, wait = '', 0
+      if ARGV[10] and ARGV[12] ~= '' and r[1] == 'active' then
+        slot, wait = take_slot(key, ARGV[10] .. id, ARGV[12], tonumber(ARGV[13]) or 1,
+                               tonumber(ARGV[14]) or 0, tonumber(ARGV[15]) or 240000)
+      end
+      return {id, r[1], tonumber(r[2]), r[5] or '', slot, wait}
     end
     retire(key, id, reason)
     create()
@@ -128,7 +183,11 @@ if op == 'draw' then
   return redis.error_reply('ERR fleet: no session to draw')
 end
 
+if op == 'gives' then return give_all(ARGV[2], ARGV[3]) end
+
 local id = ARGV[2]
+if op == 'take' and ARGV[7] then give_all(ARGV[7], ARGV[8]) end
+if op == 'pin' and ARGV[6] then give_all(ARGV[6], ARGV[7]) end
 local r = redis.call('HMGET', rec, 'state', 'generation', 'owner', 'owner_until', 'exit')
 local state, gen, bound = r[1], tonumber(r[2]) or 0, r[5] or ''
 if not state then return {'unknown', 0} end
@@ -137,7 +196,12 @@ if op == 'pin' then
   if state ~= 'retired' and past_limits(rec, id, tonumber(ARGV[3]), tonumber(ARGV[4]),
                                        tonumber(ARGV[5]) or 0) == 0 then
     use(rec, id)
-    return {state, gen, bound}
+    local slot, wait = '', 0
+    if ARGV[6] and ARGV[8] ~= '' and state == 'active' then
+      slot, wait = take_slot(rec, ARGV[6] .. id, ARGV[8], tonumber(ARGV[9]) or 1,
+                             tonumber(ARGV[10]) or 0, tonumber(ARGV[11]) or 240000)
+    end
+    return {state, gen, bound, slot, wait}
   end
   return {'retired', gen}
 elseif op == 'state' then
@@ -177,20 +241,9 @@ elseif op == 'retire' then
   return retire(rec, id, ARGV[3])
 elseif op == 'take' then
   if state == 'retired' then return {state, gen} end
-  local slots, ticket = KEYS[6], ARGV[3]
-  local conc, delay, ttl = tonumber(ARGV[4]) or 1, tonumber(ARGV[5]) or 0, tonumber(ARGV[6])
-  redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
-  if conc > 0 and redis.call('ZCARD', slots) >= conc then
-    local first = redis.call('ZRANGE', slots, 0, 0, 'WITHSCORES')
-    return {'wait', math.max(1, math.min(tonumber(first[2]) - now, 1000))}
-  end
-  if delay > 0 then
-    local tat = tonumber(redis.call('HGET', rec, 'tat')) or 0
-    if tat > now then return {'wait', tat - now} end
-    redis.call('HSET', rec, 'tat', now + delay)
-  end
-  redis.call('ZADD', slots, now + (ttl or 240000), ticket)
-  redis.call('PEXPIRE', slots, (ttl or 240000) + 1000)
+  local slot, wait = take_slot(rec, KEYS[6], ARGV[3], tonumber(ARGV[4]) or 1,
+                              tonumber(ARGV[5]) or 0, tonumber(ARGV[6]) or 240000)
+  if slot == 'wait' then return {'wait', wait} end
   return {'taken', gen}
 elseif op == 'give' then
   return redis.call('ZREM', KEYS[6], ARGV[3])

@@ -12,10 +12,12 @@ after the retries (550) and redirects (600) in ``process_response``, so it sees 
   other requests of that session go back to the frontier, pinned to it and deferred (0.2 s,
   doubling up to 2 s), holding no download slot, until it is active at a new generation (a
   request that did not come from the frontier, or of a closing worker, waits in its worker,
-  polling the record).  Then the request takes one of its session's slots
+  polling the record).  The request takes one of its session's slots
   (``FLEET_SESSION_CONCURRENCY``, ``FLEET_SESSION_DELAY``: politeness per session, waiting
-  in the worker for it), and ``meta["cookiejar"]`` names the session's fleet jar,
-  ``meta["fleet_session_exit"]`` its bound proxy exit ("" none yet).
+  in the worker for it) in the draw or pin call itself, which also gives back the slots of
+  the answers since the worker's last call (sessions/slots.py), and ``meta["cookiejar"]``
+  names the session's fleet jar, ``meta["fleet_session_exit"]`` its bound proxy exit (""
+  none yet).
 * ``process_response``: a status of ``FLEET_SESSION_RETIRE_STATUSES`` retires the session
   (``status/<code>``); a 2xx answer that fails ``fleet_session_check`` asks one login of the
   session (one per generation across the fleet, lua/sessions.lua) or, without a login,
@@ -41,13 +43,14 @@ login), ``waits`` (requests that waited in the worker for another's login), ``sl
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import itertools
 import logging
 import os
 import socket
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from scrapy import Request, signals
@@ -62,7 +65,8 @@ from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.sessions import SessionError
 from scrapy_fleet.sessions.login import SessionView, passes, run_login, spider_hook
-from scrapy_fleet.sessions.pool import EXIT_META, Drawn, SessionPools
+from scrapy_fleet.sessions.pool import EXIT_META, Drawn, SessionPools, SlotAsk
+from scrapy_fleet.sessions.slots import GiveBacks
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -123,9 +127,12 @@ class FleetSessionsMiddleware:
         #: (politeness per session) this worker's slot tickets, and their lifetime (s)
         self._tickets = itertools.count(1)
         self._ticket_ttl = crawler.settings.getfloat("DOWNLOAD_TIMEOUT", 180) + 60
-        self._gives: set[asyncio.Task[None]] = set()
-        if config.sessions.concurrency or config.sessions.delay:
+        self._capped = bool(config.sessions.concurrency or config.sessions.delay)
+        self._gives = GiveBacks(self._send_gives)
+        self._unhook: Callable[[], None] | None = None
+        if self._capped:
             crawler.signals.connect(self._left, signal=signals.request_scheduled)
+            crawler.signals.connect(self._opened, signal=signals.spider_opened)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FleetSessionsMiddleware:
@@ -152,8 +159,15 @@ class FleetSessionsMiddleware:
             self._pools = SessionPools(client, keys, self.config.sessions, login)
         return self._pools
 
+    def _opened(self, spider: Any = None) -> None:
+        self._unhook = engine_hooks.on_scrape(self.crawler, self._scraped)
+
     async def _closed(self, spider: Any = None) -> None:
+        if self._unhook is not None:
+            self._unhook()
+            self._unhook = None
         if self._pools is not None:
+            await self._gives.flush()
             await self._pools.client.aclose()
 
     async def _call(self, call: Callable[[], Awaitable[T]]) -> T:
@@ -177,10 +191,11 @@ class FleetSessionsMiddleware:
     async def process_request(self, request: Request, spider: Any = None) -> Request | None:
         if not uses_sessions(request):
             return None
-        await self._give_back(request)  # an earlier attempt's slot (a copy of its meta)
-        session = await self._session_for(request)
+        self._give_back(request)  # an earlier attempt's slot (a copy of its meta)
+        ticket = f"{self.worker}:{next(self._tickets)}" if self._capped else ""
+        session = await self._session_for(request, ticket)
         if session.state == "active":
-            session = await self._slot_for(request, session)
+            session = await self._slot_for(request, session, ticket)
         if session.state != "active":  # its login runs: back to the frontier, deferred
             return self._deferred(request, session)
         request.meta.pop(DEFERRALS_META, None)
@@ -192,61 +207,76 @@ class FleetSessionsMiddleware:
 
     # -- politeness per session (issue 32 item 5) -----------------------------------------
 
-    async def _slot_for(self, request: Request, session: Drawn) -> Drawn:
+    def _ask(self, ticket: str) -> SlotAsk | None:
+        """The slot work of the next sessions call: take a slot for *ticket* ("" none), and
+        give back the slots whose answers came since the last call (they ride on it)."""
+        if not self._capped:
+            return None
+        return SlotAsk(ticket, self._ticket_ttl, self._gives.take())
+
+    async def _send_gives(self, gives: Sequence[str]) -> None:
+        pools = self.pools()
+        await self._call(lambda: pools.give_all(gives))
+
+    async def _slot_for(self, request: Request, session: Drawn, ticket: str) -> Drawn:
         """*session* (or, when it was retired meanwhile, another) once one of its
-        ``FLEET_SESSION_CONCURRENCY`` slots is *request*'s and its ``FLEET_SESSION_DELAY``
-        allows; the request waits in the worker meanwhile (``fleet/sessions/slot_waits``).
-        The slot is named in ``meta["fleet_session_slot"]`` and given back when its answer
+        ``FLEET_SESSION_CONCURRENCY`` slots is *request*'s (named *ticket*) and its
+        ``FLEET_SESSION_DELAY`` allows: mostly taken by the draw or pin call itself
+        (:attr:`Drawn.slot`), else asked for here (``take``); the request waits in the
+        worker meanwhile (``fleet/sessions/slot_waits``).  The slot is named in
+        ``meta["fleet_session_slot"]`` and given back (:class:`GiveBacks`: with the worker's
+        next sessions call, at the latest one turn of the event loop later) when its answer
         reaches this middleware (after the cookies middleware merged its cookies, so the
-        next request of the session sends them), when it fails (``process_exception``), or
-        when it goes (back) to the scheduler (a retry, a redirect: ``request_scheduled``);
-        otherwise (a dead worker's, or an error raised by a later middleware's
-        ``process_response``) it runs out after ``DOWNLOAD_TIMEOUT`` + 60 s."""
-        config = self.config.sessions
-        if not (config.concurrency or config.delay):
+        next request of the session sends them), when it fails (``process_exception``),
+        when it goes (back) to the scheduler (a retry, a redirect: ``request_scheduled``),
+        or when the engine gets its final result (``engine_hooks.on_scrape``: an error
+        raised by a later middleware's ``process_response``); a dead worker's runs out after
+        ``DOWNLOAD_TIMEOUT`` + 60 s."""
+        if not self._capped:
             return session
         pools = self.pools()
-        ticket = f"{self.worker}:{next(self._tickets)}"
         waited = False
-        while True:
-            state, wait = await self._call(functools.partial(pools.take, session.id, ticket,
-                                                             self._ticket_ttl))
-            if state == "taken":
-                request.meta[SLOT_META] = f"{session.id}|{ticket}"
-                return session
-            if state != "wait":  # retired meanwhile: pinned to it, the request redraws
-                request.meta["fleet_session"] = session.id
-                session = await self._session_for(request)
-                if session.state != "active":
-                    return session  # (deferred while its login runs)
+        while session.slot != "taken":
+            if session.slot == "wait":
+                if not waited:
+                    waited = True
+                    self._inc("slot_waits")
+                await asyncio.sleep(min(max(session.wait, 0.005), POLL))
+            gives = self._gives.take()
+            state, wait = await self._call(functools.partial(
+                pools.take, session.id, ticket, self._ticket_ttl, gives))
+            if state in ("taken", "wait"):
+                session = dataclasses.replace(session, slot=state, wait=wait)
                 continue
-            if not waited:
-                waited = True
-                self._inc("slot_waits")
-            await asyncio.sleep(min(max(wait, 0.005), POLL))
+            # retired meanwhile: pinned to it, the request redraws (a slot taken with it)
+            request.meta["fleet_session"] = session.id
+            session = await self._session_for(request, ticket)
+            if session.state != "active":
+                return session  # (deferred while its login runs)
+        request.meta[SLOT_META] = f"{session.id}|{ticket}"
+        return session
 
-    async def _give_back(self, request: Request, slot: Any = None) -> None:
-        """Give back *request*'s session slot (or *slot*, taken from its meta already)."""
-        slot = request.meta.pop(SLOT_META, None) if slot is None else slot
-        if not isinstance(slot, str) or "|" not in slot:
-            return
-        sid, _, ticket = slot.partition("|")
-        pools = self.pools()
-        try:
-            await self._call(lambda: pools.give(sid, ticket))
-        except RedisUnavailableError:  # (closing) the ticket runs out by itself
-            pass
+    def _give_back(self, request: Request) -> None:
+        """Give back *request*'s session slot, if it holds one (out of its meta now: a copy
+        made later has none)."""
+        slot = request.meta.pop(SLOT_META, None)
+        if isinstance(slot, str) and "|" in slot:
+            self._gives.add(slot)
+
+    def _scraped(self, result: Any, request: Request) -> None:
+        """The engine got *request*'s final result (a Response, or the Failure of a download
+        that failed for good, after every downloader middleware: one raised in
+        ``process_response`` after the download, say): its slot, if this middleware's own
+        ``process_response`` did not see the answer, is free."""
+        self._give_back(request)
 
     def _left(self, request: Request, spider: Any = None) -> None:
         """A request went (back) to the scheduler: its session slot is free."""
-        if SLOT_META in request.meta:  # (out of the meta now: a scheduled copy has none)
-            slot = request.meta.pop(SLOT_META)
-            self._gives.add(task := asyncio.ensure_future(self._give_back(request, slot)))
-            task.add_done_callback(self._gives.discard)
+        self._give_back(request)
 
     async def process_exception(self, request: Request, exception: BaseException,
                                 spider: Any = None) -> None:
-        await self._give_back(request)
+        self._give_back(request)
         return None
 
     def _deferrable(self, request: Request) -> bool:
@@ -269,12 +299,14 @@ class FleetSessionsMiddleware:
         again.meta[DEFER_META_KEY] = min(LOGIN_DEFER_MAX, LOGIN_DEFER * 2 ** min(n, 8))
         return again
 
-    async def _first(self, request: Request) -> Drawn:
-        """The session *request* is pinned to, else one drawn from its pool."""
+    async def _first(self, request: Request, ticket: str) -> Drawn:
+        """The session *request* is pinned to, else one drawn from its pool; the same call
+        takes a slot for *ticket* and gives back what is pending (:meth:`_ask`)."""
         pools = self.pools()
         sid = request.meta.get("fleet_session")
         if sid:
-            drawn = await self._call(lambda: pools.pin(str(sid)))
+            ask = self._ask(ticket)
+            drawn = await self._call(lambda: pools.pin(str(sid), ask))
             if drawn.state == "unknown":
                 raise SessionError(f"{request.url}: meta['fleet_session']={sid!r}: no such "
                                    "session in this crawl", "session/unknown")
@@ -283,9 +315,10 @@ class FleetSessionsMiddleware:
                 return drawn
             self._inc("redrawn")
         self._inc("draws")
-        return await self._call(lambda: pools.draw(pool_of(request)))
+        ask = self._ask(ticket)
+        return await self._call(lambda: pools.draw(pool_of(request), ask))
 
-    async def _session_for(self, request: Request) -> Drawn:
+    async def _session_for(self, request: Request, ticket: str = "") -> Drawn:
         """An active session for *request* (see the module docstring).
 
         Raises:
@@ -293,7 +326,7 @@ class FleetSessionsMiddleware:
                 :data:`MAX_LOGIN_FAILURES` sessions failed.
         """
         try:
-            drawn = await self._first(request)
+            drawn = await self._first(request, ticket)
         except ValueError as exc:  # not a session id
             raise SessionError(f"{request.url}: {exc}", "session/unknown") from None
         failures, waited = 0, 0.0
@@ -356,7 +389,7 @@ class FleetSessionsMiddleware:
 
     async def process_response(self, request: Request, response: Response,
                                spider: Any = None) -> Request | Response:
-        await self._give_back(request)  # (its cookies were merged at 700, before this)
+        self._give_back(request)  # (its cookies were merged at 700, before this)
         meta = request.meta
         sid = meta.get("fleet_session")
         if not sid or meta.get("fleet_session_login") or not uses_sessions(request):

@@ -11,6 +11,7 @@ functions at the end for ``scrapy fleet sessions`` (a blocking client).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,10 +61,25 @@ class Drawn:
     state: str
     generation: int
     exit: str = ""
+    #: the slot a draw or pin with a :class:`SlotAsk` got: ``taken`` (the ticket's), ``wait``
+    #: (none free: ask again in :attr:`wait` seconds), "" (nothing asked or not active)
+    slot: str = ""
+    wait: float = 0.0
 
     @property
     def jar(self) -> str:
         return jar_name(self.id)
+
+
+@dataclass(frozen=True)
+class SlotAsk:
+    """The slot work a draw, pin or take call does besides its own (politeness per session):
+    free the slots *gives* (``"<session id>|<ticket>"``: the answers since the worker's last
+    call), then take a slot named *ticket* ("" none) that runs out after *ttl* seconds."""
+
+    ticket: str = ""
+    ttl: float = 0.0
+    gives: Sequence[str] = ()
 
 
 class SessionPools:
@@ -91,24 +107,38 @@ class SessionPools:
     def _drawn(self, session_id: str, reply: list[Any]) -> Drawn:
         return drawn_of(session_id, reply)
 
-    async def draw(self, pool: str) -> Drawn:
+    def _slot_args(self, ask: SlotAsk | None) -> list[Any]:
+        """The SLOT arguments of lua/sessions.lua for *ask* (none: nothing freed or taken)."""
+        if ask is None:
+            return []
+        c = self.config
+        return [self.keys.session_slots_prefix, " ".join(ask.gives), ask.ticket,
+                c.concurrency, int(c.delay * 1000), int(ask.ttl * 1000)]
+
+    async def draw(self, pool: str, ask: SlotAsk | None = None) -> Drawn:
         """The least used drawable session of *pool* (created when the pool has fewer than
         ``pool_size``; past ``max_uses``/``max_age``/``max_idle`` retired first), one use
-        counted."""
+        counted; with *ask*, in the same call, its gives freed and (the session being
+        active) a slot taken: :attr:`Drawn.slot`."""
         part = session_pool_part(pool)
         c = self.config
         reply = await self._script(keys=self._keys(part), args=[
             "draw", pool, part, self.keys.session_prefix, c.pool_size, c.max_uses,
-            int(c.max_age * 1000), int(self.login), int(c.max_idle * 1000)])
+            int(c.max_age * 1000), int(self.login), int(c.max_idle * 1000),
+            *self._slot_args(ask)])
         return Drawn(_text(reply[0]), _text(reply[1]), int(reply[2]),
-                     _text(reply[3]) if len(reply) > 3 else "")
+                     _text(reply[3]) if len(reply) > 3 else "", *_slot_of(reply, 4))
 
-    async def pin(self, session_id: str) -> Drawn:
+    async def pin(self, session_id: str, ask: SlotAsk | None = None) -> Drawn:
         """Session *session_id*, one use counted (state ``unknown``: no such record;
-        ``retired``: retired, now by its limits or before)."""
-        return self._drawn(session_id, await self._on(
-            "pin", session_id, self.config.max_uses, int(self.config.max_age * 1000),
-            int(self.config.max_idle * 1000)))
+        ``retired``: retired, now by its limits or before); with *ask*, as :meth:`draw`."""
+        reply = await self._on("pin", session_id, self.config.max_uses,
+                               int(self.config.max_age * 1000),
+                               int(self.config.max_idle * 1000), *self._slot_args(ask))
+        if len(reply) < 5:
+            return self._drawn(session_id, reply)
+        return Drawn(session_id, _text(reply[0]), int(reply[1]), _text(reply[2]),
+                     *_slot_of(reply, 3))
 
     async def state(self, session_id: str) -> Drawn:
         return self._drawn(session_id, await self._on("state", session_id))
@@ -139,14 +169,17 @@ class SessionPools:
         """Retire *session_id* with *reason*; False when it was retired already."""
         return bool((await self._on("retire", session_id, reason))[0])
 
-    async def take(self, session_id: str, ticket: str, ttl: float) -> tuple[str, float]:
+    async def take(self, session_id: str, ticket: str, ttl: float,
+                   gives: Sequence[str] = ()) -> tuple[str, float]:
         """A slot for one request of *session_id* (``FLEET_SESSION_CONCURRENCY`` requests in
         flight, ``FLEET_SESSION_DELAY`` between two): (``"taken"``, 0), (``"wait"``, seconds
         to wait before asking again), or (``"retired"``/``"unknown"``, 0).  *ticket* names
-        the slot; it runs out after *ttl* seconds (a dead worker's)."""
+        the slot; it runs out after *ttl* seconds (a dead worker's).  The slots *gives* are
+        freed first, in the same call."""
         c = self.config
+        extra = [self.keys.session_slots_prefix, " ".join(gives)] if gives else []
         reply = await self._on("take", session_id, ticket, c.concurrency, int(c.delay * 1000),
-                               int(ttl * 1000))
+                               int(ttl * 1000), *extra)
         state = _text(reply[0])
         return state, (int(reply[1]) / 1000 if state == "wait" else 0.0)
 
@@ -154,9 +187,22 @@ class SessionPools:
         """Free *ticket*'s slot of *session_id*; False when it had run out or was given."""
         return bool((await self._on("give", session_id, ticket))[0])
 
+    async def give_all(self, gives: Sequence[str]) -> int:
+        """Free the slots *gives* (``"<session id>|<ticket>"``, of any sessions) in one
+        call; how many were held (the others had run out or were freed)."""
+        return int(await self._script(keys=[self.keys.session_pools], args=[
+            "gives", self.keys.session_slots_prefix, " ".join(gives)]))
+
     async def bind(self, session_id: str, exit_id: str) -> Drawn:
         """See :meth:`ExitBindings.bind`."""
         return self._drawn(session_id, await self._on("bind", session_id, exit_id))
+
+
+def _slot_of(reply: list[Any], at: int) -> tuple[str, float]:
+    """The (slot, wait in seconds) of a draw or pin reply, from its element *at* on."""
+    if len(reply) <= at + 1:
+        return "", 0.0
+    return _text(reply[at]), int(reply[at + 1]) / 1000
 
 
 def script_keys(keys: CrawlKeys, part: str, session_id: str = "") -> list[str]:

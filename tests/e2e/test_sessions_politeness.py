@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import TEST_PROJECT, read_items, start_worker, stop_process, tail, wait_all
+from support import TEST_PROJECT, read_items, start_worker, stop_process, tail, wait_all, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -100,3 +100,34 @@ def test_requests_wait_for_a_relogin_in_the_frontier_and_it_runs_once(
     assert got["logins"] == 2 + got["expired"]
     assert got["member_pages"] == 60 and got["conflicts"] == 0
     assert stats.get("deferred", 0) > 0 and stats.get("waits", 0) == 0, stats
+
+
+def test_a_slot_is_given_back_when_a_later_middleware_raises(
+        redis_url, conflict_site, worker_env, tmp_path):
+    """A pool of one session, 6 pages each answered with a cookie too large for the fleet's
+    jar: the cookies middleware (700) raises in ``process_response`` after the download, so
+    the sessions middleware (545) never sees the answer.  Each page's slot is still given
+    back (the engine's final result), so the session's next request goes at once: the site
+    gets all 6 requests while a leaked slot (it would run out after DOWNLOAD_TIMEOUT + 60 =
+    660 s) would hold every request after the first; each fails with CookieTooLargeError."""
+    url, log = conflict_site(1, 0.0)
+    out, wlog = tmp_path / "big-out.jsonl", tmp_path / "big-worker.log"
+    proc = start_worker(TEST_PROJECT, "pool_big_cookies", {
+        "FLEET_REDIS_URL": redis_url, "FLEET_IDLE_TIMEOUT": 2, "CONCURRENT_REQUESTS": 8,
+        "FLEET_CRAWL_ID": "bigslots", "DOWNLOAD_TIMEOUT": 600, "LOG_LEVEL": "INFO",
+        "FLEET_JSONL_PATH": out}, worker_env, wlog, {"site": url, "pages": 6})
+    try:
+        def fetched() -> int:
+            return sum("/big.html" in json.loads(line).get("path", "")
+                       for line in log.read_text("utf-8").splitlines() if line) \
+                if log.exists() else 0
+
+        wait_until(lambda: fetched() == 6, 120, "6 requests of the one session",
+                   explain=lambda: f"{fetched()} fetched\n{tail(wlog)}")
+        assert wait_all([proc], 120) == [0], tail(wlog)
+    finally:
+        stop_process(proc)
+    items = read_items([out])
+    assert sorted(i["failed"] for i in items) == sorted(f"{url}big.html?i={i}" for i in range(6))
+    assert {i["error"] for i in items} == {"CookieTooLargeError"}
+    assert {i["session"] for i in items} == {"127.0.0.1-1"}

@@ -84,3 +84,27 @@ class PoolMembersSpider(scrapy.Spider):
                "session": response.meta.get("fleet_session")}
         for href in response.css("a::attr(href)").getall():
             yield response.follow(href, self.parse)
+
+
+class PoolBigCookiesSpider(scrapy.Spider):
+    """A pool of one session (issue 32 item 5's slot leak): ``-a pages=N`` requests of
+    ``/big.html?i=<i>``, each answered with a cookie too large for the fleet's jar, so the
+    cookies middleware raises ``CookieTooLargeError`` in ``process_response``, after the
+    download and before the sessions middleware sees the answer; each failure is an item."""
+
+    name = "pool_big_cookies"
+    site = "http://127.0.0.1/"
+    pages = "5"
+    custom_settings = {"FLEET_SESSION_POOL_SIZE": 1}
+
+    async def start(self) -> Any:
+        for i in range(int(self.pages)):
+            yield scrapy.Request(f"{self.site}big.html?i={i}", callback=self.parse,
+                                 errback=self.failed)
+
+    def failed(self, failure: Any) -> Any:
+        yield {"failed": failure.request.url, "error": type(failure.value).__name__,
+               "session": failure.request.meta.get("fleet_session")}
+
+    def parse(self, response: Any) -> Any:
+        yield {"url": response.url}
