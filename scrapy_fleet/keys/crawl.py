@@ -523,7 +523,7 @@ class CrawlKeys:
 
     #: prefix of the session slot ZSETs; lua/sessions.lua appends a session id to it (draw,
     #: pin and gives: the sessions are not known before the call)
-    session_slots_prefix = _Key("sslots:")
+    session_slots_prefix = Key("sslots:")
 
     def session_slots(self, session_id: str) -> str:
         """ZSET ticket -> expiry (ms) of the requests of session *session_id* in flight

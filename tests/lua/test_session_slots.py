@@ -14,7 +14,7 @@ from scrapy import Request, Spider
 from scrapy.http import HtmlResponse
 from scrapy.utils.test import get_crawler
 
-from scrapy_fleet.keys import CrawlKeys
+from scrapy_fleet.keys.crawl import CrawlKeys
 from scrapy_fleet.sessions.drawing import SLOT_META, FleetSessionsMiddleware
 from scrapy_fleet.sessions.pool import SessionPools, SlotAsk
 from scrapy_fleet.sessions.settings import SessionConfig
