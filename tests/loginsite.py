@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import subprocess
 import sys
 import threading
 import time
@@ -233,6 +234,21 @@ class Handler(BaseHTTPRequestHandler):
             return
         self._send(302, {"Location": "/members/", "Set-Cookie": f"sid={token}; Path=/; HttpOnly"},
                    b"")
+
+
+def launch(log: str, pages: int, **options: Any) -> tuple[subprocess.Popen[str], str]:
+    """Start this site in a process (for the tests): its log at *log*, *pages* members pages,
+    *options* the command line's (``page_delay=0.4`` for ``--page-delay 0.4``).  Returns the
+    process and the site's URL (``http://127.0.0.1:PORT/``); the caller stops the process."""
+    args = [sys.executable, __file__, "--pages", str(pages), "--log", str(log)]
+    for name, value in options.items():
+        args += ["--" + name.replace("_", "-"), str(value)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    url = proc.stdout.readline().strip()
+    if not url.startswith("http://"):
+        raise RuntimeError(proc.stderr.read() if proc.stderr else url)
+    return proc, url
 
 
 def main() -> None:

@@ -8,11 +8,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import loginsite
 import pytest
 import redis
 from support import (
@@ -51,16 +51,8 @@ def login_site(tmp_path: Path) -> Iterator[Callable[[int], LoginSite]]:
     def factory(pages: int, flaky: int = 0, expire: int = 0, ban: int = 0,
                 login_delay: float = 0.0, page_delay: float = 0.0) -> LoginSite:
         log = tmp_path / f"loginsite-{len(started)}.jsonl"
-        proc = subprocess.Popen([sys.executable, str(HERE / "loginsite.py"), "--pages",
-                                 str(pages), "--log", str(log), "--flaky", str(flaky),
-                                 "--expire", str(expire), "--ban", str(ban),
-                                 "--login-delay", str(login_delay),
-                                 "--page-delay", str(page_delay)],
-                                stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        assert url.startswith("http://"), proc.stderr.read() if proc.stderr else url
+        proc, url = loginsite.launch(str(log), pages, flaky=flaky, expire=expire, ban=ban,
+                                     login_delay=login_delay, page_delay=page_delay)
         site = LoginSite(proc, url, log)
         started.append(site)
         return site

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import loginsite
 import pytest
 import redis
 from proxyfixtures import tinyproxy  # noqa: F401 - fixture
@@ -34,14 +34,8 @@ def address_site(tmp_path: Path) -> Iterator[Callable[..., tuple[str, Path]]]:
 
     def factory(pages: int, ban_addr_after: int) -> tuple[str, Path]:
         log = tmp_path / "site.jsonl"
-        proc = subprocess.Popen([sys.executable, str(HERE / "loginsite.py"), "--pages",
-                                 str(pages), "--log", str(log), "--ban-addr-after",
-                                 str(ban_addr_after)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        proc, url = loginsite.launch(str(log), pages, ban_addr_after=ban_addr_after)
         started.append(proc)
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        assert url.startswith("http://"), proc.stderr.read() if proc.stderr else url
         return url, log
 
     yield factory

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import loginsite
 import pytest
 from support import TEST_PROJECT, read_items, start_worker, stop_process, tail, wait_all, wait_until
 
@@ -26,14 +26,8 @@ def conflict_site(tmp_path: Path) -> Iterator[Callable[..., tuple[str, Path]]]:
 
     def factory(pages: int, hold: float, expire: int = 0) -> tuple[str, Path]:
         log = tmp_path / f"site-{len(started)}.jsonl"
-        proc = subprocess.Popen([sys.executable, str(HERE / "loginsite.py"), "--pages",
-                                 str(pages), "--log", str(log), "--conflict", str(hold),
-                                 "--expire", str(expire)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc, url = loginsite.launch(str(log), pages, conflict=hold, expire=expire)
         started.append(proc)
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        assert url.startswith("http://"), proc.stderr.read() if proc.stderr else url
         return url, log
 
     yield factory
