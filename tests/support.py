@@ -393,6 +393,35 @@ def link_entry(url: str, group: int = 0, host: str = "h.test") -> tuple[bytes, i
     return bloom_key(url.encode()), 0, codec.encode(Request(url)), group, host
 
 
+def idle_scheduler(redis_url: str, spider: Any, urls: list[str],
+                   settings: Mapping[str, Any] | None = None) -> tuple[Any, Any]:
+    """A FleetScheduler of crawl ``spider.name`` built outside a crawl (no engine running:
+    nothing to wake), its book bound to a *spider* instance, and a FrontierAdmin that pushed
+    *urls* (one per host, priority 0): ``(scheduler, admin)``.  *settings* go over the
+    defaults (2 requests, prefetch 2, the Bloom dupefilter)."""
+    from types import SimpleNamespace
+
+    from scrapy import Request
+    from scrapy.utils.test import get_crawler
+
+    from scrapy_fleet import codec
+    from scrapy_fleet.frontier.admin import FrontierAdmin
+    from scrapy_fleet.frontier.scheduler import FleetScheduler
+
+    crawler = get_crawler(type(spider), settings_dict={
+        "FLEET_REDIS_URL": redis_url, "FLEET_CRAWL_ID": spider.name,
+        "CONCURRENT_REQUESTS": 2, "FLEET_PREFETCH": 2,
+        "DUPEFILTER_CLASS": "scrapy_fleet.frontier.dupefilter.RedisBloomDupeFilter",
+        **(settings or {})})
+    sched = FleetScheduler.from_crawler(crawler)
+    crawler.stats.open_spider()
+    crawler.engine = SimpleNamespace(_slot=None)
+    sched.book.spider = spider
+    admin = FrontierAdmin(redis_url, spider.name, params=sched.config.frontier_params())
+    admin.push([(b"", 0, codec.encode(Request(u)), 0, u.split("/")[2]) for u in urls])
+    return sched, admin
+
+
 def host_entry(url: str) -> tuple[bytes, int, bytes, int, str]:
     """:func:`link_entry` without a parent, counted for its URL's host."""
     return link_entry(url, 0, url.split("/")[2])

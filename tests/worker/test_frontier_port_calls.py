@@ -6,17 +6,14 @@ push, a heartbeat, the closing call."""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 from typing import Any
 
 import redis
 from scrapy import Request, Spider
-from scrapy.utils.test import get_crawler
+from support import idle_scheduler
 
-from scrapy_fleet import codec
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.client import AsyncFrontier
-from scrapy_fleet.frontier.scheduler import FleetScheduler
 from scrapy_fleet.keys.crawl import CrawlKeys
 
 CRAWL = "portcalls"
@@ -35,19 +32,9 @@ def _script_calls(client: redis.Redis) -> int:
 
 
 def _setup(redis_url: str) -> tuple[Any, FrontierAdmin]:
-    crawler = get_crawler(_Spider, settings_dict={
-        "FLEET_REDIS_URL": redis_url, "FLEET_CRAWL_ID": CRAWL,
-        "CONCURRENT_REQUESTS": 2, "FLEET_PREFETCH": 2,
+    return idle_scheduler(redis_url, _Spider(), URLS, {
         # each call carries the heartbeat and extends the leases held (its steps run too)
-        "FLEET_HEARTBEAT_INTERVAL": 0.001,
-        "DUPEFILTER_CLASS": "scrapy_fleet.frontier.dupefilter.RedisBloomDupeFilter"})
-    sched = FleetScheduler.from_crawler(crawler)
-    crawler.stats.open_spider()
-    crawler.engine = SimpleNamespace(_slot=None)  # no crawl running: nothing to wake
-    sched.book.spider = _Spider()
-    admin = FrontierAdmin(redis_url, CRAWL, params=sched.config.frontier_params())
-    admin.push([(b"", 0, codec.encode(Request(u)), 0, u.split("/")[2]) for u in URLS])
-    return sched, admin
+        "FLEET_HEARTBEAT_INTERVAL": 0.001})
 
 
 def test_each_pump_call_at_one_partition_is_one_frontier_script_call(redis_url: str) -> None:

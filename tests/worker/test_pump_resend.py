@@ -17,20 +17,16 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from scrapy import Request, Spider
-from scrapy.utils.test import get_crawler
-from support import ReplyEater, link_entry
+from scrapy import Spider
+from support import ReplyEater, idle_scheduler, link_entry
 
-from scrapy_fleet import codec
 from scrapy_fleet.errors import RedisUnavailableError
 from scrapy_fleet.frontier.admin import FrontierAdmin
 from scrapy_fleet.frontier.client import AsyncFrontier
 from scrapy_fleet.frontier.protocol import CallBatch, FrontierParams
-from scrapy_fleet.frontier.scheduler import FleetScheduler
 from scrapy_fleet.keys.crawl import CrawlKeys
 
 CRAWL = "resend"
@@ -43,17 +39,7 @@ class _Spider(Spider):
 
 
 def _setup(redis_url: str) -> tuple[Any, FrontierAdmin]:
-    crawler = get_crawler(_Spider, settings_dict={
-        "FLEET_REDIS_URL": redis_url, "FLEET_CRAWL_ID": CRAWL, "FLEET_REDIS_RETRIES": 1,
-        "CONCURRENT_REQUESTS": 2, "FLEET_PREFETCH": 2,
-        "DUPEFILTER_CLASS": "scrapy_fleet.frontier.dupefilter.RedisBloomDupeFilter"})
-    sched = FleetScheduler.from_crawler(crawler)
-    crawler.stats.open_spider()
-    crawler.engine = SimpleNamespace(_slot=None)  # no crawl running: nothing to wake
-    sched.book.spider = _Spider()
-    admin = FrontierAdmin(redis_url, CRAWL, params=sched.config.frontier_params())
-    admin.push([(b"", 0, codec.encode(Request(u)), 0, u.split("/")[2]) for u in URLS])
-    return sched, admin
+    return idle_scheduler(redis_url, _Spider(), URLS, {"FLEET_REDIS_RETRIES": 1})
 
 
 def _redis_leases(admin: FrontierAdmin) -> set[str]:
