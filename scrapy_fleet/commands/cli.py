@@ -154,7 +154,9 @@ def run_action(action: str, admin: FrontierAdmin | None, urls: list[str], opts: 
     if urls and not spec.takes_urls:
         options = [u for u in urls if u.startswith("-")]
         print(f"error: unrecognized arguments: {' '.join(options)}" if options else
-              f"error: {action} takes no URL arguments", file=sys.stderr)
+              f"error: {action} takes no arguments after the crawl (got {urls[0]!r}"
+              + ("; a host goes in --host)" if "--host" in spec.args else ")"),
+              file=sys.stderr)
         return push.EXIT_ERROR
     ctx = ActionContext(admin, urls, opts, fingerprint, label, confirm, low_watermark,
                         has_method, host_key_mode, alerts_config, forget_after, acl_target,

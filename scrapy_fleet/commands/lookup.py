@@ -44,8 +44,10 @@ def _parts_keys(ctx: Any, host: str) -> CrawlKeys:
 def run_url(ctx: Any) -> int:
     """``url CRAWL URL ... [--json]``: each URL's state (frontier/where.py ``locate``)."""
     bad = [u for u in ctx.urls if not u.startswith(("http://", "https://"))]
+    options = [u for u in bad if u.startswith("-")]
     if not ctx.urls or bad:
         print("error: url needs at least one http(s) URL" if not ctx.urls else
+              f"error: unrecognized arguments: {' '.join(options)}" if options else
               f"error: url takes http(s) URLs (got {bad[0]})", file=sys.stderr)
         return push.EXIT_ERROR
     rows = []

@@ -194,6 +194,14 @@ def test_url_refuses_bad_input_in_one_line(redis_url, capsys):
         assert err.startswith(f"error: {url}: not a URL a request can have"), err
     status, out, err = run(redis_url, "url", "bad", capsys=capsys)
     assert (status, err) == (2, "error: url needs at least one http(s) URL\n")
+    # an unknown option is named as one, not taken for a URL; a host given to urls without
+    # --host is told where it goes (a new user's trial, session 14)
+    status, out, err = run(redis_url, "url", "bad", "http://a.test/", "--", "--bogus",
+                           capsys=capsys)  # (as scrapy fleet passes unknown options on)
+    assert (status, err) == (2, "error: unrecognized arguments: --bogus\n")
+    status, out, err = run(redis_url, "urls", "bad", "a.test", capsys=capsys)
+    assert (status, err) == (2, "error: urls takes no arguments after the crawl (got 'a.test'; "
+                                "a host goes in --host)\n")
 
 
 @pytest.mark.parametrize("parts", [1, 2])
