@@ -475,7 +475,7 @@ class FrontierPump:
                 if id(o) not in refused_ids:
                     book.start_pending.pop(id(o), None)
         children = [c for lease in done for c in lease.children]
-        self.replies.account(result, children + outbox)
+        self.replies.account(result, children + outbox, sent_tokens(batch))
         self.lost.answered(entry_ids(batch))
         if not sent.final:
             self.receive(result)
@@ -556,4 +556,14 @@ class FrontierPump:
                          "pushed, %d not acknowledged; their parents' leases will expire and "
                          "be fetched again. %s", reason, len(book.outbox), len(book.done),
                          exc, extra={"spider": book.spider})
+
+
+def sent_tokens(batch: CallBatch) -> dict[str, set[int]]:
+    """Entry id -> the fencing tokens *batch* carried for it (its acknowledgements, lease
+    extensions, download reports, give-backs and dead letters): what a reply's ``lost``
+    refers to."""
+    tokens: dict[str, set[int]] = {}
+    for row in (*batch.acks, *batch.extends, *batch.downloaded, *batch.releases, *batch.dead):
+        tokens.setdefault(str(row[0]), set()).add(int(row[1]))
+    return tokens
 

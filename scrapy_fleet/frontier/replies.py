@@ -36,11 +36,16 @@ class ReplyFiler:
         self.request_classes = request_classes
         self._logged_dupe = False  # the first duplicate is logged, then none
 
-    def account(self, result: CallResult, sent: list[Out]) -> None:
+    def account(self, result: CallResult, sent: list[Out],
+                tokens: dict[str, set[int]] | None = None) -> None:
         """Count the reply *result* of a call that carried the pushes *sent* (in order) in
         the stats (``fleet/frontier/*``, ``fleet/dupefilter/*``, ``fleet/backpressure/*``,
         ``dupefilter/filtered``: docs/stats.md), and drop the leases it reports lost from the
-        prefetch (those given to the downloader are marked lost)."""
+        prefetch (those given to the downloader are marked lost).  *tokens*: entry id -> the
+        fencing tokens the call carried for it (acknowledgements, extensions, reports): a
+        lost entry is only the lease of those tokens, never a newer lease of the same entry
+        (an entry reclaimed from this worker, stopped, can be leased to it again before the
+        old request's stale acknowledgement is answered)."""
         book = self.book
         book.inc("fleet/redis/roundtrips")
         for key, count in (("fleet/frontier/pushed", result.pushed),
@@ -73,10 +78,15 @@ class ReplyFiler:
         lost = set(result.lost)
         if lost:
             self.lost.report(lost)
-            book.prefetch = deque((r, lease) for r, lease in book.prefetch
-                                  if lease.entry_id not in lost)
+            known = tokens or {}
+
+            def is_lost(lease: Lease) -> bool:
+                return lease.entry_id in lost and (lease.entry_id not in known
+                                                   or lease.token in known[lease.entry_id])
+
+            book.prefetch = deque((r, lease) for r, lease in book.prefetch if not is_lost(lease))
             for lease in [lease for _, lease in book.inflight.values()] + book.starting:
-                if lease.entry_id in lost:
+                if is_lost(lease):
                     lease.lost = True
 
     def lease(self, entries: list[LeasedEntry]) -> int:
